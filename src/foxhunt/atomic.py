@@ -1,0 +1,63 @@
+"""Write files so that a file that exists is complete: write to a temporary name in the same folder, then rename."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path next to `path`; on success rename it over `path`, on error delete it."""
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, final)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
+
+
+def write_with(path: str | os.PathLike[str], writer: Callable[[Path], None]) -> None:
+    """Call `writer(tmp_path)` and rename the result into place."""
+    with atomic_path(path) as tmp:
+        writer(tmp)
+
+
+def append_jsonl(path: str | os.PathLike[str], obj: Any) -> None:
+    """Append one JSON line and flush it; a line is either whole or absent for readers that skip a torn tail."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(obj, default=_json_default) + "\n")
+        f.flush()
+
+
+def _json_default(o: Any) -> Any:
+    import datetime as _dt
+
+    if isinstance(o, (_dt.datetime, _dt.date)):
+        return o.isoformat()
+    if hasattr(o, "item"):  # numpy / torch scalars
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

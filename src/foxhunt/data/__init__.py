@@ -1,0 +1,1 @@
+"""Read, validate, roll, featurize and window futures bars."""

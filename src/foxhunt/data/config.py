@@ -1,0 +1,69 @@
+"""Data options, validated once at the edge (the CLI or a TOML file) and saved whole into the run directory."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from foxhunt.errors import InputError
+
+CONTRACT_MODES = ("auto", "continuous", "each")
+ADJUST_MODES = ("ratio", "difference", "none")
+TARGETS = ("log_return", "log_range")
+SCALINGS = ("series", "volatility")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    paths: tuple[str, ...] = ()  # files, directories or globs; read as one dataset
+    timestamp_col: str | None = None  # override time-column detection
+    symbol_col: str | None = None  # override symbol-column detection
+    contracts: str = "auto"  # auto | continuous | each
+    adjust: str = "ratio"  # ratio | difference | none (back-adjustment of continuous series)
+    target: str = "log_return"  # log_return | log_range
+    encoder_length: int = 64
+    horizon: int = 5
+    train_end: str | None = None  # ISO date: first forecast bar before it -> train
+    val_end: str | None = None  # ISO date: first forecast bar before it (and >= train_end) -> validation, else test
+    val_fraction: float = 0.2  # used when train_end is not given: the last fraction of time is validation
+    scaling: str = "series"  # series: per-series standardisation fitted on train | volatility: trailing-vol units
+    calendar_features: bool = False  # CME Globex Equity session features (needs the `calendars` extra)
+    exchange_tz: str = "America/Chicago"
+
+    def __post_init__(self) -> None:
+        def bad(msg: str) -> None:
+            raise InputError(msg)
+
+        if self.contracts not in CONTRACT_MODES:
+            bad(f"--contracts {self.contracts!r} is not one of {', '.join(CONTRACT_MODES)}")
+        if self.adjust not in ADJUST_MODES:
+            bad(f"--adjust {self.adjust!r} is not one of {', '.join(ADJUST_MODES)}")
+        if self.target not in TARGETS:
+            bad(f"--target {self.target!r} is not one of {', '.join(TARGETS)}")
+        if self.scaling not in SCALINGS:
+            bad(f"--scaling {self.scaling!r} is not one of {', '.join(SCALINGS)}")
+        if self.encoder_length < 1:
+            bad(f"--encoder-length must be at least 1, got {self.encoder_length}")
+        if self.horizon < 1:
+            bad(f"--horizon must be at least 1, got {self.horizon}")
+        if not 0.0 < self.val_fraction < 1.0:
+            bad(f"--val-fraction must be between 0 and 1 (exclusive), got {self.val_fraction}")
+        if self.val_end is not None and self.train_end is None:
+            bad("--val-end needs --train-end as well (validation is the span between them)")
+        if self.train_end and self.val_end and self.val_end <= self.train_end:
+            bad(f"--val-end {self.val_end} must come after --train-end {self.train_end}")
+
+    @property
+    def window_length(self) -> int:
+        return self.encoder_length + self.horizon
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["paths"] = list(self.paths)
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> DataConfig:
+        d = dict(d)
+        d["paths"] = tuple(d.get("paths", ()))
+        return DataConfig(**d)

@@ -1,0 +1,1 @@
+"""Temporal Fusion Transformer layers."""

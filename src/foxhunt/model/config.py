@@ -1,0 +1,44 @@
+"""Model options, validated once; together with the feature schema's `InputSizes` they fix every shape."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from foxhunt.errors import InputError
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    hidden_size: int = 32
+    attention_heads: int = 4
+    dropout: float = 0.1
+    lstm_layers: int = 1
+    quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
+    encoder_length: int = 64
+    horizon: int = 5
+    activation_checkpointing: bool = False  # recompute VSN/GRN activations in backward to save memory
+
+    def __post_init__(self) -> None:
+        if self.hidden_size < 1:
+            raise InputError(f"--hidden-size must be positive, got {self.hidden_size}")
+        if self.attention_heads < 1:
+            raise InputError(f"--attention-heads must be positive, got {self.attention_heads}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise InputError(f"--dropout must be in [0, 1), got {self.dropout}")
+        if self.lstm_layers < 1:
+            raise InputError(f"--lstm-layers must be at least 1, got {self.lstm_layers}")
+        qs = self.quantiles
+        if not qs or any(not 0.0 < q < 1.0 for q in qs) or list(qs) != sorted(set(qs)):
+            raise InputError(f"--quantiles must be increasing, distinct and inside (0, 1), got {','.join(map(str, qs))}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["quantiles"] = list(self.quantiles)
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> ModelConfig:
+        d = dict(d)
+        d["quantiles"] = tuple(float(q) for q in d["quantiles"])
+        return ModelConfig(**d)
