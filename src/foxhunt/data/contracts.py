@@ -1,0 +1,268 @@
+"""Futures symbology, front-contract selection, the roll table and back-adjustment.
+
+Databento prices are never adjusted and one parent file (`ES.FUT`) holds every outright contract plus calendar spreads,
+so the loader builds the series itself:
+
+- Spreads and strategies (a symbol containing '-', ':' or a space) are dropped: their prices are differences, often
+  negative, and never a series of their own.
+- A symbol is a futures outright when it reads ROOT + month code + 1-2 digit year (`ESH4`, `6EZ24`, `CLF5`). The
+  decade of a one-digit year is decided per bar: the first year not before the bar's year that ends in that digit
+  (ESH4 traded in 2023 or 2024 expires 2024; ESH4 traded in 2014 is a different contract expiring 2014).
+- Symbol fallback: when a Databento file has no symbol column (`map_symbols=False`), or a symbol that is not an
+  outright maps to several instrument_ids (a parent like `ES.FUT` left unresolved, a continuous `ES.v.0` whose
+  instrument changes at each roll), rows are grouped by instrument_id instead: the series is named `<instrument_id>`
+  or `<symbol>#<instrument_id>`. Such instruments cannot be parsed as futures, so each is its own series; one whose
+  prices ever go to zero or below is taken to be a spread and dropped.
+
+Contract modes (`DataConfig.contracts`):
+- continuous (what `auto` picks when any symbol is an outright): one series per root. The front contract of a trade
+  date (the exchange-time date of ts + 7 h, so a CME session that opens at 17:00 CT belongs to the next day) is the
+  contract with the most volume in the root's previous trade date; on the first date it is the nearest expiry with
+  data. The front only moves forward in expiry, so it never flips back to an expiring contract, and it changes only
+  at a trade-date (session) boundary.
+- each: every outright contract is its own series, named by its symbol.
+- Non-futures symbols (stocks, indices, vendor continuous exports such as "ES") are always one series each; with no
+  outright at all the mode is reported as "symbols".
+
+Back-adjustment (continuous only): at each roll the gap is taken at the last bar before the switch at which both the
+old and the new contract have a bar (same timestamp); if they never share one, the new contract's last bar before the
+switch is paired with the old contract's latest bar at or before it. `ratio` multiplies every earlier price by
+new/old, so log returns across the roll are the new contract's own; `difference` adds new - old; `none` leaves raw
+prices and downstream code must use the `contract` column to avoid returns across two contracts.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import polars as pl
+
+from foxhunt.errors import InputError
+
+log = logging.getLogger("foxhunt.data")
+
+MONTH_CODES = "FGHJKMNQUVXZ"
+FUTURES_RE = r"^([A-Z0-9]{1,4}?)([FGHJKMNQUVXZ])(\d{1,2})$"
+SPREAD_RE = r"[-: ]"
+SESSION_SHIFT_H = 7  # CME sessions open at 17:00 CT: ts + 7 h lands on the session's trade date
+PRICES = ("open", "high", "low", "close")
+
+
+def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Fill or split symbols from instrument_id where the symbol cannot identify one instrument.
+
+    Adds a Boolean column `by_instrument` (True where the series is keyed by instrument_id). Returns (frame, number of
+    instruments keyed that way).
+    """
+    iid = pl.col("instrument_id")
+    # A row outside every symbology interval has a null symbol: take the one its instrument has elsewhere.
+    df = df.with_columns(
+        pl.col("symbol").fill_null(
+            pl.when(iid.is_not_null()).then(pl.col("symbol").max().over("instrument_id"))
+        )
+    )
+    not_outright = ~pl.col("symbol").str.contains(FUTURES_RE).fill_null(False)
+    shared = (iid.n_unique().over("symbol") > 1) & iid.is_not_null() & not_outright
+    named = pl.when(pl.col("symbol").is_null() & iid.is_not_null()).then(iid.cast(pl.Utf8))
+    split = pl.when(shared).then(pl.col("symbol") + "#" + iid.cast(pl.Utf8))
+    df = df.with_columns(
+        by_instrument=(pl.col("symbol").is_null() & iid.is_not_null()) | shared.fill_null(False)
+    ).with_columns(symbol=pl.coalesce(named, split, pl.col("symbol")))
+    n = df.filter("by_instrument").select(iid.n_unique()).item()
+    if n:
+        log.warning(
+            "grouping %d instruments by instrument_id: symbols missing or shared by several instruments", n
+        )
+    return df, n
+
+
+def drop_spreads(df: pl.DataFrame) -> tuple[pl.DataFrame, int, list[str]]:
+    """Drop spread/strategy rows. Returns (frame, rows dropped, dropped symbols sorted)."""
+    low = pl.min_horizontal(*[pl.col(c).fill_nan(None) for c in PRICES])
+    by_price = pl.col("by_instrument") & (low.min().over("symbol") <= 0).fill_null(False)
+    spread = pl.col("symbol").str.contains(SPREAD_RE).fill_null(False) | by_price
+    df = df.with_columns(_spread=spread)
+    dropped = df.filter("_spread")
+    symbols = sorted(dropped.get_column("symbol").unique().to_list())
+    if dropped.height:
+        log.info("dropped %d spread rows (%s)", dropped.height, ", ".join(symbols))
+    return df.filter(~pl.col("_spread")).drop("_spread"), dropped.height, symbols
+
+
+def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
+    """Add root (null for non-futures), expiry (year * 12 + month, 1-based) and trade_date columns."""
+    symbols = (
+        df.filter(~pl.col("by_instrument"))
+        .select(pl.col("symbol").unique())
+        .with_columns(_p=pl.col("symbol").str.extract_groups(FUTURES_RE))
+        .select(
+            "symbol",
+            root=pl.col("_p").struct.field("1"),
+            month=pl.col("_p")
+            .struct.field("2")
+            .replace_strict(list(MONTH_CODES), list(range(1, 13)), default=None, return_dtype=pl.Int32),
+            digits=pl.col("_p").struct.field("3"),
+        )
+        .filter(pl.col("root").str.contains("[A-Z]").fill_null(False))  # a root has a letter: "1H4" is none
+        .with_columns(base=pl.lit(10, dtype=pl.Int32).pow(pl.col("digits").str.len_chars()).cast(pl.Int32))
+    )
+    bar_year = pl.col("ts").dt.year().cast(pl.Int32)
+    # The first year not before the bar's year that ends in the symbol's digits.
+    year = bar_year + (pl.col("digits").cast(pl.Int32) - bar_year) % pl.col("base")
+    return (
+        df.join(symbols, on="symbol", how="left")
+        .with_columns(expiry=year * 12 + pl.col("month"), trade_date=trade_date(pl.col("ts"), exchange_tz))
+        .drop("month", "digits", "base")
+    )
+
+
+def trade_date(ts: pl.Expr, exchange_tz: str) -> pl.Expr:
+    """Session (trade) date: the exchange-time date of ts + 7 h."""
+    return (ts + pl.duration(hours=SESSION_SHIFT_H)).dt.convert_time_zone(exchange_tz).dt.date()
+
+
+def build_series(df: pl.DataFrame, mode: str, adjust: str) -> tuple[pl.DataFrame, list[dict], dict]:
+    """Turn cleaned, parsed bars into output series.
+
+    `df` needs columns symbol, root, expiry, trade_date, ts and OHLCV. Returns (bars with series, ts, OHLCV, contract;
+    roll table; {contracts_mode, contracts_kept, contracts_dropped}).
+    """
+    is_fut = pl.col("root").is_not_null()
+    has_futures = df.select(is_fut.any()).item()
+    if mode == "continuous" and not has_futures:
+        found = ", ".join(df.get_column("symbol").unique().sort().head(10).to_list())
+        raise InputError(
+            f"--contracts continuous needs futures symbols such as ESH4 (root, month code, year); found {found};"
+            " use --contracts auto"
+        )
+    others = df.filter(~is_fut).with_columns(series=pl.col("symbol"))
+    if mode == "each" or not has_futures:
+        out = df.with_columns(series=pl.col("symbol"))
+        rolls: list[dict] = []
+        report_mode = "each" if mode == "each" and has_futures else "symbols"
+    else:
+        fut = df.filter(is_fut)
+        front, roll_df = _front_and_rolls(fut)
+        picked = _apply_front(fut, front, roll_df, adjust)
+        clash = set(picked.get_column("series").unique()) & set(others.get_column("series").unique())
+        if clash:
+            raise InputError(
+                f"series name(s) {', '.join(sorted(clash))} are both a futures root and a plain symbol;"
+                " use --contracts each or load them separately"
+            )
+        out = pl.concat([picked, others.select(picked.columns)], how="vertical")
+        rolls = _roll_dicts(roll_df)
+        report_mode = "continuous"
+    before = out.height
+    out = (
+        out.select("series", "ts", *PRICES, "volume", contract=pl.col("symbol"))
+        .unique(subset=["series", "ts"], keep="last", maintain_order=True)
+        .sort("series", "ts")
+    )
+    if out.height < before:
+        log.warning(
+            "%d bars shared a timestamp within one series (two symbols for one contract); kept the last",
+            before - out.height,
+        )
+    kept = sorted(out.get_column("contract").unique().to_list())
+    dropped = sorted(set(df.get_column("symbol").unique().to_list()) - set(kept))
+    return out, rolls, {"contracts_mode": report_mode, "contracts_kept": kept, "contracts_dropped": dropped}
+
+
+def _front_and_rolls(fut: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Front contract per (root, trade_date) and the roll table with gap and ratio at the last common bar."""
+    daily = fut.group_by("root", "trade_date", "expiry").agg(pl.col("volume").sum())
+    front = (
+        daily.group_by("root", "trade_date")
+        .agg(
+            best=pl.col("expiry").sort_by(["volume", "expiry"], descending=[True, False]).first(),
+            nearest=pl.col("expiry").min(),
+        )
+        .sort("root", "trade_date")
+        .with_columns(cand=pl.col("best").shift(1).over("root"))  # previous session's volume: no look-ahead
+        .with_columns(front=pl.coalesce("cand", "nearest").cum_max().over("root"))  # forward in expiry only
+        .with_columns(prev=pl.col("front").shift(1).over("root"))
+        .with_columns(is_roll=(pl.col("front") != pl.col("prev")).fill_null(False))
+        .with_columns(seg=pl.col("is_roll").cast(pl.Int32).cum_sum().over("root"))
+        .select("root", "trade_date", "front", "prev", "is_roll", "seg")
+    )
+    rolls = front.filter("is_roll").select("root", "trade_date", "seg", old="prev", new="front")
+    names = fut.group_by("root", "expiry").agg(pl.col("symbol").first())
+    rolls = (
+        rolls.join(names.rename({"expiry": "old", "symbol": "from"}), on=["root", "old"], how="left")
+        .join(names.rename({"expiry": "new", "symbol": "to"}), on=["root", "new"], how="left")
+        .join(_roll_prices(fut, rolls), on=["root", "seg"], how="left")
+    )
+    missing = rolls.filter(pl.col("old_close").is_null() | pl.col("new_close").is_null())
+    if missing.height:
+        log.warning("no price pair for %d rolls; those rolls are left unadjusted", missing.height)
+    rolls = rolls.with_columns(
+        gap=(pl.col("new_close") - pl.col("old_close")).fill_null(0.0),
+        ratio=(pl.col("new_close") / pl.col("old_close")).fill_null(1.0),
+    ).sort("root", "seg")
+    return front, rolls
+
+
+def _roll_prices(fut: pl.DataFrame, rolls: pl.DataFrame) -> pl.DataFrame:
+    """(root, seg, at, old_close, new_close): the last common bar before each switch, else the nearest earlier pair."""
+    bars = fut.select("root", "expiry", "ts", "close", bar_date="trade_date")
+    keys = rolls.select("root", "seg", "trade_date", "old", "new")
+
+    def side(which: str, name: str) -> pl.DataFrame:
+        return (
+            keys.join(bars.rename({"expiry": which, "close": name}), on=["root", which])
+            .filter(pl.col("bar_date") < pl.col("trade_date"))
+            .select("root", "seg", "ts", name)
+        )
+
+    old, new = side("old", "old_close"), side("new", "new_close")
+    exact = (
+        old.join(new, on=["root", "seg", "ts"])
+        .sort("ts")
+        .group_by("root", "seg")
+        .agg(pl.all().last())
+        .rename({"ts": "at"})
+    )
+    new_last = new.sort("ts").group_by("root", "seg").agg(pl.all().last()).sort("ts")
+    nearest = (
+        new_last.join_asof(
+            old.sort("ts"), on="ts", by=["root", "seg"], strategy="backward", check_sortedness=False
+        )
+        .rename({"ts": "at"})
+        .select(exact.columns)
+    )
+    loose = nearest.join(exact.select("root", "seg"), on=["root", "seg"], how="anti")
+    return pl.concat([exact, loose], how="vertical")
+
+
+def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFrame:
+    """Keep each trade date's front-contract bars and back-adjust every segment before a roll.
+
+    Segment s (the bars between roll s and roll s + 1) is scaled by the product of the ratios of all later rolls
+    (ratio) or shifted by the sum of their gaps (difference), so the latest segment keeps its raw prices.
+    """
+    later = (
+        rolls.sort("root", "seg", descending=[False, True])
+        .with_columns(
+            factor=pl.col("ratio").cum_prod().over("root"),
+            shift=pl.col("gap").cum_sum().over("root"),
+        )
+        .select("root", pl.col("seg") - 1, "factor", "shift")
+    )
+    front = front.join(later, on=["root", "seg"], how="left").with_columns(
+        pl.col("factor").fill_null(1.0), pl.col("shift").fill_null(0.0)
+    )
+    bars = fut.join(front.select("root", "trade_date", "front", "factor", "shift"), on=["root", "trade_date"])
+    bars = bars.filter(pl.col("expiry") == pl.col("front"))
+    if adjust == "ratio":
+        bars = bars.with_columns(pl.col(c) * pl.col("factor") for c in PRICES)
+    elif adjust == "difference":
+        bars = bars.with_columns(pl.col(c) + pl.col("shift") for c in PRICES)
+    return bars.with_columns(series=pl.col("root")).drop("front", "factor", "shift")
+
+
+def _roll_dicts(rolls: pl.DataFrame) -> list[dict]:
+    rows = rolls.select(
+        "root", pl.col("trade_date").dt.to_string("%Y-%m-%d"), "from", "to", pl.col("gap").cast(pl.Float64)
+    )
+    return rows.to_dicts()

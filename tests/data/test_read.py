@@ -1,0 +1,161 @@
+"""Reading: every supported layout of the same bars gives the same raw frame."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from foxhunt.data.config import DataConfig
+from foxhunt.data.load import load_bars
+from foxhunt.data.read import expand_paths, read_bars
+
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+ES_1M = FIXTURES / "es_fut_ohlcv1m_databento.parquet"
+ES_RAW = FIXTURES / "es_fut_ohlcv1m_databento_raw.parquet"
+VALUES = ["open", "high", "low", "close", "volume"]
+UTC = dt.UTC
+
+
+def _ts(*args: int) -> dt.datetime:
+    return dt.datetime(*args, tzinfo=UTC)
+
+
+def test_generic_csv_with_mixed_case_headers_gives_hand_values(tmp_path):
+    path = tmp_path / "bars.csv"
+    path.write_text(
+        "Date,Symbol,Open,HIGH,low,Close,Volume\n2024-01-02,AAA,10,12,9,11,100\n2024-01-03,AAA,11,13,10.5,12.5,200\n"
+    )
+    raw, files = read_bars([str(path)])
+    assert files == [{"path": str(path), "size_bytes": path.stat().st_size, "rows": 2}]
+    assert raw.schema["ts"] == pl.Datetime("ns", "UTC")
+    assert raw.get_column("ts").to_list() == [_ts(2024, 1, 2), _ts(2024, 1, 3)]
+    assert raw.select(VALUES).rows() == [(10.0, 12.0, 9.0, 11.0, 100.0), (11.0, 13.0, 10.5, 12.5, 200.0)]
+    assert raw.get_column("symbol").to_list() == ["AAA", "AAA"]
+    assert raw.get_column("row").to_list() == [0, 1]
+
+
+def test_time_parsing_variants_all_give_utc_ns(tmp_path):
+    """tz-aware text, naive text, epoch seconds and date + time columns."""
+    cases = {
+        "aware.csv": "timestamp,open,high,low,close,volume\n2024-03-08T08:30:00-06:00,1,1,1,1,1\n",
+        "naive.csv": "datetime,open,high,low,close,volume\n2024-03-08 14:30:00,1,1,1,1,1\n",
+        "epoch.csv": "time,open,high,low,close,volume\n1709908200,1,1,1,1,1\n",
+        "split.csv": "date,time,open,high,low,close,volume\n2024-03-08,14:30:00,1,1,1,1,1\n",
+        "epoch_ns.csv": "ts_event,open,high,low,close,volume\n1709908200000000000,1,1,1,1,1\n",
+    }
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        raw, _ = read_bars([str(tmp_path / name)])
+        assert raw.get_column("ts").to_list() == [_ts(2024, 3, 8, 14, 30)], name
+        assert raw.get_column("symbol").to_list() == [
+            name.removesuffix(".csv")
+        ]  # no symbol column: file stem
+
+
+def test_yyyymmdd_integer_dates(tmp_path):
+    path = tmp_path / "ymd.csv"
+    path.write_text("date,open,high,low,close,volume\n20240308,1,1,1,1,1\n20240311,1,1,1,1,1\n")
+    raw, _ = read_bars([str(path)])
+    assert raw.get_column("ts").to_list() == [_ts(2024, 3, 8), _ts(2024, 3, 11)]
+
+
+def test_timestamp_and_symbol_overrides(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("when,date,name,open,high,low,close,volume\n2024-01-02 10:00,1999-01-01,ZZ,1,2,1,2,5\n")
+    raw, _ = read_bars([str(path)], timestamp_col="WHEN", symbol_col="name")
+    assert raw.get_column("ts").to_list() == [_ts(2024, 1, 2, 10)]
+    assert raw.get_column("symbol").to_list() == ["ZZ"]
+
+
+def test_generic_parquet_and_csv_give_identical_bars():
+    a = load_bars(DataConfig(paths=(str(FIXTURES / "generic_ohlcv_daily.parquet"),)))
+    b = load_bars(DataConfig(paths=(str(FIXTURES / "generic_ohlcv_daily.csv"),)))
+    assert a.bars.equals(b.bars)
+    assert a.bars.height == 600
+    assert sorted(a.report["series"]) == ["ES", "NQ"]
+    assert a.report["contracts_mode"] == "symbols"
+    assert a.report["bar_interval"] == "1d"
+
+
+def test_fixed_point_raw_file_matches_float_file():
+    raw, _ = read_bars([str(ES_RAW)])
+    flt, _ = read_bars([str(ES_1M)])
+    assert raw.height == 8902
+    joined = raw.join(flt, on=["instrument_id", "ts"], how="left", suffix="_f")
+    assert joined.height == raw.height
+    for c in VALUES:  # equal up to float rounding of the fixture's own float prices (spreads like -51.9)
+        assert (joined.get_column(c) - joined.get_column(f"{c}_f")).abs().max() < 1e-9, c
+    assert raw.get_column("open").max() < 6000  # scaled from 1e-9 units
+
+
+def test_undef_fixed_price_becomes_null(tmp_path):
+    t = pq.read_table(ES_RAW).slice(0, 4)
+    close = t.column("close").to_pylist()
+    close[1] = 2**63 - 1
+    t = t.set_column(t.schema.get_field_index("close"), "close", pa.array(close, pa.int64()))
+    pq.write_table(t, tmp_path / "undef.parquet")
+    raw, _ = read_bars([str(tmp_path / "undef.parquet")])
+    assert raw.get_column("close").is_null().to_list() == [False, True, False, False]
+
+
+def test_reset_index_without_pandas_metadata_and_polars_variants(tmp_path):
+    """Files saved after to_df().reset_index(), or from polars with us resolution / a converted tz, read the same."""
+    base, _ = read_bars([str(ES_1M)])
+    table = pq.read_table(ES_1M).replace_schema_metadata(None)
+    pq.write_table(table.select(["ts_event", *table.column_names[:-1]]), tmp_path / "reset.parquet")
+    frame = pl.read_parquet(ES_1M)
+    frame.with_columns(pl.col("ts_event").dt.cast_time_unit("us")).write_parquet(tmp_path / "us.parquet")
+    frame.with_columns(pl.col("ts_event").dt.convert_time_zone("America/Chicago")).write_parquet(
+        tmp_path / "ct.parquet"
+    )
+    for name in ("reset", "us", "ct"):
+        got, _ = read_bars([str(tmp_path / f"{name}.parquet")])
+        assert got.drop("file_idx").equals(base.drop("file_idx")), name
+
+
+def test_uint64_ns_timestamps_and_int_volume():
+    raw, _ = read_bars([str(ES_RAW)])
+    assert raw.get_column("ts").min() == _ts(2024, 3, 6, 23)
+    assert raw.schema["volume"] == pl.Float64
+
+
+def test_directory_and_glob_read_all_files_in_order(tmp_path):
+    frame = pl.read_parquet(FIXTURES / "generic_ohlcv_daily.parquet").drop("symbol").head(30)
+    folder = tmp_path / "ESc1"
+    folder.mkdir()
+    for i in range(3):
+        frame.slice(10 * i, 10).write_parquet(folder / f"day{i}.parquet")
+    (folder / "notes.txt").write_text("ignored")
+    by_dir, files = read_bars([str(folder)])
+    by_glob, _ = read_bars([str(folder / "day*.parquet")])
+    assert [Path(f["path"]).name for f in files] == ["day0.parquet", "day1.parquet", "day2.parquet"]
+    assert by_dir.equals(by_glob)
+    assert by_dir.height == 30
+    assert by_dir.get_column("symbol").unique().to_list() == ["ESc1"]  # the folder names the series
+
+
+def test_expand_paths_single_file_uses_stem():
+    assert expand_paths([str(ES_1M)]) == [(ES_1M, "es_fut_ohlcv1m_databento")]
+
+
+def test_missing_symbol_with_instrument_id_stays_null_for_resolution(tmp_path):
+    pl.read_parquet(ES_RAW).drop("symbol").write_parquet(tmp_path / "nosym.parquet")
+    raw, _ = read_bars([str(tmp_path / "nosym.parquet")])
+    assert raw.get_column("symbol").null_count() == raw.height
+    assert raw.get_column("instrument_id").unique().sort().to_list() == [4001, 4002, 4003, 4501]
+
+
+def test_dbn_file_equals_parquet():
+    pytest.importorskip("databento")
+    dbn = load_bars(DataConfig(paths=(str(FIXTURES / "es_fut_ohlcv1m_databento.dbn.zst"),)))
+    par = load_bars(DataConfig(paths=(str(ES_1M),)))
+    assert dbn.bars.equals(par.bars)
+    assert dbn.rolls == par.rolls
+    raw_dbn, _ = read_bars([str(FIXTURES / "es_fut_ohlcv1m_databento.dbn.zst")])
+    raw_par, _ = read_bars([str(ES_1M)])
+    assert raw_dbn.equals(raw_par)
