@@ -1,0 +1,193 @@
+"""Known-future calendar covariates from bar timestamps, and extrapolated timestamps for bars not yet seen.
+
+Everything here is a function of the timestamp alone, so it is known for future bars too (the TFT's known inputs).
+Missing bars (halts, weekends, holidays) are never invented in the data: the gaps stay, and these features tell the
+model where in the week and in the session each bar sits.
+
+Conventions (CME Globex, which foxhunt is built for):
+- The session for trade date d opens at 17:00 exchange time on d-1 and runs 23 h; the trade date of an intraday bar
+  is the exchange-time date of `ts + 7 h` (so Sunday-evening bars belong to Monday).
+- Daily bars are labelled by their UTC date. Converting a midnight-UTC daily stamp to Chicago time would move it to
+  the previous day, so daily features never use `exchange_tz`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+
+from foxhunt.errors import InputError
+
+SESSION_OPEN_MIN = 17 * 60  # minutes after local midnight when the (next day's) session opens
+SESSION_LEN_MIN = 23 * 60
+HALT_END_MIN = 17 * 60  # CME daily halt 16:00-17:00 CT
+HALT_START_MIN = 16 * 60
+DAILY_MIN_SPACING_NS = 20 * 3600 * 10**9  # median bar spacing at or above this: daily (or coarser) bars
+SESSION_CALENDAR = "CME Globex Equity"
+DAY_NS = 86_400 * 10**9
+MIN_NS = 60 * 10**9
+QUARTER_NS = 15 * MIN_NS
+
+INTRADAY_COLUMNS = ("tod_sin", "tod_cos", "dow_sin", "dow_cos", "session_elapsed")
+DAILY_COLUMNS = ("dow_sin", "dow_cos", "month_sin", "month_cos")
+INTRADAY_SESSION_COLUMNS = ("to_close", "early_close", "pre_holiday", "post_holiday")
+DAILY_SESSION_COLUMNS = ("early_close", "pre_holiday", "post_holiday")
+
+
+def calendar_columns(intraday: bool, sessions: bool) -> tuple[str, ...]:
+    """Names of the per-row calendar features, in the order `calendar_features` returns them."""
+    base = INTRADAY_COLUMNS if intraday else DAILY_COLUMNS
+    extra = (INTRADAY_SESSION_COLUMNS if intraday else DAILY_SESSION_COLUMNS) if sessions else ()
+    return base + extra
+
+
+def median_spacing_ns(ts_ns: np.ndarray, series_idx: np.ndarray) -> int:
+    """Median gap between consecutive bars of the same series (rows sorted by series, ts); 0 if none."""
+    same = series_idx[1:] == series_idx[:-1]
+    gaps = np.diff(ts_ns)[same]
+    gaps = gaps[gaps > 0]
+    return int(np.median(gaps)) if len(gaps) else 0
+
+
+def local_ns(ts_ns: np.ndarray, tz: str) -> np.ndarray:
+    """Wall-clock time in `tz` as ns since the epoch (naive), for UTC ns `ts_ns`.
+
+    UTC offsets change only on quarter-hour boundaries, so one timestamp per run of equal quarter-hours is converted
+    (a few per hour of data) and the offsets are repeated: O(N) numpy instead of N time-zone look-ups.
+    """
+    if len(ts_ns) == 0:
+        return ts_ns.copy()
+    key = ts_ns // QUARTER_NS
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+    probe = key[starts] * QUARTER_NS
+    wall = pl.Series(probe).cast(pl.Datetime("ns", "UTC")).dt.convert_time_zone(tz).dt.replace_time_zone(None)
+    offset = wall.dt.epoch("ns").to_numpy() - probe
+    return ts_ns + np.repeat(offset, np.diff(np.append(starts, len(ts_ns))))
+
+
+def _weekday(days: np.ndarray) -> np.ndarray:
+    return (days + 3) % 7  # 1970-01-01 was a Thursday; Monday 0 .. Sunday 6
+
+
+def _cyc(out: dict[str, np.ndarray], name: str, x: np.ndarray, period: float) -> None:
+    ang = x * (2.0 * math.pi / period)
+    out[f"{name}_sin"], out[f"{name}_cos"] = np.sin(ang), np.cos(ang)
+
+
+def _trade_day(ts_ns: np.ndarray, intraday: bool, tz: str) -> np.ndarray:
+    """Days since the epoch of each bar's trade date: exchange date of ts + 7 h (intraday) or the UTC date (daily)."""
+    if not intraday:
+        return ts_ns // DAY_NS
+    return (local_ns(ts_ns, tz) + (24 * 60 - SESSION_OPEN_MIN) * MIN_NS) // DAY_NS
+
+
+def calendar_features(ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool = False) -> dict:
+    """Calendar features (float64 arrays named by `calendar_columns`, in that order) for UTC ns timestamps.
+
+    Intraday: time of day and trade-date weekday (sin/cos), minutes since the 17:00 session open / 23 h in [0, 1].
+    Daily: weekday and month of the UTC date (sin/cos). `sessions` adds CME Globex Equity schedule features.
+    """
+    out: dict[str, np.ndarray] = {}
+    if intraday:
+        wall = local_ns(ts_ns, exchange_tz)
+        minute = (wall % DAY_NS) / MIN_NS
+        _cyc(out, "tod", minute, 24 * 60)
+        _cyc(out, "dow", _weekday(_trade_day(ts_ns, True, exchange_tz)), 7)
+        out["session_elapsed"] = np.clip(
+            ((minute - SESSION_OPEN_MIN) % (24 * 60)) / SESSION_LEN_MIN, 0.0, 1.0
+        )
+    else:
+        _cyc(out, "dow", _weekday(ts_ns // DAY_NS), 7)
+        _cyc(out, "month", ts_ns.astype("datetime64[ns]").astype("datetime64[M]").astype(np.int64) % 12, 12)
+    if sessions:
+        out.update(session_features(ts_ns, intraday))
+    return {c: out[c] for c in calendar_columns(intraday, sessions)}
+
+
+def _load_calendar():
+    try:
+        import pandas_market_calendars as mcal
+    except ImportError:
+        raise InputError(
+            "--calendar-features needs pandas-market-calendars: pip install 'foxhunt[calendars]' "
+            "(or drop --calendar-features)"
+        ) from None
+    return mcal.get_calendar(SESSION_CALENDAR)
+
+
+def session_schedule(first_ns: int, last_ns: int) -> dict[str, np.ndarray]:
+    """CME Globex Equity sessions around [first, last], sorted: day (trade date, days since the epoch), close_ns,
+    early_close, pre_holiday, post_holiday.
+
+    A holiday is a weekday with no session; `pre_holiday` / `post_holiday` mark the sessions right before and after
+    one (weekends are not holidays). `early_close` is a close before 16:00 CT (e.g. 12:00 on Presidents' Day).
+    """
+    cal = _load_calendar()
+    lo = np.datetime64(int(first_ns), "ns").astype("datetime64[D]") - 14
+    hi = np.datetime64(int(last_ns), "ns").astype("datetime64[D]") + 14
+    sched = cal.schedule(str(lo), str(hi))
+    dates = sched.index.values.astype("datetime64[D]")
+    close_ns = sched["market_close"].dt.tz_convert(None).to_numpy().astype("datetime64[ns]").astype(np.int64)
+    close_min = (local_ns(close_ns, str(cal.tz)) % DAY_NS) // MIN_NS
+    next_wd = np.busday_offset(dates, 1, roll="forward")
+    prev_wd = np.busday_offset(dates, -1, roll="backward")
+    return {
+        "day": dates.astype(np.int64),
+        "close_ns": close_ns,
+        "early_close": (close_min < HALT_START_MIN).astype(np.float64),
+        "pre_holiday": (~np.isin(next_wd, dates) & (next_wd <= dates[-1])).astype(np.float64),
+        "post_holiday": (~np.isin(prev_wd, dates) & (prev_wd >= dates[0])).astype(np.float64),
+    }
+
+
+def session_features(ts_ns: np.ndarray, intraday: bool) -> dict[str, np.ndarray]:
+    """Schedule features for each timestamp; bars outside any session (e.g. Sunday daily stubs) get zeros.
+
+    Intraday adds `to_close`: minutes until the session close / 23 h, in [0, 1].
+    """
+    sched = session_schedule(int(ts_ns.min()), int(ts_ns.max()))
+    day = _trade_day(ts_ns, intraday, "America/Chicago")
+    pos = np.clip(np.searchsorted(sched["day"], day), 0, len(sched["day"]) - 1)
+    hit = sched["day"][pos] == day  # (N,) the bar's trade date is a session
+    out = {c: np.where(hit, sched[c][pos], 0.0) for c in DAILY_SESSION_COLUMNS}
+    if intraday:
+        left = (sched["close_ns"][pos] - ts_ns) / (MIN_NS * SESSION_LEN_MIN)
+        out["to_close"] = np.where(hit, np.clip(left, 0.0, 1.0), 0.0)
+    return out
+
+
+def future_timestamps(
+    last_ns: np.ndarray, step_ns: int, n: int, intraday: bool, exchange_tz: str
+) -> np.ndarray:
+    """(S, n) int64 timestamps of the next n bars after each series' last bar `last_ns` (S,).
+
+    Kept simple on purpose: bars every `step_ns` (the median spacing). Daily bars skip Saturdays and Sundays (UTC date);
+    intraday bars in America/Chicago skip the 16:00-17:00 CT halt and the weekend (Fri 16:00 to Sun 17:00 CT).
+    Holidays are not skipped. Coarser than daily (weekly, ...) or other time zones: plain multiples of the step.
+    """
+    step = max(int(step_ns), 1)
+    daily = not intraday and step < 1.5 * DAY_NS
+    if daily:
+        step = DAY_NS
+    skip_halts = intraday and exchange_tz == "America/Chicago"
+    if daily:
+        k = 3 * n + 4  # at most 2 weekend days per 5
+    elif skip_halts:
+        k = 3 * n + math.ceil(50 * 3600 * 10**9 / step) + 2  # room for a weekend plus the daily halts
+    else:
+        k = n
+    cand = last_ns[:, None] + step * np.arange(1, k + 1, dtype=np.int64)  # (S, K)
+    if daily:
+        valid = _weekday(cand // DAY_NS) < 5
+    elif skip_halts:
+        wall = local_ns(cand.ravel(), exchange_tz).reshape(cand.shape)
+        minute, wd = (wall % DAY_NS) // MIN_NS, _weekday(wall // DAY_NS)  # wd: Monday 0 .. Sunday 6
+        halt = (minute >= HALT_START_MIN) & (minute < HALT_END_MIN)
+        weekend = (wd == 5) | ((wd == 4) & (minute >= HALT_START_MIN)) | ((wd == 6) & (minute < HALT_END_MIN))
+        valid = ~(halt | weekend)
+    else:
+        valid = np.ones(cand.shape, dtype=bool)
+    order = np.argsort(~valid, axis=1, kind="stable")[:, :n]  # first n valid candidates per series
+    return np.take_along_axis(cand, order, axis=1)

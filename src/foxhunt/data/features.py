@@ -1,0 +1,39 @@
+"""Per-bar observed features and the raw target, computed column-wise on a bars frame sorted by (series, ts).
+
+All of these are causal: the value at bar t uses bars t-1 and t of the same series only. Scaling (which needs the
+training split) happens later, in `scaling.py`.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+# Observed continuous inputs in batch column order. `log_vol` (trailing volatility) is added by scaling.py because
+# its EWMA is seeded from the training std; `roll` is a 0/1 flag and is not standardized.
+OBSERVED = ("log_return", "log_range", "log_volume", "log_vol", "roll")
+STANDARDIZED = ("log_return", "log_range", "log_volume", "log_vol")
+
+
+def raw_features(bars: pl.DataFrame, adjust: str, target: str) -> pl.DataFrame:
+    """`bars` plus Float64 columns log_return, log_range, log_volume, roll, target and a Boolean `first`.
+
+    - log_return = ln(close_t / close_{t-1}) within a series; 0 on the series' first bar (`first`, never read).
+    - A bar whose `contract` differs from the previous bar's is a roll bar (`roll` = 1). With `adjust == "none"` the
+      prices of the two contracts are not comparable, so its return is set to 0; otherwise the loader back-adjusted
+      the prices and the return is kept.
+    - log_range = ln(high / low) of the bar; log_volume = ln(1 + volume).
+    - target = log_return or log_range of the bar itself (a window's targets are those of its forecast bars).
+    """
+    first = pl.col("series") != pl.col("series").shift(1)
+    roll = ~first & (pl.col("contract") != pl.col("contract").shift(1))
+    out = bars.with_columns(first.fill_null(True).alias("first")).with_columns(
+        (roll.fill_null(False)).cast(pl.Float64).alias("roll")
+    )
+    ret = (pl.col("close") / pl.col("close").shift(1)).log()
+    zero_ret = pl.col("first") | ((pl.col("roll") > 0) & pl.lit(adjust == "none"))
+    out = out.with_columns(
+        pl.when(zero_ret).then(0.0).otherwise(ret).alias("log_return"),
+        (pl.col("high") / pl.col("low")).log().alias("log_range"),
+        pl.col("volume").cast(pl.Float64).log1p().alias("log_volume"),
+    )
+    return out.with_columns(pl.col(target).alias("target"))

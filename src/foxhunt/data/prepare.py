@@ -1,0 +1,330 @@
+"""From loaded bars to model-ready windows: features, train-only scaling, the window index and the splits.
+
+`prepare_from_bars` is the one entry point; `prepare_data` loads the bars first. With `transform=None` the
+transform (series vocabulary and scalers) is fitted on the rows before the train cut; with a transform (from a saved
+model) the data are featurized exactly as in training. `for_prediction=True` appends `horizon` extrapolated future
+rows to each series so that every bar with a full encoder behind it, the last one included, is a forecast origin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from foxhunt.data.calendar import (
+    DAILY_MIN_SPACING_NS,
+    calendar_columns,
+    calendar_features,
+    future_timestamps,
+    median_spacing_ns,
+)
+from foxhunt.data.config import DataConfig
+from foxhunt.data.features import OBSERVED, raw_features
+from foxhunt.data.load import LoadedBars, load_bars
+from foxhunt.data.scaling import apply_scalers, fit_scalers
+from foxhunt.data.schema import Feature, FeatureSchema, Kind, Role
+from foxhunt.data.summary import EPOCH, data_summary, iso
+from foxhunt.data.windows import SplitResult, WindowedData, assign_splits, series_bounds, window_starts
+from foxhunt.errors import InputError
+
+# Code of a series not in the training vocabulary: it gets embedding row 0 and the pooled scalers (fitted on all
+# training rows). Row 0 is only trained if the trainer masks series codes; otherwise it stays at its initial value.
+UNKNOWN_SERIES = 0
+
+
+@dataclass(frozen=True)
+class FittedTransform:
+    """Everything needed to featurize new data exactly as in training; saved (as `to_dict`) in model.json."""
+
+    series_vocab: tuple[str, ...]  # code = index + 1; 0 = unknown series
+    scalers: dict  # see scaling.py: per-series and pooled {mean, std} per feature and the target center/scale
+    target: str = "log_return"
+    scaling: str = "series"
+    intraday: bool = False  # which calendar features exist (time of day vs month)
+    calendar_features: bool = False
+    exchange_tz: str = "America/Chicago"
+    bar_spacing_ns: int = 0  # median bar spacing in training, used to extrapolate future timestamps
+
+    def code(self, names: list[str]) -> np.ndarray:
+        """Series codes for `names` (0 for a series unseen in training)."""
+        index = {n: i + 1 for i, n in enumerate(self.series_vocab)}
+        return np.array([index.get(n, UNKNOWN_SERIES) for n in names], dtype=np.int64)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "series_vocab": list(self.series_vocab),
+            "scalers": self.scalers,
+            "target": self.target,
+            "scaling": self.scaling,
+            "intraday": self.intraday,
+            "calendar_features": self.calendar_features,
+            "exchange_tz": self.exchange_tz,
+            "bar_spacing_ns": self.bar_spacing_ns,
+        }
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> FittedTransform:
+        d = dict(d)
+        d["series_vocab"] = tuple(d["series_vocab"])
+        return FittedTransform(**d)
+
+
+@dataclass
+class PreparedData:
+    schema: FeatureSchema
+    windows: WindowedData
+    splits: dict[str, torch.Tensor]  # "train", "val", "test" -> int64 window ids (test may be empty)
+    transform: FittedTransform
+    summary: dict  # JSON-able; `summary.format_summary` prints it
+    rolls: list[dict] = field(default_factory=list)
+
+
+def prepare_data(
+    cfg: DataConfig, transform: FittedTransform | None = None, for_prediction: bool = False
+) -> PreparedData:
+    """Load the bars named by `cfg.paths` and prepare them (see `prepare_from_bars`)."""
+    return prepare_from_bars(load_bars(cfg), cfg, transform, for_prediction)
+
+
+def prepare_from_bars(
+    loaded: LoadedBars,
+    cfg: DataConfig,
+    transform: FittedTransform | None = None,
+    for_prediction: bool = False,
+) -> PreparedData:
+    """Featurize, scale, window and split `loaded.bars` (sorted by series, ts; see load.LoadedBars).
+
+    Raises InputError when no series has enough bars for one window, or when a split ends up empty.
+    """
+    if for_prediction and transform is None:
+        raise InputError("prediction needs the fitted transform saved with the model (model.json)")
+    e, d = cfg.encoder_length, cfg.horizon
+    bars, names, sidx, ts_ns = _sorted(loaded.bars)
+    first, end = series_bounds(sidx)
+    _check_length(names, end - first, e, d, for_prediction)
+    spacing = median_spacing_ns(ts_ns, sidx)
+    # One bar per series (prediction on a short file) gives no spacing: trust the model's.
+    intraday = (
+        transform.intraday if transform is not None and spacing == 0 else spacing < DAILY_MIN_SPACING_NS
+    )
+    if transform is not None and transform.intraday != intraday:
+        want, got = ("intraday", "daily") if transform.intraday else ("daily", "intraday")
+        raise InputError(f"the model was trained on {want} bars but these bars are {got}; load {want} bars")
+
+    target = transform.target if transform else cfg.target
+    scaling = transform.scaling if transform else cfg.scaling
+    feats = raw_features(bars, cfg.adjust, target)
+    cuts = None if for_prediction else _cuts(cfg, ts_ns)
+    if transform is None:
+        train_mask = ts_ns < cuts[0]
+        has_train = np.bincount(sidx[train_mask & ~feats["first"].to_numpy()], minlength=len(names)) > 0
+        transform = FittedTransform(
+            series_vocab=tuple(n for n, ok in zip(names, has_train, strict=True) if ok),
+            scalers=fit_scalers(feats, names, sidx, train_mask, target),
+            target=target,
+            scaling=scaling,
+            intraday=intraday,
+            calendar_features=cfg.calendar_features,
+            exchange_tz=cfg.exchange_tz,
+            bar_spacing_ns=spacing,
+        )
+    obs, center, scale = apply_scalers(feats, names, sidx, transform.scalers, target, scaling)
+    rows = {
+        "obs": obs,
+        "target": feats["target"].to_numpy().astype(np.float32),
+        "center": center,
+        "scale": scale,
+        "ts": ts_ns,
+        "sidx": sidx,
+        "real": np.ones(len(ts_ns), dtype=bool),
+    }
+    if for_prediction:
+        step = spacing or transform.bar_spacing_ns
+        rows = _extend(
+            rows, first, end, d, future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz)
+        )
+    first, end = series_bounds(rows["sidx"])
+    windows = _windowed(rows, first, end, names, transform, e, d)
+    if for_prediction:
+        split = SplitResult(
+            ids={
+                "train": np.empty(0, np.int64),
+                "val": np.empty(0, np.int64),
+                "test": np.arange(windows.n_windows),
+            },
+            purged={"train": 0, "val": 0},
+        )
+    else:
+        starts = windows.starts.numpy()
+        split = assign_splits(rows["ts"][starts + e], rows["ts"][starts + e + d - 1], *cuts)
+        _check_splits(split, cuts, cfg, ts_ns)
+    schema = _schema(transform, e, d, cfg.adjust)
+    roll_bars = int(feats["roll"].sum())
+    summary = data_summary(loaded, schema, windows, split, cuts, for_prediction, roll_bars, spacing)
+    return PreparedData(
+        schema=schema,
+        windows=windows,
+        splits={k: torch.from_numpy(v.astype(np.int64)) for k, v in split.ids.items()},
+        transform=transform,
+        summary=summary,
+        rolls=list(loaded.rolls),
+    )
+
+
+def _sorted(bars: pl.DataFrame) -> tuple[pl.DataFrame, list[str], np.ndarray, np.ndarray]:
+    """Bars sorted by (series, ts) (sorted only if they are not already), the series names in that order, each
+    row's index into the names (N,) and its timestamp in ns (N,)."""
+    sidx = bars["series"].rank("dense").cast(pl.Int64).to_numpy() - 1  # (N,) 0..S-1 in sorted name order
+    ts_ns = bars["ts"].dt.epoch("ns").to_numpy()
+    ds, dt = np.diff(sidx), np.diff(ts_ns)
+    if not np.all((ds > 0) | ((ds == 0) & (dt >= 0))):
+        order = np.lexsort((ts_ns, sidx))
+        bars, sidx, ts_ns = bars.select(pl.all().gather(order)), sidx[order], ts_ns[order]
+    names = sorted(bars["series"].unique().to_list())
+    return bars, names, sidx, ts_ns
+
+
+def _check_length(names: list[str], lengths: np.ndarray, e: int, d: int, for_prediction: bool) -> None:
+    """At least one series must hold one window (the first bar of a series has no return and is never used)."""
+    need = e + 1 if for_prediction else e + d + 1
+    longest = int(np.argmax(lengths))
+    have = int(lengths[longest])
+    if have >= need:
+        return
+    where = f"the longest series {names[longest]!r} has {have}"
+    if for_prediction:
+        raise InputError(
+            f"too few bars for a forecast: the model's encoder needs {need} bars in one series "
+            f"(encoder {e} + 1, the first bar has no return), but {where}; load a longer history"
+        )
+    most = have - d - 1
+    fix = (
+        f"use a smaller --encoder-length (at most {most})"
+        if most >= 1
+        else "load a longer history or lower --horizon"
+    )
+    raise InputError(
+        f"too few bars for one window: it needs {need} bars in one series (encoder {e} + horizon {d} + 1, "
+        f"the first bar has no return), but {where}; {fix}"
+    )
+
+
+def _date_ns(text: str, flag: str) -> int:
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise InputError(f"{flag} {text!r} is not an ISO date; write it as YYYY-MM-DD") from None
+    dt = dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    return (dt - EPOCH) // timedelta(microseconds=1) * 1000
+
+
+def _cuts(cfg: DataConfig, ts_ns: np.ndarray) -> tuple[int, int | None]:
+    """(train cut, val cut) in ns UTC: from the dates, or the last `val_fraction` of the global time span is val."""
+    if cfg.train_end:
+        val_cut = _date_ns(cfg.val_end, "--val-end") if cfg.val_end else None
+        return _date_ns(cfg.train_end, "--train-end"), val_cut
+    lo, hi = int(ts_ns.min()), int(ts_ns.max())
+    return lo + int((hi - lo) * (1.0 - cfg.val_fraction)), None
+
+
+def _check_splits(
+    split: SplitResult, cuts: tuple[int, int | None], cfg: DataConfig, ts_ns: np.ndarray
+) -> None:
+    span = f"the data cover {iso(int(ts_ns.min()))[:10]} .. {iso(int(ts_ns.max()))[:10]}"
+    train_cut, val_cut = cuts
+    by_date = cfg.train_end is not None
+    if len(split.ids["train"]) == 0:
+        fix = "move --train-end later" if by_date else "lower --val-fraction"
+        raise InputError(
+            f"train split is empty: no window's forecast bars all fall before {iso(train_cut)} "
+            f"({split.purged['train']} purged for crossing it); {span}; {fix} or use a smaller --encoder-length"
+        )
+    if len(split.ids["val"]) == 0:
+        end = f"and {iso(val_cut)}" if val_cut is not None else "and the end of the data"
+        fix = "move --train-end earlier or --val-end later" if by_date else "raise --val-fraction"
+        raise InputError(
+            f"val split is empty: no window's forecast bars fall between {iso(train_cut)} {end} "
+            f"({split.purged['val']} purged for crossing the end); {span}; {fix} or use a smaller --horizon"
+        )
+    if val_cut is not None and len(split.ids["test"]) == 0:
+        raise InputError(
+            f"test split is empty: no window's first forecast bar is on or after --val-end {cfg.val_end}; {span}; "
+            "move --val-end earlier or drop it (then everything after --train-end is validation)"
+        )
+
+
+def _extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: np.ndarray) -> dict:
+    """Append `d` future rows after each series (S, d timestamps in `future_ns`): NaN target, zero inputs, not real."""
+    s = len(first)
+    # Real rows of series i move down by i * d rows, making room for the future rows of the series before it.
+    shift = np.repeat(np.arange(s, dtype=np.int64) * d, end - first)  # (N,)
+    real_pos = np.arange(len(rows["ts"]), dtype=np.int64) + shift
+    fut_pos = ((end + np.arange(s) * d)[:, None] + np.arange(d)).ravel()  # (S * d,)
+    n = len(rows["ts"]) + s * d
+    fill = {"obs": 0.0, "target": np.nan, "center": 0.0, "scale": 1.0, "real": False}
+    out = {}
+    for key, arr in rows.items():
+        new = np.empty((n, *arr.shape[1:]), dtype=arr.dtype)
+        new[real_pos] = arr
+        if key == "ts":
+            new[fut_pos] = future_ns.ravel()
+        elif key == "sidx":
+            new[fut_pos] = np.repeat(np.arange(s), d)
+        else:
+            new[fut_pos] = fill[key]
+        out[key] = new
+    return out
+
+
+def _windowed(
+    rows: dict, first: np.ndarray, end: np.ndarray, names: list[str], tf: FittedTransform, e: int, d: int
+) -> WindowedData:
+    """The row tensors (calendar columns first, then observed inputs) and the window index over them."""
+    cal = calendar_features(rows["ts"], tf.exchange_tz, tf.intraday, tf.calendar_features)
+    n, kr = len(rows["ts"]), len(cal)
+    cont = np.empty((n, kr + rows["obs"].shape[1]), dtype=np.float32)  # (N, Kr + Or), one allocation
+    for j, col in enumerate(cal.values()):  # a handful of columns
+        cont[:, j] = col
+    cont[:, kr:] = rows["obs"]
+    codes = tf.code(names)[rows["sidx"]]  # (N,)
+    return WindowedData(
+        cont=torch.from_numpy(cont),
+        static_cat=torch.from_numpy(codes[:, None].copy()),
+        time_cat=torch.zeros(len(codes), 0, dtype=torch.int64),
+        target_raw=torch.from_numpy(rows["target"]),
+        center=torch.from_numpy(rows["center"]),
+        scale=torch.from_numpy(rows["scale"]),
+        ts_ns=torch.from_numpy(np.array(rows["ts"], dtype=np.int64)),
+        real=torch.from_numpy(rows["real"]),
+        series_idx=torch.from_numpy(rows["sidx"]),
+        starts=torch.from_numpy(window_starts(first, end, e + d)),
+        encoder_length=e,
+        horizon=d,
+        n_known_cont=kr,
+        n_known_cat=0,
+        series_names=tuple(names),
+    )
+
+
+def _schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureSchema:
+    known = [*calendar_columns(tf.intraday, tf.calendar_features), "relative_time"]
+    features = (
+        Feature("series", Role.STATIC, Kind.CATEGORICAL, cardinality=len(tf.series_vocab) + 1),
+        *(Feature(n, Role.KNOWN, Kind.CONTINUOUS) for n in known),
+        *(Feature(n, Role.OBSERVED, Kind.CONTINUOUS) for n in OBSERVED),
+    )
+    extra = {
+        "scaling": tf.scaling,
+        "vol_halflife": tf.scalers["halflife"],
+        "intraday": tf.intraday,
+        "calendar_features": tf.calendar_features,
+        "exchange_tz": tf.exchange_tz,
+        "unknown_series_code": UNKNOWN_SERIES,
+        "adjust": adjust,
+    }
+    return FeatureSchema(features=features, target=tf.target, encoder_length=e, horizon=d, extra=extra)

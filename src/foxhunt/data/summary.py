@@ -1,0 +1,150 @@
+"""The data summary: a JSON-able dict saved with each run (data_summary.json) and its short text form.
+
+Built once in `prepare_from_bars`; `format_summary` is what the CLI prints and `foxhunt inspect` shows.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from foxhunt.data.schema import FeatureSchema, Role
+
+if TYPE_CHECKING:
+    from foxhunt.data.windows import SplitResult, WindowedData
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+SPLITS = ("train", "val", "test")
+
+
+def iso(ns: int) -> str:
+    """ns since the epoch as an ISO-8601 UTC string ('2024-03-07T23:00:00Z')."""
+    return (EPOCH + timedelta(microseconds=int(ns) // 1000)).isoformat().replace("+00:00", "Z")
+
+
+def _plain(v: Any) -> Any:
+    """JSON-able copy of a report value (dates and other objects become strings)."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return str(v)
+
+
+def _interval(spacing_ns: int) -> str:
+    s = spacing_ns // 10**9
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if s >= size and s % size == 0:
+            return f"{s // size}{unit}"
+    return f"{spacing_ns}ns"
+
+
+def data_summary(
+    loaded: Any,
+    schema: FeatureSchema,
+    windows: WindowedData,
+    split: SplitResult,
+    cuts: tuple[int, int | None] | None,
+    for_prediction: bool,
+    roll_bars: int,
+    spacing_ns: int,
+) -> dict[str, Any]:
+    """Rows, series, contracts, rolls, windows per split, purged windows, split date ranges, features by role."""
+    report = dict(getattr(loaded, "report", {}) or {})
+    real = windows.real.numpy()
+    sidx = windows.series_idx.numpy()
+    ts = windows.ts_ns.numpy()
+    starts = windows.starts.numpy()
+    s = len(windows.series_names)
+    rows = np.bincount(sidx[real], minlength=s)
+    per_window = np.bincount(sidx[starts], minlength=s) if len(starts) else np.zeros(s, dtype=np.int64)
+    code = windows.static_cat[:, 0].numpy()
+    series = {}
+    for i, name in enumerate(windows.series_names):  # one entry per series (a handful), not per row
+        sel = real & (sidx == i)
+        series[name] = {
+            "rows": int(rows[i]),
+            "start": iso(ts[sel].min()),
+            "end": iso(ts[sel].max()),
+            "code": int(code[sel][0]),
+            "windows": int(per_window[i]),
+        }
+        if name in report.get("series", {}) and "contracts" in report["series"][name]:
+            series[name]["contracts"] = _plain(report["series"][name]["contracts"])
+    first_fc = ts[starts + windows.encoder_length] if len(starts) else np.empty(0, np.int64)
+    ranges = {}
+    for k in SPLITS:
+        ids = split.ids[k]
+        ranges[k] = (
+            {"first": iso(first_fc[ids].min()), "last": iso(first_fc[ids].max())} if len(ids) else None
+        )
+    return {
+        "mode": "predict" if for_prediction else "train",
+        "rows_read": int(report.get("rows_read", int(real.sum()))),
+        "rows": int(real.sum()),
+        "files": _plain(report.get("files")),
+        "date_range": {"start": iso(ts[real].min()), "end": iso(ts[real].max())},
+        "bar_interval": report.get("bar_interval") or _interval(spacing_ns),
+        "series": series,
+        "contracts_kept": _plain(report.get("contracts_kept")),
+        "contracts_dropped": _plain(report.get("contracts_dropped")),
+        "rolls": [{k: _plain(v) for k, v in r.items()} for r in getattr(loaded, "rolls", [])],
+        "roll_bars": int(roll_bars),
+        "target": schema.target,
+        "scaling": schema.extra.get("scaling"),
+        "encoder_length": schema.encoder_length,
+        "horizon": schema.horizon,
+        "train_end": iso(cuts[0]) if cuts else None,
+        "val_end": iso(cuts[1]) if cuts and cuts[1] is not None else None,
+        "windows": {k: int(len(split.ids[k])) for k in SPLITS},
+        "purged": dict(split.purged),
+        "ranges": ranges,
+        "features": {r.value: [f.name for f in schema.features if f.role == r] for r in Role},
+    }
+
+
+def _count(v: Any) -> str:
+    """'2 (ESH4, ESM4)' for a short list of names, '12' for a long one or a number."""
+    if isinstance(v, (list, tuple)):
+        return f"{len(v)} ({', '.join(map(str, v))})" if 0 < len(v) <= 4 else str(len(v))
+    return "-" if v is None else str(v)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A compact multi-line text: data, series, features, target, and one line per split."""
+    s = summary
+    n_series = len(s["series"])
+    rolls = s.get("rolls", [])
+    roll_text = ", ".join(f"{r.get('trade_date')} {r.get('from')}->{r.get('to')}" for r in rolls[:3])
+    roll_text = f"{len(rolls)} rolls" + (
+        f" ({roll_text}{', ...' if len(rolls) > 3 else ''})" if rolls else ""
+    )
+    lines = [
+        f"data      {s['rows_read']:,} rows read, {s['rows']:,} used in {n_series} series, {s['bar_interval']} bars; "
+        f"contracts kept {_count(s.get('contracts_kept'))}, dropped {_count(s.get('contracts_dropped'))}; {roll_text}",
+    ]
+    for name, info in s["series"].items():
+        lines.append(
+            f"series    {name}: {info['rows']:,} rows {info['start'][:16]} .. {info['end'][:16]}, "
+            f"{info['windows']:,} windows, code {info['code']}"
+            + (" (unseen in training)" if info["code"] == 0 else "")
+        )
+    feats = s["features"]
+    lines.append("features  " + " | ".join(f"{role}: {', '.join(feats[role]) or '-'}" for role in feats))
+    lines.append(
+        f"target    {s['target']}, scaling {s['scaling']}, encoder {s['encoder_length']}, horizon {s['horizon']}"
+        + (f", train cut {s['train_end'][:16]}" if s.get("train_end") else "")
+        + (f", val end {s['val_end'][:16]}" if s.get("val_end") else "")
+    )
+    for k in SPLITS:
+        r = s["ranges"].get(k)
+        span = f"  first forecast bar {r['first'][:16]} .. {r['last'][:16]}" if r else ""
+        purged = s["purged"].get(k, 0)
+        lines.append(
+            f"{k:<9} {s['windows'][k]:>10,} windows{span}" + (f"  ({purged:,} purged)" if purged else "")
+        )
+    return "\n".join(lines)

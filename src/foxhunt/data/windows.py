@@ -1,0 +1,169 @@
+"""Windows as an index into one contiguous set of row tensors, and their assignment to train / val / test.
+
+All series are concatenated row-wise (sorted by series, ts). A window is the row of its first encoder bar; its
+E encoder rows and D forecast rows are `start + arange(E + D)`, always inside one series. A batch is one gather per
+tensor, so memory is O(rows x features) however many windows there are.
+
+Legend: B batch, E encoder steps, D forecast steps, T = E + D, F continuous columns, W windows, N rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from foxhunt.data.batch import Batch
+
+
+@dataclass
+class WindowedData:
+    cont: (
+        torch.Tensor
+    )  # (N, F) float32: known continuous (calendar) columns, then observed continuous columns
+    static_cat: torch.Tensor  # (N, Sc) int64, constant within a series (the series code)
+    time_cat: torch.Tensor  # (N, Kc + Oc) int64: known categorical, then observed categorical columns
+    target_raw: torch.Tensor  # (N,) float32 in the target's own units; NaN on rows beyond the data
+    center: torch.Tensor  # (N,) float32, the target center at each row (used at a window's origin)
+    scale: torch.Tensor  # (N,) float32 > 0
+    ts_ns: torch.Tensor  # (N,) int64 bar timestamps (extrapolated on rows beyond the data)
+    real: torch.Tensor  # (N,) bool: False on rows appended for prediction
+    series_idx: torch.Tensor  # (N,) int64 index into `series_names`
+    starts: torch.Tensor  # (W,) int64 row of each window's first encoder bar
+    encoder_length: int
+    horizon: int
+    n_known_cont: int  # calendar columns stored in `cont`; the relative time index is appended in `batch`
+    n_known_cat: int
+    series_names: tuple[str, ...]  # the series in this data (not the model's vocabulary)
+
+    def __post_init__(self) -> None:
+        e, t = self.encoder_length, self.encoder_length + self.horizon
+        self._steps = torch.arange(t, dtype=torch.int64)  # (T,)
+        # TFT relative time index: position -E+1 .. D (0 at the origin), divided by E.
+        self._rel = ((self._steps - (e - 1)).float() / e).view(1, t, 1)  # (1, T, 1)
+
+    @property
+    def n_windows(self) -> int:
+        return int(self.starts.shape[0])
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.cont.shape[0])
+
+    def _rows(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.starts[ids.long()][:, None] + self._steps  # (B, T)
+
+    def _origin(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.starts[ids.long()] + (self.encoder_length - 1)  # (B,)
+
+    def _future(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._rows(ids)[:, self.encoder_length :]  # (B, D)
+
+    def batch(self, ids: torch.Tensor) -> Batch:
+        """The windows `ids` (B,) as a Batch; the target is scaled with center/scale taken at each origin row."""
+        ids = ids.long()
+        e, kr, kc = self.encoder_length, self.n_known_cont, self.n_known_cat
+        rows = self._rows(ids)  # (B, T)
+        b, t = rows.shape
+        flat = rows.reshape(-1)  # (B*T,) index_select: much faster on CPU than advanced indexing
+        origin = rows[:, e - 1]  # (B,)
+        cont = self.cont.index_select(0, flat).view(b, t, -1)  # (B, T, F)
+        cats = self.time_cat.index_select(0, flat).view(b, t, -1)  # (B, T, Kc + Oc)
+        center, scale = self.center.index_select(0, origin), self.scale.index_select(0, origin)  # (B,)
+        raw = self.target_raw.index_select(0, rows[:, e:].reshape(-1)).view(b, -1)  # (B, D)
+        return Batch(
+            static_cat=self.static_cat.index_select(0, origin),  # (B, Sc)
+            static_cont=torch.zeros(b, 0),
+            known_cat=cats[:, :, :kc],  # (B, T, Kc)
+            known_cont=torch.cat([cont[:, :, :kr], self._rel.expand(b, -1, -1)], dim=2),  # (B, T, Kr + 1)
+            observed_cat=cats[:, :e, kc:],  # (B, E, Oc)
+            observed_cont=cont[:, :e, kr:].contiguous(),  # (B, E, Or)
+            target=(raw - center[:, None]) / scale[:, None],  # (B, D)
+            target_center=center,
+            target_scale=scale,
+            window=ids,
+        )
+
+    def origin_ns(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B,) int64 timestamp of each window's last encoder bar (the forecast origin)."""
+        return self.ts_ns[self._origin(ids)]
+
+    def target_ns(self, ids: torch.Tensor, extrapolated: bool = False) -> torch.Tensor:
+        """(B, D) int64 timestamps of the forecast bars; -1 beyond the data unless `extrapolated` (then the guess)."""
+        fut = self._future(ids)
+        ts = self.ts_ns[fut]
+        return ts if extrapolated else torch.where(self.real[fut], ts, torch.full_like(ts, -1))
+
+    def series_code(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B,) the model's series code (index into the training vocabulary + 1; 0 = series unseen in training)."""
+        return self.static_cat[self._origin(ids), 0]
+
+    def series_index(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B,) index into `series_names` (works for series unseen in training too)."""
+        return self.series_idx[self._origin(ids)]
+
+    def actual(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B, D) raw (unscaled) target of the forecast bars; NaN beyond the data."""
+        return self.target_raw[self._future(ids)]
+
+    def iter_batches(
+        self,
+        ids: torch.Tensor,
+        batch_size: int,
+        shuffle: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> Iterator[Batch]:
+        """Batches of at most `batch_size` windows, in the order of `ids` or shuffled with `generator`."""
+        if shuffle:
+            ids = ids[torch.randperm(len(ids), generator=generator)]
+        for i in range(0, len(ids), batch_size):
+            yield self.batch(ids[i : i + batch_size])
+
+
+def series_bounds(series_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first row, end row) of each run of equal `series_idx` in a frame sorted by series."""
+    change = np.flatnonzero(np.diff(series_idx)) + 1
+    first = np.concatenate([[0], change]).astype(np.int64)
+    end = np.concatenate([change, [len(series_idx)]]).astype(np.int64)
+    return first, end
+
+
+def window_starts(first: np.ndarray, end: np.ndarray, window_length: int) -> np.ndarray:
+    """Start rows of every window of `window_length` rows inside each series' rows [first, end).
+
+    A series' first row has no return and is never read, so windows start at first + 1 and the last one ends at
+    `end`: max(0, end - first - window_length) windows per series. In prediction mode `end` includes the appended
+    future rows, so the last window's origin is the last real bar. Vectorized: no loop over series or windows.
+    """
+    counts = np.maximum(end - first - window_length, 0)
+    offsets = np.repeat(first + 1 - (np.cumsum(counts) - counts), counts)
+    return np.arange(int(counts.sum()), dtype=np.int64) + offsets
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    ids: dict[str, np.ndarray]  # split -> window ids (int64)
+    purged: dict[str, int]  # split -> windows dropped because their forecast bars cross the split's end
+
+
+def assign_splits(
+    first_fc_ns: np.ndarray, last_fc_ns: np.ndarray, train_cut: int, val_cut: int | None
+) -> SplitResult:
+    """Each window belongs to the split of its first forecast bar: train before `train_cut`, val before `val_cut`
+    (None: no end), test after. Train windows whose last forecast bar is at or after `train_cut` are purged (their
+    targets would be validation data), and so are val windows crossing `val_cut`."""
+    is_train = first_fc_ns < train_cut
+    is_val = ~is_train if val_cut is None else ~is_train & (first_fc_ns < val_cut)
+    is_test = ~is_train & ~is_val
+    purge_train = is_train & (last_fc_ns >= train_cut)
+    purge_val = is_val & (last_fc_ns >= val_cut) if val_cut is not None else np.zeros_like(is_val)
+    return SplitResult(
+        ids={
+            "train": np.flatnonzero(is_train & ~purge_train),
+            "val": np.flatnonzero(is_val & ~purge_val),
+            "test": np.flatnonzero(is_test),
+        },
+        purged={"train": int(purge_train.sum()), "val": int(purge_val.sum())},
+    )

@@ -1,0 +1,166 @@
+"""Scalers are fitted on training rows only; trailing-volatility scaling matches a plain recursion."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from foxhunt.data.features import OBSERVED, raw_features
+from foxhunt.data.scaling import VOL_FLOOR, apply_scalers, fit_scalers
+
+DAY = 86400 * 10**9
+
+
+def synth(n: int, names: tuple[str, ...] = ("A", "B"), seed: int = 0) -> pl.DataFrame:
+    """Daily bars, `n` per series, sorted by (series, ts); each series with its own volatility."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for k, name in enumerate(names):
+        close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01 * (k + 1), n)))
+        wick = np.abs(rng.normal(0, 0.005, n)) * close
+        frames.append(
+            pl.DataFrame(
+                {
+                    "series": [name] * n,
+                    "ts": pl.Series(np.arange(n, dtype=np.int64) * DAY).cast(pl.Datetime("ns", "UTC")),
+                    "open": close,
+                    "high": close + wick,
+                    "low": close - wick,
+                    "close": close,
+                    "volume": rng.integers(1, 1000, n).astype(np.float64),
+                    "contract": [name] * n,
+                }
+            )
+        )
+    return pl.concat(frames)
+
+
+def prep(bars: pl.DataFrame, target: str = "log_return"):
+    feats = raw_features(bars, "ratio", target)
+    names = sorted(set(bars["series"]))
+    sidx = np.searchsorted(names, bars["series"].to_numpy())
+    return feats, names, sidx
+
+
+def test_series_scalers_are_train_statistics_and_ignore_later_rows() -> None:
+    bars = synth(60)
+    feats, names, sidx = prep(bars)
+    train = bars["ts"].dt.epoch("ns").to_numpy() < 40 * DAY
+    sc = fit_scalers(feats, names, sidx, train, "log_return")
+    for name in names:
+        rows = (bars["series"].to_numpy() == name) & train & ~feats["first"].to_numpy()
+        r = feats["log_return"].to_numpy()[rows]
+        assert rows.sum() == 39  # the first row of each series has no return
+        assert sc["series"][name]["log_return"]["mean"] == pytest.approx(r.mean())
+        assert sc["series"][name]["log_return"]["std"] == pytest.approx(r.std(ddof=1))
+        assert sc["series"][name]["target"] == {"center": 0.0, "scale": pytest.approx(r.std(ddof=1))}
+    # Changing every row at or after the cut changes nothing that was fitted.
+    later = bars["ts"].dt.epoch("ns").to_numpy() >= 40 * DAY
+    bumped = bars.with_columns(
+        [
+            pl.when(pl.Series(later)).then(pl.col(c) * 3).otherwise(pl.col(c)).alias(c)
+            for c in ("high", "close", "volume")
+        ]
+    )
+    assert fit_scalers(*prep(bumped), train, "log_return") == sc
+
+
+def test_unseen_series_falls_back_to_pooled_scalers() -> None:
+    bars = synth(30)
+    feats, names, sidx = prep(bars)
+    train = np.ones(len(sidx), dtype=bool)
+    sc = fit_scalers(feats, names, sidx, train, "log_return")
+    r = feats["log_return"].to_numpy()[~feats["first"].to_numpy()]
+    assert sc["pooled"]["log_return"]["std"] == pytest.approx(r.std(ddof=1))
+    renamed = prep(bars.with_columns(pl.col("series").replace({"B": "NEW"})))
+    obs, center, scale = apply_scalers(*renamed, sc, "log_return", "series")
+    new = renamed[0]["series"].to_numpy() == "NEW"
+    assert np.allclose(scale[new], sc["pooled"]["target"]["scale"])
+    j = OBSERVED.index("log_return")
+    want = (renamed[0]["log_return"].to_numpy() - sc["pooled"]["log_return"]["mean"]) / sc["pooled"][
+        "log_return"
+    ]["std"]
+    np.testing.assert_allclose(obs[new, j], want[new], rtol=1e-5, atol=1e-6)
+
+
+def test_observed_inputs_standardized_per_series() -> None:
+    bars = synth(50)
+    feats, names, sidx = prep(bars)
+    sc = fit_scalers(feats, names, sidx, np.ones(len(sidx), dtype=bool), "log_return")
+    obs, center, scale = apply_scalers(feats, names, sidx, sc, "log_return", "series")
+    a = bars["series"].to_numpy() == "A"
+    for c in ("log_return", "log_range", "log_volume"):
+        m, s = sc["series"]["A"][c]["mean"], sc["series"]["A"][c]["std"]
+        want = (feats[c].to_numpy()[a] - m) / s
+        np.testing.assert_allclose(obs[a, OBSERVED.index(c)], want, rtol=1e-5, atol=1e-6)
+    assert np.all(center == 0.0)
+    assert np.allclose(scale[a], sc["series"]["A"]["target"]["scale"])
+
+
+def naive_ewm(x: np.ndarray, seed: float, halflife: float) -> np.ndarray:
+    """Reference recursion: y_0 = seed, y_t = lam * y_{t-1} + (1 - lam) * x_t."""
+    lam = 0.5 ** (1 / halflife)
+    y = np.empty(len(x))
+    y[0] = seed
+    for t in range(1, len(x)):
+        y[t] = lam * y[t - 1] + (1 - lam) * x[t]
+    return y
+
+
+def test_volatility_scale_is_a_seeded_causal_ewma() -> None:
+    bars = synth(80)
+    feats, names, sidx = prep(bars)
+    train = bars["ts"].dt.epoch("ns").to_numpy() < 50 * DAY
+    sc = fit_scalers(feats, names, sidx, train, "log_return")
+    obs, center, scale = apply_scalers(feats, names, sidx, sc, "log_return", "volatility")
+    for name in names:
+        rows = bars["series"].to_numpy() == name
+        s = sc["series"][name]["log_return"]["std"]
+        r = feats["log_return"].to_numpy()[rows]
+        vol = np.maximum(np.sqrt(naive_ewm(r**2, s**2, sc["halflife"])), VOL_FLOOR * s)
+        np.testing.assert_allclose(scale[rows], vol, rtol=1e-5)
+        assert np.all(center[rows] == 0.0)
+        j = OBSERVED.index("log_vol")
+        lv = sc["series"][name]["log_vol"]
+        np.testing.assert_allclose(obs[rows, j], (np.log(vol) - lv["mean"]) / lv["std"], rtol=1e-4, atol=1e-5)
+
+
+def test_volatility_scaling_of_log_range_uses_trailing_mean_and_std() -> None:
+    bars = synth(60)
+    feats, names, sidx = prep(bars, target="log_range")
+    sc = fit_scalers(feats, names, sidx, np.ones(len(sidx), dtype=bool), "log_range")
+    _, center, scale = apply_scalers(feats, names, sidx, sc, "log_range", "volatility")
+    rows = bars["series"].to_numpy() == "A"
+    t = sc["series"]["A"]["target"]
+    assert t["center"] == pytest.approx(sc["series"]["A"]["log_range"]["mean"])
+    x = feats["log_range"].to_numpy()[rows]
+    m = naive_ewm(x, t["center"], sc["halflife"])
+    q = naive_ewm(x**2, t["center"] ** 2 + t["scale"] ** 2, sc["halflife"])
+    np.testing.assert_allclose(center[rows], m, rtol=1e-5)
+    np.testing.assert_allclose(
+        scale[rows], np.sqrt(np.maximum(q - m**2, (VOL_FLOOR * t["scale"]) ** 2)), rtol=1e-4
+    )
+
+
+def test_volatility_floor() -> None:
+    bars = synth(220).with_columns(
+        pl.when(pl.col("ts").dt.epoch("ns") >= 20 * DAY).then(100.0).otherwise(pl.col("close")).alias("close")
+    )  # flat prices after day 20: 200 zero returns decay the EWMA far below the floor
+    feats, names, sidx = prep(bars)
+    sc = fit_scalers(feats, names, sidx, bars["ts"].dt.epoch("ns").to_numpy() < 20 * DAY, "log_return")
+    _, _, scale = apply_scalers(feats, names, sidx, sc, "log_return", "volatility")
+    last = bars["series"].to_numpy() == "A"
+    assert scale[last][-1] == pytest.approx(VOL_FLOOR * sc["series"]["A"]["log_return"]["std"], rel=1e-5)
+
+
+def test_series_with_too_few_training_rows_borrows_the_pooled_std() -> None:
+    """One training return has no std: the pooled std is used (not 1, which would swamp a return's scale)."""
+    bars = synth(30)
+    feats, names, sidx = prep(bars)
+    day = bars["ts"].dt.epoch("ns").to_numpy() // DAY
+    train = (bars["series"].to_numpy() == "A") | (day < 2)  # B has rows 0 (no return) and 1 in training
+    sc = fit_scalers(feats, names, sidx, train, "log_return")
+    assert sc["series"]["B"]["log_return"]["std"] == sc["pooled"]["log_return"]["std"] < 0.1
+    assert sc["series"]["B"]["target"]["scale"] == sc["pooled"]["log_return"]["std"]
+    assert sc["series"]["B"]["log_return"]["mean"] == pytest.approx(feats["log_return"][30 + 1])
