@@ -30,7 +30,9 @@ class ModelConfig:
             raise InputError(f"--lstm-layers must be at least 1, got {self.lstm_layers}")
         qs = self.quantiles
         if not qs or any(not 0.0 < q < 1.0 for q in qs) or list(qs) != sorted(set(qs)):
-            raise InputError(f"--quantiles must be increasing, distinct and inside (0, 1), got {','.join(map(str, qs))}")
+            raise InputError(
+                f"--quantiles must be increasing, distinct and inside (0, 1), got {','.join(map(str, qs))}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

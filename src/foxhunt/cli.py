@@ -1,0 +1,341 @@
+"""The `foxhunt` command line. It parses and wires; the work happens in data / train / evaluate.
+
+`main(argv)` runs in-process (tests call it that way) and returns the exit status: 0 done, 2 bad input (one line on
+stderr, no traceback), 3 does not fit in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from foxhunt.errors import InputError, ResourceError
+
+# typer >= 0.20 vendors click; older versions use click itself. Either way this is click's base exception.
+ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Temporal Fusion Transformers on futures bars: multi-horizon quantile forecasts that train to the end "
+    "without running out of memory.",
+)
+
+D, M, T = "Data", "Model", "Training"
+
+# Options shared by several commands (one definition each, reused in signatures).
+ParquetFile = Annotated[
+    list[str] | None,
+    typer.Option("--parquet-file", "-f", help="Bars: a parquet/CSV/DBN file, a directory or a glob; repeatable. "
+                 "Default: the bundled ES sample.", rich_help_panel=D),
+]
+TimestampCol = Annotated[str | None, typer.Option(help="Time column (default: detected).", rich_help_panel=D)]
+SymbolCol = Annotated[str | None, typer.Option(help="Symbol column (default: detected).", rich_help_panel=D)]
+Contracts = Annotated[str, typer.Option(help="auto | continuous | each.", rich_help_panel=D)]
+Adjust = Annotated[str, typer.Option(help="Back-adjustment of continuous series: ratio | difference | none.",
+                                     rich_help_panel=D)]
+Target = Annotated[str, typer.Option(help="log_return | log_range.", rich_help_panel=D)]
+EncoderLength = Annotated[int, typer.Option(help="Encoder (look-back) bars.", rich_help_panel=D)]
+Horizon = Annotated[int, typer.Option(help="Forecast bars.", rich_help_panel=D)]
+TrainEnd = Annotated[str | None, typer.Option(help="ISO date: forecasts starting before it train.", rich_help_panel=D)]
+ValEnd = Annotated[str | None, typer.Option(help="ISO date: forecasts from --train-end to it validate; later ones "
+                                            "are the test split.", rich_help_panel=D)]
+ValFraction = Annotated[float, typer.Option(help="Without --train-end: the last fraction of time validates.",
+                                            rich_help_panel=D)]
+Scaling = Annotated[str, typer.Option(help="Target scaling: series (train std per series) | volatility "
+                                      "(trailing volatility units).", rich_help_panel=D)]
+CalendarFeatures = Annotated[bool, typer.Option(help="CME Globex Equity session features (extra: calendars).",
+                                                rich_help_panel=D)]
+HiddenSize = Annotated[int, typer.Option(help="Hidden size d.", rich_help_panel=M)]
+Heads = Annotated[int, typer.Option(help="Attention heads.", rich_help_panel=M)]
+Dropout = Annotated[float, typer.Option(help="Dropout rate.", rich_help_panel=M)]
+LstmLayers = Annotated[int, typer.Option(help="LSTM layers.", rich_help_panel=M)]
+Quantiles = Annotated[str, typer.Option(help="Comma-separated quantiles.", rich_help_panel=M)]
+ActCkpt = Annotated[bool, typer.Option(help="Recompute VSN/GRN activations in backward (less memory, more compute).",
+                                       rich_help_panel=M)]
+Device = Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N.", rich_help_panel=T)]
+MemoryBudget = Annotated[str | None, typer.Option(help="Memory budget, e.g. 4GiB (enforced on CUDA).",
+                                                  rich_help_panel=T)]
+OptimizerState = Annotated[str, typer.Option(help="device | cpu (keep AdamW moments in host memory).",
+                                             rich_help_panel=T)]
+ConfigFile = Annotated[Path | None, typer.Option("--config", help="TOML file supplying any option; flags override.")]
+
+DATA_KEYS = ("timestamp_col", "symbol_col", "contracts", "adjust", "target", "encoder_length", "horizon",
+             "train_end", "val_end", "val_fraction", "scaling", "calendar_features")
+
+
+def _values(ctx: typer.Context, config: Path | None) -> dict[str, Any]:
+    """This command's option values, with --config filling what was not typed."""
+    from foxhunt.settings import load_config_file, merge
+
+    values = dict(ctx.params)
+    if config is None:
+        return values
+    explicit = {k for k in values if (src := ctx.get_parameter_source(k)) is not None and src.name != "DEFAULT"}
+    return merge(values, load_config_file(config, values.keys()), explicit)
+
+
+def _paths(values: dict[str, Any]) -> tuple[str, ...]:
+    files = values.get("parquet_file")
+    if isinstance(files, str):
+        files = [files]
+    if files:
+        return tuple(str(f) for f in files)
+    from foxhunt.data.sample import bundled_sample_path
+
+    path = bundled_sample_path()
+    logging.getLogger("foxhunt").info("no --parquet-file given: using the bundled ES sample %s", path)
+    return (str(path),)
+
+
+@app.command()
+def train(
+    ctx: typer.Context,
+    parquet_file: ParquetFile = None,
+    timestamp_col: TimestampCol = None,
+    symbol_col: SymbolCol = None,
+    contracts: Contracts = "auto",
+    adjust: Adjust = "ratio",
+    target: Target = "log_return",
+    encoder_length: EncoderLength = 64,
+    horizon: Horizon = 5,
+    train_end: TrainEnd = None,
+    val_end: ValEnd = None,
+    val_fraction: ValFraction = 0.2,
+    scaling: Scaling = "series",
+    calendar_features: CalendarFeatures = False,
+    hidden_size: HiddenSize = 32,
+    attention_heads: Heads = 4,
+    dropout: Dropout = 0.1,
+    lstm_layers: LstmLayers = 1,
+    quantiles: Quantiles = "0.1,0.5,0.9",
+    activation_checkpointing: ActCkpt = False,
+    epochs: Annotated[int, typer.Option(help="Epochs.", rich_help_panel=T)] = 5,
+    batch_size: Annotated[str, typer.Option(help="Training batch size, or auto (needs --memory-budget).",
+                                            rich_help_panel=T)] = "64",
+    validation_batch_size: Annotated[str, typer.Option(help="Validation batch size, or auto: the largest that fits.",
+                                                       rich_help_panel=T)] = "auto",
+    learning_rate: Annotated[float, typer.Option(help="Peak learning rate (AdamW).", rich_help_panel=T)] = 1e-3,
+    weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.", rich_help_panel=T)] = 1e-4,
+    grad_clip: Annotated[float, typer.Option(help="Gradient-norm clip (0: off).", rich_help_panel=T)] = 1.0,
+    warmup_fraction: Annotated[float, typer.Option(help="Share of steps warming the LR up.", rich_help_panel=T)] = 0.05,
+    patience: Annotated[int, typer.Option(help="Early stopping: epochs without improvement.",
+                                          rich_help_panel=T)] = 3,
+    device: Device = "auto",
+    use_gpu: Annotated[bool, typer.Option("--use-gpu", help="Same as --device cuda.", rich_help_panel=T)] = False,
+    seed: Annotated[int, typer.Option(help="Random seed (a CPU run repeats bit for bit).", rich_help_panel=T)] = 0,
+    run_dir: Annotated[str | None, typer.Option(help="Run directory (default runs/<UTC time>).",
+                                                rich_help_panel=T)] = None,
+    resume: Annotated[bool, typer.Option(help="Continue the run in --run-dir from its checkpoint.pt.",
+                                         rich_help_panel=T)] = False,
+    memory_log_every: Annotated[int, typer.Option(help="A [MEMORY] record every N batches (0: phases only).",
+                                                  rich_help_panel=T)] = 0,
+    memory_budget: MemoryBudget = None,
+    optimizer_state: OptimizerState = "device",
+    max_train_batches: Annotated[int, typer.Option(help="Cap training batches per epoch (0: all).",
+                                                   rich_help_panel=T)] = 0,
+    threads: Annotated[int, typer.Option(help="CPU threads for torch (0: default).", rich_help_panel=T)] = 0,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.", rich_help_panel=T)] = True,
+    config: ConfigFile = None,
+) -> None:
+    """Train a Temporal Fusion Transformer; writes the run directory (model, metrics, memory trace, checkpoint)."""
+    from foxhunt import settings
+    from foxhunt.train.session import train_run
+
+    v = _values(ctx, config)
+    if v.get("resume") and not v.get("run_dir"):
+        raise InputError("--resume needs --run-dir: the run to continue")
+    data_cfg = settings.data_config(v, _paths(v))
+    model_cfg = settings.model_config(v, data_cfg)
+    train_cfg = settings.train_config(v)
+    train_run(data_cfg, model_cfg, train_cfg, resume=bool(v.get("resume")))
+
+
+@app.command()
+def inspect(
+    ctx: typer.Context,
+    files: Annotated[list[str] | None, typer.Argument(help="Files, directories or globs (default: the sample).")] = None,
+    parquet_file: ParquetFile = None,
+    timestamp_col: TimestampCol = None,
+    symbol_col: SymbolCol = None,
+    contracts: Contracts = "auto",
+    adjust: Adjust = "ratio",
+    target: Target = "log_return",
+    encoder_length: EncoderLength = 64,
+    horizon: Horizon = 5,
+    train_end: TrainEnd = None,
+    val_end: ValEnd = None,
+    val_fraction: ValFraction = 0.2,
+    scaling: Scaling = "series",
+    calendar_features: CalendarFeatures = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Show what the loader sees (rows, series, contracts, rolls, windows per split) without training."""
+    from foxhunt import settings
+    from foxhunt.data.prepare import prepare_data
+    from foxhunt.data.summary import format_summary
+
+    v = dict(ctx.params)
+    v["parquet_file"] = (files or []) + (parquet_file or [])
+    data = prepare_data(settings.data_config(v, _paths(v)))
+    if as_json:
+        typer.echo(json.dumps({**data.summary, "rolls": data.rolls}, indent=2, default=str))
+    else:
+        typer.echo(format_summary(data.summary))
+
+
+@app.command()
+def sample(out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the sample parquet.")]) -> None:
+    """Write the bundled ES 1-minute sample (Databento ohlcv-1m parquet format) to a file."""
+    from foxhunt.data.sample import write_sample
+
+    path = write_sample(out)
+    typer.echo(str(path))
+
+
+@app.command("plan-memory")
+def plan_memory_cmd(
+    ctx: typer.Context,
+    parquet_file: ParquetFile = None,
+    timestamp_col: TimestampCol = None,
+    symbol_col: SymbolCol = None,
+    contracts: Contracts = "auto",
+    adjust: Adjust = "ratio",
+    target: Target = "log_return",
+    encoder_length: EncoderLength = 64,
+    horizon: Horizon = 5,
+    train_end: TrainEnd = None,
+    val_end: ValEnd = None,
+    val_fraction: ValFraction = 0.2,
+    scaling: Scaling = "series",
+    calendar_features: CalendarFeatures = False,
+    hidden_size: HiddenSize = 32,
+    attention_heads: Heads = 4,
+    dropout: Dropout = 0.1,
+    lstm_layers: LstmLayers = 1,
+    quantiles: Quantiles = "0.1,0.5,0.9",
+    activation_checkpointing: ActCkpt = False,
+    memory_budget: MemoryBudget = "4GiB",
+    device: Device = "auto",
+    optimizer_state: OptimizerState = "device",
+    config: ConfigFile = None,
+) -> None:
+    """Predict the peak memory of a training and a validation step per batch size, and the largest that fits."""
+    from foxhunt import settings
+    from foxhunt.data.prepare import prepare_data
+    from foxhunt.model.tft import TemporalFusionTransformer
+    from foxhunt.train.device import resolve_device
+    from foxhunt.train.plan import parse_size, plan_memory
+
+    v = _values(ctx, config)
+    data_cfg = settings.data_config(v, _paths(v))
+    model_cfg = settings.model_config(v, data_cfg)
+    dev = resolve_device(v["device"])
+    data = prepare_data(data_cfg)
+    model = TemporalFusionTransformer(data.schema.sizes, model_cfg).to(dev)
+    plan = plan_memory(model, data.schema.sizes, model_cfg, dev, parse_size(str(v["memory_budget"])),
+                       optimizer_state_on_cpu=v["optimizer_state"] == "cpu")
+    typer.echo(plan.format_table())
+
+
+@app.command("memory-report")
+def memory_report_cmd(run_dir: Annotated[Path, typer.Argument(help="A run directory with memory.jsonl.")]) -> None:
+    """Memory per phase (peak, growth) from a run's memory.jsonl; writes memory.png beside it."""
+    from foxhunt.evaluate.memory_report import memory_report
+
+    table, png = memory_report(run_dir)
+    typer.echo(table)
+    typer.echo(f"wrote {png}")
+
+
+ModelDir = Annotated[Path, typer.Option("--model", help="A run directory written by `foxhunt train`.")]
+Start = Annotated[str | None, typer.Option(help="First forecast bar on or after this ISO date/time (UTC).")]
+End = Annotated[str | None, typer.Option(help="First forecast bar on or before this ISO date (inclusive).")]
+
+
+@app.command()
+def predict(
+    model: ModelDir,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Forecasts parquet to write.")],
+    parquet_file: ParquetFile = None,
+    start: Start = None,
+    end: End = None,
+    batch_size: Annotated[int, typer.Option(help="Windows per forward pass.")] = 1024,
+    device: Device = "cpu",
+) -> None:
+    """Quantile forecasts for every origin with a full encoder, including the live one after the last bar."""
+    from foxhunt.evaluate.predict import parse_time, prepare_for_model, select_origins, write_forecasts
+    from foxhunt.train.checkpoint import load_model
+    from foxhunt.train.device import resolve_device
+
+    dev = resolve_device(device)
+    lm = load_model(model, dev)
+    data = prepare_for_model(lm, _paths({"parquet_file": parquet_file}))
+    ids = select_origins(data, parse_time(start, "--start"), parse_time(end, "--end", end=True))
+    write_forecasts(lm, data, ids, out, batch_size, dev)
+    typer.echo(f"wrote {len(ids) * lm.schema.horizon:,} forecast rows ({len(ids):,} origins) to {out}")
+
+
+@app.command()
+def evaluate(
+    model: ModelDir,
+    out_dir: Annotated[Path, typer.Option("--out-dir", help="Where metrics.json, report.html etc. go.")],
+    parquet_file: ParquetFile = None,
+    start: Start = None,
+    end: End = None,
+    forecasts: Annotated[Path | None, typer.Option(help="Score these forecasts instead of predicting.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Windows per forward pass.")] = 1024,
+    device: Device = "cpu",
+) -> None:
+    """Score forecasts against the realised target and three baselines on the same origins; write a report."""
+    from foxhunt.evaluate.run import evaluate_run
+    from foxhunt.evaluate.table import format_results
+    from foxhunt.train.device import resolve_device
+
+    result = evaluate_run(model, _paths({"parquet_file": parquet_file}), out_dir, start, end, batch_size,
+                          resolve_device(device), forecasts)
+    typer.echo(format_results(result))
+    typer.echo(f"wrote {out_dir / 'metrics.json'} and {out_dir / 'report.html'}")
+
+
+def _setup_logging(verbose: bool) -> None:
+    logger = logging.getLogger("foxhunt")
+    if not any(getattr(h, "_foxhunt_console", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._foxhunt_console = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    logger.propagate = False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI in-process; returns the exit status instead of raising SystemExit."""
+    _setup_logging(verbose=False)
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        result = app(args=args, prog_name="foxhunt", standalone_mode=False)
+        return int(result) if isinstance(result, int) else 0
+    except InputError as e:
+        print(f"foxhunt: error: {e}", file=sys.stderr)
+        return InputError.exit_code
+    except ResourceError as e:
+        print(f"foxhunt: out of memory: {e}", file=sys.stderr)
+        return ResourceError.exit_code
+    except KeyboardInterrupt:
+        print("foxhunt: interrupted; the last finished epoch is in checkpoint.pt (continue with --resume)",
+              file=sys.stderr)
+        return 130
+    except typer.Exit as e:
+        return int(e.exit_code or 0)
+    except typer.Abort:
+        return 1
+    except ClickException as e:  # usage errors (unknown flag, bad value): click prints them itself
+        e.show()
+        return int(getattr(e, "exit_code", 2) or 2)

@@ -1,0 +1,157 @@
+"""Forecasts from a saved model on any bars file: one row per (series, origin, horizon).
+
+The model directory holds everything needed (architecture, weights, feature schema, scalers); no training data is
+read. Forecasts stream: each batch is predicted, moved to the host and written to the parquet file before the next
+one is read, so device memory is flat however many origins there are. The file is written under a temporary name
+and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from foxhunt.atomic import atomic_path
+from foxhunt.data.prepare import PreparedData, prepare_data
+from foxhunt.errors import InputError
+from foxhunt.evaluate.interpretation import InterpretationAccumulator
+from foxhunt.train.checkpoint import LoadedModel
+
+log = logging.getLogger("foxhunt.evaluate")
+
+
+def quantile_column(q: float) -> str:
+    """0.1 -> 'p10', 0.025 -> 'p2.5'."""
+    return f"p{q * 100:g}"
+
+
+def parse_time(text: str | None, flag: str, end: bool = False) -> int | None:
+    """ISO date or datetime (UTC when naive) -> ns. A bare date as --end includes that whole day."""
+    if text is None:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise InputError(f"{flag} {text!r} is not an ISO date or datetime (e.g. 2016-01-01)") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    if end and len(text) <= 10:
+        t += dt.timedelta(days=1)
+    return int(t.timestamp() * 1e9)
+
+
+@dataclass
+class ForecastBatch:
+    series: np.ndarray  # (B,) index into windows.series_names
+    window: np.ndarray  # (B,) window ids
+    origin_ns: np.ndarray  # (B,)
+    target_ns: np.ndarray  # (B, D), -1 beyond the data
+    quantiles: np.ndarray  # (B, D, Q) in the target's own units, sorted along Q
+    actual: np.ndarray  # (B, D), NaN beyond the data
+
+
+def prepare_for_model(lm: LoadedModel, paths: tuple[str, ...]) -> PreparedData:
+    cfg = dataclasses.replace(lm.data_cfg, paths=paths, train_end=None, val_end=None)
+    return prepare_data(cfg, transform=lm.transform, for_prediction=True)
+
+
+def select_origins(data: PreparedData, start_ns: int | None, end_ns: int | None) -> torch.Tensor:
+    """Windows whose first forecast bar lies in [start, end) (the live forecast after the last bar included)."""
+    ids = data.splits["test"]
+    first = data.windows.target_ns(ids, extrapolated=True)[:, 0]  # (W,)
+    keep = torch.ones(len(ids), dtype=torch.bool)
+    if start_ns is not None:
+        keep &= first >= start_ns
+    if end_ns is not None:
+        keep &= first < end_ns
+    chosen = ids[keep]
+    if len(chosen) == 0:
+        raise InputError("no forecast origin falls within --start/--end; widen the dates or check the file's range")
+    return chosen
+
+
+class Forecaster:
+    """Runs the model over windows batch by batch; counts quantile crossings that it repairs by sorting."""
+
+    def __init__(self, lm: LoadedModel, data: PreparedData, device: torch.device,
+                 interpretation: InterpretationAccumulator | None = None):
+        self.lm, self.data, self.device, self.interp = lm, data, device, interpretation
+        self.crossed = 0  # (origin, horizon) pairs whose raw quantiles were not in order
+        self.pairs = 0
+
+    def iter(self, ids: torch.Tensor, batch_size: int) -> Iterator[ForecastBatch]:
+        w = self.data.windows
+        model = self.lm.model.eval()
+        with torch.inference_mode():
+            for start in range(0, len(ids), batch_size):
+                chunk = ids[start : start + batch_size]
+                batch = w.batch(chunk).to(self.device, non_blocking=True)
+                out = model(batch, return_interpretation=self.interp is not None)
+                q = batch.unscale(out.quantiles).float()  # (B, D, Q) target units
+                if self.interp is not None:
+                    self.interp.update(out.static_weights, out.encoder_weights, out.decoder_weights, out.attention)
+                crossed = (q.diff(dim=-1) < 0).any(dim=-1)  # (B, D)
+                self.crossed += int(crossed.sum())
+                self.pairs += crossed.numel()
+                q = q.sort(dim=-1).values.cpu().numpy()
+                del batch, out
+                yield ForecastBatch(
+                    series=w.series_index(chunk).numpy(),
+                    window=chunk.numpy(),
+                    origin_ns=w.origin_ns(chunk).numpy(),
+                    target_ns=w.target_ns(chunk).numpy(),
+                    quantiles=q,
+                    actual=w.actual(chunk).numpy().astype(np.float64),
+                )
+
+
+def forecast_table(fb: ForecastBatch, names: tuple[str, ...], quantiles: tuple[float, ...]) -> pa.Table:
+    """Long format: one row per (series, origin, horizon)."""
+    b, d, _ = fb.quantiles.shape
+    sym = np.asarray(names, dtype=object)[np.repeat(fb.series, d)]
+    tgt = fb.target_ns.reshape(-1)
+    cols: dict[str, pa.Array] = {
+        "symbol": pa.array(sym, type=pa.string()),
+        "origin": pa.array(np.repeat(fb.origin_ns, d), type=pa.timestamp("ns", tz="UTC")),
+        "horizon": pa.array(np.tile(np.arange(1, d + 1, dtype=np.int16), b)),
+        "target_time": pa.array(tgt, type=pa.timestamp("ns", tz="UTC"), mask=tgt < 0),
+    }
+    for k, q in enumerate(quantiles):
+        cols[quantile_column(q)] = pa.array(fb.quantiles[:, :, k].reshape(-1))
+    act = fb.actual.reshape(-1)
+    cols["actual"] = pa.array(act, mask=np.isnan(act))
+    return pa.table(cols)
+
+
+def write_forecasts(
+    lm: LoadedModel, data: PreparedData, ids: torch.Tensor, out: Path, batch_size: int, device: torch.device,
+    interpretation: InterpretationAccumulator | None = None, keep: list[ForecastBatch] | None = None,
+) -> Forecaster:
+    """Predict `ids` and stream the rows into `out` (parquet, atomic). `keep` collects the batches when given."""
+    fc = Forecaster(lm, data, device, interpretation)
+    with atomic_path(out) as tmp:
+        writer = None
+        try:
+            for fb in fc.iter(ids, batch_size):
+                table = forecast_table(fb, data.windows.series_names, lm.model_cfg.quantiles)
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
+                writer.write_table(table)
+                if keep is not None:
+                    keep.append(fb)
+        finally:
+            if writer is not None:
+                writer.close()
+    if fc.crossed:
+        log.warning("quantiles crossed in %d of %d (origin, horizon) pairs (%.2f%%); sorted them", fc.crossed,
+                    fc.pairs, 100 * fc.crossed / max(1, fc.pairs))
+    return fc

@@ -1,0 +1,242 @@
+"""`foxhunt evaluate`: forecasts on bars the model may never have seen, scored against three baselines on exactly
+the same origins, with interpretation and a self-contained HTML report."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from foxhunt.atomic import write_json
+from foxhunt.data.load import load_bars
+from foxhunt.data.prepare import PreparedData, prepare_from_bars
+from foxhunt.errors import InputError
+from foxhunt.evaluate import plots
+from foxhunt.evaluate.baselines import BASELINES, baseline_forecasts, garch_available
+from foxhunt.evaluate.interpretation import InterpretationAccumulator
+from foxhunt.evaluate.metrics import MetricAccumulator, skill
+from foxhunt.evaluate.predict import (
+    ForecastBatch,
+    parse_time,
+    quantile_column,
+    select_origins,
+    write_forecasts,
+)
+from foxhunt.evaluate.report import write_report
+from foxhunt.train.checkpoint import LoadedModel, load_model
+
+log = logging.getLogger("foxhunt.evaluate")
+FAN_POINTS = 300  # origins shown in each series' fan chart (the most recent ones)
+
+
+@dataclass
+class Scored:
+    """Forecasts gathered on the host for scoring: (K, D, Q) model quantiles and (K, D) actuals, K origins."""
+
+    series: np.ndarray  # (K,)
+    origin_row: np.ndarray  # (K,) global row of each origin
+    origin_ns: np.ndarray  # (K,)
+    quantiles: np.ndarray  # (K, D, Q)
+    actual: np.ndarray  # (K, D)
+
+
+def evaluate_run(
+    model_dir: Path, paths: tuple[str, ...], out_dir: Path, start: str | None = None, end: str | None = None,
+    batch_size: int = 1024, device: torch.device | str = "cpu", forecasts: Path | None = None,
+) -> dict[str, Any]:
+    device = torch.device(device)
+    lm = load_model(model_dir, device)
+    cfg = dataclasses.replace(lm.data_cfg, paths=paths, train_end=None, val_end=None)
+    loaded = load_bars(cfg)
+    data = prepare_from_bars(loaded, cfg, transform=lm.transform, for_prediction=True)
+    ids = select_origins(data, parse_time(start, "--start"), parse_time(end, "--end", end=True))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = lm.meta.get("variables", {})
+    interp = InterpretationAccumulator(names.get("static", []), names.get("encoder", []), names.get("decoder", []),
+                                       lm.schema.encoder_length, lm.schema.horizon)
+    if forecasts is None:
+        kept: list[ForecastBatch] = []
+        fc = write_forecasts(lm, data, ids, out_dir / "forecasts.parquet", batch_size, device, interp, kept)
+        scored = gather(kept, data)
+        crossings = {"crossed_pairs": fc.crossed, "pairs": fc.pairs}
+    else:
+        scored = read_forecasts(forecasts, data, ids, lm)
+        crossings = None
+    has_actual = ~np.isnan(scored.actual).all(axis=1)
+    if not has_actual.any():
+        raise InputError("no origin in --start/--end has a realised target to score; evaluate on bars with a future")
+    scored = Scored(*(a[has_actual] for a in dataclasses.astuple(scored)))
+
+    qs = lm.model_cfg.quantiles
+    series_names = data.windows.series_names
+    model_metrics = score(scored.actual, scored.quantiles, scored.series, qs, series_names)
+    baseline_q = baselines(lm, data, loaded.bars, scored, model_dir)
+    baseline_metrics = {k: score(scored.actual, v, scored.series, qs, series_names) for k, v in baseline_q.items()}
+    skills = {k: skill(model_metrics["overall"]["q_risk"], m["overall"]["q_risk"]) for k, m in baseline_metrics.items()}
+    period = {"first_origin": _iso(scored.origin_ns.min()), "last_origin": _iso(scored.origin_ns.max()),
+              "origins": int(len(scored.origin_ns))}
+    result = {"model": model_metrics, "baselines": baseline_metrics, "skill": skills, "period": period,
+              "target": lm.schema.target, "quantile_crossings": crossings, "model_dir": str(model_dir)}
+    write_json(out_dir / "metrics.json", result)
+    interpretation = interp.result()
+    if forecasts is None:
+        write_json(out_dir / "interpretation.json", interpretation)
+    write_report(out_dir / "report.html", title=f"foxhunt evaluation: {lm.schema.target}", metrics=model_metrics,
+                 baselines=baseline_metrics, images=images(scored, qs, series_names, model_metrics, baseline_metrics,
+                                                           interpretation if forecasts is None else None, model_dir),
+                 notes=notes(lm, paths, period, model_dir))
+    return result
+
+
+def gather(kept: list[ForecastBatch], data: PreparedData) -> Scored:
+    window = np.concatenate([k.window for k in kept])
+    origin_row = (data.windows.starts[torch.from_numpy(window)] + data.windows.encoder_length - 1).numpy()
+    return Scored(np.concatenate([k.series for k in kept]), origin_row, np.concatenate([k.origin_ns for k in kept]),
+                  np.concatenate([k.quantiles for k in kept]), np.concatenate([k.actual for k in kept]))
+
+
+def read_forecasts(path: Path, data: PreparedData, ids: torch.Tensor, lm: LoadedModel) -> Scored:
+    """Forecasts written earlier by `foxhunt predict`, matched to these bars' windows by (symbol, origin)."""
+    if not path.exists():
+        raise InputError(f"{path}: --forecasts file not found")
+    cols = [quantile_column(q) for q in lm.model_cfg.quantiles]
+    try:
+        fc = pl.read_parquet(path, columns=["symbol", "origin", "horizon", *cols])
+    except Exception as e:
+        raise InputError(f"{path}: not a forecasts file from `foxhunt predict` ({str(e).splitlines()[0]})") from e
+    w = data.windows
+    keys = pl.DataFrame({
+        "symbol": np.asarray(w.series_names, dtype=object)[w.series_index(ids).numpy()].tolist(),
+        "origin_ns": w.origin_ns(ids).numpy(), "window": ids.numpy(),
+    })
+    d = lm.schema.horizon
+    wide = (fc.with_columns(pl.col("origin").dt.epoch("ns").alias("origin_ns")).sort("symbol", "origin_ns", "horizon")
+            .group_by("symbol", "origin_ns", maintain_order=True).agg([pl.col(c) for c in cols])
+            .filter(pl.col(cols[0]).list.len() == d))
+    joined = keys.join(wide, on=["symbol", "origin_ns"], how="inner").sort("window")
+    if joined.height == 0:
+        raise InputError(f"{path}: no forecast matches an origin of these bars; predict on the same file first")
+    q = np.stack([np.stack(joined[c].to_list()) for c in cols], axis=-1)  # (K, D, Q)
+    win = torch.from_numpy(joined["window"].to_numpy())
+    return Scored(w.series_index(win).numpy(), (w.starts[win] + w.encoder_length - 1).numpy(),
+                  joined["origin_ns"].to_numpy(), q, w.actual(win).numpy().astype(np.float64))
+
+
+def score(y: np.ndarray, q: np.ndarray, series: np.ndarray, qs: tuple[float, ...],
+          names: tuple[str, ...]) -> dict[str, Any]:
+    acc = MetricAccumulator(qs, y.shape[1], n_series=len(names))
+    acc.update(y, q, series)
+    res = acc.result()
+    res["per_series"] = {names[int(k)]: v for k, v in res.get("per_series", {}).items()}
+    return res
+
+
+def baselines(lm: LoadedModel, data: PreparedData, bars: pl.DataFrame, scored: Scored,
+              model_dir: Path) -> dict[str, np.ndarray]:
+    """Each baseline's (K, D, Q) on the scored origins; fitted per series on rows before the baseline cut."""
+    w = data.windows
+    cut = baseline_cut(model_dir, int(scored.origin_ns.min()))
+    kinds = [k for k in BASELINES if k != "garch_t" or garch_available()]
+    if "garch_t" not in kinds:
+        log.warning("GARCH baseline skipped: install foxhunt[garch] (the arch package) to include it")
+    out = {k: np.full(scored.quantiles.shape, np.nan) for k in kinds}
+    sidx, ts, real = w.series_idx.numpy(), w.ts_ns.numpy(), w.real.numpy()
+    for s, name in enumerate(w.series_names):  # a handful of series
+        rows = np.flatnonzero((sidx == s) & real)
+        pick = np.flatnonzero(scored.series == s)
+        if len(rows) == 0 or len(pick) == 0:
+            continue
+        target = w.target_raw.numpy()[rows].astype(np.float64)
+        train_mask = (ts[rows] < cut) & np.isfinite(target)
+        if train_mask.sum() < 2:
+            log.warning("series %s: no bars before %s to fit baselines on; its baselines are left out", name,
+                        _iso(cut))
+            continue
+        origins = scored.origin_row[pick] - rows[0]
+        close = bars.filter(pl.col("series") == name).sort("ts")["close"].to_numpy()
+        returns = np.concatenate([[np.nan], np.diff(np.log(close))]) if len(close) == len(rows) else None
+        for k in kinds:
+            try:
+                out[k][pick] = baseline_forecasts(k, target_name=lm.schema.target, target=target,
+                                                  train_mask=train_mask, origins=origins, horizon=w.horizon,
+                                                  quantiles=lm.model_cfg.quantiles, returns=returns)
+            except (InputError, ValueError) as e:
+                log.warning("series %s: baseline %s left out (%s)", name, k, e)
+    return {k: v for k, v in out.items() if np.isfinite(v).any()}
+
+
+def baseline_cut(model_dir: Path, first_origin_ns: int) -> int:
+    """Baselines fit on the model's training period, and never past the first evaluated origin."""
+    cut = first_origin_ns + 1
+    summary = Path(model_dir) / "data_summary.json"
+    if summary.exists():
+        train_end = json.loads(summary.read_text()).get("train_end")
+        if train_end:
+            cut = min(cut, int(np.datetime64(train_end.replace("+00:00", "").rstrip("Z"), "ns").astype(np.int64)))
+    return cut
+
+
+def images(scored: Scored, qs: tuple[float, ...], names: tuple[str, ...], model: dict[str, Any],
+           base: dict[str, dict[str, Any]], interpretation: dict[str, Any] | None,
+           model_dir: Path) -> dict[str, bytes]:
+    imgs: dict[str, bytes] = {}
+    for s, name in enumerate(names):
+        pick = np.flatnonzero(scored.series == s)[-FAN_POINTS:]
+        if len(pick):
+            times = scored.origin_ns[pick].astype("datetime64[ns]")
+            imgs[f"Forecast fan, one step ahead: {name} (latest {len(pick)} origins)"] = plots.fan_chart(
+                times, scored.actual[pick, 0], scored.quantiles[pick, 0, :], qs, title=f"{name}: one step ahead")
+    sources = {"model": model, **base}
+    imgs["Calibration: share of actuals below each quantile"] = plots.calibration_plot(
+        list(qs), {k: [v["overall"]["calibration"].get(_qk(v["overall"]["calibration"], q)) for q in qs]
+                   for k, v in sources.items()})
+    imgs["q-risk by horizon, model vs baselines"] = plots.qrisk_by_horizon(
+        {k: [[h["q_risk"].get(_qk(h["q_risk"], q)) for q in qs] for h in v["per_horizon"]] for k, v in sources.items()},
+        quantiles=list(qs))
+    if interpretation and interpretation.get("n"):
+        imgs["Variable importance (mean selection weights)"] = plots.variable_importance(interpretation)
+        imgs["Attention by lag for each forecast step"] = plots.attention_by_lag(interpretation)
+    for fname, caption, fn in (("metrics.jsonl", "Training curves", plots.training_curves),
+                               ("memory.jsonl", "Memory during training", plots.memory_timeline)):
+        records = _jsonl(Path(model_dir) / fname)
+        if records:
+            imgs[caption] = fn(records)
+    return imgs
+
+
+def notes(lm: LoadedModel, paths: tuple[str, ...], period: dict[str, Any], model_dir: Path) -> list[str]:
+    return [
+        f"model: {model_dir} ({lm.meta.get('n_params', '?')} parameters, hidden {lm.model_cfg.hidden_size}, "
+        f"encoder {lm.schema.encoder_length} bars, horizon {lm.schema.horizon} bars)",
+        f"data: {', '.join(paths)}",
+        f"target: {lm.schema.target} (plain ln units), scaling: {lm.schema.extra.get('scaling', 'series')}",
+        f"origins scored: {period['origins']:,} from {period['first_origin']} to {period['last_origin']}",
+    ]
+
+
+def _qk(d: dict[Any, Any], q: float) -> Any:
+    """Metric dicts are keyed by quantile; after JSON they may be strings."""
+    return q if q in d else next((k for k in d if float(k) == q), q)
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a torn last line of a killed run
+    return out
+
+
+def _iso(ns: int) -> str:
+    return str(np.datetime64(int(ns), "ns").astype("datetime64[s]")) + "Z"

@@ -1,0 +1,66 @@
+"""Training options, validated once at the edge and saved whole in config.json and the checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from foxhunt.errors import InputError
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 5
+    batch_size: int | str = 64  # an int or "auto" (largest that fits --memory-budget)
+    validation_batch_size: int | str = AUTO  # validation needs no backward activations, so it can be larger
+    learning_rate: float = 1e-3
+    weight_decay: float = 1e-4
+    grad_clip: float = 1.0
+    warmup_fraction: float = 0.05  # share of all optimizer steps spent warming the learning rate up
+    patience: int = 3  # epochs without validation improvement before stopping
+    device: str = AUTO  # auto | cpu | cuda
+    seed: int = 0
+    run_dir: str | None = None  # default runs/<UTC time>
+    memory_log_every: int = 0  # a [MEMORY] record every N train/val batches (0: phase boundaries only)
+    memory_budget: int | None = None  # bytes; on CUDA enforced with set_per_process_memory_fraction
+    optimizer_state: str = "device"  # device | cpu (AdamW moments kept in host memory)
+    max_train_batches: int = 0  # cap on training batches per epoch (0: all); for quick looks at huge files
+    num_threads: int = 0  # torch CPU threads (0: torch's default)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        def bad(msg: str) -> None:
+            raise InputError(msg)
+
+        if self.epochs < 1:
+            bad(f"--epochs must be at least 1, got {self.epochs}")
+        for flag, value in (("--batch-size", self.batch_size), ("--validation-batch-size", self.validation_batch_size)):
+            if value != AUTO and (not isinstance(value, int) or value < 1):
+                bad(f"{flag} must be a positive integer or 'auto', got {value!r}")
+        if self.batch_size == AUTO and self.memory_budget is None:
+            bad("--batch-size auto needs --memory-budget (for example --memory-budget 4GiB)")
+        if self.learning_rate <= 0:
+            bad(f"--learning-rate must be positive, got {self.learning_rate}")
+        if self.grad_clip < 0:
+            bad(f"--grad-clip must be >= 0 (0 turns clipping off), got {self.grad_clip}")
+        if not 0.0 <= self.warmup_fraction < 1.0:
+            bad(f"--warmup-fraction must be in [0, 1), got {self.warmup_fraction}")
+        if self.patience < 1:
+            bad(f"--patience must be at least 1, got {self.patience}")
+        if self.device not in (AUTO, "cpu", "cuda") and not self.device.startswith("cuda:"):
+            bad(f"--device {self.device!r} is not one of auto, cpu, cuda, cuda:N")
+        if self.optimizer_state not in ("device", "cpu"):
+            bad(f"--optimizer-state {self.optimizer_state!r} is not one of device, cpu")
+        if self.memory_log_every < 0:
+            bad(f"--memory-log-every must be >= 0, got {self.memory_log_every}")
+        if self.memory_budget is not None and self.memory_budget <= 0:
+            bad(f"--memory-budget must be positive, got {self.memory_budget}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> TrainConfig:
+        return TrainConfig(**d)

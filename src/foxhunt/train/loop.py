@@ -1,0 +1,167 @@
+"""The training loop: explicit, short, and careful with memory.
+
+Per epoch: shuffled training batches (one indexing op each), an OOM-safe optimizer step, validation under
+`torch.inference_mode()` with running sums, best weights kept by validation loss, a resumable checkpoint, early
+stopping, and a `[MEMORY]` record at every phase boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from foxhunt.atomic import append_jsonl
+from foxhunt.data.prepare import PreparedData
+from foxhunt.train.checkpoint import save_checkpoint, state_to_cpu
+from foxhunt.train.config import TrainConfig
+from foxhunt.train.faults import FaultInjector
+from foxhunt.train.optim import build_optimizer, set_lr, warmup_cosine
+from foxhunt.train.progress import epoch_bar
+from foxhunt.train.run_dir import RunDir
+from foxhunt.train.step import TrainStepper
+from foxhunt.train.telemetry import MemoryTracker
+from foxhunt.train.validate import ValResult, validate
+
+log = logging.getLogger("foxhunt.train")
+
+
+@dataclass
+class FitState:
+    """Everything about progress that a resumed run needs, as plain values."""
+
+    epoch: int = 0  # epochs completed
+    global_step: int = 0
+    best_val_loss: float = float("inf")
+    best_epoch: int = 0
+    bad_epochs: int = 0
+    micro_batch: int | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def fit(
+    model: torch.nn.Module,
+    data: PreparedData,
+    cfg: TrainConfig,
+    quantiles: list[float],
+    run: RunDir,
+    device: torch.device,
+    tracker: MemoryTracker,
+    injector: FaultInjector,
+    batch_size: int,
+    val_batch_size: int,
+    on_best: Any,  # callable(state_dict) -> None: writes model.safetensors (+ model.json)
+    resume: dict[str, Any] | None = None,
+) -> FitState:
+    train_ids, val_ids = data.splits["train"], data.splits["val"]
+    n_batches = -(-len(train_ids) // batch_size)
+    if cfg.max_train_batches:
+        n_batches = min(n_batches, cfg.max_train_batches)
+    total_steps = n_batches * cfg.epochs
+    warmup = int(cfg.warmup_fraction * total_steps)
+
+    optimizer = build_optimizer(model, cfg.learning_rate, cfg.weight_decay, cfg.optimizer_state == "cpu", device)
+    state = FitState()
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        state = FitState(**json.loads(resume["fit_state"]))
+        torch.set_rng_state(resume["rng_cpu"])
+        if device.type == "cuda" and "rng_cuda" in resume:
+            torch.cuda.set_rng_state(resume["rng_cuda"], device)
+        log.info("resuming after epoch %d (step %d, best val loss %.6f at epoch %d)",
+                 state.epoch, state.global_step, state.best_val_loss, state.best_epoch)
+    q = torch.tensor(quantiles, dtype=torch.float32, device=device)
+    stepper = TrainStepper(model, optimizer, q, cfg.grad_clip, device, injector, tracker, state.micro_batch)
+
+    for epoch in range(state.epoch + 1, cfg.epochs + 1):
+        if state.bad_epochs >= cfg.patience:
+            break
+        tracker.record("epoch_start", epoch=epoch)
+        t0 = time.perf_counter()
+        model.train()
+        order = torch.randperm(len(train_ids), generator=torch.Generator().manual_seed(cfg.seed * 100_003 + epoch))
+        epoch_ids = train_ids[order][: n_batches * batch_size]
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        seen = 0
+        with epoch_bar(epoch, cfg.epochs, n_batches, cfg.progress) as bar:
+            for i, batch in enumerate(data.windows.iter_batches(epoch_ids, batch_size), start=1):
+                set_lr(optimizer, warmup_cosine(state.global_step, total_steps, warmup, cfg.learning_rate))
+                state.global_step += 1
+                loss = stepper.step(batch, state.global_step, epoch)
+                loss_sum += loss.double() * len(batch)
+                seen += len(batch)
+                tracker.maybe_record("train_batch", epoch, i)
+                if i % 20 == 0 or i == n_batches:  # sync with the device only to show progress
+                    bar.update(20 if i % 20 == 0 else i % 20, float(loss), seen / (time.perf_counter() - t0))
+        train_seconds = time.perf_counter() - t0
+        train_loss = float(loss_sum) / max(1, seen)
+        lr = optimizer.param_groups[0]["lr"]
+        tracker.record("train_end", epoch=epoch)
+
+        model.eval()
+        tracker.record("val_start", epoch=epoch)
+        val = validate(lambda b: model(b).quantiles, data.windows, val_ids, val_batch_size, quantiles, device,
+                       injector, tracker, epoch)
+        val_batch_size = val.batch_size
+        tracker.record("val_end", epoch=epoch)
+
+        improved = val.loss < state.best_val_loss
+        if improved:
+            state.best_val_loss, state.best_epoch, state.bad_epochs = val.loss, epoch, 0
+            on_best(state_to_cpu(model))
+        else:
+            state.bad_epochs += 1
+        state.epoch = epoch
+        state.micro_batch = stepper.micro_batch
+        record = epoch_record(epoch, train_loss, val, lr, seen, train_seconds, time.perf_counter() - t0, improved)
+        state.history.append(record)
+        append_jsonl(run.metrics, record)
+        log.info(format_epoch(record, cfg.epochs))
+        save_checkpoint(run.checkpoint, checkpoint_state(model, optimizer, state, device))
+        tracker.record("checkpoint", epoch=epoch)
+    if state.bad_epochs >= cfg.patience and state.epoch < cfg.epochs:
+        log.info("early stopping: no validation improvement for %d epochs (best %.6f at epoch %d)",
+                 cfg.patience, state.best_val_loss, state.best_epoch)
+    return state
+
+
+def checkpoint_state(model: torch.nn.Module, optimizer: Any, state: FitState, device: torch.device) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "model": state_to_cpu(model),
+        "optimizer": optimizer.state_dict(),
+        "fit_state": json.dumps(asdict(state)),
+        "rng_cpu": torch.get_rng_state(),
+    }
+    if device.type == "cuda":
+        out["rng_cuda"] = torch.cuda.get_rng_state(device)
+    return out
+
+
+def epoch_record(epoch: int, train_loss: float, val: ValResult, lr: float, seen: int, train_s: float,
+                 total_s: float, improved: bool) -> dict[str, Any]:
+    return {
+        "epoch": epoch,
+        "train_loss": train_loss,
+        "val_loss": val.loss,
+        "val_qrisk": {f"{q:g}": v for q, v in val.qrisk.items()},
+        "lr": lr,
+        "samples_per_s": seen / train_s if train_s > 0 else 0.0,
+        "seconds": total_s,
+        "train_samples": seen,
+        "val_samples": val.n_samples,
+        "best": improved,
+    }
+
+
+def format_epoch(r: dict[str, Any], epochs: int) -> str:
+    qrisk = " ".join(f"p{float(q) * 100:g}={v:.4f}" for q, v in r["val_qrisk"].items())
+    return (
+        f"epoch {r['epoch']}/{epochs}  train_loss {r['train_loss']:.5f}  val_loss {r['val_loss']:.5f}  "
+        f"val_qrisk {qrisk}  lr {r['lr']:.2e}  {r['samples_per_s']:,.0f} samples/s  {r['seconds']:.1f}s"
+        + ("  *best" if r["best"] else "")
+    )

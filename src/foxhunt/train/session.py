@@ -1,0 +1,162 @@
+"""One training run from configuration to run directory: prepare data, plan memory, fit, write the artefacts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import foxhunt
+from foxhunt.atomic import write_json
+from foxhunt.data.config import DataConfig
+from foxhunt.data.prepare import PreparedData, prepare_data
+from foxhunt.data.summary import format_summary
+from foxhunt.errors import InputError
+from foxhunt.model.config import ModelConfig
+from foxhunt.model.tft import TemporalFusionTransformer, count_parameters
+from foxhunt.train.checkpoint import load_checkpoint, save_model_json, save_weights
+from foxhunt.train.config import AUTO, TrainConfig
+from foxhunt.train.device import apply_memory_budget, resolve_device
+from foxhunt.train.faults import FaultInjector
+from foxhunt.train.loop import FitState, fit
+from foxhunt.train.plan import plan_memory
+from foxhunt.train.run_dir import RunDir, attach_log_file
+from foxhunt.train.telemetry import MemoryTracker
+from foxhunt.train.validate import TrainingQuantiles, ValResult, validate
+
+log = logging.getLogger("foxhunt.train")
+
+DEFAULT_CPU_VAL_BUDGET = 2 * 2**30  # validation batch planning on CPU when no --memory-budget is given
+MAX_VAL_BATCH = 4096
+
+
+@dataclass
+class TrainResult:
+    run: RunDir
+    state: FitState
+    baseline: ValResult
+    n_params: int
+
+
+def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool = False) -> TrainResult:
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    torch.manual_seed(cfg.seed)
+    device = resolve_device(cfg.device)
+    run = RunDir.create(cfg.run_dir, resume=resume)
+    handler = attach_log_file(run)
+    try:
+        return _train(run, data_cfg, model_cfg, cfg, device, resume)
+    finally:
+        logging.getLogger("foxhunt").removeHandler(handler)
+        handler.close()
+
+
+def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
+           resume: bool) -> TrainResult:
+    tracker = MemoryTracker(device, run.memory, logging.getLogger("foxhunt.memory"), cfg.memory_log_every)
+    injector = FaultInjector.from_env()
+    log.info("run directory %s, device %s, torch %s", run.root, device, torch.__version__)
+    tracker.record("run_start")
+    fraction = apply_memory_budget(device, cfg.memory_budget)
+    if fraction is not None:
+        log.info("[MEMORY] budget %.0f MiB enforced on %s (fraction %.4f of the card)", cfg.memory_budget / 2**20,
+                 device, fraction)
+
+    data = prepare_data(data_cfg)
+    log.info("data summary:\n%s", format_summary(data.summary))
+    write_json(run.data_summary, data.summary)
+    write_json(run.rolls, data.rolls)
+    if len(data.splits["val"]) == 0:
+        raise InputError("the validation split is empty; lower --encoder-length/--horizon or move --train-end earlier")
+
+    model = TemporalFusionTransformer(data.schema.sizes, model_cfg).to(device)
+    n_params = count_parameters(model)
+    log.info("model: Temporal Fusion Transformer, %s parameters, hidden %d, heads %d, encoder %d, horizon %d",
+             f"{n_params:,}", model_cfg.hidden_size, model_cfg.attention_heads, model_cfg.encoder_length,
+             model_cfg.horizon)
+    tracker.record("model_built")
+
+    batch_size, val_batch_size, plan = resolve_batch_sizes(model, data, model_cfg, cfg, device)
+    baseline = validate(TrainingQuantiles(data.windows, data.splits["train"], list(model_cfg.quantiles)),
+                        data.windows, data.splits["val"], val_batch_size, list(model_cfg.quantiles), device)
+    log.info("baseline (training-set quantiles per series and horizon): val_loss %.5f  val_qrisk %s",
+             baseline.loss, " ".join(f"p{q * 100:g}={v:.4f}" for q, v in baseline.qrisk.items()))
+
+    write_json(run.config, {
+        "foxhunt_version": foxhunt.__version__,
+        "torch_version": torch.__version__,
+        "created_utc": dt.datetime.now(dt.UTC).isoformat(),
+        "device": str(device),
+        "data": data_cfg.to_dict(),
+        "model": model_cfg.to_dict(),
+        "train": cfg.to_dict(),
+        "resolved": {"batch_size": batch_size, "validation_batch_size": val_batch_size},
+        "memory_plan": plan,
+        "n_params": n_params,
+        "data_fingerprint": data_fingerprint(data),
+        "baseline": {"name": "training_quantiles", "val_loss": baseline.loss,
+                     "val_qrisk": {f"{q:g}": v for q, v in baseline.qrisk.items()}},
+    })
+
+    def on_best(state: dict[str, torch.Tensor]) -> None:
+        save_weights(run.weights, state)
+        save_model_json(run.model_json, model_cfg, data.schema, data.transform, data_cfg, n_params,
+                        extra={"variables": variable_names(data)})
+
+    checkpoint = load_checkpoint(run.checkpoint) if resume else None
+    state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
+                val_batch_size, on_best, resume=checkpoint)
+    best = next((r for r in state.history if r["epoch"] == state.best_epoch), None)
+    if best is not None:
+        change = 100 * (1 - best["val_loss"] / baseline.loss)
+        log.info("best epoch %d: val_loss %.5f vs baseline %.5f (%.1f%% %s); run directory %s", best["epoch"],
+                 best["val_loss"], baseline.loss, abs(change), "lower" if change >= 0 else "HIGHER", run.root)
+    return TrainResult(run, state, baseline, n_params)
+
+
+def resolve_batch_sizes(
+    model: torch.nn.Module, data: PreparedData, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device
+) -> tuple[int, int, dict[str, Any] | None]:
+    """Replace `auto` batch sizes by the memory plan's choice (largest that fits the budget with headroom)."""
+    if cfg.batch_size != AUTO and cfg.validation_batch_size != AUTO:
+        return int(cfg.batch_size), int(cfg.validation_batch_size), None
+    budget = cfg.memory_budget
+    if budget is None:
+        if device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            budget = int(free * 0.8)
+        else:
+            budget = DEFAULT_CPU_VAL_BUDGET
+    plan = plan_memory(model, data.schema.sizes, model_cfg, device, budget,
+                       optimizer_state_on_cpu=cfg.optimizer_state == "cpu")
+    log.info("memory plan (budget %.0f MiB):\n%s", budget / 2**20, plan.format_table())
+    n_train, n_val = len(data.splits["train"]), len(data.splits["val"])
+    batch_size = cfg.batch_size if cfg.batch_size != AUTO else min(plan.best_train_batch, n_train)
+    val_batch = cfg.validation_batch_size
+    if val_batch == AUTO:
+        val_batch = max(1, min(plan.best_val_batch, n_val, MAX_VAL_BATCH))
+    if batch_size < 1:
+        raise InputError(f"not even one training sample fits --memory-budget {budget / 2**20:.0f}MiB; raise it, or "
+                         "lower --hidden-size/--encoder-length, or use --optimizer-state cpu")
+    log.info("batch size %d, validation batch size %d", batch_size, val_batch)
+    return int(batch_size), int(val_batch), plan.to_dict()
+
+
+def data_fingerprint(data: PreparedData) -> dict[str, Any]:
+    s = data.summary
+    keys = ("files", "rows_read", "series", "date_range", "bar_interval", "windows")
+    return {k: s[k] for k in keys if k in s}
+
+
+def variable_names(data: PreparedData) -> dict[str, list[str]]:
+    from foxhunt.data.schema import Kind, Role
+
+    sch = data.schema
+    static = sch.names(Role.STATIC, Kind.CATEGORICAL) + sch.names(Role.STATIC, Kind.CONTINUOUS)
+    known = sch.names(Role.KNOWN, Kind.CATEGORICAL) + sch.names(Role.KNOWN, Kind.CONTINUOUS)
+    observed = sch.names(Role.OBSERVED, Kind.CATEGORICAL) + sch.names(Role.OBSERVED, Kind.CONTINUOUS)
+    return {"static": static, "encoder": observed + known, "decoder": known}

@@ -1,0 +1,170 @@
+"""Memory measured while training: one `[MEMORY]` log line and one `memory.jsonl` record per call.
+
+The trainer this project replaces claimed memory fixes in its log that its code lacked; here every number comes from
+the allocator or the kernel at the moment of the call. Each record carries the peak since the previous record (device
+peak counters and the host high-water mark are reset after every record), so a record's peak belongs to the phase
+that just ended, not to the whole run.
+
+Record keys (memory.jsonl, one JSON object per line; MiB = 2**20 bytes):
+- phase, epoch, batch: where in the run (batch is null outside per-batch records).
+- device_allocated_mb: bytes held by live tensors (torch.cuda.memory_allocated).
+- device_reserved_mb: bytes the caching allocator holds from the driver (torch.cuda.memory_reserved).
+- device_peak_mb: highest allocated since the previous record (torch.cuda.max_memory_allocated, then reset).
+- device_total_mb: the device's capacity (get_device_properties(...).total_memory).
+- host_rss_mb: the process's resident set now (psutil).
+- host_peak_mb: the process's peak resident set since the previous record. On Linux this is VmHWM from
+  /proc/self/status, reset after each record by writing "5" to /proc/self/clear_refs. Where that reset is not
+  allowed (or off Linux) it falls back to resource.getrusage's ru_maxrss, which is the peak since the process
+  started and cannot be reset: then host_peak_mb only ever grows.
+- time: unix seconds (float).
+- device_nvml_used_mb (CUDA only, only when pynvml imports): device-wide used memory as NVML sees it, which includes
+  the CUDA context, other libraries' allocations and other processes: memory torch's allocator does not count.
+Device fields are null on CPU (and on any non-CUDA device).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+from foxhunt.atomic import append_jsonl
+
+MIB = 2**20
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_VMHWM = re.compile(r"^VmHWM:\s+(\d+)\s+kB", re.MULTILINE)
+
+
+class MemoryTracker:
+    """Logs and appends memory records at phase boundaries; call `record` from the training loop.
+
+    `every` > 0 makes `maybe_record` record on batches whose index is a multiple of `every` (0 turns per-batch
+    records off). `jsonl_path` None logs only.
+    """
+
+    def __init__(self, device: torch.device, jsonl_path: Path | None, logger: logging.Logger, every: int = 0):
+        if every < 0:
+            raise ValueError(f"every must be >= 0, got {every}")
+        self.device = torch.device(device)
+        self.jsonl_path = Path(jsonl_path) if jsonl_path is not None else None
+        self.logger = logger
+        self.every = every
+        self._process = psutil.Process()
+        self._cuda = self.device.type == "cuda" and torch.cuda.is_available()
+        self._cuda_index = (
+            (self.device.index if self.device.index is not None else torch.cuda.current_device())
+            if self._cuda
+            else None
+        )
+        self._total_mb = (
+            torch.cuda.get_device_properties(self._cuda_index).total_memory / MIB if self._cuda else None
+        )
+        self._nvml_handle = _nvml_handle(self._cuda_index) if self._cuda else None
+        self._hwm_resettable = _reset_hwm()  # also starts the first record's host-peak window here
+        if self._cuda:
+            torch.cuda.reset_peak_memory_stats(self._cuda_index)
+
+    def record(self, phase: str, epoch: int | None = None, batch: int | None = None) -> dict[str, Any]:
+        """Measure now, log one `[MEMORY]` line, append one JSON line, reset the peaks; return the record."""
+        rec: dict[str, Any] = {
+            "phase": phase,
+            "epoch": epoch,
+            "batch": batch,
+            "device_allocated_mb": None,
+            "device_reserved_mb": None,
+            "device_peak_mb": None,
+            "device_total_mb": self._total_mb,
+            "host_rss_mb": self._process.memory_info().rss / MIB,
+            "host_peak_mb": self.peak_host_mb(),
+            "time": time.time(),
+        }
+        if self._cuda:
+            idx = self._cuda_index
+            rec["device_allocated_mb"] = torch.cuda.memory_allocated(idx) / MIB
+            rec["device_reserved_mb"] = torch.cuda.memory_reserved(idx) / MIB
+            rec["device_peak_mb"] = torch.cuda.max_memory_allocated(idx) / MIB
+            if self._nvml_handle is not None:
+                rec["device_nvml_used_mb"] = _nvml_used_mb(self._nvml_handle)
+            torch.cuda.reset_peak_memory_stats(idx)
+        # The peak can lag RSS by a page or two between the two reads; a peak below "now" would read as nonsense.
+        rec["host_peak_mb"] = max(rec["host_peak_mb"], rec["host_rss_mb"])
+        if self._hwm_resettable:
+            self._hwm_resettable = _reset_hwm()
+        self.logger.info(format_line(rec))
+        if self.jsonl_path is not None:
+            append_jsonl(self.jsonl_path, rec)
+        return rec
+
+    def maybe_record(self, phase: str, epoch: int | None, batch: int) -> None:
+        """Record when per-batch records are on (`every` > 0) and `batch` is a multiple of `every`."""
+        if self.every > 0 and batch % self.every == 0:
+            self.record(phase, epoch, batch)
+
+    def peak_host_mb(self) -> float:
+        """Peak resident set (MiB) since the previous record; since process start where the peak cannot be reset."""
+        if self._hwm_resettable:
+            m = _VMHWM.search(_STATUS.read_text())
+            if m:
+                return int(m.group(1)) / 1024
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return rss / MIB if sys.platform == "darwin" else rss / 1024  # bytes on macOS, KiB elsewhere
+
+
+def format_line(rec: dict[str, Any]) -> str:
+    """The one-line log form of a record: `[MEMORY] phase=... epoch=... batch=... device ... host ...`."""
+
+    def v(x: Any) -> str:
+        return "-" if x is None else str(x)
+
+    head = f"[MEMORY] phase={rec['phase']} epoch={v(rec['epoch'])} batch={v(rec['batch'])}"
+    if rec["device_allocated_mb"] is None:
+        dev = "device=cpu"
+    else:
+        dev = (
+            f"device_allocated={rec['device_allocated_mb']:.1f}MiB device_reserved={rec['device_reserved_mb']:.1f}MiB "
+            f"device_peak={rec['device_peak_mb']:.1f}MiB device_total={rec['device_total_mb']:.0f}MiB"
+        )
+        if rec.get("device_nvml_used_mb") is not None:
+            dev += f" device_nvml_used={rec['device_nvml_used_mb']:.1f}MiB"
+    host = f"host_rss={rec['host_rss_mb']:.1f}MiB host_peak={rec['host_peak_mb']:.1f}MiB"
+    return f"{head} {dev} {host}"
+
+
+def _reset_hwm() -> bool:
+    """Reset the kernel's peak-RSS counter (VmHWM) for this process; False where that is not possible."""
+    try:
+        _CLEAR_REFS.write_text("5")
+        return _VMHWM.search(_STATUS.read_text()) is not None
+    except OSError:
+        return False
+
+
+def _nvml_handle(cuda_index: int) -> Any:
+    """The NVML handle of torch's device `cuda_index`, matched by UUID (indices differ under CUDA_VISIBLE_DEVICES)."""
+    try:
+        import pynvml  # optional: nvidia-ml-py
+
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(cuda_index).uuid)
+        if not uuid.startswith(("GPU-", "MIG-")):
+            uuid = "GPU-" + uuid
+        return pynvml.nvmlDeviceGetHandleByUUID(uuid)
+    except Exception:  # no pynvml, no driver library, MIG slice without a handle: the field is optional
+        return None
+
+
+def _nvml_used_mb(handle: Any) -> float | None:
+    try:
+        import pynvml
+
+        return pynvml.nvmlDeviceGetMemoryInfo(handle).used / MIB
+    except Exception:
+        return None

@@ -1,0 +1,166 @@
+"""`foxhunt train` end to end, in-process, on the users' real formats (each run takes seconds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from foxhunt.cli import main
+from foxhunt.train.checkpoint import load_model
+
+METRIC_KEYS = {"epoch", "train_loss", "val_loss", "val_qrisk", "lr", "samples_per_s", "seconds"}
+MEMORY_KEYS = {"phase", "epoch", "batch", "device_allocated_mb", "device_reserved_mb", "device_peak_mb",
+               "device_total_mb", "host_rss_mb", "time"}
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def train(tmp_path: Path, tiny: list[str], *args: str, name: str = "run") -> tuple[int, Path]:
+    run = tmp_path / name
+    code = main(["train", *tiny, "--run-dir", str(run), *args])
+    return code, run
+
+
+@pytest.mark.parametrize(
+    "fixture, extra",
+    [
+        ("es_fut_ohlcv1h_databento.parquet", []),
+        ("es_fut_ohlcv1m_databento.parquet", ["--max-train-batches", "8"]),
+        ("generic_ohlcv_daily.parquet", []),
+        ("generic_ohlcv_daily.csv", []),
+    ],
+)
+def test_train_writes_a_complete_run_directory(tmp_path, tiny, fixtures_dir, fixture, extra):
+    code, run = train(tmp_path, tiny, "--parquet-file", str(fixtures_dir / fixture), "--epochs", "2",
+                      "--batch-size", "32", *extra)
+    assert code == 0
+    for name in ("config.json", "data_summary.json", "rolls.json", "metrics.jsonl", "memory.jsonl",
+                 "model.safetensors", "model.json", "checkpoint.pt", "train.log"):
+        assert (run / name).exists(), name
+    assert not list(run.glob(".*.tmp")), "temporary files left behind"
+    records = jsonl(run / "metrics.jsonl")
+    assert [r["epoch"] for r in records] == [1, 2]
+    for r in records:
+        assert METRIC_KEYS <= set(r)
+        assert set(r["val_qrisk"]) == {"0.1", "0.5", "0.9"}
+        assert r["val_loss"] > 0 and r["train_loss"] > 0 and r["samples_per_s"] > 0
+    config = json.loads((run / "config.json").read_text())
+    assert config["n_params"] > 0
+    assert config["data"]["encoder_length"] == 16 and config["model"]["hidden_size"] == 8
+    assert config["data_fingerprint"]["files"][0]["rows"] > 0
+    memory = jsonl(run / "memory.jsonl")
+    assert {"run_start", "model_built", "epoch_start", "train_end", "val_start", "val_end", "checkpoint"} <= {
+        m["phase"] for m in memory}
+    assert all(set(m) >= MEMORY_KEYS for m in memory)
+    assert all(m["device_allocated_mb"] is None for m in memory)  # CPU run
+    lm = load_model(run)  # everything needed to forecast is in the run directory
+    assert lm.model_cfg.hidden_size == 8
+    assert "epoch 2/2" in (run / "train.log").read_text()
+
+
+def test_continuous_roll_is_written_for_databento_minutes(tmp_path, tiny, fixtures_dir):
+    code, run = train(tmp_path, tiny, "--parquet-file", str(fixtures_dir / "es_fut_ohlcv1m_databento.parquet"),
+                      "--epochs", "1", "--max-train-batches", "2")
+    assert code == 0
+    rolls = json.loads((run / "rolls.json").read_text())
+    assert [(r["root"], r["from"], r["to"]) for r in rolls] == [("ES", "ESH4", "ESM4")]
+    assert "2024-03-04" <= rolls[0]["trade_date"] <= "2024-03-08"
+
+
+def test_seeded_cpu_runs_repeat_bit_for_bit(tmp_path, tiny, fixtures_dir):
+    args = ["--parquet-file", str(fixtures_dir / "es_fut_ohlcv1h_databento.parquet"), "--epochs", "2", "--seed", "7"]
+    _, a = train(tmp_path, tiny, *args, name="a")
+    _, b = train(tmp_path, tiny, *args, name="b")
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in ("seconds", "samples_per_s")} for r in rs]  # noqa: E731
+    assert strip(jsonl(a / "metrics.jsonl")) == strip(jsonl(b / "metrics.jsonl"))
+    wa, wb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_resume_continues_exactly_where_a_killed_run_stopped(tmp_path, tiny, fixtures_dir, monkeypatch):
+    args = ["--parquet-file", str(fixtures_dir / "es_fut_ohlcv1h_databento.parquet"), "--patience", "9",
+            "--epochs", "3"]
+    _, full = train(tmp_path, tiny, *args, name="full")
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "kill@epoch:1")  # as if killed right after epoch 1's checkpoint
+    code, part = train(tmp_path, tiny, *args, name="part")
+    assert code == 130 and len(jsonl(part / "metrics.jsonl")) == 1
+    monkeypatch.delenv("FOXHUNT_FAULT_INJECT")
+    assert main(["train", *tiny, *args, "--run-dir", str(part), "--resume"]) == 0
+    a, b = jsonl(full / "metrics.jsonl"), jsonl(part / "metrics.jsonl")
+    assert [r["epoch"] for r in b] == [1, 2, 3]
+    for ra, rb in zip(a, b, strict=True):
+        assert rb["train_loss"] == pytest.approx(ra["train_loss"], rel=1e-6)
+        assert rb["val_loss"] == pytest.approx(ra["val_loss"], rel=1e-6)
+
+
+def test_config_file_supplies_options_and_flags_override(tmp_path, tiny, fixtures_dir):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[train]\nepochs = 2\nbatch-size = 16\n[model]\nquantiles = "0.2,0.5,0.8"\n')
+    code, run = train(tmp_path, tiny, "--parquet-file", str(fixtures_dir / "generic_ohlcv_daily.parquet"),
+                      "--config", str(cfg), "--epochs", "1")
+    assert code == 0
+    config = json.loads((run / "config.json").read_text())
+    assert config["train"]["epochs"] == 1  # the flag wins
+    assert config["train"]["batch_size"] == 16  # from the file
+    assert config["model"]["quantiles"] == [0.2, 0.5, 0.8]
+
+
+def test_config_file_with_an_unknown_key_is_a_clear_error(tmp_path, tiny, capsys):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text("epochz = 3\n")
+    code, _ = train(tmp_path, tiny, "--config", str(cfg))
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "epochz" in err[0]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_use_gpu_without_a_gpu_is_a_one_line_error(tmp_path, tiny, fixtures_dir, capsys):
+    code, run = train(tmp_path, tiny, "--parquet-file", str(fixtures_dir / "generic_ohlcv_daily.parquet"),
+                      "--use-gpu")
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "GPU" in err[0] and "Traceback" not in err[0]
+    assert not (run / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--parquet-file", "does/not/exist.parquet"], "does/not/exist.parquet"),
+        (["--epochs", "0"], "--epochs"),
+        (["--batch-size", "auto"], "--memory-budget"),
+        (["--quantiles", "0.9,0.1"], "--quantiles"),
+        (["--target", "price"], "--target"),
+    ],
+)
+def test_bad_input_stops_with_one_line_and_status_2(tmp_path, tiny, fixtures_dir, capsys, args, needle):
+    code, run = train(tmp_path, tiny, *args)
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]
+    assert not (run / "model.safetensors").exists()
+
+
+def test_a_finished_run_is_not_overwritten(tmp_path, tiny, fixtures_dir, capsys):
+    args = ["--parquet-file", str(fixtures_dir / "generic_ohlcv_daily.parquet"), "--epochs", "1"]
+    assert train(tmp_path, tiny, *args)[0] == 0
+    assert train(tmp_path, tiny, *args)[0] == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_python_dash_m_and_help_tell_the_same_story(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("train", "inspect", "predict", "evaluate", "plan-memory", "memory-report", "sample"):
+        assert command in out
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--parquet-file", "--batch-size", "--validation-batch-size", "--epochs", "--use-gpu"):
+        assert flag in out

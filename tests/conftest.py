@@ -1,0 +1,44 @@
+"""Shared test fixtures: paths to ../shared, small-model CLI flags, the sample cache, one torch thread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    return SHARED / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def spx_path() -> Path:
+    return SHARED / "data" / "spx_daily.parquet"
+
+
+@pytest.fixture
+def tiny() -> list[str]:
+    """A tiny model and short windows, so every CLI test trains in seconds."""
+    return ["--hidden-size", "8", "--attention-heads", "2", "--encoder-length", "16", "--horizon", "3",
+            "--no-progress", "--threads", "1"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    """Tiny tensors gain nothing from intra-op threads, and spinning threads slow a shared 2-core box badly."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path_factory, monkeypatch):
+    """The bundled sample is generated once per session into a temporary cache (never $HOME); no injected faults."""
+    monkeypatch.setenv("FOXHUNT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "foxhunt-cache"))
+    monkeypatch.delenv("FOXHUNT_FAULT_INJECT", raising=False)
