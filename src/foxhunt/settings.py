@@ -71,31 +71,34 @@ def parse_quantiles(text: str | Iterable[float]) -> tuple[float, ...]:
     return tuple(float(x) for x in text)
 
 
+_D, _M, _T = DataConfig(), ModelConfig(), TrainConfig()
+
+
 def data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
     return DataConfig(
         paths=paths,
         timestamp_col=v.get("timestamp_col"),
         symbol_col=v.get("symbol_col"),
-        contracts=v.get("contracts", "auto"),
-        adjust=v.get("adjust", "ratio"),
-        target=v.get("target", "log_return"),
-        encoder_length=int(v.get("encoder_length", 64)),
-        horizon=int(v.get("horizon", 5)),
+        contracts=v.get("contracts", _D.contracts),
+        adjust=v.get("adjust", _D.adjust),
+        target=v.get("target", _D.target),
+        encoder_length=int(v.get("encoder_length", _D.encoder_length)),
+        horizon=int(v.get("horizon", _D.horizon)),
         train_end=v.get("train_end"),
         val_end=v.get("val_end"),
-        val_fraction=float(v.get("val_fraction", 0.2)),
-        scaling=v.get("scaling", "series"),
+        val_fraction=float(v.get("val_fraction", _D.val_fraction)),
+        scaling=v.get("scaling", _D.scaling),
         calendar_features=bool(v.get("calendar_features", False)),
     )
 
 
 def model_config(v: Mapping[str, Any], data: DataConfig) -> ModelConfig:
     return ModelConfig(
-        hidden_size=int(v.get("hidden_size", 32)),
-        attention_heads=int(v.get("attention_heads", 4)),
-        dropout=float(v.get("dropout", 0.1)),
-        lstm_layers=int(v.get("lstm_layers", 1)),
-        quantiles=parse_quantiles(v.get("quantiles", "0.1,0.5,0.9")),
+        hidden_size=int(v.get("hidden_size", _M.hidden_size)),
+        attention_heads=int(v.get("attention_heads", _M.attention_heads)),
+        dropout=float(v.get("dropout", _M.dropout)),
+        lstm_layers=int(v.get("lstm_layers", _M.lstm_layers)),
+        quantiles=parse_quantiles(v.get("quantiles", _M.quantiles)),
         encoder_length=data.encoder_length,
         horizon=data.horizon,
         activation_checkpointing=bool(v.get("activation_checkpointing", False)),
@@ -110,16 +113,16 @@ def train_config(v: Mapping[str, Any]) -> TrainConfig:
         device = "cuda" if device == AUTO else device
     budget = v.get("memory_budget")
     return TrainConfig(
-        epochs=int(v.get("epochs", 5)),
-        batch_size=_opt_int_or_auto("--batch-size", v.get("batch_size", 64)),
+        epochs=int(v.get("epochs", _T.epochs)),
+        batch_size=_opt_int_or_auto("--batch-size", v.get("batch_size", _T.batch_size)),
         validation_batch_size=_opt_int_or_auto("--validation-batch-size", v.get("validation_batch_size", AUTO)),
-        learning_rate=float(v.get("learning_rate", 1e-3)),
-        weight_decay=float(v.get("weight_decay", 1e-4)),
-        grad_clip=float(v.get("grad_clip", 1.0)),
-        warmup_fraction=float(v.get("warmup_fraction", 0.05)),
-        patience=int(v.get("patience", 3)),
+        learning_rate=float(v.get("learning_rate", _T.learning_rate)),
+        weight_decay=float(v.get("weight_decay", _T.weight_decay)),
+        grad_clip=float(v.get("grad_clip", _T.grad_clip)),
+        warmup_fraction=float(v.get("warmup_fraction", _T.warmup_fraction)),
+        patience=int(v.get("patience", _T.patience)),
         device=device,
-        seed=int(v.get("seed", 0)),
+        seed=int(v.get("seed", _T.seed)),
         run_dir=v.get("run_dir"),
         memory_log_every=int(v.get("memory_log_every", 0)),
         memory_budget=parse_size(str(budget)) if budget not in (None, "") else None,

@@ -135,7 +135,7 @@ def test_sessions_follow_cme_globex_hours(bars: pl.DataFrame) -> None:
     assert bars.filter((weekday == 7) & (pl.col("ct_min") < 17 * 60)).is_empty()
     assert bars.filter((weekday == 5) & (pl.col("ct_min") >= 16 * 60)).is_empty()
     assert bars["trade_date"].min() == dt.date(2024, 2, 19) and bars["trade_date"].max() == dt.date(
-        2024, 3, 22
+        2024, 3, 15
     )
     assert bars.filter(pl.col("trade_date").dt.weekday() > 5).is_empty()
 
@@ -156,7 +156,7 @@ def test_utc_open_moves_with_dst(bars: pl.DataFrame) -> None:
     assert utc[dt.date(2024, 2, 19)] == dt.datetime(2024, 2, 18, 23, 0, tzinfo=dt.UTC)  # CST
     assert utc[dt.date(2024, 3, 8)] == dt.datetime(2024, 3, 7, 23, 0, tzinfo=dt.UTC)
     assert utc[dt.date(2024, 3, 11)] == dt.datetime(2024, 3, 10, 22, 0, tzinfo=dt.UTC)  # CDT from 03-10
-    assert utc[dt.date(2024, 3, 22)] == dt.datetime(2024, 3, 21, 22, 0, tzinfo=dt.UTC)
+    assert utc[dt.date(2024, 3, 15)] == dt.datetime(2024, 3, 14, 22, 0, tzinfo=dt.UTC)
 
 
 def test_esh4_and_its_spread_stop_at_expiry(bars: pl.DataFrame) -> None:
@@ -164,7 +164,7 @@ def test_esh4_and_its_spread_stop_at_expiry(bars: pl.DataFrame) -> None:
     for symbol in ("ESH4", "ESH4-ESM4"):
         last = bars.filter(pl.col("symbol") == symbol)["ct"].max().replace(tzinfo=None)
         assert dt.datetime(2024, 3, 15) < last < expiry
-    assert bars.filter(pl.col("symbol") == "ESM4")["trade_date"].max() == dt.date(2024, 3, 22)
+    assert bars.filter(pl.col("symbol") == "ESM4")["trade_date"].max() == dt.date(2024, 3, 15)
 
 
 def test_ohlc_consistent_and_on_the_tick_grid(bars: pl.DataFrame) -> None:

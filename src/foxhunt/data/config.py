@@ -11,6 +11,7 @@ CONTRACT_MODES = ("auto", "continuous", "each")
 ADJUST_MODES = ("ratio", "difference", "none")
 TARGETS = ("log_return", "log_range")
 SCALINGS = ("series", "volatility")
+VOL_ESTIMATORS = ("returns", "range")
 
 
 @dataclass(frozen=True)
@@ -21,12 +22,21 @@ class DataConfig:
     contracts: str = "auto"  # auto | continuous | each
     adjust: str = "ratio"  # ratio | difference | none (back-adjustment of continuous series)
     target: str = "log_return"  # log_return | log_range
-    encoder_length: int = 64
+    encoder_length: int = 32
     horizon: int = 5
     train_end: str | None = None  # ISO date: first forecast bar before it -> train
-    val_end: str | None = None  # ISO date: first forecast bar before it (and >= train_end) -> validation, else test
+    val_end: str | None = (
+        None  # ISO date: first forecast bar before it (and >= train_end) -> validation, else test
+    )
     val_fraction: float = 0.2  # used when train_end is not given: the last fraction of time is validation
-    scaling: str = "series"  # series: per-series standardisation fitted on train | volatility: trailing-vol units
+    scaling: str = (
+        "series"  # series: per-series standardisation fitted on train | volatility: trailing-vol units
+    )
+    vol_halflife: float = (
+        20.0  # bars: halflife of the trailing-volatility EWMA (scaling and the log_vol input)
+    )
+    vol_estimator: str = "returns"  # returns: EWMA of r^2 | range: EWMA of ln(H/L)^2 (in return units)
+    vol_features: bool = False  # extra inputs: shocks in volatility units, fast/slow volatility ratios
     calendar_features: bool = False  # CME Globex Equity session features (needs the `calendars` extra)
     exchange_tz: str = "America/Chicago"
 
@@ -42,6 +52,10 @@ class DataConfig:
             bad(f"--target {self.target!r} is not one of {', '.join(TARGETS)}")
         if self.scaling not in SCALINGS:
             bad(f"--scaling {self.scaling!r} is not one of {', '.join(SCALINGS)}")
+        if self.vol_estimator not in VOL_ESTIMATORS:
+            bad(f"--vol-estimator {self.vol_estimator!r} is not one of {', '.join(VOL_ESTIMATORS)}")
+        if not self.vol_halflife > 0:
+            bad(f"--vol-halflife must be positive (bars), got {self.vol_halflife}")
         if self.encoder_length < 1:
             bad(f"--encoder-length must be at least 1, got {self.encoder_length}")
         if self.horizon < 1:

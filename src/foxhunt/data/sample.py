@@ -31,11 +31,11 @@ from foxhunt.atomic import write_with
 from foxhunt.errors import InputError
 
 DEFAULT_SEED = 20240218
-SAMPLE_VERSION = 1  # bump when the generator changes, so cached files are not reused
+SAMPLE_VERSION = 2  # bump when the generator changes, so cached files are not reused
 
 CT = ZoneInfo("America/Chicago")
 FIRST_TRADE_DATE = dt.date(2024, 2, 19)  # session opens Sunday 2024-02-18 17:00 CT
-LAST_TRADE_DATE = dt.date(2024, 3, 22)
+LAST_TRADE_DATE = dt.date(2024, 3, 15)
 EARLY_CLOSES = {dt.date(2024, 2, 19): dt.time(12, 0)}  # Presidents' Day
 HOLIDAYS: frozenset[dt.date] = frozenset()  # none inside the sample span (Good Friday is 03-29)
 OPEN_MIN = 17 * 60  # CT minute of day when a session opens

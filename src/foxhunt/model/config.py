@@ -10,12 +10,12 @@ from foxhunt.errors import InputError
 
 @dataclass(frozen=True)
 class ModelConfig:
-    hidden_size: int = 32
+    hidden_size: int = 16
     attention_heads: int = 4
     dropout: float = 0.1
     lstm_layers: int = 1
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
-    encoder_length: int = 64
+    encoder_length: int = 32
     horizon: int = 5
     activation_checkpointing: bool = False  # recompute VSN/GRN activations in backward to save memory
 

@@ -13,7 +13,7 @@ AUTO = "auto"
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 5
-    batch_size: int | str = 64  # an int or "auto" (largest that fits --memory-budget)
+    batch_size: int | str = 128  # an int or "auto" (largest that fits --memory-budget)
     validation_batch_size: int | str = AUTO  # validation needs no backward activations, so it can be larger
     learning_rate: float = 1e-3
     weight_decay: float = 1e-4

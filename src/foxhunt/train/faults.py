@@ -6,6 +6,8 @@ Not a user flag. Set FOXHUNT_FAULT_INJECT to a comma-separated list of `KIND@SIT
 - SITE `train`: INDEX is the global training step, 1-based and counted across epochs (the first optimizer step of
   the run is 1); the loop calls `check("train", step)` before the step's forward.
 - SITE `val`: INDEX is the batch within a validation pass, 1-based; the loop calls `check("val", batch)`.
+- KIND `kill` at SITE `epoch`: raises KeyboardInterrupt right after epoch INDEX's checkpoint is written, as if the
+  run were killed there (`kill@epoch:1`); it makes resuming testable.
 Each fault fires once per process: a retry of the same step (e.g. in smaller micro-batches) does not fire again, so the
 test sees the recovery path succeed.
 """
@@ -22,8 +24,8 @@ import torch
 from foxhunt.errors import InputError
 
 ENV_VAR = "FOXHUNT_FAULT_INJECT"
-KINDS = ("oom",)
-SITES = ("train", "val")
+KINDS = ("oom", "kill")
+SITES = ("train", "val", "epoch")
 _TOKEN = re.compile(r"^([a-z_]+)@([a-z_]+):(\d+)$")
 
 
@@ -59,6 +61,8 @@ class FaultInjector:
             raise torch.OutOfMemoryError(
                 f"CUDA out of memory (injected by {ENV_VAR}: oom@{where}:{index}; this fault fires once)"
             )
+        if kind == "kill":
+            raise KeyboardInterrupt(f"killed by {ENV_VAR}: kill@{where}:{index}")
 
 
 def parse_spec(spec: str) -> dict[tuple[str, int], str]:
@@ -82,6 +86,8 @@ def _parse_token(token: str, spec: str) -> tuple[str, str, int]:
         _bad(token, spec, f"kind must be one of {', '.join(KINDS)}")
     if site not in SITES:
         _bad(token, spec, f"site must be one of {', '.join(SITES)}")
+    if (kind == "kill") != (site == "epoch"):
+        _bad(token, spec, "kill goes with the epoch site (kill@epoch:N), oom with train or val")
     if index < 1:
         _bad(token, spec, "index is 1-based, so it must be at least 1")
     return kind, site, index

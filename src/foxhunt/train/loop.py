@@ -124,6 +124,7 @@ def fit(
         log.info(format_epoch(record, cfg.epochs))
         save_checkpoint(run.checkpoint, checkpoint_state(model, optimizer, state, device))
         tracker.record("checkpoint", epoch=epoch)
+        injector.check("epoch", epoch)  # test hook: simulate a run killed here
     if state.bad_epochs >= cfg.patience and state.epoch < cfg.epochs:
         log.info("early stopping: no validation improvement for %d epochs (best %.6f at epoch %d)",
                  cfg.patience, state.best_val_loss, state.best_epoch)

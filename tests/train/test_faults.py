@@ -1,0 +1,67 @@
+"""FOXHUNT_FAULT_INJECT: parsing, one-shot firing, and errors that name the variable and the bad token."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from foxhunt.errors import InputError
+from foxhunt.train.faults import ENV_VAR, FaultInjector
+
+
+def test_parses_and_fires_each_fault_once() -> None:
+    inj = FaultInjector.from_env({ENV_VAR: " oom@train:5, oom@val:3 "})
+    assert inj.pending == (("oom", "train", 5), ("oom", "val", 3))
+    for step in range(1, 5):
+        inj.check("train", step)
+    inj.check("val", 5)
+    with pytest.raises(torch.OutOfMemoryError, match=rf"injected by {ENV_VAR}: oom@train:5"):
+        inj.check("train", 5)
+    inj.check("train", 5)  # the retry of the same step succeeds
+    with pytest.raises(torch.cuda.OutOfMemoryError):  # the class a real CUDA failure raises
+        inj.check("val", 3)
+    inj.check("val", 3)
+    assert inj.pending == () and not inj
+
+
+@pytest.mark.parametrize("env", [{}, {ENV_VAR: ""}, {ENV_VAR: "   "}])
+def test_unset_or_blank_means_no_faults(env: dict[str, str]) -> None:
+    inj = FaultInjector.from_env(env)
+    assert not inj
+    for i in range(1, 10):
+        inj.check("train", i)
+        inj.check("val", i)
+
+
+@pytest.mark.parametrize(
+    ("spec", "token"),
+    [
+        ("oom@train", "oom@train"),
+        ("oom@train:x", "oom@train:x"),
+        ("oom@train:5,boom@val:1", "boom@val:1"),
+        ("oom@test:1", "oom@test:1"),
+        ("oom@train:0", "oom@train:0"),
+        ("oom@train:2,oom@train:2", "oom@train:2"),
+        ("oom@train:1,", ""),
+        ("kill@train:1", "kill@train:1"),
+        ("oom@epoch:1", "oom@epoch:1"),
+    ],
+)
+def test_bad_spec_names_variable_and_token(spec: str, token: str) -> None:
+    with pytest.raises(InputError) as err:
+        FaultInjector.from_env({ENV_VAR: spec})
+    msg = str(err.value)
+    assert ENV_VAR in msg and f"bad token {token!r}" in msg and "\n" not in msg
+
+
+def test_unknown_site_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="fault site"):
+        FaultInjector.from_env({ENV_VAR: "oom@val:1"}).check("validation", 1)
+
+
+def test_kill_at_an_epoch_simulates_a_killed_run_once() -> None:
+    inj = FaultInjector.from_env({ENV_VAR: "kill@epoch:2"})
+    inj.check("epoch", 1)
+    with pytest.raises(KeyboardInterrupt, match="kill@epoch:2"):
+        inj.check("epoch", 2)
+    inj.check("epoch", 2)
