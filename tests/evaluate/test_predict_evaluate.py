@@ -1,0 +1,116 @@
+"""`foxhunt predict` and `foxhunt evaluate` end to end on a tiny model trained in the test."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from foxhunt.cli import main
+
+TINY = ["--hidden-size", "8", "--attention-heads", "2", "--encoder-length", "16", "--horizon", "3", "--no-progress",
+        "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, request):
+    fixtures = request.config.rootpath.parent / "shared" / "fixtures"
+    run = tmp_path_factory.mktemp("model") / "run"
+    assert main(["train", *TINY, "--parquet-file", str(fixtures / "generic_ohlcv_daily.parquet"), "--epochs", "2",
+                 "--train-end", "2024-07-01", "--run-dir", str(run)]) == 0
+    return run
+
+
+@pytest.fixture(scope="module")
+def daily(request):
+    return request.config.rootpath.parent / "shared" / "fixtures" / "generic_ohlcv_daily.parquet"
+
+
+def test_predict_writes_one_row_per_series_origin_horizon(model_dir, daily, tmp_path):
+    out = tmp_path / "fc.parquet"
+    assert main(["predict", "--model", str(model_dir), "--parquet-file", str(daily), "--out", str(out)]) == 0
+    fc = pl.read_parquet(out)
+    assert fc.columns == ["symbol", "origin", "horizon", "target_time", "p10", "p50", "p90", "actual"]
+    assert set(fc["symbol"]) == {"ES", "NQ"}
+    assert fc["horizon"].unique().sort().to_list() == [1, 2, 3]
+    # every origin with a full encoder behind it: bars 2..300 have a return (299), the first 15 of them cannot
+    # end an encoder of 16 bars, so 299 - 15 = 284 origins per series, the last bar included
+    assert fc.group_by("symbol").agg(pl.col("origin").n_unique())["origin"].to_list() == [284, 284]
+    assert (fc["p10"] <= fc["p50"]).all() and (fc["p50"] <= fc["p90"]).all()
+    last = fc.filter(pl.col("origin") == pl.col("origin").max())
+    assert last["actual"].is_null().all() and last["target_time"].is_null().all()  # the live forecast
+    inside = fc.filter(pl.col("actual").is_not_null())
+    assert (inside["target_time"] > inside["origin"]).all()
+    # actual is the realised log return of the target bar
+    raw = pl.read_parquet(daily).filter(pl.col("symbol") == "ES").sort("timestamp")
+    ret = np.diff(np.log(raw["close"].to_numpy()))
+    es = inside.filter((pl.col("symbol") == "ES") & (pl.col("horizon") == 1)).sort("origin")
+    np.testing.assert_allclose(es["actual"].to_numpy()[-5:], ret[-5:], rtol=1e-5)
+
+
+def test_predict_respects_start_and_end(model_dir, daily, tmp_path):
+    out = tmp_path / "fc.parquet"
+    assert main(["predict", "--model", str(model_dir), "--parquet-file", str(daily), "--out", str(out),
+                 "--start", "2024-09-02", "--end", "2024-09-30"]) == 0
+    first = pl.read_parquet(out).filter(pl.col("horizon") == 1)["target_time"]
+    assert str(first.min())[:10] >= "2024-09-02" and str(first.max())[:10] <= "2024-09-30"
+
+
+def test_predict_on_an_unseen_file_and_symbol_uses_the_unknown_series_fallback(model_dir, request, tmp_path):
+    spx = request.config.rootpath.parent / "shared" / "data" / "spx_daily.parquet"
+    out = tmp_path / "spx.parquet"
+    assert main(["predict", "--model", str(model_dir), "--parquet-file", str(spx), "--out", str(out),
+                 "--start", "2018-12-01"]) == 0
+    fc = pl.read_parquet(out)
+    assert set(fc["symbol"]) == {"SPX"} and fc.height > 0
+    assert fc.select(pl.col("p10", "p50", "p90").is_finite().all()).row(0) == (True, True, True)
+
+
+def test_predict_with_intraday_bars_on_a_daily_model_is_a_clear_error(model_dir, request, tmp_path, capsys):
+    hourly = request.config.rootpath.parent / "shared" / "fixtures" / "es_fut_ohlcv1h_databento.parquet"
+    code = main(["predict", "--model", str(model_dir), "--parquet-file", str(hourly), "--out",
+                 str(tmp_path / "x.parquet")])
+    assert code == 2 and "daily" in capsys.readouterr().err
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def test_evaluate_scores_model_and_baselines_on_the_same_origins(model_dir, daily, tmp_path):
+    out = tmp_path / "eval"
+    assert main(["evaluate", "--model", str(model_dir), "--parquet-file", str(daily), "--start", "2024-07-01",
+                 "--out-dir", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    names = {"training_quantiles", "rolling_vol"}
+    assert names <= set(metrics["baselines"])
+    n = metrics["model"]["overall"]["n"]
+    assert all(b["overall"]["n"] == n for b in metrics["baselines"].values())
+    assert set(metrics["model"]["per_series"]) == {"ES", "NQ"}
+    for q in ("0.1", "0.5", "0.9"):
+        assert metrics["model"]["overall"]["q_risk"][q] > 0
+        assert q in metrics["skill"]["training_quantiles"]
+    interp = json.loads((out / "interpretation.json").read_text())
+    assert abs(sum(interp["encoder"].values()) - 1) < 1e-4 and len(interp["attention_by_lag"]) == 3
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= 6  # fans, calibration, q-risk, importance, attention, curves, memory
+
+
+def test_evaluate_can_score_forecasts_written_by_predict(model_dir, daily, tmp_path):
+    fc = tmp_path / "fc.parquet"
+    assert main(["predict", "--model", str(model_dir), "--parquet-file", str(daily), "--out", str(fc)]) == 0
+    a, b = tmp_path / "a", tmp_path / "b"
+    args = ["--model", str(model_dir), "--parquet-file", str(daily), "--start", "2024-07-01"]
+    assert main(["evaluate", *args, "--out-dir", str(a)]) == 0
+    assert main(["evaluate", *args, "--out-dir", str(b), "--forecasts", str(fc)]) == 0
+    ma = json.loads((a / "metrics.json").read_text())["model"]["overall"]["q_risk"]
+    mb = json.loads((b / "metrics.json").read_text())["model"]["overall"]["q_risk"]
+    assert ma == pytest.approx(mb, rel=1e-5)
+
+
+def test_bad_dates_and_missing_model_are_one_line_errors(model_dir, daily, tmp_path, capsys):
+    assert main(["predict", "--model", str(model_dir), "--parquet-file", str(daily), "--out",
+                 str(tmp_path / "x.parquet"), "--start", "July"]) == 2
+    assert "--start" in capsys.readouterr().err
+    assert main(["evaluate", "--model", str(tmp_path / "nope"), "--parquet-file", str(daily), "--out-dir",
+                 str(tmp_path / "e")]) == 2
+    assert "model.json" in capsys.readouterr().err
