@@ -56,6 +56,11 @@ ValFraction = Annotated[float, typer.Option(help="Without --train-end: the last 
                                             rich_help_panel=D)]
 Scaling = Annotated[str, typer.Option(help="Target scaling: series (train std per series) | volatility "
                                       "(trailing volatility units).", rich_help_panel=D)]
+VolEstimator = Annotated[str, typer.Option(help="Trailing volatility from: returns (EWMA of r^2) | range "
+                                          "(EWMA of ln(H/L)^2, a sharper estimate).", rich_help_panel=D)]
+VolHalflife = Annotated[float, typer.Option(help="Halflife (bars) of the trailing volatility.", rich_help_panel=D)]
+VolFeatures = Annotated[bool, typer.Option(help="Extra observed inputs: shocks in volatility units, fast/slow "
+                                           "volatility ratios.", rich_help_panel=D)]
 CalendarFeatures = Annotated[bool, typer.Option(help="CME Globex Equity session features (extra: calendars).",
                                                 rich_help_panel=D)]
 HiddenSize = Annotated[int, typer.Option(help="Hidden size d.", rich_help_panel=M)]
@@ -70,10 +75,8 @@ MemoryBudget = Annotated[str | None, typer.Option(help="Memory budget, e.g. 4GiB
                                                   rich_help_panel=T)]
 OptimizerState = Annotated[str, typer.Option(help="device | cpu (keep AdamW moments in host memory).",
                                              rich_help_panel=T)]
+Threads = Annotated[int, typer.Option(help="CPU threads for torch (0: torch's default).")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", help="TOML file supplying any option; flags override.")]
-
-DATA_KEYS = ("timestamp_col", "symbol_col", "contracts", "adjust", "target", "encoder_length", "horizon",
-             "train_end", "val_end", "val_fraction", "scaling", "calendar_features")
 
 
 def _values(ctx: typer.Context, config: Path | None) -> dict[str, Any]:
@@ -115,7 +118,10 @@ def train(
     val_end: ValEnd = None,
     val_fraction: ValFraction = DD.val_fraction,
     scaling: Scaling = DD.scaling,
-    calendar_features: CalendarFeatures = False,
+    vol_estimator: VolEstimator = DD.vol_estimator,
+    vol_halflife: VolHalflife = DD.vol_halflife,
+    vol_features: VolFeatures = DD.vol_features,
+    calendar_features: CalendarFeatures = DD.calendar_features,
     hidden_size: HiddenSize = MD.hidden_size,
     attention_heads: Heads = MD.attention_heads,
     dropout: Dropout = MD.dropout,
@@ -146,7 +152,8 @@ def train(
     optimizer_state: OptimizerState = "device",
     max_train_batches: Annotated[int, typer.Option(help="Cap training batches per epoch (0: all).",
                                                    rich_help_panel=T)] = 0,
-    threads: Annotated[int, typer.Option(help="CPU threads for torch (0: default).", rich_help_panel=T)] = 0,
+    threads: Annotated[int, typer.Option(help="CPU threads for torch (0: torch's default).",
+                                         rich_help_panel=T)] = TD.num_threads,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.", rich_help_panel=T)] = True,
     config: ConfigFile = None,
 ) -> None:
@@ -179,7 +186,10 @@ def inspect(
     val_end: ValEnd = None,
     val_fraction: ValFraction = DD.val_fraction,
     scaling: Scaling = DD.scaling,
-    calendar_features: CalendarFeatures = False,
+    vol_estimator: VolEstimator = DD.vol_estimator,
+    vol_halflife: VolHalflife = DD.vol_halflife,
+    vol_features: VolFeatures = DD.vol_features,
+    calendar_features: CalendarFeatures = DD.calendar_features,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Show what the loader sees (rows, series, contracts, rolls, windows per split) without training."""
@@ -220,7 +230,10 @@ def plan_memory_cmd(
     val_end: ValEnd = None,
     val_fraction: ValFraction = DD.val_fraction,
     scaling: Scaling = DD.scaling,
-    calendar_features: CalendarFeatures = False,
+    vol_estimator: VolEstimator = DD.vol_estimator,
+    vol_halflife: VolHalflife = DD.vol_halflife,
+    vol_features: VolFeatures = DD.vol_features,
+    calendar_features: CalendarFeatures = DD.calendar_features,
     hidden_size: HiddenSize = MD.hidden_size,
     attention_heads: Heads = MD.attention_heads,
     dropout: Dropout = MD.dropout,
@@ -274,12 +287,14 @@ def predict(
     end: End = None,
     batch_size: Annotated[int, typer.Option(help="Windows per forward pass.")] = 1024,
     device: Device = "cpu",
+    threads: Threads = TD.num_threads,
 ) -> None:
     """Quantile forecasts for every origin with a full encoder, including the live one after the last bar."""
     from foxhunt.evaluate.predict import parse_time, prepare_for_model, select_origins, write_forecasts
     from foxhunt.train.checkpoint import load_model
     from foxhunt.train.device import resolve_device
 
+    _set_threads(threads)
     dev = resolve_device(device)
     lm = load_model(model, dev)
     data = prepare_for_model(lm, _paths({"parquet_file": parquet_file}))
@@ -298,16 +313,25 @@ def evaluate(
     forecasts: Annotated[Path | None, typer.Option(help="Score these forecasts instead of predicting.")] = None,
     batch_size: Annotated[int, typer.Option(help="Windows per forward pass.")] = 1024,
     device: Device = "cpu",
+    threads: Threads = TD.num_threads,
 ) -> None:
     """Score forecasts against the realised target and three baselines on the same origins; write a report."""
     from foxhunt.evaluate.run import evaluate_run
     from foxhunt.evaluate.table import format_results
     from foxhunt.train.device import resolve_device
 
+    _set_threads(threads)
     result = evaluate_run(model, _paths({"parquet_file": parquet_file}), out_dir, start, end, batch_size,
                           resolve_device(device), forecasts)
     typer.echo(format_results(result))
     typer.echo(f"wrote {out_dir / 'metrics.json'} and {out_dir / 'report.html'}")
+
+
+def _set_threads(n: int) -> None:
+    if n > 0:
+        import torch
+
+        torch.set_num_threads(n)
 
 
 def _setup_logging(verbose: bool) -> None:

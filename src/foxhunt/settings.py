@@ -88,7 +88,10 @@ def data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
         val_end=v.get("val_end"),
         val_fraction=float(v.get("val_fraction", _D.val_fraction)),
         scaling=v.get("scaling", _D.scaling),
-        calendar_features=bool(v.get("calendar_features", False)),
+        vol_estimator=v.get("vol_estimator", _D.vol_estimator),
+        vol_halflife=float(v.get("vol_halflife", _D.vol_halflife)),
+        vol_features=bool(v.get("vol_features", _D.vol_features)),
+        calendar_features=bool(v.get("calendar_features", _D.calendar_features)),
     )
 
 

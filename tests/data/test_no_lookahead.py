@@ -64,12 +64,21 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 TARGETS = st.sampled_from(["log_return", "log_range"])
 SCALINGS = st.sampled_from(["series", "volatility"])
 ADJUST = st.sampled_from(["ratio", "none"])
+ESTIMATORS = st.sampled_from(["returns", "range"])
 
 
 @SETTINGS
-@given(seed=st.integers(0, 10**6), t=st.integers(1, N - 2), target=TARGETS, scaling=SCALINGS, adjust=ADJUST)
+@given(
+    seed=st.integers(0, 10**6),
+    t=st.integers(1, N - 2),
+    target=TARGETS,
+    scaling=SCALINGS,
+    adjust=ADJUST,
+    estimator=ESTIMATORS,
+    vol_features=st.booleans(),
+)
 def test_features_and_trailing_scaling_are_causal(
-    seed: int, t: int, target: str, scaling: str, adjust: str
+    seed: int, t: int, target: str, scaling: str, adjust: str, estimator: str, vol_features: bool
 ) -> None:
     """With fixed scalers, every per-row value (inputs, EWMA volatility, target center/scale) at rows <= t is
     unchanged when rows after t change."""
@@ -77,7 +86,16 @@ def test_features_and_trailing_scaling_are_causal(
     names = ["A", "B"]
     sidx = np.searchsorted(names, bars["series"].to_numpy())
     feats = raw_features(bars, adjust, target)
-    scalers = fit_scalers(feats, names, sidx, np.ones(len(sidx), dtype=bool), target)
+    scalers = fit_scalers(
+        feats,
+        names,
+        sidx,
+        np.ones(len(sidx), dtype=bool),
+        target,
+        halflife=5.0,
+        estimator=estimator,
+        vol_features=vol_features,
+    )
     other = raw_features(perturb(bars, t, seed + 1), adjust, target)
     keep = bars["ts"].dt.epoch("ns").to_numpy() <= t * DAY
     for c in ("log_return", "log_range", "log_volume", "roll", "target"):
@@ -95,15 +113,25 @@ def test_features_and_trailing_scaling_are_causal(
     extra=st.integers(0, 20),
     target=TARGETS,
     scaling=SCALINGS,
+    estimator=ESTIMATORS,
+    vol_features=st.booleans(),
 )
 def test_prepared_rows_before_t_ignore_later_bars(
-    seed: int, cut: int, extra: int, target: str, scaling: str
+    seed: int, cut: int, extra: int, target: str, scaling: str, estimator: str, vol_features: bool
 ) -> None:
     """End to end, with the scalers fitted on rows before the train cut: perturbing bars after t (t >= cut) changes
     neither the fitted transform nor any row tensor at rows <= t."""
     t = cut + extra
     cut_date = str(np.datetime64(cut * DAY, "ns").astype("datetime64[D]"))
-    cfg = DataConfig(encoder_length=6, horizon=3, train_end=cut_date, target=target, scaling=scaling)
+    cfg = DataConfig(
+        encoder_length=6,
+        horizon=3,
+        train_end=cut_date,
+        target=target,
+        scaling=scaling,
+        vol_estimator=estimator,
+        vol_features=vol_features,
+    )
     bars = synth(seed)
     p = prepare_from_bars(LoadedBars(bars, [], {}), cfg)
     q = prepare_from_bars(LoadedBars(perturb(bars, t, seed + 1), [], {}), cfg)

@@ -6,8 +6,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data.features import OBSERVED, raw_features
-from foxhunt.data.scaling import VOL_FLOOR, apply_scalers, fit_scalers
+from foxhunt.data.features import OBSERVED, VOL_OBSERVED, raw_features
+from foxhunt.data.scaling import VOL_FLOOR, apply_scalers, fit_scalers, observed_names
 
 DAY = 86400 * 10**9
 
@@ -164,3 +164,83 @@ def test_series_with_too_few_training_rows_borrows_the_pooled_std() -> None:
     assert sc["series"]["B"]["log_return"]["std"] == sc["pooled"]["log_return"]["std"] < 0.1
     assert sc["series"]["B"]["target"]["scale"] == sc["pooled"]["log_return"]["std"]
     assert sc["series"]["B"]["log_return"]["mean"] == pytest.approx(feats["log_return"][30 + 1])
+
+
+def test_range_estimator_is_an_ewma_of_scaled_squared_ranges() -> None:
+    """sigma_t = sqrt(EWMA(k x^2)) with k = mean(r^2) / mean(x^2) on training rows: a volatility in return units."""
+    bars = synth(80)
+    feats, names, sidx = prep(bars)
+    train = bars["ts"].dt.epoch("ns").to_numpy() < 50 * DAY
+    sc = fit_scalers(feats, names, sidx, train, "log_return", halflife=5.0, estimator="range")
+    assert sc["halflife"] == 5.0 and sc["estimator"] == "range" and sc["vol_features"] is False
+    obs, center, scale = apply_scalers(feats, names, sidx, sc, "log_return", "volatility")
+    assert obs.shape[1] == len(OBSERVED)
+    for name in names:
+        rows = bars["series"].to_numpy() == name
+        fit = rows & train & ~feats["first"].to_numpy()
+        r, x = feats["log_return"].to_numpy(), feats["log_range"].to_numpy()
+        k = np.mean(r[fit] ** 2) / np.mean(x[fit] ** 2)
+        assert sc["series"][name]["range_k"]["value"] == pytest.approx(k)
+        s = sc["series"][name]["log_return"]["std"]
+        vol = np.maximum(np.sqrt(naive_ewm(k * x[rows] ** 2, s**2, 5.0)), VOL_FLOOR * s)
+        np.testing.assert_allclose(scale[rows], vol, rtol=1e-5)
+        assert np.all(center[rows] == 0.0)
+        # log_range as the target: a scale model, center 0 and the trailing RMS range.
+        _, c2, s2 = apply_scalers(feats, names, sidx, sc, "log_range", "volatility")
+        assert np.all(c2[rows] == 0.0)
+        np.testing.assert_allclose(s2[rows], vol / np.sqrt(k), rtol=1e-5)
+
+
+def test_vol_features_are_shocks_in_units_of_the_volatility_known_before_them() -> None:
+    bars = synth(60)
+    feats, names, sidx = prep(bars)
+    hl = 8.0
+    sc = fit_scalers(
+        feats, names, sidx, np.ones(len(sidx), bool), "log_return", halflife=hl, vol_features=True
+    )
+    obs, _, scale = apply_scalers(feats, names, sidx, sc, "log_return", "volatility")
+    cols = observed_names(sc)
+    assert cols == OBSERVED + VOL_OBSERVED and obs.shape[1] == len(cols)
+    rows = bars["series"].to_numpy() == "B"
+    s = sc["series"]["B"]["log_return"]["std"]
+    r, x = feats["log_return"].to_numpy()[rows], feats["log_range"].to_numpy()[rows]
+    k = sc["series"]["B"]["range_k"]["value"]
+
+    def vol(h: float) -> np.ndarray:
+        return np.maximum(np.sqrt(naive_ewm(r**2, s**2, h)), VOL_FLOOR * s)
+
+    before = np.concatenate([[s], vol(hl)[:-1]])  # sigma_{t-1}; the seed on the first row
+    want = {
+        "shock": r / before,
+        "range_shock": np.sqrt(k) * x / before,
+        "log_vol_fast": np.log(vol(hl / 4) / vol(hl)),
+        "log_vol_slow": np.log(vol(hl * 4) / vol(hl)),
+    }
+    for c, raw in want.items():
+        m, sd = sc["series"]["B"][c]["mean"], sc["series"]["B"][c]["std"]
+        # Standardized with the statistics of the training rows (all rows but each series' first here).
+        assert m == pytest.approx(raw[1:].mean()) and sd == pytest.approx(raw[1:].std(ddof=1))
+        np.testing.assert_allclose(obs[rows, cols.index(c)], (raw - m) / sd, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(scale[rows], vol(hl), rtol=1e-5)
+
+
+def test_scalers_saved_before_the_vol_options_still_apply() -> None:
+    """A model saved before `estimator`, `vol_features` and `range_k` existed featurizes exactly as it did."""
+    bars = synth(40)
+    feats, names, sidx = prep(bars)
+    sc = fit_scalers(feats, names, sidx, np.ones(len(sidx), bool), "log_return")
+    old = {k: v for k, v in sc.items() if k not in ("estimator", "vol_features")}
+    old["series"] = {n: {k: v for k, v in e.items() if k != "range_k"} for n, e in sc["series"].items()}
+    old["pooled"] = {k: v for k, v in sc["pooled"].items() if k != "range_k"}
+    for a, b in zip(
+        apply_scalers(feats, names, sidx, sc, "log_return", "volatility"),
+        apply_scalers(feats, names, sidx, old, "log_return", "volatility"),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_unknown_estimator_is_refused() -> None:
+    feats, names, sidx = prep(synth(10))
+    with pytest.raises(ValueError, match="estimator"):
+        fit_scalers(feats, names, sidx, np.ones(len(sidx), bool), "log_return", estimator="garch")

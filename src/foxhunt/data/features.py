@@ -12,6 +12,11 @@ import polars as pl
 # its EWMA is seeded from the training std; `roll` is a 0/1 flag and is not standardized.
 OBSERVED = ("log_return", "log_range", "log_volume", "log_vol", "roll")
 STANDARDIZED = ("log_return", "log_range", "log_volume", "log_vol")
+# Extra observed inputs with DataConfig.vol_features, appended after OBSERVED; computed (and standardized) in
+# scaling.py because they need the trailing volatility sigma: the bar's return and range in units of the sigma known
+# before the bar (the shock a GARCH filter reacts to, signed so that the leverage effect can be learnt), and the
+# log ratio of a fast and a slow trailing volatility to sigma (is volatility rising or falling).
+VOL_OBSERVED = ("shock", "range_shock", "log_vol_fast", "log_vol_slow")
 
 
 def raw_features(bars: pl.DataFrame, adjust: str, target: str) -> pl.DataFrame:

@@ -24,9 +24,9 @@ from foxhunt.data.calendar import (
     median_spacing_ns,
 )
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import OBSERVED, raw_features
+from foxhunt.data.features import raw_features
 from foxhunt.data.load import LoadedBars, load_bars
-from foxhunt.data.scaling import apply_scalers, fit_scalers
+from foxhunt.data.scaling import apply_scalers, fit_scalers, observed_names
 from foxhunt.data.schema import Feature, FeatureSchema, Kind, Role
 from foxhunt.data.summary import EPOCH, data_summary, iso
 from foxhunt.data.windows import SplitResult, WindowedData, assign_splits, series_bounds, window_starts
@@ -125,7 +125,16 @@ def prepare_from_bars(
         has_train = np.bincount(sidx[train_mask & ~feats["first"].to_numpy()], minlength=len(names)) > 0
         transform = FittedTransform(
             series_vocab=tuple(n for n, ok in zip(names, has_train, strict=True) if ok),
-            scalers=fit_scalers(feats, names, sidx, train_mask, target),
+            scalers=fit_scalers(
+                feats,
+                names,
+                sidx,
+                train_mask,
+                target,
+                halflife=cfg.vol_halflife,
+                estimator=cfg.vol_estimator,
+                vol_features=cfg.vol_features,
+            ),
             target=target,
             scaling=scaling,
             intraday=intraday,
@@ -316,11 +325,12 @@ def _schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureSchema:
     features = (
         Feature("series", Role.STATIC, Kind.CATEGORICAL, cardinality=len(tf.series_vocab) + 1),
         *(Feature(n, Role.KNOWN, Kind.CONTINUOUS) for n in known),
-        *(Feature(n, Role.OBSERVED, Kind.CONTINUOUS) for n in OBSERVED),
+        *(Feature(n, Role.OBSERVED, Kind.CONTINUOUS) for n in observed_names(tf.scalers)),
     )
     extra = {
         "scaling": tf.scaling,
         "vol_halflife": tf.scalers["halflife"],
+        "vol_estimator": tf.scalers.get("estimator", "returns"),
         "intraday": tf.intraday,
         "calendar_features": tf.calendar_features,
         "exchange_tz": tf.exchange_tz,

@@ -1,15 +1,25 @@
 """Scalers fitted on the training rows only, and their per-row application.
 
 `fit_scalers` returns plain JSON-able values (saved in the model's FittedTransform):
-    {"halflife": float,
-     "series": {name: {feature: {"mean", "std"}, ..., "target": {"center", "scale"}}},
+    {"halflife": float, "estimator": "returns" | "range", "vol_features": bool,
+     "series": {name: {feature: {"mean", "std"}, ..., "target": {"center", "scale"}, "range_k": {"value"}}},
      "pooled": {same, over all training rows}}     # fallback for a series unseen in training
-Observed features are standardized per series in both scaling modes. The target's (center, scale) per row:
+Observed features are standardized per series in both scaling modes. The trailing volatility sigma_t is a causal
+EWMA (halflife `halflife` bars, rows up to and including t) of a per-bar variance proxy, seeded with the training
+return variance and floored at VOL_FLOOR x the train std:
+- estimator "returns": the proxy is r_t^2 (RiskMetrics);
+- estimator "range": the proxy is k ln(H/L)_t^2, k = mean(r^2) / mean(ln(H/L)^2) on the training rows, so sigma stays
+  in return units. A bar's range carries several times the information about its variance that its close-to-close
+  return does (Parkinson 1980), so the same halflife gives a far less noisy sigma, and a shorter halflife (faster
+  reaction to a volatility shock, which is what GARCH's alpha buys) becomes affordable.
+The target's (center, scale) per row:
 - "series": constant per series: center 0 (log_return) or the train mean (log_range), scale the train std.
-- "volatility": causal trailing EWMA (halflife `halflife` bars, using rows up to and including t), seeded with the
-  train statistics and floored at VOL_FLOOR x the train std, so the model forecasts in units of recent volatility.
-  log_return: center 0, scale sqrt(EWMA r^2); log_range: center EWMA mean, scale EWMA std.
-The trailing return volatility is also an observed input (`log_vol` = ln of it, then standardized).
+- "volatility", log_return: center 0, scale sigma_t, so the model forecasts in units of recent volatility.
+- "volatility", log_range, estimator "returns": center EWMA mean of the range, scale its EWMA std.
+- "volatility", log_range, estimator "range": center 0, scale sigma_t / sqrt(k) (the trailing RMS range): a scale
+  model, because a range is positive and proportional to volatility, its shape nearly fixed (see garch_range).
+The trailing volatility is also an observed input (`log_vol` = ln sigma_t, then standardized). With `vol_features`
+four more inputs describe the recent shocks in units of the volatility known before them (see VOL_OBSERVED).
 """
 
 from __future__ import annotations
@@ -17,10 +27,17 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from foxhunt.data.features import OBSERVED, STANDARDIZED
+from foxhunt.data.features import OBSERVED, STANDARDIZED, VOL_OBSERVED
 
 VOL_HALFLIFE = 20.0
 VOL_FLOOR = 0.1
+ESTIMATORS = ("returns", "range")
+FAST_SLOW = 4.0  # log_vol_fast / log_vol_slow use halflife / 4 and halflife * 4
+
+
+def observed_names(scalers: dict) -> tuple[str, ...]:
+    """Observed continuous inputs in batch column order for these scalers."""
+    return OBSERVED + (VOL_OBSERVED if scalers.get("vol_features", False) else ())
 
 
 def _alpha(halflife: float) -> float:
@@ -48,6 +65,17 @@ def _stats(train: pl.DataFrame, cols: tuple[str, ...]) -> tuple[dict, dict]:
     return per, pooled
 
 
+def _range_k(train: pl.DataFrame) -> tuple[dict, float]:
+    """k = mean(r^2) / mean(range^2) per series and pooled (1 where undefined): range^2 in return-variance units."""
+    ratio = (pl.col("log_return") ** 2).mean() / (pl.col("log_range") ** 2).mean()
+    pooled = _safe(train.select(ratio.alias("k")).item(), 1.0)
+    per = {
+        r["series"]: _safe(r["k"], pooled)
+        for r in train.group_by("series").agg(ratio.alias("k")).iter_rows(named=True)
+    }
+    return per, pooled
+
+
 def _per_row(scalers: dict, names: list[str], sidx: np.ndarray, key: str, field: str) -> np.ndarray:
     """(N,) value scalers[series][key][field] of each row's series (pooled for a series unseen in training)."""
     table = np.array(
@@ -63,36 +91,57 @@ def fit_scalers(
     train_mask: np.ndarray,
     target: str,
     halflife: float = VOL_HALFLIFE,
+    estimator: str = "returns",
+    vol_features: bool = False,
 ) -> dict:
     """Fit on rows where `train_mask` is true (ts before the train cut), excluding each series' first row.
 
     `names[sidx[i]]` is the series of row i (rows sorted by series, ts).
     """
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"volatility estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
     keep = pl.Series(train_mask & ~feats["first"].to_numpy())
     train = feats.select("series", "log_return", "log_range", "log_volume").filter(keep)
     per, pooled = _stats(train, ("log_return", "log_range", "log_volume"))
-    scalers = {"halflife": float(halflife), "series": per, "pooled": pooled}
+    per_k, pooled_k = _range_k(train)
+    scalers = {
+        "halflife": float(halflife),
+        "estimator": estimator,
+        "vol_features": bool(vol_features),
+        "series": per,
+        "pooled": pooled,
+    }
+    for name, entry in per.items():
+        entry["range_k"] = {"value": per_k[name]}
+    pooled["range_k"] = {"value": pooled_k}
     for entry in (*per.values(), pooled):
         t = entry[target]
         entry["target"] = {"center": 0.0 if target == "log_return" else t["mean"], "scale": t["std"]}
-    # log_vol is seeded from the return std just fitted, so it is fitted in a second pass over the same rows.
-    log_vol = trailing(feats, names, sidx, scalers, target, "series")[0]
-    per_vol, pooled_vol = _stats(
-        pl.DataFrame({"series": feats["series"], "log_vol": log_vol}).filter(keep), ("log_vol",)
-    )
+    # log_vol (and the vol features) are seeded from the return std just fitted: a second pass over the same rows.
+    vol_cols = ("log_vol", *VOL_OBSERVED) if vol_features else ("log_vol",)
+    derived = trailing(feats, names, sidx, scalers, target, "series")[0]
+    frame = pl.DataFrame({"series": feats["series"], **{c: derived[c] for c in vol_cols}}).filter(keep)
+    per_vol, pooled_vol = _stats(frame, vol_cols)
     for name, entry in per.items():
-        entry["log_vol"] = per_vol[name]["log_vol"]
-    pooled["log_vol"] = pooled_vol["log_vol"]
+        entry.update(per_vol[name])
+    pooled.update(pooled_vol)
     return scalers
 
 
 def trailing(
     feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, target: str, scaling: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(N,) arrays: `log_vol` (ln of the trailing return volatility) and the target's center and scale per row."""
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """({name: (N,)} derived inputs: log_vol and, with vol_features, VOL_OBSERVED), target center and scale (N,)."""
+    estimator = scalers.get("estimator", "returns")
     r_std = _per_row(scalers, names, sidx, "log_return", "std")
     t_center = _per_row(scalers, names, sidx, "target", "center")
     t_scale = _per_row(scalers, names, sidx, "target", "scale")
+    # Older models have no range_k; they use the "returns" estimator and no vol features, so 1 is never read.
+    k = (
+        _per_row(scalers, names, sidx, "range_k", "value")
+        if "range_k" in scalers["pooled"]
+        else np.ones(len(sidx))
+    )
     df = pl.DataFrame(
         {
             "g": sidx,
@@ -102,21 +151,30 @@ def trailing(
             "r_std": r_std,
             "t_center": t_center,
             "t_scale": t_scale,
+            "k": k,
         }
     )
-    alpha = _alpha(scalers["halflife"])
+    halflife = scalers["halflife"]
+    r_std_e, t_center_e, t_scale_e, k_e = pl.col("r_std"), pl.col("t_center"), pl.col("t_scale"), pl.col("k")
 
-    def ewm(
-        x: pl.Expr, seed: pl.Expr
-    ) -> pl.Expr:  # seeded causal EWMA: the first row of a series holds the seed
-        return pl.when(pl.col("first")).then(seed).otherwise(x).ewm_mean(alpha=alpha, adjust=False).over("g")
+    def ewm(x: pl.Expr, seed: pl.Expr, hl: float = halflife) -> pl.Expr:
+        # seeded causal EWMA: the first row of a series holds the seed
+        return (
+            pl.when(pl.col("first"))
+            .then(seed)
+            .otherwise(x)
+            .ewm_mean(alpha=_alpha(hl), adjust=False)
+            .over("g")
+        )
 
-    r_std_e, t_center_e, t_scale_e = pl.col("r_std"), pl.col("t_center"), pl.col("t_scale")
-    vol = pl.max_horizontal(ewm(pl.col("r") ** 2, r_std_e**2).sqrt(), VOL_FLOOR * r_std_e)
-    exprs = [vol.log().alias("log_vol")]
-    if scaling == "volatility" and target == "log_return":
-        exprs += [vol.alias("scale")]
-    elif scaling == "volatility":
+    proxy = pl.col("r") ** 2 if estimator == "returns" else k_e * pl.col("x") ** 2  # per-bar variance proxy
+
+    def sigma(hl: float) -> pl.Expr:  # trailing volatility in return units, floored
+        return pl.max_horizontal(ewm(proxy, r_std_e**2, hl).sqrt(), VOL_FLOOR * r_std_e)
+
+    vol = sigma(halflife)
+    exprs = [vol.alias("vol")]
+    if scaling == "volatility" and target == "log_range" and estimator == "returns":
         x = pl.col("x")
         m = ewm(x, t_center_e)
         var = ewm(x**2, t_center_e**2 + t_scale_e**2) - m**2
@@ -124,26 +182,41 @@ def trailing(
             m.alias("center"),
             pl.max_horizontal(var, (VOL_FLOOR * t_scale_e) ** 2).sqrt().alias("scale"),
         ]
+    if scalers.get("vol_features", False):
+        before = vol.shift(1).over("g")  # sigma known before bar t: the shock is measured against it
+        before = pl.when(pl.col("first")).then(r_std_e).otherwise(before)
+        exprs += [
+            (pl.col("r") / before).alias("shock"),
+            (k_e.sqrt() * pl.col("x") / before).alias("range_shock"),
+            (sigma(halflife / FAST_SLOW) / vol).log().alias("log_vol_fast"),
+            (sigma(halflife * FAST_SLOW) / vol).log().alias("log_vol_slow"),
+        ]
     out = df.select(exprs)
+    sig = out["vol"].to_numpy()
     if scaling == "series":
         center, scale = t_center, t_scale
     elif target == "log_return":
-        center, scale = np.zeros(len(sidx)), out["scale"].to_numpy()
+        center, scale = np.zeros(len(sidx)), sig
+    elif estimator == "range":
+        center, scale = np.zeros(len(sidx)), sig / np.sqrt(k)
     else:
         center, scale = out["center"].to_numpy(), out["scale"].to_numpy()
-    log_vol = out["log_vol"].to_numpy()
-    return log_vol, center, scale
+    derived = {"log_vol": np.log(sig)}
+    if scalers.get("vol_features", False):
+        derived.update({c: out[c].to_numpy() for c in VOL_OBSERVED})
+    return derived, center, scale
 
 
 def apply_scalers(
     feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, target: str, scaling: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Observed inputs (N, len(OBSERVED)) float32 standardized per series, and the target center, scale (N,)."""
-    log_vol, center, scale = trailing(feats, names, sidx, scalers, target, scaling)
-    obs = np.empty((len(sidx), len(OBSERVED)), dtype=np.float32)  # (N, Or)
-    for j, c in enumerate(OBSERVED):  # a handful of columns
-        x = log_vol if c == "log_vol" else feats[c].to_numpy()
-        if c in STANDARDIZED:
+    """Observed inputs (N, len(observed_names)) float32 standardized per series, and the target center, scale (N,)."""
+    derived, center, scale = trailing(feats, names, sidx, scalers, target, scaling)
+    cols = observed_names(scalers)
+    obs = np.empty((len(sidx), len(cols)), dtype=np.float32)  # (N, Or)
+    for j, c in enumerate(cols):  # a handful of columns
+        x = derived[c] if c in derived else feats[c].to_numpy()
+        if c in STANDARDIZED or c in VOL_OBSERVED:
             x = (x - _per_row(scalers, names, sidx, c, "mean")) / _per_row(scalers, names, sidx, c, "std")
         obs[:, j] = np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
     return obs, center.astype(np.float32), scale.astype(np.float32)
