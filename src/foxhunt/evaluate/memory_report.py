@@ -53,9 +53,8 @@ def load_memory(path: Path) -> pl.DataFrame:
             f"{path}: not found; memory-report needs the run directory of a `foxhunt train` run (it writes memory.jsonl)"
         )
     data = path.read_bytes()
-    if not data.endswith(
-        b"\n"
-    ):  # the writer ends every record with a newline; anything after the last one is torn
+    # The writer ends every record with a newline; anything after the last one is torn.
+    if not data.endswith(b"\n"):
         data = data[: data.rfind(b"\n") + 1]
     if not data.strip():
         raise InputError(
@@ -67,7 +66,13 @@ def load_memory(path: Path) -> pl.DataFrame:
         raise InputError(
             f"{path}: is not a foxhunt memory log ({type(e).__name__}: {str(e).splitlines()[0]})"
         ) from e
-    return df.with_row_index("row")
+    required = pl.col("phase", "time", "host_rss_mb")
+    bad = df.select(pl.any_horizontal(required.is_null()).arg_true()).to_series()
+    if len(bad):
+        raise InputError(
+            f"{path}: line {bad[0] + 1} has no phase, time or host_rss_mb; not a foxhunt memory log"
+        )
+    return df
 
 
 def phase_summary(df: pl.DataFrame) -> pl.DataFrame:
@@ -181,7 +186,9 @@ def plot_memory(df: pl.DataFrame, path: Path) -> None:
     ax.set_title("memory by phase")
     handles, _ = ax.get_legend_handles_labels()
     handles += [Patch(color=c, alpha=0.15, label=name) for name, c in REGION_COLORS.items()]
-    ax.legend(handles=handles, loc="upper left", fontsize="small")
+    ax.legend(
+        handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small"
+    )  # beside the axes
     write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
 
 

@@ -124,7 +124,7 @@ def read_forecasts(path: Path, data: PreparedData, ids: torch.Tensor, lm: Loaded
     if joined.height == 0:
         raise InputError(f"{path}: no forecast matches an origin of these bars; predict on the same file first")
     q = np.stack([np.stack(joined[c].to_list()) for c in cols], axis=-1)  # (K, D, Q)
-    win = torch.from_numpy(joined["window"].to_numpy())
+    win = torch.from_numpy(joined["window"].to_numpy().copy())
     return Scored(w.series_index(win).numpy(), (w.starts[win] + w.encoder_length - 1).numpy(),
                   joined["origin_ns"].to_numpy(), q, w.actual(win).numpy().astype(np.float64))
 

@@ -103,6 +103,7 @@ def fit(
         lr = optimizer.param_groups[0]["lr"]
         tracker.record("train_end", epoch=epoch)
 
+        optimizer.zero_grad(set_to_none=True)  # the last step's gradients are not needed while validating
         model.eval()
         tracker.record("val_start", epoch=epoch)
         val = validate(lambda b: model(b).quantiles, data.windows, val_ids, val_batch_size, quantiles, device,

@@ -35,9 +35,10 @@ from foxhunt.model.config import ModelConfig
 from foxhunt.model.loss import quantile_loss
 
 MIB = 2**20
-HEADROOM = 0.10  # share of the budget kept free for what no plan sees: other processes, library workspaces, drift
+HEADROOM = 0.10  # share of the budget kept free for what no plan sees: other processes, workspaces, drift
 FRAGMENTATION = 0.05  # allowance on the predicted peak for allocator rounding and fragmentation
 ADAM_MOMENTS = 2  # AdamW keeps exp_avg and exp_avg_sq, each the size of the parameter, in fp32
+MIN_CALIBRATION = 0.5  # the analytic activation count is trusted at least this far (see `calibration`)
 PROBE_BATCHES = (2, 8)  # two small batches: their difference gives the measured per-sample activation bytes
 DEFAULT_BATCH_SIZES = tuple(2**i for i in range(13))  # 1, 2, 4, ..., 4096
 
@@ -105,7 +106,19 @@ class MemoryPlan:
             f"val x{self.val_calibration:.3f} ({self.probe})"
             + (". Optimizer state in host memory." if self.optimizer_state_on_cpu else ".")
         )
-        cols = ("batch", "weights", "grads", "optim", "activ", "data", "train", "fits", "val activ", "val", "fits")
+        cols = (
+            "batch",
+            "weights",
+            "grads",
+            "optim",
+            "activ",
+            "data",
+            "train",
+            "fits",
+            "v.activ",
+            "val",
+            "fits",
+        )
         rows = [
             (
                 str(r.batch_size),
@@ -140,7 +153,8 @@ class MemoryPlan:
             "device": self.device,
             "optimizer_state_on_cpu": self.optimizer_state_on_cpu,
             "rows": [
-                {"batch_size": r.batch_size, "train": r.train.to_dict(), "val": r.val.to_dict()} for r in self.rows
+                {"batch_size": r.batch_size, "train": r.train.to_dict(), "val": r.val.to_dict()}
+                for r in self.rows
             ],
         }
 
@@ -173,7 +187,9 @@ def parse_size(text: str, what: str = "memory size") -> int:
     m = _SIZE.match(str(text))
     unit = m.group(2).lower() if m else None
     if m is None or unit not in _UNITS or float(m.group(1)) * _UNITS[unit] < 1:
-        raise InputError(f"{what} {text!r} is not understood; write e.g. 4GiB, 512MiB, 4GB or a number of bytes")
+        raise InputError(
+            f"{what} {text!r} is not understood; write e.g. 4GiB, 512MiB, 4GB or a count of bytes"
+        )
     return int(float(m.group(1)) * _UNITS[unit])
 
 
@@ -226,15 +242,17 @@ def stages(sizes: InputSizes, cfg: ModelConfig, device_type: str, elem_bytes: in
         if v == 0:
             return 0.0
         flat = grn(v * h, h, v) - v * h  # the flattened-input GRN; its input counted below
-        return input_copies * v * h + flat + stacked(v) + v * h + v  # + processed (V, H) and softmax weights (V)
+        # input copies, flat GRN, per-variable GRNs, processed (V, H) and softmax weights (V)
+        return input_copies * v * h + flat + stacked(v) + v * h + v
 
-    lstm_step = 17 * h * layers  # CPU oneDNN workspace as measured; cuDNN's reserve is of the same order (calibrated)
+    # Per step and layer: CPU oneDNN's workspace as measured; cuDNN's reserve is of that order (calibrated).
+    lstm_step = 17 * h * layers
     attention = (
         t * (3 * h + k)  # θ, key copy, fused K|V projection
         + d * h  # query copy
         + n * d * t * (2 + m if m else 1)  # softmax output, dropout mask and output
         + m * n * d * k + d * k + m * d * h  # head dropout, mixed heads, output dropout
-    )
+    )  # fmt: skip
     return [
         Stage("embeddings", idx * (n_cat[0] + t * n_cat[1] + e * n_cat[2]), 0.0,
               max(2 * t * vk * h, t * vk * h + e * vo * h + e * ve * h)),
@@ -362,6 +380,7 @@ def probe_per_sample(
     grads = {p: p.grad for p in model.parameters()}
     q = torch.tensor(cfg.quantiles, device=device)
     peaks: dict[bool, list[int]] = {True: [], False: []}
+    oom = False
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             for train in (True, False):
@@ -373,15 +392,23 @@ def probe_per_sample(
                         p.grad = None
                     del batch
     except torch.OutOfMemoryError:
-        return None
+        oom = True  # handled below, once the traceback (and the tensors its frames hold) is gone
     finally:
         model.train(was_training)
         for p, g in grads.items():
             p.grad = g
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    if oom:
+        return None
     span = PROBE_BATCHES[1] - PROBE_BATCHES[0]
     return (peaks[True][1] - peaks[True][0]) / span, (peaks[False][1] - peaks[False][0]) / span
+
+
+def calibration(measured: float, analytic: float) -> float:
+    """measured / analytic bytes per sample, never below MIN_CALIBRATION: a probe that sees less than half the
+    analytic count saw allocator rounding at tiny sizes, not the activations (1.0 when it saw no growth at all)."""
+    return 1.0 if measured <= 0 else max(MIN_CALIBRATION, measured / analytic)
 
 
 # -- the plan --------------------------------------------------------------------------------------------------------
@@ -402,7 +429,8 @@ def plan_memory(
     With `probe` the model must already be on `device`; it runs a few small steps there (state restored after).
     `optimizer_state_on_cpu` keeps AdamW's moments in host memory (foxhunt.train.optim.HostAdamW): no optimizer term
     on an accelerator; on CPU the host is the device, so the term stays. The validation step is the one inside a
-    training run: the optimizer state and the last step's gradients are still resident beside the weights.
+    training run: the optimizer state stays resident beside the weights, while the gradients are freed before
+    validation starts (the loop calls zero_grad(set_to_none=True)), so they are not counted there.
     """
     device = torch.device(device)
     params = [p for p in model.parameters()]
@@ -414,7 +442,8 @@ def plan_memory(
     on_host = optimizer_state_on_cpu and device.type != "cpu"
     optimizer = 0 if on_host else sum(ADAM_MOMENTS * p.numel() * 4 for p in trainable)
     elem = next((p.element_size() for p in params if p.is_floating_point()), 4)
-    train_el, val_el = activation_elements(stages(sizes, cfg, device.type, elem), cfg.activation_checkpointing)
+    stage_list = stages(sizes, cfg, device.type, elem)
+    train_el, val_el = activation_elements(stage_list, cfg.activation_checkpointing)
     train_cal = val_cal = 1.0
     how = "none: analytic only"
     if probe:
@@ -425,15 +454,20 @@ def plan_memory(
         if measured is None:
             how = "probe ran out of memory: analytic only"
         else:
-            train_cal, val_cal = measured[0] / (train_el * elem), measured[1] / (val_el * elem)
+            train_cal, val_cal = (
+                calibration(measured[0], train_el * elem),
+                calibration(measured[1], val_el * elem),
+            )
             meter = "max_memory_allocated" if device.type == "cuda" else "live tensor bytes"
             how = f"probe: {meter} at batch {' and '.join(map(str, PROBE_BATCHES))}"
     per_sample_batch = probe_batch(sizes, cfg, 1, torch.device("meta")).nbytes()
     rows = []
     for b in sorted(set(int(x) for x in batch_sizes)):
         data = b * per_sample_batch
-        train = MemoryBreakdown(weights, gradients, optimizer, math.ceil(b * train_el * elem * train_cal), data)
-        val = MemoryBreakdown(weights, gradients, optimizer, math.ceil(b * val_el * elem * val_cal), data)
+        train_act = math.ceil(b * train_el * elem * train_cal)
+        val_act = math.ceil(b * val_el * elem * val_cal)
+        train = MemoryBreakdown(weights, gradients, optimizer, train_act, data)
+        val = MemoryBreakdown(weights, 0, optimizer, val_act, data)
         rows.append(MemoryRow(b, train, val))
     best_train = max((r.batch_size for r in rows if fits(r.train.total, budget_bytes)), default=0)
     best_val = max((r.batch_size for r in rows if fits(r.val.total, budget_bytes)), default=0)
