@@ -7,17 +7,17 @@ with the model (`to_dict` / `from_dict`) so forecasting needs no training data.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class Role(str, Enum):
+class Role(StrEnum):
     STATIC = "static"  # constant per series (e.g. series identity)
     KNOWN = "known"  # known in advance for past and future bars (calendar)
     OBSERVED = "observed"  # only known up to the forecast origin (returns, range, volume)
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     CATEGORICAL = "categorical"
     CONTINUOUS = "continuous"
 
