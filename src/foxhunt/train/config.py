@@ -12,7 +12,7 @@ AUTO = "auto"
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 5
+    epochs: int = 3
     batch_size: int | str = 128  # an int or "auto" (largest that fits --memory-budget)
     validation_batch_size: int | str = AUTO  # validation needs no backward activations, so it can be larger
     learning_rate: float = 1e-3
