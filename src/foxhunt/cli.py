@@ -334,12 +334,19 @@ def _set_threads(n: int) -> None:
         torch.set_num_threads(n)
 
 
+class _ConsoleHandler(logging.StreamHandler):
+    """Messages to whatever sys.stderr is when they are emitted (callers of main() may swap it between calls)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def _setup_logging(verbose: bool) -> None:
     logger = logging.getLogger("foxhunt")
-    if not any(getattr(h, "_foxhunt_console", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(h, _ConsoleHandler) for h in logger.handlers):
+        handler = _ConsoleHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))
-        handler._foxhunt_console = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
     logger.propagate = False

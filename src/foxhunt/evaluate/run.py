@@ -76,9 +76,11 @@ def evaluate_run(
 
     qs = lm.model_cfg.quantiles
     series_names = data.windows.series_names
-    model_metrics = score(scored.actual, scored.quantiles, scored.series, qs, series_names)
+    directional = lm.schema.target == "log_return"
+    model_metrics = score(scored.actual, scored.quantiles, scored.series, qs, series_names, directional)
     baseline_q = baselines(lm, data, loaded.bars, scored, model_dir)
-    baseline_metrics = {k: score(scored.actual, v, scored.series, qs, series_names) for k, v in baseline_q.items()}
+    baseline_metrics = {k: score(scored.actual, v, scored.series, qs, series_names, directional)
+                        for k, v in baseline_q.items()}
     skills = {k: skill(model_metrics["overall"]["q_risk"], m["overall"]["q_risk"]) for k, m in baseline_metrics.items()}
     period = {"first_origin": _iso(scored.origin_ns.min()), "last_origin": _iso(scored.origin_ns.max()),
               "origins": int(len(scored.origin_ns))}
@@ -129,12 +131,17 @@ def read_forecasts(path: Path, data: PreparedData, ids: torch.Tensor, lm: Loaded
                   joined["origin_ns"].to_numpy(), q, w.actual(win).numpy().astype(np.float64))
 
 
-def score(y: np.ndarray, q: np.ndarray, series: np.ndarray, qs: tuple[float, ...],
-          names: tuple[str, ...]) -> dict[str, Any]:
+def score(y: np.ndarray, q: np.ndarray, series: np.ndarray, qs: tuple[float, ...], names: tuple[str, ...],
+          directional: bool) -> dict[str, Any]:
+    """Metrics overall, per horizon and per series (by name). The directional hit rate means something for returns
+    only: a range is always positive, so for other targets it is reported as null."""
     acc = MetricAccumulator(qs, y.shape[1], n_series=len(names))
     acc.update(y, q, series)
     res = acc.result()
     res["per_series"] = {names[int(k)]: v for k, v in res.get("per_series", {}).items()}
+    if not directional:
+        for block in [res["overall"], *res["per_horizon"], *res["per_series"].values()]:
+            block["hit_rate"] = None
     return res
 
 

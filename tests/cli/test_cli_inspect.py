@@ -1,0 +1,60 @@
+"""`foxhunt inspect`, `foxhunt sample`, `foxhunt plan-memory` and `foxhunt memory-report` from the command line."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+
+from foxhunt.cli import main
+
+
+def test_inspect_json_has_the_summary_and_the_roll_table(fixtures_dir, capsys):
+    assert main(["inspect", str(fixtures_dir / "es_fut_ohlcv1m_databento.parquet"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["rows_read"] == 68_239
+    assert set(out["series"]) == {"ES"}
+    assert out["windows"]["train"] > 0 and out["windows"]["val"] > 0
+    (roll,) = out["rolls"]
+    assert set(roll) == {"root", "trade_date", "from", "to", "gap"}
+    assert (roll["root"], roll["from"], roll["to"]) == ("ES", "ESH4", "ESM4")
+
+
+def test_inspect_text_names_rows_contracts_and_splits(fixtures_dir, capsys):
+    assert main(["inspect", str(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")]) == 0
+    out = capsys.readouterr().out
+    for needle in ("68,239 rows read", "ESH4-ESM4", "train", "val", "2024-03-08 ESH4->ESM4"):
+        assert needle in out
+
+
+def test_inspect_a_file_too_short_for_one_window_says_how_many_bars_are_needed(fixtures_dir, capsys):
+    code = main(["inspect", str(fixtures_dir / "es_fut_ohlcv1d_databento.parquet"), "--encoder-length", "64"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]  # earlier lines are the loader's progress log
+    assert last.startswith("foxhunt: error:") and "needs 70 bars" in last and "--encoder-length" in last
+
+
+def test_sample_writes_databento_parquet(tmp_path, capsys):
+    out = tmp_path / "es.parquet"
+    assert main(["sample", "--out", str(out)]) == 0
+    bars = pl.read_parquet(out)
+    assert bars.columns[-1] == "ts_event" and {"ESH4", "ESM4", "ESH4-ESM4"} <= set(bars["symbol"])
+
+
+def test_plan_memory_prints_a_table_and_the_largest_batch(fixtures_dir, capsys):
+    assert main(["plan-memory", "--parquet-file", str(fixtures_dir / "es_fut_ohlcv1h_databento.parquet"),
+                 "--memory-budget", "256MiB", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "weights" in out and "largest training batch that fits" in out
+
+
+def test_memory_report_on_a_training_run(tmp_path, tiny, fixtures_dir, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *tiny, "--parquet-file", str(fixtures_dir / "generic_ohlcv_daily.parquet"), "--epochs",
+                 "1", "--memory-log-every", "2", "--validation-batch-size", "8", "--run-dir", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["memory-report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "val_batch" in out and (run / "memory.png").read_bytes()[:4] == b"\x89PNG"
