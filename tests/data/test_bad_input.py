@@ -165,3 +165,9 @@ def test_truncated_dbn(tmp_path):
     path.write_bytes(data[: len(data) // 2])
     msg = _fails([path])
     assert str(path) in msg and "truncated" in msg
+
+
+def test_databento_definition_parquet_is_named_as_such() -> None:
+    path = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "es_fut_definition_databento.parquet"
+    with pytest.raises(InputError, match="definition records, not OHLCV bars"):
+        load_bars(DataConfig(paths=(str(path),)))

@@ -193,7 +193,7 @@ def _wanted(names: list[str], path: Path, timestamp_col: str | None, symbol_col:
 
 def _find_columns(names: list[str], path: Path, timestamp_col: str | None, symbol_col: str | None) -> dict:
     found: dict[str, str | None] = {}
-    listing = ", ".join(names)
+    listing = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
     if timestamp_col is not None:
         found["time"] = _match(names, timestamp_col)
         if found["time"] is None:
@@ -210,6 +210,8 @@ def _find_columns(names: list[str], path: Path, timestamp_col: str | None, symbo
                 " name it with --timestamp-col"
             )
     missing = [c for c in VALUE_COLS if _match(names, c) is None]
+    if missing and _match(names, "instrument_class") is not None and _match(names, "raw_symbol") is not None:
+        raise InputError(f"{path}: holds Databento definition records, not OHLCV bars; pass an ohlcv-1s/1m/1h/1d file")
     if missing:
         raise InputError(
             f"{path}: missing required column(s) {', '.join(missing)}; found columns: {listing};"
