@@ -6,6 +6,7 @@ stderr, no traceback), 3 does not fit in memory.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -164,10 +165,10 @@ def train(
     v = _values(ctx, config)
     if v.get("resume") and not v.get("run_dir"):
         raise InputError("--resume needs --run-dir: the run to continue")
-    data_cfg = settings.data_config(v, _paths(v))
+    train_cfg = settings.train_config(v)  # every flag is checked before any file is read
+    data_cfg = settings.data_config(v, ())
     model_cfg = settings.model_config(v, data_cfg)
-    train_cfg = settings.train_config(v)
-    train_run(data_cfg, model_cfg, train_cfg, resume=bool(v.get("resume")))
+    train_run(dataclasses.replace(data_cfg, paths=_paths(v)), model_cfg, train_cfg, resume=bool(v.get("resume")))
 
 
 @app.command()

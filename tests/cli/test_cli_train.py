@@ -143,8 +143,10 @@ def test_use_gpu_without_a_gpu_is_a_one_line_error(tmp_path, tiny, fixtures_dir,
 def test_bad_input_stops_with_one_line_and_status_2(tmp_path, tiny, fixtures_dir, capsys, args, needle):
     code, run = train(tmp_path, tiny, *args)
     assert code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and needle in err[0]
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("foxhunt: error:")]
+    assert len(errors) == 1 and needle in errors[0] and err.strip().endswith(errors[0])
     assert not (run / "model.safetensors").exists()
 
 
