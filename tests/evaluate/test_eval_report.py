@@ -40,32 +40,6 @@ def test_every_plot_returns_png(results):
         "encoder_length": 2,
     }
     times = np.arange("2024-01-02", "2024-01-12", dtype="datetime64[D]")
-    memory = [
-        {
-            "phase": "train_batch",
-            "time": 100.0,
-            "host_rss_mb": 500.0,
-            "device_allocated_mb": None,
-            "epoch": 0,
-            "batch": 0,
-        },
-        {
-            "phase": "train_batch",
-            "time": 101.5,
-            "host_rss_mb": 510.0,
-            "device_allocated_mb": None,
-            "epoch": 0,
-            "batch": 1,
-        },
-        {
-            "phase": "val_end",
-            "time": 103.0,
-            "host_rss_mb": 505.0,
-            "device_allocated_mb": None,
-            "epoch": 0,
-            "batch": None,
-        },
-    ]
     training = [{"epoch": 0, "step": 10, "train_loss": 0.5, "lr": 1e-3}, {"epoch": 0, "step": 20, "train_loss": 0.4},
                 {"epoch": 0, "step": 20, "val_loss": 0.45}]  # fmt: skip
     images = [
@@ -80,8 +54,6 @@ def test_every_plot_returns_png(results):
         plots.attention_by_lag(interp),
         plots.training_curves(training),
         plots.training_curves([]),
-        plots.memory_timeline(memory),
-        plots.memory_timeline([{**r, "time": f"2024-01-01T00:00:0{i}"} for i, r in enumerate(memory)]),
     ]
     for png in images:
         assert isinstance(png, bytes) and png.startswith(PNG) and len(png) > 1000

@@ -149,6 +149,12 @@ def format_table(summary: pl.DataFrame, df: pl.DataFrame, path: Path) -> str:
 
 
 def plot_memory(df: pl.DataFrame, path: Path) -> None:
+    """Write `memory_png(df)` to `path` atomically."""
+    png = memory_png(df)
+    write_with(path, lambda tmp: tmp.write_bytes(png))
+
+
+def memory_png(df: pl.DataFrame) -> bytes:
     """Memory over time (host RSS and peak; device allocated / reserved / peak when present), train/validation/checkpoint shaded."""
     t = (df["time"] - df["time"].min()).to_numpy()
     fig = Figure(figsize=(10, 4.5), layout="constrained")  # no pyplot: no global backend, no figure registry
@@ -189,7 +195,9 @@ def plot_memory(df: pl.DataFrame, path: Path) -> None:
     ax.legend(
         handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small"
     )  # beside the axes
-    write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return buf.getvalue()
 
 
 def _regions(phase: pl.Series) -> np.ndarray:

@@ -6,7 +6,6 @@ memory across calls, safe in a headless process (Agg renders the PNG).
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -158,36 +157,6 @@ def training_curves(records: Sequence[Mapping[str, Any]], title: str = "training
     return _png(fig)
 
 
-def memory_timeline(records: Sequence[Mapping[str, Any]], title: str = "memory over the run") -> bytes:
-    """Host RSS (and device allocated / peak where recorded) against seconds since the first record, with a marker
-    at every phase change. records: memory.jsonl dicts (phase, time, host_rss_mb, device_allocated_mb or None, ...)."""
-    t = np.array([_seconds(r.get("time")) for r in records], dtype=np.float64)
-    t = t - np.nanmin(t) if t.size else t
-    fig, ax = _figure(9, 3.8)
-    styles = {
-        "host_rss_mb": ("host RSS", "black", "-"),
-        "host_peak_mb": ("host peak", "black", ":"),
-        "device_allocated_mb": ("device allocated", "tab:red", "-"),
-        "device_peak_mb": ("device peak", "tab:red", ":"),
-    }
-    for key, (label, color, ls) in styles.items():
-        y = np.array(_floats([r.get(key) for r in records]), dtype=np.float64)
-        if np.isfinite(y).any():
-            ax.plot(t, y, color=color, ls=ls, lw=1.1, marker=".", ms=3, label=label)
-    phases = [str(r.get("phase", "")) for r in records]
-    changes = [i for i in range(len(phases)) if i == 0 or phases[i] != phases[i - 1]]
-    for i in changes if len(changes) <= 40 else []:  # too many to label: leave the lines readable
-        ax.axvline(t[i], color="tab:grey", lw=0.5, alpha=0.6)
-        ax.text(t[i], 1.0, phases[i], rotation=90, va="top", ha="right", fontsize="x-small",
-                transform=ax.get_xaxis_transform())  # fmt: skip
-    ax.set_xlabel("seconds since first record")
-    ax.set_ylabel("MiB")
-    ax.set_title(title)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small", loc="lower right")
-    return _png(fig)
-
-
 def _figure(w: float, h: float) -> tuple[Figure, Any]:
     fig = Figure(figsize=(w, h), layout="constrained")
     return fig, fig.add_subplot()
@@ -217,14 +186,3 @@ def _series(
         if _is_number(r.get(ykey)) and (xkey is None or _is_number(r.get(xkey)))
     ]
     return [float(p[0]) for p in pts], [float(p[1]) for p in pts]
-
-
-def _seconds(v: Any) -> float:
-    """Unix seconds from a number or an ISO-8601 string; NaN when absent."""
-    if _is_number(v):
-        return float(v)
-    if isinstance(v, str):
-        return dt.datetime.fromisoformat(v).timestamp()
-    if isinstance(v, dt.datetime):
-        return v.timestamp()
-    return np.nan

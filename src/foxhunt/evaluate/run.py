@@ -21,6 +21,7 @@ from foxhunt.errors import InputError
 from foxhunt.evaluate import plots
 from foxhunt.evaluate.baselines import BASELINES, baseline_forecasts, garch_available
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
+from foxhunt.evaluate.memory_report import load_memory, memory_png
 from foxhunt.evaluate.metrics import MetricAccumulator, skill
 from foxhunt.evaluate.predict import (
     ForecastBatch,
@@ -210,11 +211,12 @@ def images(scored: Scored, qs: tuple[float, ...], names: tuple[str, ...], model:
     if interpretation and interpretation.get("n"):
         imgs["Variable importance (mean selection weights)"] = plots.variable_importance(interpretation)
         imgs["Attention by lag for each forecast step"] = plots.attention_by_lag(interpretation)
-    for fname, caption, fn in (("metrics.jsonl", "Training curves", plots.training_curves),
-                               ("memory.jsonl", "Memory during training", plots.memory_timeline)):
-        records = _jsonl(Path(model_dir) / fname)
-        if records:
-            imgs[caption] = fn(records)
+    records = _jsonl(Path(model_dir) / "metrics.jsonl")
+    if records:
+        imgs["Training curves"] = plots.training_curves(records)
+    if (Path(model_dir) / "memory.jsonl").exists():
+        imgs["Memory during training (train, validation and checkpoint shaded)"] = memory_png(
+            load_memory(Path(model_dir) / "memory.jsonl"))
     return imgs
 
 
