@@ -87,8 +87,12 @@ def _values(ctx: typer.Context, config: Path | None) -> dict[str, Any]:
     values = dict(ctx.params)
     if config is None:
         return values
-    explicit = {k for k in values if (src := ctx.get_parameter_source(k)) is not None and src.name != "DEFAULT"}
-    return merge(values, load_config_file(config, values.keys()), explicit)
+    return merge(values, load_config_file(config, values.keys()), _explicit(ctx))
+
+
+def _explicit(ctx: typer.Context) -> set[str]:
+    """The options typed on the command line (not defaults)."""
+    return {k for k in ctx.params if (src := ctx.get_parameter_source(k)) is not None and src.name != "DEFAULT"}
 
 
 def _paths(values: dict[str, Any]) -> tuple[str, ...]:
@@ -145,7 +149,8 @@ def train(
     seed: Annotated[int, typer.Option(help="Random seed (a CPU run repeats bit for bit).", rich_help_panel=T)] = 0,
     run_dir: Annotated[str | None, typer.Option(help="Run directory (default runs/<UTC time>).",
                                                 rich_help_panel=T)] = None,
-    resume: Annotated[bool, typer.Option(help="Continue the run in --run-dir from its checkpoint.pt.",
+    resume: Annotated[bool, typer.Option(help="Continue the run in --run-dir from its checkpoint.pt, with its saved "
+                                         "options (training flags given now, e.g. --epochs, override them).",
                                          rich_help_panel=T)] = False,
     memory_log_every: Annotated[int, typer.Option(help="A [MEMORY] record every N batches (0: phases only).",
                                                   rich_help_panel=T)] = 0,
@@ -166,9 +171,13 @@ def train(
     if v.get("resume") and not v.get("run_dir"):
         raise InputError("--resume needs --run-dir: the run to continue")
     train_cfg = settings.train_config(v)  # every flag is checked before any file is read
+    if v.get("resume"):  # the run's own configuration, with the training flags typed now on top (e.g. more epochs)
+        data_cfg, model_cfg, train_cfg = settings.resumed_configs(Path(v["run_dir"]), train_cfg, _explicit(ctx))
+        train_run(data_cfg, model_cfg, train_cfg, resume=True)
+        return
     data_cfg = settings.data_config(v, ())
     model_cfg = settings.model_config(v, data_cfg)
-    train_run(dataclasses.replace(data_cfg, paths=_paths(v)), model_cfg, train_cfg, resume=bool(v.get("resume")))
+    train_run(dataclasses.replace(data_cfg, paths=_paths(v)), model_cfg, train_cfg)
 
 
 @app.command()

@@ -7,6 +7,8 @@ names, with dashes or underscores.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -134,3 +136,31 @@ def train_config(v: Mapping[str, Any]) -> TrainConfig:
         num_threads=int(v.get("threads", 0)),
         progress=bool(v.get("progress", True)),
     )
+
+
+# Flags whose TrainConfig field has another name.
+_TRAIN_FIELD = {"threads": "num_threads", "use_gpu": "device"}
+_RESUME_IGNORES = {"resume", "run_dir", "config"}
+
+
+def resumed_configs(run_dir: Path, flags: TrainConfig, explicit: set[str]) -> tuple[DataConfig, ModelConfig, TrainConfig]:
+    """The configuration saved in RUN_DIR/config.json; training flags typed now override it, data and model flags
+    cannot change (the checkpoint's weights and the data windows depend on them)."""
+    path = run_dir / "config.json"
+    if not path.exists():
+        raise InputError(f"{path}: not found; --resume needs the --run-dir of a run started by `foxhunt train`")
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        data, model = DataConfig.from_dict(saved["data"]), ModelConfig.from_dict(saved["model"])
+        train = TrainConfig.from_dict(saved["train"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(f"{path}: not a foxhunt run configuration ({e}); start a new run instead") from e
+    train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    overrides = {}
+    for flag in sorted(explicit - _RESUME_IGNORES):
+        field = _TRAIN_FIELD.get(flag, flag)
+        if field not in train_fields:
+            raise InputError(f"--{flag.replace('_', '-')} cannot change when resuming (the run was built with it); "
+                             "drop it or start a new run")
+        overrides[field] = getattr(flags, field)
+    return data, model, dataclasses.replace(train, **overrides)

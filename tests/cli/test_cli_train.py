@@ -91,7 +91,8 @@ def test_resume_continues_exactly_where_a_killed_run_stopped(tmp_path, tiny, fix
     code, part = train(tmp_path, tiny, *args, name="part")
     assert code == 130 and len(jsonl(part / "metrics.jsonl")) == 1
     monkeypatch.delenv("FOXHUNT_FAULT_INJECT")
-    assert main(["train", *tiny, *args, "--run-dir", str(part), "--resume"]) == 0
+    # the run's saved options are used: only where it is and that it resumes need saying
+    assert main(["train", "--run-dir", str(part), "--resume", "--no-progress", "--threads", "1"]) == 0
     a, b = jsonl(full / "metrics.jsonl"), jsonl(part / "metrics.jsonl")
     assert [r["epoch"] for r in b] == [1, 2, 3]
     for ra, rb in zip(a, b, strict=True):
@@ -166,3 +167,12 @@ def test_python_dash_m_and_help_tell_the_same_story(capsys):
     out = capsys.readouterr().out
     for flag in ("--parquet-file", "--batch-size", "--validation-batch-size", "--epochs", "--use-gpu"):
         assert flag in out
+
+
+def test_resume_refuses_to_change_the_model_and_can_extend_training(tmp_path, tiny, fixtures_dir, capsys):
+    args = ["--parquet-file", str(fixtures_dir / "generic_ohlcv_daily.parquet"), "--epochs", "1"]
+    _, run = train(tmp_path, tiny, *args)
+    assert main(["train", "--run-dir", str(run), "--resume", "--hidden-size", "32"]) == 2
+    assert "--hidden-size cannot change when resuming" in capsys.readouterr().err
+    assert main(["train", "--run-dir", str(run), "--resume", "--epochs", "2", "--no-progress"]) == 0
+    assert [r["epoch"] for r in jsonl(run / "metrics.jsonl")] == [1, 2]
