@@ -4,9 +4,10 @@
 
 For each batch size, a fresh subprocess builds the model, warms its kernels up with a one-sample step, then measures
 three real training steps (forward, pinball loss, backward, AdamW step) and, in another subprocess, three validation
-steps (inference_mode) with the optimizer state and gradients resident as in a training run; the peak over them.
+steps (inference_mode) with the optimizer state resident as in a training run (the loop frees the gradients before
+validating); the peak over them.
 
-Measured peak = what was resident before the step (weights; for validation also gradients and AdamW moments,
+Measured peak = what was resident before the step (weights; for validation also the AdamW moments,
 counted from the tensors) + the rise of the process's peak resident set (VmHWM) during the steps; the peak counter is
 reset just before the first step by writing "5" to /proc/self/clear_refs. VmHWM rather than torch.profiler because it is
 what the kernel (and its OOM killer) counts: it includes allocator overhead and fragmentation that a profile of
@@ -64,11 +65,12 @@ def child(mode: str, b: int, pin: bool) -> None:
         model(warm)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     resident = param_bytes
-    if mode == "val":  # as in a training run: gradients and AdamW moments are resident during validation
+    if mode == "val":  # as in a training run: AdamW moments are resident, gradients freed before validation
         opt = torch.optim.AdamW(model.parameters())
         quantile_loss(model(warm).quantiles, warm.target, q).backward()
         opt.step()
-        resident += param_bytes + sum(
+        opt.zero_grad(set_to_none=True)
+        resident += sum(
             t.numel() * t.element_size() for s in opt.state.values() for t in s.values()
         )
         model.eval()
