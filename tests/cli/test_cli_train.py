@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from foxhunt.cli import main
+from foxhunt.model.tft import variable_names
 from foxhunt.train.checkpoint import load_model
 
 METRIC_KEYS = {"epoch", "train_loss", "val_loss", "val_qrisk", "lr", "samples_per_s", "seconds"}
@@ -61,6 +62,10 @@ def test_train_writes_a_complete_run_directory(tmp_path, tiny, fixtures_dir, fix
     assert all(m["device_allocated_mb"] is None for m in memory)  # CPU run
     lm = load_model(run)  # everything needed to forecast is in the run directory
     assert lm.model_cfg.hidden_size == 8
+    # the saved names are in the order of the model's selection-weight columns (known inputs first in the encoder)
+    static, encoder, decoder = variable_names(lm.schema)
+    assert lm.meta["variables"] == {"static": static, "encoder": encoder, "decoder": decoder}
+    assert encoder[: len(decoder)] == decoder
     assert "epoch 2/2" in (run / "train.log").read_text()
 
 

@@ -31,6 +31,7 @@ from foxhunt.evaluate.predict import (
     write_forecasts,
 )
 from foxhunt.evaluate.report import write_report
+from foxhunt.model.tft import variable_names
 from foxhunt.train.checkpoint import LoadedModel, load_model
 
 log = logging.getLogger("foxhunt.evaluate")
@@ -59,9 +60,8 @@ def evaluate_run(
     data = prepare_from_bars(loaded, cfg, transform=lm.transform, for_prediction=True)
     ids = select_origins(data, parse_time(start, "--start"), parse_time(end, "--end", end=True))
     out_dir.mkdir(parents=True, exist_ok=True)
-    names = lm.meta.get("variables", {})
-    interp = InterpretationAccumulator(names.get("static", []), names.get("encoder", []), names.get("decoder", []),
-                                       lm.schema.encoder_length, lm.schema.horizon)
+    static, encoder, decoder = variable_names(lm.schema)  # the order of the model's weight columns
+    interp = InterpretationAccumulator(static, encoder, decoder, lm.schema.encoder_length, lm.schema.horizon)
     if forecasts is None:
         kept: list[ForecastBatch] = []
         fc = write_forecasts(lm, data, ids, out_dir / "forecasts.parquet", batch_size, device, interp, kept)

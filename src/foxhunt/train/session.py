@@ -16,7 +16,7 @@ from foxhunt.data.prepare import PreparedData, prepare_data
 from foxhunt.data.summary import format_summary
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
-from foxhunt.model.tft import TemporalFusionTransformer, count_parameters
+from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, variable_names
 from foxhunt.train.checkpoint import load_checkpoint, save_model_json, save_weights
 from foxhunt.train.config import AUTO, TrainConfig
 from foxhunt.train.device import apply_memory_budget, resolve_device
@@ -105,7 +105,8 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
     def on_best(state: dict[str, torch.Tensor]) -> None:
         save_weights(run.weights, state)
         save_model_json(run.model_json, model_cfg, data.schema, data.transform, data_cfg, n_params,
-                        extra={"variables": variable_names(data)})
+                        extra={"variables": dict(zip(("static", "encoder", "decoder"),
+                                                             variable_names(data.schema), strict=True))})
 
     checkpoint = load_checkpoint(run.checkpoint) if resume else None
     state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
@@ -150,13 +151,3 @@ def data_fingerprint(data: PreparedData) -> dict[str, Any]:
     s = data.summary
     keys = ("files", "rows_read", "series", "date_range", "bar_interval", "windows")
     return {k: s[k] for k in keys if k in s}
-
-
-def variable_names(data: PreparedData) -> dict[str, list[str]]:
-    from foxhunt.data.schema import Kind, Role
-
-    sch = data.schema
-    static = sch.names(Role.STATIC, Kind.CATEGORICAL) + sch.names(Role.STATIC, Kind.CONTINUOUS)
-    known = sch.names(Role.KNOWN, Kind.CATEGORICAL) + sch.names(Role.KNOWN, Kind.CONTINUOUS)
-    observed = sch.names(Role.OBSERVED, Kind.CATEGORICAL) + sch.names(Role.OBSERVED, Kind.CONTINUOUS)
-    return {"static": static, "encoder": observed + known, "decoder": known}
