@@ -191,15 +191,19 @@ def _wanted(names: list[str], path: Path, timestamp_col: str | None, symbol_col:
     return list(dict.fromkeys(cols))
 
 
+def _required(names: list[str], column: str, flag: str, path: Path, listing: str) -> str:
+    """The column a flag names (case-insensitive); a one-line error naming the flag when the file lacks it."""
+    match = _match(names, column)
+    if match is None:
+        raise InputError(f"{path}: no column {column!r} (from {flag}); found columns: {listing}")
+    return match
+
+
 def _find_columns(names: list[str], path: Path, timestamp_col: str | None, symbol_col: str | None) -> dict:
     found: dict[str, str | None] = {}
     listing = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
     if timestamp_col is not None:
-        found["time"] = _match(names, timestamp_col)
-        if found["time"] is None:
-            raise InputError(
-                f"{path}: no column {timestamp_col!r} (from --timestamp-col); found columns: {listing}"
-            )
+        found["time"] = _required(names, timestamp_col, "--timestamp-col", path, listing)
     else:
         found["time"] = next((m for c in TIME_CANDIDATES if (m := _match(names, c)) is not None), None)
         if found["time"] is None and "__index_level_0__" in names:
@@ -219,11 +223,7 @@ def _find_columns(names: list[str], path: Path, timestamp_col: str | None, symbo
         )
     found.update({c: _match(names, c) for c in VALUE_COLS})
     if symbol_col is not None:
-        found["symbol"] = _match(names, symbol_col)
-        if found["symbol"] is None:
-            raise InputError(
-                f"{path}: no column {symbol_col!r} (from --symbol-col); found columns: {listing}"
-            )
+        found["symbol"] = _required(names, symbol_col, "--symbol-col", path, listing)
     else:
         found["symbol"] = next((m for c in SYMBOL_CANDIDATES if (m := _match(names, c)) is not None), None)
     found["instrument_id"] = _match(names, "instrument_id")
