@@ -160,6 +160,9 @@ def train(
                                                    rich_help_panel=T)] = 0,
     threads: Annotated[int, typer.Option(help="CPU threads for torch (0: torch's default).",
                                          rich_help_panel=T)] = TD.num_threads,
+    window_run: Annotated[int, typer.Option(help="Training batches are runs of N consecutive windows, which share "
+                                            "their bars' work (1: windows shuffled singly).",
+                                            rich_help_panel=T)] = TD.window_run,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.", rich_help_panel=T)] = True,
     config: ConfigFile = None,
 ) -> None:

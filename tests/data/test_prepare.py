@@ -105,9 +105,10 @@ def test_schema_matches_batch_shapes(generic: pl.DataFrame) -> None:
     b = p.windows.batch(p.splits["train"][:3])
     sizes = p.schema.sizes
     assert b.static_cat.shape == (3, len(sizes.static_cat)) and sizes.static_cat == (3,)  # ES, NQ + unknown
-    assert b.known_cont.shape == (3, 25, sizes.known_cont)
-    assert b.observed_cont.shape == (3, 20, sizes.observed_cont)
-    assert b.known_cat.shape == (3, 25, 0) and b.observed_cat.shape == (3, 20, 0)
+    dense = b.dense()
+    assert dense["known_cont"].shape == (3, 25, sizes.known_cont)
+    assert dense["observed_cont"].shape == (3, 20, sizes.observed_cont)
+    assert dense["known_cat"].shape == (3, 25, 0) and dense["observed_cat"].shape == (3, 20, 0)
     assert p.schema.names(Role.KNOWN, Kind.CONTINUOUS) == [
         "dow_sin",
         "dow_cos",
@@ -179,7 +180,9 @@ def test_prediction_windows_include_the_last_bar(generic: pl.DataFrame) -> None:
         & (w.series_code(ids) == fitted.windows.series_code(common))
     ]
     a, b = fitted.windows.batch(common), w.batch(same)
-    for name in ("known_cont", "observed_cont", "static_cat", "target", "target_scale"):
+    for name in ("known_cont", "observed_cont"):
+        assert torch.equal(a.dense()[name], b.dense()[name]), name
+    for name in ("static_cat", "target", "target_scale"):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
 
 

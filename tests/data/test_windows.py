@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from foxhunt.data.windows import WindowedData, assign_splits, series_bounds, window_starts
+from foxhunt.data.windows import WindowedData, assign_splits, series_bounds, shuffled_runs, window_starts
 
 E, D = 4, 3
 T = E + D
@@ -59,17 +59,18 @@ def test_batch_matches_naive_reference() -> None:
     w = make_windowed([12, 9, 15])
     ids = torch.tensor([0, 5, w.n_windows - 1, 3, 7])
     b = w.batch(ids)
+    dense = b.dense()  # per-window views of the deduplicated rows
     rel = (torch.arange(T) - (E - 1)).float() / E
     for i, wid in enumerate(ids.tolist()):
         s = int(w.starts[wid])
         o = s + E - 1
         rows = list(range(s, s + T))
         assert len(set(w.series_idx[rows].tolist())) == 1  # a window never crosses series
-        assert torch.equal(b.known_cont[i, :, :2], w.cont[rows, :2])
-        assert torch.equal(b.known_cont[i, :, 2], rel)
-        assert torch.equal(b.observed_cont[i], w.cont[rows[:E], 2:])
-        assert torch.equal(b.known_cat[i], w.time_cat[rows, :1])
-        assert torch.equal(b.observed_cat[i], w.time_cat[rows[:E], 1:])
+        assert torch.equal(dense["known_cont"][i, :, :2], w.cont[rows, :2])
+        assert torch.equal(dense["known_cont"][i, :, 2], rel)
+        assert torch.equal(dense["observed_cont"][i], w.cont[rows[:E], 2:])
+        assert torch.equal(dense["known_cat"][i], w.time_cat[rows, :1])
+        assert torch.equal(dense["observed_cat"][i], w.time_cat[rows[:E], 1:])
         assert torch.equal(b.static_cat[i], w.static_cat[o])
         raw = w.target_raw[rows[E:]]
         torch.testing.assert_close(b.target[i], (raw - w.center[o]) / w.scale[o], equal_nan=True)
@@ -82,6 +83,30 @@ def test_batch_matches_naive_reference() -> None:
         assert w.series_code(ids)[i] == w.series_idx[o] + 1
     assert b.window.tolist() == ids.tolist()
     assert b.static_cont.shape == (len(ids), 0)
+
+
+def test_batch_stores_each_bar_once_and_keeps_observed_out_of_forecast_rows() -> None:
+    w = make_windowed([40])
+    ids = torch.arange(8)  # 8 consecutive windows: E + 7 distinct encoder bars, D + 7 forecast bars
+    b = w.batch(ids)
+    assert b.enc_cont.shape == (E + 7, 5) and b.enc_cat.shape == (E + 7, 2)
+    assert b.dec_cont.shape == (D + 7, 2) and b.dec_cat.shape == (D + 7, 1)  # known inputs only
+    assert b.pos_cont.shape == (T, 1)
+    assert b.enc_index.shape == (8, E) and b.dec_index.shape == (8, D)
+    half = b.slice(2, 5)  # micro-batch: per-window tensors sliced, rows shared
+    assert len(half) == 3 and half.enc_cont is b.enc_cont
+    assert torch.equal(half.dense()["observed_cont"], b.dense()["observed_cont"][2:5])
+
+
+def test_shuffled_runs_is_a_permutation_of_consecutive_runs() -> None:
+    g = torch.Generator().manual_seed(3)
+    for n, run in ((100, 16), (17, 4), (5, 8), (9, 1)):
+        perm = shuffled_runs(n, run, g)
+        assert sorted(perm.tolist()) == list(range(n))
+        if run > 1 and n > run:
+            steps = perm.diff()
+            assert (steps == 1).sum() >= n - 2 * (n // run + 1)  # only run boundaries break the order
+            assert perm.tolist() != list(range(n))
 
 
 def test_iter_batches_cover_every_window_once() -> None:

@@ -12,8 +12,8 @@ from foxhunt.model.layers import (
     GateAddNorm,
     GatedResidualNetwork,
     StackedGRN,
-    VariableSelectionNetwork,
 )
+from foxhunt.model.selection import VariableSelectionNetwork
 from foxhunt.model.tft import count_parameters
 
 

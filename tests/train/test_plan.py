@@ -64,8 +64,10 @@ def test_hand_counted_terms_and_sums() -> None:
     plan = plan_memory(m, SIZES, cfg, torch.device("cpu"), 2**30, batch_sizes=BATCHES, probe=False)
     n = sum(p.numel() for p in m.parameters())
     buffers = sum(b.numel() * b.element_size() for b in m.buffers())  # embedding offsets (int64)
-    # per sample (T = 28): int64 codes 1 + 28*2 + 24*1, floats 1 + 28*2 + 24*2 + target 4 + center + scale, window
-    per_sample = 8 * (1 + 56 + 24) + 4 * (1 + 56 + 48 + 4 + 1 + 1) + 8
+    # per sample (E = 24, D = 4), no bar shared: int64 static code 1, encoder rows' codes 24*3 and index 24, forecast
+    # rows' codes 4*2 and index 4, window 1; floats static 1, encoder rows 24*4, forecast rows 4*2, target 4, center,
+    # scale
+    per_sample = 8 * (1 + 72 + 24 + 8 + 4 + 1) + 4 * (1 + 96 + 8 + 4 + 1 + 1)
     assert probe_batch(SIZES, cfg, 3, torch.device("cpu")).nbytes() == 3 * per_sample
     for r in plan.rows:
         assert (r.train.weights, r.train.gradients, r.train.optimizer) == (4 * n + buffers, 4 * n, 8 * n)

@@ -62,24 +62,33 @@ class WindowedData:
         return self._rows(ids)[:, self.encoder_length :]  # (B, D)
 
     def batch(self, ids: torch.Tensor) -> Batch:
-        """The windows `ids` (B,) as a Batch; the target is scaled with center/scale taken at each origin row."""
+        """The windows `ids` (B,) as a Batch: each distinct bar's inputs once, the windows as row indices into them.
+
+        The target is scaled with center/scale taken at each origin row. Bars are deduplicated separately for the
+        encoder and the forecast positions, so forecast rows carry only known inputs and observed values never
+        reach a forecast step.
+        """
         ids = ids.long()
         e, kr, kc = self.encoder_length, self.n_known_cont, self.n_known_cat
         rows = self._rows(ids)  # (B, T)
-        b, t = rows.shape
-        flat = rows.reshape(-1)  # (B*T,) index_select: much faster on CPU than advanced indexing
+        b = rows.shape[0]
         origin = rows[:, e - 1]  # (B,)
-        cont = self.cont.index_select(0, flat).view(b, t, -1)  # (B, T, F)
-        cats = self.time_cat.index_select(0, flat).view(b, t, -1)  # (B, T, Kc + Oc)
+        enc_rows, enc_index = torch.unique(rows[:, :e], return_inverse=True)  # (Re,), (B, E)
+        dec_rows, dec_index = torch.unique(rows[:, e:], return_inverse=True)  # (Rd,), (B, D)
         center, scale = self.center.index_select(0, origin), self.scale.index_select(0, origin)  # (B,)
         raw = self.target_raw.index_select(0, rows[:, e:].reshape(-1)).view(b, -1)  # (B, D)
+        dec_cont = self.cont.index_select(0, dec_rows)[:, :kr]  # (Rd, Kr)
+        dec_cat = self.time_cat.index_select(0, dec_rows)[:, :kc]  # (Rd, Kc)
         return Batch(
             static_cat=self.static_cat.index_select(0, origin),  # (B, Sc)
             static_cont=torch.zeros(b, 0),
-            known_cat=cats[:, :, :kc],  # (B, T, Kc)
-            known_cont=torch.cat([cont[:, :, :kr], self._rel.expand(b, -1, -1)], dim=2),  # (B, T, Kr + 1)
-            observed_cat=cats[:, :e, kc:],  # (B, E, Oc)
-            observed_cont=cont[:, :e, kr:].contiguous(),  # (B, E, Or)
+            enc_cont=self.cont.index_select(0, enc_rows),  # (Re, Kr + Or)
+            enc_cat=self.time_cat.index_select(0, enc_rows),  # (Re, Kc + Oc)
+            enc_index=enc_index,
+            dec_cont=dec_cont.contiguous(),
+            dec_cat=dec_cat.contiguous(),
+            dec_index=dec_index,
+            pos_cont=self._rel[0],  # (T, 1)
             target=(raw - center[:, None]) / scale[:, None],  # (B, D)
             target_center=center,
             target_scale=scale,
@@ -120,6 +129,26 @@ class WindowedData:
             ids = ids[torch.randperm(len(ids), generator=generator)]
         for i in range(0, len(ids), batch_size):
             yield self.batch(ids[i : i + batch_size])
+
+
+def shuffled_runs(n: int, run: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A permutation of range(n) made of runs of `run` consecutive positions, the runs in random order.
+
+    Windows are sorted by series and time, so a run is `run` consecutive windows: they share all but `run - 1` of
+    their bars, and a batch of such runs needs per-bar work on far fewer distinct bars (see `Batch`). The run
+    boundaries move with a random phase each call, so no two windows are always in the same run. `run` 1 is a plain
+    shuffle. Every position appears exactly once.
+    """
+    if run <= 1 or n <= run:
+        return torch.randperm(n, generator=generator) if run <= 1 else torch.arange(n)
+    phase = int(torch.randint(run, (1,), generator=generator))
+    bounds = torch.cat([torch.zeros(1, dtype=torch.long), torch.arange(phase or run, n, run), torch.tensor([n])])
+    sizes = bounds.diff()  # (R,) run lengths: the first may be short, the last may be short
+    order = torch.randperm(len(sizes), generator=generator)  # (R,) runs in random order
+    starts = bounds[:-1][order]
+    lengths = sizes[order]
+    offsets = torch.arange(int(lengths.sum())) - torch.repeat_interleave(lengths.cumsum(0) - lengths, lengths)
+    return torch.repeat_interleave(starts, lengths) + offsets  # (n,)
 
 
 def series_bounds(series_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

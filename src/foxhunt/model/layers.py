@@ -100,10 +100,20 @@ class StackedGRN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.einsum("...vi,vio->...vo", x, self.w2) + self.b2  # (..., V, H)
-        h = torch.einsum("...vi,vio->...vo", F.elu(h), self.w1) + self.b1  # (..., V, H)
-        g = torch.einsum("...vi,vio->...vo", self.dropout(h), self.wg) + self.bg  # (..., V, 2H)
-        y = F.layer_norm(x + F.glu(g, dim=-1), x.shape[-1:])  # (..., V, H), normalised per variable
-        return y * self.ln_w + self.ln_b  # (..., V, H)
+        return self.from_first_layer(x, h)
+
+    def from_first_layer(self, x: torch.Tensor, h: torch.Tensor, var: torch.Tensor | None = None) -> torch.Tensor:
+        """The GRNs after their first layer: x (..., V', H) the inputs (the residual), h = x W2 + b2 (..., V', H).
+
+        `var` (V',) picks which of the V stacked GRNs the V' inputs belong to (None: all, in order). Callers that
+        know a cheaper way to get `h` than the einsum (a continuous input is a scalar times a vector, so its first
+        layer is rank one: see `VariableSelectionNetwork.continuous_terms`) enter here.
+        """
+        pick = (lambda t: t) if var is None else (lambda t: t.index_select(0, var))  # noqa: E731
+        h = torch.einsum("...vi,vio->...vo", F.elu(h), pick(self.w1)) + pick(self.b1)  # (..., V', H)
+        g = torch.einsum("...vi,vio->...vo", self.dropout(h), pick(self.wg)) + pick(self.bg)  # (..., V', 2H)
+        y = F.layer_norm(x + F.glu(g, dim=-1), x.shape[-1:])  # (..., V', H), normalised per variable
+        return y * pick(self.ln_w) + pick(self.ln_b)  # (..., V', H)
 
 
 class CategoricalEmbedding(nn.Module):
@@ -143,32 +153,3 @@ class ContinuousEmbedding(nn.Module):
         return x.unsqueeze(-1) * self.weight + self.bias  # (..., V) -> (..., V, H)
 
 
-class VariableSelectionNetwork(nn.Module):
-    """Soft selection over V transformed inputs: `v = Softmax(GRN_v(flatten(ξ), c))`, `out = Σ_j v_j GRN_j(ξ_j)`.
-
-    Input (..., V, H), optional context (B, H); returns (output (..., H), weights (..., V)); the weights sum to one and
-    are the variable importances. With V = 0 (e.g. no static inputs) the output is a learned constant vector and the
-    weights have width 0, so the rest of the model needs no special cases.
-    """
-
-    def __init__(self, n_vars: int, hidden: int, dropout: float, context: bool) -> None:
-        super().__init__()
-        self.n_vars = n_vars
-        if n_vars == 0:
-            self.constant = nn.Parameter(torch.randn(hidden))  # (H,) like an embedding row
-            return
-        self.flat_grn = GatedResidualNetwork(
-            n_vars * hidden, hidden, n_vars, dropout, hidden if context else None
-        )
-        self.var_grns = StackedGRN(n_vars, hidden, dropout)
-
-    def forward(
-        self, x: torch.Tensor, context: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        lead = x.shape[:-2]
-        if self.n_vars == 0:
-            return self.constant.expand(*lead, -1), x.new_zeros(*lead, 0)  # (..., H), (..., 0)
-        weights = torch.softmax(self.flat_grn(x.flatten(-2), context), dim=-1)  # (..., V*H) -> (..., V)
-        processed = self.var_grns(x)  # (..., V, H)
-        out = torch.einsum("...v,...vh->...h", weights, processed)  # (..., H)
-        return out, weights

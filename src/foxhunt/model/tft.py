@@ -38,8 +38,8 @@ from foxhunt.model.layers import (
     GateAddNorm,
     GatedResidualNetwork,
     StackedGRN,
-    VariableSelectionNetwork,
 )
+from foxhunt.model.selection import Terms, VariableSelectionNetwork, merge
 
 
 @dataclass
@@ -106,6 +106,7 @@ class TemporalFusionTransformer(nn.Module):
         self.positionwise = GatedResidualNetwork(h, h, h, p)
         self.pre_output = GateAddNorm(h, h, 0.0)  # the paper's final skip has no dropout
         self.output = nn.Linear(h, len(cfg.quantiles))  # one linear map per quantile, fused
+        self._group_cache: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
 
     # -- helpers -----------------------------------------------------------------------------------------------------
     def _ckpt(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -121,18 +122,63 @@ class TemporalFusionTransformer(nn.Module):
         )  # (B, Vs, H)
         return self._ckpt(self.static_vsn, x)
 
-    def _temporal_inputs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Transformed encoder inputs (B, E, Ve, H) and decoder inputs (B, D, Vd, H)."""
-        e = batch.observed_cont.shape[1]
-        known = torch.cat(
-            [self.known_cat(batch.known_cat), self.known_cont(batch.known_cont)], dim=2
-        )  # (B, T, Vk, H)
-        observed = [
-            self.observed_cat(batch.observed_cat),
-            self.observed_cont(batch.observed_cont),
-        ]  # (B, E, Vo*, H)
-        encoder = torch.cat([known[:, :e], *observed], dim=2)  # (B, E, Ve, H)
-        return encoder, known[:, e:]  # decoder inputs are a view: (B, D, Vd, H)
+    def _groups(self, p: int, device: torch.device) -> dict[str, torch.Tensor]:
+        """Variable indices of each input group in the encoder / decoder VSNs, with P positional known inputs.
+
+        Weight order (see `variable_names`): known categorical, known continuous (per-bar ones, then the P
+        positional ones), observed categorical, observed continuous.
+        """
+        key = (p, str(device))
+        if key not in self._group_cache:
+            s = self.sizes
+            kc, kr, oc = len(s.known_cat), s.known_cont - p, len(s.observed_cat)
+            r = lambda a, b: torch.arange(a, b, device=device)  # noqa: E731
+            obs = kc + kr + p
+            with torch.inference_mode(False):  # cached: must stay usable in training after an inference call
+                self._group_cache[key] = {
+                    "cat": torch.cat([r(0, kc), r(obs, obs + oc)]),
+                    "cont": torch.cat([r(kc, kc + kr), r(obs + oc, s.n_encoder)]),
+                    "pos": r(kc + kr, obs),
+                    "dec_cat": r(0, kc),
+                    "dec_cont": r(kc, kc + kr),
+                }
+        return self._group_cache[key]
+
+    def _temporal_selection(
+        self, batch: Batch, c_s: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Encoder and decoder variable selection, per distinct bar and per position, gathered into windows.
+
+        Returns enc (B, E, H), encoder weights (B, E, Ve), dec (B, D, H), decoder weights (B, D, Vd).
+        """
+        e = batch.encoder_length
+        p = batch.pos_cont.shape[1]
+        kc, kr = len(self.sizes.known_cat), self.sizes.known_cont - p
+        g = self._groups(p, batch.enc_cont.device)
+        w_row = torch.cat([self.known_cont.weight[:kr], self.observed_cont.weight])  # (Kr + Or, H)
+        b_row = torch.cat([self.known_cont.bias[:kr], self.observed_cont.bias])
+        w_pos, b_pos = self.known_cont.weight[kr:], self.known_cont.bias[kr:]  # (P, H)
+        enc_cat = torch.cat(
+            [self.known_cat(batch.enc_cat[:, :kc]), self.observed_cat(batch.enc_cat[:, kc:])], dim=1
+        )  # (Re, Kc + Oc, H)
+        vsn, dsn = self.encoder_vsn, self.decoder_vsn
+
+        def encoder_rows() -> Terms | None:
+            return merge([vsn.categorical_terms(enc_cat, g["cat"]),
+                          vsn.continuous_terms(batch.enc_cont, g["cont"], w_row, b_row)])
+
+        def decoder_rows() -> Terms | None:
+            return merge([dsn.categorical_terms(self.known_cat(batch.dec_cat), g["dec_cat"]),
+                          dsn.continuous_terms(batch.dec_cont, g["dec_cont"], w_row[:kr], b_row[:kr])])
+
+        def positional(net: VariableSelectionNetwork, pos: torch.Tensor) -> Terms | None:
+            return merge([net.continuous_terms(pos, g["pos"], w_pos, b_pos)])  # (L, P) inputs
+
+        enc, enc_w = self._ckpt(vsn.select, self._ckpt(encoder_rows), batch.enc_index,
+                                positional(vsn, batch.pos_cont[:e]), c_s)  # (B, E, H), (B, E, Ve)
+        dec, dec_w = self._ckpt(dsn.select, self._ckpt(decoder_rows), batch.dec_index,
+                                positional(dsn, batch.pos_cont[e:]), c_s)  # (B, D, H), (B, D, Vd)
+        return enc, enc_w, dec, dec_w
 
     def _run(
         self, batch: Batch, query_start: int | None, interpret: bool
@@ -143,10 +189,7 @@ class TemporalFusionTransformer(nn.Module):
         contexts = self._ckpt(self.static_contexts, static.unsqueeze(1).expand(b, 4, h))  # (B, 4, H)
         c_s, c_e, c_c, c_h = contexts.unbind(dim=1)  # 4 x (B, H)
 
-        enc_x, dec_x = self._temporal_inputs(batch)
-        enc, enc_w = self._ckpt(self.encoder_vsn, enc_x, c_s)  # (B, E, H), (B, E, Ve)
-        dec, dec_w = self._ckpt(self.decoder_vsn, dec_x, c_s)  # (B, D, H), (B, D, Vd)
-        del enc_x, dec_x
+        enc, enc_w, dec, dec_w = self._temporal_selection(batch, c_s)
         e = enc.shape[1]
 
         layers = self.cfg.lstm_layers

@@ -28,6 +28,7 @@ class TrainConfig:
     optimizer_state: str = "device"  # device | cpu (AdamW moments kept in host memory)
     max_train_batches: int = 0  # cap on training batches per epoch (0: all); for quick looks at huge files
     num_threads: int = 0  # torch CPU threads (0: torch's default)
+    window_run: int = 16  # training batches are runs of this many consecutive windows (1: windows shuffled singly)
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -53,6 +54,8 @@ class TrainConfig:
             bad(f"--device {self.device!r} is not one of auto, cpu, cuda, cuda:N")
         if self.optimizer_state not in ("device", "cpu"):
             bad(f"--optimizer-state {self.optimizer_state!r} is not one of device, cpu")
+        if self.window_run < 1:
+            bad(f"--window-run must be at least 1 (1 shuffles windows singly), got {self.window_run}")
         if self.memory_log_every < 0:
             bad(f"--memory-log-every must be >= 0, got {self.memory_log_every}")
         if self.memory_budget is not None and self.memory_budget <= 0:
@@ -63,4 +66,6 @@ class TrainConfig:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> TrainConfig:
+        d = dict(d)
+        d.setdefault("window_run", 1)  # runs saved before the option existed shuffled windows singly
         return TrainConfig(**d)

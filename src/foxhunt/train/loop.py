@@ -17,6 +17,7 @@ import torch
 
 from foxhunt.atomic import append_jsonl
 from foxhunt.data.prepare import PreparedData
+from foxhunt.data.windows import shuffled_runs
 from foxhunt.train.checkpoint import save_checkpoint, state_to_cpu
 from foxhunt.train.config import TrainConfig
 from foxhunt.train.faults import FaultInjector
@@ -84,7 +85,8 @@ def fit(
         tracker.record("epoch_start", epoch=epoch)
         t0 = time.perf_counter()
         model.train()
-        order = torch.randperm(len(train_ids), generator=torch.Generator().manual_seed(cfg.seed * 100_003 + epoch))
+        gen = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
+        order = shuffled_runs(len(train_ids), min(cfg.window_run, batch_size), gen)  # runs share their bars
         epoch_ids = train_ids[order][: n_batches * batch_size]
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         seen = 0

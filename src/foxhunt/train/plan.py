@@ -222,8 +222,6 @@ def stages(sizes: InputSizes, cfg: ModelConfig, device_type: str, elem_bytes: in
     t, n, layers = e + d, cfg.attention_heads, cfg.lstm_layers
     k = h // n
     vs, ve, vd = sizes.n_static, sizes.n_encoder, sizes.n_decoder
-    vk = vd  # known inputs: the decoder's variables, over all T steps
-    vo = ve - vk
     m = 0.0 if cfg.dropout == 0 else (1.0 if device_type == "cpu" else 1.0 / elem_bytes)
     idx = 8 / elem_bytes  # an int64 index in activation elements
     n_cat = (len(sizes.static_cat), len(sizes.known_cat), len(sizes.observed_cat))
@@ -238,12 +236,15 @@ def stages(sizes: InputSizes, cfg: ModelConfig, device_type: str, elem_bytes: in
     def stacked(v: float) -> float:
         return v * ((7 + m) * h + 2)  # per variable: a GRN without its input (saved once by the VSN)
 
-    def vsn(v: int, input_copies: int) -> float:
+    def vsn(v: int) -> float:
+        """Per (window, position), with no bar shared between windows (the most a batch can hold): the per-bar
+        part (per-variable GRNs, the input's shares of the selection GRN) and the selection itself (context,
+        ELU, fc1, gate, softmax weights, the gathered GRN outputs they weigh)."""
         if v == 0:
             return 0.0
-        flat = grn(v * h, h, v) - v * h  # the flattened-input GRN; its input counted below
-        # input copies, flat GRN, per-variable GRNs, processed (V, H) and softmax weights (V)
-        return input_copies * v * h + flat + stacked(v) + v * h + v
+        per_bar = stacked(v) + h + v  # per-variable GRNs, fc2 share (H), skip share (V)
+        select = (5 + m) * h + 5 * v + 2 + v * h  # context, ELU in/out, fc1, dropout, gate, LayerNorm, softmax, gather
+        return per_bar + select
 
     # Per step and layer: CPU oneDNN's workspace as measured; cuDNN's reserve is of that order (calibrated).
     lstm_step = 17 * h * layers
@@ -254,13 +255,14 @@ def stages(sizes: InputSizes, cfg: ModelConfig, device_type: str, elem_bytes: in
         + m * n * d * k + d * k + m * d * h  # head dropout, mixed heads, output dropout
     )  # fmt: skip
     return [
-        Stage("embeddings", idx * (n_cat[0] + t * n_cat[1] + e * n_cat[2]), 0.0,
-              max(2 * t * vk * h, t * vk * h + e * vo * h + e * ve * h)),
-        Stage("static_vsn", vsn(vs, 1), 2 * vs * h, 7 * vs * h, ckpt_saved=vs * h),
+        Stage("embeddings", idx * (n_cat[0] + t * n_cat[1] + e * n_cat[2]), 0.0, (n_cat[1] + n_cat[2]) * t * h),
+        Stage("static_vsn", vs * h + vsn(vs), 2 * vs * h, 7 * vs * h, ckpt_saved=vs * h),
         Stage("static_contexts", 4 * h + stacked(4), 8 * h, 28 * h, ckpt_saved=h),
-        # The decoder VSN's input is a view into all T known steps: checkpointing keeps that whole tensor alive.
-        Stage("encoder_vsn", e * vsn(ve, 1), 2 * e * ve * h, t * vk * h + 7 * e * ve * h, ckpt_saved=e * ve * h),
-        Stage("decoder_vsn", d * vsn(vd, 3), 2 * d * vd * h, t * vk * h + 7 * d * vd * h, ckpt_saved=t * vk * h),
+        # Checkpointed, a VSN keeps its inputs and the per-bar terms (the output of its first checkpointed block).
+        Stage("encoder_vsn", e * vsn(ve), 2 * e * ve * h, e * (5 * ve * h + 4 * h),
+              ckpt_saved=e * (ve * h + h + 3 * ve)),
+        Stage("decoder_vsn", d * vsn(vd), 2 * d * vd * h, d * (5 * vd * h + 4 * h),
+              ckpt_saved=d * (vd * h + h + 3 * vd)),
         Stage("lstm", t * (h + lstm_step) + 4 * h * layers, 2 * t * h, 8 * t * h),
         Stage("post_lstm", t * gate_add_norm(h), 2 * t * h, 6 * t * h),
         Stage("enrichment", t * grn(h, h, h), 2 * t * h, 6 * t * h, ckpt_saved=t * h),
@@ -320,7 +322,8 @@ class LiveTensorBytes(TorchDispatchMode):
 
 
 def probe_batch(sizes: InputSizes, cfg: ModelConfig, b: int, device: torch.device) -> Batch:
-    """A Batch of B samples with the shapes the model expects: code 0 ("unknown") and zeros; only shapes matter."""
+    """A Batch of B samples whose windows share no bar (the most rows a batch of B can carry, so the plan is an
+    upper bound): code 0 ("unknown") and zeros; only shapes matter."""
     e, d = cfg.encoder_length, cfg.horizon
     t = e + d
 
@@ -330,7 +333,7 @@ def probe_batch(sizes: InputSizes, cfg: ModelConfig, b: int, device: torch.devic
     def zeros(*shape: int) -> torch.Tensor:
         return torch.zeros(*shape, device=device)
 
-    return Batch(
+    return Batch.from_dense(
         static_cat=codes(b, len(sizes.static_cat)),
         static_cont=zeros(b, sizes.static_cont),
         known_cat=codes(b, t, len(sizes.known_cat)),

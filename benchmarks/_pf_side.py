@@ -1,0 +1,276 @@
+"""The pytorch-forecasting side of `vs_pytorch_forecasting.py`; runs with the pytorch-forecasting venv's python.
+
+    python benchmarks/_pf_side.py --data BARS.parquet [--threads 2] [--epochs 3] [--profile]
+
+Reads the bars parquet that the driver wrote (columns timestamp, symbol, open, high, low, close, volume), builds a
+`TimeSeriesDataSet` (static categorical symbol; known categoricals day of week and month; observed reals log return,
+log range and standardized log volume; target log return; GroupNormalizer per symbol), fits a
+`TemporalFusionTransformer` with `Trainer.fit` and runs its forward loop over every window from --train-end on.
+Prints one JSON line (the last line on stdout) with the measurements; with --profile, a torch.profiler table instead.
+Imports nothing from foxhunt, so it runs where foxhunt is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import resource
+import sys
+import time
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+QUANTILES = [0.1, 0.5, 0.9]
+
+
+def features(path: str, train_end: str) -> pd.DataFrame:
+    """One row per (symbol, trading day) with the model's inputs; the first bar of each series (no return) dropped."""
+    df = pd.read_parquet(path).sort_values(["symbol", "timestamp"]).reset_index(drop=True)
+    g = df.groupby("symbol", sort=False)
+    df["log_return"] = np.log(df["close"] / g["close"].shift(1))
+    df["log_range"] = np.log(df["high"] / df["low"])
+    df["log_volume"] = np.log1p(df["volume"])
+    train = df["timestamp"] < pd.Timestamp(train_end, tz="UTC")
+    stats = df[train].groupby("symbol")["log_volume"].agg(["mean", "std"])  # fitted on the training rows only
+    df["log_volume"] = (df["log_volume"] - df["symbol"].map(stats["mean"])) / df["symbol"].map(stats["std"])
+    df = df.dropna(subset=["log_return"]).reset_index(drop=True)
+    # One time index for all series (the rank of the trading day), so that one min_prediction_idx splits every series.
+    days = np.sort(df["timestamp"].unique())
+    df["time_idx"] = np.searchsorted(days, df["timestamp"].to_numpy()).astype(np.int64)
+    df["symbol"] = df["symbol"].astype(str)
+    df["day_of_week"] = df["timestamp"].dt.dayofweek.astype(str)
+    df["month"] = df["timestamp"].dt.month.astype(str)
+    return df
+
+
+def datasets(df: pd.DataFrame, args: argparse.Namespace):
+    from pytorch_forecasting import GroupNormalizer, TimeSeriesDataSet
+
+    ts = df["timestamp"]
+    train_cut = pd.Timestamp(args.train_end, tz="UTC")
+    val_cut = pd.Timestamp(args.val_end, tz="UTC")
+    first_val_idx = int(df.loc[ts >= train_cut, "time_idx"].min())
+    gaps = df.groupby("symbol")["time_idx"].diff().dropna().gt(1).any()
+    # Training windows end before --train-end (as foxhunt purges windows that cross it).
+    training = TimeSeriesDataSet(
+        df[ts < train_cut],
+        time_idx="time_idx",
+        target="log_return",
+        group_ids=["symbol"],
+        max_encoder_length=args.encoder_length,
+        min_encoder_length=args.encoder_length,
+        max_prediction_length=args.horizon,
+        min_prediction_length=args.horizon,
+        static_categoricals=["symbol"],
+        time_varying_known_categoricals=["day_of_week", "month"],
+        time_varying_unknown_reals=["log_return", "log_range", "log_volume"],
+        target_normalizer=GroupNormalizer(groups=["symbol"]),
+        allow_missing_timesteps=bool(gaps),
+    )
+    validation = TimeSeriesDataSet.from_dataset(
+        training, df[ts < val_cut], min_prediction_idx=first_val_idx, stop_randomization=True
+    )
+    forecast = TimeSeriesDataSet.from_dataset(training, df, min_prediction_idx=first_val_idx, stop_randomization=True)
+    return training, validation, forecast
+
+
+class LoopTimer:
+    """Seconds and samples inside the training batches of each epoch (validation excluded), as foxhunt's loop counts."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self.samples: list[int] = []
+
+    def callback(self):
+        import lightning.pytorch as pl
+
+        timer = self
+
+        class _Cb(pl.Callback):
+            def on_train_epoch_start(self, trainer, module):
+                self.t0 = time.perf_counter()
+                timer.seconds.append(0.0)
+                timer.samples.append(0)
+
+            def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+                timer.seconds[-1] = time.perf_counter() - self.t0
+                timer.samples[-1] += len(batch[0]["encoder_lengths"])
+
+        return _Cb()
+
+
+def build_model(training, args: argparse.Namespace):
+    from pytorch_forecasting import QuantileLoss, TemporalFusionTransformer
+
+    return TemporalFusionTransformer.from_dataset(
+        training,
+        hidden_size=args.hidden_size,
+        attention_head_size=args.heads,
+        dropout=args.dropout,
+        hidden_continuous_size=args.hidden_size,
+        lstm_layers=1,
+        output_size=len(QUANTILES),
+        loss=QuantileLoss(QUANTILES),
+    )
+
+
+def train_step(model, x, y) -> None:
+    out = model(x)
+    model.loss(out["prediction"], y).backward()
+
+
+def _lstm_flop(x_shape, w_ih_shape, w_hh_shape, *args, **kwargs) -> int:
+    """One LSTM layer forward: the input and recurrent gate matmuls at every step, 2 (T*B) (4H*In + 4H*H)."""
+    rows = math.prod(x_shape) // x_shape[-1]
+    return 2 * rows * (math.prod(w_ih_shape) + math.prod(w_hh_shape))
+
+
+def _lstm_backward_flop(x_shape, w_ih_shape, w_hh_shape, *args, **kwargs) -> int:
+    """Gradients with respect to the inputs and to the weights: twice the forward matmuls."""
+    return 2 * _lstm_flop(x_shape, w_ih_shape, w_hh_shape)
+
+
+def _sdpa_flop(q_shape, k_shape, v_shape, *args, **kwargs) -> int:
+    """q k^T and (softmax) v: 2 B N Lq Lk (d + dv)."""
+    return 2 * math.prod(q_shape[:-1]) * k_shape[-2] * (q_shape[-1] + v_shape[-1])
+
+
+def _sdpa_backward_flop(grad_shape, q_shape, k_shape, v_shape, *args, **kwargs) -> int:
+    return 2 * _sdpa_flop(q_shape, k_shape, v_shape)
+
+
+def count_flop(fn: Callable[[], object]) -> int:
+    """Matmul FLOP of `fn()` by FlopCounterMode, plus the CPU kernels it has no formula for (as of torch 2.13): the
+    fused LSTM layer (mkldnn_rnn_layer) and the CPU flash attention, which both models may use. Shared by both sides
+    of the benchmark (the driver imports it), so that both are counted by the same rules."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    aten = torch.ops.aten
+    extra = {
+        aten.mkldnn_rnn_layer: _lstm_flop,
+        aten.mkldnn_rnn_layer_backward: _lstm_backward_flop,
+        aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_flop,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_backward_flop,
+    }
+    with FlopCounterMode(display=False, custom_mapping=extra) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def flop_per_sample(model, loader) -> float:
+    """Matmul FLOP of one forward + backward of a training batch, per sample."""
+    x, y = next(iter(loader))
+    model.train()
+    flop = count_flop(lambda: train_step(model, x, y))
+    model.zero_grad(set_to_none=True)
+    return flop / len(x["encoder_lengths"])
+
+
+def profile(model, loader, steps: int = 5) -> None:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model.train()
+    it = iter(loader)
+    train_step(model, *next(it))  # warm-up, not profiled
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            optimizer.zero_grad(set_to_none=True)
+            train_step(model, *next(it))
+            optimizer.step()
+    print(f"pytorch-forecasting: {steps} training steps, top 15 ops by self CPU time")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True)
+    p.add_argument("--train-end", default="2014-01-01")
+    p.add_argument("--val-end", default="2016-01-01")
+    p.add_argument("--encoder-length", type=int, default=60)
+    p.add_argument("--horizon", type=int, default=5)
+    p.add_argument("--hidden-size", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--forecast-batch-size", type=int, default=1024)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", action="store_true", help="print a torch.profiler table of 5 steps instead")
+    p.add_argument("--count-only", action="store_true", help="print the parameter count only")
+    args = p.parse_args(argv)
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    torch.set_num_threads(args.threads)
+    import lightning.pytorch as pl
+
+    pl.seed_everything(args.seed, verbose=False)
+
+    training, validation, forecast = datasets(features(args.data, args.train_end), args)
+    train_dl = training.to_dataloader(train=True, batch_size=args.batch_size, num_workers=0)
+    val_dl = validation.to_dataloader(train=False, batch_size=args.forecast_batch_size, num_workers=0)
+    model = build_model(training, args)
+    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if args.count_only:
+        print(json.dumps({"n_params": n_params}))
+        return 0
+    if args.profile:
+        profile(model, train_dl)
+        return 0
+
+    timer = LoopTimer()
+    trainer = pl.Trainer(
+        max_epochs=args.epochs, accelerator="cpu", devices=1, check_val_every_n_epoch=1, num_sanity_val_steps=0,
+        gradient_clip_val=1.0,  # foxhunt clips the gradient norm at 1.0 too
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        callbacks=[timer.callback()],
+    )
+    t0 = time.perf_counter()
+    trainer.fit(model, train_dataloaders=train_dl, val_dataloaders=val_dl)
+    fit_s = time.perf_counter() - t0
+    rss_fit_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+
+    fc_dl = forecast.to_dataloader(train=False, batch_size=args.forecast_batch_size, num_workers=0)
+    model.eval()
+    windows = 0
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for x, _ in fc_dl:
+            model(x)
+            windows += len(x["encoder_lengths"])
+    forecast_s = time.perf_counter() - t0
+
+    flop = flop_per_sample(model, train_dl)
+    loop_rates = [n / s for n, s in zip(timer.samples, timer.seconds, strict=True) if s > 0]
+    print(json.dumps({
+        "n_params": n_params,
+        "train_windows": len(training),
+        "val_windows": len(validation),
+        "epochs_run": len(timer.seconds),
+        "fit_s": fit_s,
+        "samples_per_s_loop": float(np.median(loop_rates)) if loop_rates else None,
+        "samples_per_s_wall": len(training) * args.epochs / fit_s,
+        "forecast_windows": windows,
+        "forecast_s": forecast_s,
+        "forecast_windows_per_s": windows / forecast_s,
+        "peak_rss_mb": rss_fit_kb / 1024,
+        "peak_rss_mb_incl_forecast": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "flop_per_sample": flop,
+        "threads": torch.get_num_threads(),
+        "versions": {"torch": torch.__version__, "lightning": pl.__version__, "pandas": pd.__version__,
+                     "pytorch_forecasting": __import__("pytorch_forecasting").__version__},
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
