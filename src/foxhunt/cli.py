@@ -101,7 +101,7 @@ def _paths(values: dict[str, Any]) -> tuple[str, ...]:
         files = [files]
     if files:
         return tuple(str(f) for f in files)
-    from foxhunt.data.sample import bundled_sample_path
+    from foxhunt.data.sample_path import bundled_sample_path
 
     path = bundled_sample_path()
     logging.getLogger("foxhunt").info("no --parquet-file given: using the bundled ES sample %s", path)
@@ -160,6 +160,8 @@ def train(
                                                    rich_help_panel=T)] = 0,
     threads: Annotated[int, typer.Option(help="CPU threads for torch (0: torch's default).",
                                          rich_help_panel=T)] = TD.num_threads,
+    precision: Annotated[str, typer.Option(help="auto | 32 | bf16 | 16-mixed: autocast precision (auto: bf16 on "
+                                           "CUDA devices that support it, else 32).", rich_help_panel=T)] = TD.precision,
     window_run: Annotated[int, typer.Option(help="Training batches are runs of N consecutive windows, which share "
                                             "their bars' work (1: windows shuffled singly).",
                                             rich_help_panel=T)] = TD.window_run,

@@ -28,10 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from foxhunt.atomic import write_with
-from foxhunt.errors import InputError
-
-DEFAULT_SEED = 20240218
-SAMPLE_VERSION = 2  # bump when the generator changes, so cached files are not reused
+from foxhunt.data.sample_path import DEFAULT_SEED, SAMPLE_VERSION, bundled_sample_path  # noqa: E402, F401
 
 CT = ZoneInfo("America/Chicago")
 FIRST_TRADE_DATE = dt.date(2024, 2, 19)  # session opens Sunday 2024-02-18 17:00 CT
@@ -137,25 +134,6 @@ def write_sample(path: str | os.PathLike[str], seed: int = DEFAULT_SEED) -> Path
         path, lambda tmp: pq.write_table(table, tmp, row_group_size=ROW_GROUP_SIZE, compression="snappy")
     )
     return Path(path)
-
-
-def bundled_sample_path() -> Path:
-    """The cached default sample, generated on first use into $FOXHUNT_CACHE_DIR or ~/.cache/foxhunt/.
-
-    The file name carries the generator version and seed, so a changed generator never reuses an old
-    file. Concurrent first uses are safe: each writes a temporary file and renames the same content into place.
-    """
-    cache = os.environ.get("FOXHUNT_CACHE_DIR") or str(Path.home() / ".cache" / "foxhunt")
-    path = Path(cache).expanduser() / f"es_ohlcv1m_sample_v{SAMPLE_VERSION}_seed{DEFAULT_SEED}.parquet"
-    if not path.is_file():
-        try:
-            write_sample(path, DEFAULT_SEED)
-        except OSError as e:
-            raise InputError(
-                f"cannot write the bundled sample to {path} ({e.strerror or e}); "
-                "set FOXHUNT_CACHE_DIR to a writable folder"
-            ) from e
-    return path
 
 
 def _session_grid() -> dict[str, np.ndarray]:

@@ -220,7 +220,8 @@ class TemporalFusionTransformer(nn.Module):
     def forward(self, batch: Batch, return_interpretation: bool = False) -> TFTOutput:
         """Quantile forecasts (B, D, Q) in scaled target space; interpretation tensors only when asked for."""
         features, interp = self._run(batch, None, return_interpretation)  # (B, D, H)
-        quantiles = self.output(features)  # (B, D, Q)
+        with torch.autocast(features.device.type, enabled=False):  # the quantile head stays fp32 under autocast
+            quantiles = self.output(features.float())  # (B, D, Q)
         if not return_interpretation:
             return TFTOutput(quantiles)
         return TFTOutput(

@@ -28,6 +28,7 @@ class TrainConfig:
     optimizer_state: str = "device"  # device | cpu (AdamW moments kept in host memory)
     max_train_batches: int = 0  # cap on training batches per epoch (0: all); for quick looks at huge files
     num_threads: int = 0  # torch CPU threads (0: torch's default)
+    precision: str = "auto"  # auto | 32 | bf16 | 16-mixed (see train/precision.py)
     window_run: int = 16  # training batches are runs of this many consecutive windows (1: windows shuffled singly)
     progress: bool = True
 
@@ -54,6 +55,8 @@ class TrainConfig:
             bad(f"--device {self.device!r} is not one of auto, cpu, cuda, cuda:N")
         if self.optimizer_state not in ("device", "cpu"):
             bad(f"--optimizer-state {self.optimizer_state!r} is not one of device, cpu")
+        if self.precision not in ("auto", "32", "bf16", "16-mixed"):
+            bad(f"--precision {self.precision!r} is not one of auto, 32, bf16, 16-mixed")
         if self.window_run < 1:
             bad(f"--window-run must be at least 1 (1 shuffles windows singly), got {self.window_run}")
         if self.memory_log_every < 0:

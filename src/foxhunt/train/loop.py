@@ -16,12 +16,14 @@ from typing import Any
 import torch
 
 from foxhunt.atomic import append_jsonl
+from foxhunt.data.batch import Batch
 from foxhunt.data.prepare import PreparedData
 from foxhunt.data.windows import shuffled_runs
 from foxhunt.train.checkpoint import save_checkpoint, state_to_cpu
 from foxhunt.train.config import TrainConfig
 from foxhunt.train.faults import FaultInjector
 from foxhunt.train.optim import build_optimizer, set_lr, warmup_cosine
+from foxhunt.train.precision import autocast
 from foxhunt.train.progress import epoch_bar
 from foxhunt.train.run_dir import RunDir
 from foxhunt.train.step import TrainStepper
@@ -57,6 +59,7 @@ def fit(
     val_batch_size: int,
     on_best: Any,  # callable(state_dict) -> None: writes model.safetensors (+ model.json)
     resume: dict[str, Any] | None = None,
+    precision: str = "32",
 ) -> FitState:
     train_ids, val_ids = data.splits["train"], data.splits["val"]
     n_batches = -(-len(train_ids) // batch_size)
@@ -77,7 +80,12 @@ def fit(
         log.info("resuming after epoch %d (step %d, best val loss %.6f at epoch %d)",
                  state.epoch, state.global_step, state.best_val_loss, state.best_epoch)
     q = torch.tensor(quantiles, dtype=torch.float32, device=device)
-    stepper = TrainStepper(model, optimizer, q, cfg.grad_clip, device, injector, tracker, state.micro_batch)
+    stepper = TrainStepper(model, optimizer, q, cfg.grad_clip, device, injector, tracker, state.micro_batch,
+                           precision=precision)
+
+    def predict(b: Batch) -> torch.Tensor:
+        with autocast(device, precision):
+            return model(b).quantiles
 
     for epoch in range(state.epoch + 1, cfg.epochs + 1):
         if state.bad_epochs >= cfg.patience:
@@ -108,7 +116,7 @@ def fit(
         optimizer.zero_grad(set_to_none=True)  # the last step's gradients are not needed while validating
         model.eval()
         tracker.record("val_start", epoch=epoch)
-        val = validate(lambda b: model(b).quantiles, data.windows, val_ids, val_batch_size, quantiles, device,
+        val = validate(predict, data.windows, val_ids, val_batch_size, quantiles, device,
                        injector, tracker, epoch)
         val_batch_size = val.batch_size
         tracker.record("val_end", epoch=epoch)

@@ -33,6 +33,7 @@ from foxhunt.data.schema import InputSizes
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.loss import quantile_loss
+from foxhunt.train.precision import activation_bytes, autocast
 
 MIB = 2**20
 HEADROOM = 0.10  # share of the budget kept free for what no plan sees: other processes, workspaces, drift
@@ -348,7 +349,7 @@ def probe_batch(sizes: InputSizes, cfg: ModelConfig, b: int, device: torch.devic
 
 
 def measure_step_peak(
-    model: nn.Module, batch: Batch, quantiles: torch.Tensor, device: torch.device, train: bool
+    model: nn.Module, batch: Batch, quantiles: torch.Tensor, device: torch.device, train: bool, precision: str = "32"
 ) -> int:
     """Peak bytes allocated while one forward (+ loss + backward when `train`) runs, above what existed before it."""
     cuda = device.type == "cuda"
@@ -359,11 +360,13 @@ def measure_step_peak(
     tracker = LiveTensorBytes() if not cuda else None
     with tracker if tracker is not None else contextlib.nullcontext():
         if train:
-            loss = quantile_loss(model(batch).quantiles, batch.target, quantiles)
+            with autocast(device, precision):
+                out = model(batch).quantiles
+            loss = quantile_loss(out, batch.target, quantiles)
             loss.backward()
-            del loss
+            del loss, out
         else:
-            with torch.inference_mode():
+            with torch.inference_mode(), autocast(device, precision):
                 model(batch)
     if cuda:
         torch.cuda.synchronize(device)
@@ -372,7 +375,7 @@ def measure_step_peak(
 
 
 def probe_per_sample(
-    model: nn.Module, sizes: InputSizes, cfg: ModelConfig, device: torch.device
+    model: nn.Module, sizes: InputSizes, cfg: ModelConfig, device: torch.device, precision: str = "32"
 ) -> tuple[float, float] | None:
     """Measured (train, val) activation bytes per sample, from the step peaks at PROBE_BATCHES; None on OOM.
 
@@ -390,7 +393,7 @@ def probe_per_sample(
                 model.train(train)
                 for b in PROBE_BATCHES:
                     batch = probe_batch(sizes, cfg, b, device)
-                    peaks[train].append(measure_step_peak(model, batch, q, device, train))
+                    peaks[train].append(measure_step_peak(model, batch, q, device, train, precision))
                     for p in model.parameters():
                         p.grad = None
                     del batch
@@ -426,6 +429,7 @@ def plan_memory(
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
     optimizer_state_on_cpu: bool = False,
     probe: bool = True,
+    precision: str = "32",
 ) -> MemoryPlan:
     """Predicted train / validation step peaks on `device` for each batch size, and the largest that fit.
 
@@ -444,7 +448,8 @@ def plan_memory(
     gradients = sum(p.numel() * p.element_size() for p in trainable)
     on_host = optimizer_state_on_cpu and device.type != "cpu"
     optimizer = 0 if on_host else sum(ADAM_MOMENTS * p.numel() * 4 for p in trainable)
-    elem = next((p.element_size() for p in params if p.is_floating_point()), 4)
+    # Activations are stored at the autocast precision (weights, gradients and optimizer state stay fp32).
+    elem = min(activation_bytes(precision), next((p.element_size() for p in params if p.is_floating_point()), 4))
     stage_list = stages(sizes, cfg, device.type, elem)
     train_el, val_el = activation_elements(stage_list, cfg.activation_checkpointing)
     train_cal = val_cal = 1.0
@@ -453,7 +458,7 @@ def plan_memory(
         model_device = params[0].device if params else device
         if model_device.type != device.type:
             raise ValueError(f"plan_memory(probe=True) needs the model on {device}, it is on {model_device}")
-        measured = probe_per_sample(model, sizes, cfg, device)
+        measured = probe_per_sample(model, sizes, cfg, device, precision)
         if measured is None:
             how = "probe ran out of memory: analytic only"
         else:

@@ -19,6 +19,7 @@ from foxhunt.errors import ResourceError
 from foxhunt.model.loss import quantile_loss
 from foxhunt.train.faults import FaultInjector
 from foxhunt.train.optim import HostAdamW
+from foxhunt.train.precision import autocast, grad_scaler
 from foxhunt.train.telemetry import MemoryTracker
 
 log = logging.getLogger("foxhunt.train")
@@ -60,10 +61,13 @@ class TrainStepper:
         injector: FaultInjector,
         tracker: MemoryTracker,
         micro_batch: int | None = None,
+        precision: str = "32",
     ):
         self.model, self.optimizer, self.quantiles = model, optimizer, quantiles
         self.grad_clip, self.device, self.injector, self.tracker = grad_clip, device, injector, tracker
         self.micro_batch = micro_batch  # None: the whole batch at once
+        self.precision = precision
+        self.scaler = grad_scaler(device, precision)  # float16 only
         self.recoveries = 0
 
     def step(self, batch: Batch, global_step: int, epoch: int) -> torch.Tensor:
@@ -85,15 +89,22 @@ class TrainStepper:
         self.injector.check("train", global_step)
         for start in range(0, n, size):
             part = batch.slice(start, start + size).to(self.device, non_blocking=True)
-            out = self.model(part)
-            loss = quantile_loss(out.quantiles, part.target, self.quantiles) * (len(part) / n)
+            with autocast(self.device, self.precision):
+                out = self.model(part)
+            loss = quantile_loss(out.quantiles, part.target, self.quantiles) * (len(part) / n)  # fp32
             del out
-            loss.backward()
+            (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             total += loss.detach()
             del loss, part
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients
         if self.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.optimizer.step()
+        if self.scaler is None:
+            self.optimizer.step()
+        else:
+            self.scaler.step(self.optimizer)  # skipped when the scaled gradients overflowed
+            self.scaler.update()
         return total
 
     def _recover(self, failed_size: int, batch_size: int, global_step: int, epoch: int) -> None:

@@ -1,0 +1,34 @@
+"""Where the bundled ES sample lives, apart from its generator: `foxhunt train` with no file needs only the path,
+and generating the file (foxhunt.data.sample, which needs pyarrow) happens only when it is missing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from foxhunt.errors import InputError
+
+DEFAULT_SEED = 20240218
+SAMPLE_VERSION = 2  # bump when the generator changes, so cached files are not reused
+
+
+def bundled_sample_path() -> Path:
+    """The cached default sample, generated on first use into $FOXHUNT_CACHE_DIR or ~/.cache/foxhunt/.
+
+    The file name carries the generator version and seed, so a changed generator never reuses an old
+    file. Concurrent first uses are safe: each writes a temporary file and renames the same content into place.
+    """
+    cache = os.environ.get("FOXHUNT_CACHE_DIR") or str(Path.home() / ".cache" / "foxhunt")
+    path = Path(cache).expanduser() / f"es_ohlcv1m_sample_v{SAMPLE_VERSION}_seed{DEFAULT_SEED}.parquet"
+    if not path.is_file():
+        try:
+            from foxhunt.data.sample import write_sample
+
+            write_sample(path, DEFAULT_SEED)
+        except OSError as e:
+            raise InputError(
+                f"cannot write the bundled sample to {path} ({e.strerror or e}); "
+                "set FOXHUNT_CACHE_DIR to a writable folder"
+            ) from e
+    return path
