@@ -13,7 +13,7 @@ from foxhunt.model.layers import (
     GatedResidualNetwork,
     StackedGRN,
 )
-from foxhunt.model.selection import VariableSelectionNetwork
+from foxhunt.model.selection import VariableSelectionNetwork, merge
 from foxhunt.model.tft import count_parameters
 
 
@@ -163,3 +163,40 @@ def test_count_parameters_by_hand() -> None:
     shared = nn.Linear(2, 2)  # 6 parameters, registered twice, counted once; frozen ones are not counted
     frozen = nn.Linear(3, 1).requires_grad_(False)
     assert count_parameters(nn.ModuleList([shared, shared, frozen])) == 6
+
+
+def test_vsn_per_bar_terms_equal_the_textbook_selection() -> None:
+    """Per-bar terms (continuous inputs folded into their first layers, categorical ones embedded) gathered into
+    windows, plus per-position terms, equal `forward` on the embedded inputs of every (window, position)."""
+    torch.manual_seed(0)
+    h, n_rows, b, length = 6, 9, 4, 5
+    vsn = VariableSelectionNetwork(4, h, dropout=0.0, context=True).eval()
+    emb = ContinuousEmbedding(2, h)  # variables 0 and 3: per-bar scalars
+    cat = CategoricalEmbedding((5,), h)  # variable 1: a per-bar code
+    pos_emb = ContinuousEmbedding(1, h)  # variable 2: fixed by the position in the window
+    x = torch.randn(n_rows, 2)  # (N, 2)
+    codes = torch.randint(0, 5, (n_rows, 1))  # (N, 1)
+    pos = torch.randn(length, 1)  # (L, 1)
+    index = torch.randint(0, n_rows, (b, length))  # (B, L): windows share rows
+    c = torch.randn(b, h)
+    cont_vars, cat_vars, pos_vars = torch.tensor([0, 3]), torch.tensor([1]), torch.tensor([2])
+    rows = merge([vsn.categorical_terms(cat(codes), cat_vars),
+                  vsn.continuous_terms(x, cont_vars, emb.weight, emb.bias)])
+    positions = merge([vsn.continuous_terms(pos, pos_vars, pos_emb.weight, pos_emb.bias)])
+    out, w = vsn.select(rows, index, positions, c)
+    xi = torch.stack(
+        [emb(x)[:, 0], cat(codes)[:, 0], torch.zeros(n_rows, h), emb(x)[:, 1]], dim=1
+    )[index]  # (B, L, 4, H) with the positional variable filled in below
+    xi[:, :, 2] = pos_emb(pos)[:, 0]
+    want, want_w = vsn(xi, c)
+    torch.testing.assert_close(w, want_w, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
+
+
+def test_vsn_with_one_variable_has_weight_one_and_no_selection_grn() -> None:
+    vsn = VariableSelectionNetwork(1, 4, dropout=0.0, context=True)
+    assert not hasattr(vsn, "flat_grn")  # softmax over one input is 1 whatever it sees
+    x = torch.randn(3, 2, 1, 4)
+    out, w = vsn(x, torch.randn(3, 4))
+    assert torch.equal(w, torch.ones(3, 2, 1))
+    torch.testing.assert_close(out, vsn.var_grns(x)[..., 0, :])

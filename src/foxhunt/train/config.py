@@ -57,6 +57,8 @@ class TrainConfig:
             bad(f"--optimizer-state {self.optimizer_state!r} is not one of device, cpu")
         if self.precision not in ("auto", "32", "bf16", "16-mixed"):
             bad(f"--precision {self.precision!r} is not one of auto, 32, bf16, 16-mixed")
+        if self.precision == "16-mixed" and self.optimizer_state == "cpu":
+            bad("--precision 16-mixed cannot scale gradients held by --optimizer-state cpu; use --precision bf16")
         if self.window_run < 1:
             bad(f"--window-run must be at least 1 (1 shuffles windows singly), got {self.window_run}")
         if self.memory_log_every < 0:
