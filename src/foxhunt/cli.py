@@ -76,6 +76,8 @@ MemoryBudget = Annotated[str | None, typer.Option(help="Memory budget, e.g. 4GiB
                                                   rich_help_panel=T)]
 OptimizerState = Annotated[str, typer.Option(help="device | cpu (keep AdamW moments in host memory).",
                                              rich_help_panel=T)]
+Precision = Annotated[str, typer.Option(help="auto | 32 | bf16 | 16-mixed: autocast precision (auto: bf16 on CUDA "
+                                        "devices that support it, else 32).", rich_help_panel=T)]
 Threads = Annotated[int, typer.Option(help="CPU threads for torch (0: torch's default).")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", help="TOML file supplying any option; flags override.")]
 
@@ -160,8 +162,7 @@ def train(
                                                    rich_help_panel=T)] = 0,
     threads: Annotated[int, typer.Option(help="CPU threads for torch (0: torch's default).",
                                          rich_help_panel=T)] = TD.num_threads,
-    precision: Annotated[str, typer.Option(help="auto | 32 | bf16 | 16-mixed: autocast precision (auto: bf16 on "
-                                           "CUDA devices that support it, else 32).", rich_help_panel=T)] = TD.precision,
+    precision: Precision = TD.precision,
     window_run: Annotated[int, typer.Option(help="Training batches are runs of N consecutive windows, which share "
                                             "their bars' work (1: windows shuffled singly).",
                                             rich_help_panel=T)] = TD.window_run,
@@ -258,6 +259,7 @@ def plan_memory_cmd(
     memory_budget: MemoryBudget = "4GiB",
     device: Device = "auto",
     optimizer_state: OptimizerState = "device",
+    precision: Precision = "auto",
     config: ConfigFile = None,
 ) -> None:
     """Predict the peak memory of a training and a validation step per batch size, and the largest that fits."""
@@ -266,15 +268,17 @@ def plan_memory_cmd(
     from foxhunt.model.tft import TemporalFusionTransformer
     from foxhunt.train.device import resolve_device
     from foxhunt.train.plan import parse_size, plan_memory
+    from foxhunt.train.precision import resolve_precision
 
     v = _values(ctx, config)
     data_cfg = settings.data_config(v, _paths(v))
     model_cfg = settings.model_config(v, data_cfg)
     dev = resolve_device(v["device"])
+    precision = resolve_precision(v["precision"], dev)
     data = prepare_data(data_cfg)
     model = TemporalFusionTransformer(data.schema.sizes, model_cfg).to(dev)
     plan = plan_memory(model, data.schema.sizes, model_cfg, dev, parse_size(str(v["memory_budget"])),
-                       optimizer_state_on_cpu=v["optimizer_state"] == "cpu")
+                       optimizer_state_on_cpu=v["optimizer_state"] == "cpu", precision=precision)
     typer.echo(plan.format_table())
 
 

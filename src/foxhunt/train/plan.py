@@ -468,7 +468,8 @@ def plan_memory(
             )
             meter = "max_memory_allocated" if device.type == "cuda" else "live tensor bytes"
             how = f"probe: {meter} at batch {' and '.join(map(str, PROBE_BATCHES))}"
-    per_sample_batch = probe_batch(sizes, cfg, 1, torch.device("meta")).nbytes()
+    # A real one-sample batch on the host: tiny, while a meta-device one would import torch._decomp (seconds).
+    per_sample_batch = probe_batch(sizes, cfg, 1, torch.device("cpu")).nbytes()
     rows = []
     for b in sorted(set(int(x) for x in batch_sizes)):
         data = b * per_sample_batch

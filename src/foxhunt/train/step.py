@@ -18,7 +18,7 @@ from foxhunt.data.batch import Batch
 from foxhunt.errors import ResourceError
 from foxhunt.model.loss import quantile_loss
 from foxhunt.train.faults import FaultInjector
-from foxhunt.train.optim import HostAdamW
+from foxhunt.train.optim import AdamW, HostAdamW
 from foxhunt.train.precision import autocast, grad_scaler
 from foxhunt.train.telemetry import MemoryTracker
 
@@ -54,7 +54,7 @@ class TrainStepper:
     def __init__(
         self,
         model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer | HostAdamW,
+        optimizer: AdamW | HostAdamW,
         quantiles: torch.Tensor,  # (Q,) on the device
         grad_clip: float,
         device: torch.device,
