@@ -109,6 +109,16 @@ def test_shuffled_runs_is_a_permutation_of_consecutive_runs() -> None:
             assert perm.tolist() != list(range(n))
 
 
+def test_shuffled_runs_with_a_stride_keep_a_runs_windows_a_stride_apart() -> None:
+    g = torch.Generator().manual_seed(5)
+    n, run, stride = 200, 8, 5
+    perm = shuffled_runs(n, run, g, stride=stride)
+    assert sorted(perm.tolist()) == list(range(n))
+    steps = perm.diff()
+    # inside a run the windows are `stride` apart; only run (and lane) boundaries break that
+    assert (steps == stride).sum() >= n - 2 * (n // run + stride + 1)
+
+
 def test_iter_batches_cover_every_window_once() -> None:
     w = make_windowed([30, 25])
     ids = torch.arange(w.n_windows)

@@ -131,16 +131,21 @@ class WindowedData:
             yield self.batch(ids[i : i + batch_size])
 
 
-def shuffled_runs(n: int, run: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """A permutation of range(n) made of runs of `run` consecutive positions, the runs in random order.
+def shuffled_runs(n: int, run: int, generator: torch.Generator | None = None, stride: int = 1) -> torch.Tensor:
+    """A permutation of range(n) made of runs of `run` positions `stride` apart, the runs in random order.
 
-    Windows are sorted by series and time, so a run is `run` consecutive windows: they share all but `run - 1` of
-    their bars, and a batch of such runs needs per-bar work on far fewer distinct bars (see `Batch`). The run
-    boundaries move with a random phase each call, so no two windows are always in the same run. `run` 1 is a plain
-    shuffle. Every position appears exactly once.
+    Windows are sorted by series and time, so a run is `run` windows starting `stride` bars apart: they share all but
+    `stride * (run - 1)` of their bars, and a batch of such runs needs per-bar work on far fewer distinct bars (see
+    `Batch`). A stride of at least the horizon keeps the forecast bars of a run's windows apart. The run boundaries
+    move with a random phase each call, so no two windows are always in the same run. `run` 1 is a plain shuffle.
+    Every position appears exactly once.
     """
     if run <= 1 or n <= run:
         return torch.randperm(n, generator=generator) if run <= 1 else torch.arange(n)
+    stride = max(1, min(stride, n // run))
+    shift = int(torch.randint(stride, (1,), generator=generator))
+    # positions grouped by residue mod stride (rotated by a random shift): neighbours are `stride` apart
+    lanes = torch.cat([torch.arange((r + shift) % stride, n, stride) for r in range(stride)])  # (n,)
     phase = int(torch.randint(run, (1,), generator=generator))
     bounds = torch.cat([torch.zeros(1, dtype=torch.long), torch.arange(phase or run, n, run), torch.tensor([n])])
     sizes = bounds.diff()  # (R,) run lengths: the first may be short, the last may be short
@@ -148,7 +153,7 @@ def shuffled_runs(n: int, run: int, generator: torch.Generator | None = None) ->
     starts = bounds[:-1][order]
     lengths = sizes[order]
     offsets = torch.arange(int(lengths.sum())) - torch.repeat_interleave(lengths.cumsum(0) - lengths, lengths)
-    return torch.repeat_interleave(starts, lengths) + offsets  # (n,)
+    return lanes[torch.repeat_interleave(starts, lengths) + offsets]  # (n,)
 
 
 def series_bounds(series_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -94,7 +94,9 @@ def fit(
         t0 = time.perf_counter()
         model.train()
         gen = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
-        order = shuffled_runs(len(train_ids), min(cfg.window_run, batch_size), gen)  # runs share their bars
+        # Runs of windows one horizon apart: they share most encoder bars, never a forecast bar (overlapping
+        # targets made batches of adjacent windows generalise worse; see the README).
+        order = shuffled_runs(len(train_ids), min(cfg.window_run, batch_size), gen, stride=data.windows.horizon)
         epoch_ids = train_ids[order][: n_batches * batch_size]
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         seen = 0
