@@ -1,13 +1,14 @@
-"""The pytorch-forecasting side of `vs_pytorch_forecasting.py`; runs with the pytorch-forecasting venv's python.
+"""The pytorch-forecasting side of vs_pytorch_forecasting.py, run with the pytorch-forecasting venv's python.
 
-    python benchmarks/_pf_side.py --data BARS.parquet [--threads 2] [--epochs 3] [--profile]
+    python benchmarks/_pf_side.py --data BARS.parquet [--threads 2] [--epochs 3] [--profile | --count-only]
 
-Reads the bars parquet that the driver wrote (columns timestamp, symbol, open, high, low, close, volume), builds a
-`TimeSeriesDataSet` (static categorical symbol; known categoricals day of week and month; observed reals log return,
-log range and standardized log volume; target log return; GroupNormalizer per symbol), fits a
-`TemporalFusionTransformer` with `Trainer.fit` and runs its forward loop over every window from --train-end on.
-Prints one JSON line (the last line on stdout) with the measurements; with --profile, a torch.profiler table instead.
-Imports nothing from foxhunt, so it runs where foxhunt is not installed.
+Reads the bars parquet that the driver wrote (timestamp, symbol, open, high, low, close, volume) and builds
+a `TimeSeriesDataSet`: static categorical symbol; known categoricals day of week and month (strings);
+observed reals log return, log range ln(high/low) and log volume standardized per symbol on the training
+rows; target log return, GroupNormalizer per symbol; encoder 60, horizon 5. Fits the documented
+`TemporalFusionTransformer` with `Trainer.fit` and runs its forward loop over every window from --train-end
+on. Prints one JSON line (the last line on stdout); with --profile, a torch.profiler table instead. Imports
+nothing from foxhunt; the driver imports `count_flop` from here so that both sides are counted alike.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ QUANTILES = [0.1, 0.5, 0.9]
 
 
 def features(path: str, train_end: str) -> pd.DataFrame:
-    """One row per (symbol, trading day) with the model's inputs; the first bar of each series (no return) dropped."""
+    """One row per (symbol, trading day) with the model's inputs; each series' first bar (no return) is
+    dropped."""
     df = pd.read_parquet(path).sort_values(["symbol", "timestamp"]).reset_index(drop=True)
     g = df.groupby("symbol", sort=False)
     df["log_return"] = np.log(df["close"] / g["close"].shift(1))
@@ -40,7 +42,7 @@ def features(path: str, train_end: str) -> pd.DataFrame:
     stats = df[train].groupby("symbol")["log_volume"].agg(["mean", "std"])  # fitted on the training rows only
     df["log_volume"] = (df["log_volume"] - df["symbol"].map(stats["mean"])) / df["symbol"].map(stats["std"])
     df = df.dropna(subset=["log_return"]).reset_index(drop=True)
-    # One time index for all series (the rank of the trading day), so that one min_prediction_idx splits every series.
+    # One time index for all series (the rank of the trading day): one min_prediction_idx splits every series.
     days = np.sort(df["timestamp"].unique())
     df["time_idx"] = np.searchsorted(days, df["timestamp"].to_numpy()).astype(np.int64)
     df["symbol"] = df["symbol"].astype(str)
@@ -76,12 +78,14 @@ def datasets(df: pd.DataFrame, args: argparse.Namespace):
     validation = TimeSeriesDataSet.from_dataset(
         training, df[ts < val_cut], min_prediction_idx=first_val_idx, stop_randomization=True
     )
-    forecast = TimeSeriesDataSet.from_dataset(training, df, min_prediction_idx=first_val_idx, stop_randomization=True)
+    forecast = TimeSeriesDataSet.from_dataset(
+        training, df, min_prediction_idx=first_val_idx, stop_randomization=True
+    )
     return training, validation, forecast
 
 
 class LoopTimer:
-    """Seconds and samples inside the training batches of each epoch (validation excluded), as foxhunt's loop counts."""
+    """Seconds and samples in the training batches of each epoch, validation excluded (as foxhunt counts)."""
 
     def __init__(self) -> None:
         self.seconds: list[float] = []
@@ -146,9 +150,9 @@ def _sdpa_backward_flop(grad_shape, q_shape, k_shape, v_shape, *args, **kwargs) 
 
 
 def count_flop(fn: Callable[[], object]) -> int:
-    """Matmul FLOP of `fn()` by FlopCounterMode, plus the CPU kernels it has no formula for (as of torch 2.13): the
-    fused LSTM layer (mkldnn_rnn_layer) and the CPU flash attention, which both models may use. Shared by both sides
-    of the benchmark (the driver imports it), so that both are counted by the same rules."""
+    """Matmul FLOP of `fn()` by FlopCounterMode, plus the CPU kernels it has no formula for (torch 2.13): the
+    fused LSTM layer (mkldnn_rnn_layer), which both models run, and CPU flash attention, which either may
+    use."""
     from torch.utils.flop_counter import FlopCounterMode
 
     aten = torch.ops.aten
@@ -229,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
 
     timer = LoopTimer()
     trainer = pl.Trainer(
-        max_epochs=args.epochs, accelerator="cpu", devices=1, check_val_every_n_epoch=1, num_sanity_val_steps=0,
+        max_epochs=args.epochs, accelerator="cpu", devices=1, check_val_every_n_epoch=1,
+        num_sanity_val_steps=0,  # foxhunt has no sanity pass either
         gradient_clip_val=1.0,  # foxhunt clips the gradient norm at 1.0 too
         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         callbacks=[timer.callback()],

@@ -374,11 +374,13 @@ def _setup_logging(verbose: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI in-process; returns the exit status instead of raising SystemExit."""
-    # OpenMP's worker threads spin while they wait for work. When any other process wants the cores (a shared
-    # machine, a second job, a browser), the spinning threads and the working ones take turns, and a 2-thread
-    # training step ran 45x slower than with passive waiting (24 vs 1,083 samples/s, measured beside one busy
-    # process on 2 cores). Read when torch loads its OpenMP runtime, i.e. before the first command imports torch.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # OpenMP's worker threads spin while they wait for the next parallel region. torch's default spin (300,000
+    # iterations) is long: beside one other busy process on 2 cores a 2-thread training step ran at 399 samples/s,
+    # against 1,367 on an idle machine. Not spinning at all (OMP_WAIT_POLICY=PASSIVE) gave 1,208 busy but 1,028
+    # idle; a short spin of 10,000 gave 1,821 idle and 475 busy. The short spin is the default here; on a busy
+    # machine `--threads 1` avoids the waiting altogether (the start-up log says when the CPUs are busy). Read
+    # when torch loads its OpenMP runtime, i.e. before the first command imports torch.
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
     _setup_logging(verbose=False)
     args = sys.argv[1:] if argv is None else list(argv)
     try:

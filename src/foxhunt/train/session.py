@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,19 @@ MAX_VAL_BATCH = 4096
 CPU_VAL_BATCH = 256
 
 
+def warn_if_cpus_busy() -> None:
+    """torch's threads wait on each other when other processes hold the cores (a step can run several times
+    slower than with one thread); say so, since only the user can choose to share."""
+    threads, cores = torch.get_num_threads(), os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return
+    if threads > 1 and load > cores - threads + 0.5:
+        log.warning("the CPUs are busy (load %.1f on %d cores): %d torch threads will wait on each other; "
+                    "--threads %d may be faster", load, cores, threads, max(1, round(cores - load)))
+
+
 @dataclass
 class TrainResult:
     run: RunDir
@@ -49,6 +63,7 @@ class TrainResult:
 def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool = False) -> TrainResult:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
+    warn_if_cpus_busy()
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
     resolve_precision(cfg.precision, device)  # a precision the device cannot run stops before any file is read
