@@ -183,18 +183,45 @@ def fox_flop_per_sample(run_dir: Path) -> float:
 
 
 # ------------------------------------------------------------------------------------ foxhunt, processes
+GNU_TIME = Path("/usr/bin/time")
+
+
 def run_measured(cmd: list[str], log_path: Path) -> tuple[float, float]:
-    """Run `cmd`; (wall seconds, peak RSS MB of that one process). Exits with the log's tail if it fails."""
+    """Run `cmd`; (wall seconds, peak RSS MB of that one process). Exits with the log's tail if it fails.
+
+    The peak comes from GNU time when it is installed: a child started straight from this process (vfork + exec)
+    inherits this process's own peak in its ru_maxrss (the kernel records the old address space's high-water mark
+    at exec), which here is ~600 MB of torch, pyarrow and pandas. Under /usr/bin/time the measured process is
+    forked from a small one. Without it, os.wait4's figure is an upper bound.
+    """
+    rss_file = log_path.with_suffix(".maxrss")
+    wrap = [str(GNU_TIME), "-f", "%M", "-o", str(rss_file)] if GNU_TIME.exists() else []
     with open(log_path, "w") as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        proc = subprocess.Popen([*wrap, *cmd], stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not RUSAGE_CHILDREN's running max
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         tail = "\n".join(log_path.read_text().splitlines()[-15:])
         sys.exit(f"failed ({proc.returncode}): {shlex.join(cmd)}\n{tail}")
-    return wall, usage.ru_maxrss / 1024  # KiB on Linux
+    kib = int(rss_file.read_text().split()[-1]) if wrap else usage.ru_maxrss
+    return wall, kib / 1024  # KiB on Linux
+
+
+def fox_forward_rate(run_dir: Path, data: Path) -> float:
+    """foxhunt's forecast loop alone, in this process, over the windows `foxhunt predict` forecasts (batch 1,024):
+    the same thing pytorch-forecasting's forward loop is timed on (plus unscaling and sorting the quantiles)."""
+    from foxhunt.evaluate.predict import Forecaster, parse_time, prepare_for_model, select_origins
+    from foxhunt.train.checkpoint import load_model
+
+    lm = load_model(run_dir, "cpu")
+    prepared = prepare_for_model(lm, (str(data),))
+    ids = select_origins(prepared, parse_time(TRAIN_END, "--start"), None)
+    forecaster = Forecaster(lm, prepared, torch.device("cpu"))
+    t0 = time.perf_counter()
+    n = sum(len(fb.window) for fb in forecaster.iter(ids, 1024))
+    return n / (time.perf_counter() - t0)
 
 
 def train_cmd(data: Path, run_dir: Path, *flags: str) -> list[str]:
@@ -236,6 +263,7 @@ def fox_run(data: Path, work: Path, hidden: int, threads: int, fox_args: list[st
         "forecast_windows": windows,
         "forecast_s": predict_s,
         "forecast_windows_per_s": windows / predict_s,
+        "forward_windows_per_s": fox_forward_rate(run_dir, data),
         "peak_rss_mb": rss,
     }
 
@@ -302,6 +330,7 @@ COLUMNS = (  # (header, key, format)
     ("samples/s wall", "samples_per_s_wall", "{:,.0f}"),
     ("wall s, 3 epochs", "wall_s", "{:.1f}"),
     ("forecast windows/s", "forecast_windows_per_s", "{:,.0f}"),
+    ("forward windows/s", "forward_windows_per_s", "{:,.0f}"),
     ("peak RSS MB", "peak_rss_mb", "{:,.0f}"),
     ("MFLOP/sample", "mflop_per_sample", "{:.1f}"),
     ("GFLOP/s (% peak)", "gflops", None),
@@ -310,7 +339,7 @@ COLUMNS = (  # (header, key, format)
 
 def summarize(runs: list[dict[str, Any]], flop: float, peak: float) -> dict[str, Any]:
     keys = ("n_params", "samples_per_s_loop", "samples_per_s_wall", "wall_s", "forecast_windows_per_s",
-            "peak_rss_mb", "train_windows", "forecast_windows")
+            "forward_windows_per_s", "peak_rss_mb", "train_windows", "forecast_windows")
     med = {k: statistics.median(r[k] for r in runs) for k in keys}
     med["mflop_per_sample"] = flop / 1e6
     med["gflops"] = flop * med["samples_per_s_loop"] / 1e9
