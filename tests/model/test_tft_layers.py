@@ -9,6 +9,7 @@ from foxhunt.model.layers import (
     GLU,
     CategoricalEmbedding,
     ContinuousEmbedding,
+    Dropout,
     GateAddNorm,
     GatedResidualNetwork,
     StackedGRN,
@@ -200,3 +201,20 @@ def test_vsn_with_one_variable_has_weight_one_and_no_selection_grn() -> None:
     out, w = vsn(x, torch.randn(3, 4))
     assert torch.equal(w, torch.ones(3, 2, 1))
     torch.testing.assert_close(out, vsn.var_grns(x)[..., 0, :])
+
+
+def test_dropout_keeps_with_probability_one_minus_p_and_rescales() -> None:
+    torch.manual_seed(0)
+    drop = Dropout(0.25)
+    x = torch.ones(200, 500)
+    y = drop(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.75) < 0.005  # 100,000 draws: sd of the mean 0.0014
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / 0.75))  # kept values scaled so E[y] = x
+    x.requires_grad_(True)
+    torch.manual_seed(1)
+    drop(x).sum().backward()
+    assert torch.isin(x.grad, torch.tensor([0.0, 1 / 0.75])).all()  # the gradient uses the same mask
+    drop.eval()
+    assert torch.equal(drop(x), x)
+    assert torch.equal(Dropout(0.0).train()(x), x)

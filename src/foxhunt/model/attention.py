@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from foxhunt.errors import InputError
+from foxhunt.model.layers import Dropout
 
 
 class InterpretableMultiHeadAttention(nn.Module):
@@ -38,9 +39,9 @@ class InterpretableMultiHeadAttention(nn.Module):
         self.d_head = hidden // n_heads
         self.qkv = nn.Linear(hidden, (2 * n_heads + 1) * self.d_head)  # [Q heads | K heads | shared V]
         self.out = nn.Linear(self.d_head, hidden)  # W_H
-        self.attn_dropout = nn.Dropout(dropout)
-        self.head_dropout = nn.Dropout(dropout)
-        self.out_dropout = nn.Dropout(dropout)
+        self.attn_dropout = Dropout(dropout)
+        self.head_dropout = Dropout(dropout)
+        self.out_dropout = Dropout(dropout)
 
     def forward(
         self, x: torch.Tensor, query_start: int, return_attention: bool = False

@@ -14,6 +14,21 @@ import torch.nn.functional as F
 from torch import nn
 
 
+class Dropout(nn.Dropout):
+    """Dropout with the keep-mask drawn as `uniform >= p` instead of by `bernoulli_`: the same distribution (keep
+    with probability 1 - p, scale kept values by 1 / (1 - p)), but CPU `bernoulli_` runs on one thread and was the
+    largest single cost of a training step (16% at hidden 44, 2 threads); this is 1.5x faster forward and backward.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if self.p == 1.0:
+            return x * 0.0
+        keep = torch.rand(x.shape, device=x.device) >= self.p  # fp32 uniforms whatever x's dtype
+        return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))
+
+
 class GLU(nn.Module):
     """Gated linear unit `σ(W4 γ + b4) ⊙ (W5 γ + b5)`: lets the network switch a whole block off (gate → 0).
 
@@ -33,7 +48,7 @@ class GateAddNorm(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, dropout: float) -> None:
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.glu = GLU(d_in, d_out)
         self.norm = nn.LayerNorm(d_out)
 
@@ -96,7 +111,7 @@ class StackedGRN(nn.Module):
         self.bg = nn.Parameter(_uniform_(torch.empty(v, 2 * h), h))  # (V, 2H)
         self.ln_w = nn.Parameter(torch.ones(v, h))  # (V, H) per-variable LayerNorm affine
         self.ln_b = nn.Parameter(torch.zeros(v, h))  # (V, H)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.einsum("...vi,vio->...vo", x, self.w2) + self.b2  # (..., V, H)
