@@ -2,7 +2,8 @@
 # The CUDA checks for the memory issue, as one prepared script (run it on a machine with a GPU):
 #   1. the original failure's shape on CUDA: 1-hour ES bars, batch size 1, 5 epochs, validation every epoch;
 #   2. a larger model under --memory-budget 4GiB (enforced) with --batch-size auto, and an injected OOM;
-#   3. the plan's predicted peak next to the measured one (memory.jsonl device_peak_mb of training batches).
+#   3. the plan's predicted peak next to the measured one (memory.jsonl device_peak_mb of training batches);
+#   4. --precision 32 / bf16 / 16-mixed speed and loss; 5. the benchmark's --device cuda mode.
 # Usage: bash benchmarks/gpu_check.sh [OUT_DIR]    (needs ../shared/fixtures beside the repository)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,3 +38,13 @@ peak = max(r["device_peak_mb"] for r in recs if r["phase"] == "train_batch")
 pred = row["train"]["total"] / 2**20
 print(f"batch {bs}: predicted train peak {pred:.0f} MiB, measured {peak:.0f} MiB, ratio {peak / pred:.3f}")
 PY
+
+echo "== 4. precision on CUDA: 32 vs bf16 (the auto default) vs 16-mixed, same run otherwise"
+for p in 32 bf16 16-mixed; do
+  foxhunt train --parquet-file "$sample" --hidden-size 128 --encoder-length 168 --horizon 24 --batch-size 1024 \
+    --epochs 1 --max-train-batches 40 --use-gpu --precision "$p" --no-progress --run-dir "$out/prec-$p" 2>&1 \
+    | grep -E "^epoch|precision" | sed "s/^/$p: /"
+done
+
+echo "== 5. NVIDIA's electricity configuration (bf16, batch 1,024, hidden 128, encoder 168, horizon 24)"
+python benchmarks/vs_pytorch_forecasting.py --device cuda

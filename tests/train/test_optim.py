@@ -80,3 +80,32 @@ def test_warmup_then_cosine_by_hand():
     mid = 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * 0.5))
     assert warmup_cosine(60, total, warm, base) == pytest.approx(base * mid)
     assert warmup_cosine(110, total, warm, base) == pytest.approx(0.05 * base)  # the floor
+
+
+def test_adamw_works_under_a_gradient_scaler():
+    """16-mixed runs our AdamW through torch's GradScaler (unscale, skip on overflow, step): a scaled run takes the
+    same steps as an unscaled one, and a step with an infinite gradient is skipped."""
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    b.load_state_dict(a.state_dict())
+    plain, scaled = AdamW(list(a.parameters()), 1e-2, 0.0), AdamW(list(b.parameters()), 1e-2, 0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    x = torch.randn(8, 4)
+    for _ in range(3):
+        plain.zero_grad()
+        a(x).pow(2).mean().backward()
+        plain.step()
+        scaled.zero_grad()
+        scaler.scale(b(x).pow(2).mean()).backward()
+        scaler.unscale_(scaled)
+        scaler.step(scaled)
+        scaler.update()
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(pa, pb)
+    before = [p.detach().clone() for p in b.parameters()]
+    scaled.zero_grad()
+    scaler.scale(b(x * float("inf")).sum()).backward()
+    scaler.unscale_(scaled)
+    scaler.step(scaled)  # skipped: the gradients are not finite
+    for p, q in zip(b.parameters(), before, strict=True):
+        assert torch.equal(p, q)
