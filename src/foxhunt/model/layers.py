@@ -1,8 +1,8 @@
-"""TFT building blocks (Lim et al. 2021, section 4): GLU, gated residual network, input embeddings, variable selection.
+"""TFT building blocks (Lim et al. 2021, section 4): dropout, GLU, gated residual networks, input embeddings.
 
-Everything here is batched over variables: the per-variable networks of a variable-selection network are one stacked
-weight and one `einsum`, categorical inputs share one embedding table (with offsets), and continuous inputs are embedded
-with one broadcast multiply-add. Legend: B batch, T time, V variables, H hidden, C context width.
+Everything here is batched over variables: the per-variable GRNs of a variable-selection network (selection.py) are
+one stacked weight and one `einsum`, categorical inputs share one embedding table (with offsets), and continuous inputs
+are embedded with one broadcast multiply-add. Legend: B batch, T time, V variables, H hidden, C context width.
 """
 
 from __future__ import annotations

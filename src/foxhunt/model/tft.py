@@ -8,6 +8,9 @@ Data flow for one batch (B samples, E encoder steps, D forecast steps, T = E + D
   φ̃ -> static enrichment GRN(c_e) -> θ (B,T,H) -> causal interpretable attention with queries at the D forecast steps
     -> gated skip -> position-wise GRN -> gated skip over the whole temporal block -> Linear(H, Q) -> (B, D, Q)
 
+The encoder and decoder VSNs do their per-variable work once per distinct bar of the batch and gather it into windows
+(model/selection.py, data/batch.py); the result is the same as per (window, position).
+
 Variable order of the interpretation weights (what `variable_names` returns):
   static  = static categorical, static continuous
   encoder = known categorical, known continuous, observed categorical, observed continuous
