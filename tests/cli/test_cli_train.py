@@ -144,6 +144,9 @@ def test_use_gpu_without_a_gpu_is_a_one_line_error(tmp_path, tiny, fixtures_dir,
         (["--batch-size", "auto"], "--memory-budget"),
         (["--quantiles", "0.9,0.1"], "--quantiles"),
         (["--target", "price"], "--target"),
+        (["--window-run", "0"], "--window-run"),
+        (["--precision", "fp8"], "--precision"),
+        (["--precision", "16-mixed"], "16-mixed needs a CUDA device"),  # on the CPU that runs the tests
     ],
 )
 def test_bad_input_stops_with_one_line_and_status_2(tmp_path, tiny, fixtures_dir, capsys, args, needle):
@@ -181,3 +184,13 @@ def test_resume_refuses_to_change_the_model_and_can_extend_training(tmp_path, ti
     assert "--hidden-size cannot change when resuming" in capsys.readouterr().err
     assert main(["train", "--run-dir", str(run), "--resume", "--epochs", "2", "--no-progress"]) == 0
     assert [r["epoch"] for r in jsonl(run / "metrics.jsonl")] == [1, 2]
+
+
+def test_bf16_and_single_window_runs_train_end_to_end(tmp_path, tiny, fixtures_dir):
+    """--precision bf16 on CPU and --window-run 1 (plain shuffling) are recorded and train to the end."""
+    data = ["--parquet-file", str(fixtures_dir / "generic_ohlcv_daily.parquet"), "--epochs", "1"]
+    code, run = train(tmp_path, tiny, *data, "--precision", "bf16", "--window-run", "1")
+    assert code == 0
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["resolved"]["precision"] == "bf16" and cfg["train"]["window_run"] == 1
+    assert (run / "model.safetensors").exists()
