@@ -6,6 +6,7 @@ import datetime as dt
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -41,15 +42,18 @@ CPU_VAL_BATCH = 256
 
 def warn_if_cpus_busy() -> None:
     """torch's threads wait on each other when other processes hold the cores (a step can run several times
-    slower than with one thread); say so, since only the user can choose to share."""
+    slower than with one thread); say so, since only the user can choose to share. Reads the scheduler's count of
+    runnable threads now (/proc/loadavg), not the load average, which still counts a job that just ended."""
     threads, cores = torch.get_num_threads(), os.cpu_count() or 1
     try:
-        load = os.getloadavg()[0]
-    except OSError:
+        running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
         return
-    if threads > 1 and load > cores - threads + 0.5:
-        log.warning("the CPUs are busy (load %.1f on %d cores): %d torch threads will wait on each other; "
-                    "--threads %d may be faster", load, cores, threads, max(1, round(cores - load)))
+    others = running - 1  # this thread is running while it reads
+    if threads > 1 and others > 0 and threads > cores - others:
+        log.warning("the CPUs are busy (%d other runnable thread%s on %d cores): %d torch threads will wait on "
+                    "each other; --threads %d may be faster", others, "s" if others > 1 else "", cores, threads,
+                    max(1, cores - others))
 
 
 @dataclass
