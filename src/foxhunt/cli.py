@@ -164,8 +164,8 @@ def train(
     threads: Annotated[int, typer.Option(help="CPU threads for torch (0: torch's default).",
                                          rich_help_panel=T)] = TD.num_threads,
     precision: Precision = TD.precision,
-    window_run: Annotated[int, typer.Option(help="Training batches are runs of N consecutive windows, which share "
-                                            "their bars' work (1: windows shuffled singly).",
+    window_run: Annotated[int, typer.Option(help="Training batches are runs of N windows one horizon apart, which "
+                                            "share their bars' work (1: windows shuffled singly).",
                                             rich_help_panel=T)] = TD.window_run,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.", rich_help_panel=T)] = True,
     config: ConfigFile = None,

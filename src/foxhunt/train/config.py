@@ -8,6 +8,7 @@ from typing import Any
 from foxhunt.errors import InputError
 
 AUTO = "auto"
+PRECISIONS = (AUTO, "32", "bf16", "16-mixed")  # what each means: train/precision.py
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,8 @@ class TrainConfig:
     optimizer_state: str = "device"  # device | cpu (AdamW moments kept in host memory)
     max_train_batches: int = 0  # cap on training batches per epoch (0: all); for quick looks at huge files
     num_threads: int = 0  # torch CPU threads (0: torch's default)
-    precision: str = "auto"  # auto | 32 | bf16 | 16-mixed (see train/precision.py)
-    window_run: int = 16  # training batches are runs of this many consecutive windows (1: windows shuffled singly)
+    precision: str = AUTO  # one of PRECISIONS
+    window_run: int = 16  # training batches are runs of this many windows one horizon apart (1: shuffled singly)
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -55,8 +56,8 @@ class TrainConfig:
             bad(f"--device {self.device!r} is not one of auto, cpu, cuda, cuda:N")
         if self.optimizer_state not in ("device", "cpu"):
             bad(f"--optimizer-state {self.optimizer_state!r} is not one of device, cpu")
-        if self.precision not in ("auto", "32", "bf16", "16-mixed"):
-            bad(f"--precision {self.precision!r} is not one of auto, 32, bf16, 16-mixed")
+        if self.precision not in PRECISIONS:
+            bad(f"--precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.precision == "16-mixed" and self.optimizer_state == "cpu":
             bad("--precision 16-mixed cannot scale gradients held by --optimizer-state cpu; use --precision bf16")
         if self.window_run < 1:

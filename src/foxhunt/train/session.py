@@ -70,18 +70,18 @@ def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, re
     warn_if_cpus_busy()
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
-    resolve_precision(cfg.precision, device)  # a precision the device cannot run stops before any file is read
+    precision = resolve_precision(cfg.precision, device)  # one the device cannot run stops before any file is read
     run = RunDir.create(cfg.run_dir, resume=resume)
     handler = attach_log_file(run)
     try:
-        return _train(run, data_cfg, model_cfg, cfg, device, resume)
+        return _train(run, data_cfg, model_cfg, cfg, device, precision, resume)
     finally:
         logging.getLogger("foxhunt").removeHandler(handler)
         handler.close()
 
 
 def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
-           resume: bool) -> TrainResult:
+           precision: str, resume: bool) -> TrainResult:
     tracker = MemoryTracker(device, run.memory, logging.getLogger("foxhunt.memory"), cfg.memory_log_every)
     injector = FaultInjector.from_env()
     log.info("run directory %s, device %s, torch %s", run.root, device, torch.__version__)
@@ -105,7 +105,6 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
              model_cfg.horizon)
     tracker.record("model_built")
 
-    precision = resolve_precision(cfg.precision, device)
     if precision != "32":
         log.info("precision %s: autocast for the model, fp32 weights, optimizer state, quantile head and loss",
                  precision)
