@@ -48,6 +48,9 @@ SymbolCol = Annotated[str | None, typer.Option(help="Symbol column (default: det
 Contracts = Annotated[str, typer.Option(help="auto | continuous | each.", rich_help_panel=D)]
 Adjust = Annotated[str, typer.Option(help="Back-adjustment of continuous series: ratio | difference | none.",
                                      rich_help_panel=D)]
+RollConfirm = Annotated[int, typer.Option(help="Sessions the next contract must out-trade the front before the "
+                                          "series rolls to it (1: the previous session's volume decides).",
+                                          rich_help_panel=D)]
 Target = Annotated[str, typer.Option(help="log_return | log_range.", rich_help_panel=D)]
 EncoderLength = Annotated[int, typer.Option(help="Encoder (look-back) bars.", rich_help_panel=D)]
 Horizon = Annotated[int, typer.Option(help="Forecast bars.", rich_help_panel=D)]
@@ -119,6 +122,7 @@ def train(
     symbol_col: SymbolCol = None,
     contracts: Contracts = DD.contracts,
     adjust: Adjust = DD.adjust,
+    roll_confirm: RollConfirm = DD.roll_confirm,
     target: Target = DD.target,
     encoder_length: EncoderLength = DD.encoder_length,
     horizon: Horizon = DD.horizon,
@@ -196,6 +200,7 @@ def inspect(
     symbol_col: SymbolCol = None,
     contracts: Contracts = DD.contracts,
     adjust: Adjust = DD.adjust,
+    roll_confirm: RollConfirm = DD.roll_confirm,
     target: Target = DD.target,
     encoder_length: EncoderLength = DD.encoder_length,
     horizon: Horizon = DD.horizon,
@@ -240,6 +245,7 @@ def plan_memory_cmd(
     symbol_col: SymbolCol = None,
     contracts: Contracts = DD.contracts,
     adjust: Adjust = DD.adjust,
+    roll_confirm: RollConfirm = DD.roll_confirm,
     target: Target = DD.target,
     encoder_length: EncoderLength = DD.encoder_length,
     horizon: Horizon = DD.horizon,

@@ -83,6 +83,7 @@ def data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
         symbol_col=v.get("symbol_col"),
         contracts=v.get("contracts", _D.contracts),
         adjust=v.get("adjust", _D.adjust),
+        roll_confirm=int(v.get("roll_confirm", _D.roll_confirm)),
         target=v.get("target", _D.target),
         encoder_length=int(v.get("encoder_length", _D.encoder_length)),
         horizon=int(v.get("horizon", _D.horizon)),

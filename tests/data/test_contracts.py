@@ -116,6 +116,7 @@ def test_drop_spreads_by_symbol_and_by_price_for_instrument_keyed_rows():
 #   03-05: H 5,  M 8 -> front by 03-04 volume: H
 #   03-06: H 50, M 9 -> front by 03-05 volume: M (roll; last common bar before it is 03-05: H 101, M 103)
 #   03-07: M 9       -> 03-06 volume favours H again, but the front never moves back: M
+# These tests pin the one-session rule (roll_confirm=1); the default, 2, would stay on H (M led one session only).
 HAND = [
     ("AAH4", "2024-03-04T15:00:00Z", 100.0, 10),
     ("AAM4", "2024-03-04T15:00:00Z", 102.0, 1),
@@ -136,7 +137,7 @@ HAND = [
     ],
 )
 def test_continuous_roll_by_hand(tmp_path, adjust, closes):
-    lb = load_bars(DataConfig(paths=(_write_csv(tmp_path / "aa.csv", HAND),), adjust=adjust))
+    lb = load_bars(DataConfig(paths=(_write_csv(tmp_path / "aa.csv", HAND),), adjust=adjust, roll_confirm=1))
     assert lb.bars.columns == list(BAR_COLUMNS)
     assert lb.bars.get_column("series").unique().to_list() == ["AA"]
     assert lb.bars.get_column("contract").to_list() == ["AAH4", "AAH4", "AAM4", "AAM4"]
@@ -147,7 +148,7 @@ def test_continuous_roll_by_hand(tmp_path, adjust, closes):
         101.0 * scale + shift
     )  # every price column is adjusted
     assert lb.bars.get_column("volume").to_list() == [10.0, 5.0, 9.0, 9.0]  # volume never is
-    assert lb.rolls == [{"root": "AA", "trade_date": "2024-03-06", "from": "AAH4", "to": "AAM4", "gap": 2.0}]
+    assert lb.rolls == [{"root": "AA", "trade_date": "2024-03-06", "from": "AAH4", "to": "AAM4", "gap": 2.0, "reason": "volume"}]
     assert lb.report["contracts_mode"] == "continuous"
     assert lb.report["contracts_kept"] == ["AAH4", "AAM4"]
     assert lb.report["adjust"] == adjust
@@ -166,16 +167,17 @@ def test_several_roots_roll_on_their_own_dates(tmp_path):
     nq = [("NQ" + s[2:], ts, c * 4, v) for s, ts, c, v in HAND]
     # NQ rolls a day earlier: M already leads on 03-04.
     nq[1] = ("NQM4", "2024-03-04T15:00:00Z", 408.0, 20)
-    lb = load_bars(DataConfig(paths=(_write_csv(tmp_path / "two.csv", HAND + nq),)))
+    lb = load_bars(DataConfig(paths=(_write_csv(tmp_path / "two.csv", HAND + nq),), roll_confirm=1))
     assert sorted(lb.report["series"]) == ["AA", "NQ"]
     assert lb.rolls == [
-        {"root": "AA", "trade_date": "2024-03-06", "from": "AAH4", "to": "AAM4", "gap": 2.0},
+        {"root": "AA", "trade_date": "2024-03-06", "from": "AAH4", "to": "AAM4", "gap": 2.0, "reason": "volume"},
         {
             "root": "NQ",
             "trade_date": "2024-03-05",
             "from": "NQH4",
             "to": "NQM4",
             "gap": 8.0,
+            "reason": "volume",
         },  # at 03-04: 408 - 400
     ]
     nq_bars = lb.bars.filter(pl.col("series") == "NQ")
@@ -221,7 +223,9 @@ def test_fixture_rolls_from_h_to_m_in_roll_week(es_ratio):
     assert len(es_ratio.rolls) == 1
     roll = es_ratio.rolls[0]
     assert (roll["root"], roll["from"], roll["to"]) == ("ES", "ESH4", "ESM4")
-    assert "2024-03-04" <= roll["trade_date"] <= "2024-03-08"
+    # ESM4 first out-trades ESH4 on Thu 03-07 (CME's roll date) and again on Fri 03-08: with the default two-session
+    # confirmation the series rolls on the next session, Mon 03-11, four sessions before ESH4 expires.
+    assert (roll["trade_date"], roll["reason"]) == ("2024-03-11", "volume")
     rep = es_ratio.report
     assert rep["rows_read"] == 68239
     assert rep["spreads_dropped"] == 13428
@@ -232,12 +236,25 @@ def test_fixture_rolls_from_h_to_m_in_roll_week(es_ratio):
     assert json.loads(json.dumps(rep)) == rep  # saved with the run as plain JSON
 
 
-def test_fixture_roll_bar_has_no_jump(es_ratio):
-    bars = es_ratio.bars.with_columns(r=pl.col("close").log().diff().abs())
-    cutoff = bars.get_column("r").quantile(0.999)
-    at_roll = bars.filter(pl.col("contract") != pl.col("contract").shift(1)).get_column("r")
-    assert at_roll.len() == 1
-    assert at_roll[0] < cutoff
+def test_fixture_one_session_confirmation_rolls_on_the_first_lead():
+    lb = load_bars(DataConfig(paths=(str(ES_1M),), roll_confirm=1))
+    assert [(r["trade_date"], r["from"], r["to"]) for r in lb.rolls] == [("2024-03-08", "ESH4", "ESM4")]
+    assert lb.report["roll_confirm"] == 1 and lb.report["rolls_by_reason"] == {"volume": 1}
+
+
+def test_fixture_roll_bar_has_no_jump(es_ratio, es_raw):
+    """The adjusted return at the roll bar is ESM4's own move from the last common bar (Friday's close) to the roll
+    bar (Sunday's open), a weekend move, not the ~51-point calendar spread."""
+    bars = es_ratio.bars.with_columns(r=pl.col("close").log().diff())
+    at_roll = bars.filter(pl.col("contract") != pl.col("contract").shift(1))
+    assert at_roll.height == 1
+    ts = at_roll.get_column("ts")[0]
+    m = es_raw.filter(pl.col("symbol") == "ESM4").sort("ts")
+    prev_close = m.filter(pl.col("ts") < ts).get_column("close")[-1]
+    own = math.log(at_roll.get_column("own_close")[0] / prev_close)
+    assert at_roll.get_column("r")[0] == pytest.approx(own, abs=1e-12)
+    jump = math.log(at_roll.get_column("own_close")[0] / bars.filter(pl.col("ts") < ts).get_column("own_close")[-1])
+    assert abs(jump) > 5 * abs(own)  # what a return across the two unadjusted contracts would have been
 
 
 def _roll_pair(es_raw: pl.DataFrame, roll_date: str) -> tuple[float, float]:

@@ -21,6 +21,12 @@ class DataConfig:
     symbol_col: str | None = None  # override symbol-column detection
     contracts: str = "auto"  # auto | continuous | each
     adjust: str = "ratio"  # ratio | difference | none (back-adjustment of continuous series)
+    # Sessions the next contract must out-trade the front before the series rolls to it. 2, because a single
+    # session's lead is what one block trade or a spread's legs can make, while a roll that real volume has made holds:
+    # waiting one more session costs at most one session on the old contract, which still trades heavily in roll week
+    # (on the ES fixture the lead starts on the CME roll date, Thu 03-07, and the series rolls on Mon 03-11, four
+    # sessions before expiry). 1 is the plain previous-session-volume rule.
+    roll_confirm: int = 2
     target: str = "log_return"  # log_return | log_range
     encoder_length: int = 32
     horizon: int = 5
@@ -48,6 +54,8 @@ class DataConfig:
             bad(f"--contracts {self.contracts!r} is not one of {', '.join(CONTRACT_MODES)}")
         if self.adjust not in ADJUST_MODES:
             bad(f"--adjust {self.adjust!r} is not one of {', '.join(ADJUST_MODES)}")
+        if self.roll_confirm < 1:
+            bad(f"--roll-confirm must be at least 1 session, got {self.roll_confirm}")
         if self.target not in TARGETS:
             bad(f"--target {self.target!r} is not one of {', '.join(TARGETS)}")
         if self.scaling not in SCALINGS:
@@ -80,4 +88,6 @@ class DataConfig:
     def from_dict(d: dict[str, Any]) -> DataConfig:
         d = dict(d)
         d["paths"] = tuple(d.get("paths", ()))
+        # Runs saved before --roll-confirm rolled on the previous session's volume alone: rebuild their data that way.
+        d.setdefault("roll_confirm", 1)
         return DataConfig(**d)

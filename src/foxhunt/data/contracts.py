@@ -37,6 +37,7 @@ import logging
 
 import polars as pl
 
+from foxhunt.data.rolls import CONTINUOUS_RE, continuous_file_rolls, pick_fronts
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -46,6 +47,7 @@ FUTURES_RE = r"^([A-Z0-9]{1,4}?)([FGHJKMNQUVXZ])(\d{1,2})$"
 SPREAD_RE = r"[-: ]"
 SESSION_SHIFT_H = 7  # CME sessions open at 17:00 CT: ts + 7 h lands on the session's trade date
 PRICES = ("open", "high", "low", "close")
+OWN = ("own_high", "own_low", "own_close", "roll_log_ratio")  # what features read: see _adjust
 
 
 def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
@@ -121,43 +123,52 @@ def trade_date(ts: pl.Expr, exchange_tz: str) -> pl.Expr:
     return (ts + pl.duration(hours=SESSION_SHIFT_H)).dt.convert_time_zone(exchange_tz).dt.date()
 
 
-def build_series(df: pl.DataFrame, mode: str, adjust: str) -> tuple[pl.DataFrame, list[dict], dict]:
+def build_series(
+    df: pl.DataFrame, mode: str, adjust: str, roll_confirm: int = 2
+) -> tuple[pl.DataFrame, list[dict], dict]:
     """Turn cleaned, parsed bars into output series.
 
-    `df` needs columns symbol, root, expiry, trade_date, ts and OHLCV. Returns (bars with series, ts, OHLCV, contract;
-    roll table; {contracts_mode, contracts_kept, contracts_dropped}).
+    `df` needs columns symbol, root, expiry, trade_date, ts and OHLCV. Returns (bars with series, ts, OHLCV, contract,
+    own_high, own_low, own_close, roll_log_ratio; roll table; {contracts_mode, contracts_kept, contracts_dropped}).
+    `roll_confirm`: sessions the next contract must out-trade the front before a volume roll (see rolls.py).
     """
     is_fut = pl.col("root").is_not_null()
-    has_futures = df.select(is_fut.any()).item()
+    is_cont = ~is_fut & pl.col("symbol").str.contains(CONTINUOUS_RE).fill_null(False)
+    has_futures = df.select(is_fut.any() | is_cont.any()).item()
     if mode == "continuous" and not has_futures:
         found = ", ".join(df.get_column("symbol").unique().sort().head(10).to_list())
         raise InputError(
-            f"--contracts continuous needs futures symbols such as ESH4 (root, month code, year); found {found};"
-            " use --contracts auto"
+            f"--contracts continuous needs futures symbols such as ESH4 (root, month code, year) or a Databento"
+            f" continuous symbol such as ES.v.0; found {found}; use --contracts auto"
         )
-    others = df.filter(~is_fut).with_columns(series=pl.col("symbol"))
     if mode == "each" or not has_futures:
-        out = df.with_columns(series=pl.col("symbol"))
+        out = _unadjusted(df.with_columns(series=pl.col("symbol")))
         rolls: list[dict] = []
         report_mode = "each" if mode == "each" and has_futures else "symbols"
     else:
+        parts, roll_frames = [], []
         fut = df.filter(is_fut)
-        front, roll_df = _front_and_rolls(fut)
-        picked = _apply_front(fut, front, roll_df, adjust)
-        clash = set(picked.get_column("series").unique()) & set(others.get_column("series").unique())
-        if clash:
-            raise InputError(
-                f"series name(s) {', '.join(sorted(clash))} are both a futures root and a plain symbol;"
-                " use --contracts each or load them separately"
-            )
-        out = pl.concat([picked, others.select(picked.columns)], how="vertical")
-        rolls = _roll_dicts(roll_df)
+        if fut.height:
+            front, roll_df = _front_and_rolls(fut, roll_confirm)
+            parts.append(_apply_front(fut, front, roll_df, adjust))
+            roll_frames.append(roll_df)
+        cont = df.filter(is_cont)
+        if cont.height:
+            bars, roll_df = continuous_file_rolls(_continuous_series(cont))
+            roll_df = _priced(roll_df)
+            parts.append(_adjust(bars, roll_df, adjust))
+            roll_frames.append(roll_df)
+        others = _unadjusted(df.filter(~is_fut & ~is_cont).with_columns(series=pl.col("symbol")))
+        _check_clash([p.get_column("series").unique() for p in [*parts, others]])
+        out = pl.concat([p.select(others.columns) for p in parts] + [others], how="vertical")
+        rolls = _roll_dicts(pl.concat([r.select(ROLL_COLUMNS) for r in roll_frames], how="vertical"))
         report_mode = "continuous"
     before = out.height
     out = (
-        out.select("series", "ts", *PRICES, "volume", contract=pl.col("symbol"))
+        out.select("series", "ts", *PRICES, "volume", *OWN, contract=pl.col("symbol"))
         .unique(subset=["series", "ts"], keep="last", maintain_order=True)
         .sort("series", "ts")
+        .select("series", "ts", *PRICES, "volume", "contract", *OWN)
     )
     if out.height < before:
         log.warning(
@@ -169,38 +180,75 @@ def build_series(df: pl.DataFrame, mode: str, adjust: str) -> tuple[pl.DataFrame
     return out, rolls, {"contracts_mode": report_mode, "contracts_kept": kept, "contracts_dropped": dropped}
 
 
-def _front_and_rolls(fut: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _check_clash(names: list[pl.Series]) -> None:
+    seen: set[str] = set()
+    for s in names:
+        clash = seen & set(s.to_list())
+        if clash:
+            raise InputError(
+                f"series name(s) {', '.join(sorted(clash))} come from two sources (a futures root, a continuous file,"
+                " a plain symbol); use --contracts each or load them separately"
+            )
+        seen |= set(s.to_list())
+
+
+def _unadjusted(bars: pl.DataFrame) -> pl.DataFrame:
+    """Bars of series that never roll: own prices are the prices, no roll ratio."""
+    return bars.with_columns(
+        own_high=pl.col("high"), own_low=pl.col("low"), own_close=pl.col("close"), roll_log_ratio=pl.lit(0.0)
+    )
+
+
+def _continuous_series(cont: pl.DataFrame) -> pl.DataFrame:
+    """Name each Databento continuous symbol's series: its root (`ES`), or the symbol (`ES.v.0`) when the file holds
+    several continuous symbols of one root (`ES.c.0` and `ES.c.1`)."""
+    base = pl.col("symbol").str.replace(r"#\d+$", "")
+    root = base.str.extract(CONTINUOUS_RE, 1)
+    return (
+        cont.with_columns(_base=base, _root=root)
+        .with_columns(
+            series=pl.when(pl.col("_base").n_unique().over("_root") == 1)
+            .then(pl.col("_root"))
+            .otherwise(pl.col("_base"))
+        )
+        .drop("_base", "_root")
+        .sort("series", "ts")
+    )
+
+
+def _front_and_rolls(fut: pl.DataFrame, confirm: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Front contract per (root, trade_date) and the roll table with gap and ratio at the last common bar."""
     daily = fut.group_by("root", "trade_date", "expiry").agg(pl.col("volume").sum())
     front = (
-        daily.group_by("root", "trade_date")
-        .agg(
-            best=pl.col("expiry").sort_by(["volume", "expiry"], descending=[True, False]).first(),
-            nearest=pl.col("expiry").min(),
-        )
-        .sort("root", "trade_date")
-        .with_columns(cand=pl.col("best").shift(1).over("root"))  # previous session's volume: no look-ahead
-        .with_columns(front=pl.coalesce("cand", "nearest").cum_max().over("root"))  # forward in expiry only
+        pick_fronts(daily, confirm)
         .with_columns(prev=pl.col("front").shift(1).over("root"))
         .with_columns(is_roll=(pl.col("front") != pl.col("prev")).fill_null(False))
         .with_columns(seg=pl.col("is_roll").cast(pl.Int32).cum_sum().over("root"))
-        .select("root", "trade_date", "front", "prev", "is_roll", "seg")
+        .select("root", "trade_date", "front", "prev", "is_roll", "seg", "reason")
     )
-    rolls = front.filter("is_roll").select("root", "trade_date", "seg", old="prev", new="front")
+    rolls = front.filter("is_roll").select("root", "trade_date", "seg", "reason", old="prev", new="front")
     names = fut.group_by("root", "expiry").agg(pl.col("symbol").first())
     rolls = (
         rolls.join(names.rename({"expiry": "old", "symbol": "from"}), on=["root", "old"], how="left")
         .join(names.rename({"expiry": "new", "symbol": "to"}), on=["root", "new"], how="left")
         .join(_roll_prices(fut, rolls), on=["root", "seg"], how="left")
+        .rename({"root": "series"})
     )
-    missing = rolls.filter(pl.col("old_close").is_null() | pl.col("new_close").is_null())
-    if missing.height:
-        log.warning("no price pair for %d rolls; those rolls are left unadjusted", missing.height)
-    rolls = rolls.with_columns(
+    return front, _priced(rolls)
+
+
+def _priced(rolls: pl.DataFrame) -> pl.DataFrame:
+    """Add gap (new - old) and ratio (new / old); a roll with no price pair is left unadjusted (gap 0, ratio 1) and
+    `paired` False, so features take no return across it."""
+    paired = pl.col("old_close").is_not_null() & pl.col("new_close").is_not_null()
+    n = rolls.select((~paired).sum()).item()
+    if n:
+        log.warning("no price pair for %d rolls; those rolls are left unadjusted", n)
+    return rolls.with_columns(
         gap=(pl.col("new_close") - pl.col("old_close")).fill_null(0.0),
         ratio=(pl.col("new_close") / pl.col("old_close")).fill_null(1.0),
-    ).sort("root", "seg")
-    return front, rolls
+        paired=paired,
+    ).sort("series", "seg")
 
 
 def _roll_prices(fut: pl.DataFrame, rolls: pl.DataFrame) -> pl.DataFrame:
@@ -236,33 +284,61 @@ def _roll_prices(fut: pl.DataFrame, rolls: pl.DataFrame) -> pl.DataFrame:
 
 
 def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFrame:
-    """Keep each trade date's front-contract bars and back-adjust every segment before a roll.
+    """Keep each trade date's front-contract bars, numbered by segment, and back-adjust them."""
+    bars = fut.join(front.select("root", "trade_date", "front", "seg"), on=["root", "trade_date"])
+    bars = bars.filter(pl.col("expiry") == pl.col("front")).with_columns(series=pl.col("root"))
+    return _adjust(bars.drop("front").sort("series", "ts"), rolls, adjust)
 
-    Segment s (the bars between roll s and roll s + 1) is scaled by the product of the ratios of all later rolls
-    (ratio) or shifted by the sum of their gaps (difference), so the latest segment keeps its raw prices.
+
+def _adjust(bars: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFrame:
+    """Back-adjust the displayed prices of every segment before a roll and keep each contract's own prices.
+
+    `bars` (sorted by series, ts) carry `seg`; segment s (between roll s and roll s + 1) is scaled by the product of
+    the ratios of all later rolls (ratio) or shifted by the sum of their gaps (difference), so the latest segment keeps
+    its raw prices. Those factors depend on rolls that come later, so features never read adjusted prices: they use
+    own_high/own_low/own_close (the contract's unadjusted prices) and roll_log_ratio, ln(new / old) of the roll that
+    takes effect on the bar (0 on other bars, null when the roll has no price pair).
     """
     later = (
-        rolls.sort("root", "seg", descending=[False, True])
+        rolls.sort("series", "seg", descending=[False, True])
         .with_columns(
-            factor=pl.col("ratio").cum_prod().over("root"),
-            shift=pl.col("gap").cum_sum().over("root"),
+            factor=pl.col("ratio").cum_prod().over("series"),
+            shift=pl.col("gap").cum_sum().over("series"),
         )
-        .select("root", pl.col("seg") - 1, "factor", "shift")
+        .select("series", pl.col("seg") - 1, "factor", "shift")
     )
-    front = front.join(later, on=["root", "seg"], how="left").with_columns(
-        pl.col("factor").fill_null(1.0), pl.col("shift").fill_null(0.0)
+    at_roll = rolls.select(
+        "series", "seg", _lr=pl.when("paired").then(pl.col("ratio").log()).otherwise(None)
     )
-    bars = fut.join(front.select("root", "trade_date", "front", "factor", "shift"), on=["root", "trade_date"])
-    bars = bars.filter(pl.col("expiry") == pl.col("front"))
+    starts = (pl.col("seg") != pl.col("seg").shift(1)).over("series").fill_null(False)
+    bars = (
+        bars.join(later, on=["series", "seg"], how="left")
+        .join(at_roll, on=["series", "seg"], how="left")
+        .with_columns(
+            pl.col("factor").fill_null(1.0),
+            pl.col("shift").fill_null(0.0),
+            own_high=pl.col("high"),
+            own_low=pl.col("low"),
+            own_close=pl.col("close"),
+            roll_log_ratio=pl.when(starts).then(pl.col("_lr")).otherwise(0.0),
+        )
+    )
     if adjust == "ratio":
         bars = bars.with_columns(pl.col(c) * pl.col("factor") for c in PRICES)
     elif adjust == "difference":
         bars = bars.with_columns(pl.col(c) + pl.col("shift") for c in PRICES)
-    return bars.with_columns(series=pl.col("root")).drop("front", "factor", "shift")
+    return bars.drop("factor", "shift", "_lr", "seg")
+
+
+ROLL_COLUMNS = ("series", "trade_date", "from", "to", "gap", "reason")
 
 
 def _roll_dicts(rolls: pl.DataFrame) -> list[dict]:
-    rows = rolls.select(
-        "root", pl.col("trade_date").dt.to_string("%Y-%m-%d"), "from", "to", pl.col("gap").cast(pl.Float64)
+    rows = rolls.sort("series", "trade_date").select(
+        root="series",
+        trade_date=pl.col("trade_date").dt.to_string("%Y-%m-%d"),
+        **{"from": "from", "to": "to"},
+        gap=pl.col("gap").cast(pl.Float64),
+        reason="reason",
     )
     return rows.to_dicts()

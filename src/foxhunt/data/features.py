@@ -23,9 +23,15 @@ def raw_features(bars: pl.DataFrame, adjust: str, target: str) -> pl.DataFrame:
     """`bars` plus Float64 columns log_return, log_range, log_volume, roll, target and a Boolean `first`.
 
     - log_return = ln(close_t / close_{t-1}) within a series; 0 on the series' first bar (`first`, never read).
-    - A bar whose `contract` differs from the previous bar's is a roll bar (`roll` = 1). With `adjust == "none"` the
-      prices of the two contracts are not comparable, so its return is set to 0; otherwise the loader back-adjusted
-      the prices and the return is kept.
+    - A bar whose `contract` differs from the previous bar's is a roll bar (`roll` = 1).
+    - Bars from the loader carry each contract's own prices (own_high, own_low, own_close) and the roll's
+      roll_log_ratio: returns and ranges come from those, the same under every `adjust`, because adjusted prices are
+      shifted by later roll gaps (`difference` makes early returns depend on rolls to come and can push prices to
+      zero). A roll bar's return is ln(own_close_t / own_close_{t-1}) - roll_log_ratio: the new contract's move,
+      priced through the roll's own ratio (known before the roll), never a jump between two contracts; 0 when the
+      roll had no price pair.
+    - Bars without those columns (built by hand): prices are used as they are, and with `adjust == "none"` a roll bar's
+      return is 0, as the two contracts' prices are not comparable.
     - log_range = ln(high / low) of the bar; log_volume = ln(1 + volume).
     - target = log_return or log_range of the bar itself (a window's targets are those of its forecast bars).
     """
@@ -34,11 +40,17 @@ def raw_features(bars: pl.DataFrame, adjust: str, target: str) -> pl.DataFrame:
     out = bars.with_columns(first.fill_null(True).alias("first")).with_columns(
         (roll.fill_null(False)).cast(pl.Float64).alias("roll")
     )
-    ret = (pl.col("close") / pl.col("close").shift(1)).log()
-    zero_ret = pl.col("first") | ((pl.col("roll") > 0) & pl.lit(adjust == "none"))
+    if "own_close" in bars.columns:
+        high, low = pl.col("own_high"), pl.col("own_low")
+        ret = (pl.col("own_close") / pl.col("own_close").shift(1)).log() - pl.col("roll_log_ratio")
+        zero_ret = pl.col("first") | ret.is_null()
+    else:
+        high, low = pl.col("high"), pl.col("low")
+        ret = (pl.col("close") / pl.col("close").shift(1)).log()
+        zero_ret = pl.col("first") | ((pl.col("roll") > 0) & pl.lit(adjust == "none"))
     out = out.with_columns(
         pl.when(zero_ret).then(0.0).otherwise(ret).alias("log_return"),
-        (pl.col("high") / pl.col("low")).log().alias("log_range"),
+        (high / low).log().alias("log_range"),
         pl.col("volume").cast(pl.Float64).log1p().alias("log_volume"),
     )
     return out.with_columns(pl.col(target).alias("target"))

@@ -14,12 +14,21 @@ import polars as pl
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import build_series, drop_spreads, parse_futures, resolve_symbols
 from foxhunt.data.read import read_bars
+from foxhunt.data.rolls import FRONT_MISSING, INSTRUMENT, VOLUME
 from foxhunt.data.validate import INSTRUMENT, clean_bars, merge_sunday_stubs
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
 
-BAR_COLUMNS = ("series", "ts", "open", "high", "low", "close", "volume", "contract")
+ROLL_REASONS = {
+    VOLUME: "out-traded the front for {n} session(s)",
+    FRONT_MISSING: "front had no bars",
+    INSTRUMENT: "continuous file changed instrument",
+}
+
+BAR_COLUMNS = (
+    "series", "ts", "open", "high", "low", "close", "volume", "contract", "own_high", "own_low", "own_close", "roll_log_ratio"
+)
 
 
 @dataclass(frozen=True)
@@ -27,9 +36,13 @@ class LoadedBars:
     """Clean bars ready for features.
 
     bars: sorted by (series, ts); columns series Utf8, ts Datetime("ns", "UTC"), open high low close volume Float64,
-      contract Utf8 (the source symbol of each bar; equal to series for non-futures).
-    rolls: roll table [{root, trade_date (ISO, first trade date on the new contract), from, to, gap (new - old close at
-      the last common bar before the switch)}].
+      contract Utf8 (the source symbol of each bar; equal to series for non-futures), own_high own_low own_close
+      Float64 (the contract's unadjusted prices: features read these, never the adjusted ones), roll_log_ratio Float64
+      (ln(new / old) of the roll taking effect on the bar, 0 elsewhere, null for a roll without a price pair).
+    rolls: roll table [{root (the series), trade_date (ISO, first trade date on the new contract), from, to, gap (new -
+      old close at the last common bar before the switch), reason ("volume": the next contract out-traded the front
+      for `roll_confirm` sessions; "front_missing": the front had no bars that session; "instrument_change": a
+      Databento continuous file changed instrument_id)}].
     report: JSON-able summary of what loading did (see `load_bars`).
     """
 
@@ -43,6 +56,7 @@ def load_bars(cfg: DataConfig) -> LoadedBars:
 
     report keys: files [{path, size_bytes, rows}], rows_read, duplicates_dropped, nan_rows_dropped, rows_out_of_order,
     spreads_dropped, contracts_kept, contracts_dropped, contracts_mode ("continuous" | "each" | "symbols"), adjust,
+    roll_confirm, rolls_by_reason {reason: count},
     bar_interval ("1m", "1h", "1d", ...), sunday_stubs_merged, series {name: {rows, start, end, contracts}}.
     Raises InputError for anything the user must fix.
     """
@@ -57,7 +71,7 @@ def load_bars(cfg: DataConfig) -> LoadedBars:
     df, stats = clean_bars(df, paths)
     df, stubs = merge_sunday_stubs(df)
     df = parse_futures(df, cfg.exchange_tz)
-    bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust)
+    bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm)
     dropped = sorted(set(info["contracts_dropped"]) | set(spread_symbols))
     report = {
         "files": files,
@@ -68,14 +82,15 @@ def load_bars(cfg: DataConfig) -> LoadedBars:
         "contracts_dropped": dropped,
         "contracts_mode": info["contracts_mode"],
         "adjust": cfg.adjust if info["contracts_mode"] == "continuous" else "none",
+        "roll_confirm": cfg.roll_confirm,
+        "rolls_by_reason": {k: sum(r["reason"] == k for r in rolls) for k in sorted({r["reason"] for r in rolls})},
         "bar_interval": bar_interval(df),
         "sunday_stubs_merged": stubs,
         "series": _series_summary(bars),
     }
     for r in rolls:
-        log.info(
-            "roll %s on %s: %s -> %s, gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], r["gap"]
-        )
+        why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm)
+        log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why, r["gap"])
     return LoadedBars(bars=bars, rolls=rolls, report=report)
 
 
