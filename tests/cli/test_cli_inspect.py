@@ -16,15 +16,24 @@ def test_inspect_json_has_the_summary_and_the_roll_table(fixtures_dir, capsys):
     assert set(out["series"]) == {"ES"}
     assert out["windows"]["train"] > 0 and out["windows"]["val"] > 0
     (roll,) = out["rolls"]
-    assert set(roll) == {"root", "trade_date", "from", "to", "gap"}
-    assert (roll["root"], roll["from"], roll["to"]) == ("ES", "ESH4", "ESM4")
+    assert set(roll) == {"root", "trade_date", "from", "to", "gap", "reason"}
+    assert (roll["root"], roll["from"], roll["to"], roll["reason"]) == ("ES", "ESH4", "ESM4", "volume")
 
 
 def test_inspect_text_names_rows_contracts_and_splits(fixtures_dir, capsys):
     assert main(["inspect", str(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")]) == 0
     out = capsys.readouterr().out
-    for needle in ("68,239 rows read", "ESH4-ESM4", "train", "val", "2024-03-08 ESH4->ESM4"):
+    for needle in ("68,239 rows read", "ESH4-ESM4", "train", "val", "2024-03-11 ESH4->ESM4"):
         assert needle in out
+
+
+def test_inspect_roll_confirm_moves_the_roll(fixtures_dir, capsys):
+    """ESM4 out-trades ESH4 from Thu 03-07: one session of lead rolls on 03-08, the default two on Mon 03-11."""
+    path = str(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
+    assert main(["inspect", path, "--roll-confirm", "1", "--json"]) == 0
+    assert [r["trade_date"] for r in json.loads(capsys.readouterr().out)["rolls"]] == ["2024-03-08"]
+    assert main(["inspect", path, "--roll-confirm", "0"]) == 2
+    assert "--roll-confirm must be at least 1" in capsys.readouterr().err
 
 
 def test_inspect_a_file_too_short_for_one_window_says_how_many_bars_are_needed(fixtures_dir, capsys):

@@ -71,11 +71,12 @@ def test_train_writes_a_complete_run_directory(tmp_path, tiny, fixtures_dir, fix
 
 def test_continuous_roll_is_written_for_databento_minutes(tmp_path, tiny, fixtures_dir):
     code, run = train(tmp_path, tiny, "--parquet-file", str(fixtures_dir / "es_fut_ohlcv1m_databento.parquet"),
-                      "--epochs", "1", "--max-train-batches", "2")
+                      "--epochs", "1", "--max-train-batches", "2", "--roll-confirm", "1")
     assert code == 0
     rolls = json.loads((run / "rolls.json").read_text())
-    assert [(r["root"], r["from"], r["to"]) for r in rolls] == [("ES", "ESH4", "ESM4")]
-    assert "2024-03-04" <= rolls[0]["trade_date"] <= "2024-03-08"
+    assert [(r["root"], r["from"], r["to"], r["reason"]) for r in rolls] == [("ES", "ESH4", "ESM4", "volume")]
+    assert rolls[0]["trade_date"] == "2024-03-08"  # one session of ESM4's lead (03-07) is enough with --roll-confirm 1
+    assert json.loads((run / "config.json").read_text())["data"]["roll_confirm"] == 1
 
 
 def test_seeded_cpu_runs_repeat_bit_for_bit(tmp_path, tiny, fixtures_dir):

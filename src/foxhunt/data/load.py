@@ -14,7 +14,7 @@ import polars as pl
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import build_series, drop_spreads, parse_futures, resolve_symbols
 from foxhunt.data.read import read_bars
-from foxhunt.data.rolls import FRONT_MISSING, INSTRUMENT, VOLUME
+from foxhunt.data.rolls import FRONT_MISSING, INSTRUMENT_CHANGE, VOLUME
 from foxhunt.data.validate import INSTRUMENT, clean_bars, merge_sunday_stubs
 from foxhunt.errors import InputError
 
@@ -23,7 +23,7 @@ log = logging.getLogger("foxhunt.data")
 ROLL_REASONS = {
     VOLUME: "out-traded the front for {n} session(s)",
     FRONT_MISSING: "front had no bars",
-    INSTRUMENT: "continuous file changed instrument",
+    INSTRUMENT_CHANGE: "continuous file changed instrument",
 }
 
 BAR_COLUMNS = (

@@ -22,7 +22,7 @@ import polars as pl
 # reason codes in the roll table
 VOLUME = "volume"  # the next contract out-traded the front for `confirm` sessions
 FRONT_MISSING = "front_missing"  # the front had no bars in the session
-INSTRUMENT = "instrument_change"  # a Databento continuous file switched instrument_id
+INSTRUMENT_CHANGE = "instrument_change"  # a Databento continuous file switched instrument_id
 
 CONTINUOUS_RE = r"^([A-Z0-9]{1,4})\.([cvn])\.(\d+)(?:#\d+)?$"  # ES.v.0, or ES.v.0#4001 once split by instrument
 
@@ -40,17 +40,17 @@ def pick_fronts(daily: pl.DataFrame, confirm: int) -> pl.DataFrame:
         .group_by("root", "trade_date", maintain_order=True)
         .agg("expiry", "volume")
     )
-    root_now = None
+    root_now, front, lead, streak = None, None, None, 0
+    prev: dict[int, float] = {}  # the previous session's volume per expiry
     for root, day, expiries, volumes in sessions.iter_rows():
         reason = None
         if root != root_now:  # a new root: start on its nearest expiry
             root_now, front, lead, streak = root, expiries[0], None, 0
         else:
-            later = [(e, v) for e, v in zip(prev_exp, prev_vol, strict=True) if e > front]
-            front_vol = dict(zip(prev_exp, prev_vol, strict=True)).get(front, 0)
-            if later and later[0][1] > front_vol:  # the next traded contract led the previous session
-                streak = streak + 1 if later[0][0] == lead else 1
-                lead = later[0][0]
+            nxt = min((e for e in prev if e > front), default=None)  # the next contract that traded
+            if nxt is not None and prev[nxt] > prev.get(front, 0):
+                streak = streak + 1 if nxt == lead else 1
+                lead = nxt
             else:
                 lead, streak = None, 0
             if streak >= confirm:
@@ -59,7 +59,7 @@ def pick_fronts(daily: pl.DataFrame, confirm: int) -> pl.DataFrame:
                 ahead = [e for e in expiries if e > front]
                 if ahead:
                     front, reason, lead, streak = ahead[0], FRONT_MISSING, None, 0
-        prev_exp, prev_vol = expiries, volumes
+        prev = dict(zip(expiries, volumes, strict=True))
         for key, value in (("root", root), ("trade_date", day), ("front", front), ("reason", reason)):
             cols[key].append(value)
     schema = {
@@ -91,7 +91,7 @@ def continuous_file_rolls(bars: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFram
     rolls = (
         first.filter(pl.col("seg") > 0)
         .join(last.with_columns(pl.col("seg") + 1), on=["series", "seg"])
-        .with_columns(reason=pl.lit(INSTRUMENT))
+        .with_columns(reason=pl.lit(INSTRUMENT_CHANGE))
         .select("series", "seg", "trade_date", "from", "to", "old_close", "new_close", "reason")
         .sort("series", "seg")
     )
