@@ -11,24 +11,28 @@ so the loader builds the series itself:
 - Symbol fallback: when a Databento file has no symbol column (`map_symbols=False`), or a symbol that is not an
   outright maps to several instrument_ids (a parent like `ES.FUT` left unresolved, a continuous `ES.v.0` whose
   instrument changes at each roll), rows are grouped by instrument_id instead: the series is named `<instrument_id>`
-  or `<symbol>#<instrument_id>`. Such instruments cannot be parsed as futures, so each is its own series; one whose
-  prices ever go to zero or below is taken to be a spread and dropped.
+  or `<symbol>#<instrument_id>`. Such instruments cannot be parsed as futures; one whose prices ever go to zero or
+  below is taken to be a spread and dropped.
 
 Contract modes (`DataConfig.contracts`):
-- continuous (what `auto` picks when any symbol is an outright): one series per root. The front contract of a trade
-  date (the exchange-time date of ts + 7 h, so a CME session that opens at 17:00 CT belongs to the next day) is the
-  contract with the most volume in the root's previous trade date; on the first date it is the nearest expiry with
-  data. The front only moves forward in expiry, so it never flips back to an expiring contract, and it changes only
-  at a trade-date (session) boundary.
-- each: every outright contract is its own series, named by its symbol.
+- continuous (what `auto` picks when any symbol is an outright or a Databento continuous symbol): one series per root.
+  The front contract of a trade date (the exchange-time date of ts + 7 h, so a CME session that opens at 17:00 CT
+  belongs to the next day) starts at the nearest expiry with data and moves only forward, at a session boundary: to
+  the next contract in expiry order once it has out-traded the front for `roll_confirm` consecutive sessions (volumes
+  of earlier sessions only), or, on a session where the front has no bars, to the nearest later contract that has
+  (see rolls.py). A Databento continuous file (`ES.c.0`, `ES.v.0`, `ES.n.0`) is one series per root (per symbol when
+  one root has several), rolled where its instrument_id changes.
+- each: every outright contract (and every instrument of a continuous file) is its own series, named by its symbol.
 - Non-futures symbols (stocks, indices, vendor continuous exports such as "ES") are always one series each; with no
   outright at all the mode is reported as "symbols".
 
 Back-adjustment (continuous only): at each roll the gap is taken at the last bar before the switch at which both the
 old and the new contract have a bar (same timestamp); if they never share one, the new contract's last bar before the
-switch is paired with the old contract's latest bar at or before it. `ratio` multiplies every earlier price by
-new/old, so log returns across the roll are the new contract's own; `difference` adds new - old; `none` leaves raw
-prices and downstream code must use the `contract` column to avoid returns across two contracts.
+switch is paired with the old contract's latest bar at or before it (a continuous file: the old instrument's last
+close and the new one's first open). `ratio` multiplies every earlier price by new/old; `difference` adds new - old;
+`none` leaves raw prices. Adjustment shapes the displayed open/high/low/close only: each bar also carries its
+contract's own prices and the roll's log ratio, from which features take returns and ranges, so no later roll's gap
+ever enters a feature or a target.
 """
 
 from __future__ import annotations

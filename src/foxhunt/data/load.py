@@ -21,9 +21,9 @@ from foxhunt.errors import InputError
 log = logging.getLogger("foxhunt.data")
 
 ROLL_REASONS = {
-    VOLUME: "out-traded the front for {n} session(s)",
-    FRONT_MISSING: "front had no bars",
-    INSTRUMENT_CHANGE: "continuous file changed instrument",
+    VOLUME: "{to} out-traded {from} for {n} session(s)",
+    FRONT_MISSING: "{from} had no bars that session",
+    INSTRUMENT_CHANGE: "the continuous file's instrument_id changed",
 }
 
 BAR_COLUMNS = (
@@ -89,7 +89,7 @@ def load_bars(cfg: DataConfig) -> LoadedBars:
         "series": _series_summary(bars),
     }
     for r in rolls:
-        why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm)
+        why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
         log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why, r["gap"])
     return LoadedBars(bars=bars, rolls=rolls, report=report)
 
