@@ -316,7 +316,8 @@ def _adjust(bars: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFram
     )
     starts = (pl.col("seg") != pl.col("seg").shift(1)).over("series").fill_null(False)
     bars = (
-        bars.join(later, on=["series", "seg"], how="left")
+        bars.with_columns(_start=starts)  # before the joins, which need not keep the row order
+        .join(later, on=["series", "seg"], how="left")
         .join(at_roll, on=["series", "seg"], how="left")
         .with_columns(
             pl.col("factor").fill_null(1.0),
@@ -324,14 +325,14 @@ def _adjust(bars: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFram
             own_high=pl.col("high"),
             own_low=pl.col("low"),
             own_close=pl.col("close"),
-            roll_log_ratio=pl.when(starts).then(pl.col("_lr")).otherwise(0.0),
+            roll_log_ratio=pl.when("_start").then(pl.col("_lr")).otherwise(0.0),
         )
     )
     if adjust == "ratio":
         bars = bars.with_columns(pl.col(c) * pl.col("factor") for c in PRICES)
     elif adjust == "difference":
         bars = bars.with_columns(pl.col(c) + pl.col("shift") for c in PRICES)
-    return bars.drop("factor", "shift", "_lr", "seg")
+    return bars.drop("factor", "shift", "_lr", "_start", "seg")
 
 
 ROLL_COLUMNS = ("series", "trade_date", "from", "to", "gap", "reason")
