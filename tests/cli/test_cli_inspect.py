@@ -23,7 +23,7 @@ def test_inspect_json_has_the_summary_and_the_roll_table(fixtures_dir, capsys):
 def test_inspect_text_names_rows_contracts_and_splits(fixtures_dir, capsys):
     assert main(["inspect", str(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")]) == 0
     out = capsys.readouterr().out
-    for needle in ("68,239 rows read", "ESH4-ESM4", "train", "val", "2024-03-11 ESH4->ESM4"):
+    for needle in ("68,239 rows read", "ESH4-ESM4", "train", "val", "2024-03-11 ESH4->ESM4 volume"):
         assert needle in out
 
 

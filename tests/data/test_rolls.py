@@ -253,3 +253,9 @@ def test_continuous_file_with_two_ranks_keeps_both_names(tmp_path):
         ("ES.c.0", "2024-03-06", "instrument_change"),
         ("ES.c.1", "2024-03-06", "instrument_change"),
     ]
+
+
+def test_continuous_file_and_outrights_of_one_root_clash(tmp_path):
+    rows = [("ES.v.0", 4001, d, 5000.0, 900) for d in (4, 5)] + outrights({4: {"ESM4": 9}, 5: {"ESM4": 9}}, PRICES)
+    with pytest.raises(InputError, match=r"series name\(s\) ES come from two sources"):
+        load_bars(DataConfig(paths=(databento(tmp_path / "mix.parquet", rows),)))

@@ -119,7 +119,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     s = summary
     n_series = len(s["series"])
     rolls = s.get("rolls", [])
-    roll_text = ", ".join(f"{r.get('trade_date')} {r.get('from')}->{r.get('to')}" for r in rolls[:3])
+    roll_text = ", ".join(
+        f"{r.get('trade_date')} {r.get('from')}->{r.get('to')}" + (f" {r['reason']}" if r.get("reason") else "")
+        for r in rolls[:3]
+    )
     roll_text = f"{len(rolls)} rolls" + (
         f" ({roll_text}{', ...' if len(rolls) > 3 else ''})" if rolls else ""
     )
