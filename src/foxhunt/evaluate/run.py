@@ -15,6 +15,7 @@ import polars as pl
 import torch
 
 from foxhunt.atomic import write_json
+from foxhunt.data.features import raw_features
 from foxhunt.data.load import load_bars
 from foxhunt.data.prepare import PreparedData, prepare_from_bars
 from foxhunt.errors import InputError
@@ -168,8 +169,10 @@ def baselines(lm: LoadedModel, data: PreparedData, bars: pl.DataFrame, scored: S
                         _iso(cut))
             continue
         origins = scored.origin_row[pick] - rows[0]
-        close = bars.filter(pl.col("series") == name).sort("ts")["close"].to_numpy()
-        returns = np.concatenate([[np.nan], np.diff(np.log(close))]) if len(close) == len(rows) else None
+        own = bars.filter(pl.col("series") == name).sort("ts")
+        # the contract's own returns, as the model's features: adjusted closes would carry later roll gaps
+        ret = raw_features(own, lm.data_cfg.adjust, "log_return")["log_return"].to_numpy()
+        returns = np.concatenate([[np.nan], ret[1:]]) if len(ret) == len(rows) else None
         for k in kinds:
             try:
                 out[k][pick] = baseline_forecasts(k, target_name=lm.schema.target, target=target,
