@@ -16,7 +16,8 @@ so the loader builds the series itself:
 
 Contract modes (`DataConfig.contracts`):
 - continuous (what `auto` picks when any symbol is an outright): one series per root. The front contract of a trade
-  date (the exchange-time date of ts + 7 h, so a CME session that opens at 17:00 CT belongs to the next day) is the
+  date (the exchange-time date of ts + the root's session shift, sessions.py: a CME equity session that opens at
+  17:00 CT belongs to the next day) is the
   contract with the most volume in the root's previous trade date; on the first date it is the nearest expiry with
   data. The front only moves forward in expiry, so it never flips back to an expiring contract, and it changes only
   at a trade-date (session) boundary.
@@ -37,6 +38,7 @@ import logging
 
 import polars as pl
 
+from foxhunt.data.sessions import CME_EQUITY, session_shift
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -44,7 +46,6 @@ log = logging.getLogger("foxhunt.data")
 MONTH_CODES = "FGHJKMNQUVXZ"
 FUTURES_RE = r"^([A-Z0-9]{1,4}?)([FGHJKMNQUVXZ])(\d{1,2})$"
 SPREAD_RE = r"[-: ]"
-SESSION_SHIFT_H = 7  # CME sessions open at 17:00 CT: ts + 7 h lands on the session's trade date
 PRICES = ("open", "high", "low", "close")
 
 
@@ -111,14 +112,18 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
     year = bar_year + (pl.col("digits").cast(pl.Int32) - bar_year) % pl.col("base")
     return (
         df.join(symbols, on="symbol", how="left")
-        .with_columns(expiry=year * 12 + pl.col("month"), trade_date=trade_date(pl.col("ts"), exchange_tz))
+        .with_columns(
+            expiry=year * 12 + pl.col("month"), trade_date=trade_date(pl.col("ts"), exchange_tz, pl.col("root"))
+        )
         .drop("month", "digits", "base")
     )
 
 
-def trade_date(ts: pl.Expr, exchange_tz: str) -> pl.Expr:
-    """Session (trade) date: the exchange-time date of ts + 7 h."""
-    return (ts + pl.duration(hours=SESSION_SHIFT_H)).dt.convert_time_zone(exchange_tz).dt.date()
+def trade_date(ts: pl.Expr, exchange_tz: str, root: pl.Expr | None = None) -> pl.Expr:
+    """Session (trade) date: the exchange-time date of ts + the root's session shift (sessions.py; 7 h for a 17:00
+    open, the CME equity default used without a root)."""
+    shift = session_shift(root) if root is not None else CME_EQUITY.shift_min
+    return (ts + pl.duration(minutes=shift)).dt.convert_time_zone(exchange_tz).dt.date()
 
 
 def build_series(df: pl.DataFrame, mode: str, adjust: str) -> tuple[pl.DataFrame, list[dict], dict]:
