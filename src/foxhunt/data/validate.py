@@ -138,7 +138,7 @@ def check_ratio_adjust(df: pl.DataFrame, files: list[str]) -> None:
     if hit.height:
         r = hit.row(0, named=True)
         raise InputError(
-            f"{_where(r, files)}: {_nonpositive(r)} ({hit.height} rows like this); --adjust ratio cannot back-adjust"
+            f"{_where(r, files)}: {_nonpositive(r)} ({_rows(hit.height)} like this); --adjust ratio cannot back-adjust"
             " across it, use --adjust difference or --adjust none"
         )
 
@@ -155,14 +155,18 @@ def check_log_target(bars: pl.DataFrame, target: str) -> None:
     if hit.height:
         r = hit.row(0, named=True)
         raise InputError(
-            f"series {r['series']} ({r['contract']} at {r['ts'].isoformat()}): {_nonpositive(r)} ({hit.height} bars"
+            f"series {r['series']} ({r['contract']} at {r['ts'].isoformat()}): {_nonpositive(r)} ({_rows(hit.height, 'bar')}"
             f" like this); --target {target} takes the log of prices and is undefined there, and there is no"
             " price-difference --target yet: leave these bars out of the files"
         )
 
 
+def _rows(n: int, noun: str = "row") -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _nonpositive(r: dict) -> str:
-    col = next(c for c in PRICES if r[c] <= 0)
+    col = min(PRICES, key=lambda c: r[c])
     return f"{col} {r[col]} is not positive"
 
 
