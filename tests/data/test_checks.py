@@ -273,7 +273,7 @@ def test_inspect_reports_dropped_rows_time_zone_and_halt_share(tmp_path, capsys)
     ).write_parquet(path)
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "dropped 1 missing/non-finite and 1 inconsistent (OHLC) rows" in out
+    assert "dropped 1 missing/non-finite, 1 inconsistent (OHLC) and 0 duplicate rows" in out
     assert "times read as UTC (naive timestamps), session halt not checked (daily bars)" in out
 
 

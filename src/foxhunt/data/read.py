@@ -47,7 +47,7 @@ SUFFIXES = (".parquet", ".pq", ".csv", ".dbn", ".dbn.zst")
 FIXED_SCALE = 1e9  # Databento FIXED_PRICE_SCALE
 UNDEF_PRICE = 2**63 - 1  # Databento null price in fixed-point files
 RTYPE_NAMES = {32: "ohlcv-1s", 33: "ohlcv-1m", 34: "ohlcv-1h", 35: "ohlcv-1d", 36: "ohlcv-eod"}
-SAME_SPACING = 3.0  # median bar spacings within this factor of each other are one bar size (1m vs a sparse 2m)
+SAME_SPACING = 4.0  # median spacings within this factor are one bar size (1m beside a sparse contract's 3m)
 
 RAW_SCHEMA = {
     "file_idx": pl.UInt32,
@@ -105,9 +105,11 @@ def check_bar_sizes(frames: list[pl.DataFrame], paths: list[str]) -> None:
     first_spacing = next((i for i, (_, s) in enumerate(sizes) if s), None)
     for i, (rtypes, spacing) in enumerate(sizes):
         j = first_rtype
-        if rtypes and j is not None and rtypes != sizes[j][0]:
-            a, b = RTYPE_NAMES.get(min(sizes[j][0]), "?"), RTYPE_NAMES.get(min(rtypes), "?")
-            raise InputError(_mixed(paths[j], a, paths[i], b))
+        if rtypes and j is not None:  # rtype names the bar size exactly; a sparse contract's spacing does not
+            if rtypes != sizes[j][0]:
+                a, b = RTYPE_NAMES.get(min(sizes[j][0]), "?"), RTYPE_NAMES.get(min(rtypes), "?")
+                raise InputError(_mixed(paths[j], a, paths[i], b))
+            continue
         j = first_spacing
         if spacing and j is not None and max(spacing, sizes[j][1]) > SAME_SPACING * min(spacing, sizes[j][1]):
             raise InputError(_mixed(paths[j], _spacing_text(sizes[j][1]), paths[i], _spacing_text(spacing)))

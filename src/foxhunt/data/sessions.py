@@ -101,6 +101,7 @@ def closed_share(df: pl.DataFrame, exchange_tz: str) -> float:
 
 
 CLOSED_LIMIT = 0.01  # bars strictly inside closed periods above this share: the timestamps are shifted
+KIND_TEXT = {"aware": "timestamps with a zone", "epoch": "epoch timestamps", "date": "dates"}
 INTRADAY_MAX_NS = 20 * 3600 * 10**9  # median spacing below this: intraday bars (daily stamps carry no time of day)
 
 
@@ -115,7 +116,9 @@ def check_session_grid(
     """
     naive = [f["path"] for f in files if f.get("timestamps") == "naive"]
     zone = timezone or "UTC"
-    used = f"{zone} (naive timestamps)" if naive else "UTC (timestamps with a zone)"
+    kinds = {f.get("timestamps") for f in files} - {"naive", None}
+    written = ", ".join(KIND_TEXT.get(k, k) for k in sorted(kinds))
+    used = f"{zone} (naive timestamps)" if naive else f"UTC ({written or 'timestamps with a zone'})"
     step = df.select(pl.col("ts").diff().over("symbol", "instrument_id").dt.total_nanoseconds().median()).item()
     if step is None or step >= INTRADAY_MAX_NS:
         return {"timezone": used, "closed_share": None}

@@ -125,10 +125,10 @@ def _count(v: Any) -> str:
 
 
 def _checks_text(c: dict[str, Any]) -> str:
-    """'dropped 2 non-finite and 1 inconsistent (OHLC) rows, 0 duplicates, 0 sorted; times UTC (...), 0.0% ...'."""
+    """'dropped 2 missing/non-finite, 1 inconsistent (OHLC) and 0 duplicate rows, sorted 0; times read as ...'."""
     text = (
-        f"dropped {c.get('nan_rows_dropped', 0):,} missing/non-finite and {c.get('inconsistent_rows_dropped', 0):,}"
-        f" inconsistent (OHLC) rows, {c.get('duplicates_dropped', 0):,} duplicates;"
+        f"dropped {c.get('nan_rows_dropped', 0):,} missing/non-finite, {c.get('inconsistent_rows_dropped', 0):,}"
+        f" inconsistent (OHLC) and {c.get('duplicates_dropped', 0):,} duplicate rows,"
         f" sorted {c.get('rows_out_of_order', 0):,}"
     )
     if c.get("timezone"):
