@@ -14,9 +14,10 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import trade_date
 from foxhunt.data.load import load_bars
 from foxhunt.data.read import RAW_SCHEMA, read_bars
-from foxhunt.data.sessions import CME_EQUITY, session_for
+from foxhunt.data.sessions import CME_EQUITY, closed_share, session_for
 from foxhunt.data.validate import check_ratio_adjust, clean_bars
 from foxhunt.errors import InputError
+from foxhunt.settings import data_config
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 ES_1M = FIXTURES / "es_fut_ohlcv1m_databento.parquet"
@@ -290,3 +291,18 @@ def test_inspect_refuses_chicago_times_in_one_line(chicago_naive, capsys):
     assert main(["inspect", str(chicago_naive)]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("foxhunt: error:") and "--timezone" in last
+
+
+def test_halt_share_uses_each_roots_session():
+    # Tuesday 2024-03-05 14:00 CT (20:00 UTC): ES trades, corn (ZC) is in its 13:20-19:00 halt.
+    bars = pl.DataFrame(
+        {"ts": [dt.datetime(2024, 3, 5, 20, 0, tzinfo=UTC)] * 2, "root": ["ES", "ZC"], "symbol": ["ESH4", "ZCH4"]}
+    )
+    assert closed_share(bars.head(1), CT) == 0.0
+    assert closed_share(bars.tail(1), CT) == 1.0
+
+
+def test_new_flags_reach_the_data_config():
+    cfg = data_config({"timezone": CT, "price_scale": "100"}, ())
+    assert (cfg.timezone, cfg.price_scale) == (CT, 100.0)
+    assert (data_config({}, ()).timezone, data_config({}, ()).price_scale) == (None, 1.0)
