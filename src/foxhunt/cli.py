@@ -45,6 +45,11 @@ ParquetFile = Annotated[
 ]
 TimestampCol = Annotated[str | None, typer.Option(help="Time column (default: detected).", rich_help_panel=D)]
 SymbolCol = Annotated[str | None, typer.Option(help="Symbol column (default: detected).", rich_help_panel=D)]
+Timezone = Annotated[str | None, typer.Option(help="Time zone of naive timestamps, e.g. America/Chicago "
+                                              "(default: UTC, refused when many bars fall in the session halt).",
+                                              rich_help_panel=D)]
+PriceScale = Annotated[float, typer.Option(help="Divide every price by this (100: a file of integer cents). "
+                                           "Databento fixed-point prices are scaled without it.", rich_help_panel=D)]
 Contracts = Annotated[str, typer.Option(help="auto | continuous | each.", rich_help_panel=D)]
 Adjust = Annotated[str, typer.Option(help="Back-adjustment of continuous series: ratio | difference | none.",
                                      rich_help_panel=D)]
@@ -120,6 +125,8 @@ def train(
     parquet_file: ParquetFile = None,
     timestamp_col: TimestampCol = None,
     symbol_col: SymbolCol = None,
+    timezone: Timezone = None,
+    price_scale: PriceScale = DD.price_scale,
     contracts: Contracts = DD.contracts,
     adjust: Adjust = DD.adjust,
     roll_confirm: RollConfirm = DD.roll_confirm,
@@ -198,6 +205,8 @@ def inspect(
     parquet_file: ParquetFile = None,
     timestamp_col: TimestampCol = None,
     symbol_col: SymbolCol = None,
+    timezone: Timezone = None,
+    price_scale: PriceScale = DD.price_scale,
     contracts: Contracts = DD.contracts,
     adjust: Adjust = DD.adjust,
     roll_confirm: RollConfirm = DD.roll_confirm,
@@ -243,6 +252,8 @@ def plan_memory_cmd(
     parquet_file: ParquetFile = None,
     timestamp_col: TimestampCol = None,
     symbol_col: SymbolCol = None,
+    timezone: Timezone = None,
+    price_scale: PriceScale = DD.price_scale,
     contracts: Contracts = DD.contracts,
     adjust: Adjust = DD.adjust,
     roll_confirm: RollConfirm = DD.roll_confirm,

@@ -10,6 +10,7 @@ import pytest
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.load import load_bars
+from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
@@ -98,10 +99,19 @@ def test_prices_not_numeric_in_parquet(tmp_path):
     assert "column 'high' row 1" in msg and "not a number" in msg
 
 
-def test_non_positive_price_of_a_plain_symbol(tmp_path):
-    path = _csv(tmp_path, GOOD + "2024-03-06 15:00,AAA,11,12,0,11,90\n")
-    msg = _fails([path])
-    assert f"{path} data row 3 (AAA at 2024-03-06T15:00:00+00:00): low 0.0 is not positive" in msg
+def test_non_positive_price_loads_but_a_log_target_names_target(tmp_path):
+    # Issue 9 item 12: a price of zero or below no longer stops loading (crude oil went negative); the log target
+    # is what is undefined, so preparing the data names --target.
+    path = _csv(tmp_path, GOOD + "2024-03-06 15:00,AAA,11,12,-1,11,90\n")
+    cfg = DataConfig(paths=(str(path),))
+    loaded = load_bars(cfg)
+    assert loaded.bars.get_column("low").to_list() == [9.0, 10.0, -1.0]
+    with pytest.raises(InputError) as info:
+        prepare_from_bars(loaded, cfg)
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert "series AAA (AAA at 2024-03-06T15:00:00+00:00): low -1.0 is not positive" in msg
+    assert "--target log_return" in msg
 
 
 def test_high_below_low_names_timestamp_and_symbol(tmp_path):
@@ -133,7 +143,7 @@ def test_null_timestamp_in_parquet(tmp_path):
 def test_too_many_nan_prices(tmp_path):
     path = _csv(tmp_path, GOOD + "2024-03-06 15:00,AAA,11,12,10,NaN,90\n")
     msg = _fails([path])
-    assert "1 of 3 rows (33.3%) have a missing or NaN price" in msg and str(path) in msg
+    assert "1 of 3 rows (33.3%) have a missing or non-finite price" in msg and str(path) in msg
 
 
 def test_empty_symbol_cell(tmp_path):

@@ -31,7 +31,7 @@ def test_generic_csv_with_mixed_case_headers_gives_hand_values(tmp_path):
         "Date,Symbol,Open,HIGH,low,Close,Volume\n2024-01-02,AAA,10,12,9,11,100\n2024-01-03,AAA,11,13,10.5,12.5,200\n"
     )
     raw, files = read_bars([str(path)])
-    assert files == [{"path": str(path), "size_bytes": path.stat().st_size, "rows": 2}]
+    assert files == [{"path": str(path), "size_bytes": path.stat().st_size, "rows": 2, "timestamps": "naive"}]
     assert raw.schema["ts"] == pl.Datetime("ns", "UTC")
     assert raw.get_column("ts").to_list() == [_ts(2024, 1, 2), _ts(2024, 1, 3)]
     assert raw.select(VALUES).rows() == [(10.0, 12.0, 9.0, 11.0, 100.0), (11.0, 13.0, 10.5, 12.5, 200.0)]

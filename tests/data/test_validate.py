@@ -54,7 +54,12 @@ def test_duplicates_keep_last_and_out_of_order_rows_are_sorted_and_counted():
         ]
     )
     out, stats = clean_bars(raw, ["f.parquet"])
-    assert stats == {"nan_rows_dropped": 0, "duplicates_dropped": 1, "rows_out_of_order": 2}
+    assert stats == {
+        "nan_rows_dropped": 0,
+        "inconsistent_rows_dropped": 0,
+        "duplicates_dropped": 1,
+        "rows_out_of_order": 2,
+    }
     assert out.select("symbol", pl.col("ts").dt.day(), "close").rows() == [
         ("A", 4, 10.5),
         ("A", 5, 11.0),

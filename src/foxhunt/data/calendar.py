@@ -6,7 +6,8 @@ model where in the week and in the session each bar sits.
 
 Conventions (CME Globex, which foxhunt is built for):
 - The session for trade date d opens at 17:00 exchange time on d-1 and runs 23 h; the trade date of an intraday bar
-  is the exchange-time date of `ts + 7 h` (so Sunday-evening bars belong to Monday).
+  is the exchange-time date of `ts + 7 h` (so Sunday-evening bars belong to Monday). These features use the CME
+  equity session (sessions.CME_EQUITY) for every series; the loader's trade dates and rolls use each root's own.
 - Daily bars are labelled by their UTC date. Converting a midnight-UTC daily stamp to Chicago time would move it to
   the previous day, so daily features never use `exchange_tz`.
 """
@@ -18,9 +19,10 @@ import math
 import numpy as np
 import polars as pl
 
+from foxhunt.data.sessions import CME_EQUITY
 from foxhunt.errors import InputError
 
-SESSION_OPEN_MIN = 17 * 60  # minutes after local midnight when the (next day's) session opens
+SESSION_OPEN_MIN = CME_EQUITY.open_min  # minutes after local midnight when the (next day's) session opens
 SESSION_LEN_MIN = 23 * 60
 HALT_END_MIN = 17 * 60  # CME daily halt 16:00-17:00 CT
 HALT_START_MIN = 16 * 60

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from foxhunt.errors import InputError
 
@@ -45,6 +46,8 @@ class DataConfig:
     vol_features: bool = False  # extra inputs: shocks in volatility units, fast/slow volatility ratios
     calendar_features: bool = False  # CME Globex Equity session features (needs the `calendars` extra)
     exchange_tz: str = "America/Chicago"
+    timezone: str | None = None  # zone of naive timestamps (None: UTC, checked against the session grid)
+    price_scale: float = 1.0  # every price is divided by it (100: a generic file of integer cents)
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -64,6 +67,13 @@ class DataConfig:
             bad(f"--vol-estimator {self.vol_estimator!r} is not one of {', '.join(VOL_ESTIMATORS)}")
         if not self.vol_halflife > 0:
             bad(f"--vol-halflife must be positive (bars), got {self.vol_halflife}")
+        if self.timezone is not None:
+            try:
+                ZoneInfo(self.timezone)
+            except (ZoneInfoNotFoundError, ValueError):
+                bad(f"--timezone {self.timezone!r} is not a time zone; use an IANA name like America/Chicago or UTC")
+        if not self.price_scale > 0:
+            bad(f"--price-scale must be positive (prices are divided by it), got {self.price_scale}")
         if self.encoder_length < 1:
             bad(f"--encoder-length must be at least 1, got {self.encoder_length}")
         if self.horizon < 1:
@@ -86,7 +96,7 @@ class DataConfig:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> DataConfig:
-        d = dict(d)
+        d = dict(d)  # a run saved before an option existed gets its default
         d["paths"] = tuple(d.get("paths", ()))
         # Runs saved before --roll-confirm rolled on the previous session's volume alone: rebuild their data that way.
         d.setdefault("roll_confirm", 1)

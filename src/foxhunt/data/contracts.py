@@ -16,9 +16,9 @@ so the loader builds the series itself:
 
 Contract modes (`DataConfig.contracts`):
 - continuous (what `auto` picks when any symbol is an outright or a Databento continuous symbol): one series per root.
-  The front contract of a trade date (the exchange-time date of ts + 7 h, so a CME session that opens at 17:00 CT
-  belongs to the next day) starts at the nearest expiry with data and moves only forward, at a session boundary: to
-  the next contract in expiry order once it has out-traded the front for `roll_confirm` consecutive sessions (volumes
+  The front contract of a trade date (the exchange-time date of ts + the root's session shift, sessions.py: a CME
+  equity session that opens at 17:00 CT belongs to the next day) starts at the nearest expiry with data and moves
+  only forward, at a session boundary: to the next contract in expiry order once it has out-traded the front for `roll_confirm` consecutive sessions (volumes
   of earlier sessions only), or, on a session where the front has no bars, to the nearest later contract that has
   (see rolls.py). A Databento continuous file (`ES.c.0`, `ES.v.0`, `ES.n.0`) is one series per root (per symbol when
   one root has several), rolled where its instrument_id changes.
@@ -42,6 +42,7 @@ import logging
 import polars as pl
 
 from foxhunt.data.rolls import CONTINUOUS_RE, continuous_file_rolls, pick_fronts
+from foxhunt.data.sessions import CME_EQUITY, session_shift
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -49,7 +50,6 @@ log = logging.getLogger("foxhunt.data")
 MONTH_CODES = "FGHJKMNQUVXZ"
 FUTURES_RE = r"^([A-Z0-9]{1,4}?)([FGHJKMNQUVXZ])(\d{1,2})$"
 SPREAD_RE = r"[-: ]"
-SESSION_SHIFT_H = 7  # CME sessions open at 17:00 CT: ts + 7 h lands on the session's trade date
 PRICES = ("open", "high", "low", "close")
 OWN = ("own_high", "own_low", "own_close", "roll_log_ratio")  # what features read: see _adjust
 
@@ -117,14 +117,18 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
     year = bar_year + (pl.col("digits").cast(pl.Int32) - bar_year) % pl.col("base")
     return (
         df.join(symbols, on="symbol", how="left")
-        .with_columns(expiry=year * 12 + pl.col("month"), trade_date=trade_date(pl.col("ts"), exchange_tz))
+        .with_columns(
+            expiry=year * 12 + pl.col("month"), trade_date=trade_date(pl.col("ts"), exchange_tz, pl.col("root"))
+        )
         .drop("month", "digits", "base")
     )
 
 
-def trade_date(ts: pl.Expr, exchange_tz: str) -> pl.Expr:
-    """Session (trade) date: the exchange-time date of ts + 7 h."""
-    return (ts + pl.duration(hours=SESSION_SHIFT_H)).dt.convert_time_zone(exchange_tz).dt.date()
+def trade_date(ts: pl.Expr, exchange_tz: str, root: pl.Expr | None = None) -> pl.Expr:
+    """Session (trade) date: the exchange-time date of ts + the root's session shift (sessions.py; 7 h for a 17:00
+    open, the CME equity default used without a root)."""
+    shift = session_shift(root) if root is not None else CME_EQUITY.shift_min
+    return (ts + pl.duration(minutes=shift)).dt.convert_time_zone(exchange_tz).dt.date()
 
 
 def build_series(

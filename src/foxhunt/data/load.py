@@ -15,7 +15,8 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import build_series, drop_spreads, parse_futures, resolve_symbols
 from foxhunt.data.read import read_bars
 from foxhunt.data.rolls import FRONT_MISSING, INSTRUMENT_CHANGE, VOLUME
-from foxhunt.data.validate import INSTRUMENT, clean_bars, merge_sunday_stubs
+from foxhunt.data.sessions import check_session_grid
+from foxhunt.data.validate import INSTRUMENT, check_ratio_adjust, clean_bars, merge_sunday_stubs
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -54,13 +55,16 @@ class LoadedBars:
 def load_bars(cfg: DataConfig) -> LoadedBars:
     """Read, clean, select contracts and back-adjust the files in `cfg.paths`.
 
-    report keys: files [{path, size_bytes, rows}], rows_read, duplicates_dropped, nan_rows_dropped, rows_out_of_order,
-    spreads_dropped, contracts_kept, contracts_dropped, contracts_mode ("continuous" | "each" | "symbols"), adjust,
-    roll_confirm, rolls_by_reason {reason: count},
-    bar_interval ("1m", "1h", "1d", ...), sunday_stubs_merged, series {name: {rows, start, end, contracts}}.
+    report keys: files [{path, size_bytes, rows, timestamps}], rows_read, duplicates_dropped, nan_rows_dropped
+    (missing or non-finite), inconsistent_rows_dropped (OHLC contradictions), rows_out_of_order, spreads_dropped,
+    contracts_kept, contracts_dropped, contracts_mode ("continuous" | "each" | "symbols"), adjust, roll_confirm,
+    rolls_by_reason {reason: count}, bar_interval ("1m",
+    "1h", "1d", ...), sunday_stubs_merged, timezone (how timestamps were read), closed_share (share of intraday bars
+    inside the session halt or weekend; None for daily bars), series {name: {rows, start, end, contracts}}.
+    Prices of zero or below are kept (see validate.py); `prepare` refuses them for a log target.
     Raises InputError for anything the user must fix.
     """
-    raw, files = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col)
+    raw, files = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale)
     paths = [f["path"] for f in files]
     df, _ = resolve_symbols(raw)
     df, spread_rows, spread_symbols = drop_spreads(df)
@@ -71,6 +75,9 @@ def load_bars(cfg: DataConfig) -> LoadedBars:
     df, stats = clean_bars(df, paths)
     df, stubs = merge_sunday_stubs(df)
     df = parse_futures(df, cfg.exchange_tz)
+    grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz)
+    if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
+        check_ratio_adjust(df.filter(pl.col("root").is_not_null()), paths)
     bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm)
     dropped = sorted(set(info["contracts_dropped"]) | set(spread_symbols))
     report = {
@@ -86,6 +93,7 @@ def load_bars(cfg: DataConfig) -> LoadedBars:
         "rolls_by_reason": {k: sum(r["reason"] == k for r in rolls) for k in sorted({r["reason"] for r in rolls})},
         "bar_interval": bar_interval(df),
         "sunday_stubs_merged": stubs,
+        **grid,
         "series": _series_summary(bars),
     }
     for r in rolls:

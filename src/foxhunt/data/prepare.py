@@ -29,6 +29,7 @@ from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.scaling import apply_scalers, fit_scalers, observed_names
 from foxhunt.data.schema import Feature, FeatureSchema, Kind, Role
 from foxhunt.data.summary import EPOCH, data_summary, iso
+from foxhunt.data.validate import check_log_target
 from foxhunt.data.windows import SplitResult, WindowedData, assign_splits, series_bounds, window_starts
 from foxhunt.errors import InputError
 
@@ -105,6 +106,7 @@ def prepare_from_bars(
         raise InputError("prediction needs the fitted transform saved with the model (model.json)")
     e, d = cfg.encoder_length, cfg.horizon
     bars, names, sidx, ts_ns = _sorted(loaded.bars)
+    check_log_target(bars, transform.target if transform else cfg.target)
     first, end = series_bounds(sidx)
     _check_length(names, end - first, e, d, for_prediction)
     spacing = median_spacing_ns(ts_ns, sidx)

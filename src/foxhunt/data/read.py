@@ -9,14 +9,21 @@ Every file, whatever its origin, comes out as the same columns so that later sta
 Formats understood:
 - Databento `to_parquet()` / `to_df().to_parquet()` / `to_df().reset_index()` files: `ts_event` is a plain column to
   pyarrow whether or not pandas index metadata names it as the index. `price_type="fixed"` files hold int64 prices in
-  units of 1e-9: integer price columns whose median magnitude is above 1e6 are divided by 1e9, and 2^63-1 (UNDEF_PRICE)
-  becomes null. `pretty_ts=False` timestamps are uint64 ns counts.
+  units of 1e-9. A file is Databento's when it has the `rtype` and `instrument_id` columns every Databento OHLCV
+  frame carries; only then are integer price columns fixed-point (divided by 1e9, 2^63-1 = UNDEF_PRICE becomes null).
+  The magnitude of the prices is never used to guess: a generic file of integer cents keeps its values, and
+  `price_scale` (`--price-scale 100`) divides them. `pretty_ts=False` timestamps are uint64 ns counts.
 - Raw DBN (`.dbn`, `.dbn.zst`) through the optional `databento` package (`pip install foxhunt[dbn]`).
 - Generic OHLCV parquet or CSV: a time column (ts_event, timestamp, datetime, date, time; case-insensitive), open high
-  low close volume (case-insensitive) and an optional symbol column. Naive timestamps are taken as UTC, aware ones are
-  converted to UTC; integer timestamps are epoch counts whose unit (s, ms, us, ns) is read from their size.
+  low close volume (case-insensitive) and an optional symbol column. Naive timestamps are wall-clock time in
+  `timezone` (`--timezone`, default UTC), aware ones are converted to UTC; integer timestamps are epoch counts (UTC)
+  whose unit (s, ms, us, ns) is read from their size.
   A CSV with separate `date` and `time` columns gets them joined.
 - A file without a symbol column is one series named after the file stem (for a directory or glob: after the folder).
+
+All files must hold bars of one size: Databento files are compared by `rtype`, others by their median bar spacing,
+and a mix (1-minute and daily files, whose daily bars would otherwise replace the midnight minute bars as
+"duplicates") stops with an error naming both files.
 
 Only the needed columns are read; all work is columnar.
 """
@@ -39,7 +46,8 @@ SYMBOL_CANDIDATES = ("symbol", "ticker", "raw_symbol")
 SUFFIXES = (".parquet", ".pq", ".csv", ".dbn", ".dbn.zst")
 FIXED_SCALE = 1e9  # Databento FIXED_PRICE_SCALE
 UNDEF_PRICE = 2**63 - 1  # Databento null price in fixed-point files
-FIXED_MEDIAN = 1e6  # integer prices with a larger median are fixed-point
+RTYPE_NAMES = {32: "ohlcv-1s", 33: "ohlcv-1m", 34: "ohlcv-1h", 35: "ohlcv-1d", 36: "ohlcv-eod"}
+SAME_SPACING = 4.0  # median spacings within this factor are one bar size (1m beside a sparse contract's 3m)
 
 RAW_SCHEMA = {
     "file_idx": pl.UInt32,
@@ -53,24 +61,85 @@ RAW_SCHEMA = {
 
 
 def read_bars(
-    paths: Sequence[str], timestamp_col: str | None = None, symbol_col: str | None = None
+    paths: Sequence[str],
+    timestamp_col: str | None = None,
+    symbol_col: str | None = None,
+    timezone: str | None = None,
+    price_scale: float = 1.0,
 ) -> tuple[pl.DataFrame, list[dict]]:
     """Read every file named by `paths` (files, directories or globs) as one raw frame.
 
-    Returns (frame with RAW_SCHEMA columns, files [{path, size_bytes, rows}]). Raises InputError for anything a user
-    can fix: a missing or unreadable file, a missing column, text where numbers belong, unparseable timestamps.
+    `timezone` is the zone of naive timestamps (None: UTC); `price_scale` divides every price (100: cents to dollars).
+    Returns (frame with RAW_SCHEMA columns, files [{path, size_bytes, rows, timestamps}]), where timestamps is "naive",
+    "aware", "epoch" or "date": how the file wrote its times. Raises InputError for anything a user can fix: a missing
+    or unreadable file, a missing column, text where numbers belong, unparseable timestamps, mixed bar sizes.
     """
     entries = expand_paths(paths)
     frames, files = [], []
     for idx, (path, default_name) in enumerate(entries):
-        frame = read_file(path, default_name, timestamp_col, symbol_col)
+        frame, kind = read_file(path, default_name, timestamp_col, symbol_col, timezone)
+        if price_scale != 1.0:
+            frame = frame.with_columns(pl.col(c) / price_scale for c in PRICE_COLS)
         frames.append(
             frame.with_columns(
                 pl.lit(idx, dtype=pl.UInt32).alias("file_idx"), pl.int_range(pl.len()).alias("row")
             )
         )
-        files.append({"path": str(path), "size_bytes": path.stat().st_size, "rows": frame.height})
+        files.append({"path": str(path), "size_bytes": path.stat().st_size, "rows": frame.height, "timestamps": kind})
+    check_bar_sizes(frames, [f["path"] for f in files])
     return pl.concat([f.select(list(RAW_SCHEMA)) for f in frames], how="vertical"), files
+
+
+def check_bar_sizes(frames: list[pl.DataFrame], paths: list[str]) -> None:
+    """Refuse files of different bar sizes, naming two of them: compare Databento `rtype`s where both files have one,
+    else the median spacing of consecutive bars within an instrument (files with one bar per instrument are skipped).
+    """
+    sizes = [_bar_size(f) for f in frames]
+    for i, (rtypes, _) in enumerate(sizes):
+        if len(rtypes) > 1:
+            kinds = " and ".join(RTYPE_NAMES.get(r, f"rtype {r}") for r in sorted(rtypes))
+            raise InputError(
+                f"{paths[i]}: holds {kinds} bars in one file; keep one bar size per run (split the file by rtype)"
+            )
+    first_rtype = next((i for i, (r, _) in enumerate(sizes) if r), None)
+    first_spacing = next((i for i, (_, s) in enumerate(sizes) if s), None)
+    for i, (rtypes, spacing) in enumerate(sizes):
+        j = first_rtype
+        if rtypes and j is not None:  # rtype names the bar size exactly; a sparse contract's spacing does not
+            if rtypes != sizes[j][0]:
+                a, b = RTYPE_NAMES.get(min(sizes[j][0]), "?"), RTYPE_NAMES.get(min(rtypes), "?")
+                raise InputError(_mixed(paths[j], a, paths[i], b))
+            continue
+        j = first_spacing
+        if spacing and j is not None and max(spacing, sizes[j][1]) > SAME_SPACING * min(spacing, sizes[j][1]):
+            raise InputError(_mixed(paths[j], _spacing_text(sizes[j][1]), paths[i], _spacing_text(spacing)))
+
+
+def _mixed(path_a: str, size_a: str, path_b: str, size_b: str) -> str:
+    return (
+        f"{path_a} holds {size_a} bars but {path_b} holds {size_b} bars; one run reads one bar size,"
+        " so pass files of one bar size only"
+    )
+
+
+def _bar_size(frame: pl.DataFrame) -> tuple[set[int], int]:
+    """(the file's Databento rtypes, median spacing in ns of consecutive bars of one instrument; 0 if none)."""
+    rtypes = set(frame.get_column("rtype").drop_nulls().unique().to_list())
+    gaps = (
+        frame.select("symbol", "instrument_id", "ts")
+        .sort("symbol", "instrument_id", "ts", nulls_last=True)
+        .select(gap=pl.col("ts").diff().over("symbol", "instrument_id").dt.total_nanoseconds())
+        .filter(pl.col("gap") > 0)
+        .get_column("gap")
+    )
+    return rtypes, int(gaps.median()) if gaps.len() else 0
+
+
+def _spacing_text(ns: int) -> str:
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
+        if ns >= size * 10**9:
+            return f"{ns / (size * 10**9):g}{unit}"
+    return f"{ns}ns"
 
 
 def expand_paths(paths: Sequence[str]) -> list[tuple[Path, str]]:
@@ -104,9 +173,9 @@ def expand_paths(paths: Sequence[str]) -> list[tuple[Path, str]]:
 
 
 def read_file(
-    path: Path, default_name: str, timestamp_col: str | None, symbol_col: str | None
-) -> pl.DataFrame:
-    """Read one file into normalised columns (without file_idx/row)."""
+    path: Path, default_name: str, timestamp_col: str | None, symbol_col: str | None, timezone: str | None = None
+) -> tuple[pl.DataFrame, str]:
+    """Read one file into normalised columns (without file_idx/row); also how it wrote its times (see read_bars)."""
     if path.stat().st_size == 0:
         raise InputError(f"{path}: the file is empty (0 bytes); re-export or remove it")
     name = path.name.lower()
@@ -118,7 +187,7 @@ def read_file(
         frame = _read_parquet(path, timestamp_col, symbol_col)
     if frame.height == 0:
         raise InputError(f"{path}: the file has no rows; re-export it or leave it out")
-    return _normalise(frame, path, default_name, timestamp_col, symbol_col)
+    return _normalise(frame, path, default_name, timestamp_col, symbol_col, timezone)
 
 
 def _read_parquet(path: Path, timestamp_col: str | None, symbol_col: str | None) -> pl.DataFrame:
@@ -232,14 +301,21 @@ def _find_columns(names: list[str], path: Path, timestamp_col: str | None, symbo
 
 
 def _normalise(
-    frame: pl.DataFrame, path: Path, default_name: str, timestamp_col: str | None, symbol_col: str | None
-) -> pl.DataFrame:
+    frame: pl.DataFrame,
+    path: Path,
+    default_name: str,
+    timestamp_col: str | None,
+    symbol_col: str | None,
+    timezone: str | None,
+) -> tuple[pl.DataFrame, str]:
     names = frame.columns
     found = _find_columns(names, path, timestamp_col, symbol_col)
-    ts = _parse_time(frame, found["time"], names, path, joined_time=timestamp_col is None)
+    ts, kind = _parse_time(frame, found["time"], names, path, timestamp_col is None, timezone or "UTC")
     out = {"ts": ts}
+    # Databento's OHLCV frames always carry rtype and instrument_id; only their integer prices are fixed-point.
+    databento = found["rtype"] is not None and found["instrument_id"] is not None
     for c in VALUE_COLS:
-        out[c] = _numeric(frame.get_column(found[c]), path, found[c], fixed_point=c in PRICE_COLS)
+        out[c] = _numeric(frame.get_column(found[c]), path, found[c], fixed_point=databento and c in PRICE_COLS)
     if found["symbol"] is not None:
         out["symbol"] = frame.get_column(found["symbol"]).cast(pl.Utf8).str.strip_chars()
         missing = out["symbol"].is_null() | (out["symbol"] == "")
@@ -260,11 +336,17 @@ def _normalise(
             if src is not None
             else pl.Series([None] * frame.height, dtype=pl.Int64)
         )
-    return pl.DataFrame({k: v.alias(k) for k, v in out.items()})
+    return pl.DataFrame({k: v.alias(k) for k, v in out.items()}), kind
 
 
-def _parse_time(frame: pl.DataFrame, col: str, names: list[str], path: Path, joined_time: bool) -> pl.Series:
-    """Any timestamp representation -> Datetime("ns", "UTC"); naive means UTC. Nulls or bad text raise InputError."""
+def _parse_time(
+    frame: pl.DataFrame, col: str, names: list[str], path: Path, joined_time: bool, timezone: str
+) -> tuple[pl.Series, str]:
+    """Any timestamp representation -> (Datetime("ns", "UTC"), "naive" | "aware" | "epoch" | "date").
+
+    Naive times are wall-clock times in `timezone`; a naive time that does not exist there (the hour skipped when
+    daylight saving starts) or any null or bad text raises InputError naming the row.
+    """
     s = frame.get_column(col)
     dtype = s.dtype
     if dtype == pl.String:
@@ -273,30 +355,49 @@ def _parse_time(frame: pl.DataFrame, col: str, names: list[str], path: Path, joi
         if time_col is not None:
             text = text + " " + frame.get_column(time_col).cast(pl.Utf8).str.strip_chars()
         if text.str.contains(r"^\d+$").all():
-            out = _from_epoch(text.cast(pl.Int64))
+            out, kind = _from_epoch(text.cast(pl.Int64))
         else:
+            aware = text.str.contains(r"(Z|[+-]\d\d:?\d\d)$").any()
+            kind = "aware" if aware else "naive"
             try:
-                out = text.str.to_datetime(time_unit="ns", time_zone="UTC", strict=False)
+                out = text.str.to_datetime(time_unit="ns", time_zone="UTC" if aware else None, strict=False)
             except Exception:
-                out = pl.Series([None] * len(text), dtype=pl.Datetime("ns", "UTC"))
-        bad = out.is_null() & text.is_not_null()
-        _raise_bad_time(bad, text, path, col)
+                out = pl.Series([None] * len(text), dtype=pl.Datetime("ns", "UTC" if aware else None))
+            _raise_bad_time(out.is_null() & text.is_not_null(), text, path, col)
+            if not aware:
+                out = _localize(out, text, timezone, path, col)
     elif isinstance(dtype, pl.Datetime):
-        out = s.dt.replace_time_zone("UTC") if dtype.time_zone is None else s.dt.convert_time_zone("UTC")
+        kind = "naive" if dtype.time_zone is None else "aware"
+        out = _localize(s, s.cast(pl.Utf8), timezone, path, col) if kind == "naive" else s.dt.convert_time_zone("UTC")
     elif dtype == pl.Date:
-        out = s.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+        out, kind = s.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"), "date"
     elif dtype.is_integer():
-        out = _from_epoch(s)
+        out, kind = _from_epoch(s)
     else:
         raise InputError(
             f"{path}: column {col!r} has type {dtype}, not a timestamp; pass --timestamp-col or convert it"
         )
     out = out.cast(pl.Datetime("ns", "UTC"))
     _raise_bad_time(out.is_null(), s.cast(pl.Utf8, strict=False), path, col)
-    return out
+    return out, kind
 
 
-def _from_epoch(s: pl.Series) -> pl.Series:
+def _localize(naive: pl.Series, shown: pl.Series, timezone: str, path: Path, col: str) -> pl.Series:
+    """Naive wall-clock times in `timezone` -> UTC; the earlier of two repeated (DST fall-back) times is taken."""
+    if timezone == "UTC":
+        return naive.dt.replace_time_zone("UTC")
+    local = naive.dt.replace_time_zone(timezone, ambiguous="earliest", non_existent="null")
+    gap = local.is_null() & naive.is_not_null()
+    if gap.any():
+        i = int(gap.arg_max())
+        raise InputError(
+            f"{path}: column {col!r} row {i + 1}: {shown[i]} does not exist in {timezone} (the hour skipped when"
+            " daylight saving starts); check --timezone"
+        )
+    return local.dt.convert_time_zone("UTC")
+
+
+def _from_epoch(s: pl.Series) -> tuple[pl.Series, str]:
     """Integer epoch counts; the unit follows from the magnitude (a 2020s date is ~1.6e9 s, ~1.6e18 ns).
 
     Eight-digit values (19000101 .. 29991231) are YYYYMMDD dates, as many vendor exports write them: as epoch seconds
@@ -304,10 +405,10 @@ def _from_epoch(s: pl.Series) -> pl.Series:
     """
     s = s.cast(pl.Int64, strict=False)  # uint64 past int64 (UNDEF_TIMESTAMP) becomes null -> error
     if s.min() is not None and 19_000_101 <= s.min() and s.max() <= 29_991_231:
-        return s.cast(pl.Utf8).str.to_datetime("%Y%m%d", time_unit="ns", time_zone="UTC", strict=False)
+        return s.cast(pl.Utf8).str.to_datetime("%Y%m%d", time_unit="ns", time_zone="UTC", strict=False), "date"
     mag = s.abs().median() or 0
     unit = "ns" if mag > 1e17 else "us" if mag > 1e14 else "ms" if mag > 1e11 else "s"
-    return pl.from_epoch(s, time_unit=unit).dt.cast_time_unit("ns").dt.replace_time_zone("UTC")
+    return pl.from_epoch(s, time_unit=unit).dt.cast_time_unit("ns").dt.replace_time_zone("UTC"), "epoch"
 
 
 def _raise_bad_time(bad: pl.Series, shown: pl.Series, path: Path, col: str) -> None:
@@ -320,7 +421,11 @@ def _raise_bad_time(bad: pl.Series, shown: pl.Series, path: Path, col: str) -> N
 
 
 def _numeric(s: pl.Series, path: Path, col: str, fixed_point: bool) -> pl.Series:
-    """Numbers as Float64; text that is not a number raises naming the row; fixed-point 1e-9 integers are scaled."""
+    """Numbers as Float64; text that is not a number raises naming the row.
+
+    `fixed_point` (a Databento file's price column): integers are in units of 1e-9 and UNDEF_PRICE is null. Other
+    integers are taken at face value, whatever their size.
+    """
     if s.dtype == pl.String:
         text = s.str.strip_chars()
         text = text.set(text == "", None)
@@ -339,10 +444,7 @@ def _numeric(s: pl.Series, path: Path, col: str, fixed_point: bool) -> pl.Series
     if s.dtype.is_integer():
         s = s.cast(pl.Int64, strict=False)  # uint64 past int64 becomes null
         if fixed_point:
-            s = s.set(s == UNDEF_PRICE, None)
-            med = s.abs().median()
-            if med is not None and med > FIXED_MEDIAN:
-                return s.cast(pl.Float64) / FIXED_SCALE
+            return s.set(s == UNDEF_PRICE, None).cast(pl.Float64) / FIXED_SCALE
         return s.cast(pl.Float64)
     if s.dtype.is_numeric() or isinstance(s.dtype, pl.Decimal):
         return s.cast(pl.Float64)

@@ -17,6 +17,15 @@ if TYPE_CHECKING:
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SPLITS = ("train", "val", "test")
+# What the loader repaired or measured (load.load_bars report keys), shown by `foxhunt inspect`.
+CHECKS = (
+    "nan_rows_dropped",
+    "inconsistent_rows_dropped",
+    "duplicates_dropped",
+    "rows_out_of_order",
+    "timezone",
+    "closed_share",
+)
 
 
 def iso(ns: int) -> str:
@@ -89,6 +98,7 @@ def data_summary(
         "files": _plain(report.get("files")),
         "date_range": {"start": iso(ts[real].min()), "end": iso(ts[real].max())},
         "bar_interval": report.get("bar_interval") or _interval(spacing_ns),
+        "checks": {k: _plain(report.get(k)) for k in CHECKS if k in report},
         "series": series,
         "contracts_kept": _plain(report.get("contracts_kept")),
         "contracts_dropped": _plain(report.get("contracts_dropped")),
@@ -114,6 +124,26 @@ def _count(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
+def _checks_text(c: dict[str, Any]) -> str:
+    """'dropped 2 missing/non-finite, 1 inconsistent (OHLC) and 0 duplicate rows, sorted 0; times read as ...'."""
+    text = (
+        f"dropped {c.get('nan_rows_dropped', 0):,} missing/non-finite, {c.get('inconsistent_rows_dropped', 0):,}"
+        f" inconsistent (OHLC) and {c.get('duplicates_dropped', 0):,} duplicate rows,"
+        f" sorted {c.get('rows_out_of_order', 0):,}"
+    )
+    if c.get("timezone"):
+        text += f"; times read as {c['timezone']}"
+    share = c.get("closed_share")
+    text += (
+        f", {100 * share:.1f}% of bars in the session halt/weekend"
+        if share is not None
+        else ", session halt not checked (daily bars)"
+        if "closed_share" in c
+        else ""
+    )
+    return text
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """A compact multi-line text: data, series, features, target, and one line per split."""
     s = summary
@@ -130,6 +160,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"data      {s['rows_read']:,} rows read, {s['rows']:,} used in {n_series} series, {s['bar_interval']} bars; "
         f"contracts kept {_count(s.get('contracts_kept'))}, dropped {_count(s.get('contracts_dropped'))}; {roll_text}",
     ]
+    if s.get("checks"):
+        lines.append("checks    " + _checks_text(s["checks"]))
     for name, info in s["series"].items():
         lines.append(
             f"series    {name}: {info['rows']:,} rows {info['start'][:16]} .. {info['end'][:16]}, "

@@ -1,15 +1,19 @@
 """Validate and clean raw bars: what can be repaired is repaired and counted, what cannot stops with an InputError.
 
 Repaired (counted in the load report):
-- rows with a missing or NaN price or volume are dropped, unless more than 1% of all rows are bad (then the export is
-  broken and the run stops);
+- bad rows are dropped, unless more than 1% of all rows are bad (then the export is broken and the run stops): rows
+  with a missing or non-finite (NaN, inf) price or volume, and rows whose prices contradict each other (high below
+  max(open, close) or low above min(open, close); high below low is one of these);
 - duplicate rows (same instrument and timestamp, as when downloads overlap) are dropped keeping the last one read;
 - rows out of time order within an instrument are sorted (the count is of rows that came earlier than a row before
   them);
 - Databento ohlcv-1d Sunday stubs (see `merge_sunday_stubs`).
 
-Fatal (one-line InputError naming file, row, symbol and timestamp): a price of zero or below (spreads, which may be
-negative, are dropped before this check), high below low, negative volume.
+Fatal (one-line InputError naming file, row, symbol and timestamp): negative volume.
+
+Prices of zero or below are valid (crude oil settled at -37.63 on 2020-04-20): loading keeps them, and the steps whose
+math needs positive prices refuse them with the flag to change: `check_ratio_adjust` (--adjust ratio) and
+`check_log_target` (--target log_return / log_range).
 """
 
 from __future__ import annotations
@@ -34,22 +38,36 @@ def clean_bars(df: pl.DataFrame, files: list[str]) -> tuple[pl.DataFrame, dict]:
     """Drop bad/duplicate rows, check prices, sort by (symbol, instrument_id, ts).
 
     `df` has the read stage's columns (file_idx and row locate a row for messages; `files` maps file_idx to a path).
-    Returns (clean frame, {nan_rows_dropped, duplicates_dropped, rows_out_of_order}).
+    Returns (clean frame, {nan_rows_dropped, inconsistent_rows_dropped, duplicates_dropped, rows_out_of_order});
+    nan_rows_dropped counts every missing or non-finite (NaN, inf) row.
     """
     n = df.height
-    bad = pl.any_horizontal(*[pl.col(c).is_null() | pl.col(c).is_nan() for c in VALUES])
-    bad_rows = df.filter(bad)
-    if bad_rows.height > MAX_BAD_FRACTION * n:
-        first = bad_rows.row(0, named=True)
+    nonfinite = pl.any_horizontal(*[~pl.col(c).is_finite().fill_null(False) for c in VALUES])
+    inconsistent = ~nonfinite & (
+        (pl.col("high") < pl.max_horizontal("open", "close")) | (pl.col("low") > pl.min_horizontal("open", "close"))
+    )
+    df = df.with_columns(_nonfinite=nonfinite, _inconsistent=inconsistent)
+    n_nonfinite, n_inconsistent = df.select(pl.col("_nonfinite").sum(), pl.col("_inconsistent").sum()).row(0)
+    if n_nonfinite + n_inconsistent > MAX_BAD_FRACTION * n:
+        if n_nonfinite >= n_inconsistent:
+            first = df.filter("_nonfinite").row(0, named=True)
+            problem = f"{n_nonfinite} of {n} rows ({100 * n_nonfinite / n:.1f}%) have a missing or non-finite price"
+            problem += " or volume (NaN, inf)"
+        else:
+            first = df.filter("_inconsistent").row(0, named=True)
+            problem = f"{_inconsistent(first)}; {n_inconsistent} of {n} rows ({100 * n_inconsistent / n:.1f}%) have"
+            problem += " OHLC prices that contradict each other"
+        others = f" ({n_nonfinite + n_inconsistent} bad rows in all)" if n_nonfinite and n_inconsistent else ""
         raise InputError(
-            f"{_where(first, files)}: {bad_rows.height} of {n} rows ({100 * bad_rows.height / n:.1f}%) have a missing or"
-            " NaN price or volume, more than the 1% that is dropped silently; fix or re-export the data"
+            f"{_where(first, files)}: {problem}{others}, more than the 1% that is dropped; fix or re-export the data"
         )
-    if bad_rows.height:
-        log.warning("dropped %d rows with missing or NaN prices", bad_rows.height)
-    df = df.filter(~bad)
-    _check(df, pl.min_horizontal(*PRICES) <= 0, files, _nonpositive_message)
-    _check(df, pl.col("high") < pl.col("low"), files, lambda r: f"high {r['high']} is below low {r['low']}")
+    if n_nonfinite or n_inconsistent:
+        log.warning(
+            "dropped %d rows with missing or non-finite values and %d rows with inconsistent OHLC prices",
+            n_nonfinite,
+            n_inconsistent,
+        )
+    df = df.filter(~pl.col("_nonfinite") & ~pl.col("_inconsistent")).drop("_nonfinite", "_inconsistent")
     _check(df, pl.col("volume") < 0, files, lambda r: f"volume {r['volume']} is negative")
 
     before = df.height
@@ -60,7 +78,8 @@ def clean_bars(df: pl.DataFrame, files: list[str]) -> tuple[pl.DataFrame, dict]:
     if duplicates or out_of_order:
         log.info("dropped %d duplicate rows; sorted %d rows that were out of order", duplicates, out_of_order)
     return df.sort(*INSTRUMENT, "ts"), {
-        "nan_rows_dropped": bad_rows.height,
+        "nan_rows_dropped": int(n_nonfinite),
+        "inconsistent_rows_dropped": int(n_inconsistent),
         "duplicates_dropped": duplicates,
         "rows_out_of_order": int(out_of_order),
     }
@@ -111,9 +130,53 @@ def _check(df: pl.DataFrame, cond: pl.Expr, files: list[str], what) -> None:
         raise InputError(f"{_where(r, files)}: {what(r)}{extra}; fix or remove the row")
 
 
-def _nonpositive_message(r: dict) -> str:
-    col = next(c for c in PRICES if r[c] <= 0)
-    return f"{col} {r[col]} is not positive (outright and plain-symbol prices must be > 0)"
+def check_ratio_adjust(df: pl.DataFrame, files: list[str]) -> None:
+    """Refuse prices of zero or below in futures that will be back-adjusted by a ratio of closes (which flips signs
+    across a negative price), naming the first such row and the `--adjust` modes that work. `df` has the read stage's
+    columns (file_idx, row)."""
+    hit = df.filter(pl.min_horizontal(*PRICES) <= 0)
+    if hit.height:
+        r = hit.row(0, named=True)
+        raise InputError(
+            f"{_where(r, files)}: {_nonpositive(r)} ({_rows(hit.height)} like this); --adjust ratio cannot back-adjust"
+            " across it, use --adjust difference or --adjust none"
+        )
+
+
+def check_log_target(bars: pl.DataFrame, target: str) -> None:
+    """Refuse a log target (log_return, log_range) when a bar's price is zero or below: its log is undefined there.
+
+    `bars` are loaded bars (series, ts, OHLC, contract). foxhunt has no price-difference target yet, so the fix is to
+    leave those bars out.
+    """
+    if not target.startswith("log_"):
+        return
+    hit = bars.filter(pl.min_horizontal(*PRICES) <= 0)
+    if hit.height:
+        r = hit.row(0, named=True)
+        raise InputError(
+            f"series {r['series']} ({r['contract']} at {r['ts'].isoformat()}): {_nonpositive(r)} ({_rows(hit.height, 'bar')}"
+            f" like this); --target {target} takes the log of prices and is undefined there, and there is no"
+            " price-difference --target yet: leave these bars out of the files"
+        )
+
+
+def _rows(n: int, noun: str = "row") -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _nonpositive(r: dict) -> str:
+    col = min(PRICES, key=lambda c: r[c])
+    return f"{col} {r[col]} is not positive"
+
+
+def _inconsistent(r: dict) -> str:
+    """Why one row's OHLC prices contradict each other."""
+    if r["high"] < r["low"]:
+        return f"high {r['high']} is below low {r['low']}"
+    if r["high"] < max(r["open"], r["close"]):
+        return f"high {r['high']} is below max(open, close) {max(r['open'], r['close'])}"
+    return f"low {r['low']} is above min(open, close) {min(r['open'], r['close'])}"
 
 
 def _where(r: dict, files: list[str]) -> str:

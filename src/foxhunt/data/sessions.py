@@ -1,0 +1,137 @@
+"""Exchange sessions per futures root: when a root's session opens and closes, and the share of bars that fall
+where the exchange is closed (the check that catches local timestamps read as UTC).
+
+A session for trade date d opens at `open_min` (minutes after local midnight) on d-1 and closes at `close_min` on d;
+between them lies the daily halt, and from Friday's close to Sunday's open the weekend. The sessions come from
+pandas-market-calendars (`pip install 'foxhunt[calendars]'`) through `ROOT_CALENDARS`; without the package, or for a
+root not in the table, every root gets the CME Globex equity session, 17:00-16:00 America/Chicago (`CME_EQUITY`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from functools import cache
+
+import polars as pl
+
+from foxhunt.errors import InputError
+
+log = logging.getLogger("foxhunt.data")
+
+DAY_MIN = 24 * 60
+
+
+@dataclass(frozen=True)
+class Session:
+    calendar: str  # the pandas-market-calendars name, or "default"
+    tz: str
+    open_min: int  # the next trade date's session opens this many minutes after local midnight
+    close_min: int  # and the current one closes at this minute
+
+    @property
+    def shift_min(self) -> int:
+        """Minutes to add to a local time so that its date is the trade date (17:00 open: 7 h)."""
+        return (DAY_MIN - self.open_min) % DAY_MIN
+
+
+CME_EQUITY = Session("default", "America/Chicago", 17 * 60, 16 * 60)
+
+_EQUITY = ("ES", "MES", "NQ", "MNQ", "YM", "MYM", "RTY", "M2K", "EMD")
+_ENERGY = ("CL", "MCL", "QM", "NG", "QG", "RB", "HO")
+_METALS = ("GC", "MGC", "SI", "SIL", "HG", "PL", "PA")
+_RATES = ("ZT", "ZF", "ZN", "TN", "ZB", "UB")
+_FX = ("6A", "6B", "6C", "6E", "6J", "6M", "6N", "6S")
+_GRAINS = ("ZC", "ZS", "ZW", "ZM", "ZL", "ZO", "KE")
+ROOT_CALENDARS = {
+    **dict.fromkeys(_EQUITY, "CME Globex Equity"),
+    **dict.fromkeys(_ENERGY, "CMEGlobex_Energy"),
+    **dict.fromkeys(_METALS, "CMEGlobex_Metals"),
+    **dict.fromkeys(_RATES, "CME_Bond"),
+    **dict.fromkeys(_FX, "CMEGlobex_FX"),
+    **dict.fromkeys(_GRAINS, "CMEGlobex_Grains"),
+}
+
+
+@cache
+def session_for(root: str | None) -> Session:
+    """The session of a futures root (or of a plain symbol spelled like one, e.g. a vendor's continuous "CL")."""
+    name = ROOT_CALENDARS.get(root or "")
+    if name is None:
+        return CME_EQUITY
+    try:
+        import pandas_market_calendars as mcal
+    except ImportError:
+        return CME_EQUITY
+    cal = mcal.get_calendar(name)
+    times = cal.regular_market_times
+    opens, closes = times["market_open"][-1][1], times["market_close"][-1][1]  # the latest rule of each
+    return Session(name, str(cal.tz), opens.hour * 60 + opens.minute, closes.hour * 60 + closes.minute)
+
+
+def _per_root(root: pl.Expr, field: str) -> pl.Expr:
+    """A Session field per row, looked up by root (every table root, so no data is needed to build it)."""
+    roots = list(ROOT_CALENDARS)
+    values = [getattr(session_for(r), field) for r in roots]
+    return root.replace_strict(roots, values, default=getattr(CME_EQUITY, field), return_dtype=pl.Int64)
+
+
+def session_shift(root: pl.Expr) -> pl.Expr:
+    """Minutes from a bar's local time to its trade date, per row (see `Session.shift_min`)."""
+    return _per_root(root, "shift_min")
+
+
+def closed_share(df: pl.DataFrame, exchange_tz: str) -> float:
+    """Share of bars stamped strictly inside a closed period of their root's session: the daily halt or the weekend.
+
+    `df` has columns ts (UTC) and root (null for plain symbols, which are looked up by their symbol). Real bars stamped
+    at their start or their end never fall strictly inside: a share above zero means the stamps are shifted, as when
+    naive Chicago times are read as UTC (the Sunday-evening bars then land in the weekend, the evening bars in the halt).
+    """
+    if df.height == 0:
+        return 0.0
+    local = pl.col("ts").dt.convert_time_zone(exchange_tz)
+    minute = local.dt.hour().cast(pl.Int64) * 60 + local.dt.minute().cast(pl.Int64)
+    weekday = local.dt.weekday()  # Monday 1 .. Sunday 7
+    key = pl.coalesce("root", "symbol") if "symbol" in df.columns else pl.col("root")
+    open_, close = _per_root(key, "open_min"), _per_root(key, "close_min")
+    halt = (minute > close) & (minute < open_)
+    weekend = (weekday == 6) | ((weekday == 5) & (minute > close)) | ((weekday == 7) & (minute < open_))
+    return float(df.select((halt | weekend).mean()).item())
+
+
+CLOSED_LIMIT = 0.01  # bars strictly inside closed periods above this share: the timestamps are shifted
+KIND_TEXT = {"aware": "timestamps with a zone", "epoch": "epoch timestamps", "date": "dates"}
+INTRADAY_MAX_NS = 20 * 3600 * 10**9  # median spacing below this: intraday bars (daily stamps carry no time of day)
+
+
+def check_session_grid(
+    df: pl.DataFrame, files: list[dict], timezone: str | None, exchange_tz: str
+) -> dict:
+    """Check intraday bars against their roots' session grid; returns {timezone, closed_share} for the load report.
+
+    `df` has ts, symbol, instrument_id and root; `files` the read stage's entries (path, timestamps). With naive
+    timestamps and no `timezone` given, a closed share above CLOSED_LIMIT stops the run (they are most likely local
+    exchange times read as UTC); otherwise it is a warning. closed_share is None for daily or coarser bars.
+    """
+    naive = [f["path"] for f in files if f.get("timestamps") == "naive"]
+    zone = timezone or "UTC"
+    kinds = {f.get("timestamps") for f in files} - {"naive", None}
+    written = ", ".join(KIND_TEXT.get(k, k) for k in sorted(kinds))
+    used = f"{zone} (naive timestamps)" if naive else f"UTC ({written or 'timestamps with a zone'})"
+    step = df.select(pl.col("ts").diff().over("symbol", "instrument_id").dt.total_nanoseconds().median()).item()
+    if step is None or step >= INTRADAY_MAX_NS:
+        return {"timezone": used, "closed_share": None}
+    share = closed_share(df, exchange_tz)
+    if share > CLOSED_LIMIT:
+        what = (
+            f"{100 * share:.1f}% of the bars fall where the exchange is closed (the daily halt or the weekend,"
+            f" {exchange_tz} time)"
+        )
+        if naive and timezone is None:
+            raise InputError(
+                f"{naive[0]}: {what} when its naive timestamps are read as UTC; if they are exchange time pass"
+                " --timezone America/Chicago (or the zone they are in), or --timezone UTC to keep them as UTC"
+            )
+        log.warning("%s with timestamps read as %s; check --timezone", what, zone)
+    return {"timezone": used, "closed_share": share}
