@@ -94,6 +94,7 @@ def data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
         vol_halflife=float(v.get("vol_halflife", _D.vol_halflife)),
         vol_features=bool(v.get("vol_features", _D.vol_features)),
         calendar_features=bool(v.get("calendar_features", _D.calendar_features)),
+        fill_gaps=bool(v.get("fill_gaps", _D.fill_gaps)),
     )
 
 

@@ -13,6 +13,7 @@ import polars as pl
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import build_series, drop_spreads, parse_futures, resolve_symbols
+from foxhunt.data.fill import fill_gaps
 from foxhunt.data.read import read_bars
 from foxhunt.data.validate import INSTRUMENT, clean_bars, merge_sunday_stubs
 from foxhunt.errors import InputError
@@ -27,7 +28,8 @@ class LoadedBars:
     """Clean bars ready for features.
 
     bars: sorted by (series, ts); columns series Utf8, ts Datetime("ns", "UTC"), open high low close volume Float64,
-      contract Utf8 (the source symbol of each bar; equal to series for non-futures).
+      contract Utf8 (the source symbol of each bar; equal to series for non-futures); with --fill-gaps also a Boolean
+      `filled` (True on the bars fill.py added).
     rolls: roll table [{root, trade_date (ISO, first trade date on the new contract), from, to, gap (new - old close at
       the last common bar before the switch)}].
     report: JSON-able summary of what loading did (see `load_bars`).
@@ -43,7 +45,8 @@ def load_bars(cfg: DataConfig) -> LoadedBars:
 
     report keys: files [{path, size_bytes, rows}], rows_read, duplicates_dropped, nan_rows_dropped, rows_out_of_order,
     spreads_dropped, contracts_kept, contracts_dropped, contracts_mode ("continuous" | "each" | "symbols"), adjust,
-    bar_interval ("1m", "1h", "1d", ...), sunday_stubs_merged, series {name: {rows, start, end, contracts}}.
+    bar_interval ("1m", "1h", "1d", ...), sunday_stubs_merged,
+    bars_filled (None without --fill-gaps), series {name: {rows, start, end, contracts}}.
     Raises InputError for anything the user must fix.
     """
     raw, files = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col)
@@ -58,6 +61,7 @@ def load_bars(cfg: DataConfig) -> LoadedBars:
     df, stubs = merge_sunday_stubs(df)
     df = parse_futures(df, cfg.exchange_tz)
     bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust)
+    bars, filled = fill_gaps(bars, cfg.exchange_tz) if cfg.fill_gaps else (bars, None)
     dropped = sorted(set(info["contracts_dropped"]) | set(spread_symbols))
     report = {
         "files": files,
@@ -70,6 +74,7 @@ def load_bars(cfg: DataConfig) -> LoadedBars:
         "adjust": cfg.adjust if info["contracts_mode"] == "continuous" else "none",
         "bar_interval": bar_interval(df),
         "sunday_stubs_merged": stubs,
+        "bars_filled": filled,
         "series": _series_summary(bars),
     }
     for r in rolls:

@@ -135,6 +135,7 @@ def prepare_from_bars(
                 halflife=cfg.vol_halflife,
                 estimator=cfg.vol_estimator,
                 vol_features=cfg.vol_features,
+                fill_gaps=cfg.fill_gaps,
             ),
             target=target,
             scaling=scaling,

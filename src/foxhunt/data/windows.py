@@ -78,6 +78,15 @@ class WindowedData:
             return self.known_base.index_select(0, origin)[:, None] + self._dsteps
         return self.known_index.index_select(0, origin).long()
 
+    def off_grid(self) -> int:
+        """Windows whose last forecast bar is not at the last grid step: bars are missing from their forecast span."""
+        origin = self.starts + (self.encoder_length - 1)  # (W,)
+        if self.known_index is None:
+            last = self.known_base.index_select(0, origin) + (self.horizon - 1)
+        else:
+            last = self.known_index[:, -1].index_select(0, origin).long()
+        return int((self.ts_ns.index_select(0, origin + self.horizon) != self.known_ts[last]).sum())
+
     def decoder_ns(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, D) int64 grid timestamps whose calendar the decoder sees: the regular grid after each origin."""
         return self.known_ts[self._known_rows(self._origin(ids))]
