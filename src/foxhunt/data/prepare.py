@@ -108,7 +108,11 @@ def prepare_from_bars(
     bars, names, sidx, ts_ns = _sorted(loaded.bars)
     first, end = series_bounds(sidx)
     _check_length(names, end - first, e, d, for_prediction)
+    cuts = None if for_prediction else _cuts(cfg, ts_ns)
     spacing = median_spacing_ns(ts_ns, sidx)
+    if transform is None:  # the grid step a model keeps (known.py) is measured on its training rows only
+        before = ts_ns < cuts[0]
+        spacing = median_spacing_ns(ts_ns[before], sidx[before]) or spacing
     # One bar per series (prediction on a short file) gives no spacing: trust the model's.
     intraday = (
         transform.intraday if transform is not None and spacing == 0 else spacing < DAILY_MIN_SPACING_NS
@@ -120,7 +124,6 @@ def prepare_from_bars(
     target = transform.target if transform else cfg.target
     scaling = transform.scaling if transform else cfg.scaling
     feats = raw_features(bars, cfg.adjust, target)
-    cuts = None if for_prediction else _cuts(cfg, ts_ns)
     if transform is None:
         train_mask = ts_ns < cuts[0]
         has_train = np.bincount(sidx[train_mask & ~feats["first"].to_numpy()], minlength=len(names)) > 0
