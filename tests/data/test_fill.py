@@ -142,3 +142,25 @@ def test_inspect_reports_gaps_and_filled_bars(fixtures_dir: Path, capsys) -> Non
     assert main(["inspect", path, "--fill-gaps"]) == 0
     text = capsys.readouterr().out
     assert "filled    5 missing bars" in text and "5 of 27,319 windows" in text
+
+
+def test_a_fill_gaps_model_predicts_and_flags_filled_actuals(tmp_path: Path, tiny: list[str]) -> None:
+    """Train with --fill-gaps, predict: the saved config fills the prediction file the same way, and the forecast
+    table says which actuals are filled bars."""
+    rng = np.random.default_rng(1)
+    start = np.datetime64("2024-02-06T00:00", "ns").astype(np.int64)  # Mon 18:00 CST
+    ts = start + np.sort(rng.choice(900, 600, replace=False)) * MIN
+    close = 5000 * np.exp(np.cumsum(rng.normal(0, 1e-3, len(ts))))
+    path = tmp_path / "es.parquet"
+    pl.DataFrame({"ts_event": pl.Series(ts).cast(pl.Datetime("ns", "UTC")), "symbol": "ESH4", "open": close,
+                  "high": close * 1.001, "low": close * 0.999, "close": close,
+                  "volume": rng.integers(1, 100, len(ts)).astype(np.float64)}).write_parquet(path)
+    run, out = tmp_path / "run", tmp_path / "fc.parquet"
+    assert main(["train", *tiny, "--parquet-file", str(path), "--epochs", "1", "--fill-gaps", "--run-dir",
+                 str(run)]) == 0
+    assert main(["predict", "--model", str(run), "--parquet-file", str(path), "--out", str(out)]) == 0
+    fc = pl.read_parquet(out)
+    assert fc.columns[-2:] == ["actual", "actual_filled"]
+    seen = fc.filter(pl.col("actual").is_not_null())
+    assert seen["actual_filled"].sum() > 0 and (seen.filter("actual_filled")["actual"] == 0).all()
+    assert fc.filter(pl.col("actual").is_null())["actual_filled"].is_null().all()

@@ -143,6 +143,10 @@ class WindowedData:
         """(B,) index into `series_names` (works for series unseen in training too)."""
         return self.series_idx[self._origin(ids)]
 
+    def at_targets(self, ids: torch.Tensor, column: int) -> torch.Tensor:
+        """(B, D) continuous column `column` of `cont` at the forecast bars (e.g. the observed `filled` flag)."""
+        return self.cont[self._future(ids), column]
+
     def actual(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, D) raw (unscaled) target of the forecast bars; NaN beyond the data."""
         return self.target_raw[self._future(ids)]
