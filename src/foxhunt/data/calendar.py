@@ -168,18 +168,21 @@ def on_grid(ts_ns: np.ndarray, intraday: bool, exchange_tz: str) -> np.ndarray:
         return _weekday(ts_ns // DAY_NS) < 5
     if exchange_tz != "America/Chicago":
         return np.ones(ts_ns.shape, dtype=bool)
-    wall = local_ns(ts_ns.ravel(), exchange_tz).reshape(ts_ns.shape)
+    return ~_closed(local_ns(ts_ns.ravel(), exchange_tz).reshape(ts_ns.shape))
+
+
+def _closed(wall: np.ndarray) -> np.ndarray:
+    """CME closure (daily halt or weekend) at Chicago wall-clock times `wall` (naive ns)."""
     minute, wd = (wall % DAY_NS) // MIN_NS, _weekday(wall // DAY_NS)  # wd: Monday 0 .. Sunday 6
     halt = (minute >= HALT_START_MIN) & (minute < HALT_END_MIN)
     weekend = (wd == 5) | ((wd == 4) & (minute >= HALT_START_MIN)) | ((wd == 6) & (minute < HALT_END_MIN))
-    return ~(halt | weekend)
+    return halt | weekend
 
 
-def _grid_resume(ts_ns: np.ndarray, exchange_tz: str) -> np.ndarray:
-    """UTC ns of the next 17:00 exchange time at or after each (off-grid, intraday Chicago) instant: the end of the
-    halt or, over a weekend, the Sunday open. DST changes fall on Sunday 02:00, inside the closure, so the offset is
-    taken at a first guess of the resume time and applied once more."""
-    wall = local_ns(ts_ns, exchange_tz)
+def _grid_resume(ts_ns: np.ndarray, wall: np.ndarray, exchange_tz: str) -> np.ndarray:
+    """UTC ns of the next 17:00 exchange time at or after each closed instant (UTC `ts_ns`, wall clock `wall`): the
+    end of the halt or, over a weekend, the Sunday open. DST changes fall on Sunday 02:00, inside the closure, so
+    the offset is taken at a first guess of the resume time and applied once more."""
     day, minute, wd = wall // DAY_NS, (wall % DAY_NS) // MIN_NS, _weekday(wall // DAY_NS)
     days = np.where(wd == 4, 2, np.where(wd == 5, 1, 0))  # Fri -> Sun, Sat -> Sun, Sun / halt -> same day
     days = np.where((wd == 4) & (minute < HALT_START_MIN), 0, days)
@@ -206,18 +209,25 @@ def future_timestamps(
     daily = not intraday and step < 1.5 * DAY_NS
     if daily:
         step = DAY_NS
-    check = daily or (intraday and exchange_tz == "America/Chicago")
+    cme = intraday and exchange_tz == "America/Chicago"
     out = np.empty((len(last_ns), n), dtype=np.int64)  # (S, n)
     cur = np.asarray(last_ns, dtype=np.int64).copy()
+    # UTC offset of each origin: it only changes over a weekend (DST switches on Sunday 02:00), where the candidate
+    # is closed and jumps; the offset is then looked up again for those few.
+    offset = local_ns(cur, exchange_tz) - cur if cme else None
     for k in range(n):  # the horizon's steps, each vectorized over all origins
         cur = cur + step
-        off = ~on_grid(cur, not daily, exchange_tz) if check else np.zeros(len(cur), dtype=bool)
-        while off.any():  # daily: at most twice; intraday: the jump lands on the grid at once
-            if daily:
+        if daily:
+            off = _weekday(cur // DAY_NS) >= 5
+            while off.any():  # at most twice
                 cur[off] += step
-            else:
-                wait = _grid_resume(cur[off], exchange_tz) - cur[off]
+                off[off] = _weekday(cur[off] // DAY_NS) >= 5
+        elif cme:
+            off = np.flatnonzero(_closed(cur + offset))
+            while len(off):  # the jump lands on the grid at once; the loop only re-checks it
+                wait = _grid_resume(cur[off], cur[off] + offset[off], exchange_tz) - cur[off]
                 cur[off] += -(-np.maximum(wait, 1) // step) * step  # first lattice point at or after the resume
-            off[off] = ~on_grid(cur[off], not daily, exchange_tz)
+                offset[off] = local_ns(cur[off], exchange_tz) - cur[off]
+                off = off[_closed(cur[off] + offset[off])]
         out[:, k] = cur
     return out
