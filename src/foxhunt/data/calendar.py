@@ -1,8 +1,10 @@
 """Known-future calendar covariates from bar timestamps, and extrapolated timestamps for bars not yet seen.
 
 Everything here is a function of the timestamp alone, so it is known for future bars too (the TFT's known inputs).
-Missing bars (halts, weekends, holidays) are never invented in the data: the gaps stay, and these features tell the
-model where in the week and in the session each bar sits.
+Missing bars (halts, weekends, holidays) are not invented in the data (only `--fill-gaps` does, see fill.py): the gaps
+stay, and these features tell the model where in the week and in the session each bar sits. At forecast steps the
+features are those of the regular grid after the origin (`future_timestamps`, used through known.py), never those of
+the bars that follow.
 
 Conventions (CME Globex, which foxhunt is built for):
 - The session for trade date d opens at 17:00 exchange time on d-1 and runs 23 h; the trade date of an intraday bar
