@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from foxhunt.cli import main
 from foxhunt.data.config import DataConfig
 from foxhunt.data.fill import fill_gaps
 from foxhunt.data.load import load_bars
-from foxhunt.data.prepare import prepare_from_bars
+from foxhunt.data.prepare import prepare_data, prepare_from_bars
 from foxhunt.settings import data_config
 
 MIN = 60 * 10**9
@@ -164,3 +165,23 @@ def test_a_fill_gaps_model_predicts_and_flags_filled_actuals(tmp_path: Path, tin
     seen = fc.filter(pl.col("actual").is_not_null())
     assert seen["actual_filled"].sum() > 0 and (seen.filter("actual_filled")["actual"] == 0).all()
     assert fc.filter(pl.col("actual").is_null())["actual_filled"].is_null().all()
+
+
+def test_prediction_fills_to_the_models_grid_not_the_files(tmp_path: Path) -> None:
+    """A file of 2-minute bars predicted by a 1-minute --fill-gaps model is filled every minute, as in training."""
+    stamps = [f"2024-02-06T15:{m:02d}" for m in range(0, 60, 2)]
+    assert fill_gaps(minute_bars(stamps), CT)[1] == 0  # on its own its median spacing is 2 minutes: no gap
+    out, n = fill_gaps(minute_bars(stamps), CT, step_ns=MIN)
+    assert n == 29 and out["ts"].diff().drop_nulls().unique().to_list() == [np.timedelta64(1, "m")]
+    train_path, live_path = tmp_path / "train.parquet", tmp_path / "live.parquet"
+    for path, step in ((train_path, 1), (live_path, 2)):
+        ts = np.datetime64("2024-02-06T14:00", "ns").astype(np.int64) + np.arange(0, 100, step) * MIN
+        close = 5000 + np.arange(len(ts), dtype=np.float64)
+        pl.DataFrame({"ts_event": pl.Series(ts).cast(pl.Datetime("ns", "UTC")), "symbol": "ESH4", "open": close,
+                      "high": close + 1, "low": close - 1, "close": close, "volume": 10.0}).write_parquet(path)
+    cfg = DataConfig(paths=(str(train_path),), encoder_length=8, horizon=4, fill_gaps=True)
+    model = prepare_data(cfg)
+    live = prepare_data(replace(cfg, paths=(str(live_path),)), transform=model.transform, for_prediction=True)
+    assert model.transform.bar_spacing_ns == MIN and live.summary["bars_filled"] == 49
+    ids = live.splits["test"]
+    assert (live.windows.decoder_ns(ids)[:, 0] - live.windows.origin_ns(ids) == MIN).all()

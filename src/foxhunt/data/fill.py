@@ -35,9 +35,10 @@ log = logging.getLogger("foxhunt.data")
 FILL_MAX_NS = 2 * 3600 * 10**9  # longest run of missing grid time that is filled (longer: a halt)
 
 
-def fill_gaps(bars: pl.DataFrame, exchange_tz: str) -> tuple[pl.DataFrame, int]:
+def fill_gaps(bars: pl.DataFrame, exchange_tz: str, step_ns: int | None = None) -> tuple[pl.DataFrame, int]:
     """`bars` (sorted by series, ts; load.LoadedBars columns) plus the missing grid bars and a Boolean `filled`.
 
+    `step_ns`: the grid's bar interval (a saved model's); None (or 0): the median spacing of `bars`.
     Returns (bars sorted by series, ts, number of bars filled). See the module doc for which gaps are filled.
     """
     out = bars.with_columns(filled=pl.lit(False))
@@ -45,7 +46,7 @@ def fill_gaps(bars: pl.DataFrame, exchange_tz: str) -> tuple[pl.DataFrame, int]:
         return out, 0
     sidx = bars["series"].rank("dense").cast(pl.Int64).to_numpy()
     ts = bars["ts"].dt.epoch("ns").to_numpy()
-    step = median_spacing_ns(ts, sidx)
+    step = int(step_ns or median_spacing_ns(ts, sidx))
     if step == 0 or step >= DAILY_MIN_SPACING_NS:
         log.info("--fill-gaps: %s bars are never filled (only intraday bars are)", "daily" if step else "single")
         return out, 0

@@ -40,8 +40,11 @@ class LoadedBars:
     report: dict
 
 
-def load_bars(cfg: DataConfig) -> LoadedBars:
+def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     """Read, clean, select contracts and back-adjust the files in `cfg.paths`.
+
+    `grid_step_ns`: the bar interval --fill-gaps fills to (a saved model's `bar_spacing_ns`, so that prediction
+    fills to the grid the model was trained on); None measures it on these bars.
 
     report keys: files [{path, size_bytes, rows}], rows_read, duplicates_dropped, nan_rows_dropped, rows_out_of_order,
     spreads_dropped, contracts_kept, contracts_dropped, contracts_mode ("continuous" | "each" | "symbols"), adjust,
@@ -61,7 +64,7 @@ def load_bars(cfg: DataConfig) -> LoadedBars:
     df, stubs = merge_sunday_stubs(df)
     df = parse_futures(df, cfg.exchange_tz)
     bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust)
-    bars, filled = fill_gaps(bars, cfg.exchange_tz) if cfg.fill_gaps else (bars, None)
+    bars, filled = fill_gaps(bars, cfg.exchange_tz, grid_step_ns) if cfg.fill_gaps else (bars, None)
     dropped = sorted(set(info["contracts_dropped"]) | set(spread_symbols))
     report = {
         "files": files,

@@ -89,7 +89,8 @@ def prepare_data(
     cfg: DataConfig, transform: FittedTransform | None = None, for_prediction: bool = False
 ) -> PreparedData:
     """Load the bars named by `cfg.paths` and prepare them (see `prepare_from_bars`)."""
-    return prepare_from_bars(load_bars(cfg), cfg, transform, for_prediction)
+    step = transform.bar_spacing_ns if transform is not None else None  # --fill-gaps fills to the model's grid
+    return prepare_from_bars(load_bars(cfg, step), cfg, transform, for_prediction)
 
 
 def prepare_from_bars(
