@@ -122,9 +122,12 @@ def test_prediction_uses_the_models_bar_interval_not_the_files() -> None:
     assert steps.tolist() == [list(range(SEC, 7 * SEC, SEC))] * 5
 
 
+@pytest.mark.parametrize("chunk_cells", [1 << 24, 16])
 @pytest.mark.parametrize("offset_ns", [0, 17])
-def test_table_storage_matches_the_definition(offset_ns: int) -> None:
-    """Aligned bars use the lattice layout (base + step); bars off the lattice the full index. Same values."""
+def test_table_storage_matches_the_definition(offset_ns: int, chunk_cells: int, monkeypatch) -> None:
+    """Aligned bars use the lattice layout (base + step); bars off the lattice the full index. Same values, in one
+    chunk of origins or many."""
+    monkeypatch.setattr("foxhunt.data.known.CHUNK_CELLS", chunk_cells)
     rng = np.random.default_rng(6)
     start = int(np.datetime64("2024-03-08T20:00", "ns").astype(np.int64))  # Fri 14:00 CST: crosses the weekend
     ts = start + np.sort(rng.choice(600, 300, replace=False)) * 60 * SEC

@@ -64,15 +64,10 @@ def decoder_known(
     rows = max(1, CHUNK_CELLS // max(horizon, 1))
     chunks = [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
 
-    cache: dict[int, np.ndarray] = {}
+    kept = decoder_timestamps(ts_ns, step_ns, horizon, intraday, exchange_tz) if len(chunks) == 1 else None
 
-    def grid(sl: slice) -> np.ndarray:  # (M, D); kept when there is one chunk, recomputed otherwise
-        if len(chunks) == 1 and 0 in cache:
-            return cache[0]
-        g = decoder_timestamps(ts_ns[sl], step_ns, horizon, intraday, exchange_tz)
-        if len(chunks) == 1:
-            cache[0] = g
-        return g
+    def grid(sl: slice) -> np.ndarray:  # (M, D) grid of the origins in `sl`; kept when there is one chunk
+        return kept if kept is not None else decoder_timestamps(ts_ns[sl], step_ns, horizon, intraday, exchange_tz)
 
     table = _unique(np.concatenate([_unique(grid(sl)) for sl in chunks])) if n else np.empty(0, np.int64)
     base = np.searchsorted(table, ts_ns, side="right").astype(np.int64)  # (N,) first grid point after each bar
