@@ -15,7 +15,7 @@ The rule (stated in the README):
   (2 hours). A longer silence inside a session is a halt or an early close (CME closes at 12:00 CT on some holidays
   and reopens at 17:00), not a quiet market, and stays a gap.
 - A filled bar is a zero-volume bar at the previous close (open = high = low = close), of the previous bar's
-  contract, flagged `filled`. Its return and range are 0 and count as real targets: no trade means the last traded
+  contract (so a roll stays on the first real bar of the new contract, whose price it is), flagged `filled`. Its return and range are 0 and count as real targets: no trade means the last traded
   price did not move over that interval, which is what a position marked to the last trade earns. Masking them would
   make the forecast of step k a forecast for "the k-th interval that trades", which is what filling removes. The
   model sees the flag as an observed input, and the load report and the data summary count the filled bars.
