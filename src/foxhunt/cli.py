@@ -73,6 +73,10 @@ VolFeatures = Annotated[bool, typer.Option(help="Extra observed inputs: shocks i
                                            "volatility ratios.", rich_help_panel=D)]
 CalendarFeatures = Annotated[bool, typer.Option(help="CME Globex Equity session features (extra: calendars).",
                                                 rich_help_panel=D)]
+FillGaps = Annotated[bool, typer.Option(help="Intraday bars on a regular grid: a missing bar inside a session "
+                                        "becomes a zero-volume bar at the previous close, flagged as filled "
+                                        "(never across the daily halt, a weekend or a missing session).",
+                                        rich_help_panel=D)]
 HiddenSize = Annotated[int, typer.Option(help="Hidden size d.", rich_help_panel=M)]
 Heads = Annotated[int, typer.Option(help="Attention heads.", rich_help_panel=M)]
 Dropout = Annotated[float, typer.Option(help="Dropout rate.", rich_help_panel=M)]
@@ -141,6 +145,7 @@ def train(
     vol_halflife: VolHalflife = DD.vol_halflife,
     vol_features: VolFeatures = DD.vol_features,
     calendar_features: CalendarFeatures = DD.calendar_features,
+    fill_gaps: FillGaps = DD.fill_gaps,
     hidden_size: HiddenSize = MD.hidden_size,
     attention_heads: Heads = MD.attention_heads,
     dropout: Dropout = MD.dropout,
@@ -221,6 +226,7 @@ def inspect(
     vol_halflife: VolHalflife = DD.vol_halflife,
     vol_features: VolFeatures = DD.vol_features,
     calendar_features: CalendarFeatures = DD.calendar_features,
+    fill_gaps: FillGaps = DD.fill_gaps,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Show what the loader sees (rows, series, contracts, rolls, windows per split) without training."""
@@ -268,6 +274,7 @@ def plan_memory_cmd(
     vol_halflife: VolHalflife = DD.vol_halflife,
     vol_features: VolFeatures = DD.vol_features,
     calendar_features: CalendarFeatures = DD.calendar_features,
+    fill_gaps: FillGaps = DD.fill_gaps,
     hidden_size: HiddenSize = MD.hidden_size,
     attention_heads: Heads = MD.attention_heads,
     dropout: Dropout = MD.dropout,

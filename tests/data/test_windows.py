@@ -36,6 +36,7 @@ def make_windowed(lengths: list[int], seed: int = 0) -> WindowedData:
     real[torch.from_numpy(end - 1)] = False  # pretend the last row of each series was appended for prediction
     target = torch.randn(n, generator=g)
     target[~real] = float("nan")
+    u = n + D  # a known-input table of its own: one grid point per row and D more at the end
     return WindowedData(
         cont=torch.randn(n, 5, generator=g),  # 2 known, 3 observed
         static_cat=torch.from_numpy(sidx + 1)[:, None],
@@ -52,6 +53,10 @@ def make_windowed(lengths: list[int], seed: int = 0) -> WindowedData:
         n_known_cont=2,
         n_known_cat=1,
         series_names=tuple(f"S{i}" for i in range(len(lengths))),
+        known_cont=torch.randn(u, 2, generator=g),
+        known_cat=torch.randint(0, 9, (u, 1), generator=g),
+        known_ts=torch.arange(u, dtype=torch.int64) * 1000 + 500,
+        known_base=torch.arange(n, dtype=torch.int64),  # step k of origin row o: table row o + k - 1
     )
 
 
@@ -66,10 +71,14 @@ def test_batch_matches_naive_reference() -> None:
         o = s + E - 1
         rows = list(range(s, s + T))
         assert len(set(w.series_idx[rows].tolist())) == 1  # a window never crosses series
-        assert torch.equal(dense["known_cont"][i, :, :2], w.cont[rows, :2])
+        steps = list(range(o, o + D))  # known-input table rows of the forecast steps: from the origin alone
+        assert torch.equal(dense["known_cont"][i, :E, :2], w.cont[rows[:E], :2])
+        assert torch.equal(dense["known_cont"][i, E:, :2], w.known_cont[steps])
         assert torch.equal(dense["known_cont"][i, :, 2], rel)
         assert torch.equal(dense["observed_cont"][i], w.cont[rows[:E], 2:])
-        assert torch.equal(dense["known_cat"][i], w.time_cat[rows, :1])
+        assert torch.equal(dense["known_cat"][i, :E], w.time_cat[rows[:E], :1])
+        assert torch.equal(dense["known_cat"][i, E:], w.known_cat[steps])
+        assert w.decoder_ns(ids)[i].tolist() == w.known_ts[steps].tolist()
         assert torch.equal(dense["observed_cat"][i], w.time_cat[rows[:E], 1:])
         assert torch.equal(b.static_cat[i], w.static_cat[o])
         raw = w.target_raw[rows[E:]]

@@ -1,8 +1,10 @@
 """Known-future calendar covariates from bar timestamps, and extrapolated timestamps for bars not yet seen.
 
 Everything here is a function of the timestamp alone, so it is known for future bars too (the TFT's known inputs).
-Missing bars (halts, weekends, holidays) are never invented in the data: the gaps stay, and these features tell the
-model where in the week and in the session each bar sits.
+Missing bars (halts, weekends, holidays) are not invented in the data (only `--fill-gaps` does, see fill.py): the gaps
+stay, and these features tell the model where in the week and in the session each bar sits. At forecast steps the
+features are those of the regular grid after the origin (`future_timestamps`, used through known.py), never those of
+the bars that follow.
 
 Conventions (CME Globex, which foxhunt is built for):
 - The session for trade date d opens at 17:00 exchange time on d-1 and runs 23 h; the trade date of an intraday bar
@@ -160,36 +162,76 @@ def session_features(ts_ns: np.ndarray, intraday: bool) -> dict[str, np.ndarray]
     return out
 
 
+def on_grid(ts_ns: np.ndarray, intraday: bool, exchange_tz: str) -> np.ndarray:
+    """(N,) bool: True where a bar of the regular forecast grid may sit.
+
+    Daily bars: weekdays (UTC date). Intraday bars in America/Chicago: outside the CME 16:00-17:00 CT halt and the
+    weekend (Fri 16:00 to Sun 17:00 CT). Anything else: every instant. Holidays are not known here and stay on it.
+    """
+    if not intraday:
+        return _weekday(ts_ns // DAY_NS) < 5
+    if exchange_tz != "America/Chicago":
+        return np.ones(ts_ns.shape, dtype=bool)
+    return ~_closed(local_ns(ts_ns.ravel(), exchange_tz).reshape(ts_ns.shape))
+
+
+def _closed(wall: np.ndarray) -> np.ndarray:
+    """CME closure (daily halt or weekend) at Chicago wall-clock times `wall` (naive ns)."""
+    minute, wd = (wall % DAY_NS) // MIN_NS, _weekday(wall // DAY_NS)  # wd: Monday 0 .. Sunday 6
+    halt = (minute >= HALT_START_MIN) & (minute < HALT_END_MIN)
+    weekend = (wd == 5) | ((wd == 4) & (minute >= HALT_START_MIN)) | ((wd == 6) & (minute < HALT_END_MIN))
+    return halt | weekend
+
+
+def _grid_resume(ts_ns: np.ndarray, wall: np.ndarray, exchange_tz: str) -> np.ndarray:
+    """UTC ns of the next 17:00 exchange time at or after each closed instant (UTC `ts_ns`, wall clock `wall`): the
+    end of the halt or, over a weekend, the Sunday open. DST changes fall on Sunday 02:00, inside the closure, so
+    the offset is taken at a first guess of the resume time and applied once more."""
+    day, minute, wd = wall // DAY_NS, (wall % DAY_NS) // MIN_NS, _weekday(wall // DAY_NS)
+    days = np.where(wd == 4, 2, np.where(wd == 5, 1, 0))  # Fri -> Sun, Sat -> Sun, Sun / halt -> same day
+    days = np.where((wd == 4) & (minute < HALT_START_MIN), 0, days)
+    resume_wall = (day + days) * DAY_NS + HALT_END_MIN * MIN_NS
+    guess = resume_wall - (wall - ts_ns)
+    return resume_wall - (local_ns(guess, exchange_tz) - guess)
+
+
 def future_timestamps(
     last_ns: np.ndarray, step_ns: int, n: int, intraday: bool, exchange_tz: str
 ) -> np.ndarray:
-    """(S, n) int64 timestamps of the next n bars after each series' last bar `last_ns` (S,).
+    """(S, n) int64 timestamps of the next n grid bars after each timestamp `last_ns` (S,): the known future.
 
-    Kept simple on purpose: bars every `step_ns` (the median spacing). Daily bars skip Saturdays and Sundays (UTC date);
-    intraday bars in America/Chicago skip the 16:00-17:00 CT halt and the weekend (Fri 16:00 to Sun 17:00 CT).
-    Holidays are not skipped. Coarser than daily (weekly, ...) or other time zones: plain multiples of the step.
+    This is the one definition of where the forecast steps of an origin lie. Training windows and `predict` both
+    take the decoder's known inputs from it (see `WindowedData`), so they depend on the origin's timestamp, the bar
+    interval and the step index only, never on which later bars happen to exist.
+
+    The grid: bars every `step_ns` (the training data's median spacing) from the origin, keeping those `on_grid`
+    (daily bars skip weekends, America/Chicago intraday bars the halt and the weekend). Coarser than daily: plain
+    multiples of the step. Vectorized over origins; one pass per step, an off-grid candidate jumps straight to the
+    first lattice point after the closure.
     """
     step = max(int(step_ns), 1)
     daily = not intraday and step < 1.5 * DAY_NS
     if daily:
         step = DAY_NS
-    skip_halts = intraday and exchange_tz == "America/Chicago"
-    if daily:
-        k = 3 * n + 4  # at most 2 weekend days per 5
-    elif skip_halts:
-        k = 3 * n + math.ceil(50 * 3600 * 10**9 / step) + 2  # room for a weekend plus the daily halts
-    else:
-        k = n
-    cand = last_ns[:, None] + step * np.arange(1, k + 1, dtype=np.int64)  # (S, K)
-    if daily:
-        valid = _weekday(cand // DAY_NS) < 5
-    elif skip_halts:
-        wall = local_ns(cand.ravel(), exchange_tz).reshape(cand.shape)
-        minute, wd = (wall % DAY_NS) // MIN_NS, _weekday(wall // DAY_NS)  # wd: Monday 0 .. Sunday 6
-        halt = (minute >= HALT_START_MIN) & (minute < HALT_END_MIN)
-        weekend = (wd == 5) | ((wd == 4) & (minute >= HALT_START_MIN)) | ((wd == 6) & (minute < HALT_END_MIN))
-        valid = ~(halt | weekend)
-    else:
-        valid = np.ones(cand.shape, dtype=bool)
-    order = np.argsort(~valid, axis=1, kind="stable")[:, :n]  # first n valid candidates per series
-    return np.take_along_axis(cand, order, axis=1)
+    cme = intraday and exchange_tz == "America/Chicago"
+    out = np.empty((len(last_ns), n), dtype=np.int64)  # (S, n)
+    cur = np.asarray(last_ns, dtype=np.int64).copy()
+    # UTC offset of each origin: it only changes over a weekend (DST switches on Sunday 02:00), where the candidate
+    # is closed and jumps; the offset is then looked up again for those few.
+    offset = local_ns(cur, exchange_tz) - cur if cme else None
+    for k in range(n):  # the horizon's steps, each vectorized over all origins
+        cur = cur + step
+        if daily:
+            off = _weekday(cur // DAY_NS) >= 5
+            while off.any():  # at most twice
+                cur[off] += step
+                off[off] = _weekday(cur[off] // DAY_NS) >= 5
+        elif cme:
+            off = np.flatnonzero(_closed(cur + offset))
+            while len(off):  # the jump lands on the grid at once; the loop only re-checks it
+                wait = _grid_resume(cur[off], cur[off] + offset[off], exchange_tz) - cur[off]
+                cur[off] += -(-np.maximum(wait, 1) // step) * step  # first lattice point at or after the resume
+                offset[off] = local_ns(cur[off], exchange_tz) - cur[off]
+                off = off[_closed(cur[off] + offset[off])]
+        out[:, k] = cur
+    return out

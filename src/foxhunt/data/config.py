@@ -45,6 +45,7 @@ class DataConfig:
     vol_estimator: str = "returns"  # returns: EWMA of r^2 | range: EWMA of ln(H/L)^2 (in return units)
     vol_features: bool = False  # extra inputs: shocks in volatility units, fast/slow volatility ratios
     calendar_features: bool = False  # CME Globex Equity session features (needs the `calendars` extra)
+    fill_gaps: bool = False  # intraday: missing grid bars inside a session become flagged zero-volume bars (fill.py)
     exchange_tz: str = "America/Chicago"
     timezone: str | None = None  # zone of naive timestamps (None: UTC, checked against the session grid)
     price_scale: float = 1.0  # every price is divided by it (100: a generic file of integer cents)

@@ -17,6 +17,8 @@ STANDARDIZED = ("log_return", "log_range", "log_volume", "log_vol")
 # before the bar (the shock a GARCH filter reacts to, signed so that the leverage effect can be learnt), and the
 # log ratio of a fast and a slow trailing volatility to sigma (is volatility rising or falling).
 VOL_OBSERVED = ("shock", "range_shock", "log_vol_fast", "log_vol_slow")
+# With DataConfig.fill_gaps one more observed input, after those: 1 on a bar that fill.py added (no trade), else 0.
+FILL_OBSERVED = ("filled",)
 
 
 def raw_features(bars: pl.DataFrame, adjust: str, target: str) -> pl.DataFrame:
@@ -34,6 +36,7 @@ def raw_features(bars: pl.DataFrame, adjust: str, target: str) -> pl.DataFrame:
       return is 0, as the two contracts' prices are not comparable.
     - log_range = ln(high / low) of the bar; log_volume = ln(1 + volume).
     - target = log_return or log_range of the bar itself (a window's targets are those of its forecast bars).
+    - filled = 1 on bars added by --fill-gaps (a `filled` column of `bars`), else 0.
     """
     first = pl.col("series") != pl.col("series").shift(1)
     roll = ~first & (pl.col("contract") != pl.col("contract").shift(1))
@@ -52,5 +55,6 @@ def raw_features(bars: pl.DataFrame, adjust: str, target: str) -> pl.DataFrame:
         pl.when(zero_ret).then(0.0).otherwise(ret).alias("log_return"),
         (high / low).log().alias("log_range"),
         pl.col("volume").cast(pl.Float64).log1p().alias("log_volume"),
+        (pl.col("filled").cast(pl.Float64) if "filled" in bars.columns else pl.lit(0.0)).alias("filled"),
     )
     return out.with_columns(pl.col(target).alias("target"))

@@ -13,6 +13,7 @@ import polars as pl
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import build_series, drop_spreads, parse_futures, resolve_symbols
+from foxhunt.data.fill import fill_gaps
 from foxhunt.data.read import read_bars
 from foxhunt.data.rolls import FRONT_MISSING, INSTRUMENT_CHANGE, VOLUME
 from foxhunt.data.sessions import check_session_grid
@@ -39,7 +40,8 @@ class LoadedBars:
     bars: sorted by (series, ts); columns series Utf8, ts Datetime("ns", "UTC"), open high low close volume Float64,
       contract Utf8 (the source symbol of each bar; equal to series for non-futures), own_high own_low own_close
       Float64 (the contract's unadjusted prices: features read these, never the adjusted ones), roll_log_ratio Float64
-      (ln(new / old) of the roll taking effect on the bar, 0 elsewhere, null for a roll without a price pair).
+      (ln(new / old) of the roll taking effect on the bar, 0 elsewhere, null for a roll without a price pair); with --fill-gaps also a Boolean
+      `filled` (True on the bars fill.py added).
     rolls: roll table [{root (the series), trade_date (ISO, first trade date on the new contract), from, to, gap (new -
       old close at the last common bar before the switch), reason ("volume": the next contract out-traded the front
       for `roll_confirm` sessions; "front_missing": the front had no bars that session; "instrument_change": a
@@ -52,15 +54,18 @@ class LoadedBars:
     report: dict
 
 
-def load_bars(cfg: DataConfig) -> LoadedBars:
+def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     """Read, clean, select contracts and back-adjust the files in `cfg.paths`.
+
+    `grid_step_ns`: the bar interval --fill-gaps fills to (a saved model's `bar_spacing_ns`, so that prediction
+    fills to the grid the model was trained on); None measures it on these bars.
 
     report keys: files [{path, size_bytes, rows, timestamps}], rows_read, duplicates_dropped, nan_rows_dropped
     (missing or non-finite), inconsistent_rows_dropped (OHLC contradictions), rows_out_of_order, spreads_dropped,
     contracts_kept, contracts_dropped, contracts_mode ("continuous" | "each" | "symbols"), adjust, roll_confirm,
-    rolls_by_reason {reason: count}, bar_interval ("1m",
-    "1h", "1d", ...), sunday_stubs_merged, timezone (how timestamps were read), closed_share (share of intraday bars
-    inside the session halt or weekend; None for daily bars), series {name: {rows, start, end, contracts}}.
+    rolls_by_reason {reason: count}, bar_interval ("1m", "1h", "1d", ...), sunday_stubs_merged, bars_filled (None
+    without --fill-gaps), timezone (how timestamps were read), closed_share (share of intraday bars inside the session
+    halt or weekend; None for daily bars), series {name: {rows, start, end, contracts}}.
     Prices of zero or below are kept (see validate.py); `prepare` refuses them for a log target.
     Raises InputError for anything the user must fix.
     """
@@ -79,6 +84,7 @@ def load_bars(cfg: DataConfig) -> LoadedBars:
     if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
         check_ratio_adjust(df.filter(pl.col("root").is_not_null()), paths)
     bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm)
+    bars, filled = fill_gaps(bars, cfg.exchange_tz, grid_step_ns) if cfg.fill_gaps else (bars, None)
     dropped = sorted(set(info["contracts_dropped"]) | set(spread_symbols))
     report = {
         "files": files,
@@ -94,6 +100,7 @@ def load_bars(cfg: DataConfig) -> LoadedBars:
         "bar_interval": bar_interval(df),
         "sunday_stubs_merged": stubs,
         **grid,
+        "bars_filled": filled,
         "series": _series_summary(bars),
     }
     for r in rolls:

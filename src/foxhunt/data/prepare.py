@@ -25,6 +25,7 @@ from foxhunt.data.calendar import (
 )
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import raw_features
+from foxhunt.data.known import decoder_known
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.scaling import apply_scalers, fit_scalers, observed_names
 from foxhunt.data.schema import Feature, FeatureSchema, Kind, Role
@@ -49,7 +50,7 @@ class FittedTransform:
     intraday: bool = False  # which calendar features exist (time of day vs month)
     calendar_features: bool = False
     exchange_tz: str = "America/Chicago"
-    bar_spacing_ns: int = 0  # median bar spacing in training, used to extrapolate future timestamps
+    bar_spacing_ns: int = 0  # median bar spacing in training: the step of the forecast grid (known.py)
 
     def code(self, names: list[str]) -> np.ndarray:
         """Series codes for `names` (0 for a series unseen in training)."""
@@ -89,7 +90,8 @@ def prepare_data(
     cfg: DataConfig, transform: FittedTransform | None = None, for_prediction: bool = False
 ) -> PreparedData:
     """Load the bars named by `cfg.paths` and prepare them (see `prepare_from_bars`)."""
-    return prepare_from_bars(load_bars(cfg), cfg, transform, for_prediction)
+    step = transform.bar_spacing_ns if transform is not None else None  # --fill-gaps fills to the model's grid
+    return prepare_from_bars(load_bars(cfg, step), cfg, transform, for_prediction)
 
 
 def prepare_from_bars(
@@ -109,7 +111,11 @@ def prepare_from_bars(
     check_log_target(bars, transform.target if transform else cfg.target)
     first, end = series_bounds(sidx)
     _check_length(names, end - first, e, d, for_prediction)
+    cuts = None if for_prediction else _cuts(cfg, ts_ns)
     spacing = median_spacing_ns(ts_ns, sidx)
+    if transform is None:  # the grid step a model keeps (known.py) is measured on its training rows only
+        before = ts_ns < cuts[0]
+        spacing = median_spacing_ns(ts_ns[before], sidx[before]) or spacing
     # One bar per series (prediction on a short file) gives no spacing: trust the model's.
     intraday = (
         transform.intraday if transform is not None and spacing == 0 else spacing < DAILY_MIN_SPACING_NS
@@ -121,7 +127,6 @@ def prepare_from_bars(
     target = transform.target if transform else cfg.target
     scaling = transform.scaling if transform else cfg.scaling
     feats = raw_features(bars, cfg.adjust, target)
-    cuts = None if for_prediction else _cuts(cfg, ts_ns)
     if transform is None:
         train_mask = ts_ns < cuts[0]
         has_train = np.bincount(sidx[train_mask & ~feats["first"].to_numpy()], minlength=len(names)) > 0
@@ -136,6 +141,7 @@ def prepare_from_bars(
                 halflife=cfg.vol_halflife,
                 estimator=cfg.vol_estimator,
                 vol_features=cfg.vol_features,
+                fill_gaps=cfg.fill_gaps,
             ),
             target=target,
             scaling=scaling,
@@ -154,13 +160,13 @@ def prepare_from_bars(
         "sidx": sidx,
         "real": np.ones(len(ts_ns), dtype=bool),
     }
+    step = transform.bar_spacing_ns or spacing  # the model's bar interval: the same grid in training and prediction
     if for_prediction:
-        step = spacing or transform.bar_spacing_ns
         rows = _extend(
             rows, first, end, d, future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz)
         )
     first, end = series_bounds(rows["sidx"])
-    windows = _windowed(rows, first, end, names, transform, e, d)
+    windows = _windowed(rows, first, end, names, transform, e, d, step)
     if for_prediction:
         split = SplitResult(
             ids={
@@ -293,9 +299,11 @@ def _extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: n
 
 
 def _windowed(
-    rows: dict, first: np.ndarray, end: np.ndarray, names: list[str], tf: FittedTransform, e: int, d: int
+    rows: dict, first: np.ndarray, end: np.ndarray, names: list[str], tf: FittedTransform, e: int, d: int,
+    step: int,
 ) -> WindowedData:
-    """The row tensors (calendar columns first, then observed inputs) and the window index over them."""
+    """The row tensors (calendar columns first, then observed inputs), the known inputs of the forecast steps of
+    every origin (from the origin's timestamp and the grid `step` alone) and the window index over them."""
     cal = calendar_features(rows["ts"], tf.exchange_tz, tf.intraday, tf.calendar_features)
     n, kr = len(rows["ts"]), len(cal)
     cont = np.empty((n, kr + rows["obs"].shape[1]), dtype=np.float32)  # (N, Kr + Or), one allocation
@@ -303,6 +311,7 @@ def _windowed(
         cont[:, j] = col
     cont[:, kr:] = rows["obs"]
     codes = tf.code(names)[rows["sidx"]]  # (N,)
+    known = decoder_known(rows["ts"], step, d, tf.exchange_tz, tf.intraday, tf.calendar_features)
     return WindowedData(
         cont=torch.from_numpy(cont),
         static_cat=torch.from_numpy(codes[:, None].copy()),
@@ -319,6 +328,11 @@ def _windowed(
         n_known_cont=kr,
         n_known_cat=0,
         series_names=tuple(names),
+        known_cont=torch.from_numpy(known.cont),
+        known_cat=torch.zeros(len(known.ts), 0, dtype=torch.int64),
+        known_ts=torch.from_numpy(known.ts),
+        known_base=torch.from_numpy(known.base),
+        known_index=None if known.index is None else torch.from_numpy(known.index),
     )
 
 

@@ -1,7 +1,7 @@
 """Scalers fitted on the training rows only, and their per-row application.
 
 `fit_scalers` returns plain JSON-able values (saved in the model's FittedTransform):
-    {"halflife": float, "estimator": "returns" | "range", "vol_features": bool,
+    {"halflife": float, "estimator": "returns" | "range", "vol_features": bool, "fill_gaps": bool,
      "series": {name: {feature: {"mean", "std"}, ..., "target": {"center", "scale"}, "range_k": {"value"}}},
      "pooled": {same, over all training rows}}     # fallback for a series unseen in training
 Observed features are standardized per series in both scaling modes. The trailing volatility sigma_t is a causal
@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from foxhunt.data.features import OBSERVED, STANDARDIZED, VOL_OBSERVED
+from foxhunt.data.features import FILL_OBSERVED, OBSERVED, STANDARDIZED, VOL_OBSERVED
 
 VOL_HALFLIFE = 20.0
 VOL_FLOOR = 0.1
@@ -37,7 +37,8 @@ FAST_SLOW = 4.0  # log_vol_fast / log_vol_slow use halflife / 4 and halflife * 4
 
 def observed_names(scalers: dict) -> tuple[str, ...]:
     """Observed continuous inputs in batch column order for these scalers."""
-    return OBSERVED + (VOL_OBSERVED if scalers.get("vol_features", False) else ())
+    vol = VOL_OBSERVED if scalers.get("vol_features", False) else ()
+    return OBSERVED + vol + (FILL_OBSERVED if scalers.get("fill_gaps", False) else ())
 
 
 def _alpha(halflife: float) -> float:
@@ -93,6 +94,7 @@ def fit_scalers(
     halflife: float = VOL_HALFLIFE,
     estimator: str = "returns",
     vol_features: bool = False,
+    fill_gaps: bool = False,
 ) -> dict:
     """Fit on rows where `train_mask` is true (ts before the train cut), excluding each series' first row.
 
@@ -108,6 +110,7 @@ def fit_scalers(
         "halflife": float(halflife),
         "estimator": estimator,
         "vol_features": bool(vol_features),
+        "fill_gaps": bool(fill_gaps),
         "series": per,
         "pooled": pooled,
     }

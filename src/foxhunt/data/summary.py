@@ -85,6 +85,7 @@ def data_summary(
         if name in report.get("series", {}) and "contracts" in report["series"][name]:
             series[name]["contracts"] = _plain(report["series"][name]["contracts"])
     first_fc = ts[starts + windows.encoder_length] if len(starts) else np.empty(0, np.int64)
+    off_grid = windows.off_grid()
     ranges = {}
     for k in SPLITS:
         ids = split.ids[k]
@@ -99,6 +100,9 @@ def data_summary(
         "date_range": {"start": iso(ts[real].min()), "end": iso(ts[real].max())},
         "bar_interval": report.get("bar_interval") or _interval(spacing_ns),
         "checks": {k: _plain(report.get(k)) for k in CHECKS if k in report},
+        "bars_filled": report.get("bars_filled"),  # None: --fill-gaps was off
+        "windows_with_gaps": off_grid,
+        "intraday": bool(schema.extra.get("intraday", False)),
         "series": series,
         "contracts_kept": _plain(report.get("contracts_kept")),
         "contracts_dropped": _plain(report.get("contracts_dropped")),
@@ -162,6 +166,15 @@ def format_summary(summary: dict[str, Any]) -> str:
     ]
     if s.get("checks"):
         lines.append("checks    " + _checks_text(s["checks"]))
+    filled, gaps, n_windows = s.get("bars_filled"), s.get("windows_with_gaps", 0), sum(s["windows"].values())
+    if filled is not None:
+        lines.append(f"filled    {filled:,} missing bars ({100 * filled / max(1, s['rows']):.1f}% of rows, --fill-gaps)")
+    if gaps:
+        lines.append(
+            f"gaps      {gaps:,} of {n_windows:,} windows ({100 * gaps / max(1, n_windows):.0f}%) miss bars in their "
+            "forecast span, so step k is not k bar intervals ahead"
+            + ("; see --fill-gaps" if s.get("intraday") and filled is None else "")
+        )
     for name, info in s["series"].items():
         lines.append(
             f"series    {name}: {info['rows']:,} rows {info['start'][:16]} .. {info['end'][:16]}, "

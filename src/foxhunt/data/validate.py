@@ -143,15 +143,20 @@ def check_ratio_adjust(df: pl.DataFrame, files: list[str]) -> None:
         )
 
 
+OWN_PRICES = ("own_high", "own_low", "own_close")  # a contract's unadjusted prices (contracts.OWN)
+
+
 def check_log_target(bars: pl.DataFrame, target: str) -> None:
     """Refuse a log target (log_return, log_range) when a bar's price is zero or below: its log is undefined there.
 
     `bars` are loaded bars (series, ts, OHLC, contract). foxhunt has no price-difference target yet, so the fix is to
-    leave those bars out.
+    leave those bars out. Features read each contract's own prices (contracts.OWN) where the loader gave them, so a
+    difference-adjusted display price at or below zero is no reason to refuse.
     """
     if not target.startswith("log_"):
         return
-    hit = bars.filter(pl.min_horizontal(*PRICES) <= 0)
+    cols = OWN_PRICES if "own_close" in bars.columns else PRICES
+    hit = bars.filter(pl.min_horizontal(*cols) <= 0)
     if hit.height:
         r = hit.row(0, named=True)
         raise InputError(
@@ -166,7 +171,7 @@ def _rows(n: int, noun: str = "row") -> str:
 
 
 def _nonpositive(r: dict) -> str:
-    col = min(PRICES, key=lambda c: r[c])
+    col = min((c for c in (*PRICES, *OWN_PRICES) if c in r), key=lambda c: r[c])
     return f"{col} {r[col]} is not positive"
 
 

@@ -4,6 +4,10 @@ All series are concatenated row-wise (sorted by series, ts). A window is the row
 E encoder rows and D forecast rows are `start + arange(E + D)`, always inside one series. A batch is one gather per
 tensor, so memory is O(rows x features) however many windows there are.
 
+The known inputs at forecast steps do not come from the forecast rows: they come from a separate table indexed by
+the origin (see `known.py`), the calendar of the regular grid after the origin, so that they are exactly what
+`predict` can compute at the origin and never reveal which later bars exist. The forecast rows give the targets.
+
 Legend: B batch, E encoder steps, D forecast steps, T = E + D, F continuous columns, W windows, N rows.
 """
 
@@ -37,10 +41,17 @@ class WindowedData:
     n_known_cont: int  # calendar columns stored in `cont`; the relative time index is appended in `batch`
     n_known_cat: int
     series_names: tuple[str, ...]  # the series in this data (not the model's vocabulary)
+    # Known inputs at forecast steps, a function of the origin alone (known.DecoderKnown):
+    known_cont: torch.Tensor  # (U, Kr) float32 calendar columns of each distinct grid timestamp
+    known_cat: torch.Tensor  # (U, Kc) int64
+    known_ts: torch.Tensor  # (U,) int64 the grid timestamps
+    known_base: torch.Tensor  # (N,) int64 table row of step 1 of an origin at each row; step k at base + k - 1
+    known_index: torch.Tensor | None = None  # (N, D) int32 table rows per step when the grid is not one lattice
 
     def __post_init__(self) -> None:
         e, t = self.encoder_length, self.encoder_length + self.horizon
         self._steps = torch.arange(t, dtype=torch.int64)  # (T,)
+        self._dsteps = torch.arange(self.horizon, dtype=torch.int64)  # (D,)
         # TFT relative time index: position -E+1 .. D (0 at the origin), divided by E.
         self._rel = ((self._steps - (e - 1)).float() / e).view(1, t, 1)  # (1, T, 1)
 
@@ -61,24 +72,43 @@ class WindowedData:
     def _future(self, ids: torch.Tensor) -> torch.Tensor:
         return self._rows(ids)[:, self.encoder_length :]  # (B, D)
 
+    def _known_rows(self, origin: torch.Tensor) -> torch.Tensor:
+        """(B, D) rows of the known-input table for the forecast steps of origin rows `origin` (B,)."""
+        if self.known_index is None:
+            return self.known_base.index_select(0, origin)[:, None] + self._dsteps
+        return self.known_index.index_select(0, origin).long()
+
+    def off_grid(self) -> int:
+        """Windows whose last forecast bar is not at the last grid step: bars are missing from their forecast span."""
+        origin = self.starts + (self.encoder_length - 1)  # (W,)
+        if self.known_index is None:
+            last = self.known_base.index_select(0, origin) + (self.horizon - 1)
+        else:
+            last = self.known_index[:, -1].index_select(0, origin).long()
+        return int((self.ts_ns.index_select(0, origin + self.horizon) != self.known_ts[last]).sum())
+
+    def decoder_ns(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B, D) int64 grid timestamps whose calendar the decoder sees: the regular grid after each origin."""
+        return self.known_ts[self._known_rows(self._origin(ids))]
+
     def batch(self, ids: torch.Tensor) -> Batch:
         """The windows `ids` (B,) as a Batch: each distinct bar's inputs once, the windows as row indices into them.
 
         The target is scaled with center/scale taken at each origin row. Bars are deduplicated separately for the
-        encoder and the forecast positions, so forecast rows carry only known inputs and observed values never
-        reach a forecast step.
+        encoder and the forecast positions. Forecast positions read the known-input table at the origin's grid
+        steps, not the forecast rows: observed values, and the timestamps of the bars that follow, never reach them.
         """
         ids = ids.long()
-        e, kr, kc = self.encoder_length, self.n_known_cont, self.n_known_cat
+        e = self.encoder_length
         rows = self._rows(ids)  # (B, T)
         b = rows.shape[0]
         origin = rows[:, e - 1]  # (B,)
         enc_rows, enc_index = torch.unique(rows[:, :e], return_inverse=True)  # (Re,), (B, E)
-        dec_rows, dec_index = torch.unique(rows[:, e:], return_inverse=True)  # (Rd,), (B, D)
+        dec_rows, dec_index = torch.unique(self._known_rows(origin), return_inverse=True)  # (Rd,), (B, D)
         center, scale = self.center.index_select(0, origin), self.scale.index_select(0, origin)  # (B,)
         raw = self.target_raw.index_select(0, rows[:, e:].reshape(-1)).view(b, -1)  # (B, D)
-        dec_cont = self.cont.index_select(0, dec_rows)[:, :kr]  # (Rd, Kr)
-        dec_cat = self.time_cat.index_select(0, dec_rows)[:, :kc]  # (Rd, Kc)
+        dec_cont = self.known_cont.index_select(0, dec_rows)  # (Rd, Kr)
+        dec_cat = self.known_cat.index_select(0, dec_rows)  # (Rd, Kc)
         return Batch(
             static_cat=self.static_cat.index_select(0, origin),  # (B, Sc)
             static_cont=torch.zeros(b, 0),
@@ -112,6 +142,10 @@ class WindowedData:
     def series_index(self, ids: torch.Tensor) -> torch.Tensor:
         """(B,) index into `series_names` (works for series unseen in training too)."""
         return self.series_idx[self._origin(ids)]
+
+    def at_targets(self, ids: torch.Tensor, column: int) -> torch.Tensor:
+        """(B, D) continuous column `column` of `cont` at the forecast bars (e.g. the observed `filled` flag)."""
+        return self.cont[self._future(ids), column]
 
     def actual(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, D) raw (unscaled) target of the forecast bars; NaN beyond the data."""

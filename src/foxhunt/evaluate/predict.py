@@ -22,6 +22,7 @@ import torch
 
 from foxhunt.atomic import atomic_path
 from foxhunt.data.prepare import PreparedData, prepare_data
+from foxhunt.data.schema import Kind, Role
 from foxhunt.errors import InputError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.train.checkpoint import LoadedModel
@@ -57,6 +58,7 @@ class ForecastBatch:
     target_ns: np.ndarray  # (B, D), -1 beyond the data
     quantiles: np.ndarray  # (B, D, Q) in the target's own units, sorted along Q
     actual: np.ndarray  # (B, D), NaN beyond the data
+    filled: np.ndarray | None = None  # (B, D) bool: the actual is a --fill-gaps bar (no trade); None without it
 
 
 def prepare_for_model(lm: LoadedModel, paths: tuple[str, ...]) -> PreparedData:
@@ -90,6 +92,8 @@ class Forecaster:
 
     def iter(self, ids: torch.Tensor, batch_size: int) -> Iterator[ForecastBatch]:
         w = self.data.windows
+        observed = self.data.schema.names(Role.OBSERVED, Kind.CONTINUOUS)
+        fill_col = w.n_known_cont + observed.index("filled") if "filled" in observed else None
         model = self.lm.model.eval()
         with torch.inference_mode():
             for start in range(0, len(ids), batch_size):
@@ -111,6 +115,7 @@ class Forecaster:
                     target_ns=w.target_ns(chunk).numpy(),
                     quantiles=q,
                     actual=w.actual(chunk).numpy().astype(np.float64),
+                    filled=None if fill_col is None else (w.at_targets(chunk, fill_col) > 0.5).numpy(),
                 )
 
 
@@ -129,6 +134,8 @@ def forecast_table(fb: ForecastBatch, names: tuple[str, ...], quantiles: tuple[f
         cols[quantile_column(q)] = pa.array(fb.quantiles[:, :, k].reshape(-1))
     act = fb.actual.reshape(-1)
     cols["actual"] = pa.array(act, mask=np.isnan(act))
+    if fb.filled is not None:  # --fill-gaps models: which actuals are filled bars (no trade in that interval)
+        cols["actual_filled"] = pa.array(fb.filled.reshape(-1), mask=np.isnan(act))
     return pa.table(cols)
 
 

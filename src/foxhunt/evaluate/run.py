@@ -57,7 +57,7 @@ def evaluate_run(
     device = torch.device(device)
     lm = load_model(model_dir, device)
     cfg = dataclasses.replace(lm.data_cfg, paths=paths, train_end=None, val_end=None)
-    loaded = load_bars(cfg)
+    loaded = load_bars(cfg, lm.transform.bar_spacing_ns)  # --fill-gaps fills to the model's grid
     data = prepare_from_bars(loaded, cfg, transform=lm.transform, for_prediction=True)
     ids = select_origins(data, parse_time(start, "--start"), parse_time(end, "--end", end=True))
     out_dir.mkdir(parents=True, exist_ok=True)
