@@ -2,6 +2,9 @@
 (RLIMIT_AS) sized between the step peaks of half the batch and the whole batch, so the first step's allocation fails
 in the middle of its forward pass with the CPU allocator's RuntimeError, not an injected error.
 
+The limit is lifted when validation starts: what follows (model.safetensors, checkpoint.pt) is written by Rust and
+C++ code that aborts the process on a failed allocation, which no Python-level ladder can catch.
+
 Usage: python _oom_under_rlimit.py RUN_DIR TRAIN_ARGS...  (prints the limit's headroom and the two peaks as JSON)
 """
 
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+import foxhunt.train.loop as loop
 import foxhunt.train.session as session
 from foxhunt.cli import main
 from foxhunt.train.plan import measure_step_peak
@@ -47,5 +51,14 @@ def limited_fit(model, data, cfg, quantiles, run, device, tracker, injector, bat
 
 # Every block of 64 KiB or more gets its own mapping, returned on free: the address space then follows live tensors.
 pin_host_allocator(64 * 1024)
+_real_validate = loop.validate
+
+
+def unlimited_validate(*args, **kwargs):
+    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    return _real_validate(*args, **kwargs)
+
+
 session.fit = limited_fit
+loop.validate = unlimited_validate
 sys.exit(main(["train", *sys.argv[2:], "--run-dir", sys.argv[1]]))

@@ -1,5 +1,5 @@
 """A real allocation failure, not an injected one: `foxhunt train` in a subprocess whose training runs under an
-address-space limit (RLIMIT_AS) sized between the step peaks of half the batch and the whole batch. The CPU allocator
+address-space limit (RLIMIT_AS, on the training steps) sized between the step peaks of half the batch and the whole batch. The CPU allocator
 then fails in the middle of the first step's forward pass with a RuntimeError ("DefaultCPUAllocator: can't allocate
 memory"); the ladder retries, splits into micro-batches, and the run completes with the losses of an unlimited run."""
 
