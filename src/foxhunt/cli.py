@@ -1,7 +1,7 @@
 """The `foxhunt` command line. It parses and wires; the work happens in data / train / evaluate.
 
 `main(argv)` runs in-process (tests call it that way) and returns the exit status: 0 done, 2 bad input (one line on
-stderr, no traceback), 3 does not fit in memory.
+stderr, no traceback), 3 does not fit in memory, 4 training stopped on non-finite losses or gradients.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from foxhunt.data.config import DataConfig
-from foxhunt.errors import InputError, ResourceError
+from foxhunt.errors import InputError, NonFiniteError, ResourceError
 from foxhunt.model.config import ModelConfig
 from foxhunt.train.config import TrainConfig
 
@@ -183,6 +183,9 @@ def train(
     window_run: Annotated[int, typer.Option(help="Training batches are runs of N windows one horizon apart, which "
                                             "share their bars' work (1: windows shuffled singly).",
                                             rich_help_panel=T)] = TD.window_run,
+    max_bad_steps: Annotated[int, typer.Option(help="Stop after N training steps in a row with a non-finite loss or "
+                                               "gradient norm (each is skipped: no update).",
+                                               rich_help_panel=T)] = TD.max_bad_steps,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.", rich_help_panel=T)] = True,
     config: ConfigFile = None,
 ) -> None:
@@ -416,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     except ResourceError as e:
         print(f"foxhunt: out of memory: {e}", file=sys.stderr)
         return ResourceError.exit_code
+    except NonFiniteError as e:
+        print(f"foxhunt: not finite: {e}", file=sys.stderr)
+        return NonFiniteError.exit_code
     except KeyboardInterrupt:
         print("foxhunt: interrupted; the last finished epoch is in checkpoint.pt (continue with --resume)",
               file=sys.stderr)

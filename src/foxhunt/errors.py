@@ -15,3 +15,9 @@ class ResourceError(Exception):
     """The run cannot fit in the available memory; the message says what would fit."""
 
     exit_code = 3
+
+
+class NonFiniteError(Exception):
+    """Training produced NaN or inf that skipping batches could not contain; the last good checkpoint is kept."""
+
+    exit_code = 4

@@ -139,6 +139,7 @@ def train_config(v: Mapping[str, Any]) -> TrainConfig:
         max_train_batches=int(v.get("max_train_batches", 0)),
         num_threads=int(v.get("threads", 0)),
         window_run=int(v.get("window_run", _T.window_run)),
+        max_bad_steps=int(v.get("max_bad_steps", _T.max_bad_steps)),
         precision=str(v.get("precision", _T.precision)),
         progress=bool(v.get("progress", True)),
     )

@@ -65,3 +65,34 @@ def test_kill_at_an_epoch_simulates_a_killed_run_once() -> None:
     with pytest.raises(KeyboardInterrupt, match="kill@epoch:2"):
         inj.check("epoch", 2)
     inj.check("epoch", 2)
+
+
+def test_a_fault_can_fire_several_times_in_a_row() -> None:
+    """`xN`: the first firing at INDEX, then the next N - 1 checks of that site (the retries of a step)."""
+    inj = FaultInjector.from_env({ENV_VAR: "oom@train:3x3,nan@train:7x2"})
+    assert inj.pending == (("oom", "train", 3), ("nan", "train", 7))
+    inj.check("train", 2)
+    for _ in range(3):
+        with pytest.raises(torch.OutOfMemoryError, match="oom@train:3"):
+            inj.check("train", 3)  # the step and two retries
+    assert inj.check("train", 3) is None  # the third retry succeeds
+    assert inj.check("train", 6) is None
+    assert [inj.check("train", 7), inj.check("train", 8), inj.check("train", 9)] == ["nan", "nan", None]
+    assert not inj
+
+
+@pytest.mark.parametrize("site", ["train", "val", "predict", "probe"])
+def test_oom_fires_at_every_site_that_runs_the_model(site: str) -> None:
+    inj = FaultInjector.from_env({ENV_VAR: f"oom@{site}:1"})
+    with pytest.raises(torch.OutOfMemoryError):
+        inj.check(site, 1)
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [("nan@val:1", "nan goes with the site train"), ("oom@train:2x0", "TIMES must be at least 1"),
+     ("oom@train:2x", "expected KIND@SITE:INDEX"), ("nan@epoch:1", "nan goes with the site train")],
+)
+def test_bad_new_tokens_say_what_is_wrong(spec: str, problem: str) -> None:
+    with pytest.raises(InputError, match=problem):
+        FaultInjector.from_env({ENV_VAR: spec})

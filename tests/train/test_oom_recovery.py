@@ -1,4 +1,6 @@
-"""Out-of-memory errors are recovered from without losing progress (faults injected through FOXHUNT_FAULT_INJECT)."""
+"""The out-of-memory ladder (train/oom.py), driven by faults injected through FOXHUNT_FAULT_INJECT at every site:
+each rung is a `[MEMORY]` record with its reason, and a run that climbed it ends with the losses and weights of a
+clean run (within 1e-5)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from safetensors.torch import load_file
 
 from foxhunt.cli import main
 
+ES = "es_fut_ohlcv1h_databento.parquet"
+
 
 def jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -18,41 +22,95 @@ def jsonl(path: Path) -> list[dict]:
 
 def run(tmp_path, tiny, fixtures_dir, name, *extra) -> tuple[int, Path]:
     out = tmp_path / name
-    code = main(["train", *tiny, "--parquet-file", str(fixtures_dir / "es_fut_ohlcv1h_databento.parquet"),
-                 "--epochs", "2", "--dropout", "0", "--batch-size", "32", "--validation-batch-size", "16",
-                 "--run-dir", str(out), *extra])
+    code = main(["train", *tiny, "--parquet-file", str(fixtures_dir / ES), "--epochs", "2", "--dropout", "0",
+                 "--batch-size", "32", "--validation-batch-size", "16", "--run-dir", str(out), *extra])
     return code, out
 
 
-def test_injected_ooms_change_nothing_but_the_micro_batch(tmp_path, tiny, fixtures_dir, monkeypatch):
-    _, clean = run(tmp_path, tiny, fixtures_dir, "clean")
-    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "oom@train:3,oom@val:2,oom@train:9")
-    code, faulty = run(tmp_path, tiny, fixtures_dir, "faulty")
-    assert code == 0
+def ladder(run_dir: Path) -> list[tuple[str, int | None]]:
+    return [(m["phase"], m["batch"]) for m in jsonl(run_dir / "memory.jsonl") if m["phase"].startswith("oom_")]
+
+
+def assert_same_run(clean: Path, faulty: Path) -> None:
     a, b = jsonl(clean / "metrics.jsonl"), jsonl(faulty / "metrics.jsonl")
-    assert [r["epoch"] for r in a] == [r["epoch"] for r in b] == [1, 2]
+    assert [r["epoch"] for r in a] == [r["epoch"] for r in b]
     assert [r["train_samples"] for r in a] == [r["train_samples"] for r in b]
     assert [r["val_samples"] for r in a] == [r["val_samples"] for r in b]
+    for ra, rb in zip(a, b, strict=True):
+        assert rb["train_loss"] == pytest.approx(ra["train_loss"], rel=1e-5, abs=1e-7)
+        assert rb["val_loss"] == pytest.approx(ra["val_loss"], rel=1e-5, abs=1e-7)
     wa, wb = load_file(str(clean / "model.safetensors")), load_file(str(faulty / "model.safetensors"))
     for k in wa:
         torch.testing.assert_close(wb[k], wa[k], rtol=1e-5, atol=1e-5, msg=k)
-    for ra, rb in zip(a, b, strict=True):
-        assert rb["val_loss"] == pytest.approx(ra["val_loss"], rel=1e-5)
+
+
+def test_every_rung_above_size_one_keeps_the_maths(tmp_path, tiny, fixtures_dir, monkeypatch):
+    _, clean = run(tmp_path, tiny, fixtures_dir, "clean")
+    # train step 3 fails 4 times: retry, then micro-batches 16, 8, 4; a single OOM at step 12 (epoch 2) is absorbed
+    # by the retry; validation batch 2 fails 3 times: retry, then batch 8, then 4.
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "oom@train:3x4,oom@val:2x3,oom@train:12")
+    code, faulty = run(tmp_path, tiny, fixtures_dir, "faulty")
+    assert code == 0
+    assert_same_run(clean, faulty)
+    assert ladder(faulty) == [("oom_retry", 3), ("oom_split", 3), ("oom_split", 3), ("oom_split", 3),  # epoch 1
+                              ("oom_retry", 2), ("oom_halve", 2), ("oom_halve", 2),  # its validation
+                              ("oom_retry", 12)]  # epoch 2's first step
+    reasons = [m.get("reason", "") for m in jsonl(faulty / "memory.jsonl") if m["phase"].startswith("oom_")]
+    assert "retrying the same batch once" in reasons[0]
+    assert "micro-batches of 16" in reasons[1] and "effective batch 32 unchanged" in reasons[1]
+    assert "micro-batches of 4" in reasons[3]
+    assert "validation batch 2" in reasons[5] and "batch size 8" in reasons[5]
     log = (faulty / "train.log").read_text()
-    assert "micro-batches of 16" in log and "micro-batches of 8" in log  # halved twice, kept for the run
-    assert "validation batch 2" in log
-    phases = [m["phase"] for m in jsonl(faulty / "memory.jsonl")]
-    assert phases.count("oom_recovered") == 3
+    assert "reason='out of memory in training step 3" in log
 
 
-def test_a_single_sample_that_does_not_fit_stops_with_advice(tmp_path, tiny, fixtures_dir, monkeypatch, capsys):
-    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "oom@train:2")
-    code, out = run(tmp_path, tiny, fixtures_dir, "one", "--batch-size", "1")
+def test_the_original_failure_one_transient_oom_at_validation_batch_size_one(tmp_path, tiny, fixtures_dir,
+                                                                            monkeypatch):
+    """The issue's report: --validation-batch-size 1 and oom@val:3 ended the run with exit 3. Now it retries."""
+    extra = ("--validation-batch-size", "1", "--max-train-batches", "4")
+    _, clean = run(tmp_path, tiny, fixtures_dir, "clean", *extra)
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "oom@val:3")
+    code, faulty = run(tmp_path, tiny, fixtures_dir, "faulty", *extra)
+    assert code == 0
+    assert_same_run(clean, faulty)
+    assert ladder(faulty) == [("oom_retry", 3)]
+
+
+def test_at_size_one_activation_checkpointing_keeps_the_maths(tmp_path, tiny, fixtures_dir, monkeypatch):
+    extra = ("--batch-size", "1", "--max-train-batches", "12")
+    _, clean = run(tmp_path, tiny, fixtures_dir, "clean", *extra)
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "oom@train:4x2")  # retry, then checkpointing (nothing to split)
+    code, faulty = run(tmp_path, tiny, fixtures_dir, "faulty", *extra)
+    assert code == 0
+    assert_same_run(clean, faulty)
+    assert ladder(faulty) == [("oom_retry", 4), ("oom_checkpointing", 4)]
+
+
+def test_a_single_sample_that_never_fits_stops_after_the_whole_ladder(tmp_path, tiny, fixtures_dir, monkeypatch,
+                                                                     capsys):
+    # step 2 fails 4 times: retry, micro-batch 1 (of 2), checkpointing, and (CPU: no host move) stop
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "oom@train:2x4")
+    code, out = run(tmp_path, tiny, fixtures_dir, "one", "--batch-size", "2")
     assert code == 3
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    for advice in ("--encoder-length", "--hidden-size", "--optimizer-state cpu", "--activation-checkpointing"):
-        assert advice in err
+    assert "a single training sample does not fit in memory: step 2" in err
+    for said in ("a retry", "micro-batches down to 1", "--activation-checkpointing", "--optimizer-state cpu",
+                 "largest micro-batch that completed a step in this run was 2", "what would fit",
+                 "--encoder-length", "--hidden-size", "--memory-budget"):
+        assert said in err
+    assert ladder(out) == [("oom_retry", 2), ("oom_split", 2), ("oom_checkpointing", 2), ("oom_stop", 2)]
     assert not (out / "model.safetensors").exists()
+
+
+def test_a_validation_sample_that_never_fits_stops_with_what_would_fit(tmp_path, tiny, fixtures_dir, monkeypatch,
+                                                                      capsys):
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "oom@val:2x2")
+    code, out = run(tmp_path, tiny, fixtures_dir, "val", "--validation-batch-size", "1", "--max-train-batches", "2")
+    assert code == 3
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "a single validation sample does not fit in memory: batch 2" in err
+    assert "largest validation batch that fitted in this run was 1" in err and "what would fit" in err
+    assert ladder(out) == [("oom_retry", 2), ("oom_stop", 2)]
 
 
 def test_bad_fault_spec_is_a_clear_error(tmp_path, tiny, fixtures_dir, monkeypatch, capsys):

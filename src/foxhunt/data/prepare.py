@@ -181,6 +181,7 @@ def prepare_from_bars(
         split = assign_splits(rows["ts"][starts + e], rows["ts"][starts + e + d - 1], *cuts)
         _check_splits(split, cuts, cfg, ts_ns)
     schema = _schema(transform, e, d, cfg.adjust)
+    windows.check_codes(schema)
     roll_bars = int(feats["roll"].sum())
     summary = data_summary(loaded, schema, windows, split, cuts, for_prediction, roll_bars, spacing)
     return PreparedData(

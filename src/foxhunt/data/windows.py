@@ -20,6 +20,8 @@ import numpy as np
 import torch
 
 from foxhunt.data.batch import Batch
+from foxhunt.data.schema import FeatureSchema, Kind, Role
+from foxhunt.errors import InputError
 
 
 @dataclass
@@ -150,6 +152,35 @@ class WindowedData:
     def actual(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, D) raw (unscaled) target of the forecast bars; NaN beyond the data."""
         return self.target_raw[self._future(ids)]
+
+    def check_codes(self, schema: FeatureSchema, whose: str = "the data") -> None:
+        """InputError unless every categorical code lies in [0, cardinality) of its feature in `schema`.
+
+        The model keeps all categorical inputs of a group in one embedding table at per-variable offsets, so a code
+        past its variable's cardinality would silently read the next variable's rows (or, past the table, fail
+        inside the model with an index error on the device). Checked once here, at the data boundary: one min/max
+        per column, O(rows).
+        """
+        columns = [(self.static_cat, schema.group(Role.STATIC, Kind.CATEGORICAL)),
+                   (self.time_cat, schema.group(Role.KNOWN, Kind.CATEGORICAL)
+                    + schema.group(Role.OBSERVED, Kind.CATEGORICAL))]
+        for codes, features in columns:
+            if codes.shape[1] != len(features):
+                raise InputError(f"the data has {codes.shape[1]} categorical columns where {whose} has "
+                                 f"{len(features)} ({', '.join(f.name for f in features) or 'none'}); prepare the data "
+                                 "with the model's own transform")
+            for j, f in enumerate(features):
+                col = codes[:, j]  # (N,)
+                bad = (col < 0) | (col >= max(f.cardinality, 1))
+                if bool(bad.any()):
+                    row = int(bad.nonzero()[0, 0])
+                    when = np.datetime64(int(self.ts_ns[row]), "ns").astype("datetime64[s]")
+                    raise InputError(
+                        f"categorical input {f.name!r}: code {int(col[row])} at series "
+                        f"{self.series_names[int(self.series_idx[row])]} bar {when}Z is outside [0, {f.cardinality}) "
+                        f"of {whose}; the codes and the model's embedding table disagree: prepare the data with the "
+                        "model's own transform (model.json), or retrain"
+                    )
 
     def iter_batches(
         self,

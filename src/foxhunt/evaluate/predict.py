@@ -23,9 +23,11 @@ import torch
 from foxhunt.atomic import atomic_path
 from foxhunt.data.prepare import PreparedData, prepare_data
 from foxhunt.data.schema import Kind, Role
-from foxhunt.errors import InputError
+from foxhunt.errors import InputError, ResourceError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.train.checkpoint import LoadedModel
+from foxhunt.train.faults import FaultInjector
+from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory, rung
 
 log = logging.getLogger("foxhunt.evaluate")
 
@@ -63,7 +65,9 @@ class ForecastBatch:
 
 def prepare_for_model(lm: LoadedModel, paths: tuple[str, ...]) -> PreparedData:
     cfg = dataclasses.replace(lm.data_cfg, paths=paths, train_end=None, val_end=None)
-    return prepare_data(cfg, transform=lm.transform, for_prediction=True)
+    data = prepare_data(cfg, transform=lm.transform, for_prediction=True)
+    data.windows.check_codes(lm.schema, "the model's embedding table")  # the model's, not the data's own schema
+    return data
 
 
 def select_origins(data: PreparedData, start_ns: int | None, end_ns: int | None) -> torch.Tensor:
@@ -82,41 +86,85 @@ def select_origins(data: PreparedData, start_ns: int | None, end_ns: int | None)
 
 
 class Forecaster:
-    """Runs the model over windows batch by batch; counts quantile crossings that it repairs by sorting."""
+    """Runs the model over windows batch by batch; counts quantile crossings that it repairs by sorting.
+
+    Out of memory (train/oom.py): the failed batch is retried once, then the batch is halved down to 1 (kept smaller
+    for the rest of the pass); at 1 it stops with ResourceError saying what would fit. Rows come out the same either
+    way: each window's forecast does not depend on the other windows of its batch.
+    """
 
     def __init__(self, lm: LoadedModel, data: PreparedData, device: torch.device,
-                 interpretation: InterpretationAccumulator | None = None):
+                 interpretation: InterpretationAccumulator | None = None, injector: FaultInjector | None = None):
         self.lm, self.data, self.device, self.interp = lm, data, device, interpretation
+        self.injector = injector if injector is not None else FaultInjector.from_env()
         self.crossed = 0  # (origin, horizon) pairs whose raw quantiles were not in order
         self.pairs = 0
+        self.batch_size: int | None = None  # the batch size in force at the end (smaller after an OOM)
 
     def iter(self, ids: torch.Tensor, batch_size: int) -> Iterator[ForecastBatch]:
+        model = self.lm.model.eval()
+        cursor, index, attempt, largest = 0, 0, 0, 0
+        with torch.inference_mode():
+            while cursor < len(ids):
+                size = min(batch_size, len(ids) - cursor)
+                chunk = ids[cursor : cursor + size]
+                fb = None
+                try:
+                    self.injector.check("predict", index + 1)
+                    fb = self._forecast(model, chunk)
+                except OOM_ERRORS as e:
+                    if not is_oom(e):
+                        raise
+                if fb is None:  # outside the except block: the failed batch's tensors are free to go
+                    attempt += 1
+                    batch_size = self._climb(attempt, size, index + 1, largest)
+                    continue
+                attempt, largest = 0, max(largest, size)
+                cursor += size
+                index += 1
+                self.batch_size = batch_size
+                yield fb
+
+    def _climb(self, attempt: int, size: int, index: int, largest: int) -> int:
+        """The next rung after an OOM in prediction batch `index` of `size` windows; returns the batch size to use."""
+        release_memory(self.device)
+        where = f"out of memory in prediction batch {index} (batch size {size})"
+        if attempt == 1:
+            rung(None, "oom_retry", f"{where}: released caches; retrying the same batch once")
+            return size
+        if size > 1:
+            rung(None, "oom_halve", f"{where}: repeating it with batch size {size // 2}")
+            return size // 2
+        rung(None, "oom_stop", f"{where}: no rung left")
+        fitted = f"the largest batch that fitted was {largest}" if largest else "no batch fitted"
+        raise ResourceError(f"a single window does not fit in memory for prediction: batch {index} ran out of memory "
+                            f"after a retry and batches halved down to 1; {fitted}; what would fit: a device with "
+                            "more free memory (--device cpu uses host memory)")
+
+    def _forecast(self, model: torch.nn.Module, chunk: torch.Tensor) -> ForecastBatch:
         w = self.data.windows
         observed = self.data.schema.names(Role.OBSERVED, Kind.CONTINUOUS)
         fill_col = w.n_known_cont + observed.index("filled") if "filled" in observed else None
-        model = self.lm.model.eval()
-        with torch.inference_mode():
-            for start in range(0, len(ids), batch_size):
-                chunk = ids[start : start + batch_size]
-                batch = w.batch(chunk).to(self.device, non_blocking=True)
-                out = model(batch, return_interpretation=self.interp is not None)
-                q = batch.unscale(out.quantiles).float()  # (B, D, Q) target units
-                if self.interp is not None:
-                    self.interp.update(out.static_weights, out.encoder_weights, out.decoder_weights, out.attention)
-                crossed = (q.diff(dim=-1) < 0).any(dim=-1)  # (B, D)
-                self.crossed += int(crossed.sum())
-                self.pairs += crossed.numel()
-                q = q.sort(dim=-1).values.cpu().numpy()
-                del batch, out
-                yield ForecastBatch(
-                    series=w.series_index(chunk).numpy(),
-                    window=chunk.numpy(),
-                    origin_ns=w.origin_ns(chunk).numpy(),
-                    target_ns=w.target_ns(chunk).numpy(),
-                    quantiles=q,
-                    actual=w.actual(chunk).numpy().astype(np.float64),
-                    filled=None if fill_col is None else (w.at_targets(chunk, fill_col) > 0.5).numpy(),
-                )
+        batch = w.batch(chunk).to(self.device, non_blocking=True)
+        out = model(batch, return_interpretation=self.interp is not None)
+        q = batch.unscale(out.quantiles).float()  # (B, D, Q) target units
+        crossed = (q.diff(dim=-1) < 0).any(dim=-1)  # (B, D)
+        q = q.sort(dim=-1).values.cpu().numpy()
+        # Only a batch that got this far counts: a failed attempt must not leave half its statistics behind.
+        if self.interp is not None:
+            self.interp.update(out.static_weights, out.encoder_weights, out.decoder_weights, out.attention)
+        self.crossed += int(crossed.sum())
+        self.pairs += crossed.numel()
+        del batch, out
+        return ForecastBatch(
+            series=w.series_index(chunk).numpy(),
+            window=chunk.numpy(),
+            origin_ns=w.origin_ns(chunk).numpy(),
+            target_ns=w.target_ns(chunk).numpy(),
+            quantiles=q,
+            actual=w.actual(chunk).numpy().astype(np.float64),
+            filled=None if fill_col is None else (w.at_targets(chunk, fill_col) > 0.5).numpy(),
+        )
 
 
 def forecast_table(fb: ForecastBatch, names: tuple[str, ...], quantiles: tuple[float, ...]) -> pa.Table:

@@ -83,6 +83,8 @@ class TemporalFusionTransformer(nn.Module):
     def __init__(self, sizes: InputSizes, cfg: ModelConfig) -> None:
         super().__init__()
         self.sizes, self.cfg = sizes, cfg
+        # A switch, not only the config: the out-of-memory ladder turns it on mid-run (train/step.py).
+        self.activation_checkpointing = cfg.activation_checkpointing
         h, p = cfg.hidden_size, cfg.dropout
         # Input transformations: one embedding table per group (offsets inside), one broadcast linear per group.
         self.static_cat = CategoricalEmbedding(sizes.static_cat, h)
@@ -114,7 +116,7 @@ class TemporalFusionTransformer(nn.Module):
     # -- helpers -----------------------------------------------------------------------------------------------------
     def _ckpt(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run fn(*args), recomputed in backward when activation checkpointing is on and we are training."""
-        if self.cfg.activation_checkpointing and self.training and torch.is_grad_enabled():
+        if self.activation_checkpointing and self.training and torch.is_grad_enabled():
             return checkpoint(fn, *args, use_reentrant=False)
         return fn(*args)
 

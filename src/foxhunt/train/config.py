@@ -31,6 +31,7 @@ class TrainConfig:
     num_threads: int = 0  # torch CPU threads (0: torch's default)
     precision: str = AUTO  # one of PRECISIONS
     window_run: int = 16  # training batches are runs of this many windows one horizon apart (1: shuffled singly)
+    max_bad_steps: int = 5  # non-finite (skipped) training steps in a row before the run stops
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -62,6 +63,8 @@ class TrainConfig:
             bad("--precision 16-mixed cannot scale gradients held by --optimizer-state cpu; use --precision bf16")
         if self.window_run < 1:
             bad(f"--window-run must be at least 1 (1 shuffles windows singly), got {self.window_run}")
+        if self.max_bad_steps < 1:
+            bad(f"--max-bad-steps must be at least 1, got {self.max_bad_steps}")
         if self.memory_log_every < 0:
             bad(f"--memory-log-every must be >= 0, got {self.memory_log_every}")
         if self.memory_budget is not None and self.memory_budget <= 0:

@@ -22,6 +22,7 @@ from foxhunt.data.windows import shuffled_runs
 from foxhunt.train.checkpoint import save_checkpoint, state_to_cpu
 from foxhunt.train.config import TrainConfig
 from foxhunt.train.faults import FaultInjector
+from foxhunt.train.guard import BadSteps, check_finite
 from foxhunt.train.optim import build_optimizer, set_lr, warmup_cosine
 from foxhunt.train.precision import autocast
 from foxhunt.train.progress import epoch_bar
@@ -83,6 +84,8 @@ def fit(
     stepper = TrainStepper(model, optimizer, q, cfg.grad_clip, device, injector, tracker, state.micro_batch,
                            precision=precision)
 
+    bad_steps = BadSteps(cfg.max_bad_steps, data.windows, run.metrics)
+
     def predict(b: Batch) -> torch.Tensor:
         with autocast(device, precision):
             return model(b).quantiles
@@ -100,42 +103,54 @@ def fit(
         epoch_ids = train_ids[order][: n_batches * batch_size]
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         seen = 0
+        bad_steps.new_epoch()
         with epoch_bar(epoch, cfg.epochs, n_batches, cfg.progress) as bar:
             for i, batch in enumerate(data.windows.iter_batches(epoch_ids, batch_size), start=1):
-                set_lr(optimizer, warmup_cosine(state.global_step, total_steps, warmup, cfg.learning_rate))
+                set_lr(stepper.optimizer, warmup_cosine(state.global_step, total_steps, warmup, cfg.learning_rate))
                 state.global_step += 1
                 loss = stepper.step(batch, state.global_step, epoch)
-                loss_sum += loss.double() * len(batch)
-                seen += len(batch)
+                if loss is None:  # non-finite: no update was made; NonFiniteError after --max-bad-steps in a row
+                    bad_steps.bad(batch, state.global_step, epoch, *stepper.last_bad)
+                else:
+                    bad_steps.good()
+                    loss_sum += loss.double() * len(batch)
+                    seen += len(batch)
                 tracker.maybe_record("train_batch", epoch, i)
                 if i % 20 == 0 or i == n_batches:  # sync with the device only to show progress
-                    bar.update(20 if i % 20 == 0 else i % 20, float(loss), seen / (time.perf_counter() - t0))
+                    bar.update(20 if i % 20 == 0 else i % 20, float("nan") if loss is None else float(loss),
+                               seen / (time.perf_counter() - t0))
         train_seconds = time.perf_counter() - t0
         train_loss = float(loss_sum) / max(1, seen)
-        lr = optimizer.param_groups[0]["lr"]
+        lr = stepper.optimizer.param_groups[0]["lr"]
         tracker.record("train_end", epoch=epoch)
 
-        optimizer.zero_grad(set_to_none=True)  # the last step's gradients are not needed while validating
+        stepper.optimizer.zero_grad(set_to_none=True)  # the last step's gradients are not needed while validating
         model.eval()
         tracker.record("val_start", epoch=epoch)
         val = validate(predict, data.windows, val_ids, val_batch_size, quantiles, device,
-                       injector, tracker, epoch)
+                       injector, tracker, epoch, optimizer_to_host=stepper.optimizer_to_host)
         val_batch_size = val.batch_size
         tracker.record("val_end", epoch=epoch)
 
         improved = val.loss < state.best_val_loss
         if improved:
             state.best_val_loss, state.best_epoch, state.bad_epochs = val.loss, epoch, 0
-            on_best(state_to_cpu(model))
+            best_state = state_to_cpu(model)
+            check_finite(best_state, "model.safetensors")
+            on_best(best_state)
         else:
             state.bad_epochs += 1
         state.epoch = epoch
         state.micro_batch = stepper.micro_batch
         record = epoch_record(epoch, train_loss, val, lr, seen, train_seconds, time.perf_counter() - t0, improved)
+        record["bad_steps"] = bad_steps.epoch_count  # skipped non-finite batches
         state.history.append(record)
         append_jsonl(run.metrics, record)
         log.info(format_epoch(record, cfg.epochs))
-        save_checkpoint(run.checkpoint, checkpoint_state(model, optimizer, state, device))
+        ckpt = checkpoint_state(model, stepper.optimizer, state, device)
+        check_finite(ckpt["model"], "checkpoint.pt")
+        save_checkpoint(run.checkpoint, ckpt)
+        del ckpt
         tracker.record("checkpoint", epoch=epoch)
         injector.check("epoch", epoch)  # test hook: simulate a run killed here
     if state.bad_epochs >= cfg.patience and state.epoch < cfg.epochs:

@@ -81,6 +81,19 @@ class HostAdamW:
         self.host_params = [p.detach().to("cpu", copy=True).requires_grad_(True) for p in self.device_params]
         self.inner = AdamW(self.host_params, lr=lr, weight_decay=weight_decay)
 
+    @staticmethod
+    def from_device(opt: AdamW) -> HostAdamW:
+        """The same optimizer with its state (moments, step counts, learning rate) moved to host memory: the next
+        steps are the ones `opt` would have taken. `opt` must not be used afterwards (its device state is dropped)."""
+        host = HostAdamW(opt.params, lr=opt.param_groups[0]["lr"], weight_decay=opt.param_groups[0]["weight_decay"])
+        host.inner.param_groups[0].update({k: v for k, v in opt.param_groups[0].items() if k != "params"})
+        host.inner.param_groups[0]["params"] = host.host_params
+        cpu = lambda ts: [t.detach().to("cpu", copy=True) for t in ts]  # noqa: E731
+        host.inner.exp_avg, host.inner.exp_avg_sq, host.inner.steps = cpu(opt.exp_avg), cpu(opt.exp_avg_sq), cpu(
+            opt.steps)
+        opt.exp_avg, opt.exp_avg_sq, opt.steps = [], [], []
+        return host
+
     @property
     def param_groups(self) -> list[dict[str, Any]]:
         return self.inner.param_groups

@@ -33,6 +33,8 @@ from foxhunt.data.schema import InputSizes
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.loss import quantile_loss
+from foxhunt.train.faults import FaultInjector
+from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory, rung
 from foxhunt.train.precision import activation_bytes, autocast
 
 MIB = 2**20
@@ -375,40 +377,69 @@ def measure_step_peak(
 
 
 def probe_per_sample(
-    model: nn.Module, sizes: InputSizes, cfg: ModelConfig, device: torch.device, precision: str = "32"
-) -> tuple[float, float] | None:
-    """Measured (train, val) activation bytes per sample, from the step peaks at PROBE_BATCHES; None on OOM.
+    model: nn.Module, sizes: InputSizes, cfg: ModelConfig, device: torch.device, precision: str = "32",
+    injector: FaultInjector | None = None,
+) -> tuple[float, float, tuple[int, int]] | None:
+    """Measured (train, val) activation bytes per sample, from the step peaks at two batch sizes (PROBE_BATCHES, and
+    the sizes used); None when even the smallest probe runs out of memory.
 
-    Leaves the model as it found it: its mode, its gradients and the RNG streams (dropout draws in the probe must
-    not change the training run that follows).
+    The out-of-memory ladder of train/oom.py: retry once, then halve both probe batches (the per-sample slope is the
+    same quantity at any two sizes), down to 1 and 2; then give up, and the plan stays analytic (it still says which
+    batch sizes would fit). Leaves the model as it found it: its mode, its gradients and the RNG streams (dropout
+    draws in the probe must not change the training run that follows).
     """
+    injector = injector if injector is not None else FaultInjector.from_env()
+    batches, attempt = PROBE_BATCHES, 0
+    while True:
+        peaks = None
+        try:
+            peaks = _probe_peaks(model, sizes, cfg, device, precision, batches, injector)
+        except OOM_ERRORS as e:
+            if not is_oom(e):
+                raise
+        release_memory(device)  # outside the except block: the traceback (and the tensors its frames hold) is gone
+        if peaks is not None:
+            break
+        attempt += 1
+        where = f"out of memory in the memory probe (batches {batches[0]} and {batches[1]})"
+        if attempt == 1:
+            rung(None, "oom_retry", f"{where}: released caches; retrying it once")
+        elif batches[1] > 2:
+            batches = (max(1, batches[0] // 2), max(2, batches[1] // 2))
+            rung(None, "oom_halve", f"{where}: probing batches {batches[0]} and {batches[1]} instead")
+        else:
+            rung(None, "oom_stop", f"{where}: the plan uses the analytic activation count only")
+            return None
+    span = batches[1] - batches[0]
+    return (peaks[True][1] - peaks[True][0]) / span, (peaks[False][1] - peaks[False][0]) / span, batches
+
+
+def _probe_peaks(
+    model: nn.Module, sizes: InputSizes, cfg: ModelConfig, device: torch.device, precision: str,
+    batches: tuple[int, int], injector: FaultInjector,
+) -> dict[bool, list[int]]:
+    """Step peaks {train: [at batches[0], at batches[1]], val: [...]}; the model's state is restored however it
+    ends. The injector's `probe` index counts the four measurements, 1-based."""
     was_training = model.training
     grads = {p: p.grad for p in model.parameters()}
     q = torch.tensor(cfg.quantiles, device=device)
     peaks: dict[bool, list[int]] = {True: [], False: []}
-    oom = False
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             for train in (True, False):
                 model.train(train)
-                for b in PROBE_BATCHES:
+                for b in batches:
+                    injector.check("probe", len(peaks[True]) + len(peaks[False]) + 1)
                     batch = probe_batch(sizes, cfg, b, device)
                     peaks[train].append(measure_step_peak(model, batch, q, device, train, precision))
                     for p in model.parameters():
                         p.grad = None
                     del batch
-    except torch.OutOfMemoryError:
-        oom = True  # handled below, once the traceback (and the tensors its frames hold) is gone
     finally:
         model.train(was_training)
         for p, g in grads.items():
             p.grad = g
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    if oom:
-        return None
-    span = PROBE_BATCHES[1] - PROBE_BATCHES[0]
-    return (peaks[True][1] - peaks[True][0]) / span, (peaks[False][1] - peaks[False][0]) / span
+    return peaks
 
 
 def calibration(measured: float, analytic: float) -> float:
@@ -467,7 +498,7 @@ def plan_memory(
                 calibration(measured[1], val_el * elem),
             )
             meter = "max_memory_allocated" if device.type == "cuda" else "live tensor bytes"
-            how = f"probe: {meter} at batch {' and '.join(map(str, PROBE_BATCHES))}"
+            how = f"probe: {meter} at batch {' and '.join(map(str, measured[2]))}"
     # A real one-sample batch on the host: tiny, while a meta-device one would import torch._decomp (seconds).
     per_sample_batch = probe_batch(sizes, cfg, 1, torch.device("cpu")).nbytes()
     rows = []

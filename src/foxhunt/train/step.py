@@ -1,15 +1,19 @@
-"""One optimizer step that survives running out of memory.
+"""One optimizer step that survives running out of memory and refuses non-finite updates.
 
-On an out-of-memory error the step's tensors are released (outside the `except` block, so the traceback does not
-keep them alive), the batch is split into micro-batches and the gradients are accumulated with weights
-len(part) / len(batch). The effective batch, the loss being minimised and so the learning dynamics stay the same.
-The smaller micro-batch is kept for the rest of the run. Only when a single sample does not fit does it stop.
+Out of memory (see train/oom.py for the ladder): the step's tensors are released (outside the `except` block, so the
+traceback does not keep them alive) and the same batch is retried once; if it fails again it is split into
+micro-batches whose gradients are accumulated with weights len(part) / len(batch), so the effective batch, the loss
+being minimised and the learning dynamics stay the same; the smaller micro-batch is kept for the rest of the run. At
+micro-batch 1 activation checkpointing is switched on, then the optimizer state moves to the host. Only then does it
+stop, saying what would fit.
+
+Non-finite: a batch whose loss or gradient norm is NaN or inf takes no optimizer step (weights and optimizer state
+stay as they were); `step` returns None and keeps the numbers in `last_bad` for the caller to log and count.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gc
 import logging
 
 import torch
@@ -18,6 +22,7 @@ from foxhunt.data.batch import Batch
 from foxhunt.errors import ResourceError
 from foxhunt.model.loss import quantile_loss
 from foxhunt.train.faults import FaultInjector
+from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory, rung
 from foxhunt.train.optim import AdamW, HostAdamW
 from foxhunt.train.precision import autocast, grad_scaler
 from foxhunt.train.telemetry import MemoryTracker
@@ -28,11 +33,10 @@ log = logging.getLogger("foxhunt.train")
 # embedding is trained and forecasting a symbol never seen in training falls back to a pooled model.
 UNKNOWN_SERIES_RATE = 0.05
 
-SINGLE_SAMPLE_ADVICE = (
-    "a single training sample does not fit in memory; try a smaller --encoder-length or --hidden-size, "
-    "--optimizer-state cpu, --activation-checkpointing, or a larger --memory-budget"
+WHAT_WOULD_FIT = (
+    "what would fit: a shorter --encoder-length or a smaller --hidden-size (activations grow with both), or a larger "
+    "--memory-budget or a device with more free memory"
 )
-
 
 def mask_series(batch: Batch, rate: float) -> Batch:
     """Replace the series code (static categorical 0) by 0 = unknown for a random share of the samples."""
@@ -44,10 +48,14 @@ def mask_series(batch: Batch, rate: float) -> Batch:
     return dataclasses.replace(batch, static_cat=codes)
 
 
-def release_memory(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+def _rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def _set_rng_state(state: tuple[torch.Tensor, torch.Tensor | None], device: torch.device) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
 
 
 class TrainStepper:
@@ -68,38 +76,63 @@ class TrainStepper:
         self.micro_batch = micro_batch  # None: the whole batch at once
         self.precision = precision
         self.scaler = grad_scaler(device, precision)  # float16 only
-        self.recoveries = 0
+        self.recoveries = 0  # rungs climbed (retries included)
+        self.largest_ok = 0  # the largest micro-batch that completed a step in this process
+        self.last_bad: tuple[float, float] | None = None  # (loss, grad norm) of the last non-finite step
 
-    def step(self, batch: Batch, global_step: int, epoch: int) -> torch.Tensor:
-        """Forward, backward and update on one (host) batch; returns the batch's mean loss as a 0-d device tensor."""
+    # -- the step ----------------------------------------------------------------------------------------------------
+    def step(self, batch: Batch, global_step: int, epoch: int) -> torch.Tensor | None:
+        """Forward, backward and update on one (host) batch; returns the batch's mean loss as a 0-d device tensor,
+        or None when the loss or the gradient norm was not finite and no update was made."""
         batch = mask_series(batch, UNKNOWN_SERIES_RATE)  # drawn once, so a retried step sees the same batch
+        rng = _rng_state(self.device)  # a retry draws the same dropout masks as the failed attempt
+        attempt = 0
         while True:
             failed_at = None
             try:
                 return self._step(batch, global_step)
-            except torch.OutOfMemoryError:
-                failed_at = self.micro_batch or len(batch)
-            self._recover(failed_at, len(batch), global_step, epoch)
+            except OOM_ERRORS as e:
+                if not is_oom(e):
+                    raise
+                failed_at = min(self.micro_batch or len(batch), len(batch))
+            attempt += 1  # the except block has ended: the failed attempt's tensors can be freed now
+            self._climb(failed_at, len(batch), global_step, epoch, first=attempt == 1)
+            _set_rng_state(rng, self.device)
 
-    def _step(self, batch: Batch, global_step: int) -> torch.Tensor:
+    def _step(self, batch: Batch, global_step: int) -> torch.Tensor | None:
         self.optimizer.zero_grad(set_to_none=True)
         n = len(batch)
         size = min(self.micro_batch or n, n)
         total = torch.zeros((), device=self.device)
-        self.injector.check("train", global_step)
+        poison = self.injector.check("train", global_step) == "nan"  # test hook (FOXHUNT_FAULT_INJECT)
         for start in range(0, n, size):
             part = batch.slice(start, start + size).to(self.device, non_blocking=True)
             with autocast(self.device, self.precision):
                 out = self.model(part)
             loss = quantile_loss(out.quantiles, part.target, self.quantiles) * (len(part) / n)  # fp32
+            if poison:
+                loss = loss * float("nan")
             del out
             (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             total += loss.detach()
             del loss, part
+        self.largest_ok = max(self.largest_ok, size)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients
+        params = [p for p in self.model.parameters() if p.grad is not None]
         if self.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        finite = torch.isfinite(total)
+        if self.scaler is None:  # under a float16 scaler an inf gradient is an expected overflow, skipped by it
+            finite &= torch.isfinite(norm)
+        if not bool(finite):  # one sync a step: the update must not run on a non-finite batch
+            self.last_bad = (float(total), float(norm))
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.scaler is not None:
+                self.scaler.update()  # lowers the scale; unscale_ was called, so update must follow
+            return None
         if self.scaler is None:
             self.optimizer.step()
         else:
@@ -107,16 +140,59 @@ class TrainStepper:
             self.scaler.update()
         return total
 
-    def _recover(self, failed_size: int, batch_size: int, global_step: int, epoch: int) -> None:
+    # -- the out-of-memory ladder ------------------------------------------------------------------------------------
+    def _climb(self, failed: int, batch_size: int, global_step: int, epoch: int, first: bool) -> None:
+        """Take the next rung after an OOM at micro-batch `failed` (of `batch_size`); ResourceError when none is
+        left."""
         self.optimizer.zero_grad(set_to_none=True)
         release_memory(self.device)
-        if failed_size <= 1:
-            raise ResourceError(SINGLE_SAMPLE_ADVICE)
-        self.micro_batch = max(1, failed_size // 2)
         self.recoveries += 1
-        log.warning(
-            "[MEMORY] out of memory in training step %d (micro-batch %d); repeating it as micro-batches of %d "
-            "with accumulated gradients (effective batch %d unchanged); keeping micro-batch %d for the rest of the run",
-            global_step, failed_size, self.micro_batch, batch_size, self.micro_batch,
-        )
-        self.tracker.record("oom_recovered", epoch=epoch, batch=global_step)
+        where = f"out of memory in training step {global_step} (micro-batch {failed} of batch {batch_size})"
+
+        def note(phase: str, what: str) -> None:
+            rung(self.tracker, phase, f"{where}: {what}", epoch, global_step)
+
+        if first:
+            note("oom_retry", "released caches; retrying the same batch once")
+        elif failed > 1:
+            self.micro_batch = max(1, failed // 2)
+            note("oom_split", f"repeating it as micro-batches of {self.micro_batch} with accumulated gradients "
+                              f"(effective batch {batch_size} unchanged); keeping micro-batch {self.micro_batch} for "
+                              "the rest of the run")
+        elif self.enable_checkpointing():
+            note("oom_checkpointing", "switched activation checkpointing on (activations recomputed in backward; "
+                                      "same outputs and gradients)")
+        elif self.optimizer_to_host():
+            note("oom_optimizer_to_host", "moved the optimizer state (AdamW moments) to host memory (same update)")
+        else:
+            rung(self.tracker, "oom_stop", f"{where}: no rung left", epoch, global_step)
+            raise ResourceError(self.stop_message(global_step))
+
+    def enable_checkpointing(self) -> bool:
+        """Switch the model's activation checkpointing on; False when it is on already (or the model has none)."""
+        if getattr(self.model, "activation_checkpointing", True):
+            return False
+        self.model.activation_checkpointing = True
+        return True
+
+    def optimizer_to_host(self) -> bool:
+        """Move AdamW's state to host memory (HostAdamW); False when it is there already, when the device is the
+        host (CPU), or under a float16 gradient scaler (which cannot unscale the host copy's gradients)."""
+        if not isinstance(self.optimizer, AdamW) or self.scaler is not None or self.device.type == "cpu":
+            return False
+        self.optimizer = HostAdamW.from_device(self.optimizer)
+        release_memory(self.device)
+        return True
+
+    def stop_message(self, global_step: int) -> str:
+        tried = ["a retry", "micro-batches down to 1"]
+        if getattr(self.model, "activation_checkpointing", False):
+            tried.append("--activation-checkpointing")
+        if isinstance(self.optimizer, HostAdamW):
+            tried.append("--optimizer-state cpu")
+        elif self.device.type == "cpu":
+            tried.append("--optimizer-state cpu (on CPU the optimizer state is in host memory already)")
+        largest = (f"; the largest micro-batch that completed a step in this run was {self.largest_ok}"
+                   if self.largest_ok else "; no step completed in this run")
+        return (f"a single training sample does not fit in memory: step {global_step} ran out of memory after "
+                f"{', '.join(tried)}{largest}; {WHAT_WOULD_FIT}")

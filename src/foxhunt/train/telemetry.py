@@ -17,6 +17,8 @@ Record keys (memory.jsonl, one JSON object per line; MiB = 2**20 bytes):
   allowed (or off Linux) it falls back to resource.getrusage's ru_maxrss, which is the peak since the process
   started and cannot be reset: then host_peak_mb only ever grows.
 - time: unix seconds (float).
+- reason (out-of-memory ladder records only, phases oom_*): what was done and why, e.g. "out of memory in
+  training step 3 (micro-batch 32): releasing caches and retrying it once".
 - device_nvml_used_mb (CUDA only, only when pynvml imports): device-wide used memory as NVML sees it, which includes
   the CUDA context, other libraries' allocations and other processes: memory torch's allocator does not count.
 Device fields are null on CPU (and on any non-CUDA device).
@@ -73,8 +75,11 @@ class MemoryTracker:
         if self._cuda:
             torch.cuda.reset_peak_memory_stats(self._cuda_index)
 
-    def record(self, phase: str, epoch: int | None = None, batch: int | None = None) -> dict[str, Any]:
-        """Measure now, log one `[MEMORY]` line, append one JSON line, reset the peaks; return the record."""
+    def record(self, phase: str, epoch: int | None = None, batch: int | None = None,
+               reason: str | None = None) -> dict[str, Any]:
+        """Measure now, log one `[MEMORY]` line, append one JSON line, reset the peaks; return the record.
+
+        `reason` (the out-of-memory ladder's rungs) is kept in the record as "reason" and ends the log line."""
         rec: dict[str, Any] = {
             "phase": phase,
             "epoch": epoch,
@@ -97,6 +102,8 @@ class MemoryTracker:
             torch.cuda.reset_peak_memory_stats(idx)
         # The peak can lag RSS by a page or two between the two reads; a peak below "now" would read as nonsense.
         rec["host_peak_mb"] = max(rec["host_peak_mb"], rec["host_rss_mb"])
+        if reason is not None:
+            rec["reason"] = reason
         if self._hwm_resettable:
             self._hwm_resettable = _reset_hwm()
         self.logger.info(format_line(rec))
@@ -157,7 +164,8 @@ def format_line(rec: dict[str, Any]) -> str:
         if rec.get("device_nvml_used_mb") is not None:
             dev += f" device_nvml_used={rec['device_nvml_used_mb']:.1f}MiB"
     host = f"host_rss={rec['host_rss_mb']:.1f}MiB host_peak={rec['host_peak_mb']:.1f}MiB"
-    return f"{head} {dev} {host}"
+    tail = f" reason={rec['reason']!r}" if rec.get("reason") else ""
+    return f"{head} {dev} {host}{tail}"
 
 
 def _reset_hwm() -> bool:

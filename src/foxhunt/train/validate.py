@@ -1,12 +1,12 @@
 """Validation with flat memory, however many batches there are.
 
 Nothing computed for a batch outlives it on the device: the loss and q-risk are running sums moved to the host as a
-few numbers per batch. An out-of-memory error halves the validation batch and repeats only the failed batch.
+few numbers per batch. An out-of-memory error climbs the ladder of train/oom.py (retry, halve the batch, optimizer
+state to the host) and repeats only the failed batch.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,10 +17,9 @@ from foxhunt.data.windows import WindowedData
 from foxhunt.errors import ResourceError
 from foxhunt.model.loss import pinball
 from foxhunt.train.faults import FaultInjector
-from foxhunt.train.step import SINGLE_SAMPLE_ADVICE, release_memory
+from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory, rung
+from foxhunt.train.step import WHAT_WOULD_FIT
 from foxhunt.train.telemetry import MemoryTracker
-
-log = logging.getLogger("foxhunt.train")
 
 Predictor = Callable[[Batch], torch.Tensor]  # batch on device -> (B, D, Q) quantiles in scaled target space
 
@@ -69,10 +68,16 @@ def validate(
     injector: FaultInjector | None = None,
     tracker: MemoryTracker | None = None,
     epoch: int | None = None,
+    optimizer_to_host: Callable[[], bool] | None = None,
 ) -> ValResult:
+    """Mean loss and q-risk of `predictor` over the windows `ids`, with the out-of-memory ladder (train/oom.py):
+    retry a failed batch once, then halve the batch down to 1, then (inside a training run) `optimizer_to_host`,
+    which moves the optimizer state off the device and returns False when it cannot; then stop. Activation
+    checkpointing is no rung here: inference keeps no activations for a backward pass."""
     q = torch.tensor(quantiles, dtype=torch.float32, device=device)
     sums = ValSums(len(quantiles))
-    cursor, index = 0, 0
+    cursor, index, attempt, largest = 0, 0, 0, 0
+    tried: list[str] = []
     with torch.inference_mode():
         while cursor < len(ids):
             size = min(batch_size, len(ids) - cursor)
@@ -83,18 +88,37 @@ def validate(
                 batch = windows.batch(ids[cursor : cursor + size]).to(device, non_blocking=True)
                 sums.add(batch, predictor(batch), q)
                 del batch
-            except torch.OutOfMemoryError:
+            except OOM_ERRORS as e:
+                if not is_oom(e):
+                    raise
                 failed = True
-            if failed:
+            if failed:  # outside the except block: the failed batch's tensors are free to go
+                attempt += 1
                 release_memory(device)
-                if size <= 1:
-                    raise ResourceError(SINGLE_SAMPLE_ADVICE.replace("training", "validation"))
-                batch_size = max(1, size // 2)
-                log.warning("[MEMORY] out of memory in validation batch %d; repeating it with batch size %d",
-                            index + 1, batch_size)
-                if tracker is not None:
-                    tracker.record("oom_recovered", epoch=epoch, batch=index + 1)
+                where = f"out of memory in validation batch {index + 1} (batch size {size})"
+                if attempt == 1:
+                    rung(tracker, "oom_retry", f"{where}: released caches; retrying the same batch once", epoch,
+                         index + 1)
+                    tried.append("a retry")
+                elif size > 1:
+                    batch_size = max(1, size // 2)
+                    rung(tracker, "oom_halve", f"{where}: repeating it with batch size {batch_size}", epoch, index + 1)
+                    if "batches halved down to 1" not in tried:
+                        tried.append("batches halved down to 1")
+                elif optimizer_to_host is not None and optimizer_to_host():
+                    rung(tracker, "oom_optimizer_to_host", f"{where}: moved the optimizer state (AdamW moments) to "
+                         "host memory (same update)", epoch, index + 1)
+                    tried.append("the optimizer state in host memory")
+                else:
+                    rung(tracker, "oom_stop", f"{where}: no rung left", epoch, index + 1)
+                    fitted = (f"the largest validation batch that fitted in this run was {largest}" if largest
+                              else "no validation batch fitted in this run")
+                    raise ResourceError(f"a single validation sample does not fit in memory: batch {index + 1} ran "
+                                        f"out of memory after {', '.join(dict.fromkeys(tried))}; {fitted}; "
+                                        f"{WHAT_WOULD_FIT}")
                 continue
+            largest = max(largest, size)
+            attempt = 0
             cursor += size
             index += 1
             if tracker is not None:
