@@ -15,3 +15,10 @@ class ResourceError(Exception):
     """The run cannot fit in the available memory; the message says what would fit."""
 
     exit_code = 3
+
+
+class WriteError(Exception):
+    """A file could not be written (disk full, permissions): a runtime failure, exit status 1. Nothing partial is
+    left under the file's name."""
+
+    exit_code = 1

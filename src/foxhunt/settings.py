@@ -137,6 +137,8 @@ def train_config(v: Mapping[str, Any]) -> TrainConfig:
         window_run=int(v.get("window_run", _T.window_run)),
         precision=str(v.get("precision", _T.precision)),
         progress=bool(v.get("progress", True)),
+        checkpoint_every=int(v.get("checkpoint_every", _T.checkpoint_every)),
+        deterministic=bool(v.get("deterministic", _T.deterministic)),
     )
 
 

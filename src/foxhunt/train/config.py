@@ -32,6 +32,8 @@ class TrainConfig:
     precision: str = AUTO  # one of PRECISIONS
     window_run: int = 16  # training batches are runs of this many windows one horizon apart (1: shuffled singly)
     progress: bool = True
+    checkpoint_every: int = 0  # a checkpoint every N optimizer steps (0: about every 10 minutes) and at each epoch end
+    deterministic: bool = False  # deterministic CUDA kernels (CPU runs are deterministic already)
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -62,6 +64,8 @@ class TrainConfig:
             bad("--precision 16-mixed cannot scale gradients held by --optimizer-state cpu; use --precision bf16")
         if self.window_run < 1:
             bad(f"--window-run must be at least 1 (1 shuffles windows singly), got {self.window_run}")
+        if self.checkpoint_every < 0:
+            bad(f"--checkpoint-every must be >= 0 (0: about every 10 minutes), got {self.checkpoint_every}")
         if self.memory_log_every < 0:
             bad(f"--memory-log-every must be >= 0, got {self.memory_log_every}")
         if self.memory_budget is not None and self.memory_budget <= 0:
@@ -74,4 +78,6 @@ class TrainConfig:
     def from_dict(d: dict[str, Any]) -> TrainConfig:
         d = dict(d)
         d.setdefault("window_run", 1)  # runs saved before the option existed shuffled windows singly
+        # fields added later (checkpoint_every, deterministic) take their defaults; unknown ones (a newer foxhunt)
+        # are a TypeError the caller reports
         return TrainConfig(**d)

@@ -8,6 +8,8 @@ Not a user flag. Set FOXHUNT_FAULT_INJECT to a comma-separated list of `KIND@SIT
 - SITE `val`: INDEX is the batch within a validation pass, 1-based; the loop calls `check("val", batch)`.
 - KIND `kill` at SITE `epoch`: raises KeyboardInterrupt right after epoch INDEX's checkpoint is written, as if the
   run were killed there (`kill@epoch:1`); it makes resuming testable.
+- KIND `sigkill` at SITE `train`: the process sends itself SIGKILL before step INDEX's forward (`sigkill@train:7`):
+  no handler, no clean-up, exactly what `kill -9` or the OOM killer does; for tests of resuming from any step.
 Each fault fires once per process: a retry of the same step (e.g. in smaller micro-batches) does not fire again, so the
 test sees the recovery path succeed.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from collections.abc import Mapping
 from typing import NoReturn
 
@@ -24,7 +27,7 @@ import torch
 from foxhunt.errors import InputError
 
 ENV_VAR = "FOXHUNT_FAULT_INJECT"
-KINDS = ("oom", "kill")
+KINDS = ("oom", "kill", "sigkill")
 SITES = ("train", "val", "epoch")
 _TOKEN = re.compile(r"^([a-z_]+)@([a-z_]+):(\d+)$")
 
@@ -63,6 +66,8 @@ class FaultInjector:
             )
         if kind == "kill":
             raise KeyboardInterrupt(f"killed by {ENV_VAR}: kill@{where}:{index}")
+        if kind == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def parse_spec(spec: str) -> dict[tuple[str, int], str]:
@@ -86,8 +91,8 @@ def _parse_token(token: str, spec: str) -> tuple[str, str, int]:
         _bad(token, spec, f"kind must be one of {', '.join(KINDS)}")
     if site not in SITES:
         _bad(token, spec, f"site must be one of {', '.join(SITES)}")
-    if (kind == "kill") != (site == "epoch"):
-        _bad(token, spec, "kill goes with the epoch site (kill@epoch:N), oom with train or val")
+    if (kind == "kill") != (site == "epoch") or (kind == "sigkill" and site != "train"):
+        _bad(token, spec, "kill goes with the epoch site (kill@epoch:N), sigkill with train, oom with train or val")
     if index < 1:
         _bad(token, spec, "index is 1-based, so it must be at least 1")
     return kind, site, index
