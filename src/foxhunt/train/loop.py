@@ -156,7 +156,7 @@ def fit(
                 if i % 20 == 0 or i == n_batches:  # sync with the device only to show progress
                     bar.update(i - shown, float(loss), seen / (time.perf_counter() - t0))
                     shown = i
-                if stop.requested or clock.due(state.global_step):
+                if stop.requested or (i < n_batches and clock.due(state.global_step)):  # epoch end: see below
                     state.epoch_batches, state.epoch_loss_sum, state.epoch_seen = i, float(loss_sum), seen
                     state.epoch_seconds = time.perf_counter() - t0
                     save("step")
