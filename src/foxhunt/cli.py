@@ -188,6 +188,7 @@ def train(
     train_cfg = settings.train_config(v)  # every flag is checked before any file is read
     if v.get("resume"):  # the run's own configuration, with the training flags typed now on top (e.g. more epochs)
         data_cfg, model_cfg, train_cfg = settings.resumed_configs(Path(v["run_dir"]), train_cfg, _explicit(ctx))
+        train_cfg = dataclasses.replace(train_cfg, run_dir=v["run_dir"])  # where it is now, even if moved or copied
         train_run(data_cfg, model_cfg, train_cfg, resume=True)
         return
     data_cfg = settings.data_config(v, ())
