@@ -161,3 +161,17 @@ def test_checkpoint_clock_is_time_based_without_a_step_count(monkeypatch):
     clock.reset()
     assert not clock.due(4)
     assert loop.CheckpointClock(5).due(10) and not loop.CheckpointClock(5).due(11)
+
+
+def test_deterministic_kernels_change_nothing_on_cpu_and_are_switched_off_after(tmp_path, tiny, fixtures_dir):
+    """CPU kernels are deterministic already: --deterministic gives the same bits; the global switch is restored."""
+    data = [*tiny, "--parquet-file", str(fixtures_dir / "generic_ohlcv_daily.parquet"), "--epochs", "1"]
+    assert main(["train", *data, "--run-dir", str(tmp_path / "plain")]) == 0
+    assert main(["train", *data, "--run-dir", str(tmp_path / "det"), "--deterministic"]) == 0
+    assert metrics(tmp_path / "plain") == metrics(tmp_path / "det")
+    wa, wb = load_file(str(tmp_path / "plain" / "model.safetensors")), load_file(str(tmp_path / "det" /
+                                                                                     "model.safetensors"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert json.loads((tmp_path / "det" / "config.json").read_text())["train"]["deterministic"] is True
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert "--deterministic: deterministic kernels" in (tmp_path / "det" / "train.log").read_text()
