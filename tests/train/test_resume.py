@@ -175,3 +175,43 @@ def test_deterministic_kernels_change_nothing_on_cpu_and_are_switched_off_after(
     assert json.loads((tmp_path / "det" / "config.json").read_text())["train"]["deterministic"] is True
     assert not torch.are_deterministic_algorithms_enabled()
     assert "--deterministic: deterministic kernels" in (tmp_path / "det" / "train.log").read_text()
+
+
+def test_a_failed_checkpoint_write_keeps_the_previous_one_whole(tmp_path, monkeypatch):
+    from foxhunt.errors import WriteError
+    from foxhunt.train.checkpoint import save_checkpoint
+
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, {"model": {}, "fit_state": json.dumps({"global_step": 4})})
+
+    def dies_half_way(obj, f):
+        Path(f).write_bytes(b"half a checkpoint")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", dies_half_way)
+    with pytest.raises(WriteError, match="No space left on device"):
+        save_checkpoint(path, {"model": {}, "fit_state": json.dumps({"global_step": 8})})
+    monkeypatch.undo()
+    assert json.loads(load_checkpoint(path)["fit_state"])["global_step"] == 4
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_runs_saved_by_the_previous_format_still_resume(tmp_path, tiny, fixtures_dir, monkeypatch):
+    """A run from before mid-epoch checkpoints: config.json without the new options, a checkpoint without the format
+    key or the in-epoch fields. It resumes at its epoch boundary."""
+    run = tmp_path / "run"
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "kill@epoch:1")
+    assert main(["train", *tiny, "--parquet-file", str(fixtures_dir / "generic_ohlcv_daily.parquet"), "--epochs",
+                 "2", "--run-dir", str(run)]) == 130
+    monkeypatch.delenv("FOXHUNT_FAULT_INJECT")
+    config = json.loads((run / "config.json").read_text())
+    for key in ("checkpoint_every", "deterministic"):
+        del config["train"][key]
+    (run / "config.json").write_text(json.dumps(config))
+    state = load_checkpoint(run / "checkpoint.pt")
+    new_fields = ("epoch_batches", "epoch_loss_sum", "epoch_seen", "epoch_seconds", "val_batch_size")
+    fit_state = {k: v for k, v in json.loads(state["fit_state"]).items() if k not in new_fields}
+    old = {k: v for k, v in state.items() if k not in ("format", "foxhunt_version")}
+    torch.save({**old, "fit_state": json.dumps(fit_state)}, run / "checkpoint.pt")
+    assert resume(run) == 0
+    assert [r["epoch"] for r in metrics(run)] == [1, 2]
