@@ -48,7 +48,7 @@ def _fsync(path: Path) -> None:
 def _write_error(final: Path, e: OSError) -> WriteError:
     what = e.strerror or str(e) or type(e).__name__
     return WriteError(f"cannot write {final} ({what}); nothing was written under that name: free disk space or "
-                      "choose a writable location, then run again (a training run continues with --resume)")
+                      "choose a writable location, then run again (a training run continues with --resume)", e)
 
 
 def _umask() -> int:

@@ -17,8 +17,17 @@ class ResourceError(Exception):
     exit_code = 3
 
 
-class WriteError(Exception):
+class WriteError(OSError):
     """A file could not be written (disk full, permissions): a runtime failure, exit status 1. Nothing partial is
-    left under the file's name."""
+    left under the file's name. An OSError (with the cause's errno and strerror), so callers that handle OSError
+    around a write keep working."""
 
     exit_code = 1
+
+    def __init__(self, message: str, cause: OSError | None = None):
+        super().__init__(message)
+        if cause is not None:
+            self.errno, self.strerror, self.filename = cause.errno, cause.strerror, cause.filename
+
+    def __str__(self) -> str:
+        return str(self.args[0])

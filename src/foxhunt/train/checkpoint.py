@@ -75,7 +75,7 @@ def load_model(run_dir: str | Path, device: torch.device | str = "cpu") -> Loade
     short or from a newer foxhunt) is an InputError naming the file and what to do."""
     root = Path(run_dir)
     meta_path, weights_path = root / "model.json", root / "model.safetensors"
-    if not root.is_dir():
+    if root.exists() and not root.is_dir():
         raise InputError(f"--model {root}: not a directory; point --model at a run directory written by "
                          "`foxhunt train`")
     missing = [p for p in (meta_path, weights_path) if not p.exists()]
