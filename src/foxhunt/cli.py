@@ -409,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     debug = DEBUG_FLAG in args
     args = [a for a in args if a != DEBUG_FLAG]
+    logging.raiseExceptions = debug  # a log line that cannot be written (full disk) must not print a traceback
     from foxhunt.train.interrupt import Interrupted
 
     def fail(line: str, e: BaseException, code: int) -> int:

@@ -76,7 +76,8 @@ def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, re
     precision = resolve_precision(cfg.precision, device)  # one the device cannot run stops before any file is read
     run = RunDir.create(cfg.run_dir, resume=resume)
     handler = attach_log_file(run)
-    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    was_deterministic = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+                         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
     stop = StopRequest()
     try:
         if cfg.deterministic:
@@ -86,7 +87,8 @@ def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, re
     except KeyboardInterrupt:  # a second signal, one before training started, or Ctrl-C outside the handlers
         raise Interrupted(stop.signum or signal.SIGINT, run.root, run.checkpoint.exists()) from None
     finally:
-        torch.use_deterministic_algorithms(was_deterministic)
+        torch.use_deterministic_algorithms(was_deterministic[0], warn_only=was_deterministic[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = was_deterministic[2:]
         logging.getLogger("foxhunt").removeHandler(handler)
         handler.close()
 
