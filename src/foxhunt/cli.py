@@ -430,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as e:
         return fail(str(e), e, e.exit_code)
     except KeyboardInterrupt as e:
-        return fail("interrupted; if the run wrote checkpoint.pt, continue it with --resume", e, 130)
+        return fail("interrupted (a training run says how to resume; other commands leave no partial output)", e,
+                    130)
     except typer.Exit as e:
         return int(e.exit_code or 0)
     except typer.Abort:
