@@ -154,8 +154,9 @@ def train(
     seed: Annotated[int, typer.Option(help="Random seed (a CPU run repeats bit for bit).", rich_help_panel=T)] = 0,
     run_dir: Annotated[str | None, typer.Option(help="Run directory (default runs/<UTC time>).",
                                                 rich_help_panel=T)] = None,
-    resume: Annotated[bool, typer.Option(help="Continue the run in --run-dir from its checkpoint.pt, with its saved "
-                                         "options (training flags given now, e.g. --epochs, override them).",
+    resume: Annotated[bool, typer.Option(help="Continue the run in --run-dir from its checkpoint.pt (the step it "
+                                         "stopped at), with its saved options and batch sizes (training flags given "
+                                         "now, e.g. --epochs, override them).",
                                          rich_help_panel=T)] = False,
     memory_log_every: Annotated[int, typer.Option(help="A [MEMORY] record every N batches (0: phases only).",
                                                   rich_help_panel=T)] = 0,
