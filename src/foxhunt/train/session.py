@@ -76,8 +76,7 @@ def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, re
     precision = resolve_precision(cfg.precision, device)  # one the device cannot run stops before any file is read
     run = RunDir.create(cfg.run_dir, resume=resume)
     handler = attach_log_file(run)
-    was_deterministic = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-                         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    switches = determinism_switches()  # process-wide: put back after the run (tests run many in one process)
     stop = StopRequest()
     try:
         if cfg.deterministic:
@@ -87,8 +86,7 @@ def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, re
     except KeyboardInterrupt:  # a second signal, one before training started, or Ctrl-C outside the handlers
         raise Interrupted(stop.signum or signal.SIGINT, run.root, run.checkpoint.exists()) from None
     finally:
-        torch.use_deterministic_algorithms(was_deterministic[0], warn_only=was_deterministic[1])
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = was_deterministic[2:]
+        set_determinism_switches(*switches)
         logging.getLogger("foxhunt").removeHandler(handler)
         handler.close()
 
@@ -103,6 +101,16 @@ def use_deterministic_kernels(device: torch.device) -> None:
     # warn_only: an op without a deterministic CUDA kernel prints a torch warning naming it instead of stopping
     torch.use_deterministic_algorithms(True, warn_only=True)
     log.info("--deterministic: deterministic kernels on %s", device)
+
+
+def determinism_switches() -> tuple[bool, bool, bool, bool]:
+    return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+
+
+def set_determinism_switches(algorithms: bool, warn_only: bool, cudnn_deterministic: bool, benchmark: bool) -> None:
+    torch.use_deterministic_algorithms(algorithms, warn_only=warn_only)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn_deterministic, benchmark
 
 
 def saved_batch_sizes(run: RunDir, cfg: TrainConfig) -> tuple[int, int] | None:
