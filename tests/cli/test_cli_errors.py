@@ -159,3 +159,11 @@ def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(tmp_path,
     assert main([*args[:1], "--debug", *args[1:]]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and "second line" in err and err.strip().splitlines()[-1].startswith("foxhunt: ")
+
+
+def test_a_checkpoint_from_another_model_is_one_line_and_status_2(model, capsys):
+    state = torch.load(model / "checkpoint.pt", weights_only=True)
+    name = next(iter(state["model"]))
+    state["model"][name] = torch.zeros(3, 1)  # a weight of another shape
+    torch.save(state, model / "checkpoint.pt")
+    one_line(capsys, resume(model), 2, "checkpoint.pt does not fit the run")

@@ -22,6 +22,7 @@ from foxhunt.atomic import append_jsonl, write_text
 from foxhunt.data.batch import Batch
 from foxhunt.data.prepare import PreparedData
 from foxhunt.data.windows import shuffled_runs
+from foxhunt.errors import InputError
 from foxhunt.train.checkpoint import CHECKPOINT_FORMAT, save_checkpoint, state_to_cpu
 from foxhunt.train.config import TrainConfig
 from foxhunt.train.faults import FaultInjector
@@ -218,13 +219,19 @@ def checkpoint_state(model: torch.nn.Module, optimizer: Any, state: FitState, de
 
 
 def restore(ckpt: dict[str, Any], model: torch.nn.Module, optimizer: Any, device: torch.device) -> FitState:
-    """Load a checkpoint into the model and optimizer and set the RNGs; returns the progress it holds."""
-    model.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
-    torch.set_rng_state(ckpt["rng_cpu"])
+    """Load a checkpoint into the model and optimizer and set the RNGs; returns the progress it holds. A checkpoint
+    that does not fit this run's model (config.json edited, files mixed from two runs) is bad input."""
+    try:
+        state = FitState(**json.loads(ckpt["fit_state"]))
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["rng_cpu"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise InputError(f"checkpoint.pt does not fit the run in config.json ({str(e).splitlines()[0]}); resume "
+                         "with the run's own files or start a new run") from e
     if device.type == "cuda" and "rng_cuda" in ckpt:
         torch.cuda.set_rng_state(ckpt["rng_cuda"], device)
-    return FitState(**json.loads(ckpt["fit_state"]))
+    return state
 
 
 def epoch_record(epoch: int, train_loss: float, val: ValResult, lr: float, seen: int, train_s: float,
