@@ -44,15 +44,18 @@ def assert_same_run(a: Path, b: Path) -> None:
     assert json.loads(ca["fit_state"])["global_step"] == json.loads(cb["fit_state"])["global_step"]
 
 
-@pytest.fixture
-def args(tiny, fixtures_dir) -> list[str]:
+@pytest.fixture(scope="module")
+def args(fixtures_dir) -> list[str]:
+    tiny = ["--hidden-size", "8", "--attention-heads", "2", "--encoder-length", "16", "--horizon", "3",
+            "--no-progress", "--threads", "1"]  # the `tiny` fixture's flags, for a module-wide run
     return [*tiny, "--parquet-file", str(fixtures_dir / "es_fut_ohlcv1h_databento.parquet"), "--epochs", str(EPOCHS),
             "--batch-size", str(BATCH), "--patience", "9", "--seed", "3", "--checkpoint-every", "4"]
 
 
-@pytest.fixture
-def full(tmp_path, args) -> Path:
-    run = tmp_path / "full"
+@pytest.fixture(scope="module")
+def full(tmp_path_factory, args) -> Path:
+    """The uninterrupted run every interrupted one must repeat exactly (shared: nothing writes to it)."""
+    run = tmp_path_factory.mktemp("full") / "run"
     assert main(["train", *args, "--run-dir", str(run)]) == 0
     return run
 
