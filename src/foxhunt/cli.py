@@ -1,7 +1,8 @@
 """The `foxhunt` command line. It parses and wires; the work happens in data / train / evaluate.
 
-`main(argv)` runs in-process (tests call it that way) and returns the exit status: 0 done, 2 bad input (one line on
-stderr, no traceback), 3 does not fit in memory, 4 training stopped on non-finite losses or gradients.
+`main(argv)` runs in-process (tests call it that way) and returns the exit status: 0 done, 2 bad input, 1 a runtime
+failure, 3 does not fit in memory, 4 training stopped on non-finite losses or gradients, 130/143 stopped by
+SIGINT/SIGTERM; each failure is one line on stderr, with the traceback only under --debug.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import json
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from foxhunt.data.config import DataConfig
-from foxhunt.errors import InputError, NonFiniteError, ResourceError
+from foxhunt.errors import InputError, NonFiniteError, ResourceError, WriteError
 from foxhunt.model.config import ModelConfig
 from foxhunt.train.config import TrainConfig
 
@@ -168,8 +170,9 @@ def train(
     seed: Annotated[int, typer.Option(help="Random seed (a CPU run repeats bit for bit).", rich_help_panel=T)] = 0,
     run_dir: Annotated[str | None, typer.Option(help="Run directory (default runs/<UTC time>).",
                                                 rich_help_panel=T)] = None,
-    resume: Annotated[bool, typer.Option(help="Continue the run in --run-dir from its checkpoint.pt, with its saved "
-                                         "options (training flags given now, e.g. --epochs, override them).",
+    resume: Annotated[bool, typer.Option(help="Continue the run in --run-dir from its checkpoint.pt (the step it "
+                                         "stopped at), with its saved options and batch sizes (training flags given "
+                                         "now, e.g. --epochs, override them).",
                                          rich_help_panel=T)] = False,
     memory_log_every: Annotated[int, typer.Option(help="A [MEMORY] record every N batches (0: phases only).",
                                                   rich_help_panel=T)] = 0,
@@ -187,6 +190,12 @@ def train(
                                                "gradient norm (each is skipped: no update).",
                                                rich_help_panel=T)] = TD.max_bad_steps,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.", rich_help_panel=T)] = True,
+    checkpoint_every: Annotated[int, typer.Option(help="Write checkpoint.pt every N optimizer steps (0: about every "
+                                                  "10 minutes); always at each epoch end and on SIGINT/SIGTERM.",
+                                                  rich_help_panel=T)] = TD.checkpoint_every,
+    deterministic: Annotated[bool, typer.Option("--deterministic", help="Deterministic CUDA kernels: a seeded GPU run repeats bit for "
+                                                "bit, somewhat slower (CPU runs always do).",
+                                                rich_help_panel=T)] = TD.deterministic,
     config: ConfigFile = None,
 ) -> None:
     """Train a Temporal Fusion Transformer; writes the run directory (model, metrics, memory trace, checkpoint)."""
@@ -199,6 +208,7 @@ def train(
     train_cfg = settings.train_config(v)  # every flag is checked before any file is read
     if v.get("resume"):  # the run's own configuration, with the training flags typed now on top (e.g. more epochs)
         data_cfg, model_cfg, train_cfg = settings.resumed_configs(Path(v["run_dir"]), train_cfg, _explicit(ctx))
+        train_cfg = dataclasses.replace(train_cfg, run_dir=v["run_dir"])  # where it is now, even if moved or copied
         train_run(data_cfg, model_cfg, train_cfg, resume=True)
         return
     data_cfg = settings.data_config(v, ())
@@ -399,8 +409,23 @@ def _setup_logging(verbose: bool) -> None:
     logger.propagate = False
 
 
+DEBUG_FLAG = "--debug"
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option(DEBUG_FLAG, help="Show the Python traceback of an error (accepted anywhere "
+                                        "on the command line).")] = False,
+) -> None:
+    """Temporal Fusion Transformers on futures bars."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI in-process; returns the exit status instead of raising SystemExit."""
+    """Run the CLI in-process; returns the exit status instead of raising SystemExit.
+
+    0 done; 2 bad input; 1 a runtime failure (a file that cannot be written, an unexpected error); 3 does not fit in
+    memory; 128 + N stopped by signal N (130 SIGINT, 143 SIGTERM). Each failure is one line on stderr, with the
+    traceback only under --debug."""
     # OpenMP's worker threads spin while they wait for the next parallel region. torch's default spin (300,000
     # iterations) is long: beside one other busy process on 2 cores a 2-thread training step ran at 399 samples/s,
     # against 1,367 on an idle machine. Not spinning at all (OMP_WAIT_POLICY=PASSIVE) gave 1,208 busy but 1,028
@@ -410,22 +435,33 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
     _setup_logging(verbose=False)
     args = sys.argv[1:] if argv is None else list(argv)
+    debug = DEBUG_FLAG in args
+    args = [a for a in args if a != DEBUG_FLAG]
+    logging.raiseExceptions = debug  # a log line that cannot be written (full disk) must not print a traceback
+    from foxhunt.train.interrupt import Interrupted
+
+    def fail(line: str, e: BaseException, code: int) -> int:
+        if debug:
+            traceback.print_exception(e, file=sys.stderr)
+        print(f"foxhunt: {line}", file=sys.stderr)
+        return code
+
     try:
         result = app(args=args, prog_name="foxhunt", standalone_mode=False)
         return int(result) if isinstance(result, int) else 0
     except InputError as e:
-        print(f"foxhunt: error: {e}", file=sys.stderr)
-        return InputError.exit_code
+        return fail(f"error: {e}", e, InputError.exit_code)
     except ResourceError as e:
-        print(f"foxhunt: out of memory: {e}", file=sys.stderr)
-        return ResourceError.exit_code
+        return fail(f"out of memory: {e}", e, ResourceError.exit_code)
     except NonFiniteError as e:
-        print(f"foxhunt: not finite: {e}", file=sys.stderr)
-        return NonFiniteError.exit_code
-    except KeyboardInterrupt:
-        print("foxhunt: interrupted; the last finished epoch is in checkpoint.pt (continue with --resume)",
-              file=sys.stderr)
-        return 130
+        return fail(f"not finite: {e}", e, NonFiniteError.exit_code)
+    except WriteError as e:
+        return fail(f"error: {e}", e, WriteError.exit_code)
+    except Interrupted as e:
+        return fail(str(e), e, e.exit_code)
+    except KeyboardInterrupt as e:
+        return fail("interrupted (a training run says how to resume; other commands leave no partial output)", e,
+                    130)
     except typer.Exit as e:
         return int(e.exit_code or 0)
     except typer.Abort:
@@ -433,3 +469,9 @@ def main(argv: list[str] | None = None) -> int:
     except ClickException as e:  # usage errors (unknown flag, bad value): click prints them itself
         e.show()
         return int(getattr(e, "exit_code", 2) or 2)
+    except OSError as e:  # reading or writing outside the atomic writers (permissions, a vanished file)
+        where = f"{e.filename}: " if e.filename else ""
+        return fail(f"error: {where}{e.strerror or e}; check the path and its permissions", e, 1)
+    except Exception as e:  # a bug: still one line, the traceback with --debug
+        first = str(e).splitlines()[0] if str(e) else ""
+        return fail(f"internal error: {type(e).__name__}: {first} (rerun with {DEBUG_FLAG} for the traceback)", e, 1)

@@ -21,3 +21,19 @@ class NonFiniteError(Exception):
     """Training produced NaN or inf that skipping batches could not contain; the last good checkpoint is kept."""
 
     exit_code = 4
+
+
+class WriteError(OSError):
+    """A file could not be written (disk full, permissions): a runtime failure, exit status 1. Nothing partial is
+    left under the file's name. An OSError (with the cause's errno and strerror), so callers that handle OSError
+    around a write keep working."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, cause: OSError | None = None):
+        super().__init__(message)
+        if cause is not None:
+            self.errno, self.strerror, self.filename = cause.errno, cause.strerror, cause.filename
+
+    def __str__(self) -> str:
+        return str(self.args[0])

@@ -142,6 +142,8 @@ def train_config(v: Mapping[str, Any]) -> TrainConfig:
         max_bad_steps=int(v.get("max_bad_steps", _T.max_bad_steps)),
         precision=str(v.get("precision", _T.precision)),
         progress=bool(v.get("progress", True)),
+        checkpoint_every=int(v.get("checkpoint_every", _T.checkpoint_every)),
+        deterministic=bool(v.get("deterministic", _T.deterministic)),
     )
 
 

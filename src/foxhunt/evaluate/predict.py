@@ -66,8 +66,23 @@ class ForecastBatch:
 def prepare_for_model(lm: LoadedModel, paths: tuple[str, ...]) -> PreparedData:
     cfg = dataclasses.replace(lm.data_cfg, paths=paths, train_end=None, val_end=None)
     data = prepare_data(cfg, transform=lm.transform, for_prediction=True)
+    check_schema(lm, data, paths)
     data.windows.check_codes(lm.schema, "the model's embedding table")  # the model's, not the data's own schema
     return data
+
+
+def check_schema(lm: LoadedModel, data: PreparedData, paths: tuple[str, ...]) -> None:
+    """The features built from these bars must be the model's, in the model's order: a mismatch would feed columns
+    into the wrong inputs and forecast nonsense without an error."""
+    want, got = lm.schema.to_dict()["features"], data.schema.to_dict()["features"]
+    if want == got:
+        return
+    diff = next((i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), min(len(want), len(got)))
+    expected = want[diff]["name"] if diff < len(want) else "nothing more"
+    found = got[diff]["name"] if diff < len(got) else "nothing more"
+    raise InputError(f"{', '.join(paths)}: features do not match the model's (input {diff + 1}: the model expects "
+                     f"{expected!r}, these bars give {found!r}); predict with the model trained on such bars, or "
+                     "retrain on them")
 
 
 def select_origins(data: PreparedData, start_ns: int | None, end_ns: int | None) -> torch.Tensor:

@@ -26,6 +26,7 @@ from foxhunt.evaluate.memory_report import load_memory, memory_png
 from foxhunt.evaluate.metrics import MetricAccumulator, skill
 from foxhunt.evaluate.predict import (
     ForecastBatch,
+    check_schema,
     parse_time,
     quantile_column,
     select_origins,
@@ -59,6 +60,7 @@ def evaluate_run(
     cfg = dataclasses.replace(lm.data_cfg, paths=paths, train_end=None, val_end=None)
     loaded = load_bars(cfg, lm.transform.bar_spacing_ns)  # --fill-gaps fills to the model's grid
     data = prepare_from_bars(loaded, cfg, transform=lm.transform, for_prediction=True)
+    check_schema(lm, data, paths)
     ids = select_origins(data, parse_time(start, "--start"), parse_time(end, "--end", end=True))
     out_dir.mkdir(parents=True, exist_ok=True)
     static, encoder, decoder = variable_names(lm.schema)  # the order of the model's weight columns

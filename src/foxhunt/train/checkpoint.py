@@ -2,8 +2,8 @@
 
 - `model.safetensors` + `model.json`: the best weights and everything needed to forecast without the training data
   (architecture, feature schema, scalers, quantiles, data options).
-- `checkpoint.pt`: the last state for resuming (weights, optimizer, scheduler, step, epoch, RNG, early-stopping
-  state); only tensors and plain values, so it loads with `weights_only=True`.
+- `checkpoint.pt`: the last state for resuming (weights, optimizer, step, epoch, the position inside the epoch, every
+  RNG state, early-stopping state); only tensors and plain values, so it loads with `weights_only=True`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from foxhunt.data.schema import FeatureSchema
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer
+
+# Format of checkpoint.pt: 1 per epoch only; 2 adds the position inside an epoch, the format and version keys.
+CHECKPOINT_FORMAT = 2
 
 
 def state_to_cpu(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -66,30 +69,60 @@ class LoadedModel:
 
 
 def load_model(run_dir: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
-    """Rebuild the trained model from RUN_DIR/model.json + model.safetensors; no training data needed."""
+    """Rebuild the trained model from RUN_DIR/model.json + model.safetensors; no training data needed.
+
+    Every way a directory can fail to be a usable model (not a run, a run that has not finished an epoch, a file cut
+    short or from a newer foxhunt) is an InputError naming the file and what to do."""
     root = Path(run_dir)
     meta_path, weights_path = root / "model.json", root / "model.safetensors"
-    for p in (meta_path, weights_path):
-        if not p.exists():
-            raise InputError(f"{p}: not found; --model must be a run directory written by `foxhunt train`")
+    if root.exists() and not root.is_dir():
+        raise InputError(f"--model {root}: not a directory; point --model at a run directory written by "
+                         "`foxhunt train`")
+    missing = [p for p in (meta_path, weights_path) if not p.exists()]
+    if missing and (root / "checkpoint.pt").exists():
+        raise InputError(f"--model {root}: training has not finished an epoch yet ({missing[0].name} is missing); "
+                         f"continue it with `foxhunt train --run-dir {root} --resume`")
+    if missing:
+        raise InputError(f"{missing[0]}: not found; --model must be a run directory written by `foxhunt train`")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        check_version(meta_path, meta.get("foxhunt_version"))
         model_cfg = ModelConfig.from_dict(meta["model"])
         schema = FeatureSchema.from_dict(meta["schema"])
         transform = FittedTransform.from_dict(meta["transform"])
         data_cfg = DataConfig.from_dict(meta["data"])
-    except (KeyError, ValueError, TypeError) as e:
-        raise InputError(f"{meta_path}: not a foxhunt model description ({e}); retrain or point --model elsewhere") from e
+    except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as e:
+        raise InputError(f"{meta_path}: not a foxhunt model description ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''}); retrain or point --model elsewhere") from e
     model = TemporalFusionTransformer(schema.sizes, model_cfg)
     try:
         model.load_state_dict(load_file(str(weights_path)))
-    except (RuntimeError, OSError) as e:
-        raise InputError(f"{weights_path}: weights do not match model.json ({str(e).splitlines()[0]})") from e
+    except Exception as e:  # safetensors raises its own error type for a file cut short
+        raise InputError(f"{weights_path}: unreadable or does not match model.json ({str(e).splitlines()[0]}); "
+                         "retrain or point --model elsewhere") from e
     model.to(device).eval()
     return LoadedModel(model, model_cfg, schema, transform, data_cfg, meta)
 
 
+def check_version(path: Path, written_by: Any) -> None:
+    """Files from a newer foxhunt may hold what this one cannot read: say so rather than fail obscurely."""
+    if written_by is None:
+        return
+    if _version_tuple(str(written_by)) > _version_tuple(foxhunt.__version__):
+        raise InputError(f"{path}: written by foxhunt {written_by}, newer than this foxhunt "
+                         f"{foxhunt.__version__}; upgrade foxhunt to read it")
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    parts = []
+    for p in v.split("."):
+        digits = "".join(ch for ch in p if ch.isdigit()) if not p.isdigit() else p
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Written to a temporary file and renamed: the previous checkpoint stays whole until the new one is."""
     write_with(path, lambda tmp: torch.save(state, tmp))
 
 
@@ -97,6 +130,15 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise InputError(f"{path}: no checkpoint to resume from; start a new run without --resume")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a truncated or foreign file
-        raise InputError(f"{path}: unreadable checkpoint ({type(e).__name__}); start a new run") from e
+        raise InputError(f"{path}: unreadable checkpoint, truncated or not written by foxhunt "
+                         f"({type(e).__name__}); restore it or start a new run in another --run-dir") from e
+    if not isinstance(state, dict) or "fit_state" not in state or "model" not in state:
+        raise InputError(f"{path}: not a foxhunt checkpoint; restore it or start a new run in another --run-dir")
+    fmt = state.get("format", 1)
+    if not isinstance(fmt, int) or fmt > CHECKPOINT_FORMAT:
+        raise InputError(f"{path}: checkpoint format {fmt} written by foxhunt {state.get('foxhunt_version', '?')}, "
+                         f"newer than this foxhunt {foxhunt.__version__} reads (format {CHECKPOINT_FORMAT}); "
+                         "upgrade foxhunt to resume it")
+    return state

@@ -33,6 +33,8 @@ class TrainConfig:
     window_run: int = 16  # training batches are runs of this many windows one horizon apart (1: shuffled singly)
     max_bad_steps: int = 5  # non-finite (skipped) training steps in a row before the run stops
     progress: bool = True
+    checkpoint_every: int = 0  # a checkpoint every N optimizer steps (0: about every 10 minutes) and at each epoch end
+    deterministic: bool = False  # deterministic CUDA kernels (CPU runs are deterministic already)
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -65,6 +67,8 @@ class TrainConfig:
             bad(f"--window-run must be at least 1 (1 shuffles windows singly), got {self.window_run}")
         if self.max_bad_steps < 1:
             bad(f"--max-bad-steps must be at least 1, got {self.max_bad_steps}")
+        if self.checkpoint_every < 0:
+            bad(f"--checkpoint-every must be >= 0 (0: about every 10 minutes), got {self.checkpoint_every}")
         if self.memory_log_every < 0:
             bad(f"--memory-log-every must be >= 0, got {self.memory_log_every}")
         if self.memory_budget is not None and self.memory_budget <= 0:
@@ -77,4 +81,6 @@ class TrainConfig:
     def from_dict(d: dict[str, Any]) -> TrainConfig:
         d = dict(d)
         d.setdefault("window_run", 1)  # runs saved before the option existed shuffled windows singly
+        # fields added later (checkpoint_every, deterministic) take their defaults; unknown ones (a newer foxhunt)
+        # are a TypeError the caller reports
         return TrainConfig(**d)

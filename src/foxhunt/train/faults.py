@@ -9,6 +9,8 @@ e.g. `oom@train:5,oom@val:3x2,nan@train:7`:
 - KIND `nan` at SITE `train`: the step's loss is multiplied by NaN, so its loss and gradients are not finite.
 - KIND `kill` at SITE `epoch`: raises KeyboardInterrupt right after epoch INDEX's checkpoint is written, as if the
   run were killed there (`kill@epoch:1`); it makes resuming testable.
+- KIND `sigkill` at SITE `train`: the process sends itself SIGKILL before step INDEX's forward (`sigkill@train:7`):
+  no handler, no clean-up, exactly what `kill -9` or the OOM killer does; for tests of resuming from any step.
 A fault first fires at the check of its site with exactly INDEX, then on the next TIMES - 1 checks of that site
 (default TIMES 1): a retried step checks its index again, so `oom@train:3x4` fails step 3 and its next three retries,
 climbing the out-of-memory ladder, and `nan@train:3x5` poisons steps 3 to 7. Once spent, a fault stays quiet.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NoReturn
@@ -32,6 +35,7 @@ SITES_OF: dict[str, tuple[str, ...]] = {  # the sites each kind can fire at
     "oom": ("train", "val", "predict", "probe"),
     "nan": ("train",),
     "kill": ("epoch",),
+    "sigkill": ("train",),
 }
 KINDS = tuple(SITES_OF)
 SITES = tuple(dict.fromkeys(s for sites in SITES_OF.values() for s in sites))
@@ -90,6 +94,8 @@ def _fire(kind: str, where: str, index: int) -> str | None:
         raise torch.OutOfMemoryError(f"CUDA out of memory (injected by {ENV_VAR}: oom@{where}:{index})")
     if kind == "kill":
         raise KeyboardInterrupt(f"killed by {ENV_VAR}: kill@{where}:{index}")
+    if kind == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
     return kind
 
 

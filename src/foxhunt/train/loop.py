@@ -2,7 +2,9 @@
 
 Per epoch: shuffled training batches (one indexing op each), an OOM-safe optimizer step, validation under
 `torch.inference_mode()` with running sums, best weights kept by validation loss, a resumable checkpoint, early
-stopping, and a `[MEMORY]` record at every phase boundary.
+stopping, and a `[MEMORY]` record at every phase boundary. Checkpoints are also written inside an epoch (every
+`--checkpoint-every` steps, else about every 10 minutes) and on SIGINT/SIGTERM; a resumed run continues from the
+exact step and, on CPU, repeats the uninterrupted run bit for bit.
 """
 
 from __future__ import annotations
@@ -15,14 +17,17 @@ from typing import Any
 
 import torch
 
-from foxhunt.atomic import append_jsonl
+import foxhunt
+from foxhunt.atomic import append_jsonl, write_text
 from foxhunt.data.batch import Batch
 from foxhunt.data.prepare import PreparedData
 from foxhunt.data.windows import shuffled_runs
-from foxhunt.train.checkpoint import save_checkpoint, state_to_cpu
+from foxhunt.errors import InputError
+from foxhunt.train.checkpoint import CHECKPOINT_FORMAT, save_checkpoint, state_to_cpu
 from foxhunt.train.config import TrainConfig
 from foxhunt.train.faults import FaultInjector
 from foxhunt.train.guard import BadSteps, check_finite
+from foxhunt.train.interrupt import Interrupted, StopRequest
 from foxhunt.train.optim import build_optimizer, set_lr, warmup_cosine
 from foxhunt.train.precision import autocast
 from foxhunt.train.progress import epoch_bar
@@ -32,6 +37,9 @@ from foxhunt.train.telemetry import MemoryTracker
 from foxhunt.train.validate import ValResult, validate
 
 log = logging.getLogger("foxhunt.train")
+
+
+CHECKPOINT_SECONDS = 600.0  # without --checkpoint-every: a checkpoint inside an epoch about every 10 minutes
 
 
 @dataclass
@@ -44,7 +52,29 @@ class FitState:
     best_epoch: int = 0
     bad_epochs: int = 0
     micro_batch: int | None = None
+    val_batch_size: int | None = None  # smaller than planned after a validation OOM
     history: list[dict[str, Any]] = field(default_factory=list)
+    # A checkpoint inside epoch `epoch + 1`: its batches already stepped and their running sums (exact floats).
+    epoch_batches: int = 0
+    epoch_loss_sum: float = 0.0
+    epoch_seen: int = 0
+    epoch_seconds: float = 0.0
+
+
+class CheckpointClock:
+    """When a checkpoint inside an epoch is due: every `every_steps` steps, or (0) every `seconds` of wall time."""
+
+    def __init__(self, every_steps: int, seconds: float = CHECKPOINT_SECONDS):
+        self.every_steps, self.seconds = every_steps, seconds
+        self.last = time.monotonic()
+
+    def due(self, global_step: int) -> bool:
+        if self.every_steps > 0:
+            return global_step % self.every_steps == 0
+        return time.monotonic() - self.last >= self.seconds
+
+    def reset(self) -> None:
+        self.last = time.monotonic()
 
 
 def fit(
@@ -61,6 +91,7 @@ def fit(
     on_best: Any,  # callable(state_dict) -> None: writes model.safetensors (+ model.json)
     resume: dict[str, Any] | None = None,
     precision: str = "32",
+    stop: StopRequest | None = None,
 ) -> FitState:
     train_ids, val_ids = data.splits["train"], data.splits["val"]
     n_batches = -(-len(train_ids) // batch_size)
@@ -68,21 +99,22 @@ def fit(
         n_batches = min(n_batches, cfg.max_train_batches)
     total_steps = n_batches * cfg.epochs
     warmup = int(cfg.warmup_fraction * total_steps)
+    stop = stop or StopRequest()
 
     optimizer = build_optimizer(model, cfg.learning_rate, cfg.weight_decay, cfg.optimizer_state == "cpu", device)
     state = FitState()
     if resume is not None:
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        state = FitState(**json.loads(resume["fit_state"]))
-        torch.set_rng_state(resume["rng_cpu"])
-        if device.type == "cuda" and "rng_cuda" in resume:
-            torch.cuda.set_rng_state(resume["rng_cuda"], device)
-        log.info("resuming after epoch %d (step %d, best val loss %.6f at epoch %d)",
-                 state.epoch, state.global_step, state.best_val_loss, state.best_epoch)
+        state = restore(resume, model, optimizer, device)
+        val_batch_size = state.val_batch_size or val_batch_size
+        write_text(run.metrics, "".join(json.dumps(r) + "\n" for r in state.history))  # drop records past it
+        log.info("resuming at epoch %d, batch %d (step %d, best val loss %.6f at epoch %d)", state.epoch + 1,
+                 state.epoch_batches, state.global_step, state.best_val_loss, state.best_epoch)
     q = torch.tensor(quantiles, dtype=torch.float32, device=device)
     stepper = TrainStepper(model, optimizer, q, cfg.grad_clip, device, injector, tracker, state.micro_batch,
                            precision=precision)
+    if resume is not None and stepper.scaler is not None and "scaler" in resume:
+        stepper.scaler.load_state_dict(resume["scaler"])
+    clock = CheckpointClock(cfg.checkpoint_every)
 
     bad_steps = BadSteps(cfg.max_bad_steps, data.windows, run.metrics)
 
@@ -90,22 +122,39 @@ def fit(
         with autocast(device, precision):
             return model(b).quantiles
 
+    def save(where: str) -> None:
+        state.micro_batch, state.val_batch_size = stepper.micro_batch, val_batch_size
+        ckpt = checkpoint_state(model, stepper.optimizer, state, device, stepper.scaler)
+        check_finite(ckpt["model"], "checkpoint.pt")  # non-finite weights are never saved
+        save_checkpoint(run.checkpoint, ckpt)
+        del ckpt
+        clock.reset()
+        tracker.record("checkpoint", epoch=state.epoch + (where == "step"), batch=state.epoch_batches or None)
+
+    def stop_here(where: str) -> None:
+        assert stop.signum is not None
+        raise Interrupted(stop.signum, run.root, True, where)
+
+    stop.deferred = True  # from here a signal stops at the next step boundary, with a checkpoint
     for epoch in range(state.epoch + 1, cfg.epochs + 1):
         if state.bad_epochs >= cfg.patience:
             break
         tracker.record("epoch_start", epoch=epoch)
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() - state.epoch_seconds
         model.train()
         gen = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
         # Runs of windows one horizon apart: they share most encoder bars, never a forecast bar (overlapping
-        # targets made batches of adjacent windows generalise worse; see the README).
+        # targets made batches of adjacent windows generalise worse; see the README). The order depends only on the
+        # seed and the epoch, so a resumed epoch rebuilds it and skips the batches already stepped.
         order = shuffled_runs(len(train_ids), min(cfg.window_run, batch_size), gen, stride=data.windows.horizon)
-        epoch_ids = train_ids[order][: n_batches * batch_size]
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        seen = 0
+        skip = state.epoch_batches
+        epoch_ids = train_ids[order][skip * batch_size : n_batches * batch_size]
+        loss_sum = torch.tensor(state.epoch_loss_sum, dtype=torch.float64, device=device)
+        seen, shown = state.epoch_seen, skip
         bad_steps.new_epoch()
         with epoch_bar(epoch, cfg.epochs, n_batches, cfg.progress) as bar:
-            for i, batch in enumerate(data.windows.iter_batches(epoch_ids, batch_size), start=1):
+            bar.update(skip, None, 0.0)
+            for i, batch in enumerate(data.windows.iter_batches(epoch_ids, batch_size), start=skip + 1):
                 set_lr(stepper.optimizer, warmup_cosine(state.global_step, total_steps, warmup, cfg.learning_rate))
                 state.global_step += 1
                 loss = stepper.step(batch, state.global_step, epoch)
@@ -117,8 +166,15 @@ def fit(
                     seen += len(batch)
                 tracker.maybe_record("train_batch", epoch, i)
                 if i % 20 == 0 or i == n_batches:  # sync with the device only to show progress
-                    bar.update(20 if i % 20 == 0 else i % 20, float("nan") if loss is None else float(loss),
-                               seen / (time.perf_counter() - t0))
+                    bar.update(i - shown, float("nan") if loss is None else float(loss),
+                                seen / (time.perf_counter() - t0))
+                    shown = i
+                if stop.requested or (i < n_batches and clock.due(state.global_step)):  # epoch end: see below
+                    state.epoch_batches, state.epoch_loss_sum, state.epoch_seen = i, float(loss_sum), seen
+                    state.epoch_seconds = time.perf_counter() - t0
+                    save("step")
+                    if stop.requested:
+                        stop_here(f"step {state.global_step} (epoch {epoch}, batch {i}/{n_batches})")
         train_seconds = time.perf_counter() - t0
         train_loss = float(loss_sum) / max(1, seen)
         lr = stepper.optimizer.param_groups[0]["lr"]
@@ -141,26 +197,30 @@ def fit(
         else:
             state.bad_epochs += 1
         state.epoch = epoch
-        state.micro_batch = stepper.micro_batch
+        state.epoch_batches, state.epoch_loss_sum, state.epoch_seen, state.epoch_seconds = 0, 0.0, 0, 0.0
         record = epoch_record(epoch, train_loss, val, lr, seen, train_seconds, time.perf_counter() - t0, improved)
         record["bad_steps"] = bad_steps.epoch_count  # skipped non-finite batches
         state.history.append(record)
         append_jsonl(run.metrics, record)
         log.info(format_epoch(record, cfg.epochs))
-        ckpt = checkpoint_state(model, stepper.optimizer, state, device)
-        check_finite(ckpt["model"], "checkpoint.pt")
-        save_checkpoint(run.checkpoint, ckpt)
-        del ckpt
-        tracker.record("checkpoint", epoch=epoch)
+        save("epoch")
         injector.check("epoch", epoch)  # test hook: simulate a run killed here
+        if stop.requested:
+            stop_here(f"the end of epoch {epoch}")
+    stop.deferred = False
     if state.bad_epochs >= cfg.patience and state.epoch < cfg.epochs:
         log.info("early stopping: no validation improvement for %d epochs (best %.6f at epoch %d)",
                  cfg.patience, state.best_val_loss, state.best_epoch)
     return state
 
 
-def checkpoint_state(model: torch.nn.Module, optimizer: Any, state: FitState, device: torch.device) -> dict[str, Any]:
+def checkpoint_state(model: torch.nn.Module, optimizer: Any, state: FitState, device: torch.device,
+                     scaler: Any = None) -> dict[str, Any]:
+    """Weights, optimizer, progress and every RNG the loop draws from (the global CPU generator feeds series
+    masking and CPU dropout; the CUDA one feeds dropout on the GPU); the epoch's order is rebuilt from the seed."""
     out: dict[str, Any] = {
+        "format": CHECKPOINT_FORMAT,
+        "foxhunt_version": foxhunt.__version__,
         "model": state_to_cpu(model),
         "optimizer": optimizer.state_dict(),
         "fit_state": json.dumps(asdict(state)),
@@ -168,7 +228,25 @@ def checkpoint_state(model: torch.nn.Module, optimizer: Any, state: FitState, de
     }
     if device.type == "cuda":
         out["rng_cuda"] = torch.cuda.get_rng_state(device)
+    if scaler is not None:
+        out["scaler"] = scaler.state_dict()
     return out
+
+
+def restore(ckpt: dict[str, Any], model: torch.nn.Module, optimizer: Any, device: torch.device) -> FitState:
+    """Load a checkpoint into the model and optimizer and set the RNGs; returns the progress it holds. A checkpoint
+    that does not fit this run's model (config.json edited, files mixed from two runs) is bad input."""
+    try:
+        state = FitState(**json.loads(ckpt["fit_state"]))
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["rng_cpu"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise InputError(f"checkpoint.pt does not fit the run in config.json ({str(e).splitlines()[0]}); resume "
+                         "with the run's own files or start a new run") from e
+    if device.type == "cuda" and "rng_cuda" in ckpt:
+        torch.cuda.set_rng_state(ckpt["rng_cuda"], device)
+    return state
 
 
 def epoch_record(epoch: int, train_loss: float, val: ValResult, lr: float, seen: int, train_s: float,

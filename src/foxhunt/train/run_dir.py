@@ -68,7 +68,16 @@ class RunDir:
                 f"--run-dir {run.root} already holds a run (model.safetensors / checkpoint.pt); "
                 "choose a new --run-dir or continue it with --resume"
             )
-        run.root.mkdir(parents=True, exist_ok=True)
+        try:
+            run.root.mkdir(parents=True, exist_ok=True)
+            probe = run.root / ".foxhunt-write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise InputError(f"--run-dir {run.root}: cannot write there ({e.strerror or type(e).__name__}); "
+                             "choose a writable --run-dir") from None
+        for stale in run.root.glob(".*.tmp"):  # left by a run killed while writing; never a complete file
+            stale.unlink(missing_ok=True)
         return run
 
 

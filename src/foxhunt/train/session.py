@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from foxhunt.train.checkpoint import load_checkpoint, save_model_json, save_weig
 from foxhunt.train.config import AUTO, TrainConfig
 from foxhunt.train.device import apply_memory_budget, resolve_device
 from foxhunt.train.faults import FaultInjector
+from foxhunt.train.interrupt import Interrupted, StopRequest
 from foxhunt.train.loop import FitState, fit
 from foxhunt.train.plan import plan_memory
 from foxhunt.train.precision import resolve_precision
@@ -73,15 +76,59 @@ def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, re
     precision = resolve_precision(cfg.precision, device)  # one the device cannot run stops before any file is read
     run = RunDir.create(cfg.run_dir, resume=resume)
     handler = attach_log_file(run)
+    switches = determinism_switches()  # process-wide: put back after the run (tests run many in one process)
+    stop = StopRequest()
     try:
-        return _train(run, data_cfg, model_cfg, cfg, device, precision, resume)
+        if cfg.deterministic:
+            use_deterministic_kernels(device)
+        with stop:
+            return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop)
+    except KeyboardInterrupt:  # a second signal, one before training started, or Ctrl-C outside the handlers
+        raise Interrupted(stop.signum or signal.SIGINT, run.root, run.checkpoint.exists()) from None
     finally:
+        set_determinism_switches(*switches)
         logging.getLogger("foxhunt").removeHandler(handler)
         handler.close()
 
 
+def use_deterministic_kernels(device: torch.device) -> None:
+    """--deterministic: kernels that give the same bits every run, where slower ones exist (CUDA: cuDNN's
+    deterministic LSTM and convolution algorithms, no autotuning, a fixed cuBLAS workspace, deterministic
+    index/scatter backward). CPU kernels are deterministic already, so on CPU it changes nothing."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts, i.e. before any matmul
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    # warn_only: an op without a deterministic CUDA kernel prints a torch warning naming it instead of stopping
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    log.info("--deterministic: deterministic kernels on %s", device)
+
+
+def determinism_switches() -> tuple[bool, bool, bool, bool]:
+    return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+
+
+def set_determinism_switches(algorithms: bool, warn_only: bool, cudnn_deterministic: bool, benchmark: bool) -> None:
+    torch.use_deterministic_algorithms(algorithms, warn_only=warn_only)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn_deterministic, benchmark
+
+
+def saved_batch_sizes(run: RunDir, cfg: TrainConfig) -> tuple[int, int] | None:
+    """The batch sizes a run resolved when it started (config.json "resolved"): a resumed run keeps them, since a
+    new memory plan may choose others and change the step count, the epoch's order and the LR schedule."""
+    try:
+        saved = json.loads(run.config.read_text(encoding="utf-8"))
+        resolved, train = saved["resolved"], saved["train"]
+        if cfg.batch_size not in (AUTO, train["batch_size"]):
+            return None  # --batch-size typed again on resume, with a new value: the user's choice
+        return int(resolved["batch_size"]), int(resolved["validation_batch_size"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
 def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
-           precision: str, resume: bool) -> TrainResult:
+           precision: str, resume: bool, stop: StopRequest) -> TrainResult:
+    checkpoint = load_checkpoint(run.checkpoint) if resume else None  # a bad one stops before any work
     tracker = MemoryTracker(device, run.memory, logging.getLogger("foxhunt.memory"), cfg.memory_log_every)
     injector = FaultInjector.from_env()
     log.info("run directory %s, device %s, torch %s", run.root, device, torch.__version__)
@@ -108,7 +155,12 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
     if precision != "32":
         log.info("precision %s: autocast for the model, fp32 weights, optimizer state, quantile head and loss",
                  precision)
-    batch_size, val_batch_size, plan = resolve_batch_sizes(model, data, model_cfg, cfg, device, precision)
+    saved = saved_batch_sizes(run, cfg) if resume else None
+    if saved is not None:
+        (batch_size, val_batch_size), plan = saved, json.loads(run.config.read_text(encoding="utf-8")).get("memory_plan")
+        log.info("batch size %d, validation batch size %d (as resolved when the run started)", *saved)
+    else:
+        batch_size, val_batch_size, plan = resolve_batch_sizes(model, data, model_cfg, cfg, device, precision)
     baseline = validate(TrainingQuantiles(data.windows, data.splits["train"], list(model_cfg.quantiles)),
                         data.windows, data.splits["val"], val_batch_size, list(model_cfg.quantiles), device)
     log.info("baseline (training-set quantiles per series and horizon): val_loss %.5f  val_qrisk %s",
@@ -131,14 +183,15 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
     })
 
     def on_best(state: dict[str, torch.Tensor]) -> None:
-        save_weights(run.weights, state)
+        # model.json first: it is the same all run long, so a run killed between the two files leaves either no
+        # weights (not a model yet) or consistent ones, never weights without their description
         save_model_json(run.model_json, model_cfg, data.schema, data.transform, data_cfg, n_params,
                         extra={"variables": dict(zip(("static", "encoder", "decoder"),
                                                              variable_names(data.schema), strict=True))})
+        save_weights(run.weights, state)
 
-    checkpoint = load_checkpoint(run.checkpoint) if resume else None
     state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
-                val_batch_size, on_best, resume=checkpoint, precision=precision)
+                val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop)
     best = next((r for r in state.history if r["epoch"] == state.best_epoch), None)
     if best is not None:
         change = 100 * (1 - best["val_loss"] / baseline.loss)

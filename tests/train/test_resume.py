@@ -1,0 +1,220 @@
+"""Checkpoints you can kill: a run stopped at any step and resumed repeats the uninterrupted run bit for bit on CPU.
+
+Compared exactly: every weight of model.safetensors and of the last checkpoint, the optimizer state, and every field
+of metrics.jsonl except the two wall-clock ones (`seconds`, `samples_per_s`), which differ between any two runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from foxhunt.cli import main
+from foxhunt.train import loop, session
+from foxhunt.train.checkpoint import load_checkpoint
+
+REPO = Path(__file__).resolve().parents[2]
+WALL_CLOCK = ("seconds", "samples_per_s")
+EPOCHS, BATCH = 3, 32  # the 1h fixture has 322 training windows: 11 steps an epoch, 33 in all
+
+
+def metrics(run: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in rows]
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    assert metrics(a) == metrics(b)
+    wa, wb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    ca, cb = load_checkpoint(a / "checkpoint.pt"), load_checkpoint(b / "checkpoint.pt")
+    assert all(torch.equal(ca["model"][k], cb["model"][k]) for k in ca["model"])
+    for key in ("exp_avg", "exp_avg_sq", "steps"):
+        assert all(torch.equal(x, y) for x, y in zip(ca["optimizer"][key], cb["optimizer"][key], strict=True))
+    assert torch.equal(ca["rng_cpu"], cb["rng_cpu"])
+    assert json.loads(ca["fit_state"])["global_step"] == json.loads(cb["fit_state"])["global_step"]
+
+
+@pytest.fixture(scope="module")
+def args(fixtures_dir) -> list[str]:
+    tiny = ["--hidden-size", "8", "--attention-heads", "2", "--encoder-length", "16", "--horizon", "3",
+            "--no-progress", "--threads", "1"]  # the `tiny` fixture's flags, for a module-wide run
+    return [*tiny, "--parquet-file", str(fixtures_dir / "es_fut_ohlcv1h_databento.parquet"), "--epochs", str(EPOCHS),
+            "--batch-size", str(BATCH), "--patience", "9", "--seed", "3", "--checkpoint-every", "4"]
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory, args) -> Path:
+    """The uninterrupted run every interrupted one must repeat exactly (shared: nothing writes to it)."""
+    run = tmp_path_factory.mktemp("full") / "run"
+    assert main(["train", *args, "--run-dir", str(run)]) == 0
+    return run
+
+
+def resume(run: Path) -> int:
+    return main(["train", "--run-dir", str(run), "--resume", "--no-progress", "--threads", "1"])
+
+
+def test_sigkill_at_a_random_step_then_resume_is_bit_identical(tmp_path, args, full):
+    """A real SIGKILL (no handler runs) at a random step of a subprocess; the step is in the failure message."""
+    step = random.randrange(5, EPOCHS * 11 + 1)  # after the first checkpoint (step 4)
+    part = tmp_path / "part"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "FOXHUNT_FAULT_INJECT": f"sigkill@train:{step}"}
+    proc = subprocess.run([sys.executable, "-m", "foxhunt", "train", *args, "--run-dir", str(part)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, (step, proc.stderr[-2000:])
+    done = json.loads(load_checkpoint(part / "checkpoint.pt")["fit_state"])["global_step"]
+    assert done == max(s for s in range(0, step) if s % 4 == 0 or s % 11 == 0), step  # the last checkpoint kept
+    assert resume(part) == 0, step
+    assert_same_run(full, part)
+
+
+def test_sigterm_writes_a_checkpoint_at_that_step_and_resume_is_bit_identical(tmp_path, args, full, monkeypatch,
+                                                                              capsys):
+    """SIGTERM mid-epoch (sent by the process to itself while step 15 runs): checkpoint at step 15, status 143."""
+    real = loop.warmup_cosine
+
+    def lr_and_signal(step: int, *rest):  # called just before each optimizer step, with the steps done so far
+        if step == 14:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(step, *rest)
+
+    part = tmp_path / "part"
+    monkeypatch.setattr(loop, "warmup_cosine", lr_and_signal)
+    assert main(["train", *args, "--run-dir", str(part), "--checkpoint-every", "0"]) == 143
+    monkeypatch.setattr(loop, "warmup_cosine", real)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "SIGTERM" in err[-1] and f"foxhunt train --run-dir {part} --resume" in err[-1]
+    state = json.loads(load_checkpoint(part / "checkpoint.pt")["fit_state"])
+    assert (state["global_step"], state["epoch"], state["epoch_batches"]) == (15, 1, 4)
+    assert len(metrics(part)) == 1
+    assert resume(part) == 0
+    assert_same_run(full, part)
+
+
+def test_a_second_signal_stops_at_once_and_keeps_the_last_checkpoint(tmp_path, args, monkeypatch, capsys):
+    real = loop.warmup_cosine
+
+    def two_signals(step: int, *rest):
+        if step == 6:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(step, *rest)
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(loop, "warmup_cosine", two_signals)
+    assert main(["train", *args, "--run-dir", str(run)]) == 130
+    assert "--resume" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert json.loads(load_checkpoint(run / "checkpoint.pt")["fit_state"])["global_step"] == 4  # the one before
+    assert not list(run.glob(".*.tmp"))
+
+
+def test_resume_after_batch_size_auto_reuses_the_saved_sizes(tmp_path, tiny, fixtures_dir, monkeypatch, caplog):
+    run = tmp_path / "run"
+    data = ["--parquet-file", str(fixtures_dir / "generic_ohlcv_daily.parquet"), "--epochs", "2"]
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "kill@epoch:1")
+    assert main(["train", *tiny, *data, "--run-dir", str(run), "--batch-size", "auto", "--memory-budget",
+                 "256MiB"]) == 130
+    monkeypatch.delenv("FOXHUNT_FAULT_INJECT")
+    saved = json.loads((run / "config.json").read_text())["resolved"]
+
+    def no_new_plan(*a, **k):
+        raise AssertionError("a resumed run planned its batch sizes again")
+
+    monkeypatch.setattr(session, "resolve_batch_sizes", no_new_plan)
+    assert resume(run) == 0
+    assert json.loads((run / "config.json").read_text())["resolved"] == saved
+    assert [r["epoch"] for r in metrics(run)] == [1, 2]
+    assert {r["train_samples"] for r in metrics(run)} == {metrics(run)[0]["train_samples"]}
+
+
+def test_checkpoint_every_n_steps_writes_inside_the_epoch(tmp_path, args, monkeypatch):
+    """`--checkpoint-every 4`: the run writes the checkpoint at steps 4, 8, 11 (epoch end), 12, ...; checked through
+    the writer itself, so nothing about the file's time stamps is assumed."""
+    steps: list[int] = []
+    real = loop.save_checkpoint
+
+    def spy(path, state):
+        steps.append(json.loads(state["fit_state"])["global_step"])
+        real(path, state)
+
+    monkeypatch.setattr(loop, "save_checkpoint", spy)
+    assert main(["train", *args, "--epochs", "1", "--run-dir", str(tmp_path / "run")]) == 0
+    assert steps == [4, 8, 11]
+
+
+def test_checkpoint_clock_is_time_based_without_a_step_count(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(loop.time, "monotonic", lambda: now[0])
+    clock = loop.CheckpointClock(0, seconds=600)
+    assert not clock.due(1)
+    now[0] += 599
+    assert not clock.due(2)
+    now[0] += 2
+    assert clock.due(3)
+    clock.reset()
+    assert not clock.due(4)
+    assert loop.CheckpointClock(5).due(10) and not loop.CheckpointClock(5).due(11)
+
+
+def test_deterministic_kernels_change_nothing_on_cpu_and_are_switched_off_after(tmp_path, tiny, fixtures_dir):
+    """CPU kernels are deterministic already: --deterministic gives the same bits; the global switch is restored."""
+    data = [*tiny, "--parquet-file", str(fixtures_dir / "generic_ohlcv_daily.parquet"), "--epochs", "1"]
+    assert main(["train", *data, "--run-dir", str(tmp_path / "plain")]) == 0
+    assert main(["train", *data, "--run-dir", str(tmp_path / "det"), "--deterministic"]) == 0
+    assert metrics(tmp_path / "plain") == metrics(tmp_path / "det")
+    wa, wb = load_file(str(tmp_path / "plain" / "model.safetensors")), load_file(str(tmp_path / "det" /
+                                                                                     "model.safetensors"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert json.loads((tmp_path / "det" / "config.json").read_text())["train"]["deterministic"] is True
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert "--deterministic: deterministic kernels" in (tmp_path / "det" / "train.log").read_text()
+
+
+def test_a_failed_checkpoint_write_keeps_the_previous_one_whole(tmp_path, monkeypatch):
+    from foxhunt.errors import WriteError
+    from foxhunt.train.checkpoint import save_checkpoint
+
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, {"model": {}, "fit_state": json.dumps({"global_step": 4})})
+
+    def dies_half_way(obj, f):
+        Path(f).write_bytes(b"half a checkpoint")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", dies_half_way)
+    with pytest.raises(WriteError, match="No space left on device"):
+        save_checkpoint(path, {"model": {}, "fit_state": json.dumps({"global_step": 8})})
+    monkeypatch.undo()
+    assert json.loads(load_checkpoint(path)["fit_state"])["global_step"] == 4
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_runs_saved_by_the_previous_format_still_resume(tmp_path, tiny, fixtures_dir, monkeypatch):
+    """A run from before mid-epoch checkpoints: config.json without the new options, a checkpoint without the format
+    key or the in-epoch fields. It resumes at its epoch boundary."""
+    run = tmp_path / "run"
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "kill@epoch:1")
+    assert main(["train", *tiny, "--parquet-file", str(fixtures_dir / "generic_ohlcv_daily.parquet"), "--epochs",
+                 "2", "--run-dir", str(run)]) == 130
+    monkeypatch.delenv("FOXHUNT_FAULT_INJECT")
+    config = json.loads((run / "config.json").read_text())
+    for key in ("checkpoint_every", "deterministic"):
+        del config["train"][key]
+    (run / "config.json").write_text(json.dumps(config))
+    state = load_checkpoint(run / "checkpoint.pt")
+    new_fields = ("epoch_batches", "epoch_loss_sum", "epoch_seen", "epoch_seconds", "val_batch_size")
+    fit_state = {k: v for k, v in json.loads(state["fit_state"]).items() if k not in new_fields}
+    old = {k: v for k, v in state.items() if k not in ("format", "foxhunt_version")}
+    torch.save({**old, "fit_state": json.dumps(fit_state)}, run / "checkpoint.pt")
+    assert resume(run) == 0
+    assert [r["epoch"] for r in metrics(run)] == [1, 2]
