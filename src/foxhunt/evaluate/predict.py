@@ -74,12 +74,13 @@ def prepare_for_model(lm: LoadedModel, paths: tuple[str, ...]) -> PreparedData:
 def check_schema(lm: LoadedModel, data: PreparedData, paths: tuple[str, ...]) -> None:
     """The features built from these bars must be the model's, in the model's order: a mismatch would feed columns
     into the wrong inputs and forecast nonsense without an error."""
-    want, got = lm.schema.to_dict()["features"], data.schema.to_dict()["features"]
+    # Name, role and kind: the codes' range against the model's tables is the bounds check's job (check_codes).
+    want, got = ([(f.name, f.role, f.kind) for f in sch.features] for sch in (lm.schema, data.schema))
     if want == got:
         return
     diff = next((i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), min(len(want), len(got)))
-    expected = want[diff]["name"] if diff < len(want) else "nothing more"
-    found = got[diff]["name"] if diff < len(got) else "nothing more"
+    expected = want[diff][0] if diff < len(want) else "nothing more"
+    found = got[diff][0] if diff < len(got) else "nothing more"
     raise InputError(f"{', '.join(paths)}: features do not match the model's (input {diff + 1}: the model expects "
                      f"{expected!r}, these bars give {found!r}); predict with the model trained on such bars, or "
                      "retrain on them")
