@@ -218,3 +218,18 @@ def test_runs_saved_by_the_previous_format_still_resume(tmp_path, tiny, fixtures
     torch.save({**old, "fit_state": json.dumps(fit_state)}, run / "checkpoint.pt")
     assert resume(run) == 0
     assert [r["epoch"] for r in metrics(run)] == [1, 2]
+
+
+def test_skipped_non_finite_steps_survive_a_mid_epoch_kill(tmp_path, args):
+    """A NaN step before a SIGKILL mid-epoch is still counted in that epoch's `bad_steps` after --resume, as in the
+    uninterrupted run with the same fault."""
+    faulted = {**os.environ, "PYTHONPATH": str(REPO / "src"), "FOXHUNT_FAULT_INJECT": "nan@train:2"}
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    for run, spec in ((whole, "nan@train:2"), (part, "nan@train:2,sigkill@train:7")):
+        env = {**faulted, "FOXHUNT_FAULT_INJECT": spec}
+        proc = subprocess.run([sys.executable, "-m", "foxhunt", "train", *args, "--run-dir", str(run)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr[-2000:]
+    assert resume(part) == 0
+    assert [r["bad_steps"] for r in metrics(whole)] == [1, 0, 0]
+    assert_same_run(whole, part)

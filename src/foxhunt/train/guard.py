@@ -45,8 +45,9 @@ class BadSteps:
         self.epoch_count = 0
         self.total = 0
 
-    def new_epoch(self) -> None:
-        self.epoch_count = 0
+    def new_epoch(self, already: int = 0) -> None:
+        """`already`: batches skipped in this epoch before a mid-epoch checkpoint the run resumed from."""
+        self.epoch_count = already
 
     def good(self) -> None:
         self.in_row = 0

@@ -59,6 +59,8 @@ class FitState:
     epoch_loss_sum: float = 0.0
     epoch_seen: int = 0
     epoch_seconds: float = 0.0
+    epoch_bad_steps: int = 0  # non-finite batches skipped so far in that epoch
+    bad_steps_in_row: int = 0
 
 
 class CheckpointClock:
@@ -117,6 +119,7 @@ def fit(
     clock = CheckpointClock(cfg.checkpoint_every)
 
     bad_steps = BadSteps(cfg.max_bad_steps, data.windows, run.metrics)
+    bad_steps.in_row = state.bad_steps_in_row  # a resumed run counts on from where it stopped
 
     def predict(b: Batch) -> torch.Tensor:
         with autocast(device, precision):
@@ -124,6 +127,8 @@ def fit(
 
     def save(where: str) -> None:
         state.micro_batch, state.val_batch_size = stepper.micro_batch, val_batch_size
+        state.bad_steps_in_row = bad_steps.in_row
+        state.epoch_bad_steps = bad_steps.epoch_count if where == "step" else 0
         ckpt = checkpoint_state(model, stepper.optimizer, state, device, stepper.scaler)
         check_finite(ckpt["model"], "checkpoint.pt")  # non-finite weights are never saved
         save_checkpoint(run.checkpoint, ckpt)
@@ -151,7 +156,7 @@ def fit(
         epoch_ids = train_ids[order][skip * batch_size : n_batches * batch_size]
         loss_sum = torch.tensor(state.epoch_loss_sum, dtype=torch.float64, device=device)
         seen, shown = state.epoch_seen, skip
-        bad_steps.new_epoch()
+        bad_steps.new_epoch(state.epoch_bad_steps)
         with epoch_bar(epoch, cfg.epochs, n_batches, cfg.progress) as bar:
             bar.update(skip, None, 0.0)
             for i, batch in enumerate(data.windows.iter_batches(epoch_ids, batch_size), start=skip + 1):
