@@ -233,3 +233,18 @@ def test_skipped_non_finite_steps_survive_a_mid_epoch_kill(tmp_path, args):
     assert resume(part) == 0
     assert [r["bad_steps"] for r in metrics(whole)] == [1, 0, 0]
     assert_same_run(whole, part)
+
+
+def test_a_new_batch_size_is_refused_when_the_run_stopped_mid_epoch(tmp_path, args):
+    """The checkpoint counts batches of the saved size: another --batch-size would repeat some windows and skip
+    others, so it stops with one line naming the size to use (exit 2)."""
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "FOXHUNT_FAULT_INJECT": "sigkill@train:6"}
+    proc = subprocess.run([sys.executable, "-m", "foxhunt", "train", *args, "--run-dir", str(run)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    again = [sys.executable, "-m", "foxhunt", "train", "--run-dir", str(run), "--resume", "--no-progress",
+             "--threads", "1"]
+    env.pop("FOXHUNT_FAULT_INJECT")
+    proc = subprocess.run([*again, "--batch-size", "16"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and f"--batch-size {BATCH}" in proc.stderr and "Traceback" not in proc.stderr

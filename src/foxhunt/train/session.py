@@ -126,6 +126,20 @@ def saved_batch_sizes(run: RunDir, cfg: TrainConfig) -> tuple[int, int] | None:
         return None
 
 
+def _refuse_new_batch_mid_epoch(run: RunDir, checkpoint: dict[str, Any] | None, batch_size: int) -> None:
+    """A checkpoint inside an epoch counts the batches already stepped in that epoch's order; with another batch
+    size that count points at other windows, so the resumed epoch would repeat some and skip others."""
+    if checkpoint is None or not json.loads(checkpoint["fit_state"]).get("epoch_batches"):
+        return
+    try:
+        before = int(json.loads(run.config.read_text(encoding="utf-8"))["resolved"]["batch_size"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return
+    if before != batch_size:
+        raise InputError(f"{run.checkpoint}: the run stopped inside an epoch with batch size {before}; resume it with "
+                         f"--batch-size {before} (or without --batch-size), not {batch_size}")
+
+
 def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
            precision: str, resume: bool, stop: StopRequest) -> TrainResult:
     checkpoint = load_checkpoint(run.checkpoint) if resume else None  # a bad one stops before any work
@@ -161,6 +175,7 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
         log.info("batch size %d, validation batch size %d (as resolved when the run started)", *saved)
     else:
         batch_size, val_batch_size, plan = resolve_batch_sizes(model, data, model_cfg, cfg, device, precision)
+        _refuse_new_batch_mid_epoch(run, checkpoint, batch_size)
     baseline = validate(TrainingQuantiles(data.windows, data.splits["train"], list(model_cfg.quantiles)),
                         data.windows, data.splits["val"], val_batch_size, list(model_cfg.quantiles), device)
     log.info("baseline (training-set quantiles per series and horizon): val_loss %.5f  val_qrisk %s",
