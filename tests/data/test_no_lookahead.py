@@ -144,7 +144,7 @@ ADJUST_CONTRACTS = [
 @pytest.mark.parametrize(("adjust", "contracts"), ADJUST_CONTRACTS)
 # No shrinking: a failing end-to-end example is printed as drawn (shrinking one takes minutes).
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None,
-          phases=[Phase.explicit, Phase.generate])
+          derandomize=True, phases=[Phase.explicit, Phase.generate])
 @given(
     seed=st.integers(0, 10**6),
     t_hours=st.integers(0, 9 * 24),
@@ -167,7 +167,8 @@ def test_windows_up_to_t_ignore_every_later_bar(
     other = jitter(raw, t_ns, seed + 1)
     later = (raw["ts_event"].dt.epoch("ns") > t_ns).to_numpy()
     for c in ("open", "high", "low", "close", "volume"):  # the perturbation did change the rows after t
-        assert (raw[c].to_numpy()[later] != other[c].to_numpy()[later]).mean() > 0.9, c
+        # volume is rounded to whole contracts, so a thin bar (1-20 lots) can round back to its own value
+        assert (raw[c].to_numpy()[later] != other[c].to_numpy()[later]).mean() > (0.75 if c == "volume" else 0.9), c
         assert np.array_equal(raw[c].to_numpy()[~later], other[c].to_numpy()[~later]), c
     with tempfile.TemporaryDirectory() as tmp:
         bars_p, p = prepared(raw, Path(tmp), "a", cfg)
@@ -211,7 +212,7 @@ def test_windows_up_to_t_ignore_every_later_bar(
         assert not torch.equal(w.target_raw[ia], v.target_raw[ib])
 
 
-@settings(max_examples=30, deadline=None, database=None)
+@settings(max_examples=30, deadline=None, database=None, derandomize=True)
 @given(
     seed=st.integers(0, 10**6),
     t=st.integers(1, 200),
