@@ -95,6 +95,10 @@ Precision = Annotated[str, typer.Option(help="auto | 32 | bf16 | 16-mixed: autoc
                                         "devices that support it, else 32).", rich_help_panel=T)]
 Threads = Annotated[int, typer.Option(help="CPU threads for torch (0: torch's default).")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", help="TOML file supplying any option; flags override.")]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Also show the memory plan table, every [MEMORY] "
+                                       "record and the full data summary (train.log always holds them).")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Show only warnings, errors and the final line.")]
+CONSOLE_FLAGS = {"verbose", "quiet"}
 
 
 def _values(ctx: typer.Context, config: Path | None) -> dict[str, Any]:
@@ -105,6 +109,14 @@ def _values(ctx: typer.Context, config: Path | None) -> dict[str, Any]:
     if config is None:
         return values
     return merge(values, load_config_file(config, values.keys()), _explicit(ctx))
+
+
+def _set_verbosity(values: dict[str, Any]) -> None:
+    from foxhunt.console import NORMAL, QUIET, VERBOSE, set_verbosity
+
+    if values.get("verbose") and values.get("quiet"):
+        raise InputError("--verbose and --quiet contradict each other; pass one of them")
+    set_verbosity(VERBOSE if values.get("verbose") else QUIET if values.get("quiet") else NORMAL)
 
 
 def _explicit(ctx: typer.Context) -> set[str]:
@@ -196,6 +208,8 @@ def train(
     deterministic: Annotated[bool, typer.Option("--deterministic", help="Deterministic CUDA kernels: a seeded GPU run repeats bit for "
                                                 "bit, somewhat slower (CPU runs always do).",
                                                 rich_help_panel=T)] = TD.deterministic,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
     config: ConfigFile = None,
 ) -> None:
     """Train a Temporal Fusion Transformer; writes the run directory (model, metrics, memory trace, checkpoint)."""
@@ -203,11 +217,13 @@ def train(
     from foxhunt.train.session import train_run
 
     v = _values(ctx, config)
+    _set_verbosity(v)
     if v.get("resume") and not v.get("run_dir"):
         raise InputError("--resume needs --run-dir: the run to continue")
     train_cfg = settings.train_config(v)  # every flag is checked before any file is read
     if v.get("resume"):  # the run's own configuration, with the training flags typed now on top (e.g. more epochs)
-        data_cfg, model_cfg, train_cfg = settings.resumed_configs(Path(v["run_dir"]), train_cfg, _explicit(ctx))
+        explicit = _explicit(ctx) - CONSOLE_FLAGS  # what the console shows is no part of the run
+        data_cfg, model_cfg, train_cfg = settings.resumed_configs(Path(v["run_dir"]), train_cfg, explicit)
         train_cfg = dataclasses.replace(train_cfg, run_dir=v["run_dir"])  # where it is now, even if moved or copied
         train_run(data_cfg, model_cfg, train_cfg, resume=True)
         return
@@ -391,21 +407,15 @@ def _set_threads(n: int) -> None:
         torch.set_num_threads(n)
 
 
-class _ConsoleHandler(logging.StreamHandler):
-    """Messages to whatever sys.stderr is when they are emitted (callers of main() may swap it between calls)."""
+def _setup_logging() -> None:
+    """One console handler on the `foxhunt` logger, showing every INFO record until a command sets a verbosity."""
+    from foxhunt.console import ConsoleHandler, console_handler, set_verbosity
 
-    def emit(self, record: logging.LogRecord) -> None:
-        self.stream = sys.stderr
-        super().emit(record)
-
-
-def _setup_logging(verbose: bool) -> None:
     logger = logging.getLogger("foxhunt")
-    if not any(isinstance(h, _ConsoleHandler) for h in logger.handlers):
-        handler = _ConsoleHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    if console_handler() is None:
+        logger.addHandler(ConsoleHandler())
+    set_verbosity(None)  # main() may run many commands in one process (tests): each starts from the default
+    logger.setLevel(logging.INFO)
     logger.propagate = False
 
 
@@ -433,17 +443,18 @@ def main(argv: list[str] | None = None) -> int:
     # machine `--threads 1` avoids the waiting altogether (the start-up log says when the CPUs are busy). Read
     # when torch loads its OpenMP runtime, i.e. before the first command imports torch.
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
-    _setup_logging(verbose=False)
+    _setup_logging()
     args = sys.argv[1:] if argv is None else list(argv)
     debug = DEBUG_FLAG in args
     args = [a for a in args if a != DEBUG_FLAG]
     logging.raiseExceptions = debug  # a log line that cannot be written (full disk) must not print a traceback
+    from foxhunt.console import highlight
     from foxhunt.train.interrupt import Interrupted
 
     def fail(line: str, e: BaseException, code: int) -> int:
         if debug:
             traceback.print_exception(e, file=sys.stderr)
-        print(f"foxhunt: {line}", file=sys.stderr)
+        print(highlight(f"foxhunt: {line}", "ERROR", sys.stderr), file=sys.stderr)
         return code
 
     try:

@@ -19,12 +19,14 @@ import torch
 
 import foxhunt
 from foxhunt.atomic import append_jsonl, write_text
+from foxhunt.console import SHOW, show_progress
 from foxhunt.data.batch import Batch
 from foxhunt.data.prepare import PreparedData
 from foxhunt.data.windows import shuffled_runs
 from foxhunt.errors import InputError
 from foxhunt.train.checkpoint import CHECKPOINT_FORMAT, save_checkpoint, state_to_cpu
 from foxhunt.train.config import TrainConfig
+from foxhunt.train.console import EpochMemory, MemoryWatch, validation_batches
 from foxhunt.train.faults import FaultInjector
 from foxhunt.train.guard import BadSteps, check_finite
 from foxhunt.train.interrupt import Interrupted, StopRequest
@@ -94,7 +96,10 @@ def fit(
     resume: dict[str, Any] | None = None,
     precision: str = "32",
     stop: StopRequest | None = None,
+    plan: dict[str, Any] | None = None,
 ) -> FitState:
+    """Train for `cfg.epochs` (or until early stopping); `plan` (the memory plan's dict, if one was made) is what
+    the measured peaks are checked against."""
     train_ids, val_ids = data.splits["train"], data.splits["val"]
     n_batches = -(-len(train_ids) // batch_size)
     if cfg.max_train_batches:
@@ -110,7 +115,7 @@ def fit(
         val_batch_size = state.val_batch_size or val_batch_size
         write_text(run.metrics, "".join(json.dumps(r) + "\n" for r in state.history))  # drop records past it
         log.info("resuming at epoch %d, batch %d (step %d, best val loss %.6f at epoch %d)", state.epoch + 1,
-                 state.epoch_batches, state.global_step, state.best_val_loss, state.best_epoch)
+                 state.epoch_batches, state.global_step, state.best_val_loss, state.best_epoch, extra=SHOW)
     q = torch.tensor(quantiles, dtype=torch.float32, device=device)
     stepper = TrainStepper(model, optimizer, q, cfg.grad_clip, device, injector, tracker, state.micro_batch,
                            precision=precision)
@@ -120,6 +125,7 @@ def fit(
 
     bad_steps = BadSteps(cfg.max_bad_steps, data.windows, run.metrics)
     bad_steps.in_row = state.bad_steps_in_row  # a resumed run counts on from where it stopped
+    watch = MemoryWatch(plan, batch_size)
 
     def predict(b: Batch) -> torch.Tensor:
         with autocast(device, precision):
@@ -145,6 +151,7 @@ def fit(
         if state.bad_epochs >= cfg.patience:
             break
         tracker.record("epoch_start", epoch=epoch)
+        tracker.take_peaks()  # the epoch's peaks start here
         t0 = time.perf_counter() - state.epoch_seconds
         model.train()
         gen = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
@@ -157,7 +164,7 @@ def fit(
         loss_sum = torch.tensor(state.epoch_loss_sum, dtype=torch.float64, device=device)
         seen, shown = state.epoch_seen, skip
         bad_steps.new_epoch(state.epoch_bad_steps)
-        with epoch_bar(epoch, cfg.epochs, n_batches, cfg.progress) as bar:
+        with epoch_bar(epoch, cfg.epochs, n_batches, cfg.progress and show_progress()) as bar:
             bar.update(skip, None, 0.0)
             for i, batch in enumerate(data.windows.iter_batches(epoch_ids, batch_size), start=skip + 1):
                 set_lr(stepper.optimizer, warmup_cosine(state.global_step, total_steps, warmup, cfg.learning_rate))
@@ -184,14 +191,17 @@ def fit(
         train_loss = float(loss_sum) / max(1, seen)
         lr = stepper.optimizer.param_groups[0]["lr"]
         tracker.record("train_end", epoch=epoch)
+        train_peaks = tracker.take_peaks()
 
         stepper.optimizer.zero_grad(set_to_none=True)  # the last step's gradients are not needed while validating
         model.eval()
-        tracker.record("val_start", epoch=epoch)
+        val_start = tracker.record("val_start", epoch=epoch)
         val = validate(predict, data.windows, val_ids, val_batch_size, quantiles, device,
                        injector, tracker, epoch, optimizer_to_host=stepper.optimizer_to_host)
         val_batch_size = val.batch_size
-        tracker.record("val_end", epoch=epoch)
+        val_end = tracker.record("val_end", epoch=epoch)
+        memory = EpochMemory.measure(train_peaks, tracker.take_peaks(), val_start, val_end,
+                                     validation_batches(len(val_ids), val_batch_size))
 
         improved = val.loss < state.best_val_loss
         if improved:
@@ -207,7 +217,9 @@ def fit(
         record["bad_steps"] = bad_steps.epoch_count  # skipped non-finite batches
         state.history.append(record)
         append_jsonl(run.metrics, record)
-        log.info(format_epoch(record, cfg.epochs))
+        log.info("%s  %s", format_epoch(record, cfg.epochs), memory.text(), extra=SHOW)
+        for warning in watch.warnings(epoch, memory, val_batch_size):
+            log.warning(warning)
         save("epoch")
         injector.check("epoch", epoch)  # test hook: simulate a run killed here
         if stop.requested:
@@ -215,7 +227,7 @@ def fit(
     stop.deferred = False
     if state.bad_epochs >= cfg.patience and state.epoch < cfg.epochs:
         log.info("early stopping: no validation improvement for %d epochs (best %.6f at epoch %d)",
-                 cfg.patience, state.best_val_loss, state.best_epoch)
+                 cfg.patience, state.best_val_loss, state.best_epoch, extra=SHOW)
     return state
 
 

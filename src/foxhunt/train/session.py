@@ -15,6 +15,7 @@ import torch
 
 import foxhunt
 from foxhunt.atomic import write_json
+from foxhunt.console import FINAL, SHOW
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import PreparedData, prepare_data
 from foxhunt.data.summary import format_summary
@@ -23,6 +24,7 @@ from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, variable_names
 from foxhunt.train.checkpoint import load_checkpoint, save_model_json, save_weights
 from foxhunt.train.config import AUTO, TrainConfig
+from foxhunt.train.console import WarningCounter, data_line, next_commands, plan_line, vs_baseline
 from foxhunt.train.device import apply_memory_budget, resolve_device
 from foxhunt.train.faults import FaultInjector
 from foxhunt.train.interrupt import Interrupted, StopRequest
@@ -70,24 +72,27 @@ class TrainResult:
 def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool = False) -> TrainResult:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    warn_if_cpus_busy()
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
     precision = resolve_precision(cfg.precision, device)  # one the device cannot run stops before any file is read
     run = RunDir.create(cfg.run_dir, resume=resume)
-    handler = attach_log_file(run)
+    logger = logging.getLogger("foxhunt")
+    handler, warnings = attach_log_file(run), WarningCounter()  # the final lines repeat the run's warnings
+    logger.addHandler(warnings)
     switches = determinism_switches()  # process-wide: put back after the run (tests run many in one process)
     stop = StopRequest()
     try:
+        warn_if_cpus_busy()
         if cfg.deterministic:
             use_deterministic_kernels(device)
         with stop:
-            return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop)
+            return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop, warnings)
     except KeyboardInterrupt:  # a second signal, one before training started, or Ctrl-C outside the handlers
         raise Interrupted(stop.signum or signal.SIGINT, run.root, run.checkpoint.exists()) from None
     finally:
         set_determinism_switches(*switches)
-        logging.getLogger("foxhunt").removeHandler(handler)
+        logger.removeHandler(warnings)
+        logger.removeHandler(handler)
         handler.close()
 
 
@@ -100,7 +105,7 @@ def use_deterministic_kernels(device: torch.device) -> None:
     torch.backends.cudnn.benchmark = False
     # warn_only: an op without a deterministic CUDA kernel prints a torch warning naming it instead of stopping
     torch.use_deterministic_algorithms(True, warn_only=True)
-    log.info("--deterministic: deterministic kernels on %s", device)
+    log.info("--deterministic: deterministic kernels on %s", device, extra=SHOW)
 
 
 def determinism_switches() -> tuple[bool, bool, bool, bool]:
@@ -141,11 +146,12 @@ def _refuse_new_batch_mid_epoch(run: RunDir, checkpoint: dict[str, Any] | None, 
 
 
 def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
-           precision: str, resume: bool, stop: StopRequest) -> TrainResult:
+           precision: str, resume: bool, stop: StopRequest, warnings: WarningCounter) -> TrainResult:
     checkpoint = load_checkpoint(run.checkpoint) if resume else None  # a bad one stops before any work
     tracker = MemoryTracker(device, run.memory, logging.getLogger("foxhunt.memory"), cfg.memory_log_every)
     injector = FaultInjector.from_env()
-    log.info("run directory %s, device %s, torch %s", run.root, device, torch.__version__)
+    log.info("run directory %s, device %s, torch %s", run.root, describe_device(device), torch.__version__,
+             extra=SHOW)
     tracker.record("run_start")
     fraction = apply_memory_budget(device, cfg.memory_budget)
     if fraction is not None:
@@ -153,6 +159,7 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
                  device, fraction)
 
     data = prepare_data(data_cfg)
+    log.info(data_line(data.summary, data_cfg.paths), extra=SHOW)
     log.info("data summary:\n%s", format_summary(data.summary))
     write_json(run.data_summary, data.summary)
     write_json(run.rolls, data.rolls)
@@ -161,9 +168,9 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
 
     model = TemporalFusionTransformer(data.schema.sizes, model_cfg).to(device)
     n_params = count_parameters(model)
-    log.info("model: Temporal Fusion Transformer, %s parameters, hidden %d, heads %d, encoder %d, horizon %d",
-             f"{n_params:,}", model_cfg.hidden_size, model_cfg.attention_heads, model_cfg.encoder_length,
-             model_cfg.horizon)
+    log.info("model: Temporal Fusion Transformer, %s parameters, hidden %d, heads %d, encoder %d, horizon %d, "
+             "precision %s", f"{n_params:,}", model_cfg.hidden_size, model_cfg.attention_heads,
+             model_cfg.encoder_length, model_cfg.horizon, precision, extra=SHOW)
     tracker.record("model_built")
 
     if precision != "32":
@@ -176,10 +183,11 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
     else:
         batch_size, val_batch_size, plan = resolve_batch_sizes(model, data, model_cfg, cfg, device, precision)
         _refuse_new_batch_mid_epoch(run, checkpoint, batch_size)
+    log.info(plan_line(plan, batch_size, val_batch_size, saved=saved is not None), extra=SHOW)
     baseline = validate(TrainingQuantiles(data.windows, data.splits["train"], list(model_cfg.quantiles)),
                         data.windows, data.splits["val"], val_batch_size, list(model_cfg.quantiles), device)
     log.info("baseline (training-set quantiles per series and horizon): val_loss %.5f  val_qrisk %s",
-             baseline.loss, " ".join(f"p{q * 100:g}={v:.4f}" for q, v in baseline.qrisk.items()))
+             baseline.loss, " ".join(f"p{q * 100:g}={v:.4f}" for q, v in baseline.qrisk.items()), extra=SHOW)
 
     write_json(run.config, {
         "foxhunt_version": foxhunt.__version__,
@@ -206,13 +214,36 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
         save_weights(run.weights, state)
 
     state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
-                val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop)
+                val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan)
+    final_lines(run, state, baseline, data, data_cfg, warnings)
+    return TrainResult(run, state, baseline, n_params)
+
+
+def final_lines(run: RunDir, state: FitState, baseline: ValResult, data: PreparedData, data_cfg: DataConfig,
+                warnings: WarningCounter) -> None:
+    """Where everything is: the run's warnings again, the best epoch against the baseline and the run directory
+    (the line --quiet keeps), then the next commands with this run's paths."""
+    repeat = warnings.summary(run.log)
+    if repeat is not None:
+        log.warning(repeat)
     best = next((r for r in state.history if r["epoch"] == state.best_epoch), None)
     if best is not None:
-        change = 100 * (1 - best["val_loss"] / baseline.loss)
-        log.info("best epoch %d: val_loss %.5f vs baseline %.5f (%.1f%% %s); run directory %s", best["epoch"],
-                 best["val_loss"], baseline.loss, abs(change), "lower" if change >= 0 else "HIGHER", run.root)
-    return TrainResult(run, state, baseline, n_params)
+        log.info("best epoch %d: %s; run directory %s", best["epoch"], vs_baseline(best["val_loss"], baseline.loss),
+                 run.root, extra=FINAL)
+    else:
+        log.info("no epoch finished; run directory %s", run.root, extra=FINAL)
+    log.info("next:\n%s", "\n".join("  " + c for c in next_commands(run.root, data_cfg.paths, data.summary)),
+             extra=SHOW)
+
+
+def describe_device(device: torch.device) -> str:
+    """`cpu (2 threads)` or `cuda:0 (NVIDIA H200, 140 GiB)`."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return f"{device} ({props.name}, {props.total_memory / 2**30:.0f} GiB)"
+    if device.type == "cpu":
+        return f"cpu ({torch.get_num_threads()} threads)"
+    return str(device)
 
 
 def resolve_batch_sizes(

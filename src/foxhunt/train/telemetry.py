@@ -74,12 +74,15 @@ class MemoryTracker:
         self._hwm_resettable = _reset_hwm()  # also starts the first record's host-peak window here
         if self._cuda:
             torch.cuda.reset_peak_memory_stats(self._cuda_index)
+        self._phase_peaks: tuple[float | None, float] = (None, 0.0)  # (device, host) since take_peaks()
 
     def record(self, phase: str, epoch: int | None = None, batch: int | None = None,
                reason: str | None = None) -> dict[str, Any]:
         """Measure now, log one `[MEMORY]` line, append one JSON line, reset the peaks; return the record.
 
-        `reason` (the out-of-memory ladder's rungs) is kept in the record as "reason" and ends the log line."""
+        `reason` (the out-of-memory ladder's rungs) is kept in the record as "reason" and ends the log line; it is
+        also logged as a warning of its own, since a run that had to recover from running out of memory should say
+        so at every verbosity."""
         rec: dict[str, Any] = {
             "phase": phase,
             "epoch": epoch,
@@ -106,10 +109,23 @@ class MemoryTracker:
             rec["reason"] = reason
         if self._hwm_resettable:
             self._hwm_resettable = _reset_hwm()
+        device_peak, host_peak = self._phase_peaks
+        if rec["device_peak_mb"] is not None:
+            device_peak = max(device_peak or 0.0, rec["device_peak_mb"])
+        self._phase_peaks = (device_peak, max(host_peak, rec["host_peak_mb"]))
         self.logger.info(format_line(rec))
+        if reason is not None:
+            self.logger.warning(reason)
         if self.jsonl_path is not None:
             append_jsonl(self.jsonl_path, rec)
         return rec
+
+    def take_peaks(self) -> tuple[float | None, float]:
+        """(device, host) peak MiB over the records since the previous call (device None off CUDA), and start
+        the next such window: called right after a phase's first record, then after its last, it gives the peaks
+        of what ran in between."""
+        peaks, self._phase_peaks = self._phase_peaks, (None, 0.0)
+        return peaks
 
     def maybe_record(self, phase: str, epoch: int | None, batch: int) -> None:
         """Record when per-batch records are on (`every` > 0) and `batch` is a multiple of `every`."""

@@ -1,0 +1,194 @@
+"""What a training run says on the console: a short header, one line per epoch with its memory, warnings that stand
+out, and final lines that say where everything is.
+
+The header and epoch lines carry `extra=SHOW`; the details behind them (the memory plan table, every `[MEMORY]`
+record, the full data summary) are untagged, so only `--verbose` shows them, while train.log keeps every line.
+
+Memory warnings, from the records the MemoryTracker takes anyway:
+- growth across validation: validation keeps nothing past its batch, so host RSS (and, on CUDA, allocated device
+  memory) should end a pass where it began. Above 1 MiB per 100 validation batches, never below GROWTH_FLOOR_MB
+  (RSS moves by a page or two between reads, and a first pass allocates once what later passes reuse), it is a leak;
+  the failure foxhunt was written against leaked about 2 MiB a batch.
+- a plan that was exceeded: on CUDA the measured peak of the training (validation) phase against the plan's
+  predicted step peak at the batch size in use, beyond the plan's own fragmentation allowance. Not on CPU, where the
+  process's resident set holds much that no plan of a step counts (libraries, data, the allocator's arenas).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from foxhunt.train.plan import FRAGMENTATION, MIB
+
+GROWTH_PER_BATCH_MB = 0.01  # 1 MiB per 100 validation batches
+GROWTH_FLOOR_MB = 4.0
+BUNDLED_SAMPLE_PREFIX = "es_ohlcv1m_sample_v"  # foxhunt.data.sample_path names the cached sample so
+
+
+class WarningCounter(logging.Handler):
+    """Counts the warnings (and errors) logged during a run and keeps the first, for the final summary."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+        self.first: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+        if self.first is None:
+            self.first = record.getMessage()
+
+    def summary(self, log_file: Path) -> str | None:
+        if not self.count:
+            return None
+        if self.count == 1:
+            return f"1 warning in this run (see {log_file}): {self.first}"
+        return f"{self.count} warnings in this run (all in {log_file}); the first: {self.first}"
+
+
+# -- the header ------------------------------------------------------------------------------------------------------
+
+
+def data_line(summary: dict[str, Any], paths: tuple[str, ...]) -> str:
+    """`data: bundled ES sample, 27,353 1m bars in 1 series (2024-02-18 .. 2024-03-15), 1 roll; windows train ...`"""
+    if len(paths) == 1 and Path(paths[0]).name.startswith(BUNDLED_SAMPLE_PREFIX):
+        source = "bundled ES sample"
+    else:
+        source = Path(paths[0]).name if len(paths) == 1 else f"{len(paths)} paths"
+    span = summary.get("date_range") or {}
+    rolls = len(summary.get("rolls") or [])
+    windows = summary.get("windows") or {}
+    return (
+        f"data: {source}, {summary.get('rows', 0):,} {summary.get('bar_interval', '')} bars in "
+        f"{len(summary.get('series') or {})} series ({str(span.get('start', '?'))[:10]} .. "
+        f"{str(span.get('end', '?'))[:10]}), {rolls} roll{'' if rolls == 1 else 's'}; windows "
+        + " / ".join(f"{k} {n:,}" for k, n in windows.items())
+    )
+
+
+def predicted_mb(plan: dict[str, Any], batch: int, step: str) -> float:
+    """The plan's predicted peak (MiB) of a `step` ("train" or "val") at `batch`, which need not be a row of the
+    plan: every term is linear in the batch size, so the nearest two rows give it (beyond them, the last two)."""
+    rows = sorted(plan["rows"], key=lambda r: r["batch_size"])
+    if len(rows) == 1:
+        return rows[0][step]["total"] / MIB
+    i = next((k for k, r in enumerate(rows) if r["batch_size"] >= batch), len(rows) - 1)
+    lo, hi = rows[max(0, i - 1)], rows[max(1, i)]
+    b0, b1 = lo["batch_size"], hi["batch_size"]
+    t0, t1 = lo[step]["total"], hi[step]["total"]
+    return (t0 + (t1 - t0) * (batch - b0) / (b1 - b0)) / MIB
+
+
+def plan_line(plan: dict[str, Any] | None, batch: int, val_batch: int, saved: bool = False) -> str:
+    """The memory plan as one line: `plan: train batch 128 needs 44 MiB of 1,843 usable; validation batch 256 ...`"""
+    if plan is None:
+        return (f"plan: none (batch sizes given: train {batch:,}, validation {val_batch:,}); "
+                "`foxhunt plan-memory` predicts their memory")
+    where = "" if plan.get("device", "cpu") == "cpu" else f" on {plan['device']}"
+    return (
+        f"plan: train batch {batch:,} needs {predicted_mb(plan, batch, 'train'):,.0f} MiB of "
+        f"{plan['usable_bytes'] / MIB:,.0f} usable{where}; validation batch {val_batch:,} needs "
+        f"{predicted_mb(plan, val_batch, 'val'):,.0f} MiB" + (" (as resolved when the run started)" if saved else "")
+    )
+
+
+# -- each epoch ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpochMemory:
+    """Peaks (MiB) of an epoch's training and validation phases, and the growth across its validation pass.
+    Device fields are None off CUDA."""
+
+    train_device: float | None
+    train_host: float
+    val_device: float | None
+    val_host: float
+    growth_device: float | None
+    growth_host: float
+    val_batches: int
+
+    @staticmethod
+    def measure(train: tuple[float | None, float], val: tuple[float | None, float], val_start: dict[str, Any],
+                val_end: dict[str, Any], val_batches: int) -> EpochMemory:
+        """From the tracker's (device, host) peaks of each phase and its val_start / val_end records."""
+        growth_device = None
+        if val_start["device_allocated_mb"] is not None:
+            growth_device = val_end["device_allocated_mb"] - val_start["device_allocated_mb"]
+        return EpochMemory(train[0], train[1], val[0], val[1], growth_device,
+                           val_end["host_rss_mb"] - val_start["host_rss_mb"], val_batches)
+
+    def text(self) -> str:
+        """`mem peak host 463 MiB, val +1.0 MiB` (CUDA: `mem peak device 812 host 1,520 MiB, val device +0.0 ...`)."""
+        host = max(self.train_host, self.val_host)
+        if self.train_device is None or self.val_device is None or self.growth_device is None:
+            return f"mem peak host {host:,.0f} MiB, val {self.growth_host:+.1f} MiB"
+        device = max(self.train_device, self.val_device)
+        return (f"mem peak device {device:,.0f} host {host:,.0f} MiB, val device {self.growth_device:+.1f} "
+                f"host {self.growth_host:+.1f} MiB")
+
+    def growth_limit(self) -> float:
+        return max(GROWTH_FLOOR_MB, GROWTH_PER_BATCH_MB * self.val_batches)
+
+
+class MemoryWatch:
+    """The memory warnings of a run, epoch by epoch; a plan that was exceeded is said once per phase."""
+
+    def __init__(self, plan: dict[str, Any] | None, batch: int):
+        self.plan, self.batch = plan, batch
+        self.exceeded: set[str] = set()
+
+    def warnings(self, epoch: int, m: EpochMemory, val_batch: int) -> list[str]:
+        """What went wrong with memory in `epoch` (validated at `val_batch`), one line each."""
+        out = []
+        limit = m.growth_limit()
+        for meter, growth in (("device memory", m.growth_device), ("host memory (RSS)", m.growth_host)):
+            if growth is not None and growth > limit:
+                out.append(f"memory grew across validation in epoch {epoch}: {meter} +{growth:.1f} MiB over "
+                           f"{m.val_batches:,} batches (more than {limit:.1f} MiB): something keeps data past its "
+                           "batch; memory.jsonl has the records")
+        if self.plan is None:
+            return out
+        for phase, measured, batch, step in (("training", m.train_device, self.batch, "train"),
+                                             ("validation", m.val_device, val_batch, "val")):
+            predicted = predicted_mb(self.plan, batch, step)
+            if measured is None or phase in self.exceeded or measured <= predicted * (1 + FRAGMENTATION):
+                continue
+            self.exceeded.add(phase)
+            out.append(f"memory plan exceeded in epoch {epoch}: {phase} at batch {batch:,} peaked at "
+                       f"{measured:,.0f} MiB, the plan predicted {predicted:,.0f} MiB (+{FRAGMENTATION:.0%} "
+                       "allowance); batch sizes it chose may not fit the budget: pass a smaller --batch-size / "
+                       "--validation-batch-size")
+        return out
+
+
+def validation_batches(n_windows: int, batch: int) -> int:
+    return math.ceil(n_windows / max(1, batch))
+
+
+# -- the end ---------------------------------------------------------------------------------------------------------
+
+
+def vs_baseline(val_loss: float, baseline_loss: float) -> str:
+    """`val_loss 0.15527 vs baseline 0.16514 (6.0% lower)`."""
+    change = 100 * (1 - val_loss / baseline_loss)
+    return (f"val_loss {val_loss:.5f} vs baseline {baseline_loss:.5f} "
+            f"({abs(change):.1f}% {'lower' if change >= 0 else 'HIGHER'})")
+
+
+def next_commands(run: Path, paths: tuple[str, ...], summary: dict[str, Any]) -> list[str]:
+    """The commands that come next, with this run's paths: evaluate on the bars after training (the test split when
+    there is one, else validation) and the memory report."""
+    files = [] if len(paths) == 1 and Path(paths[0]).name.startswith(BUNDLED_SAMPLE_PREFIX) else list(paths)
+    start = summary.get("val_end") or summary.get("train_end")
+    evaluate = ["foxhunt", "evaluate", "--model", str(run), "--out-dir", str(run / "eval")]
+    for f in files:
+        evaluate += ["--parquet-file", f]
+    if start:
+        evaluate += ["--start", str(start).removesuffix("Z")[:19]]
+    return [shlex.join(evaluate), shlex.join(["foxhunt", "memory-report", str(run)])]

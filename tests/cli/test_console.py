@@ -1,0 +1,130 @@
+"""What `foxhunt train` prints at each verbosity, captured in-process on a fixture (a few seconds a run): the default
+header, one line per epoch and the final lines; --verbose adds the plan table and the [MEMORY] records; --quiet keeps
+the final line and warnings; train.log holds everything whatever the console showed."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+
+import pytest
+
+from foxhunt.cli import main
+from foxhunt.console import ConsoleHandler
+
+ES = "es_fut_ohlcv1h_databento.parquet"
+PLAN_TABLE = "largest training batch that fits"
+# the tiny model without --no-progress: the bar must stay off when stderr is not a terminal
+SMALL = ["--hidden-size", "8", "--attention-heads", "2", "--encoder-length", "16", "--horizon", "3", "--threads", "1",
+         "--epochs", "1", "--max-train-batches", "3", "--batch-size", "32"]
+
+
+def train(tmp_path, fixtures_dir, capsys, *extra: str, name: str = "run") -> tuple[int, list[str], str, str]:
+    """Exit status, console lines (stderr), train.log text and the run directory."""
+    run = tmp_path / name
+    code = main(["train", *SMALL, "--parquet-file", str(fixtures_dir / ES), "--run-dir", str(run), *extra])
+    err = capsys.readouterr().err
+    return code, err.splitlines(), (run / "train.log").read_text(), str(run)
+
+
+def others(lines: list[str]) -> list[str]:
+    """The lines that are not warnings (the shared test machine may warn that its CPUs are busy)."""
+    return [line for line in lines if not line.startswith("WARNING ")]
+
+
+def test_default_prints_the_header_one_line_per_epoch_and_the_final_lines(tmp_path, fixtures_dir, capsys):
+    code, lines, log, run = train(tmp_path, fixtures_dir, capsys)
+    assert code == 0
+    text = "\n".join(lines)
+    for start in ("run directory ", "data: es_fut_ohlcv1h_databento.parquet, ", "model: Temporal Fusion Transformer, ",
+                  "plan: train batch 32 needs ", "baseline ", "best epoch 1: val_loss "):
+        assert sum(line.startswith(start) for line in lines) == 1, start
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert len(epochs) == 1 and epochs[0].startswith("epoch 1/1  train_loss ") and "mem peak host " in epochs[0]
+    assert f"  foxhunt evaluate --model {run} --out-dir {run}/eval --parquet-file {fixtures_dir / ES} --start " in text
+    assert f"  foxhunt memory-report {run}" in lines
+    assert "[MEMORY]" not in text and PLAN_TABLE not in text and "data summary:" not in text
+    assert "\x1b[" not in text and "\r" not in text and "━" not in text  # not a terminal: no colour, no bar
+    for line in lines:  # the file holds every console line, and the details besides
+        assert line.strip() in log
+    assert "[MEMORY] phase=val_end" in log and PLAN_TABLE in log and "data summary:" in log
+
+
+def test_verbose_shows_the_plan_table_and_every_memory_record(tmp_path, fixtures_dir, capsys):
+    code, lines, log, _ = train(tmp_path, fixtures_dir, capsys, "-v")
+    assert code == 0
+    text = "\n".join(lines)
+    assert PLAN_TABLE in text and "data summary:" in text
+    shown = re.findall(r"^\[MEMORY\] (phase=\S+)", text, re.MULTILINE)
+    assert shown == re.findall(r"\[MEMORY\] (phase=\S+)", log)  # every record of the file, in its order
+    assert {"phase=run_start", "phase=val_end", "phase=checkpoint"} <= set(shown)
+    assert sum(line.startswith("epoch 1/1  ") for line in lines) == 1 and PLAN_TABLE in log
+
+
+def test_quiet_prints_only_the_final_line_and_warnings(tmp_path, fixtures_dir, capsys):
+    code, lines, log, run = train(tmp_path, fixtures_dir, capsys, "--quiet")
+    assert code == 0
+    assert len(others(lines)) == 1 and others(lines)[0].startswith("best epoch 1: val_loss ")
+    assert others(lines)[0].endswith(f"run directory {run}")
+    assert "[MEMORY] phase=val_end" in log and PLAN_TABLE in log and "epoch 1/1  " in log
+
+
+def test_an_injected_oom_is_a_highlighted_line_at_the_default_verbosity(tmp_path, fixtures_dir, capsys,
+                                                                        monkeypatch):
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "oom@train:2")
+    code, lines, log, _ = train(tmp_path, fixtures_dir, capsys)
+    assert code == 0
+    oom = [line for line in lines if line.startswith("WARNING out of memory in training step 2")]
+    assert len(oom) == 1 and "retrying" in oom[0]
+    summary = next(line for line in lines if " in this run (" in line)
+    assert summary.startswith("WARNING ") and "out of memory in training step 2" in summary
+    assert "[MEMORY]" not in "\n".join(lines)
+    assert "reason='out of memory in training step 2" in log  # the record, with its reason, in the file
+
+
+def test_a_skipped_non_finite_batch_is_a_highlighted_line_even_when_quiet(tmp_path, fixtures_dir, capsys,
+                                                                         monkeypatch):
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "nan@train:2")
+    code, lines, _, _ = train(tmp_path, fixtures_dir, capsys, "-q")
+    assert code == 0
+    assert any(line.startswith("WARNING non-finite training step 2 ") for line in lines)
+    assert len(others(lines)) == 1 and others(lines)[0].startswith("best epoch 1: ")
+
+
+def test_resume_takes_the_verbosity_flags_and_says_the_sizes_are_the_saved_ones(tmp_path, fixtures_dir, capsys,
+                                                                                 monkeypatch):
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "kill@epoch:1")
+    code, _, _, run = train(tmp_path, fixtures_dir, capsys, "--epochs", "2")
+    assert code == 130
+    monkeypatch.delenv("FOXHUNT_FAULT_INJECT")
+    assert main(["train", "--run-dir", run, "--resume", "-v"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert any(line.startswith("plan: ") and line.endswith("(as resolved when the run started)") for line in lines)
+    assert any(line.startswith("resuming at epoch 2") for line in lines)
+    assert any(line.startswith("epoch 2/2  ") for line in lines)
+
+
+def test_verbose_and_quiet_together_are_bad_input(tmp_path, fixtures_dir, capsys):
+    code = main(["train", *SMALL, "--parquet-file", str(fixtures_dir / ES), "--run-dir", str(tmp_path / "r"),
+                 "-v", "-q"])
+    assert code == 2 and "--verbose and --quiet" in capsys.readouterr().err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("terminal, no_color, coloured", [(True, "", True), (True, "1", False), (False, "", False)])
+def test_warnings_are_coloured_only_on_a_terminal(monkeypatch, terminal, no_color, coloured):
+    monkeypatch.setenv("NO_COLOR", no_color)
+    stream = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    handler = ConsoleHandler()
+    handler.verbosity = 1
+    for level, msg in ((logging.WARNING, "low memory"), (logging.INFO, "detail"), (logging.ERROR, "broken")):
+        handler.handle(logging.LogRecord("foxhunt.x", level, __file__, 1, msg, None, None))
+    expected = (["\x1b[1;33mWARNING low memory\x1b[0m", "\x1b[1;31mERROR broken\x1b[0m"] if coloured
+                else ["WARNING low memory", "ERROR broken"])  # the untagged INFO record is a --verbose detail
+    assert stream.getvalue().splitlines() == expected

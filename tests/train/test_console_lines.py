@@ -1,0 +1,119 @@
+"""The lines a training run prints (train/console.py), against hand-computed plans and memory records: the plan as
+one line, the epoch's memory, the warnings for growth across validation and for an exceeded plan, the final lines."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from foxhunt.train.console import (
+    EpochMemory,
+    MemoryWatch,
+    WarningCounter,
+    data_line,
+    next_commands,
+    plan_line,
+    predicted_mb,
+    vs_baseline,
+)
+
+MIB = 2**20
+# A step costs 100 MiB plus 10 MiB a sample (training) and 50 plus 5 (validation), at batches 1, 2, 4, 8.
+PLAN = {
+    "usable_bytes": 1843 * MIB,
+    "device": "cpu",
+    "rows": [{"batch_size": b, "train": {"total": (100 + 10 * b) * MIB}, "val": {"total": (50 + 5 * b) * MIB}}
+             for b in (8, 1, 4, 2)],  # any order
+}
+CUDA_PLAN = {**PLAN, "device": "cuda:0"}
+
+
+@pytest.mark.parametrize("batch, step, mib", [(1, "train", 110), (3, "train", 130), (6, "train", 160),
+                                              (8, "train", 180), (16, "train", 260), (5, "val", 75)])
+def test_predicted_peak_is_read_off_the_linear_plan_between_and_beyond_its_rows(batch, step, mib):
+    assert predicted_mb(PLAN, batch, step) == pytest.approx(mib)
+
+
+def test_the_plan_is_one_line():
+    assert plan_line(PLAN, 4, 8) == "plan: train batch 4 needs 140 MiB of 1,843 usable; validation batch 8 needs 90 MiB"
+    assert plan_line(CUDA_PLAN, 3, 2, saved=True) == (
+        "plan: train batch 3 needs 130 MiB of 1,843 usable on cuda:0; validation batch 2 needs 60 MiB (as resolved "
+        "when the run started)")
+    assert plan_line(None, 64, 256).startswith("plan: none (batch sizes given: train 64, validation 256)")
+
+
+def cpu_epoch(growth: float, val_batches: int) -> EpochMemory:
+    return EpochMemory(None, 400.0, None, 410.0, None, growth, val_batches)
+
+
+def test_epoch_memory_text_and_measure():
+    assert cpu_epoch(1.04, 27).text() == "mem peak host 410 MiB, val +1.0 MiB"
+    start = {"device_allocated_mb": 20.0, "host_rss_mb": 1000.0}
+    end = {"device_allocated_mb": 20.0, "host_rss_mb": 1000.25}
+    m = EpochMemory.measure((148.0, 1010.0), (90.0, 1500.0), start, end, 7)
+    assert m == EpochMemory(148.0, 1010.0, 90.0, 1500.0, 0.0, 0.25, 7)
+    assert m.text() == "mem peak device 148 host 1,500 MiB, val device +0.0 host +0.2 MiB"
+
+
+@pytest.mark.parametrize("val_batches, growth, warned", [(27, 3.9, False), (27, 4.1, True),  # the 4 MiB floor
+                                                         (1000, 9.9, False), (1000, 10.5, True)])  # 1 MiB / 100
+def test_growth_across_validation_warns_above_one_mib_per_hundred_batches(val_batches, growth, warned):
+    said = MemoryWatch(PLAN, 4).warnings(3, cpu_epoch(growth, val_batches), 8)
+    assert len(said) == warned
+    if warned:
+        assert said[0].startswith(f"memory grew across validation in epoch 3: host memory (RSS) +{growth:.1f} MiB "
+                                  f"over {val_batches:,} batches")
+
+
+def test_an_exceeded_plan_warns_once_per_phase_beyond_its_allowance():
+    watch = MemoryWatch(CUDA_PLAN, 4)  # training predicted 140 MiB (147 with the 5% allowance); validation at 8: 90
+    within = EpochMemory(146.0, 500.0, 94.0, 500.0, 0.0, 0.0, 10)
+    assert watch.warnings(1, within, 8) == []
+    over = EpochMemory(148.0, 500.0, 100.0, 500.0, 0.0, 0.0, 10)
+    said = watch.warnings(2, over, 8)
+    assert [s.split(":")[0] for s in said] == ["memory plan exceeded in epoch 2"] * 2
+    assert "training at batch 4 peaked at 148 MiB, the plan predicted 140 MiB" in said[0]
+    assert "validation at batch 8 peaked at 100 MiB, the plan predicted 90 MiB" in said[1]
+    assert watch.warnings(3, over, 8) == []  # said once
+    assert MemoryWatch(None, 4).warnings(1, over, 8) == []  # no plan, nothing to exceed
+    assert MemoryWatch(PLAN, 4).warnings(1, cpu_epoch(0.0, 10), 8) == []  # CPU: no device peak to check
+
+
+def test_warning_counter_keeps_the_count_and_the_first():
+    logger = logging.getLogger("foxhunt.test_console_lines")
+    counter = WarningCounter()
+    logger.addHandler(counter)
+    try:
+        assert counter.summary(Path("run/train.log")) is None
+        logger.info("not a warning")
+        logger.warning("first %d", 1)
+        assert counter.summary(Path("run/train.log")) == "1 warning in this run (see run/train.log): first 1"
+        logger.error("second")
+    finally:
+        logger.removeHandler(counter)
+    assert counter.summary(Path("run/train.log")) == "2 warnings in this run (all in run/train.log); the first: first 1"
+
+
+def test_final_lines_compare_with_the_baseline_and_fill_in_the_run_paths():
+    assert vs_baseline(0.15, 0.2) == "val_loss 0.15000 vs baseline 0.20000 (25.0% lower)"
+    assert vs_baseline(0.25, 0.2) == "val_loss 0.25000 vs baseline 0.20000 (25.0% HIGHER)"
+    summary = {"train_end": "2024-03-10T16:35:12Z", "val_end": None}
+    bundled = ("/cache/foxhunt/es_ohlcv1m_sample_v2_seed20240218.parquet",)
+    assert next_commands(Path("runs/a"), bundled, summary) == [
+        "foxhunt evaluate --model runs/a --out-dir runs/a/eval --start 2024-03-10T16:35:12",
+        "foxhunt memory-report runs/a"]
+    mine = next_commands(Path("runs/b"), ("my bars.parquet", "more.csv"), {**summary, "val_end": "2016-01-01T00:00:00Z"})
+    assert mine[0] == ("foxhunt evaluate --model runs/b --out-dir runs/b/eval --parquet-file 'my bars.parquet' "
+                       "--parquet-file more.csv --start 2016-01-01T00:00:00")
+
+
+def test_data_line_is_short():
+    summary = {"rows": 27353, "bar_interval": "1m", "series": {"ES": {}}, "rolls": [{}],
+               "date_range": {"start": "2024-02-18T23:00:00Z", "end": "2024-03-15T20:59:00Z"},
+               "windows": {"train": 20416, "val": 6896, "test": 0}}
+    assert data_line(summary, ("/c/es_ohlcv1m_sample_v2_seed20240218.parquet",)) == (
+        "data: bundled ES sample, 27,353 1m bars in 1 series (2024-02-18 .. 2024-03-15), 1 roll; windows train "
+        "20,416 / val 6,896 / test 0")
+    assert data_line({**summary, "rolls": []}, ("a.parquet", "b.parquet")).startswith("data: 2 paths, 27,353 1m bars")
