@@ -21,6 +21,7 @@ from foxhunt.data.summary import format_summary
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, variable_names
+from foxhunt.train.calibrate import calibrate_run
 from foxhunt.train.checkpoint import load_checkpoint, save_model_json, save_weights
 from foxhunt.train.config import AUTO, TrainConfig
 from foxhunt.train.device import apply_memory_budget, resolve_device
@@ -212,6 +213,7 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
         change = 100 * (1 - best["val_loss"] / baseline.loss)
         log.info("best epoch %d: val_loss %.5f vs baseline %.5f (%.1f%% %s); run directory %s", best["epoch"],
                  best["val_loss"], baseline.loss, abs(change), "lower" if change >= 0 else "HIGHER", run.root)
+    log.info("%s", calibrate_run(run, data, device, state.val_batch_size or val_batch_size))  # calibration.json
     return TrainResult(run, state, baseline, n_params)
 
 
