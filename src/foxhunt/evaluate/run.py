@@ -293,7 +293,8 @@ def notes(lm: LoadedModel, paths: tuple[str, ...], period: dict[str, Any], model
         f"encoder {lm.schema.encoder_length} bars, horizon {lm.schema.horizon} bars)",
         f"data: {', '.join(paths)}",
         f"target: {lm.schema.target} (plain ln units), scaling: {lm.schema.extra.get('scaling', 'series')}",
-        f"origins scored: {period['origins']:,} from {period['first_origin']} to {period['last_origin']}",
+        f"origins scored: {period['origins']:,} from {period['first_origin']} to {period['last_origin']}"
+        + (f" ({period['scored']})" if period.get("scored") else ""),
     ]
 
 
