@@ -104,6 +104,12 @@ def test_evaluate_warns_when_start_reaches_into_validation(run, daily, tmp_path,
                  "--start", "2024-07-01"]) == 0
     assert "--start 2024-07-01 reaches into the model's training and validation period" in capsys.readouterr().err
     assert "NOT held out" in json.loads((tmp_path / "e" / "metrics.json").read_text())["period"]["scored"]
+    # bars (here: --end) that stop inside validation: everything is scored, and said to be in-sample
+    assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily), "--out-dir", str(tmp_path / "f"),
+                 "--end", "2024-08-15"]) == 0
+    assert "no scoreable origin after the model's training and validation period" in capsys.readouterr().err
+    period = json.loads((tmp_path / "f" / "metrics.json").read_text())["period"]
+    assert period["scored"].startswith("all origins: NOT held out") and period["first_origin"] < "2024-01-01"
 
 
 def test_a_run_without_calibration_still_forecasts_and_says_so_once(run, daily, tmp_path, capsys):
