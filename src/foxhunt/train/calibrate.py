@@ -98,8 +98,8 @@ def calibrate_run(run: RunDir, data: PreparedData, device: torch.device, batch_s
         if not is_oom(e):
             raise
         release_memory(device)
-        return "calibration: skipped, out of memory while forecasting the validation windows; forecasts are the " \
-               "model's own"
+        return ("calibration: skipped, out of memory while forecasting the validation windows; forecasts are the "
+                "model's own")
     return calibration_line(cal, len(data.splits["val"]))
 
 
