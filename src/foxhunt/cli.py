@@ -349,6 +349,8 @@ def memory_report_cmd(run_dir: Annotated[Path, typer.Argument(help="A run direct
 ModelDir = Annotated[Path, typer.Option("--model", help="A run directory written by `foxhunt train`.")]
 Start = Annotated[str | None, typer.Option(help="First forecast bar on or after this ISO date/time (UTC).")]
 End = Annotated[str | None, typer.Option(help="First forecast bar on or before this ISO date (inclusive).")]
+NoCalibration = Annotated[bool, typer.Option("--no-calibration", help="The model's own quantiles: skip the conformal "
+                                             "calibration fitted on the validation split after training.")]
 
 
 @app.command()
@@ -361,9 +363,17 @@ def predict(
     batch_size: Annotated[int, typer.Option(help="Windows per forward pass.")] = 1024,
     device: Device = "cpu",
     threads: Threads = TD.num_threads,
+    no_calibration: NoCalibration = False,
 ) -> None:
-    """Quantile forecasts for every origin with a full encoder, including the live one after the last bar."""
-    from foxhunt.evaluate.predict import parse_time, prepare_for_model, select_origins, write_forecasts
+    """Quantile forecasts for every origin with a full encoder, including the live one after the last bar;
+    calibrated on the validation split unless --no-calibration."""
+    from foxhunt.evaluate.predict import (
+        forecast_calibration,
+        parse_time,
+        prepare_for_model,
+        select_origins,
+        write_forecasts,
+    )
     from foxhunt.train.checkpoint import load_model
     from foxhunt.train.device import resolve_device
 
@@ -372,8 +382,10 @@ def predict(
     lm = load_model(model, dev)
     data = prepare_for_model(lm, _paths({"parquet_file": parquet_file}))
     ids = select_origins(data, parse_time(start, "--start"), parse_time(end, "--end", end=True))
-    write_forecasts(lm, data, ids, out, batch_size, dev)
-    typer.echo(f"wrote {len(ids) * lm.schema.horizon:,} forecast rows ({len(ids):,} origins) to {out}")
+    cal = forecast_calibration(lm, not no_calibration)
+    write_forecasts(lm, data, ids, out, batch_size, dev, calibration=cal)
+    typer.echo(f"wrote {len(ids) * lm.schema.horizon:,} {'calibrated' if cal else 'uncalibrated'} forecast rows "
+               f"({len(ids):,} origins) to {out}")
 
 
 @app.command()
@@ -381,21 +393,27 @@ def evaluate(
     model: ModelDir,
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Where metrics.json, report.html etc. go.")],
     parquet_file: ParquetFile = None,
-    start: Start = None,
+    start: Annotated[str | None, typer.Option(help="First forecast bar on or after this ISO date/time (UTC). "
+                                              "Default: after the model's validation period when the bars reach "
+                                              "past it (held out from fitting and calibration), else all.")] = None,
     end: End = None,
     forecasts: Annotated[Path | None, typer.Option(help="Score these forecasts instead of predicting.")] = None,
     batch_size: Annotated[int, typer.Option(help="Windows per forward pass.")] = 1024,
     device: Device = "cpu",
     threads: Threads = TD.num_threads,
+    no_calibration: NoCalibration = False,
 ) -> None:
-    """Score forecasts against the realised target and three baselines on the same origins; write a report."""
+    """Score forecasts against the realised target and three baselines on the same origins; write a report.
+
+    Without --start, scores only origins after the model's validation period when the bars reach past it (the
+    calibration was fitted on that period)."""
     from foxhunt.evaluate.run import evaluate_run
     from foxhunt.evaluate.table import format_results
     from foxhunt.train.device import resolve_device
 
     _set_threads(threads)
     result = evaluate_run(model, _paths({"parquet_file": parquet_file}), out_dir, start, end, batch_size,
-                          resolve_device(device), forecasts)
+                          resolve_device(device), forecasts, calibrate=not no_calibration)
     typer.echo(format_results(result))
     typer.echo(f"wrote {out_dir / 'metrics.json'} and {out_dir / 'report.html'}")
 

@@ -1,7 +1,8 @@
 """Forecasts from a saved model on any bars file: one row per (series, origin, horizon).
 
-The model directory holds everything needed (architecture, weights, feature schema, scalers); no training data is
-read. Forecasts stream: each batch is predicted, moved to the host and written to the parquet file before the next
+The model directory holds everything needed (architecture, weights, feature schema, scalers, and the calibration
+fitted after training); no training data is read. Forecasts are calibrated (model/calibration.py) unless
+`--no-calibration`; the parquet file says which in its key-value metadata ("foxhunt": {"calibrated": ...}). Forecasts stream: each batch is predicted, moved to the host and written to the parquet file before the next
 one is read, so device memory is flat however many origins there are. The file is written under a temporary name
 and renamed when complete.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +27,8 @@ from foxhunt.data.prepare import PreparedData, prepare_data
 from foxhunt.data.schema import Kind, Role
 from foxhunt.errors import InputError, ResourceError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
+from foxhunt.model.calibration import Calibration
+from foxhunt.train.calibrate import raw_quantiles
 from foxhunt.train.checkpoint import LoadedModel
 from foxhunt.train.faults import FaultInjector
 from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory, rung
@@ -58,9 +62,42 @@ class ForecastBatch:
     window: np.ndarray  # (B,) window ids
     origin_ns: np.ndarray  # (B,)
     target_ns: np.ndarray  # (B, D), -1 beyond the data
-    quantiles: np.ndarray  # (B, D, Q) in the target's own units, sorted along Q
+    quantiles: np.ndarray  # (B, D, Q) in the target's own units, sorted along Q; calibrated when `raw` is set
     actual: np.ndarray  # (B, D), NaN beyond the data
     filled: np.ndarray | None = None  # (B, D) bool: the actual is a --fill-gaps bar (no trade); None without it
+    raw: np.ndarray | None = None  # (B, D, Q) the model's own quantiles when `quantiles` are calibrated
+
+
+def forecast_calibration(lm: LoadedModel, enabled: bool) -> Calibration | None:
+    """The calibration to apply (None: the model's own quantiles), said once: which one, or why there is none."""
+    if not enabled:
+        log.info("--no-calibration: forecasts are the model's own quantiles")
+        return None
+    cal = lm.calibration
+    if cal is None:
+        log.warning("%s: forecasts are the model's own quantiles, not calibrated", lm.calibration_note or "no calibration")
+        return None
+    f = cal.fitted_on
+    log.info("calibrated forecasts: %s conformal shifts fitted on validation origins %s .. %s (%s windows)", cal.mode,
+             f.get("first_origin", "?"), f.get("last_origin", "?"), f"{f.get('windows', 0):,}")
+    return cal
+
+
+def calibration_metadata(cal: Calibration | None) -> dict[bytes, bytes]:
+    """Parquet key-value metadata saying whether the quantile columns are calibrated, and with what."""
+    info = {"calibrated": cal is not None}
+    if cal is not None:
+        info["calibration"] = {"mode": cal.mode, "fitted_on": cal.fitted_on}
+    return {b"foxhunt": json.dumps(info).encode()}
+
+
+def is_calibrated(path: Path) -> bool | None:
+    """What a forecasts file says about itself (None: written before foxhunt said)."""
+    meta = pq.read_schema(path).metadata or {}
+    try:
+        return bool(json.loads(meta[b"foxhunt"])["calibrated"]) if b"foxhunt" in meta else None
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def prepare_for_model(lm: LoadedModel, paths: tuple[str, ...]) -> PreparedData:
@@ -110,8 +147,10 @@ class Forecaster:
     """
 
     def __init__(self, lm: LoadedModel, data: PreparedData, device: torch.device,
-                 interpretation: InterpretationAccumulator | None = None, injector: FaultInjector | None = None):
+                 interpretation: InterpretationAccumulator | None = None, injector: FaultInjector | None = None,
+                 calibration: Calibration | None = None):
         self.lm, self.data, self.device, self.interp = lm, data, device, interpretation
+        self.calibration = calibration
         self.injector = injector if injector is not None else FaultInjector.from_env()
         self.crossed = 0  # (origin, horizon) pairs whose raw quantiles were not in order
         self.pairs = 0
@@ -163,9 +202,9 @@ class Forecaster:
         fill_col = w.n_known_cont + observed.index("filled") if "filled" in observed else None
         batch = w.batch(chunk).to(self.device, non_blocking=True)
         out = model(batch, return_interpretation=self.interp is not None)
-        q = batch.unscale(out.quantiles).float()  # (B, D, Q) target units
-        crossed = (q.diff(dim=-1) < 0).any(dim=-1)  # (B, D)
-        q = q.sort(dim=-1).values.cpu().numpy()
+        q_t, crossed = raw_quantiles(batch, out.quantiles)  # (B, D, Q) target units, sorted; (B, D)
+        q = q_t.cpu().numpy()
+        cal = None if self.calibration is None else self.calibration.apply(q, batch.target_scale.cpu().numpy())
         # Only a batch that got this far counts: a failed attempt must not leave half its statistics behind.
         if self.interp is not None:
             self.interp.update(out.static_weights, out.encoder_weights, out.decoder_weights, out.attention)
@@ -177,9 +216,10 @@ class Forecaster:
             window=chunk.numpy(),
             origin_ns=w.origin_ns(chunk).numpy(),
             target_ns=w.target_ns(chunk).numpy(),
-            quantiles=q,
+            quantiles=q if cal is None else cal.astype(np.float32),
             actual=w.actual(chunk).numpy().astype(np.float64),
             filled=None if fill_col is None else (w.at_targets(chunk, fill_col) > 0.5).numpy(),
+            raw=None if cal is None else q,
         )
 
 
@@ -206,14 +246,17 @@ def forecast_table(fb: ForecastBatch, names: tuple[str, ...], quantiles: tuple[f
 def write_forecasts(
     lm: LoadedModel, data: PreparedData, ids: torch.Tensor, out: Path, batch_size: int, device: torch.device,
     interpretation: InterpretationAccumulator | None = None, keep: list[ForecastBatch] | None = None,
+    calibration: Calibration | None = None,
 ) -> Forecaster:
-    """Predict `ids` and stream the rows into `out` (parquet, atomic). `keep` collects the batches when given."""
-    fc = Forecaster(lm, data, device, interpretation)
+    """Predict `ids` and stream the rows into `out` (parquet, atomic), calibrated with `calibration` when given.
+    `keep` collects the batches when given."""
+    fc = Forecaster(lm, data, device, interpretation, calibration=calibration)
+    meta = calibration_metadata(calibration)
     with atomic_path(out) as tmp:
         writer = None
         try:
             for fb in fc.iter(ids, batch_size):
-                table = forecast_table(fb, data.windows.series_names, lm.model_cfg.quantiles)
+                table = forecast_table(fb, data.windows.series_names, lm.model_cfg.quantiles).replace_schema_metadata(meta)
                 if writer is None:
                     writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
                 writer.write_table(table)

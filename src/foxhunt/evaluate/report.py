@@ -26,6 +26,12 @@ BASELINE_TEXT = {
 
 GLOSSARY = [
     (
+        "model, model (raw)",
+        "model: the forecasts as <code>foxhunt predict</code> writes them, calibrated by the conformal shifts fitted "
+        "on the model's validation split after training (unless --no-calibration); model (raw): the network's own "
+        "quantiles, before that correction, on the same origins.",
+    ),
+    (
         "q-risk",
         "2 &times; (sum of pinball losses) / (sum of |actual|) over every origin and horizon, per quantile q "
         "(the TFT paper's metric). Lower is better. For returns, forecasting a median of 0 scores exactly 1.0 at "

@@ -1,5 +1,9 @@
 """`foxhunt evaluate`: forecasts on bars the model may never have seen, scored against three baselines on exactly
-the same origins, with interpretation and a self-contained HTML report."""
+the same origins, with interpretation and a self-contained HTML report.
+
+Forecasts are calibrated (conformal shifts fitted on the validation split, model/calibration.py) unless
+`--no-calibration`; the model's own quantiles are scored beside them ("model_raw") so the change shows. By default
+only origins after the model's validation period are scored (evaluate/period.py)."""
 
 from __future__ import annotations
 
@@ -24,9 +28,12 @@ from foxhunt.evaluate.baselines import BASELINES, baseline_forecasts, garch_avai
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.evaluate.memory_report import load_memory, memory_png
 from foxhunt.evaluate.metrics import MetricAccumulator, skill
+from foxhunt.evaluate.period import scoring_start
 from foxhunt.evaluate.predict import (
     ForecastBatch,
     check_schema,
+    forecast_calibration,
+    is_calibrated,
     parse_time,
     quantile_column,
     select_origins,
@@ -47,13 +54,18 @@ class Scored:
     series: np.ndarray  # (K,)
     origin_row: np.ndarray  # (K,) global row of each origin
     origin_ns: np.ndarray  # (K,)
-    quantiles: np.ndarray  # (K, D, Q)
+    quantiles: np.ndarray  # (K, D, Q), calibrated when `raw` is set
     actual: np.ndarray  # (K, D)
+    raw: np.ndarray | None = None  # (K, D, Q) the model's own quantiles when `quantiles` are calibrated
+
+    def subset(self, keep: np.ndarray) -> Scored:
+        return Scored(*(None if a is None else a[keep] for a in dataclasses.astuple(self)))
 
 
 def evaluate_run(
     model_dir: Path, paths: tuple[str, ...], out_dir: Path, start: str | None = None, end: str | None = None,
     batch_size: int = 1024, device: torch.device | str = "cpu", forecasts: Path | None = None,
+    calibrate: bool = True,
 ) -> dict[str, Any]:
     device = torch.device(device)
     lm = load_model(model_dir, device)
@@ -61,51 +73,101 @@ def evaluate_run(
     loaded = load_bars(cfg, lm.transform.bar_spacing_ns)  # --fill-gaps fills to the model's grid
     data = prepare_from_bars(loaded, cfg, transform=lm.transform, for_prediction=True)
     check_schema(lm, data, paths)
-    ids = select_origins(data, parse_time(start, "--start"), parse_time(end, "--end", end=True))
+    end_ns = parse_time(end, "--end", end=True)
+    start_ns, scored_what = scoring_start(data, model_dir, parse_time(start, "--start"), end_ns, start)
+    ids = select_origins(data, start_ns, end_ns)
     out_dir.mkdir(parents=True, exist_ok=True)
     static, encoder, decoder = variable_names(lm.schema)  # the order of the model's weight columns
     interp = InterpretationAccumulator(static, encoder, decoder, lm.schema.encoder_length, lm.schema.horizon)
     if forecasts is None:
         kept: list[ForecastBatch] = []
-        fc = write_forecasts(lm, data, ids, out_dir / "forecasts.parquet", batch_size, device, interp, kept)
+        cal = forecast_calibration(lm, calibrate)
+        fc = write_forecasts(lm, data, ids, out_dir / "forecasts.parquet", batch_size, device, interp, kept, cal)
         scored = gather(kept, data)
         crossings = {"crossed_pairs": fc.crossed, "pairs": fc.pairs}
+        applied: bool | None = cal is not None
+        why_not = "--no-calibration" if not calibrate else lm.calibration_note
     else:
         scored = read_forecasts(forecasts, data, ids, lm)
-        crossings = None
+        crossings, applied = None, is_calibrated(forecasts)
+        why_not = f"{forecasts} holds {'uncalibrated' if applied is False else 'forecasts that do not say'}"
     has_actual = ~np.isnan(scored.actual).all(axis=1)
     if not has_actual.any():
         raise InputError("no origin in --start/--end has a realised target to score; evaluate on bars with a future")
-    scored = Scored(*(a[has_actual] for a in dataclasses.astuple(scored)))
+    scored = scored.subset(has_actual)
 
     qs = lm.model_cfg.quantiles
     series_names = data.windows.series_names
     directional = lm.schema.target == "log_return"
     model_metrics = score(scored.actual, scored.quantiles, scored.series, qs, series_names, directional)
+    raw_metrics = (None if scored.raw is None
+                   else score(scored.actual, scored.raw, scored.series, qs, series_names, directional))
     baseline_q = baselines(lm, data, loaded.bars, scored, model_dir)
     baseline_metrics = {k: score(scored.actual, v, scored.series, qs, series_names, directional)
                         for k, v in baseline_q.items()}
     skills = {k: skill(model_metrics["overall"]["q_risk"], m["overall"]["q_risk"]) for k, m in baseline_metrics.items()}
     period = {"first_origin": _iso(scored.origin_ns.min()), "last_origin": _iso(scored.origin_ns.max()),
-              "origins": int(len(scored.origin_ns))}
+              "origins": int(len(scored.origin_ns)), "scored": scored_what}
+    calibration = calibration_result(lm, applied, why_not, model_metrics, raw_metrics)
     result = {"model": model_metrics, "baselines": baseline_metrics, "skill": skills, "period": period,
-              "target": lm.schema.target, "quantile_crossings": crossings, "model_dir": str(model_dir)}
+              "target": lm.schema.target, "quantile_crossings": crossings, "model_dir": str(model_dir),
+              "calibration": calibration}
+    if raw_metrics is not None:
+        result["model_raw"] = raw_metrics
     write_json(out_dir / "metrics.json", result)
+    models = {"model": model_metrics, **({"model (raw)": raw_metrics} if raw_metrics is not None else {})}
     interpretation = interp.result()
     if forecasts is None:
         write_json(out_dir / "interpretation.json", interpretation)
-    write_report(out_dir / "report.html", title=f"foxhunt evaluation: {lm.schema.target}", metrics=model_metrics,
-                 baselines=baseline_metrics, images=images(scored, qs, series_names, model_metrics, baseline_metrics,
-                                                           interpretation if forecasts is None else None, model_dir),
-                 notes=notes(lm, paths, period, model_dir))
+    others = {k: v for k, v in models.items() if k != "model"}
+    write_report(out_dir / "report.html", title=f"foxhunt evaluation: {lm.schema.target}", metrics=models,
+                 baselines=baseline_metrics,
+                 images=images(scored, qs, series_names, model_metrics, {**others, **baseline_metrics},
+                               interpretation if forecasts is None else None, model_dir),
+                 notes=[*notes(lm, paths, period, model_dir), calibration_note(calibration)])
     return result
 
 
 def gather(kept: list[ForecastBatch], data: PreparedData) -> Scored:
     window = np.concatenate([k.window for k in kept])
     origin_row = (data.windows.starts[torch.from_numpy(window)] + data.windows.encoder_length - 1).numpy()
+    raw = None if kept[0].raw is None else np.concatenate([k.raw for k in kept])
     return Scored(np.concatenate([k.series for k in kept]), origin_row, np.concatenate([k.origin_ns for k in kept]),
-                  np.concatenate([k.quantiles for k in kept]), np.concatenate([k.actual for k in kept]))
+                  np.concatenate([k.quantiles for k in kept]), np.concatenate([k.actual for k in kept]), raw)
+
+
+def calibration_result(lm: LoadedModel, applied: bool | None, why_not: str | None, model: dict[str, Any],
+                       raw: dict[str, Any] | None) -> dict[str, Any]:
+    """metrics.json "calibration": whether the scored forecasts are calibrated (None: a --forecasts file that does
+    not say) and else why not, the fit, and the outer-pair coverage and share below each quantile of the model raw
+    and calibrated."""
+    def cover(m: dict[str, Any]) -> dict[str, Any]:
+        o = m["overall"]
+        return {**o["coverage"], "below": o["calibration"]}
+
+    cal = lm.calibration
+    out: dict[str, Any] = {"applied": applied}
+    if applied and cal is not None:
+        out.update(mode=cal.mode, fitted_on=cal.fitted_on, validation_coverage=cal.coverage)
+    elif not applied:
+        out["not_applied"] = why_not
+    if raw is not None:
+        out["coverage"] = {"raw": cover(raw), "calibrated": cover(model)}
+    else:
+        out["coverage"] = {"calibrated" if applied else "raw": cover(model)}
+    return out
+
+
+def calibration_note(c: dict[str, Any]) -> str:
+    """One plain line for the report and the console: coverage raw -> calibrated, or why there is no calibration."""
+    cov = c["coverage"]
+    label = next((k for k in next(iter(cov.values())) if k != "below"), None)
+    shown = " -> ".join(f"{k} {v[label]:.3f}" for k, v in cov.items() if label and v.get(label) is not None)
+    if c["applied"]:
+        f = c.get("fitted_on", {})
+        return (f"calibration: {c.get('mode', '?')} conformal shifts fitted on validation ({f.get('windows', 0):,} "
+                f"windows, {f.get('first_origin', '?')} to {f.get('last_origin', '?')}); {label} coverage {shown}")
+    return f"calibration: not applied ({c.get('not_applied')}); {label} coverage {shown}"
 
 
 def read_forecasts(path: Path, data: PreparedData, ids: torch.Tensor, lm: LoadedModel) -> Scored:
@@ -231,7 +293,8 @@ def notes(lm: LoadedModel, paths: tuple[str, ...], period: dict[str, Any], model
         f"encoder {lm.schema.encoder_length} bars, horizon {lm.schema.horizon} bars)",
         f"data: {', '.join(paths)}",
         f"target: {lm.schema.target} (plain ln units), scaling: {lm.schema.extra.get('scaling', 'series')}",
-        f"origins scored: {period['origins']:,} from {period['first_origin']} to {period['last_origin']}",
+        f"origins scored: {period['origins']:,} from {period['first_origin']} to {period['last_origin']}"
+        + (f" ({period['scored']})" if period.get("scored") else ""),
     ]
 
 

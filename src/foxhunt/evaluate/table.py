@@ -13,15 +13,34 @@ def _get(d: dict[Any, Any], q: float) -> Any:
     return next((v for k, v in d.items() if float(k) == q), None)
 
 
+def coverage_line(cal: dict[str, Any]) -> str:
+    """'p10-p90 coverage: raw 0.612 -> calibrated 0.797 (nominal 0.80); share below p10 0.18 -> 0.10, ...'."""
+    cov = cal["coverage"]
+    label = next((k for k in next(iter(cov.values()), {}) if k != "below"), None)
+    parts = []
+    if label:
+        lo, hi = (float(x[1:]) / 100 for x in label.split("-"))
+        parts.append(f"{label} coverage: " + " -> ".join(f"{k} {_f(v.get(label), 0, 3).strip()}" for k, v in cov.items())
+                     + f" (nominal {hi - lo:.2f})")
+    qs = list(next(iter(cov.values()), {}).get("below", {}))
+    parts.append("share below " + ", ".join(
+        f"p{float(q) * 100:g} " + " -> ".join(_f(v["below"].get(q), 0, 3).strip() for v in cov.values()) for q in qs))
+    state = "calibrated" if cal.get("applied") else f"not calibrated ({cal.get('not_applied')})"
+    return f"{state}; " + "; ".join(parts)
+
+
 def format_results(result: dict[str, Any]) -> str:
     model = result["model"]
     qs = [float(q) for q in model["quantiles"]]
-    sources = {"model": model, **result["baselines"]}
+    raw = {"model (raw)": result["model_raw"]} if result.get("model_raw") else {}
+    sources = {"model": model, **raw, **result["baselines"]}
     qcols = "".join(f"{'qrisk p' + format(q * 100, 'g'):>12}" for q in qs)
     header = f"{'source':<20}{qcols}{'pinball':>10}{'MAE p50':>10}{'cover':>8}{'hit':>7}{'IC':>8}"
     lines = [
         f"target {result['target']}; {result['period']['origins']:,} origins from "
-        f"{result['period']['first_origin']} to {result['period']['last_origin']}",
+        f"{result['period']['first_origin']} to {result['period']['last_origin']}"
+        + (f" ({result['period']['scored']})" if result["period"].get("scored") else ""),
+        *([coverage_line(result["calibration"])] if result.get("calibration") else []),
         header,
         "-" * len(header),
     ]

@@ -2,12 +2,15 @@
 
 - `model.safetensors` + `model.json`: the best weights and everything needed to forecast without the training data
   (architecture, feature schema, scalers, quantiles, data options).
+- `calibration.json`: conformal shifts per quantile and horizon, fitted on the validation split after training
+  (model/calibration.py, train/calibrate.py); loaded with the model when present and matching its weights.
 - `checkpoint.pt`: the last state for resuming (weights, optimizer, step, epoch, the position inside the epoch, every
   RNG state, early-stopping state); only tensors and plain values, so it loads with `weights_only=True`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +25,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import FittedTransform
 from foxhunt.data.schema import FeatureSchema
 from foxhunt.errors import InputError
+from foxhunt.model.calibration import Calibration
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer
 
@@ -66,10 +70,13 @@ class LoadedModel:
     transform: FittedTransform
     data_cfg: DataConfig
     meta: dict[str, Any]
+    calibration: Calibration | None = None
+    calibration_note: str | None = None  # why there is no calibration (no file: a run from before calibration)
 
 
-def load_model(run_dir: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
-    """Rebuild the trained model from RUN_DIR/model.json + model.safetensors; no training data needed.
+def load_model(run_dir: str | Path, device: torch.device | str = "cpu", calibration: bool = True) -> LoadedModel:
+    """Rebuild the trained model from RUN_DIR/model.json + model.safetensors; no training data needed. With
+    `calibration`, RUN_DIR/calibration.json too when it is there and was fitted on these weights.
 
     Every way a directory can fail to be a usable model (not a run, a run that has not finished an epoch, a file cut
     short or from a newer foxhunt) is an InputError naming the file and what to do."""
@@ -101,7 +108,36 @@ def load_model(run_dir: str | Path, device: torch.device | str = "cpu") -> Loade
         raise InputError(f"{weights_path}: unreadable or does not match model.json ({str(e).splitlines()[0]}); "
                          "retrain or point --model elsewhere") from e
     model.to(device).eval()
-    return LoadedModel(model, model_cfg, schema, transform, data_cfg, meta)
+    lm = LoadedModel(model, model_cfg, schema, transform, data_cfg, meta)
+    if calibration:
+        lm.calibration, lm.calibration_note = load_calibration(root, model_cfg)
+    return lm
+
+
+def load_calibration(root: Path, model_cfg: ModelConfig) -> tuple[Calibration | None, str | None]:
+    """(calibration, None), or (None, why not): no file (a run from before calibration, or too few validation
+    windows) or a file fitted on other weights (a resumed run stopped before it refitted). A file that cannot be
+    read is an InputError naming it."""
+    path = root / "calibration.json"
+    if not path.exists():
+        return None, f"{root} has no calibration.json (trained before calibration, or too few validation windows)"
+    try:
+        cal = Calibration.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: not a foxhunt calibration ({type(e).__name__}); delete it to forecast without "
+                         "calibration, or retrain") from e
+    if cal.quantiles != tuple(model_cfg.quantiles) or cal.horizon != model_cfg.horizon:
+        raise InputError(f"{path}: fitted for quantiles {list(cal.quantiles)} and horizon {cal.horizon}, the model "
+                         f"has {list(model_cfg.quantiles)} and {model_cfg.horizon}; delete it or retrain")
+    digest = cal.fitted_on.get("weights_sha256")
+    if digest and digest != weights_digest(root / "model.safetensors"):
+        return None, f"{path} was fitted on other weights than model.safetensors (stale); ignored"
+    return cal, None
+
+
+def weights_digest(path: Path) -> str:
+    """SHA-256 of a weights file: ties calibration.json to the weights it was fitted on."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def check_version(path: Path, written_by: Any) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from foxhunt.errors import InputError
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
+CALIBRATION_FILE = "calibration.json"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ class RunDir:
     @property
     def model_json(self) -> Path:
         return self.root / "model.json"
+
+    @property
+    def calibration(self) -> Path:
+        """Conformal shifts fitted on the validation split after training (model/calibration.py)."""
+        return self.root / CALIBRATION_FILE
 
     @property
     def checkpoint(self) -> Path:

@@ -22,6 +22,7 @@ from foxhunt.data.summary import format_summary
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, variable_names
+from foxhunt.train.calibrate import calibrate_run
 from foxhunt.train.checkpoint import load_checkpoint, save_model_json, save_weights
 from foxhunt.train.config import AUTO, TrainConfig
 from foxhunt.train.console import WarningCounter, data_line, next_commands, plan_line, vs_baseline
@@ -215,6 +216,7 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
 
     state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
                 val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan)
+    log.info("%s", calibrate_run(run, data, device, state.val_batch_size or val_batch_size), extra=SHOW)
     final_lines(run, state, baseline, data, data_cfg, warnings)
     return TrainResult(run, state, baseline, n_params)
 

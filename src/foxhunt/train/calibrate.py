@@ -1,0 +1,107 @@
+"""After training: fit the conformal calibration (model/calibration.py) on the validation split with the best
+checkpoint's forecasts, write RUN_DIR/calibration.json and return the line that `train` prints at the end.
+
+The forecasts are made exactly as `foxhunt predict` makes them (the saved best weights, fp32, quantiles unscaled and
+sorted), so the shifts correct what users will see. calibration.json records the SHA-256 of model.safetensors: a
+later run that writes new weights (a resumed run stopped before it refits) leaves a calibration that `load_model`
+recognises as stale and ignores.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from foxhunt.atomic import write_json
+from foxhunt.data.batch import Batch
+from foxhunt.data.prepare import PreparedData
+from foxhunt.data.windows import WindowedData
+from foxhunt.model.calibration import DEFAULT_MODE, MIN_WINDOWS, Calibration, outer_label
+from foxhunt.train.checkpoint import load_model, weights_digest
+from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory
+from foxhunt.train.run_dir import RunDir
+
+log = logging.getLogger("foxhunt.train")
+MAX_BATCH = 1024  # windows per forward pass while fitting (predict's default)
+
+
+def raw_quantiles(batch: Batch, scaled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's forecasts `scaled` (B, D, Q) for a batch in the target's own units, sorted along Q, float32, and
+    which (origin, horizon) pairs came out of the model crossed (B, D) bool. Shared by predict and the fit."""
+    q = batch.unscale(scaled).float()  # (B, D, Q) target units
+    crossed = (q.diff(dim=-1) < 0).any(dim=-1)  # (B, D)
+    return q.sort(dim=-1).values, crossed
+
+
+def forecast_windows(model: torch.nn.Module, windows: WindowedData, ids: torch.Tensor, batch_size: int,
+                     device: torch.device) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Actuals (N, D), sorted raw forecasts (N, D, Q), window scales (N,) and origins in ns (N,) for windows `ids`."""
+    ys, qs, scales = [], [], []
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(ids), batch_size):
+            chunk = ids[start : start + batch_size]
+            batch = windows.batch(chunk).to(device, non_blocking=True)
+            q, _ = raw_quantiles(batch, model(batch).quantiles)
+            qs.append(q.cpu().numpy())
+            scales.append(batch.target_scale.cpu().numpy())
+            ys.append(windows.actual(chunk).numpy())
+            del batch, q
+    return (np.concatenate(ys).astype(np.float64), np.concatenate(qs), np.concatenate(scales).astype(np.float64),
+            windows.origin_ns(ids).numpy())
+
+
+def fit_calibration(run: RunDir, data: PreparedData, device: torch.device, batch_size: int,
+                    mode: str = DEFAULT_MODE) -> Calibration | None:
+    """Fit on the validation windows with the saved best weights and write calibration.json (atomic); None, and no
+    file, when there are fewer than MIN_WINDOWS validation windows."""
+    ids = data.splits["val"]
+    run.calibration.unlink(missing_ok=True)  # the weights may have changed since a file from an earlier fit
+    if len(ids) < MIN_WINDOWS or not run.weights.exists():
+        return None
+    lm = load_model(run.root, device, calibration=False)
+    y, q, scale, origin = forecast_windows(lm.model, data.windows, ids, max(1, min(batch_size, MAX_BATCH)), device)
+    fitted_on = {
+        "split": "validation", "val_start": data.summary.get("train_end"), "val_end": data.summary.get("val_end"),
+        "first_origin": _iso(origin.min()), "last_origin": _iso(origin.max()), "windows": int(len(ids)),
+        "pairs": int(np.isfinite(y).sum()), "weights_sha256": weights_digest(run.weights),
+    }
+    cal = Calibration.fit(y, q, scale, lm.model_cfg.quantiles, mode, fitted_on)
+    write_json(run.calibration, cal.to_dict())
+    return cal
+
+
+def calibration_line(cal: Calibration | None, n_val: int) -> str:
+    """'calibration on validation (6,896 windows): p10-p90 coverage 0.61 -> 0.80 (nominal 0.80)'."""
+    if cal is None:
+        return (f"calibration: not fitted ({n_val:,} validation windows, at least {MIN_WINDOWS} needed); forecasts "
+                "are the model's own")
+    label = outer_label(cal.quantiles)
+    if label is None:
+        before, after = (", ".join(f"{v:.2f}" for v in cal.coverage[k]["below"].values()) for k in ("before", "after"))
+        change = f"share below each quantile {before} -> {after}"
+    else:
+        nominal = cal.quantiles[-1] - cal.quantiles[0]
+        change = (f"{label} coverage {cal.coverage['before'][label]:.2f} -> {cal.coverage['after'][label]:.2f} "
+                  f"(nominal {nominal:.2f})")
+    return f"calibration on validation ({cal.fitted_on['windows']:,} windows): {change}; {cal.mode} shifts saved"
+
+
+def calibrate_run(run: RunDir, data: PreparedData, device: torch.device, batch_size: int) -> str:
+    """The train-end hook: fit, save, and the one line to print. Out of memory skips calibration with a note (the
+    model itself is saved and usable)."""
+    try:
+        cal = fit_calibration(run, data, device, batch_size)
+    except OOM_ERRORS as e:
+        if not is_oom(e):
+            raise
+        release_memory(device)
+        return ("calibration: skipped, out of memory while forecasting the validation windows; forecasts are the "
+                "model's own")
+    return calibration_line(cal, len(data.splits["val"]))
+
+
+def _iso(ns: int) -> str:
+    return str(np.datetime64(int(ns), "ns").astype("datetime64[s]")) + "Z"
