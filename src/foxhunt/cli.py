@@ -64,8 +64,10 @@ Horizon = Annotated[int, typer.Option(help="Forecast bars.", rich_help_panel=D)]
 TrainEnd = Annotated[str | None, typer.Option(help="ISO date: forecasts starting before it train.", rich_help_panel=D)]
 ValEnd = Annotated[str | None, typer.Option(help="ISO date: forecasts from --train-end to it validate; later ones "
                                             "are the test split.", rich_help_panel=D)]
-ValFraction = Annotated[float, typer.Option(help="Without --train-end: the last fraction of time validates.",
-                                            rich_help_panel=D)]
+ValFraction = Annotated[float, typer.Option(help="Without --train-end: the fraction of time before the test part "
+                                            "validates.", rich_help_panel=D)]
+TestFraction = Annotated[float, typer.Option(help="Without --train-end: the last fraction of time is the test split, "
+                                             "held out of training (0: train / validation only).", rich_help_panel=D)]
 Scaling = Annotated[str, typer.Option(help="Target scaling: series (train std per series) | volatility "
                                       "(trailing volatility units).", rich_help_panel=D)]
 VolEstimator = Annotated[str, typer.Option(help="Trailing volatility from: returns (EWMA of r^2) | range "
@@ -142,6 +144,7 @@ def train(
     train_end: TrainEnd = None,
     val_end: ValEnd = None,
     val_fraction: ValFraction = DD.val_fraction,
+    test_fraction: TestFraction = DD.test_fraction,
     scaling: Scaling = DD.scaling,
     vol_estimator: VolEstimator = DD.vol_estimator,
     vol_halflife: VolHalflife = DD.vol_halflife,
@@ -234,6 +237,7 @@ def inspect(
     train_end: TrainEnd = None,
     val_end: ValEnd = None,
     val_fraction: ValFraction = DD.val_fraction,
+    test_fraction: TestFraction = DD.test_fraction,
     scaling: Scaling = DD.scaling,
     vol_estimator: VolEstimator = DD.vol_estimator,
     vol_halflife: VolHalflife = DD.vol_halflife,
@@ -282,6 +286,7 @@ def plan_memory_cmd(
     train_end: TrainEnd = None,
     val_end: ValEnd = None,
     val_fraction: ValFraction = DD.val_fraction,
+    test_fraction: TestFraction = DD.test_fraction,
     scaling: Scaling = DD.scaling,
     vol_estimator: VolEstimator = DD.vol_estimator,
     vol_halflife: VolHalflife = DD.vol_halflife,

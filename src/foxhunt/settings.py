@@ -90,6 +90,7 @@ def data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
         train_end=v.get("train_end"),
         val_end=v.get("val_end"),
         val_fraction=float(v.get("val_fraction", _D.val_fraction)),
+        test_fraction=float(v.get("test_fraction", _D.test_fraction)),
         scaling=v.get("scaling", _D.scaling),
         vol_estimator=v.get("vol_estimator", _D.vol_estimator),
         vol_halflife=float(v.get("vol_halflife", _D.vol_halflife)),

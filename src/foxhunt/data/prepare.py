@@ -242,12 +242,15 @@ def _date_ns(text: str, flag: str) -> int:
 
 
 def _cuts(cfg: DataConfig, ts_ns: np.ndarray) -> tuple[int, int | None]:
-    """(train cut, val cut) in ns UTC: from the dates, or the last `val_fraction` of the global time span is val."""
+    """(train cut, val cut) in ns UTC: from the dates, or by fractions of the global time span: the last
+    `test_fraction` is test (none when 0), the `val_fraction` before it validation, the rest train."""
     if cfg.train_end:
         val_cut = _date_ns(cfg.val_end, "--val-end") if cfg.val_end else None
         return _date_ns(cfg.train_end, "--train-end"), val_cut
     lo, hi = int(ts_ns.min()), int(ts_ns.max())
-    return lo + int((hi - lo) * (1.0 - cfg.val_fraction)), None
+    test = cfg.test_fraction
+    val_cut = lo + int((hi - lo) * (1.0 - test)) if test > 0 else None
+    return lo + int((hi - lo) * (1.0 - cfg.val_fraction - test)), val_cut
 
 
 def _check_splits(
@@ -264,16 +267,18 @@ def _check_splits(
         )
     if len(split.ids["val"]) == 0:
         end = f"and {iso(val_cut)}" if val_cut is not None else "and the end of the data"
-        fix = "move --train-end earlier or --val-end later" if by_date else "raise --val-fraction"
+        fix = "move --train-end earlier or --val-end later" if by_date else "raise --val-fraction or --test-fraction"
         raise InputError(
             f"val split is empty: no window's forecast bars fall between {iso(train_cut)} {end} "
             f"({split.purged['val']} purged for crossing the end); {span}; {fix} or use a smaller --horizon"
         )
     if val_cut is not None and len(split.ids["test"]) == 0:
-        raise InputError(
-            f"test split is empty: no window's first forecast bar is on or after --val-end {cfg.val_end}; {span}; "
-            "move --val-end earlier or drop it (then everything after --train-end is validation)"
+        where, fix = (
+            (f"--val-end {cfg.val_end}", "move --val-end earlier or drop it (then all after --train-end validates)")
+            if by_date
+            else (iso(val_cut), "raise --test-fraction, or set it to 0 for no test split")
         )
+        raise InputError(f"test split is empty: no window's first forecast bar is on or after {where}; {span}; {fix}")
 
 
 def _extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: np.ndarray) -> dict:
