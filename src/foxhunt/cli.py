@@ -75,6 +75,9 @@ VolEstimator = Annotated[str, typer.Option(help="Trailing volatility from: retur
 VolHalflife = Annotated[float, typer.Option(help="Halflife (bars) of the trailing volatility.", rich_help_panel=D)]
 VolFeatures = Annotated[bool, typer.Option(help="Extra observed inputs: shocks in volatility units, fast/slow "
                                            "volatility ratios.", rich_help_panel=D)]
+Seasonality = Annotated[bool, typer.Option(help="Intraday bars: the training period's volatility profile by time "
+                                           "of day as a known input, trailing volatility divided by it as an "
+                                           "observed one (and in volatility scaling).", rich_help_panel=D)]
 CalendarFeatures = Annotated[bool, typer.Option(help="CME Globex Equity session features (extra: calendars).",
                                                 rich_help_panel=D)]
 FillGaps = Annotated[bool, typer.Option(help="Intraday bars on a regular grid: a missing bar inside a session "
@@ -149,6 +152,7 @@ def train(
     vol_estimator: VolEstimator = DD.vol_estimator,
     vol_halflife: VolHalflife = DD.vol_halflife,
     vol_features: VolFeatures = DD.vol_features,
+    seasonality: Seasonality = DD.seasonality,
     calendar_features: CalendarFeatures = DD.calendar_features,
     fill_gaps: FillGaps = DD.fill_gaps,
     hidden_size: HiddenSize = MD.hidden_size,
@@ -242,6 +246,7 @@ def inspect(
     vol_estimator: VolEstimator = DD.vol_estimator,
     vol_halflife: VolHalflife = DD.vol_halflife,
     vol_features: VolFeatures = DD.vol_features,
+    seasonality: Seasonality = DD.seasonality,
     calendar_features: CalendarFeatures = DD.calendar_features,
     fill_gaps: FillGaps = DD.fill_gaps,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
@@ -291,6 +296,7 @@ def plan_memory_cmd(
     vol_estimator: VolEstimator = DD.vol_estimator,
     vol_halflife: VolHalflife = DD.vol_halflife,
     vol_features: VolFeatures = DD.vol_features,
+    seasonality: Seasonality = DD.seasonality,
     calendar_features: CalendarFeatures = DD.calendar_features,
     fill_gaps: FillGaps = DD.fill_gaps,
     hidden_size: HiddenSize = MD.hidden_size,

@@ -95,6 +95,7 @@ def data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
         vol_estimator=v.get("vol_estimator", _D.vol_estimator),
         vol_halflife=float(v.get("vol_halflife", _D.vol_halflife)),
         vol_features=bool(v.get("vol_features", _D.vol_features)),
+        seasonality=bool(v.get("seasonality", _D.seasonality)),
         calendar_features=bool(v.get("calendar_features", _D.calendar_features)),
         timezone=v.get("timezone") or None,
         price_scale=float(v.get("price_scale", _D.price_scale)),

@@ -47,6 +47,10 @@ class DataConfig:
     )
     vol_estimator: str = "returns"  # returns: EWMA of r^2 | range: EWMA of ln(H/L)^2 (in return units)
     vol_features: bool = False  # extra inputs: shocks in volatility units, fast/slow volatility ratios
+    # Intraday bars: the training period's volatility profile by minute of the day (seasonality.py) as a known input
+    # (`tod_vol`), trailing volatility divided by it as an observed one, and volatility scaling by their product.
+    # Ignored for daily bars (no time of day).
+    seasonality: bool = True
     calendar_features: bool = False  # CME Globex Equity session features (needs the `calendars` extra)
     fill_gaps: bool = False  # intraday: missing grid bars inside a session become flagged zero-volume bars (fill.py)
     exchange_tz: str = "America/Chicago"
@@ -111,4 +115,5 @@ class DataConfig:
         d.setdefault("roll_confirm", 1)
         # Runs saved before --test-fraction split train / validation only.
         d.setdefault("test_fraction", 0.0)
+        d.setdefault("seasonality", False)  # and without a time-of-day profile
         return DataConfig(**d)

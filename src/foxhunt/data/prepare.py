@@ -16,16 +16,10 @@ import numpy as np
 import polars as pl
 import torch
 
-from foxhunt.data.calendar import (
-    DAILY_MIN_SPACING_NS,
-    calendar_columns,
-    calendar_features,
-    future_timestamps,
-    median_spacing_ns,
-)
+from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns, future_timestamps, median_spacing_ns
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import raw_features
-from foxhunt.data.known import decoder_known
+from foxhunt.data.known import decoder_known, known_columns
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.scaling import apply_scalers, fit_scalers, observed_names
 from foxhunt.data.schema import Feature, FeatureSchema, Kind, Role
@@ -142,6 +136,7 @@ def prepare_from_bars(
                 estimator=cfg.vol_estimator,
                 vol_features=cfg.vol_features,
                 fill_gaps=cfg.fill_gaps,
+                season_tz=cfg.exchange_tz if cfg.seasonality and intraday else None,
             ),
             target=target,
             scaling=scaling,
@@ -310,14 +305,15 @@ def _windowed(
 ) -> WindowedData:
     """The row tensors (calendar columns first, then observed inputs), the known inputs of the forecast steps of
     every origin (from the origin's timestamp and the grid `step` alone) and the window index over them."""
-    cal = calendar_features(rows["ts"], tf.exchange_tz, tf.intraday, tf.calendar_features)
+    season = tf.scalers.get("season")
+    cal = known_columns(rows["ts"], tf.exchange_tz, tf.intraday, tf.calendar_features, season)
     n, kr = len(rows["ts"]), len(cal)
     cont = np.empty((n, kr + rows["obs"].shape[1]), dtype=np.float32)  # (N, Kr + Or), one allocation
     for j, col in enumerate(cal.values()):  # a handful of columns
         cont[:, j] = col
     cont[:, kr:] = rows["obs"]
     codes = tf.code(names)[rows["sidx"]]  # (N,)
-    known = decoder_known(rows["ts"], step, d, tf.exchange_tz, tf.intraday, tf.calendar_features)
+    known = decoder_known(rows["ts"], step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, season)
     return WindowedData(
         cont=torch.from_numpy(cont),
         static_cat=torch.from_numpy(codes[:, None].copy()),
@@ -343,7 +339,8 @@ def _windowed(
 
 
 def _schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureSchema:
-    known = [*calendar_columns(tf.intraday, tf.calendar_features), "relative_time"]
+    season = ("tod_vol",) if tf.scalers.get("season") else ()
+    known = [*calendar_columns(tf.intraday, tf.calendar_features), *season, "relative_time"]
     features = (
         Feature("series", Role.STATIC, Kind.CATEGORICAL, cardinality=len(tf.series_vocab) + 1),
         *(Feature(n, Role.KNOWN, Kind.CONTINUOUS) for n in known),
