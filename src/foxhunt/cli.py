@@ -193,6 +193,9 @@ def train(
     window_run: Annotated[int, typer.Option(help="Training batches are runs of N windows one horizon apart, which "
                                             "share their bars' work (1: windows shuffled singly).",
                                             rich_help_panel=T)] = TD.window_run,
+    loss_weight: Annotated[str, typer.Option(help="none | scale: each sample's pinball loss times its target "
+                                             "scale, so that volatility-scaled training minimises the raw-unit "
+                                             "loss q-risk reports.", rich_help_panel=T)] = TD.loss_weight,
     max_bad_steps: Annotated[int, typer.Option(help="Stop after N training steps in a row with a non-finite loss or "
                                                "gradient norm (each is skipped: no update).",
                                                rich_help_panel=T)] = TD.max_bad_steps,

@@ -141,6 +141,7 @@ def train_config(v: Mapping[str, Any]) -> TrainConfig:
         max_train_batches=int(v.get("max_train_batches", 0)),
         num_threads=int(v.get("threads", 0)),
         window_run=int(v.get("window_run", _T.window_run)),
+        loss_weight=str(v.get("loss_weight", _T.loss_weight)),
         max_bad_steps=int(v.get("max_bad_steps", _T.max_bad_steps)),
         precision=str(v.get("precision", _T.precision)),
         progress=bool(v.get("progress", True)),
