@@ -64,8 +64,10 @@ Horizon = Annotated[int, typer.Option(help="Forecast bars.", rich_help_panel=D)]
 TrainEnd = Annotated[str | None, typer.Option(help="ISO date: forecasts starting before it train.", rich_help_panel=D)]
 ValEnd = Annotated[str | None, typer.Option(help="ISO date: forecasts from --train-end to it validate; later ones "
                                             "are the test split.", rich_help_panel=D)]
-ValFraction = Annotated[float, typer.Option(help="Without --train-end: the last fraction of time validates.",
-                                            rich_help_panel=D)]
+ValFraction = Annotated[float, typer.Option(help="Without --train-end: the fraction of time before the test part "
+                                            "validates.", rich_help_panel=D)]
+TestFraction = Annotated[float, typer.Option(help="Without --train-end: the last fraction of time is the test split, "
+                                             "held out of training (0: train / validation only).", rich_help_panel=D)]
 Scaling = Annotated[str, typer.Option(help="Target scaling: series (train std per series) | volatility "
                                       "(trailing volatility units).", rich_help_panel=D)]
 VolEstimator = Annotated[str, typer.Option(help="Trailing volatility from: returns (EWMA of r^2) | range "
@@ -73,6 +75,9 @@ VolEstimator = Annotated[str, typer.Option(help="Trailing volatility from: retur
 VolHalflife = Annotated[float, typer.Option(help="Halflife (bars) of the trailing volatility.", rich_help_panel=D)]
 VolFeatures = Annotated[bool, typer.Option(help="Extra observed inputs: shocks in volatility units, fast/slow "
                                            "volatility ratios.", rich_help_panel=D)]
+Seasonality = Annotated[bool, typer.Option(help="Intraday bars: the training period's volatility profile by time "
+                                           "of day as a known input, trailing volatility divided by it as an "
+                                           "observed one (and in volatility scaling).", rich_help_panel=D)]
 CalendarFeatures = Annotated[bool, typer.Option(help="CME Globex Equity session features (extra: calendars).",
                                                 rich_help_panel=D)]
 FillGaps = Annotated[bool, typer.Option(help="Intraday bars on a regular grid: a missing bar inside a session "
@@ -154,10 +159,12 @@ def train(
     train_end: TrainEnd = None,
     val_end: ValEnd = None,
     val_fraction: ValFraction = DD.val_fraction,
+    test_fraction: TestFraction = DD.test_fraction,
     scaling: Scaling = DD.scaling,
     vol_estimator: VolEstimator = DD.vol_estimator,
     vol_halflife: VolHalflife = DD.vol_halflife,
     vol_features: VolFeatures = DD.vol_features,
+    seasonality: Seasonality = DD.seasonality,
     calendar_features: CalendarFeatures = DD.calendar_features,
     fill_gaps: FillGaps = DD.fill_gaps,
     hidden_size: HiddenSize = MD.hidden_size,
@@ -198,6 +205,9 @@ def train(
     window_run: Annotated[int, typer.Option(help="Training batches are runs of N windows one horizon apart, which "
                                             "share their bars' work (1: windows shuffled singly).",
                                             rich_help_panel=T)] = TD.window_run,
+    loss_weight: Annotated[str, typer.Option(help="none | scale: each sample's pinball loss times its target "
+                                             "scale, so that volatility-scaled training minimises the raw-unit "
+                                             "loss q-risk reports.", rich_help_panel=T)] = TD.loss_weight,
     max_bad_steps: Annotated[int, typer.Option(help="Stop after N training steps in a row with a non-finite loss or "
                                                "gradient norm (each is skipped: no update).",
                                                rich_help_panel=T)] = TD.max_bad_steps,
@@ -250,10 +260,12 @@ def inspect(
     train_end: TrainEnd = None,
     val_end: ValEnd = None,
     val_fraction: ValFraction = DD.val_fraction,
+    test_fraction: TestFraction = DD.test_fraction,
     scaling: Scaling = DD.scaling,
     vol_estimator: VolEstimator = DD.vol_estimator,
     vol_halflife: VolHalflife = DD.vol_halflife,
     vol_features: VolFeatures = DD.vol_features,
+    seasonality: Seasonality = DD.seasonality,
     calendar_features: CalendarFeatures = DD.calendar_features,
     fill_gaps: FillGaps = DD.fill_gaps,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
@@ -298,10 +310,12 @@ def plan_memory_cmd(
     train_end: TrainEnd = None,
     val_end: ValEnd = None,
     val_fraction: ValFraction = DD.val_fraction,
+    test_fraction: TestFraction = DD.test_fraction,
     scaling: Scaling = DD.scaling,
     vol_estimator: VolEstimator = DD.vol_estimator,
     vol_halflife: VolHalflife = DD.vol_halflife,
     vol_features: VolFeatures = DD.vol_features,
+    seasonality: Seasonality = DD.seasonality,
     calendar_features: CalendarFeatures = DD.calendar_features,
     fill_gaps: FillGaps = DD.fill_gaps,
     hidden_size: HiddenSize = MD.hidden_size,

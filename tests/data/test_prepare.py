@@ -75,13 +75,41 @@ def test_date_splits_and_purging_match_brute_force(generic: pl.DataFrame) -> Non
 
 
 def test_val_fraction_cut_is_chronological(generic: pl.DataFrame) -> None:
-    p = prepare_from_bars(loaded(generic), DataConfig(encoder_length=20, horizon=5, val_fraction=0.25))
+    cfg = DataConfig(encoder_length=20, horizon=5, val_fraction=0.25, test_fraction=0.0)
+    p = prepare_from_bars(loaded(generic), cfg)
     ts = generic["ts"].dt.epoch("ns").to_numpy()
     cut = ts.min() + int((ts.max() - ts.min()) * 0.75)
     w = p.windows
     assert (w.target_ns(p.splits["train"]) < cut).all()
     assert (w.target_ns(p.splits["val"])[:, 0] >= cut).all()
     assert len(p.splits["test"]) == 0 and p.summary["val_end"] is None
+
+
+def test_default_split_is_train_val_test_by_time(generic: pl.DataFrame) -> None:
+    """Without --train-end the last 20% of time is test, the 20% before it validation; purged like the dated split."""
+    p = prepare_from_bars(loaded(generic), DataConfig(encoder_length=20, horizon=5))
+    ts = generic["ts"].dt.epoch("ns").to_numpy()
+    lo, span = ts.min(), ts.max() - ts.min()
+    cut, vend = lo + int(span * 0.6), lo + int(span * 0.8)
+    w = p.windows
+    fc = w.target_ns(torch.arange(w.n_windows))  # (W, D)
+    first, last = fc[:, 0].numpy(), fc[:, -1].numpy()
+    want = {
+        "train": np.flatnonzero((first < cut) & (last < cut)),
+        "val": np.flatnonzero((first >= cut) & (first < vend) & (last < vend)),
+        "test": np.flatnonzero(first >= vend),
+    }
+    for k in want:
+        assert len(want[k]) > 0
+        assert p.splits[k].tolist() == want[k].tolist()
+
+
+def test_test_fraction_is_validated() -> None:
+    with pytest.raises(InputError, match="--test-fraction"):
+        DataConfig(test_fraction=1.0)
+    with pytest.raises(InputError, match="sum less than 1"):
+        DataConfig(val_fraction=0.5, test_fraction=0.5)
+    assert DataConfig.from_dict({}).test_fraction == 0.0  # runs saved before the option split two ways
 
 
 def test_transform_is_fitted_on_train_rows_only(generic: pl.DataFrame) -> None:

@@ -19,6 +19,7 @@ from foxhunt.evaluate.baselines import (
     garch_sigma_paths,
     linear_scan,
     rolling_vol_normal,
+    seasonal_rolling_vol,
     training_quantiles,
 )
 from foxhunt.evaluate.metrics import compute_metrics
@@ -93,7 +94,7 @@ def test_unknown_baseline():
     with pytest.raises(InputError, match="unknown baseline"):
         baseline_forecasts("oracle", target_name="log_return", target=np.zeros(3), train_mask=np.ones(3, bool),
                            origins=np.array([0]), horizon=1, quantiles=QS)  # fmt: skip
-    assert set(BASELINES) == {"training_quantiles", "rolling_vol", "garch_t"}
+    assert set(BASELINES) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol"}
 
 
 def test_garch_missing_arch_names_the_extra(monkeypatch):
@@ -177,3 +178,20 @@ def test_garch_range_scale_model(garch_series):
         "garch_t", target=_perturb_after(rng, k), **{**args, "returns": _perturb_after(r, k)}
     )
     np.testing.assert_array_equal(f[origins <= k], g[origins <= k])
+
+
+def test_seasonal_rolling_vol_deseasonalizes_then_scales_by_the_profile_at_each_step() -> None:
+    r = np.array([1.0, -2.0, 3.0, -4.0])
+    p_rows = np.array([1.0, 2.0, 1.0, 2.0])  # r / p = 1, -1, 3, -2
+    p_steps = np.array([[2.0, 0.5]])  # (K=1, H=2): the profile at the origin's two forecast-step times
+    qs = [0.1, 0.5, 0.9]
+    got = seasonal_rolling_vol(r, p_rows, p_steps, np.array([3]), 2, qs, window=3)
+    sigma = np.sqrt(((-1.0) ** 2 + 3.0**2 + (-2.0) ** 2) / 2)  # rows 1..3 of r / p: mean 0, ddof 1
+    z = np.array([NormalDist().inv_cdf(q) for q in qs])
+    np.testing.assert_allclose(got, [[2.0 * sigma * z, 0.5 * sigma * z]])
+    via = baseline_forecasts("seasonal_rolling_vol", target_name="log_return", target=r, train_mask=np.ones(4, bool),
+                             origins=np.array([3]), horizon=2, quantiles=qs, window=3, profile=(p_rows, p_steps))
+    np.testing.assert_array_equal(via, got)
+    with pytest.raises(ValueError, match="profile"):
+        baseline_forecasts("seasonal_rolling_vol", target_name="log_return", target=r, train_mask=np.ones(4, bool),
+                           origins=np.array([3]), horizon=2, quantiles=qs)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from foxhunt.model.loss import pinball, quantile_loss
+from foxhunt.model.loss import pinball, quantile_loss, scale_weight
 
 
 def test_pinball_hand_computed() -> None:
@@ -35,3 +36,18 @@ def test_pinball_median_is_half_absolute_error_and_has_gradient() -> None:
     loss.backward()
     # d/dŷ of mean over 2 elements: -q/2 when under-forecast, (1 - q)/2 when over-forecast
     assert torch.allclose(pred.grad, torch.tensor([[[-0.25], [0.25]]]))
+
+
+def test_scale_weighted_loss_is_the_raw_unit_pinball_over_the_mean_scale() -> None:
+    q = torch.tensor([0.1, 0.9])
+    scale = torch.tensor([1.0, 3.0])  # (B,)
+    raw_y = torch.tensor([[2.0], [-3.0]])  # (B, D=1)
+    raw_pred = torch.tensor([[[0.0, 1.0]], [[-6.0, 3.0]]])  # (B, D, Q)
+    w = scale_weight(scale)
+    assert w.tolist() == [0.5, 1.5]
+    scaled = quantile_loss(raw_pred / scale.view(-1, 1, 1), raw_y / scale.view(-1, 1), q, w)
+    # raw pinball: sample 1: 0.1 * 2 and 0.9 * 1; sample 2: 0.1 * 3 and 0.1 * 6; mean over (B, Q) / mean scale 2
+    want = (0.2 + 0.9 + 0.3 + 0.6) / 4 / 2.0
+    assert float(scaled) == pytest.approx(want, rel=1e-6)
+    unweighted = float(quantile_loss(raw_pred, raw_y, q))
+    assert float(quantile_loss(raw_pred, raw_y, q, torch.ones(2))) == pytest.approx(unweighted)

@@ -35,7 +35,10 @@ class DataConfig:
     val_end: str | None = (
         None  # ISO date: first forecast bar before it (and >= train_end) -> validation, else test
     )
-    val_fraction: float = 0.2  # used when train_end is not given: the last fraction of time is validation
+    val_fraction: float = 0.2  # used when train_end is not given: the fraction of time before the test part validates
+    # Used when train_end is not given: the last fraction of time is the test split, held out of training and of
+    # early stopping, so that `evaluate` scores a period no choice has seen. 0 keeps the old train / validation split.
+    test_fraction: float = 0.2
     scaling: str = (
         "series"  # series: per-series standardisation fitted on train | volatility: trailing-vol units
     )
@@ -44,6 +47,10 @@ class DataConfig:
     )
     vol_estimator: str = "returns"  # returns: EWMA of r^2 | range: EWMA of ln(H/L)^2 (in return units)
     vol_features: bool = False  # extra inputs: shocks in volatility units, fast/slow volatility ratios
+    # Intraday bars: the training period's volatility profile by minute of the day (seasonality.py) as a known input
+    # (`tod_vol`), trailing volatility divided by it as an observed one, and volatility scaling by their product.
+    # Ignored for daily bars (no time of day).
+    seasonality: bool = True
     calendar_features: bool = False  # CME Globex Equity session features (needs the `calendars` extra)
     fill_gaps: bool = False  # intraday: missing grid bars inside a session become flagged zero-volume bars (fill.py)
     exchange_tz: str = "America/Chicago"
@@ -81,6 +88,11 @@ class DataConfig:
             bad(f"--horizon must be at least 1, got {self.horizon}")
         if not 0.0 < self.val_fraction < 1.0:
             bad(f"--val-fraction must be between 0 and 1 (exclusive), got {self.val_fraction}")
+        if not 0.0 <= self.test_fraction < 1.0:
+            bad(f"--test-fraction must be in [0, 1) (0: no test split), got {self.test_fraction}")
+        if not self.val_fraction + self.test_fraction < 1.0:
+            bad(f"--val-fraction {self.val_fraction} plus --test-fraction {self.test_fraction} leave no time to "
+                "train; make their sum less than 1")
         if self.val_end is not None and self.train_end is None:
             bad("--val-end needs --train-end as well (validation is the span between them)")
         if self.train_end and self.val_end and self.val_end <= self.train_end:
@@ -101,4 +113,7 @@ class DataConfig:
         d["paths"] = tuple(d.get("paths", ()))
         # Runs saved before --roll-confirm rolled on the previous session's volume alone: rebuild their data that way.
         d.setdefault("roll_confirm", 1)
+        # Runs saved before --test-fraction split train / validation only.
+        d.setdefault("test_fraction", 0.0)
+        d.setdefault("seasonality", False)  # and without a time-of-day profile
         return DataConfig(**d)

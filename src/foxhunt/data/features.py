@@ -17,6 +17,9 @@ STANDARDIZED = ("log_return", "log_range", "log_volume", "log_vol")
 # before the bar (the shock a GARCH filter reacts to, signed so that the leverage effect can be learnt), and the
 # log ratio of a fast and a slow trailing volatility to sigma (is volatility rising or falling).
 VOL_OBSERVED = ("shock", "range_shock", "log_vol_fast", "log_vol_slow")
+# With an intraday volatility profile (seasonality.py) one more observed input, after those: the trailing volatility
+# of the returns divided by the profile (ln, standardized): how calm or busy the market is for its time of day.
+SEASON_OBSERVED = ("log_vol_season",)
 # With DataConfig.fill_gaps one more observed input, after those: 1 on a bar that fill.py added (no trade), else 0.
 FILL_OBSERVED = ("filled",)
 

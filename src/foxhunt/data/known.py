@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from foxhunt.data.calendar import calendar_features, future_timestamps
+from foxhunt.data.seasonality import profile_at
 
 CHUNK_CELLS = 1 << 24  # grid timestamps (origins x steps) computed at a time: at most 128 MiB of int64 at once
 
@@ -44,20 +45,33 @@ def decoder_timestamps(origin_ns: np.ndarray, step_ns: int, horizon: int, intrad
     return future_timestamps(origin_ns, step_ns, horizon, intraday, exchange_tz)
 
 
+def known_columns(
+    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None = None
+) -> dict[str, np.ndarray]:
+    """The known continuous inputs of timestamps `ts_ns`: the calendar, then (with a fitted time-of-day profile,
+    seasonality.py) `tod_vol`, the log relative volatility of the profile at each timestamp."""
+    cal = calendar_features(ts_ns, exchange_tz, intraday, sessions)
+    if season:
+        cal["tod_vol"] = np.log(profile_at(ts_ns, season))
+    return cal
+
+
 def decoder_features(
-    origin_ns: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool, sessions: bool
+    origin_ns: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool, sessions: bool,
+    season: dict | None = None,
 ) -> np.ndarray:
     """(M, D, Kr) float32 known inputs of the D forecast steps of each origin, straight from the definition.
 
     `decoder_known` stores the same values deduplicated; this direct form is the reference the tests hold it to.
     """
     grid = decoder_timestamps(origin_ns, step_ns, horizon, intraday, exchange_tz)  # (M, D)
-    cal = calendar_features(grid.ravel(), exchange_tz, intraday, sessions)
+    cal = known_columns(grid.ravel(), exchange_tz, intraday, sessions, season)
     return np.stack(list(cal.values()), axis=-1).astype(np.float32).reshape(*grid.shape, len(cal))
 
 
 def decoder_known(
-    ts_ns: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool, sessions: bool
+    ts_ns: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool, sessions: bool,
+    season: dict | None = None,
 ) -> DecoderKnown:
     """The decoder's known inputs for every bar `ts_ns` (N,) as an origin, deduplicated (see the module doc)."""
     n = len(ts_ns)
@@ -77,7 +91,7 @@ def decoder_known(
         np.array_equal(table[np.minimum(base[sl, None] + steps, len(table) - 1)], grid(sl)) for sl in chunks
     )
     index = None if lattice else np.concatenate([np.searchsorted(table, grid(sl)).astype(np.int32) for sl in chunks])
-    cal = calendar_features(table, exchange_tz, intraday, sessions)
+    cal = known_columns(table, exchange_tz, intraday, sessions, season)
     cont = np.empty((len(table), len(cal)), dtype=np.float32)  # (U, Kr)
     for j, col in enumerate(cal.values()):  # a handful of columns
         cont[:, j] = col

@@ -16,16 +16,10 @@ import numpy as np
 import polars as pl
 import torch
 
-from foxhunt.data.calendar import (
-    DAILY_MIN_SPACING_NS,
-    calendar_columns,
-    calendar_features,
-    future_timestamps,
-    median_spacing_ns,
-)
+from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns, future_timestamps, median_spacing_ns
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import raw_features
-from foxhunt.data.known import decoder_known
+from foxhunt.data.known import decoder_known, known_columns
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.scaling import apply_scalers, fit_scalers, observed_names
 from foxhunt.data.schema import Feature, FeatureSchema, Kind, Role
@@ -142,6 +136,7 @@ def prepare_from_bars(
                 estimator=cfg.vol_estimator,
                 vol_features=cfg.vol_features,
                 fill_gaps=cfg.fill_gaps,
+                season_tz=cfg.exchange_tz if cfg.seasonality and intraday else None,
             ),
             target=target,
             scaling=scaling,
@@ -242,12 +237,15 @@ def _date_ns(text: str, flag: str) -> int:
 
 
 def _cuts(cfg: DataConfig, ts_ns: np.ndarray) -> tuple[int, int | None]:
-    """(train cut, val cut) in ns UTC: from the dates, or the last `val_fraction` of the global time span is val."""
+    """(train cut, val cut) in ns UTC: from the dates, or by fractions of the global time span: the last
+    `test_fraction` is test (none when 0), the `val_fraction` before it validation, the rest train."""
     if cfg.train_end:
         val_cut = _date_ns(cfg.val_end, "--val-end") if cfg.val_end else None
         return _date_ns(cfg.train_end, "--train-end"), val_cut
     lo, hi = int(ts_ns.min()), int(ts_ns.max())
-    return lo + int((hi - lo) * (1.0 - cfg.val_fraction)), None
+    test = cfg.test_fraction
+    val_cut = lo + int((hi - lo) * (1.0 - test)) if test > 0 else None
+    return lo + int((hi - lo) * (1.0 - cfg.val_fraction - test)), val_cut
 
 
 def _check_splits(
@@ -264,16 +262,18 @@ def _check_splits(
         )
     if len(split.ids["val"]) == 0:
         end = f"and {iso(val_cut)}" if val_cut is not None else "and the end of the data"
-        fix = "move --train-end earlier or --val-end later" if by_date else "raise --val-fraction"
+        fix = "move --train-end earlier or --val-end later" if by_date else "raise --val-fraction or --test-fraction"
         raise InputError(
             f"val split is empty: no window's forecast bars fall between {iso(train_cut)} {end} "
             f"({split.purged['val']} purged for crossing the end); {span}; {fix} or use a smaller --horizon"
         )
     if val_cut is not None and len(split.ids["test"]) == 0:
-        raise InputError(
-            f"test split is empty: no window's first forecast bar is on or after --val-end {cfg.val_end}; {span}; "
-            "move --val-end earlier or drop it (then everything after --train-end is validation)"
+        where, fix = (
+            (f"--val-end {cfg.val_end}", "move --val-end earlier or drop it (then all after --train-end validates)")
+            if by_date
+            else (iso(val_cut), "raise --test-fraction, or set it to 0 for no test split")
         )
+        raise InputError(f"test split is empty: no window's first forecast bar is on or after {where}; {span}; {fix}")
 
 
 def _extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: np.ndarray) -> dict:
@@ -305,14 +305,15 @@ def _windowed(
 ) -> WindowedData:
     """The row tensors (calendar columns first, then observed inputs), the known inputs of the forecast steps of
     every origin (from the origin's timestamp and the grid `step` alone) and the window index over them."""
-    cal = calendar_features(rows["ts"], tf.exchange_tz, tf.intraday, tf.calendar_features)
+    season = tf.scalers.get("season")
+    cal = known_columns(rows["ts"], tf.exchange_tz, tf.intraday, tf.calendar_features, season)
     n, kr = len(rows["ts"]), len(cal)
     cont = np.empty((n, kr + rows["obs"].shape[1]), dtype=np.float32)  # (N, Kr + Or), one allocation
     for j, col in enumerate(cal.values()):  # a handful of columns
         cont[:, j] = col
     cont[:, kr:] = rows["obs"]
     codes = tf.code(names)[rows["sidx"]]  # (N,)
-    known = decoder_known(rows["ts"], step, d, tf.exchange_tz, tf.intraday, tf.calendar_features)
+    known = decoder_known(rows["ts"], step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, season)
     return WindowedData(
         cont=torch.from_numpy(cont),
         static_cat=torch.from_numpy(codes[:, None].copy()),
@@ -338,7 +339,8 @@ def _windowed(
 
 
 def _schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureSchema:
-    known = [*calendar_columns(tf.intraday, tf.calendar_features), "relative_time"]
+    season = ("tod_vol",) if tf.scalers.get("season") else ()
+    known = [*calendar_columns(tf.intraday, tf.calendar_features), *season, "relative_time"]
     features = (
         Feature("series", Role.STATIC, Kind.CATEGORICAL, cardinality=len(tf.series_vocab) + 1),
         *(Feature(n, Role.KNOWN, Kind.CONTINUOUS) for n in known),

@@ -20,6 +20,10 @@ The target's (center, scale) per row:
   model, because a range is positive and proportional to volatility, its shape nearly fixed (see garch_range).
 The trailing volatility is also an observed input (`log_vol` = ln sigma_t, then standardized). With `vol_features`
 four more inputs describe the recent shocks in units of the volatility known before them (see VOL_OBSERVED).
+Intraday, with a time-of-day profile p(t) (seasonality.py, fitted on the training rows, saved as "season"): the
+deseasonalized volatility s_t is the same EWMA of proxy / p^2 (a busy open no longer reads as a volatility shock that
+takes a halflife to decay), `log_vol_season` = ln s_t is one more input, and volatility scaling uses s_t p(t), the
+volatility expected for the bar's time of day.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from foxhunt.data.features import FILL_OBSERVED, OBSERVED, STANDARDIZED, VOL_OBSERVED
+from foxhunt.data.features import FILL_OBSERVED, OBSERVED, SEASON_OBSERVED, STANDARDIZED, VOL_OBSERVED
+from foxhunt.data.seasonality import fit_profile, profile_at
 
 VOL_HALFLIFE = 20.0
 VOL_FLOOR = 0.1
@@ -38,7 +43,8 @@ FAST_SLOW = 4.0  # log_vol_fast / log_vol_slow use halflife / 4 and halflife * 4
 def observed_names(scalers: dict) -> tuple[str, ...]:
     """Observed continuous inputs in batch column order for these scalers."""
     vol = VOL_OBSERVED if scalers.get("vol_features", False) else ()
-    return OBSERVED + vol + (FILL_OBSERVED if scalers.get("fill_gaps", False) else ())
+    season = SEASON_OBSERVED if scalers.get("season") else ()
+    return OBSERVED + vol + season + (FILL_OBSERVED if scalers.get("fill_gaps", False) else ())
 
 
 def _alpha(halflife: float) -> float:
@@ -95,10 +101,12 @@ def fit_scalers(
     estimator: str = "returns",
     vol_features: bool = False,
     fill_gaps: bool = False,
+    season_tz: str | None = None,
 ) -> dict:
     """Fit on rows where `train_mask` is true (ts before the train cut), excluding each series' first row.
 
-    `names[sidx[i]]` is the series of row i (rows sorted by series, ts).
+    `names[sidx[i]]` is the series of row i (rows sorted by series, ts). `season_tz` (intraday bars only): fit the
+    time-of-day volatility profile in that exchange zone (see seasonality.py); None: no profile.
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"volatility estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
@@ -120,8 +128,10 @@ def fit_scalers(
     for entry in (*per.values(), pooled):
         t = entry[target]
         entry["target"] = {"center": 0.0 if target == "log_return" else t["mean"], "scale": t["std"]}
+    if season_tz is not None:
+        scalers["season"] = _fit_season(feats, train, names, sidx, keep.to_numpy(), season_tz)
     # log_vol (and the vol features) are seeded from the return std just fitted: a second pass over the same rows.
-    vol_cols = ("log_vol", *VOL_OBSERVED) if vol_features else ("log_vol",)
+    vol_cols = ("log_vol", *(VOL_OBSERVED if vol_features else ()), *(SEASON_OBSERVED if season_tz else ()))
     derived = trailing(feats, names, sidx, scalers, target, "series")[0]
     frame = pl.DataFrame({"series": feats["series"], **{c: derived[c] for c in vol_cols}}).filter(keep)
     per_vol, pooled_vol = _stats(frame, vol_cols)
@@ -129,6 +139,18 @@ def fit_scalers(
         entry.update(per_vol[name])
     pooled.update(pooled_vol)
     return scalers
+
+
+def _fit_season(
+    feats: pl.DataFrame, train: pl.DataFrame, names: list[str], sidx: np.ndarray, keep: np.ndarray, tz: str
+) -> dict:
+    """The time-of-day profile from the squared range of each training bar in units of its series' training mean
+    (the range: several times less noisy than the squared return, and it ignores the gaps across halts)."""
+    ms = train.group_by("series").agg((pl.col("log_range") ** 2).mean().alias("m"))
+    mean = dict(zip(ms["series"].to_list(), ms["m"].to_list(), strict=True))
+    per_row = np.array([_safe(mean.get(n), 1.0) for n in names])[sidx]  # (N,)
+    proxy = feats["log_range"].to_numpy() ** 2 / per_row
+    return fit_profile(feats["ts"].dt.epoch("ns").to_numpy(), proxy, keep, tz)
 
 
 def trailing(
@@ -157,6 +179,9 @@ def trailing(
             "k": k,
         }
     )
+    season = scalers.get("season")
+    if season:
+        df = df.with_columns(pl.Series("p2", profile_at(feats["ts"].dt.epoch("ns").to_numpy(), season) ** 2))
     halflife = scalers["halflife"]
     r_std_e, t_center_e, t_scale_e, k_e = pl.col("r_std"), pl.col("t_center"), pl.col("t_scale"), pl.col("k")
 
@@ -177,6 +202,9 @@ def trailing(
 
     vol = sigma(halflife)
     exprs = [vol.alias("vol")]
+    if season:  # the same EWMA on the deseasonalized proxy, floored alike
+        ds = ewm(proxy / pl.col("p2"), r_std_e**2).sqrt()
+        exprs += [pl.max_horizontal(ds, VOL_FLOOR * r_std_e).alias("vol_season")]
     if scaling == "volatility" and target == "log_range" and estimator == "returns":
         x = pl.col("x")
         m = ewm(x, t_center_e)
@@ -196,17 +224,21 @@ def trailing(
         ]
     out = df.select(exprs)
     sig = out["vol"].to_numpy()
+    # the volatility expected at the bar: the deseasonalized one times the profile at its time of day
+    sig_scale = out["vol_season"].to_numpy() * np.sqrt(df["p2"].to_numpy()) if season else sig
     if scaling == "series":
         center, scale = t_center, t_scale
     elif target == "log_return":
-        center, scale = np.zeros(len(sidx)), sig
+        center, scale = np.zeros(len(sidx)), sig_scale
     elif estimator == "range":
-        center, scale = np.zeros(len(sidx)), sig / np.sqrt(k)
+        center, scale = np.zeros(len(sidx)), sig_scale / np.sqrt(k)
     else:
         center, scale = out["center"].to_numpy(), out["scale"].to_numpy()
     derived = {"log_vol": np.log(sig)}
     if scalers.get("vol_features", False):
         derived.update({c: out[c].to_numpy() for c in VOL_OBSERVED})
+    if season:
+        derived["log_vol_season"] = np.log(out["vol_season"].to_numpy())
     return derived, center, scale
 
 
@@ -219,7 +251,7 @@ def apply_scalers(
     obs = np.empty((len(sidx), len(cols)), dtype=np.float32)  # (N, Or)
     for j, c in enumerate(cols):  # a handful of columns
         x = derived[c] if c in derived else feats[c].to_numpy()
-        if c in STANDARDIZED or c in VOL_OBSERVED:
+        if c in STANDARDIZED or c in VOL_OBSERVED or c in SEASON_OBSERVED:
             x = (x - _per_row(scalers, names, sidx, c, "mean")) / _per_row(scalers, names, sidx, c, "std")
         obs[:, j] = np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
     return obs, center.astype(np.float32), scale.astype(np.float32)

@@ -6,7 +6,7 @@ Conventions (all functions work on ONE series; the caller loops over series):
   origin + h. A forecast at an origin uses only rows <= origin (and, for fitted parameters, the training rows);
 - results are (K, H, Q) for K origins, H steps, Q quantiles, on the target's scale.
 
-Three baselines, each with a returns form (target "log_return") and a volatility-target form ("log_range",
+Four baselines, each with a returns form (target "log_return") and a volatility-target form ("log_range",
 ln(high/low) of a bar, which is positive and scales with volatility):
 1. `training_quantiles`: the target's unconditional quantiles on the training rows. Same for both targets.
 2. `rolling_vol_normal`: returns: median 0, quantiles sigma * z_q with sigma the std of the last `window` bars up to
@@ -19,6 +19,11 @@ ln(high/low) of a bar, which is positive and scales with volatility):
    training rows, because the range of a bar is close to proportional to that bar's return volatility (Parkinson
    1980: E[ln(H/L)] = sqrt(8 / pi) sigma for Brownian prices) while its shape (positive, right-skewed) is far from
    normal; the training ratio quantiles carry that shape without assuming a distribution.
+4. `seasonal_rolling_vol` (intraday bars only): the rolling-volatility forecast of the target divided by the
+   training period's time-of-day volatility profile p (data/seasonality.py), multiplied back by p at each forecast
+   step's grid time: quantile = p(t_{o+h}) * sigma_z * z_q, sigma_z the std of target / p over the last `window` bars.
+   Minute-bar volatility follows the clock (the open, lunch, the close): this is the first forecast an intraday
+   quant would write, and a far harder one to beat than a plain rolling volatility that lags every step of the day.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ import numpy as np
 
 from foxhunt.errors import InputError
 
-BASELINES = ("training_quantiles", "rolling_vol", "garch_t")
+BASELINES = ("training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol")
+INTRADAY_ONLY = ("seasonal_rolling_vol",)
 MIN_GARCH_BARS = 100  # fewer finite training returns than this cannot pin down four GARCH-t parameters
 _GARCH_HINT = "the GARCH baseline needs the `arch` package: pip install 'foxhunt[garch]'"
 
@@ -99,6 +105,26 @@ def rolling_vol_normal(
     z = normal_quantiles(quantiles)  # (Q,)
     out = center[:, None] + sigma[:, None] * z  # (K, Q)
     return np.broadcast_to(out[:, None, :], (o.size, horizon, z.size)).copy()
+
+
+def seasonal_rolling_vol(
+    target: np.ndarray,
+    profile_rows: np.ndarray,
+    profile_steps: np.ndarray,
+    origins: np.ndarray,
+    horizon: int,
+    quantiles: Sequence[float] | np.ndarray,
+    window: int = 20,
+    demean: bool = False,
+) -> np.ndarray:
+    """`rolling_vol_normal` of target / p, times p at each forecast step, (K, H, Q).
+
+    `profile_rows` (n,) is the profile at each row's own time (the deseasonalizing divisor); `profile_steps` (K, H)
+    at each origin's forecast-step grid times (known at the origin: data/known.py), never at the bars that follow.
+    """
+    z = np.asarray(target, dtype=np.float64) / np.asarray(profile_rows, dtype=np.float64)
+    base = rolling_vol_normal(z, origins, horizon, quantiles, window, demean)  # (K, H, Q)
+    return base * np.asarray(profile_steps, dtype=np.float64)[..., None]
 
 
 def normal_quantiles(quantiles: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -301,11 +327,13 @@ def baseline_forecasts(
     quantiles: Sequence[float] | np.ndarray,
     returns: np.ndarray | None = None,
     window: int = 20,
+    profile: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """One baseline for one series, (K, H, Q): `kind` in BASELINES, `target_name` "log_return" or "log_range".
 
-    `returns` (the series' log returns) is needed only for kind "garch_t" with target "log_range". The
-    training-quantile forecast is a read-only broadcast view of one (H, Q) table, not K copies.
+    `returns` (the series' log returns) is needed only for kind "garch_t" with target "log_range"; `profile` (the
+    time-of-day profile at each row (n,) and at each origin's forecast steps (K, H)) only for
+    "seasonal_rolling_vol". The training-quantile forecast is a read-only broadcast view of one (H, Q) table.
     """
     if target_name not in ("log_return", "log_range"):
         raise ValueError(f"unknown target {target_name!r}")
@@ -325,4 +353,9 @@ def baseline_forecasts(
         if returns is None:
             raise ValueError("the GARCH baseline for log_range needs the series' log returns")
         return garch_range(target, returns, train_mask, origins, horizon, quantiles)
+    if kind == "seasonal_rolling_vol":
+        if profile is None:
+            raise ValueError("the seasonal baseline needs the time-of-day profile (intraday bars only)")
+        return seasonal_rolling_vol(target, *profile, origins, horizon, quantiles, window,
+                                    demean=target_name == "log_range")
     raise InputError(f"unknown baseline {kind!r}; choose from {', '.join(BASELINES)}")

@@ -1,4 +1,4 @@
-"""`foxhunt evaluate`: forecasts on bars the model may never have seen, scored against three baselines on exactly
+"""`foxhunt evaluate`: forecasts on bars the model may never have seen, scored against the baselines on exactly
 the same origins, with interpretation and a self-contained HTML report.
 
 Forecasts are calibrated (conformal shifts fitted on the validation split, model/calibration.py) unless
@@ -19,12 +19,14 @@ import polars as pl
 import torch
 
 from foxhunt.atomic import write_json
+from foxhunt.data.calendar import future_timestamps
 from foxhunt.data.features import raw_features
 from foxhunt.data.load import load_bars
 from foxhunt.data.prepare import PreparedData, prepare_from_bars
+from foxhunt.data.seasonality import fit_profile, profile_at
 from foxhunt.errors import InputError
 from foxhunt.evaluate import plots
-from foxhunt.evaluate.baselines import BASELINES, baseline_forecasts, garch_available
+from foxhunt.evaluate.baselines import BASELINES, INTRADAY_ONLY, baseline_forecasts, garch_available
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.evaluate.memory_report import load_memory, memory_png
 from foxhunt.evaluate.metrics import MetricAccumulator, skill
@@ -216,7 +218,8 @@ def baselines(lm: LoadedModel, data: PreparedData, bars: pl.DataFrame, scored: S
     """Each baseline's (K, D, Q) on the scored origins; fitted per series on rows before the baseline cut."""
     w = data.windows
     cut = baseline_cut(model_dir, int(scored.origin_ns.min()))
-    kinds = [k for k in BASELINES if k != "garch_t" or garch_available()]
+    kinds = [k for k in BASELINES if (k != "garch_t" or garch_available())
+             and (k not in INTRADAY_ONLY or lm.transform.intraday)]
     if "garch_t" not in kinds:
         log.warning("GARCH baseline skipped: install foxhunt[garch] (the arch package) to include it")
     out = {k: np.full(scored.quantiles.shape, np.nan) for k in kinds}
@@ -235,16 +238,36 @@ def baselines(lm: LoadedModel, data: PreparedData, bars: pl.DataFrame, scored: S
         origins = scored.origin_row[pick] - rows[0]
         own = bars.filter(pl.col("series") == name).sort("ts")
         # the contract's own returns, as the model's features: adjusted closes would carry later roll gaps
-        ret = raw_features(own, lm.data_cfg.adjust, "log_return")["log_return"].to_numpy()
+        own_feats = raw_features(own, lm.data_cfg.adjust, "log_return")
+        ret = own_feats["log_return"].to_numpy()
         returns = np.concatenate([[np.nan], ret[1:]]) if len(ret) == len(rows) else None
+        profile = None
+        if lm.transform.intraday and len(ret) == len(rows):
+            profile = _season(own_feats["log_range"].to_numpy(), ts[rows], train_mask, scored.origin_ns[pick],
+                              w.horizon, lm)
         for k in kinds:
             try:
                 out[k][pick] = baseline_forecasts(k, target_name=lm.schema.target, target=target,
                                                   train_mask=train_mask, origins=origins, horizon=w.horizon,
-                                                  quantiles=lm.model_cfg.quantiles, returns=returns)
+                                                  quantiles=lm.model_cfg.quantiles, returns=returns,
+                                                  profile=profile)
             except (InputError, ValueError) as e:
                 log.warning("series %s: baseline %s left out (%s)", name, k, e)
     return {k: v for k, v in out.items() if np.isfinite(v).any()}
+
+
+def _season(log_range: np.ndarray, ts: np.ndarray, train_mask: np.ndarray, origin_ns: np.ndarray, horizon: int,
+            lm: LoadedModel) -> tuple[np.ndarray, np.ndarray] | None:
+    """The seasonal baseline's time-of-day profile, fitted like the model's (seasonality.py) on this series' rows
+    before the baseline cut, at each row (n,) and at each origin's forecast-step grid times (K, H)."""
+    x2 = log_range**2
+    fit = train_mask & np.isfinite(x2)
+    if not fit.any() or not x2[fit].mean() > 0:
+        return None
+    tf = lm.transform
+    season = fit_profile(ts, x2 / x2[fit].mean(), fit, tf.exchange_tz)
+    grid = future_timestamps(origin_ns, tf.bar_spacing_ns, horizon, True, tf.exchange_tz)  # (K, H)
+    return profile_at(ts, season), profile_at(grid, season)
 
 
 def baseline_cut(model_dir: Path, first_origin_ns: int) -> int:

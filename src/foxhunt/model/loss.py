@@ -16,6 +16,23 @@ def pinball(pred: torch.Tensor, target: torch.Tensor, quantiles: torch.Tensor) -
     return torch.maximum(q * err, (q - 1) * err)  # (B, D, Q)
 
 
-def quantile_loss(pred: torch.Tensor, target: torch.Tensor, quantiles: torch.Tensor) -> torch.Tensor:
-    """Training loss: the pinball loss averaged over samples, horizons and quantiles (a scalar)."""
-    return pinball(pred, target, quantiles).mean()
+def quantile_loss(
+    pred: torch.Tensor, target: torch.Tensor, quantiles: torch.Tensor, weight: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Training loss: the pinball loss averaged over samples, horizons and quantiles (a scalar).
+
+    `weight` (B,) multiplies each sample's loss (None: all 1). With volatility scaling a sample's scaled pinball is
+    its raw pinball divided by its scale, so weighting by the scale (normalized to mean 1) makes the loss the raw
+    pinball that q-risk reports, up to a constant (see `scale_weight`).
+    """
+    loss = pinball(pred, target, quantiles)  # (B, D, Q)
+    if weight is None:
+        return loss.mean()
+    return (loss.mean(dim=(1, 2)) * weight.to(loss.dtype)).mean()
+
+
+def scale_weight(scale: torch.Tensor, reference: torch.Tensor | float | None = None) -> torch.Tensor:
+    """(B,) sample weights scale / reference, the reference being the mean of `scale` (B,) unless given: a batch
+    of equal scales (series scaling of one series) weighs every sample 1."""
+    ref = scale.mean() if reference is None else reference
+    return scale / ref

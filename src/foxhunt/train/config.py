@@ -9,6 +9,7 @@ from foxhunt.errors import InputError
 
 AUTO = "auto"
 PRECISIONS = (AUTO, "32", "bf16", "16-mixed")  # what each means: train/precision.py
+LOSS_WEIGHTS = ("none", "scale")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class TrainConfig:
     window_run: int = 16  # training batches are runs of this many windows one horizon apart (1: shuffled singly)
     max_bad_steps: int = 5  # non-finite (skipped) training steps in a row before the run stops
     progress: bool = True
+    # none: every sample's scaled pinball counts alike | scale: times its target scale (mean 1 per batch), so that
+    # with volatility scaling the loss is the raw-unit pinball that q-risk reports (model/loss.py)
+    loss_weight: str = "none"
     checkpoint_every: int = 0  # a checkpoint every N optimizer steps (0: about every 10 minutes) and at each epoch end
     deterministic: bool = False  # deterministic CUDA kernels (CPU runs are deterministic already)
 
@@ -65,6 +69,8 @@ class TrainConfig:
             bad("--precision 16-mixed cannot scale gradients held by --optimizer-state cpu; use --precision bf16")
         if self.window_run < 1:
             bad(f"--window-run must be at least 1 (1 shuffles windows singly), got {self.window_run}")
+        if self.loss_weight not in LOSS_WEIGHTS:
+            bad(f"--loss-weight {self.loss_weight!r} is not one of {', '.join(LOSS_WEIGHTS)}")
         if self.max_bad_steps < 1:
             bad(f"--max-bad-steps must be at least 1, got {self.max_bad_steps}")
         if self.checkpoint_every < 0:
@@ -81,6 +87,7 @@ class TrainConfig:
     def from_dict(d: dict[str, Any]) -> TrainConfig:
         d = dict(d)
         d.setdefault("window_run", 1)  # runs saved before the option existed shuffled windows singly
+        d.setdefault("loss_weight", "none")  # and weighed every sample alike
         # fields added later (checkpoint_every, deterministic) take their defaults; unknown ones (a newer foxhunt)
         # are a TypeError the caller reports
         return TrainConfig(**d)

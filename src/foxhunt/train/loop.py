@@ -118,7 +118,7 @@ def fit(
                  state.epoch_batches, state.global_step, state.best_val_loss, state.best_epoch, extra=SHOW)
     q = torch.tensor(quantiles, dtype=torch.float32, device=device)
     stepper = TrainStepper(model, optimizer, q, cfg.grad_clip, device, injector, tracker, state.micro_batch,
-                           precision=precision)
+                           precision=precision, loss_weight=cfg.loss_weight)
     if resume is not None and stepper.scaler is not None and "scaler" in resume:
         stepper.scaler.load_state_dict(resume["scaler"])
     clock = CheckpointClock(cfg.checkpoint_every)

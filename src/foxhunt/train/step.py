@@ -20,7 +20,7 @@ import torch
 
 from foxhunt.data.batch import Batch
 from foxhunt.errors import ResourceError
-from foxhunt.model.loss import quantile_loss
+from foxhunt.model.loss import quantile_loss, scale_weight
 from foxhunt.train.faults import FaultInjector
 from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory, rung
 from foxhunt.train.optim import AdamW, HostAdamW
@@ -70,11 +70,13 @@ class TrainStepper:
         tracker: MemoryTracker,
         micro_batch: int | None = None,
         precision: str = "32",
+        loss_weight: str = "none",
     ):
         self.model, self.optimizer, self.quantiles = model, optimizer, quantiles
         self.grad_clip, self.device, self.injector, self.tracker = grad_clip, device, injector, tracker
         self.micro_batch = micro_batch  # None: the whole batch at once
         self.precision = precision
+        self.loss_weight = loss_weight  # "scale": each sample's loss times its target scale (model/loss.py)
         self.scaler = grad_scaler(device, precision)  # float16 only
         self.recoveries = 0  # rungs climbed (retries included)
         self.largest_ok = 0  # the largest micro-batch that completed a step in this process
@@ -105,11 +107,13 @@ class TrainStepper:
         size = min(self.micro_batch or n, n)
         total = torch.zeros((), device=self.device)
         poison = self.injector.check("train", global_step) == "nan"  # test hook (FOXHUNT_FAULT_INJECT)
+        ref = batch.target_scale.mean()  # one reference for all micro-batches: the same loss as the whole batch
         for start in range(0, n, size):
             part = batch.slice(start, start + size).to(self.device, non_blocking=True)
             with autocast(self.device, self.precision):
                 out = self.model(part)
-            loss = quantile_loss(out.quantiles, part.target, self.quantiles) * (len(part) / n)  # fp32
+            weight = scale_weight(part.target_scale, ref.to(self.device)) if self.loss_weight == "scale" else None
+            loss = quantile_loss(out.quantiles, part.target, self.quantiles, weight) * (len(part) / n)  # fp32
             if poison:
                 loss = loss * float("nan")
             del out
