@@ -19,6 +19,10 @@ ln(high/low) of a bar, which is positive and scales with volatility):
    training rows, because the range of a bar is close to proportional to that bar's return volatility (Parkinson
    1980: E[ln(H/L)] = sqrt(8 / pi) sigma for Brownian prices) while its shape (positive, right-skewed) is far from
    normal; the training ratio quantiles carry that shape without assuming a distribution.
+
+Target "price_change" (close_t - close_t-1 in price units, for prices that may be zero or negative) takes the returns
+form of each: its quantiles, median 0 with the rolling std of price changes, and GARCH(1,1)-t fitted on the price
+changes themselves (GARCH needs no positivity, only a location and a scale).
 """
 
 from __future__ import annotations
@@ -302,12 +306,13 @@ def baseline_forecasts(
     returns: np.ndarray | None = None,
     window: int = 20,
 ) -> np.ndarray:
-    """One baseline for one series, (K, H, Q): `kind` in BASELINES, `target_name` "log_return" or "log_range".
+    """One baseline for one series, (K, H, Q): `kind` in BASELINES, `target_name` "log_return", "log_range" or
+    "price_change" (returns form, in price units).
 
     `returns` (the series' log returns) is needed only for kind "garch_t" with target "log_range". The
     training-quantile forecast is a read-only broadcast view of one (H, Q) table, not K copies.
     """
-    if target_name not in ("log_return", "log_range"):
+    if target_name not in ("log_return", "log_range", "price_change"):
         raise ValueError(f"unknown target {target_name!r}")
     target = np.asarray(target, dtype=np.float64)
     origins = np.asarray(origins, dtype=np.int64)
@@ -320,7 +325,7 @@ def baseline_forecasts(
             target, origins, horizon, quantiles, window, demean=target_name == "log_range"
         )
     if kind == "garch_t":
-        if target_name == "log_return":
+        if target_name != "log_range":  # the returns form: log_return, or price_change in price units
             return garch_t(target, train_mask, origins, horizon, quantiles)
         if returns is None:
             raise ValueError("the GARCH baseline for log_range needs the series' log returns")
