@@ -58,7 +58,8 @@ Adjust = Annotated[str, typer.Option(help="Back-adjustment of continuous series:
 RollConfirm = Annotated[int, typer.Option(help="Sessions the next contract must out-trade the front before the "
                                           "series rolls to it (1: the previous session's volume decides).",
                                           rich_help_panel=D)]
-Target = Annotated[str, typer.Option(help="log_return | log_range.", rich_help_panel=D)]
+Target = Annotated[str, typer.Option(help="log_return | log_range | price_change (close_t - close_t-1 in price units; "
+                                       "for prices at or below zero).", rich_help_panel=D)]
 EncoderLength = Annotated[int, typer.Option(help="Encoder (look-back) bars.", rich_help_panel=D)]
 Horizon = Annotated[int, typer.Option(help="Forecast bars.", rich_help_panel=D)]
 TrainEnd = Annotated[str | None, typer.Option(help="ISO date: forecasts starting before it train.", rich_help_panel=D)]

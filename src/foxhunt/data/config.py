@@ -10,7 +10,7 @@ from foxhunt.errors import InputError
 
 CONTRACT_MODES = ("auto", "continuous", "each")
 ADJUST_MODES = ("ratio", "difference", "none")
-TARGETS = ("log_return", "log_range")
+TARGETS = ("log_return", "log_range", "price_change")
 SCALINGS = ("series", "volatility")
 VOL_ESTIMATORS = ("returns", "range")
 
@@ -28,7 +28,7 @@ class DataConfig:
     # (on the ES fixture the lead starts on the CME roll date, Thu 03-07, and the series rolls on Mon 03-11, four
     # sessions before expiry). 1 is the plain previous-session-volume rule.
     roll_confirm: int = 2
-    target: str = "log_return"  # log_return | log_range
+    target: str = "log_return"  # log_return | log_range | price_change (close_t - close_t-1: prices <= 0 allowed)
     encoder_length: int = 32
     horizon: int = 5
     train_end: str | None = None  # ISO date: first forecast bar before it -> train

@@ -51,7 +51,7 @@ MONTH_CODES = "FGHJKMNQUVXZ"
 FUTURES_RE = r"^([A-Z0-9]{1,4}?)([FGHJKMNQUVXZ])(\d{1,2})$"
 SPREAD_RE = r"[-: ]"
 PRICES = ("open", "high", "low", "close")
-OWN = ("own_high", "own_low", "own_close", "roll_log_ratio")  # what features read: see _adjust
+OWN = ("own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap")  # what features read: see _adjust
 
 
 def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
@@ -137,7 +137,7 @@ def build_series(
     """Turn cleaned, parsed bars into output series.
 
     `df` needs columns symbol, root, expiry, trade_date, ts and OHLCV. Returns (bars with series, ts, OHLCV, contract,
-    own_high, own_low, own_close, roll_log_ratio; roll table; {contracts_mode, contracts_kept, contracts_dropped}).
+    own_high, own_low, own_close, roll_log_ratio, roll_gap; roll table; {contracts_mode, contracts_kept, contracts_dropped}).
     `roll_confirm`: sessions the next contract must out-trade the front before a volume roll (see rolls.py).
     """
     is_fut = pl.col("root").is_not_null()
@@ -203,7 +203,8 @@ def _check_clash(names: list[pl.Series]) -> None:
 def _unadjusted(bars: pl.DataFrame) -> pl.DataFrame:
     """Bars of series that never roll: own prices are the prices, no roll ratio."""
     return bars.with_columns(
-        own_high=pl.col("high"), own_low=pl.col("low"), own_close=pl.col("close"), roll_log_ratio=pl.lit(0.0)
+        own_high=pl.col("high"), own_low=pl.col("low"), own_close=pl.col("close"), roll_log_ratio=pl.lit(0.0),
+        roll_gap=pl.lit(0.0),
     )
 
 
@@ -305,7 +306,8 @@ def _adjust(bars: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFram
     the ratios of all later rolls (ratio) or shifted by the sum of their gaps (difference), so the latest segment keeps
     its raw prices. Those factors depend on rolls that come later, so features never read adjusted prices: they use
     own_high/own_low/own_close (the contract's unadjusted prices) and roll_log_ratio, ln(new / old) of the roll that
-    takes effect on the bar (0 on other bars, null when the roll has no price pair).
+    takes effect on the bar (0 on other bars, null when the roll has no price pair), and roll_gap, new - old of that
+    roll (the same, in price units: what --target price_change stitches with, defined for prices at or below zero).
     """
     later = (
         rolls.sort("series", "seg", descending=[False, True])
@@ -316,7 +318,8 @@ def _adjust(bars: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFram
         .select("series", pl.col("seg") - 1, "factor", "shift")
     )
     at_roll = rolls.select(
-        "series", "seg", _lr=pl.when("paired").then(pl.col("ratio").log()).otherwise(None)
+        "series", "seg", _lr=pl.when("paired").then(pl.col("ratio").log()).otherwise(None),
+        _gap=pl.when("paired").then(pl.col("gap")).otherwise(None),
     )
     starts = (pl.col("seg") != pl.col("seg").shift(1)).over("series").fill_null(False)
     bars = (
@@ -330,13 +333,14 @@ def _adjust(bars: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFram
             own_low=pl.col("low"),
             own_close=pl.col("close"),
             roll_log_ratio=pl.when("_start").then(pl.col("_lr")).otherwise(0.0),
+            roll_gap=pl.when("_start").then(pl.col("_gap")).otherwise(0.0),
         )
     )
     if adjust == "ratio":
         bars = bars.with_columns(pl.col(c) * pl.col("factor") for c in PRICES)
     elif adjust == "difference":
         bars = bars.with_columns(pl.col(c) + pl.col("shift") for c in PRICES)
-    return bars.drop("factor", "shift", "_lr", "_start", "seg")
+    return bars.drop("factor", "shift", "_lr", "_gap", "_start", "seg")
 
 
 ROLL_COLUMNS = ("series", "trade_date", "from", "to", "gap", "reason")

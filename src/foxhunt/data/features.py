@@ -11,7 +11,7 @@ import polars as pl
 # Observed continuous inputs in batch column order. `log_vol` (trailing volatility) is added by scaling.py because
 # its EWMA is seeded from the training std; `roll` is a 0/1 flag and is not standardized.
 OBSERVED = ("log_return", "log_range", "log_volume", "log_vol", "roll")
-STANDARDIZED = ("log_return", "log_range", "log_volume", "log_vol")
+STANDARDIZED = ("log_return", "log_range", "log_volume", "log_vol", "price_change", "price_range")
 # Extra observed inputs with DataConfig.vol_features, appended after OBSERVED; computed (and standardized) in
 # scaling.py because they need the trailing volatility sigma: the bar's return and range in units of the sigma known
 # before the bar (the shock a GARCH filter reacts to, signed so that the leverage effect can be learnt), and the
@@ -22,10 +22,21 @@ VOL_OBSERVED = ("shock", "range_shock", "log_vol_fast", "log_vol_slow")
 SEASON_OBSERVED = ("log_vol_season",)
 # With DataConfig.fill_gaps one more observed input, after those: 1 on a bar that fill.py added (no trade), else 0.
 FILL_OBSERVED = ("filled",)
+# --target price_change: the bar's move and range in price units (own_close_t - own_close_t-1, own_high - own_low),
+# which stay defined where prices are zero or negative (crude oil, April 2020). They replace log_return and log_range
+# as inputs, so the model of such a series takes no log of a price anywhere; log_vol is then ln of a price-unit sigma.
+PRICE_OBSERVED = ("price_change", "price_range", "log_volume", "log_vol", "roll")
+RETURN_TARGETS = ("log_return", "price_change")  # targets of a signed move: center 0, a direction to hit
+
+
+def move_columns(target: str) -> tuple[str, str]:
+    """(return column, range column) in the target's units: price units for price_change, logs otherwise."""
+    return ("price_change", "price_range") if target == "price_change" else ("log_return", "log_range")
 
 
 def raw_features(bars: pl.DataFrame, adjust: str, target: str) -> pl.DataFrame:
-    """`bars` plus Float64 columns log_return, log_range, log_volume, roll, target and a Boolean `first`.
+    """`bars` plus Float64 columns log_return, log_range, price_change, price_range, log_volume, roll, target and a
+    Boolean `first`.
 
     - log_return = ln(close_t / close_{t-1}) within a series; 0 on the series' first bar (`first`, never read).
     - A bar whose `contract` differs from the previous bar's is a roll bar (`roll` = 1).
@@ -38,7 +49,11 @@ def raw_features(bars: pl.DataFrame, adjust: str, target: str) -> pl.DataFrame:
     - Bars without those columns (built by hand): prices are used as they are, and with `adjust == "none"` a roll bar's
       return is 0, as the two contracts' prices are not comparable.
     - log_range = ln(high / low) of the bar; log_volume = ln(1 + volume).
-    - target = log_return or log_range of the bar itself (a window's targets are those of its forecast bars).
+    - price_change, price_range: the same in price units, from the same own prices: own_close_t - own_close_{t-1} -
+      roll_gap (a roll bar's change is the new contract's own move, priced through the roll's own gap, new - old),
+      own_high - own_low. Defined for prices at or below zero, where the logs are NaN.
+    - target = log_return, log_range or price_change of the bar itself (a window's targets are those of its forecast
+      bars).
     - filled = 1 on bars added by --fill-gaps (a `filled` column of `bars`), else 0.
     """
     first = pl.col("series") != pl.col("series").shift(1)
@@ -49,14 +64,18 @@ def raw_features(bars: pl.DataFrame, adjust: str, target: str) -> pl.DataFrame:
     if "own_close" in bars.columns:
         high, low = pl.col("own_high"), pl.col("own_low")
         ret = (pl.col("own_close") / pl.col("own_close").shift(1)).log() - pl.col("roll_log_ratio")
-        zero_ret = pl.col("first") | ret.is_null()
+        change = pl.col("own_close") - pl.col("own_close").shift(1) - pl.col("roll_gap")
+        zero_ret, zero_change = pl.col("first") | ret.is_null(), pl.col("first") | change.is_null()
     else:
         high, low = pl.col("high"), pl.col("low")
         ret = (pl.col("close") / pl.col("close").shift(1)).log()
-        zero_ret = pl.col("first") | ((pl.col("roll") > 0) & pl.lit(adjust == "none"))
+        change = pl.col("close") - pl.col("close").shift(1)
+        zero_ret = zero_change = pl.col("first") | ((pl.col("roll") > 0) & pl.lit(adjust == "none"))
     out = out.with_columns(
         pl.when(zero_ret).then(0.0).otherwise(ret).alias("log_return"),
         (high / low).log().alias("log_range"),
+        pl.when(zero_change).then(0.0).otherwise(change).alias("price_change"),
+        (high - low).alias("price_range"),
         pl.col("volume").cast(pl.Float64).log1p().alias("log_volume"),
         (pl.col("filled").cast(pl.Float64) if "filled" in bars.columns else pl.lit(0.0)).alias("filled"),
     )

@@ -103,4 +103,5 @@ def _own_prices(prev: pl.DataFrame) -> dict[str, pl.Series]:
     if "own_close" not in prev.columns:
         return {}
     own = prev["own_close"]
-    return {"own_high": own, "own_low": own, "own_close": own, "roll_log_ratio": pl.Series(np.zeros(len(own)))}
+    zero = pl.Series(np.zeros(len(own)))
+    return {"own_high": own, "own_low": own, "own_close": own, "roll_log_ratio": zero, "roll_gap": zero}

@@ -29,7 +29,8 @@ ROLL_REASONS = {
 }
 
 BAR_COLUMNS = (
-    "series", "ts", "open", "high", "low", "close", "volume", "contract", "own_high", "own_low", "own_close", "roll_log_ratio"
+    "series", "ts", "open", "high", "low", "close", "volume", "contract", "own_high", "own_low", "own_close", "roll_log_ratio",
+    "roll_gap",
 )
 
 
@@ -40,7 +41,8 @@ class LoadedBars:
     bars: sorted by (series, ts); columns series Utf8, ts Datetime("ns", "UTC"), open high low close volume Float64,
       contract Utf8 (the source symbol of each bar; equal to series for non-futures), own_high own_low own_close
       Float64 (the contract's unadjusted prices: features read these, never the adjusted ones), roll_log_ratio Float64
-      (ln(new / old) of the roll taking effect on the bar, 0 elsewhere, null for a roll without a price pair); with --fill-gaps also a Boolean
+      (ln(new / old) of the roll taking effect on the bar, 0 elsewhere, null for a roll without a price pair), roll_gap
+      Float64 (new - old of that roll, the same way; price_change's stitch); with --fill-gaps also a Boolean
       `filled` (True on the bars fill.py added).
     rolls: roll table [{root (the series), trade_date (ISO, first trade date on the new contract), from, to, gap (new -
       old close at the last common bar before the switch), reason ("volume": the next contract out-traded the front

@@ -368,7 +368,7 @@ def _parse_time(
                 out = _localize(out, text, timezone, path, col)
     elif isinstance(dtype, pl.Datetime):
         kind = "naive" if dtype.time_zone is None else "aware"
-        out = _localize(s, s.cast(pl.Utf8), timezone, path, col) if kind == "naive" else s.dt.convert_time_zone("UTC")
+        out = _localize(s, s, timezone, path, col) if kind == "naive" else s.dt.convert_time_zone("UTC")
     elif dtype == pl.Date:
         out, kind = s.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"), "date"
     elif dtype.is_integer():
@@ -378,7 +378,7 @@ def _parse_time(
             f"{path}: column {col!r} has type {dtype}, not a timestamp; pass --timestamp-col or convert it"
         )
     out = out.cast(pl.Datetime("ns", "UTC"))
-    _raise_bad_time(out.is_null(), s.cast(pl.Utf8, strict=False), path, col)
+    _raise_bad_time(out.is_null(), s, path, col)  # shown as text only on error: a 2M-row cast costs seconds
     return out, kind
 
 
@@ -391,7 +391,7 @@ def _localize(naive: pl.Series, shown: pl.Series, timezone: str, path: Path, col
     if gap.any():
         i = int(gap.arg_max())
         raise InputError(
-            f"{path}: column {col!r} row {i + 1}: {shown[i]} does not exist in {timezone} (the hour skipped when"
+            f"{path}: column {col!r} row {i + 1}: {shown.cast(pl.Utf8, strict=False)[i]} does not exist in {timezone} (the hour skipped when"
             " daylight saving starts); check --timezone"
         )
     return local.dt.convert_time_zone("UTC")
@@ -415,7 +415,7 @@ def _raise_bad_time(bad: pl.Series, shown: pl.Series, path: Path, col: str) -> N
     if bad.any():
         i = int(bad.arg_max())
         raise InputError(
-            f"{path}: column {col!r} row {i + 1}: cannot parse timestamp {shown[i]!r};"
+            f"{path}: column {col!r} row {i + 1}: cannot parse timestamp {shown.cast(pl.Utf8, strict=False)[i]!r};"
             " use ISO 8601 (2024-03-08 14:30:00) or epoch nanoseconds"
         )
 

@@ -18,6 +18,9 @@ The target's (center, scale) per row:
 - "volatility", log_range, estimator "returns": center EWMA mean of the range, scale its EWMA std.
 - "volatility", log_range, estimator "range": center 0, scale sigma_t / sqrt(k) (the trailing RMS range): a scale
   model, because a range is positive and proportional to volatility, its shape nearly fixed (see garch_range).
+With target "price_change" (prices that may be zero or negative) every "return" and "range" above is in price units
+(price_change, price_range; features.PRICE_OBSERVED), so sigma_t is the trailing volatility of price changes, in price
+units, and the target is centered at 0 like log_return; scalers then carry "units": "price".
 The trailing volatility is also an observed input (`log_vol` = ln sigma_t, then standardized). With `vol_features`
 four more inputs describe the recent shocks in units of the volatility known before them (see VOL_OBSERVED).
 Intraday, with a time-of-day profile p(t) (seasonality.py, fitted on the training rows, saved as "season"): the
@@ -31,7 +34,16 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from foxhunt.data.features import FILL_OBSERVED, OBSERVED, SEASON_OBSERVED, STANDARDIZED, VOL_OBSERVED
+from foxhunt.data.features import (
+    FILL_OBSERVED,
+    OBSERVED,
+    PRICE_OBSERVED,
+    RETURN_TARGETS,
+    SEASON_OBSERVED,
+    STANDARDIZED,
+    VOL_OBSERVED,
+    move_columns,
+)
 from foxhunt.data.seasonality import fit_profile, profile_at
 
 VOL_HALFLIFE = 20.0
@@ -44,7 +56,8 @@ def observed_names(scalers: dict) -> tuple[str, ...]:
     """Observed continuous inputs in batch column order for these scalers."""
     vol = VOL_OBSERVED if scalers.get("vol_features", False) else ()
     season = SEASON_OBSERVED if scalers.get("season") else ()
-    return OBSERVED + vol + season + (FILL_OBSERVED if scalers.get("fill_gaps", False) else ())
+    base = PRICE_OBSERVED if scalers.get("units") == "price" else OBSERVED
+    return base + vol + season + (FILL_OBSERVED if scalers.get("fill_gaps", False) else ())
 
 
 def _alpha(halflife: float) -> float:
@@ -72,9 +85,9 @@ def _stats(train: pl.DataFrame, cols: tuple[str, ...]) -> tuple[dict, dict]:
     return per, pooled
 
 
-def _range_k(train: pl.DataFrame) -> tuple[dict, float]:
+def _range_k(train: pl.DataFrame, ret: str = "log_return", rng: str = "log_range") -> tuple[dict, float]:
     """k = mean(r^2) / mean(range^2) per series and pooled (1 where undefined): range^2 in return-variance units."""
-    ratio = (pl.col("log_return") ** 2).mean() / (pl.col("log_range") ** 2).mean()
+    ratio = (pl.col(ret) ** 2).mean() / (pl.col(rng) ** 2).mean()
     pooled = _safe(train.select(ratio.alias("k")).item(), 1.0)
     per = {
         r["series"]: _safe(r["k"], pooled)
@@ -111,14 +124,16 @@ def fit_scalers(
     if estimator not in ESTIMATORS:
         raise ValueError(f"volatility estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
     keep = pl.Series(train_mask & ~feats["first"].to_numpy())
-    train = feats.select("series", "log_return", "log_range", "log_volume").filter(keep)
-    per, pooled = _stats(train, ("log_return", "log_range", "log_volume"))
-    per_k, pooled_k = _range_k(train)
+    ret, rng = move_columns(target)  # price units for price_change: its prices may be zero or negative
+    train = feats.select("series", ret, rng, "log_volume").filter(keep)
+    per, pooled = _stats(train, (ret, rng, "log_volume"))
+    per_k, pooled_k = _range_k(train, ret, rng)
     scalers = {
         "halflife": float(halflife),
         "estimator": estimator,
         "vol_features": bool(vol_features),
         "fill_gaps": bool(fill_gaps),
+        **({"units": "price"} if target == "price_change" else {}),  # inputs in price units (PRICE_OBSERVED)
         "series": per,
         "pooled": pooled,
     }
@@ -127,7 +142,7 @@ def fit_scalers(
     pooled["range_k"] = {"value": pooled_k}
     for entry in (*per.values(), pooled):
         t = entry[target]
-        entry["target"] = {"center": 0.0 if target == "log_return" else t["mean"], "scale": t["std"]}
+        entry["target"] = {"center": 0.0 if target in RETURN_TARGETS else t["mean"], "scale": t["std"]}
     if season_tz is not None:
         scalers["season"] = _fit_season(feats, train, names, sidx, keep.to_numpy(), season_tz)
     # log_vol (and the vol features) are seeded from the return std just fitted: a second pass over the same rows.
@@ -158,7 +173,8 @@ def trailing(
 ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """({name: (N,)} derived inputs: log_vol and, with vol_features, VOL_OBSERVED), target center and scale (N,)."""
     estimator = scalers.get("estimator", "returns")
-    r_std = _per_row(scalers, names, sidx, "log_return", "std")
+    ret, rng = move_columns(target)
+    r_std = _per_row(scalers, names, sidx, ret, "std")
     t_center = _per_row(scalers, names, sidx, "target", "center")
     t_scale = _per_row(scalers, names, sidx, "target", "scale")
     # Older models have no range_k; they use the "returns" estimator and no vol features, so 1 is never read.
@@ -171,8 +187,8 @@ def trailing(
         {
             "g": sidx,
             "first": feats["first"],
-            "r": feats["log_return"],
-            "x": feats["log_range"],
+            "r": feats[ret],
+            "x": feats[rng],
             "r_std": r_std,
             "t_center": t_center,
             "t_scale": t_scale,
@@ -228,7 +244,7 @@ def trailing(
     sig_scale = out["vol_season"].to_numpy() * np.sqrt(df["p2"].to_numpy()) if season else sig
     if scaling == "series":
         center, scale = t_center, t_scale
-    elif target == "log_return":
+    elif target in RETURN_TARGETS:  # price_change: sigma in price units, the trailing volatility of price changes
         center, scale = np.zeros(len(sidx)), sig_scale
     elif estimator == "range":
         center, scale = np.zeros(len(sidx)), sig_scale / np.sqrt(k)

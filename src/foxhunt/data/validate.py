@@ -13,7 +13,7 @@ Fatal (one-line InputError naming file, row, symbol and timestamp): negative vol
 
 Prices of zero or below are valid (crude oil settled at -37.63 on 2020-04-20): loading keeps them, and the steps whose
 math needs positive prices refuse them with the flag to change: `check_ratio_adjust` (--adjust ratio) and
-`check_log_target` (--target log_return / log_range).
+`check_log_target` (--target log_return / log_range; --target price_change works in price differences).
 """
 
 from __future__ import annotations
@@ -149,8 +149,8 @@ OWN_PRICES = ("own_high", "own_low", "own_close")  # a contract's unadjusted pri
 def check_log_target(bars: pl.DataFrame, target: str) -> None:
     """Refuse a log target (log_return, log_range) when a bar's price is zero or below: its log is undefined there.
 
-    `bars` are loaded bars (series, ts, OHLC, contract). foxhunt has no price-difference target yet, so the fix is to
-    leave those bars out. Features read each contract's own prices (contracts.OWN) where the loader gave them, so a
+    `bars` are loaded bars (series, ts, OHLC, contract). The fix is the price-difference target (price_change), or
+    leaving those bars out. Features read each contract's own prices (contracts.OWN) where the loader gave them, so a
     difference-adjusted display price at or below zero is no reason to refuse.
     """
     if not target.startswith("log_"):
@@ -161,8 +161,8 @@ def check_log_target(bars: pl.DataFrame, target: str) -> None:
         r = hit.row(0, named=True)
         raise InputError(
             f"series {r['series']} ({r['contract']} at {r['ts'].isoformat()}): {_nonpositive(r)} ({_rows(hit.height, 'bar')}"
-            f" like this); --target {target} takes the log of prices and is undefined there, and there is no"
-            " price-difference --target yet: leave these bars out of the files"
+            f" like this); --target {target} takes the log of prices and is undefined there: use --target price_change"
+            " (returns in price differences) or leave these bars out of the files"
         )
 
 

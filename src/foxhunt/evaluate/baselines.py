@@ -24,6 +24,10 @@ ln(high/low) of a bar, which is positive and scales with volatility):
    step's grid time: quantile = p(t_{o+h}) * sigma_z * z_q, sigma_z the std of target / p over the last `window` bars.
    Minute-bar volatility follows the clock (the open, lunch, the close): this is the first forecast an intraday
    quant would write, and a far harder one to beat than a plain rolling volatility that lags every step of the day.
+
+Target "price_change" (close_t - close_t-1 in price units, for prices that may be zero or negative) takes the returns
+form of each: its quantiles, median 0 with the rolling std of price changes, and GARCH(1,1)-t fitted on the price
+changes themselves (GARCH needs no positivity, only a location and a scale).
 """
 
 from __future__ import annotations
@@ -329,13 +333,14 @@ def baseline_forecasts(
     window: int = 20,
     profile: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """One baseline for one series, (K, H, Q): `kind` in BASELINES, `target_name` "log_return" or "log_range".
+    """One baseline for one series, (K, H, Q): `kind` in BASELINES, `target_name` "log_return", "log_range" or
+    "price_change" (returns form, in price units).
 
     `returns` (the series' log returns) is needed only for kind "garch_t" with target "log_range"; `profile` (the
     time-of-day profile at each row (n,) and at each origin's forecast steps (K, H)) only for
     "seasonal_rolling_vol". The training-quantile forecast is a read-only broadcast view of one (H, Q) table.
     """
-    if target_name not in ("log_return", "log_range"):
+    if target_name not in ("log_return", "log_range", "price_change"):
         raise ValueError(f"unknown target {target_name!r}")
     target = np.asarray(target, dtype=np.float64)
     origins = np.asarray(origins, dtype=np.int64)
@@ -348,7 +353,7 @@ def baseline_forecasts(
             target, origins, horizon, quantiles, window, demean=target_name == "log_range"
         )
     if kind == "garch_t":
-        if target_name == "log_return":
+        if target_name != "log_range":  # the returns form: log_return, or price_change in price units
             return garch_t(target, train_mask, origins, horizon, quantiles)
         if returns is None:
             raise ValueError("the GARCH baseline for log_range needs the series' log returns")

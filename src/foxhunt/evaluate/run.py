@@ -20,7 +20,7 @@ import torch
 
 from foxhunt.atomic import write_json
 from foxhunt.data.calendar import future_timestamps
-from foxhunt.data.features import raw_features
+from foxhunt.data.features import RETURN_TARGETS, raw_features
 from foxhunt.data.load import load_bars
 from foxhunt.data.prepare import PreparedData, prepare_from_bars
 from foxhunt.data.seasonality import fit_profile, profile_at
@@ -100,7 +100,7 @@ def evaluate_run(
 
     qs = lm.model_cfg.quantiles
     series_names = data.windows.series_names
-    directional = lm.schema.target == "log_return"
+    directional = lm.schema.target in RETURN_TARGETS
     model_metrics = score(scored.actual, scored.quantiles, scored.series, qs, series_names, directional)
     raw_metrics = (None if scored.raw is None
                    else score(scored.actual, scored.raw, scored.series, qs, series_names, directional))
@@ -315,7 +315,8 @@ def notes(lm: LoadedModel, paths: tuple[str, ...], period: dict[str, Any], model
         f"model: {model_dir} ({lm.meta.get('n_params', '?')} parameters, hidden {lm.model_cfg.hidden_size}, "
         f"encoder {lm.schema.encoder_length} bars, horizon {lm.schema.horizon} bars)",
         f"data: {', '.join(paths)}",
-        f"target: {lm.schema.target} (plain ln units), scaling: {lm.schema.extra.get('scaling', 'series')}",
+        f"target: {lm.schema.target} ({'price' if lm.schema.target == 'price_change' else 'plain ln'} units), "
+        f"scaling: {lm.schema.extra.get('scaling', 'series')}",
         f"origins scored: {period['origins']:,} from {period['first_origin']} to {period['last_origin']}"
         + (f" ({period['scored']})" if period.get("scored") else ""),
     ]
