@@ -418,7 +418,7 @@ def evaluate(
     threads: Threads = TD.num_threads,
     no_calibration: NoCalibration = False,
 ) -> None:
-    """Score forecasts against the realised target and three baselines on the same origins; write a report.
+    """Score forecasts against the realised target and the baselines on the same origins; write a report.
 
     Without --start, scores only origins after the model's validation period when the bars reach past it (the
     calibration was fitted on that period)."""

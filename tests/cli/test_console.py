@@ -42,7 +42,7 @@ def test_default_prints_the_header_one_line_per_epoch_and_the_final_lines(tmp_pa
         assert sum(line.startswith(start) for line in lines) == 1, start
     epochs = [line for line in lines if line.startswith("epoch ")]
     assert len(epochs) == 1 and epochs[0].startswith("epoch 1/1  train_loss ") and "mem peak host " in epochs[0]
-    assert f"  foxhunt evaluate --model {run} --out-dir {run}/eval --parquet-file {fixtures_dir / ES} --start " in text
+    assert f"  foxhunt evaluate --model {run} --out-dir {run}/eval --parquet-file {fixtures_dir / ES}" in lines
     assert f"  foxhunt memory-report {run}" in lines
     assert "[MEMORY]" not in text and PLAN_TABLE not in text and "data summary:" not in text
     assert "\x1b[" not in text and "\r" not in text and "━" not in text  # not a terminal: no colour, no bar

@@ -102,11 +102,11 @@ def test_final_lines_compare_with_the_baseline_and_fill_in_the_run_paths():
     summary = {"train_end": "2024-03-10T16:35:12Z", "val_end": None}
     bundled = ("/cache/foxhunt/es_ohlcv1m_sample_v2_seed20240218.parquet",)
     assert next_commands(Path("runs/a"), bundled, summary) == [
-        "foxhunt evaluate --model runs/a --out-dir runs/a/eval --start 2024-03-10T16:35:12",
+        "foxhunt evaluate --model runs/a --out-dir runs/a/eval",
         "foxhunt memory-report runs/a"]
     mine = next_commands(Path("runs/b"), ("my bars.parquet", "more.csv"), {**summary, "val_end": "2016-01-01T00:00:00Z"})
     assert mine[0] == ("foxhunt evaluate --model runs/b --out-dir runs/b/eval --parquet-file 'my bars.parquet' "
-                       "--parquet-file more.csv --start 2016-01-01T00:00:00")
+                       "--parquet-file more.csv")
 
 
 def test_data_line_is_short():

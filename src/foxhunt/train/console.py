@@ -182,13 +182,11 @@ def vs_baseline(val_loss: float, baseline_loss: float) -> str:
 
 
 def next_commands(run: Path, paths: tuple[str, ...], summary: dict[str, Any]) -> list[str]:
-    """The commands that come next, with this run's paths: evaluate on the bars after training (the test split when
-    there is one, else validation) and the memory report."""
+    """The commands that come next, with this run's paths: evaluate and the memory report. No --start: evaluate
+    scores only the bars after the validation period by default (evaluate/period.py), the period that neither
+    training, early stopping nor calibration has seen."""
     files = [] if len(paths) == 1 and Path(paths[0]).name.startswith(BUNDLED_SAMPLE_PREFIX) else list(paths)
-    start = summary.get("val_end") or summary.get("train_end")
     evaluate = ["foxhunt", "evaluate", "--model", str(run), "--out-dir", str(run / "eval")]
     for f in files:
         evaluate += ["--parquet-file", f]
-    if start:
-        evaluate += ["--start", str(start).removesuffix("Z")[:19]]
     return [shlex.join(evaluate), shlex.join(["foxhunt", "memory-report", str(run)])]
