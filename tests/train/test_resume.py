@@ -49,7 +49,8 @@ def args(fixtures_dir) -> list[str]:
     tiny = ["--hidden-size", "8", "--attention-heads", "2", "--encoder-length", "16", "--horizon", "3",
             "--no-progress", "--threads", "1"]  # the `tiny` fixture's flags, for a module-wide run
     return [*tiny, "--parquet-file", str(fixtures_dir / "es_fut_ohlcv1h_databento.parquet"), "--epochs", str(EPOCHS),
-            "--batch-size", str(BATCH), "--patience", "9", "--seed", "3", "--checkpoint-every", "4"]
+            "--batch-size", str(BATCH), "--patience", "9", "--seed", "3", "--checkpoint-every", "4",
+            "--test-fraction", "0"]  # two-way split: 11 training batches an epoch, which the step counts below assume
 
 
 @pytest.fixture(scope="module")
