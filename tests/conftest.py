@@ -21,11 +21,22 @@ def spx_path() -> Path:
     return SHARED / "data" / "spx_daily.parquet"
 
 
+@pytest.fixture(scope="session")
+def daily_path(fixtures_dir) -> Path:
+    """Generic daily OHLCV bars of one symbol: the quickest file to train a tiny model on."""
+    return fixtures_dir / "generic_ohlcv_daily.parquet"
+
+
+@pytest.fixture(scope="session")
+def tiny_flags() -> tuple[str, ...]:
+    """A tiny model and short windows, so every CLI test trains in seconds (session scope: module fixtures use it)."""
+    return ("--hidden-size", "8", "--attention-heads", "2", "--encoder-length", "16", "--horizon", "3",
+            "--no-progress", "--threads", "1")
+
+
 @pytest.fixture
-def tiny() -> list[str]:
-    """A tiny model and short windows, so every CLI test trains in seconds."""
-    return ["--hidden-size", "8", "--attention-heads", "2", "--encoder-length", "16", "--horizon", "3",
-            "--no-progress", "--threads", "1"]
+def tiny(tiny_flags) -> list[str]:
+    return list(tiny_flags)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -15,21 +15,14 @@ from foxhunt.cli import main
 from foxhunt.evaluate.predict import prepare_for_model, select_origins
 from foxhunt.train.checkpoint import load_model
 
-TINY = ["--hidden-size", "8", "--attention-heads", "2", "--encoder-length", "16", "--horizon", "3", "--no-progress",
-        "--threads", "1"]
 VAL_END = "2024-09-02"
 
 
 @pytest.fixture(scope="module")
-def daily(request):
-    return request.config.rootpath.parent / "shared" / "fixtures" / "generic_ohlcv_daily.parquet"
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory, daily):
+def run(tmp_path_factory, daily_path, tiny_flags):
     """A tiny model with a three-way split: train before June, validation June to August, test from September."""
     out = tmp_path_factory.mktemp("calibrated") / "run"
-    assert main(["train", *TINY, "--parquet-file", str(daily), "--epochs", "1", "--train-end", "2024-06-03",
+    assert main(["train", *tiny_flags, "--parquet-file", str(daily_path), "--epochs", "1", "--train-end", "2024-06-03",
                  "--val-end", VAL_END, "--run-dir", str(out)]) == 0
     return out
 
@@ -51,10 +44,10 @@ def test_train_saves_the_calibration_with_its_fit(run):
     assert load_model(run).calibration is not None
 
 
-def test_predict_applies_the_shifts_and_says_so(run, daily, tmp_path):
+def test_predict_applies_the_shifts_and_says_so(run, daily_path, tmp_path):
     cal_out, raw_out = tmp_path / "cal.parquet", tmp_path / "raw.parquet"
-    assert main(["predict", "--model", str(run), "--parquet-file", str(daily), "--out", str(cal_out)]) == 0
-    assert main(["predict", "--model", str(run), "--parquet-file", str(daily), "--out", str(raw_out),
+    assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(cal_out)]) == 0
+    assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(raw_out),
                  "--no-calibration"]) == 0
     assert _meta(cal_out)["calibrated"] is True and _meta(raw_out)["calibrated"] is False
     assert _meta(cal_out)["calibration"]["mode"] == "scaled"
@@ -63,7 +56,7 @@ def test_predict_applies_the_shifts_and_says_so(run, daily, tmp_path):
     assert (cal["p10"] <= cal["p50"]).all() and (cal["p50"] <= cal["p90"]).all()
     # calibrated = sort(raw + shift (horizon, quantile) * the window's scale), rebuilt here from the model's pieces
     lm = load_model(run)
-    data = prepare_for_model(lm, (str(daily),))
+    data = prepare_for_model(lm, (str(daily_path),))
     ids = select_origins(data, None, None)
     scale = data.windows.batch(ids).target_scale.numpy()  # (W,) in the files' row order (origin-major)
     q_raw = raw.select("p10", "p50", "p90").to_numpy().reshape(len(ids), 3, 3)
@@ -73,9 +66,9 @@ def test_predict_applies_the_shifts_and_says_so(run, daily, tmp_path):
     assert not np.allclose(got, q_raw)
 
 
-def test_evaluate_scores_held_out_origins_raw_and_calibrated(run, daily, tmp_path, capsys):
+def test_evaluate_scores_held_out_origins_raw_and_calibrated(run, daily_path, tmp_path, capsys):
     cal_dir, raw_dir = tmp_path / "cal", tmp_path / "raw"
-    assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily), "--out-dir", str(cal_dir)]) == 0
+    assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(cal_dir)]) == 0
     console = capsys.readouterr().out
     m = json.loads((cal_dir / "metrics.json").read_text())
     # by default only origins whose first forecast bar is after the validation period
@@ -91,7 +84,7 @@ def test_evaluate_scores_held_out_origins_raw_and_calibrated(run, daily, tmp_pat
     html = (cal_dir / "report.html").read_text()
     assert "model (raw)" in html and "calibration: scaled conformal shifts" in html
 
-    assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily), "--out-dir", str(raw_dir),
+    assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(raw_dir),
                  "--no-calibration"]) == 0
     r = json.loads((raw_dir / "metrics.json").read_text())
     assert "model_raw" not in r and r["calibration"]["applied"] is False
@@ -99,33 +92,33 @@ def test_evaluate_scores_held_out_origins_raw_and_calibrated(run, daily, tmp_pat
     assert r["model"]["overall"]["q_risk"] == pytest.approx(m["model_raw"]["overall"]["q_risk"], rel=1e-5)
 
 
-def test_evaluate_warns_when_start_reaches_into_validation(run, daily, tmp_path, capsys):
-    assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily), "--out-dir", str(tmp_path / "e"),
+def test_evaluate_warns_when_start_reaches_into_validation(run, daily_path, tmp_path, capsys):
+    assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(tmp_path / "e"),
                  "--start", "2024-07-01"]) == 0
     assert "--start 2024-07-01 reaches into the model's training and validation period" in capsys.readouterr().err
     assert "NOT held out" in json.loads((tmp_path / "e" / "metrics.json").read_text())["period"]["scored"]
     # bars (here: --end) that stop inside validation: everything is scored, and said to be in-sample
-    assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily), "--out-dir", str(tmp_path / "f"),
+    assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(tmp_path / "f"),
                  "--end", "2024-08-15"]) == 0
     assert "no scoreable origin after the model's training and validation period" in capsys.readouterr().err
     period = json.loads((tmp_path / "f" / "metrics.json").read_text())["period"]
     assert period["scored"].startswith("all origins: NOT held out") and period["first_origin"] < "2024-01-01"
 
 
-def test_a_run_without_calibration_still_forecasts_and_says_so_once(run, daily, tmp_path, capsys):
+def test_a_run_without_calibration_still_forecasts_and_says_so_once(run, daily_path, tmp_path, capsys):
     old = tmp_path / "old"
     shutil.copytree(run, old)
     (old / "calibration.json").unlink()
     out = tmp_path / "fc.parquet"
-    assert main(["predict", "--model", str(old), "--parquet-file", str(daily), "--out", str(out)]) == 0
+    assert main(["predict", "--model", str(old), "--parquet-file", str(daily_path), "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert err.count("no calibration.json") == 1 and _meta(out)["calibrated"] is False
-    assert main(["evaluate", "--model", str(old), "--parquet-file", str(daily), "--out-dir", str(tmp_path / "e")]) == 0
+    assert main(["evaluate", "--model", str(old), "--parquet-file", str(daily_path), "--out-dir", str(tmp_path / "e")]) == 0
     c = json.loads((tmp_path / "e" / "metrics.json").read_text())["calibration"]
     assert c["applied"] is False and "no calibration.json" in c["not_applied"] and set(c["coverage"]) == {"raw"}
 
 
-def test_stale_or_broken_calibration(run, daily, tmp_path, capsys):
+def test_stale_or_broken_calibration(run, daily_path, tmp_path, capsys):
     stale = tmp_path / "stale"
     shutil.copytree(run, stale)
     cal = json.loads((stale / "calibration.json").read_text())
@@ -134,7 +127,7 @@ def test_stale_or_broken_calibration(run, daily, tmp_path, capsys):
     lm = load_model(stale)
     assert lm.calibration is None and "stale" in lm.calibration_note
     (stale / "calibration.json").write_text("{not json")
-    assert main(["predict", "--model", str(stale), "--parquet-file", str(daily), "--out",
+    assert main(["predict", "--model", str(stale), "--parquet-file", str(daily_path), "--out",
                  str(tmp_path / "x.parquet")]) == 2
     assert "calibration.json: not a foxhunt calibration" in capsys.readouterr().err
     assert not (tmp_path / "x.parquet").exists()
