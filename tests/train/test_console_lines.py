@@ -99,12 +99,11 @@ def test_warning_counter_keeps_the_count_and_the_first():
 def test_final_lines_compare_with_the_baseline_and_fill_in_the_run_paths():
     assert vs_baseline(0.15, 0.2) == "val_loss 0.15000 vs baseline 0.20000 (25.0% lower)"
     assert vs_baseline(0.25, 0.2) == "val_loss 0.25000 vs baseline 0.20000 (25.0% HIGHER)"
-    summary = {"train_end": "2024-03-10T16:35:12Z", "val_end": None}
     bundled = ("/cache/foxhunt/es_ohlcv1m_sample_v2_seed20240218.parquet",)
-    assert next_commands(Path("runs/a"), bundled, summary) == [
+    assert next_commands(Path("runs/a"), bundled) == [
         "foxhunt evaluate --model runs/a --out-dir runs/a/eval",
         "foxhunt memory-report runs/a"]
-    mine = next_commands(Path("runs/b"), ("my bars.parquet", "more.csv"), {**summary, "val_end": "2016-01-01T00:00:00Z"})
+    mine = next_commands(Path("runs/b"), ("my bars.parquet", "more.csv"))
     assert mine[0] == ("foxhunt evaluate --model runs/b --out-dir runs/b/eval --parquet-file 'my bars.parquet' "
                        "--parquet-file more.csv")
 

@@ -181,7 +181,7 @@ def vs_baseline(val_loss: float, baseline_loss: float) -> str:
             f"({abs(change):.1f}% {'lower' if change >= 0 else 'HIGHER'})")
 
 
-def next_commands(run: Path, paths: tuple[str, ...], summary: dict[str, Any]) -> list[str]:
+def next_commands(run: Path, paths: tuple[str, ...]) -> list[str]:
     """The commands that come next, with this run's paths: evaluate and the memory report. No --start: evaluate
     scores only the bars after the validation period by default (evaluate/period.py), the period that neither
     training, early stopping nor calibration has seen."""

@@ -217,11 +217,11 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
     state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
                 val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan)
     log.info("%s", calibrate_run(run, data, device, state.val_batch_size or val_batch_size), extra=SHOW)
-    final_lines(run, state, baseline, data, data_cfg, warnings)
+    final_lines(run, state, baseline, data_cfg, warnings)
     return TrainResult(run, state, baseline, n_params)
 
 
-def final_lines(run: RunDir, state: FitState, baseline: ValResult, data: PreparedData, data_cfg: DataConfig,
+def final_lines(run: RunDir, state: FitState, baseline: ValResult, data_cfg: DataConfig,
                 warnings: WarningCounter) -> None:
     """Where everything is: the run's warnings again, the best epoch against the baseline and the run directory
     (the line --quiet keeps), then the next commands with this run's paths."""
@@ -234,7 +234,7 @@ def final_lines(run: RunDir, state: FitState, baseline: ValResult, data: Prepare
                  run.root, extra=FINAL)
     else:
         log.info("no epoch finished; run directory %s", run.root, extra=FINAL)
-    log.info("next:\n%s", "\n".join("  " + c for c in next_commands(run.root, data_cfg.paths, data.summary)),
+    log.info("next:\n%s", "\n".join("  " + c for c in next_commands(run.root, data_cfg.paths)),
              extra=SHOW)
 
 
