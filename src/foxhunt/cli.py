@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from foxhunt.data.config import DataConfig
-from foxhunt.errors import InputError, NonFiniteError, ResourceError, WriteError
+from foxhunt.errors import InputError, NonFiniteError, RankLost, ResourceError, WriteError
 from foxhunt.model.config import ModelConfig
 from foxhunt.train.config import TrainConfig
 
@@ -503,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"error: {e}", e, WriteError.exit_code)
     except Interrupted as e:
         return fail(str(e), e, e.exit_code)
+    except RankLost as e:
+        return fail(f"error: {e}", e, RankLost.exit_code)
     except KeyboardInterrupt as e:
         return fail("interrupted (a training run says how to resume; other commands leave no partial output)", e,
                     130)

@@ -37,3 +37,10 @@ class WriteError(OSError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class RankLost(Exception):  # noqa: N818 (what happened to another process, not a bug in this one)
+    """Another rank of a distributed run stopped (crashed, killed, out of memory) or stopped answering; this rank
+    exits too, saying so in one line (train/distributed.py)."""
+
+    exit_code = 1

@@ -14,6 +14,7 @@ e.g. `oom@train:5,oom@val:3x2,nan@train:7`:
 A fault first fires at the check of its site with exactly INDEX, then on the next TIMES - 1 checks of that site
 (default TIMES 1): a retried step checks its index again, so `oom@train:3x4` fails step 3 and its next three retries,
 climbing the out-of-memory ladder, and `nan@train:3x5` poisons steps 3 to 7. Once spent, a fault stays quiet.
+Under torchrun, FOXHUNT_FAULT_RANK=R arms the faults on rank R only (the RANK torchrun sets; other ranks get none).
 To add a kind or a site, add it to SITES_OF (and, for a kind that raises, to `_fire`).
 """
 
@@ -31,6 +32,7 @@ import torch
 from foxhunt.errors import InputError
 
 ENV_VAR = "FOXHUNT_FAULT_INJECT"
+RANK_VAR = "FOXHUNT_FAULT_RANK"
 SITES_OF: dict[str, tuple[str, ...]] = {  # the sites each kind can fire at
     "oom": ("train", "val", "predict", "probe"),
     "nan": ("train",),
@@ -62,6 +64,8 @@ class FaultInjector:
     def from_env(env: Mapping[str, str] = os.environ) -> FaultInjector:
         """Parse FOXHUNT_FAULT_INJECT (absent or blank: no faults); a bad token raises InputError naming it."""
         spec = env.get(ENV_VAR, "").strip()
+        if env.get(RANK_VAR, "").strip() not in ("", env.get("RANK", "0")):
+            return FaultInjector()
         return FaultInjector(parse_spec(spec), spec) if spec else FaultInjector()
 
     @property

@@ -27,6 +27,8 @@ from foxhunt.errors import InputError
 from foxhunt.train.checkpoint import CHECKPOINT_FORMAT, save_checkpoint, state_to_cpu
 from foxhunt.train.config import TrainConfig
 from foxhunt.train.console import EpochMemory, MemoryWatch, validation_batches
+from foxhunt.train.ddp_step import DistributedStepper
+from foxhunt.train.distributed import SINGLE, Dist
 from foxhunt.train.faults import FaultInjector
 from foxhunt.train.guard import BadSteps, check_finite
 from foxhunt.train.interrupt import Interrupted, StopRequest
@@ -97,9 +99,13 @@ def fit(
     precision: str = "32",
     stop: StopRequest | None = None,
     plan: dict[str, Any] | None = None,
+    dist: Dist = SINGLE,
 ) -> FitState:
     """Train for `cfg.epochs` (or until early stopping); `plan` (the memory plan's dict, if one was made) is what
-    the measured peaks are checked against."""
+    the measured peaks are checked against. Under torchrun (`dist`) every rank runs this with the same global
+    `batch_size`, steps on its shard of each batch and validates its shard of the validation windows; only rank 0
+    writes metrics, weights and checkpoints, and every decision (stop, checkpoint, early stopping) is the same on
+    all ranks because everything it depends on is reduced across them."""
     train_ids, val_ids = data.splits["train"], data.splits["val"]
     n_batches = -(-len(train_ids) // batch_size)
     if cfg.max_train_batches:
@@ -113,19 +119,24 @@ def fit(
     if resume is not None:
         state = restore(resume, model, optimizer, device)
         val_batch_size = state.val_batch_size or val_batch_size
-        write_text(run.metrics, "".join(json.dumps(r) + "\n" for r in state.history))  # drop records past it
+        if dist.is_main:
+            write_text(run.metrics, "".join(json.dumps(r) + "\n" for r in state.history))  # drop records past it
         log.info("resuming at epoch %d, batch %d (step %d, best val loss %.6f at epoch %d)", state.epoch + 1,
                  state.epoch_batches, state.global_step, state.best_val_loss, state.best_epoch, extra=SHOW)
     q = torch.tensor(quantiles, dtype=torch.float32, device=device)
-    stepper = TrainStepper(model, optimizer, q, cfg.grad_clip, device, injector, tracker, state.micro_batch,
-                           precision=precision, loss_weight=cfg.loss_weight)
+    dist.broadcast_module(model)
+    extra: dict[str, Any] = {"dist": dist, "seed": cfg.seed} if dist.active else {}
+    stepper = (DistributedStepper if dist.active else TrainStepper)(
+        model, optimizer, q, cfg.grad_clip, device, injector, tracker, state.micro_batch, precision=precision,
+        loss_weight=cfg.loss_weight, **extra)
     if resume is not None and stepper.scaler is not None and "scaler" in resume:
         stepper.scaler.load_state_dict(resume["scaler"])
     clock = CheckpointClock(cfg.checkpoint_every)
 
-    bad_steps = BadSteps(cfg.max_bad_steps, data.windows, run.metrics)
+    bad_steps = BadSteps(cfg.max_bad_steps, data.windows, run.metrics if dist.is_main else None)
     bad_steps.in_row = state.bad_steps_in_row  # a resumed run counts on from where it stopped
-    watch = MemoryWatch(plan, batch_size)
+    watch = MemoryWatch(plan, batch_size // dist.world_size)  # the plan is one rank's
+    val_lo, val_hi = dist.shard(len(val_ids))  # this rank's validation windows: each counted once over the ranks
 
     def predict(b: Batch) -> torch.Tensor:
         with autocast(device, precision):
@@ -135,10 +146,11 @@ def fit(
         state.micro_batch, state.val_batch_size = stepper.micro_batch, val_batch_size
         state.bad_steps_in_row = bad_steps.in_row
         state.epoch_bad_steps = bad_steps.epoch_count if where == "step" else 0
-        ckpt = checkpoint_state(model, stepper.optimizer, state, device, stepper.scaler)
-        check_finite(ckpt["model"], "checkpoint.pt")  # non-finite weights are never saved
-        save_checkpoint(run.checkpoint, ckpt)
-        del ckpt
+        if dist.is_main:  # the replicas are equal: one copy is the run's
+            ckpt = checkpoint_state(model, stepper.optimizer, state, device, stepper.scaler)
+            check_finite(ckpt["model"], "checkpoint.pt")  # non-finite weights are never saved
+            save_checkpoint(run.checkpoint, ckpt)
+            del ckpt
         clock.reset()
         tracker.record("checkpoint", epoch=state.epoch + (where == "step"), batch=state.epoch_batches or None)
 
@@ -164,24 +176,24 @@ def fit(
         loss_sum = torch.tensor(state.epoch_loss_sum, dtype=torch.float64, device=device)
         seen, shown = state.epoch_seen, skip
         bad_steps.new_epoch(state.epoch_bad_steps)
-        with epoch_bar(epoch, cfg.epochs, n_batches, cfg.progress and show_progress()) as bar:
+        with epoch_bar(epoch, cfg.epochs, n_batches, cfg.progress and show_progress() and dist.is_main) as bar:
             bar.update(skip, None, 0.0)
-            for i, batch in enumerate(data.windows.iter_batches(epoch_ids, batch_size), start=skip + 1):
+            for i, (batch, shard) in enumerate(dist.batches(data.windows, epoch_ids, batch_size), start=skip + 1):
                 set_lr(stepper.optimizer, warmup_cosine(state.global_step, total_steps, warmup, cfg.learning_rate))
                 state.global_step += 1
-                loss = stepper.step(batch, state.global_step, epoch)
+                loss = stepper.step(batch, state.global_step, epoch, shard)
                 if loss is None:  # non-finite: no update was made; NonFiniteError after --max-bad-steps in a row
                     bad_steps.bad(batch, state.global_step, epoch, *stepper.last_bad)
                 else:
                     bad_steps.good()
-                    loss_sum += loss.double() * len(batch)
-                    seen += len(batch)
+                    loss_sum += loss.double() * shard[1]  # the global batch's mean loss times its size
+                    seen += shard[1]
                 tracker.maybe_record("train_batch", epoch, i)
                 if i % 20 == 0 or i == n_batches:  # sync with the device only to show progress
                     bar.update(i - shown, float("nan") if loss is None else float(loss),
                                 seen / (time.perf_counter() - t0))
                     shown = i
-                if stop.requested or (i < n_batches and clock.due(state.global_step)):  # epoch end: see below
+                if agreed_stop_or_due(dist, stop, i < n_batches and clock.due(state.global_step)):  # end: below
                     state.epoch_batches, state.epoch_loss_sum, state.epoch_seen = i, float(loss_sum), seen
                     state.epoch_seconds = time.perf_counter() - t0
                     save("step")
@@ -196,8 +208,9 @@ def fit(
         stepper.optimizer.zero_grad(set_to_none=True)  # the last step's gradients are not needed while validating
         model.eval()
         val_start = tracker.record("val_start", epoch=epoch)
-        val = validate(predict, data.windows, val_ids, val_batch_size, quantiles, device,
-                       injector, tracker, epoch, optimizer_to_host=stepper.optimizer_to_host)
+        with tracker.rank_local():  # per-batch records and rungs are this rank's alone
+            val = validate(predict, data.windows, val_ids[val_lo:val_hi], val_batch_size, quantiles, device,
+                           injector, tracker, epoch, optimizer_to_host=stepper.optimizer_to_host, dist=dist)
         val_batch_size = val.batch_size
         val_end = tracker.record("val_end", epoch=epoch)
         memory = EpochMemory.measure(train_peaks, tracker.take_peaks(), val_start, val_end,
@@ -206,9 +219,10 @@ def fit(
         improved = val.loss < state.best_val_loss
         if improved:
             state.best_val_loss, state.best_epoch, state.bad_epochs = val.loss, epoch, 0
-            best_state = state_to_cpu(model)
-            check_finite(best_state, "model.safetensors")
-            on_best(best_state)
+            if dist.is_main:
+                best_state = state_to_cpu(model)
+                check_finite(best_state, "model.safetensors")
+                on_best(best_state)
         else:
             state.bad_epochs += 1
         state.epoch = epoch
@@ -216,19 +230,31 @@ def fit(
         record = epoch_record(epoch, train_loss, val, lr, seen, train_seconds, time.perf_counter() - t0, improved)
         record["bad_steps"] = bad_steps.epoch_count  # skipped non-finite batches
         state.history.append(record)
-        append_jsonl(run.metrics, record)
+        if dist.is_main:
+            append_jsonl(run.metrics, record)
         log.info("%s  %s", format_epoch(record, cfg.epochs), memory.text(), extra=SHOW)
         for warning in watch.warnings(epoch, memory, val_batch_size):
             log.warning(warning)
         save("epoch")
         injector.check("epoch", epoch)  # test hook: simulate a run killed here
-        if stop.requested:
+        if agreed_stop_or_due(dist, stop):
             stop_here(f"the end of epoch {epoch}")
     stop.deferred = False
     if state.bad_epochs >= cfg.patience and state.epoch < cfg.epochs:
         log.info("early stopping: no validation improvement for %d epochs (best %.6f at epoch %d)",
                  cfg.patience, state.best_val_loss, state.best_epoch, extra=SHOW)
     return state
+
+
+def agreed_stop_or_due(dist: Dist, stop: StopRequest, due: bool = False) -> bool:
+    """Whether to checkpoint here: a signal arrived or a checkpoint is due, on any rank (a signal may reach one rank
+    only, and the checkpoint clock is each rank's own), so that all ranks stop or save at the same step."""
+    if not dist.active:
+        return stop.requested or due
+    signum, due_any = dist.all_max([stop.signum or 0, due])
+    if signum and stop.signum is None:
+        stop.signum = int(signum)
+    return bool(signum or due_any)
 
 
 def checkpoint_state(model: torch.nn.Module, optimizer: Any, state: FitState, device: torch.device,

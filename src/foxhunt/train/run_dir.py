@@ -63,8 +63,9 @@ class RunDir:
         return self.root / "train.log"
 
     @staticmethod
-    def create(path: str | None, resume: bool = False) -> RunDir:
-        """A fresh run directory (default runs/<UTC time>); refuses to write over a finished run unless resuming."""
+    def create(path: str | None, resume: bool = False, write: bool = True) -> RunDir:
+        """A fresh run directory (default runs/<UTC time>); refuses to write over a finished run unless resuming.
+        `write` False (the ranks of a distributed run other than 0): only the check, nothing is created."""
         if path is None:
             stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
             path = str(Path("runs") / stamp)
@@ -74,6 +75,8 @@ class RunDir:
                 f"--run-dir {run.root} already holds a run (model.safetensors / checkpoint.pt); "
                 "choose a new --run-dir or continue it with --resume"
             )
+        if not write:
+            return run
         try:
             run.root.mkdir(parents=True, exist_ok=True)
             probe = run.root / ".foxhunt-write-test"

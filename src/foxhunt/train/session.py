@@ -27,6 +27,7 @@ from foxhunt.train.checkpoint import load_checkpoint, save_model_json, save_weig
 from foxhunt.train.config import AUTO, TrainConfig
 from foxhunt.train.console import WarningCounter, data_line, next_commands, plan_line, vs_baseline
 from foxhunt.train.device import apply_memory_budget, resolve_device
+from foxhunt.train.distributed import SINGLE, Dist, console_of, init_from_env, teardown
 from foxhunt.train.faults import FaultInjector
 from foxhunt.train.interrupt import Interrupted, StopRequest
 from foxhunt.train.loop import FitState, fit
@@ -75,10 +76,22 @@ def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, re
         torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
+    dist = init_from_env(device)  # under torchrun: this rank's place, and cuda:LOCAL_RANK on CUDA
+    try:
+        with console_of(dist):
+            return _train_rank(data_cfg, model_cfg, cfg, dist.device if dist.active else device, dist, resume)
+    finally:
+        teardown(dist)
+
+
+def _train_rank(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device, dist: Dist,
+                resume: bool) -> TrainResult:
     precision = resolve_precision(cfg.precision, device)  # one the device cannot run stops before any file is read
-    run = RunDir.create(cfg.run_dir, resume=resume)
+    if isinstance(cfg.batch_size, int):
+        dist.check_batch_size(cfg.batch_size)
+    run = RunDir.create(cfg.run_dir, resume=resume, write=dist.is_main)  # rank 0 alone writes the run directory
     logger = logging.getLogger("foxhunt")
-    handler, warnings = attach_log_file(run), WarningCounter()  # the final lines repeat the run's warnings
+    handler, warnings = attach_log_file(run) if dist.is_main else None, WarningCounter()  # final lines repeat them
     logger.addHandler(warnings)
     switches = determinism_switches()  # process-wide: put back after the run (tests run many in one process)
     stop = StopRequest()
@@ -87,14 +100,15 @@ def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, re
         if cfg.deterministic:
             use_deterministic_kernels(device)
         with stop:
-            return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop, warnings)
+            return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop, warnings, dist)
     except KeyboardInterrupt:  # a second signal, one before training started, or Ctrl-C outside the handlers
         raise Interrupted(stop.signum or signal.SIGINT, run.root, run.checkpoint.exists()) from None
     finally:
         set_determinism_switches(*switches)
         logger.removeHandler(warnings)
-        logger.removeHandler(handler)
-        handler.close()
+        if handler is not None:
+            logger.removeHandler(handler)
+            handler.close()
 
 
 def use_deterministic_kernels(device: torch.device) -> None:
@@ -147,9 +161,15 @@ def _refuse_new_batch_mid_epoch(run: RunDir, checkpoint: dict[str, Any] | None, 
 
 
 def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
-           precision: str, resume: bool, stop: StopRequest, warnings: WarningCounter) -> TrainResult:
+           precision: str, resume: bool, stop: StopRequest, warnings: WarningCounter,
+           dist: Dist = SINGLE) -> TrainResult:
     checkpoint = load_checkpoint(run.checkpoint) if resume else None  # a bad one stops before any work
-    tracker = MemoryTracker(device, run.memory, logging.getLogger("foxhunt.memory"), cfg.memory_log_every)
+    tracker = MemoryTracker(device, run.memory if dist.is_main else None, logging.getLogger("foxhunt.memory"),
+                            cfg.memory_log_every)
+    if dist.active:
+        tracker.reduce_max = dist.all_max  # rank 0's records: the maximum over the ranks
+        log.info("distributed: %d ranks (%s), global batch split evenly over them; rank 0 writes the run",
+                 dist.world_size, "NCCL" if device.type == "cuda" else "gloo", extra=SHOW)
     injector = FaultInjector.from_env()
     log.info("run directory %s, device %s, torch %s", run.root, describe_device(device), torch.__version__,
              extra=SHOW)
@@ -162,8 +182,9 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
     data = prepare_data(data_cfg)
     log.info(data_line(data.summary, data_cfg.paths), extra=SHOW)
     log.info("data summary:\n%s", format_summary(data.summary))
-    write_json(run.data_summary, data.summary)
-    write_json(run.rolls, data.rolls)
+    write = write_json if dist.is_main else _write_nothing  # rank 0 alone writes the run directory
+    write(run.data_summary, data.summary)
+    write(run.rolls, data.rolls)
     if len(data.splits["val"]) == 0:
         raise InputError("the validation split is empty; lower --encoder-length/--horizon or move --train-end earlier")
 
@@ -183,14 +204,17 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
         log.info("batch size %d, validation batch size %d (as resolved when the run started)", *saved)
     else:
         batch_size, val_batch_size, plan = resolve_batch_sizes(model, data, model_cfg, cfg, device, precision)
+        if dist.active:
+            batch_size, val_batch_size = global_batch_sizes(dist, cfg, batch_size, val_batch_size)
         _refuse_new_batch_mid_epoch(run, checkpoint, batch_size)
+    dist.check_batch_size(batch_size)  # a run resumed on another number of ranks
     log.info(plan_line(plan, batch_size, val_batch_size, saved=saved is not None), extra=SHOW)
     baseline = validate(TrainingQuantiles(data.windows, data.splits["train"], list(model_cfg.quantiles)),
                         data.windows, data.splits["val"], val_batch_size, list(model_cfg.quantiles), device)
     log.info("baseline (training-set quantiles per series and horizon): val_loss %.5f  val_qrisk %s",
              baseline.loss, " ".join(f"p{q * 100:g}={v:.4f}" for q, v in baseline.qrisk.items()), extra=SHOW)
 
-    write_json(run.config, {
+    write(run.config, {
         "foxhunt_version": foxhunt.__version__,
         "torch_version": torch.__version__,
         "created_utc": dt.datetime.now(dt.UTC).isoformat(),
@@ -215,10 +239,26 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
         save_weights(run.weights, state)
 
     state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
-                val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan)
-    log.info("%s", calibrate_run(run, data, device, state.val_batch_size or val_batch_size), extra=SHOW)
-    final_lines(run, state, baseline, data_cfg, warnings)
+                val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan, dist=dist)
+    if dist.is_main:  # the other ranks are done: calibration reads the saved best weights
+        log.info("%s", calibrate_run(run, data, device, state.val_batch_size or val_batch_size), extra=SHOW)
+        final_lines(run, state, baseline, data_cfg, warnings)
     return TrainResult(run, state, baseline, n_params)
+
+
+def _write_nothing(path: Path, obj: Any) -> None:
+    """The run directory's writer on ranks other than 0."""
+
+
+def global_batch_sizes(dist: Dist, cfg: TrainConfig, batch_size: int, val_batch_size: int) -> tuple[int, int]:
+    """Under torchrun the memory plan sizes one rank's share: `--batch-size auto` is the smallest share that fits on
+    every rank times the number of ranks; an `auto` validation batch (each rank's own) the smallest over ranks."""
+    if cfg.batch_size == AUTO:
+        batch_size = dist.all_min(batch_size) * dist.world_size
+        log.info("global batch size %d (%d a rank)", batch_size, batch_size // dist.world_size, extra=SHOW)
+    if cfg.validation_batch_size == AUTO:
+        val_batch_size = dist.all_min(val_batch_size)
+    return batch_size, val_batch_size
 
 
 def final_lines(run: RunDir, state: FitState, baseline: ValResult, data_cfg: DataConfig,

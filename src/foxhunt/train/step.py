@@ -38,11 +38,14 @@ WHAT_WOULD_FIT = (
     "--memory-budget or a device with more free memory"
 )
 
-def mask_series(batch: Batch, rate: float) -> Batch:
-    """Replace the series code (static categorical 0) by 0 = unknown for a random share of the samples."""
+def mask_series(batch: Batch, rate: float, shard: tuple[int, int] | None = None) -> Batch:
+    """Replace the series code (static categorical 0) by 0 = unknown for a random share of the samples. `shard`
+    (offset, global size): the batch is one rank's part of a global batch; the draw is the global batch's, sliced,
+    so every rank masks the windows a single process would."""
     if rate <= 0 or batch.static_cat.shape[1] == 0:
         return batch
-    drop = torch.rand(len(batch)) < rate  # (B,)
+    offset, n = shard or (0, len(batch))
+    drop = torch.rand(n)[offset : offset + len(batch)] < rate  # (B,)
     codes = batch.static_cat.clone()
     codes[:, 0] = torch.where(drop, torch.zeros_like(codes[:, 0]), codes[:, 0])
     return dataclasses.replace(batch, static_cat=codes)
@@ -83,10 +86,11 @@ class TrainStepper:
         self.last_bad: tuple[float, float] | None = None  # (loss, grad norm) of the last non-finite step
 
     # -- the step ----------------------------------------------------------------------------------------------------
-    def step(self, batch: Batch, global_step: int, epoch: int) -> torch.Tensor | None:
+    def step(self, batch: Batch, global_step: int, epoch: int,
+             shard: tuple[int, int] | None = None) -> torch.Tensor | None:
         """Forward, backward and update on one (host) batch; returns the batch's mean loss as a 0-d device tensor,
         or None when the loss or the gradient norm was not finite and no update was made."""
-        batch = mask_series(batch, UNKNOWN_SERIES_RATE)  # drawn once, so a retried step sees the same batch
+        batch = mask_series(batch, UNKNOWN_SERIES_RATE, shard)  # drawn once, so a retried step sees the same batch
         rng = _rng_state(self.device)  # a retry draws the same dropout masks as the failed attempt
         attempt = 0
         while True:
@@ -102,13 +106,17 @@ class TrainStepper:
             _set_rng_state(rng, self.device)
 
     def _step(self, batch: Batch, global_step: int) -> torch.Tensor | None:
+        # one reference for all micro-batches: the same loss as the whole batch
+        return self._update(self._backward(batch, global_step, len(batch), batch.target_scale.mean()))
+
+    def _backward(self, batch: Batch, global_step: int, n: int, ref: torch.Tensor) -> torch.Tensor:
+        """Gradients of this batch's part of the mean loss over `n` windows (n > len(batch) when the batch is one
+        rank's shard), accumulated over micro-batches; returns that part of the loss (0-d, on the device)."""
         self.optimizer.zero_grad(set_to_none=True)
-        n = len(batch)
-        size = min(self.micro_batch or n, n)
+        size = max(1, min(self.micro_batch or n, len(batch)))
         total = torch.zeros((), device=self.device)
         poison = self.injector.check("train", global_step) == "nan"  # test hook (FOXHUNT_FAULT_INJECT)
-        ref = batch.target_scale.mean()  # one reference for all micro-batches: the same loss as the whole batch
-        for start in range(0, n, size):
+        for start in range(0, len(batch), size):
             part = batch.slice(start, start + size).to(self.device, non_blocking=True)
             with autocast(self.device, self.precision):
                 out = self.model(part)
@@ -121,6 +129,11 @@ class TrainStepper:
             total += loss.detach()
             del loss, part
         self.largest_ok = max(self.largest_ok, size)
+        return total
+
+    def _update(self, total: torch.Tensor) -> torch.Tensor | None:
+        """Clip and apply the gradients of a batch whose loss is `total`, unless the loss or the gradient norm is
+        not finite."""
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients
         params = [p for p in self.model.parameters() if p.grad is not None]

@@ -22,6 +22,11 @@ Record keys (memory.jsonl, one JSON object per line; MiB = 2**20 bytes):
 - device_nvml_used_mb (CUDA only, only when pynvml imports): device-wide used memory as NVML sees it, which includes
   the CUDA context, other libraries' allocations and other processes: memory torch's allocator does not count.
 Device fields are null on CPU (and on any non-CUDA device).
+
+Under torchrun every rank measures its own process; records that all ranks make at the same point (phase
+boundaries, checkpoints, per-batch training records, the training step's out-of-memory rungs, which all ranks climb
+together) carry the maximum of each number over the ranks, and only rank 0 logs and writes them. Validation's
+per-batch records and rungs are rank 0's own (see `rank_local`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ import re
 import resource
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +82,9 @@ class MemoryTracker:
         if self._cuda:
             torch.cuda.reset_peak_memory_stats(self._cuda_index)
         self._phase_peaks: tuple[float | None, float] = (None, 0.0)  # (device, host) since take_peaks()
+        # Under torchrun: the maximum over ranks of a few numbers (Dist.all_max); None in a single process
+        self.reduce_max: Callable[[Sequence[float]], list[float]] | None = None
+        self._local = False
 
     def record(self, phase: str, epoch: int | None = None, batch: int | None = None,
                reason: str | None = None) -> dict[str, Any]:
@@ -107,6 +117,8 @@ class MemoryTracker:
         rec["host_peak_mb"] = max(rec["host_peak_mb"], rec["host_rss_mb"])
         if reason is not None:
             rec["reason"] = reason
+        if self.reduce_max is not None and not self._local:
+            _max_over_ranks(rec, self.reduce_max)
         if self._hwm_resettable:
             self._hwm_resettable = _reset_hwm()
         device_peak, host_peak = self._phase_peaks
@@ -119,6 +131,16 @@ class MemoryTracker:
         if self.jsonl_path is not None:
             append_jsonl(self.jsonl_path, rec)
         return rec
+
+    @contextmanager
+    def rank_local(self) -> Iterator[None]:
+        """Records made inside are this rank's own, not reduced over ranks: for code whose records the ranks do not
+        make together (validation: its shards' batch counts and out-of-memory rungs differ between ranks)."""
+        self._local, before = True, self._local
+        try:
+            yield
+        finally:
+            self._local = before
 
     def take_peaks(self) -> tuple[float | None, float]:
         """(device, host) peak MiB over the records since the previous call (device None off CUDA), and start
@@ -161,6 +183,18 @@ def pin_host_allocator(threshold_bytes: int = 2**20) -> bool:
         return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold_bytes)))
     except (OSError, AttributeError):  # not glibc (e.g. musl): leave the allocator alone
         return False
+
+
+_MEASURED = ("device_allocated_mb", "device_reserved_mb", "device_peak_mb", "device_nvml_used_mb", "host_rss_mb",
+             "host_peak_mb")
+
+
+def _max_over_ranks(rec: dict[str, Any], reduce_max: Callable[[Sequence[float]], list[float]]) -> None:
+    """Replace each measured number of `rec` by its maximum over the ranks (-1 stands for a missing one)."""
+    values = [-1.0 if rec.get(k) is None else float(rec[k]) for k in _MEASURED]
+    for k, v in zip(_MEASURED, reduce_max(values), strict=True):
+        if v >= 0:
+            rec[k] = v
 
 
 def format_line(rec: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from foxhunt.data.batch import Batch
 from foxhunt.data.windows import WindowedData
 from foxhunt.errors import ResourceError
 from foxhunt.model.loss import pinball
+from foxhunt.train.distributed import SINGLE, Dist
 from foxhunt.train.faults import FaultInjector
 from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory, rung
 from foxhunt.train.step import WHAT_WOULD_FIT
@@ -50,6 +51,16 @@ class ValSums:
         self.abs_raw += float(raw_y.double().abs().sum())
         self.count += raw_y.numel()
 
+    def all_reduce(self, dist: Dist) -> None:
+        """Sum every rank's sums (each rank validated its own windows), so the result is the single-process one."""
+        if not dist.active:
+            return
+        n_q = len(self.pinball_scaled)
+        flat = dist.all_sum(torch.cat([self.pinball_scaled, self.pinball_raw,
+                                       torch.tensor([self.abs_raw, self.count], dtype=torch.float64)]))
+        self.pinball_scaled, self.pinball_raw = flat[:n_q], flat[n_q : 2 * n_q]
+        self.abs_raw, self.count = float(flat[-2]), int(flat[-1])
+
     def result(self, quantiles: list[float], batch_size: int) -> ValResult:
         n = max(1, self.count)
         loss = float(self.pinball_scaled.sum() / (n * len(quantiles)))
@@ -69,11 +80,14 @@ def validate(
     tracker: MemoryTracker | None = None,
     epoch: int | None = None,
     optimizer_to_host: Callable[[], bool] | None = None,
+    dist: Dist = SINGLE,
 ) -> ValResult:
     """Mean loss and q-risk of `predictor` over the windows `ids`, with the out-of-memory ladder (train/oom.py):
     retry a failed batch once, then halve the batch down to 1, then (inside a training run) `optimizer_to_host`,
     which moves the optimizer state off the device and returns False when it cannot; then stop. Activation
-    checkpointing is no rung here: inference keeps no activations for a backward pass."""
+    checkpointing is no rung here: inference keeps no activations for a backward pass. Under torchrun `ids` are
+    this rank's share and the sums are added over the ranks at the end (the one collective here, which every rank
+    reaches whatever its own out-of-memory rungs were)."""
     q = torch.tensor(quantiles, dtype=torch.float32, device=device)
     sums = ValSums(len(quantiles))
     cursor, index, attempt, largest = 0, 0, 0, 0
@@ -123,6 +137,7 @@ def validate(
             index += 1
             if tracker is not None:
                 tracker.maybe_record("val_batch", epoch, index)
+    sums.all_reduce(dist)
     return sums.result(quantiles, batch_size)
 
 
