@@ -503,8 +503,10 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"error: {e}", e, WriteError.exit_code)
     except Interrupted as e:
         return fail(str(e), e, e.exit_code)
-    except RankLost as e:
-        return fail(f"error: {e}", e, RankLost.exit_code)
+    except RankLost as e:  # its line is on the console already: logged when the peer was lost, in case torchrun's
+        if debug:  # SIGTERM to the remaining ranks ends this process before it gets here
+            traceback.print_exception(e, file=sys.stderr)
+        return RankLost.exit_code
     except KeyboardInterrupt as e:
         return fail("interrupted (a training run says how to resume; other commands leave no partial output)", e,
                     130)

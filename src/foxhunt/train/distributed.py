@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ import torch.distributed as tdist
 from foxhunt.data.batch import Batch
 from foxhunt.data.windows import WindowedData
 from foxhunt.errors import InputError, RankLost
+
+log = logging.getLogger("foxhunt.train")
 
 TIMEOUT_ENV = "FOXHUNT_DIST_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 600.0
@@ -91,10 +94,14 @@ class Dist:
             raise self.lost(e) from None
 
     def lost(self, e: BaseException) -> RankLost:
+        """The error to raise when a collective failed. Its line is logged now, not when the CLI catches it: torchrun
+        sends SIGTERM to the remaining ranks as soon as one exits, which may end this one while it unwinds."""
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return RankLost(f"rank {self.rank} of {self.world_size}: another rank stopped or stopped answering "
-                        f"({first[:200]}); its own error is above; continue the run with --resume from its last "
-                        "checkpoint")
+        first = re.sub(r"^\[[^\]]*\]\s*", "", first)  # gloo's source location: "[.../pair.cc:553] "
+        line = (f"rank {self.rank} of {self.world_size}: another rank stopped or stopped answering ({first[:160]}); "
+                "its own error is above or in torchrun's summary; continue with --resume from the last checkpoint")
+        log.error("%s", line)
+        return RankLost(line)
 
     @contextmanager
     def rank_rng(self, seed: int, step: int) -> Iterator[None]:
