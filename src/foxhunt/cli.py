@@ -175,7 +175,8 @@ def train(
     quantiles: Quantiles = QUANTILES_DEFAULT,
     activation_checkpointing: ActCkpt = False,
     epochs: Annotated[int, typer.Option(help="Epochs.", rich_help_panel=T)] = TD.epochs,
-    batch_size: Annotated[str, typer.Option(help="Training batch size, or auto (needs --memory-budget).",
+    batch_size: Annotated[str, typer.Option(help="Training batch size, or auto (needs --memory-budget); under "
+                                            "torchrun the global batch, split evenly over the ranks.",
                                             rich_help_panel=T)] = str(TD.batch_size),
     validation_batch_size: Annotated[str, typer.Option(help="Validation batch size, or auto: the largest that fits.",
                                                        rich_help_panel=T)] = "auto",

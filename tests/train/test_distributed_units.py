@@ -125,3 +125,21 @@ def test_the_distributed_step_is_the_single_process_step(group, daily_path, tmp_
     (loss_a, weights_a, retries_a), (loss_b, weights_b, retries_b) = results
     assert torch.equal(loss_a, loss_b) and retries_a == retries_b == 1
     assert all(torch.equal(weights_a[k], weights_b[k]) for k in weights_a)
+
+
+def test_memory_records_carry_the_maximum_over_ranks_except_rank_local_ones(tmp_path):
+    import json
+    import logging
+
+    from foxhunt.train.telemetry import MemoryTracker
+
+    tracker = MemoryTracker(torch.device("cpu"), tmp_path / "memory.jsonl", logging.getLogger("test"))
+    tracker.reduce_max = lambda values: [v + 1000.0 if v >= 0 else 7.0 for v in values]  # another rank, larger
+    synced = tracker.record("epoch_start", epoch=1)
+    with tracker.rank_local():
+        local = tracker.record("val_batch", epoch=1, batch=1)
+    assert synced["host_rss_mb"] > 1000 and synced["host_peak_mb"] > 1000
+    assert synced["device_peak_mb"] is None  # not measured here (CPU): stays missing whatever the others send
+    assert local["host_rss_mb"] < 1000 and local["device_peak_mb"] is None
+    written = [json.loads(line) for line in (tmp_path / "memory.jsonl").read_text().splitlines()]
+    assert [r["host_rss_mb"] > 1000 for r in written] == [True, False]

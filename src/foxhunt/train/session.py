@@ -205,10 +205,13 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
     else:
         batch_size, val_batch_size, plan = resolve_batch_sizes(model, data, model_cfg, cfg, device, precision)
         if dist.active:
-            batch_size, val_batch_size = global_batch_sizes(dist, cfg, batch_size, val_batch_size)
+            batch_size, val_batch_size = global_batch_sizes(dist, cfg, batch_size, val_batch_size,
+                                                            len(data.splits["train"]))
         _refuse_new_batch_mid_epoch(run, checkpoint, batch_size)
     dist.check_batch_size(batch_size)  # a run resumed on another number of ranks
-    log.info(plan_line(plan, batch_size, val_batch_size, saved=saved is not None), extra=SHOW)
+    if dist.active:
+        log.info("global batch %d: %d a rank", batch_size, batch_size // dist.world_size, extra=SHOW)
+    log.info(plan_line(plan, batch_size // dist.world_size, val_batch_size, saved=saved is not None), extra=SHOW)
     baseline = validate(TrainingQuantiles(data.windows, data.splits["train"], list(model_cfg.quantiles)),
                         data.windows, data.splits["val"], val_batch_size, list(model_cfg.quantiles), device)
     log.info("baseline (training-set quantiles per series and horizon): val_loss %.5f  val_qrisk %s",
@@ -250,12 +253,13 @@ def _write_nothing(path: Path, obj: Any) -> None:
     """The run directory's writer on ranks other than 0."""
 
 
-def global_batch_sizes(dist: Dist, cfg: TrainConfig, batch_size: int, val_batch_size: int) -> tuple[int, int]:
+def global_batch_sizes(dist: Dist, cfg: TrainConfig, batch_size: int, val_batch_size: int,
+                       n_train: int) -> tuple[int, int]:
     """Under torchrun the memory plan sizes one rank's share: `--batch-size auto` is the smallest share that fits on
-    every rank times the number of ranks; an `auto` validation batch (each rank's own) the smallest over ranks."""
+    every rank (at most the rank's part of the training windows) times the number of ranks; an `auto` validation
+    batch (each rank's own) is the smallest over the ranks."""
     if cfg.batch_size == AUTO:
-        batch_size = dist.all_min(batch_size) * dist.world_size
-        log.info("global batch size %d (%d a rank)", batch_size, batch_size // dist.world_size, extra=SHOW)
+        batch_size = min(dist.all_min(batch_size), -(-n_train // dist.world_size)) * dist.world_size
     if cfg.validation_batch_size == AUTO:
         val_batch_size = dist.all_min(val_batch_size)
     return batch_size, val_batch_size

@@ -190,10 +190,11 @@ _MEASURED = ("device_allocated_mb", "device_reserved_mb", "device_peak_mb", "dev
 
 
 def _max_over_ranks(rec: dict[str, Any], reduce_max: Callable[[Sequence[float]], list[float]]) -> None:
-    """Replace each measured number of `rec` by its maximum over the ranks (-1 stands for a missing one)."""
+    """Replace each measured number of `rec` by its maximum over the ranks (-1 stands for a missing one; a number
+    this rank does not measure stays missing, since the ranks of a run measure the same things)."""
     values = [-1.0 if rec.get(k) is None else float(rec[k]) for k in _MEASURED]
     for k, v in zip(_MEASURED, reduce_max(values), strict=True):
-        if v >= 0:
+        if rec.get(k) is not None:
             rec[k] = v
 
 
