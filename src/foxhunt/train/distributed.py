@@ -6,11 +6,13 @@ run is on CUDA, each rank on cuda:LOCAL_RANK; gloo on CPU). Without those variab
 group is made and every helper here is the identity, so a plain `foxhunt train` runs exactly the code it always ran.
 
 Every collective goes through `Dist`, so every one of them turns a lost peer into `RankLost`, one line that says what
-to do, instead of a traceback from the transport. A rank that dies takes its sockets with it: the others fail at
-their next collective at once (gloo: "connection closed by peer"; NCCL: the watchdog's error), and torchrun stops
-the remaining workers as soon as one exits with an error. A rank that hangs without dying (a stuck file system) is
-caught by the process group's timeout, FOXHUNT_DIST_TIMEOUT_S seconds (default 600): long enough for the slowest
-gap between two collectives (reading the data, the memory probe, rank 0 writing a checkpoint).
+to do, instead of a traceback from the transport. A rank that dies takes its sockets with it: under gloo the others
+fail at their next collective at once ("connection closed by peer"; tested). torchrun also stops the remaining
+workers as soon as one exits with an error: SIGTERM (which the loop turns into a stop at the next step boundary),
+then SIGKILL 30 s later, which bounds a rank blocked inside an NCCL collective. A rank that hangs without dying (a
+stuck file system) is caught by the process group's timeout, FOXHUNT_DIST_TIMEOUT_S seconds (default 600): long
+enough for the slowest gap between two collectives (reading the data, the memory probe, rank 0 writing a
+checkpoint).
 """
 
 from __future__ import annotations
