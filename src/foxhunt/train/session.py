@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,9 @@ class TrainResult:
     n_params: int
 
 
-def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool = False) -> TrainResult:
+def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool = False,
+              on_epoch: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
+    """Train one run into `cfg.run_dir`; `on_epoch` sees each epoch's record (train/loop.py `fit`)."""
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
@@ -87,7 +90,7 @@ def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, re
         if cfg.deterministic:
             use_deterministic_kernels(device)
         with stop:
-            return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop, warnings)
+            return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop, warnings, on_epoch)
     except KeyboardInterrupt:  # a second signal, one before training started, or Ctrl-C outside the handlers
         raise Interrupted(stop.signum or signal.SIGINT, run.root, run.checkpoint.exists()) from None
     finally:
@@ -147,7 +150,8 @@ def _refuse_new_batch_mid_epoch(run: RunDir, checkpoint: dict[str, Any] | None, 
 
 
 def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
-           precision: str, resume: bool, stop: StopRequest, warnings: WarningCounter) -> TrainResult:
+           precision: str, resume: bool, stop: StopRequest, warnings: WarningCounter,
+           on_epoch: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     checkpoint = load_checkpoint(run.checkpoint) if resume else None  # a bad one stops before any work
     tracker = MemoryTracker(device, run.memory, logging.getLogger("foxhunt.memory"), cfg.memory_log_every)
     injector = FaultInjector.from_env()
@@ -215,7 +219,8 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
         save_weights(run.weights, state)
 
     state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
-                val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan)
+                val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan,
+                on_epoch=on_epoch)
     log.info("%s", calibrate_run(run, data, device, state.val_batch_size or val_batch_size), extra=SHOW)
     final_lines(run, state, baseline, data_cfg, warnings)
     return TrainResult(run, state, baseline, n_params)
