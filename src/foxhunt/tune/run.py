@@ -39,7 +39,7 @@ class TuneConfig:
     timeout: float | None = None  # seconds for this process
     storage: str | None = None  # an Optuna storage URL; default sqlite:///OUT_DIR/study.db
     study_name: str = "foxhunt"
-    seed: int = 0  # the sampler's
+    seed: int = 0  # the sampler's, plus the number of trials in the study when this process starts
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -67,10 +67,12 @@ def open_study(cfg: TuneConfig) -> Any:
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         storage = optuna.storages.RDBStorage(cfg.storage_url, heartbeat_interval=HEARTBEAT_S,
                                              grace_period=2 * HEARTBEAT_S)
-    return optuna.create_study(
-        study_name=cfg.study_name, storage=storage, direction="minimize", load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=cfg.seed),
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1))
+    study = optuna.create_study(study_name=cfg.study_name, storage=storage, direction="minimize",
+                                load_if_exists=True,
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1))
+    # Seeded by the trials already there: a resumed search would otherwise draw its first trials again.
+    study.sampler = optuna.samplers.TPESampler(seed=cfg.seed + len(study.get_trials(deepcopy=False)))
+    return study
 
 
 def run_tune(cfg: TuneConfig, space: tuple[Param, ...], values: dict[str, Any], paths: tuple[str, ...],
