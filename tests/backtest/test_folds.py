@@ -51,3 +51,29 @@ def test_bad_lengths_name_the_flag(text):
 def test_bad_refit():
     with pytest.raises(InputError, match="--refit"):
         parse_refit("sometimes")
+
+
+def test_a_rolling_window_drops_windows_forecasting_before_its_start():
+    from foxhunt.data.windows import assign_splits
+
+    first = np.array([0, 10, 20, 30, 40, 50])
+    split = assign_splits(first, first + 5, train_cut=32, val_cut=46, train_start=10)
+    # 0 is before the start (no split); 30 reaches 35 >= 32 (purged); 40 is val; 50 is test
+    assert split.ids["train"].tolist() == [1, 2] and split.ids["val"].tolist() == [4]
+    assert split.ids["test"].tolist() == [5]
+
+
+def test_around_rolls_pools_skill_by_origin_offset():
+    from foxhunt.backtest.summary import around_rolls
+
+    day = 86_400 * 10**9
+    origin = np.arange(6) * day  # one series, origins on days 0..5; the roll's first trade date is day 3
+    y = np.ones((6, 1))
+    model = np.full((6, 1, 1), 1.0)  # exact at the median: no loss
+    model[4] = 0.0  # one step after the roll: loss 0.5
+    base = np.zeros((6, 1, 1))  # loss 0.5 everywhere
+    arrays = {"series": np.zeros(6, np.int64), "origin_ns": origin, "actual": y, "model": model,
+              "baseline_b": base}
+    got = around_rolls(arrays, (0.5,), ("ES",), [{"root": "ES", "trade_date": "1970-01-04"}], bars=2)
+    assert got["rolls"] == ["1970-01-04"] and got["offsets"] == [-2, -1, 0, 1, 2]
+    assert got["skill"]["b"] == [1.0, 1.0, 1.0, 0.0, 1.0]

@@ -49,7 +49,8 @@ def is_finished(out_dir: Path, fold: Fold) -> bool:
 def fold_configs(fold: Fold, data_cfg: DataConfig, train_cfg: TrainConfig, out_dir: Path,
                  threads: int | None = None) -> tuple[DataConfig, TrainConfig]:
     """The fold's `foxhunt train` configuration: the split by its dates, its own run directory."""
-    data = dataclasses.replace(data_cfg, train_end=iso(fold.val_start), val_end=iso(fold.test_start))
+    data = dataclasses.replace(data_cfg, train_start=iso(fold.train_start), train_end=iso(fold.val_start),
+                               val_end=iso(fold.test_start))
     train = dataclasses.replace(train_cfg, run_dir=str(run_dir(out_dir, fold)), progress=False,
                                 num_threads=train_cfg.num_threads if threads is None else threads)
     return data, train

@@ -18,10 +18,14 @@ def fold_qrisk_png(folds: list[dict[str, Any]]) -> bytes:
     fig, ax = _figure(9, 3.6)
     width = 0.8 / len(names)
     x = np.arange(len(folds))
+    lowest = np.inf
     for j, name in enumerate(names):
-        vals = [_qrisk_sum(f["metrics"]["model"] if name == "model" else f["metrics"]["baselines"].get(name))
-                for f in folds]
-        ax.bar(x + (j - (len(names) - 1) / 2) * width, _floats(vals), width, label=name)
+        vals = _floats([_qrisk_sum(f["metrics"]["model"] if name == "model" else f["metrics"]["baselines"].get(name))
+                        for f in folds])
+        lowest = np.nanmin([lowest, *vals])
+        ax.bar(x + (j - (len(names) - 1) / 2) * width, vals, width, label=name)
+    if np.isfinite(lowest):
+        ax.set_ylim(bottom=0.9 * lowest)  # the differences, not the common level, are the point
     ax.set_xticks(x, [f"{f['index']}: {str(f['test_start'])[:10]}" for f in folds], fontsize="small")
     ax.set_ylabel("q-risk, summed over quantiles")
     ax.set_title("q-risk per fold (lower is better)")

@@ -43,7 +43,7 @@ def run_backtest(bt: BacktestConfig, data_cfg: DataConfig, model_cfg: ModelConfi
     _check_plan(bt, folds, data_cfg, model_cfg, train_cfg)
     for f in folds:
         log.info("%s: %s test %s .. %s, validation from %s, model of fold %d%s", f.name,
-                 "train from the first bar," if f.train_start is None else f"train from {iso(f.train_start)},",
+                 "train from the first bar," if f.train_start is None else f"train from {_day(f.train_start)},",
                  _day(f.test_start), _day(f.test_end), _day(f.val_start),
                  f.model_fold, " (finished)" if fold_io.is_finished(bt.out_dir, f) else "", extra=SHOW)
     todo = [f for f in folds if not fold_io.is_finished(bt.out_dir, f)]
@@ -130,9 +130,8 @@ def _train_parallel(bt: BacktestConfig, folds: list[Fold], data_cfg: DataConfig,
     pending = [f for f in folds if not (fold_io.fold_dir(bt.out_dir, f) / fold_io.TRAINED).exists()]
     if not pending:
         return
-    jobs = min(jobs_that_fit(bt.jobs, dataclasses.replace(data_cfg, train_end=iso(pending[0].val_start),
-                                                          val_end=iso(pending[0].test_start)),
-                             model_cfg, train_cfg), len(pending))
+    last = fold_io.fold_configs(pending[-1], data_cfg, train_cfg, bt.out_dir)[0]  # the most training data
+    jobs = min(jobs_that_fit(bt.jobs, last, model_cfg, train_cfg), len(pending))
     threads = max(1, (train_cfg.num_threads or os.cpu_count() or 1) // jobs)
     log.info("training %d fold models in %d processes, %d thread%s each", len(pending), jobs, threads,
              "s" if threads > 1 else "", extra=SHOW)
