@@ -113,3 +113,11 @@ def test_without_optuna_one_line_names_the_extra(monkeypatch, capsys, tmp_path):
     assert main(["tune", "--trials", "1", "--out-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "pip install 'foxhunt[tune]'" in err and len(err.splitlines()) == 1
+
+
+def test_the_readme_shows_the_default_space():
+    import tomllib
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("The default search space")[1].split("```toml")[1].split("```")[0]
+    assert tomllib.loads(block) == tomllib.loads(DEFAULT_SPACE)
