@@ -444,7 +444,7 @@ def _train_options(ctx: typer.Context, config: Path | None, command: str) -> tup
     from foxhunt.settings import load_config_file, merge
 
     train_cmd = typer.main.get_command(app).commands["train"]  # type: ignore[attr-defined]
-    sub = train_cmd.make_context("train", list(ctx.args), parent=ctx)
+    sub = train_cmd.make_context(ctx.command_path, list(ctx.args))  # errors name this command
     values = dict(sub.params)
     given = _explicit(sub)
     if config is not None:
