@@ -3,7 +3,8 @@
 Files in OUT_DIR/fold-NN/ (each written atomically; `fold.json` last, so a fold whose fold.json exists is finished):
   run/              the fold's training run (only for folds that refit), a normal `foxhunt train` run directory;
   forecasts.parquet its test period's forecasts in `foxhunt predict`'s schema;
-  scored.npz        what was scored: series, origin_ns, actual (K, D), model (K, D, Q) and one (K, D, Q) per baseline;
+  scored.npz        what was scored: series, origin_ns, first_ns (the first forecast bar), actual (K, D),
+                    model (K, D, Q) and one (K, D, Q) per baseline;
   fold.json         the fold's dates, the run that forecast it and its metrics.
 """
 
@@ -92,8 +93,9 @@ def score_fold(fold: Fold, paths: tuple[str, ...], out_dir: Path, batch_size: in
     write_forecasts(lm, data, ids, here / "forecasts.parquet", batch_size, dev, keep=kept, calibration=cal)
     scored = gather(kept, data)
     scored = scored.subset(~np.isnan(scored.actual).all(axis=1))  # the live origin after the last bar has none
-    arrays = {"series": scored.series, "origin_ns": scored.origin_ns, "actual": scored.actual,
-              "model": scored.quantiles}
+    first_ns = data.windows.ts_ns[torch.from_numpy(scored.origin_row + 1)].numpy()  # each first forecast bar
+    arrays = {"series": scored.series, "origin_ns": scored.origin_ns, "first_ns": first_ns,
+              "actual": scored.actual, "model": scored.quantiles}
     if len(scored.origin_ns):
         arrays.update({f"baseline_{k}": v for k, v in baselines(lm, data, loaded.bars, scored, model_dir).items()})
     write_with(here / "scored.npz", lambda p: _savez(p, arrays))

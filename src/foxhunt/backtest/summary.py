@@ -30,7 +30,7 @@ def concat(folds: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     fold's origins, which the metrics count as missing forecasts rather than scoring the others on fewer origins."""
     names = sorted({k for f in folds for k in f if k.startswith(BASELINE_PREFIX)})
     out = {}
-    for k in ("series", "origin_ns", "actual", "model", *names):
+    for k in ("series", "origin_ns", "first_ns", "actual", "model", *names):
         parts = [f[k] if k in f else np.full(f["model"].shape, np.nan) for f in folds]
         out[k] = np.concatenate(parts)
     return out
@@ -47,12 +47,12 @@ def metrics(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...], names: 
 
 
 def monthly(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...]) -> dict[str, Any]:
-    """By calendar month of the origin: each source's q-risk summed over quantiles, its skill against each baseline
+    """By calendar month of the first forecast bar (the test periods' months): each source's q-risk summed over quantiles, its skill against each baseline
     (1 - model / baseline) and the coverage of the outermost central interval."""
     qs = np.asarray(quantiles)
     y = arrays["actual"]
     ok_y = np.isfinite(y)
-    month = arrays["origin_ns"].astype("datetime64[ns]").astype("datetime64[M]")
+    month = arrays["first_ns"].astype("datetime64[ns]").astype("datetime64[M]")
     keys, inverse = np.unique(month, return_inverse=True)
     pairs = interval_pairs(qs)
     out: dict[str, Any] = {"month": [str(k) for k in keys], "qrisk": {}, "coverage": {}, "skill": {},
