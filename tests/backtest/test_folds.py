@@ -77,3 +77,18 @@ def test_around_rolls_pools_skill_by_origin_offset():
     got = around_rolls(arrays, (0.5,), ("ES",), [{"root": "ES", "trade_date": "1970-01-04"}], bars=2)
     assert got["rolls"] == ["1970-01-04"] and got["offsets"] == [-2, -1, 0, 1, 2]
     assert got["skill"]["b"] == [1.0, 1.0, 1.0, 0.0, 1.0]
+
+
+def test_jobs_are_cut_to_what_the_free_memory_holds(monkeypatch, daily_path):
+    from foxhunt.backtest import jobs
+    from foxhunt.data.config import DataConfig
+    from foxhunt.model.config import ModelConfig
+    from foxhunt.train.config import TrainConfig
+
+    data = DataConfig(paths=(str(daily_path),), encoder_length=16, horizon=3)
+    model, train = ModelConfig(hidden_size=8, attention_heads=2, encoder_length=16, horizon=3), TrainConfig(device="cpu")
+    device, host = jobs.per_job_bytes(data, model, train, jobs.resolve_device("cpu"))
+    assert device > 0 and host > jobs.PROCESS_BYTES
+    monkeypatch.setattr(jobs, "free_bytes", lambda _: int(3.5 * (device + host) / jobs.USABLE))
+    assert jobs.jobs_that_fit(8, data, model, train) == 3
+    assert jobs.jobs_that_fit(2, data, model, train) == 2

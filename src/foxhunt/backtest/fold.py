@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,8 @@ def train_fold(fold: Fold, data_cfg: DataConfig, model_cfg: ModelConfig, train_c
     resume = (Path(train.run_dir) / "checkpoint.pt").exists()
     if resume:
         log.info("%s: continuing its killed training run from %s", fold.name, train.run_dir)
+    elif Path(train.run_dir).exists():  # killed before its first checkpoint: nothing there to continue from
+        shutil.rmtree(train.run_dir)
     result = train_run(data, model_cfg, train, resume=resume)
     write_json(marker, {"run_dir": train.run_dir, "best_epoch": result.state.best_epoch,
                         "best_val_loss": result.state.best_val_loss})
