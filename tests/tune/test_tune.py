@@ -121,3 +121,9 @@ def test_the_readme_shows_the_default_space():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     block = readme.split("The default search space")[1].split("```toml")[1].split("```")[0]
     assert tomllib.loads(block) == tomllib.loads(DEFAULT_SPACE)
+
+
+def test_a_study_refuses_other_fixed_options(search, capsys):
+    _, argv = search
+    assert main([*argv, "--trials", "3", "--epochs", "2"]) == 2
+    assert "was started with other train options (--epochs: 1 then, 2 now)" in capsys.readouterr().err

@@ -83,6 +83,7 @@ def run_tune(cfg: TuneConfig, space: tuple[Param, ...], values: dict[str, Any], 
     optuna = import_optuna()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # foxhunt says what happens, once
     study = open_study(cfg)
+    check_fixed_options(study, typed, cfg)
     done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     have = len(study.get_trials(deepcopy=False, states=done))
     log.info("study %r in %s: %d of %d trials finished", cfg.study_name, cfg.storage_url, have, cfg.trials,
@@ -92,6 +93,20 @@ def run_tune(cfg: TuneConfig, space: tuple[Param, ...], values: dict[str, Any], 
                        timeout=cfg.timeout, catch=(InputError, NonFiniteError, ResourceError),
                        callbacks=[optuna.study.MaxTrialsCallback(cfg.trials, states=done)])
     return write_outputs(study, cfg.out_dir, space, typed)
+
+
+def check_fixed_options(study: Any, typed: dict[str, Any], cfg: TuneConfig) -> None:
+    """The train options typed for a study's first run are every trial's fixed settings (and best.toml's); a later
+    run must repeat them, or its trials would not be comparable with the earlier ones."""
+    fixed = json.loads(json.dumps(dict(sorted(typed.items())), default=str))
+    saved = study.user_attrs.get("fixed_options")
+    if saved is None:
+        study.set_user_attr("fixed_options", fixed)
+    elif saved != fixed:
+        diff = sorted(k for k in set(saved) | set(fixed) if saved.get(k) != fixed.get(k))
+        raise InputError(f"study {cfg.study_name!r} in {cfg.storage_url} was started with other train options "
+                         f"(--{diff[0].replace('_', '-')}: {saved.get(diff[0])!r} then, {fixed.get(diff[0])!r} now); "
+                         "repeat them, or pass a new --study-name")
 
 
 def objective(trial: Any, cfg: TuneConfig, space: tuple[Param, ...], values: dict[str, Any],
