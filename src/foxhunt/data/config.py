@@ -35,6 +35,9 @@ class DataConfig:
     val_end: str | None = (
         None  # ISO date: first forecast bar before it (and >= train_end) -> validation, else test
     )
+    # ISO date: a rolling window's start (`foxhunt backtest --window rolling`): windows forecasting from before it
+    # do not train and the scalers are fitted from it on. No flag of its own; None: from the first bar.
+    train_start: str | None = None
     val_fraction: float = 0.2  # used when train_end is not given: the fraction of time before the test part validates
     # Used when train_end is not given: the last fraction of time is the test split, held out of training and of
     # early stopping, so that `evaluate` scores a period no choice has seen. 0 keeps the old train / validation split.
@@ -95,6 +98,8 @@ class DataConfig:
                 "train; make their sum less than 1")
         if self.val_end is not None and self.train_end is None:
             bad("--val-end needs --train-end as well (validation is the span between them)")
+        if self.train_start and self.train_end and self.train_start >= self.train_end:
+            bad(f"train_start {self.train_start} must come before --train-end {self.train_end}")
         if self.train_end and self.val_end and self.val_end <= self.train_end:
             bad(f"--val-end {self.val_end} must come after --train-end {self.train_end}")
 

@@ -122,7 +122,7 @@ def prepare_from_bars(
     scaling = transform.scaling if transform else cfg.scaling
     feats = raw_features(bars, cfg.adjust, target)
     if transform is None:
-        train_mask = ts_ns < cuts[0]
+        train_mask = (ts_ns < cuts[0]) & (ts_ns >= _train_start(cfg))
         has_train = np.bincount(sidx[train_mask & ~feats["first"].to_numpy()], minlength=len(names)) > 0
         transform = FittedTransform(
             series_vocab=tuple(n for n, ok in zip(names, has_train, strict=True) if ok),
@@ -173,7 +173,7 @@ def prepare_from_bars(
         )
     else:
         starts = windows.starts.numpy()
-        split = assign_splits(rows["ts"][starts + e], rows["ts"][starts + e + d - 1], *cuts)
+        split = assign_splits(rows["ts"][starts + e], rows["ts"][starts + e + d - 1], *cuts, _train_start(cfg))
         _check_splits(split, cuts, cfg, ts_ns)
     schema = _schema(transform, e, d, cfg.adjust)
     windows.check_codes(schema)
@@ -234,6 +234,11 @@ def _date_ns(text: str, flag: str) -> int:
         raise InputError(f"{flag} {text!r} is not an ISO date; write it as YYYY-MM-DD") from None
     dt = dt if dt.tzinfo else dt.replace(tzinfo=UTC)
     return (dt - EPOCH) // timedelta(microseconds=1) * 1000
+
+
+def _train_start(cfg: DataConfig) -> int:
+    """A rolling window's start (DataConfig.train_start) in ns; the earliest int64 without one."""
+    return _date_ns(cfg.train_start, "train_start") if cfg.train_start else np.iinfo(np.int64).min
 
 
 def _cuts(cfg: DataConfig, ts_ns: np.ndarray) -> tuple[int, int | None]:

@@ -248,14 +248,18 @@ class SplitResult:
 
 
 def assign_splits(
-    first_fc_ns: np.ndarray, last_fc_ns: np.ndarray, train_cut: int, val_cut: int | None
+    first_fc_ns: np.ndarray, last_fc_ns: np.ndarray, train_cut: int, val_cut: int | None,
+    train_start: int | None = None,
 ) -> SplitResult:
     """Each window belongs to the split of its first forecast bar: train before `train_cut`, val before `val_cut`
     (None: no end), test after. Train windows whose last forecast bar is at or after `train_cut` are purged (their
-    targets would be validation data), and so are val windows crossing `val_cut`."""
+    targets would be validation data), and so are val windows crossing `val_cut`. With `train_start` (a rolling
+    window) windows forecasting from before it are in no split."""
     is_train = first_fc_ns < train_cut
     is_val = ~is_train if val_cut is None else ~is_train & (first_fc_ns < val_cut)
     is_test = ~is_train & ~is_val
+    if train_start is not None:
+        is_train &= first_fc_ns >= train_start
     purge_train = is_train & (last_fc_ns >= train_cut)
     purge_val = is_val & (last_fc_ns >= val_cut) if val_cut is not None else np.zeros_like(is_val)
     return SplitResult(

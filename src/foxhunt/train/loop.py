@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -100,12 +101,15 @@ def fit(
     stop: StopRequest | None = None,
     plan: dict[str, Any] | None = None,
     dist: Dist = SINGLE,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
 ) -> FitState:
     """Train for `cfg.epochs` (or until early stopping); `plan` (the memory plan's dict, if one was made) is what
     the measured peaks are checked against. Under torchrun (`dist`) every rank runs this with the same global
     `batch_size`, steps on its shard of each batch and validates its shard of the validation windows; only rank 0
     writes metrics, weights and checkpoints, and every decision (stop, checkpoint, early stopping) is the same on
-    all ranks because everything it depends on is reduced across them."""
+    all ranks because everything it depends on is reduced across them. `on_epoch(record)` sees each epoch's
+    metrics.jsonl record once its checkpoint is written (a hyperparameter search prunes there: an exception it
+    raises ends the run, which stays resumable)."""
     train_ids, val_ids = data.splits["train"], data.splits["val"]
     n_batches = -(-len(train_ids) // batch_size)
     if cfg.max_train_batches:
@@ -237,6 +241,8 @@ def fit(
             log.warning(warning)
         save("epoch")
         injector.check("epoch", epoch)  # test hook: simulate a run killed here
+        if on_epoch is not None:
+            on_epoch(record)
         if agreed_stop_or_due(dist, stop):
             stop_here(f"the end of epoch {epoch}")
     stop.deferred = False

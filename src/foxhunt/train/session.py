@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,9 @@ class TrainResult:
     n_params: int
 
 
-def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool = False) -> TrainResult:
+def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool = False,
+              on_epoch: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
+    """Train one run into `cfg.run_dir`; `on_epoch` sees each epoch's record (train/loop.py `fit`)."""
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
@@ -79,13 +82,14 @@ def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, re
     dist = init_from_env(device)  # under torchrun: this rank's place, and cuda:LOCAL_RANK on CUDA
     try:
         with console_of(dist):
-            return _train_rank(data_cfg, model_cfg, cfg, dist.device if dist.active else device, dist, resume)
+            return _train_rank(data_cfg, model_cfg, cfg, dist.device if dist.active else device, dist, resume,
+                               on_epoch)
     finally:
         teardown(dist)
 
 
 def _train_rank(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device, dist: Dist,
-                resume: bool) -> TrainResult:
+                resume: bool, on_epoch: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     precision = resolve_precision(cfg.precision, device)  # one the device cannot run stops before any file is read
     if isinstance(cfg.batch_size, int):
         dist.check_batch_size(cfg.batch_size)
@@ -100,7 +104,8 @@ def _train_rank(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, 
         if cfg.deterministic:
             use_deterministic_kernels(device)
         with stop:
-            return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop, warnings, dist)
+            return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop, warnings, dist,
+                          on_epoch)
     except KeyboardInterrupt:  # a second signal, one before training started, or Ctrl-C outside the handlers
         raise Interrupted(stop.signum or signal.SIGINT, run.root, run.checkpoint.exists()) from None
     finally:
@@ -162,7 +167,7 @@ def _refuse_new_batch_mid_epoch(run: RunDir, checkpoint: dict[str, Any] | None, 
 
 def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
            precision: str, resume: bool, stop: StopRequest, warnings: WarningCounter,
-           dist: Dist = SINGLE) -> TrainResult:
+           dist: Dist = SINGLE, on_epoch: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     checkpoint = load_checkpoint(run.checkpoint) if resume else None  # a bad one stops before any work
     tracker = MemoryTracker(device, run.memory if dist.is_main else None, logging.getLogger("foxhunt.memory"),
                             cfg.memory_log_every)
@@ -242,7 +247,8 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
         save_weights(run.weights, state)
 
     state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
-                val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan, dist=dist)
+                val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan, dist=dist,
+                on_epoch=on_epoch)
     if dist.is_main:  # the other ranks are done: calibration reads the saved best weights
         log.info("%s", calibrate_run(run, data, device, state.val_batch_size or val_batch_size), extra=SHOW)
         final_lines(run, state, baseline, data_cfg, warnings)

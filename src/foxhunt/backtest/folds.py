@@ -1,0 +1,130 @@
+"""Fold dates of a walk-forward backtest, and which fold's model forecasts each fold.
+
+Every date is a boundary in ns UTC; a window belongs to the period holding its first forecast bar (data/windows.py).
+Fold k's test period is [test_start, test_end); its validation period is the `val_length` before it and its
+training period everything before that (expanding) or the `train_length` before that (rolling). The splits purge a
+training window whose forecast bars reach into validation, and a validation window whose forecast bars reach into
+the test period, exactly as `foxhunt train --train-end VAL_START --val-end TEST_START` does, so no fold's training
+targets overlap its test period.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from foxhunt.errors import InputError
+
+NS = {"min": 60 * 10**9, "h": 3600 * 10**9, "d": 86_400 * 10**9, "w": 7 * 86_400 * 10**9}
+MONTHS = {"mo": 1, "y": 12}  # calendar units: boundaries fall on the first of a month / of January (UTC)
+_LENGTH = re.compile(r"^\s*(\d+)\s*(min|h|d|w|mo|y)\s*$")
+
+
+@dataclass(frozen=True)
+class Length:
+    """A span of time: `n` fixed units (min, h, d, w) or `n` calendar months / years (mo, y)."""
+
+    n: int
+    unit: str
+
+    def __str__(self) -> str:
+        return f"{self.n}{self.unit}"
+
+    @property
+    def calendar(self) -> bool:
+        return self.unit in MONTHS
+
+    def back(self, t_ns: int, times: int = 1) -> int:
+        """`t_ns` moved `times` spans into the past (calendar units keep the offset inside the month)."""
+        if not self.calendar:
+            return t_ns - times * self.n * NS[self.unit]
+        month = np.datetime64(int(t_ns), "ns").astype("datetime64[M]")
+        offset = t_ns - int(month.astype("datetime64[ns]").astype(np.int64))
+        moved = month - np.timedelta64(times * self.n * MONTHS[self.unit], "M")
+        return int(moved.astype("datetime64[ns]").astype(np.int64)) + offset
+
+    def anchor(self, last_ns: int) -> int:
+        """The first unit boundary after the last bar: where the last test period ends (calendar: the start of the
+        period holding the last bar, from which the folds count back whole periods)."""
+        if self.calendar:
+            unit = "Y" if self.unit == "y" else "M"
+            return int(np.datetime64(int(last_ns), "ns").astype(f"datetime64[{unit}]").astype("datetime64[ns]")
+                       .astype(np.int64))
+        step = NS["d"] if self.unit in ("d", "w") else NS[self.unit]
+        return (last_ns // step + 1) * step
+
+
+def parse_length(text: str, flag: str) -> Length:
+    m = _LENGTH.match(str(text))
+    if m is None or int(m.group(1)) < 1:
+        raise InputError(f"{flag} {text!r} is not a length; write a positive count and a unit: 90min, 6h, 30d, 4w, "
+                         "3mo or 1y")
+    return Length(int(m.group(1)), m.group(2))
+
+
+def parse_refit(text: str) -> int:
+    """every -> 1, once -> 0 (never again), K -> K: a model is trained at folds 1, 1 + K, 1 + 2K, ..."""
+    t = str(text).strip().lower()
+    if t == "every":
+        return 1
+    if t == "once":
+        return 0
+    if t.isdigit() and int(t) >= 1:
+        return int(t)
+    raise InputError(f"--refit {text!r} is not every, once or a positive number of folds (e.g. 2)")
+
+
+@dataclass(frozen=True)
+class Fold:
+    index: int  # 1-based
+    train_start: int | None  # ns; None: from the first bar (expanding window)
+    val_start: int
+    test_start: int
+    test_end: int | None  # exclusive; None: to the end of the data (the last fold)
+    model_fold: int  # the fold whose model forecasts this one (itself when it trains)
+
+    @property
+    def trains(self) -> bool:
+        return self.model_fold == self.index
+
+    @property
+    def name(self) -> str:
+        return f"fold-{self.index:02d}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"index": self.index, "train_start": iso(self.train_start), "val_start": iso(self.val_start),
+                "test_start": iso(self.test_start), "test_end": iso(self.test_end), "model_fold": self.model_fold}
+
+
+def plan_folds(first_ns: int, last_ns: int, folds: int, test_length: Length, val_length: Length, refit: int,
+               train_length: Length | None = None) -> list[Fold]:
+    """`folds` consecutive test periods of `test_length` ending with the data (the last one runs to the last bar),
+    each after its validation period; raises InputError when the first fold would have no training time."""
+    if folds < 1:
+        raise InputError(f"--folds must be at least 1, got {folds}")
+    anchor = test_length.anchor(last_ns)
+    # calendar units: the last fold is the (partial) period holding the last bar; fixed ones end just after it
+    back = folds - (1 if test_length.calendar else 0)
+    starts = [test_length.back(anchor, back - k) for k in range(folds)]
+    ends: list[int | None] = [*starts[1:], None]
+    out = []
+    for k, (t0, t1) in enumerate(zip(starts, ends, strict=True), start=1):
+        v0 = val_length.back(t0)
+        model_fold = 1 if refit == 0 else 1 + (k - 1) // refit * refit
+        out.append(Fold(k, train_length.back(v0) if train_length else None, v0, t0, t1, model_fold))
+    first = out[0]
+    if first.val_start <= first_ns or (first.train_start is not None and first.train_start < first_ns):
+        raise InputError(f"{folds} folds of --test-length {test_length} after --val-length {val_length}"
+                         + (f" and --train-length {train_length}" if train_length else "")
+                         + f" start before the data ({iso(first_ns)[:10]} .. {iso(last_ns)[:10]}) leaving no "
+                         "training time; use fewer --folds or shorter lengths")
+    return out
+
+
+def iso(ns: int | None) -> str | None:
+    """ns UTC -> '2016-01-01T00:00:00+00:00' (what --train-end / --val-end parse back to the same instant)."""
+    if ns is None:
+        return None
+    return str(np.datetime64(int(ns), "ns").astype("datetime64[s]")) + "+00:00"

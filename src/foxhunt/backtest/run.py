@@ -1,0 +1,142 @@
+"""`foxhunt backtest`: fold after fold, train (when the fold refits), forecast the test period, score; then the
+folds together. A killed backtest run again with the same options resumes at the first unfinished fold (a fold is
+finished when its fold.json exists; a fold whose training was killed continues from its checkpoint)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from foxhunt.atomic import write_json
+from foxhunt.backtest import fold as fold_io
+from foxhunt.backtest.config import BacktestConfig
+from foxhunt.backtest.folds import Fold, iso, plan_folds
+from foxhunt.backtest.jobs import jobs_that_fit
+from foxhunt.backtest.report import write_backtest_report
+from foxhunt.backtest.summary import around_rolls, concat, metrics, monthly, write_forecasts
+from foxhunt.console import FINAL, SHOW
+from foxhunt.data.config import DataConfig
+from foxhunt.data.features import RETURN_TARGETS
+from foxhunt.data.load import load_bars
+from foxhunt.errors import InputError
+from foxhunt.model.config import ModelConfig
+from foxhunt.train.config import TrainConfig
+
+log = logging.getLogger("foxhunt.backtest")
+PLAN_FILE = "plan.json"
+
+
+def run_backtest(bt: BacktestConfig, data_cfg: DataConfig, model_cfg: ModelConfig,
+                 train_cfg: TrainConfig) -> dict[str, Any]:
+    loaded = load_bars(data_cfg)
+    ts = loaded.bars["ts"].dt.epoch("ns").to_numpy()
+    folds = plan_folds(int(ts.min()), int(ts.max()), bt.folds, bt.test_length, bt.val_length, bt.refit,
+                       bt.train_length)
+    _check_plan(bt, folds, data_cfg, model_cfg, train_cfg)
+    for f in folds:
+        log.info("%s: %s test %s .. %s, validation from %s, model of fold %d%s", f.name,
+                 "train from the first bar," if f.train_start is None else f"train from {_day(f.train_start)},",
+                 _day(f.test_start), _day(f.test_end), _day(f.val_start),
+                 f.model_fold, " (finished)" if fold_io.is_finished(bt.out_dir, f) else "", extra=SHOW)
+    todo = [f for f in folds if not fold_io.is_finished(bt.out_dir, f)]
+    if bt.jobs > 1:
+        _train_parallel(bt, [f for f in folds if f.trains and any(t.model_fold == f.index for t in todo)],
+                        data_cfg, model_cfg, train_cfg)
+    for f in todo:
+        model_fold = folds[f.model_fold - 1]
+        fold_io.train_fold(model_fold, data_cfg, model_cfg, train_cfg, bt.out_dir)  # a no-op once trained
+        info = fold_io.score_fold(f, data_cfg.paths, bt.out_dir, bt.predict_batch_size)
+        arrays = fold_io.load_scored(bt.out_dir, f)
+        info["metrics"] = _metrics(arrays, info)
+        write_json(fold_io.fold_dir(bt.out_dir, f) / "fold.json", info)
+        log.info("%s: %s", f.name, _vs(info["metrics"]), extra=SHOW)
+    return combine(bt, folds, loaded.rolls)
+
+
+def combine(bt: BacktestConfig, folds: list[Fold], rolls: list[dict[str, Any]]) -> dict[str, Any]:
+    """forecasts.parquet, backtest.json and report.html from the finished folds."""
+    infos = [fold_io.load_fold_json(bt.out_dir, f) for f in folds]
+    arrays = concat([fold_io.load_scored(bt.out_dir, f) for f in folds])
+    first = infos[-1]
+    names, qs = tuple(first["series_names"]), tuple(first["quantiles"])
+    write_forecasts([fold_io.fold_dir(bt.out_dir, f) / "forecasts.parquet" for f in folds],
+                    bt.out_dir / "forecasts.parquet")
+    result = {
+        "backtest": bt.to_dict(), "target": first["target"], "quantiles": list(qs),
+        "folds": infos, "overall": _metrics(arrays, first),
+        "by_month": monthly(arrays, qs), "around_rolls": around_rolls(arrays, qs, names, rolls),
+    }
+    write_json(bt.out_dir / "backtest.json", result)
+    notes = [f"fold {i['index']}: test {i['test_start'][:10]} .. {(i['test_end'] or 'end')[:10]}, model of fold "
+             f"{i['model_fold']}, {i['origins']:,} origins: {_vs(i['metrics'])}" for i in infos]
+    write_backtest_report(bt.out_dir / "report.html", result,
+                          [f"backtest: {json.dumps(bt.to_dict())}", *notes])
+    log.info("all %d folds: %s", len(folds), _vs(result["overall"]), extra=SHOW)
+    log.info("wrote %s, %s and %s", bt.out_dir / "forecasts.parquet", bt.out_dir / "backtest.json",
+             bt.out_dir / "report.html", extra=FINAL)
+    return result
+
+
+def _day(ns: int | None) -> str:
+    return (iso(ns) or "")[:10] or "the last bar"
+
+
+def _metrics(arrays: dict[str, np.ndarray], info: dict[str, Any]) -> dict[str, Any]:
+    return metrics(arrays, tuple(info["quantiles"]), tuple(info["series_names"]), info["target"] in RETURN_TARGETS)
+
+
+def _vs(m: dict[str, Any]) -> str:
+    """'q-risk p10 0.5453 p50 0.9971 p90 0.4596; skill vs garch_t +0.012 ...' (skill: mean over quantiles)."""
+    q = " ".join(f"p{float(k) * 100:g} {v:.4f}" for k, v in m["model"]["overall"]["q_risk"].items() if v is not None)
+    sk = []
+    for name, s in m["skill"].items():
+        vals = [v for v in s.values() if v is not None]
+        if vals:
+            sk.append(f"{name} {np.mean(vals):+.3f}")
+    return f"q-risk {q}; mean skill vs {', '.join(sk) or 'no baseline'}"
+
+
+def _check_plan(bt: BacktestConfig, folds: list[Fold], data_cfg: DataConfig, model_cfg: ModelConfig,
+                train_cfg: TrainConfig) -> None:
+    """The first run writes OUT_DIR/plan.json; a later one resumes only with the same folds and options."""
+    train = dataclasses.replace(train_cfg, run_dir=None, progress=False, num_threads=0)
+    plan = {"backtest": bt.to_dict(), "folds": [f.to_dict() for f in folds], "data": data_cfg.to_dict(),
+            "model": model_cfg.to_dict(), "train": train.to_dict()}
+    plan = json.loads(json.dumps(plan, default=str))
+    path = bt.out_dir / PLAN_FILE
+    if path.exists():
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        diff = next((k for k in plan if saved.get(k) != plan[k]), None)
+        if diff is not None:
+            raise InputError(f"{path}: --out-dir holds a backtest with other {diff} options; rerun with the same "
+                             "options to resume it, or choose a new --out-dir")
+        log.info("resuming the backtest in %s", bt.out_dir, extra=SHOW)
+        return
+    write_json(path, plan)
+
+
+def _train_parallel(bt: BacktestConfig, folds: list[Fold], data_cfg: DataConfig, model_cfg: ModelConfig,
+                    train_cfg: TrainConfig) -> None:
+    """Train the folds' models in worker processes: as many as `--jobs` and the memory plan allow, the CPU threads
+    split between them. Workers start fresh ("spawn"): a forked torch with running OpenMP threads can hang."""
+    pending = [f for f in folds if not (fold_io.fold_dir(bt.out_dir, f) / fold_io.TRAINED).exists()]
+    if not pending:
+        return
+    last = fold_io.fold_configs(pending[-1], data_cfg, train_cfg, bt.out_dir)[0]  # the most training data
+    jobs = min(jobs_that_fit(bt.jobs, last, model_cfg, train_cfg), len(pending))
+    threads = max(1, (train_cfg.num_threads or os.cpu_count() or 1) // jobs)
+    log.info("training %d fold models in %d processes, %d thread%s each", len(pending), jobs, threads,
+             "s" if threads > 1 else "", extra=SHOW)
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(fold_io.train_fold, f, data_cfg, model_cfg, train_cfg, Path(bt.out_dir), threads)
+                   for f in pending]
+        for fut in futures:
+            log.info("fold-%02d: trained", fut.result(), extra=SHOW)

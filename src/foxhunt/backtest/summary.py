@@ -1,0 +1,123 @@
+"""backtest.json: metrics per fold and over all folds, for the model and every baseline on the same origins, and
+the time series the report draws (skill and coverage by month, skill around roll dates)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+
+from foxhunt.atomic import atomic_path
+from foxhunt.evaluate.metrics import interval_pairs, pinball, skill
+from foxhunt.evaluate.run import score
+
+BASELINE_PREFIX = "baseline_"
+ROLL_BARS = 10  # origins shown before and after each roll date
+
+
+def sources(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """{"model": (K, D, Q), baseline name: (K, D, Q)} from one scored.npz."""
+    out = {"model": arrays["model"]}
+    out.update({k[len(BASELINE_PREFIX):]: v for k, v in arrays.items() if k.startswith(BASELINE_PREFIX)})
+    return out
+
+
+def concat(folds: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """All folds' scored arrays in one; a baseline missing from a fold (it could not be fitted there) is NaN on that
+    fold's origins, which the metrics count as missing forecasts rather than scoring the others on fewer origins."""
+    names = sorted({k for f in folds for k in f if k.startswith(BASELINE_PREFIX)})
+    out = {}
+    for k in ("series", "origin_ns", "first_ns", "actual", "model", *names):
+        parts = [f[k] if k in f else np.full(f["model"].shape, np.nan) for f in folds]
+        out[k] = np.concatenate(parts)
+    return out
+
+
+def metrics(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...], names: tuple[str, ...],
+            directional: bool) -> dict[str, Any]:
+    """{"model": result, "baselines": {name: result}, "skill": {name: {q: skill}}} on one set of origins."""
+    src = sources(arrays)
+    res = {k: score(arrays["actual"], v, arrays["series"], quantiles, names, directional) for k, v in src.items()}
+    model = res.pop("model")
+    return {"model": model, "baselines": res,
+            "skill": {k: skill(model["overall"]["q_risk"], m["overall"]["q_risk"]) for k, m in res.items()}}
+
+
+def monthly(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...]) -> dict[str, Any]:
+    """By calendar month of the first forecast bar (the test periods' months): each source's q-risk summed over quantiles, its skill against each baseline
+    (1 - model / baseline) and the coverage of the outermost central interval."""
+    qs = np.asarray(quantiles)
+    y = arrays["actual"]
+    ok_y = np.isfinite(y)
+    month = arrays["first_ns"].astype("datetime64[ns]").astype("datetime64[M]")
+    keys, inverse = np.unique(month, return_inverse=True)
+    pairs = interval_pairs(qs)
+    out: dict[str, Any] = {"month": [str(k) for k in keys], "qrisk": {}, "coverage": {}, "skill": {},
+                           "interval": pairs[0][2] if pairs else None,
+                           "nominal": float(qs[pairs[0][1]] - qs[pairs[0][0]]) if pairs else None}
+    abs_y = np.bincount(inverse, np.where(ok_y, np.abs(y), 0).sum(axis=1), minlength=len(keys))
+    losses = {}
+    for name, q in sources(arrays).items():
+        ok = ok_y & np.isfinite(q).all(axis=-1)  # (K, D)
+        loss = np.where(ok[..., None], pinball(np.where(ok_y, y, 0), q, qs), 0).sum(axis=(1, 2))  # (K,)
+        losses[name] = np.bincount(inverse, loss, minlength=len(keys))
+        out["qrisk"][name] = _ratio(2 * losses[name], abs_y)
+        if pairs:
+            lo, hi = pairs[0][0], pairs[0][1]
+            inside = ok & (q[..., lo] <= y) & (y <= q[..., hi])  # (K, D)
+            out["coverage"][name] = _ratio(np.bincount(inverse, inside.sum(axis=1), minlength=len(keys)),
+                                           np.bincount(inverse, ok.sum(axis=1), minlength=len(keys)))
+    for name in losses:
+        if name != "model":
+            out["skill"][name] = [None if b is None or m is None or b == 0 else 1 - m / b
+                                  for m, b in zip(_ratio(losses["model"], abs_y), _ratio(losses[name], abs_y),
+                                                  strict=True)]
+    return out
+
+
+def around_rolls(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...], names: tuple[str, ...],
+                 rolls: list[dict[str, Any]], bars: int = ROLL_BARS) -> dict[str, Any]:
+    """Skill against each baseline by origin offset from a roll (0: the first origin on or after the roll's first
+    trade date, in that series' origins), pooled over every roll inside the scored origins."""
+    qs = np.asarray(quantiles)
+    y = arrays["actual"]
+    ok_y = np.isfinite(y)
+    loss = {name: np.where(ok_y[..., None] & np.isfinite(q), pinball(np.where(ok_y, y, 0), q, qs), np.nan)
+            .sum(axis=(1, 2)) for name, q in sources(arrays).items()}  # (K,) per origin; NaN where a forecast is
+    offsets = np.arange(-bars, bars + 1)
+    sums = {name: np.zeros(len(offsets)) for name in loss}
+    used = []
+    for r in rolls:
+        if r.get("root") not in names:
+            continue
+        rows = np.flatnonzero(arrays["series"] == names.index(r["root"]))
+        rows = rows[np.argsort(arrays["origin_ns"][rows], kind="stable")]
+        t = np.datetime64(str(r["trade_date"])[:10], "ns").astype(np.int64)
+        at = int(np.searchsorted(arrays["origin_ns"][rows], t))
+        if at == 0 or at == len(rows):
+            continue  # the roll is not inside this series' scored origins
+        pick = at + offsets
+        inside = (pick >= 0) & (pick < len(rows))
+        for name in loss:
+            sums[name][inside] += np.nan_to_num(loss[name][rows[pick[inside]]])
+        used.append(str(r["trade_date"])[:10])
+    skills = {name: [None if b == 0 else float(1 - sums["model"][i] / b) for i, b in enumerate(sums[name])]
+              for name in sums if name != "model"}
+    return {"offsets": offsets.tolist(), "rolls": used, "skill": skills}
+
+
+def write_forecasts(fold_files: list[Path], out: Path) -> None:
+    """The folds' forecasts.parquet files as one file in the same schema (atomic)."""
+    frames = [pl.read_parquet(f) for f in fold_files]
+    metas = [pq.read_schema(f).metadata or {} for f in fold_files]
+    meta = metas[0] if all(m == metas[0] for m in metas) else {}  # folds calibrated and not: the file does not say
+    table = pl.concat(frames, how="vertical").to_arrow().replace_schema_metadata(meta)
+    with atomic_path(out) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> list[float | None]:
+    return [float(n / d) if d > 0 else None for n, d in zip(num, den, strict=True)]

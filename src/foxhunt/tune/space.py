@@ -1,0 +1,122 @@
+"""The search space: which `foxhunt train` options a trial draws, and from what.
+
+A TOML file, one table per option (long flag names, dashes or underscores):
+
+    [learning-rate]
+    low = 1e-4
+    high = 3e-3
+    log = true            # float range, sampled on a log scale
+    [encoder-length]
+    low = 16
+    high = 64
+    step = 16             # int range (ints for low and high)
+    [scaling]
+    choices = ["series", "volatility"]   # categorical
+
+DEFAULT_SPACE is the one used without --search (it is in the README too)."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from foxhunt.errors import InputError
+
+DEFAULT_SPACE = """\
+[hidden-size]
+choices = [8, 16, 32, 64]
+[attention-heads]
+choices = [1, 2, 4]
+[dropout]
+low = 0.0
+high = 0.3
+[learning-rate]
+low = 1e-4
+high = 1e-2
+log = true
+[encoder-length]
+choices = [16, 32, 63, 126]
+[scaling]
+choices = ["series", "volatility"]
+[vol-estimator]
+choices = ["returns", "range"]
+[vol-halflife]
+choices = [5.0, 10.0, 20.0]
+[vol-features]
+choices = [false, true]
+"""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One option's range: `choices` (categorical), or `low`..`high` (int when both are ints, else float), with
+    `log` scale and an int `step`."""
+
+    name: str  # the option's Python name (hidden_size)
+    choices: tuple[Any, ...] | None = None
+    low: float | int | None = None
+    high: float | int | None = None
+    log: bool = False
+    step: int | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def suggest(self, trial: Any) -> Any:
+        if self.choices is not None:
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if isinstance(self.low, int) and isinstance(self.high, int):
+            return trial.suggest_int(self.name, self.low, self.high, step=self.step or 1, log=self.log)
+        return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
+
+
+def parse_space(text: str, where: str, options: Iterable[str]) -> tuple[Param, ...]:
+    """The space in `text` (TOML), each table checked against this command's train `options`."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{where}: not valid TOML ({e})") from e
+    known = set(options)
+    params = []
+    for key, spec in raw.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            raise InputError(f"{where}: [{key}] is not an option of `foxhunt train`; use its long flag names")
+        if not isinstance(spec, dict):
+            raise InputError(f"{where}: [{key}] must be a table with choices = [...] or low/high")
+        params.append(_param(name, spec, f"{where}: [{key}]"))
+    if not params:
+        raise InputError(f"{where}: the search space is empty; add a table per option to search")
+    return tuple(params)
+
+
+def _param(name: str, spec: dict[str, Any], where: str) -> Param:
+    unknown = sorted(set(spec) - {"choices", "low", "high", "log", "step"})
+    if unknown:
+        raise InputError(f"{where}: unknown key {unknown[0]!r}; use choices, or low, high, log, step")
+    if "choices" in spec:
+        choices = spec["choices"]
+        if not isinstance(choices, list) or not choices or len(spec) > 1:
+            raise InputError(f"{where}: choices must be a non-empty list, alone in its table")
+        return Param(name, choices=tuple(choices))
+    low, high = spec.get("low"), spec.get("high")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high)) or not low < high:
+        raise InputError(f"{where}: needs numbers low < high (or choices = [...]), got low={low!r} high={high!r}")
+    log, step = bool(spec.get("log", False)), spec.get("step")
+    if log and low <= 0:
+        raise InputError(f"{where}: log = true needs low > 0, got {low}")
+    if step is not None and (not isinstance(step, int) or step < 1 or not isinstance(low, int)):
+        raise InputError(f"{where}: step must be a positive int, on an int range (int low and high)")
+    return Param(name, low=low, high=high, log=log, step=step)
+
+
+def load_space(path: Path | None, options: Iterable[str]) -> tuple[Param, ...]:
+    if path is None:
+        return parse_space(DEFAULT_SPACE, "the default search space", options)
+    if not path.exists():
+        raise InputError(f"{path}: --search file not found")
+    return parse_space(path.read_text(encoding="utf-8"), str(path), options)

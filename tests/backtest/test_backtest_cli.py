@@ -1,0 +1,106 @@
+"""`foxhunt backtest` end to end on the daily fixture with a tiny model: folds that never train on their test
+period, forecasts equal to `train` + `predict` on the same dates, one score set per fold and overall, and a killed
+backtest that resumes at the first unfinished fold. One backtest (two folds) shared by the module."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from foxhunt.cli import main
+from foxhunt.data.config import DataConfig
+from foxhunt.data.prepare import prepare_data
+
+
+@pytest.fixture(scope="module")
+def flags(daily_path, tiny_flags) -> list[str]:
+    return ["--parquet-file", str(daily_path), *tiny_flags, "--epochs", "1", "--seed", "3", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def backtest(tmp_path_factory, flags) -> tuple[Path, list[str]]:
+    out = tmp_path_factory.mktemp("bt") / "out"
+    argv = ["backtest", "--out-dir", str(out), "--folds", "2", "--test-length", "60d", "--val-length", "60d", *flags]
+    assert main(argv) == 0
+    return out, argv
+
+
+def folds(out: Path) -> list[dict]:
+    return [json.loads((out / f"fold-{k:02d}" / "fold.json").read_text()) for k in (1, 2)]
+
+
+def ns(text: str | None) -> int | None:
+    return None if text is None else int(np.datetime64(text.replace("+00:00", ""), "ns").astype(np.int64))
+
+
+def test_no_fold_trains_or_validates_on_its_test_period(backtest):
+    out, _ = backtest
+    for fold in folds(out):
+        saved = json.loads((Path(fold["run_dir"]) / "config.json").read_text())
+        data = prepare_data(DataConfig.from_dict(saved["data"]))  # the fold's split, rebuilt from its run
+        last_fc = data.windows.target_ns(data.splits["train"])[:, -1].max().item()
+        assert last_fc < ns(fold["val_start"]) < ns(fold["test_start"])
+        assert data.windows.target_ns(data.splits["val"])[:, -1].max().item() < ns(fold["test_start"])
+        fc = pl.read_parquet(out / f"fold-{fold['index']:02d}" / "forecasts.parquet").filter(pl.col("horizon") == 1)
+        first = fc["target_time"].dt.epoch("ns")
+        assert first.min() >= ns(fold["test_start"])
+        if fold["test_end"] is not None:
+            assert first.max() < ns(fold["test_end"])
+
+
+def test_forecasts_equal_train_then_predict_on_the_same_dates(backtest, flags, tmp_path, daily_path):
+    out, _ = backtest
+    fold = folds(out)[0]
+    run = tmp_path / "run"
+    assert main(["train", *flags, "--train-end", fold["val_start"], "--val-end", fold["test_start"],
+                 "--run-dir", str(run)]) == 0
+    pred = tmp_path / "pred.parquet"
+    assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--start", fold["test_start"],
+                 "--end", fold["test_end"], "--out", str(pred), "--threads", "1"]) == 0
+    expected = pl.read_parquet(pred)
+    assert expected.height > 0
+    assert pl.read_parquet(out / "fold-01" / "forecasts.parquet").equals(expected)
+    combined = pl.read_parquet(out / "forecasts.parquet")
+    assert combined.columns == expected.columns
+    assert combined.join(expected.select("symbol", "origin"), on=["symbol", "origin"], how="semi").equals(expected)
+
+
+def test_backtest_json_scores_model_and_baselines_on_the_same_origins(backtest):
+    out, _ = backtest
+    result = json.loads((out / "backtest.json").read_text())
+    n_folds = []
+    for fold in result["folds"]:
+        m = fold["metrics"]
+        n = m["model"]["overall"]["n"]
+        assert n > 0 and {"training_quantiles", "rolling_vol", "garch_t"} <= set(m["baselines"])
+        assert all(b["overall"]["n"] == n for b in m["baselines"].values())
+        n_folds.append(n)
+    assert result["overall"]["model"]["overall"]["n"] == sum(n_folds)
+    assert set(result["overall"]["skill"]) == set(result["overall"]["baselines"])
+    html = (out / "report.html").read_text()
+    assert html.count("<img") >= 4 and "q-risk per fold" in html and "roll dates" in html
+
+
+def test_a_killed_backtest_resumes_at_the_first_unfinished_fold(backtest, capsys):
+    out, argv = backtest  # last in the module: it rewrites fold 2
+    first = {p: p.stat().st_mtime_ns for p in (out / "fold-01").rglob("*") if p.is_file()}
+    before = pl.read_parquet(out / "forecasts.parquet")
+    shutil.rmtree(out / "fold-02")  # killed while fold 2 was training: none of its files were complete
+    assert main([a for a in argv if a != "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "fold-01: train from the first bar" in err and "(finished)" in err
+    assert "fold-02/run, device" in err and "fold-01/run, device" not in err  # one training run: fold 2's
+    assert {p: p.stat().st_mtime_ns for p in (out / "fold-01").rglob("*") if p.is_file()} == first
+    assert (out / "fold-02" / "fold.json").exists()
+    assert pl.read_parquet(out / "forecasts.parquet").equals(before)  # the same seed trains the same fold 2
+
+
+def test_options_each_fold_sets_are_refused(backtest, capsys):
+    out, argv = backtest
+    assert main([*argv, "--train-end", "2024-01-01"]) == 2
+    assert "--train-end is set by `foxhunt backtest`" in capsys.readouterr().err
