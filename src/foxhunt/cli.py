@@ -433,6 +433,44 @@ def evaluate(
     typer.echo(f"wrote {out_dir / 'metrics.json'} and {out_dir / 'report.html'}")
 
 
+@app.command()
+def export(
+    model: ModelDir,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The .onnx file to write; its sidecar goes next to it "
+                                      "(model.onnx.json).")],
+    export_format: Annotated[str, typer.Option("--format", help="onnx (the only format so far).")] = "onnx",
+    parquet_file: Annotated[list[str] | None, typer.Option(
+        "--parquet-file", "-f", help="Bars to check parity on (real windows, besides random ones); repeatable. "
+        "Default: random inputs only.")] = None,
+    threads: Threads = TD.num_threads,
+) -> None:
+    """Export the forward pass to ONNX (scaled inputs in, scaled quantiles out) with a sidecar JSON describing the
+    inputs, scalers and calibration; fails (exit 1, nothing written) unless onnxruntime matches PyTorch to 1e-5."""
+    from foxhunt.export.onnx import export_onnx, require_onnx
+    from foxhunt.export.parity import ParityError, real_cases
+    from foxhunt.train.checkpoint import load_model
+
+    if export_format != "onnx":
+        raise InputError(f"--format {export_format!r} is not supported; use --format onnx")
+    require_onnx()  # a missing extra stops before the model is read
+    _set_threads(threads)
+    lm = load_model(model, "cpu")
+    real = None
+    if parquet_file:
+        from foxhunt.evaluate.predict import prepare_for_model
+
+        real = real_cases(prepare_for_model(lm, tuple(parquet_file)))
+    try:
+        result = export_onnx(lm, model, out, real)
+    except ParityError as e:
+        typer.echo(f"foxhunt: error: {e}; nothing was written to {out}", err=True)
+        raise typer.Exit(ParityError.exit_code) from None
+    p = result.parity
+    typer.echo(f"wrote {result.path} and {result.sidecar}; onnxruntime matches PyTorch on "
+               f"{', '.join(label for label, _ in p.cases)} windows: max relative error {p.max_relative_error:.2g} "
+               f"(limit {p.to_dict()['limit']:g})")
+
+
 def _set_threads(n: int) -> None:
     if n > 0:
         import torch
