@@ -105,6 +105,7 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Also show the me
                                        "record and the full data summary (train.log always holds them).")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Show only warnings, errors and the final line.")]
 CONSOLE_FLAGS = {"verbose", "quiet"}
+TRACK_FLAGS = {"track", "track_uri"}
 
 
 def _values(ctx: typer.Context, config: Path | None) -> dict[str, Any]:
@@ -219,6 +220,12 @@ def train(
     deterministic: Annotated[bool, typer.Option("--deterministic", help="Deterministic CUDA kernels: a seeded GPU run repeats bit for "
                                                 "bit, somewhat slower (CPU runs always do).",
                                                 rich_help_panel=T)] = TD.deterministic,
+    track: Annotated[list[str] | None, typer.Option(help="Also log parameters, per-epoch metrics, memory records and "
+                                                    "the run's files to mlflow and/or tensorboard (repeatable or "
+                                                    "comma-separated; extra: track). metrics.jsonl stays the record.",
+                                                    rich_help_panel=T)] = None,
+    track_uri: Annotated[str | None, typer.Option(help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                                                  "sqlite:///runs/mlflow.db).", rich_help_panel=T)] = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     config: ConfigFile = None,
@@ -226,21 +233,23 @@ def train(
     """Train a Temporal Fusion Transformer; writes the run directory (model, metrics, memory trace, checkpoint)."""
     from foxhunt import settings
     from foxhunt.train.session import train_run
+    from foxhunt.train.tracking import TrackingConfig
 
     v = _values(ctx, config)
     _set_verbosity(v)
     if v.get("resume") and not v.get("run_dir"):
         raise InputError("--resume needs --run-dir: the run to continue")
     train_cfg = settings.train_config(v)  # every flag is checked before any file is read
+    tracking = TrackingConfig.parse(v.get("track"), v.get("track_uri"))
     if v.get("resume"):  # the run's own configuration, with the training flags typed now on top (e.g. more epochs)
-        explicit = _explicit(ctx) - CONSOLE_FLAGS  # what the console shows is no part of the run
+        explicit = _explicit(ctx) - CONSOLE_FLAGS - TRACK_FLAGS  # neither the console nor tracking is the run
         data_cfg, model_cfg, train_cfg = settings.resumed_configs(Path(v["run_dir"]), train_cfg, explicit)
         train_cfg = dataclasses.replace(train_cfg, run_dir=v["run_dir"])  # where it is now, even if moved or copied
-        train_run(data_cfg, model_cfg, train_cfg, resume=True)
+        train_run(data_cfg, model_cfg, train_cfg, resume=True, tracking=tracking)
         return
     data_cfg = settings.data_config(v, ())
     model_cfg = settings.model_config(v, data_cfg)
-    train_run(dataclasses.replace(data_cfg, paths=_paths(v)), model_cfg, train_cfg)
+    train_run(dataclasses.replace(data_cfg, paths=_paths(v)), model_cfg, train_cfg, tracking=tracking)
 
 
 @app.command()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -97,9 +98,11 @@ def fit(
     precision: str = "32",
     stop: StopRequest | None = None,
     plan: dict[str, Any] | None = None,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
 ) -> FitState:
     """Train for `cfg.epochs` (or until early stopping); `plan` (the memory plan's dict, if one was made) is what
-    the measured peaks are checked against."""
+    the measured peaks are checked against. `on_epoch` gets each epoch's metrics.jsonl record once it is written
+    (experiment tracking, train/tracking.py)."""
     train_ids, val_ids = data.splits["train"], data.splits["val"]
     n_batches = -(-len(train_ids) // batch_size)
     if cfg.max_train_batches:
@@ -217,6 +220,8 @@ def fit(
         record["bad_steps"] = bad_steps.epoch_count  # skipped non-finite batches
         state.history.append(record)
         append_jsonl(run.metrics, record)
+        if on_epoch is not None:
+            on_epoch(record)
         log.info("%s  %s", format_epoch(record, cfg.epochs), memory.text(), extra=SHOW)
         for warning in watch.warnings(epoch, memory, val_batch_size):
             log.warning(warning)

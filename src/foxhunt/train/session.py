@@ -34,6 +34,7 @@ from foxhunt.train.plan import plan_memory
 from foxhunt.train.precision import resolve_precision
 from foxhunt.train.run_dir import RunDir, attach_log_file
 from foxhunt.train.telemetry import MemoryTracker
+from foxhunt.train.tracking import TrackingConfig, start_tracking
 from foxhunt.train.validate import TrainingQuantiles, ValResult, validate
 
 log = logging.getLogger("foxhunt.train")
@@ -70,7 +71,9 @@ class TrainResult:
     n_params: int
 
 
-def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool = False) -> TrainResult:
+def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool = False,
+              tracking: TrackingConfig | None = None) -> TrainResult:
+    """Train and write the run directory; `tracking` also copies its records to MLflow / TensorBoard."""
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
@@ -87,7 +90,7 @@ def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, re
         if cfg.deterministic:
             use_deterministic_kernels(device)
         with stop:
-            return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop, warnings)
+            return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop, warnings, tracking)
     except KeyboardInterrupt:  # a second signal, one before training started, or Ctrl-C outside the handlers
         raise Interrupted(stop.signum or signal.SIGINT, run.root, run.checkpoint.exists()) from None
     finally:
@@ -147,7 +150,8 @@ def _refuse_new_batch_mid_epoch(run: RunDir, checkpoint: dict[str, Any] | None, 
 
 
 def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
-           precision: str, resume: bool, stop: StopRequest, warnings: WarningCounter) -> TrainResult:
+           precision: str, resume: bool, stop: StopRequest, warnings: WarningCounter,
+           tracking: TrackingConfig | None = None) -> TrainResult:
     checkpoint = load_checkpoint(run.checkpoint) if resume else None  # a bad one stops before any work
     tracker = MemoryTracker(device, run.memory, logging.getLogger("foxhunt.memory"), cfg.memory_log_every)
     injector = FaultInjector.from_env()
@@ -190,7 +194,7 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
     log.info("baseline (training-set quantiles per series and horizon): val_loss %.5f  val_qrisk %s",
              baseline.loss, " ".join(f"p{q * 100:g}={v:.4f}" for q, v in baseline.qrisk.items()), extra=SHOW)
 
-    write_json(run.config, {
+    config = {
         "foxhunt_version": foxhunt.__version__,
         "torch_version": torch.__version__,
         "created_utc": dt.datetime.now(dt.UTC).isoformat(),
@@ -204,7 +208,8 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
         "data_fingerprint": data_fingerprint(data),
         "baseline": {"name": "training_quantiles", "val_loss": baseline.loss,
                      "val_qrisk": {f"{q:g}": v for q, v in baseline.qrisk.items()}},
-    })
+    }
+    write_json(run.config, config)
 
     def on_best(state: dict[str, torch.Tensor]) -> None:
         # model.json first: it is the same all run long, so a run killed between the two files leaves either no
@@ -214,9 +219,18 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
                                                              variable_names(data.schema), strict=True))})
         save_weights(run.weights, state)
 
-    state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
-                val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan)
-    log.info("%s", calibrate_run(run, data, device, state.val_batch_size or val_batch_size), extra=SHOW)
+    tracked = start_tracking(tracking, run, config)
+    try:
+        state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
+                    val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan,
+                    on_epoch=None if tracked is None else tracked.epoch)
+        log.info("%s", calibrate_run(run, data, device, state.val_batch_size or val_batch_size), extra=SHOW)
+    except BaseException:
+        if tracked is not None:
+            tracked.finish("FAILED")
+        raise
+    if tracked is not None:
+        tracked.finish()
     final_lines(run, state, baseline, data_cfg, warnings)
     return TrainResult(run, state, baseline, n_params)
 
