@@ -118,11 +118,11 @@ def test_relative_error_is_relative_above_one_scaled_unit_and_absolute_below():
     assert relative_error(np.zeros((1, 3)), np.zeros((2, 3))) == float("inf")
 
 
-def test_a_graph_that_disagrees_fails_and_writes_nothing(exported, tmp_path, monkeypatch):
+def test_a_graph_that_disagrees_fails_and_writes_nothing(exported, tmp_path, monkeypatch, capsys):
     """A graph whose weights differ from the model's (here: the exported file, checked against a model with one
-    weight moved) stops the export with ParityError; neither the .onnx nor its sidecar is written."""
+    weight moved) stops `foxhunt export` with exit status 1 and one line; neither the .onnx nor its sidecar is
+    written."""
     run, out, _ = exported
-    lm = load_model(run)
 
     def stale_graph(lm_, path):
         shutil.copyfile(out, path)
@@ -133,10 +133,12 @@ def test_a_graph_that_disagrees_fails_and_writes_nothing(exported, tmp_path, mon
 
     monkeypatch.setattr(onnx_export, "export_graph", stale_graph)
     target = tmp_path / "bad.onnx"
-    with pytest.raises(ParityError, match=r"1 random windows: max relative error 0\.001"):
-        onnx_export.export_onnx(lm, run, target)
-    assert list(tmp_path.iterdir()) == []
-    case = random_cases(lm.schema, batches=(2,))
+    assert main(["export", "--model", str(run), "--out", str(target)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("foxhunt: error: the exported model disagrees with PyTorch on 1 random windows: max "
+                          "relative error 0.001") and err.endswith(f"nothing was written to {target}")
+    assert len(err.splitlines()) == 1 and list(tmp_path.iterdir()) == []
+    case = random_cases(load_model(run).schema, batches=(2,))
     with pytest.raises(ParityError):
         check_parity(lambda x: np.zeros((2, 3, 3)), lambda x: np.ones((2, 3, 3)), case)
 
