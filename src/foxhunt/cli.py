@@ -220,11 +220,11 @@ def train(
     deterministic: Annotated[bool, typer.Option("--deterministic", help="Deterministic CUDA kernels: a seeded GPU run repeats bit for "
                                                 "bit, somewhat slower (CPU runs always do).",
                                                 rich_help_panel=T)] = TD.deterministic,
-    track: Annotated[list[str] | None, typer.Option(help="Also log parameters, per-epoch metrics, memory records and "
+    track: Annotated[list[str] | None, typer.Option(metavar="<name>", help="Also log parameters, per-epoch metrics, memory records and "
                                                     "the run's files to mlflow and/or tensorboard (repeatable or "
                                                     "comma-separated; extra: track). metrics.jsonl stays the record.",
                                                     rich_help_panel=T)] = None,
-    track_uri: Annotated[str | None, typer.Option(help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+    track_uri: Annotated[str | None, typer.Option(metavar="<uri>", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
                                                   "sqlite:///runs/mlflow.db).", rich_help_panel=T)] = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
