@@ -105,6 +105,7 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Also show the me
                                        "record and the full data summary (train.log always holds them).")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Show only warnings, errors and the final line.")]
 CONSOLE_FLAGS = {"verbose", "quiet"}
+TRACK_FLAGS = {"track", "track_uri"}
 
 
 def _values(ctx: typer.Context, config: Path | None) -> dict[str, Any]:
@@ -220,6 +221,12 @@ def train(
     deterministic: Annotated[bool, typer.Option("--deterministic", help="Deterministic CUDA kernels: a seeded GPU run repeats bit for "
                                                 "bit, somewhat slower (CPU runs always do).",
                                                 rich_help_panel=T)] = TD.deterministic,
+    track: Annotated[list[str] | None, typer.Option(metavar="<name>", help="Also log parameters, per-epoch metrics, memory records and "
+                                                    "the run's files to mlflow and/or tensorboard (repeatable or "
+                                                    "comma-separated; extra: track). metrics.jsonl stays the record.",
+                                                    rich_help_panel=T)] = None,
+    track_uri: Annotated[str | None, typer.Option(metavar="<uri>", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                                                  "sqlite:///runs/mlflow.db).", rich_help_panel=T)] = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     config: ConfigFile = None,
@@ -227,21 +234,23 @@ def train(
     """Train a Temporal Fusion Transformer; writes the run directory (model, metrics, memory trace, checkpoint)."""
     from foxhunt import settings
     from foxhunt.train.session import train_run
+    from foxhunt.train.tracking import TrackingConfig
 
     v = _values(ctx, config)
     _set_verbosity(v)
     if v.get("resume") and not v.get("run_dir"):
         raise InputError("--resume needs --run-dir: the run to continue")
     train_cfg = settings.train_config(v)  # every flag is checked before any file is read
+    tracking = TrackingConfig.parse(v.get("track"), v.get("track_uri"))
     if v.get("resume"):  # the run's own configuration, with the training flags typed now on top (e.g. more epochs)
-        explicit = _explicit(ctx) - CONSOLE_FLAGS  # what the console shows is no part of the run
+        explicit = _explicit(ctx) - CONSOLE_FLAGS - TRACK_FLAGS  # neither the console nor tracking is the run
         data_cfg, model_cfg, train_cfg = settings.resumed_configs(Path(v["run_dir"]), train_cfg, explicit)
         train_cfg = dataclasses.replace(train_cfg, run_dir=v["run_dir"])  # where it is now, even if moved or copied
-        train_run(data_cfg, model_cfg, train_cfg, resume=True)
+        train_run(data_cfg, model_cfg, train_cfg, resume=True, tracking=tracking)
         return
     data_cfg = settings.data_config(v, ())
     model_cfg = settings.model_config(v, data_cfg)
-    train_run(dataclasses.replace(data_cfg, paths=_paths(v)), model_cfg, train_cfg)
+    train_run(dataclasses.replace(data_cfg, paths=_paths(v)), model_cfg, train_cfg, tracking=tracking)
 
 
 @app.command()
@@ -532,6 +541,44 @@ def tune(
                      seed=int(v.get("seed", 0)))
     settings.train_config(v)  # every fixed flag is checked before the first trial
     run_tune(cfg, space, v, _paths(v), {k: v[k] for k in given - CONSOLE_FLAGS})
+
+
+@app.command()
+def export(
+    model: ModelDir,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The .onnx file to write; its sidecar goes next to it "
+                                      "(model.onnx.json).")],
+    export_format: Annotated[str, typer.Option("--format", help="onnx (the only format so far).")] = "onnx",
+    parquet_file: Annotated[list[str] | None, typer.Option(
+        "--parquet-file", "-f", help="Bars to check parity on (real windows, besides random ones); repeatable. "
+        "Default: random inputs only.")] = None,
+    threads: Threads = TD.num_threads,
+) -> None:
+    """Export the forward pass to ONNX (scaled inputs in, scaled quantiles out) with a sidecar JSON describing the
+    inputs, scalers and calibration; fails (exit 1, nothing written) unless onnxruntime matches PyTorch to 1e-5."""
+    from foxhunt.export.onnx import export_onnx, require_onnx
+    from foxhunt.export.parity import ParityError, real_cases
+    from foxhunt.train.checkpoint import load_model
+
+    if export_format != "onnx":
+        raise InputError(f"--format {export_format!r} is not supported; use --format onnx")
+    require_onnx()  # a missing extra stops before the model is read
+    _set_threads(threads)
+    lm = load_model(model, "cpu")
+    real = None
+    if parquet_file:
+        from foxhunt.evaluate.predict import prepare_for_model
+
+        real = real_cases(prepare_for_model(lm, tuple(parquet_file)))
+    try:
+        result = export_onnx(lm, model, out, real)
+    except ParityError as e:
+        typer.echo(f"foxhunt: error: {e}; nothing was written to {out}", err=True)
+        raise typer.Exit(ParityError.exit_code) from None
+    p = result.parity
+    typer.echo(f"wrote {result.path} and {result.sidecar}; onnxruntime matches PyTorch on "
+               f"{', '.join(label for label, _ in p.cases)} windows: max relative error {p.max_relative_error:.2g} "
+               f"(limit {p.to_dict()['limit']:g})")
 
 
 def _set_threads(n: int) -> None:

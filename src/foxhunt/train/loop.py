@@ -109,7 +109,7 @@ def fit(
     writes metrics, weights and checkpoints, and every decision (stop, checkpoint, early stopping) is the same on
     all ranks because everything it depends on is reduced across them. `on_epoch(record)` sees each epoch's
     metrics.jsonl record once its checkpoint is written (a hyperparameter search prunes there: an exception it
-    raises ends the run, which stays resumable)."""
+    raises ends the run, which stays resumable; experiment tracking, train/tracking.py, copies it)."""
     train_ids, val_ids = data.splits["train"], data.splits["val"]
     n_batches = -(-len(train_ids) // batch_size)
     if cfg.max_train_batches:
@@ -236,6 +236,8 @@ def fit(
         state.history.append(record)
         if dist.is_main:
             append_jsonl(run.metrics, record)
+        if on_epoch is not None:
+            on_epoch(record)
         log.info("%s  %s", format_epoch(record, cfg.epochs), memory.text(), extra=SHOW)
         for warning in watch.warnings(epoch, memory, val_batch_size):
             log.warning(warning)

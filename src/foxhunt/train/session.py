@@ -36,6 +36,7 @@ from foxhunt.train.plan import plan_memory
 from foxhunt.train.precision import resolve_precision
 from foxhunt.train.run_dir import RunDir, attach_log_file
 from foxhunt.train.telemetry import MemoryTracker
+from foxhunt.train.tracking import TrackingConfig, start_tracking
 from foxhunt.train.validate import TrainingQuantiles, ValResult, validate
 
 log = logging.getLogger("foxhunt.train")
@@ -73,8 +74,10 @@ class TrainResult:
 
 
 def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool = False,
-              on_epoch: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
-    """Train one run into `cfg.run_dir`; `on_epoch` sees each epoch's record (train/loop.py `fit`)."""
+              on_epoch: Callable[[dict[str, Any]], None] | None = None,
+              tracking: TrackingConfig | None = None) -> TrainResult:
+    """Train one run into `cfg.run_dir`; `on_epoch` sees each epoch's record (train/loop.py `fit`); `tracking`
+    also copies the records to MLflow / TensorBoard (rank 0 only)."""
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
@@ -83,13 +86,14 @@ def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, re
     try:
         with console_of(dist):
             return _train_rank(data_cfg, model_cfg, cfg, dist.device if dist.active else device, dist, resume,
-                               on_epoch)
+                               on_epoch, tracking)
     finally:
         teardown(dist)
 
 
 def _train_rank(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device, dist: Dist,
-                resume: bool, on_epoch: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
+                resume: bool, on_epoch: Callable[[dict[str, Any]], None] | None = None,
+                tracking: TrackingConfig | None = None) -> TrainResult:
     precision = resolve_precision(cfg.precision, device)  # one the device cannot run stops before any file is read
     if isinstance(cfg.batch_size, int):
         dist.check_batch_size(cfg.batch_size)
@@ -105,7 +109,7 @@ def _train_rank(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, 
             use_deterministic_kernels(device)
         with stop:
             return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop, warnings, dist,
-                          on_epoch)
+                          on_epoch, tracking)
     except KeyboardInterrupt:  # a second signal, one before training started, or Ctrl-C outside the handlers
         raise Interrupted(stop.signum or signal.SIGINT, run.root, run.checkpoint.exists()) from None
     finally:
@@ -151,6 +155,17 @@ def saved_batch_sizes(run: RunDir, cfg: TrainConfig) -> tuple[int, int] | None:
         return None
 
 
+def _both(first: Callable[[dict[str, Any]], None] | None,
+          then: Callable[[dict[str, Any]], None] | None) -> Callable[[dict[str, Any]], None] | None:
+    """Tracking sees each epoch's record before a caller's hook, which may end the run (a pruned trial)."""
+    if first is None or then is None:
+        return first or then
+    def both(record: dict[str, Any]) -> None:
+        first(record)
+        then(record)
+    return both
+
+
 def _refuse_new_batch_mid_epoch(run: RunDir, checkpoint: dict[str, Any] | None, batch_size: int) -> None:
     """A checkpoint inside an epoch counts the batches already stepped in that epoch's order; with another batch
     size that count points at other windows, so the resumed epoch would repeat some and skip others."""
@@ -167,7 +182,8 @@ def _refuse_new_batch_mid_epoch(run: RunDir, checkpoint: dict[str, Any] | None, 
 
 def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
            precision: str, resume: bool, stop: StopRequest, warnings: WarningCounter,
-           dist: Dist = SINGLE, on_epoch: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
+           dist: Dist = SINGLE, on_epoch: Callable[[dict[str, Any]], None] | None = None,
+           tracking: TrackingConfig | None = None) -> TrainResult:
     checkpoint = load_checkpoint(run.checkpoint) if resume else None  # a bad one stops before any work
     tracker = MemoryTracker(device, run.memory if dist.is_main else None, logging.getLogger("foxhunt.memory"),
                             cfg.memory_log_every)
@@ -222,7 +238,7 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
     log.info("baseline (training-set quantiles per series and horizon): val_loss %.5f  val_qrisk %s",
              baseline.loss, " ".join(f"p{q * 100:g}={v:.4f}" for q, v in baseline.qrisk.items()), extra=SHOW)
 
-    write(run.config, {
+    config = {
         "foxhunt_version": foxhunt.__version__,
         "torch_version": torch.__version__,
         "created_utc": dt.datetime.now(dt.UTC).isoformat(),
@@ -236,7 +252,8 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
         "data_fingerprint": data_fingerprint(data),
         "baseline": {"name": "training_quantiles", "val_loss": baseline.loss,
                      "val_qrisk": {f"{q:g}": v for q, v in baseline.qrisk.items()}},
-    })
+    }
+    write(run.config, config)
 
     def on_best(state: dict[str, torch.Tensor]) -> None:
         # model.json first: it is the same all run long, so a run killed between the two files leaves either no
@@ -246,11 +263,20 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
                                                              variable_names(data.schema), strict=True))})
         save_weights(run.weights, state)
 
-    state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
-                val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan, dist=dist,
-                on_epoch=on_epoch)
-    if dist.is_main:  # the other ranks are done: calibration reads the saved best weights
-        log.info("%s", calibrate_run(run, data, device, state.val_batch_size or val_batch_size), extra=SHOW)
+    tracked = start_tracking(tracking, run, config) if dist.is_main else None
+    try:
+        state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
+                    val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan, dist=dist,
+                    on_epoch=_both(tracked.epoch if tracked is not None else None, on_epoch))
+        if dist.is_main:  # the other ranks are done: calibration reads the saved best weights
+            log.info("%s", calibrate_run(run, data, device, state.val_batch_size or val_batch_size), extra=SHOW)
+    except BaseException:
+        if tracked is not None:
+            tracked.finish("FAILED")
+        raise
+    if tracked is not None:
+        tracked.finish()
+    if dist.is_main:
         final_lines(run, state, baseline, data_cfg, warnings)
     return TrainResult(run, state, baseline, n_params)
 

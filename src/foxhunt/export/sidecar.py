@@ -1,0 +1,138 @@
+"""The sidecar `model.onnx.json`: what a program without Python needs to feed the graph and read its output.
+
+Each input's name, dtype, shape (the batch axis named "batch") and the feature of every channel; the categorical
+codes; how each feature is computed and scaled (formulas in words, the fitted numbers per series); how to turn the
+output into the target's units and apply the calibration. docs/model-format.md walks through it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import foxhunt
+from foxhunt.data.features import FILL_OBSERVED, SEASON_OBSERVED, STANDARDIZED, VOL_OBSERVED
+from foxhunt.export.graph import OUTPUT_NAME, InputSpec, positional_names, relative_time
+from foxhunt.export.parity import ParityResult
+from foxhunt.train.checkpoint import LoadedModel, weights_digest
+
+FORMAT_VERSION = 1
+
+# How each input is computed from bars, in words (data/calendar.py, data/features.py, data/scaling.py).
+FEATURES = {
+    "series": "series code: 1 + the series' index in series.vocabulary; 0 for a series unseen in training",
+    "dow_sin": "sin(2 pi w / 7), w the weekday (Monday 0 .. Sunday 6) of the UTC date (daily bars) or of the trade "
+               "date = exchange-time date of ts + 7 h (intraday bars)",
+    "dow_cos": "cos(2 pi w / 7), w as for dow_sin",
+    "month_sin": "sin(2 pi m / 12), m = months since 1970-01 modulo 12 of the UTC date (0 = January)",
+    "month_cos": "cos(2 pi m / 12), m as for month_sin",
+    "tod_sin": "sin(2 pi t / 1440), t minutes after midnight in exchange time (exchange_tz)",
+    "tod_cos": "cos(2 pi t / 1440), t as for tod_sin",
+    "session_elapsed": "clip(((t - 1020) mod 1440) / 1380, 0, 1): share of the 23 h session (opens 17:00 exchange "
+                       "time) elapsed at the bar",
+    "tod_vol": "ln p(t), the fitted time-of-day volatility profile at the bar (scalers.season)",
+    "log_return": "ln(close_t / close_t-1) of the bar's own contract (a roll bar: minus the roll's log price "
+                  "ratio); 0 on a series' first bar",
+    "log_range": "ln(high_t / low_t)",
+    "price_change": "close_t - close_t-1 of the bar's own contract (a roll bar: minus the roll's price gap)",
+    "price_range": "high_t - low_t",
+    "log_volume": "ln(1 + volume_t)",
+    "log_vol": "ln sigma_t, sigma_t the trailing volatility: sqrt of an EWMA (halflife scalers.halflife bars, "
+               "alpha = 1 - 0.5^(1/halflife), seeded with the series' training return std^2) of r_t^2 "
+               "(estimator 'returns') or k ln(H/L)_t^2 (estimator 'range', k = scalers.series[s].range_k), floored "
+               "at 0.1 x the training return std",
+    "roll": "1 on the first bar of a new contract, else 0 (not standardized)",
+    "filled": "1 on a bar added by --fill-gaps (no trade), else 0 (not standardized)",
+    "shock": "r_t / sigma_t-1", "range_shock": "sqrt(k) ln(H/L)_t / sigma_t-1",
+    "log_vol_fast": "ln(sigma_t at halflife / 4 over sigma_t)", "log_vol_slow": "ln(sigma_t at halflife x 4 over sigma_t)",
+    "log_vol_season": "ln s_t, s_t the trailing volatility of proxy / p(t)^2 (deseasonalized)",
+}
+STANDARDIZED_INPUTS = frozenset(STANDARDIZED + VOL_OBSERVED + SEASON_OBSERVED)
+
+
+def _input(spec: InputSpec, cards: dict[str, int]) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": spec.name, "dtype": spec.dtype, "shape": list(spec.shape),
+                           "dynamic_axes": {"0": "batch"}, "channels": list(spec.channels)}
+    if spec.categorical:
+        out["cardinality"] = [cards[c] for c in spec.channels]
+    return out
+
+
+def scaling_words(lm: LoadedModel, used: set[str]) -> dict[str, Any]:
+    t = lm.transform
+    return {
+        "observed_inputs": "each observed input x of a bar is standardized with its series' training statistics: "
+                           "(x - scalers.series[s][x].mean) / scalers.series[s][x].std (scalers.pooled for an "
+                           "unseen series); NaN or infinite results become 0. "
+                           f"Standardized: {sorted(STANDARDIZED_INPUTS & used)}; the others are fed as they are",
+        "target": "the model forecasts y_scaled = (y - center) / scale, center and scale taken at the forecast "
+                  "origin (the last encoder bar); back in the target's units: y = q * scale + center",
+        "center_scale": ("scaling 'series': center = scalers.series[s].target.center, scale = "
+                         "scalers.series[s].target.scale, the same for every window of a series"
+                         if t.scaling == "series" else
+                         "scaling 'volatility': center 0 and scale sigma_t at the origin for return targets "
+                         "(log_return, price_change); for log_range see docs/model-format.md and "
+                         "foxhunt/data/scaling.py"),
+        "mode": t.scaling,
+        "scalers": t.scalers,
+        "not_standardized": sorted((set(FILL_OBSERVED) | {"roll"}) & used),
+    }
+
+
+def calibration_words(lm: LoadedModel) -> dict[str, Any] | None:
+    cal = lm.calibration
+    if cal is None:
+        return None
+    unit = "times the window's scale (the same scale that unscales the output)" if cal.mode == "scaled" else \
+        "in the target's own units"
+    return {
+        "mode": cal.mode,
+        "shifts": cal.shifts.tolist(),  # (D, Q)
+        "how_to_apply": "unscale the output (scaling.target), sort each horizon's Q values ascending (the model's "
+                        f"own quantiles may cross), add shifts[h][j] {unit} to quantile j at horizon h, sort "
+                        "ascending again. Skip the shifts to get the model's own quantiles",
+        "fitted_on": cal.fitted_on,
+    }
+
+
+def sidecar(lm: LoadedModel, run_dir: Path, model_file: str, specs: list[InputSpec], parity: ParityResult,
+            opset: int) -> dict[str, Any]:
+    """The sidecar as a JSON-able dict (see the module docstring)."""
+    schema, cfg = lm.schema, lm.model_cfg
+    cards = {f.name: f.cardinality for f in schema.features if f.cardinality}
+    present = [s for s in specs if s.channels]
+    pos = positional_names(schema)
+    used = {c for s in present for c in s.channels}
+    return {
+        "format": "foxhunt-onnx",
+        "format_version": FORMAT_VERSION,
+        "foxhunt_version": foxhunt.__version__,
+        "torch_version": torch.__version__,
+        "exporter": "torch.onnx.export(dynamo=True)",
+        "opset": opset,
+        "model_file": model_file,
+        "run_dir": str(run_dir),
+        "weights_sha256": weights_digest(Path(run_dir) / "model.safetensors"),
+        "inputs": [_input(s, cards) for s in present],
+        "omitted_inputs": [s.name for s in specs if not s.channels],
+        "output": {"name": OUTPUT_NAME, "dtype": "float32", "shape": ["batch", cfg.horizon, len(cfg.quantiles)],
+                   "units": "scaled target (see scaling.target), before calibration"},
+        "built_in": {n: {"formula": "(t - (E - 1)) / E at window position t = 0 .. E + D - 1",
+                         "values": relative_time(cfg.encoder_length, cfg.horizon)[:, 0].tolist()} for n in pos},
+        "encoder_length": cfg.encoder_length,
+        "horizon": cfg.horizon,
+        "quantiles": list(cfg.quantiles),
+        "target": schema.target,
+        "series": {"vocabulary": list(lm.transform.series_vocab), "unknown_code": 0,
+                   "codes": {name: i + 1 for i, name in enumerate(lm.transform.series_vocab)}},
+        "calendar": {"intraday": lm.transform.intraday, "exchange_tz": lm.transform.exchange_tz,
+                     "bar_spacing_ns": lm.transform.bar_spacing_ns,
+                     "decoder_steps": "the known inputs at forecast step k are those of origin + k x bar_spacing_ns "
+                                      "on the regular grid (skipping the daily halt and weekends intraday)"},
+        "features": {n: FEATURES.get(n, "see docs/model-format.md") for n in sorted(used)},
+        "scaling": scaling_words(lm, used),
+        "calibration": calibration_words(lm),
+        "parity": parity.to_dict(),
+    }

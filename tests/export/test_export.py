@@ -1,0 +1,159 @@
+"""`foxhunt export --format onnx`: the graph matches PyTorch, the sidecar is enough to use it, failures write nothing.
+
+One tiny model is trained and exported once for the module (the export is the slow part: torch.export + onnxscript).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+from foxhunt.cli import main  # noqa: E402
+from foxhunt.data.schema import Kind, Role  # noqa: E402
+from foxhunt.evaluate.predict import prepare_for_model  # noqa: E402
+from foxhunt.export import onnx as onnx_export  # noqa: E402
+from foxhunt.export.graph import ExportedForward  # noqa: E402
+from foxhunt.export.parity import (  # noqa: E402
+    MAX_RELATIVE_ERROR,
+    ParityError,
+    check_parity,
+    random_cases,
+    real_cases,
+    relative_error,
+)
+from foxhunt.train.calibrate import raw_quantiles  # noqa: E402
+from foxhunt.train.checkpoint import load_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, daily_path, tiny_flags):
+    """(run dir, model.onnx, the export command's exit status and stdout lines) for a tiny daily model."""
+    root = tmp_path_factory.mktemp("export")
+    run, out = root / "run", root / "onnx" / "model.onnx"
+    assert main(["train", *tiny_flags, "--parquet-file", str(daily_path), "--epochs", "1", "--max-train-batches", "4",
+                 "--run-dir", str(run)]) == 0
+    code = main(["export", "--model", str(run), "--format", "onnx", "--out", str(out), "--parquet-file",
+                 str(daily_path), "--threads", "1"])
+    return run, out, code
+
+
+@pytest.fixture(scope="module")
+def data(exported, daily_path):
+    return prepare_for_model(load_model(exported[0]), (str(daily_path),))
+
+
+def test_export_writes_the_graph_and_its_sidecar(exported, capsys):
+    run, out, code = exported
+    assert code == 0
+    side = json.loads(out.with_name("model.onnx.json").read_text())
+    schema = load_model(run).schema
+    known = [n for n in schema.names(Role.KNOWN, Kind.CONTINUOUS) if n != "relative_time"]
+    inputs = {i["name"]: i for i in side["inputs"]}
+    assert list(inputs) == ["static_cat", "encoder_cont", "decoder_cont"]  # the daily model has no other groups
+    assert inputs["encoder_cont"]["shape"] == ["batch", 16, len(known) + len(schema.names(Role.OBSERVED, Kind.CONTINUOUS))]
+    assert inputs["encoder_cont"]["channels"] == known + schema.names(Role.OBSERVED, Kind.CONTINUOUS)
+    assert inputs["decoder_cont"]["channels"] == known and inputs["decoder_cont"]["dtype"] == "float32"
+    assert inputs["static_cat"] == {"name": "static_cat", "dtype": "int64", "shape": ["batch", 1],
+                                    "dynamic_axes": {"0": "batch"}, "channels": ["series"], "cardinality": [3]}
+    assert side["omitted_inputs"] == ["static_cont", "encoder_cat", "decoder_cat"]
+    assert side["output"]["shape"] == ["batch", 3, 3] and side["quantiles"] == [0.1, 0.5, 0.9]
+    assert side["built_in"]["relative_time"]["values"][15] == 0.0  # the origin, last of 16 encoder steps
+    assert set(side["features"]) == {c for i in side["inputs"] for c in i["channels"]}
+    assert side["parity"]["max_relative_error"] <= MAX_RELATIVE_ERROR
+    assert [c["windows"] for c in side["parity"]["cases"]] == ["1 random", "256 random", "1 real", "256 real"]
+    assert not list(out.parent.glob(".*.tmp"))
+
+
+def test_onnx_matches_pytorch_on_random_and_real_windows_at_batch_1_and_256(exported, data):
+    """The graph against the model's own forward: random inputs through the same wrapper, real windows through the
+    foxhunt batch (shared bars, row indices), which the graph never sees."""
+    run, out, _ = exported
+    lm = load_model(run)
+    ort_model = onnx_export.onnx_runtime_model(out)
+    wrapper = onnx_export.torch_reference(ExportedForward(lm.model, lm.schema))
+    for case in random_cases(lm.schema, seed=7):
+        assert relative_error(ort_model.run(case.inputs), wrapper(case.inputs)) <= MAX_RELATIVE_ERROR, case.label
+    ids = data.splits["test"]
+    for pick in (ids[-1:], ids[-256:]):
+        batch = data.windows.batch(pick)
+        with torch.inference_mode():
+            want = lm.model(batch).quantiles
+        got = ort_model(batch)  # the callable takes the model's own Batch
+        assert got.shape == (len(pick), 3, 3) and len(pick) in (1, 256)
+        assert relative_error(got.numpy(), want.numpy()) <= MAX_RELATIVE_ERROR
+
+
+def test_the_sidecar_alone_turns_the_output_into_calibrated_forecasts(exported, data):
+    """Unscale with the sidecar's per-series scalers and apply its shifts as it says, in numpy: the same forecasts
+    as `foxhunt predict` makes (train/calibrate.raw_quantiles, then Calibration.apply)."""
+    run, out, _ = exported
+    side = json.loads(out.with_name("model.onnx.json").read_text())
+    lm = load_model(run)
+    batch = data.windows.batch(data.splits["test"][-64:])
+    with torch.inference_mode():
+        raw, _ = raw_quantiles(batch, lm.model(batch).quantiles)
+    want = lm.calibration.apply(raw.numpy(), batch.target_scale.numpy())
+    q = onnx_export.onnx_runtime_model(out)(batch).numpy().astype(np.float64)  # (B, D, Q) scaled
+    vocab = side["series"]["vocabulary"]
+    series = [vocab[c - 1] for c in batch.static_cat[:, 0].tolist()]
+    target = [side["scaling"]["scalers"]["series"][s]["target"] for s in series]
+    scale = np.array([t["scale"] for t in target])[:, None, None]
+    center = np.array([t["center"] for t in target])[:, None, None]
+    got = np.sort(q * scale + center, axis=-1) + np.asarray(side["calibration"]["shifts"])[None] * scale
+    np.testing.assert_allclose(np.sort(got, axis=-1), want, rtol=1e-4, atol=1e-7)
+
+
+def test_relative_error_is_relative_above_one_scaled_unit_and_absolute_below():
+    assert relative_error(np.array([1.0, 2.0 + 2e-5]), np.array([1.0, 2.0])) == pytest.approx(1e-5)
+    assert relative_error(np.array([1e-3 + 5e-7]), np.array([1e-3])) == pytest.approx(5e-7)  # not 5e-4
+    assert relative_error(np.array([np.nan]), np.array([0.0])) == float("inf")
+    assert relative_error(np.zeros((1, 3)), np.zeros((2, 3))) == float("inf")
+
+
+def test_a_graph_that_disagrees_fails_and_writes_nothing(exported, tmp_path, monkeypatch, capsys):
+    """A graph whose weights differ from the model's (here: the exported file, checked against a model with one
+    weight moved) stops `foxhunt export` with exit status 1 and one line; neither the .onnx nor its sidecar is
+    written."""
+    run, out, _ = exported
+
+    def stale_graph(lm_, path):
+        shutil.copyfile(out, path)
+        moved = load_model(run).model
+        with torch.no_grad():
+            moved.output.bias += 1e-3
+        return ExportedForward(moved, lm_.schema)
+
+    monkeypatch.setattr(onnx_export, "export_graph", stale_graph)
+    target = tmp_path / "bad.onnx"
+    assert main(["export", "--model", str(run), "--out", str(target)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("foxhunt: error: the exported model disagrees with PyTorch on 1 random windows: max "
+                          "relative error 0.001") and err.endswith(f"nothing was written to {target}")
+    assert len(err.splitlines()) == 1 and list(tmp_path.iterdir()) == []
+    case = random_cases(load_model(run).schema, batches=(2,))
+    with pytest.raises(ParityError):
+        check_parity(lambda x: np.zeros((2, 3, 3)), lambda x: np.ones((2, 3, 3)), case)
+
+
+def test_export_names_the_extra_when_onnxruntime_is_missing(exported, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
+    assert main(["export", "--model", str(exported[0]), "--out", str(tmp_path / "m.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'foxhunt[onnx]'" in err and len(err.strip().splitlines()) == 1
+    assert main(["export", "--model", str(exported[0]), "--format", "tflite", "--out", str(tmp_path / "m.onnx")]) == 2
+    assert not list(tmp_path.iterdir())
+
+
+def test_real_cases_take_the_last_window_and_up_to_256_spread(data):
+    one, many = real_cases(data)
+    assert one.batch == 1 and many.batch == min(256, len(data.splits["test"]))
+    last = data.windows.batch(data.splits["test"][-1:])
+    assert torch.equal(one.inputs["static_cat"], last.static_cat)
