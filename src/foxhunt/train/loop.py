@@ -236,8 +236,6 @@ def fit(
         state.history.append(record)
         if dist.is_main:
             append_jsonl(run.metrics, record)
-        if on_epoch is not None:
-            on_epoch(record)
         log.info("%s  %s", format_epoch(record, cfg.epochs), memory.text(), extra=SHOW)
         for warning in watch.warnings(epoch, memory, val_batch_size):
             log.warning(warning)
