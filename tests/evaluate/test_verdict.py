@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from foxhunt.evaluate import run as evaluate_run
-from foxhunt.evaluate.verdict import seed_spread, strongest_baseline, validation_claim, verdict
+from foxhunt.evaluate.verdict import TIE, seed_spread, strongest_baseline, validation_claim, verdict
 
 QS = (0.1, 0.5, 0.9)
+qrisk = st.floats(0.05, 3.0)
 GARCH_HINT = "the arch package is not installed: pip install 'foxhunt[garch]'"
 
 
@@ -110,3 +113,15 @@ def test_the_seed_spread_is_min_median_max_of_the_validation_qrisk(tmp_path, mon
     model = {"overall": {"q_risk": {0.1: 0.5, 0.9: 0.5}}}
     v = evaluate_run.verdict_of(model, {}, QS, applied=True, intraday=False, model_dir=tmp_path)
     assert v["seed_spread"] == seed_spread(seeds, QS)
+
+
+@settings(max_examples=40, deadline=None)
+@given(model=st.tuples(qrisk, qrisk), base=st.dictionaries(st.sampled_from(["a", "b", "c"]),
+                                                          st.tuples(qrisk, qrisk), min_size=1))
+def test_better_means_lower_than_every_baseline_at_both_quantiles_by_more_than_a_tie(model, base):
+    v = verdict(dict(zip((0.1, 0.9), model, strict=True)),
+                {k: dict(zip((0.1, 0.9), b, strict=True)) for k, b in base.items()}, QS)
+    assert v.better == all(m < b * (1 - TIE) for b_pair in base.values() for m, b in zip(model, b_pair, strict=True))
+    assert v.strongest == min(base, key=lambda k: sum(base[k]))
+    assert v.sentence.startswith("The model beats " if v.better else "The model does not beat every baseline")
+    assert v.strongest in v.sentence
