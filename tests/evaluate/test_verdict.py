@@ -4,12 +4,15 @@ a loss to the strongest baseline, a loss to a weaker one, a tie, a missing GARCH
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from foxhunt.data.config import DataConfig
 from foxhunt.evaluate import run as evaluate_run
+from foxhunt.evaluate.validation import ValidationClaim
 from foxhunt.evaluate.verdict import TIE, seed_spread, strongest_baseline, validation_claim, verdict
 
 QS = (0.1, 0.5, 0.9)
@@ -125,3 +128,13 @@ def test_better_means_lower_than_every_baseline_at_both_quantiles_by_more_than_a
     assert v.strongest == min(base, key=lambda k: sum(base[k]))
     assert v.sentence.startswith("The model beats " if v.better else "The model does not beat every baseline")
     assert v.strongest in v.sentence
+
+
+def test_a_comparison_that_cannot_be_made_warns_and_never_fails_the_trained_run(caplog):
+    logger = logging.getLogger("foxhunt")  # the CLI stops it propagating to caplog's root handler
+    logger.addHandler(caplog.handler)
+    try:
+        assert ValidationClaim()(object(), DataConfig(), QS, {"0.1": 0.5, "0.9": 0.5}) is None  # not prepared data
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert "the baselines could not be scored on validation (AttributeError: " in caplog.text

@@ -65,7 +65,7 @@ def warn_if_cpus_busy() -> None:
 
 # (prepared data, data config, quantiles, the best epoch's validation q-risk) -> the final line's comparison with the
 # baselines on validation. The CLI passes evaluate's (evaluate/validation.py): train never imports evaluate.
-Judge = Callable[[PreparedData, DataConfig, tuple[float, ...], Mapping[str, float]], str]
+Judge = Callable[[PreparedData, DataConfig, tuple[float, ...], Mapping[str, float]], str | None]
 
 
 @dataclass
