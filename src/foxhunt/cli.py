@@ -228,7 +228,7 @@ def train(
 ) -> None:
     """Train a Temporal Fusion Transformer; writes the run directory (model, metrics, memory trace, checkpoint)."""
     from foxhunt import settings
-    from foxhunt.evaluate.validation import ValidationClaim
+    from foxhunt.evaluate.validation import judge_on_validation as judge  # the final line: every baseline
     from foxhunt.train.seeds import train_seeds
     from foxhunt.train.session import train_run
 
@@ -243,7 +243,6 @@ def train(
         raise InputError("--resume with --seeds is not supported; resume the kept run (--run-dir RUN --resume, "
                          "without --seeds) or a stopped seed's own run (--run-dir RUN/seeds/seed-S --resume)")
     train_cfg = settings.train_config(v)  # every flag is checked before any file is read
-    judge = ValidationClaim()  # the final line: the best epoch against every baseline on validation
     if v.get("resume"):  # the run's own configuration, with the training flags typed now on top (e.g. more epochs)
         explicit = _explicit(ctx) - CONSOLE_FLAGS  # what the console shows is no part of the run
         data_cfg, model_cfg, train_cfg = settings.resumed_configs(Path(v["run_dir"]), train_cfg, explicit)

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings as examples
 from hypothesis import strategies as st
 
+from foxhunt import settings
 from foxhunt.data.config import DataConfig
+from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate import run as evaluate_run
-from foxhunt.evaluate.validation import ValidationClaim
+from foxhunt.evaluate.validation import data_key, judge_on_validation
 from foxhunt.evaluate.verdict import TIE, seed_spread, strongest_baseline, validation_claim, verdict
 
 QS = (0.1, 0.5, 0.9)
@@ -118,7 +123,7 @@ def test_the_seed_spread_is_min_median_max_of_the_validation_qrisk(tmp_path, mon
     assert v["seed_spread"] == seed_spread(seeds, QS)
 
 
-@settings(max_examples=40, deadline=None)
+@examples(max_examples=40, deadline=None)
 @given(model=st.tuples(qrisk, qrisk), base=st.dictionaries(st.sampled_from(["a", "b", "c"]),
                                                           st.tuples(qrisk, qrisk), min_size=1))
 def test_better_means_lower_than_every_baseline_at_both_quantiles_by_more_than_a_tie(model, base):
@@ -130,11 +135,35 @@ def test_better_means_lower_than_every_baseline_at_both_quantiles_by_more_than_a
     assert v.strongest in v.sentence
 
 
-def test_a_comparison_that_cannot_be_made_warns_and_never_fails_the_trained_run(caplog):
-    logger = logging.getLogger("foxhunt")  # the CLI stops it propagating to caplog's root handler
-    logger.addHandler(caplog.handler)
-    try:
-        assert ValidationClaim()(object(), DataConfig(), QS, {"0.1": 0.5, "0.9": 0.5}) is None  # not prepared data
-    finally:
+@pytest.fixture
+def logged(caplog):
+    """caplog with the `foxhunt` logger's INFO records, also after the CLI stopped it propagating to the root."""
+    logger = logging.getLogger("foxhunt")
+    attach = not logger.propagate
+    if attach:
+        logger.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO, logger="foxhunt")
+    yield caplog
+    if attach:
         logger.removeHandler(caplog.handler)
-    assert "the baselines could not be scored on validation (AttributeError: " in caplog.text
+
+
+def test_a_comparison_that_cannot_be_made_warns_and_never_fails_the_trained_run(logged):
+    assert judge_on_validation(object(), DataConfig(), QS, {"0.1": 0.5, "0.9": 0.5}) is None  # no prepared data
+    assert "the baselines could not be scored on validation (AttributeError: " in logged.text
+
+
+def test_the_baselines_are_scored_once_per_data_and_again_for_a_rewritten_file(tmp_path, daily_path, logged):
+    path = tmp_path / "bars.parquet"
+    shutil.copy(daily_path, path)
+    cfg = settings.data_config({"encoder_length": 16, "horizon": 3}, (str(path),))
+    data = prepare_data(cfg)
+    first = judge_on_validation(data, cfg, QS, {"0.1": 0.5, "0.5": 1.0, "0.9": 0.5})
+    again = judge_on_validation(data, cfg, QS, {"0.1": 0.25, "0.5": 1.0, "0.9": 0.25})  # another seed, same data
+    assert logged.text.count("baselines on validation (training_quantiles, rolling_vol") == 1
+    assert first is not None and first.startswith("validation q-risk p10 0.5000 / p90 0.5000 vs ")
+    assert again is not None and again.startswith("validation q-risk p10 0.2500 / p90 0.2500 vs ")
+    assert first.split(" vs ")[1].split(" (")[0] == again.split(" vs ")[1].split(" (")[0]  # the same baseline values
+    key = data_key(data, cfg, QS)
+    os.utime(path, ns=(10**18, 10**18))  # the file rewritten in place: its baselines are scored afresh
+    assert data_key(data, cfg, QS) != key
