@@ -1,7 +1,7 @@
 """The baselines on a training run's validation split, for the claim `foxhunt train` ends with.
 
-Training validates against the training-set quantiles only (a loss-scale reference that any volatility forecast
-beats). The honest comparison is the one `foxhunt evaluate` makes: every baseline, scored on the same windows. Here it
+Training validates against the training-set quantiles only (a loss-scale reference, far easier to beat than a
+volatility forecast). The honest comparison is the one `foxhunt evaluate` makes: every baseline, scored on the same windows. Here it
 is made on the validation windows, with the best epoch's validation q-risk, so a user learns at the end of training
 whether the model beats what a practitioner would write first, before any held-out data is spent.
 
@@ -34,7 +34,6 @@ log = logging.getLogger("foxhunt.evaluate")
 # same data (--seeds, the Python API, a test suite) scores them once. GARCH's fit is most of the cost.
 CACHE_SIZE = 8
 _SCORED: OrderedDict[tuple[Any, ...], dict[str, dict[float, float]]] = OrderedDict()
-
 
 
 def validation_baselines(data: PreparedData, data_cfg: DataConfig,
