@@ -1,9 +1,9 @@
 """The baselines on a training run's validation split, for the claim `foxhunt train` ends with.
 
 Training validates against the training-set quantiles only (a loss-scale reference, far easier to beat than a
-volatility forecast). The honest comparison is the one `foxhunt evaluate` makes: every baseline, scored on the same windows. Here it
-is made on the validation windows, with the best epoch's validation q-risk, so a user learns at the end of training
-whether the model beats what a practitioner would write first, before any held-out data is spent.
+volatility forecast). The honest comparison is the one `foxhunt evaluate` makes: every baseline, scored on the same
+windows. Here it is made on the validation windows, with the best epoch's validation q-risk, so a user learns at the
+end of training whether the model beats what a practitioner would write first, before any held-out data is spent.
 
 The CLI hands `judge_on_validation` to the training run (train never imports evaluate). The baselines are fitted on
 the rows before the training cut, exactly as evaluate fits them; the bars are read again because the prepared data
