@@ -190,6 +190,9 @@ def train(
     device: Device = "auto",
     use_gpu: Annotated[bool, typer.Option("--use-gpu", help="Same as --device cuda.", rich_help_panel=T)] = False,
     seed: Annotated[int, typer.Option(help="Random seed (a CPU run repeats bit for bit).", rich_help_panel=T)] = 0,
+    seeds: Annotated[int, typer.Option(help="Train N times, with seeds --seed, --seed + 1, ..., and keep the run "
+                                       "with the lowest validation loss; seeds.json in the run directory holds "
+                                       "every seed's summary and the spread.", rich_help_panel=T)] = 1,
     run_dir: Annotated[str | None, typer.Option(help="Run directory (default runs/<UTC time>).",
                                                 rich_help_panel=T)] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --run-dir from its checkpoint.pt (the step it "
@@ -233,6 +236,8 @@ def train(
 ) -> None:
     """Train a Temporal Fusion Transformer; writes the run directory (model, metrics, memory trace, checkpoint)."""
     from foxhunt import settings
+    from foxhunt.evaluate.validation import judge_on_validation as judge  # the final line: every baseline
+    from foxhunt.train.seeds import train_seeds
     from foxhunt.train.session import train_run
     from foxhunt.train.tracking import TrackingConfig
 
@@ -240,17 +245,29 @@ def train(
     _set_verbosity(v)
     if v.get("resume") and not v.get("run_dir"):
         raise InputError("--resume needs --run-dir: the run to continue")
+    n_seeds = int(v.get("seeds", 1))
+    if n_seeds < 1:
+        raise InputError(f"--seeds {n_seeds}: give the number of trainings to run, 1 or more")
+    if v.get("resume") and n_seeds > 1:
+        raise InputError("--resume with --seeds is not supported; resume the kept run (--run-dir RUN --resume, "
+                         "without --seeds) or a stopped seed's own run (--run-dir RUN/seeds/seed-S --resume)")
     train_cfg = settings.train_config(v)  # every flag is checked before any file is read
     tracking = TrackingConfig.parse(v.get("track"), v.get("track_uri"))
     if v.get("resume"):  # the run's own configuration, with the training flags typed now on top (e.g. more epochs)
         explicit = _explicit(ctx) - CONSOLE_FLAGS - TRACK_FLAGS  # neither the console nor tracking is the run
         data_cfg, model_cfg, train_cfg = settings.resumed_configs(Path(v["run_dir"]), train_cfg, explicit)
         train_cfg = dataclasses.replace(train_cfg, run_dir=v["run_dir"])  # where it is now, even if moved or copied
-        train_run(data_cfg, model_cfg, train_cfg, resume=True, tracking=tracking)
+        train_run(data_cfg, model_cfg, train_cfg, resume=True, judge=judge, tracking=tracking)
         return
     data_cfg = settings.data_config(v, ())
     model_cfg = settings.model_config(v, data_cfg)
-    train_run(dataclasses.replace(data_cfg, paths=_paths(v)), model_cfg, train_cfg, tracking=tracking)
+    data_cfg = dataclasses.replace(data_cfg, paths=_paths(v))
+    if n_seeds > 1:
+        if tracking is not None:
+            raise InputError("--track with --seeds is not supported; track a single-seed run (--seed S)")
+        train_seeds(data_cfg, model_cfg, train_cfg, n_seeds, judge)
+    else:
+        train_run(data_cfg, model_cfg, train_cfg, judge=judge, tracking=tracking)
 
 
 @app.command()

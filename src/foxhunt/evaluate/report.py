@@ -22,6 +22,8 @@ BASELINE_TEXT = {
     "deviation of the last 20 bars up to the origin",
     "garch_t": "GARCH(1,1) with Student-t errors fitted on the training period, run forward without refitting; for "
     "the range target its volatility forecast is scaled by training-period quantiles of range / volatility",
+    "seasonal_rolling_vol": "intraday bars: the rolling volatility of the target divided by the training period's "
+    "time-of-day volatility profile, multiplied back by the profile at each forecast step's time of day",
 }
 
 GLOSSARY = [
@@ -81,6 +83,7 @@ th, td { border: 1px solid #ddd; padding: 0.25em 0.55em; text-align: right; }
 th { background: #f4f4f4; } td.name, th.name { text-align: left; }
 tr.model td { font-weight: 600; } td.good { color: #116611; } td.bad { color: #aa2222; }
 figure { margin: 1em 0; } img { max-width: 100%; border: 1px solid #eee; }
+p.claim { font-size: 1.1em; background: #f6f8fa; border-left: 4px solid #446; padding: 0.6em 0.9em; }
 figcaption { font-size: 0.9em; color: #555; } dt { font-weight: 600; } dd { margin: 0 0 0.5em 1.2em; }
 """
 
@@ -93,17 +96,21 @@ def write_report(
     baselines: Mapping[str, Mapping[str, Any]],
     images: Mapping[str, bytes],
     notes: Sequence[str] = (),
+    claim: Sequence[str] = (),
 ) -> None:
     """Write report.html atomically.
 
     metrics: one `MetricAccumulator.result()` (shown as "model") or {model name: result}; baselines: {name: result}
     on the same origins; images: {caption: PNG bytes}, each embedded as a base64 data URI; notes: plain-text lines
-    (data, split, run settings) shown near the top.
+    (data, split, run settings) shown near the top; claim: the verdict (evaluate/verdict.py) and what it depends
+    on, the first thing a reader sees.
     """
     models = {"model": metrics} if "overall" in metrics else dict(metrics)
     sources = {**models, **baselines}
     qs = _quantiles(sources)
     parts = [f"<h1>{_e(title)}</h1>"]
+    if claim:
+        parts.append('<p class="claim">' + "<br>".join(_e(c) for c in claim) + "</p>")
     if notes:
         parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
     parts.append(_baseline_list(baselines))

@@ -22,13 +22,12 @@ from foxhunt.atomic import write_json
 from foxhunt.data.calendar import future_timestamps
 from foxhunt.data.features import RETURN_TARGETS, raw_features
 from foxhunt.data.load import load_bars
-from foxhunt.data.prepare import PreparedData, prepare_from_bars
+from foxhunt.data.prepare import FittedTransform, PreparedData, prepare_from_bars
 from foxhunt.data.seasonality import fit_profile, profile_at
+from foxhunt.data.windows import WindowedData
 from foxhunt.errors import InputError
-from foxhunt.evaluate import plots
 from foxhunt.evaluate.baselines import BASELINES, INTRADAY_ONLY, baseline_forecasts, garch_available
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
-from foxhunt.evaluate.memory_report import load_memory, memory_png
 from foxhunt.evaluate.metrics import MetricAccumulator, skill
 from foxhunt.evaluate.period import scoring_start
 from foxhunt.evaluate.predict import (
@@ -42,8 +41,10 @@ from foxhunt.evaluate.predict import (
     write_forecasts,
 )
 from foxhunt.evaluate.report import write_report
+from foxhunt.evaluate.verdict import seed_spread, verdict
 from foxhunt.model.tft import variable_names
 from foxhunt.train.checkpoint import LoadedModel, load_model
+from foxhunt.train.seeds import SEEDS_FILE
 
 log = logging.getLogger("foxhunt.evaluate")
 FAN_POINTS = 300  # origins shown in each series' fan chart (the most recent ones)
@@ -104,14 +105,16 @@ def evaluate_run(
     model_metrics = score(scored.actual, scored.quantiles, scored.series, qs, series_names, directional)
     raw_metrics = (None if scored.raw is None
                    else score(scored.actual, scored.raw, scored.series, qs, series_names, directional))
-    baseline_q = baselines(lm, data, loaded.bars, scored, model_dir)
+    cut = baseline_cut(model_dir, int(scored.origin_ns.min()))
+    baseline_q = baselines(data, loaded.bars, scored, cut, qs, lm.data_cfg.adjust)
     baseline_metrics = {k: score(scored.actual, v, scored.series, qs, series_names, directional)
                         for k, v in baseline_q.items()}
     skills = {k: skill(model_metrics["overall"]["q_risk"], m["overall"]["q_risk"]) for k, m in baseline_metrics.items()}
+    claim = verdict_of(model_metrics, baseline_metrics, qs, applied, lm.transform.intraday, model_dir)
     period = {"first_origin": _iso(scored.origin_ns.min()), "last_origin": _iso(scored.origin_ns.max()),
               "origins": int(len(scored.origin_ns)), "scored": scored_what}
     calibration = calibration_result(lm, applied, why_not, model_metrics, raw_metrics)
-    result = {"model": model_metrics, "baselines": baseline_metrics, "skill": skills, "period": period,
+    result = {"verdict": claim, "model": model_metrics, "baselines": baseline_metrics, "skill": skills, "period": period,
               "target": lm.schema.target, "quantile_crossings": crossings, "model_dir": str(model_dir),
               "calibration": calibration}
     if raw_metrics is not None:
@@ -123,6 +126,7 @@ def evaluate_run(
         write_json(out_dir / "interpretation.json", interpretation)
     others = {k: v for k, v in models.items() if k != "model"}
     write_report(out_dir / "report.html", title=f"foxhunt evaluation: {lm.schema.target}", metrics=models,
+                 claim=[claim["sentence"], *([claim["seed_spread"]] if claim["seed_spread"] else [])],
                  baselines=baseline_metrics,
                  images=images(scored, qs, series_names, model_metrics, {**others, **baseline_metrics},
                                interpretation if forecasts is None else None, model_dir),
@@ -194,9 +198,13 @@ def read_forecasts(path: Path, data: PreparedData, ids: torch.Tensor, lm: Loaded
     if joined.height == 0:
         raise InputError(f"{path}: no forecast matches an origin of these bars; predict on the same file first")
     q = np.stack([np.stack(joined[c].to_list()) for c in cols], axis=-1)  # (K, D, Q)
-    win = torch.from_numpy(joined["window"].to_numpy().copy())
-    return Scored(w.series_index(win).numpy(), (w.starts[win] + w.encoder_length - 1).numpy(),
-                  joined["origin_ns"].to_numpy(), q, w.actual(win).numpy().astype(np.float64))
+    return scored_windows(w, torch.from_numpy(joined["window"].to_numpy().copy()), q)
+
+
+def scored_windows(w: WindowedData, ids: torch.Tensor, quantiles: np.ndarray) -> Scored:
+    """The windows `ids` with their (K, D, Q) `quantiles` (Q may be 0: baselines alone are scored there)."""
+    return Scored(w.series_index(ids).numpy(), (w.starts[ids] + w.encoder_length - 1).numpy(),
+                  w.origin_ns(ids).numpy(), quantiles, w.actual(ids).numpy().astype(np.float64))
 
 
 def score(y: np.ndarray, q: np.ndarray, series: np.ndarray, qs: tuple[float, ...], names: tuple[str, ...],
@@ -213,16 +221,23 @@ def score(y: np.ndarray, q: np.ndarray, series: np.ndarray, qs: tuple[float, ...
     return res
 
 
-def baselines(lm: LoadedModel, data: PreparedData, bars: pl.DataFrame, scored: Scored,
-              model_dir: Path) -> dict[str, np.ndarray]:
-    """Each baseline's (K, D, Q) on the scored origins; fitted per series on rows before the baseline cut."""
-    w = data.windows
-    cut = baseline_cut(model_dir, int(scored.origin_ns.min()))
-    kinds = [k for k in BASELINES if (k != "garch_t" or garch_available())
-             and (k not in INTRADAY_ONLY or lm.transform.intraday)]
+def expected_baselines(intraday: bool) -> dict[str, str | None]:
+    """The baselines this data calls for, each with the reason it cannot be scored here (None: it can)."""
+    return {k: "the arch package is not installed: pip install 'foxhunt[garch]'"
+            if k == "garch_t" and not garch_available() else None
+            for k in BASELINES if k not in INTRADAY_ONLY or intraday}
+
+
+def baselines(data: PreparedData, bars: pl.DataFrame, scored: Scored, cut: int, quantiles: tuple[float, ...],
+              adjust: str) -> dict[str, np.ndarray]:
+    """Each baseline's (K, D, Q) on the scored origins; fitted per series on rows before `cut` (ns). `bars` are the
+    loaded bars `data` was prepared from (the baselines read each contract's own returns and ranges from them);
+    `adjust` is the run's --adjust."""
+    w, tf = data.windows, data.transform
+    kinds = [k for k, why in expected_baselines(tf.intraday).items() if why is None]
     if "garch_t" not in kinds:
         log.warning("GARCH baseline skipped: install foxhunt[garch] (the arch package) to include it")
-    out = {k: np.full(scored.quantiles.shape, np.nan) for k in kinds}
+    out = {k: np.full((*scored.actual.shape, len(quantiles)), np.nan) for k in kinds}
     sidx, ts, real = w.series_idx.numpy(), w.ts_ns.numpy(), w.real.numpy()
     for s, name in enumerate(w.series_names):  # a handful of series
         rows = np.flatnonzero((sidx == s) & real)
@@ -238,33 +253,31 @@ def baselines(lm: LoadedModel, data: PreparedData, bars: pl.DataFrame, scored: S
         origins = scored.origin_row[pick] - rows[0]
         own = bars.filter(pl.col("series") == name).sort("ts")
         # the contract's own returns, as the model's features: adjusted closes would carry later roll gaps
-        own_feats = raw_features(own, lm.data_cfg.adjust, "log_return")
+        own_feats = raw_features(own, adjust, "log_return")
         ret = own_feats["log_return"].to_numpy()
         returns = np.concatenate([[np.nan], ret[1:]]) if len(ret) == len(rows) else None
         profile = None
-        if lm.transform.intraday and len(ret) == len(rows):
+        if tf.intraday and len(ret) == len(rows):
             profile = _season(own_feats["log_range"].to_numpy(), ts[rows], train_mask, scored.origin_ns[pick],
-                              w.horizon, lm)
+                              w.horizon, tf)
         for k in kinds:
             try:
-                out[k][pick] = baseline_forecasts(k, target_name=lm.schema.target, target=target,
+                out[k][pick] = baseline_forecasts(k, target_name=data.schema.target, target=target,
                                                   train_mask=train_mask, origins=origins, horizon=w.horizon,
-                                                  quantiles=lm.model_cfg.quantiles, returns=returns,
-                                                  profile=profile)
+                                                  quantiles=quantiles, returns=returns, profile=profile)
             except (InputError, ValueError) as e:
                 log.warning("series %s: baseline %s left out (%s)", name, k, e)
     return {k: v for k, v in out.items() if np.isfinite(v).any()}
 
 
 def _season(log_range: np.ndarray, ts: np.ndarray, train_mask: np.ndarray, origin_ns: np.ndarray, horizon: int,
-            lm: LoadedModel) -> tuple[np.ndarray, np.ndarray] | None:
+            tf: FittedTransform) -> tuple[np.ndarray, np.ndarray] | None:
     """The seasonal baseline's time-of-day profile, fitted like the model's (seasonality.py) on this series' rows
     before the baseline cut, at each row (n,) and at each origin's forecast-step grid times (K, H)."""
     x2 = log_range**2
     fit = train_mask & np.isfinite(x2)
     if not fit.any() or not x2[fit].mean() > 0:
         return None
-    tf = lm.transform
     season = fit_profile(ts, x2 / x2[fit].mean(), fit, tf.exchange_tz)
     grid = future_timestamps(origin_ns, tf.bar_spacing_ns, horizon, True, tf.exchange_tz)  # (K, H)
     return profile_at(ts, season), profile_at(grid, season)
@@ -272,18 +285,53 @@ def _season(log_range: np.ndarray, ts: np.ndarray, train_mask: np.ndarray, origi
 
 def baseline_cut(model_dir: Path, first_origin_ns: int) -> int:
     """Baselines fit on the model's training period, and never past the first evaluated origin."""
-    cut = first_origin_ns + 1
     summary = Path(model_dir) / "data_summary.json"
-    if summary.exists():
-        train_end = json.loads(summary.read_text()).get("train_end")
-        if train_end:
-            cut = min(cut, int(np.datetime64(train_end.replace("+00:00", "").rstrip("Z"), "ns").astype(np.int64)))
+    train_end = json.loads(summary.read_text()).get("train_end") if summary.exists() else None
+    return cut_before(train_end, first_origin_ns)
+
+
+def cut_before(train_end: str | None, first_origin_ns: int) -> int:
+    """The end (ns, exclusive) of the rows baselines fit on: the training cut, never past the first scored origin."""
+    cut = first_origin_ns + 1
+    if train_end:
+        cut = min(cut, int(np.datetime64(train_end.replace("+00:00", "").rstrip("Z"), "ns").astype(np.int64)))
     return cut
+
+
+def verdict_of(model: dict[str, Any], base: dict[str, dict[str, Any]], qs: tuple[float, ...], applied: bool | None,
+               intraday: bool, model_dir: Path) -> dict[str, Any]:
+    """metrics.json "verdict": the sentence the console and the report open with (evaluate/verdict.py), and the
+    seed spread when the run kept the best of several seeds (its seeds.json), since the claim depends on it."""
+    who = "The calibrated model" if applied else "The model (uncalibrated)" if applied is False else "The model"
+    missing = {k: why or "it could not be fitted; see the warnings above"
+               for k, why in expected_baselines(intraday).items() if k not in base}
+    out = verdict(model["overall"]["q_risk"], {k: m["overall"]["q_risk"] for k, m in base.items()}, qs, who,
+                  missing).to_dict()
+    seeds = read_seeds(Path(model_dir))
+    out["seed_spread"] = seed_spread(seeds, qs) if seeds else None
+    return out
+
+
+def read_seeds(model_dir: Path) -> dict[str, Any] | None:
+    """The run's seeds.json (written by `foxhunt train --seeds N`), or None without one."""
+    path = model_dir / SEEDS_FILE
+    if not path.exists():
+        return None
+    try:
+        seeds = json.loads(path.read_text(encoding="utf-8"))
+        return seeds if isinstance(seeds, dict) else None
+    except (OSError, ValueError):
+        log.warning("%s cannot be read: the seed spread is left out of the verdict", path)
+        return None
 
 
 def images(scored: Scored, qs: tuple[float, ...], names: tuple[str, ...], model: dict[str, Any],
            base: dict[str, dict[str, Any]], interpretation: dict[str, Any] | None,
            model_dir: Path) -> dict[str, bytes]:
+    # matplotlib loads here, not with this module: training imports the baselines above for its final line
+    from foxhunt.evaluate import plots
+    from foxhunt.evaluate.memory_report import load_memory, memory_png
+
     imgs: dict[str, bytes] = {}
     for s, name in enumerate(names):
         pick = np.flatnonzero(scored.series == s)[-FAN_POINTS:]

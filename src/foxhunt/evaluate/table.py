@@ -1,4 +1,5 @@
-"""The evaluation result as a plain-text table for the terminal (the same numbers as metrics.json)."""
+"""The evaluation result for the terminal: the verdict sentence first, then a plain-text table (the same numbers as
+metrics.json)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ def format_results(result: dict[str, Any]) -> str:
     sources = {"model": model, **raw, **result["baselines"]}
     qcols = "".join(f"{'qrisk p' + format(q * 100, 'g'):>12}" for q in qs)
     header = f"{'source':<20}{qcols}{'pinball':>10}{'MAE p50':>10}{'cover':>8}{'hit':>7}{'IC':>8}"
+    claim = result.get("verdict") or {}
     lines = [
+        *[c for c in (claim.get("sentence"), claim.get("seed_spread")) if c],
         f"target {result['target']}; {result['period']['origins']:,} origins from "
         f"{result['period']['first_origin']} to {result['period']['last_origin']}"
         + (f" ({result['period']['scored']})" if result["period"].get("scored") else ""),

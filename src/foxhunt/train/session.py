@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from foxhunt.train.checkpoint import load_checkpoint, save_model_json, save_weig
 from foxhunt.train.config import AUTO, TrainConfig
 from foxhunt.train.console import WarningCounter, data_line, next_commands, plan_line, vs_baseline
 from foxhunt.train.device import apply_memory_budget, resolve_device
-from foxhunt.train.distributed import SINGLE, Dist, console_of, init_from_env, teardown
+from foxhunt.train.distributed import Dist, console_of, init_from_env, teardown
 from foxhunt.train.faults import FaultInjector
 from foxhunt.train.interrupt import Interrupted, StopRequest
 from foxhunt.train.loop import FitState, fit
@@ -65,19 +65,37 @@ def warn_if_cpus_busy() -> None:
                     max(1, cores - others))
 
 
+# (prepared data, data config, quantiles, the best epoch's validation q-risk) -> the final line's comparison with the
+# baselines on validation. The CLI passes evaluate's (evaluate/validation.py): train never imports evaluate.
+Judge = Callable[[PreparedData, DataConfig, tuple[float, ...], Mapping[str, float]], str | None]
+
+
 @dataclass
 class TrainResult:
     run: RunDir
     state: FitState
     baseline: ValResult
     n_params: int
+    claim: str | None = None  # the judge's clause for the best epoch
+
+
+@dataclass(frozen=True)
+class _Hooks:
+    """What a caller hangs on one run: see `train_run`."""
+
+    on_epoch: Callable[[dict[str, Any]], None] | None = None
+    tracking: TrackingConfig | None = None
+    judge: Judge | None = None
+    final: bool = True
 
 
 def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool = False,
               on_epoch: Callable[[dict[str, Any]], None] | None = None,
-              tracking: TrackingConfig | None = None) -> TrainResult:
-    """Train one run into `cfg.run_dir`; `on_epoch` sees each epoch's record (train/loop.py `fit`); `tracking`
-    also copies the records to MLflow / TensorBoard (rank 0 only)."""
+              tracking: TrackingConfig | None = None, judge: Judge | None = None, final: bool = True) -> TrainResult:
+    """One training run into `cfg.run_dir`. `on_epoch` sees each epoch's record (train/loop.py `fit`); `tracking`
+    also copies the records to MLflow / TensorBoard (rank 0 only). `judge` compares the best epoch with the
+    baselines for the final line (without one, it compares the validation loss with the training-set quantiles');
+    `final=False` leaves the final lines to the caller (train/seeds.py prints them once, for the seed it keeps)."""
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
@@ -86,14 +104,13 @@ def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, re
     try:
         with console_of(dist):
             return _train_rank(data_cfg, model_cfg, cfg, dist.device if dist.active else device, dist, resume,
-                               on_epoch, tracking)
+                               _Hooks(on_epoch, tracking, judge, final))
     finally:
         teardown(dist)
 
 
 def _train_rank(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device, dist: Dist,
-                resume: bool, on_epoch: Callable[[dict[str, Any]], None] | None = None,
-                tracking: TrackingConfig | None = None) -> TrainResult:
+                resume: bool, hooks: _Hooks) -> TrainResult:
     precision = resolve_precision(cfg.precision, device)  # one the device cannot run stops before any file is read
     if isinstance(cfg.batch_size, int):
         dist.check_batch_size(cfg.batch_size)
@@ -108,8 +125,7 @@ def _train_rank(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, 
         if cfg.deterministic:
             use_deterministic_kernels(device)
         with stop:
-            return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop, warnings, dist,
-                          on_epoch, tracking)
+            return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop, warnings, dist, hooks)
     except KeyboardInterrupt:  # a second signal, one before training started, or Ctrl-C outside the handlers
         raise Interrupted(stop.signum or signal.SIGINT, run.root, run.checkpoint.exists()) from None
     finally:
@@ -182,8 +198,7 @@ def _refuse_new_batch_mid_epoch(run: RunDir, checkpoint: dict[str, Any] | None, 
 
 def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
            precision: str, resume: bool, stop: StopRequest, warnings: WarningCounter,
-           dist: Dist = SINGLE, on_epoch: Callable[[dict[str, Any]], None] | None = None,
-           tracking: TrackingConfig | None = None) -> TrainResult:
+           dist: Dist, hooks: _Hooks) -> TrainResult:
     checkpoint = load_checkpoint(run.checkpoint) if resume else None  # a bad one stops before any work
     tracker = MemoryTracker(device, run.memory if dist.is_main else None, logging.getLogger("foxhunt.memory"),
                             cfg.memory_log_every)
@@ -235,7 +250,8 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
     log.info(plan_line(plan, batch_size // dist.world_size, val_batch_size, saved=saved is not None), extra=SHOW)
     baseline = validate(TrainingQuantiles(data.windows, data.splits["train"], list(model_cfg.quantiles)),
                         data.windows, data.splits["val"], val_batch_size, list(model_cfg.quantiles), device)
-    log.info("baseline (training-set quantiles per series and horizon): val_loss %.5f  val_qrisk %s",
+    log.info("baseline for the loss scale (training-set quantiles per series and horizon; the final line compares "
+             "with every baseline): val_loss %.5f  val_qrisk %s",
              baseline.loss, " ".join(f"p{q * 100:g}={v:.4f}" for q, v in baseline.qrisk.items()), extra=SHOW)
 
     config = {
@@ -263,11 +279,11 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
                                                              variable_names(data.schema), strict=True))})
         save_weights(run.weights, state)
 
-    tracked = start_tracking(tracking, run, config) if dist.is_main else None
+    tracked = start_tracking(hooks.tracking, run, config) if dist.is_main else None
     try:
         state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
                     val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan, dist=dist,
-                    on_epoch=_both(tracked.epoch if tracked is not None else None, on_epoch))
+                    on_epoch=_both(tracked.epoch if tracked is not None else None, hooks.on_epoch))
         if dist.is_main:  # the other ranks are done: calibration reads the saved best weights
             log.info("%s", calibrate_run(run, data, device, state.val_batch_size or val_batch_size), extra=SHOW)
     except BaseException:
@@ -276,9 +292,20 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
         raise
     if tracked is not None:
         tracked.finish()
+    claim = None
     if dist.is_main:
-        final_lines(run, state, baseline, data_cfg, warnings)
-    return TrainResult(run, state, baseline, n_params)
+        best = best_record(state)
+        judge = hooks.judge
+        claim = None if judge is None or best is None else judge(data, data_cfg, model_cfg.quantiles,
+                                                                 best["val_qrisk"])
+        if hooks.final:
+            final_lines(run, state, baseline, data_cfg, warnings, claim)
+    return TrainResult(run, state, baseline, n_params, claim)
+
+
+def best_record(state: FitState) -> dict[str, Any] | None:
+    """The metrics record of the best epoch (None when no epoch finished)."""
+    return next((r for r in state.history if r["epoch"] == state.best_epoch), None)
 
 
 def _write_nothing(path: Path, obj: Any) -> None:
@@ -298,16 +325,18 @@ def global_batch_sizes(dist: Dist, cfg: TrainConfig, batch_size: int, val_batch_
 
 
 def final_lines(run: RunDir, state: FitState, baseline: ValResult, data_cfg: DataConfig,
-                warnings: WarningCounter) -> None:
-    """Where everything is: the run's warnings again, the best epoch against the baseline and the run directory
-    (the line --quiet keeps), then the next commands with this run's paths."""
+                warnings: WarningCounter, claim: str | None = None) -> None:
+    """Where everything is: the run's warnings again, the best epoch against the baselines (`claim`, else the
+    training-set quantiles' loss) and the run directory (the line --quiet keeps), then the next commands with this
+    run's paths."""
     repeat = warnings.summary(run.log)
     if repeat is not None:
         log.warning(repeat)
-    best = next((r for r in state.history if r["epoch"] == state.best_epoch), None)
+    best = best_record(state)
     if best is not None:
-        log.info("best epoch %d: %s; run directory %s", best["epoch"], vs_baseline(best["val_loss"], baseline.loss),
-                 run.root, extra=FINAL)
+        versus = (f"val_loss {best['val_loss']:.5f}; {claim}" if claim is not None
+                  else vs_baseline(best["val_loss"], baseline.loss))
+        log.info("best epoch %d: %s; run directory %s", best["epoch"], versus, run.root, extra=FINAL)
     else:
         log.info("no epoch finished; run directory %s", run.root, extra=FINAL)
     log.info("next:\n%s", "\n".join("  " + c for c in next_commands(run.root, data_cfg.paths)),
