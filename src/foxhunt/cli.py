@@ -263,7 +263,7 @@ def train(
     model_cfg = settings.model_config(v, data_cfg)
     data_cfg = dataclasses.replace(data_cfg, paths=_paths(v))
     if n_seeds > 1:
-        if tracking is not None:
+        if tracking.backends:
             raise InputError("--track with --seeds is not supported; track a single-seed run (--seed S)")
         train_seeds(data_cfg, model_cfg, train_cfg, n_seeds, judge)
     else:
