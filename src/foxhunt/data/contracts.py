@@ -39,10 +39,13 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import polars as pl
 
+from foxhunt.data.calendar import local_ns
+from foxhunt.data.order import gather, same_as_next, sort_keys, stable_order
 from foxhunt.data.rolls import CONTINUOUS_RE, continuous_file_rolls, pick_fronts
-from foxhunt.data.sessions import CME_EQUITY, session_shift
+from foxhunt.data.sessions import CME_EQUITY, DAY_NS, MIN_NS, session_shift
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -112,15 +115,25 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
         .filter(pl.col("root").str.contains("[A-Z]").fill_null(False))  # a root has a letter: "1H4" is none
         .with_columns(base=pl.lit(10, dtype=pl.Int32).pow(pl.col("digits").str.len_chars()).cast(pl.Int32))
     )
-    bar_year = pl.col("ts").dt.year().cast(pl.Int32)
+    # One row per distinct symbol, looked up by its rank: a join on millions of strings costs far more.
+    distinct = df.get_column("symbol").drop_nulls().unique().sort()
+    table = (
+        pl.DataFrame({"symbol": distinct})
+        .join(symbols, on="symbol", how="left", maintain_order="left")
+        .with_columns(_shift=session_shift(pl.col("root")) * MIN_NS)
+    )
+    code = df.get_column("symbol").cast(pl.Enum(distinct.to_list())).to_physical()  # (N,) row of `table`
+    per_bar = table.select(pl.all().exclude("symbol").gather(code)).with_columns(
+        pl.col("_shift").fill_null(CME_EQUITY.shift_min * MIN_NS)  # a null symbol: the default session
+    )
+    ts = df.get_column("ts")
+    local = local_ns(ts.dt.epoch("ns").to_numpy() + per_bar.get_column("_shift").to_numpy(), exchange_tz)
+    trade = pl.Series("trade_date", local // DAY_NS).cast(pl.Int32).cast(pl.Date)  # (N,) exchange date + shift
+    bar_year = ts.dt.year().cast(pl.Int32)
     # The first year not before the bar's year that ends in the symbol's digits.
-    year = bar_year + (pl.col("digits").cast(pl.Int32) - bar_year) % pl.col("base")
-    return (
-        df.join(symbols, on="symbol", how="left")
-        .with_columns(
-            expiry=year * 12 + pl.col("month"), trade_date=trade_date(pl.col("ts"), exchange_tz, pl.col("root"))
-        )
-        .drop("month", "digits", "base")
+    year = bar_year + (per_bar.get_column("digits").cast(pl.Int32) - bar_year) % per_bar.get_column("base")
+    return df.with_columns(
+        per_bar.get_column("root"), expiry=year * 12 + per_bar.get_column("month"), trade_date=trade
     )
 
 
@@ -140,9 +153,10 @@ def build_series(
     own_high, own_low, own_close, roll_log_ratio, roll_gap; roll table; {contracts_mode, contracts_kept, contracts_dropped}).
     `roll_confirm`: sessions the next contract must out-trade the front before a volume roll (see rolls.py).
     """
-    is_fut = pl.col("root").is_not_null()
-    is_cont = ~is_fut & pl.col("symbol").str.contains(CONTINUOUS_RE).fill_null(False)
-    has_futures = df.select(is_fut.any() | is_cont.any()).item()
+    is_fut = df.get_column("root").is_not_null()  # (N,) masks, each computed once
+    names = df.get_column("symbol").drop_nulls().unique()
+    is_cont = ~is_fut & df.get_column("symbol").is_in(names.filter(names.str.contains(CONTINUOUS_RE)).implode())
+    has_futures = bool(is_fut.any() or is_cont.any())
     if mode == "continuous" and not has_futures:
         found = ", ".join(df.get_column("symbol").unique().sort().head(10).to_list())
         raise InputError(
@@ -155,7 +169,7 @@ def build_series(
         report_mode = "each" if mode == "each" and has_futures else "symbols"
     else:
         parts, roll_frames = [], []
-        fut = df.filter(is_fut)
+        fut = df if is_fut.all() else df.filter(is_fut)  # most files are all futures: no copy
         if fut.height:
             front, roll_df = _front_and_rolls(fut, roll_confirm)
             parts.append(_apply_front(fut, front, roll_df, adjust))
@@ -166,26 +180,33 @@ def build_series(
             roll_df = _priced(roll_df)
             parts.append(_adjust(bars, roll_df, adjust))
             roll_frames.append(roll_df)
-        others = _unadjusted(df.filter(~is_fut & ~is_cont).with_columns(series=pl.col("symbol")))
+        others = _unadjusted(df.filter(~is_fut & ~is_cont.fill_null(False)).with_columns(series=pl.col("symbol")))
         _check_clash([p.get_column("series").unique() for p in [*parts, others]])
         out = pl.concat([p.select(others.columns) for p in parts] + [others], how="vertical")
         rolls = _roll_dicts(pl.concat([r.select(ROLL_COLUMNS) for r in roll_frames], how="vertical"))
         report_mode = "continuous"
-    before = out.height
-    out = (
-        out.select("series", "ts", *PRICES, "volume", *OWN, contract=pl.col("symbol"))
-        .unique(subset=["series", "ts"], keep="last", maintain_order=True)
-        .sort("series", "ts")
-        .select("series", "ts", *PRICES, "volume", "contract", *OWN)
-    )
-    if out.height < before:
-        log.warning(
-            "%d bars shared a timestamp within one series (two symbols for one contract); kept the last",
-            before - out.height,
-        )
+    out, shared = _sorted_last(out.select("series", "ts", *PRICES, "volume", pl.col("symbol").alias("contract"), *OWN))
+    if shared:
+        log.warning("%d bars shared a timestamp within one series (two symbols for one contract); kept the last", shared)
     kept = sorted(out.get_column("contract").unique().to_list())
     dropped = sorted(set(df.get_column("symbol").unique().to_list()) - set(kept))
     return out, rolls, {"contracts_mode": report_mode, "contracts_kept": kept, "contracts_dropped": dropped}
+
+
+def _sorted_last(bars: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """`bars` sorted by (series, ts), keeping the last of rows that share both; also how many were dropped.
+
+    A stable sort keeps such rows in their order in `bars`, so the last of each run is the one to keep.
+    """
+    keys = sort_keys(bars, ("series", "ts"))
+    order = stable_order(keys)
+    if order is not None:
+        keys = [k[order] for k in keys]
+    keep = ~same_as_next(keys)  # (N,)
+    dropped = int(len(keep) - keep.sum())
+    if dropped:
+        order = np.flatnonzero(keep) if order is None else order[keep]
+    return gather(bars, order), dropped
 
 
 def _check_clash(names: list[pl.Series]) -> None:
@@ -293,10 +314,30 @@ def _roll_prices(fut: pl.DataFrame, rolls: pl.DataFrame) -> pl.DataFrame:
 
 
 def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFrame:
-    """Keep each trade date's front-contract bars, numbered by segment, and back-adjust them."""
-    bars = fut.join(front.select("root", "trade_date", "front", "seg"), on=["root", "trade_date"])
-    bars = bars.filter(pl.col("expiry") == pl.col("front")).with_columns(series=pl.col("root"))
-    return _adjust(bars.drop("front").sort("series", "ts"), rolls, adjust)
+    """Keep each trade date's front-contract bars, numbered by segment, sorted by (series, ts), and back-adjust them.
+
+    The front of each bar's (root, trade date) is found by a binary search in the small front table: a join of
+    millions of bars on (root, date) costs several times more.
+    """
+    roots = fut.get_column("root").unique().sort()
+    code = fut.get_column("root").cast(pl.Enum(roots.to_list())).to_physical().to_numpy().astype(np.int64)  # (N,)
+    day = fut.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)  # (N,)
+    table = front.filter(pl.col("root").is_in(roots.implode()))
+    t_code = table.get_column("root").cast(pl.Enum(roots.to_list())).to_physical().to_numpy().astype(np.int64)
+    t_day = table.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)
+    lo = min(day.min(), t_day.min()) if len(t_day) else 0
+    span = max(day.max(), t_day.max()) - lo + 1 if len(t_day) else 1
+    key, t_key = code * span + (day - lo), t_code * span + (t_day - lo)  # (N,), (F,) one int per (root, date)
+    by_key = np.argsort(t_key)
+    at = by_key[np.minimum(np.searchsorted(t_key, key, sorter=by_key), len(t_key) - 1)]  # (N,) candidate row
+    hit = t_key[at] == key
+    expiry = fut.get_column("expiry").to_numpy()
+    keep = np.flatnonzero(hit & (expiry == table.get_column("front").to_numpy()[at]))  # (M,) front bars
+    ts = fut.get_column("ts").dt.epoch("ns").to_numpy()
+    rows = keep[np.lexsort((ts[keep], code[keep]))]  # sorted by (series = root, ts)
+    seg = pl.Series("seg", table.get_column("seg").to_numpy()[at[rows]])
+    bars = gather(fut, rows).with_columns(seg, series=pl.col("root"))
+    return _adjust(bars, rolls, adjust)
 
 
 def _adjust(bars: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFrame:
