@@ -43,7 +43,7 @@ import numpy as np
 import polars as pl
 
 from foxhunt.data.calendar import local_ns
-from foxhunt.data.order import gather, same_as_next, sort_keys, stable_order
+from foxhunt.data.order import gather, new_group, same_as_next, sort_keys, stable_order
 from foxhunt.data.rolls import CONTINUOUS_RE, continuous_file_rolls, pick_fronts
 from foxhunt.data.sessions import CME_EQUITY, DAY_NS, MIN_NS, session_shift
 from foxhunt.errors import InputError
@@ -54,6 +54,7 @@ MONTH_CODES = "FGHJKMNQUVXZ"
 FUTURES_RE = r"^([A-Z0-9]{1,4}?)([FGHJKMNQUVXZ])(\d{1,2})$"
 SPREAD_RE = r"[-: ]"
 PRICES = ("open", "high", "low", "close")
+SEG_SPAN = 1 << 32  # segments (rolls) of one series are numbered below this
 OWN = ("own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap")  # what features read: see _adjust
 
 
@@ -343,7 +344,7 @@ def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, ad
 def _adjust(bars: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFrame:
     """Back-adjust the displayed prices of every segment before a roll and keep each contract's own prices.
 
-    `bars` (sorted by series, ts) carry `seg`; segment s (between roll s and roll s + 1) is scaled by the product of
+    `bars` (sorted by series, ts) carry `seg` (at most SEG_SPAN segments a series); segment s (between roll s and roll s + 1) is scaled by the product of
     the ratios of all later rolls (ratio) or shifted by the sum of their gaps (difference), so the latest segment keeps
     its raw prices. Those factors depend on rolls that come later, so features never read adjusted prices: they use
     own_high/own_low/own_close (the contract's unadjusted prices) and roll_log_ratio, ln(new / old) of the roll that
@@ -362,26 +363,43 @@ def _adjust(bars: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFram
         "series", "seg", _lr=pl.when("paired").then(pl.col("ratio").log()).otherwise(None),
         _gap=pl.when("paired").then(pl.col("gap")).otherwise(None),
     )
-    starts = (pl.col("seg") != pl.col("seg").shift(1)).over("series").fill_null(False)
-    bars = (
-        bars.with_columns(_start=starts)  # before the joins, which need not keep the row order
-        .join(later, on=["series", "seg"], how="left")
-        .join(at_roll, on=["series", "seg"], how="left")
-        .with_columns(
-            pl.col("factor").fill_null(1.0),
-            pl.col("shift").fill_null(0.0),
-            own_high=pl.col("high"),
-            own_low=pl.col("low"),
-            own_close=pl.col("close"),
-            roll_log_ratio=pl.when("_start").then(pl.col("_lr")).otherwise(0.0),
-            roll_gap=pl.when("_start").then(pl.col("_gap")).otherwise(0.0),
-        )
+    factor, shift = _per_bar(bars, later, ("factor", "shift"))
+    lr, gap = _per_bar(bars, at_roll, ("_lr", "_gap"))
+    keys = sort_keys(bars, ("series", "seg"))
+    start = pl.Series(new_group(keys) & ~new_group(keys[:1]))  # (N,) a segment's first bar, not its series': a roll
+    bars = bars.with_columns(
+        factor.fill_null(1.0),
+        shift.fill_null(0.0),
+        own_high=pl.col("high"),
+        own_low=pl.col("low"),
+        own_close=pl.col("close"),
+        roll_log_ratio=pl.when(start).then(lr).otherwise(0.0),
+        roll_gap=pl.when(start).then(gap).otherwise(0.0),
     )
     if adjust == "ratio":
         bars = bars.with_columns(pl.col(c) * pl.col("factor") for c in PRICES)
     elif adjust == "difference":
         bars = bars.with_columns(pl.col(c) + pl.col("shift") for c in PRICES)
-    return bars.drop("factor", "shift", "_lr", "_gap", "_start", "seg")
+    return bars.drop("factor", "shift", "seg")
+
+
+def _per_bar(bars: pl.DataFrame, table: pl.DataFrame, columns: tuple[str, ...]) -> list[pl.Series]:
+    """`columns` of the row of `table` (one per series and seg) with each bar's series and seg, null where none: a
+    left join by binary search in the small table, where a join would copy every column of millions of bars."""
+    if not len(table) or not len(bars):
+        return [pl.Series(c, [None] * len(bars), dtype=table.schema[c]) for c in columns]
+    names = set(bars.get_column("series").unique().to_list()) | set(table.get_column("series").unique().to_list())
+    enum = pl.Enum(sorted(n for n in names if n is not None))
+
+    def key(frame: pl.DataFrame) -> np.ndarray:  # one int64 per (series, seg)
+        code = frame.get_column("series").cast(enum).to_physical().to_numpy().astype(np.int64)
+        return code * SEG_SPAN + frame.get_column("seg").to_numpy().astype(np.int64)
+
+    bar_key, table_key = key(bars), key(table)  # (N,), (R,)
+    by_key = np.argsort(table_key)
+    at = by_key[np.minimum(np.searchsorted(table_key, bar_key, sorter=by_key), len(table_key) - 1)]  # (N,)
+    miss = pl.Series(table_key[at] != bar_key)
+    return [table.get_column(c).gather(at).set(miss, None) for c in columns]
 
 
 ROLL_COLUMNS = ("series", "trade_date", "from", "to", "gap", "reason")
