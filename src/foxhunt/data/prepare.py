@@ -198,7 +198,7 @@ def prepare_from_bars(
 def _sorted(bars: pl.DataFrame) -> tuple[pl.DataFrame, list[str], np.ndarray, np.ndarray]:
     """Bars sorted by (series, ts) (sorted only if they are not already), the series names in that order, each
     row's index into the names (N,) and its timestamp in ns (N,)."""
-    sidx = sort_keys(bars, ("series",))[0]  # (N,) 0..S-1 in sorted name order
+    sidx = sort_keys(bars, ("series",))[0].copy()  # (N,) 0..S-1 in sorted name order (writable: a tensor shares it)
     ts_ns = bars["ts"].dt.epoch("ns").to_numpy()
     ds, dt = np.diff(sidx), np.diff(ts_ns)
     if not np.all((ds > 0) | ((ds == 0) & (dt >= 0))):
@@ -328,7 +328,7 @@ def _windowed(
         target_raw=torch.from_numpy(rows["target"]),
         center=torch.from_numpy(rows["center"]),
         scale=torch.from_numpy(rows["scale"]),
-        ts_ns=torch.from_numpy(np.ascontiguousarray(rows["ts"], dtype=np.int64)),
+        ts_ns=torch.from_numpy(np.array(rows["ts"], dtype=np.int64)),  # a copy: polars gave a read-only view
         real=torch.from_numpy(rows["real"]),
         series_idx=torch.from_numpy(rows["sidx"]),
         starts=torch.from_numpy(window_starts(first, end, e + d)),
