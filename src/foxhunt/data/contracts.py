@@ -56,6 +56,7 @@ SPREAD_RE = r"[-: ]"
 PRICES = ("open", "high", "low", "close")
 SEG_SPAN = 1 << 32  # segments (rolls) of one series are numbered below this
 OWN = ("own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap")  # what features read: see _adjust
+BAR_COLUMNS = ("series", "ts", *PRICES, "volume", "symbol", *OWN)  # what build_series keeps of each part
 
 
 def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
@@ -183,7 +184,7 @@ def build_series(
             roll_frames.append(roll_df)
         others = _unadjusted(df.filter(~is_fut & ~is_cont.fill_null(False)).with_columns(series=pl.col("symbol")))
         _check_clash([p.get_column("series").unique() for p in [*parts, others]])
-        out = pl.concat([p.select(others.columns) for p in parts] + [others], how="vertical")
+        out = pl.concat([p.select(BAR_COLUMNS) for p in parts] + [others.select(BAR_COLUMNS)], how="vertical")
         rolls = _roll_dicts(pl.concat([r.select(ROLL_COLUMNS) for r in roll_frames], how="vertical"))
         report_mode = "continuous"
     out, shared = _sorted_last(out.select("series", "ts", *PRICES, "volume", pl.col("symbol").alias("contract"), *OWN))
@@ -337,7 +338,8 @@ def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, ad
     ts = fut.get_column("ts").dt.epoch("ns").to_numpy()
     rows = keep[np.lexsort((ts[keep], code[keep]))]  # sorted by (series = root, ts)
     seg = pl.Series("seg", table.get_column("seg").to_numpy()[at[rows]])
-    bars = gather(fut, rows).with_columns(seg, series=pl.col("root"))
+    bars = gather(fut.select("ts", *PRICES, "volume", "symbol", "root"), rows)  # only what the output keeps
+    bars = bars.with_columns(seg, series=pl.col("root"))
     return _adjust(bars, rolls, adjust)
 
 

@@ -90,6 +90,8 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step)
     if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
         check_ratio_adjust(df.filter(pl.col("root").is_not_null()), paths)
+    # Row locators and ids are read by the checks above only: drop them before the series take memory of their own.
+    df = df.drop("file_idx", "row", "instrument_id", "rtype", "by_instrument")
     bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm)
     del df
     bars, filled = fill_gaps(bars, cfg.exchange_tz, grid_step_ns) if cfg.fill_gaps else (bars, None)
