@@ -67,11 +67,12 @@ def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """
     iid = pl.col("instrument_id")
     # A row outside every symbology interval has a null symbol: take the one its instrument has elsewhere.
-    df = df.with_columns(
-        pl.col("symbol").fill_null(
-            pl.when(iid.is_not_null()).then(pl.col("symbol").max().over("instrument_id"))
+    if df.get_column("symbol").null_count():  # a grouped pass over every row, only where it can change one
+        df = df.with_columns(
+            pl.col("symbol").fill_null(
+                pl.when(iid.is_not_null()).then(pl.col("symbol").max().over("instrument_id"))
+            )
         )
-    )
     not_outright = ~pl.col("symbol").str.contains(FUTURES_RE).fill_null(False)
     shared = (iid.n_unique().over("symbol") > 1) & iid.is_not_null() & not_outright
     named = pl.when(pl.col("symbol").is_null() & iid.is_not_null()).then(iid.cast(pl.Utf8))
