@@ -2,11 +2,14 @@
 
 A Databento-style parquet of 1-minute futures bars (four CME equity roots, quarterly contracts that roll with a week
 of overlap, rows sorted by time as Databento writes them) is written first; a fresh process then runs `load_bars` and
-`prepare_from_bars` on it, as `foxhunt train` does, and reports for every stage its time and its peak RSS above the
-RSS before loading (Linux VmHWM, reset before each stage through /proc/self/clear_refs). Issue 9's targets:
+`prepare_from_bars` on it, as `foxhunt train` does, and reports for every stage its wall time, its CPU time (all
+threads of the process: what the stage costs whatever else runs on the machine) and its peak RSS above the RSS
+before loading (Linux VmHWM, reset before each stage through /proc/self/clear_refs). Issue 9's targets, each
+printed with PASS or MISS:
 - peak RSS while loading and windowing at most 2x the final tensors above the interpreter and libraries (the RSS
   after a warm-up run on a small file, which also imports everything loaded lazily);
-- at least 1,000,000 rows/s.
+- at least 1,000,000 rows/s (judged on wall time; rows per CPU second over 2 cores is printed beside it, as the
+  rate an idle 2-core machine would reach).
 The reference for the window index is what a per-window copy would hold (W x T x F floats): it must stay O(rows x F).
 Run: python benchmarks/windows_2m.py [--rows 2000000] [--encoder-length 64] [--horizon 5]
 Numbers on a machine shared with other work vary by tens of percent; compare runs made side by side.
@@ -108,7 +111,7 @@ class Stages:
     """Wraps the pipeline's stage functions in their modules' namespaces: time and peak RSS of each call."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[str, float, float, float, float]] = []  # name, RSS before, peak, RSS after, s
+        self.rows: list[tuple[str, float, float, float, float, float]] = []  # name, RSS before, peak, after, s, cpu s
         self.peak = 0.0
 
     def hook(self, module, *names: str) -> None:
@@ -119,12 +122,12 @@ class Stages:
         def wrapped(*args, **kwargs):
             self.peak = max(self.peak, _status()[1])  # whatever ran between stages
             _reset_peak()
-            before, t0 = _status()[0], time.perf_counter()
+            before, t0, c0 = _status()[0], time.perf_counter(), time.process_time()
             out = fn(*args, **kwargs)
-            seconds = time.perf_counter() - t0
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             after, peak = _status()
             self.peak = max(self.peak, peak)
-            self.rows.append((name, before, peak, after, seconds))
+            self.rows.append((name, before, peak, after, seconds, cpu))
             _reset_peak()
             return out
 
@@ -151,9 +154,9 @@ def measure(path: str, small: str, encoder_length: int, horizon: int, batch_size
                 "_windowed", "data_summary")
     base = _status()[0]
     _reset_peak()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     data = prepare.prepare_data(cfg)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = max(stages.peak, _status()[1])
     w = data.windows
     tensors = sum(t.element_size() * t.nelement() for t in vars(w).values() if isinstance(t, torch.Tensor))
@@ -168,29 +171,36 @@ def measure(path: str, small: str, encoder_length: int, horizon: int, batch_size
         times.append(time.perf_counter() - t1)
     return {
         "rows_read": data.summary.get("rows_read") or pl.scan_parquet(path).select(pl.len()).collect().item(),
-        "rows_used": w.n_rows, "windows": w.n_windows, "seconds": seconds, "base_mb": base, "peak_mb": peak,
+        "rows_used": w.n_rows, "windows": w.n_windows, "seconds": seconds, "cpu_seconds": cpu, "base_mb": base, "peak_mb": peak,
         "tensors_mb": tensors / 2**20, "per_window_mb": per_window / 2**20, "batch_ms": 1e3 * float(np.median(times)),
         "threads": torch.get_num_threads(), "stages": stages.rows,
     }
 
 
 def report(m: dict, rows_file: int) -> None:
+    """One table per stage, then the totals against issue 9's two targets, each marked PASS or MISS.
+
+    rows/s is given on wall time and on CPU time spread over 2 cores (CPU seconds / 2): on a shared machine the wall
+    time includes waiting for the CPU, the CPU time does not (both are printed; the target is judged on wall time).
+    """
     above = m["peak_mb"] - m["base_mb"]
-    allowed = 2 * m["tensors_mb"]
+    ratio = above / m["tensors_mb"]
     rate = rows_file / m["seconds"]
-    print(f"{'stage':<20} {'s':>6} {'RSS before':>11} {'peak':>9} {'peak-before':>12} {'RSS after':>10}  (MiB)")
-    for name, before, peak, after, s in m["stages"]:
-        print(f"{name:<20} {s:6.2f} {before:11,.0f} {peak:9,.0f} {peak - before:12,.0f} {after:10,.0f}")
+    cpu_rate = rows_file / (m["cpu_seconds"] / 2)
+    print(f"{'stage':<20} {'wall s':>7} {'cpu s':>6} {'RSS before':>11} {'peak':>7} {'peak-before':>12} {'RSS after':>10}"
+          "  (MiB)")
+    for name, before, peak, after, s, cpu in m["stages"]:
+        print(f"{name:<20} {s:7.2f} {cpu:6.2f} {before:11,.0f} {peak:7,.0f} {peak - before:12,.0f} {after:10,.0f}")
     rows = [
         ("rows in the file / used", f"{rows_file:,} / {m['rows_used']:,}"),
         ("windows (all splits)", f"{m['windows']:,}"),
-        ("load_bars + prepare_from_bars", f"{m['seconds']:.2f} s"),
-        ("rows/s (target >= 1,000,000)", f"{rate:,.0f}  {'met' if rate >= 1e6 else 'MISSED'}"),
+        ("load_bars + prepare_from_bars", f"{m['seconds']:.2f} s wall, {m['cpu_seconds']:.2f} s CPU"),
+        ("rows/s on wall time (target >= 1,000,000)", f"{rate:,.0f}  {'PASS' if rate >= 1e6 else 'MISS'}"),
+        ("rows/s on CPU time / 2 cores", f"{cpu_rate:,.0f}  {'PASS' if cpu_rate >= 1e6 else 'MISS'}"),
         ("RSS: interpreter + libraries", f"{m['base_mb']:,.0f} MiB"),
         ("peak RSS while loading", f"{m['peak_mb']:,.0f} MiB ({above:,.0f} above the libraries)"),
         ("final tensors", f"{m['tensors_mb']:,.0f} MiB"),
-        ("peak above libraries / tensors (target <= 2)", f"{above / m['tensors_mb']:.2f}x  "
-                                                         f"{'met' if above <= allowed else 'MISSED'}"),
+        ("peak above libraries / tensors (target <= 2)", f"{ratio:.2f}x  {'PASS' if ratio <= 2 else 'MISS'}"),
         ("per-window copies would hold", f"{m['per_window_mb']:,.0f} MiB "
                                          f"({m['per_window_mb'] / m['tensors_mb']:,.1f}x the index)"),
         (f"batch of windows, {m['threads']} torch threads", f"{m['batch_ms']:.2f} ms"),

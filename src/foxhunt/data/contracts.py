@@ -39,10 +39,13 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import polars as pl
 
+from foxhunt.data.calendar import local_ns
+from foxhunt.data.order import gather, new_group, same_as_next, sort_keys, stable_order
 from foxhunt.data.rolls import CONTINUOUS_RE, continuous_file_rolls, pick_fronts
-from foxhunt.data.sessions import CME_EQUITY, session_shift
+from foxhunt.data.sessions import CME_EQUITY, DAY_NS, MIN_NS, session_shift
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -51,7 +54,9 @@ MONTH_CODES = "FGHJKMNQUVXZ"
 FUTURES_RE = r"^([A-Z0-9]{1,4}?)([FGHJKMNQUVXZ])(\d{1,2})$"
 SPREAD_RE = r"[-: ]"
 PRICES = ("open", "high", "low", "close")
+SEG_SPAN = 1 << 32  # segments (rolls) of one series are numbered below this
 OWN = ("own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap")  # what features read: see _adjust
+BAR_COLUMNS = ("series", "ts", *PRICES, "volume", "symbol", *OWN)  # what build_series keeps of each part
 
 
 def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
@@ -62,11 +67,12 @@ def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """
     iid = pl.col("instrument_id")
     # A row outside every symbology interval has a null symbol: take the one its instrument has elsewhere.
-    df = df.with_columns(
-        pl.col("symbol").fill_null(
-            pl.when(iid.is_not_null()).then(pl.col("symbol").max().over("instrument_id"))
+    if df.get_column("symbol").null_count():  # a grouped pass over every row, only where it can change one
+        df = df.with_columns(
+            pl.col("symbol").fill_null(
+                pl.when(iid.is_not_null()).then(pl.col("symbol").max().over("instrument_id"))
+            )
         )
-    )
     not_outright = ~pl.col("symbol").str.contains(FUTURES_RE).fill_null(False)
     shared = (iid.n_unique().over("symbol") > 1) & iid.is_not_null() & not_outright
     named = pl.when(pl.col("symbol").is_null() & iid.is_not_null()).then(iid.cast(pl.Utf8))
@@ -112,15 +118,25 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
         .filter(pl.col("root").str.contains("[A-Z]").fill_null(False))  # a root has a letter: "1H4" is none
         .with_columns(base=pl.lit(10, dtype=pl.Int32).pow(pl.col("digits").str.len_chars()).cast(pl.Int32))
     )
-    bar_year = pl.col("ts").dt.year().cast(pl.Int32)
+    # One row per distinct symbol, looked up by its rank: a join on millions of strings costs far more.
+    distinct = df.get_column("symbol").drop_nulls().unique().sort()
+    table = (
+        pl.DataFrame({"symbol": distinct})
+        .join(symbols, on="symbol", how="left", maintain_order="left")
+        .with_columns(_shift=session_shift(pl.col("root")) * MIN_NS)
+    )
+    code = df.get_column("symbol").cast(pl.Enum(distinct.to_list())).to_physical()  # (N,) row of `table`
+    per_bar = table.select(pl.all().exclude("symbol").gather(code)).with_columns(
+        pl.col("_shift").fill_null(CME_EQUITY.shift_min * MIN_NS)  # a null symbol: the default session
+    )
+    ts = df.get_column("ts")
+    local = local_ns(ts.dt.epoch("ns").to_numpy() + per_bar.get_column("_shift").to_numpy(), exchange_tz)
+    trade = pl.Series("trade_date", local // DAY_NS).cast(pl.Int32).cast(pl.Date)  # (N,) exchange date + shift
+    bar_year = ts.dt.year().cast(pl.Int32)
     # The first year not before the bar's year that ends in the symbol's digits.
-    year = bar_year + (pl.col("digits").cast(pl.Int32) - bar_year) % pl.col("base")
-    return (
-        df.join(symbols, on="symbol", how="left")
-        .with_columns(
-            expiry=year * 12 + pl.col("month"), trade_date=trade_date(pl.col("ts"), exchange_tz, pl.col("root"))
-        )
-        .drop("month", "digits", "base")
+    year = bar_year + (per_bar.get_column("digits").cast(pl.Int32) - bar_year) % per_bar.get_column("base")
+    return df.with_columns(
+        per_bar.get_column("root"), expiry=year * 12 + per_bar.get_column("month"), trade_date=trade
     )
 
 
@@ -140,9 +156,10 @@ def build_series(
     own_high, own_low, own_close, roll_log_ratio, roll_gap; roll table; {contracts_mode, contracts_kept, contracts_dropped}).
     `roll_confirm`: sessions the next contract must out-trade the front before a volume roll (see rolls.py).
     """
-    is_fut = pl.col("root").is_not_null()
-    is_cont = ~is_fut & pl.col("symbol").str.contains(CONTINUOUS_RE).fill_null(False)
-    has_futures = df.select(is_fut.any() | is_cont.any()).item()
+    is_fut = df.get_column("root").is_not_null()  # (N,) masks, each computed once
+    names = df.get_column("symbol").drop_nulls().unique()
+    is_cont = ~is_fut & df.get_column("symbol").is_in(names.filter(names.str.contains(CONTINUOUS_RE)).implode())
+    has_futures = bool(is_fut.any() or is_cont.any())
     if mode == "continuous" and not has_futures:
         found = ", ".join(df.get_column("symbol").unique().sort().head(10).to_list())
         raise InputError(
@@ -155,7 +172,7 @@ def build_series(
         report_mode = "each" if mode == "each" and has_futures else "symbols"
     else:
         parts, roll_frames = [], []
-        fut = df.filter(is_fut)
+        fut = df if is_fut.all() else df.filter(is_fut)  # most files are all futures: no copy
         if fut.height:
             front, roll_df = _front_and_rolls(fut, roll_confirm)
             parts.append(_apply_front(fut, front, roll_df, adjust))
@@ -166,26 +183,33 @@ def build_series(
             roll_df = _priced(roll_df)
             parts.append(_adjust(bars, roll_df, adjust))
             roll_frames.append(roll_df)
-        others = _unadjusted(df.filter(~is_fut & ~is_cont).with_columns(series=pl.col("symbol")))
+        others = _unadjusted(df.filter(~is_fut & ~is_cont.fill_null(False)).with_columns(series=pl.col("symbol")))
         _check_clash([p.get_column("series").unique() for p in [*parts, others]])
-        out = pl.concat([p.select(others.columns) for p in parts] + [others], how="vertical")
+        out = pl.concat([p.select(BAR_COLUMNS) for p in parts] + [others.select(BAR_COLUMNS)], how="vertical")
         rolls = _roll_dicts(pl.concat([r.select(ROLL_COLUMNS) for r in roll_frames], how="vertical"))
         report_mode = "continuous"
-    before = out.height
-    out = (
-        out.select("series", "ts", *PRICES, "volume", *OWN, contract=pl.col("symbol"))
-        .unique(subset=["series", "ts"], keep="last", maintain_order=True)
-        .sort("series", "ts")
-        .select("series", "ts", *PRICES, "volume", "contract", *OWN)
-    )
-    if out.height < before:
-        log.warning(
-            "%d bars shared a timestamp within one series (two symbols for one contract); kept the last",
-            before - out.height,
-        )
+    out, shared = _sorted_last(out.select("series", "ts", *PRICES, "volume", pl.col("symbol").alias("contract"), *OWN))
+    if shared:
+        log.warning("%d bars shared a timestamp within one series (two symbols for one contract); kept the last", shared)
     kept = sorted(out.get_column("contract").unique().to_list())
     dropped = sorted(set(df.get_column("symbol").unique().to_list()) - set(kept))
     return out, rolls, {"contracts_mode": report_mode, "contracts_kept": kept, "contracts_dropped": dropped}
+
+
+def _sorted_last(bars: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """`bars` sorted by (series, ts), keeping the last of rows that share both; also how many were dropped.
+
+    A stable sort keeps such rows in their order in `bars`, so the last of each run is the one to keep.
+    """
+    keys = sort_keys(bars, ("series", "ts"))
+    order = stable_order(keys)
+    if order is not None:
+        keys = [k[order] for k in keys]
+    keep = ~same_as_next(keys)  # (N,)
+    dropped = int(len(keep) - keep.sum())
+    if dropped:
+        order = np.flatnonzero(keep) if order is None else order[keep]
+    return gather(bars, order), dropped
 
 
 def _check_clash(names: list[pl.Series]) -> None:
@@ -293,16 +317,37 @@ def _roll_prices(fut: pl.DataFrame, rolls: pl.DataFrame) -> pl.DataFrame:
 
 
 def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFrame:
-    """Keep each trade date's front-contract bars, numbered by segment, and back-adjust them."""
-    bars = fut.join(front.select("root", "trade_date", "front", "seg"), on=["root", "trade_date"])
-    bars = bars.filter(pl.col("expiry") == pl.col("front")).with_columns(series=pl.col("root"))
-    return _adjust(bars.drop("front").sort("series", "ts"), rolls, adjust)
+    """Keep each trade date's front-contract bars, numbered by segment, sorted by (series, ts), and back-adjust them.
+
+    The front of each bar's (root, trade date) is found by a binary search in the small front table: a join of
+    millions of bars on (root, date) costs several times more.
+    """
+    roots = fut.get_column("root").unique().sort()
+    code = fut.get_column("root").cast(pl.Enum(roots.to_list())).to_physical().to_numpy().astype(np.int64)  # (N,)
+    day = fut.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)  # (N,)
+    table = front.filter(pl.col("root").is_in(roots.implode()))
+    t_code = table.get_column("root").cast(pl.Enum(roots.to_list())).to_physical().to_numpy().astype(np.int64)
+    t_day = table.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)
+    lo = min(day.min(), t_day.min()) if len(t_day) else 0
+    span = max(day.max(), t_day.max()) - lo + 1 if len(t_day) else 1
+    key, t_key = code * span + (day - lo), t_code * span + (t_day - lo)  # (N,), (F,) one int per (root, date)
+    by_key = np.argsort(t_key)
+    at = by_key[np.minimum(np.searchsorted(t_key, key, sorter=by_key), len(t_key) - 1)]  # (N,) candidate row
+    hit = t_key[at] == key
+    expiry = fut.get_column("expiry").to_numpy()
+    keep = np.flatnonzero(hit & (expiry == table.get_column("front").to_numpy()[at]))  # (M,) front bars
+    ts = fut.get_column("ts").dt.epoch("ns").to_numpy()
+    rows = keep[np.lexsort((ts[keep], code[keep]))]  # sorted by (series = root, ts)
+    seg = pl.Series("seg", table.get_column("seg").to_numpy()[at[rows]])
+    bars = gather(fut.select("ts", *PRICES, "volume", "symbol", "root"), rows)  # only what the output keeps
+    bars = bars.with_columns(seg, series=pl.col("root"))
+    return _adjust(bars, rolls, adjust)
 
 
 def _adjust(bars: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFrame:
     """Back-adjust the displayed prices of every segment before a roll and keep each contract's own prices.
 
-    `bars` (sorted by series, ts) carry `seg`; segment s (between roll s and roll s + 1) is scaled by the product of
+    `bars` (sorted by series, ts) carry `seg` (at most SEG_SPAN segments a series); segment s (between roll s and roll s + 1) is scaled by the product of
     the ratios of all later rolls (ratio) or shifted by the sum of their gaps (difference), so the latest segment keeps
     its raw prices. Those factors depend on rolls that come later, so features never read adjusted prices: they use
     own_high/own_low/own_close (the contract's unadjusted prices) and roll_log_ratio, ln(new / old) of the roll that
@@ -321,26 +366,43 @@ def _adjust(bars: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFram
         "series", "seg", _lr=pl.when("paired").then(pl.col("ratio").log()).otherwise(None),
         _gap=pl.when("paired").then(pl.col("gap")).otherwise(None),
     )
-    starts = (pl.col("seg") != pl.col("seg").shift(1)).over("series").fill_null(False)
-    bars = (
-        bars.with_columns(_start=starts)  # before the joins, which need not keep the row order
-        .join(later, on=["series", "seg"], how="left")
-        .join(at_roll, on=["series", "seg"], how="left")
-        .with_columns(
-            pl.col("factor").fill_null(1.0),
-            pl.col("shift").fill_null(0.0),
-            own_high=pl.col("high"),
-            own_low=pl.col("low"),
-            own_close=pl.col("close"),
-            roll_log_ratio=pl.when("_start").then(pl.col("_lr")).otherwise(0.0),
-            roll_gap=pl.when("_start").then(pl.col("_gap")).otherwise(0.0),
-        )
+    factor, shift = _per_bar(bars, later, ("factor", "shift"))
+    lr, gap = _per_bar(bars, at_roll, ("_lr", "_gap"))
+    keys = sort_keys(bars, ("series", "seg"))
+    start = pl.Series(new_group(keys) & ~new_group(keys[:1]))  # (N,) a segment's first bar, not its series': a roll
+    bars = bars.with_columns(
+        factor.fill_null(1.0),
+        shift.fill_null(0.0),
+        own_high=pl.col("high"),
+        own_low=pl.col("low"),
+        own_close=pl.col("close"),
+        roll_log_ratio=pl.when(start).then(lr).otherwise(0.0),
+        roll_gap=pl.when(start).then(gap).otherwise(0.0),
     )
     if adjust == "ratio":
         bars = bars.with_columns(pl.col(c) * pl.col("factor") for c in PRICES)
     elif adjust == "difference":
         bars = bars.with_columns(pl.col(c) + pl.col("shift") for c in PRICES)
-    return bars.drop("factor", "shift", "_lr", "_gap", "_start", "seg")
+    return bars.drop("factor", "shift", "seg")
+
+
+def _per_bar(bars: pl.DataFrame, table: pl.DataFrame, columns: tuple[str, ...]) -> list[pl.Series]:
+    """`columns` of the row of `table` (one per series and seg) with each bar's series and seg, null where none: a
+    left join by binary search in the small table, where a join would copy every column of millions of bars."""
+    if not len(table) or not len(bars):
+        return [pl.Series(c, [None] * len(bars), dtype=table.schema[c]) for c in columns]
+    names = set(bars.get_column("series").unique().to_list()) | set(table.get_column("series").unique().to_list())
+    enum = pl.Enum(sorted(n for n in names if n is not None))
+
+    def key(frame: pl.DataFrame) -> np.ndarray:  # one int64 per (series, seg)
+        code = frame.get_column("series").cast(enum).to_physical().to_numpy().astype(np.int64)
+        return code * SEG_SPAN + frame.get_column("seg").to_numpy().astype(np.int64)
+
+    bar_key, table_key = key(bars), key(table)  # (N,), (R,)
+    by_key = np.argsort(table_key)
+    at = by_key[np.minimum(np.searchsorted(table_key, bar_key, sorter=by_key), len(table_key) - 1)]  # (N,)
+    miss = pl.Series(table_key[at] != bar_key)
+    return [table.get_column(c).gather(at).set(miss, None) for c in columns]
 
 
 ROLL_COLUMNS = ("series", "trade_date", "from", "to", "gap", "reason")

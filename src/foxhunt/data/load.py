@@ -9,11 +9,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import build_series, drop_spreads, parse_futures, resolve_symbols
 from foxhunt.data.fill import fill_gaps
+from foxhunt.data.order import new_group, sort_keys
 from foxhunt.data.read import read_bars
 from foxhunt.data.rolls import FRONT_MISSING, INSTRUMENT_CHANGE, VOLUME
 from foxhunt.data.sessions import check_session_grid
@@ -73,7 +75,9 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     """
     raw, files = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale)
     paths = [f["path"] for f in files]
+    rows_read = raw.height
     df, _ = resolve_symbols(raw)
+    del raw  # each stage's input is dropped as soon as its output exists: one copy of the bars at a time
     df, spread_rows, spread_symbols = drop_spreads(df)
     if df.height == 0:
         raise InputError(
@@ -82,15 +86,19 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     df, stats = clean_bars(df, paths)
     df, stubs = merge_sunday_stubs(df)
     df = parse_futures(df, cfg.exchange_tz)
-    grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz)
+    step = spacing_ns(df)
+    grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step)
     if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
         check_ratio_adjust(df.filter(pl.col("root").is_not_null()), paths)
+    # Row locators and ids are read by the checks above only: drop them before the series take memory of their own.
+    df = df.drop("file_idx", "row", "instrument_id", "rtype", "by_instrument")
     bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm)
+    del df
     bars, filled = fill_gaps(bars, cfg.exchange_tz, grid_step_ns) if cfg.fill_gaps else (bars, None)
     dropped = sorted(set(info["contracts_dropped"]) | set(spread_symbols))
     report = {
         "files": files,
-        "rows_read": raw.height,
+        "rows_read": rows_read,
         **stats,
         "spreads_dropped": spread_rows,
         "contracts_kept": info["contracts_kept"],
@@ -99,7 +107,7 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
         "adjust": cfg.adjust if info["contracts_mode"] == "continuous" else "none",
         "roll_confirm": cfg.roll_confirm,
         "rolls_by_reason": {k: sum(r["reason"] == k for r in rolls) for k in sorted({r["reason"] for r in rolls})},
-        "bar_interval": bar_interval(df),
+        "bar_interval": bar_interval(step),
         "sunday_stubs_merged": stubs,
         **grid,
         "bars_filled": filled,
@@ -111,12 +119,21 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     return LoadedBars(bars=bars, rolls=rolls, report=report)
 
 
-def bar_interval(df: pl.DataFrame) -> str:
-    """The median spacing of consecutive bars within an instrument, as "1s", "1m", "1h", "1d" ("?" with one bar)."""
-    step = df.select(pl.col("ts").diff().over(INSTRUMENT).median()).item()
-    if step is None:
+def spacing_ns(df: pl.DataFrame) -> float | None:
+    """The median spacing in ns of consecutive bars within an instrument; None without two bars of one instrument.
+
+    `df` is sorted by instrument and ts (clean_bars), so a gap is a difference of neighbouring rows of one instrument.
+    """
+    first = new_group(sort_keys(df, INSTRUMENT))  # (N,) the first row of each instrument
+    gaps = np.diff(df.get_column("ts").dt.epoch("ns").to_numpy())[~first[1:]]
+    return float(np.median(gaps)) if len(gaps) else None
+
+
+def bar_interval(step_ns: float | None) -> str:
+    """The bar spacing `step_ns` (see `spacing_ns`) as "1s", "1m", "1h", "1d" ("?" with one bar)."""
+    if step_ns is None:
         return "?"
-    ns = int(step.total_seconds() * 1e9) if hasattr(step, "total_seconds") else int(step)
+    ns = int(step_ns) // 1000 * 1000  # whole microseconds, as the spacing was once read through a timedelta
     for unit, size in (
         ("d", 86_400 * 10**9),
         ("h", 3_600 * 10**9),

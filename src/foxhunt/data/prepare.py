@@ -21,6 +21,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.features import raw_features
 from foxhunt.data.known import decoder_known, known_columns
 from foxhunt.data.load import LoadedBars, load_bars
+from foxhunt.data.order import sort_keys
 from foxhunt.data.scaling import apply_scalers, fit_scalers, observed_names
 from foxhunt.data.schema import Feature, FeatureSchema, Kind, Role
 from foxhunt.data.summary import EPOCH, data_summary, iso
@@ -31,6 +32,7 @@ from foxhunt.errors import InputError
 # Code of a series not in the training vocabulary: it gets embedding row 0 and the pooled scalers (fitted on all
 # training rows). Row 0 is only trained if the trainer masks series codes; otherwise it stays at its initial value.
 UNKNOWN_SERIES = 0
+CAL_CHUNK_ROWS = 1 << 18  # rows whose calendar inputs are computed at a time (float64: 2 MiB a column)
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,11 @@ def prepare_from_bars(
         "sidx": sidx,
         "real": np.ones(len(ts_ns), dtype=bool),
     }
+    roll_bars = int(feats["roll"].sum())
+    # The bars and features are not read past here: drop them (and the caller's bars, when this holds the last
+    # reference) before the row tensors are built, so that the two never take memory at the same time.
+    meta = LoadedBars(bars=loaded.bars.clear(), rolls=loaded.rolls, report=loaded.report)
+    del loaded, bars, feats
     step = transform.bar_spacing_ns or spacing  # the model's bar interval: the same grid in training and prediction
     if for_prediction:
         rows = _extend(
@@ -177,22 +184,21 @@ def prepare_from_bars(
         _check_splits(split, cuts, cfg, ts_ns)
     schema = _schema(transform, e, d, cfg.adjust)
     windows.check_codes(schema)
-    roll_bars = int(feats["roll"].sum())
-    summary = data_summary(loaded, schema, windows, split, cuts, for_prediction, roll_bars, spacing)
+    summary = data_summary(meta, schema, windows, split, cuts, for_prediction, roll_bars, spacing)
     return PreparedData(
         schema=schema,
         windows=windows,
         splits={k: torch.from_numpy(v.astype(np.int64)) for k, v in split.ids.items()},
         transform=transform,
         summary=summary,
-        rolls=list(loaded.rolls),
+        rolls=list(meta.rolls),
     )
 
 
 def _sorted(bars: pl.DataFrame) -> tuple[pl.DataFrame, list[str], np.ndarray, np.ndarray]:
     """Bars sorted by (series, ts) (sorted only if they are not already), the series names in that order, each
     row's index into the names (N,) and its timestamp in ns (N,)."""
-    sidx = bars["series"].rank("dense").cast(pl.Int64).to_numpy() - 1  # (N,) 0..S-1 in sorted name order
+    sidx = sort_keys(bars, ("series",))[0].copy()  # (N,) 0..S-1 in sorted name order (writable: a tensor shares it)
     ts_ns = bars["ts"].dt.epoch("ns").to_numpy()
     ds, dt = np.diff(sidx), np.diff(ts_ns)
     if not np.all((ds > 0) | ((ds == 0) & (dt >= 0))):
@@ -311,12 +317,13 @@ def _windowed(
     """The row tensors (calendar columns first, then observed inputs), the known inputs of the forecast steps of
     every origin (from the origin's timestamp and the grid `step` alone) and the window index over them."""
     season = tf.scalers.get("season")
-    cal = known_columns(rows["ts"], tf.exchange_tz, tf.intraday, tf.calendar_features, season)
-    n, kr = len(rows["ts"]), len(cal)
+    n, kr = len(rows["ts"]), len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(season)
     cont = np.empty((n, kr + rows["obs"].shape[1]), dtype=np.float32)  # (N, Kr + Or), one allocation
-    for j, col in enumerate(cal.values()):  # a handful of columns
-        cont[:, j] = col
-    cont[:, kr:] = rows["obs"]
+    for lo in range(0, n, CAL_CHUNK_ROWS):  # in slices of rows: the float64 calendar columns stay small
+        sl = slice(lo, min(lo + CAL_CHUNK_ROWS, n))
+        cal = known_columns(rows["ts"][sl], tf.exchange_tz, tf.intraday, tf.calendar_features, season)
+        cont[sl, :kr] = np.stack(list(cal.values()), axis=-1)  # (n_sl, Kr)
+    cont[:, kr:] = rows.pop("obs")  # the caller reads no observed inputs past here: no second copy
     codes = tf.code(names)[rows["sidx"]]  # (N,)
     known = decoder_known(rows["ts"], step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, season)
     return WindowedData(
@@ -326,7 +333,7 @@ def _windowed(
         target_raw=torch.from_numpy(rows["target"]),
         center=torch.from_numpy(rows["center"]),
         scale=torch.from_numpy(rows["scale"]),
-        ts_ns=torch.from_numpy(np.array(rows["ts"], dtype=np.int64)),
+        ts_ns=torch.from_numpy(np.array(rows["ts"], dtype=np.int64)),  # a copy: polars gave a read-only view
         real=torch.from_numpy(rows["real"]),
         series_idx=torch.from_numpy(rows["sidx"]),
         starts=torch.from_numpy(window_starts(first, end, e + d)),

@@ -94,7 +94,10 @@ def check_bar_sizes(frames: list[pl.DataFrame], paths: list[str]) -> None:
     """Refuse files of different bar sizes, naming two of them: compare Databento `rtype`s where both files have one,
     else the median spacing of consecutive bars within an instrument (files with one bar per instrument are skipped).
     """
-    sizes = [_bar_size(f) for f in frames]
+    rtype_sets = [set(f.get_column("rtype").drop_nulls().unique().to_list()) for f in frames]
+    # Spacings are only compared where a file has no rtype (a sort of every file): skip them for Databento files.
+    spaced = not all(rtype_sets)
+    sizes = [(r, _median_spacing(f) if spaced else 0) for r, f in zip(rtype_sets, frames, strict=True)]
     for i, (rtypes, _) in enumerate(sizes):
         if len(rtypes) > 1:
             kinds = " and ".join(RTYPE_NAMES.get(r, f"rtype {r}") for r in sorted(rtypes))
@@ -122,9 +125,8 @@ def _mixed(path_a: str, size_a: str, path_b: str, size_b: str) -> str:
     )
 
 
-def _bar_size(frame: pl.DataFrame) -> tuple[set[int], int]:
-    """(the file's Databento rtypes, median spacing in ns of consecutive bars of one instrument; 0 if none)."""
-    rtypes = set(frame.get_column("rtype").drop_nulls().unique().to_list())
+def _median_spacing(frame: pl.DataFrame) -> int:
+    """Median spacing in ns of consecutive bars of one instrument; 0 if none."""
     gaps = (
         frame.select("symbol", "instrument_id", "ts")
         .sort("symbol", "instrument_id", "ts", nulls_last=True)
@@ -132,7 +134,7 @@ def _bar_size(frame: pl.DataFrame) -> tuple[set[int], int]:
         .filter(pl.col("gap") > 0)
         .get_column("gap")
     )
-    return rtypes, int(gaps.median()) if gaps.len() else 0
+    return int(gaps.median()) if gaps.len() else 0
 
 
 def _spacing_text(ns: int) -> str:

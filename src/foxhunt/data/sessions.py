@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from functools import cache
 
+import numpy as np
 import polars as pl
 
 from foxhunt.errors import InputError
@@ -20,6 +21,8 @@ from foxhunt.errors import InputError
 log = logging.getLogger("foxhunt.data")
 
 DAY_MIN = 24 * 60
+MIN_NS = 60 * 10**9
+DAY_NS = DAY_MIN * MIN_NS
 
 
 @dataclass(frozen=True)
@@ -90,14 +93,23 @@ def closed_share(df: pl.DataFrame, exchange_tz: str) -> float:
     """
     if df.height == 0:
         return 0.0
-    local = pl.col("ts").dt.convert_time_zone(exchange_tz)
-    minute = local.dt.hour().cast(pl.Int64) * 60 + local.dt.minute().cast(pl.Int64)
-    weekday = local.dt.weekday()  # Monday 1 .. Sunday 7
+    # calendar.py imports this module (CME_EQUITY), so its local_ns is imported at call time
+    from foxhunt.data.calendar import local_ns
+
     key = pl.coalesce("root", "symbol") if "symbol" in df.columns else pl.col("root")
-    open_, close = _per_root(key, "open_min"), _per_root(key, "close_min")
+    names = df.select(key.alias("key")).get_column("key")
+    distinct = names.drop_nulls().unique().sort()
+    # (N,) index into `distinct`, then the default session for a bar with neither root nor symbol
+    code = names.cast(pl.Enum(distinct.to_list())).to_physical().fill_null(len(distinct)).to_numpy()
+    table = [*map(session_for, distinct.to_list()), CME_EQUITY]
+    open_ = np.array([t.open_min for t in table], dtype=np.int64)[code]  # (N,)
+    close = np.array([t.close_min for t in table], dtype=np.int64)[code]
+    wall = local_ns(df.get_column("ts").dt.epoch("ns").to_numpy(), exchange_tz)  # (N,) naive exchange time
+    minute = (wall % DAY_NS) // MIN_NS
+    weekday = (wall // DAY_NS + 3) % 7 + 1  # 1970-01-01 was a Thursday; Monday 1 .. Sunday 7, as polars counts
     halt = (minute > close) & (minute < open_)
     weekend = (weekday == 6) | ((weekday == 5) & (minute > close)) | ((weekday == 7) & (minute < open_))
-    return float(df.select((halt | weekend).mean()).item())
+    return float(np.mean(halt | weekend))
 
 
 CLOSED_LIMIT = 0.01  # bars strictly inside closed periods above this share: the timestamps are shifted
@@ -106,11 +118,12 @@ INTRADAY_MAX_NS = 20 * 3600 * 10**9  # median spacing below this: intraday bars 
 
 
 def check_session_grid(
-    df: pl.DataFrame, files: list[dict], timezone: str | None, exchange_tz: str
+    df: pl.DataFrame, files: list[dict], timezone: str | None, exchange_tz: str, step_ns: float | None
 ) -> dict:
     """Check intraday bars against their roots' session grid; returns {timezone, closed_share} for the load report.
 
-    `df` has ts, symbol, instrument_id and root; `files` the read stage's entries (path, timestamps). With naive
+    `df` has ts, symbol and root; `step_ns` is the median bar spacing (None without two bars of one instrument);
+    `files` the read stage's entries (path, timestamps). With naive
     timestamps and no `timezone` given, a closed share above CLOSED_LIMIT stops the run (they are most likely local
     exchange times read as UTC); otherwise it is a warning. closed_share is None for daily or coarser bars.
     """
@@ -119,8 +132,7 @@ def check_session_grid(
     kinds = {f.get("timestamps") for f in files} - {"naive", None}
     written = ", ".join(KIND_TEXT.get(k, k) for k in sorted(kinds))
     used = f"{zone} (naive timestamps)" if naive else f"UTC ({written or 'timestamps with a zone'})"
-    step = df.select(pl.col("ts").diff().over("symbol", "instrument_id").dt.total_nanoseconds().median()).item()
-    if step is None or step >= INTRADAY_MAX_NS:
+    if step_ns is None or step_ns >= INTRADAY_MAX_NS:
         return {"timezone": used, "closed_share": None}
     share = closed_share(df, exchange_tz)
     if share > CLOSED_LIMIT:

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import polars as pl
 
+from foxhunt.data.order import gather, new_group, same_as_next, sort_keys, stable_order
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -70,19 +72,44 @@ def clean_bars(df: pl.DataFrame, files: list[str]) -> tuple[pl.DataFrame, dict]:
     df = df.filter(~pl.col("_nonfinite") & ~pl.col("_inconsistent")).drop("_nonfinite", "_inconsistent")
     _check(df, pl.col("volume") < 0, files, lambda r: f"volume {r['volume']} is negative")
 
-    before = df.height
-    df = df.unique(subset=[*INSTRUMENT, "ts"], keep="last", maintain_order=True)
-    duplicates = before - df.height
-    late = pl.col("ts") < pl.col("ts").cum_max().shift(1).over(INSTRUMENT)
-    out_of_order = df.select(late.fill_null(False).sum()).item()
+    df, duplicates, out_of_order = _sort_dedup(df)
     if duplicates or out_of_order:
         log.info("dropped %d duplicate rows; sorted %d rows that were out of order", duplicates, out_of_order)
-    return df.sort(*INSTRUMENT, "ts"), {
+    return df, {
         "nan_rows_dropped": int(n_nonfinite),
         "inconsistent_rows_dropped": int(n_inconsistent),
         "duplicates_dropped": duplicates,
-        "rows_out_of_order": int(out_of_order),
+        "rows_out_of_order": out_of_order,
     }
+
+
+def _sort_dedup(df: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
+    """(df sorted by instrument and ts without duplicates, duplicates dropped, rows out of order).
+
+    One stable sort: the rows of one (instrument, ts) stay in the order they were read and the last of them is kept.
+    A kept row is out of order when a row of its instrument read before it has a later timestamp, that is when a
+    later row in sorted order was read earlier: its read position exceeds the minimum over the rest of its
+    instrument's rows (a reversed running minimum, kept inside each instrument by offsetting groups).
+    """
+    keys = sort_keys(df, (*INSTRUMENT, "ts"))
+    order = stable_order(keys)
+    if order is not None:
+        keys = [k[order] for k in keys]
+    keep = ~same_as_next(keys)  # (N,) the last row read of each (instrument, ts)
+    duplicates = int(len(keep) - keep.sum())
+    pos = np.arange(len(keep), dtype=np.int64) if order is None else order.astype(np.int64)
+    rows = None if duplicates == 0 else np.flatnonzero(keep)
+    if rows is not None:
+        keys, pos = [k[rows] for k in keys], pos[rows]
+    group = np.cumsum(new_group(keys[:-1])) if len(pos) else pos  # (M,) instrument number, rising
+    # Reversed, each later group (an earlier instrument) sits len(pos) lower, below everything seen before it.
+    rev = (pos - (len(pos) * (group[-1] - group) if len(pos) else 0))[::-1]
+    out_of_order = int((rev[1:] > np.minimum.accumulate(rev)[:-1]).sum())
+    if order is not None and rows is not None:
+        rows = order[rows]
+    elif order is not None:
+        rows = order
+    return gather(df, rows), duplicates, out_of_order
 
 
 def merge_sunday_stubs(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:

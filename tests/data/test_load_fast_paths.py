@@ -1,0 +1,138 @@
+"""The loader's fast paths (numpy sorts by integer keys, binary-search lookups, local_ns for zones) give exactly what
+the plain polars formulations they replaced give: each test holds one stage to that reference, written out here, on
+rows built to hit the awkward cases (duplicates, rows out of order, null instrument ids, DST changes, several roots)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import polars as pl
+import pytest
+
+from foxhunt.data.contracts import _per_bar, _sorted_last, parse_futures, trade_date
+from foxhunt.data.load import bar_interval, spacing_ns
+from foxhunt.data.order import sort_keys, stable_order
+from foxhunt.data.read import RAW_SCHEMA
+from foxhunt.data.sessions import closed_share
+from foxhunt.data.validate import INSTRUMENT, clean_bars
+
+CT = "America/Chicago"
+T0 = dt.datetime(2024, 3, 8, 12, 0, tzinfo=dt.UTC)  # the US DST change (2024-03-10) falls inside the rows below
+
+
+def _messy(n: int = 3000, seed: int = 0) -> pl.DataFrame:
+    """Raw bars of three symbols (one with a null instrument id): duplicates, shuffled stretches, out-of-order rows."""
+    rng = np.random.default_rng(seed)
+    sym = rng.choice(["ESH4", "NQH4", "ES"], n)
+    minute = rng.integers(0, 6000, n)  # many (symbol, ts) repeats: duplicates
+    close = 100 + rng.standard_normal(n)
+    return pl.DataFrame(
+        {
+            "file_idx": np.zeros(n, np.uint32),
+            "row": np.arange(n),
+            "ts": [T0 + dt.timedelta(minutes=int(m)) for m in minute],
+            "open": close,
+            "high": close + 1,
+            "low": close - 1,
+            "close": close,
+            "volume": rng.integers(1, 100, n).astype(float),
+            "symbol": sym,
+            "instrument_id": [None if s == "ES" else 7 + (s == "NQH4") for s in sym],
+            "rtype": [None] * n,
+        },
+        schema=RAW_SCHEMA,
+    )
+
+
+def _clean_reference(df: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
+    """The polars formulation clean_bars used: unique keeping the last row read, a running maximum, a sort."""
+    dedup = df.unique(subset=[*INSTRUMENT, "ts"], keep="last", maintain_order=True)
+    late = pl.col("ts") < pl.col("ts").cum_max().shift(1).over(INSTRUMENT)
+    out_of_order = dedup.select(late.fill_null(False).sum()).item()
+    return dedup.sort(*INSTRUMENT, "ts"), df.height - dedup.height, out_of_order
+
+
+def test_one_stable_sort_dedups_and_counts_like_unique_and_cum_max():
+    df = _messy()
+    got, stats = clean_bars(df, ["f.parquet"])
+    want, duplicates, out_of_order = _clean_reference(df)
+    assert got.equals(want, null_equal=True)
+    assert (stats["duplicates_dropped"], stats["rows_out_of_order"]) == (duplicates, out_of_order)
+    assert duplicates > 100 and out_of_order > 100  # the rows hit both cases many times
+
+
+def test_dedup_and_out_of_order_by_hand():
+    df = _messy(5).with_columns(
+        symbol=pl.Series(["A", "A", "A", "B", "A"]),
+        instrument_id=pl.Series([1, 1, 1, 2, 1]),
+        ts=pl.Series([T0 + dt.timedelta(minutes=m) for m in (3, 1, 2, 1, 1)]),
+        close=pl.Series([10.0, 11.0, 12.0, 13.0, 14.0]),
+    ).with_columns(open=pl.col("close"), high=pl.col("close"), low=pl.col("close"))
+    got, stats = clean_bars(df, ["f.parquet"])
+    # A at minute 1 is read twice: the later row (close 14) stays. In reading order A runs 3, 2, 1: two rows late.
+    assert got["close"].to_list() == [14.0, 12.0, 10.0, 13.0]
+    assert (stats["duplicates_dropped"], stats["rows_out_of_order"]) == (1, 2)
+
+
+def test_sort_keys_order_strings_by_bytes_and_nulls_first_like_polars():
+    df = pl.DataFrame({"s": ["b", None, "a", "B", "b", "é", "a"], "i": [2, 1, None, 3, None, 0, 2]})
+    order = stable_order(sort_keys(df, ("s", "i")))
+    want = df.with_row_index().sort("s", "i", maintain_order=True)["index"].to_numpy()
+    assert order is not None and np.array_equal(order, want)
+    assert stable_order(sort_keys(df[want], ("s", "i"))) is None  # sorted already: no permutation
+
+
+def test_series_sort_keeps_the_last_of_bars_sharing_a_timestamp():
+    bars = pl.DataFrame(
+        {"series": ["NQ", "ES", "ES", "NQ", "ES"], "ts": [2, 3, 1, 2, 3], "close": [1.0, 2.0, 3.0, 4.0, 5.0]}
+    )
+    got, dropped = _sorted_last(bars)
+    want = bars.unique(subset=["series", "ts"], keep="last", maintain_order=True).sort("series", "ts")
+    assert got.equals(want) and dropped == 2
+    assert got["close"].to_list() == [3.0, 5.0, 4.0]
+
+
+def test_per_bar_lookup_is_a_left_join_on_series_and_segment():
+    bars = pl.DataFrame({"series": ["ES", "ES", "NQ", "NQ", "YM"], "seg": [0, 1, 1, 2, 0]}, schema_overrides={"seg": pl.Int32})
+    table = pl.DataFrame({"series": ["NQ", "ES", "ZZ"], "seg": [1, 1, 0], "factor": [2.0, 3.0, 9.0]},
+                         schema_overrides={"seg": pl.Int32})
+    (got,) = _per_bar(bars, table, ("factor",))
+    want = bars.join(table, on=["series", "seg"], how="left", maintain_order="left")["factor"]
+    assert got.to_list() == want.to_list() == [None, 3.0, 2.0, None, None]
+    (empty,) = _per_bar(bars, table.clear(), ("factor",))
+    assert empty.null_count() == bars.height
+
+
+def test_spacing_and_interval_match_the_grouped_median():
+    df, _ = clean_bars(_messy(), ["f.parquet"])
+    step = df.select(pl.col("ts").diff().over(INSTRUMENT).dt.total_nanoseconds().median()).item()
+    assert spacing_ns(df) == step
+    minutes = df.select(pl.col("ts").diff().over(INSTRUMENT).median()).item() / dt.timedelta(minutes=1)
+    assert minutes == int(minutes) and bar_interval(spacing_ns(df)) == f"{int(minutes)}m"
+    assert bar_interval(None) == "?"
+    assert spacing_ns(df.head(1)) is None
+
+
+def test_trade_dates_and_closed_share_match_polars_time_zones_across_dst():
+    df, _ = clean_bars(_messy(seed=1), ["f.parquet"])
+    df = df.with_columns(by_instrument=pl.lit(False))
+    got = parse_futures(df, CT)
+    want = df.join(got.select("symbol", "root").unique(), on="symbol", how="left", maintain_order="left")
+    want = want.with_columns(trade_date=trade_date(pl.col("ts"), CT, pl.col("root")))
+    assert got["trade_date"].equals(want["trade_date"])
+    assert got["root"].to_list() == [{"ESH4": "ES", "NQH4": "NQ"}.get(s) for s in got["symbol"]]
+    # closed_share against the polars-zone formulation, with a root of another calendar (ZC) and plain symbols
+    bars = got.with_columns(root=pl.when(pl.col("symbol") == "NQH4").then(pl.lit("ZC")).otherwise("root"))
+    local = pl.col("ts").dt.convert_time_zone(CT)
+    minute = local.dt.hour().cast(pl.Int64) * 60 + local.dt.minute().cast(pl.Int64)
+    from foxhunt.data.sessions import _per_root
+
+    key = pl.coalesce("root", "symbol")
+    open_, close = _per_root(key, "open_min"), _per_root(key, "close_min")
+    wd = local.dt.weekday()
+    closed = ((minute > close) & (minute < open_)) | (wd == 6) | ((wd == 5) & (minute > close)) | (
+        (wd == 7) & (minute < open_)
+    )
+    want_share = bars.select(closed.mean()).item()
+    assert closed_share(bars, CT) == pytest.approx(want_share, abs=0) and 0 < want_share < 1
