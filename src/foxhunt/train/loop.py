@@ -197,7 +197,8 @@ def fit(
         model.eval()
         val_start = tracker.record("val_start", epoch=epoch)
         val = validate(predict, data.windows, val_ids, val_batch_size, quantiles, device,
-                       injector, tracker, epoch, optimizer_to_host=stepper.optimizer_to_host)
+                       injector, tracker, epoch, optimizer_to_host=stepper.optimizer_to_host,
+                       loss_weight=cfg.loss_weight)
         val_batch_size = val.batch_size
         val_end = tracker.record("val_end", epoch=epoch)
         memory = EpochMemory.measure(train_peaks, tracker.take_peaks(), val_start, val_end,
