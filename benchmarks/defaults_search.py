@@ -126,6 +126,28 @@ def table(rows: list[dict], period: str) -> str:
     return "\n".join(lines)
 
 
+def summary(rows: list[dict], period: str) -> str:
+    """Per data set and candidate: the mean over seeds and the seed range (min..max) of the model's p10 / p90 q-risk
+    and coverage, calibrated and raw, and how many seeds beat every baseline at both p10 and p90."""
+    lines = [f"{'data':<7}{'candidate':<15}{'seeds':>6}  {'source':<10}{'p10 mean (range)':>26}"
+             f"{'p90 mean (range)':>26}{'coverage mean (range)':>26}  beat all"]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["data"], r["candidate"]), []).append(r[period])
+    for (data, cand), res in groups.items():
+        for name in ("model", "model_raw"):
+            if any(name not in x for x in res):
+                continue
+            cols = [[qrisk(x[name])[0] for x in res], [qrisk(x[name])[2] for x in res],
+                    [coverage(x[name]) for x in res]]
+            wins = sum(all(qrisk(x[name])[i] < min(qrisk(b)[i] for b in x["baselines"].values()) for i in (0, 2))
+                       for x in res)
+            lines.append(f"{data:<7}{cand:<15}{len(res):>6}  {name:<10}"
+                         + "".join(f"{sum(c) / len(c):>10.4f} ({min(c):.4f}..{max(c):.4f})" for c in cols)
+                         + f"  {wins}/{len(res)}")
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", choices=[*DATASETS, "both"], default="sample")
@@ -141,6 +163,7 @@ def main() -> int:
     for period in ("val", "test"):
         print(f"\n== {period} (q-risk, lower is better; skill vs the strongest baseline per quantile)")
         print(table(rows, period), flush=True)
+        print(f"\n== {period}, over seeds\n{summary(rows, period)}", flush=True)
     return 0
 
 
