@@ -3,8 +3,8 @@ split (windows after --val-end): p10-p90 coverage and q-risk per quantile, uncal
 
     python benchmarks/calibration_modes.py RUN_DIR [RUN_DIR ...] [--test-end 2010-01-01]
 
-Each run must have been trained with --train-end and --val-end (a test split). The data are prepared exactly as in
-training (the run's own model.json options and files). One table per run.
+Each run needs a test split: the default one (the last --test-fraction of time), or --train-end with --val-end. The
+data are prepared exactly as in training (the run's own model.json options and files). One table per run.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def compare(run_dir: str, test_end: str | None = None) -> str:
     lm = load_model(run_dir, "cpu", calibration=False)
     data = prepare_data(lm.data_cfg)
     if len(data.splits["test"]) == 0:
-        return f"{run_dir}: no test split (train with --val-end)"
+        return f"{run_dir}: no test split (train with --test-fraction above 0, or --val-end)"
     qs = lm.model_cfg.quantiles
     val = forecast_windows(lm.model, data.windows, data.splits["val"], 1024, torch.device("cpu"))
     test = data.splits["test"]

@@ -145,7 +145,7 @@ def test_schema_matches_batch_shapes(generic: pl.DataFrame) -> None:
         "relative_time",
     ]
     assert p.schema.names(Role.OBSERVED, Kind.CONTINUOUS)[:3] == ["log_return", "log_range", "log_volume"]
-    assert p.schema.extra["scaling"] == "series"
+    assert p.schema.extra["scaling"] == "volatility"  # the default since issue 11
     assert p.summary["features"]["static"] == ["series"]
     assert torch.isfinite(b.target).all() and (b.target_scale > 0).all()
 

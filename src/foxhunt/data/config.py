@@ -42,13 +42,13 @@ class DataConfig:
     # Used when train_end is not given: the last fraction of time is the test split, held out of training and of
     # early stopping, so that `evaluate` scores a period no choice has seen. 0 keeps the old train / validation split.
     test_fraction: float = 0.2
-    scaling: str = (
-        "series"  # series: per-series standardisation fitted on train | volatility: trailing-vol units
-    )
-    vol_halflife: float = (
-        20.0  # bars: halflife of the trailing-volatility EWMA (scaling and the log_vol input)
-    )
-    vol_estimator: str = "returns"  # returns: EWMA of r^2 | range: EWMA of ln(H/L)^2 (in return units)
+    # Target scaling, trailing-volatility estimator and halflife: chosen on validation scores of the bundled ES sample
+    # and SPX daily (benchmarks/defaults_search.py, README "Does it beat simple baselines?"). Volatility units let the
+    # model learn one shape of returns across regimes; the range (Parkinson) estimator is sharp enough for a 5-bar
+    # halflife, which reacts to a volatility shock as fast as GARCH does. series scaling lost to GARCH-t on SPX.
+    scaling: str = "volatility"  # series: per-series standardisation fitted on train | volatility: trailing-vol units
+    vol_halflife: float = 5.0  # bars: halflife of the trailing-volatility EWMA (scaling and the log_vol input)
+    vol_estimator: str = "range"  # returns: EWMA of r^2 | range: EWMA of ln(H/L)^2 (in return units)
     vol_features: bool = False  # extra inputs: shocks in volatility units, fast/slow volatility ratios
     # Intraday bars: the training period's volatility profile by minute of the day (seasonality.py) as a known input
     # (`tod_vol`), trailing volatility divided by it as an observed one, and volatility scaling by their product.
@@ -121,4 +121,7 @@ class DataConfig:
         # Runs saved before --test-fraction split train / validation only.
         d.setdefault("test_fraction", 0.0)
         d.setdefault("seasonality", False)  # and without a time-of-day profile
+        # Runs saved before an option existed used the old defaults (series scaling, EWMA of r^2, halflife 20)
+        for key, old in (("scaling", "series"), ("vol_estimator", "returns"), ("vol_halflife", 20.0)):
+            d.setdefault(key, old)
         return DataConfig(**d)

@@ -214,7 +214,8 @@ def fit(
         val_start = tracker.record("val_start", epoch=epoch)
         with tracker.rank_local():  # per-batch records and rungs are this rank's alone
             val = validate(predict, data.windows, val_ids[val_lo:val_hi], val_batch_size, quantiles, device,
-                           injector, tracker, epoch, optimizer_to_host=stepper.optimizer_to_host, dist=dist)
+                           injector, tracker, epoch, optimizer_to_host=stepper.optimizer_to_host, dist=dist,
+                           loss_weight=cfg.loss_weight)
         val_batch_size = val.batch_size
         val_end = tracker.record("val_end", epoch=epoch)
         memory = EpochMemory.measure(train_peaks, tracker.take_peaks(), val_start, val_end,

@@ -249,7 +249,8 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
         log.info("global batch %d: %d a rank", batch_size, batch_size // dist.world_size, extra=SHOW)
     log.info(plan_line(plan, batch_size // dist.world_size, val_batch_size, saved=saved is not None), extra=SHOW)
     baseline = validate(TrainingQuantiles(data.windows, data.splits["train"], list(model_cfg.quantiles)),
-                        data.windows, data.splits["val"], val_batch_size, list(model_cfg.quantiles), device)
+                        data.windows, data.splits["val"], val_batch_size, list(model_cfg.quantiles), device,
+                        loss_weight=cfg.loss_weight)
     log.info("baseline for the loss scale (training-set quantiles per series and horizon; the final line compares "
              "with every baseline): val_loss %.5f  val_qrisk %s",
              baseline.loss, " ".join(f"p{q * 100:g}={v:.4f}" for q, v in baseline.qrisk.items()), extra=SHOW)

@@ -27,7 +27,7 @@ Predictor = Callable[[Batch], torch.Tensor]  # batch on device -> (B, D, Q) quan
 
 @dataclass
 class ValResult:
-    loss: float  # mean pinball in scaled target space (the training loss)
+    loss: float  # the training loss on validation: mean scaled pinball, weighted as --loss-weight weighs training
     qrisk: dict[float, float]  # TFT paper q-risk per quantile, on the target's own scale
     n_samples: int
     batch_size: int  # the validation batch size in force at the end (smaller after an OOM)
@@ -36,10 +36,12 @@ class ValResult:
 class ValSums:
     """Running sums on the host: O(Q) memory whatever the number of batches."""
 
-    def __init__(self, n_q: int):
+    def __init__(self, n_q: int, loss_weight: str = "none"):
+        self.loss_weight = loss_weight
         self.pinball_scaled = torch.zeros(n_q, dtype=torch.float64)
         self.pinball_raw = torch.zeros(n_q, dtype=torch.float64)
         self.abs_raw = 0.0
+        self.scale_sum = 0.0  # target scale summed over (sample, horizon) pairs
         self.count = 0  # (sample, horizon) pairs
 
     def add(self, batch: Batch, pred: torch.Tensor, quantiles: torch.Tensor) -> None:
@@ -49,6 +51,7 @@ class ValSums:
         self.pinball_scaled += scaled.double().sum(dim=(0, 1)).cpu()
         self.pinball_raw += raw.double().sum(dim=(0, 1)).cpu()
         self.abs_raw += float(raw_y.double().abs().sum())
+        self.scale_sum += float(batch.target_scale.double().sum()) * raw_y.shape[1]
         self.count += raw_y.numel()
 
     def all_reduce(self, dist: Dist) -> None:
@@ -57,13 +60,19 @@ class ValSums:
             return
         n_q = len(self.pinball_scaled)
         flat = dist.all_sum(torch.cat([self.pinball_scaled, self.pinball_raw,
-                                       torch.tensor([self.abs_raw, self.count], dtype=torch.float64)]))
+                                       torch.tensor([self.abs_raw, self.scale_sum, self.count],
+                                                    dtype=torch.float64)]))
         self.pinball_scaled, self.pinball_raw = flat[:n_q], flat[n_q : 2 * n_q]
-        self.abs_raw, self.count = float(flat[-2]), int(flat[-1])
+        self.abs_raw, self.scale_sum, self.count = float(flat[-3]), float(flat[-2]), int(flat[-1])
 
     def result(self, quantiles: list[float], batch_size: int) -> ValResult:
         n = max(1, self.count)
-        loss = float(self.pinball_scaled.sum() / (n * len(quantiles)))
+        if self.loss_weight == "scale":
+            # each sample's scaled pinball times its scale over the mean scale (model/loss.py `scale_weight`): the
+            # raw-unit pinball over the mean scale, so that early stopping picks the epoch by what training minimized
+            loss = float(self.pinball_raw.sum() / (max(self.scale_sum, 1e-300) * len(quantiles)))
+        else:
+            loss = float(self.pinball_scaled.sum() / (n * len(quantiles)))
         denom = self.abs_raw if self.abs_raw > 0 else float("nan")
         qrisk = {q: float(2.0 * s / denom) for q, s in zip(quantiles, self.pinball_raw.tolist(), strict=True)}
         return ValResult(loss, qrisk, self.count, batch_size)
@@ -81,6 +90,7 @@ def validate(
     epoch: int | None = None,
     optimizer_to_host: Callable[[], bool] | None = None,
     dist: Dist = SINGLE,
+    loss_weight: str = "none",
 ) -> ValResult:
     """Mean loss and q-risk of `predictor` over the windows `ids`, with the out-of-memory ladder (train/oom.py):
     retry a failed batch once, then halve the batch down to 1, then (inside a training run) `optimizer_to_host`,
@@ -89,7 +99,7 @@ def validate(
     this rank's share and the sums are added over the ranks at the end (the one collective here, which every rank
     reaches whatever its own out-of-memory rungs were)."""
     q = torch.tensor(quantiles, dtype=torch.float32, device=device)
-    sums = ValSums(len(quantiles))
+    sums = ValSums(len(quantiles), loss_weight)
     cursor, index, attempt, largest = 0, 0, 0, 0
     tried: list[str] = []
     with torch.inference_mode():
