@@ -26,7 +26,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.load import load_bars
 from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.evaluate.predict import check_schema, forecast_calibration, select_origins, write_forecasts
-from foxhunt.evaluate.run import baselines, gather
+from foxhunt.evaluate.run import baseline_cut, baselines, gather
 from foxhunt.model.config import ModelConfig
 from foxhunt.train.checkpoint import load_model
 from foxhunt.train.config import TrainConfig
@@ -100,7 +100,9 @@ def score_fold(fold: Fold, paths: tuple[str, ...], out_dir: Path, batch_size: in
     arrays = {"series": scored.series, "origin_ns": scored.origin_ns, "first_ns": first_ns,
               "actual": scored.actual, "model": scored.quantiles}
     if len(scored.origin_ns):
-        arrays.update({f"baseline_{k}": v for k, v in baselines(lm, data, loaded.bars, scored, model_dir).items()})
+        cut = baseline_cut(model_dir, int(scored.origin_ns.min()))
+        forecasts = baselines(data, loaded.bars, scored, cut, lm.model_cfg.quantiles, lm.data_cfg.adjust)
+        arrays.update({f"baseline_{k}": v for k, v in forecasts.items()})
     write_with(here / "scored.npz", lambda p: _savez(p, arrays))
     info = {**fold.to_dict(), "run_dir": str(model_dir), "calibrated": cal is not None,
             "origins": int(len(scored.origin_ns)), "series_names": list(data.windows.series_names),
