@@ -58,7 +58,7 @@ def test_update_equals_predict_on_the_same_history(run_dir, bars):
         want = ref.predict(pl.concat([history, new.group_by("symbol", maintain_order=True).head(i + 1)]))
         want = want.filter(pl.col("symbol").is_in(got["symbol"].unique().to_list()))
         assert_frame_equal(got.drop(Q), want.drop(Q))
-        np.testing.assert_allclose(got.select(Q).to_numpy(), want.select(Q).to_numpy(), rel_tol=1e-6, abs_tol=1e-6)
+        np.testing.assert_allclose(got.select(Q).to_numpy(), want.select(Q).to_numpy(), rtol=1e-6, atol=1e-6)
         assert not np.allclose(got.select(Q).to_numpy(), 0)
 
 

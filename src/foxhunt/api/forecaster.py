@@ -46,6 +46,7 @@ class Forecaster:
         # (torch.compile, onnxruntime) that take the same inputs.
         self._forward: Callable[[Batch], torch.Tensor] = lambda batch: self._model(batch).quantiles
         self._state: StreamState | None = None  # made on first use: `foxhunt predict` never streams
+        self._fixed_inputs: dict[int, dict[str, torch.Tensor]] = {}
         e, d = lm.data_cfg.encoder_length, lm.data_cfg.horizon
         self._pos = ((torch.arange(e + d) - (e - 1)).float() / e).view(e + d, 1).to(device)  # (T, 1) relative time
 
@@ -166,25 +167,35 @@ class Forecaster:
         and D forecast steps (no bar shared across series), built from the rings with one gather."""
         st, tf = self._stream, self._lm.transform
         b, e, d = len(rows), self.encoder_length, self.horizon
-        enc = torch.from_numpy(st.encoder(rows).reshape(b * e, -1))  # (B*E, F)
+        fixed = self._fixed(b)
         dec = decoder_features(st.ts[rows], tf.bar_spacing_ns, d, tf.exchange_tz, tf.intraday,
                                tf.calendar_features, st.season)  # (B, D, Kr)
         dev = self._device
         return Batch(
             static_cat=torch.from_numpy(st.codes(rows)[:, None]).to(dev),  # (B, 1)
-            static_cont=torch.zeros(b, 0, device=dev),
-            enc_cont=enc.to(dev),
-            enc_cat=torch.zeros(b * e, 0, dtype=torch.int64, device=dev),
-            enc_index=torch.arange(b * e, device=dev).view(b, e),
+            enc_cont=torch.from_numpy(st.encoder(rows).reshape(b * e, -1)).to(dev),  # (B*E, F)
             dec_cont=torch.from_numpy(dec.reshape(b * d, -1)).to(dev),  # (B*D, Kr)
-            dec_cat=torch.zeros(b * d, 0, dtype=torch.int64, device=dev),
-            dec_index=torch.arange(b * d, device=dev).view(b, d),
-            pos_cont=self._pos,
-            target=torch.full((b, d), float("nan"), device=dev),
             target_center=torch.from_numpy(st.center[rows].astype(np.float32)).to(dev),
             target_scale=torch.from_numpy(st.scale[rows].astype(np.float32)).to(dev),
             window=torch.from_numpy(rows).to(dev),
+            **fixed,
         )
+
+    def _fixed(self, b: int) -> dict[str, torch.Tensor]:
+        """The inputs of a batch of b live windows that do not depend on the bars (indices, empty columns), made
+        once per batch size: a live system asks for the same size on every bar."""
+        if b not in self._fixed_inputs:
+            e, d, dev = self.encoder_length, self.horizon, self._device
+            self._fixed_inputs[b] = {
+                "static_cont": torch.zeros(b, 0, device=dev),
+                "enc_cat": torch.zeros(b * e, 0, dtype=torch.int64, device=dev),
+                "enc_index": torch.arange(b * e, device=dev).view(b, e),
+                "dec_cat": torch.zeros(b * d, 0, dtype=torch.int64, device=dev),
+                "dec_index": torch.arange(b * d, device=dev).view(b, d),
+                "pos_cont": self._pos,
+                "target": torch.full((b, d), float("nan"), device=dev),
+            }
+        return self._fixed_inputs[b]
 
     def _forecast_rows(self, rows: np.ndarray, calibrated: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Quantiles (B, D, Q) in target units (calibrated unless told not), target scales (B,), origins (B,)."""

@@ -55,6 +55,8 @@ class StreamState:
         self.scale = np.zeros(0)
         self.ring = np.zeros((0, encoder_length, self.n_known + len(self.observed)), np.float32)  # (S, E, F)
         self.head = np.zeros(0, np.int64)  # (S,) ring slot of the next row
+        self.consts = self._constants([])  # (S,) each
+        self.code = np.full(0, UNKNOWN_SERIES, dtype=np.int64)  # (S,) the model's series codes
 
     # -- per-series constants ----------------------------------------------------------------------------------
     def _const(self, names: list[str], key: str, field: str) -> np.ndarray:
@@ -64,9 +66,16 @@ class StreamState:
             return np.ones(len(names))
         return np.array([sc["series"].get(n, sc["pooled"])[key][field] for n in names], dtype=np.float64)
 
+    def _constants(self, names: list[str]) -> dict[tuple[str, str], np.ndarray]:
+        """Every scaler `step` reads, (len(names),) each: looked up once per series, not once per bar."""
+        keys = [(self.ret, "std"), ("range_k", "value"), ("target", "center"), ("target", "scale")]
+        keys += [(c, f) for c in self.observed if c in STANDARDIZED or c in VOL_OBSERVED or c in SEASON_OBSERVED
+                 for f in ("mean", "std")]
+        return {k: self._const(names, *k) for k in keys}
+
     def codes(self, rows: np.ndarray) -> np.ndarray:
         """(B,) the model's series codes of state rows `rows` (0: a series unseen in training)."""
-        return self.tf.code([self.names[i] for i in rows]) if len(rows) else np.full(0, UNKNOWN_SERIES)
+        return self.code[rows]
 
     # -- priming from a history --------------------------------------------------------------------------------
     def prime(self, feats: pl.DataFrame, cont: np.ndarray, center: np.ndarray, scale: np.ndarray) -> None:
@@ -145,6 +154,9 @@ class StreamState:
             self.scale = np.concatenate([self.scale, np.ones(m)])
             self.ewm = {k: np.concatenate([v, np.zeros(m)]) for k, v in self.ewm.items()}
             self.ring = np.concatenate([self.ring, np.zeros((m, *self.ring.shape[1:]), np.float32)])
+            more = self._constants(new)
+            self.code = np.concatenate([self.code, self.tf.code(new)])
+            self.consts = {k: np.concatenate([v, more[k]]) for k, v in self.consts.items()}
         return np.array([self.index[n] for n in names], dtype=np.int64)
 
     # -- one bar per series ------------------------------------------------------------------------------------
@@ -200,9 +212,9 @@ class StreamState:
                  raw: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Step every EWMA once (scaling.trailing's recursion); the bar's observed inputs (B, Or) float32 and its
         target center and scale (B,)."""
-        names = [self.names[i] for i in rows]
-        r_std, k = self._const(names, self.ret, "std"), self._const(names, "range_k", "value")
-        t_c, t_s = self._const(names, "target", "center"), self._const(names, "target", "scale")
+        c = {key: v[rows] for key, v in self.consts.items()}  # (B,) each
+        r_std, k = c[(self.ret, "std")], c[("range_k", "value")]
+        t_c, t_s = c[("target", "center")], c[("target", "scale")]
         proxy = r**2 if not self.range_est else k * x**2
 
         def ewm(key: str, value: np.ndarray, seed: np.ndarray, hl: float) -> np.ndarray:
@@ -241,10 +253,10 @@ class StreamState:
             var = ewm("m2", x**2, t_c**2 + t_s**2, self.hl) - m**2
             center, scale = m, np.sqrt(np.maximum(var, (VOL_FLOOR * t_s) ** 2))
         obs = np.empty((len(rows), len(self.observed)), dtype=np.float32)  # (B, Or)
-        for j, c in enumerate(self.observed):  # a handful of columns
-            v = derived[c] if c in derived else raw[c]
-            if c in STANDARDIZED or c in VOL_OBSERVED or c in SEASON_OBSERVED:
-                v = (v - self._const(names, c, "mean")) / self._const(names, c, "std")
+        for j, col in enumerate(self.observed):  # a handful of columns
+            v = derived[col] if col in derived else raw[col]
+            if (col, "mean") in c:  # standardized
+                v = (v - c[(col, "mean")]) / c[(col, "std")]
             obs[:, j] = np.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0)
         return obs, center.astype(np.float32), scale.astype(np.float32)
 
