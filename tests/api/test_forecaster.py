@@ -46,10 +46,10 @@ def _history_and_new(bars: pl.DataFrame, k: int) -> tuple[pl.DataFrame, pl.DataF
 
 
 def test_update_equals_predict_on_the_same_history(run_dir, bars):
-    history, new = _history_and_new(bars, 3)
-    stream, ref = foxhunt.Forecaster.load(run_dir), foxhunt.Forecaster.load(run_dir)
+    history, new = _history_and_new(bars, 2)
+    stream, ref = foxhunt.Forecaster.load(run_dir), foxhunt.Forecaster.load(run_dir)  # update runs a trace
     stream.predict(history)  # starts the stream of ES and NQ
-    for i in range(3):
+    for i in range(2):
         step = new.group_by("symbol", maintain_order=True).agg(pl.all().get(i)).select(bars.columns)
         if i == 0:  # one dict per series, then frames of one row per series
             got = pl.concat([stream.update(bar) for bar in step.iter_rows(named=True)])
@@ -64,18 +64,18 @@ def test_update_equals_predict_on_the_same_history(run_dir, bars):
 
 def test_a_cold_stream_forecasts_once_its_encoder_is_full_as_predict_does(run_dir, bars):
     es = bars.filter(pl.col("symbol") == "ES")
-    fc, ref = foxhunt.Forecaster.load(run_dir), foxhunt.Forecaster.load(run_dir)
+    fc, ref = foxhunt.Forecaster.load(run_dir, trace=False), foxhunt.Forecaster.load(run_dir)  # the eager model
     e = fc.encoder_length
     outs = [fc.update(bar) for bar in es.head(e + 1).iter_rows(named=True)]
     assert [o.height for o in outs] == [0] * e + [fc.horizon]  # the first bar has no return: E + 1 bars
     assert_frame_equal(outs[-1], ref.predict(es.head(e + 1)), rel_tol=1e-6, abs_tol=1e-6)
-    for bar in es.slice(e + 1, 40).iter_rows(named=True):
+    for bar in es.slice(e + 1, 20).iter_rows(named=True):
         last = fc.update(bar)
-    assert_frame_equal(last, ref.predict(es.head(e + 41)), rel_tol=1e-6, abs_tol=1e-6)
+    assert_frame_equal(last, ref.predict(es.head(e + 21)), rel_tol=1e-6, abs_tol=1e-6)
 
 
 def test_update_refuses_bars_it_cannot_continue(run_dir, bars):
-    fc = foxhunt.Forecaster.load(run_dir)
+    fc = foxhunt.Forecaster.load(run_dir, trace=False)
     fc.predict(bars)
     last = bars.filter(pl.col("symbol") == "ES").row(-1, named=True)
     with pytest.raises(foxhunt.InputError, match="'ES' .* is not after the series' last bar"):
