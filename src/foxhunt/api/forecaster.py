@@ -55,8 +55,8 @@ class Forecaster:
     def load(cls, run_dir: str | Path, device: str | torch.device = "cpu", trace: bool = True) -> Forecaster:
         """Load the model package in `run_dir` (model.json, model.safetensors, the scalers inside model.json and
         calibration.json when it was fitted on these weights). No training data is read. `trace`: `update` runs
-        the model as a frozen TorchScript trace per batch size, made on its first use (about a second; a third of
-        the eager CPU time at batch 1, the same numbers); False runs it eagerly."""
+        the model as a frozen TorchScript trace per batch size, made on its first use (about a second; half to a
+        third of the eager CPU time at batch 1, the same numbers); False runs it eagerly."""
         dev = torch.device(device)
         return cls(load_model(run_dir, dev), dev, trace)
 

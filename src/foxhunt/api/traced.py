@@ -2,9 +2,9 @@
 
 At batch 1 the eager forward is dominated by Python and dispatch overhead: about a thousand small ATen calls
 through some seventy module calls. A trace runs the same ATen graph without the Python, and `torch.jit.freeze`
-folds the weights in as constants. On the 2-core benchmark machine (hidden 16, encoder 32, one thread, shared) it cut
-the CPU time of one batch-1 forward from 10.6 ms to 3.7 ms, with identical outputs (max difference 0.0;
-benchmarks/latency.py measures it as the "trace" backend). A trace is only valid for the shapes it was made with, so
+folds the weights in as constants. On the shared 2-core benchmark machine (hidden 16, encoder 32, one thread) it cut
+the CPU time of one batch-1 forward from 10.9 ms to 5.4 ms (from 10.6 to 3.7 in a busier run), with identical
+outputs (max difference 0.0; benchmarks/latency.py measures it as the "trace" backend). A trace is only valid for the shapes it was made with, so
 one is made per distinct set of input shapes, on first use (about a second); a live system asks for the same batch
 size on every bar. A model that cannot be traced runs eagerly (said once).
 """
