@@ -230,6 +230,7 @@ def train(
     """Train a Temporal Fusion Transformer; writes the run directory (model, metrics, memory trace, checkpoint)."""
     from foxhunt import settings
     from foxhunt.api.training import TrainConfig as RunConfig
+    from foxhunt.api.training import check_run_options
     from foxhunt.api.training import train as train_api
 
     v = _values(ctx, config)
@@ -237,6 +238,7 @@ def train(
     if v.get("resume") and not v.get("run_dir"):
         raise InputError("--resume needs --run-dir: the run to continue")
     n_seeds = int(v.get("seeds", 1))
+    check_run_options(bool(v.get("resume")), n_seeds, v.get("track"), v.get("track_uri"))
     train_cfg = settings.train_config(v)  # every flag is checked before any file is read
     if v.get("resume"):  # the run's own configuration, with the training flags typed now on top (e.g. more epochs)
         explicit = _explicit(ctx) - CONSOLE_FLAGS - TRACK_FLAGS  # neither the console nor tracking is the run

@@ -97,5 +97,6 @@ def test_predict_parquet_reads_only_the_last_row_groups(run_dir, bars, tmp_path)
     tail = parquet_tail(path, 60, None)
     assert_frame_equal(tail, by_time.tail(150))  # 3 groups: 75 bars of each symbol >= 60
     fc = foxhunt.Forecaster.load(run_dir)
-    assert fc.history_bars > 300  # so the whole file is read, and the forecast is predict's on all of it
-    assert_frame_equal(fc.predict_parquet(path), fc.predict(bars))
+    needed = parquet_tail(path, fc.history_bars, None)  # the groups holding each symbol's last history_bars rows
+    assert fc.history_bars <= len(needed) < len(by_time)  # only the tail of the file is read
+    assert_frame_equal(fc.predict_parquet(path), fc.predict(needed))

@@ -23,6 +23,7 @@ from foxhunt.train.config import TrainConfig as TrainingConfig
 
 if TYPE_CHECKING:
     from foxhunt.api.forecaster import Forecaster
+    from foxhunt.train.tracking import TrackingConfig
 
 
 @dataclass(frozen=True)
@@ -95,16 +96,7 @@ def train(config: TrainConfig | None = None, /, *, resume: bool = False, seeds: 
     from foxhunt.evaluate.validation import judge_on_validation
     from foxhunt.train.seeds import train_seeds
     from foxhunt.train.session import train_run
-    from foxhunt.train.tracking import TrackingConfig
-
-    tracking = TrackingConfig.parse(track, track_uri)
-    if seeds < 1:
-        raise InputError(f"--seeds {seeds}: give the number of trainings to run, 1 or more")
-    if seeds > 1 and resume:
-        raise InputError("--resume with --seeds is not supported; resume the kept run (--run-dir RUN --resume, "
-                         "without --seeds) or a stopped seed's own run (--run-dir RUN/seeds/seed-S --resume)")
-    if seeds > 1 and tracking.backends:
-        raise InputError("--track with --seeds is not supported; track a single-seed run (--seed S)")
+    tracking = check_run_options(resume, seeds, track, track_uri)
 
     if config is not None and options:
         raise InputError(f"train: pass a TrainConfig or options, not both (got {', '.join(sorted(options))})")
@@ -125,6 +117,22 @@ def train(config: TrainConfig | None = None, /, *, resume: bool = False, seeds: 
                best_val_loss=float(best["val_loss"]) if best else float("nan"),
                baseline_val_loss=float(result.baseline.loss), n_params=result.n_params,
                metrics=tuple(json.loads(json.dumps(r)) for r in result.state.history))
+
+
+def check_run_options(resume: bool, seeds: int, track: str | list[str] | None,
+                      track_uri: str | None) -> TrackingConfig:
+    """The tracking asked for, once the run-level options are known to go together (before any file is read)."""
+    from foxhunt.train.tracking import TrackingConfig
+
+    tracking = TrackingConfig.parse(track, track_uri)
+    if seeds < 1:
+        raise InputError(f"--seeds {seeds}: give the number of trainings to run, 1 or more")
+    if seeds > 1 and resume:
+        raise InputError("--resume with --seeds is not supported; resume the kept run (--run-dir RUN --resume, "
+                         "without --seeds) or a stopped seed's own run (--run-dir RUN/seeds/seed-S --resume)")
+    if seeds > 1 and tracking.backends:
+        raise InputError("--track with --seeds is not supported; track a single-seed run (--seed S)")
+    return tracking
 
 
 def _check_names(options: Mapping[str, Any]) -> None:
