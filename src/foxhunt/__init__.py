@@ -1,3 +1,43 @@
-"""foxhunt: Temporal Fusion Transformers on futures bars, trained end to end without running out of memory."""
+"""foxhunt: Temporal Fusion Transformers on futures bars, trained end to end without running out of memory.
+
+The public Python API (everything else is private and may change):
+
+- `TrainConfig`, `train(...) -> Run`: what `foxhunt train` does (options by the CLI's long names);
+- `Forecaster.load(run_dir)`: a trained model package, loaded once;
+- `Forecaster.predict(df)`, `predict_parquet(path)`: the live forecast of each series from a polars or pandas
+  frame, or from the tail of a parquet file;
+- `Forecaster.update(bar)`: one new bar per series, forecast incrementally (streaming);
+- `InputError`: bad input (a one-line message naming what to fix).
+
+Names load on first use, so `import foxhunt` stays cheap (torch is imported by the first of them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from foxhunt.errors import InputError
+
+if TYPE_CHECKING:
+    from foxhunt.api.forecaster import Forecaster
+    from foxhunt.api.training import Run, TrainConfig, train
 
 __version__ = "0.1.0"
+__all__ = ["Forecaster", "InputError", "Run", "TrainConfig", "__version__", "train"]
+
+_LAZY = {"Forecaster": "foxhunt.api.forecaster", "Run": "foxhunt.api.training", "TrainConfig": "foxhunt.api.training",
+         "train": "foxhunt.api.training"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'foxhunt' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -132,16 +132,9 @@ def _explicit(ctx: typer.Context) -> set[str]:
 
 
 def _paths(values: dict[str, Any]) -> tuple[str, ...]:
-    files = values.get("parquet_file")
-    if isinstance(files, str):
-        files = [files]
-    if files:
-        return tuple(str(f) for f in files)
-    from foxhunt.data.sample_path import bundled_sample_path
+    from foxhunt.api.training import data_paths
 
-    path = bundled_sample_path()
-    logging.getLogger("foxhunt").info("no --parquet-file given: using the bundled ES sample %s", path)
-    return (str(path),)
+    return data_paths(values.get("parquet_file"))
 
 
 @app.command()
@@ -236,38 +229,26 @@ def train(
 ) -> None:
     """Train a Temporal Fusion Transformer; writes the run directory (model, metrics, memory trace, checkpoint)."""
     from foxhunt import settings
-    from foxhunt.evaluate.validation import judge_on_validation as judge  # the final line: every baseline
-    from foxhunt.train.seeds import train_seeds
-    from foxhunt.train.session import train_run
-    from foxhunt.train.tracking import TrackingConfig
+    from foxhunt.api.training import TrainConfig as RunConfig
+    from foxhunt.api.training import check_run_options
+    from foxhunt.api.training import train as train_api
 
     v = _values(ctx, config)
     _set_verbosity(v)
     if v.get("resume") and not v.get("run_dir"):
         raise InputError("--resume needs --run-dir: the run to continue")
     n_seeds = int(v.get("seeds", 1))
-    if n_seeds < 1:
-        raise InputError(f"--seeds {n_seeds}: give the number of trainings to run, 1 or more")
-    if v.get("resume") and n_seeds > 1:
-        raise InputError("--resume with --seeds is not supported; resume the kept run (--run-dir RUN --resume, "
-                         "without --seeds) or a stopped seed's own run (--run-dir RUN/seeds/seed-S --resume)")
+    check_run_options(bool(v.get("resume")), n_seeds, v.get("track"), v.get("track_uri"))
     train_cfg = settings.train_config(v)  # every flag is checked before any file is read
-    tracking = TrackingConfig.parse(v.get("track"), v.get("track_uri"))
     if v.get("resume"):  # the run's own configuration, with the training flags typed now on top (e.g. more epochs)
         explicit = _explicit(ctx) - CONSOLE_FLAGS - TRACK_FLAGS  # neither the console nor tracking is the run
-        data_cfg, model_cfg, train_cfg = settings.resumed_configs(Path(v["run_dir"]), train_cfg, explicit)
-        train_cfg = dataclasses.replace(train_cfg, run_dir=v["run_dir"])  # where it is now, even if moved or copied
-        train_run(data_cfg, model_cfg, train_cfg, resume=True, judge=judge, tracking=tracking)
+        train_api(RunConfig.resumed(v["run_dir"], train_cfg, explicit), resume=True,  # run_dir: where it is now
+                  seeds=n_seeds, track=v.get("track"), track_uri=v.get("track_uri"))
         return
     data_cfg = settings.data_config(v, ())
     model_cfg = settings.model_config(v, data_cfg)
-    data_cfg = dataclasses.replace(data_cfg, paths=_paths(v))
-    if n_seeds > 1:
-        if tracking.backends:
-            raise InputError("--track with --seeds is not supported; track a single-seed run (--seed S)")
-        train_seeds(data_cfg, model_cfg, train_cfg, n_seeds, judge)
-    else:
-        train_run(data_cfg, model_cfg, train_cfg, judge=judge, tracking=tracking)
+    train_api(RunConfig(dataclasses.replace(data_cfg, paths=_paths(v)), model_cfg, train_cfg), seeds=n_seeds,
+              track=v.get("track"), track_uri=v.get("track_uri"))
 
 
 @app.command()
@@ -409,25 +390,15 @@ def predict(
 ) -> None:
     """Quantile forecasts for every origin with a full encoder, including the live one after the last bar;
     calibrated on the validation split unless --no-calibration."""
-    from foxhunt.evaluate.predict import (
-        forecast_calibration,
-        parse_time,
-        prepare_for_model,
-        select_origins,
-        write_forecasts,
-    )
-    from foxhunt.train.checkpoint import load_model
+    from foxhunt.api.forecaster import Forecaster
     from foxhunt.train.device import resolve_device
 
     _set_threads(threads)
-    dev = resolve_device(device)
-    lm = load_model(model, dev)
-    data = prepare_for_model(lm, _paths({"parquet_file": parquet_file}))
-    ids = select_origins(data, parse_time(start, "--start"), parse_time(end, "--end", end=True))
-    cal = forecast_calibration(lm, not no_calibration)
-    write_forecasts(lm, data, ids, out, batch_size, dev, calibration=cal)
-    typer.echo(f"wrote {len(ids) * lm.schema.horizon:,} {'calibrated' if cal else 'uncalibrated'} forecast rows "
-               f"({len(ids):,} origins) to {out}")
+    fc = Forecaster.load(model, resolve_device(device))
+    origins, calibrated = fc.write_forecasts(_paths({"parquet_file": parquet_file}), out, start, end, batch_size,
+                                             calibrated=not no_calibration)
+    typer.echo(f"wrote {origins * fc.horizon:,} {'calibrated' if calibrated else 'uncalibrated'} forecast rows "
+               f"({origins:,} origins) to {out}")
 
 
 @app.command()

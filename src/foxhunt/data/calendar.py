@@ -16,7 +16,10 @@ Conventions (CME Globex, which foxhunt is built for):
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import math
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import polars as pl
@@ -66,9 +69,22 @@ def local_ns(ts_ns: np.ndarray, tz: str) -> np.ndarray:
     key = ts_ns // QUARTER_NS
     starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
     probe = key[starts] * QUARTER_NS
-    wall = pl.Series(probe).cast(pl.Datetime("ns", "UTC")).dt.convert_time_zone(tz).dt.replace_time_zone(None)
-    offset = wall.dt.epoch("ns").to_numpy() - probe
+    if len(probe) <= FEW_PROBES:  # a live bar and its forecast steps: zoneinfo directly, no polars series to build
+        offset = np.array([_offset_ns(int(p), tz) for p in probe], dtype=np.int64)
+    else:
+        wall = pl.Series(probe).cast(pl.Datetime("ns", "UTC")).dt.convert_time_zone(tz).dt.replace_time_zone(None)
+        offset = wall.dt.epoch("ns").to_numpy() - probe
     return ts_ns + np.repeat(offset, np.diff(np.append(starts, len(ts_ns))))
+
+
+FEW_PROBES = 16  # up to this many quarter-hours a Python zoneinfo look-up each beats building a polars series
+
+
+@functools.lru_cache(maxsize=4096)  # a live stream asks for the same few quarter-hours over and over
+def _offset_ns(utc_ns: int, tz: str) -> int:
+    """The UTC offset of zone `tz` at a whole-second UTC instant, in ns."""
+    offset = dt.datetime.fromtimestamp(utc_ns // 10**9, dt.UTC).astimezone(ZoneInfo(tz)).utcoffset()
+    return int(offset.total_seconds()) * 10**9 if offset is not None else 0
 
 
 def _weekday(days: np.ndarray) -> np.ndarray:

@@ -74,6 +74,12 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     Raises InputError for anything the user must fix.
     """
     raw, files = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale)
+    return load_raw(raw, files, cfg, grid_step_ns)
+
+
+def load_raw(raw: pl.DataFrame, files: list[dict], cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
+    """`load_bars` after reading: `raw` and `files` as `read.read_bars` returns them (or `read.read_frame` for a
+    frame in memory), so that bars that never touch a file load exactly as a file's would."""
     paths = [f["path"] for f in files]
     rows_read = raw.height
     df, _ = resolve_symbols(raw)

@@ -90,6 +90,26 @@ def read_bars(
     return pl.concat([f.select(list(RAW_SCHEMA)) for f in frames], how="vertical"), files
 
 
+def read_frame(
+    frame: pl.DataFrame,
+    name: str,
+    timestamp_col: str | None = None,
+    symbol_col: str | None = None,
+    timezone: str | None = None,
+    price_scale: float = 1.0,
+) -> tuple[pl.DataFrame, dict]:
+    """An in-memory frame with a file's columns (see the module doc) as one raw frame (RAW_SCHEMA) and its entry
+    of `read_bars`' file list, exactly as `read_bars` reads a file; `name` stands for the path in error messages and
+    names the series of a frame without a symbol column. Raises InputError like `read_bars`."""
+    if frame.height == 0:
+        raise InputError(f"{name}: the frame has no rows; pass bars")
+    out, kind = _normalise(frame, Path(name), name, timestamp_col, symbol_col, timezone)
+    if price_scale != 1.0:
+        out = out.with_columns(pl.col(c) / price_scale for c in PRICE_COLS)
+    out = out.with_columns(pl.lit(0, dtype=pl.UInt32).alias("file_idx"), pl.int_range(pl.len()).alias("row"))
+    return out.select(list(RAW_SCHEMA)), {"path": name, "size_bytes": 0, "rows": frame.height, "timestamps": kind}
+
+
 def check_bar_sizes(frames: list[pl.DataFrame], paths: list[str]) -> None:
     """Refuse files of different bar sizes, naming two of them: compare Databento `rtype`s where both files have one,
     else the median spacing of consecutive bars within an instrument (files with one bar per instrument are skipped).

@@ -23,7 +23,9 @@ import pyarrow.parquet as pq
 import torch
 
 from foxhunt.atomic import atomic_path
-from foxhunt.data.prepare import PreparedData, prepare_data
+from foxhunt.data.config import DataConfig
+from foxhunt.data.load import LoadedBars, load_bars
+from foxhunt.data.prepare import PreparedData, prepare_from_bars
 from foxhunt.data.schema import Kind, Role
 from foxhunt.errors import InputError, ResourceError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
@@ -100,12 +102,32 @@ def is_calibrated(path: Path) -> bool | None:
         return None
 
 
+def prediction_config(lm: LoadedModel, paths: tuple[str, ...]) -> DataConfig:
+    """The model's own data options (columns, time zone, contracts, features) for bars at `paths`, without splits."""
+    return dataclasses.replace(lm.data_cfg, paths=paths, train_end=None, val_end=None)
+
+
 def prepare_for_model(lm: LoadedModel, paths: tuple[str, ...]) -> PreparedData:
-    cfg = dataclasses.replace(lm.data_cfg, paths=paths, train_end=None, val_end=None)
-    data = prepare_data(cfg, transform=lm.transform, for_prediction=True)
-    check_schema(lm, data, paths)
+    """Bar files featurized exactly as the model's training data, every bar an origin (see `prepare_loaded`)."""
+    return prepare_loaded(lm, load_bars(prediction_config(lm, paths), lm.transform.bar_spacing_ns), paths)
+
+
+def prepare_loaded(lm: LoadedModel, loaded: LoadedBars, where: tuple[str, ...]) -> PreparedData:
+    """Loaded bars (from files or a frame in memory, named by `where` in errors) featurized with the model's
+    transform, every bar with a full encoder an origin; refused unless the features are the model's."""
+    data = prepare_from_bars(loaded, prediction_config(lm, where), transform=lm.transform, for_prediction=True)
+    check_schema(lm, data, where)
     data.windows.check_codes(lm.schema, "the model's embedding table")  # the model's, not the data's own schema
     return data
+
+
+def live_origins(data: PreparedData) -> torch.Tensor:
+    """(S,) the window of each series whose origin is its last bar: the live forecast."""
+    ids = data.splits["test"]
+    series = data.windows.series_index(ids)  # (W,) sorted by series, then time
+    last = torch.ones(len(ids), dtype=torch.bool)
+    last[:-1] = series[1:] != series[:-1]
+    return ids[last]
 
 
 def check_schema(lm: LoadedModel, data: PreparedData, paths: tuple[str, ...]) -> None:

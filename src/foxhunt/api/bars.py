@@ -1,0 +1,160 @@
+"""Bars handed to the Python API, as the loader and the stream take them: frames (polars or pandas), the tail of a
+parquet file, and single bars (dicts or one-row-per-series frames) for `Forecaster.update`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from foxhunt.data.contracts import FUTURES_RE
+from foxhunt.data.read import SYMBOL_CANDIDATES, TIME_CANDIDATES, VALUE_COLS
+from foxhunt.errors import InputError
+
+FRAME_NAME = "<DataFrame>"  # stands for a path in the loader's messages about a frame in memory
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def as_polars(df: Any) -> pl.DataFrame:
+    """A polars frame of `df` (polars or pandas; a pandas DatetimeIndex becomes a column, as `reset_index()`)."""
+    if isinstance(df, pl.DataFrame):
+        return df
+    try:
+        import pandas as pd
+    except ImportError:  # pragma: no cover - pandas is a dependency of the loader's extras only
+        pd = None
+    if pd is not None and isinstance(df, pd.DataFrame):
+        if not isinstance(df.index, pd.RangeIndex):
+            df = df.reset_index()
+        return pl.from_pandas(df)
+    raise InputError(f"expected a polars or pandas DataFrame of bars, got {type(df).__name__}; pass a DataFrame")
+
+
+def parquet_tail(path: str | Path, rows_per_series: int, symbol_col: str | None) -> pl.DataFrame:
+    """The last row groups of a parquet file (in time order) until every symbol read has `rows_per_series` rows or
+    the file is read whole: the rows a forecast needs, without reading the rest of a long history."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: file not found; check the path")
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises several types for truncated or foreign files
+        raise InputError(f"{path}: cannot read it as parquet ({' '.join(str(e).split())[:200]}); re-export it") from None
+    names = pf.schema_arrow.names
+    sym = _column(names, (symbol_col,) if symbol_col else SYMBOL_CANDIDATES)
+    parts: list[pa.Table] = []
+    for g in range(pf.num_row_groups - 1, -1, -1):
+        parts.insert(0, pf.read_row_group(g))
+        table = pa.concat_tables(parts)
+        if sym is None:
+            if table.num_rows >= rows_per_series:
+                break
+            continue
+        counts = pl.from_arrow(table.select([sym])).to_series().value_counts()["count"]  # rows per symbol read
+        if int(counts.min()) >= rows_per_series:
+            break
+    out = pl.from_arrow(pa.concat_tables(parts)) if parts else pl.DataFrame()
+    assert isinstance(out, pl.DataFrame)
+    return out
+
+
+def _column(names: list[str], candidates: tuple[str, ...]) -> str | None:
+    lower = {n.strip().lower(): n for n in names}
+    return next((lower[c.lower()] for c in candidates if c and c.lower() in lower), None)
+
+
+class StreamBars:
+    """New bars for `update`, one per series: series names (B,), contracts (B,) (None when not given), times (B,)
+    int64 ns UTC, ohlcv (B, 5) float64 and the --fill-gaps flag (B,) bool."""
+
+    def __init__(self, names: list[str], contracts: list[str | None], ts_ns: np.ndarray, ohlcv: np.ndarray,
+                 filled: np.ndarray):
+        self.names, self.contracts, self.ts_ns, self.ohlcv, self.filled = names, contracts, ts_ns, ohlcv, filled
+
+
+def stream_bars(bar: Any, series_of: Mapping[str, str], only: str | None, timezone: str | None) -> StreamBars:
+    """`bar`: a dict (one bar) or a frame (one row per series) with a time column (ts_event, timestamp, ...),
+    open high low close volume, a symbol (the series' name or its current contract; optional with one series) and
+    optionally `filled`. `series_of` maps each series' current contract to the series; `only` is the one series a bar without a symbol
+    belongs to (None: several, so a symbol is required). Naive times are in `timezone` (None: UTC)."""
+    if isinstance(bar, Mapping):
+        records = [bar]
+    else:
+        records = as_polars(bar).to_dicts()
+    if not records:
+        raise InputError("update: no bar given; pass a dict or a frame with one row per series")
+    names, contracts, times, values, filled = [], [], [], [], []
+    for rec in records:  # one per series: a handful
+        keys = {str(k).strip().lower(): k for k in rec}
+        sym_key = next((keys[c] for c in ("symbol", "series", *SYMBOL_CANDIDATES) if c in keys), None)
+        if sym_key is None and only is None:
+            raise InputError("update: the bar has no symbol and the forecaster holds several series; add a 'symbol'")
+        symbol = str(rec[sym_key]).strip() if sym_key is not None else only
+        name, contract = _series(symbol, series_of)
+        names.append(name)
+        contracts.append(contract)
+        time_key = next((keys[c] for c in TIME_CANDIDATES if c in keys), None)
+        if time_key is None:
+            raise InputError(f"update: the bar of {symbol!r} has no time ({', '.join(TIME_CANDIDATES)}); add 'ts_event'")
+        times.append(_ns(rec[time_key], timezone, symbol))
+        try:
+            values.append([float(rec[keys[c]]) for c in VALUE_COLS])
+        except KeyError as e:
+            raise InputError(f"update: the bar of {symbol!r} has no {e.args[0]!r}; a bar needs "
+                             f"{', '.join(VALUE_COLS)}") from None
+        except (TypeError, ValueError):
+            raise InputError(f"update: the bar of {symbol!r} has a price or volume that is not a number") from None
+        filled.append(bool(rec[keys["filled"]]) if "filled" in keys else False)
+    return StreamBars(names, contracts, np.array(times, np.int64), np.array(values, np.float64),
+                      np.array(filled, bool))
+
+
+def _series(symbol: str, series_of: Mapping[str, str]) -> tuple[str, str | None]:
+    """(series, contract) of a bar's symbol: a series' own name continues it (contract None: unchanged); its
+    current contract too; another contract of a futures root the stream holds is that series rolling (which the
+    stream refuses); anything else is a series of its own."""
+    if symbol in series_of.values():
+        return symbol, None
+    if symbol in series_of:
+        return series_of[symbol], symbol
+    m = re.match(FUTURES_RE, symbol)
+    if m is not None and m.group(1) in series_of.values():
+        return m.group(1), symbol
+    return symbol, symbol
+
+
+def _ns(value: Any, timezone: str | None, symbol: str) -> int:
+    """A bar time (datetime, pandas Timestamp, numpy datetime64, ISO text or epoch ns) as int ns UTC; naive times
+    are wall-clock times in `timezone` (None: UTC), as the loader reads them."""
+    if type(value).__module__.startswith("pandas"):  # a pandas Timestamp: exact to the nanosecond
+        stamp = value if value.tzinfo is not None else value.tz_localize(timezone or "UTC")
+        return int(stamp.tz_convert("UTC").value)
+    if isinstance(value, np.datetime64):
+        value = value.astype("datetime64[ns]")
+        if timezone is None:
+            return int(value.astype(np.int64))
+        value = value.astype("datetime64[us]").item()
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InputError(f"update: the bar of {symbol!r} has time {value!r}, not ISO 8601") from None
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=ZoneInfo(timezone) if timezone else dt.UTC)
+        return (value - EPOCH) // dt.timedelta(microseconds=1) * 1000
+    if isinstance(value, dt.date):
+        return (value - EPOCH.date()).days * 86_400 * 10**9
+    if isinstance(value, int | np.integer) or (isinstance(value, float) and math.isfinite(value)):
+        return int(value)
+    raise InputError(f"update: the bar of {symbol!r} has time {value!r} of type {type(value).__name__}; pass a "
+                     "datetime or epoch nanoseconds")

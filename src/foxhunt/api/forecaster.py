@@ -1,0 +1,217 @@
+"""`foxhunt.Forecaster`: a trained model loaded once, forecasting from frames, parquet tails or one bar at a time.
+
+`predict` runs the loader and the feature pipeline of `foxhunt predict` on a frame in memory (no file is written or
+read) and forecasts the live window of each series. It also (re)starts each of those series' stream: `update` then
+appends one bar per series to a small running state (api/stream.py: the trailing-volatility EWMAs and a ring of the
+last E input rows) and forecasts from it without polars, the loader or any pass over the history, so a live system
+can forecast on every bar. Both give the rows of `foxhunt predict`'s output for the live origins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import torch
+
+from foxhunt.api.bars import FRAME_NAME, as_polars, parquet_tail, stream_bars
+from foxhunt.api.stream import StreamState
+from foxhunt.api.traced import TracedForward
+from foxhunt.data.batch import Batch
+from foxhunt.data.features import raw_features
+from foxhunt.data.known import decoder_features
+from foxhunt.data.load import load_raw
+from foxhunt.data.prepare import PreparedData
+from foxhunt.data.read import read_frame
+from foxhunt.evaluate import predict as _predict
+from foxhunt.model.calibration import Calibration
+from foxhunt.train.calibrate import raw_quantiles
+from foxhunt.train.checkpoint import LoadedModel, load_model
+
+# Bars of history per series that `predict_parquet` reads beyond the encoder: enough for the seed of the slowest
+# trailing-volatility EWMA to weigh less than 1e-6 (2^-20) in the forecast inputs.
+SEED_HALFLIVES = 20
+
+
+class Forecaster:
+    """A trained model and its feature pipeline, loaded once from a run directory (see `load`)."""
+
+    def __init__(self, lm: LoadedModel, device: torch.device, trace: bool = True):
+        self._lm, self._device = lm, device
+        self._model = lm.model.eval()
+        # Scaled quantiles (B, D, Q) of an `update` batch: a frozen trace per batch size (api/traced.py), or the
+        # eager model; benchmarks swap in other backends (torch.compile, onnxruntime) that take the same inputs.
+        self._forward: Callable[[Batch], torch.Tensor] = TracedForward(self._model) if trace else self._eager
+        self._state: StreamState | None = None  # made on first use: `foxhunt predict` never streams
+        self._fixed_inputs: dict[int, dict[str, torch.Tensor]] = {}
+        e, d = lm.data_cfg.encoder_length, lm.data_cfg.horizon
+        self._pos = ((torch.arange(e + d) - (e - 1)).float() / e).view(e + d, 1).to(device)  # (T, 1) relative time
+
+    @classmethod
+    def load(cls, run_dir: str | Path, device: str | torch.device = "cpu", trace: bool = True) -> Forecaster:
+        """Load the model package in `run_dir` (model.json, model.safetensors, the scalers inside model.json and
+        calibration.json when it was fitted on these weights). No training data is read. `trace`: `update` runs
+        the model as a frozen TorchScript trace per batch size, made on its first use (about a second; half to a
+        third of the eager CPU time at batch 1, the same numbers); False runs it eagerly."""
+        dev = torch.device(device)
+        return cls(load_model(run_dir, dev), dev, trace)
+
+    # -- what the model is -------------------------------------------------------------------------------------
+    @property
+    def quantiles(self) -> tuple[float, ...]:
+        return tuple(self._lm.model_cfg.quantiles)
+
+    @property
+    def encoder_length(self) -> int:
+        return self._lm.data_cfg.encoder_length
+
+    @property
+    def horizon(self) -> int:
+        return self._lm.data_cfg.horizon
+
+    @property
+    def calibration(self) -> Calibration | None:
+        """The conformal calibration applied by default (None: the run has none for these weights)."""
+        return self._lm.calibration
+
+    @property
+    def history_bars(self) -> int:
+        """Bars per series `predict_parquet` reads: the encoder, the first bar (no return) and the warm-up that
+        makes the trailing volatility's starting value negligible (its slowest halflife x SEED_HALFLIVES)."""
+        sc = self._lm.transform.scalers
+        slowest = float(sc["halflife"]) * (4.0 if sc.get("vol_features", False) else 1.0)
+        return self.encoder_length + 1 + int(np.ceil(slowest * SEED_HALFLIVES))
+
+    # -- forecasts -------------------------------------------------------------------------------------------
+    def predict(self, df: Any, calibrated: bool = True) -> pl.DataFrame:
+        """Forecast the latest window of every series in `df` (polars or pandas; the columns a bars file has: a time
+        column, open high low close volume, optionally a symbol), read as `foxhunt predict` reads a file with the
+        model's own options. Returns `foxhunt predict`'s rows for each series' last bar: symbol, origin, horizon,
+        target_time (null: the live forecast), one column per quantile (calibrated unless `calibrated=False`),
+        actual (null). Also restarts the `update` stream of these series from this history."""
+        frame = as_polars(df)
+        cfg = _predict.prediction_config(self._lm, (FRAME_NAME,))
+        raw, entry = read_frame(frame, FRAME_NAME, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale)
+        loaded = load_raw(raw, [entry], cfg, self._lm.transform.bar_spacing_ns)
+        data = _predict.prepare_loaded(self._lm, loaded, (FRAME_NAME,))
+        self._prime(loaded.bars, data)
+        fc = _predict.Forecaster(self._lm, data, self._device, calibration=self._calibration(calibrated))
+        ids = _predict.live_origins(data)
+        tables = [_predict.forecast_table(fb, data.windows.series_names, self.quantiles) for fb in fc.iter(ids, 1024)]
+        out = pl.from_arrow(pa.concat_tables(tables))
+        assert isinstance(out, pl.DataFrame)
+        return out
+
+    def predict_parquet(self, path: str | Path, calibrated: bool = True) -> pl.DataFrame:
+        """`predict` on the tail of a parquet file in time order: only the last row groups, until each symbol has
+        `history_bars` rows (the forecast then equals one from the whole file to the EWMA seed's 1e-6)."""
+        frame = parquet_tail(path, self.history_bars, self._lm.data_cfg.symbol_col)
+        return self.predict(frame, calibrated)
+
+    def update(self, bar: Any, calibrated: bool = True) -> pl.DataFrame:
+        """Append one new bar per series (a dict, or a frame with one row per series) and forecast each of those
+        series from its last E bars; the rows of `predict` on the same history, for the series with a full encoder
+        (a series `predict` never saw starts from its first bar). A bar continues its series' contract: a roll needs
+        `predict` on bars through it."""
+        rows = self._step(bar)
+        ready = rows[self._stream.ready(rows)]
+        q, scale, origin = self._forecast_rows(ready, calibrated)
+        fb = _predict.ForecastBatch(
+            series=np.arange(len(ready)), window=ready, origin_ns=origin, target_ns=np.full((len(ready), self.horizon), -1),
+            quantiles=q, actual=np.full((len(ready), self.horizon), np.nan),
+            filled=np.zeros((len(ready), self.horizon), bool) if "filled" in self._stream.observed else None)
+        names = tuple(self._stream.names[i] for i in ready)
+        out = pl.from_arrow(_predict.forecast_table(fb, names, self.quantiles))
+        assert isinstance(out, pl.DataFrame)
+        return out
+
+    def write_forecasts(self, paths: tuple[str, ...], out: Path, start: str | None = None, end: str | None = None,
+                        batch_size: int = 1024, calibrated: bool = True) -> tuple[int, bool]:
+        """`foxhunt predict`: forecasts for every origin of the bar files `paths` whose first forecast bar lies in
+        [start, end] (ISO dates or times, UTC when naive), streamed to the parquet file `out` (atomic). Returns
+        (origins, calibrated)."""
+        data = _predict.prepare_for_model(self._lm, paths)
+        ids = _predict.select_origins(data, _predict.parse_time(start, "--start"),
+                                      _predict.parse_time(end, "--end", end=True))
+        cal = _predict.forecast_calibration(self._lm, calibrated)
+        _predict.write_forecasts(self._lm, data, ids, out, batch_size, self._device, calibration=cal)
+        return len(ids), cal is not None
+
+    # -- internals -------------------------------------------------------------------------------------------
+    def _eager(self, batch: Batch) -> torch.Tensor:
+        return self._model(batch).quantiles
+
+    @property
+    def _stream(self) -> StreamState:
+        if self._state is None:
+            self._state = StreamState(self._lm.transform, self.encoder_length)
+        return self._state
+
+    def _calibration(self, calibrated: bool) -> Calibration | None:
+        return self._lm.calibration if calibrated else None
+
+    def _prime(self, bars: pl.DataFrame, data: PreparedData) -> None:
+        w = data.windows
+        feats = raw_features(bars, self._lm.data_cfg.adjust, self._lm.transform.target)
+        real = w.real  # (N + S*D,) the loaded bars, in their order; appended future rows are not
+        self._stream.prime(feats, w.cont[real].numpy(), w.center[real].numpy(), w.scale[real].numpy())
+
+    def _step(self, bar: Any) -> np.ndarray:
+        """Parse `bar` and advance the stream; the state rows of its series (B,)."""
+        st = self._stream
+        series_of = {c if c is not None else n: n for n, c in zip(st.names, st.contract, strict=True)}
+        only = st.names[0] if len(st.names) == 1 else None
+        b = stream_bars(bar, series_of, only, self._lm.data_cfg.timezone)
+        return st.step(b.names, b.contracts, b.ts_ns, b.ohlcv, b.filled)
+
+    def batch(self, rows: np.ndarray) -> Batch:
+        """The model's inputs for the live windows of stream rows `rows` (B,): each window's own E encoder rows
+        and D forecast steps (no bar shared across series), built from the rings with one gather."""
+        st, tf = self._stream, self._lm.transform
+        b, e, d = len(rows), self.encoder_length, self.horizon
+        fixed = self._fixed(b)
+        dec = decoder_features(st.ts[rows], tf.bar_spacing_ns, d, tf.exchange_tz, tf.intraday,
+                               tf.calendar_features, st.season)  # (B, D, Kr)
+        dev = self._device
+        return Batch(
+            static_cat=torch.from_numpy(st.codes(rows)[:, None]).to(dev),  # (B, 1)
+            enc_cont=torch.from_numpy(st.encoder(rows).reshape(b * e, -1)).to(dev),  # (B*E, F)
+            dec_cont=torch.from_numpy(dec.reshape(b * d, -1)).to(dev),  # (B*D, Kr)
+            target_center=torch.from_numpy(st.center[rows].astype(np.float32)).to(dev),
+            target_scale=torch.from_numpy(st.scale[rows].astype(np.float32)).to(dev),
+            window=torch.from_numpy(rows).to(dev),
+            **fixed,
+        )
+
+    def _fixed(self, b: int) -> dict[str, torch.Tensor]:
+        """The inputs of a batch of b live windows that do not depend on the bars (indices, empty columns), made
+        once per batch size: a live system asks for the same size on every bar."""
+        if b not in self._fixed_inputs:
+            e, d, dev = self.encoder_length, self.horizon, self._device
+            self._fixed_inputs[b] = {
+                "static_cont": torch.zeros(b, 0, device=dev),
+                "enc_cat": torch.zeros(b * e, 0, dtype=torch.int64, device=dev),
+                "enc_index": torch.arange(b * e, device=dev).view(b, e),
+                "dec_cat": torch.zeros(b * d, 0, dtype=torch.int64, device=dev),
+                "dec_index": torch.arange(b * d, device=dev).view(b, d),
+                "pos_cont": self._pos,
+                "target": torch.full((b, d), float("nan"), device=dev),
+            }
+        return self._fixed_inputs[b]
+
+    def _forecast_rows(self, rows: np.ndarray, calibrated: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Quantiles (B, D, Q) in target units (calibrated unless told not), target scales (B,), origins (B,)."""
+        q = np.zeros((0, self.horizon, len(self.quantiles)), np.float32)
+        scale = self._stream.scale[rows]
+        if len(rows):
+            batch = self.batch(rows)
+            with torch.inference_mode():
+                q = raw_quantiles(batch, self._forward(batch))[0].cpu().numpy()  # (B, D, Q) sorted
+            cal = self._calibration(calibrated)
+            if cal is not None:
+                q = cal.apply(q, scale).astype(np.float32)
+        return q, scale, self._stream.ts[rows].copy()

@@ -1,0 +1,102 @@
+"""foxhunt.Forecaster: predict on frames equals `foxhunt predict`; update (streaming) equals predict on the same
+history; predict_parquet reads only the tail it needs. One tiny model (tests/api/conftest.py) serves them all."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import foxhunt
+from foxhunt.api.bars import parquet_tail
+from foxhunt.cli import main
+
+Q = ["p10", "p50", "p90"]
+
+
+@pytest.fixture(scope="module")
+def bars(daily_path) -> pl.DataFrame:
+    return pl.read_parquet(daily_path).sort("symbol", "timestamp")
+
+
+@pytest.fixture(scope="module")
+def run_dir(readme_run):
+    return readme_run["run"].run_dir
+
+
+def _cli_live_rows(run_dir, path, out, *flags) -> pl.DataFrame:
+    assert main(["predict", "--model", str(run_dir), "-f", str(path), "--out", str(out), "--threads", "1", *flags]) == 0
+    rows = pl.read_parquet(out)
+    return rows.filter(pl.col("origin") == pl.col("origin").max().over("symbol"))
+
+
+@pytest.mark.parametrize("calibrated", [True, False])
+def test_predict_on_a_frame_is_foxhunt_predicts_live_rows(run_dir, daily_path, bars, tmp_path, calibrated):
+    want = _cli_live_rows(run_dir, daily_path, tmp_path / "f.parquet", *([] if calibrated else ["--no-calibration"]))
+    fc = foxhunt.Forecaster.load(run_dir)
+    assert_frame_equal(fc.predict(bars, calibrated=calibrated), want)
+    assert_frame_equal(fc.predict(bars.to_pandas(), calibrated=calibrated), want)  # pandas reads the same
+
+
+def _history_and_new(bars: pl.DataFrame, k: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    n = bars.group_by("symbol").len()["len"].min()
+    return (bars.group_by("symbol", maintain_order=True).head(n - k),
+            bars.group_by("symbol", maintain_order=True).tail(k))
+
+
+def test_update_equals_predict_on_the_same_history(run_dir, bars):
+    history, new = _history_and_new(bars, 2)
+    stream, ref = foxhunt.Forecaster.load(run_dir), foxhunt.Forecaster.load(run_dir)  # update runs a trace
+    stream.predict(history)  # starts the stream of ES and NQ
+    for i in range(2):
+        step = new.group_by("symbol", maintain_order=True).agg(pl.all().get(i)).select(bars.columns)
+        if i == 0:  # one dict per series, then frames of one row per series
+            got = pl.concat([stream.update(bar) for bar in step.iter_rows(named=True)])
+        else:
+            got = stream.update(step)
+        want = ref.predict(pl.concat([history, new.group_by("symbol", maintain_order=True).head(i + 1)]))
+        want = want.filter(pl.col("symbol").is_in(got["symbol"].unique().to_list()))
+        assert_frame_equal(got.drop(Q), want.drop(Q))
+        np.testing.assert_allclose(got.select(Q).to_numpy(), want.select(Q).to_numpy(), rtol=1e-6, atol=1e-6)
+        assert not np.allclose(got.select(Q).to_numpy(), 0)
+
+
+def test_a_cold_stream_forecasts_once_its_encoder_is_full_as_predict_does(run_dir, bars):
+    es = bars.filter(pl.col("symbol") == "ES")
+    fc, ref = foxhunt.Forecaster.load(run_dir, trace=False), foxhunt.Forecaster.load(run_dir)  # the eager model
+    e = fc.encoder_length
+    outs = [fc.update(bar) for bar in es.head(e + 1).iter_rows(named=True)]
+    assert [o.height for o in outs] == [0] * e + [fc.horizon]  # the first bar has no return: E + 1 bars
+    assert_frame_equal(outs[-1], ref.predict(es.head(e + 1)), rel_tol=1e-6, abs_tol=1e-6)
+    for bar in es.slice(e + 1, 20).iter_rows(named=True):
+        last = fc.update(bar)
+    assert_frame_equal(last, ref.predict(es.head(e + 21)), rel_tol=1e-6, abs_tol=1e-6)
+
+
+def test_update_refuses_bars_it_cannot_continue(run_dir, bars):
+    fc = foxhunt.Forecaster.load(run_dir, trace=False)
+    fc.predict(bars)
+    last = bars.filter(pl.col("symbol") == "ES").row(-1, named=True)
+    with pytest.raises(foxhunt.InputError, match="'ES' .* is not after the series' last bar"):
+        fc.update(last)
+    later = {**last, "timestamp": "2024-12-10"}
+    with pytest.raises(foxhunt.InputError, match="non-finite"):
+        fc.update({**later, "close": float("nan")})
+    with pytest.raises(foxhunt.InputError, match="no symbol"):
+        fc.update({k: v for k, v in later.items() if k != "symbol"})
+    with pytest.raises(foxhunt.InputError, match="rolls from ES to ESH5"):
+        fc.update({**later, "symbol": "ESH5"})
+    assert fc.update(later).height == fc.horizon  # the refused bars left the state as it was
+
+
+def test_predict_parquet_reads_only_the_last_row_groups(run_dir, bars, tmp_path):
+    path = tmp_path / "by_time.parquet"
+    by_time = bars.sort("timestamp", "symbol")
+    by_time.write_parquet(path, row_group_size=50)  # 12 groups of 25 bars per symbol
+    tail = parquet_tail(path, 60, None)
+    assert_frame_equal(tail, by_time.tail(150))  # 3 groups: 75 bars of each symbol >= 60
+    fc = foxhunt.Forecaster.load(run_dir)
+    needed = parquet_tail(path, fc.history_bars, None)  # the groups holding each symbol's last history_bars rows
+    assert fc.history_bars <= len(needed) < len(by_time)  # only the tail of the file is read
+    assert_frame_equal(fc.predict_parquet(path), fc.predict(needed))

@@ -1,0 +1,36 @@
+"""The README's "From Python" section runs as written (on the daily fixture) and does what it says."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import foxhunt
+from tests.api.conftest import readme_python_blocks
+
+COLUMNS = ["symbol", "origin", "horizon", "target_time", "p10", "p50", "p90", "actual"]
+
+
+def test_readme_section_has_train_load_predict_and_update_blocks():
+    code = "\n".join(readme_python_blocks())
+    for call in ("foxhunt.train(", "foxhunt.Forecaster.load(", ".predict(", ".predict_parquet(", ".update("):
+        assert call in code
+
+
+def test_readme_code_trains_and_forecasts(readme_run):
+    run, live, forecast = readme_run["run"], readme_run["live"], readme_run["forecast"]
+    assert isinstance(run, foxhunt.Run) and run.best_epoch == 1
+    lines = [json.loads(x) for x in (run.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["val_loss"] for m in run.metrics] == [m["val_loss"] for m in lines]
+    assert run.best_val_loss == lines[0]["val_loss"]
+    for name in ("model.json", "model.safetensors", "calibration.json", "config.json"):
+        assert (run.run_dir / name).is_file()
+    assert live.columns == COLUMNS
+    assert live["symbol"].to_list() == ["ES"] * 3 + ["NQ"] * 3
+    assert live["horizon"].to_list() == [1, 2, 3] * 2
+    assert live["origin"].dt.date().unique().to_list() == [readme_run["bars"]["timestamp"].max().date()]
+    assert live["target_time"].is_null().all() and live["actual"].is_null().all()
+    assert readme_run["tail"].equals(live)  # the fixture is shorter than the history predict_parquet reads
+    assert not readme_run["raw"].equals(live)  # the calibration moved the quantiles
+    assert forecast.columns == COLUMNS and forecast["symbol"].to_list() == ["ES"] * 3
+    assert forecast["origin"].dt.date().to_list() == [dt.date(2024, 12, 10)] * 3
