@@ -95,7 +95,7 @@ def train(config: TrainConfig | None = None, /, *, resume: bool = False, seeds: 
     epoch with every evaluate baseline on validation. Raises foxhunt.errors.InputError for bad options or data."""
     from foxhunt.evaluate.validation import judge_on_validation
     from foxhunt.train.seeds import train_seeds
-    from foxhunt.train.session import train_run
+    from foxhunt.train.session import best_record, train_run
     tracking = check_run_options(resume, seeds, track, track_uri)
 
     if config is not None and options:
@@ -112,7 +112,7 @@ def train(config: TrainConfig | None = None, /, *, resume: bool = False, seeds: 
     else:
         result = train_run(config.data, config.model, config.training, resume=resume, judge=judge_on_validation,
                            tracking=tracking)
-    best = next((r for r in result.state.history if r["epoch"] == result.state.best_epoch), None)
+    best = best_record(result.state)
     return Run(run_dir=Path(result.run.root).resolve(), best_epoch=result.state.best_epoch,
                best_val_loss=float(best["val_loss"]) if best else float("nan"),
                baseline_val_loss=float(result.baseline.loss), n_params=result.n_params,

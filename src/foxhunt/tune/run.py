@@ -113,7 +113,7 @@ def objective(trial: Any, cfg: TuneConfig, space: tuple[Param, ...], values: dic
               paths: tuple[str, ...]) -> float:
     import optuna
 
-    from foxhunt.train.session import train_run
+    from foxhunt.train.session import best_record, train_run
 
     drawn = {p.name: p.suggest(trial) for p in space}
     v = {**values, **drawn}
@@ -137,7 +137,9 @@ def objective(trial: Any, cfg: TuneConfig, space: tuple[Param, ...], values: dic
     finally:
         trial.set_user_attr("seconds", time.perf_counter() - t0)
     check_held_out(run_dir)
-    best = next(r for r in result.state.history if r["epoch"] == result.state.best_epoch)
+    best = best_record(result.state)
+    if best is None:  # train_run returns only after an epoch has finished
+        raise RuntimeError(f"trial {trial.number}: training returned without a finished epoch")
     log.info("trial %d: val q-risk %.5f at epoch %d", trial.number, val_qrisk(best), best["epoch"], extra=FINAL)
     return val_qrisk(best)
 
