@@ -30,7 +30,7 @@ def setup(request):
     model = TemporalFusionTransformer(data.schema.sizes, ModelConfig(hidden_size=8, attention_heads=2,
                                                                      encoder_length=16, horizon=3)).eval()
     ids = torch.arange(data.windows.n_windows)
-    assert len(ids) >= 500
+    assert len(ids) >= 250
     return data, model, ids
 
 
@@ -54,16 +54,16 @@ class LeakyPredictor:
         return out.detach()
 
 
-def test_validation_peak_is_the_same_for_10_and_500_batches(setup):
+def test_validation_peak_is_the_same_for_10_and_250_batches(setup):
     data, model, ids = setup
     model_fn = lambda b: model(b).quantiles  # noqa: E731
-    short, long = peak_bytes(model_fn, data, ids[:10]), peak_bytes(model_fn, data, ids[:500])
+    short, long = peak_bytes(model_fn, data, ids[:10]), peak_bytes(model_fn, data, ids[:250])
     assert long <= short * 1.05 + 4096, (short, long)
 
 
 def test_a_leak_across_validation_batches_is_caught(setup):
     data, model, ids = setup
     short = peak_bytes(LeakyPredictor(model), data, ids[:10])
-    long = peak_bytes(LeakyPredictor(model), data, ids[:500])
-    # the assertion above (<= 1.05x) fails by a wide margin when outputs and graphs pile up
-    assert long > short * 10, (short, long)
+    long = peak_bytes(LeakyPredictor(model), data, ids[:100])
+    # the assertion above (<= 1.05x) fails by a wide margin when outputs and graphs pile up: 10x the batches, >5x the peak
+    assert long > short * 5, (short, long)

@@ -181,6 +181,19 @@ def test_deterministic_kernels_change_nothing_on_cpu_and_are_switched_off_after(
     assert "--deterministic: deterministic kernels" in (tmp_path / "det" / "train.log").read_text()
 
 
+def test_restoring_unchanged_switches_does_not_call_torch(monkeypatch):
+    """torch.use_deterministic_algorithms imports torch._inductor (about 2 s a process): a run without
+    --deterministic must not call it when it puts the switches back."""
+    from foxhunt.train.session import determinism_switches, set_determinism_switches
+
+    calls = []
+    monkeypatch.setattr(torch, "use_deterministic_algorithms", lambda *a, **k: calls.append((a, k)))
+    set_determinism_switches(*determinism_switches())
+    assert calls == []
+    set_determinism_switches(True, True, False, False)
+    assert calls == [((True,), {"warn_only": True})]
+
+
 def test_a_failed_checkpoint_write_keeps_the_previous_one_whole(tmp_path, monkeypatch):
     from foxhunt.errors import WriteError
     from foxhunt.train.checkpoint import save_checkpoint

@@ -154,7 +154,10 @@ def determinism_switches() -> tuple[bool, bool, bool, bool]:
 
 
 def set_determinism_switches(algorithms: bool, warn_only: bool, cudnn_deterministic: bool, benchmark: bool) -> None:
-    torch.use_deterministic_algorithms(algorithms, warn_only=warn_only)
+    """Put the switches back as `determinism_switches` read them. torch.use_deterministic_algorithms imports
+    torch._inductor (about 2 s of CPU), so it is called only when a run changed them (--deterministic)."""
+    if (algorithms, warn_only) != determinism_switches()[:2]:
+        torch.use_deterministic_algorithms(algorithms, warn_only=warn_only)
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn_deterministic, benchmark
 
 
