@@ -70,6 +70,27 @@ def test_arrays_stay_mapped_from_the_store_files(prepared):
     assert _bits(open_store(store).windows.cont) != _bits(back.windows.cont)
 
 
+def _mapped_kib(path: Path) -> int:
+    """Resident KiB of this process's mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if "-" in line.split(" ", 1)[0]:  # a mapping's header line
+            inside = line.endswith(str(path.resolve()))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+def test_a_batch_lets_go_of_the_store_pages_it_mapped_in(prepared):
+    _, data, store = prepared
+    w = open_store(store).windows
+    assert float(w.cont.sum()) == pytest.approx(float(data.windows.cont.sum()))  # every page of cont read
+    assert _mapped_kib(store / "cont.npy") > 0
+    batch = w.batch(data.splits["train"][:5])
+    assert _mapped_kib(store / "cont.npy") == 0  # unmapped: the pages stay in the OS page cache only
+    assert _bits(batch.enc_cont) == _bits(data.windows.batch(data.splits["train"][:5]).enc_cont)
+
+
 def test_the_manifest_records_the_options_and_input_files(prepared, fixtures_dir):
     cfg, _, store = prepared
     manifest = read_manifest(store)

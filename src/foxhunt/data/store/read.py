@@ -9,6 +9,7 @@ kernel can drop again under memory pressure: the process's own (anonymous) memor
 from __future__ import annotations
 
 import json
+import mmap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from foxhunt.data.batch import Batch
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import FittedTransform, PreparedData, prepare_data
 from foxhunt.data.schema import FeatureSchema
@@ -73,24 +75,52 @@ def open_store(store: Path, manifest: dict[str, Any] | None = None) -> PreparedD
     store = Path(store)
     manifest = manifest if manifest is not None else read_manifest(store)
     arrays = manifest["arrays"]
-    tensors = {name: _mapped(store, arrays[name]) if name in arrays else None
-               for name in WINDOW_ARRAYS if name in arrays or name in OPTIONAL}
+    maps = {name: _mapped(store, arrays[name]) for name in WINDOW_ARRAYS if name in arrays}
+    tensors = {name: torch.from_numpy(maps[name]) if name in maps else None
+               for name in WINDOW_ARRAYS if name in maps or name in OPTIONAL}
     missing = sorted(set(WINDOW_ARRAYS) - OPTIONAL - set(tensors))
     if missing:
         raise InputError(f"{store / MANIFEST}: no entry for the array {missing[0]!r}; run `foxhunt prepare` again")
     fields = dict(manifest["windows"])
     fields["series_names"] = tuple(fields["series_names"])
+    windows = MappedWindows(**tensors, **{k: fields[k] for k in WINDOW_FIELDS})
+    windows.maps = list(maps.values())
     return PreparedData(
         schema=FeatureSchema.from_dict(manifest["schema"]),
-        windows=WindowedData(**tensors, **{k: fields[k] for k in WINDOW_FIELDS}),
-        splits={name: _mapped(store, arrays[f"split_{name}"]) for name in SPLITS},
+        windows=windows,
+        splits={name: torch.from_numpy(_mapped(store, arrays[f"split_{name}"])) for name in SPLITS},
         transform=FittedTransform.from_dict(manifest["transform"]),
         summary=manifest["summary"],
         rolls=list(manifest.get("rolls", [])),
     )
 
 
-def _mapped(store: Path, entry: Mapping[str, Any]) -> torch.Tensor:
+class MappedWindows(WindowedData):
+    """WindowedData over a store's mapped files that lets go of the pages each batch mapped in, once it is built.
+
+    A batch's rows lie anywhere in the store, and each read fault maps a run of neighbouring pages (fault-around,
+    readahead): over an epoch the process would map the whole store, and its RSS (file pages included) would grow
+    to the store's size. Unmapping after each batch (madvise MADV_DONTNEED) keeps RSS at one batch's pages: the
+    pages stay in the OS page cache, which keeps what memory allows, so the next read of them is a minor fault. Safe
+    because nothing writes to the mapped tensors (a write would be a private copy, dropped here).
+    """
+
+    maps: list[np.ndarray] | None = None  # the mapped arrays behind the tensors (np.memmap)
+
+    def batch(self, ids: torch.Tensor) -> Batch:
+        out = super().batch(ids)
+        self.release()
+        return out
+
+    def release(self) -> None:
+        """Unmap every page of the store this process has mapped in (they stay in the page cache)."""
+        for array in self.maps or ():
+            backing = getattr(array, "_mmap", None)
+            if backing is not None and len(backing):
+                backing.madvise(mmap.MADV_DONTNEED)
+
+
+def _mapped(store: Path, entry: Mapping[str, Any]) -> np.ndarray:
     """One array of the store, mapped copy-on-write and checked against the manifest's dtype and shape."""
     path = store / entry["file"]
     try:
@@ -100,4 +130,4 @@ def _mapped(store: Path, entry: Mapping[str, Any]) -> torch.Tensor:
     if str(array.dtype) != entry["dtype"] or list(array.shape) != list(entry["shape"]):
         raise InputError(f"{path}: holds {array.dtype} {list(array.shape)} where the manifest says {entry['dtype']} "
                          f"{entry['shape']}; the store is damaged: run `foxhunt prepare` again")
-    return torch.from_numpy(array)
+    return array
