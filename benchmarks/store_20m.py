@@ -107,12 +107,14 @@ def size_mb(path: Path) -> float:
 
 
 def report(rows: int, files: int, parquet_mb: float, store_mb: float, prep: dict, store: dict,
-           direct: dict) -> None:
+           direct: dict | None) -> None:
     rate, cpu_rate = rows / prep["wall_s"], rows / (prep["cpu_s"] / 2)
     print(f"panel: {rows:,} rows in {files} daily files, {parquet_mb:,.0f} MiB of parquet; store {store_mb:,.0f} MiB")
     print(f"{'command':<30} {'wall s':>7} {'cpu s':>7} {'start RSS':>9} {'peak RSS':>9} {'anon':>7} {'file':>7} "
           f"{'% store':>8}  (MiB; anon/file: peaks of RssAnon/RssFile sampled every 20 ms)")
     for name, m in (("prepare", prep), ("train --features (store)", store), ("train --parquet-file (direct)", direct)):
+        if m is None:
+            continue
         print(f"{name:<30} {m['wall_s']:7.1f} {m['cpu_s']:7.1f} {m['base_rss_mb']:9,.0f} {m['peak_rss_mb']:9,.0f} "
               f"{m['peak_anon_mb']:7,.0f} {m['peak_file_mb']:7,.0f} {100 * m['peak_rss_mb'] / store_mb:7.0f}%")
     ratio = store["peak_rss_mb"] / store_mb
@@ -133,6 +135,8 @@ def main() -> None:
     p.add_argument("--max-train-batches", type=int, default=50)
     p.add_argument("--workdir", type=Path, default=None, help="Default: a temporary directory, deleted after.")
     p.add_argument("--keep", action="store_true", help="Keep the panel, the store and the runs.")
+    p.add_argument("--skip-direct", action="store_true", help="Do not train from the parquet directly (it needs "
+                   "the memory of prepare).")
     a = p.parse_args()
     work = a.workdir or Path(tempfile.mkdtemp(prefix="store_20m."))
     panel, store = work / "panel", work / "store"
@@ -148,8 +152,8 @@ def main() -> None:
         slice_flags = [*MODEL_FLAGS, "--max-train-batches", str(a.max_train_batches)]
         from_store = run_child(["train", "--features", str(store), *slice_flags, "--run-dir", str(work / "run-store")])
         print(f"train --features: {from_store}", flush=True)
-        direct = run_child(["train", "--parquet-file", str(panel), *DATA_FLAGS, *slice_flags,
-                            "--run-dir", str(work / "run-direct")])
+        direct = None if a.skip_direct else run_child(["train", "--parquet-file", str(panel), *DATA_FLAGS,
+                                                       *slice_flags, "--run-dir", str(work / "run-direct")])
         print(f"train --parquet-file: {direct}", flush=True)
         report(rows, files, size_mb(panel), size_mb(store), prep, from_store, direct)
     finally:

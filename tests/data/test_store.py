@@ -110,6 +110,8 @@ def test_other_data_options_are_refused_with_one_line(prepared):
     assert str(e.value) == (f"--horizon 7 differs from the feature store {store}, prepared with --horizon 3; drop "
                             "--horizon to use the store as prepared, or run `foxhunt prepare` with --horizon 7 into "
                             "a new store")
+    with pytest.raises(InputError, match="^--train-end 2024-03-01 differs .* prepared with no --train-end;"):
+        store_data_config(store, {"train_end": "2024-03-01"})
     with pytest.raises(InputError, match="^--no-seasonality differs .* prepared with --seasonality;"):
         load_prepared(dataclasses.replace(cfg, seasonality=False, features=str(store)))
 

@@ -64,8 +64,11 @@ def shaping_options(cfg: DataConfig) -> dict[str, Any]:
 
 
 def flag(name: str, value: Any) -> str:
-    """The command-line spelling of option `name` set to `value` (`--horizon 5`, `--no-seasonality`)."""
+    """The command-line spelling of option `name` set to `value` (`--horizon 5`, `--no-seasonality`, `no
+    --train-end`)."""
     dashed = name.replace("_", "-")
+    if value is None:
+        return f"no --{dashed}"
     if isinstance(value, bool):
         return f"--{dashed}" if value else f"--no-{dashed}"
     return f"--{dashed} {value}"
