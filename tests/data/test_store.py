@@ -14,7 +14,7 @@ import torch
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import prepare_data
 from foxhunt.data.store import (
-    load_prepared,
+    open_features,
     open_store,
     prepare_store,
     read_manifest,
@@ -113,7 +113,7 @@ def test_other_data_options_are_refused_with_one_line(prepared):
     with pytest.raises(InputError, match="^--train-end 2024-03-01 differs .* prepared with no --train-end;"):
         store_data_config(store, {"train_end": "2024-03-01"})
     with pytest.raises(InputError, match="^--no-seasonality differs .* prepared with --seasonality;"):
-        load_prepared(dataclasses.replace(cfg, seasonality=False, features=str(store)))
+        open_features(dataclasses.replace(cfg, seasonality=False, features=str(store)))
 
 
 def test_changed_inputs_name_a_modified_or_missing_file(tmp_path):

@@ -19,7 +19,7 @@ import torch
 
 from foxhunt.data.batch import Batch
 from foxhunt.data.config import DataConfig
-from foxhunt.data.prepare import FittedTransform, PreparedData, prepare_data
+from foxhunt.data.prepare import FittedTransform, PreparedData
 from foxhunt.data.schema import FeatureSchema
 from foxhunt.data.store.fingerprint import refuse_other_options, shaping_options, warn_if_inputs_changed
 from foxhunt.data.store.layout import (
@@ -59,11 +59,10 @@ def store_data_config(store: Path, given: Mapping[str, Any]) -> DataConfig:
     return DataConfig.from_dict({**saved, "paths": manifest["paths"], "features": str(store)})
 
 
-def load_prepared(cfg: DataConfig) -> PreparedData:
-    """The prepared data `cfg` names: mapped from its feature store (`cfg.features`), else prepared from its bars."""
-    if not cfg.features:
-        return prepare_data(cfg)
-    store = Path(cfg.features)
+def open_features(cfg: DataConfig) -> PreparedData:
+    """The prepared data of the feature store `cfg.features`, mapped; refused (InputError) when a data option of
+    `cfg` differs from the store's, with a warning when its input files changed since."""
+    store = Path(cfg.features or "")
     manifest = read_manifest(store)
     refuse_other_options(store, manifest["data_options"], shaping_options(cfg))
     warn_if_inputs_changed(store, manifest.get("inputs", []))
