@@ -40,13 +40,26 @@ MODEL_FLAGS = ["--hidden-size", "16", "--attention-heads", "2", "--epochs", "1",
                "--validation-batch-size", "1024", "--no-progress", "--threads", "2", "-q"]
 
 
+ROWS_PER_GROUP = 6_000_000  # windows_2m's panel spans at most ~1,300 sessions of its four roots (~7M rows)
+
+
 def write_daily_panel(folder: Path, rows: int) -> int:
-    """About `rows` ohlcv-1m rows as hive partitions by UTC day; returns the number of rows written."""
-    single = folder.parent / "panel.parquet"
-    write_futures_file(single, rows)
-    frame = pl.read_parquet(single)
-    single.unlink()
-    frame = frame.with_columns(date=pl.col("ts_event").dt.date())
+    """About `rows` ohlcv-1m rows as hive partitions by UTC day; returns the number of rows written. Past
+    ROWS_PER_GROUP rows the panel holds several groups of four roots, each group's roots renamed with a digit
+    (`ES1H2`: root ES1) and its instrument ids offset."""
+    groups = -(-rows // ROWS_PER_GROUP)
+    frames = []
+    for g in range(groups):
+        single = folder.parent / f"panel-{g}.parquet"
+        write_futures_file(single, rows // groups, seed=g)
+        frame = pl.read_parquet(single)
+        single.unlink()
+        if g:
+            renamed = pl.col("symbol").str.replace(r"^(.+)([FGHJKMNQUVXZ]\d)$", f"${{1}}{g}${{2}}")
+            frame = frame.with_columns(symbol=renamed, instrument_id=pl.col("instrument_id") + 100_000 * g)
+        frames.append(frame)
+    frame = pl.concat(frames).sort("ts_event", "instrument_id").with_columns(date=pl.col("ts_event").dt.date())
+    del frames
     for (day,), part in frame.partition_by("date", as_dict=True, maintain_order=True).items():
         target = folder / f"date={day}" / "part-0.parquet"
         target.parent.mkdir(parents=True, exist_ok=True)
