@@ -249,8 +249,9 @@ def train(
         train_api(RunConfig.resumed(v["run_dir"], train_cfg, explicit), resume=True,  # run_dir: where it is now
                   seeds=n_seeds, track=v.get("track"), track_uri=v.get("track_uri"))
         return
-    if v.get("features"):  # the store's data options; typed ones must agree
-        data_cfg = settings.store_data_config(v, _explicit(ctx))
+    if v.get("features"):  # the store's data options; ones typed or in --config must agree
+        from_file = set(settings.load_config_file(config, v.keys())) if config is not None else set()
+        data_cfg = settings.store_data_config(v, _explicit(ctx) | from_file)
     else:
         data_cfg = dataclasses.replace(settings.data_config(v, ()), paths=_paths(v))
     model_cfg = settings.model_config(v, data_cfg)
