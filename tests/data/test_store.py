@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -139,3 +141,21 @@ def test_prepare_replaces_a_store_but_nothing_else(prepared, tmp_path):
     with pytest.raises(InputError, match="not a foxhunt-feature-store version 1"):
         open_store(bad)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary directory left
+
+
+def test_a_changed_input_file_warns_and_the_store_still_opens(daily_path, tmp_path, caplog):
+    bars = tmp_path / "bars.parquet"
+    shutil.copy(daily_path, bars)
+    cfg = DataConfig(paths=(str(bars),), encoder_length=16, horizon=3)
+    prepare_store(cfg, tmp_path / "store")
+    st = bars.stat()
+    os.utime(bars, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    logger = logging.getLogger("foxhunt.data")  # its own handler: the CLI stops `foxhunt` propagating to the root
+    logger.addHandler(caplog.handler)
+    try:
+        data = open_features(dataclasses.replace(cfg, features=str(tmp_path / "store")))
+    finally:
+        logger.removeHandler(caplog.handler)
+    (record,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"{bars} (modified)" in record.getMessage() and "run `foxhunt prepare` again" in record.getMessage()
+    assert data.windows.n_rows == 600
