@@ -45,6 +45,9 @@ ParquetFile = Annotated[
     typer.Option("--parquet-file", "-f", help="Bars: a parquet/CSV/DBN file, a directory or a glob; repeatable. "
                  "Default: the bundled ES sample.", rich_help_panel=D),
 ]
+Features = Annotated[str | None, typer.Option(help="A feature store written by `foxhunt prepare`: train from it, "
+                                             "memory-mapped, instead of reading the bars. Data options typed with "
+                                             "it must equal the store's.", rich_help_panel=D)]
 TimestampCol = Annotated[str | None, typer.Option(help="Time column (default: detected).", rich_help_panel=D)]
 SymbolCol = Annotated[str | None, typer.Option(help="Symbol column (default: detected).", rich_help_panel=D)]
 Timezone = Annotated[str | None, typer.Option(help="Time zone of naive timestamps, e.g. America/Chicago "
@@ -141,6 +144,7 @@ def _paths(values: dict[str, Any]) -> tuple[str, ...]:
 def train(
     ctx: typer.Context,
     parquet_file: ParquetFile = None,
+    features: Features = None,
     timestamp_col: TimestampCol = None,
     symbol_col: SymbolCol = None,
     timezone: Timezone = None,
@@ -245,10 +249,56 @@ def train(
         train_api(RunConfig.resumed(v["run_dir"], train_cfg, explicit), resume=True,  # run_dir: where it is now
                   seeds=n_seeds, track=v.get("track"), track_uri=v.get("track_uri"))
         return
-    data_cfg = settings.data_config(v, ())
+    if v.get("features"):  # the store's data options; ones typed or in --config must agree
+        from_file = set(settings.load_config_file(config, v.keys())) if config is not None else set()
+        data_cfg = settings.store_data_config(v, _explicit(ctx) | from_file)
+    else:
+        data_cfg = dataclasses.replace(settings.data_config(v, ()), paths=_paths(v))
     model_cfg = settings.model_config(v, data_cfg)
-    train_api(RunConfig(dataclasses.replace(data_cfg, paths=_paths(v)), model_cfg, train_cfg), seeds=n_seeds,
+    train_api(RunConfig(data_cfg, model_cfg, train_cfg), seeds=n_seeds,
               track=v.get("track"), track_uri=v.get("track_uri"))
+
+
+@app.command()
+def prepare(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The feature store (a directory) to write; an older store "
+                                      "there is replaced.")],
+    parquet_file: ParquetFile = None,
+    timestamp_col: TimestampCol = None,
+    symbol_col: SymbolCol = None,
+    timezone: Timezone = None,
+    price_scale: PriceScale = DD.price_scale,
+    contracts: Contracts = DD.contracts,
+    adjust: Adjust = DD.adjust,
+    roll_confirm: RollConfirm = DD.roll_confirm,
+    target: Target = DD.target,
+    encoder_length: EncoderLength = DD.encoder_length,
+    horizon: Horizon = DD.horizon,
+    train_end: TrainEnd = None,
+    val_end: ValEnd = None,
+    val_fraction: ValFraction = DD.val_fraction,
+    test_fraction: TestFraction = DD.test_fraction,
+    scaling: Scaling = DD.scaling,
+    vol_estimator: VolEstimator = DD.vol_estimator,
+    vol_halflife: VolHalflife = DD.vol_halflife,
+    vol_features: VolFeatures = DD.vol_features,
+    seasonality: Seasonality = DD.seasonality,
+    calendar_features: CalendarFeatures = DD.calendar_features,
+    fill_gaps: FillGaps = DD.fill_gaps,
+    config: ConfigFile = None,
+) -> None:
+    """Compute the features once and write them as a memory-mapped feature store for `foxhunt train --features`:
+    the row tensors, window index, splits, scalers, schema, data summary and roll table (docs/store-format.md)."""
+    from foxhunt import settings
+    from foxhunt.data.store import prepare_store
+
+    v = _values(ctx, config)
+    manifest = prepare_store(settings.data_config(v, _paths(v)), out)
+    size = sum(f.stat().st_size for f in out.iterdir())
+    typer.echo(f"wrote the feature store {out}: {manifest['summary']['rows']:,} rows, "
+               f"{manifest['arrays']['starts']['shape'][0]:,} windows, {size / 2**20:,.1f} MiB; "
+               f"train with `foxhunt train --features {out}`")
 
 
 @app.command()
@@ -449,6 +499,9 @@ def _train_options(ctx: typer.Context, config: Path | None, command: str) -> tup
         from_file = load_config_file(config, values.keys())
         values = merge(values, from_file, given)
         given |= set(from_file)
+    if "features" in given:
+        raise InputError(f"--features is not supported by `foxhunt {command}`: its runs prepare their own splits; "
+                         "pass the bars with --parquet-file")
     for name in NOT_PASSED[command]:
         if name in given:
             raise InputError(f"--{name.replace('_', '-')} is set by `foxhunt {command}` for each run it starts; "

@@ -100,7 +100,22 @@ def data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
         timezone=v.get("timezone") or None,
         price_scale=float(v.get("price_scale", _D.price_scale)),
         fill_gaps=bool(v.get("fill_gaps", _D.fill_gaps)),
+        features=v.get("features") or None,
     )
+
+
+def store_data_config(v: Mapping[str, Any], explicit: Iterable[str]) -> DataConfig:
+    """`--features STORE`: the data options the store was prepared with. A data option in `explicit` (typed now)
+    must equal the store's; --parquet-file cannot be given (the store records its files)."""
+    from foxhunt.data.store import store_data_config as from_store
+
+    explicit = set(explicit)
+    if v.get("parquet_file") and "parquet_file" in explicit:
+        raise InputError("--parquet-file and --features both name the data; pass one (the feature store records the "
+                         "files it was prepared from)")
+    typed = data_config(v, ())
+    fields = {f.name for f in dataclasses.fields(DataConfig)}
+    return from_store(Path(v["features"]), {k: getattr(typed, k) for k in explicit & fields})
 
 
 def model_config(v: Mapping[str, Any], data: DataConfig) -> ModelConfig:

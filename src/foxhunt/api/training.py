@@ -48,10 +48,13 @@ class TrainConfig:
     def from_options(**options: Any) -> TrainConfig:
         """From `foxhunt train`'s long option names with underscores (`parquet_file`, `hidden_size`, `epochs`,
         `threads`, ...), each defaulting as the flag does; `parquet_file` may be one path or several (default: the
-        bundled ES sample)."""
+        bundled ES sample). `features="STORE"` trains from a store written by `foxhunt prepare` instead, with the
+        data options it was prepared with (any given here must be the same)."""
         _check_names(options)
-        paths = data_paths(options.get("parquet_file"))
-        data = settings.data_config(options, paths)
+        if options.get("features"):  # a feature store: its own data options; ones given here must agree
+            data = settings.store_data_config(options, options)
+        else:
+            data = settings.data_config(options, data_paths(options.get("parquet_file")))
         return TrainConfig(data, settings.model_config(options, data), settings.train_config(options))
 
     @staticmethod

@@ -59,6 +59,9 @@ class DataConfig:
     exchange_tz: str = "America/Chicago"
     timezone: str | None = None  # zone of naive timestamps (None: UTC, checked against the session grid)
     price_scale: float = 1.0  # every price is divided by it (100: a generic file of integer cents)
+    # A feature store written by `foxhunt prepare` (data/store): the prepared data are mapped from it instead of
+    # being computed from `paths` (the files it was prepared from). Does not shape the data.
+    features: str | None = None
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:

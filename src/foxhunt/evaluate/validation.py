@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from foxhunt.console import SHOW
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import RETURN_TARGETS
 from foxhunt.data.load import load_bars
@@ -59,6 +60,12 @@ def judge_on_validation(data: PreparedData, data_cfg: DataConfig, quantiles: tup
     """The clause of train's final line for the best epoch's validation q-risk `model_qrisk` (train/session.py's
     Judge), or None with a warning when the baselines cannot be scored: the model is trained and saved by now, and a
     comparison that failed must not fail the run."""
+    if data_cfg.features:  # the baselines read each contract's bars, which a store does not keep
+        log.info("the baselines are not scored at the end of a run trained from the feature store %s (they read "
+                 "the bars, which it does not keep): the final line compares with the training-set quantiles; "
+                 "`foxhunt evaluate --model RUN --parquet-file ...` scores every baseline", data_cfg.features,
+                 extra=SHOW)
+        return None
     t0, cpu0 = time.perf_counter(), time.process_time()
     try:
         key = data_key(data, data_cfg, quantiles)
@@ -83,7 +90,7 @@ def data_key(data: PreparedData, data_cfg: DataConfig, quantiles: tuple[float, .
     validation windows."""
     digest = hashlib.sha256()
     for t in (data.windows.target_raw, data.windows.ts_ns, data.splits["val"]):
-        digest.update(t.numpy().tobytes())
+        digest.update(t.numpy())  # the buffer itself: a memory-mapped store's columns are not copied
     files = tuple((f.get("path"), f.get("size_bytes"), _mtime_ns(f.get("path"))) for f in data.summary.get("files", []))
     return data_cfg, tuple(quantiles), data.summary.get("train_end"), files, digest.hexdigest()
 

@@ -19,6 +19,7 @@ from foxhunt.atomic import write_json
 from foxhunt.console import FINAL, SHOW
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import PreparedData, prepare_data
+from foxhunt.data.store import open_features
 from foxhunt.data.summary import format_summary
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
@@ -218,7 +219,7 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
         log.info("[MEMORY] budget %.0f MiB enforced on %s (fraction %.4f of the card)", cfg.memory_budget / 2**20,
                  device, fraction)
 
-    data = prepare_data(data_cfg)
+    data = open_features(data_cfg) if data_cfg.features else prepare_data(data_cfg)  # a store is mapped, not read
     log.info(data_line(data.summary, data_cfg.paths), extra=SHOW)
     log.info("data summary:\n%s", format_summary(data.summary))
     write = write_json if dist.is_main else _write_nothing  # rank 0 alone writes the run directory

@@ -1,0 +1,181 @@
+"""The feature store on a 20-million-row panel: prepare it, train a slice of an epoch from it, and the same from the
+parquet directly; preparation rows/s, peak RSS of each command against the store's size on disk.
+
+A synthetic Databento ohlcv-1m panel (four CME equity roots, quarterly contracts overlapping around each roll, as
+benchmarks/windows_2m.py writes it) is split into one hive partition per UTC day (`date=YYYY-MM-DD/part-0.parquet`).
+Each command then runs in a fresh child process (`foxhunt prepare`, `foxhunt train --features`, `foxhunt train
+--parquet-file`), which samples its own /proc/self/status every 20 ms: RssAnon (the process's own memory) and
+RssFile (mapped file pages, the store's included, which the kernel can drop at will) are reported apart, with VmHWM
+(= getrusage ru_maxrss, their sum's peak; the kernel updates it lazily, so the larger of it and the sampled peak
+of VmRSS is reported). Wall and CPU seconds (user + system, all threads) of each child too.
+Issue 13's targets, each printed with PASS or MISS: preparation > 1,000,000 rows/s on 2 cores (wall; rows per CPU
+second / 2 beside it), and training's peak RSS < 25% of the store's size.
+
+Validation runs over every validation window after the slice of an epoch, so the store is prepared with a short
+validation period (--val-fraction 0.002): the training slice, not validation, is what is measured.
+Run: python benchmarks/store_20m.py [--rows 20000000] [--max-train-batches 50] [--workdir DIR] [--keep]
+The machine may be shared: wall times then include waiting for the CPU; CPU seconds do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from windows_2m import write_futures_file  # noqa: E402  (the same synthetic panel, one file)
+
+DATA_FLAGS = ["--encoder-length", "64", "--horizon", "5", "--val-fraction", "0.002", "--test-fraction", "0.2"]
+MODEL_FLAGS = ["--hidden-size", "16", "--attention-heads", "2", "--epochs", "1", "--batch-size", "256",
+               "--validation-batch-size", "1024", "--no-progress", "--threads", "2", "-q"]
+
+
+ROWS_PER_GROUP = 6_000_000  # windows_2m's panel spans at most ~1,300 sessions of its four roots (~7M rows)
+
+
+def write_daily_panel(folder: Path, rows: int) -> int:
+    """About `rows` ohlcv-1m rows as hive partitions by UTC day; returns the number of rows written. Past
+    ROWS_PER_GROUP rows the panel holds several groups of four roots, each group's roots renamed with a digit
+    (`ES1H2`: root ES1) and its instrument ids offset."""
+    groups = -(-rows // ROWS_PER_GROUP)
+    frames = []
+    for g in range(groups):
+        single = folder.parent / f"panel-{g}.parquet"
+        write_futures_file(single, rows // groups, seed=g)
+        frame = pl.read_parquet(single)
+        single.unlink()
+        if g:
+            renamed = pl.col("symbol").str.replace(r"^(.+)([FGHJKMNQUVXZ]\d)$", f"${{1}}{g}${{2}}")
+            frame = frame.with_columns(symbol=renamed, instrument_id=pl.col("instrument_id") + 100_000 * g)
+        frames.append(frame)
+    frame = pl.concat(frames).sort("ts_event", "instrument_id").with_columns(date=pl.col("ts_event").dt.date())
+    del frames
+    for (day,), part in frame.partition_by("date", as_dict=True, maintain_order=True).items():
+        target = folder / f"date={day}" / "part-0.parquet"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part.drop("date").write_parquet(target)
+    return frame.height
+
+
+# --- the measured child -----------------------------------------------------------------------------------------
+
+
+def _status() -> dict[str, float]:
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return {k: int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM", "RssAnon", "RssFile")}
+
+
+def child(args: list[str]) -> None:
+    """Run `foxhunt ARGS` in this process, sampling RSS; print one JSON line of measurements. The start RSS is
+    taken after the libraries are imported: what any foxhunt process holds before it reads data."""
+    import torch  # noqa: F401 - imported before the start RSS is taken
+
+    from foxhunt.cli import main
+
+    peaks = {"RssAnon": 0.0, "RssFile": 0.0, "VmRSS": 0.0}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            now = _status()
+            for k in peaks:
+                peaks[k] = max(peaks[k], now[k])
+
+    base = _status()
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    t0, c0 = time.perf_counter(), time.process_time()
+    code = main(args)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    done.set()
+    sampler.join()
+    end = _status()
+    print(json.dumps({"code": code, "wall_s": wall, "cpu_s": cpu, "base_rss_mb": base["VmRSS"],
+                      "peak_rss_mb": max(end["VmHWM"], peaks["VmRSS"]), "peak_anon_mb": peaks["RssAnon"],
+                      "peak_file_mb": peaks["RssFile"], "sampled_peak_rss_mb": peaks["VmRSS"]}))
+
+
+def run_child(args: list[str]) -> dict:
+    """One command in a fresh process; its measurements, with ru_maxrss of the children so far (MiB)."""
+    out = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise SystemExit(f"foxhunt {' '.join(args)} failed ({out.returncode}):\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
+    result = json.loads(lines[-1])
+    if result["code"] != 0:
+        raise SystemExit(f"foxhunt {' '.join(args)} exited {result['code']}:\n{out.stderr[-3000:]}")
+    result["children_maxrss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return result
+
+
+def size_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
+
+
+def report(rows: int, files: int, parquet_mb: float, store_mb: float, prep: dict, store: dict,
+           direct: dict | None) -> None:
+    rate, cpu_rate = rows / prep["wall_s"], rows / (prep["cpu_s"] / 2)
+    print(f"panel: {rows:,} rows in {files} daily files, {parquet_mb:,.0f} MiB of parquet; store {store_mb:,.0f} MiB")
+    print(f"{'command':<30} {'wall s':>7} {'cpu s':>7} {'start RSS':>9} {'peak RSS':>9} {'anon':>7} {'file':>7} "
+          f"{'% store':>8}  (MiB; anon/file: peaks of RssAnon/RssFile sampled every 20 ms)")
+    for name, m in (("prepare", prep), ("train --features (store)", store), ("train --parquet-file (direct)", direct)):
+        if m is None:
+            continue
+        print(f"{name:<30} {m['wall_s']:7.1f} {m['cpu_s']:7.1f} {m['base_rss_mb']:9,.0f} {m['peak_rss_mb']:9,.0f} "
+              f"{m['peak_anon_mb']:7,.0f} {m['peak_file_mb']:7,.0f} {100 * m['peak_rss_mb'] / store_mb:7.0f}%")
+    ratio = store["peak_rss_mb"] / store_mb
+    print(f"preparation rows/s on wall time (target > 1,000,000): {rate:,.0f}  {'PASS' if rate > 1e6 else 'MISS'}")
+    print(f"preparation rows/s on CPU time / 2 cores: {cpu_rate:,.0f}  {'PASS' if cpu_rate > 1e6 else 'MISS'}")
+    print(f"train from the store: peak RSS {100 * ratio:.0f}% of the store (target < 25%)  "
+          f"{'PASS' if ratio < 0.25 else 'MISS'}; of it anonymous {store['peak_anon_mb']:,.0f} MiB, mapped file "
+          f"pages {store['peak_file_mb']:,.0f} MiB (libraries included); above the interpreter and libraries "
+          f"(start RSS, after importing torch) {100 * (store['peak_rss_mb'] - store['base_rss_mb']) / store_mb:.0f}% of the store")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2:])
+        return
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=20_000_000)
+    p.add_argument("--max-train-batches", type=int, default=50)
+    p.add_argument("--workdir", type=Path, default=None, help="Default: a temporary directory, deleted after.")
+    p.add_argument("--keep", action="store_true", help="Keep the panel, the store and the runs.")
+    p.add_argument("--skip-direct", action="store_true", help="Do not train from the parquet directly (it needs "
+                   "the memory of prepare).")
+    a = p.parse_args()
+    work = a.workdir or Path(tempfile.mkdtemp(prefix="store_20m."))
+    panel, store = work / "panel", work / "store"
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        t0 = time.perf_counter()
+        rows = write_daily_panel(panel, a.rows) if not panel.exists() else pl.scan_parquet(
+            str(panel / "**" / "*.parquet")).select(pl.len()).collect().item()
+        print(f"panel written in {time.perf_counter() - t0:.0f}s", flush=True)
+        files = sum(1 for _ in panel.rglob("*.parquet"))
+        prep = run_child(["prepare", "--parquet-file", str(panel), *DATA_FLAGS, "--out", str(store)])
+        print(f"prepare: {prep}", flush=True)
+        slice_flags = [*MODEL_FLAGS, "--max-train-batches", str(a.max_train_batches)]
+        from_store = run_child(["train", "--features", str(store), *slice_flags, "--run-dir", str(work / "run-store")])
+        print(f"train --features: {from_store}", flush=True)
+        direct = None if a.skip_direct else run_child(["train", "--parquet-file", str(panel), *DATA_FLAGS,
+                                                       *slice_flags, "--run-dir", str(work / "run-direct")])
+        print(f"train --parquet-file: {direct}", flush=True)
+        report(rows, files, size_mb(panel), size_mb(store), prep, from_store, direct)
+    finally:
+        if not a.keep and a.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Open a feature store: every array memory-mapped, the rest from the manifest, as the PreparedData it was made from.
+
+Arrays are mapped copy-on-write (`np.load(mmap_mode="c")`): torch gets writable arrays, so no tensor is copied to
+silence its warning about read-only memory, and nothing is ever written back to the store. A batch gathers its rows
+with `index_select`, so only the pages of the rows it reads are brought in, through the OS page cache, which the
+kernel can drop again under memory pressure: the process's own (anonymous) memory stays far below the store's size.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from foxhunt.data.batch import Batch
+from foxhunt.data.config import DataConfig
+from foxhunt.data.prepare import FittedTransform, PreparedData
+from foxhunt.data.schema import FeatureSchema
+from foxhunt.data.store.fingerprint import refuse_other_options, shaping_options, warn_if_inputs_changed
+from foxhunt.data.store.layout import (
+    FORMAT,
+    MANIFEST,
+    OPTIONAL,
+    SPLITS,
+    VERSION,
+    WINDOW_ARRAYS,
+    WINDOW_FIELDS,
+)
+from foxhunt.data.windows import WindowedData
+from foxhunt.errors import InputError
+
+
+def read_manifest(store: Path) -> dict[str, Any]:
+    """The store's manifest.json; InputError (one line) when `store` is not a foxhunt feature store of this version."""
+    path = Path(store) / MANIFEST
+    if not path.is_file():
+        raise InputError(f"--features {store}: no {MANIFEST} there; give a directory written by `foxhunt prepare`")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: not readable JSON ({e}); run `foxhunt prepare` again") from None
+    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+        raise InputError(f"{path}: not a {FORMAT} version {VERSION} (found {manifest.get('format')} version "
+                         f"{manifest.get('version')}); run `foxhunt prepare` with this foxhunt")
+    return manifest
+
+
+def store_data_config(store: Path, given: Mapping[str, Any]) -> DataConfig:
+    """The DataConfig a store was prepared with (its parquet paths included, `features` pointing at it), after
+    refusing any option in `given` (field name -> value typed now) that differs from the store's."""
+    manifest = read_manifest(store)
+    saved = manifest["data_options"]
+    refuse_other_options(store, saved, given)
+    return DataConfig.from_dict({**saved, "paths": manifest["paths"], "features": str(store)})
+
+
+def open_features(cfg: DataConfig) -> PreparedData:
+    """The prepared data of the feature store `cfg.features`, mapped; refused (InputError) when a data option of
+    `cfg` differs from the store's, with a warning when its input files changed since."""
+    store = Path(cfg.features or "")
+    manifest = read_manifest(store)
+    refuse_other_options(store, manifest["data_options"], shaping_options(cfg))
+    warn_if_inputs_changed(store, manifest.get("inputs", []))
+    return open_store(store, manifest)
+
+
+def open_store(store: Path, manifest: dict[str, Any] | None = None) -> PreparedData:
+    """The PreparedData saved in `store`, its tensors backed by the mapped files."""
+    store = Path(store)
+    manifest = manifest if manifest is not None else read_manifest(store)
+    arrays = manifest["arrays"]
+    maps = {name: _mapped(store, arrays[name]) for name in WINDOW_ARRAYS if name in arrays}
+    tensors = {name: torch.from_numpy(maps[name]) if name in maps else None
+               for name in WINDOW_ARRAYS if name in maps or name in OPTIONAL}
+    missing = sorted(set(WINDOW_ARRAYS) - OPTIONAL - set(tensors))
+    if missing:
+        raise InputError(f"{store / MANIFEST}: no entry for the array {missing[0]!r}; run `foxhunt prepare` again")
+    fields = dict(manifest["windows"])
+    fields["series_names"] = tuple(fields["series_names"])
+    windows = MappedWindows(**tensors, **{k: fields[k] for k in WINDOW_FIELDS})
+    windows.maps = list(maps.values())
+    return PreparedData(
+        schema=FeatureSchema.from_dict(manifest["schema"]),
+        windows=windows,
+        splits={name: torch.from_numpy(_mapped(store, arrays[f"split_{name}"])) for name in SPLITS},
+        transform=FittedTransform.from_dict(manifest["transform"]),
+        summary=manifest["summary"],
+        rolls=list(manifest.get("rolls", [])),
+    )
+
+
+class MappedWindows(WindowedData):
+    """WindowedData over a store's mapped files that lets go of the pages each batch mapped in, once it is built.
+
+    A batch's rows lie anywhere in the store, and each read fault maps a run of neighbouring pages (fault-around,
+    readahead): over an epoch the process would map the whole store, and its RSS (file pages included) would grow
+    to the store's size. Unmapping after each batch (madvise MADV_DONTNEED) keeps RSS at one batch's pages: the
+    pages stay in the OS page cache, which keeps what memory allows, so the next read of them is a minor fault. Safe
+    because nothing writes to the mapped tensors (a write would be a private copy, dropped here).
+    """
+
+    maps: list[np.ndarray] | None = None  # the mapped arrays behind the tensors (np.memmap)
+
+    def batch(self, ids: torch.Tensor) -> Batch:
+        out = super().batch(ids)
+        self.release()
+        return out
+
+    def release(self) -> None:
+        """Unmap every page of the store this process has mapped in (they stay in the page cache)."""
+        for array in self.maps or ():
+            backing = getattr(array, "_mmap", None)
+            if backing is not None and len(backing):
+                backing.madvise(mmap.MADV_DONTNEED)
+
+
+def _mapped(store: Path, entry: Mapping[str, Any]) -> np.ndarray:
+    """One array of the store, mapped copy-on-write and checked against the manifest's dtype and shape."""
+    path = store / entry["file"]
+    try:
+        array = np.load(path, mmap_mode="c", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot be mapped ({e}); the store is damaged: run `foxhunt prepare` again") from None
+    if str(array.dtype) != entry["dtype"] or list(array.shape) != list(entry["shape"]):
+        raise InputError(f"{path}: holds {array.dtype} {list(array.shape)} where the manifest says {entry['dtype']} "
+                         f"{entry['shape']}; the store is damaged: run `foxhunt prepare` again")
+    return array

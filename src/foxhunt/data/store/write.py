@@ -1,0 +1,128 @@
+"""Write a PreparedData as a feature store: a directory built beside the target and renamed into place.
+
+A store that exists is complete: the directory is filled under a temporary name, every file is flushed to disk,
+and only then renamed to its final name (replacing an older store there; anything else there is refused).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import foxhunt
+from foxhunt.atomic import _json_default
+from foxhunt.data.config import DataConfig
+from foxhunt.data.prepare import PreparedData
+from foxhunt.data.store.fingerprint import input_fingerprint, shaping_options
+from foxhunt.data.store.layout import (
+    FORMAT,
+    MANIFEST,
+    OPTIONAL,
+    SPLITS,
+    VERSION,
+    WINDOW_ARRAYS,
+    WINDOW_FIELDS,
+    split_file,
+)
+from foxhunt.errors import InputError, WriteError
+
+
+def write_store(data: PreparedData, cfg: DataConfig, out: Path) -> dict[str, Any]:
+    """Write `data` (prepared from `cfg`) to the store directory `out`; returns the manifest."""
+    out = Path(out)
+    refuse_non_store(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as e:
+        raise _error(out, e) from None
+    try:
+        arrays = {}
+        for name in WINDOW_ARRAYS:
+            tensor = getattr(data.windows, name)
+            if tensor is None and name in OPTIONAL:
+                continue
+            arrays[name] = _save(tmp, f"{name}.npy", tensor.numpy())
+        for name in SPLITS:
+            arrays[f"split_{name}"] = _save(tmp, split_file(name), data.splits[name].numpy())
+        manifest = _manifest(data, cfg, arrays)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default) + "\n", encoding="utf-8")
+        for f in tmp.iterdir():
+            _fsync(f)
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700: give the store the permissions mkdir would
+        _swap_in(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _error(out, e) from e
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _save(folder: Path, file: str, array: np.ndarray) -> dict[str, Any]:
+    np.save(folder / file, np.ascontiguousarray(array), allow_pickle=False)
+    return {"file": file, "dtype": str(array.dtype), "shape": list(array.shape)}
+
+
+def _manifest(data: PreparedData, cfg: DataConfig, arrays: dict[str, Any]) -> dict[str, Any]:
+    w = data.windows
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "foxhunt_version": foxhunt.__version__,
+        "created_utc": dt.datetime.now(dt.UTC).isoformat(),
+        "data_options": shaping_options(cfg),
+        "paths": list(cfg.paths),
+        "inputs": input_fingerprint(data.summary.get("files") or []),
+        "arrays": arrays,
+        "windows": {k: list(w.series_names) if k == "series_names" else getattr(w, k) for k in WINDOW_FIELDS},
+        "schema": data.schema.to_dict(),
+        "transform": data.transform.to_dict(),
+        "summary": data.summary,
+        "rolls": data.rolls,
+    }
+
+
+def refuse_non_store(out: Path) -> None:
+    if out.exists() and not (out / MANIFEST).is_file():
+        raise InputError(f"--out {out} exists and is not a feature store; choose a new path (an older store there "
+                         "would be replaced)")
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Rename `tmp` to `out`; an older store at `out` is moved aside first and deleted after."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(tmp, out)
+    _fsync(out.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _error(out: Path, e: OSError) -> WriteError:
+    return WriteError(f"cannot write the feature store {out} ({e.strerror or e}); nothing was written under that "
+                      "name: free disk space or choose a writable --out, then run again", e)
