@@ -100,6 +100,8 @@ def data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
         timezone=v.get("timezone") or None,
         price_scale=float(v.get("price_scale", _D.price_scale)),
         fill_gaps=bool(v.get("fill_gaps", _D.fill_gaps)),
+        since=v.get("since") or None,
+        until=v.get("until") or None,
     )
 
 

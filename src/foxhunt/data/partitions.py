@@ -20,6 +20,7 @@ from foxhunt.errors import InputError
 
 DATE_KEYS = ("date", "day", "trade_date")
 MARGIN = dt.timedelta(days=1)  # a partition's date vs the UTC times of its bars
+NAIVE_MARGIN = dt.timedelta(hours=2)  # a naive wall-clock time vs UTC, across a daylight-saving change
 
 
 @dataclass(frozen=True)
@@ -56,23 +57,33 @@ class TimeBounds:
             cond &= pl.col(col) < self.until
         return cond
 
-    def widened(self, dtype: pl.DataType, col: str, timezone: str) -> pl.Expr | None:
-        """A bound on a file's own time column, one day wider than the exact one, that polars can check against row
-        group statistics before decoding them; None for columns that are not dates or datetimes (text, epoch counts),
-        which are bounded after parsing only. Naive datetimes are wall-clock times in `timezone`."""
-        if isinstance(dtype, pl.Datetime):
-            tz = dtype.time_zone or timezone
-            shift = (lambda t: t.astimezone(_zone(tz)).replace(tzinfo=None)) if dtype.time_zone is None else (
-                lambda t: t)
+    def pushdown(self, dtype: pl.DataType, col: str, timezone: str) -> pl.Expr | None:
+        """The bound on a file's own time column, in its own type, so that polars can check it against row-group
+        statistics before decoding any page: exact for time-zone aware columns, two hours wider for naive ones (wall
+        clock in `timezone`, where a daylight-saving change moves an hour) and a day wider for dates. None for text
+        and epoch counts, which are bounded after parsing only."""
+        if isinstance(dtype, pl.Datetime) and dtype.time_zone is not None:
+            zone, margin = _zone(dtype.time_zone), dt.timedelta(0)
+
+            def as_column(t: dt.datetime) -> dt.datetime | dt.date:
+                return t.astimezone(zone)
+        elif isinstance(dtype, pl.Datetime):
+            zone, margin = _zone(timezone), NAIVE_MARGIN
+
+            def as_column(t: dt.datetime) -> dt.datetime | dt.date:
+                return t.astimezone(zone).replace(tzinfo=None)
         elif dtype == pl.Date:
-            shift = lambda t: t.date()  # noqa: E731
+            margin = MARGIN
+
+            def as_column(t: dt.datetime) -> dt.datetime | dt.date:
+                return t.date()
         else:
             return None
         cond = pl.lit(True)
         if self.since is not None:
-            cond &= pl.col(col) >= pl.lit(shift(self.since - MARGIN))
+            cond &= pl.col(col) >= pl.lit(as_column(self.since - margin))
         if self.until is not None:
-            cond &= pl.col(col) < pl.lit(shift(self.until + MARGIN))
+            cond &= pl.col(col) < pl.lit(as_column(self.until + margin))
         return cond
 
 

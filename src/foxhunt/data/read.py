@@ -171,7 +171,7 @@ def _read_parquet_run(
         names.append(hive_symbol)
     found = _find_columns(names, run[0], timestamp_col, symbol_col)
     cols = [c for c in _wanted(names, run[0], timestamp_col, symbol_col) if c in schema]
-    predicate = bounds.widened(schema[found["time"]], found["time"], timezone or "UTC") if bounds.active else None
+    predicate = bounds.pushdown(schema[found["time"]], found["time"], timezone or "UTC") if bounds.active else None
     try:
         frame, counts = scan_files(run, cols, predicate)
     except Exception as e:
