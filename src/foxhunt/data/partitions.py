@@ -11,6 +11,7 @@ to every bar's timestamp.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,10 +101,10 @@ def parse_time(text: str | None, flag: str) -> dt.datetime | None:
 
 def hive_keys(path: Path, root: Path) -> dict[str, str]:
     """The key=value folder names between `root` and the file `path` ({} outside a hive layout)."""
-    try:
-        parts = path.relative_to(root).parts[:-1]
-    except ValueError:
+    top, full = str(root).rstrip(os.sep) + os.sep, str(path)
+    if not full.startswith(top):
         return {}
+    parts = full[len(top):].split(os.sep)[:-1]  # string work: thousands of files, no Path objects
     return {k: v for k, _, v in (p.partition("=") for p in parts if "=" in p) if k}
 
 

@@ -31,6 +31,7 @@ Only the needed columns are read; all work is columnar.
 from __future__ import annotations
 
 import glob
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ import polars as pl
 
 from foxhunt.data.dbn import read_dbn
 from foxhunt.data.partitions import TimeBounds, hive_keys, partition_day
-from foxhunt.data.scan import read_error, scan_files
+from foxhunt.data.scan import align_chunks, read_error, scan_files
 from foxhunt.errors import InputError
 
 PRICE_COLS = ("open", "high", "low", "close")
@@ -51,6 +52,9 @@ SUFFIXES = (".parquet", ".pq", ".csv", ".dbn", ".dbn.zst")
 FIXED_SCALE = 1e9  # Databento FIXED_PRICE_SCALE
 UNDEF_PRICE = 2**63 - 1  # Databento null price in fixed-point files
 RTYPE_NAMES = {32: "ohlcv-1s", 33: "ohlcv-1m", 34: "ohlcv-1h", 35: "ohlcv-1d", 36: "ohlcv-eod"}
+# Parquet bytes on disk read by one scan: a scan's decoding buffers come on top of its output, so a directory is read
+# in scans of this size (a few hundred daily files) and only the frames they leave add up.
+SCAN_BYTES = 16 * 2**20
 SAME_SPACING = 4.0  # median spacings within this factor are one bar size (1m beside a sparse contract's 3m)
 
 RAW_SCHEMA = {
@@ -89,11 +93,13 @@ def read_bars(
     for source in expand_sources(paths):
         for run in _runs(source, bounds):
             frame, entries = _read_run(run, source, bounds, timestamp_col, symbol_col, timezone)
-            frames.append(frame.with_columns(pl.col("file_idx") + len(files)))
+            if files:
+                frame = frame.with_columns(pl.col("file_idx") + len(files))
+            frames.append(frame.select(list(RAW_SCHEMA)))
             files += entries
     if not files:
         raise InputError(f"{paths[0]}: no partition lies within {_bounds_text(since, until)}; widen the range")
-    raw = pl.concat([f.select(list(RAW_SCHEMA)) for f in frames], how="vertical")
+    raw = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")  # concat copies: one scan does not
     del frames
     if price_scale != 1.0:
         raw = raw.with_columns(pl.col(c) / price_scale for c in PRICE_COLS)
@@ -117,15 +123,19 @@ def _runs(source: Source, bounds: TimeBounds) -> list[list[Path]]:
     """`source`'s files left after partition pruning, in order, as runs that are read together: consecutive parquet
     files make one run (one scan), any other file is a run of its own."""
     runs: list[list[Path]] = []
+    run_bytes = 0
     for path in source.files:
         if bounds.active and source.root is not None:
             day = partition_day(hive_keys(path, source.root))
             if day is not None and not bounds.keeps_day(day):
                 continue  # never opened
-        if _is_parquet(path) and runs and _is_parquet(runs[-1][-1]):
+        size = path.stat().st_size
+        if _is_parquet(path) and runs and _is_parquet(runs[-1][-1]) and run_bytes + size <= SCAN_BYTES:
             runs[-1].append(path)
+            run_bytes += size
         else:
             runs.append([path])
+            run_bytes = size
     return runs
 
 
@@ -183,7 +193,7 @@ def _read_parquet_run(
     if not bounds.active and 0 in counts:
         raise InputError(f"{run[counts.index(0)]}: the file has no rows; re-export it or leave it out")
     if hive_symbol:
-        frame = _with_hive_symbol(frame, run, keys, hive_symbol, own_symbol)
+        frame = align_chunks(_with_hive_symbol(frame, run, keys, hive_symbol, own_symbol), frame.get_column("row"))
     try:
         out, kind = _normalise(frame.drop("file_idx", "row"), source.root or run[0], source.default_name,
                                timestamp_col, symbol_col, timezone)
@@ -191,7 +201,7 @@ def _read_parquet_run(
         for path in run:  # name the file and its own row: read the files one by one until one fails the same way
             read_file(path, source.default_name, timestamp_col, symbol_col, timezone)
         raise
-    out = out.with_columns(frame.get_column("file_idx"), frame.get_column("row"))
+    out = align_chunks(out.with_columns(frame.get_column("file_idx"), frame.get_column("row")), frame.get_column("row"))
     del frame
     if bounds.active:
         out = out.filter(bounds.mask())
@@ -256,9 +266,12 @@ def check_bar_sizes(raw: pl.DataFrame, paths: list[str]) -> None:
     else the median spacing of consecutive bars within an instrument (files with one bar per instrument are skipped).
     `raw` holds every file's rows, `file_idx` indexing `paths`.
     """
-    per_file = raw.group_by("file_idx").agg(pl.col("rtype").drop_nulls().unique().alias("rtypes"))
-    by_idx = dict(zip(per_file.get_column("file_idx").to_list(), per_file.get_column("rtypes").to_list(), strict=True))
-    rtype_sets = [set(by_idx.get(i) or ()) for i in range(len(paths))]
+    # The distinct (file, rtype) pairs from runs of equal pairs: rows are in file order, so there are few runs and
+    # no hash table the size of the frame.
+    pairs = raw.select(pl.struct("file_idx", "rtype").rle().struct.field("value")).unnest("value").drop_nulls()
+    rtype_sets: list[set[int]] = [set() for _ in paths]
+    for i, rtype in pairs.unique().iter_rows():
+        rtype_sets[i].add(rtype)
     # Spacings are only compared where a file has no rtype (a sort of every row): skip them for Databento files.
     spacings = _median_spacings(raw, len(paths)) if not all(rtype_sets) else [0] * len(paths)
     sizes = list(zip(rtype_sets, spacings, strict=True))
@@ -335,9 +348,7 @@ def expand_sources(paths: Sequence[str]) -> list[Source]:
                 raise InputError(f"{raw}: the pattern matches no {'/'.join(SUFFIXES)} file; check the path")
             out.append(Source(hits, _folder_name(p.parent), _glob_root(p)))
         elif p.is_dir():
-            hits = sorted(
-                h for h in p.rglob("*") if h.is_file() and not h.name.startswith(".") and _supported(h)
-            )
+            hits = _walk(p)
             if not hits:
                 raise InputError(f"{raw}: the directory holds no {'/'.join(SUFFIXES)} file; check the path")
             out.append(Source(hits, _folder_name(p), p))
@@ -346,6 +357,17 @@ def expand_sources(paths: Sequence[str]) -> list[Source]:
         else:
             raise InputError(f"{raw}: file not found; check the path")
     return out
+
+
+def _walk(folder: Path) -> list[Path]:
+    """The supported, non-hidden files below `folder`, sorted; os.walk lists a folder once, where rglob + is_file
+    would stat every one of thousands of daily files again."""
+    return sorted(
+        Path(top, name)
+        for top, _, names in os.walk(folder)
+        for name in names
+        if not name.startswith(".") and name.lower().endswith(SUFFIXES)
+    )
 
 
 def _glob_root(pattern: Path) -> Path:
@@ -473,7 +495,9 @@ def _normalise(
             raise InputError(
                 f"{path}: column {found['symbol']!r} row {i + 1} is empty; give every row a symbol"
             )
-        out["symbol"] = out["symbol"].set(out["symbol"] == "", None)
+        empty = out["symbol"] == ""
+        if empty.any():
+            out["symbol"] = out["symbol"].set(empty, None)
     elif found["instrument_id"] is not None:
         out["symbol"] = pl.Series([None] * frame.height, dtype=pl.Utf8)  # resolved from instrument_id later
     else:

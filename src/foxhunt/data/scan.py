@@ -24,26 +24,51 @@ def scan_files(files: list[Path], columns: list[str], predicate: pl.Expr | None 
 
     Returns (frame with `columns`, file_idx UInt32 and row Int64, in file order; rows read per file). A file whose
     columns differ from the first file's makes polars raise: the caller then scans the files one at a time.
+    Rows are located without a per-row path: polars numbers the rows of all files in one sequence, and a file's
+    own rows start where the files before it end. The frame comes back in one chunk per column (polars returns one
+    per file), so that later stages never copy it to align chunks.
     """
-    names = [str(f) for f in files]
     lf = pl.scan_parquet(files, row_index_name=_INDEX, include_file_paths=_FILE, extra_columns="ignore")
-    if predicate is not None:
-        lf = lf.filter(predicate)
-    frame = lf.select(_INDEX, _FILE, *columns).collect()
-    file_idx = frame.get_column(_FILE).cast(pl.Enum(names)).to_physical().cast(pl.UInt32)
-    frame = frame.drop(_FILE).with_columns(file_idx.alias("file_idx"))
-    if predicate is None:  # every file's first row is here: a file's rows start at its smallest global index
-        row = pl.col(_INDEX) - pl.col(_INDEX).min().over("file_idx")
-    else:  # a file's rows start after all rows of the files before it, read or not
-        offsets = pl.Series(_offsets(files, names), dtype=pl.Int64)
-        row = pl.col(_INDEX) - pl.lit(offsets).gather(pl.col("file_idx"))
-    frame = frame.with_columns(row.cast(pl.Int64).alias("row")).drop(_INDEX)
-    counts = np.bincount(frame.get_column("file_idx").to_numpy(), minlength=len(files))
-    return frame, counts.tolist()
+    if predicate is None:  # every file's rows are all here, in file order: a new path starts a new file
+        frame = lf.select(_INDEX, pl.col(_FILE).rle_id().alias("file_idx"), *columns).collect()
+        file_idx = frame.get_column("file_idx").to_numpy()
+        if len(file_idx) == 0 or file_idx[-1] != len(files) - 1:  # a file without rows: count them to name it
+            counts = file_rows(files)
+            return frame.head(0).with_columns(pl.col(_INDEX).cast(pl.Int64).alias("row")).drop(_INDEX), counts
+        starts = np.flatnonzero(np.r_[True, file_idx[1:] != file_idx[:-1]])  # (F,) first row of each file
+        offsets = frame.get_column(_INDEX).to_numpy()[starts]
+    else:  # some rows are skipped: the footers say where each file starts
+        frame = lf.filter(predicate).select(_INDEX, *columns).collect()
+        offsets = np.r_[0, np.cumsum(file_rows(files))[:-1]]
+        file_idx = np.searchsorted(offsets, frame.get_column(_INDEX).to_numpy(), side="right") - 1
+    row = frame.get_column(_INDEX).to_numpy().astype(np.int64) - offsets[file_idx]
+    counts = np.bincount(file_idx, minlength=len(files)).tolist()
+    located = pl.DataFrame([pl.Series("file_idx", file_idx, dtype=pl.UInt32), pl.Series("row", row, dtype=pl.Int64)])
+    return align_chunks(frame.drop(_INDEX).with_columns(located), frame.get_column(_INDEX)), counts
 
 
-def _offsets(files: list[Path], names: list[str]) -> list[int]:
-    """The global row index at which each file starts: the row counts of the files before it, from the footers."""
+def align_chunks(frame: pl.DataFrame, like: pl.Series) -> pl.DataFrame:
+    """`frame` with every column cut into the chunks of `like` (polars returns a scan as one chunk per file).
+
+    A column of one chunk is cut by zero-copy slices; without this, the first operation over mixed columns would
+    copy the whole frame to align them (100 MB for 2M bars), at the moment the most memory is already in use.
+    """
+    lengths = like.chunk_lengths()
+    if len(lengths) <= 1:
+        return frame
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+
+    def cut(s: pl.Series) -> pl.Series:
+        if s.chunk_lengths() == lengths:
+            return s
+        whole = s.rechunk() if s.n_chunks() > 1 else s
+        return pl.concat([whole.slice(int(a), n) for a, n in zip(starts, lengths, strict=True)], rechunk=False)
+
+    return pl.DataFrame([cut(s) for s in frame.iter_columns()])
+
+
+def file_rows(files: list[Path]) -> list[int]:
+    """The row count of each file, from the footers (no page is decoded)."""
     counts = (
         pl.scan_parquet(files, include_file_paths=_FILE, extra_columns="ignore")
         .group_by(_FILE)
@@ -51,11 +76,7 @@ def _offsets(files: list[Path], names: list[str]) -> list[int]:
         .collect()
     )
     by_name = dict(zip(counts.get_column(_FILE).to_list(), counts.get_column("len").to_list(), strict=True))
-    out, total = [], 0
-    for name in names:
-        out.append(total)
-        total += by_name.get(name, 0)
-    return out
+    return [by_name.get(str(f), 0) for f in files]
 
 
 def read_error(path: Path | str, e: Exception) -> InputError:
