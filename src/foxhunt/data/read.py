@@ -89,10 +89,13 @@ def read_bars(
     belong, unparseable timestamps, mixed bar sizes, bounds that leave no bar.
     """
     bounds = TimeBounds.parse(since, until)
-    frames, files = [], []
+    frames, files, rtypes, spacings = [], [], [], []
     for source in expand_sources(paths):
         for run in _runs(source, bounds):
             frame, entries = _read_run(run, source, bounds, timestamp_col, symbol_col, timezone)
+            run_rtypes = rtype_sets(frame, len(run))  # bar sizes are measured per run, while the run is small
+            rtypes += run_rtypes
+            spacings += median_spacings(frame, len(run)) if not all(run_rtypes) else [None] * len(run)
             if files:
                 frame = frame.with_columns(pl.col("file_idx") + len(files))
             frames.append(frame.select(list(RAW_SCHEMA)))
@@ -105,7 +108,9 @@ def read_bars(
         raw = raw.with_columns(pl.col(c) / price_scale for c in PRICE_COLS)
     if raw.height == 0:
         raise InputError(f"{files[0]['path']}: no bar lies within {_bounds_text(since, until)}; widen the range")
-    check_bar_sizes(raw, [f["path"] for f in files])
+    if not all(rtypes) and None in spacings:  # Databento files beside generic ones: compare spacings of all
+        spacings = median_spacings(raw, len(files))
+    check_bar_sizes(rtypes, [s or 0 for s in spacings], [f["path"] for f in files])
     return raw, files
 
 
@@ -261,33 +266,25 @@ def read_frame(
     return out.select(list(RAW_SCHEMA)), {"path": name, "size_bytes": 0, "rows": frame.height, "timestamps": kind}
 
 
-def check_bar_sizes(raw: pl.DataFrame, paths: list[str]) -> None:
+def check_bar_sizes(rtypes: list[set[int]], spacings: list[int], paths: list[str]) -> None:
     """Refuse files of different bar sizes, naming two of them: compare Databento `rtype`s where both files have one,
-    else the median spacing of consecutive bars within an instrument (files with one bar per instrument are skipped).
-    `raw` holds every file's rows, `file_idx` indexing `paths`.
+    else the median spacing of consecutive bars within an instrument (0: not measured, or one bar per instrument).
+    The lists hold one entry per file of `paths` (see `rtype_sets`, `median_spacings`).
     """
-    # The distinct (file, rtype) pairs from runs of equal pairs: rows are in file order, so there are few runs and
-    # no hash table the size of the frame.
-    pairs = raw.select(pl.struct("file_idx", "rtype").rle().struct.field("value")).unnest("value").drop_nulls()
-    rtype_sets: list[set[int]] = [set() for _ in paths]
-    for i, rtype in pairs.unique().iter_rows():
-        rtype_sets[i].add(rtype)
-    # Spacings are only compared where a file has no rtype (a sort of every row): skip them for Databento files.
-    spacings = _median_spacings(raw, len(paths)) if not all(rtype_sets) else [0] * len(paths)
-    sizes = list(zip(rtype_sets, spacings, strict=True))
-    for i, (rtypes, _) in enumerate(sizes):
-        if len(rtypes) > 1:
-            kinds = " and ".join(RTYPE_NAMES.get(r, f"rtype {r}") for r in sorted(rtypes))
+    sizes = list(zip(rtypes, spacings, strict=True))
+    for i, (held, _) in enumerate(sizes):
+        if len(held) > 1:
+            kinds = " and ".join(RTYPE_NAMES.get(r, f"rtype {r}") for r in sorted(held))
             raise InputError(
                 f"{paths[i]}: holds {kinds} bars in one file; keep one bar size per run (split the file by rtype)"
             )
     first_rtype = next((i for i, (r, _) in enumerate(sizes) if r), None)
     first_spacing = next((i for i, (_, s) in enumerate(sizes) if s), None)
-    for i, (rtypes, spacing) in enumerate(sizes):
+    for i, (held, spacing) in enumerate(sizes):
         j = first_rtype
-        if rtypes and j is not None:  # rtype names the bar size exactly; a sparse contract's spacing does not
-            if rtypes != sizes[j][0]:
-                a, b = RTYPE_NAMES.get(min(sizes[j][0]), "?"), RTYPE_NAMES.get(min(rtypes), "?")
+        if held and j is not None:  # rtype names the bar size exactly; a sparse contract's spacing does not
+            if held != sizes[j][0]:
+                a, b = RTYPE_NAMES.get(min(sizes[j][0]), "?"), RTYPE_NAMES.get(min(held), "?")
                 raise InputError(_mixed(paths[j], a, paths[i], b))
             continue
         j = first_spacing
@@ -302,11 +299,23 @@ def _mixed(path_a: str, size_a: str, path_b: str, size_b: str) -> str:
     )
 
 
-def _median_spacings(raw: pl.DataFrame, n_files: int) -> list[int]:
+def rtype_sets(frame: pl.DataFrame, n_files: int) -> list[set[int]]:
+    """Per file (`file_idx` < n_files), the Databento rtypes its rows hold (empty for a generic file).
+
+    Read from runs of equal (file, rtype) pairs: rows come in file order, so there are few runs and no hash table
+    the size of the frame."""
+    pairs = frame.select(pl.struct("file_idx", "rtype").rle().struct.field("value")).unnest("value").drop_nulls()
+    out: list[set[int]] = [set() for _ in range(n_files)]
+    for i, rtype in pairs.unique().iter_rows():
+        out[i].add(rtype)
+    return out
+
+
+def median_spacings(frame: pl.DataFrame, n_files: int) -> list[int]:
     """Per file, the median spacing in ns of consecutive bars of one instrument; 0 where there is none."""
     key = ("file_idx", "symbol", "instrument_id")
     gaps = (
-        raw.select(*key, "ts")
+        frame.select(*key, "ts")
         .sort(*key, "ts", nulls_last=True)
         .select("file_idx", gap=pl.col("ts").diff().over(key).dt.total_nanoseconds())
         .filter(pl.col("gap") > 0)
