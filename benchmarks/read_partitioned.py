@@ -7,7 +7,8 @@ folder; then each case runs in a fresh process, which reports its wall time, CPU
 - import: the interpreter, polars and foxhunt.data.read alone (the floor under every other peak);
 - full: the whole directory;
 - last30: only the last 30 days (`read_bars(since=...)`; code without the option reads everything and filters);
-- es1m / dbn: the shared 1-minute fixture as parquet and as DBN.
+- es1m / dbn: the shared 1-minute fixture as parquet and as DBN (databento, and with it pandas, imported before the
+  clock starts).
 Run: python benchmarks/read_partitioned.py [--rows 2000000] [--repeat 3]
 Numbers on a machine shared with other work vary by tens of percent; compare runs made side by side.
 """
@@ -73,6 +74,8 @@ def child(case: str, path: str, since: str | None) -> None:
     if case == "import":
         print(json.dumps({"rows": 0, "wall_s": 0.0, "cpu_s": 0.0, "rss_mib": _peak_mib()}))
         return
+    if case == "dbn":
+        import databento  # noqa: F401 - imported before timing: the table times decoding, not pandas' import
     t0, c0 = time.perf_counter(), time.process_time()
     if since and "since" in inspect.signature(read_bars).parameters:
         raw, _ = read_bars([path], since=since)

@@ -172,6 +172,15 @@ def test_directory_scan_keeps_the_per_file_checks(tmp_path):
     one, _ = read_bars([str(ES_1M)])
     assert raw.drop("file_idx", "row").equals(one.drop("file_idx", "row")) and len(files) == 3
     assert raw.get_column("file_idx").unique().to_list() == [0, 1, 2]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for i in range(3):
+        part = daily.slice(10 * i, 10)
+        if i == 2:  # a missing timestamp in the last file's sixth row
+            part = part.with_columns(pl.when(pl.int_range(pl.len()) == 5).then(None).otherwise("timestamp").alias("timestamp"))
+        part.write_parquet(bad / f"{i}.parquet")
+    with pytest.raises(InputError, match=f"{bad / '2.parquet'}: column 'timestamp' row 6"):
+        read_bars([str(bad)])
 
 
 def test_bad_bounds_name_the_option(tmp_path):

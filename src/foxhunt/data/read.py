@@ -13,19 +13,25 @@ Formats understood:
   frame carries; only then are integer price columns fixed-point (divided by 1e9, 2^63-1 = UNDEF_PRICE becomes null).
   The magnitude of the prices is never used to guess: a generic file of integer cents keeps its values, and
   `price_scale` (`--price-scale 100`) divides them. `pretty_ts=False` timestamps are uint64 ns counts.
-- Raw DBN (`.dbn`, `.dbn.zst`) through the optional `databento` package (`pip install foxhunt[dbn]`).
+- Raw DBN (`.dbn`, `.dbn.zst`) through the optional `databento` package (`pip install foxhunt[dbn]`), decoded from
+  its record array (dbn.py).
 - Generic OHLCV parquet or CSV: a time column (ts_event, timestamp, datetime, date, time; case-insensitive), open high
   low close volume (case-insensitive) and an optional symbol column. Naive timestamps are wall-clock time in
   `timezone` (`--timezone`, default UTC), aware ones are converted to UTC; integer timestamps are epoch counts (UTC)
   whose unit (s, ms, us, ns) is read from their size.
   A CSV with separate `date` and `time` columns gets them joined.
-- A file without a symbol column is one series named after the file stem (for a directory or glob: after the folder).
+- A file without a symbol column is one series named after the file stem (for a directory or glob: after the folder),
+  unless a hive `symbol=` folder above it names it (partitions.py).
+
+Consecutive parquet files of a directory or glob are read by one lazy polars scan (scan.py) per SCAN_BYTES of files:
+only the needed columns are decoded, and with `since` / `until` only the row groups and hive `date=` partitions
+that can hold bars in range. CSV and DBN files are read one by one.
 
 All files must hold bars of one size: Databento files are compared by `rtype`, others by their median bar spacing,
 and a mix (1-minute and daily files, whose daily bars would otherwise replace the midnight minute bars as
 "duplicates") stops with an error naming both files.
 
-Only the needed columns are read; all work is columnar.
+All work is columnar.
 """
 
 from __future__ import annotations
