@@ -66,6 +66,8 @@ def test_hive_symbol_must_agree_with_the_files_own_column(tmp_path, es_raw):
         read_bars([str(tmp_path / "es")])
     msg = str(info.value)
     assert str(moved) in msg and "symbol=ESZ9" in msg and "'ESH4'" in msg and "--symbol-col" in msg
+    chosen, _ = read_bars([str(tmp_path / "es")], symbol_col="symbol")  # the files' own column, by choice
+    assert chosen.drop("file_idx", "row").sort(KEY).equals(es_raw)
 
 
 def test_since_until_never_open_partitions_outside_them(tmp_path, es_raw):

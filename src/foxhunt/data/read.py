@@ -188,6 +188,8 @@ def _read_parquet_run(
     hive_symbol = _hive_symbol_key(keys[0], symbol_col)
     names = list(schema)
     own_symbol = _match(names, symbol_col) if symbol_col is not None else _symbol_column(names)
+    if symbol_col is not None and own_symbol is not None:
+        hive_symbol = None  # --symbol-col chose the files' own column over the folders'
     if hive_symbol and own_symbol is None:  # the folders name the symbol of files that have none
         names.append(hive_symbol)
     found = _find_columns(names, run[0], timestamp_col, symbol_col)
