@@ -108,7 +108,7 @@ def read_bars(
             files += entries
     if not files:
         raise InputError(f"{paths[0]}: no partition lies within {_bounds_text(since, until)}; widen the range")
-    raw = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")  # concat copies: one scan does not
+    raw = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")  # appends chunks, copies nothing
     del frames
     if price_scale != 1.0:
         raw = raw.with_columns(pl.col(c) / price_scale for c in PRICE_COLS)
