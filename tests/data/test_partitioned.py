@@ -53,6 +53,8 @@ def test_hive_symbol_key_is_the_symbol_of_files_without_one(hive_dir, es_raw):
     # every row keeps its file and its 0-based row there
     first = files[0]["path"]
     assert raw.filter(pl.col("file_idx") == 0).get_column("row").to_list() == list(range(pl.read_parquet(first).height))
+    hive, whole = load_bars(DataConfig(paths=(str(hive_dir),))), load_bars(DataConfig(paths=(str(ES_1M),)))
+    assert hive.bars.equals(whole.bars) and hive.rolls == whole.rolls
 
 
 def test_hive_symbol_must_agree_with_the_files_own_column(tmp_path, es_raw):
