@@ -101,6 +101,8 @@ def data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
         price_scale=float(v.get("price_scale", _D.price_scale)),
         fill_gaps=bool(v.get("fill_gaps", _D.fill_gaps)),
         features=v.get("features") or None,
+        since=v.get("since") or None,
+        until=v.get("until") or None,
     )
 
 

@@ -62,6 +62,10 @@ class DataConfig:
     # A feature store written by `foxhunt prepare` (data/store): the prepared data are mapped from it instead of
     # being computed from `paths` (the files it was prepared from). Does not shape the data.
     features: str | None = None
+    # ISO dates or times (UTC when naive): only bars with since <= ts < until are read, and hive partitions dated
+    # outside them are never opened (read.py). Saved with the run, so that the run says which bars it saw.
+    since: str | None = None
+    until: str | None = None
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -86,6 +90,10 @@ class DataConfig:
                 ZoneInfo(self.timezone)
             except (ZoneInfoNotFoundError, ValueError):
                 bad(f"--timezone {self.timezone!r} is not a time zone; use an IANA name like America/Chicago or UTC")
+        if self.since is not None or self.until is not None:
+            from foxhunt.data.partitions import TimeBounds  # raises naming --since / --until
+
+            TimeBounds.parse(self.since, self.until)
         if not self.price_scale > 0:
             bad(f"--price-scale must be positive (prices are divided by it), got {self.price_scale}")
         if self.encoder_length < 1:

@@ -73,7 +73,8 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     Prices of zero or below are kept (see validate.py); `prepare` refuses them for a log target.
     Raises InputError for anything the user must fix.
     """
-    raw, files = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale)
+    raw, files = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
+                           since=cfg.since, until=cfg.until)
     return load_raw(raw, files, cfg, grid_step_ns)
 
 

@@ -13,30 +13,41 @@ Formats understood:
   frame carries; only then are integer price columns fixed-point (divided by 1e9, 2^63-1 = UNDEF_PRICE becomes null).
   The magnitude of the prices is never used to guess: a generic file of integer cents keeps its values, and
   `price_scale` (`--price-scale 100`) divides them. `pretty_ts=False` timestamps are uint64 ns counts.
-- Raw DBN (`.dbn`, `.dbn.zst`) through the optional `databento` package (`pip install foxhunt[dbn]`).
+- Raw DBN (`.dbn`, `.dbn.zst`) through the optional `databento` package (`pip install foxhunt[dbn]`), decoded from
+  its record array (dbn.py).
 - Generic OHLCV parquet or CSV: a time column (ts_event, timestamp, datetime, date, time; case-insensitive), open high
   low close volume (case-insensitive) and an optional symbol column. Naive timestamps are wall-clock time in
   `timezone` (`--timezone`, default UTC), aware ones are converted to UTC; integer timestamps are epoch counts (UTC)
   whose unit (s, ms, us, ns) is read from their size.
   A CSV with separate `date` and `time` columns gets them joined.
-- A file without a symbol column is one series named after the file stem (for a directory or glob: after the folder).
+- A file without a symbol column is one series named after the file stem (for a directory or glob: after the folder),
+  unless a hive `symbol=` folder above it names it (partitions.py).
+
+Consecutive parquet files of a directory or glob are read by one lazy polars scan (scan.py) per SCAN_BYTES of files:
+only the needed columns are decoded, and with `since` / `until` only the row groups and hive `date=` partitions
+that can hold bars in range. CSV and DBN files are read one by one.
 
 All files must hold bars of one size: Databento files are compared by `rtype`, others by their median bar spacing,
 and a mix (1-minute and daily files, whose daily bars would otherwise replace the midnight minute bars as
 "duplicates") stops with an error naming both files.
 
-Only the needed columns are read; all work is columnar.
+All work is columnar.
 """
 
 from __future__ import annotations
 
 import glob
-import warnings
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
+from foxhunt.data.dbn import read_dbn
+from foxhunt.data.partitions import TimeBounds, hive_keys, partition_day
+from foxhunt.data.scan import align_chunks, read_error, scan_files
 from foxhunt.errors import InputError
 
 PRICE_COLS = ("open", "high", "low", "close")
@@ -47,6 +58,9 @@ SUFFIXES = (".parquet", ".pq", ".csv", ".dbn", ".dbn.zst")
 FIXED_SCALE = 1e9  # Databento FIXED_PRICE_SCALE
 UNDEF_PRICE = 2**63 - 1  # Databento null price in fixed-point files
 RTYPE_NAMES = {32: "ohlcv-1s", 33: "ohlcv-1m", 34: "ohlcv-1h", 35: "ohlcv-1d", 36: "ohlcv-eod"}
+# Parquet bytes on disk read by one scan: a scan's decoding buffers come on top of its output, so a directory is read
+# in scans of this size (a few hundred daily files) and only the frames they leave add up.
+SCAN_BYTES = 16 * 2**20
 SAME_SPACING = 4.0  # median spacings within this factor are one bar size (1m beside a sparse contract's 3m)
 
 RAW_SCHEMA = {
@@ -66,28 +80,178 @@ def read_bars(
     symbol_col: str | None = None,
     timezone: str | None = None,
     price_scale: float = 1.0,
+    *,
+    since: str | None = None,
+    until: str | None = None,
 ) -> tuple[pl.DataFrame, list[dict]]:
     """Read every file named by `paths` (files, directories or globs) as one raw frame.
 
     `timezone` is the zone of naive timestamps (None: UTC); `price_scale` divides every price (100: cents to dollars).
-    Returns (frame with RAW_SCHEMA columns, files [{path, size_bytes, rows, timestamps}]), where timestamps is "naive",
-    "aware", "epoch" or "date": how the file wrote its times. Raises InputError for anything a user can fix: a missing
-    or unreadable file, a missing column, text where numbers belong, unparseable timestamps, mixed bar sizes.
+    `since` / `until` (ISO dates or times, UTC when naive) keep the bars with since <= ts < until: hive partitions
+    dated outside them are never opened, and parquet row groups outside them are never decoded.
+    Returns (frame with RAW_SCHEMA columns, files [{path, size_bytes, rows, timestamps}]) for every file opened, where
+    rows counts the rows kept and timestamps is "naive", "aware", "epoch" or "date": how the file wrote its times.
+    Raises InputError for anything a user can fix: a missing or unreadable file, a missing column, text where numbers
+    belong, unparseable timestamps, mixed bar sizes, bounds that leave no bar.
     """
-    entries = expand_paths(paths)
-    frames, files = [], []
-    for idx, (path, default_name) in enumerate(entries):
-        frame, kind = read_file(path, default_name, timestamp_col, symbol_col, timezone)
-        if price_scale != 1.0:
-            frame = frame.with_columns(pl.col(c) / price_scale for c in PRICE_COLS)
-        frames.append(
-            frame.with_columns(
-                pl.lit(idx, dtype=pl.UInt32).alias("file_idx"), pl.int_range(pl.len()).alias("row")
-            )
+    bounds = TimeBounds.parse(since, until)
+    frames, files, rtypes, spacings = [], [], [], []
+    for source in expand_sources(paths):
+        for run in _runs(source, bounds):
+            frame, entries = _read_run(run, source, bounds, timestamp_col, symbol_col, timezone)
+            run_rtypes = rtype_sets(frame, len(run))  # bar sizes are measured per run, while the run is small
+            rtypes += run_rtypes
+            spacings += median_spacings(frame, len(run)) if not all(run_rtypes) else [None] * len(run)
+            if files:
+                frame = frame.with_columns(pl.col("file_idx") + len(files))
+            frames.append(frame.select(list(RAW_SCHEMA)))
+            files += entries
+    if not files:
+        raise InputError(f"{paths[0]}: no partition lies within {_bounds_text(since, until)}; widen the range")
+    raw = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")  # appends chunks, copies nothing
+    del frames
+    if price_scale != 1.0:
+        raw = raw.with_columns(pl.col(c) / price_scale for c in PRICE_COLS)
+    if raw.height == 0:
+        raise InputError(f"{files[0]['path']}: no bar lies within {_bounds_text(since, until)}; widen the range")
+    if not all(rtypes) and None in spacings:  # Databento files beside generic ones: compare spacings of all
+        spacings = median_spacings(raw, len(files))
+    check_bar_sizes(rtypes, [s or 0 for s in spacings], [f["path"] for f in files])
+    return raw, files
+
+
+@dataclass(frozen=True)
+class Source:
+    """The files one path argument names, with the series name for files without a symbol column and the folder
+    hive keys are read below (None for a single file)."""
+
+    files: list[Path]
+    default_name: str
+    root: Path | None
+
+
+def _runs(source: Source, bounds: TimeBounds) -> list[list[Path]]:
+    """`source`'s files left after partition pruning, in order, as runs that are read together: consecutive parquet
+    files make one run (one scan), any other file is a run of its own."""
+    runs: list[list[Path]] = []
+    run_bytes = 0
+    for path in source.files:
+        if bounds.active and source.root is not None:
+            day = partition_day(hive_keys(path, source.root))
+            if day is not None and not bounds.keeps_day(day):
+                continue  # never opened
+        size = path.stat().st_size
+        if _is_parquet(path) and runs and _is_parquet(runs[-1][-1]) and run_bytes + size <= SCAN_BYTES:
+            runs[-1].append(path)
+            run_bytes += size
+        else:
+            runs.append([path])
+            run_bytes = size
+    return runs
+
+
+def _read_run(
+    run: list[Path], source: Source, bounds: TimeBounds, timestamp_col: str | None, symbol_col: str | None,
+    timezone: str | None,
+) -> tuple[pl.DataFrame, list[dict]]:
+    """One run as normalised columns with file_idx (within the run) and row; its entries of read_bars' file list."""
+    if _is_parquet(run[0]):
+        frame, kind, counts = _read_parquet_run(run, source, bounds, timestamp_col, symbol_col, timezone)
+    else:
+        path = run[0]
+        frame, kind = read_file(path, source.default_name, timestamp_col, symbol_col, timezone)
+        frame = frame.with_columns(pl.lit(0, dtype=pl.UInt32).alias("file_idx"), pl.int_range(pl.len()).alias("row"))
+        if bounds.active:
+            frame = frame.filter(bounds.mask())
+        counts = [frame.height]
+    entries = [
+        {"path": str(p), "size_bytes": p.stat().st_size, "rows": n, "timestamps": kind}
+        for p, n in zip(run, counts, strict=True)
+    ]
+    return frame, entries
+
+
+def _read_parquet_run(
+    run: list[Path], source: Source, bounds: TimeBounds, timestamp_col: str | None, symbol_col: str | None,
+    timezone: str | None,
+) -> tuple[pl.DataFrame, str, list[int]]:
+    """Parquet files of one layout through one lazy scan (scan.py); hive keys (partitions.py) add a symbol column
+    where the files have none. Files whose columns differ are read one scan each."""
+    for path in run:
+        if path.stat().st_size == 0:
+            raise InputError(f"{path}: the file is empty (0 bytes); re-export or remove it")
+    try:
+        schema = pl.read_parquet_schema(run[0])
+    except Exception as e:  # polars raises several types for truncated or foreign files
+        raise read_error(run[0], e) from None
+    keys = [hive_keys(p, source.root) if source.root is not None else {} for p in run]
+    hive_symbol = _hive_symbol_key(keys[0], symbol_col)
+    names = list(schema)
+    own_symbol = _match(names, symbol_col) if symbol_col is not None else _symbol_column(names)
+    if symbol_col is not None and own_symbol is not None:
+        hive_symbol = None  # --symbol-col chose the files' own column over the folders'
+    if hive_symbol and own_symbol is None:  # the folders name the symbol of files that have none
+        names.append(hive_symbol)
+    found = _find_columns(names, run[0], timestamp_col, symbol_col)
+    cols = [c for c in _wanted(names, run[0], timestamp_col, symbol_col) if c in schema]
+    predicate = bounds.pushdown(schema[found["time"]], found["time"], timezone or "UTC") if bounds.active else None
+    try:
+        frame, counts = scan_files(run, cols, predicate)
+    except Exception as e:
+        if len(run) == 1:
+            raise read_error(run[0], e) from None
+        parts = [_read_parquet_run([p], source, bounds, timestamp_col, symbol_col, timezone) for p in run]
+        frame = pl.concat([f.with_columns(pl.lit(i, pl.UInt32).alias("file_idx")) for i, (f, _, _) in enumerate(parts)])
+        return frame, parts[0][1], [n for _, _, c in parts for n in c]
+    if not bounds.active and 0 in counts:
+        raise InputError(f"{run[counts.index(0)]}: the file has no rows; re-export it or leave it out")
+    if hive_symbol:
+        frame = align_chunks(_with_hive_symbol(frame, run, keys, hive_symbol, own_symbol), frame.get_column("row"))
+    try:
+        out, kind = _normalise(frame.drop("file_idx", "row"), source.root or run[0], source.default_name,
+                               timestamp_col, symbol_col, timezone)
+    except InputError:
+        for path in run:  # name the file and its own row: read the files one by one until one fails the same way
+            read_file(path, source.default_name, timestamp_col, symbol_col, timezone)
+        raise
+    out = align_chunks(out.with_columns(frame.get_column("file_idx"), frame.get_column("row")), frame.get_column("row"))
+    del frame
+    if bounds.active:
+        out = out.filter(bounds.mask())
+        counts = np.bincount(out.get_column("file_idx").to_numpy(), minlength=len(run)).tolist()
+    return out, kind, counts
+
+
+def _hive_symbol_key(keys: dict[str, str], symbol_col: str | None) -> str | None:
+    """The hive key that names the symbol: the one --symbol-col names, else symbol / ticker / raw_symbol."""
+    wanted = (symbol_col,) if symbol_col is not None else SYMBOL_CANDIDATES
+    return next((k for w in wanted for k in keys if k.lower() == w.lower()), None)
+
+
+def _with_hive_symbol(
+    frame: pl.DataFrame, run: list[Path], keys: list[dict], key: str, file_col: str | None
+) -> pl.DataFrame:
+    """Files without a symbol column (`file_col` None) get the hive key's value of their folder as column `key`.
+    Files with one keep it, and every non-empty value must equal the folder's: a file filed under the wrong
+    symbol would otherwise be read as another contract's bars without a word."""
+    values = pl.Series([k.get(key) for k in keys], dtype=pl.Utf8)
+    hive = values.gather(frame.get_column("file_idx"))
+    if file_col is None:
+        return frame.with_columns(hive.alias(key))
+    own = frame.get_column(file_col).cast(pl.Utf8).str.strip_chars()
+    bad = (own != hive) & (own != "")
+    if bad.any():
+        i = int(bad.arg_max())
+        idx, row = frame.get_column("file_idx")[i], frame.get_column("row")[i]
+        raise InputError(
+            f"{run[idx]}: data row {row + 1} has {file_col} {own[i]!r} but its folder says {key}={hive[i]}; move the"
+            " file to its symbol's folder, or name the column to use with --symbol-col"
         )
-        files.append({"path": str(path), "size_bytes": path.stat().st_size, "rows": frame.height, "timestamps": kind})
-    check_bar_sizes(frames, [f["path"] for f in files])
-    return pl.concat([f.select(list(RAW_SCHEMA)) for f in frames], how="vertical"), files
+    return frame
+
+
+def _bounds_text(since: str | None, until: str | None) -> str:
+    return " and ".join(t for t in (f"--since {since}" if since else "", f"--until {until}" if until else "") if t)
 
 
 def read_frame(
@@ -110,27 +274,25 @@ def read_frame(
     return out.select(list(RAW_SCHEMA)), {"path": name, "size_bytes": 0, "rows": frame.height, "timestamps": kind}
 
 
-def check_bar_sizes(frames: list[pl.DataFrame], paths: list[str]) -> None:
+def check_bar_sizes(rtypes: list[set[int]], spacings: list[int], paths: list[str]) -> None:
     """Refuse files of different bar sizes, naming two of them: compare Databento `rtype`s where both files have one,
-    else the median spacing of consecutive bars within an instrument (files with one bar per instrument are skipped).
+    else the median spacing of consecutive bars within an instrument (0: not measured, or one bar per instrument).
+    The lists hold one entry per file of `paths` (see `rtype_sets`, `median_spacings`).
     """
-    rtype_sets = [set(f.get_column("rtype").drop_nulls().unique().to_list()) for f in frames]
-    # Spacings are only compared where a file has no rtype (a sort of every file): skip them for Databento files.
-    spaced = not all(rtype_sets)
-    sizes = [(r, _median_spacing(f) if spaced else 0) for r, f in zip(rtype_sets, frames, strict=True)]
-    for i, (rtypes, _) in enumerate(sizes):
-        if len(rtypes) > 1:
-            kinds = " and ".join(RTYPE_NAMES.get(r, f"rtype {r}") for r in sorted(rtypes))
+    sizes = list(zip(rtypes, spacings, strict=True))
+    for i, (held, _) in enumerate(sizes):
+        if len(held) > 1:
+            kinds = " and ".join(RTYPE_NAMES.get(r, f"rtype {r}") for r in sorted(held))
             raise InputError(
                 f"{paths[i]}: holds {kinds} bars in one file; keep one bar size per run (split the file by rtype)"
             )
     first_rtype = next((i for i, (r, _) in enumerate(sizes) if r), None)
     first_spacing = next((i for i, (_, s) in enumerate(sizes) if s), None)
-    for i, (rtypes, spacing) in enumerate(sizes):
+    for i, (held, spacing) in enumerate(sizes):
         j = first_rtype
-        if rtypes and j is not None:  # rtype names the bar size exactly; a sparse contract's spacing does not
-            if rtypes != sizes[j][0]:
-                a, b = RTYPE_NAMES.get(min(sizes[j][0]), "?"), RTYPE_NAMES.get(min(rtypes), "?")
+        if held and j is not None:  # rtype names the bar size exactly; a sparse contract's spacing does not
+            if held != sizes[j][0]:
+                a, b = RTYPE_NAMES.get(min(sizes[j][0]), "?"), RTYPE_NAMES.get(min(held), "?")
                 raise InputError(_mixed(paths[j], a, paths[i], b))
             continue
         j = first_spacing
@@ -145,16 +307,33 @@ def _mixed(path_a: str, size_a: str, path_b: str, size_b: str) -> str:
     )
 
 
-def _median_spacing(frame: pl.DataFrame) -> int:
-    """Median spacing in ns of consecutive bars of one instrument; 0 if none."""
+def rtype_sets(frame: pl.DataFrame, n_files: int) -> list[set[int]]:
+    """Per file (`file_idx` < n_files), the Databento rtypes its rows hold (empty for a generic file).
+
+    Read from runs of equal (file, rtype) pairs: rows come in file order, so there are few runs and no hash table
+    the size of the frame."""
+    pairs = frame.select(pl.struct("file_idx", "rtype").rle().struct.field("value")).unnest("value").drop_nulls()
+    out: list[set[int]] = [set() for _ in range(n_files)]
+    for i, rtype in pairs.unique().iter_rows():
+        out[i].add(rtype)
+    return out
+
+
+def median_spacings(frame: pl.DataFrame, n_files: int) -> list[int]:
+    """Per file, the median spacing in ns of consecutive bars of one instrument; 0 where there is none."""
+    key = ("file_idx", "symbol", "instrument_id")
     gaps = (
-        frame.select("symbol", "instrument_id", "ts")
-        .sort("symbol", "instrument_id", "ts", nulls_last=True)
-        .select(gap=pl.col("ts").diff().over("symbol", "instrument_id").dt.total_nanoseconds())
+        frame.select(*key, "ts")
+        .sort(*key, "ts", nulls_last=True)
+        .select("file_idx", gap=pl.col("ts").diff().over(key).dt.total_nanoseconds())
         .filter(pl.col("gap") > 0)
-        .get_column("gap")
+        .group_by("file_idx")
+        .agg(pl.col("gap").median())
     )
-    return int(gaps.median()) if gaps.len() else 0
+    out = [0] * n_files
+    for i, gap in gaps.iter_rows():
+        out[i] = int(gap)
+    return out
 
 
 def _spacing_text(ns: int) -> str:
@@ -170,28 +349,49 @@ def expand_paths(paths: Sequence[str]) -> list[tuple[Path, str]]:
     Each file comes with the series name to use if it has no symbol column: its stem for a named file, the folder's name
     for a directory or glob (so one-file-per-day folders stay one series).
     """
+    return [(f, s.default_name) for s in expand_sources(paths) for f in s.files]
+
+
+def expand_sources(paths: Sequence[str]) -> list[Source]:
+    """`expand_paths` grouped by argument, with the folder below which a directory's or glob's hive keys are read."""
     if not paths:
         raise InputError("no data files given; pass one or more parquet/CSV/DBN files, directories or globs")
-    out: list[tuple[Path, str]] = []
+    out: list[Source] = []
     for raw in paths:
         p = Path(raw).expanduser()
         if glob.has_magic(str(p)):
             hits = sorted(Path(h) for h in glob.glob(str(p), recursive=True) if _supported(Path(h)))
             if not hits:
                 raise InputError(f"{raw}: the pattern matches no {'/'.join(SUFFIXES)} file; check the path")
-            out += [(h, _folder_name(p.parent)) for h in hits]
+            out.append(Source(hits, _folder_name(p.parent), _glob_root(p)))
         elif p.is_dir():
-            hits = sorted(
-                h for h in p.rglob("*") if h.is_file() and not h.name.startswith(".") and _supported(h)
-            )
+            hits = _walk(p)
             if not hits:
                 raise InputError(f"{raw}: the directory holds no {'/'.join(SUFFIXES)} file; check the path")
-            out += [(h, _folder_name(p)) for h in hits]
+            out.append(Source(hits, _folder_name(p), p))
         elif p.is_file():
-            out.append((p, _stem(p)))
+            out.append(Source([p], _stem(p), None))
         else:
             raise InputError(f"{raw}: file not found; check the path")
     return out
+
+
+def _walk(folder: Path) -> list[Path]:
+    """The supported, non-hidden files below `folder`, sorted; os.walk lists a folder once, where rglob + is_file
+    would stat every one of thousands of daily files again."""
+    return sorted(
+        Path(top, name)
+        for top, _, names in os.walk(folder)
+        for name in names
+        if not name.startswith(".") and name.lower().endswith(SUFFIXES)
+    )
+
+
+def _glob_root(pattern: Path) -> Path:
+    """The folder above a glob's first wildcard: hive keys are the key=value folders below it."""
+    parts = pattern.parts
+    first = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+    return Path(*parts[:first]) if first else Path(".")
 
 
 def read_file(
@@ -202,7 +402,7 @@ def read_file(
         raise InputError(f"{path}: the file is empty (0 bytes); re-export or remove it")
     name = path.name.lower()
     if name.endswith((".dbn", ".dbn.zst")):
-        frame = _read_dbn(path)
+        frame = read_dbn(path)
     elif name.endswith(".csv"):
         frame = _read_csv(path, timestamp_col, symbol_col)
     else:
@@ -220,9 +420,7 @@ def _read_parquet(path: Path, timestamp_col: str | None, symbol_col: str | None)
     except InputError:
         raise
     except Exception as e:  # polars raises several types for truncated or foreign files
-        raise InputError(
-            f"{path}: cannot read it as parquet ({_one_line(e)}); the file may be truncated, re-download or re-export it"
-        ) from None
+        raise read_error(path, e) from None
 
 
 def _read_csv(path: Path, timestamp_col: str | None, symbol_col: str | None) -> pl.DataFrame:
@@ -237,38 +435,6 @@ def _read_csv(path: Path, timestamp_col: str | None, symbol_col: str | None) -> 
         raise InputError(
             f"{path}: cannot read it as CSV ({_one_line(e)}); check the file is comma-separated text"
         ) from None
-
-
-def _read_dbn(path: Path) -> pl.DataFrame:
-    try:
-        import databento as db
-    except ImportError:
-        raise InputError(
-            f"{path}: reading DBN files needs the databento package; install foxhunt[dbn] or convert to parquet"
-        ) from None
-    try:
-        store = db.DBNStore.from_file(path)
-        schema = str(store.schema)
-    except Exception as e:
-        raise InputError(
-            f"{path}: cannot read it as DBN ({_one_line(e)}); the file may be truncated, re-download it"
-        ) from None
-    if not schema.startswith("ohlcv"):
-        raise InputError(f"{path}: holds {schema} records, not OHLCV bars; pass an ohlcv-1s/1m/1h/1d file")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")  # databento warns (not raises) on a truncated file
-            df = store.to_df().reset_index()
-    except Exception as e:
-        raise InputError(
-            f"{path}: cannot decode its DBN records ({_one_line(e)}); the file may be truncated"
-        ) from None
-    truncated = [w for w in caught if "truncated" in str(w.message)]
-    if truncated:
-        raise InputError(
-            f"{path}: the DBN file is truncated ({_one_line(Exception(truncated[0].message))}); re-download it"
-        )
-    return pl.from_pandas(df)
 
 
 def _wanted(names: list[str], path: Path, timestamp_col: str | None, symbol_col: str | None) -> list[str]:
@@ -316,7 +482,7 @@ def _find_columns(names: list[str], path: Path, timestamp_col: str | None, symbo
     if symbol_col is not None:
         found["symbol"] = _required(names, symbol_col, "--symbol-col", path, listing)
     else:
-        found["symbol"] = next((m for c in SYMBOL_CANDIDATES if (m := _match(names, c)) is not None), None)
+        found["symbol"] = _symbol_column(names)
     found["instrument_id"] = _match(names, "instrument_id")
     found["rtype"] = _match(names, "rtype")
     return found
@@ -346,7 +512,9 @@ def _normalise(
             raise InputError(
                 f"{path}: column {found['symbol']!r} row {i + 1} is empty; give every row a symbol"
             )
-        out["symbol"] = out["symbol"].set(out["symbol"] == "", None)
+        empty = out["symbol"] == ""
+        if empty.any():
+            out["symbol"] = out["symbol"].set(empty, None)
     elif found["instrument_id"] is not None:
         out["symbol"] = pl.Series([None] * frame.height, dtype=pl.Utf8)  # resolved from instrument_id later
     else:
@@ -475,9 +643,17 @@ def _numeric(s: pl.Series, path: Path, col: str, fixed_point: bool) -> pl.Series
     )
 
 
+def _symbol_column(names: list[str]) -> str | None:
+    return next((m for c in SYMBOL_CANDIDATES if (m := _match(names, c)) is not None), None)
+
+
 def _match(names: list[str], wanted: str) -> str | None:
     w = wanted.strip().lower()
     return next((n for n in names if n.strip().lower() == w), None)
+
+
+def _is_parquet(p: Path) -> bool:
+    return p.name.lower().endswith((".parquet", ".pq"))
 
 
 def _supported(p: Path) -> bool:
