@@ -43,8 +43,8 @@ import numpy as np
 import polars as pl
 
 from foxhunt.data.calendar import local_ns
-from foxhunt.data.order import gather, new_group, same_as_next, sort_keys, stable_order
-from foxhunt.data.rolls import CONTINUOUS_RE, continuous_file_rolls, pick_fronts
+from foxhunt.data.order import gather, runs_order, same_as_next, sort_keys, stable_order
+from foxhunt.data.rolls import CONTINUOUS_RE, ContractIndex, continuous_file_rolls, pick_fronts
 from foxhunt.data.sessions import CME_EQUITY, DAY_NS, MIN_NS, session_shift
 from foxhunt.errors import InputError
 
@@ -171,24 +171,33 @@ def build_series(
         rolls: list[dict] = []
         report_mode = "each" if mode == "each" and has_futures else "symbols"
     else:
-        parts, roll_frames = [], []
+        parts, roll_frames, keys = [], [], None
         fut = df if is_fut.all() else df.filter(is_fut)  # most files are all futures: no copy
         if fut.height:
-            front, roll_df = _front_and_rolls(fut, roll_confirm)
-            parts.append(_apply_front(fut, front, roll_df, adjust))
+            index = ContractIndex.of(fut)
+            front, roll_df = _front_and_rolls(fut, roll_confirm, index)
+            bars, keys = _apply_front(fut, front, roll_df, adjust, index)
+            del index
+            parts.append(bars)
             roll_frames.append(roll_df)
         cont = df.filter(is_cont)
         if cont.height:
             bars, roll_df = continuous_file_rolls(_continuous_series(cont))
             roll_df = _priced(roll_df)
-            parts.append(_adjust(bars, roll_df, adjust))
+            names = pl.concat([bars.get_column("series"), roll_df.get_column("series")]).unique().sort().to_list()
+            code = bars.get_column("series").cast(pl.Enum(names)).to_physical().to_numpy().astype(np.int64)
+            roll_code = roll_df.get_column("series").cast(pl.Enum(names)).to_physical().to_numpy().astype(np.int64)
+            bar_key = code * SEG_SPAN + bars.get_column("seg").to_numpy().astype(np.int64)
+            parts.append(_adjust(bars, bar_key, roll_df, roll_code, adjust))
             roll_frames.append(roll_df)
         others = _unadjusted(df.filter(~is_fut & ~is_cont.fill_null(False)).with_columns(series=pl.col("symbol")))
         _check_clash([p.get_column("series").unique() for p in [*parts, others]])
         out = pl.concat([p.select(BAR_COLUMNS) for p in parts] + [others.select(BAR_COLUMNS)], how="vertical")
         rolls = _roll_dicts(pl.concat([r.select(ROLL_COLUMNS) for r in roll_frames], how="vertical"))
         report_mode = "continuous"
-    out, shared = _sorted_last(out.select("series", "ts", *PRICES, "volume", pl.col("symbol").alias("contract"), *OWN))
+        keys = keys if keys is not None and out.height == parts[0].height else None  # futures alone: their keys
+    out = out.select("series", "ts", *PRICES, "volume", pl.col("symbol").alias("contract"), *OWN)
+    out, shared = _sorted_last(out, keys if mode != "each" and has_futures else None)
     if shared:
         log.warning("%d bars shared a timestamp within one series (two symbols for one contract); kept the last", shared)
     kept = sorted(out.get_column("contract").unique().to_list())
@@ -196,12 +205,13 @@ def build_series(
     return out, rolls, {"contracts_mode": report_mode, "contracts_kept": kept, "contracts_dropped": dropped}
 
 
-def _sorted_last(bars: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+def _sorted_last(bars: pl.DataFrame, keys: list[np.ndarray] | None = None) -> tuple[pl.DataFrame, int]:
     """`bars` sorted by (series, ts), keeping the last of rows that share both; also how many were dropped.
 
-    A stable sort keeps such rows in their order in `bars`, so the last of each run is the one to keep.
+    A stable sort keeps such rows in their order in `bars`, so the last of each run is the one to keep. `keys`: the
+    rows' sort keys when the caller has them (`order.sort_keys(bars, ("series", "ts"))` or an equivalent).
     """
-    keys = sort_keys(bars, ("series", "ts"))
+    keys = keys if keys is not None else sort_keys(bars, ("series", "ts"))
     order = stable_order(keys)
     if order is not None:
         keys = [k[order] for k in keys]
@@ -249,22 +259,21 @@ def _continuous_series(cont: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _front_and_rolls(fut: pl.DataFrame, confirm: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _front_and_rolls(fut: pl.DataFrame, confirm: int, index: ContractIndex) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Front contract per (root, trade_date) and the roll table with gap and ratio at the last common bar."""
-    daily = fut.group_by("root", "trade_date", "expiry").agg(pl.col("volume").sum())
     front = (
-        pick_fronts(daily, confirm)
+        pick_fronts(index.daily_volume(fut.get_column("volume").to_numpy()), confirm)
         .with_columns(prev=pl.col("front").shift(1).over("root"))
         .with_columns(is_roll=(pl.col("front") != pl.col("prev")).fill_null(False))
         .with_columns(seg=pl.col("is_roll").cast(pl.Int32).cum_sum().over("root"))
         .select("root", "trade_date", "front", "prev", "is_roll", "seg", "reason")
     )
     rolls = front.filter("is_roll").select("root", "trade_date", "seg", "reason", old="prev", new="front")
-    names = fut.group_by("root", "expiry").agg(pl.col("symbol").first())
+    names = index.first_symbols(fut.get_column("symbol"))
     rolls = (
         rolls.join(names.rename({"expiry": "old", "symbol": "from"}), on=["root", "old"], how="left")
         .join(names.rename({"expiry": "new", "symbol": "to"}), on=["root", "new"], how="left")
-        .join(_roll_prices(fut, rolls), on=["root", "seg"], how="left")
+        .join(index.roll_prices(fut.get_column("close").to_numpy(), rolls), on=["root", "seg"], how="left")
         .rename({"root": "series"})
     )
     return front, _priced(rolls)
@@ -284,125 +293,119 @@ def _priced(rolls: pl.DataFrame) -> pl.DataFrame:
     ).sort("series", "seg")
 
 
-def _roll_prices(fut: pl.DataFrame, rolls: pl.DataFrame) -> pl.DataFrame:
-    """(root, seg, at, old_close, new_close): the last common bar before each switch, else the nearest earlier pair."""
-    bars = fut.select("root", "expiry", "ts", "close", bar_date="trade_date")
-    keys = rolls.select("root", "seg", "trade_date", "old", "new")
-
-    def side(which: str, name: str) -> pl.DataFrame:
-        return (
-            keys.join(bars.rename({"expiry": which, "close": name}), on=["root", which])
-            .filter(pl.col("bar_date") < pl.col("trade_date"))
-            .select("root", "seg", "ts", name)
-        )
-
-    old, new = side("old", "old_close"), side("new", "new_close")
-    exact = (
-        old.join(new, on=["root", "seg", "ts"])
-        .sort("ts")
-        .group_by("root", "seg")
-        .agg(pl.all().last())
-        .rename({"ts": "at"})
-    )
-    new_last = new.sort("ts").group_by("root", "seg").agg(pl.all().last()).sort("ts")
-    nearest = (
-        new_last.join_asof(
-            old.sort("ts"), on="ts", by=["root", "seg"], strategy="backward", check_sortedness=False
-        )
-        .rename({"ts": "at"})
-        .select(exact.columns)
-    )
-    loose = nearest.join(exact.select("root", "seg"), on=["root", "seg"], how="anti")
-    return pl.concat([exact, loose], how="vertical")
-
-
-def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFrame:
+def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, adjust: str, index: ContractIndex
+                 ) -> tuple[pl.DataFrame, list[np.ndarray]]:
     """Keep each trade date's front-contract bars, numbered by segment, sorted by (series, ts), and back-adjust them.
+    Also returns the output's sort keys (series code, ts) so that they need not be taken again from the strings.
 
     The front of each bar's (root, trade date) is found by a binary search in the small front table: a join of
     millions of bars on (root, date) costs several times more.
     """
-    roots = fut.get_column("root").unique().sort()
-    code = fut.get_column("root").cast(pl.Enum(roots.to_list())).to_physical().to_numpy().astype(np.int64)  # (N,)
-    day = fut.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)  # (N,)
-    table = front.filter(pl.col("root").is_in(roots.implode()))
-    t_code = table.get_column("root").cast(pl.Enum(roots.to_list())).to_physical().to_numpy().astype(np.int64)
+    code, day = index.code, index.day
+    table = front.filter(pl.col("root").is_in(pl.Series(index.roots).implode()))
+    t_code = index.codes_of(table.get_column("root"))
     t_day = table.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)
     lo = min(day.min(), t_day.min()) if len(t_day) else 0
     span = max(day.max(), t_day.max()) - lo + 1 if len(t_day) else 1
     key, t_key = code * span + (day - lo), t_code * span + (t_day - lo)  # (N,), (F,) one int per (root, date)
-    by_key = np.argsort(t_key)
-    at = by_key[np.minimum(np.searchsorted(t_key, key, sorter=by_key), len(t_key) - 1)]  # (N,) candidate row
-    hit = t_key[at] == key
-    expiry = fut.get_column("expiry").to_numpy()
-    keep = np.flatnonzero(hit & (expiry == table.get_column("front").to_numpy()[at]))  # (M,) front bars
-    ts = fut.get_column("ts").dt.epoch("ns").to_numpy()
-    rows = keep[np.lexsort((ts[keep], code[keep]))]  # sorted by (series = root, ts)
-    seg = pl.Series("seg", table.get_column("seg").to_numpy()[at[rows]])
-    bars = gather(fut.select("ts", *PRICES, "volume", "symbol", "root"), rows)  # only what the output keeps
-    bars = bars.with_columns(seg, series=pl.col("root"))
-    return _adjust(bars, rolls, adjust)
+    at, hit = _lookup(key, t_key)  # (N,) the front table's row of each bar's (root, date)
+    keep = np.flatnonzero(hit & (index.expiry == table.get_column("front").to_numpy()[at]))  # (M,)
+    order = runs_order(code[keep], index.ts[keep])
+    rows = keep if order is None else keep[order]  # sorted by (series = root, ts)
+    seg = table.get_column("seg").to_numpy()[at[rows]]
+    keys = [code[rows], index.ts[rows]]
+    bars = pl.DataFrame(
+        {
+            "series": pl.Series(index.roots, dtype=pl.Utf8).gather(keys[0]),
+            "ts": pl.Series(keys[1]).cast(pl.Datetime("ns", "UTC")),
+            **{c: fut.get_column(c).to_numpy()[rows] for c in (*PRICES, "volume")},
+            "symbol": fut.get_column("symbol").gather(rows),
+        }
+    )
+    return _adjust(bars, keys[0] * SEG_SPAN + seg, rolls, index.codes_of(rolls.get_column("series")), adjust), keys
 
 
-def _adjust(bars: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFrame:
+def _adjust(bars: pl.DataFrame, bar_key: np.ndarray, rolls: pl.DataFrame, roll_code: np.ndarray, adjust: str
+            ) -> pl.DataFrame:
     """Back-adjust the displayed prices of every segment before a roll and keep each contract's own prices.
 
-    `bars` (sorted by series, ts) carry `seg` (at most SEG_SPAN segments a series); segment s (between roll s and roll s + 1) is scaled by the product of
-    the ratios of all later rolls (ratio) or shifted by the sum of their gaps (difference), so the latest segment keeps
-    its raw prices. Those factors depend on rolls that come later, so features never read adjusted prices: they use
-    own_high/own_low/own_close (the contract's unadjusted prices) and roll_log_ratio, ln(new / old) of the roll that
-    takes effect on the bar (0 on other bars, null when the roll has no price pair), and roll_gap, new - old of that
-    roll (the same, in price units: what --target price_change stitches with, defined for prices at or below zero).
+    `bars` are sorted by (series, ts); `bar_key` (N,) is series code * SEG_SPAN + segment (segment s lies between
+    roll s and roll s + 1) and `roll_code` (R,) the series code of each roll, in one numbering. Segment s is scaled
+    by the product of the ratios of all later rolls (ratio) or shifted by the sum of their gaps (difference), so the
+    latest segment keeps its raw prices. Those factors depend on rolls that come later, so features never read
+    adjusted prices: they use own_high/own_low/own_close (the contract's unadjusted prices) and roll_log_ratio,
+    ln(new / old) of the roll that takes effect on the bar (0 on other bars, null when the roll has no price pair),
+    and roll_gap, new - old of that roll (the same, in price units: what --target price_change stitches with,
+    defined for prices at or below zero). Per-roll values come from the small roll table; per bar it is numpy.
     """
+    roll_key = roll_code * SEG_SPAN + rolls.get_column("seg").to_numpy().astype(np.int64)  # (R,)
     later = (
-        rolls.sort("series", "seg", descending=[False, True])
+        rolls.with_columns(_key=pl.Series(roll_key))
+        .sort("_key", descending=True)
         .with_columns(
             factor=pl.col("ratio").cum_prod().over("series"),
             shift=pl.col("gap").cum_sum().over("series"),
         )
-        .select("series", pl.col("seg") - 1, "factor", "shift")
     )
+    (factor, shift), (no_later, _) = _per_bar(bar_key, later.get_column("_key").to_numpy() - 1, later, ("factor", "shift"))
     at_roll = rolls.select(
-        "series", "seg", _lr=pl.when("paired").then(pl.col("ratio").log()).otherwise(None),
+        _lr=pl.when("paired").then(pl.col("ratio").log()).otherwise(None),
         _gap=pl.when("paired").then(pl.col("gap")).otherwise(None),
     )
-    factor, shift = _per_bar(bars, later, ("factor", "shift"))
-    lr, gap = _per_bar(bars, at_roll, ("_lr", "_gap"))
-    keys = sort_keys(bars, ("series", "seg"))
-    start = pl.Series(new_group(keys) & ~new_group(keys[:1]))  # (N,) a segment's first bar, not its series': a roll
-    bars = bars.with_columns(
-        factor.fill_null(1.0),
-        shift.fill_null(0.0),
-        own_high=pl.col("high"),
-        own_low=pl.col("low"),
-        own_close=pl.col("close"),
-        roll_log_ratio=pl.when(start).then(lr).otherwise(0.0),
-        roll_gap=pl.when(start).then(gap).otherwise(0.0),
-    )
+    (lr, gap), (lr_null, gap_null) = _per_bar(bar_key, roll_key, at_roll, ("_lr", "_gap"))
+    series = bar_key // SEG_SPAN
+    start = np.zeros(len(bar_key), dtype=bool)  # (N,) a segment's first bar, not its series': a roll
+    start[1:] = (bar_key[1:] != bar_key[:-1]) & (series[1:] == series[:-1])
+    columns = [
+        pl.Series("own_high", bars.get_column("high")),
+        pl.Series("own_low", bars.get_column("low")),
+        pl.Series("own_close", bars.get_column("close")),
+        _on_rolls("roll_log_ratio", start, lr, lr_null),
+        _on_rolls("roll_gap", start, gap, gap_null),
+    ]
     if adjust == "ratio":
-        bars = bars.with_columns(pl.col(c) * pl.col("factor") for c in PRICES)
+        f = np.where(no_later, 1.0, factor)
+        columns += [pl.Series(c, bars.get_column(c).to_numpy() * f) for c in PRICES]
     elif adjust == "difference":
-        bars = bars.with_columns(pl.col(c) + pl.col("shift") for c in PRICES)
-    return bars.drop("factor", "shift", "seg")
+        f = np.where(no_later, 0.0, shift)
+        columns += [pl.Series(c, bars.get_column(c).to_numpy() + f) for c in PRICES]
+    return bars.with_columns(columns)
 
 
-def _per_bar(bars: pl.DataFrame, table: pl.DataFrame, columns: tuple[str, ...]) -> list[pl.Series]:
-    """`columns` of the row of `table` (one per series and seg) with each bar's series and seg, null where none: a
-    left join by binary search in the small table, where a join would copy every column of millions of bars."""
-    if not len(table) or not len(bars):
-        return [pl.Series(c, [None] * len(bars), dtype=table.schema[c]) for c in columns]
-    names = set(bars.get_column("series").unique().to_list()) | set(table.get_column("series").unique().to_list())
-    enum = pl.Enum(sorted(n for n in names if n is not None))
+def _per_bar(bar_key: np.ndarray, table_key: np.ndarray, table: pl.DataFrame, columns: tuple[str, ...]
+             ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Float `columns` of the row of `table` whose `table_key` (R,) equals each bar's `bar_key` (N,): a left join by
+    binary search in the small table, where a join would copy every column of millions of bars. Returns the (N,)
+    values (NaN where null) and the (N,) null masks (no row, or a null in it)."""
+    at, hit = _lookup(bar_key, table_key)
+    values, nulls = [], []
+    for c in columns:
+        col = table.get_column(c).cast(pl.Float64)
+        values.append(np.where(hit, col.fill_null(np.nan).to_numpy()[at] if len(col) else np.nan, np.nan))
+        nulls.append(~hit | (col.is_null().to_numpy()[at] if len(col) else True))
+    return values, nulls
 
-    def key(frame: pl.DataFrame) -> np.ndarray:  # one int64 per (series, seg)
-        code = frame.get_column("series").cast(enum).to_physical().to_numpy().astype(np.int64)
-        return code * SEG_SPAN + frame.get_column("seg").to_numpy().astype(np.int64)
 
-    bar_key, table_key = key(bars), key(table)  # (N,), (R,)
+def _lookup(key: np.ndarray, table_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(N,) the row of `table_key` (R,) equal to each `key` (N,) (some row where none), and (N,) whether it is equal.
+
+    Keys come in long runs (a bar's series and segment, its root and date): one binary search per run.
+    """
+    if not len(key) or not len(table_key):
+        return np.zeros(len(key), dtype=np.int64), np.zeros(len(key), dtype=bool)
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))  # (K,) runs of equal keys
     by_key = np.argsort(table_key)
-    at = by_key[np.minimum(np.searchsorted(table_key, bar_key, sorter=by_key), len(table_key) - 1)]  # (N,)
-    miss = pl.Series(table_key[at] != bar_key)
-    return [table.get_column(c).gather(at).set(miss, None) for c in columns]
+    ranked = table_key[by_key]
+    at = by_key[np.minimum(np.searchsorted(ranked, key[starts]), len(ranked) - 1)]  # (K,)
+    lens = np.diff(np.append(starts, len(key)))
+    return np.repeat(at, lens), np.repeat(table_key[at] == key[starts], lens)
+
+
+def _on_rolls(name: str, start: np.ndarray, value: np.ndarray, null: np.ndarray) -> pl.Series:
+    """(N,) `value` on roll bars (`start`), null where `null` is true there, 0 on every other bar."""
+    out = np.where(start & ~null, value, 0.0)
+    nulls = np.flatnonzero(start & null)
+    return pl.Series(name, out).scatter(nulls, None) if len(nulls) else pl.Series(name, out)
 
 
 ROLL_COLUMNS = ("series", "trade_date", "from", "to", "gap", "reason")
