@@ -193,7 +193,7 @@ class ContractIndex:
             if not len(new_ts):
                 continue
             pos = np.searchsorted(old_ts, new_ts, side="right") - 1  # (n_new,) the old bar at or before each
-            same = np.flatnonzero((pos >= 0) & (old_ts[np.maximum(pos, 0)] == new_ts))
+            same = np.flatnonzero((pos >= 0) & (old_ts[np.maximum(pos, 0)] == new_ts)) if len(old_ts) else pos[:0]
             j = same[-1] if len(same) else len(new_ts) - 1  # the last common bar, else the new contract's last
             old_close = float(close[old.start + pos[j]]) if pos[j] >= 0 else None
             found.append((i, int(new_ts[j]), old_close, float(close[new.start + j])))
