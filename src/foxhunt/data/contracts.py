@@ -66,8 +66,11 @@ def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     instruments keyed that way).
     """
     iid = pl.col("instrument_id")
+    symbol = df.get_column("symbol")
+    if not symbol.null_count() and symbol.unique().str.contains(FUTURES_RE).all():
+        return df.with_columns(by_instrument=pl.lit(False)), 0  # outrights only: nothing to fill or split
     # A row outside every symbology interval has a null symbol: take the one its instrument has elsewhere.
-    if df.get_column("symbol").null_count():  # a grouped pass over every row, only where it can change one
+    if symbol.null_count():  # a grouped pass over every row, only where it can change one
         df = df.with_columns(
             pl.col("symbol").fill_null(
                 pl.when(iid.is_not_null()).then(pl.col("symbol").max().over("instrument_id"))
@@ -90,6 +93,9 @@ def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
 
 def drop_spreads(df: pl.DataFrame) -> tuple[pl.DataFrame, int, list[str]]:
     """Drop spread/strategy rows. Returns (frame, rows dropped, dropped symbols sorted)."""
+    names = df.get_column("symbol").drop_nulls().unique()
+    if not names.str.contains(SPREAD_RE).any() and not df.get_column("by_instrument").any():
+        return df, 0, []  # no spread symbol, and no instrument whose prices could mark it as one
     low = pl.min_horizontal(*[pl.col(c).fill_nan(None) for c in PRICES])
     by_price = pl.col("by_instrument") & (low.min().over("symbol") <= 0).fill_null(False)
     spread = pl.col("symbol").str.contains(SPREAD_RE).fill_null(False) | by_price
