@@ -9,7 +9,14 @@ import polars as pl
 import pytest
 
 from foxhunt.data.config import DataConfig
-from foxhunt.data.contracts import FUTURES_RE, SPREAD_RE, drop_spreads, resolve_symbols
+from foxhunt.data.contracts import (
+    FUTURES_RE,
+    SPREAD_RE,
+    drop_spreads,
+    parse_futures,
+    resolve_symbols,
+    trade_date,
+)
 from foxhunt.data.features import raw_features
 from foxhunt.data.known import DecoderKnown, decoder_known, decoder_timestamps, known_columns
 from foxhunt.data.load import LoadedBars
@@ -133,3 +140,24 @@ def test_outright_only_shortcuts_match_the_row_by_row_expressions(symbols):
     kept, dropped, names = drop_spreads(got)
     assert kept.equals(got.filter(~spread)) and dropped == got.filter(spread).height
     assert names == sorted(set(got.filter(spread)["symbol"]))
+
+
+def test_parse_futures_per_symbol_table_matches_polars_dates_and_years():
+    rng = np.random.default_rng(5)
+    ts = np.sort(rng.integers(-2 * 10**17, 4 * 10**18, 400))  # 1963 .. 2096, year ends included below
+    ts[:4] = np.array(["1969-12-31T23:59:59.999999999", "1970-01-01", "2023-12-31T23:59:59.999999999",
+                       "2024-01-01"], dtype="datetime64[ns]").astype(np.int64)
+    symbols = rng.choice(np.array(["ESH4", "NQZ24", "ES", None], dtype=object), len(ts))
+    df = pl.DataFrame({"ts": pl.Series(np.sort(ts)).cast(pl.Datetime("ns", "UTC")), "symbol": symbols,
+                       "by_instrument": False})
+    got = parse_futures(df, CT)
+    year = pl.col("ts").dt.year()
+    digits = pl.col("symbol").str.extract(r"(\d+)$").cast(pl.Int32)
+    want = df.with_columns(
+        root=pl.col("symbol").str.extract(r"^(ES|NQ)[HZ]"),
+        expiry=(year + (digits - year) % (10 ** digits.cast(pl.Utf8).str.len_chars()).cast(pl.Int32)) * 12
+        + pl.when(pl.col("symbol").str.contains("H")).then(3).otherwise(12),
+        trade_date=trade_date(pl.col("ts"), CT),
+    ).with_columns(expiry=pl.when(pl.col("root").is_not_null()).then("expiry"))
+    assert got.equals(want, null_equal=True)
+    assert got["root"].null_count() > 0 and got["symbol"].null_count() > 0  # plain and null symbols are there

@@ -109,9 +109,10 @@ def drop_spreads(df: pl.DataFrame) -> tuple[pl.DataFrame, int, list[str]]:
 
 def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
     """Add root (null for non-futures), expiry (year * 12 + month, 1-based) and trade_date columns."""
+    distinct = df.get_column("symbol").drop_nulls().unique().sort()
+    plain = df.filter(~pl.col("by_instrument")) if df.get_column("by_instrument").any() else None
     symbols = (
-        df.filter(~pl.col("by_instrument"))
-        .select(pl.col("symbol").unique())
+        (pl.DataFrame({"symbol": distinct}) if plain is None else plain.select(pl.col("symbol").unique()))
         .with_columns(_p=pl.col("symbol").str.extract_groups(FUTURES_RE))
         .select(
             "symbol",
@@ -124,26 +125,50 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
         .filter(pl.col("root").str.contains("[A-Z]").fill_null(False))  # a root has a letter: "1H4" is none
         .with_columns(base=pl.lit(10, dtype=pl.Int32).pow(pl.col("digits").str.len_chars()).cast(pl.Int32))
     )
-    # One row per distinct symbol, looked up by its rank: a join on millions of strings costs far more.
-    distinct = df.get_column("symbol").drop_nulls().unique().sort()
+    del plain
+    # One row per distinct symbol (and one for a null symbol), looked up by its rank as numpy arrays: a join or a
+    # gather of every column on millions of rows costs far more.
     table = (
         pl.DataFrame({"symbol": distinct})
         .join(symbols, on="symbol", how="left", maintain_order="left")
-        .with_columns(_shift=session_shift(pl.col("root")) * MIN_NS)
+        .with_columns(
+            _shift=(session_shift(pl.col("root")) * MIN_NS).fill_null(CME_EQUITY.shift_min * MIN_NS),
+            digits=pl.col("digits").cast(pl.Int32),
+        )
+        .vstack(pl.DataFrame({"symbol": [None]}, schema={"symbol": pl.Utf8}).with_columns(
+            root=pl.lit(None, pl.Utf8), month=pl.lit(None, pl.Int32), digits=pl.lit(None, pl.Int32),
+            base=pl.lit(None, pl.Int32), _shift=pl.lit(CME_EQUITY.shift_min * MIN_NS, pl.Int64),
+        ))  # the last row: a null symbol, the default session
     )
-    code = df.get_column("symbol").cast(pl.Enum(distinct.to_list())).to_physical()  # (N,) row of `table`
-    per_bar = table.select(pl.all().exclude("symbol").gather(code)).with_columns(
-        pl.col("_shift").fill_null(CME_EQUITY.shift_min * MIN_NS)  # a null symbol: the default session
-    )
-    ts = df.get_column("ts")
-    local = local_ns(ts.dt.epoch("ns").to_numpy() + per_bar.get_column("_shift").to_numpy(), exchange_tz)
-    trade = pl.Series("trade_date", local // DAY_NS).cast(pl.Int32).cast(pl.Date)  # (N,) exchange date + shift
-    bar_year = ts.dt.year().cast(pl.Int32)
+    code = df.get_column("symbol").cast(pl.Enum(distinct.to_list())).to_physical().fill_null(len(distinct))
+    rank, code = code, code.to_numpy()  # (N,) row of `table`
+
+    def per_bar(name: str, fill: int = 0) -> np.ndarray:  # (N,) a table column at each bar (nulls as `fill`)
+        return table.get_column(name).fill_null(fill).to_numpy()[code]
+
+    ts_ns = df.get_column("ts").dt.epoch("ns").to_numpy()
+    local = local_ns(ts_ns + per_bar("_shift"), exchange_tz)
+    trade = pl.Series("trade_date", (local // DAY_NS).astype(np.int32)).cast(pl.Date)  # (N,) exchange date + shift
+    del local
+    is_fut = table.get_column("root").is_not_null().to_numpy()[code]  # (N,)
+    bar_year = _utc_year(ts_ns)
     # The first year not before the bar's year that ends in the symbol's digits.
-    year = bar_year + (per_bar.get_column("digits").cast(pl.Int32) - bar_year) % per_bar.get_column("base")
+    year = bar_year + (per_bar("digits") - bar_year) % per_bar("base", 1)
+    expiry = pl.Series("expiry", (year * 12 + per_bar("month")).astype(np.int32))
     return df.with_columns(
-        per_bar.get_column("root"), expiry=year * 12 + per_bar.get_column("month"), trade_date=trade
+        table.get_column("root").gather(rank),
+        expiry=pl.when(pl.Series(is_fut)).then(expiry),
+        trade_date=trade,
     )
+
+
+def _utc_year(ts_ns: np.ndarray) -> np.ndarray:
+    """(N,) int32 UTC calendar year of ns timestamps: a binary search in the first days of the years spanned."""
+    if not len(ts_ns):
+        return np.zeros(0, dtype=np.int32)
+    lo, hi = np.array([ts_ns.min(), ts_ns.max()]).astype("datetime64[ns]").astype("datetime64[Y]").astype(np.int64)
+    starts = np.arange(lo, hi + 2).astype("datetime64[Y]").astype("datetime64[ns]").astype(np.int64)  # (Y + 1,)
+    return (lo + 1970 + np.searchsorted(starts, ts_ns, side="right") - 1).astype(np.int32)
 
 
 def trade_date(ts: pl.Expr, exchange_tz: str, root: pl.Expr | None = None) -> pl.Expr:
