@@ -338,12 +338,19 @@ def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, ad
     t_day = table.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)
     lo = min(day.min(), t_day.min()) if len(t_day) else 0
     span = max(day.max(), t_day.max()) - lo + 1 if len(t_day) else 1
-    key, t_key = code * span + (day - lo), t_code * span + (t_day - lo)  # (N,), (F,) one int per (root, date)
-    at, hit = _lookup(key, t_key)  # (N,) the front table's row of each bar's (root, date)
-    keep = np.flatnonzero(hit & (index.expiry == table.get_column("front").to_numpy()[at]))  # (M,)
+    # Bars come in runs of one contract and session (sorted by symbol and ts): each run is kept or dropped whole.
+    expiry = index.expiry
+    change = (code[1:] != code[:-1]) | (day[1:] != day[:-1]) | (expiry[1:] != expiry[:-1])
+    starts = np.flatnonzero(np.concatenate([[True], change]) if len(code) else code)  # (K,)
+    del change
+    lens = np.diff(np.append(starts, len(code)))
+    at, hit = _lookup(code[starts] * span + (day[starts] - lo), t_code * span + (t_day - lo))  # (K,) front row
+    take = hit & (expiry[starts] == table.get_column("front").to_numpy()[at])  # (K,) runs of the front
+    lens = lens[take]
+    keep = np.repeat(starts[take] - (np.cumsum(lens) - lens), lens) + np.arange(lens.sum())  # (M,) their rows
+    seg = np.repeat(table.get_column("seg").to_numpy()[at[take]], lens)  # (M,)
     order = runs_order(code[keep], index.ts[keep])
-    rows = keep if order is None else keep[order]  # sorted by (series = root, ts)
-    seg = table.get_column("seg").to_numpy()[at[rows]]
+    rows, seg = (keep, seg) if order is None else (keep[order], seg[order])  # sorted by (series = root, ts)
     keys = [code[rows], index.ts[rows]]
     bars = pl.DataFrame(
         {
@@ -378,27 +385,32 @@ def _adjust(bars: pl.DataFrame, bar_key: np.ndarray, rolls: pl.DataFrame, roll_c
             shift=pl.col("gap").cum_sum().over("series"),
         )
     )
-    (factor, shift), (no_later, _) = _per_bar(bar_key, later.get_column("_key").to_numpy() - 1, later, ("factor", "shift"))
+    # Each segment is one run of bars: the small tables are read once per run, and only what a bar needs is
+    # expanded to every bar (the factor), or set on the first bar of a run (the roll's own ratio and gap).
+    starts = np.flatnonzero(np.concatenate([[True], bar_key[1:] != bar_key[:-1]]) if len(bar_key) else bar_key)
+    lens = np.diff(np.append(starts, len(bar_key)))  # (K,)
+    run_key = bar_key[starts]  # (K,)
+    (factor, shift), (no_later, _) = _per_bar(run_key, later.get_column("_key").to_numpy() - 1, later, ("factor", "shift"))
     at_roll = rolls.select(
         _lr=pl.when("paired").then(pl.col("ratio").log()).otherwise(None),
         _gap=pl.when("paired").then(pl.col("gap")).otherwise(None),
     )
-    (lr, gap), (lr_null, gap_null) = _per_bar(bar_key, roll_key, at_roll, ("_lr", "_gap"))
-    series = bar_key // SEG_SPAN
-    start = np.zeros(len(bar_key), dtype=bool)  # (N,) a segment's first bar, not its series': a roll
-    start[1:] = (bar_key[1:] != bar_key[:-1]) & (series[1:] == series[:-1])
+    (lr, gap), (lr_null, gap_null) = _per_bar(run_key, roll_key, at_roll, ("_lr", "_gap"))
+    series = run_key // SEG_SPAN
+    roll = np.zeros(len(run_key), dtype=bool)  # (K,) a segment's first bar, not its series': a roll
+    roll[1:] = series[1:] == series[:-1]
     columns = [
         pl.Series("own_high", bars.get_column("high")),
         pl.Series("own_low", bars.get_column("low")),
         pl.Series("own_close", bars.get_column("close")),
-        _on_rolls("roll_log_ratio", start, lr, lr_null),
-        _on_rolls("roll_gap", start, gap, gap_null),
+        _on_rolls("roll_log_ratio", len(bar_key), starts[roll], lr[roll], lr_null[roll]),
+        _on_rolls("roll_gap", len(bar_key), starts[roll], gap[roll], gap_null[roll]),
     ]
     if adjust == "ratio":
-        f = np.where(no_later, 1.0, factor)
+        f = np.repeat(np.where(no_later, 1.0, factor), lens)  # (N,)
         columns += [pl.Series(c, bars.get_column(c).to_numpy() * f) for c in PRICES]
     elif adjust == "difference":
-        f = np.where(no_later, 0.0, shift)
+        f = np.repeat(np.where(no_later, 0.0, shift), lens)
         columns += [pl.Series(c, bars.get_column(c).to_numpy() + f) for c in PRICES]
     return bars.with_columns(columns)
 
@@ -432,11 +444,11 @@ def _lookup(key: np.ndarray, table_key: np.ndarray) -> tuple[np.ndarray, np.ndar
     return np.repeat(at, lens), np.repeat(table_key[at] == key[starts], lens)
 
 
-def _on_rolls(name: str, start: np.ndarray, value: np.ndarray, null: np.ndarray) -> pl.Series:
-    """(N,) `value` on roll bars (`start`), null where `null` is true there, 0 on every other bar."""
-    out = np.where(start & ~null, value, 0.0)
-    nulls = np.flatnonzero(start & null)
-    return pl.Series(name, out).scatter(nulls, None) if len(nulls) else pl.Series(name, out)
+def _on_rolls(name: str, n: int, at: np.ndarray, value: np.ndarray, null: np.ndarray) -> pl.Series:
+    """(n,) `value` on the roll bars `at`, null where `null` is true, 0 on every other bar."""
+    out = np.zeros(n)
+    out[at] = np.where(null, 0.0, value)
+    return pl.Series(name, out).scatter(at[null], None) if null.any() else pl.Series(name, out)
 
 
 ROLL_COLUMNS = ("series", "trade_date", "from", "to", "gap", "reason")
