@@ -189,7 +189,12 @@ def build_series(
     """
     is_fut = df.get_column("root").is_not_null()  # (N,) masks, each computed once
     names = df.get_column("symbol").drop_nulls().unique()
-    is_cont = ~is_fut & df.get_column("symbol").is_in(names.filter(names.str.contains(CONTINUOUS_RE)).implode())
+    continuous = names.filter(names.str.contains(CONTINUOUS_RE))
+    is_cont = (
+        ~is_fut & df.get_column("symbol").is_in(continuous.implode())
+        if len(continuous)
+        else pl.repeat(False, df.height, dtype=pl.Boolean, eager=True)  # no continuous symbol: no pass over rows
+    )
     has_futures = bool(is_fut.any() or is_cont.any())
     if mode == "continuous" and not has_futures:
         found = ", ".join(df.get_column("symbol").unique().sort().head(10).to_list())
@@ -211,17 +216,18 @@ def build_series(
             del index
             parts.append(bars)
             roll_frames.append(roll_df)
-        cont = df.filter(is_cont)
+        cont = df.filter(is_cont) if len(continuous) else df.clear()
         if cont.height:
             bars, roll_df = continuous_file_rolls(_continuous_series(cont))
             roll_df = _priced(roll_df)
-            names = pl.concat([bars.get_column("series"), roll_df.get_column("series")]).unique().sort().to_list()
-            code = bars.get_column("series").cast(pl.Enum(names)).to_physical().to_numpy().astype(np.int64)
-            roll_code = roll_df.get_column("series").cast(pl.Enum(names)).to_physical().to_numpy().astype(np.int64)
+            enum = pl.Enum(pl.concat([bars.get_column("series"), roll_df.get_column("series")]).unique().sort())
+            code = bars.get_column("series").cast(enum).to_physical().to_numpy().astype(np.int64)
+            roll_code = roll_df.get_column("series").cast(enum).to_physical().to_numpy().astype(np.int64)
             bar_key = code * SEG_SPAN + bars.get_column("seg").to_numpy().astype(np.int64)
             parts.append(_adjust(bars, bar_key, roll_df, roll_code, adjust))
             roll_frames.append(roll_df)
-        others = _unadjusted(df.filter(~is_fut & ~is_cont.fill_null(False)).with_columns(series=pl.col("symbol")))
+        plain = df.clear() if fut.height + cont.height == df.height else df.filter(~is_fut & ~is_cont.fill_null(False))
+        others = _unadjusted(plain.with_columns(series=pl.col("symbol")))
         _check_clash([p.get_column("series").unique() for p in [*parts, others]])
         out = pl.concat([p.select(BAR_COLUMNS) for p in parts] + [others.select(BAR_COLUMNS)], how="vertical")
         rolls = _roll_dicts(pl.concat([r.select(ROLL_COLUMNS) for r in roll_frames], how="vertical"))
@@ -232,7 +238,8 @@ def build_series(
     if shared:
         log.warning("%d bars shared a timestamp within one series (two symbols for one contract); kept the last", shared)
     kept = sorted(out.get_column("contract").unique().to_list())
-    dropped = sorted(set(df.get_column("symbol").unique().to_list()) - set(kept))
+    null = {None} if df.get_column("symbol").null_count() else set()
+    dropped = sorted((set(names.to_list()) | null) - set(kept))
     return out, rolls, {"contracts_mode": report_mode, "contracts_kept": kept, "contracts_dropped": dropped}
 
 
