@@ -202,12 +202,13 @@ def build_series(
             f"--contracts continuous needs futures symbols such as ESH4 (root, month code, year) or a Databento"
             f" continuous symbol such as ES.v.0; found {found}; use --contracts auto"
         )
+    keys = None  # the output's sort keys, when the futures alone make it up
     if mode == "each" or not has_futures:
         out = _unadjusted(df.with_columns(series=pl.col("symbol")))
         rolls: list[dict] = []
         report_mode = "each" if mode == "each" and has_futures else "symbols"
     else:
-        parts, roll_frames, keys = [], [], None
+        parts, roll_frames = [], []
         fut = df if is_fut.all() else df.filter(is_fut)  # most files are all futures: no copy
         if fut.height:
             index = ContractIndex.of(fut)
@@ -234,7 +235,7 @@ def build_series(
         report_mode = "continuous"
         keys = keys if keys is not None and out.height == parts[0].height else None  # futures alone: their keys
     out = out.select("series", "ts", *PRICES, "volume", pl.col("symbol").alias("contract"), *OWN)
-    out, shared = _sorted_last(out, keys if mode != "each" and has_futures else None)
+    out, shared = _sorted_last(out, keys)
     if shared:
         log.warning("%d bars shared a timestamp within one series (two symbols for one contract); kept the last", shared)
     kept = sorted(out.get_column("contract").unique().to_list())
