@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data.contracts import _per_bar, _sorted_last, parse_futures, trade_date
+from foxhunt.data.contracts import SEG_SPAN, _per_bar, _sorted_last, parse_futures, trade_date
 from foxhunt.data.load import bar_interval, spacing_ns
 from foxhunt.data.order import sort_keys, stable_order
 from foxhunt.data.read import RAW_SCHEMA
@@ -94,14 +94,21 @@ def test_series_sort_keeps_the_last_of_bars_sharing_a_timestamp():
 
 
 def test_per_bar_lookup_is_a_left_join_on_series_and_segment():
-    bars = pl.DataFrame({"series": ["ES", "ES", "NQ", "NQ", "YM"], "seg": [0, 1, 1, 2, 0]}, schema_overrides={"seg": pl.Int32})
-    table = pl.DataFrame({"series": ["NQ", "ES", "ZZ"], "seg": [1, 1, 0], "factor": [2.0, 3.0, 9.0]},
+    bars = pl.DataFrame({"series": ["ES", "ES", "NQ", "NQ", "NQ", "YM"], "seg": [0, 1, 1, 1, 2, 0]},
+                        schema_overrides={"seg": pl.Int32})
+    table = pl.DataFrame({"series": ["NQ", "ES", "ZZ", "YM"], "seg": [1, 1, 0, 0], "factor": [2.0, 3.0, 9.0, None]},
                          schema_overrides={"seg": pl.Int32})
-    (got,) = _per_bar(bars, table, ("factor",))
+
+    def key(frame: pl.DataFrame) -> np.ndarray:
+        code = frame["series"].cast(pl.Enum(["ES", "NQ", "YM", "ZZ"])).to_physical().to_numpy().astype(np.int64)
+        return code * SEG_SPAN + frame["seg"].to_numpy()
+
+    (got,), (null,) = _per_bar(key(bars), key(table), table, ("factor",))
     want = bars.join(table, on=["series", "seg"], how="left", maintain_order="left")["factor"]
-    assert got.to_list() == want.to_list() == [None, 3.0, 2.0, None, None]
-    (empty,) = _per_bar(bars, table.clear(), ("factor",))
-    assert empty.null_count() == bars.height
+    assert [None if n else v for v, n in zip(got, null, strict=True)] == want.to_list()
+    assert want.to_list() == [None, 3.0, 2.0, 2.0, None, None]
+    (empty,), (all_null,) = _per_bar(key(bars), key(table.clear()), table.clear(), ("factor",))
+    assert all_null.all() and np.isnan(empty).all()
 
 
 def test_spacing_and_interval_match_the_grouped_median():

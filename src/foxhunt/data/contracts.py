@@ -43,8 +43,8 @@ import numpy as np
 import polars as pl
 
 from foxhunt.data.calendar import local_ns
-from foxhunt.data.order import gather, new_group, same_as_next, sort_keys, stable_order
-from foxhunt.data.rolls import CONTINUOUS_RE, continuous_file_rolls, pick_fronts
+from foxhunt.data.order import gather, runs_order, same_as_next, sort_keys, stable_order
+from foxhunt.data.rolls import CONTINUOUS_RE, ContractIndex, continuous_file_rolls, pick_fronts
 from foxhunt.data.sessions import CME_EQUITY, DAY_NS, MIN_NS, session_shift
 from foxhunt.errors import InputError
 
@@ -66,8 +66,11 @@ def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     instruments keyed that way).
     """
     iid = pl.col("instrument_id")
+    symbol = df.get_column("symbol")
+    if not symbol.null_count() and symbol.unique().str.contains(FUTURES_RE).all():
+        return df.with_columns(by_instrument=pl.lit(False)), 0  # outrights only: nothing to fill or split
     # A row outside every symbology interval has a null symbol: take the one its instrument has elsewhere.
-    if df.get_column("symbol").null_count():  # a grouped pass over every row, only where it can change one
+    if symbol.null_count():  # a grouped pass over every row, only where it can change one
         df = df.with_columns(
             pl.col("symbol").fill_null(
                 pl.when(iid.is_not_null()).then(pl.col("symbol").max().over("instrument_id"))
@@ -90,6 +93,9 @@ def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
 
 def drop_spreads(df: pl.DataFrame) -> tuple[pl.DataFrame, int, list[str]]:
     """Drop spread/strategy rows. Returns (frame, rows dropped, dropped symbols sorted)."""
+    names = df.get_column("symbol").drop_nulls().unique()
+    if not names.str.contains(SPREAD_RE).any() and not df.get_column("by_instrument").any():
+        return df, 0, []  # no spread symbol, and no instrument whose prices could mark it as one
     low = pl.min_horizontal(*[pl.col(c).fill_nan(None) for c in PRICES])
     by_price = pl.col("by_instrument") & (low.min().over("symbol") <= 0).fill_null(False)
     spread = pl.col("symbol").str.contains(SPREAD_RE).fill_null(False) | by_price
@@ -103,9 +109,10 @@ def drop_spreads(df: pl.DataFrame) -> tuple[pl.DataFrame, int, list[str]]:
 
 def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
     """Add root (null for non-futures), expiry (year * 12 + month, 1-based) and trade_date columns."""
+    distinct = df.get_column("symbol").drop_nulls().unique().sort()
+    plain = df.filter(~pl.col("by_instrument")) if df.get_column("by_instrument").any() else None
     symbols = (
-        df.filter(~pl.col("by_instrument"))
-        .select(pl.col("symbol").unique())
+        (pl.DataFrame({"symbol": distinct}) if plain is None else plain.select(pl.col("symbol").unique()))
         .with_columns(_p=pl.col("symbol").str.extract_groups(FUTURES_RE))
         .select(
             "symbol",
@@ -118,26 +125,50 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
         .filter(pl.col("root").str.contains("[A-Z]").fill_null(False))  # a root has a letter: "1H4" is none
         .with_columns(base=pl.lit(10, dtype=pl.Int32).pow(pl.col("digits").str.len_chars()).cast(pl.Int32))
     )
-    # One row per distinct symbol, looked up by its rank: a join on millions of strings costs far more.
-    distinct = df.get_column("symbol").drop_nulls().unique().sort()
+    del plain
+    # One row per distinct symbol (and one for a null symbol), looked up by its rank as numpy arrays: a join or a
+    # gather of every column on millions of rows costs far more.
     table = (
         pl.DataFrame({"symbol": distinct})
         .join(symbols, on="symbol", how="left", maintain_order="left")
-        .with_columns(_shift=session_shift(pl.col("root")) * MIN_NS)
+        .with_columns(
+            _shift=(session_shift(pl.col("root")) * MIN_NS).fill_null(CME_EQUITY.shift_min * MIN_NS),
+            digits=pl.col("digits").cast(pl.Int32),
+        )
+        .vstack(pl.DataFrame({"symbol": [None]}, schema={"symbol": pl.Utf8}).with_columns(
+            root=pl.lit(None, pl.Utf8), month=pl.lit(None, pl.Int32), digits=pl.lit(None, pl.Int32),
+            base=pl.lit(None, pl.Int32), _shift=pl.lit(CME_EQUITY.shift_min * MIN_NS, pl.Int64),
+        ))  # the last row: a null symbol, the default session
     )
-    code = df.get_column("symbol").cast(pl.Enum(distinct.to_list())).to_physical()  # (N,) row of `table`
-    per_bar = table.select(pl.all().exclude("symbol").gather(code)).with_columns(
-        pl.col("_shift").fill_null(CME_EQUITY.shift_min * MIN_NS)  # a null symbol: the default session
-    )
-    ts = df.get_column("ts")
-    local = local_ns(ts.dt.epoch("ns").to_numpy() + per_bar.get_column("_shift").to_numpy(), exchange_tz)
-    trade = pl.Series("trade_date", local // DAY_NS).cast(pl.Int32).cast(pl.Date)  # (N,) exchange date + shift
-    bar_year = ts.dt.year().cast(pl.Int32)
+    code = df.get_column("symbol").cast(pl.Enum(distinct.to_list())).to_physical().fill_null(len(distinct))
+    rank, code = code, code.to_numpy()  # (N,) row of `table`
+
+    def per_bar(name: str, fill: int = 0) -> np.ndarray:  # (N,) a table column at each bar (nulls as `fill`)
+        return table.get_column(name).fill_null(fill).to_numpy()[code]
+
+    ts_ns = df.get_column("ts").dt.epoch("ns").to_numpy()
+    local = local_ns(ts_ns + per_bar("_shift"), exchange_tz)
+    trade = pl.Series("trade_date", (local // DAY_NS).astype(np.int32)).cast(pl.Date)  # (N,) exchange date + shift
+    del local
+    is_fut = table.get_column("root").is_not_null().to_numpy()[code]  # (N,)
+    bar_year = _utc_year(ts_ns)
     # The first year not before the bar's year that ends in the symbol's digits.
-    year = bar_year + (per_bar.get_column("digits").cast(pl.Int32) - bar_year) % per_bar.get_column("base")
+    year = bar_year + (per_bar("digits") - bar_year) % per_bar("base", 1)
+    expiry = pl.Series("expiry", (year * 12 + per_bar("month")).astype(np.int32))
     return df.with_columns(
-        per_bar.get_column("root"), expiry=year * 12 + per_bar.get_column("month"), trade_date=trade
+        table.get_column("root").gather(rank),
+        expiry=pl.when(pl.Series(is_fut)).then(expiry),
+        trade_date=trade,
     )
+
+
+def _utc_year(ts_ns: np.ndarray) -> np.ndarray:
+    """(N,) int32 UTC calendar year of ns timestamps: a binary search in the first days of the years spanned."""
+    if not len(ts_ns):
+        return np.zeros(0, dtype=np.int32)
+    lo, hi = np.array([ts_ns.min(), ts_ns.max()]).astype("datetime64[ns]").astype("datetime64[Y]").astype(np.int64)
+    starts = np.arange(lo, hi + 2).astype("datetime64[Y]").astype("datetime64[ns]").astype(np.int64)  # (Y + 1,)
+    return (lo + 1970 + np.searchsorted(starts, ts_ns, side="right") - 1).astype(np.int32)
 
 
 def trade_date(ts: pl.Expr, exchange_tz: str, root: pl.Expr | None = None) -> pl.Expr:
@@ -158,7 +189,12 @@ def build_series(
     """
     is_fut = df.get_column("root").is_not_null()  # (N,) masks, each computed once
     names = df.get_column("symbol").drop_nulls().unique()
-    is_cont = ~is_fut & df.get_column("symbol").is_in(names.filter(names.str.contains(CONTINUOUS_RE)).implode())
+    continuous = names.filter(names.str.contains(CONTINUOUS_RE))
+    is_cont = (
+        ~is_fut & df.get_column("symbol").is_in(continuous.implode())
+        if len(continuous)
+        else pl.repeat(False, df.height, dtype=pl.Boolean, eager=True)  # no continuous symbol: no pass over rows
+    )
     has_futures = bool(is_fut.any() or is_cont.any())
     if mode == "continuous" and not has_futures:
         found = ", ".join(df.get_column("symbol").unique().sort().head(10).to_list())
@@ -166,6 +202,7 @@ def build_series(
             f"--contracts continuous needs futures symbols such as ESH4 (root, month code, year) or a Databento"
             f" continuous symbol such as ES.v.0; found {found}; use --contracts auto"
         )
+    keys = None  # the output's sort keys, when the futures alone make it up
     if mode == "each" or not has_futures:
         out = _unadjusted(df.with_columns(series=pl.col("symbol")))
         rolls: list[dict] = []
@@ -174,34 +211,46 @@ def build_series(
         parts, roll_frames = [], []
         fut = df if is_fut.all() else df.filter(is_fut)  # most files are all futures: no copy
         if fut.height:
-            front, roll_df = _front_and_rolls(fut, roll_confirm)
-            parts.append(_apply_front(fut, front, roll_df, adjust))
+            index = ContractIndex.of(fut)
+            front, roll_df = _front_and_rolls(fut, roll_confirm, index)
+            bars, keys = _apply_front(fut, front, roll_df, adjust, index)
+            del index
+            parts.append(bars)
             roll_frames.append(roll_df)
-        cont = df.filter(is_cont)
+        cont = df.filter(is_cont) if len(continuous) else df.clear()
         if cont.height:
             bars, roll_df = continuous_file_rolls(_continuous_series(cont))
             roll_df = _priced(roll_df)
-            parts.append(_adjust(bars, roll_df, adjust))
+            enum = pl.Enum(pl.concat([bars.get_column("series"), roll_df.get_column("series")]).unique().sort())
+            code = bars.get_column("series").cast(enum).to_physical().to_numpy().astype(np.int64)
+            roll_code = roll_df.get_column("series").cast(enum).to_physical().to_numpy().astype(np.int64)
+            bar_key = code * SEG_SPAN + bars.get_column("seg").to_numpy().astype(np.int64)
+            parts.append(_adjust(bars, bar_key, roll_df, roll_code, adjust))
             roll_frames.append(roll_df)
-        others = _unadjusted(df.filter(~is_fut & ~is_cont.fill_null(False)).with_columns(series=pl.col("symbol")))
+        plain = df.clear() if fut.height + cont.height == df.height else df.filter(~is_fut & ~is_cont.fill_null(False))
+        others = _unadjusted(plain.with_columns(series=pl.col("symbol")))
         _check_clash([p.get_column("series").unique() for p in [*parts, others]])
         out = pl.concat([p.select(BAR_COLUMNS) for p in parts] + [others.select(BAR_COLUMNS)], how="vertical")
         rolls = _roll_dicts(pl.concat([r.select(ROLL_COLUMNS) for r in roll_frames], how="vertical"))
         report_mode = "continuous"
-    out, shared = _sorted_last(out.select("series", "ts", *PRICES, "volume", pl.col("symbol").alias("contract"), *OWN))
+        keys = keys if keys is not None and out.height == parts[0].height else None  # futures alone: their keys
+    out = out.select("series", "ts", *PRICES, "volume", pl.col("symbol").alias("contract"), *OWN)
+    out, shared = _sorted_last(out, keys)
     if shared:
         log.warning("%d bars shared a timestamp within one series (two symbols for one contract); kept the last", shared)
     kept = sorted(out.get_column("contract").unique().to_list())
-    dropped = sorted(set(df.get_column("symbol").unique().to_list()) - set(kept))
+    null = {None} if df.get_column("symbol").null_count() else set()
+    dropped = sorted((set(names.to_list()) | null) - set(kept))
     return out, rolls, {"contracts_mode": report_mode, "contracts_kept": kept, "contracts_dropped": dropped}
 
 
-def _sorted_last(bars: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+def _sorted_last(bars: pl.DataFrame, keys: list[np.ndarray] | None = None) -> tuple[pl.DataFrame, int]:
     """`bars` sorted by (series, ts), keeping the last of rows that share both; also how many were dropped.
 
-    A stable sort keeps such rows in their order in `bars`, so the last of each run is the one to keep.
+    A stable sort keeps such rows in their order in `bars`, so the last of each run is the one to keep. `keys`: the
+    rows' sort keys when the caller has them (`order.sort_keys(bars, ("series", "ts"))` or an equivalent).
     """
-    keys = sort_keys(bars, ("series", "ts"))
+    keys = keys if keys is not None else sort_keys(bars, ("series", "ts"))
     order = stable_order(keys)
     if order is not None:
         keys = [k[order] for k in keys]
@@ -249,22 +298,21 @@ def _continuous_series(cont: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _front_and_rolls(fut: pl.DataFrame, confirm: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _front_and_rolls(fut: pl.DataFrame, confirm: int, index: ContractIndex) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Front contract per (root, trade_date) and the roll table with gap and ratio at the last common bar."""
-    daily = fut.group_by("root", "trade_date", "expiry").agg(pl.col("volume").sum())
     front = (
-        pick_fronts(daily, confirm)
+        pick_fronts(index.daily_volume(fut.get_column("volume").to_numpy()), confirm)
         .with_columns(prev=pl.col("front").shift(1).over("root"))
         .with_columns(is_roll=(pl.col("front") != pl.col("prev")).fill_null(False))
         .with_columns(seg=pl.col("is_roll").cast(pl.Int32).cum_sum().over("root"))
         .select("root", "trade_date", "front", "prev", "is_roll", "seg", "reason")
     )
     rolls = front.filter("is_roll").select("root", "trade_date", "seg", "reason", old="prev", new="front")
-    names = fut.group_by("root", "expiry").agg(pl.col("symbol").first())
+    names = index.first_symbols(fut.get_column("symbol"))
     rolls = (
         rolls.join(names.rename({"expiry": "old", "symbol": "from"}), on=["root", "old"], how="left")
         .join(names.rename({"expiry": "new", "symbol": "to"}), on=["root", "new"], how="left")
-        .join(_roll_prices(fut, rolls), on=["root", "seg"], how="left")
+        .join(index.roll_prices(fut.get_column("close").to_numpy(), rolls), on=["root", "seg"], how="left")
         .rename({"root": "series"})
     )
     return front, _priced(rolls)
@@ -284,125 +332,131 @@ def _priced(rolls: pl.DataFrame) -> pl.DataFrame:
     ).sort("series", "seg")
 
 
-def _roll_prices(fut: pl.DataFrame, rolls: pl.DataFrame) -> pl.DataFrame:
-    """(root, seg, at, old_close, new_close): the last common bar before each switch, else the nearest earlier pair."""
-    bars = fut.select("root", "expiry", "ts", "close", bar_date="trade_date")
-    keys = rolls.select("root", "seg", "trade_date", "old", "new")
-
-    def side(which: str, name: str) -> pl.DataFrame:
-        return (
-            keys.join(bars.rename({"expiry": which, "close": name}), on=["root", which])
-            .filter(pl.col("bar_date") < pl.col("trade_date"))
-            .select("root", "seg", "ts", name)
-        )
-
-    old, new = side("old", "old_close"), side("new", "new_close")
-    exact = (
-        old.join(new, on=["root", "seg", "ts"])
-        .sort("ts")
-        .group_by("root", "seg")
-        .agg(pl.all().last())
-        .rename({"ts": "at"})
-    )
-    new_last = new.sort("ts").group_by("root", "seg").agg(pl.all().last()).sort("ts")
-    nearest = (
-        new_last.join_asof(
-            old.sort("ts"), on="ts", by=["root", "seg"], strategy="backward", check_sortedness=False
-        )
-        .rename({"ts": "at"})
-        .select(exact.columns)
-    )
-    loose = nearest.join(exact.select("root", "seg"), on=["root", "seg"], how="anti")
-    return pl.concat([exact, loose], how="vertical")
-
-
-def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFrame:
+def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, adjust: str, index: ContractIndex
+                 ) -> tuple[pl.DataFrame, list[np.ndarray]]:
     """Keep each trade date's front-contract bars, numbered by segment, sorted by (series, ts), and back-adjust them.
+    Also returns the output's sort keys (series code, ts) so that they need not be taken again from the strings.
 
     The front of each bar's (root, trade date) is found by a binary search in the small front table: a join of
     millions of bars on (root, date) costs several times more.
     """
-    roots = fut.get_column("root").unique().sort()
-    code = fut.get_column("root").cast(pl.Enum(roots.to_list())).to_physical().to_numpy().astype(np.int64)  # (N,)
-    day = fut.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)  # (N,)
-    table = front.filter(pl.col("root").is_in(roots.implode()))
-    t_code = table.get_column("root").cast(pl.Enum(roots.to_list())).to_physical().to_numpy().astype(np.int64)
+    code, day = index.code, index.day
+    table = front.filter(pl.col("root").is_in(pl.Series(index.roots).implode()))
+    t_code = index.codes_of(table.get_column("root"))
     t_day = table.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)
     lo = min(day.min(), t_day.min()) if len(t_day) else 0
     span = max(day.max(), t_day.max()) - lo + 1 if len(t_day) else 1
-    key, t_key = code * span + (day - lo), t_code * span + (t_day - lo)  # (N,), (F,) one int per (root, date)
-    by_key = np.argsort(t_key)
-    at = by_key[np.minimum(np.searchsorted(t_key, key, sorter=by_key), len(t_key) - 1)]  # (N,) candidate row
-    hit = t_key[at] == key
-    expiry = fut.get_column("expiry").to_numpy()
-    keep = np.flatnonzero(hit & (expiry == table.get_column("front").to_numpy()[at]))  # (M,) front bars
-    ts = fut.get_column("ts").dt.epoch("ns").to_numpy()
-    rows = keep[np.lexsort((ts[keep], code[keep]))]  # sorted by (series = root, ts)
-    seg = pl.Series("seg", table.get_column("seg").to_numpy()[at[rows]])
-    bars = gather(fut.select("ts", *PRICES, "volume", "symbol", "root"), rows)  # only what the output keeps
-    bars = bars.with_columns(seg, series=pl.col("root"))
-    return _adjust(bars, rolls, adjust)
+    # Bars come in runs of one contract and session (sorted by symbol and ts): each run is kept or dropped whole.
+    expiry = index.expiry
+    change = (code[1:] != code[:-1]) | (day[1:] != day[:-1]) | (expiry[1:] != expiry[:-1])
+    starts = np.flatnonzero(np.concatenate([[True], change]) if len(code) else code)  # (K,)
+    del change
+    lens = np.diff(np.append(starts, len(code)))
+    at, hit = _lookup(code[starts] * span + (day[starts] - lo), t_code * span + (t_day - lo))  # (K,) front row
+    take = hit & (expiry[starts] == table.get_column("front").to_numpy()[at])  # (K,) runs of the front
+    lens = lens[take]
+    keep = np.repeat(starts[take] - (np.cumsum(lens) - lens), lens) + np.arange(lens.sum())  # (M,) their rows
+    seg = np.repeat(table.get_column("seg").to_numpy()[at[take]], lens)  # (M,)
+    order = runs_order(code[keep], index.ts[keep])
+    rows, seg = (keep, seg) if order is None else (keep[order], seg[order])  # sorted by (series = root, ts)
+    keys = [code[rows], index.ts[rows]]
+    bars = pl.DataFrame(
+        {
+            "series": pl.Series(index.roots, dtype=pl.Utf8).gather(keys[0]),
+            "ts": pl.Series(keys[1]).cast(pl.Datetime("ns", "UTC")),
+            **{c: fut.get_column(c).to_numpy()[rows] for c in (*PRICES, "volume")},
+            "symbol": fut.get_column("symbol").gather(rows),
+        }
+    )
+    return _adjust(bars, keys[0] * SEG_SPAN + seg, rolls, index.codes_of(rolls.get_column("series")), adjust), keys
 
 
-def _adjust(bars: pl.DataFrame, rolls: pl.DataFrame, adjust: str) -> pl.DataFrame:
+def _adjust(bars: pl.DataFrame, bar_key: np.ndarray, rolls: pl.DataFrame, roll_code: np.ndarray, adjust: str
+            ) -> pl.DataFrame:
     """Back-adjust the displayed prices of every segment before a roll and keep each contract's own prices.
 
-    `bars` (sorted by series, ts) carry `seg` (at most SEG_SPAN segments a series); segment s (between roll s and roll s + 1) is scaled by the product of
-    the ratios of all later rolls (ratio) or shifted by the sum of their gaps (difference), so the latest segment keeps
-    its raw prices. Those factors depend on rolls that come later, so features never read adjusted prices: they use
-    own_high/own_low/own_close (the contract's unadjusted prices) and roll_log_ratio, ln(new / old) of the roll that
-    takes effect on the bar (0 on other bars, null when the roll has no price pair), and roll_gap, new - old of that
-    roll (the same, in price units: what --target price_change stitches with, defined for prices at or below zero).
+    `bars` are sorted by (series, ts); `bar_key` (N,) is series code * SEG_SPAN + segment (segment s lies between
+    roll s and roll s + 1) and `roll_code` (R,) the series code of each roll, in one numbering. Segment s is scaled
+    by the product of the ratios of all later rolls (ratio) or shifted by the sum of their gaps (difference), so the
+    latest segment keeps its raw prices. Those factors depend on rolls that come later, so features never read
+    adjusted prices: they use own_high/own_low/own_close (the contract's unadjusted prices) and roll_log_ratio,
+    ln(new / old) of the roll that takes effect on the bar (0 on other bars, null when the roll has no price pair),
+    and roll_gap, new - old of that roll (the same, in price units: what --target price_change stitches with,
+    defined for prices at or below zero). Per-roll values come from the small roll table; per bar it is numpy.
     """
+    roll_key = roll_code * SEG_SPAN + rolls.get_column("seg").to_numpy().astype(np.int64)  # (R,)
     later = (
-        rolls.sort("series", "seg", descending=[False, True])
+        rolls.with_columns(_key=pl.Series(roll_key))
+        .sort("_key", descending=True)
         .with_columns(
             factor=pl.col("ratio").cum_prod().over("series"),
             shift=pl.col("gap").cum_sum().over("series"),
         )
-        .select("series", pl.col("seg") - 1, "factor", "shift")
     )
+    # Each segment is one run of bars: the small tables are read once per run, and only what a bar needs is
+    # expanded to every bar (the factor), or set on the first bar of a run (the roll's own ratio and gap).
+    starts = np.flatnonzero(np.concatenate([[True], bar_key[1:] != bar_key[:-1]]) if len(bar_key) else bar_key)
+    lens = np.diff(np.append(starts, len(bar_key)))  # (K,)
+    run_key = bar_key[starts]  # (K,)
+    (factor, shift), (no_later, _) = _per_bar(run_key, later.get_column("_key").to_numpy() - 1, later, ("factor", "shift"))
     at_roll = rolls.select(
-        "series", "seg", _lr=pl.when("paired").then(pl.col("ratio").log()).otherwise(None),
+        _lr=pl.when("paired").then(pl.col("ratio").log()).otherwise(None),
         _gap=pl.when("paired").then(pl.col("gap")).otherwise(None),
     )
-    factor, shift = _per_bar(bars, later, ("factor", "shift"))
-    lr, gap = _per_bar(bars, at_roll, ("_lr", "_gap"))
-    keys = sort_keys(bars, ("series", "seg"))
-    start = pl.Series(new_group(keys) & ~new_group(keys[:1]))  # (N,) a segment's first bar, not its series': a roll
-    bars = bars.with_columns(
-        factor.fill_null(1.0),
-        shift.fill_null(0.0),
-        own_high=pl.col("high"),
-        own_low=pl.col("low"),
-        own_close=pl.col("close"),
-        roll_log_ratio=pl.when(start).then(lr).otherwise(0.0),
-        roll_gap=pl.when(start).then(gap).otherwise(0.0),
-    )
+    (lr, gap), (lr_null, gap_null) = _per_bar(run_key, roll_key, at_roll, ("_lr", "_gap"))
+    series = run_key // SEG_SPAN
+    roll = np.zeros(len(run_key), dtype=bool)  # (K,) a segment's first bar, not its series': a roll
+    roll[1:] = series[1:] == series[:-1]
+    columns = [
+        pl.Series("own_high", bars.get_column("high")),
+        pl.Series("own_low", bars.get_column("low")),
+        pl.Series("own_close", bars.get_column("close")),
+        _on_rolls("roll_log_ratio", len(bar_key), starts[roll], lr[roll], lr_null[roll]),
+        _on_rolls("roll_gap", len(bar_key), starts[roll], gap[roll], gap_null[roll]),
+    ]
     if adjust == "ratio":
-        bars = bars.with_columns(pl.col(c) * pl.col("factor") for c in PRICES)
+        f = np.repeat(np.where(no_later, 1.0, factor), lens)  # (N,)
+        columns += [pl.Series(c, bars.get_column(c).to_numpy() * f) for c in PRICES]
     elif adjust == "difference":
-        bars = bars.with_columns(pl.col(c) + pl.col("shift") for c in PRICES)
-    return bars.drop("factor", "shift", "seg")
+        f = np.repeat(np.where(no_later, 0.0, shift), lens)
+        columns += [pl.Series(c, bars.get_column(c).to_numpy() + f) for c in PRICES]
+    return bars.with_columns(columns)
 
 
-def _per_bar(bars: pl.DataFrame, table: pl.DataFrame, columns: tuple[str, ...]) -> list[pl.Series]:
-    """`columns` of the row of `table` (one per series and seg) with each bar's series and seg, null where none: a
-    left join by binary search in the small table, where a join would copy every column of millions of bars."""
-    if not len(table) or not len(bars):
-        return [pl.Series(c, [None] * len(bars), dtype=table.schema[c]) for c in columns]
-    names = set(bars.get_column("series").unique().to_list()) | set(table.get_column("series").unique().to_list())
-    enum = pl.Enum(sorted(n for n in names if n is not None))
+def _per_bar(bar_key: np.ndarray, table_key: np.ndarray, table: pl.DataFrame, columns: tuple[str, ...]
+             ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Float `columns` of the row of `table` whose `table_key` (R,) equals each bar's `bar_key` (N,): a left join by
+    binary search in the small table, where a join would copy every column of millions of bars. Returns the (N,)
+    values (NaN where null) and the (N,) null masks (no row, or a null in it)."""
+    at, hit = _lookup(bar_key, table_key)
+    values, nulls = [], []
+    for c in columns:
+        col = table.get_column(c).cast(pl.Float64)
+        values.append(np.where(hit, col.fill_null(np.nan).to_numpy()[at] if len(col) else np.nan, np.nan))
+        nulls.append(~hit | (col.is_null().to_numpy()[at] if len(col) else True))
+    return values, nulls
 
-    def key(frame: pl.DataFrame) -> np.ndarray:  # one int64 per (series, seg)
-        code = frame.get_column("series").cast(enum).to_physical().to_numpy().astype(np.int64)
-        return code * SEG_SPAN + frame.get_column("seg").to_numpy().astype(np.int64)
 
-    bar_key, table_key = key(bars), key(table)  # (N,), (R,)
+def _lookup(key: np.ndarray, table_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(N,) the row of `table_key` (R,) equal to each `key` (N,) (some row where none), and (N,) whether it is equal.
+
+    Keys come in long runs (a bar's series and segment, its root and date): one binary search per run.
+    """
+    if not len(key) or not len(table_key):
+        return np.zeros(len(key), dtype=np.int64), np.zeros(len(key), dtype=bool)
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))  # (K,) runs of equal keys
     by_key = np.argsort(table_key)
-    at = by_key[np.minimum(np.searchsorted(table_key, bar_key, sorter=by_key), len(table_key) - 1)]  # (N,)
-    miss = pl.Series(table_key[at] != bar_key)
-    return [table.get_column(c).gather(at).set(miss, None) for c in columns]
+    ranked = table_key[by_key]
+    at = by_key[np.minimum(np.searchsorted(ranked, key[starts]), len(ranked) - 1)]  # (K,)
+    lens = np.diff(np.append(starts, len(key)))
+    return np.repeat(at, lens), np.repeat(table_key[at] == key[starts], lens)
+
+
+def _on_rolls(name: str, n: int, at: np.ndarray, value: np.ndarray, null: np.ndarray) -> pl.Series:
+    """(n,) `value` on the roll bars `at`, null where `null` is true, 0 on every other bar."""
+    out = np.zeros(n)
+    out[at] = np.where(null, 0.0, value)
+    return pl.Series(name, out).scatter(at[null], None) if null.any() else pl.Series(name, out)
 
 
 ROLL_COLUMNS = ("series", "trade_date", "from", "to", "gap", "reason")

@@ -73,32 +73,54 @@ def decoder_known(
     ts_ns: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool, sessions: bool,
     season: dict | None = None,
 ) -> DecoderKnown:
-    """The decoder's known inputs for every bar `ts_ns` (N,) as an origin, deduplicated (see the module doc)."""
-    n = len(ts_ns)
+    """The decoder's known inputs for every bar `ts_ns` (N,) as an origin, deduplicated (see the module doc).
+
+    The grid of an origin depends on its timestamp alone, so it is computed once per distinct timestamp (series
+    that trade the same minutes share them: a few times fewer than bars) and handed back to every bar.
+    """
+    return distinct_decoder_known(*distinct(ts_ns), step_ns, horizon, exchange_tz, intraday, sessions, season)
+
+
+def distinct_decoder_known(
+    origins: np.ndarray, inverse: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool,
+    sessions: bool, season: dict | None = None,
+) -> DecoderKnown:
+    """`decoder_known` of the bars `origins[inverse]`, given their distinct timestamps (see `distinct`)."""
+    n = len(origins)
     rows = max(1, CHUNK_CELLS // max(horizon, 1))
     chunks = [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
 
-    kept = decoder_timestamps(ts_ns, step_ns, horizon, intraday, exchange_tz) if len(chunks) == 1 else None
+    kept = decoder_timestamps(origins, step_ns, horizon, intraday, exchange_tz) if len(chunks) == 1 else None
 
     def grid(sl: slice) -> np.ndarray:  # (M, D) grid of the origins in `sl`; kept when there is one chunk
-        return kept if kept is not None else decoder_timestamps(ts_ns[sl], step_ns, horizon, intraday, exchange_tz)
+        return kept if kept is not None else decoder_timestamps(origins[sl], step_ns, horizon, intraday, exchange_tz)
 
-    table = _unique(np.concatenate([_unique(grid(sl)) for sl in chunks])) if n else np.empty(0, np.int64)
-    base = np.searchsorted(table, ts_ns, side="right").astype(np.int64)  # (N,) first grid point after each bar
-    steps = np.arange(horizon, dtype=np.int64)
-    # One lattice: every origin's steps are the table rows right after it (no other grid point falls between).
-    lattice = all(
-        np.array_equal(table[np.minimum(base[sl, None] + steps, len(table) - 1)], grid(sl)) for sl in chunks
-    )
+    # Each step's column rises with the origin: laid out step by step, the grid is D sorted runs (see _unique).
+    table = _unique(np.concatenate([_unique(grid(sl).T) for sl in chunks])) if n else np.empty(0, np.int64)
+    base = np.searchsorted(table, origins, side="right").astype(np.int64)  # (O,) first grid point after each
+    # One lattice: every origin's steps are the table rows right after it (no other grid point falls between). The
+    # steps are distinct table values after the origin, so that holds when the last one sits D - 1 rows after base.
+    last = np.minimum(base + horizon - 1, len(table) - 1)
+    lattice = all(np.array_equal(table[last[sl]], grid(sl)[:, -1]) for sl in chunks) if horizon else True
     index = None if lattice else np.concatenate([np.searchsorted(table, grid(sl)).astype(np.int32) for sl in chunks])
     cal = known_columns(table, exchange_tz, intraday, sessions, season)
     cont = np.empty((len(table), len(cal)), dtype=np.float32)  # (U, Kr)
     for j, col in enumerate(cal.values()):  # a handful of columns
         cont[:, j] = col
-    return DecoderKnown(cont=cont, ts=table, base=base, index=index)
+    return DecoderKnown(cont=cont, ts=table, base=base[inverse], index=None if index is None else index[inverse])
+
+
+def distinct(ts_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(O,) sorted distinct values of `ts_ns` (N,), and (N,) the position of each value among them.
+
+    Rows sorted by (series, ts) are a few sorted runs, which a stable (merge) sort takes in about one pass.
+    """
+    values = _unique(ts_ns)
+    return values, np.searchsorted(values, ts_ns)
 
 
 def _unique(x: np.ndarray) -> np.ndarray:
-    """Sorted distinct values of int64 `x` (a sort and a compare: several times faster than np.unique's hashing)."""
-    x = np.sort(x, axis=None)
+    """Sorted distinct values of int64 `x`, read in C order (a sort and a compare: several times faster than
+    np.unique's hashing). The stable sort is a merge sort that takes runs already sorted as they come."""
+    x = np.sort(x, axis=None, kind="stable")
     return x[np.concatenate([[True], x[1:] != x[:-1]])] if len(x) else x

@@ -35,10 +35,19 @@ def sort_keys(df: pl.DataFrame, columns: tuple[str, ...]) -> list[np.ndarray]:
 
 def stable_order(keys: list[np.ndarray]) -> np.ndarray | None:
     """(N,) the stable permutation sorting rows by `keys` (most significant first); None when they are sorted."""
-    if not keys or len(keys[0]) < 2:
+    if not keys or len(keys[0]) < 2 or is_sorted(keys):
         return None
-    order = np.lexsort(keys[::-1])
-    return None if np.array_equal(order, np.arange(len(order))) else order
+    return np.lexsort(keys[::-1])
+
+
+def is_sorted(keys: list[np.ndarray]) -> bool:
+    """Whether rows are in lexicographic order of `keys` (most significant first): O(N), where a sort is O(N log N)."""
+    undecided = np.ones(max(len(keys[0]) - 1, 0), dtype=bool)  # (N - 1,) pairs equal on the keys seen so far
+    for k in keys:
+        if np.any(undecided & (k[1:] < k[:-1])):
+            return False
+        undecided &= k[1:] == k[:-1]
+    return True
 
 
 def same_as_next(keys: list[np.ndarray]) -> np.ndarray:
@@ -62,3 +71,31 @@ def new_group(keys: list[np.ndarray]) -> np.ndarray:
 def gather(df: pl.DataFrame, rows: np.ndarray | None) -> pl.DataFrame:
     """`df`'s rows `rows` (all of them, uncopied, for None)."""
     return df if rows is None else df[pl.Series(rows, dtype=pl.Int64)]
+
+
+def runs_order(major: np.ndarray, minor: np.ndarray) -> np.ndarray | None:
+    """The stable permutation sorting rows by (major, minor), like `stable_order`, for rows that come in long runs
+    already sorted (bars sorted by symbol and ts, wanted by root and ts): the runs are ordered by their first row
+    (a sort of a few hundred runs) and laid end to end, in O(N). Where that does not give the stable order (runs
+    that overlap), it falls back to `np.lexsort`. None when the rows are sorted already.
+    """
+    n = len(major)
+    if n < 2:
+        return None
+    cut = np.flatnonzero((major[1:] != major[:-1]) | (minor[1:] < minor[:-1])) + 1  # (R - 1,) run starts after 0
+    if not len(cut):
+        return None
+    starts = np.concatenate([[0], cut])
+    ends = np.append(cut, n) - 1  # (R,) each run's last row
+    by = np.lexsort((minor[starts], major[starts]))  # (R,) runs in order of their first row, ties in row order
+    # Laid end to end the runs are sorted when each run's first row comes after the previous run's last; strictly,
+    # so that rows with equal keys all sit in one run, in row order: then this is the stable order.
+    first, last = by[1:], by[:-1]
+    if not np.all((major[starts[first]] > major[ends[last]]) | (
+        (major[starts[first]] == major[ends[last]]) & (minor[starts[first]] > minor[ends[last]])
+    )):
+        return np.lexsort((minor, major))
+    if np.array_equal(by, np.arange(len(by))):
+        return None
+    lens = (ends - starts + 1)[by]
+    return np.repeat(starts[by] - (np.cumsum(lens) - lens), lens) + np.arange(n)  # (N,) run after run

@@ -19,10 +19,10 @@ import torch
 from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns, future_timestamps, median_spacing_ns
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import raw_features
-from foxhunt.data.known import decoder_known, known_columns
+from foxhunt.data.known import distinct, distinct_decoder_known, known_columns
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.order import sort_keys
-from foxhunt.data.scaling import apply_scalers, fit_scalers, observed_names
+from foxhunt.data.scaling import apply_scalers, fit_and_trail, observed_names, standardize
 from foxhunt.data.schema import Feature, FeatureSchema, Kind, Role
 from foxhunt.data.summary import EPOCH, data_summary, iso
 from foxhunt.data.validate import check_log_target
@@ -123,23 +123,26 @@ def prepare_from_bars(
     target = transform.target if transform else cfg.target
     scaling = transform.scaling if transform else cfg.scaling
     feats = raw_features(bars, cfg.adjust, target)
+    trail = None  # trailing inputs, when fitting computes them
     if transform is None:
         train_mask = (ts_ns < cuts[0]) & (ts_ns >= _train_start(cfg))
         has_train = np.bincount(sidx[train_mask & ~feats["first"].to_numpy()], minlength=len(names)) > 0
+        scalers, trail = fit_and_trail(
+            feats,
+            names,
+            sidx,
+            train_mask,
+            target,
+            scaling,
+            halflife=cfg.vol_halflife,
+            estimator=cfg.vol_estimator,
+            vol_features=cfg.vol_features,
+            fill_gaps=cfg.fill_gaps,
+            season_tz=cfg.exchange_tz if cfg.seasonality and intraday else None,
+        )
         transform = FittedTransform(
             series_vocab=tuple(n for n, ok in zip(names, has_train, strict=True) if ok),
-            scalers=fit_scalers(
-                feats,
-                names,
-                sidx,
-                train_mask,
-                target,
-                halflife=cfg.vol_halflife,
-                estimator=cfg.vol_estimator,
-                vol_features=cfg.vol_features,
-                fill_gaps=cfg.fill_gaps,
-                season_tz=cfg.exchange_tz if cfg.seasonality and intraday else None,
-            ),
+            scalers=scalers,
             target=target,
             scaling=scaling,
             intraday=intraday,
@@ -147,7 +150,11 @@ def prepare_from_bars(
             exchange_tz=cfg.exchange_tz,
             bar_spacing_ns=spacing,
         )
-    obs, center, scale = apply_scalers(feats, names, sidx, transform.scalers, target, scaling)
+    if trail is None:
+        obs, center, scale = apply_scalers(feats, names, sidx, transform.scalers, target, scaling)
+    else:
+        obs, center, scale = standardize(feats, names, sidx, transform.scalers, *trail)
+        del trail
     rows = {
         "obs": obs,
         "target": feats["target"].to_numpy().astype(np.float32),
@@ -318,14 +325,23 @@ def _windowed(
     every origin (from the origin's timestamp and the grid `step` alone) and the window index over them."""
     season = tf.scalers.get("season")
     n, kr = len(rows["ts"]), len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(season)
+    # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
+    stamps, inverse = distinct(rows["ts"])  # (U,), (N,)
+    cal32 = np.empty((len(stamps), kr), dtype=np.float32)  # (U, Kr)
+    for lo in range(0, len(stamps), CAL_CHUNK_ROWS):  # in slices: the float64 calendar columns stay small
+        sl = slice(lo, min(lo + CAL_CHUNK_ROWS, len(stamps)))
+        cal = known_columns(stamps[sl], tf.exchange_tz, tf.intraday, tf.calendar_features, season)
+        for j, col in enumerate(cal.values()):  # a handful of columns
+            cal32[sl, j] = col
     cont = np.empty((n, kr + rows["obs"].shape[1]), dtype=np.float32)  # (N, Kr + Or), one allocation
-    for lo in range(0, n, CAL_CHUNK_ROWS):  # in slices of rows: the float64 calendar columns stay small
-        sl = slice(lo, min(lo + CAL_CHUNK_ROWS, n))
-        cal = known_columns(rows["ts"][sl], tf.exchange_tz, tf.intraday, tf.calendar_features, season)
-        cont[sl, :kr] = np.stack(list(cal.values()), axis=-1)  # (n_sl, Kr)
+    cont[:, :kr] = cal32[inverse]
+    del cal32
     cont[:, kr:] = rows.pop("obs")  # the caller reads no observed inputs past here: no second copy
     codes = tf.code(names)[rows["sidx"]]  # (N,)
-    known = decoder_known(rows["ts"], step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, season)
+    known = distinct_decoder_known(
+        stamps, inverse, step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, season
+    )
+    del stamps, inverse
     return WindowedData(
         cont=torch.from_numpy(cont),
         static_cat=torch.from_numpy(codes[:, None].copy()),

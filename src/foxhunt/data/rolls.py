@@ -17,7 +17,14 @@ one session to the next; it runs once per (root, session), a few hundred per roo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import polars as pl
+
+from foxhunt.data.order import new_group, runs_order
+
+EXPIRY_SPAN = 1 << 24  # expiries (months) of one root are numbered below this in a contract key
 
 # reason codes in the roll table
 VOLUME = "volume"  # the next contract out-traded the front for `confirm` sessions
@@ -96,3 +103,107 @@ def continuous_file_rolls(bars: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFram
         .sort("series", "seg")
     )
     return bars, rolls
+
+
+@dataclass(frozen=True)
+class ContractIndex:
+    """Outright futures bars seen contract by contract, as integer arrays: what picking fronts and pricing rolls
+    read, without grouping or joining millions of rows by their strings.
+
+    roots: sorted root names (a root's code is its index); code, expiry, day, ts: (N,) int64 of each row (root code,
+    year * 12 + month, trade date in days since the epoch, ns); order: (N,) rows sorted by (contract, ts), None when
+    they already are; contract: (N,) int64 contract key (code, expiry) in that sorted order.
+    """
+
+    roots: list[str]
+    code: np.ndarray
+    expiry: np.ndarray
+    day: np.ndarray
+    ts: np.ndarray
+    order: np.ndarray | None
+    contract: np.ndarray
+
+    @staticmethod
+    def of(fut: pl.DataFrame) -> ContractIndex:
+        """The index of `fut` (columns root, expiry, trade_date, ts; no null root)."""
+        roots = fut.get_column("root").unique().sort().to_list()
+        code = fut.get_column("root").cast(pl.Enum(roots)).to_physical().to_numpy().astype(np.int64)
+        expiry = fut.get_column("expiry").to_numpy().astype(np.int64)
+        day = fut.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)
+        ts = fut.get_column("ts").dt.epoch("ns").to_numpy()
+        contract = code * EXPIRY_SPAN + (expiry - expiry.min() if len(expiry) else expiry)
+        order = runs_order(contract, ts)
+        return ContractIndex(roots, code, expiry, day, ts, order, contract if order is None else contract[order])
+
+    def codes_of(self, roots: pl.Series) -> np.ndarray:
+        """(R,) int64 codes of root names (each one of `roots`)."""
+        return roots.cast(pl.Enum(self.roots)).to_physical().to_numpy().astype(np.int64)
+
+    def _sorted(self, x: np.ndarray) -> np.ndarray:
+        return x if self.order is None else x[self.order]
+
+    def _key(self, roots: pl.Series, expiry: pl.Series) -> np.ndarray:
+        return self.codes_of(roots) * EXPIRY_SPAN + (expiry.to_numpy().astype(np.int64) - self.expiry.min())
+
+    def daily_volume(self, volume: np.ndarray) -> pl.DataFrame:
+        """root, trade_date, expiry, volume (the sum over the contract's bars of the session): `pick_fronts`' input."""
+        day = self._sorted(self.day)
+        first = new_group([self.contract, day])  # (N,) a contract's first bar of a session
+        at = np.flatnonzero(first)
+        rows = at if self.order is None else self.order[at]
+        return pl.DataFrame(
+            {
+                "root": pl.Series(self.roots, dtype=pl.Utf8).gather(self.code[rows]),
+                "trade_date": pl.Series(day[at]).cast(pl.Int32).cast(pl.Date),
+                "expiry": pl.Series(self.expiry[rows]).cast(pl.Int32),
+                "volume": np.add.reduceat(self._sorted(volume), at) if len(at) else np.empty(0),
+            }
+        )
+
+    def first_symbols(self, symbol: pl.Series) -> pl.DataFrame:
+        """root, expiry, symbol: the symbol of each contract's first row read."""
+        at = np.flatnonzero(new_group([self.contract]))
+        rows = at if self.order is None else np.minimum.reduceat(self.order, at)
+        return pl.DataFrame(
+            {
+                "root": pl.Series(self.roots, dtype=pl.Utf8).gather(self.code[rows]),
+                "expiry": pl.Series(self.expiry[rows]).cast(pl.Int32),
+                "symbol": symbol.gather(rows),
+            }
+        )
+
+    def roll_prices(self, close: np.ndarray, rolls: pl.DataFrame) -> pl.DataFrame:
+        """root, seg, at, old_close, new_close of each roll (`rolls`: root, seg, trade_date, old, new expiries): the
+        last bar before the switch's trade date at which both contracts have a bar, else the new contract's last bar
+        before it paired with the old contract's latest bar at or before that; no row when the new contract has no
+        bar before the switch. A loop over rolls (a few a year per root), each two binary searches in sorted bars.
+        """
+        close, ts, day = self._sorted(close), self._sorted(self.ts), self._sorted(self.day)
+        old_key, new_key = self._key(rolls["root"], rolls["old"]), self._key(rolls["root"], rolls["new"])
+        switch = rolls.get_column("trade_date").cast(pl.Int32).to_numpy()
+        found: list[tuple[int, int, float | None, float]] = []  # (roll, at, old close, new close)
+
+        def before(key: int, date: int) -> slice:  # the contract's bars on trade dates before `date`
+            lo, hi = np.searchsorted(self.contract, [key, key + 1])
+            return slice(lo, lo + np.searchsorted(day[lo:hi], date))
+
+        for i in range(len(rolls)):
+            old, new = before(old_key[i], switch[i]), before(new_key[i], switch[i])
+            old_ts, new_ts = ts[old], ts[new]
+            if not len(new_ts):
+                continue
+            pos = np.searchsorted(old_ts, new_ts, side="right") - 1  # (n_new,) the old bar at or before each
+            same = np.flatnonzero((pos >= 0) & (old_ts[np.maximum(pos, 0)] == new_ts)) if len(old_ts) else pos[:0]
+            j = same[-1] if len(same) else len(new_ts) - 1  # the last common bar, else the new contract's last
+            old_close = float(close[old.start + pos[j]]) if pos[j] >= 0 else None
+            found.append((i, int(new_ts[j]), old_close, float(close[new.start + j])))
+        pick = [f[0] for f in found]
+        return pl.DataFrame(
+            {
+                "root": rolls["root"].gather(pick),
+                "seg": rolls["seg"].gather(pick),
+                "at": pl.Series([f[1] for f in found], dtype=pl.Int64).cast(pl.Datetime("ns", "UTC")),
+                "old_close": pl.Series([f[2] for f in found], dtype=pl.Float64),
+                "new_close": pl.Series([f[3] for f in found], dtype=pl.Float64),
+            }
+        )

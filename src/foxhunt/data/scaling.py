@@ -68,8 +68,8 @@ def _safe(x: float | None, default: float) -> float:
     return float(x) if x is not None and np.isfinite(x) and x > 0 else default
 
 
-def _stats(train: pl.DataFrame, cols: tuple[str, ...]) -> tuple[dict, dict]:
-    """Per-series and pooled {mean, std} of `cols`. Where a series' std is undefined or zero (one training row, a
+def _stats(train: pl.DataFrame, cols: tuple[str, ...], names: list[str]) -> tuple[dict, dict]:
+    """Per-series and pooled {mean, std} of `cols` (`train`'s column "series" holds the index into `names`). Where a series' std is undefined or zero (one training row, a
     constant column) the pooled value is used, and 1 where that is undefined too."""
     aggs = [a for c in cols for a in (pl.col(c).mean().alias(f"{c}:mean"), pl.col(c).std().alias(f"{c}:std"))]
 
@@ -81,16 +81,17 @@ def _stats(train: pl.DataFrame, cols: tuple[str, ...]) -> tuple[dict, dict]:
 
     pooled = pack(train.select(aggs).row(0, named=True), dict.fromkeys(cols, 1.0))
     pooled_std = {c: pooled[c]["std"] for c in cols}
-    per = {r["series"]: pack(r, pooled_std) for r in train.group_by("series").agg(aggs).iter_rows(named=True)}
+    per = {names[r["series"]]: pack(r, pooled_std) for r in train.group_by("series").agg(aggs).iter_rows(named=True)}
     return per, pooled
 
 
-def _range_k(train: pl.DataFrame, ret: str = "log_return", rng: str = "log_range") -> tuple[dict, float]:
+def _range_k(train: pl.DataFrame, names: list[str], ret: str = "log_return", rng: str = "log_range"
+             ) -> tuple[dict, float]:
     """k = mean(r^2) / mean(range^2) per series and pooled (1 where undefined): range^2 in return-variance units."""
     ratio = (pl.col(ret) ** 2).mean() / (pl.col(rng) ** 2).mean()
     pooled = _safe(train.select(ratio.alias("k")).item(), 1.0)
     per = {
-        r["series"]: _safe(r["k"], pooled)
+        names[r["series"]]: _safe(r["k"], pooled)
         for r in train.group_by("series").agg(ratio.alias("k")).iter_rows(named=True)
     }
     return per, pooled
@@ -121,13 +122,35 @@ def fit_scalers(
     `names[sidx[i]]` is the series of row i (rows sorted by series, ts). `season_tz` (intraday bars only): fit the
     time-of-day volatility profile in that exchange zone (see seasonality.py); None: no profile.
     """
+    return fit_and_trail(
+        feats, names, sidx, train_mask, target, "series", halflife, estimator, vol_features, fill_gaps, season_tz
+    )[0]
+
+
+def fit_and_trail(
+    feats: pl.DataFrame,
+    names: list[str],
+    sidx: np.ndarray,
+    train_mask: np.ndarray,
+    target: str,
+    scaling: str,
+    halflife: float = VOL_HALFLIFE,
+    estimator: str = "returns",
+    vol_features: bool = False,
+    fill_gaps: bool = False,
+    season_tz: str | None = None,
+) -> tuple[dict, tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]:
+    """`fit_scalers`, and `trailing`'s output under `scaling` for these scalers: fitting needs the trailing inputs
+    (their standardization) and applying needs them again, the same values, so `standardize` takes them from here
+    rather than running the EWMAs a second time."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"volatility estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
     keep = pl.Series(train_mask & ~feats["first"].to_numpy())
     ret, rng = move_columns(target)  # price units for price_change: its prices may be zero or negative
-    train = feats.select("series", ret, rng, "log_volume").filter(keep)
-    per, pooled = _stats(train, (ret, rng, "log_volume"))
-    per_k, pooled_k = _range_k(train, ret, rng)
+    # Grouped by the series' index: integer keys, where the names would be hashed row by row.
+    train = feats.select(ret, rng, "log_volume").with_columns(series=pl.Series(sidx)).filter(keep)
+    per, pooled = _stats(train, (ret, rng, "log_volume"), names)
+    per_k, pooled_k = _range_k(train, names, ret, rng)
     scalers = {
         "halflife": float(halflife),
         "estimator": estimator,
@@ -147,13 +170,13 @@ def fit_scalers(
         scalers["season"] = _fit_season(feats, train, names, sidx, keep.to_numpy(), season_tz)
     # log_vol (and the vol features) are seeded from the return std just fitted: a second pass over the same rows.
     vol_cols = ("log_vol", *(VOL_OBSERVED if vol_features else ()), *(SEASON_OBSERVED if season_tz else ()))
-    derived = trailing(feats, names, sidx, scalers, target, "series")[0]
-    frame = pl.DataFrame({"series": feats["series"], **{c: derived[c] for c in vol_cols}}).filter(keep)
-    per_vol, pooled_vol = _stats(frame, vol_cols)
+    trail = trailing(feats, names, sidx, scalers, target, scaling)
+    frame = pl.DataFrame({"series": sidx, **{c: trail[0][c] for c in vol_cols}}).filter(keep)
+    per_vol, pooled_vol = _stats(frame, vol_cols, names)
     for name, entry in per.items():
         entry.update(per_vol[name])
     pooled.update(pooled_vol)
-    return scalers
+    return scalers, trail
 
 
 def _fit_season(
@@ -162,7 +185,7 @@ def _fit_season(
     """The time-of-day profile from the squared range of each training bar in units of its series' training mean
     (the range: several times less noisy than the squared return, and it ignores the gaps across halts)."""
     ms = train.group_by("series").agg((pl.col("log_range") ** 2).mean().alias("m"))
-    mean = dict(zip(ms["series"].to_list(), ms["m"].to_list(), strict=True))
+    mean = {names[i]: m for i, m in zip(ms["series"].to_list(), ms["m"].to_list(), strict=True)}
     per_row = np.array([_safe(mean.get(n), 1.0) for n in names])[sidx]  # (N,)
     proxy = feats["log_range"].to_numpy() ** 2 / per_row
     return fit_profile(feats["ts"].dt.epoch("ns").to_numpy(), proxy, keep, tz)
@@ -262,7 +285,14 @@ def apply_scalers(
     feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, target: str, scaling: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Observed inputs (N, len(observed_names)) float32 standardized per series, and the target center, scale (N,)."""
-    derived, center, scale = trailing(feats, names, sidx, scalers, target, scaling)
+    return standardize(feats, names, sidx, scalers, *trailing(feats, names, sidx, scalers, target, scaling))
+
+
+def standardize(
+    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, derived: dict[str, np.ndarray],
+    center: np.ndarray, scale: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`apply_scalers` given `trailing`'s output (`derived`, `center`, `scale`) for these scalers."""
     cols = observed_names(scalers)
     obs = np.empty((len(sidx), len(cols)), dtype=np.float32)  # (N, Or)
     for j, c in enumerate(cols):  # a handful of columns
