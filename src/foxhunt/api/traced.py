@@ -18,40 +18,61 @@ import warnings
 import torch
 
 from foxhunt.data.batch import Batch
+from foxhunt.model.inference import InferenceTFT, supported
+from foxhunt.model.tft import TemporalFusionTransformer
 
 log = logging.getLogger("foxhunt.api")
 FIELDS = tuple(f.name for f in dataclasses.fields(Batch))
 
 
 class _BatchArgs(torch.nn.Module):
-    """The model taking a Batch's tensors as positional arguments (what a trace can record)."""
+    """A forward (Batch -> scaled quantiles) taking a Batch's tensors as positional arguments (what a trace records)."""
+
+    def __init__(self, forward: torch.nn.Module):
+        super().__init__()
+        self.inner = forward
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return self.inner(Batch(**dict(zip(FIELDS, tensors, strict=True))))
+
+
+class _Quantiles(torch.nn.Module):
+    """The training model's forward, quantiles only (for a model `InferenceTFT` cannot run)."""
 
     def __init__(self, model: torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
-        return self.model(Batch(**dict(zip(FIELDS, tensors, strict=True)))).quantiles
+    def forward(self, batch: Batch) -> torch.Tensor:
+        return self.model(batch).quantiles
+
+
+def inference_forward(model: torch.nn.Module) -> torch.nn.Module:
+    """Batch -> scaled quantiles (B, D, Q): the model's weights folded for inference (model/inference.py) when it
+    can, else the model itself."""
+    if isinstance(model, TemporalFusionTransformer) and supported(model):
+        return InferenceTFT(model.eval())
+    return _Quantiles(model.eval())
 
 
 class TracedForward:
     """Scaled quantiles (B, D, Q) of a Batch, by a frozen trace of `model` per input shape (eval mode, no grad)."""
 
     def __init__(self, model: torch.nn.Module):
-        self.model = model.eval()
+        self.model = inference_forward(model)
         self.traces: dict[tuple, torch.jit.ScriptModule] = {}
         self.failed = False
 
     def __call__(self, batch: Batch) -> torch.Tensor:
         tensors = tuple(getattr(batch, f) for f in FIELDS)
         if self.failed:
-            return self.model(batch).quantiles
+            return self.model(batch)
         key = tuple((tuple(t.shape), t.dtype, t.device) for t in tensors)
         trace = self.traces.get(key)
         if trace is None:
             trace = self._trace(tensors)
             if trace is None:
-                return self.model(batch).quantiles
+                return self.model(batch)
             self.traces[key] = trace
         return trace(*tensors)
 
@@ -59,6 +80,7 @@ class TracedForward:
         try:
             with warnings.catch_warnings(), torch.no_grad():
                 warnings.simplefilter("ignore")  # TracerWarnings about shape-dependent Python: shapes are fixed here
+                self.model(Batch(**dict(zip(FIELDS, tensors, strict=True))))  # folds the weights outside the trace
                 return torch.jit.freeze(torch.jit.trace(_BatchArgs(self.model).eval(), tensors, check_trace=False))
         except Exception as e:  # an op the tracer cannot record: the eager model still forecasts
             self.failed = True
