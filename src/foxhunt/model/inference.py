@@ -248,6 +248,9 @@ class InferenceTFT(nn.Module):
             self.dec = FoldedSelection(m.decoder_vsn, g["dec_cont"], w_row[:kr], b_row[:kr], g["pos"], dec_pos,
                                        g["dec_cat"], [m.known_cat])
         self._pos = pos_cont.clone()
+        t = pos_cont.shape[0]
+        # (D, 1, T) True where forecast step i (at position E + i) would see a later position: made once, not per call
+        self.future = torch.arange(t, device=pos_cont.device) > torch.arange(e, t, device=pos_cont.device).view(-1, 1, 1)
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Scaled quantiles (B, D, Q) of `batch`."""
@@ -278,9 +281,7 @@ class InferenceTFT(nn.Module):
         q = F.linear(theta[:, e:], a["wq"], a["bq"]).view(b, -1, n, k)  # (B, D, N, K), pre-scaled
         keys, v = F.linear(theta, a["wkv"], a["bkv"]).split([n * k, k], dim=-1)  # (B, T, N*K), (B, T, K)
         scores = torch.einsum("blnk,btnk->blnt", q, keys.view(b, -1, n, k))  # (B, D, N, T)
-        t = scores.shape[-1]
-        future = torch.arange(t, device=q.device) > torch.arange(e, t, device=q.device).view(-1, 1, 1)  # (D, 1, T)
-        probs = torch.softmax(scores.masked_fill(future, torch.finfo(scores.dtype).min), -1).mean(2)  # (B, D, T)
+        probs = torch.softmax(scores.masked_fill(self.future, torch.finfo(scores.dtype).min), -1).mean(2)  # (B, D, T)
         g = F.linear(torch.bmm(probs, v), a["wo"], a["bo"])  # (B, D, 2H): out projection folded into the gate
         delta = F.layer_norm(theta[:, e:] + F.glu(g, -1), (h,), a["lnw"], a["lnb"])  # (B, D, H)
         psi = self._grn(self.f_pos, delta, None)  # (B, D, H)
