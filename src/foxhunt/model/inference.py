@@ -33,7 +33,7 @@ from torch import nn
 
 from foxhunt.data.batch import Batch
 from foxhunt.model.layers import CategoricalEmbedding, GateAddNorm, GatedResidualNetwork
-from foxhunt.model.selection import VariableSelectionNetwork
+from foxhunt.model.selection import Terms, VariableSelectionNetwork
 from foxhunt.model.tft import TemporalFusionTransformer
 
 
@@ -63,7 +63,7 @@ class FoldedSelection(_Folded):
     """
 
     def __init__(self, net: VariableSelectionNetwork, cont_var: torch.Tensor, emb_w: torch.Tensor,
-                 emb_b: torch.Tensor, pos_var: torch.Tensor, pos_terms, cat_var: torch.Tensor,
+                 emb_b: torch.Tensor, pos_var: torch.Tensor, pos_terms: Terms, cat_var: torch.Tensor,
                  cat_emb: list[CategoricalEmbedding]) -> None:
         super().__init__()
         stack, grn = net.var_grns, net.flat_grn
@@ -198,7 +198,7 @@ class InferenceTFT(nn.Module):
             sizes = model.sizes
             self.code_table: torch.Tensor | None = None
             if len(sizes.static_cat) == 1 and sizes.static_cont == 0:  # the series code: one row per code
-                codes = torch.arange(max(sizes.static_cat[0], 1), device=dt_device(model)).unsqueeze(1)
+                codes = torch.arange(max(sizes.static_cat[0], 1), device=model.output.weight.device).unsqueeze(1)
                 self.code_table = self._contexts(codes, codes.new_zeros(codes.shape[0], 0, dtype=dt)).contiguous()
 
     def _build_temporal(self, dt: torch.dtype) -> None:
@@ -296,7 +296,3 @@ class InferenceTFT(nn.Module):
             pre = pre + ctx
         g = F.linear(F.elu(pre), f["wg"], f["bg"])
         return F.layer_norm(a + F.glu(g, -1), a.shape[-1:], f["lnw"], f["lnb"])
-
-
-def dt_device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
