@@ -19,7 +19,8 @@ Models: the default architecture (hidden 16) and hidden 160 (the TFT paper's siz
 calibration is attached so that its cost is counted.
 
 Backends share one interface (`Backend.forward(batch) -> scaled quantiles (B, D, Q)`): eager PyTorch (the training
-model), the inference model with the weights folded (model/inference.py), its frozen TorchScript trace, torch.compile, and onnxruntime on the model exported by `foxhunt export` (extra `onnx`).
+model), the inference model with the weights folded (model/inference.py), its frozen TorchScript trace, the same in onnxruntime (`ort`: what `update` runs when onnxruntime is installed),
+torch.compile, and onnxruntime on the model exported by `foxhunt export` (extra `onnx`).
 CPU time (process_time) is printed beside wall time: the machine may be shared.
 """
 
@@ -40,7 +41,7 @@ import polars as pl
 import torch
 
 import foxhunt
-from foxhunt.api.traced import TracedForward, inference_forward
+from foxhunt.api.traced import OnnxForward, TracedForward, inference_forward
 from foxhunt.data.batch import Batch
 from foxhunt.data.config import DataConfig
 from foxhunt.data.load import load_bars
@@ -109,6 +110,20 @@ class Traced(Backend):
         return self.traced(batch)
 
 
+class LiveOnnx(Backend):
+    """onnxruntime on the folded inference model, exported in memory per input shape (foxhunt.api.traced.OnnxForward:
+    what `Forecaster.update` runs when onnxruntime is installed)."""
+
+    name = "ort"
+
+    def __init__(self, lm: LoadedModel, run: Path):
+        super().__init__(lm, run)
+        self.live = OnnxForward(self.model)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        return self.live(batch)
+
+
 class OnnxRuntime(Backend):
     """The model exported by `foxhunt export` (parity checked there), run by onnxruntime on the CPU with as many
     intra-op threads as torch has. The graph takes dense per-window inputs (export/graph.py)."""
@@ -127,8 +142,8 @@ class OnnxRuntime(Backend):
 
 
 BACKENDS: dict[str, Callable[[LoadedModel, Path], Backend]] = {"eager": Backend, "folded": Folded,
-                                                                "trace": Traced, "compile": Compiled,
-                                                                "onnx": OnnxRuntime}
+                                                                "trace": Traced, "ort": LiveOnnx,
+                                                                "compile": Compiled, "onnx": OnnxRuntime}
 
 
 @dataclass
@@ -236,7 +251,7 @@ def series_bars(cfg: DataConfig) -> pl.DataFrame:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hidden", default="16,160", help="Hidden sizes, comma-separated.")
-    ap.add_argument("--backends", default="eager,trace", help=f"Of {', '.join(BACKENDS)}.")
+    ap.add_argument("--backends", default="eager,trace,ort", help=f"Of {', '.join(BACKENDS)}.")
     ap.add_argument("--bars", type=int, default=2000, help="Timed update calls per model and backend.")
     ap.add_argument("--predict-calls", type=int, default=20, help="Timed predict(df) calls (the stateless path).")
     ap.add_argument("--threads", type=int, default=2)

@@ -7,9 +7,10 @@ import copy
 import pytest
 import torch
 
-from foxhunt.api.traced import TracedForward
+from foxhunt.api.traced import OnnxForward, TracedForward, live_forward
 from foxhunt.data.batch import Batch
 from foxhunt.data.schema import InputSizes
+from foxhunt.model import inference
 from foxhunt.model.inference import InferenceTFT
 from foxhunt.model.tft import TemporalFusionTransformer
 from tests.model.test_tft_model import FULL_SIZES, D, E, overlapping_batches, synthetic_batch, tiny_model
@@ -65,3 +66,26 @@ def test_traced_forward_runs_the_inference_model_and_refolds_new_positions() -> 
         assert_matches_model(model, batch, got)
         moved = Batch(**{**vars(batch), "pos_cont": batch.pos_cont + 0.5})
         assert_matches_model(model, moved, traced.model(moved))
+
+
+def test_large_batches_sum_over_variables_with_an_embedding_bag(monkeypatch):
+    """The path for batches past GATHER_CELLS (no gathered (B * L, V, H) tensor) gives the same forecasts."""
+    monkeypatch.setattr(inference, "GATHER_CELLS", 0)
+    for sizes in (FULL_SIZES, BARS_SIZES):
+        model = tiny_model(sizes).eval()
+        batch = overlapping_batches(sizes, [0, 2, 3, 9], n_rows=20)[0]
+        with torch.inference_mode():
+            assert_matches_model(model, batch, InferenceTFT(model)(batch))
+
+
+def test_onnxruntime_forward_gives_the_models_forecasts():
+    """What `Forecaster.update` runs when onnxruntime is installed: one session per input shape."""
+    pytest.importorskip("onnxruntime")
+    model = tiny_model(BARS_SIZES).eval()
+    fwd = live_forward(model)
+    assert isinstance(fwd, OnnxForward)
+    batch = synthetic_batch(BARS_SIZES, 2, E, D, seed=4)
+    with torch.inference_mode():
+        got = fwd(batch)
+    assert_matches_model(model, batch, got)
+    assert len(fwd.sessions) == 1 and not fwd.failed

@@ -21,7 +21,7 @@ import torch
 
 from foxhunt.api.bars import FRAME_NAME, as_polars, parquet_tail, stream_bars
 from foxhunt.api.stream import StreamState
-from foxhunt.api.traced import TracedForward
+from foxhunt.api.traced import live_forward
 from foxhunt.data.batch import Batch
 from foxhunt.data.features import raw_features
 from foxhunt.data.load import load_raw
@@ -53,9 +53,9 @@ class Forecaster:
     def __init__(self, lm: LoadedModel, device: torch.device, trace: bool = True):
         self._lm, self._device = lm, device
         self._model = lm.model.eval()
-        # Scaled quantiles (B, D, Q) of an `update` batch: a frozen trace per batch size (api/traced.py), or the
-        # eager model; benchmarks swap in other backends (torch.compile, onnxruntime) that take the same inputs.
-        self._forward: Callable[[Batch], torch.Tensor] = TracedForward(self._model) if trace else self._eager
+        # Scaled quantiles (B, D, Q) of an `update` batch: the inference model in onnxruntime or as a frozen trace,
+        # compiled per batch size (api/traced.py), or the eager training model; benchmarks swap in other backends (torch.compile, onnxruntime) that take the same inputs.
+        self._forward: Callable[[Batch], torch.Tensor] = live_forward(self._model) if trace else self._eager
         self._state: StreamState | None = None  # made on first use: `foxhunt predict` never streams
         self._fixed_inputs: dict[int, dict[str, torch.Tensor]] = {}
         e, d = lm.data_cfg.encoder_length, lm.data_cfg.horizon
@@ -65,8 +65,9 @@ class Forecaster:
     def load(cls, run_dir: str | Path, device: str | torch.device = "cpu", trace: bool = True) -> Forecaster:
         """Load the model package in `run_dir` (model.json, model.safetensors, the scalers inside model.json and
         calibration.json when it was fitted on these weights). No training data is read. `trace`: `update` runs
-        the model as a frozen TorchScript trace per batch size, made on its first use (about a second; half to a
-        third of the eager CPU time at batch 1, the same numbers); False runs it eagerly."""
+        the model with its weights folded for inference (model/inference.py), compiled per batch size on first use
+        (about a second): in onnxruntime when it is installed, else as a frozen TorchScript trace (a tenth and a
+        quarter of the eager CPU time at batch 1, the same numbers to float rounding); False runs it eagerly."""
         dev = torch.device(device)
         return cls(load_model(run_dir, dev), dev, trace)
 

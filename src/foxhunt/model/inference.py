@@ -36,6 +36,10 @@ from foxhunt.model.layers import CategoricalEmbedding, GateAddNorm, GatedResidua
 from foxhunt.model.selection import Terms, VariableSelectionNetwork
 from foxhunt.model.tft import TemporalFusionTransformer
 
+# Above this many gathered cells (B * L * V * H) the weighted sum over variables is one embedding bag, which never
+# materialises the gathered inputs; below it a gather and a bmm (live batches).
+GATHER_CELLS = 1 << 20
+
 
 def _f64(t: torch.Tensor) -> torch.Tensor:
     return t.detach().double()
@@ -157,8 +161,10 @@ class FoldedSelection(_Folded):
         w = torch.softmax(F.layer_norm(skip + F.glu(s, -1), (v,), self.ln_w, self.ln_b), -1)  # (B, L, V)
         bags = index.unsqueeze(-1) * self.bag_mult + (self.bag_base + r * self.bag_rows)  # (B, L, V)
         table = torch.cat(parts) if len(parts) > 1 else parts[0]  # (Vr * R + P * L + R * Vc, H)
+        if bags.numel() * h <= GATHER_CELLS:  # small: gather and one bmm (cheaper to call, and exports plainly)
+            return torch.bmm(w.view(-1, 1, v), F.embedding(bags.view(-1, v), table)).view(b, length, h)
         return F.embedding_bag(bags.view(-1, v), table, per_sample_weights=w.reshape(-1, v),
-                               mode="sum").view(b, length, h)
+                               mode="sum").view(b, length, h)  # no (B * L, V, H) gathered tensor
 
 
 def _grn(g: GatedResidualNetwork, dt: torch.dtype) -> dict[str, torch.Tensor]:
@@ -295,4 +301,4 @@ class InferenceTFT(nn.Module):
         if ctx is not None:
             pre = pre + ctx
         g = F.linear(F.elu(pre), f["wg"], f["bg"])
-        return F.layer_norm(a + F.glu(g, -1), a.shape[-1:], f["lnw"], f["lnb"])
+        return F.layer_norm(a + F.glu(g, -1), (self.h,), f["lnw"], f["lnb"])
