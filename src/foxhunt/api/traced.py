@@ -94,9 +94,10 @@ class TracedForward:
 class OnnxForward:
     """Scaled quantiles (B, D, Q) of a CPU Batch by onnxruntime running the inference model, exported in memory once
     per input shape (about a second). onnxruntime's calls are cheaper than TorchScript's interpreter: on the shared
-    benchmark machine (hidden 16, batch 1, one thread) 1.3 ms of CPU per forward against the trace's 2.8. Live
-    batches (up to LIVE_BATCH windows) run on one intra-op thread, larger ones on as many as torch has. Anything it
-    cannot do (no onnxruntime, a device tensor, an export that fails) goes to the trace instead (said once)."""
+    benchmark machine (hidden 16, batch 1, one thread) 1.3 ms of CPU per forward against the trace's 2.8. It runs
+    live batches (up to LIVE_BATCH windows) on one intra-op thread; larger batches (where the trace is faster: the
+    export of the embedding bag is a loop), a device tensor, or anything it cannot do (no onnxruntime, an export
+    that fails, said once) go to the trace."""
 
     LIVE_BATCH = 16
 
@@ -108,19 +109,19 @@ class OnnxForward:
 
     def __call__(self, batch: Batch) -> torch.Tensor:
         tensors = tuple(getattr(batch, f) for f in FIELDS)
-        if self.failed or any(t.device.type != "cpu" for t in tensors):
+        if self.failed or len(batch) > self.LIVE_BATCH or any(t.device.type != "cpu" for t in tensors):
             return self.fallback(batch)
         key = tuple((tuple(t.shape), t.dtype) for t in tensors)
         entry = self.sessions.get(key)
         if entry is None:
-            entry = self._export(tensors, len(batch))
+            entry = self._export(tensors)
             if entry is None:
                 return self.fallback(batch)
             self.sessions[key] = entry
         session, names = entry
         return torch.from_numpy(session.run(None, {n: getattr(batch, n).numpy() for n in names})[0])
 
-    def _export(self, tensors: tuple[torch.Tensor, ...], b: int) -> tuple[Any, list[str]] | None:
+    def _export(self, tensors: tuple[torch.Tensor, ...]) -> tuple[Any, list[str]] | None:
         try:
             import onnxruntime as ort
 
@@ -131,7 +132,7 @@ class OnnxForward:
                 torch.onnx.export(_BatchArgs(self.model).eval(), tensors, graph, dynamo=False, opset_version=17,
                                   input_names=list(FIELDS))
             options = ort.SessionOptions()
-            options.intra_op_num_threads = 1 if b <= self.LIVE_BATCH else torch.get_num_threads()
+            options.intra_op_num_threads = 1  # a few hundred tiny ops: threads only wait for each other
             options.inter_op_num_threads = 1
             options.log_severity_level = 3  # errors only
             session = ort.InferenceSession(graph.getvalue(), options, providers=["CPUExecutionProvider"])
