@@ -1,12 +1,15 @@
 """Latency of one live forecast and throughput at batch 256, per model size and inference backend.
 
-    python benchmarks/latency.py [--hidden 16,160] [--backends eager,trace,compile,onnx] [--bars 2000] [--threads 2]
+    python benchmarks/latency.py [--hidden 16,160] [--backends eager,folded,trace,compile,onnx] [--bars 2000]
+                                 [--threads 2]
 
 Batch 1 is the streaming path a live system runs on every bar: `Forecaster.update(bar)` with a dict bar, i.e.
 parsing the bar, advancing the running state (trailing-volatility EWMAs, the ring of the last E input rows), the
 known inputs of the bar and of the D forecast steps, the model, unscaling, calibration and the output frame. It is
 timed per call over `--bars` consecutive bars of the bundled ES 1-minute sample (after 50 warm-up bars), p50 and
-p99; "model" is the forward pass alone on the same batch-1 inputs, so "update - model" is the cost of building them.
+p99; then `update_arrays(bar)` (the same forecast returned as numpy arrays, no output frame) over the next `--bars`
+bars; "model" is the forward pass alone on the same batch-1 inputs, so "update_arrays - model" is the cost of
+building the inputs and unscaling/calibrating.
 "predict(df)" is the path without a running state, for comparison: the loader and feature pipeline of `predict` on
 the last `history_bars` bars, once per bar. Throughput is forward passes at batch 256 on consecutive windows of the
 sample (as `foxhunt predict` batches them: each distinct bar once), in windows per second.
@@ -15,8 +18,9 @@ Models: the default architecture (hidden 16) and hidden 160 (the TFT paper's siz
 32, horizon 5, seasonality), untrained weights (seeded): latency does not depend on their values; a zero
 calibration is attached so that its cost is counted.
 
-Backends share one interface (`Backend.forward(batch) -> scaled quantiles (B, D, Q)`): eager PyTorch, the frozen
-TorchScript trace, torch.compile, and onnxruntime on the model exported by `foxhunt export` (extra `onnx`).
+Backends share one interface (`Backend.forward(batch) -> scaled quantiles (B, D, Q)`): eager PyTorch (the training
+model), the inference model with the weights folded (model/inference.py), its frozen TorchScript trace, the same in onnxruntime (`ort`: what `update` runs when onnxruntime is installed),
+torch.compile, and onnxruntime on the model exported by `foxhunt export` (extra `onnx`).
 CPU time (process_time) is printed beside wall time: the machine may be shared.
 """
 
@@ -37,7 +41,7 @@ import polars as pl
 import torch
 
 import foxhunt
-from foxhunt.api.traced import TracedForward
+from foxhunt.api.traced import OnnxForward, TracedForward, inference_forward
 from foxhunt.data.batch import Batch
 from foxhunt.data.config import DataConfig
 from foxhunt.data.load import load_bars
@@ -79,8 +83,22 @@ class Compiled(Backend):
         return self.compiled(batch).quantiles
 
 
+class Folded(Backend):
+    """The weights folded into fewer, larger ops for inference (foxhunt.model.inference.InferenceTFT), eagerly."""
+
+    name = "folded"
+
+    def __init__(self, lm: LoadedModel, run: Path):
+        super().__init__(lm, run)
+        self.folded = inference_forward(self.model)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        return self.folded(batch)
+
+
 class Traced(Backend):
-    """A frozen TorchScript trace per input shape (foxhunt.api.traced: what `Forecaster.update` runs by default)."""
+    """A frozen TorchScript trace per input shape of the folded model (foxhunt.api.traced: what
+    `Forecaster.update` runs by default)."""
 
     name = "trace"
 
@@ -90,6 +108,20 @@ class Traced(Backend):
 
     def forward(self, batch: Batch) -> torch.Tensor:
         return self.traced(batch)
+
+
+class LiveOnnx(Backend):
+    """onnxruntime on the folded inference model, exported in memory per input shape (foxhunt.api.traced.OnnxForward:
+    what `Forecaster.update` runs when onnxruntime is installed)."""
+
+    name = "ort"
+
+    def __init__(self, lm: LoadedModel, run: Path):
+        super().__init__(lm, run)
+        self.live = OnnxForward(self.model)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        return self.live(batch)
 
 
 class OnnxRuntime(Backend):
@@ -109,7 +141,8 @@ class OnnxRuntime(Backend):
         return self.session(batch)
 
 
-BACKENDS: dict[str, Callable[[LoadedModel, Path], Backend]] = {"eager": Backend, "trace": Traced,
+BACKENDS: dict[str, Callable[[LoadedModel, Path], Backend]] = {"eager": Backend, "folded": Folded,
+                                                                "trace": Traced, "ort": LiveOnnx,
                                                                 "compile": Compiled, "onnx": OnnxRuntime}
 
 
@@ -121,6 +154,10 @@ class Row:
     update_p99: float
     update_cpu_p50: float  # ms CPU per call
     update_cpu_p99: float
+    arrays_p50: float  # update_arrays: the same without the output frame
+    arrays_p99: float
+    arrays_cpu_p50: float
+    arrays_cpu_p99: float
     model_p50: float
     model_p99: float
     model_cpu_p50: float
@@ -165,7 +202,7 @@ def measure(run: Path, backend_name: str, hidden: int, bars: pl.DataFrame, n_bar
     backend = BACKENDS[backend_name](fc._lm, run)
     fc._forward = backend.forward
     need = fc.history_bars
-    history, stream = bars.head(need), bars.slice(need, WARMUP + n_bars).to_dicts()
+    history, stream = bars.head(need), bars.slice(need, WARMUP + 2 * n_bars).to_dicts()
     t0 = time.perf_counter()
     fc.predict(history)  # starts the stream
     for bar in stream[:WARMUP]:
@@ -173,6 +210,7 @@ def measure(run: Path, backend_name: str, hidden: int, bars: pl.DataFrame, n_bar
     warm = time.perf_counter() - t0
     it = iter(stream[WARMUP:])
     update_ms, update_cpu = time_calls(lambda: fc.update(next(it)), n_bars)
+    arrays_ms, arrays_cpu = time_calls(lambda: fc.update_arrays(next(it)), n_bars)
     rows = np.array([0])
     one = fc.batch(rows)  # the last bar's live window, batch 1
     with torch.inference_mode():
@@ -185,7 +223,8 @@ def measure(run: Path, backend_name: str, hidden: int, bars: pl.DataFrame, n_bar
             backend.forward(big)
             done += len(ids)
         rate = done / (time.perf_counter() - t)
-    return Row(hidden, backend_name, *percentiles(update_ms), *percentiles(update_cpu), *percentiles(model_ms),
+    return Row(hidden, backend_name, *percentiles(update_ms), *percentiles(update_cpu), *percentiles(arrays_ms),
+               *percentiles(arrays_cpu), *percentiles(model_ms),
                percentiles(model_cpu)[0], rate, warm)
 
 
@@ -212,7 +251,7 @@ def series_bars(cfg: DataConfig) -> pl.DataFrame:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hidden", default="16,160", help="Hidden sizes, comma-separated.")
-    ap.add_argument("--backends", default="eager,trace", help=f"Of {', '.join(BACKENDS)}.")
+    ap.add_argument("--backends", default="eager,trace,ort", help=f"Of {', '.join(BACKENDS)}.")
     ap.add_argument("--bars", type=int, default=2000, help="Timed update calls per model and backend.")
     ap.add_argument("--predict-calls", type=int, default=20, help="Timed predict(df) calls (the stateless path).")
     ap.add_argument("--threads", type=int, default=2)
@@ -234,13 +273,15 @@ def main() -> None:
                 rows.append(measure(run, name, hidden, bars, args.bars, data))
                 print(rows[-1], flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
-    print("\n| hidden | backend | update p50 / p99 ms | update CPU p50 / p99 ms | model p50 / p99 ms | model CPU p50 ms "
+    print("\n| hidden | backend | update p50 / p99 ms | update CPU p50 / p99 ms | update_arrays p50 / p99 ms "
+          "| update_arrays CPU p50 / p99 ms | model p50 / p99 ms | model CPU p50 ms "
           "| batch 256 windows/s | warm-up s | predict(df) p50 / p99 ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         p50, p99 = stateless[r.hidden]
         print(f"| {r.hidden} | {r.backend} | {r.update_p50:.2f} / {r.update_p99:.2f} | {r.update_cpu_p50:.2f} / "
-              f"{r.update_cpu_p99:.2f} | {r.model_p50:.2f} / {r.model_p99:.2f} | {r.model_cpu_p50:.2f} | "
+              f"{r.update_cpu_p99:.2f} | {r.arrays_p50:.2f} / {r.arrays_p99:.2f} | {r.arrays_cpu_p50:.2f} / "
+              f"{r.arrays_cpu_p99:.2f} | {r.model_p50:.2f} / {r.model_p99:.2f} | {r.model_cpu_p50:.2f} | "
               f"{r.batch256:,.0f} | {r.warm_s:.1f} | {p50:.0f} / {p99:.0f} |")
 
 

@@ -23,7 +23,7 @@ def readme_python_blocks() -> list[str]:
 @pytest.fixture(scope="session")
 def readme_run(tmp_path_factory, daily_path) -> dict[str, Any]:
     """The namespace after running the README's Python blocks in a directory where `bars.parquet` is the daily
-    fixture (two series, ES and NQ, 300 bars each): `run`, `fc`, `bars`, `live`, `raw`, `tail`, `forecast`."""
+    fixture (two series, ES and NQ, 300 bars each): `run`, `fc`, `bars`, `live`, `raw`, `tail`, `forecast`, `arrays`."""
     cwd = tmp_path_factory.mktemp("readme")
     (cwd / "bars.parquet").symlink_to(daily_path)
     namespace: dict[str, Any] = {}

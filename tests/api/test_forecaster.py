@@ -100,3 +100,18 @@ def test_predict_parquet_reads_only_the_last_row_groups(run_dir, bars, tmp_path)
     needed = parquet_tail(path, fc.history_bars, None)  # the groups holding each symbol's last history_bars rows
     assert fc.history_bars <= len(needed) < len(by_time)  # only the tail of the file is read
     assert_frame_equal(fc.predict_parquet(path), fc.predict(needed))
+
+
+def test_update_arrays_are_updates_rows_without_the_frame(run_dir, bars):
+    history, new = _history_and_new(bars, 1)
+    step = new.select(bars.columns)
+    framed, fast = foxhunt.Forecaster.load(run_dir), foxhunt.Forecaster.load(run_dir)
+    framed.predict(history)
+    fast.predict(history)
+    want, live = framed.update(step), fast.update_arrays(step)
+    assert not getattr(fast._forward, "failed", False)  # the compiled forward ran (onnxruntime or the trace)
+    d = fast.horizon
+    assert live.symbols == tuple(want["symbol"].to_list()[::d]) and live.levels == fast.quantiles
+    assert live.quantiles.shape == (len(live.symbols), d, len(Q)) and live.quantiles.dtype == np.float32
+    np.testing.assert_array_equal(live.quantiles.reshape(-1, len(Q)), want.select(Q).to_numpy())
+    np.testing.assert_array_equal(live.origin_ns, want["origin"].dt.epoch("ns").to_numpy()[::d])

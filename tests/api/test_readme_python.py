@@ -34,3 +34,6 @@ def test_readme_code_trains_and_forecasts(readme_run):
     assert not readme_run["raw"].equals(live)  # the calibration moved the quantiles
     assert forecast.columns == COLUMNS and forecast["symbol"].to_list() == ["ES"] * 3
     assert forecast["origin"].dt.date().to_list() == [dt.date(2024, 12, 10)] * 3
+    arrays = readme_run["arrays"]
+    assert arrays.symbols == ("ES",) and arrays.quantiles.shape == (1, 3, 3)
+    assert (arrays.origin_ns == [dt.datetime(2024, 12, 11, tzinfo=dt.UTC).timestamp() * 10**9]).all()

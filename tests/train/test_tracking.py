@@ -110,3 +110,47 @@ def test_track_values_parse_and_default_to_a_local_sqlite_store(tmp_path, monkey
 def test_a_bad_track_flag_is_bad_input(tmp_path, capsys):
     assert main(["train", "--track", "wandb", "--run-dir", str(tmp_path / "r")]) == 2
     assert "--track 'wandb'" in capsys.readouterr().err
+
+
+
+def test_a_resumed_run_continues_its_tensorboard_run_without_repeating_records(tmp_path, daily_path, tiny_flags):
+    """Train one epoch tracked to TensorBoard, resume for a second: scalars at epochs [1, 2] and every memory record
+    once, each at its own index (the resumed session forwards only what was written since)."""
+    run = tmp_path / "run"
+    common = ["--max-train-batches", "2", "--run-dir", str(run), "--track", "tensorboard"]
+    assert main(["train", *tiny_flags, "--parquet-file", str(daily_path), "--epochs", "1", *common]) == 0
+    assert json.loads((run / "tracking.json").read_text())["memory_records"] == len(jsonl(run / "memory.jsonl"))
+    assert main(["train", "--resume", "--epochs", "2", "--no-progress", "--threads", "1", *common]) == 0
+    records, memory = jsonl(run / "metrics.jsonl"), jsonl(run / "memory.jsonl")
+    assert [r["epoch"] for r in records] == [1, 2]
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    val = events.Scalars("val_loss")
+    assert [(s.step, s.value) for s in val] == [(r["epoch"], pytest.approx(r["val_loss"], rel=1e-6)) for r in records]
+    rss = events.Scalars("memory/host_rss_mb")
+    assert [(s.step, s.value) for s in rss] == [(i, pytest.approx(r["host_rss_mb"], rel=1e-6))
+                                                for i, r in enumerate(memory)]
+
+
+def test_a_resumed_session_appends_to_its_mlflow_run(tracked, tmp_path):
+    """A second session on a finished run (what `--resume` starts) logs to the same MLflow run: no new run, the
+    parameters kept, epoch 3 after epochs 1-2, and no memory record forwarded twice."""
+    run_path, uri = tracked
+    db = tmp_path / "copy.db"  # the module's database stays as the other tests read it
+    db.write_bytes(Path(uri.removeprefix("sqlite:///")).read_bytes())
+    state = json.loads((run_path / "tracking.json").read_text())
+    (run_path / "tracking.json").write_text(json.dumps({**state, "mlflow_uri": f"sqlite:///{db}"}))
+    try:
+        tracking = Tracking(TrackingConfig(("mlflow",), f"sqlite:///{db}"), RunDir(run_path))
+        tracking.start({"model": {"hidden_size": 8}, "train": {"epochs": 3}})
+        tracking.epoch({"epoch": 3, "val_loss": 0.5})
+        tracking.finish()
+    finally:
+        (run_path / "tracking.json").write_text(json.dumps(state))
+    client = MlflowClient(f"sqlite:///{db}")
+    (mlrun,) = client.search_runs([client.get_experiment_by_name("foxhunt").experiment_id])
+    assert mlrun.info.run_id == state["mlflow_run_id"] and mlrun.info.status == "FINISHED"
+    assert mlrun.data.params["train.epochs"] == "2"  # MLflow parameters are immutable: the first session's stay
+    assert [m.step for m in client.get_metric_history(mlrun.info.run_id, "val_loss")] == [1, 2, 3]
+    rss = client.get_metric_history(mlrun.info.run_id, "memory_host_rss_mb")
+    assert [m.step for m in rss] == list(range(len(jsonl(run_path / "memory.jsonl"))))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from foxhunt.data.calendar import future_timestamps
 from foxhunt.data.features import RETURN_TARGETS, SEASON_OBSERVED, STANDARDIZED, VOL_OBSERVED, move_columns
 from foxhunt.data.known import known_columns
 from foxhunt.data.prepare import UNKNOWN_SERIES, FittedTransform
@@ -32,8 +33,8 @@ _STATES = ("v", "v_fast", "v_slow", "v_season", "m", "m2")
 class StreamState:
     """Running state of every series seen: the EWMAs, the last bar and a ring of the last E input rows."""
 
-    def __init__(self, transform: FittedTransform, encoder_length: int):
-        self.tf, self.e = transform, encoder_length
+    def __init__(self, transform: FittedTransform, encoder_length: int, horizon: int):
+        self.tf, self.e, self.d = transform, encoder_length, horizon
         sc = transform.scalers
         self.ret, self.rng = move_columns(transform.target)
         self.observed = observed_names(sc)
@@ -55,6 +56,8 @@ class StreamState:
         self.scale = np.zeros(0)
         self.ring = np.zeros((0, encoder_length, self.n_known + len(self.observed)), np.float32)  # (S, E, F)
         self.head = np.zeros(0, np.int64)  # (S,) ring slot of the next row
+        self.grid = np.full((0, horizon), -1, np.int64)  # (S, D) forecast steps of the last origin (-1: none yet)
+        self.dec = np.zeros((0, horizon, self.n_known), np.float32)  # (S, D, Kr) their known inputs
         self.consts = self._constants([])  # (S,) each
         self.code = np.full(0, UNKNOWN_SERIES, dtype=np.int64)  # (S,) the model's series codes
 
@@ -102,6 +105,7 @@ class StreamState:
         take = np.clip(last[:, None] - back, 0, None)  # (S', E)
         self.ring[rows] = cont[take]
         self.head[rows] = 0
+        self.grid[rows] = -1
 
     def _prime_ewm(self, feats: pl.DataFrame, names: list[str], sidx: np.ndarray) -> dict[str, np.ndarray]:
         """Every EWMA state (unfloored) and the floored volatility at every row, as scaling.trailing runs them."""
@@ -154,6 +158,8 @@ class StreamState:
             self.scale = np.concatenate([self.scale, np.ones(m)])
             self.ewm = {k: np.concatenate([v, np.zeros(m)]) for k, v in self.ewm.items()}
             self.ring = np.concatenate([self.ring, np.zeros((m, *self.ring.shape[1:]), np.float32)])
+            self.grid = np.concatenate([self.grid, np.full((m, self.d), -1, np.int64)])
+            self.dec = np.concatenate([self.dec, np.zeros((m, *self.dec.shape[1:]), np.float32)])
             more = self._constants(new)
             self.code = np.concatenate([self.code, self.tf.code(new)])
             self.consts = {k: np.concatenate([v, more[k]]) for k, v in self.consts.items()}
@@ -180,10 +186,9 @@ class StreamState:
         obs, center, scale = self._advance(rows, first, r, x, ts_ns, {
             "log_return": r, "price_change": r, "log_range": x, "price_range": x,
             "log_volume": np.log1p(volume), "roll": np.zeros(len(rows)), "filled": filled.astype(np.float64)})
-        known = known_columns(ts_ns, self.tf.exchange_tz, self.tf.intraday, self.tf.calendar_features, self.season)
         slot = self.head[rows]
-        for j, col in enumerate(known.values()):  # a handful of columns
-            self.ring[rows, slot, j] = col
+        on_grid = self.grid[rows, 0] == ts_ns  # (B,) the bar is the last forecast's first step: its inputs are known
+        self.ring[rows, slot, :self.n_known] = self.dec[rows, 0] if on_grid.all() else self._known(ts_ns)
         self.ring[rows, slot, self.n_known:] = obs
         self.head[rows] = (slot + 1) % self.e
         self.n[rows] += 1
@@ -259,6 +264,32 @@ class StreamState:
                 v = (v - c[(col, "mean")]) / c[(col, "std")]
             obs[:, j] = np.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0)
         return obs, center.astype(np.float32), scale.astype(np.float32)
+
+    # -- the known inputs --------------------------------------------------------------------------------------
+    def _known(self, ts_ns: np.ndarray) -> np.ndarray:
+        """(N, Kr) float32 known inputs of timestamps (N,): `known_columns`, as the ring and the decoder store them."""
+        cols = known_columns(ts_ns, self.tf.exchange_tz, self.tf.intraday, self.tf.calendar_features, self.season)
+        return np.stack(list(cols.values()), axis=-1).astype(np.float32)
+
+    def decoder(self, rows: np.ndarray) -> np.ndarray:
+        """(B, D, Kr) known inputs of the D forecast steps after the last bar of each series `rows`: the values of
+        `decoder_features`. When a bar lands on the previous origin's first step, that grid shifts by one and only
+        the new last step is computed: `future_timestamps` walks the grid one step at a time, each from the last,
+        so the grid after the new bar is the old one's tail and one step more (tests/api hold the two to each other).
+        """
+        tf, d = self.tf, self.d
+        ts = self.ts[rows]
+        shift = self.grid[rows, 0] == ts  # (B,)
+        fresh, moved = rows[~shift], rows[shift]
+        if len(fresh):
+            grid = future_timestamps(ts[~shift], tf.bar_spacing_ns, d, tf.intraday, tf.exchange_tz)  # (B', D)
+            self.grid[fresh] = grid
+            self.dec[fresh] = self._known(grid.ravel()).reshape(len(fresh), d, -1)
+        if len(moved):
+            new = future_timestamps(self.grid[moved, -1], tf.bar_spacing_ns, 1, tf.intraday, tf.exchange_tz)
+            self.grid[moved] = np.concatenate([self.grid[moved, 1:], new], axis=1)
+            self.dec[moved] = np.concatenate([self.dec[moved, 1:], self._known(new[:, 0])[:, None]], axis=1)
+        return self.dec[rows]
 
     # -- the encoder inputs ------------------------------------------------------------------------------------
     def ready(self, rows: np.ndarray) -> np.ndarray:

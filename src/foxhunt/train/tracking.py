@@ -15,6 +15,11 @@ values (memory_host_rss_mb, ...) by record number.
 
 TensorBoard: event files in RUN_DIR/tensorboard (`tensorboard --logdir runs` shows every run), the same scalars
 under the same names, the config as text.
+
+Resuming (`foxhunt train --resume`) continues the same tracked run: RUN_DIR/tracking.json records the MLflow run id
+and how many memory.jsonl records were forwarded, so the resumed session appends to that MLflow run (parameters it
+already has are kept: MLflow's are immutable) and forwards only the records written since. Epoch records are never
+repeated: the loop resumes after the checkpoint's epoch.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from foxhunt.atomic import write_json
 from foxhunt.errors import InputError
 from foxhunt.train.run_dir import RunDir
 
@@ -38,6 +44,7 @@ EXPERIMENT = "foxhunt"
 DEFAULT_DB = Path("runs") / "mlflow.db"
 DEFAULT_ARTIFACTS = Path("runs") / "mlartifacts"
 INSTALL_HINT = "pip install 'foxhunt[track]'"
+STATE = "tracking.json"  # in the run directory: what has been forwarded (see the module docstring)
 ARTIFACTS = ("config.json", "data_summary.json", "metrics.jsonl", "memory.jsonl", "calibration.json", "train.log")
 MEMORY_KEYS = ("host_rss_mb", "host_peak_mb", "device_allocated_mb", "device_reserved_mb", "device_peak_mb")
 
@@ -87,7 +94,9 @@ def epoch_scalars(record: dict[str, Any]) -> dict[str, float]:
 class Backend(Protocol):
     name: str
 
-    def start(self, run: RunDir, params: dict[str, Any]) -> None: ...
+    def start(self, run: RunDir, params: dict[str, Any], resumed: dict[str, Any] | None) -> None: ...
+
+    def state(self) -> dict[str, Any]: ...
     def epoch(self, epoch: int, scalars: dict[str, float]) -> None: ...
     def memory(self, index: int, record: dict[str, Any]) -> None: ...
     def finish(self, run: RunDir, status: str) -> None: ...
@@ -101,7 +110,7 @@ class MLflowBackend:
         self.client: Any = None
         self.run_id: str | None = None
 
-    def start(self, run: RunDir, params: dict[str, Any]) -> None:
+    def start(self, run: RunDir, params: dict[str, Any], resumed: dict[str, Any] | None) -> None:
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
@@ -112,12 +121,21 @@ class MLflowBackend:
         else:  # a local database gets its artifacts beside it, not in ./mlruns of wherever training started
             where = DEFAULT_ARTIFACTS.resolve().as_uri() if self.uri.startswith("sqlite:") else None
             exp_id = self.client.create_experiment(EXPERIMENT, artifact_location=where)
-        self.run_id = self.client.create_run(exp_id, run_name=run.root.name,
-                                             tags={"foxhunt.run_dir": str(run.root.resolve())}).info.run_id
-        items = [Param(k, v) for k, v in flatten(params).items()]
+        known: dict[str, str] = {}
+        if resumed and resumed.get("mlflow_run_id") and resumed.get("mlflow_uri") == self.uri:
+            self.run_id = resumed["mlflow_run_id"]
+            known = self.client.get_run(self.run_id).data.params
+            self.client.update_run(self.run_id, status="RUNNING")
+        else:
+            self.run_id = self.client.create_run(exp_id, run_name=run.root.name,
+                                                 tags={"foxhunt.run_dir": str(run.root.resolve())}).info.run_id
+        items = [Param(k, v) for k, v in flatten(params).items() if k not in known]
         for i in range(0, len(items), 100):  # MLflow takes at most 100 parameters a call
             self.client.log_batch(self.run_id, params=items[i : i + 100])
-        log.info("tracking to MLflow %s, run %s", self.uri, self.run_id)
+        log.info("tracking to MLflow %s, run %s%s", self.uri, self.run_id, " (resumed)" if known else "")
+
+    def state(self) -> dict[str, Any]:
+        return {"mlflow_run_id": self.run_id, "mlflow_uri": self.uri}
 
     def _metrics(self, values: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -144,12 +162,16 @@ class TensorBoardBackend:
     def __init__(self) -> None:
         self.writer: Any = None
 
-    def start(self, run: RunDir, params: dict[str, Any]) -> None:
+    def start(self, run: RunDir, params: dict[str, Any], resumed: dict[str, Any] | None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(run.root / "tensorboard"))
-        self.writer.add_text("config", "```\n" + json.dumps(params, indent=2, default=str) + "\n```")
+        self.writer = SummaryWriter(log_dir=str(run.root / "tensorboard"))  # a resumed session adds an event file
+        if resumed is None:
+            self.writer.add_text("config", "```\n" + json.dumps(params, indent=2, default=str) + "\n```")
         log.info("tracking to TensorBoard %s", run.root / "tensorboard")
+
+    def state(self) -> dict[str, Any]:
+        return {}
 
     def epoch(self, epoch: int, scalars: dict[str, float]) -> None:
         for k, v in scalars.items():
@@ -174,6 +196,40 @@ class Tracking:
                                         for n in cfg.backends]
         self._memory_offset = 0  # bytes of memory.jsonl already forwarded
         self._memory_index = 0
+        self._resumed = self._previous_state()
+        if self._resumed is not None:  # skip the memory records an earlier session of this run forwarded
+            self._skip_memory(int(self._resumed.get("memory_records", 0)))
+
+    def _previous_state(self) -> dict[str, Any] | None:
+        """tracking.json of an earlier session of this run (a resume: metrics.jsonl has epochs), else None."""
+        path = self.run.root / STATE
+        if not (path.exists() and self.run.metrics.exists() and self.run.metrics.stat().st_size):
+            return None
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            return None
+
+    def _skip_memory(self, n: int) -> None:
+        if not self.run.memory.exists():
+            return
+        with open(self.run.memory, "rb") as f:
+            for _ in range(n):
+                line = f.readline()
+                if not line.endswith(b"\n"):
+                    break
+                self._memory_offset += len(line)
+                self._memory_index += 1
+
+    def _save_state(self) -> None:
+        """What has been forwarded, for a resumed session (tracking.json, atomic)."""
+        state: dict[str, Any] = {"memory_records": self._memory_index}
+        for b in self.backends:
+            state.update(b.state())
+        try:
+            write_json(self.run.root / STATE, state)
+        except OSError as e:  # the run goes on: a resume would at worst repeat memory records
+            log.warning("could not write %s (%s)", self.run.root / STATE, e)
 
     def _call(self, method: str, *args: Any) -> None:
         for b in list(self.backends):
@@ -187,7 +243,8 @@ class Tracking:
                             "memory.jsonl hold everything", b.name, type(e).__name__, first[:300], hint)
 
     def start(self, params: dict[str, Any]) -> None:
-        self._call("start", self.run, params)
+        self._call("start", self.run, params, self._resumed)
+        self._save_state()
 
     def epoch(self, record: dict[str, Any]) -> None:
         """One metrics.jsonl epoch record (called right after it is appended), then the new memory records."""
@@ -204,6 +261,7 @@ class Tracking:
         for rec in self._new_memory_records():
             self._call("memory", self._memory_index, rec)
             self._memory_index += 1
+        self._save_state()
 
     def _new_memory_records(self) -> Iterator[dict[str, Any]]:
         """Whole lines of memory.jsonl past the last look (a line still being written is left for the next)."""

@@ -1,0 +1,91 @@
+"""InferenceTFT (the weights folded into fewer ops) forecasts what the training model forecasts, to float rounding."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from foxhunt.api.traced import OnnxForward, TracedForward, live_forward
+from foxhunt.data.batch import Batch
+from foxhunt.data.schema import InputSizes
+from foxhunt.model import inference
+from foxhunt.model.inference import InferenceTFT
+from foxhunt.model.tft import TemporalFusionTransformer
+from tests.model.test_tft_model import FULL_SIZES, D, E, overlapping_batches, synthetic_batch, tiny_model
+
+# The layout of a model trained on bars: the series code is the only static input, no categorical time inputs.
+BARS_SIZES = InputSizes(static_cat=(4,), static_cont=0, known_cat=(), known_cont=3, observed_cat=(), observed_cont=5)
+
+
+def float64_quantiles(model: TemporalFusionTransformer, batch: Batch) -> torch.Tensor:
+    """The training model's own code run in float64: the reference both float32 computations round away from."""
+    m64 = copy.deepcopy(model).double()
+    b64 = Batch(**{k: (v.double() if v.is_floating_point() else v) for k, v in vars(batch).items()})
+    features, _ = m64._run(b64, None, False)  # (B, D, H)
+    return m64.output(features)  # (B, D, Q)
+
+
+def assert_matches_model(model: TemporalFusionTransformer, batch: Batch, got: torch.Tensor) -> None:
+    """Within 1e-6 of the training model, or (where the float32 model itself is further than that from its float64
+    run) no further from the float64 run than the float32 model is."""
+    with torch.inference_mode():
+        ref = model(batch).quantiles
+    exact = float64_quantiles(model, batch)
+    own_error = (ref.double() - exact).abs().max().item()
+    assert (got - ref).abs().max().item() <= 1e-6 or (got.double() - exact).abs().max().item() <= own_error
+
+
+@pytest.mark.parametrize("sizes", [FULL_SIZES, BARS_SIZES])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_inference_model_equals_training_model(sizes: InputSizes, layers: int) -> None:
+    """Batch 1 and a batch of several series (each window its own rows), and windows that share bars; with static
+    continuous and categorical time inputs (FULL_SIZES) and in the bars layout (static contexts as a code table)."""
+    model = tiny_model(sizes, lstm_layers=layers).eval()
+    fast = InferenceTFT(model)
+    assert (fast.code_table is not None) == (sizes is BARS_SIZES)
+    shared, dense = overlapping_batches(sizes, [0, 2, 3, 9], n_rows=20)
+    for batch in (synthetic_batch(sizes, 1, E, D, seed=1), synthetic_batch(sizes, 6, E, D, seed=2), shared, dense):
+        with torch.inference_mode():
+            got = fast(batch)
+        assert got.shape == (len(batch), D, 3)
+        assert_matches_model(model, batch, got)
+
+
+def test_traced_forward_runs_the_inference_model_and_refolds_new_positions() -> None:
+    """What `Forecaster.update` runs (a frozen trace of InferenceTFT) gives the model's forecasts; new positional
+    inputs are folded in again rather than served stale."""
+    model = tiny_model(BARS_SIZES).eval()
+    traced = TracedForward(model)
+    assert isinstance(traced.model, InferenceTFT)
+    batch = synthetic_batch(BARS_SIZES, 1, E, D, seed=3)
+    with torch.inference_mode():
+        got = traced(batch)
+        assert len(traced.traces) == 1 and not traced.failed
+        assert_matches_model(model, batch, got)
+        moved = Batch(**{**vars(batch), "pos_cont": batch.pos_cont + 0.5})
+        assert_matches_model(model, moved, traced.model(moved))
+
+
+def test_large_batches_sum_over_variables_with_an_embedding_bag(monkeypatch):
+    """The path for batches past GATHER_CELLS (no gathered (B * L, V, H) tensor) gives the same forecasts."""
+    monkeypatch.setattr(inference, "GATHER_CELLS", 0)
+    for sizes in (FULL_SIZES, BARS_SIZES):
+        model = tiny_model(sizes).eval()
+        batch = overlapping_batches(sizes, [0, 2, 3, 9], n_rows=20)[0]
+        with torch.inference_mode():
+            assert_matches_model(model, batch, InferenceTFT(model)(batch))
+
+
+def test_onnxruntime_forward_gives_the_models_forecasts():
+    """What `Forecaster.update` runs when onnxruntime is installed: one session per input shape."""
+    pytest.importorskip("onnxruntime")
+    model = tiny_model(BARS_SIZES).eval()
+    fwd = live_forward(model)
+    assert isinstance(fwd, OnnxForward)
+    batch = synthetic_batch(BARS_SIZES, 2, E, D, seed=4)
+    with torch.inference_mode():
+        got = fwd(batch)
+    assert_matches_model(model, batch, got)
+    assert len(fwd.sessions) == 1 and not fwd.failed
