@@ -53,6 +53,10 @@ SymbolCol = Annotated[str | None, typer.Option(help="Symbol column (default: det
 Timezone = Annotated[str | None, typer.Option(help="Time zone of naive timestamps, e.g. America/Chicago "
                                               "(default: UTC, refused when many bars fall in the session halt).",
                                               rich_help_panel=D)]
+Since = Annotated[str | None, typer.Option(help="Read only bars at or after this ISO date/time (UTC when naive); "
+                                           "hive date= partitions before it are never opened.", rich_help_panel=D)]
+Until = Annotated[str | None, typer.Option(help="Read only bars before this ISO date/time (UTC when naive).",
+                                           rich_help_panel=D)]
 PriceScale = Annotated[float, typer.Option(help="Divide every price by this (100: a file of integer cents). "
                                            "Databento fixed-point prices are scaled without it.", rich_help_panel=D)]
 Contracts = Annotated[str, typer.Option(help="auto | continuous | each.", rich_help_panel=D)]
@@ -148,6 +152,8 @@ def train(
     timestamp_col: TimestampCol = None,
     symbol_col: SymbolCol = None,
     timezone: Timezone = None,
+    since: Since = None,
+    until: Until = None,
     price_scale: PriceScale = DD.price_scale,
     contracts: Contracts = DD.contracts,
     adjust: Adjust = DD.adjust,
@@ -268,6 +274,8 @@ def prepare(
     timestamp_col: TimestampCol = None,
     symbol_col: SymbolCol = None,
     timezone: Timezone = None,
+    since: Since = None,
+    until: Until = None,
     price_scale: PriceScale = DD.price_scale,
     contracts: Contracts = DD.contracts,
     adjust: Adjust = DD.adjust,
@@ -309,6 +317,8 @@ def inspect(
     timestamp_col: TimestampCol = None,
     symbol_col: SymbolCol = None,
     timezone: Timezone = None,
+    since: Since = None,
+    until: Until = None,
     price_scale: PriceScale = DD.price_scale,
     contracts: Contracts = DD.contracts,
     adjust: Adjust = DD.adjust,
@@ -359,6 +369,8 @@ def plan_memory_cmd(
     timestamp_col: TimestampCol = None,
     symbol_col: SymbolCol = None,
     timezone: Timezone = None,
+    since: Since = None,
+    until: Until = None,
     price_scale: PriceScale = DD.price_scale,
     contracts: Contracts = DD.contracts,
     adjust: Adjust = DD.adjust,

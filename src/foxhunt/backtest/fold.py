@@ -25,7 +25,13 @@ from foxhunt.backtest.folds import Fold, iso
 from foxhunt.data.config import DataConfig
 from foxhunt.data.load import load_bars
 from foxhunt.data.prepare import prepare_from_bars
-from foxhunt.evaluate.predict import check_schema, forecast_calibration, select_origins, write_forecasts
+from foxhunt.evaluate.predict import (
+    check_schema,
+    forecast_calibration,
+    prediction_config,
+    select_origins,
+    write_forecasts,
+)
 from foxhunt.evaluate.run import baseline_cut, baselines, gather
 from foxhunt.model.config import ModelConfig
 from foxhunt.train.checkpoint import load_model
@@ -86,7 +92,7 @@ def score_fold(fold: Fold, paths: tuple[str, ...], out_dir: Path, batch_size: in
     here, model_dir = fold_dir(out_dir, fold), run_dir(out_dir, fold)
     dev = torch.device(device)
     lm = load_model(model_dir, dev)
-    cfg = dataclasses.replace(lm.data_cfg, paths=paths, train_end=None, val_end=None)
+    cfg = prediction_config(lm, paths)
     loaded = load_bars(cfg, lm.transform.bar_spacing_ns)
     data = prepare_from_bars(loaded, cfg, transform=lm.transform, for_prediction=True)
     check_schema(lm, data, paths)

@@ -103,8 +103,11 @@ def is_calibrated(path: Path) -> bool | None:
 
 
 def prediction_config(lm: LoadedModel, paths: tuple[str, ...]) -> DataConfig:
-    """The model's own data options (columns, time zone, contracts, features) for bars at `paths`, without splits."""
-    return dataclasses.replace(lm.data_cfg, paths=paths, train_end=None, val_end=None)
+    """The model's own data options (columns, time zone, contracts, features) for bars at `paths`, without splits,
+    without the training run's --since/--until (new bars past a training `until` are what a forecast needs) and
+    without its feature store (forecasts read the bars)."""
+    return dataclasses.replace(lm.data_cfg, paths=paths, train_end=None, val_end=None, since=None, until=None,
+                               features=None)
 
 
 def prepare_for_model(lm: LoadedModel, paths: tuple[str, ...]) -> PreparedData:

@@ -36,6 +36,7 @@ from foxhunt.evaluate.predict import (
     forecast_calibration,
     is_calibrated,
     parse_time,
+    prediction_config,
     quantile_column,
     select_origins,
     write_forecasts,
@@ -72,7 +73,7 @@ def evaluate_run(
 ) -> dict[str, Any]:
     device = torch.device(device)
     lm = load_model(model_dir, device)
-    cfg = dataclasses.replace(lm.data_cfg, paths=paths, train_end=None, val_end=None)
+    cfg = prediction_config(lm, paths)
     loaded = load_bars(cfg, lm.transform.bar_spacing_ns)  # --fill-gaps fills to the model's grid
     data = prepare_from_bars(loaded, cfg, transform=lm.transform, for_prediction=True)
     check_schema(lm, data, paths)
