@@ -26,8 +26,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        _fsync(tmp_path)  # the data is on disk before the name points at it
-        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the permissions open() would
+        fsync(tmp_path)  # the data is on disk before the name points at it
+        os.chmod(tmp_path, 0o666 & ~umask())  # mkstemp makes 0600; give the file the permissions open() would
         os.replace(tmp_path, final)
     except OSError as e:
         tmp_path.unlink(missing_ok=True)
@@ -37,7 +37,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         raise
 
 
-def _fsync(path: Path) -> None:
+def fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -51,7 +51,7 @@ def _write_error(final: Path, e: OSError) -> WriteError:
                       "choose a writable location, then run again (a training run continues with --resume)", e)
 
 
-def _umask() -> int:
+def umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -63,7 +63,7 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    write_text(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
+    write_text(path, json.dumps(obj, indent=2, default=json_default) + "\n")
 
 
 def write_with(path: str | os.PathLike[str], writer: Callable[[Path], None]) -> None:
@@ -76,13 +76,13 @@ def append_jsonl(path: str | os.PathLike[str], obj: Any) -> None:
     """Append one JSON line and flush it; a line is either whole or absent for readers that skip a torn tail."""
     try:
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(obj, default=_json_default) + "\n")
+            f.write(json.dumps(obj, default=json_default) + "\n")
             f.flush()
     except OSError as e:
         raise _write_error(Path(path), e) from e
 
 
-def _json_default(o: Any) -> Any:
+def json_default(o: Any) -> Any:
     import datetime as _dt
 
     if isinstance(o, (_dt.datetime, _dt.date)):

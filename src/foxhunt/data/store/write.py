@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 import foxhunt
-from foxhunt.atomic import _json_default
+from foxhunt.atomic import fsync, json_default, umask
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import PreparedData
 from foxhunt.data.store.fingerprint import input_fingerprint, shaping_options
@@ -53,10 +53,10 @@ def write_store(data: PreparedData, cfg: DataConfig, out: Path) -> dict[str, Any
         for name in SPLITS:
             arrays[f"split_{name}"] = _save(tmp, split_file(name), data.splits[name].numpy())
         manifest = _manifest(data, cfg, arrays)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=_json_default) + "\n", encoding="utf-8")
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=json_default) + "\n", encoding="utf-8")
         for f in tmp.iterdir():
-            _fsync(f)
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700: give the store the permissions mkdir would
+            fsync(f)
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes 0700: give the store the permissions mkdir would
         _swap_in(tmp, out)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -104,23 +104,9 @@ def _swap_in(tmp: Path, out: Path) -> None:
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
         os.replace(out, old)
     os.replace(tmp, out)
-    _fsync(out.parent)
+    fsync(out.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _error(out: Path, e: OSError) -> WriteError:
