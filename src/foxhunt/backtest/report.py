@@ -8,19 +8,19 @@ from typing import Any
 
 import numpy as np
 
-from foxhunt.evaluate.plots import _figure, _floats, _png
+from foxhunt.evaluate.plots import blank_figure, floats_or_nan, png_bytes
 from foxhunt.evaluate.report import write_report
 
 
 def fold_qrisk_png(folds: list[dict[str, Any]]) -> bytes:
     """Grouped bars: each source's q-risk summed over quantiles, per fold (lower is better)."""
     names = ["model", *folds[0]["metrics"]["baselines"]]
-    fig, ax = _figure(9, 3.6)
+    fig, ax = blank_figure(9, 3.6)
     width = 0.8 / len(names)
     x = np.arange(len(folds))
     lowest = np.inf
     for j, name in enumerate(names):
-        vals = _floats([_qrisk_sum(f["metrics"]["model"] if name == "model" else f["metrics"]["baselines"].get(name))
+        vals = floats_or_nan([_qrisk_sum(f["metrics"]["model"] if name == "model" else f["metrics"]["baselines"].get(name))
                         for f in folds])
         lowest = np.nanmin([lowest, *vals])
         ax.bar(x + (j - (len(names) - 1) / 2) * width, vals, width, label=name)
@@ -30,15 +30,15 @@ def fold_qrisk_png(folds: list[dict[str, Any]]) -> bytes:
     ax.set_ylabel("q-risk, summed over quantiles")
     ax.set_title("q-risk per fold (lower is better)")
     ax.legend(fontsize="small", ncol=min(4, len(names)))
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def by_month_png(month: dict[str, Any], key: str, ylabel: str, title: str, level: float | None) -> bytes:
     """One line per source over calendar months; a dashed reference at `level` (0 skill, nominal coverage)."""
-    fig, ax = _figure(9, 3.6)
+    fig, ax = blank_figure(9, 3.6)
     t = np.array(month["month"], dtype="datetime64[M]")
     for name, vals in month[key].items():
-        ax.plot(t, _floats(vals), lw=1.0, marker="o" if len(t) < 40 else None, ms=3, label=name)
+        ax.plot(t, floats_or_nan(vals), lw=1.0, marker="o" if len(t) < 40 else None, ms=3, label=name)
     if level is not None:
         ax.axhline(level, color="grey", lw=0.8, ls="--")
     ax.set_ylabel(ylabel)
@@ -46,13 +46,13 @@ def by_month_png(month: dict[str, Any], key: str, ylabel: str, title: str, level
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small")
     fig.autofmt_xdate()
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def rolls_png(rolls: dict[str, Any]) -> bytes:
-    fig, ax = _figure(7, 3.4)
+    fig, ax = blank_figure(7, 3.4)
     for name, vals in rolls["skill"].items():
-        ax.plot(rolls["offsets"], _floats(vals), marker="o", ms=3, lw=1.0, label=f"vs {name}")
+        ax.plot(rolls["offsets"], floats_or_nan(vals), marker="o", ms=3, lw=1.0, label=f"vs {name}")
     ax.axhline(0, color="grey", lw=0.8, ls="--")
     ax.axvline(0, color="black", lw=0.6)
     n = len(rolls["rolls"])
@@ -62,7 +62,7 @@ def rolls_png(rolls: dict[str, Any]) -> bytes:
     ax.set_ylabel("skill")
     if ax.get_legend_handles_labels()[0] and n:
         ax.legend(fontsize="small")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def write_backtest_report(path: Path, result: dict[str, Any], notes: list[str]) -> None:

@@ -33,7 +33,7 @@ def fan_chart(
     qs = np.asarray(quantiles, dtype=np.float64)
     preds = np.asarray(quantile_preds, dtype=np.float64)  # (n, Q)
     t = np.asarray(times)
-    fig, ax = _figure(9, 3.6)
+    fig, ax = blank_figure(9, 3.6)
     for k, (lo, hi, label) in enumerate(interval_pairs(qs)):  # widest band first, palest
         alpha = _BAND_ALPHA[min(k, len(_BAND_ALPHA) - 1)]
         ax.fill_between(t, preds[:, lo], preds[:, hi], color="tab:blue", alpha=alpha, lw=0, label=label)
@@ -48,7 +48,7 @@ def fan_chart(
     ax.legend(loc="upper left", fontsize="small", ncol=4)
     if t.size and np.issubdtype(t.dtype, np.datetime64):
         fig.autofmt_xdate()
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def calibration_plot(
@@ -57,17 +57,17 @@ def calibration_plot(
     title: str = "calibration",
 ) -> bytes:
     """Observed share of actuals below each quantile against its nominal level; the diagonal is perfect."""
-    fig, ax = _figure(4.6, 4.2)
+    fig, ax = blank_figure(4.6, 4.2)
     ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--", label="perfect")
     for name, obs in observed_by_model.items():
-        ax.plot(nominal, _floats(obs), marker="o", ms=4, lw=1.2, label=name)
+        ax.plot(nominal, floats_or_nan(obs), marker="o", ms=4, lw=1.2, label=name)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_xlabel("nominal quantile level")
     ax.set_ylabel("share of actuals below the forecast")
     ax.set_title(title)
     ax.legend(fontsize="small")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def qrisk_by_horizon(
@@ -77,7 +77,7 @@ def qrisk_by_horizon(
 ) -> bytes:
     """One panel per quantile, one line per model or baseline: q-risk at steps 1..H. per_horizon {name: [(Q) per h]}."""
     arrays = {
-        name: np.array([_floats(row) for row in rows], dtype=np.float64) for name, rows in per_horizon.items()
+        name: np.array([floats_or_nan(row) for row in rows], dtype=np.float64) for name, rows in per_horizon.items()
     }
     n_q = max((a.shape[1] for a in arrays.values() if a.ndim == 2), default=1)
     qs = list(quantiles) if quantiles is not None else [None] * n_q
@@ -93,7 +93,7 @@ def qrisk_by_horizon(
     axes[0].set_ylabel("q-risk")
     axes[0].legend(fontsize="small")
     fig.suptitle(title)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def variable_importance(interp: Mapping[str, Any], title: str = "variable importance") -> bytes:
@@ -110,12 +110,12 @@ def variable_importance(interp: Mapping[str, Any], title: str = "variable import
         ax.set_xlabel("mean selection weight")
         ax.tick_params(axis="y", labelsize="small")
     fig.suptitle(title)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def attention_by_lag(interp: Mapping[str, Any], title: str = "attention by lag") -> bytes:
     """Mean attention weight against lag (0 = the forecast step itself), one line per forecast step."""
-    fig, ax = _figure(8, 3.6)
+    fig, ax = blank_figure(8, 3.6)
     for d, row in enumerate(interp.get("attention_by_lag") or []):
         ax.plot(np.arange(len(row)), row, lw=1.0, label=f"step {d + 1}")
     enc = interp.get("encoder_length")
@@ -124,7 +124,7 @@ def attention_by_lag(interp: Mapping[str, Any], title: str = "attention by lag")
     ax.set_title(title)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small", ncol=2)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def training_curves(records: Sequence[Mapping[str, Any]], title: str = "training curves") -> bytes:
@@ -154,15 +154,17 @@ def training_curves(records: Sequence[Mapping[str, Any]], title: str = "training
         axes[1].set_yscale("log")
         axes[1].set_ylabel("learning rate")
     axes[-1].set_xlabel(xkey or "record")
-    return _png(fig)
+    return png_bytes(fig)
 
 
-def _figure(w: float, h: float) -> tuple[Figure, Any]:
+def blank_figure(w: float, h: float) -> tuple[Figure, Any]:
+    """A figure with one axes, made without pyplot, so no global figure state; shared with backtest's report."""
     fig = Figure(figsize=(w, h), layout="constrained")
     return fig, fig.add_subplot()
 
 
-def _png(fig: Figure) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
+    """The figure as PNG bytes at the reports' DPI, ready to embed."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     return buf.getvalue()
@@ -172,7 +174,8 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and np.isfinite(v)
 
 
-def _floats(values: Sequence[Any]) -> list[float]:
+def floats_or_nan(values: Sequence[Any]) -> list[float]:
+    """Missing or non-finite values as NaN, which matplotlib leaves as gaps."""
     return [float(v) if _is_number(v) else np.nan for v in values]
 
 
