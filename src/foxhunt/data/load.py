@@ -96,7 +96,7 @@ def load_raw(raw: pl.DataFrame, files: list[dict], cfg: DataConfig, grid_step_ns
     step = spacing_ns(df)
     grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step)
     if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
-        check_ratio_adjust(df.filter(pl.col("root").is_not_null()), paths)
+        check_ratio_adjust(df, paths, where=pl.col("root").is_not_null())
     # Row locators and ids are read by the checks above only: drop them before the series take memory of their own.
     df = df.drop("file_idx", "row", "instrument_id", "rtype", "by_instrument")
     bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm)

@@ -48,15 +48,15 @@ def clean_bars(df: pl.DataFrame, files: list[str]) -> tuple[pl.DataFrame, dict]:
     inconsistent = ~nonfinite & (
         (pl.col("high") < pl.max_horizontal("open", "close")) | (pl.col("low") > pl.min_horizontal("open", "close"))
     )
-    df = df.with_columns(_nonfinite=nonfinite, _inconsistent=inconsistent)
-    n_nonfinite, n_inconsistent = df.select(pl.col("_nonfinite").sum(), pl.col("_inconsistent").sum()).row(0)
+    # Counted without adding the masks to the frame: a clean file (the usual case) is then never copied.
+    n_nonfinite, n_inconsistent = df.select(nonfinite.sum().alias("n"), inconsistent.sum().alias("i")).row(0)
     if n_nonfinite + n_inconsistent > MAX_BAD_FRACTION * n:
         if n_nonfinite >= n_inconsistent:
-            first = df.filter("_nonfinite").row(0, named=True)
+            first = df.filter(nonfinite).row(0, named=True)
             problem = f"{n_nonfinite} of {n} rows ({100 * n_nonfinite / n:.1f}%) have a missing or non-finite price"
             problem += " or volume (NaN, inf)"
         else:
-            first = df.filter("_inconsistent").row(0, named=True)
+            first = df.filter(inconsistent).row(0, named=True)
             problem = f"{_inconsistent(first)}; {n_inconsistent} of {n} rows ({100 * n_inconsistent / n:.1f}%) have"
             problem += " OHLC prices that contradict each other"
         others = f" ({n_nonfinite + n_inconsistent} bad rows in all)" if n_nonfinite and n_inconsistent else ""
@@ -69,7 +69,7 @@ def clean_bars(df: pl.DataFrame, files: list[str]) -> tuple[pl.DataFrame, dict]:
             n_nonfinite,
             n_inconsistent,
         )
-    df = df.filter(~pl.col("_nonfinite") & ~pl.col("_inconsistent")).drop("_nonfinite", "_inconsistent")
+        df = df.filter(~nonfinite & ~inconsistent)
     _check(df, pl.col("volume") < 0, files, lambda r: f"volume {r['volume']} is negative")
 
     df, duplicates, out_of_order = _sort_dedup(df)
@@ -157,11 +157,13 @@ def _check(df: pl.DataFrame, cond: pl.Expr, files: list[str], what) -> None:
         raise InputError(f"{_where(r, files)}: {what(r)}{extra}; fix or remove the row")
 
 
-def check_ratio_adjust(df: pl.DataFrame, files: list[str]) -> None:
+def check_ratio_adjust(df: pl.DataFrame, files: list[str], where: pl.Expr | None = None) -> None:
     """Refuse prices of zero or below in futures that will be back-adjusted by a ratio of closes (which flips signs
     across a negative price), naming the first such row and the `--adjust` modes that work. `df` has the read stage's
-    columns (file_idx, row)."""
-    hit = df.filter(pl.min_horizontal(*PRICES) <= 0)
+    columns (file_idx, row); `where` limits the check to the rows where it holds (the futures), without a copy of
+    the others."""
+    cond = pl.min_horizontal(*PRICES) <= 0
+    hit = df.filter(cond if where is None else cond & where)
     if hit.height:
         r = hit.row(0, named=True)
         raise InputError(
