@@ -10,10 +10,11 @@ import numpy as np
 import polars as pl
 import pytest
 
+from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import SEG_SPAN, _per_bar, _sorted_last, parse_futures, trade_date
-from foxhunt.data.load import bar_interval, spacing_ns
+from foxhunt.data.load import bar_interval, load_raw, spacing_ns
 from foxhunt.data.order import sort_keys, stable_order
-from foxhunt.data.read import RAW_SCHEMA
+from foxhunt.data.read import RAW_SCHEMA, read_bars
 from foxhunt.data.sessions import closed_share
 from foxhunt.data.validate import INSTRUMENT, clean_bars
 
@@ -60,6 +61,25 @@ def test_one_stable_sort_dedups_and_counts_like_unique_and_cum_max():
     assert got.equals(want, null_equal=True)
     assert (stats["duplicates_dropped"], stats["rows_out_of_order"]) == (duplicates, out_of_order)
     assert duplicates > 100 and out_of_order > 100  # the rows hit both cases many times
+
+
+def test_consuming_clean_bars_empties_the_input_and_gives_the_same_frame():
+    df = _messy()
+    want, want_stats = clean_bars(df, ["f.parquet"])
+    mine = df.clone()
+    got, stats = clean_bars(mine, ["f.parquet"], consume=True)
+    assert got.equals(want, null_equal=True) and stats == want_stats
+    assert mine.width == 0  # its columns were taken out as they were gathered
+
+
+def test_load_raw_consuming_its_frame_loads_the_same_bars(fixtures_dir):
+    cfg = DataConfig(paths=(str(fixtures_dir / "es_fut_ohlcv1h_databento.parquet"),))
+    raw, files = read_bars(cfg.paths)
+    want = load_raw(raw, files, cfg)
+    assert raw.width > 0  # not handed over: left as it was
+    got = load_raw(raw, files, cfg, consume=True)
+    assert raw.width == 0
+    assert got.bars.equals(want.bars, null_equal=True) and got.rolls == want.rolls and got.report == want.report
 
 
 def test_dedup_and_out_of_order_by_hand():

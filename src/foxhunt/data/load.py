@@ -75,22 +75,32 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     """
     raw, files = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
                            since=cfg.since, until=cfg.until)
-    return load_raw(raw, files, cfg, grid_step_ns)
+    return load_raw(raw, files, cfg, grid_step_ns, consume=True)
 
 
-def load_raw(raw: pl.DataFrame, files: list[dict], cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
+def load_raw(
+    raw: pl.DataFrame, files: list[dict], cfg: DataConfig, grid_step_ns: int | None = None, *, consume: bool = False
+) -> LoadedBars:
     """`load_bars` after reading: `raw` and `files` as `read.read_bars` returns them (or `read.read_frame` for a
-    frame in memory), so that bars that never touch a file load exactly as a file's would."""
+    frame in memory), so that bars that never touch a file load exactly as a file's would.
+
+    `consume=True` hands `raw` over: its columns are dropped from it in place once the first stage has read them,
+    so that the caller's reference does not keep the file's bars alive beside every later stage's output (2M bars:
+    175 MB); `raw` is then left without columns. `load_bars` reads its own frame and consumes it.
+    """
     paths = [f["path"] for f in files]
     rows_read = raw.height
     df, _ = resolve_symbols(raw)
+    if consume:
+        for c in raw.columns:
+            raw.drop_in_place(c)
     del raw  # each stage's input is dropped as soon as its output exists: one copy of the bars at a time
     df, spread_rows, spread_symbols = drop_spreads(df)
     if df.height == 0:
         raise InputError(
             f"{paths[0]}: no outright bars left after dropping {spread_rows} spread rows; pass files with outright contracts"
         )
-    df, stats = clean_bars(df, paths)
+    df, stats = clean_bars(df, paths, consume=True)  # df is this function's own frame
     df, stubs = merge_sunday_stubs(df)
     df = parse_futures(df, cfg.exchange_tz)
     step = spacing_ns(df)

@@ -36,12 +36,14 @@ RTYPE_OHLCV_1D = 35
 SUNDAY = 7  # polars weekday: Monday = 1
 
 
-def clean_bars(df: pl.DataFrame, files: list[str]) -> tuple[pl.DataFrame, dict]:
+def clean_bars(df: pl.DataFrame, files: list[str], consume: bool = False) -> tuple[pl.DataFrame, dict]:
     """Drop bad/duplicate rows, check prices, sort by (symbol, instrument_id, ts).
 
     `df` has the read stage's columns (file_idx and row locate a row for messages; `files` maps file_idx to a path).
     Returns (clean frame, {nan_rows_dropped, inconsistent_rows_dropped, duplicates_dropped, rows_out_of_order});
-    nan_rows_dropped counts every missing or non-finite (NaN, inf) row.
+    nan_rows_dropped counts every missing or non-finite (NaN, inf) row. `consume=True`: when the rows must be
+    reordered, `df`'s columns are dropped from it one by one as they are gathered (the input and the sorted copy
+    never both take memory); the caller must not read `df` afterwards.
     """
     n = df.height
     nonfinite = pl.any_horizontal(*[~pl.col(c).is_finite().fill_null(False) for c in VALUES])
@@ -72,7 +74,7 @@ def clean_bars(df: pl.DataFrame, files: list[str]) -> tuple[pl.DataFrame, dict]:
         df = df.filter(~nonfinite & ~inconsistent)
     _check(df, pl.col("volume") < 0, files, lambda r: f"volume {r['volume']} is negative")
 
-    df, duplicates, out_of_order = _sort_dedup(df)
+    df, duplicates, out_of_order = _sort_dedup(df, consume)
     if duplicates or out_of_order:
         log.info("dropped %d duplicate rows; sorted %d rows that were out of order", duplicates, out_of_order)
     return df, {
@@ -83,7 +85,7 @@ def clean_bars(df: pl.DataFrame, files: list[str]) -> tuple[pl.DataFrame, dict]:
     }
 
 
-def _sort_dedup(df: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
+def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, int, int]:
     """(df sorted by instrument and ts without duplicates, duplicates dropped, rows out of order).
 
     One stable sort: the rows of one (instrument, ts) stay in the order they were read and the last of them is kept.
@@ -109,6 +111,9 @@ def _sort_dedup(df: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
         rows = order[rows]
     elif order is not None:
         rows = order
+    if rows is not None and consume:
+        taken = pl.Series(rows, dtype=pl.Int64)
+        return pl.DataFrame([df.drop_in_place(c).gather(taken) for c in df.columns]), duplicates, out_of_order
     return gather(df, rows), duplicates, out_of_order
 
 
