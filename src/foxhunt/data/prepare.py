@@ -32,6 +32,13 @@ from foxhunt.errors import InputError
 # Code of a series not in the training vocabulary: it gets embedding row 0 and the pooled scalers (fitted on all
 # training rows). Row 0 is only trained if the trainer masks series codes; otherwise it stays at its initial value.
 UNKNOWN_SERIES = 0
+# What scaling and the row tensors read of raw_features' output (the observed inputs of every target, the target).
+FEATURE_COLUMNS = ("ts", "first", "roll", "target", "log_return", "log_range", "price_change", "price_range", "log_volume",
+                   "filled")
+# What raw_features reads of loaded bars that carry their contracts' own prices (bars without them: also PRICES).
+FEATURE_INPUTS = ("series", "ts", "contract", "volume", "own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap",
+                  "filled")
+PRICES = ("high", "low", "close")
 CAL_CHUNK_ROWS = 1 << 18  # rows whose calendar inputs are computed at a time (float64: 2 MiB a column)
 
 
@@ -122,7 +129,13 @@ def prepare_from_bars(
 
     target = transform.target if transform else cfg.target
     scaling = transform.scaling if transform else cfg.scaling
-    feats = raw_features(bars, cfg.adjust, target)
+    # Only what features read goes on, then only the feature columns: the bars (and the caller's, when this holds
+    # the last reference, as in prepare_data) are dropped before features, scalers and row tensors take memory.
+    meta = LoadedBars(bars=loaded.bars.clear(), rolls=loaded.rolls, report=loaded.report)
+    del loaded
+    bars = bars.select(c for c in bars.columns if c in FEATURE_INPUTS or ("own_close" not in bars.columns and c in PRICES))
+    feats = raw_features(bars, cfg.adjust, target).select(FEATURE_COLUMNS)
+    del bars
     trail = None  # trailing inputs, when fitting computes them
     if transform is None:
         train_mask = (ts_ns < cuts[0]) & (ts_ns >= _train_start(cfg))
@@ -165,10 +178,7 @@ def prepare_from_bars(
         "real": np.ones(len(ts_ns), dtype=bool),
     }
     roll_bars = int(feats["roll"].sum())
-    # The bars and features are not read past here: drop them (and the caller's bars, when this holds the last
-    # reference) before the row tensors are built, so that the two never take memory at the same time.
-    meta = LoadedBars(bars=loaded.bars.clear(), rolls=loaded.rolls, report=loaded.report)
-    del loaded, bars, feats
+    del feats  # not read past here: gone before the row tensors are built
     step = transform.bar_spacing_ns or spacing  # the model's bar interval: the same grid in training and prediction
     if for_prediction:
         rows = _extend(
