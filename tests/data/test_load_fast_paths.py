@@ -12,8 +12,9 @@ import pytest
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import SEG_SPAN, _per_bar, _sorted_last, parse_futures, trade_date
-from foxhunt.data.load import bar_interval, load_raw, spacing_ns
-from foxhunt.data.order import sort_keys, stable_order
+from foxhunt.data.load import _grouped_summary, _series_summary, bar_interval, load_raw, spacing_ns
+from foxhunt.data.order import new_group, run_starts, sort_keys, stable_order
+from foxhunt.data.prepare import _series_index
 from foxhunt.data.read import RAW_SCHEMA, read_bars
 from foxhunt.data.sessions import closed_share
 from foxhunt.data.validate import INSTRUMENT, clean_bars
@@ -163,3 +164,25 @@ def test_trade_dates_and_closed_share_match_polars_time_zones_across_dst():
     )
     want_share = bars.select(closed.mean()).item()
     assert closed_share(bars, CT) == pytest.approx(want_share, abs=0) and 0 < want_share < 1
+
+
+def test_run_starts_equal_the_groups_of_ranked_keys():
+    df = _messy().sort(*INSTRUMENT)  # runs of one symbol, with null instrument ids
+    want = new_group(sort_keys(df, INSTRUMENT))
+    np.testing.assert_array_equal(run_starts(df, INSTRUMENT), want)
+    assert run_starts(df.head(0), INSTRUMENT).shape == (0,)
+
+
+def test_series_summary_and_index_from_runs_match_the_grouped_ones():
+    bars = pl.DataFrame(
+        {
+            "series": ["ES", "ES", "ES", "NQ", "NQ", "CL"],
+            "ts": [T0 + dt.timedelta(minutes=m) for m in (0, 1, 2, 0, 5, 3)],
+            "contract": ["ESH4", "ESM4", "ESH4", "NQH4", None, "CLF5"],
+        }
+    )
+    assert _series_summary(bars) == _grouped_summary(bars)
+    assert _series_index(bars).tolist() == [1, 1, 1, 2, 2, 0]
+    split = bars[[0, 3, 1]]  # ES in two runs: ranked bar by bar
+    assert _series_summary(split) == _grouped_summary(split)
+    assert _series_index(split).tolist() == [0, 1, 0]

@@ -15,7 +15,7 @@ import polars as pl
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import build_series, drop_spreads, parse_futures, resolve_symbols
 from foxhunt.data.fill import fill_gaps
-from foxhunt.data.order import new_group, sort_keys
+from foxhunt.data.order import run_starts
 from foxhunt.data.read import read_bars
 from foxhunt.data.rolls import FRONT_MISSING, INSTRUMENT_CHANGE, VOLUME
 from foxhunt.data.sessions import check_session_grid
@@ -141,7 +141,7 @@ def spacing_ns(df: pl.DataFrame) -> float | None:
 
     `df` is sorted by instrument and ts (clean_bars), so a gap is a difference of neighbouring rows of one instrument.
     """
-    first = new_group(sort_keys(df, INSTRUMENT))  # (N,) the first row of each instrument
+    first = run_starts(df, INSTRUMENT)  # (N,) the first row of each instrument
     gaps = np.diff(df.get_column("ts").dt.epoch("ns").to_numpy())[~first[1:]]
     return float(np.median(gaps)) if len(gaps) else None
 
@@ -164,6 +164,33 @@ def bar_interval(step_ns: float | None) -> str:
 
 
 def _series_summary(bars: pl.DataFrame) -> dict:
+    """{series: {rows, start, end, contracts}}, series in order of their first bar, contracts in order of theirs."""
+    starts = np.flatnonzero(run_starts(bars, ("series",)))  # (S,) bars come sorted by series: one run each
+    names = bars.get_column("series").gather(starts).to_list()
+    if len(set(names)) < len(names):  # a series in several runs (bars built by hand): group them
+        return _grouped_summary(bars)
+    ts = bars.get_column("ts").dt.epoch("ns").to_numpy()
+    bounds = (
+        pl.Series(np.concatenate([np.minimum.reduceat(ts, starts), np.maximum.reduceat(ts, starts)]) if len(ts) else ts)
+        .cast(pl.Datetime("ns", "UTC"))
+        .to_list()
+    )
+    at = np.flatnonzero(run_starts(bars, ("series", "contract")))  # (R,) runs of one contract, a few per roll
+    contracts: dict[str, list] = {n: [] for n in names}
+    for name, contract in zip(
+        bars.get_column("series").gather(at).to_list(), bars.get_column("contract").gather(at).to_list(), strict=True
+    ):
+        if contract not in contracts[name]:
+            contracts[name].append(contract)
+    rows = np.diff(np.append(starts, len(ts))).tolist()
+    s = len(names)
+    return {
+        n: {"rows": rows[i], "start": bounds[i].isoformat(), "end": bounds[s + i].isoformat(), "contracts": contracts[n]}
+        for i, n in enumerate(names)
+    }
+
+
+def _grouped_summary(bars: pl.DataFrame) -> dict:
     rows = (
         bars.group_by("series", maintain_order=True)
         .agg(

@@ -68,6 +68,18 @@ def new_group(keys: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([[True], change]) if n else np.zeros(0, dtype=bool)
 
 
+def run_starts(df: pl.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
+    """(N,) bool: True on the first row of each run of equal `columns` (a null equal to a null): what
+    `new_group(sort_keys(df, columns))` gives, by comparing each row with the one before it, without ranking strings.
+    """
+    change = np.zeros(df.height, dtype=bool)
+    change[:1] = True
+    for name in columns:
+        s = df.get_column(name)
+        change |= s.ne_missing(s.shift(1)).to_numpy()
+    return change
+
+
 def gather(df: pl.DataFrame, rows: np.ndarray | None) -> pl.DataFrame:
     """`df`'s rows `rows` (all of them, uncopied, for None)."""
     return df if rows is None else df[pl.Series(rows, dtype=pl.Int64)]

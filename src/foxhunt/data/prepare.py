@@ -21,7 +21,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.features import raw_features
 from foxhunt.data.known import distinct, distinct_decoder_known, known_columns
 from foxhunt.data.load import LoadedBars, load_bars
-from foxhunt.data.order import sort_keys
+from foxhunt.data.order import run_starts, sort_keys
 from foxhunt.data.scaling import apply_scalers, fit_and_trail, observed_names, standardize
 from foxhunt.data.schema import Feature, FeatureSchema, Kind, Role
 from foxhunt.data.summary import EPOCH, data_summary, iso
@@ -215,7 +215,7 @@ def prepare_from_bars(
 def _sorted(bars: pl.DataFrame) -> tuple[pl.DataFrame, list[str], np.ndarray, np.ndarray]:
     """Bars sorted by (series, ts) (sorted only if they are not already), the series names in that order, each
     row's index into the names (N,) and its timestamp in ns (N,)."""
-    sidx = sort_keys(bars, ("series",))[0].copy()  # (N,) 0..S-1 in sorted name order (writable: a tensor shares it)
+    sidx = _series_index(bars)  # (N,) 0..S-1 in sorted name order (writable: a tensor shares it)
     ts_ns = bars["ts"].dt.epoch("ns").to_numpy()
     ds, dt = np.diff(sidx), np.diff(ts_ns)
     if not np.all((ds > 0) | ((ds == 0) & (dt >= 0))):
@@ -223,6 +223,17 @@ def _sorted(bars: pl.DataFrame) -> tuple[pl.DataFrame, list[str], np.ndarray, np
         bars, sidx, ts_ns = bars.select(pl.all().gather(order)), sidx[order], ts_ns[order]
     names = sorted(bars["series"].unique().to_list())
     return bars, names, sidx, ts_ns
+
+
+def _series_index(bars: pl.DataFrame) -> np.ndarray:
+    """(N,) int64 rank of each bar's series among the sorted names. Loaded bars come sorted by series, one run each:
+    the few run names are ranked and repeated, where ranking every bar's name would cast millions of strings."""
+    starts = np.flatnonzero(run_starts(bars, ("series",)))  # (R,)
+    run_names = bars.get_column("series").gather(starts).to_list()
+    if len(set(run_names)) < len(run_names) or None in run_names:  # not one run per series: rank every bar
+        return sort_keys(bars, ("series",))[0].copy()
+    rank = {n: i for i, n in enumerate(sorted(run_names))}
+    return np.repeat(np.array([rank[n] for n in run_names], dtype=np.int64), np.diff(np.append(starts, bars.height)))
 
 
 def _check_length(names: list[str], lengths: np.ndarray, e: int, d: int, for_prediction: bool) -> None:
