@@ -369,6 +369,7 @@ def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, ad
     rows, seg = (keep, seg) if order is None else (keep[order], seg[order])  # sorted by (series = root, ts)
     keys = [code[rows], index.ts[rows]]
     taken = pl.Series(rows)
+    del keep, order, rows  # before the gathers: each is a column's worth
     bars = pl.DataFrame(
         {
             "series": pl.Series(index.roots, dtype=pl.Utf8).gather(keys[0]),

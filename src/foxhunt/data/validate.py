@@ -99,14 +99,18 @@ def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, 
         keys = [k[order] for k in keys]
     keep = ~same_as_next(keys)  # (N,) the last row read of each (instrument, ts)
     duplicates = int(len(keep) - keep.sum())
-    pos = np.arange(len(keep), dtype=np.int64) if order is None else order.astype(np.int64)
+    pos = np.arange(len(keep), dtype=np.int64) if order is None else order.astype(np.int64, copy=False)
     rows = None if duplicates == 0 else np.flatnonzero(keep)
+    del keep
     if rows is not None:
         keys, pos = [k[rows] for k in keys], pos[rows]
     group = np.cumsum(new_group(keys[:-1])) if len(pos) else pos  # (M,) instrument number, rising
+    del keys
     # Reversed, each later group (an earlier instrument) sits len(pos) lower, below everything seen before it.
     rev = (pos - (len(pos) * (group[-1] - group) if len(pos) else 0))[::-1]
+    del pos, group
     out_of_order = int((rev[1:] > np.minimum.accumulate(rev)[:-1]).sum())
+    del rev  # the index arrays go before the frame is gathered: they would add a third of it
     if order is not None and rows is not None:
         rows = order[rows]
     elif order is not None:
@@ -190,6 +194,8 @@ def check_log_target(bars: pl.DataFrame, target: str) -> None:
     if not target.startswith("log_"):
         return
     cols = OWN_PRICES if "own_close" in bars.columns else PRICES
+    if not bars.select(pl.any_horizontal((pl.col(c) <= 0).any() for c in cols)).item():
+        return  # tested column by column: no price column's worth of minima is built
     hit = bars.filter(pl.min_horizontal(*cols) <= 0)
     if hit.height:
         r = hit.row(0, named=True)
