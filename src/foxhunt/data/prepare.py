@@ -18,7 +18,7 @@ import torch
 
 from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns, future_timestamps, median_spacing_ns
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import raw_features
+from foxhunt.data.features import move_columns, raw_features
 from foxhunt.data.known import distinct, distinct_decoder_known, known_columns
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.order import run_starts, sort_keys
@@ -32,9 +32,9 @@ from foxhunt.errors import InputError
 # Code of a series not in the training vocabulary: it gets embedding row 0 and the pooled scalers (fitted on all
 # training rows). Row 0 is only trained if the trainer masks series codes; otherwise it stays at its initial value.
 UNKNOWN_SERIES = 0
-# What scaling and the row tensors read of raw_features' output (the observed inputs of every target, the target).
-FEATURE_COLUMNS = ("ts", "first", "roll", "target", "log_return", "log_range", "price_change", "price_range", "log_volume",
-                   "filled")
+# What scaling and the row tensors read of raw_features' output for every target (log_range: the seasonal profile),
+# besides the target's own move columns (features.move_columns) and, with --fill-gaps, `filled`.
+FEATURE_COLUMNS = ("ts", "first", "roll", "target", "log_range", "log_volume")
 # What raw_features reads of loaded bars that carry their contracts' own prices (bars without them: also PRICES).
 FEATURE_INPUTS = ("series", "ts", "contract", "volume", "own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap",
                   "filled")
@@ -134,7 +134,9 @@ def prepare_from_bars(
     meta = LoadedBars(bars=loaded.bars.clear(), rolls=loaded.rolls, report=loaded.report)
     del loaded
     bars = bars.select(c for c in bars.columns if c in FEATURE_INPUTS or ("own_close" not in bars.columns and c in PRICES))
-    feats = raw_features(bars, cfg.adjust, target).select(FEATURE_COLUMNS)
+    fill_gaps = transform.scalers.get("fill_gaps", False) if transform else cfg.fill_gaps
+    keep = dict.fromkeys((*FEATURE_COLUMNS, *move_columns(target), *(("filled",) if fill_gaps else ())))
+    feats = raw_features(bars, cfg.adjust, target).select(list(keep))
     del bars
     trail = None  # trailing inputs, when fitting computes them
     if transform is None:
