@@ -43,7 +43,7 @@ import numpy as np
 import polars as pl
 
 from foxhunt.data.calendar import local_ns
-from foxhunt.data.order import gather, runs_order, same_as_next, sort_keys, stable_order
+from foxhunt.data.order import gather, runs_order, same_as_next, sort_keys, stable_order, take_out
 from foxhunt.data.rolls import CONTINUOUS_RE, ContractIndex, continuous_file_rolls, pick_fronts
 from foxhunt.data.sessions import CME_EQUITY, DAY_NS, MIN_NS, session_shift
 from foxhunt.errors import InputError
@@ -368,16 +368,14 @@ def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, ad
     order = runs_order(code[keep], index.ts[keep])
     rows, seg = (keep, seg) if order is None else (keep[order], seg[order])  # sorted by (series = root, ts)
     keys = [code[rows], index.ts[rows]]
-    taken = pl.Series(rows)
-    del keep, order, rows  # before the gathers: each is a column's worth
+    del keep, order  # before the gathers: each is a column's worth
     bars = pl.DataFrame(
         {
             "series": pl.Series(index.roots, dtype=pl.Utf8).gather(keys[0]),
             "ts": pl.Series(keys[1]).cast(pl.Datetime("ns", "UTC")),
-            # One column at a time, each dropped from `fut` once gathered: polars reuses its memory for the next.
-            **{c: fut.drop_in_place(c).gather(taken) for c in (*PRICES, "volume", "symbol")},
         }
-    )
+    ).hstack(take_out(fut, rows, [*PRICES, "volume", "symbol"]))  # out of fut: polars reuses its memory
+    del rows
     return _adjust(bars, keys[0] * SEG_SPAN + seg, rolls, index.codes_of(rolls.get_column("series")), adjust), keys
 
 

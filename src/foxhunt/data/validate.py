@@ -23,7 +23,7 @@ import logging
 import numpy as np
 import polars as pl
 
-from foxhunt.data.order import gather, new_group, same_as_next, sort_keys, stable_order
+from foxhunt.data.order import gather, new_group, same_as_next, sort_keys, stable_order, take_out
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -116,8 +116,7 @@ def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, 
     elif order is not None:
         rows = order
     if rows is not None and consume:
-        taken = pl.Series(rows, dtype=pl.Int64)
-        return pl.DataFrame([df.drop_in_place(c).gather(taken) for c in df.columns]), duplicates, out_of_order
+        return take_out(df, rows), duplicates, out_of_order
     return gather(df, rows), duplicates, out_of_order
 
 
