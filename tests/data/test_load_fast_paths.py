@@ -13,7 +13,7 @@ import pytest
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import SEG_SPAN, _per_bar, _sorted_last, parse_futures, trade_date
 from foxhunt.data.load import _grouped_summary, _series_summary, bar_interval, load_raw, spacing_ns
-from foxhunt.data.order import new_group, run_starts, sort_keys, stable_order
+from foxhunt.data.order import combined, new_group, run_starts, sort_keys, stable_order
 from foxhunt.data.prepare import _series_index
 from foxhunt.data.read import RAW_SCHEMA, read_bars
 from foxhunt.data.sessions import closed_share
@@ -186,3 +186,12 @@ def test_series_summary_and_index_from_runs_match_the_grouped_ones():
     split = bars[[0, 3, 1]]  # ES in two runs: ranked bar by bar
     assert _series_summary(split) == _grouped_summary(split)
     assert _series_index(split).tolist() == [0, 1, 0]
+
+
+def test_combined_keys_sort_and_group_like_the_keys():
+    df = _messy()
+    keys = sort_keys(df, (*INSTRUMENT, "ts"))  # with a null flag: four keys
+    two = combined(keys)
+    assert len(keys) == 4 and len(two) == 2
+    np.testing.assert_array_equal(stable_order(two), stable_order(keys))
+    np.testing.assert_array_equal(new_group(two[:-1]), new_group(keys[:-1]))

@@ -33,6 +33,23 @@ def sort_keys(df: pl.DataFrame, columns: tuple[str, ...]) -> list[np.ndarray]:
     return keys
 
 
+def combined(keys: list[np.ndarray]) -> list[np.ndarray]:
+    """`keys` (most significant first) with all but the last folded into one int64 key of the same order (each key's
+    offset from its minimum, in mixed radix), where their ranges allow: a sort by (symbol rank, instrument, ts) is
+    then a sort by two keys, with a third less index memory. The same rows compare equal as before."""
+    if len(keys) < 3 or not len(keys[0]):
+        return keys
+    code, size = np.zeros(len(keys[0]), dtype=np.int64), 1
+    for k in keys[:-1]:
+        lo, span = int(k.min()), int(k.max()) - int(k.min()) + 1
+        size *= span
+        if size >= 1 << 62:
+            return keys
+        code *= span
+        code += k - lo
+    return [code, keys[-1]]
+
+
 def stable_order(keys: list[np.ndarray]) -> np.ndarray | None:
     """(N,) the stable permutation sorting rows by `keys` (most significant first); None when they are sorted."""
     if not keys or len(keys[0]) < 2 or is_sorted(keys):

@@ -23,7 +23,7 @@ import logging
 import numpy as np
 import polars as pl
 
-from foxhunt.data.order import gather, new_group, same_as_next, sort_keys, stable_order, take_out
+from foxhunt.data.order import combined, gather, new_group, same_as_next, sort_keys, stable_order, take_out
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -93,7 +93,7 @@ def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, 
     later row in sorted order was read earlier: its read position exceeds the minimum over the rest of its
     instrument's rows (a reversed running minimum, kept inside each instrument by offsetting groups).
     """
-    keys = sort_keys(df, (*INSTRUMENT, "ts"))
+    keys = combined(sort_keys(df, (*INSTRUMENT, "ts")))  # [instrument, ts]
     order = stable_order(keys)
     if order is not None:
         keys = [k[order] for k in keys]
