@@ -220,8 +220,12 @@ def build_series(
             for c in ("root", "expiry", "trade_date"):  # read through the index from here on
                 fut.drop_in_place(c)
             front, roll_df = _front_and_rolls(fut, roll_confirm, index)
-            bars, keys = _apply_front(fut, front, roll_df, adjust, index)  # takes fut's columns out
-            del index, fut
+            rows, seg = _front_rows(front, index)
+            keys = [index.code[rows], index.ts[rows]]  # the output's sort keys: (series code, ts)
+            roots, roll_code = index.roots, index.codes_of(roll_df.get_column("series"))
+            del index  # a column's worth per array, gone before the bars are gathered
+            bars = _front_bars(fut, rows, seg, keys, roots, roll_df, roll_code, adjust)  # takes fut's columns out
+            del fut, rows, seg
             parts.append(bars)
             roll_frames.append(roll_df)
         cont = df.filter(is_cont) if len(continuous) and n_fut < height else empty
@@ -339,14 +343,11 @@ def _priced(rolls: pl.DataFrame) -> pl.DataFrame:
     ).sort("series", "seg")
 
 
-def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, adjust: str, index: ContractIndex
-                 ) -> tuple[pl.DataFrame, list[np.ndarray]]:
-    """Keep each trade date's front-contract bars, numbered by segment, sorted by (series, ts), and back-adjust them.
-    Also returns the output's sort keys (series code, ts) so that they need not be taken again from the strings.
+def _front_rows(front: pl.DataFrame, index: ContractIndex) -> tuple[np.ndarray, np.ndarray]:
+    """(M,) the rows of each trade date's front-contract bars, sorted by (series = root, ts), and (M,) their segment.
 
     The front of each bar's (root, trade date) is found by a binary search in the small front table: a join of
-    millions of bars on (root, date) costs several times more. `fut`'s columns are taken out of it (and freed) as
-    they are gathered into the output.
+    millions of bars on (root, date) costs several times more.
     """
     code, day = index.code, index.day
     table = front.filter(pl.col("root").is_in(pl.Series(index.roots).implode()))
@@ -366,17 +367,20 @@ def _apply_front(fut: pl.DataFrame, front: pl.DataFrame, rolls: pl.DataFrame, ad
     keep = np.repeat(starts[take] - (np.cumsum(lens) - lens), lens) + np.arange(lens.sum())  # (M,) their rows
     seg = np.repeat(table.get_column("seg").to_numpy()[at[take]], lens)  # (M,)
     order = runs_order(code[keep], index.ts[keep])
-    rows, seg = (keep, seg) if order is None else (keep[order], seg[order])  # sorted by (series = root, ts)
-    keys = [code[rows], index.ts[rows]]
-    del keep, order  # before the gathers: each is a column's worth
+    return (keep, seg) if order is None else (keep[order], seg[order])
+
+
+def _front_bars(fut: pl.DataFrame, rows: np.ndarray, seg: np.ndarray, keys: list[np.ndarray], roots: list[str],
+                rolls: pl.DataFrame, roll_code: np.ndarray, adjust: str) -> pl.DataFrame:
+    """The bars `rows` of `fut` (see `_front_rows`; `keys` their series code and ts, `roots` the names of the codes),
+    back-adjusted; `fut`'s columns are taken out of it (and freed) as they are gathered into the output."""
     bars = pl.DataFrame(
         {
-            "series": pl.Series(index.roots, dtype=pl.Utf8).gather(keys[0]),
+            "series": pl.Series(roots, dtype=pl.Utf8).gather(keys[0]),
             "ts": pl.Series(keys[1]).cast(pl.Datetime("ns", "UTC")),
         }
     ).hstack(take_out(fut, rows, [*PRICES, "volume", "symbol"]))  # out of fut: polars reuses its memory
-    del rows
-    return _adjust(bars, keys[0] * SEG_SPAN + seg, rolls, index.codes_of(rolls.get_column("series")), adjust), keys
+    return _adjust(bars, keys[0] * SEG_SPAN + seg, rolls, roll_code, adjust)
 
 
 def _adjust(bars: pl.DataFrame, bar_key: np.ndarray, rolls: pl.DataFrame, roll_code: np.ndarray, adjust: str
