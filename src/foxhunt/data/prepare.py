@@ -136,7 +136,7 @@ def prepare_from_bars(
     bars = bars.select(c for c in bars.columns if c in FEATURE_INPUTS or ("own_close" not in bars.columns and c in PRICES))
     fill_gaps = transform.scalers.get("fill_gaps", False) if transform else cfg.fill_gaps
     keep = dict.fromkeys((*FEATURE_COLUMNS, *move_columns(target), *(("filled",) if fill_gaps else ())))
-    feats = raw_features(bars, cfg.adjust, target).select(list(keep))
+    feats = raw_features(bars, cfg.adjust, target, columns=keep).select(list(keep))
     del bars
     trail = None  # trailing inputs, when fitting computes them
     if transform is None:
