@@ -164,6 +164,9 @@ def test_trade_dates_and_closed_share_match_polars_time_zones_across_dst():
     )
     want_share = bars.select(closed.mean()).item()
     assert closed_share(bars, CT) == pytest.approx(want_share, abs=0) and 0 < want_share < 1
+    with pytest.MonkeyPatch.context() as mp:  # in slices of 7 bars: the same share
+        mp.setattr("foxhunt.data.sessions.CLOSED_CHUNK", 7)
+        assert closed_share(bars, CT) == pytest.approx(want_share, abs=0)
 
 
 def test_run_starts_equal_the_groups_of_ranked_keys():
@@ -191,7 +194,7 @@ def test_series_summary_and_index_from_runs_match_the_grouped_ones():
 def test_combined_keys_sort_and_group_like_the_keys():
     df = _messy()
     keys = sort_keys(df, (*INSTRUMENT, "ts"))  # with a null flag: four keys
-    two = combined(keys)
+    two = combined(list(keys))
     assert len(keys) == 4 and len(two) == 2
     np.testing.assert_array_equal(stable_order(two), stable_order(keys))
     np.testing.assert_array_equal(new_group(two[:-1]), new_group(keys[:-1]))

@@ -36,18 +36,19 @@ def sort_keys(df: pl.DataFrame, columns: tuple[str, ...]) -> list[np.ndarray]:
 def combined(keys: list[np.ndarray]) -> list[np.ndarray]:
     """`keys` (most significant first) with all but the last folded into one int64 key of the same order (each key's
     offset from its minimum, in mixed radix), where their ranges allow: a sort by (symbol rank, instrument, ts) is
-    then a sort by two keys, with a third less index memory. The same rows compare equal as before."""
+    then a sort by two keys, with a third less index memory. The same rows compare equal as before. When folded,
+    `keys` is left empty: each array is freed once folded in (pass a copy of a list you keep)."""
     if len(keys) < 3 or not len(keys[0]):
         return keys
-    code, size = np.zeros(len(keys[0]), dtype=np.int64), 1
-    for k in keys[:-1]:
-        lo, span = int(k.min()), int(k.max()) - int(k.min()) + 1
-        size *= span
-        if size >= 1 << 62:
-            return keys
+    bounds = [(int(k.min()), int(k.max()) - int(k.min()) + 1) for k in keys[:-1]]
+    if np.prod([float(span) for _, span in bounds]) >= 2.0**62:
+        return keys
+    last = keys.pop()
+    code = np.zeros(len(last), dtype=np.int64)
+    for lo, span in bounds:
         code *= span
-        code += k - lo
-    return [code, keys[-1]]
+        code += keys.pop(0) - lo
+    return [code, last]
 
 
 def stable_order(keys: list[np.ndarray]) -> np.ndarray | None:

@@ -170,8 +170,10 @@ def check_ratio_adjust(df: pl.DataFrame, files: list[str], where: pl.Expr | None
     across a negative price), naming the first such row and the `--adjust` modes that work. `df` has the read stage's
     columns (file_idx, row); `where` limits the check to the rows where it holds (the futures), without a copy of
     the others."""
-    cond = pl.min_horizontal(*PRICES) <= 0
-    hit = df.filter(cond if where is None else cond & where)
+    where = pl.lit(True) if where is None else where
+    if not df.select(pl.any_horizontal(((pl.col(c) <= 0) & where).any() for c in PRICES)).item():
+        return  # tested column by column: no price column's worth of minima is built
+    hit = df.filter((pl.min_horizontal(*PRICES) <= 0) & where)
     if hit.height:
         r = hit.row(0, named=True)
         raise InputError(
