@@ -10,10 +10,12 @@ import numpy as np
 import polars as pl
 import pytest
 
+from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import SEG_SPAN, _per_bar, _sorted_last, parse_futures, trade_date
-from foxhunt.data.load import bar_interval, spacing_ns
-from foxhunt.data.order import sort_keys, stable_order
-from foxhunt.data.read import RAW_SCHEMA
+from foxhunt.data.load import _grouped_summary, _series_summary, bar_interval, load_raw, spacing_ns
+from foxhunt.data.order import combined, new_group, run_starts, sort_keys, stable_order
+from foxhunt.data.prepare import _series_index
+from foxhunt.data.read import RAW_SCHEMA, read_bars
 from foxhunt.data.sessions import closed_share
 from foxhunt.data.validate import INSTRUMENT, clean_bars
 
@@ -60,6 +62,25 @@ def test_one_stable_sort_dedups_and_counts_like_unique_and_cum_max():
     assert got.equals(want, null_equal=True)
     assert (stats["duplicates_dropped"], stats["rows_out_of_order"]) == (duplicates, out_of_order)
     assert duplicates > 100 and out_of_order > 100  # the rows hit both cases many times
+
+
+def test_consuming_clean_bars_empties_the_input_and_gives_the_same_frame():
+    df = _messy()
+    want, want_stats = clean_bars(df, ["f.parquet"])
+    mine = df.clone()
+    got, stats = clean_bars(mine, ["f.parquet"], consume=True)
+    assert got.equals(want, null_equal=True) and stats == want_stats
+    assert mine.width == 0  # its columns were taken out as they were gathered
+
+
+def test_load_raw_consuming_its_frame_loads_the_same_bars(fixtures_dir):
+    cfg = DataConfig(paths=(str(fixtures_dir / "es_fut_ohlcv1h_databento.parquet"),))
+    raw, files = read_bars(cfg.paths)
+    want = load_raw(raw, files, cfg)
+    assert raw.width > 0  # not handed over: left as it was
+    got = load_raw(raw, files, cfg, consume=True)
+    assert raw.width == 0
+    assert got.bars.equals(want.bars, null_equal=True) and got.rolls == want.rolls and got.report == want.report
 
 
 def test_dedup_and_out_of_order_by_hand():
@@ -143,3 +164,37 @@ def test_trade_dates_and_closed_share_match_polars_time_zones_across_dst():
     )
     want_share = bars.select(closed.mean()).item()
     assert closed_share(bars, CT) == pytest.approx(want_share, abs=0) and 0 < want_share < 1
+    with pytest.MonkeyPatch.context() as mp:  # in slices of 7 bars: the same share
+        mp.setattr("foxhunt.data.sessions.CLOSED_CHUNK", 7)
+        assert closed_share(bars, CT) == pytest.approx(want_share, abs=0)
+
+
+def test_run_starts_equal_the_groups_of_ranked_keys():
+    df = _messy().sort(*INSTRUMENT)  # runs of one symbol, with null instrument ids
+    want = new_group(sort_keys(df, INSTRUMENT))
+    np.testing.assert_array_equal(run_starts(df, INSTRUMENT), want)
+    assert run_starts(df.head(0), INSTRUMENT).shape == (0,)
+
+
+def test_series_summary_and_index_from_runs_match_the_grouped_ones():
+    bars = pl.DataFrame(
+        {
+            "series": ["ES", "ES", "ES", "NQ", "NQ", "CL"],
+            "ts": [T0 + dt.timedelta(minutes=m) for m in (0, 1, 2, 0, 5, 3)],
+            "contract": ["ESH4", "ESM4", "ESH4", "NQH4", None, "CLF5"],
+        }
+    )
+    assert _series_summary(bars) == _grouped_summary(bars)
+    assert _series_index(bars).tolist() == [1, 1, 1, 2, 2, 0]
+    split = bars[[0, 3, 1]]  # ES in two runs: ranked bar by bar
+    assert _series_summary(split) == _grouped_summary(split)
+    assert _series_index(split).tolist() == [0, 1, 0]
+
+
+def test_combined_keys_sort_and_group_like_the_keys():
+    df = _messy()
+    keys = sort_keys(df, (*INSTRUMENT, "ts"))  # with a null flag: four keys
+    two = combined(list(keys))
+    assert len(keys) == 4 and len(two) == 2
+    np.testing.assert_array_equal(stable_order(two), stable_order(keys))
+    np.testing.assert_array_equal(new_group(two[:-1]), new_group(keys[:-1]))

@@ -153,3 +153,13 @@ def test_split_assignment_and_purging() -> None:
     open_end = assign_splits(first, last, 10, None)
     assert open_end.ids["val"].tolist() == [3, 4, 5, 6, 7, 8] and open_end.ids["test"].tolist() == []
     assert open_end.purged == {"train": 1, "val": 0}
+
+
+
+def test_off_grid_counts_the_same_in_chunks() -> None:
+    w = make_windowed([40, 25, 31])
+    on = torch.arange(1, len(w.ts_ns), 3)  # these rows sit on the grid step before them (known_ts[r - 1])
+    w.ts_ns[on] = w.known_ts[on - 1]
+    want = sum(int(w.ts_ns[o + D] != w.known_ts[o + D - 1]) for o in (w.starts + E - 1).tolist())
+    assert 0 < want < w.n_windows
+    assert w.off_grid(chunk=7) == w.off_grid() == want

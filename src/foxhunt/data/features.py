@@ -6,6 +6,8 @@ training split) happens later, in `scaling.py`.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import polars as pl
 
 # Observed continuous inputs in batch column order. `log_vol` (trailing volatility) is added by scaling.py because
@@ -34,9 +36,10 @@ def move_columns(target: str) -> tuple[str, str]:
     return ("price_change", "price_range") if target == "price_change" else ("log_return", "log_range")
 
 
-def raw_features(bars: pl.DataFrame, adjust: str, target: str) -> pl.DataFrame:
+def raw_features(bars: pl.DataFrame, adjust: str, target: str, columns: Collection[str] | None = None) -> pl.DataFrame:
     """`bars` plus Float64 columns log_return, log_range, price_change, price_range, log_volume, roll, target and a
-    Boolean `first`.
+    Boolean `first`. `columns`: of log_return, log_range, price_change, price_range, log_volume and filled, compute
+    only these (None: all; the target's own column always); a column that is never read takes no memory.
 
     - log_return = ln(close_t / close_{t-1}) within a series; 0 on the series' first bar (`first`, never read).
     - A bar whose `contract` differs from the previous bar's is a roll bar (`roll` = 1).
@@ -71,12 +74,16 @@ def raw_features(bars: pl.DataFrame, adjust: str, target: str) -> pl.DataFrame:
         ret = (pl.col("close") / pl.col("close").shift(1)).log()
         change = pl.col("close") - pl.col("close").shift(1)
         zero_ret = zero_change = pl.col("first") | ((pl.col("roll") > 0) & pl.lit(adjust == "none"))
-    out = out.with_columns(
+    features = [
         pl.when(zero_ret).then(0.0).otherwise(ret).alias("log_return"),
         (high / low).log().alias("log_range"),
         pl.when(zero_change).then(0.0).otherwise(change).alias("price_change"),
         (high - low).alias("price_range"),
         pl.col("volume").cast(pl.Float64).log1p().alias("log_volume"),
         (pl.col("filled").cast(pl.Float64) if "filled" in bars.columns else pl.lit(0.0)).alias("filled"),
-    )
+    ]
+    if columns is not None:
+        wanted = {*columns, target}
+        features = [f for f in features if f.meta.output_name() in wanted]
+    out = out.with_columns(features)
     return out.with_columns(pl.col(target).alias("target"))

@@ -15,7 +15,7 @@ import polars as pl
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import build_series, drop_spreads, parse_futures, resolve_symbols
 from foxhunt.data.fill import fill_gaps
-from foxhunt.data.order import new_group, sort_keys
+from foxhunt.data.order import run_starts
 from foxhunt.data.read import read_bars
 from foxhunt.data.rolls import FRONT_MISSING, INSTRUMENT_CHANGE, VOLUME
 from foxhunt.data.sessions import check_session_grid
@@ -75,28 +75,38 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     """
     raw, files = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
                            since=cfg.since, until=cfg.until)
-    return load_raw(raw, files, cfg, grid_step_ns)
+    return load_raw(raw, files, cfg, grid_step_ns, consume=True)
 
 
-def load_raw(raw: pl.DataFrame, files: list[dict], cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
+def load_raw(
+    raw: pl.DataFrame, files: list[dict], cfg: DataConfig, grid_step_ns: int | None = None, *, consume: bool = False
+) -> LoadedBars:
     """`load_bars` after reading: `raw` and `files` as `read.read_bars` returns them (or `read.read_frame` for a
-    frame in memory), so that bars that never touch a file load exactly as a file's would."""
+    frame in memory), so that bars that never touch a file load exactly as a file's would.
+
+    `consume=True` hands `raw` over: its columns are dropped from it in place once the first stage has read them,
+    so that the caller's reference does not keep the file's bars alive beside every later stage's output (2M bars:
+    175 MB); `raw` is then left without columns. `load_bars` reads its own frame and consumes it.
+    """
     paths = [f["path"] for f in files]
     rows_read = raw.height
     df, _ = resolve_symbols(raw)
+    if consume:
+        for c in raw.columns:
+            raw.drop_in_place(c)
     del raw  # each stage's input is dropped as soon as its output exists: one copy of the bars at a time
     df, spread_rows, spread_symbols = drop_spreads(df)
     if df.height == 0:
         raise InputError(
             f"{paths[0]}: no outright bars left after dropping {spread_rows} spread rows; pass files with outright contracts"
         )
-    df, stats = clean_bars(df, paths)
+    df, stats = clean_bars(df, paths, consume=True)  # df is this function's own frame
     df, stubs = merge_sunday_stubs(df)
     df = parse_futures(df, cfg.exchange_tz)
     step = spacing_ns(df)
     grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step)
     if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
-        check_ratio_adjust(df.filter(pl.col("root").is_not_null()), paths)
+        check_ratio_adjust(df, paths, where=pl.col("root").is_not_null())
     # Row locators and ids are read by the checks above only: drop them before the series take memory of their own.
     df = df.drop("file_idx", "row", "instrument_id", "rtype", "by_instrument")
     bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm)
@@ -131,7 +141,7 @@ def spacing_ns(df: pl.DataFrame) -> float | None:
 
     `df` is sorted by instrument and ts (clean_bars), so a gap is a difference of neighbouring rows of one instrument.
     """
-    first = new_group(sort_keys(df, INSTRUMENT))  # (N,) the first row of each instrument
+    first = run_starts(df, INSTRUMENT)  # (N,) the first row of each instrument
     gaps = np.diff(df.get_column("ts").dt.epoch("ns").to_numpy())[~first[1:]]
     return float(np.median(gaps)) if len(gaps) else None
 
@@ -154,6 +164,33 @@ def bar_interval(step_ns: float | None) -> str:
 
 
 def _series_summary(bars: pl.DataFrame) -> dict:
+    """{series: {rows, start, end, contracts}}, series in order of their first bar, contracts in order of theirs."""
+    starts = np.flatnonzero(run_starts(bars, ("series",)))  # (S,) bars come sorted by series: one run each
+    names = bars.get_column("series").gather(starts).to_list()
+    if len(set(names)) < len(names):  # a series in several runs (bars built by hand): group them
+        return _grouped_summary(bars)
+    ts = bars.get_column("ts").dt.epoch("ns").to_numpy()
+    bounds = (
+        pl.Series(np.concatenate([np.minimum.reduceat(ts, starts), np.maximum.reduceat(ts, starts)]) if len(ts) else ts)
+        .cast(pl.Datetime("ns", "UTC"))
+        .to_list()
+    )
+    at = np.flatnonzero(run_starts(bars, ("series", "contract")))  # (R,) runs of one contract, a few per roll
+    contracts: dict[str, list] = {n: [] for n in names}
+    for name, contract in zip(
+        bars.get_column("series").gather(at).to_list(), bars.get_column("contract").gather(at).to_list(), strict=True
+    ):
+        if contract not in contracts[name]:
+            contracts[name].append(contract)
+    rows = np.diff(np.append(starts, len(ts))).tolist()
+    s = len(names)
+    return {
+        n: {"rows": rows[i], "start": bounds[i].isoformat(), "end": bounds[s + i].isoformat(), "contracts": contracts[n]}
+        for i, n in enumerate(names)
+    }
+
+
+def _grouped_summary(bars: pl.DataFrame) -> dict:
     rows = (
         bars.group_by("series", maintain_order=True)
         .agg(

@@ -18,10 +18,10 @@ import torch
 
 from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns, future_timestamps, median_spacing_ns
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import raw_features
+from foxhunt.data.features import move_columns, raw_features
 from foxhunt.data.known import distinct, distinct_decoder_known, known_columns
 from foxhunt.data.load import LoadedBars, load_bars
-from foxhunt.data.order import sort_keys
+from foxhunt.data.order import run_starts, sort_keys
 from foxhunt.data.scaling import apply_scalers, fit_and_trail, observed_names, standardize
 from foxhunt.data.schema import Feature, FeatureSchema, Kind, Role
 from foxhunt.data.summary import EPOCH, data_summary, iso
@@ -32,6 +32,13 @@ from foxhunt.errors import InputError
 # Code of a series not in the training vocabulary: it gets embedding row 0 and the pooled scalers (fitted on all
 # training rows). Row 0 is only trained if the trainer masks series codes; otherwise it stays at its initial value.
 UNKNOWN_SERIES = 0
+# What scaling and the row tensors read of raw_features' output for every target (log_range: the seasonal profile),
+# besides the target's own move columns (features.move_columns) and, with --fill-gaps, `filled`.
+FEATURE_COLUMNS = ("ts", "first", "roll", "target", "log_range", "log_volume")
+# What raw_features reads of loaded bars that carry their contracts' own prices (bars without them: also PRICES).
+FEATURE_INPUTS = ("series", "ts", "contract", "volume", "own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap",
+                  "filled")
+PRICES = ("high", "low", "close")
 CAL_CHUNK_ROWS = 1 << 18  # rows whose calendar inputs are computed at a time (float64: 2 MiB a column)
 
 
@@ -122,7 +129,15 @@ def prepare_from_bars(
 
     target = transform.target if transform else cfg.target
     scaling = transform.scaling if transform else cfg.scaling
-    feats = raw_features(bars, cfg.adjust, target)
+    # Only what features read goes on, then only the feature columns: the bars (and the caller's, when this holds
+    # the last reference, as in prepare_data) are dropped before features, scalers and row tensors take memory.
+    meta = LoadedBars(bars=loaded.bars.clear(), rolls=loaded.rolls, report=loaded.report)
+    del loaded
+    bars = bars.select(c for c in bars.columns if c in FEATURE_INPUTS or ("own_close" not in bars.columns and c in PRICES))
+    fill_gaps = transform.scalers.get("fill_gaps", False) if transform else cfg.fill_gaps
+    keep = dict.fromkeys((*FEATURE_COLUMNS, *move_columns(target), *(("filled",) if fill_gaps else ())))
+    feats = raw_features(bars, cfg.adjust, target, columns=keep).select(list(keep))
+    del bars
     trail = None  # trailing inputs, when fitting computes them
     if transform is None:
         train_mask = (ts_ns < cuts[0]) & (ts_ns >= _train_start(cfg))
@@ -165,10 +180,7 @@ def prepare_from_bars(
         "real": np.ones(len(ts_ns), dtype=bool),
     }
     roll_bars = int(feats["roll"].sum())
-    # The bars and features are not read past here: drop them (and the caller's bars, when this holds the last
-    # reference) before the row tensors are built, so that the two never take memory at the same time.
-    meta = LoadedBars(bars=loaded.bars.clear(), rolls=loaded.rolls, report=loaded.report)
-    del loaded, bars, feats
+    del feats  # not read past here: gone before the row tensors are built
     step = transform.bar_spacing_ns or spacing  # the model's bar interval: the same grid in training and prediction
     if for_prediction:
         rows = _extend(
@@ -205,7 +217,7 @@ def prepare_from_bars(
 def _sorted(bars: pl.DataFrame) -> tuple[pl.DataFrame, list[str], np.ndarray, np.ndarray]:
     """Bars sorted by (series, ts) (sorted only if they are not already), the series names in that order, each
     row's index into the names (N,) and its timestamp in ns (N,)."""
-    sidx = sort_keys(bars, ("series",))[0].copy()  # (N,) 0..S-1 in sorted name order (writable: a tensor shares it)
+    sidx = _series_index(bars)  # (N,) 0..S-1 in sorted name order (writable: a tensor shares it)
     ts_ns = bars["ts"].dt.epoch("ns").to_numpy()
     ds, dt = np.diff(sidx), np.diff(ts_ns)
     if not np.all((ds > 0) | ((ds == 0) & (dt >= 0))):
@@ -213,6 +225,17 @@ def _sorted(bars: pl.DataFrame) -> tuple[pl.DataFrame, list[str], np.ndarray, np
         bars, sidx, ts_ns = bars.select(pl.all().gather(order)), sidx[order], ts_ns[order]
     names = sorted(bars["series"].unique().to_list())
     return bars, names, sidx, ts_ns
+
+
+def _series_index(bars: pl.DataFrame) -> np.ndarray:
+    """(N,) int64 rank of each bar's series among the sorted names. Loaded bars come sorted by series, one run each:
+    the few run names are ranked and repeated, where ranking every bar's name would cast millions of strings."""
+    starts = np.flatnonzero(run_starts(bars, ("series",)))  # (R,)
+    run_names = bars.get_column("series").gather(starts).to_list()
+    if len(set(run_names)) < len(run_names) or None in run_names:  # not one run per series: rank every bar
+        return sort_keys(bars, ("series",))[0].copy()
+    rank = {n: i for i, n in enumerate(sorted(run_names))}
+    return np.repeat(np.array([rank[n] for n in run_names], dtype=np.int64), np.diff(np.append(starts, bars.height)))
 
 
 def _check_length(names: list[str], lengths: np.ndarray, e: int, d: int, for_prediction: bool) -> None:

@@ -505,7 +505,7 @@ def _normalise(
     for c in VALUE_COLS:
         out[c] = _numeric(frame.get_column(found[c]), path, found[c], fixed_point=databento and c in PRICE_COLS)
     if found["symbol"] is not None:
-        out["symbol"] = frame.get_column(found["symbol"]).cast(pl.Utf8).str.strip_chars()
+        out["symbol"] = _stripped(frame.get_column(found["symbol"]).cast(pl.Utf8))
         missing = out["symbol"].is_null() | (out["symbol"] == "")
         if found["instrument_id"] is None and missing.any():
             i = int(missing.arg_max())
@@ -527,6 +527,15 @@ def _normalise(
             else pl.Series([None] * frame.height, dtype=pl.Int64)
         )
     return pl.DataFrame({k: v.alias(k) for k, v in out.items()}), kind
+
+
+def _stripped(symbol: pl.Series) -> pl.Series:
+    """`symbol` without surrounding whitespace; the column itself (no copy) when none of its few distinct values has
+    any, as in every vendor file seen so far."""
+    distinct = symbol.unique()
+    if distinct.str.strip_chars().equals(distinct):
+        return symbol
+    return symbol.str.strip_chars()
 
 
 def _parse_time(

@@ -84,6 +84,9 @@ def session_shift(root: pl.Expr) -> pl.Expr:
     return _per_root(root, "shift_min")
 
 
+CLOSED_CHUNK = 1 << 18  # bars whose exchange time closed_share takes at a time
+
+
 def closed_share(df: pl.DataFrame, exchange_tz: str) -> float:
     """Share of bars stamped strictly inside a closed period of their root's session: the daily halt or the weekend.
 
@@ -102,14 +105,20 @@ def closed_share(df: pl.DataFrame, exchange_tz: str) -> float:
     # (N,) index into `distinct`, then the default session for a bar with neither root nor symbol
     code = names.cast(pl.Enum(distinct.to_list())).to_physical().fill_null(len(distinct)).to_numpy()
     table = [*map(session_for, distinct.to_list()), CME_EQUITY]
-    open_ = np.array([t.open_min for t in table], dtype=np.int64)[code]  # (N,)
-    close = np.array([t.close_min for t in table], dtype=np.int64)[code]
-    wall = local_ns(df.get_column("ts").dt.epoch("ns").to_numpy(), exchange_tz)  # (N,) naive exchange time
-    minute = (wall % DAY_NS) // MIN_NS
-    weekday = (wall // DAY_NS + 3) % 7 + 1  # 1970-01-01 was a Thursday; Monday 1 .. Sunday 7, as polars counts
-    halt = (minute > close) & (minute < open_)
-    weekend = (weekday == 6) | ((weekday == 5) & (minute > close)) | ((weekday == 7) & (minute < open_))
-    return float(np.mean(halt | weekend))
+    opens = np.array([t.open_min for t in table], dtype=np.int64)
+    closes = np.array([t.close_min for t in table], dtype=np.int64)
+    ts = df.get_column("ts").dt.epoch("ns").to_numpy()
+    closed = 0
+    for lo in range(0, len(ts), CLOSED_CHUNK):  # in slices: the int64 temporaries of all bars would take 100 MB
+        sl = slice(lo, lo + CLOSED_CHUNK)
+        open_, close = opens[code[sl]], closes[code[sl]]  # (C,)
+        wall = local_ns(ts[sl], exchange_tz)  # (C,) naive exchange time
+        minute = (wall % DAY_NS) // MIN_NS
+        weekday = (wall // DAY_NS + 3) % 7 + 1  # 1970-01-01 was a Thursday; Monday 1 .. Sunday 7, as polars counts
+        halt = (minute > close) & (minute < open_)
+        weekend = (weekday == 6) | ((weekday == 5) & (minute > close)) | ((weekday == 7) & (minute < open_))
+        closed += int(np.count_nonzero(halt | weekend))
+    return float(np.float64(closed) / len(ts))  # as np.mean of the flags: their exact count over N
 
 
 CLOSED_LIMIT = 0.01  # bars strictly inside closed periods above this share: the timestamps are shifted

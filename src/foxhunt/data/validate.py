@@ -23,7 +23,7 @@ import logging
 import numpy as np
 import polars as pl
 
-from foxhunt.data.order import gather, new_group, same_as_next, sort_keys, stable_order
+from foxhunt.data.order import combined, gather, new_group, same_as_next, sort_keys, stable_order, take_out
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -36,27 +36,29 @@ RTYPE_OHLCV_1D = 35
 SUNDAY = 7  # polars weekday: Monday = 1
 
 
-def clean_bars(df: pl.DataFrame, files: list[str]) -> tuple[pl.DataFrame, dict]:
+def clean_bars(df: pl.DataFrame, files: list[str], consume: bool = False) -> tuple[pl.DataFrame, dict]:
     """Drop bad/duplicate rows, check prices, sort by (symbol, instrument_id, ts).
 
     `df` has the read stage's columns (file_idx and row locate a row for messages; `files` maps file_idx to a path).
     Returns (clean frame, {nan_rows_dropped, inconsistent_rows_dropped, duplicates_dropped, rows_out_of_order});
-    nan_rows_dropped counts every missing or non-finite (NaN, inf) row.
+    nan_rows_dropped counts every missing or non-finite (NaN, inf) row. `consume=True`: when the rows must be
+    reordered, `df`'s columns are dropped from it one by one as they are gathered (the input and the sorted copy
+    never both take memory); the caller must not read `df` afterwards.
     """
     n = df.height
     nonfinite = pl.any_horizontal(*[~pl.col(c).is_finite().fill_null(False) for c in VALUES])
     inconsistent = ~nonfinite & (
         (pl.col("high") < pl.max_horizontal("open", "close")) | (pl.col("low") > pl.min_horizontal("open", "close"))
     )
-    df = df.with_columns(_nonfinite=nonfinite, _inconsistent=inconsistent)
-    n_nonfinite, n_inconsistent = df.select(pl.col("_nonfinite").sum(), pl.col("_inconsistent").sum()).row(0)
+    # Counted without adding the masks to the frame: a clean file (the usual case) is then never copied.
+    n_nonfinite, n_inconsistent = df.select(nonfinite.sum().alias("n"), inconsistent.sum().alias("i")).row(0)
     if n_nonfinite + n_inconsistent > MAX_BAD_FRACTION * n:
         if n_nonfinite >= n_inconsistent:
-            first = df.filter("_nonfinite").row(0, named=True)
+            first = df.filter(nonfinite).row(0, named=True)
             problem = f"{n_nonfinite} of {n} rows ({100 * n_nonfinite / n:.1f}%) have a missing or non-finite price"
             problem += " or volume (NaN, inf)"
         else:
-            first = df.filter("_inconsistent").row(0, named=True)
+            first = df.filter(inconsistent).row(0, named=True)
             problem = f"{_inconsistent(first)}; {n_inconsistent} of {n} rows ({100 * n_inconsistent / n:.1f}%) have"
             problem += " OHLC prices that contradict each other"
         others = f" ({n_nonfinite + n_inconsistent} bad rows in all)" if n_nonfinite and n_inconsistent else ""
@@ -69,10 +71,10 @@ def clean_bars(df: pl.DataFrame, files: list[str]) -> tuple[pl.DataFrame, dict]:
             n_nonfinite,
             n_inconsistent,
         )
-    df = df.filter(~pl.col("_nonfinite") & ~pl.col("_inconsistent")).drop("_nonfinite", "_inconsistent")
+        df = df.filter(~nonfinite & ~inconsistent)
     _check(df, pl.col("volume") < 0, files, lambda r: f"volume {r['volume']} is negative")
 
-    df, duplicates, out_of_order = _sort_dedup(df)
+    df, duplicates, out_of_order = _sort_dedup(df, consume)
     if duplicates or out_of_order:
         log.info("dropped %d duplicate rows; sorted %d rows that were out of order", duplicates, out_of_order)
     return df, {
@@ -83,7 +85,7 @@ def clean_bars(df: pl.DataFrame, files: list[str]) -> tuple[pl.DataFrame, dict]:
     }
 
 
-def _sort_dedup(df: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
+def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, int, int]:
     """(df sorted by instrument and ts without duplicates, duplicates dropped, rows out of order).
 
     One stable sort: the rows of one (instrument, ts) stay in the order they were read and the last of them is kept.
@@ -91,24 +93,30 @@ def _sort_dedup(df: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
     later row in sorted order was read earlier: its read position exceeds the minimum over the rest of its
     instrument's rows (a reversed running minimum, kept inside each instrument by offsetting groups).
     """
-    keys = sort_keys(df, (*INSTRUMENT, "ts"))
+    keys = combined(sort_keys(df, (*INSTRUMENT, "ts")))  # [instrument, ts]
     order = stable_order(keys)
     if order is not None:
         keys = [k[order] for k in keys]
     keep = ~same_as_next(keys)  # (N,) the last row read of each (instrument, ts)
     duplicates = int(len(keep) - keep.sum())
-    pos = np.arange(len(keep), dtype=np.int64) if order is None else order.astype(np.int64)
+    pos = np.arange(len(keep), dtype=np.int64) if order is None else order.astype(np.int64, copy=False)
     rows = None if duplicates == 0 else np.flatnonzero(keep)
+    del keep
     if rows is not None:
         keys, pos = [k[rows] for k in keys], pos[rows]
     group = np.cumsum(new_group(keys[:-1])) if len(pos) else pos  # (M,) instrument number, rising
+    del keys
     # Reversed, each later group (an earlier instrument) sits len(pos) lower, below everything seen before it.
     rev = (pos - (len(pos) * (group[-1] - group) if len(pos) else 0))[::-1]
+    del pos, group
     out_of_order = int((rev[1:] > np.minimum.accumulate(rev)[:-1]).sum())
+    del rev  # the index arrays go before the frame is gathered: they would add a third of it
     if order is not None and rows is not None:
         rows = order[rows]
     elif order is not None:
         rows = order
+    if rows is not None and consume:
+        return take_out(df, rows), duplicates, out_of_order
     return gather(df, rows), duplicates, out_of_order
 
 
@@ -157,11 +165,15 @@ def _check(df: pl.DataFrame, cond: pl.Expr, files: list[str], what) -> None:
         raise InputError(f"{_where(r, files)}: {what(r)}{extra}; fix or remove the row")
 
 
-def check_ratio_adjust(df: pl.DataFrame, files: list[str]) -> None:
+def check_ratio_adjust(df: pl.DataFrame, files: list[str], where: pl.Expr | None = None) -> None:
     """Refuse prices of zero or below in futures that will be back-adjusted by a ratio of closes (which flips signs
     across a negative price), naming the first such row and the `--adjust` modes that work. `df` has the read stage's
-    columns (file_idx, row)."""
-    hit = df.filter(pl.min_horizontal(*PRICES) <= 0)
+    columns (file_idx, row); `where` limits the check to the rows where it holds (the futures), without a copy of
+    the others."""
+    where = pl.lit(True) if where is None else where
+    if not df.select(pl.any_horizontal(((pl.col(c) <= 0) & where).any() for c in PRICES)).item():
+        return  # tested column by column: no price column's worth of minima is built
+    hit = df.filter((pl.min_horizontal(*PRICES) <= 0) & where)
     if hit.height:
         r = hit.row(0, named=True)
         raise InputError(
@@ -183,6 +195,8 @@ def check_log_target(bars: pl.DataFrame, target: str) -> None:
     if not target.startswith("log_"):
         return
     cols = OWN_PRICES if "own_close" in bars.columns else PRICES
+    if not bars.select(pl.any_horizontal((pl.col(c) <= 0).any() for c in cols)).item():
+        return  # tested column by column: no price column's worth of minima is built
     hit = bars.filter(pl.min_horizontal(*cols) <= 0)
     if hit.height:
         r = hit.row(0, named=True)
