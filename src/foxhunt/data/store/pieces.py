@@ -22,9 +22,10 @@ from foxhunt.data.contracts import FUTURES_RE, SPREAD_RE
 from foxhunt.data.read import _is_parquet, _match, _symbol_column, expand_sources
 
 PIECE_ROWS = 2_000_000  # bars per piece: a worker's memory is that of preparing this many bars in memory
-# Below this many bars the panel is prepared in memory: starting the workers (each imports torch, a few CPU seconds)
-# and the passes over each piece cost more than they save.
-MIN_ROWS = 1_000_000
+# Below this many bars (about 2 GB prepared in memory) the panel is prepared in memory: the pieced path costs about
+# twice the CPU (each worker imports torch, each piece scans every file for its symbols and is read three times
+# more from its spill; benchmarks/store_20m.py), which only the bounded memory pays for.
+MIN_ROWS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -37,24 +38,25 @@ class Piece:
 
 def plan_pieces(cfg: DataConfig, piece_rows: int = PIECE_ROWS, workers: int = 2, min_rows: int = MIN_ROWS
                 ) -> list[Piece]:
-    """Pieces of whole series in series order, each of about `piece_rows` bars or fewer, so that `workers`
-    processes get two pieces each at least; one piece when the panel cannot be read by symbol, holds one series or
+    """Pieces of whole series in series order, each of at most `piece_rows` bars (or one series), and at least one
+    per worker process (`workers`); one piece when the panel cannot be read by symbol, holds one series or
     fewer than `min_rows` bars, or with --fill-gaps (its bar grid is measured on the whole panel)."""
     counts = None if cfg.fill_gaps else _symbol_counts(cfg)
     total = sum(n for _, n in counts or ())
     if counts is None or total < min_rows:
         return [Piece((), total)]
-    piece_rows = min(piece_rows, max(1, total // (2 * max(workers, 1))))
+    piece_rows = min(piece_rows, max(1, -(-total // max(workers, 1))))
     by_key: dict[str, list[tuple[str, int]]] = {}
     for symbol, n in counts:
         by_key.setdefault(series_key(symbol, cfg.contracts), []).append((symbol, n))
     pieces, symbols, rows = [], [], 0
     for key in sorted(by_key):
-        if symbols and rows >= piece_rows:
+        more = sum(n for _, n in by_key[key])
+        if symbols and rows + more > piece_rows:
             pieces.append(Piece(tuple(symbols), rows))
             symbols, rows = [], 0
         symbols += [s for s, _ in by_key[key]]
-        rows += sum(n for _, n in by_key[key])
+        rows += more
     pieces.append(Piece(tuple(symbols), rows))
     return pieces
 
