@@ -54,9 +54,11 @@ def test_a_store_prepared_in_pieces_is_the_store_prepared_in_memory(panel, tmp_p
         assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
 
 
-def test_a_small_panel_is_prepared_in_one_piece(panel):
+def test_a_small_panel_a_bounded_read_and_fill_gaps_are_prepared_in_one_piece(panel):
     cfg = DataConfig(paths=(str(panel),))
     assert len(plan_pieces(cfg)) == 1 and len(plan_pieces(cfg, piece_rows=1, min_rows=0)) == 3
+    for other in (DataConfig(paths=(str(panel),), since="2024-02-20"), DataConfig(paths=(str(panel),), fill_gaps=True)):
+        assert len(plan_pieces(other, piece_rows=1, min_rows=0)) == 1
 
 
 def test_series_keys_group_a_root_with_its_spreads():

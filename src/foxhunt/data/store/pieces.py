@@ -40,8 +40,9 @@ def plan_pieces(cfg: DataConfig, piece_rows: int = PIECE_ROWS, workers: int = 2,
                 ) -> list[Piece]:
     """Pieces of whole series in series order, each of at most `piece_rows` bars (or one series), and at least one
     per worker process (`workers`); one piece when the panel cannot be read by symbol, holds one series or
-    fewer than `min_rows` bars, or with --fill-gaps (its bar grid is measured on the whole panel)."""
-    counts = None if cfg.fill_gaps else _symbol_counts(cfg)
+    fewer than `min_rows` bars, with --fill-gaps (its bar grid is measured on the whole panel), or with --since /
+    --until (a root without a bar in range would make its piece fail where the whole panel reads)."""
+    counts = None if cfg.fill_gaps or cfg.since or cfg.until else _symbol_counts(cfg)
     total = sum(n for _, n in counts or ())
     if counts is None or total < min_rows:
         return [Piece((), total)]
