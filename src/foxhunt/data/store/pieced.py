@@ -36,7 +36,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.features import raw_features
 from foxhunt.data.fitstats import concat
 from foxhunt.data.known import distinct, distinct_decoder_known
-from foxhunt.data.load import LoadedBars, load_raw
+from foxhunt.data.load import ROLL_REASONS, LoadedBars, load_raw
 from foxhunt.data.prepare import (
     FittedTransform,
     PreparedData,
@@ -113,6 +113,9 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     if names != sorted(set(names)):
         shutil.rmtree(tmp, ignore_errors=True)
         return None
+    for r in (r for load in loads for r in load["rolls"]):  # what load_raw logs in memory (the workers are quiet)
+        why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
+        log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why, r["gap"])
     e, d = cfg.encoder_length, cfg.horizon
     lengths = np.concatenate([r["lengths"] for r in loads])
     _check_length(names, lengths, e, d, False)
