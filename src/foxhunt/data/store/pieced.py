@@ -17,6 +17,7 @@ from the written arrays. Memory: a worker holds one piece; the parent holds the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import multiprocessing as mp
 import os
@@ -187,7 +188,7 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], part
         saved[f"split_{k}"] = _save(tmp, split_file(k), split.ids[k].astype(np.int64))
     del maps
     view = {name: np.load(tmp / entry["file"], mmap_mode="c") for name, entry in saved.items()}  # no copy
-    windows = WindowedData(
+    windows = _WrittenWindows(
         **{name: torch.from_numpy(view[name]) if name in view else None for name in WINDOW_ARRAYS},
         encoder_length=e, horizon=d, n_known_cont=view["known_cont"].shape[1], n_known_cat=0,
         series_names=tuple(names),
@@ -203,6 +204,16 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], part
     del windows, view, data
     finish(tmp, out, manifest)
     return manifest
+
+
+class _WrittenWindows(WindowedData):
+    """The written store's windows, for the summary: `off_grid` counted over slices of the window index, so that
+    the parent never holds its (W,) temporaries for the whole panel."""
+
+    def off_grid(self) -> int:
+        n, step = len(self.starts), 1 << 22
+        return sum(WindowedData.off_grid(dataclasses.replace(self, starts=self.starts[lo:lo + step]))
+                   for lo in range(0, n, step))
 
 
 def _allocate(folder: Path, name: str, shape: tuple, dtype: str | None = None) -> dict:
