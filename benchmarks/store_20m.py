@@ -14,6 +14,9 @@ second / 2 beside it), and training's peak RSS < 25% of the store's size.
 Validation runs over every validation window after the slice of an epoch, so the store is prepared with a short
 validation period (--val-fraction 0.002): the training slice, not validation, is what is measured.
 Run: python benchmarks/store_20m.py [--rows 20000000] [--max-train-batches 50] [--workdir DIR] [--keep]
+     [--workers 2] [--prepare-only] [--skip-direct]
+`foxhunt prepare` runs its series groups in worker processes (store/pieced.py): its CPU seconds include theirs,
+and its peak RSS is reported for the process alone and with its workers ("+workers").
 The machine may be shared: wall times then include waiting for the CPU; CPU seconds do not.
 """
 
@@ -70,9 +73,31 @@ def write_daily_panel(folder: Path, rows: int) -> int:
 # --- the measured child -----------------------------------------------------------------------------------------
 
 
-def _status() -> dict[str, float]:
-    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+def _status(pid: str = "self") -> dict[str, float]:
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
     return {k: int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM", "RssAnon", "RssFile")}
+
+
+def _children(pid: str = "self") -> list[str]:
+    """The pids of every live descendant of `pid` (prepare's worker processes)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            out += task.read_text().split()
+        except OSError:
+            continue
+    return out + [d for c in out for d in _children(c)]
+
+
+def _tree_rss() -> float:
+    """VmRSS of this process and its descendants together (MiB)."""
+    total = 0.0
+    for pid in ["self", *_children()]:
+        try:
+            total += _status(pid)["VmRSS"]
+        except (OSError, KeyError):  # a worker that just ended
+            continue
+    return total
 
 
 def child(args: list[str]) -> None:
@@ -82,12 +107,12 @@ def child(args: list[str]) -> None:
 
     from foxhunt.cli import main
 
-    peaks = {"RssAnon": 0.0, "RssFile": 0.0, "VmRSS": 0.0}
+    peaks = {"RssAnon": 0.0, "RssFile": 0.0, "VmRSS": 0.0, "tree": 0.0}
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.02):
-            now = _status()
+            now = {**_status(), "tree": _tree_rss()}
             for k in peaks:
                 peaks[k] = max(peaks[k], now[k])
 
@@ -95,14 +120,18 @@ def child(args: list[str]) -> None:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     t0, c0 = time.perf_counter(), time.process_time()
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     code = main(args)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # prepare's workers, joined by now
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0 + (kids.ru_utime + kids.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
     done.set()
     sampler.join()
     end = _status()
     print(json.dumps({"code": code, "wall_s": wall, "cpu_s": cpu, "base_rss_mb": base["VmRSS"],
                       "peak_rss_mb": max(end["VmHWM"], peaks["VmRSS"]), "peak_anon_mb": peaks["RssAnon"],
-                      "peak_file_mb": peaks["RssFile"], "sampled_peak_rss_mb": peaks["VmRSS"]}))
+                      "peak_file_mb": peaks["RssFile"], "sampled_peak_rss_mb": peaks["VmRSS"],
+                      "peak_tree_rss_mb": max(peaks["tree"], peaks["VmRSS"])}))
 
 
 def run_child(args: list[str]) -> dict:
@@ -122,20 +151,25 @@ def size_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def report(rows: int, files: int, parquet_mb: float, store_mb: float, prep: dict, store: dict,
+def report(rows: int, files: int, parquet_mb: float, store_mb: float, prep: dict, store: dict | None,
            direct: dict | None) -> None:
+    """One table of the measured commands and the targets' PASS/MISS (`store` None: prepare alone)."""
     rate, cpu_rate = rows / prep["wall_s"], rows / (prep["cpu_s"] / 2)
     print(f"panel: {rows:,} rows in {files} daily files, {parquet_mb:,.0f} MiB of parquet; store {store_mb:,.0f} MiB")
     print(f"{'command':<30} {'wall s':>7} {'cpu s':>7} {'start RSS':>9} {'peak RSS':>9} {'anon':>7} {'file':>7} "
-          f"{'% store':>8}  (MiB; anon/file: peaks of RssAnon/RssFile sampled every 20 ms)")
+          f"{'% store':>8} {'+workers':>9}  (MiB; anon/file: peaks of RssAnon/RssFile sampled every 20 ms; "
+          "+workers: the peak of the process's and its workers' RSS together)")
     for name, m in (("prepare", prep), ("train --features (store)", store), ("train --parquet-file (direct)", direct)):
         if m is None:
             continue
         print(f"{name:<30} {m['wall_s']:7.1f} {m['cpu_s']:7.1f} {m['base_rss_mb']:9,.0f} {m['peak_rss_mb']:9,.0f} "
-              f"{m['peak_anon_mb']:7,.0f} {m['peak_file_mb']:7,.0f} {100 * m['peak_rss_mb'] / store_mb:7.0f}%")
-    ratio = store["peak_rss_mb"] / store_mb
+              f"{m['peak_anon_mb']:7,.0f} {m['peak_file_mb']:7,.0f} {100 * m['peak_rss_mb'] / store_mb:7.0f}% "
+              f"{m['peak_tree_rss_mb']:9,.0f}")
     print(f"preparation rows/s on wall time (target > 1,000,000): {rate:,.0f}  {'PASS' if rate > 1e6 else 'MISS'}")
     print(f"preparation rows/s on CPU time / 2 cores: {cpu_rate:,.0f}  {'PASS' if cpu_rate > 1e6 else 'MISS'}")
+    if store is None:
+        return
+    ratio = store["peak_rss_mb"] / store_mb
     print(f"train from the store: peak RSS {100 * ratio:.0f}% of the store (target < 25%)  "
           f"{'PASS' if ratio < 0.25 else 'MISS'}; of it anonymous {store['peak_anon_mb']:,.0f} MiB, mapped file "
           f"pages {store['peak_file_mb']:,.0f} MiB (libraries included); above the interpreter and libraries "
@@ -151,6 +185,8 @@ def main() -> None:
     p.add_argument("--max-train-batches", type=int, default=50)
     p.add_argument("--workdir", type=Path, default=None, help="Default: a temporary directory, deleted after.")
     p.add_argument("--keep", action="store_true", help="Keep the panel, the store and the runs.")
+    p.add_argument("--workers", type=int, default=2, help="`foxhunt prepare --workers` (0: in memory, one piece).")
+    p.add_argument("--prepare-only", action="store_true", help="Measure `foxhunt prepare` alone.")
     p.add_argument("--skip-direct", action="store_true", help="Do not train from the parquet directly (it needs "
                    "the memory of prepare).")
     a = p.parse_args()
@@ -163,8 +199,12 @@ def main() -> None:
             str(panel / "**" / "*.parquet")).select(pl.len()).collect().item()
         print(f"panel written in {time.perf_counter() - t0:.0f}s", flush=True)
         files = sum(1 for _ in panel.rglob("*.parquet"))
-        prep = run_child(["prepare", "--parquet-file", str(panel), *DATA_FLAGS, "--out", str(store)])
+        prep = run_child(["prepare", "--parquet-file", str(panel), *DATA_FLAGS, "--workers", str(a.workers),
+                          "--out", str(store)])
         print(f"prepare: {prep}", flush=True)
+        if a.prepare_only:
+            report(rows, files, size_mb(panel), size_mb(store), prep, None, None)
+            return
         slice_flags = [*MODEL_FLAGS, "--max-train-batches", str(a.max_train_batches)]
         from_store = run_child(["train", "--features", str(store), *slice_flags, "--run-dir", str(work / "run-store")])
         print(f"train --features: {from_store}", flush=True)

@@ -294,6 +294,9 @@ def prepare(
     seasonality: Seasonality = DD.seasonality,
     calendar_features: CalendarFeatures = DD.calendar_features,
     fill_gaps: FillGaps = DD.fill_gaps,
+    workers: Annotated[int, typer.Option(min=0, help="Processes preparing groups of series in parallel, each "
+                                         "reading only its own symbols, so memory is bounded by a group, not the "
+                                         "panel; 0 prepares the whole panel in memory. The store is the same.")] = 2,
     config: ConfigFile = None,
 ) -> None:
     """Compute the features once and write them as a memory-mapped feature store for `foxhunt train --features`:
@@ -302,7 +305,7 @@ def prepare(
     from foxhunt.data.store import prepare_store
 
     v = _values(ctx, config)
-    manifest = prepare_store(settings.data_config(v, _paths(v)), out)
+    manifest = prepare_store(settings.data_config(v, _paths(v)), out, workers=int(v.get("workers", 2)))
     size = sum(f.stat().st_size for f in out.iterdir())
     typer.echo(f"wrote the feature store {out}: {manifest['summary']['rows']:,} rows, "
                f"{manifest['arrays']['starts']['shape'][0]:,} windows, {size / 2**20:,.1f} MiB; "

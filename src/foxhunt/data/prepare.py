@@ -102,19 +102,25 @@ def prepare_from_bars(
     cfg: DataConfig,
     transform: FittedTransform | None = None,
     for_prediction: bool = False,
+    *,
+    cuts: tuple[int, int | None] | None = None,
 ) -> PreparedData:
     """Featurize, scale, window and split `loaded.bars` (sorted by series, ts; see load.LoadedBars).
 
+    `cuts` (with `transform`): the split cuts of a whole panel of which `loaded` is one piece (store/pieces.py);
+    the whole-panel checks (a series long enough for a window, no empty split) are then the caller's.
     Raises InputError when no series has enough bars for one window, or when a split ends up empty.
     """
+    piece = cuts is not None
     if for_prediction and transform is None:
         raise InputError("prediction needs the fitted transform saved with the model (model.json)")
     e, d = cfg.encoder_length, cfg.horizon
     bars, names, sidx, ts_ns = _sorted(loaded.bars)
     check_log_target(bars, transform.target if transform else cfg.target)
     first, end = series_bounds(sidx)
-    _check_length(names, end - first, e, d, for_prediction)
-    cuts = None if for_prediction else _cuts(cfg, ts_ns)
+    if not piece:
+        _check_length(names, end - first, e, d, for_prediction)
+        cuts = None if for_prediction else _cuts(cfg, ts_ns)
     spacing = median_spacing_ns(ts_ns, sidx)
     if transform is None:  # the grid step a model keeps (known.py) is measured on its training rows only
         before = ts_ns < cuts[0]
@@ -200,7 +206,8 @@ def prepare_from_bars(
     else:
         starts = windows.starts.numpy()
         split = assign_splits(rows["ts"][starts + e], rows["ts"][starts + e + d - 1], *cuts, _train_start(cfg))
-        _check_splits(split, cuts, cfg, ts_ns)
+        if not piece:
+            _check_splits(split, cuts, cfg, ts_ns)
     schema = _schema(transform, e, d, cfg.adjust)
     windows.check_codes(schema)
     summary = data_summary(meta, schema, windows, split, cuts, for_prediction, roll_bars, spacing)

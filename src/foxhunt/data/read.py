@@ -83,8 +83,12 @@ def read_bars(
     *,
     since: str | None = None,
     until: str | None = None,
+    symbols: Sequence[str] | None = None,
 ) -> tuple[pl.DataFrame, list[dict]]:
     """Read every file named by `paths` (files, directories or globs) as one raw frame.
+
+    `symbols`: keep only the bars whose symbol column holds one of these values (pushed into the parquet scan;
+    store/pieces.py reads a panel series group by series group this way); None keeps all.
 
     `timezone` is the zone of naive timestamps (None: UTC); `price_scale` divides every price (100: cents to dollars).
     `since` / `until` (ISO dates or times, UTC when naive) keep the bars with since <= ts < until: hive partitions
@@ -98,7 +102,7 @@ def read_bars(
     frames, files, rtypes, spacings = [], [], [], []
     for source in expand_sources(paths):
         for run in _runs(source, bounds):
-            frame, entries = _read_run(run, source, bounds, timestamp_col, symbol_col, timezone)
+            frame, entries = _read_run(run, source, bounds, timestamp_col, symbol_col, timezone, symbols)
             run_rtypes = rtype_sets(frame, len(run))  # bar sizes are measured per run, while the run is small
             rtypes += run_rtypes
             spacings += median_spacings(frame, len(run)) if not all(run_rtypes) else [None] * len(run)
@@ -152,17 +156,19 @@ def _runs(source: Source, bounds: TimeBounds) -> list[list[Path]]:
 
 def _read_run(
     run: list[Path], source: Source, bounds: TimeBounds, timestamp_col: str | None, symbol_col: str | None,
-    timezone: str | None,
+    timezone: str | None, symbols: Sequence[str] | None = None,
 ) -> tuple[pl.DataFrame, list[dict]]:
     """One run as normalised columns with file_idx (within the run) and row; its entries of read_bars' file list."""
     if _is_parquet(run[0]):
-        frame, kind, counts = _read_parquet_run(run, source, bounds, timestamp_col, symbol_col, timezone)
+        frame, kind, counts = _read_parquet_run(run, source, bounds, timestamp_col, symbol_col, timezone, symbols)
     else:
         path = run[0]
         frame, kind = read_file(path, source.default_name, timestamp_col, symbol_col, timezone)
         frame = frame.with_columns(pl.lit(0, dtype=pl.UInt32).alias("file_idx"), pl.int_range(pl.len()).alias("row"))
         if bounds.active:
             frame = frame.filter(bounds.mask())
+        if symbols is not None:
+            frame = frame.filter(pl.col("symbol").is_in(list(symbols)))
         counts = [frame.height]
     entries = [
         {"path": str(p), "size_bytes": p.stat().st_size, "rows": n, "timestamps": kind}
@@ -173,7 +179,7 @@ def _read_run(
 
 def _read_parquet_run(
     run: list[Path], source: Source, bounds: TimeBounds, timestamp_col: str | None, symbol_col: str | None,
-    timezone: str | None,
+    timezone: str | None, symbols: Sequence[str] | None = None,
 ) -> tuple[pl.DataFrame, str, list[int]]:
     """Parquet files of one layout through one lazy scan (scan.py); hive keys (partitions.py) add a symbol column
     where the files have none. Files whose columns differ are read one scan each."""
@@ -195,15 +201,18 @@ def _read_parquet_run(
     found = _find_columns(names, run[0], timestamp_col, symbol_col)
     cols = [c for c in _wanted(names, run[0], timestamp_col, symbol_col) if c in schema]
     predicate = bounds.pushdown(schema[found["time"]], found["time"], timezone or "UTC") if bounds.active else None
+    if symbols is not None and own_symbol is not None:
+        chosen = pl.col(own_symbol).is_in(list(symbols))
+        predicate = chosen if predicate is None else predicate & chosen
     try:
         frame, counts = scan_files(run, cols, predicate)
     except Exception as e:
         if len(run) == 1:
             raise read_error(run[0], e) from None
-        parts = [_read_parquet_run([p], source, bounds, timestamp_col, symbol_col, timezone) for p in run]
+        parts = [_read_parquet_run([p], source, bounds, timestamp_col, symbol_col, timezone, symbols) for p in run]
         frame = pl.concat([f.with_columns(pl.lit(i, pl.UInt32).alias("file_idx")) for i, (f, _, _) in enumerate(parts)])
         return frame, parts[0][1], [n for _, _, c in parts for n in c]
-    if not bounds.active and 0 in counts:
+    if not bounds.active and symbols is None and 0 in counts:
         raise InputError(f"{run[counts.index(0)]}: the file has no rows; re-export it or leave it out")
     if hive_symbol:
         frame = align_chunks(_with_hive_symbol(frame, run, keys, hive_symbol, own_symbol), frame.get_column("row"))

@@ -44,7 +44,8 @@ from foxhunt.data.features import (
     VOL_OBSERVED,
     move_columns,
 )
-from foxhunt.data.seasonality import fit_profile, profile_at
+from foxhunt.data.fitstats import column_moments, range_k, season_moments, season_profile, square_sums, stats
+from foxhunt.data.seasonality import profile_at
 
 VOL_HALFLIFE = 20.0
 VOL_FLOOR = 0.1
@@ -62,39 +63,6 @@ def observed_names(scalers: dict) -> tuple[str, ...]:
 
 def _alpha(halflife: float) -> float:
     return 1.0 - 0.5 ** (1.0 / halflife)
-
-
-def _safe(x: float | None, default: float) -> float:
-    return float(x) if x is not None and np.isfinite(x) and x > 0 else default
-
-
-def _stats(train: pl.DataFrame, cols: tuple[str, ...], names: list[str]) -> tuple[dict, dict]:
-    """Per-series and pooled {mean, std} of `cols` (`train`'s column "series" holds the index into `names`). Where a series' std is undefined or zero (one training row, a
-    constant column) the pooled value is used, and 1 where that is undefined too."""
-    aggs = [a for c in cols for a in (pl.col(c).mean().alias(f"{c}:mean"), pl.col(c).std().alias(f"{c}:std"))]
-
-    def pack(row: dict, std_fallback: dict[str, float]) -> dict:
-        return {
-            c: {"mean": float(row[f"{c}:mean"] or 0.0), "std": _safe(row[f"{c}:std"], std_fallback[c])}
-            for c in cols
-        }
-
-    pooled = pack(train.select(aggs).row(0, named=True), dict.fromkeys(cols, 1.0))
-    pooled_std = {c: pooled[c]["std"] for c in cols}
-    per = {names[r["series"]]: pack(r, pooled_std) for r in train.group_by("series").agg(aggs).iter_rows(named=True)}
-    return per, pooled
-
-
-def _range_k(train: pl.DataFrame, names: list[str], ret: str = "log_return", rng: str = "log_range"
-             ) -> tuple[dict, float]:
-    """k = mean(r^2) / mean(range^2) per series and pooled (1 where undefined): range^2 in return-variance units."""
-    ratio = (pl.col(ret) ** 2).mean() / (pl.col(rng) ** 2).mean()
-    pooled = _safe(train.select(ratio.alias("k")).item(), 1.0)
-    per = {
-        names[r["series"]]: _safe(r["k"], pooled)
-        for r in train.group_by("series").agg(ratio.alias("k")).iter_rows(named=True)
-    }
-    return per, pooled
 
 
 def _per_row(scalers: dict, names: list[str], sidx: np.ndarray, key: str, field: str) -> np.ndarray:
@@ -145,12 +113,44 @@ def fit_and_trail(
     rather than running the EWMAs a second time."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"volatility estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
-    keep = pl.Series(train_mask & ~feats["first"].to_numpy())
+    keep = train_mask & ~feats["first"].to_numpy()
+    mom = train_moments(feats, sidx, len(names), keep, target, season_tz)
+    scalers = first_scalers(mom, names, target, halflife, estimator, vol_features, fill_gaps, season_tz)
+    # log_vol (and the vol features) are seeded from the return std just fitted: a second pass over the same rows.
+    trail = trailing(feats, names, sidx, scalers, target, scaling)
+    add_vol_stats(scalers, vol_moments(trail[0], sidx, len(names), keep, scalers), names, mom["rows"] > 0)
+    return scalers, trail
+
+
+def train_moments(
+    feats: pl.DataFrame, sidx: np.ndarray, s: int, keep: np.ndarray, target: str, season_tz: str | None
+) -> dict[str, np.ndarray]:
+    """The per-series sufficient statistics (fitstats.py) of the first fit over rows where `keep` (training rows
+    but each series' first): (S,) arrays, so that those of consecutive series groups concatenate."""
     ret, rng = move_columns(target)  # price units for price_change: its prices may be zero or negative
-    # Grouped by the series' index: integer keys, where the names would be hashed row by row.
-    train = feats.select(ret, rng, "log_volume").with_columns(series=pl.Series(sidx)).filter(keep)
-    per, pooled = _stats(train, (ret, rng, "log_volume"), names)
-    per_k, pooled_k = _range_k(train, names, ret, rng)
+    mom = {"rows": np.bincount(sidx[keep], minlength=s)}
+    for c in (ret, rng, "log_volume"):
+        col = feats.get_column(c)
+        x, valid = col.to_numpy(), keep & col.is_not_null().to_numpy()
+        mom.update(column_moments(x, valid, sidx, s, c))
+        if c != "log_volume":
+            mom.update(square_sums(x, valid, sidx, s, c))
+    if season_tz is not None:  # the range, several times less noisy than the squared return, ignores halt gaps
+        col = feats.get_column("log_range")
+        mom.update(season_moments(feats["ts"].dt.epoch("ns").to_numpy(), col.to_numpy(),
+                                  col.is_not_null().to_numpy(), sidx, s, keep, season_tz))
+    return mom
+
+
+def first_scalers(
+    mom: dict[str, np.ndarray], names: list[str], target: str, halflife: float, estimator: str,
+    vol_features: bool, fill_gaps: bool, season_tz: str | None,
+) -> dict:
+    """The scalers of `train_moments` (all but the trailing inputs' standardization: `add_vol_stats`)."""
+    ret, rng = move_columns(target)
+    present = mom["rows"] > 0  # series with training rows get their own entry
+    per, pooled = stats(mom, (ret, rng, "log_volume"), names, present)
+    per_k, pooled_k = range_k(mom, ret, rng, names, present)
     scalers = {
         "halflife": float(halflife),
         "estimator": estimator,
@@ -167,28 +167,32 @@ def fit_and_trail(
         t = entry[target]
         entry["target"] = {"center": 0.0 if target in RETURN_TARGETS else t["mean"], "scale": t["std"]}
     if season_tz is not None:
-        scalers["season"] = _fit_season(feats, train, names, sidx, keep.to_numpy(), season_tz)
-    # log_vol (and the vol features) are seeded from the return std just fitted: a second pass over the same rows.
-    vol_cols = ("log_vol", *(VOL_OBSERVED if vol_features else ()), *(SEASON_OBSERVED if season_tz else ()))
-    trail = trailing(feats, names, sidx, scalers, target, scaling)
-    frame = pl.DataFrame({"series": sidx, **{c: trail[0][c] for c in vol_cols}}).filter(keep)
-    per_vol, pooled_vol = _stats(frame, vol_cols, names)
-    for name, entry in per.items():
+        scalers["season"] = season_profile(mom, season_tz)
+    return scalers
+
+
+def vol_columns(scalers: dict) -> tuple[str, ...]:
+    """The trailing inputs standardized per series: log_vol, the vol features, log_vol_season."""
+    vol = VOL_OBSERVED if scalers.get("vol_features", False) else ()
+    return ("log_vol", *vol, *(SEASON_OBSERVED if scalers.get("season") else ()))
+
+
+def vol_moments(
+    derived: dict[str, np.ndarray], sidx: np.ndarray, s: int, keep: np.ndarray, scalers: dict
+) -> dict[str, np.ndarray]:
+    """The per-series sufficient statistics of `trailing`'s inputs (`derived`) over rows where `keep`."""
+    mom = {}
+    for c in vol_columns(scalers):
+        mom.update(column_moments(derived[c], keep, sidx, s, c))
+    return mom
+
+
+def add_vol_stats(scalers: dict, mom: dict[str, np.ndarray], names: list[str], present: np.ndarray) -> None:
+    """Complete `first_scalers` in place with the trailing inputs' {mean, std} of `vol_moments`."""
+    per_vol, pooled_vol = stats(mom, vol_columns(scalers), names, present)
+    for name, entry in scalers["series"].items():
         entry.update(per_vol[name])
-    pooled.update(pooled_vol)
-    return scalers, trail
-
-
-def _fit_season(
-    feats: pl.DataFrame, train: pl.DataFrame, names: list[str], sidx: np.ndarray, keep: np.ndarray, tz: str
-) -> dict:
-    """The time-of-day profile from the squared range of each training bar in units of its series' training mean
-    (the range: several times less noisy than the squared return, and it ignores the gaps across halts)."""
-    ms = train.group_by("series").agg((pl.col("log_range") ** 2).mean().alias("m"))
-    mean = {names[i]: m for i, m in zip(ms["series"].to_list(), ms["m"].to_list(), strict=True)}
-    per_row = np.array([_safe(mean.get(n), 1.0) for n in names])[sidx]  # (N,)
-    proxy = feats["log_range"].to_numpy() ** 2 / per_row
-    return fit_profile(feats["ts"].dt.epoch("ns").to_numpy(), proxy, keep, tz)
+    scalers["pooled"].update(pooled_vol)
 
 
 def trailing(

@@ -66,6 +66,12 @@ def fit_profile(
     minute = minute_of_day(np.asarray(ts_ns)[keep], tz)
     sums = np.bincount(minute, weights=np.asarray(proxy, dtype=np.float64)[keep], minlength=MINUTES)
     counts = np.bincount(minute, minlength=MINUTES).astype(np.float64)
+    return profile_from_sums(sums, counts, tz, bandwidth)
+
+
+def profile_from_sums(sums: np.ndarray, counts: np.ndarray, tz: str, bandwidth: float = BANDWIDTH_MIN) -> dict:
+    """`fit_profile` from the proxy's sums and counts by minute of the day (MINUTES,): these add up over any
+    split of the rows, so a panel fitted in pieces gets the profile of the whole."""
     overall = sums.sum() / counts.sum() if counts.sum() > 0 and sums.sum() > 0 else 1.0
     rel = smooth_circular(sums, counts, bandwidth) / overall
     profile = np.sqrt(np.where(np.isfinite(rel) & (rel > 0), rel, 1.0))

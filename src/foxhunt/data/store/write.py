@@ -6,11 +6,13 @@ and only then renamed to its final name (replacing an older store there; anythin
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +39,8 @@ from foxhunt.errors import InputError, WriteError
 def write_store(data: PreparedData, cfg: DataConfig, out: Path) -> dict[str, Any]:
     """Write `data` (prepared from `cfg`) to the store directory `out`; returns the manifest."""
     out = Path(out)
-    refuse_non_store(out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    except OSError as e:
-        raise _error(out, e) from None
-    try:
+    tmp = make_tmp(out)
+    with filling(tmp, out):
         arrays = {}
         for name in WINDOW_ARRAYS:
             tensor = getattr(data.windows, name)
@@ -52,19 +49,41 @@ def write_store(data: PreparedData, cfg: DataConfig, out: Path) -> dict[str, Any
             arrays[name] = _save(tmp, f"{name}.npy", tensor.numpy())
         for name in SPLITS:
             arrays[f"split_{name}"] = _save(tmp, split_file(name), data.splits[name].numpy())
-        manifest = _manifest(data, cfg, arrays)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=json_default) + "\n", encoding="utf-8")
-        for f in tmp.iterdir():
-            fsync(f)
-        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes 0700: give the store the permissions mkdir would
-        _swap_in(tmp, out)
+        manifest = manifest_of(data, cfg, arrays)
+        finish(tmp, out, manifest)
+    return manifest
+
+
+def make_tmp(out: Path) -> Path:
+    """The directory a store for `out` is built in, beside it under a temporary name."""
+    refuse_non_store(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as e:
+        raise _error(out, e) from None
+
+
+@contextlib.contextmanager
+def filling(tmp: Path, out: Path) -> Iterator[None]:
+    """Delete `tmp` when filling it fails; an OSError becomes the one-line WriteError naming `out`."""
+    try:
+        yield
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise _error(out, e) from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return manifest
+
+
+def finish(tmp: Path, out: Path, manifest: dict[str, Any]) -> None:
+    """Write the manifest into `tmp`, flush every file to disk and rename `tmp` to `out`."""
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=json_default) + "\n", encoding="utf-8")
+    for f in tmp.iterdir():
+        fsync(f)
+    os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes 0700: give the store the permissions mkdir would
+    _swap_in(tmp, out)
 
 
 def _save(folder: Path, file: str, array: np.ndarray) -> dict[str, Any]:
@@ -72,7 +91,7 @@ def _save(folder: Path, file: str, array: np.ndarray) -> dict[str, Any]:
     return {"file": file, "dtype": str(array.dtype), "shape": list(array.shape)}
 
 
-def _manifest(data: PreparedData, cfg: DataConfig, arrays: dict[str, Any]) -> dict[str, Any]:
+def manifest_of(data: PreparedData, cfg: DataConfig, arrays: dict[str, Any]) -> dict[str, Any]:
     w = data.windows
     return {
         "format": FORMAT,

@@ -1,0 +1,135 @@
+"""The scalers' statistics as per-series sufficient statistics that merge exactly across pieces of a panel.
+
+Every number `scaling.fit_and_trail` fits on the training rows is a function of per-series sums: counts, means and
+sums of squared deviations (two passes within the series: as accurate as a direct std), sums of squares (range_k,
+the seasonality's per-series scale) and sums by minute of the day (the seasonality profile). A series' sums depend on
+its own rows alone, in row order (np.bincount adds sequentially), and the pooled values are merged from the
+per-series ones in series order (Chan et al.'s exact pairwise update for the variance). So a panel prepared series
+group by series group (store/pieces.py) gets bit-for-bit the scalers of the panel prepared at once, and both paths
+run this code. Nothing here is a quantile: no statistic needs a sample or a second pass over other series.
+
+A "moments" dict maps a key to a (S,) or (S, M) array over the series of one panel or piece; the arrays of pieces
+holding consecutive series concatenate (`concat`) into those of the whole.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from foxhunt.data.seasonality import MINUTES, minute_of_day, profile_from_sums
+
+
+def _safe(x: float | None, default: float) -> float:
+    return float(x) if x is not None and np.isfinite(x) and x > 0 else default
+
+
+def column_moments(x: np.ndarray, valid: np.ndarray, g: np.ndarray, s: int, name: str) -> dict[str, np.ndarray]:
+    """{name:n, name:mean, name:m2} (S,) of `x` over rows where `valid` holds, by series index `g` (N,)."""
+    xv, gv = x[valid], g[valid]
+    n = np.bincount(gv, minlength=s)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(gv, weights=xv, minlength=s) / n
+    m2 = np.bincount(gv, weights=(xv - mean[gv]) ** 2, minlength=s)
+    return {f"{name}:n": n, f"{name}:mean": mean, f"{name}:m2": m2}
+
+
+def square_sums(x: np.ndarray, valid: np.ndarray, g: np.ndarray, s: int, name: str) -> dict[str, np.ndarray]:
+    """{name:sq_n, name:sq} (S,): count and sum of x^2 over rows where `valid` holds."""
+    return {f"{name}:sq_n": np.bincount(g[valid], minlength=s),
+            f"{name}:sq": np.bincount(g[valid], weights=x[valid] ** 2, minlength=s)}
+
+
+def pooled(n: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> tuple[int, float, float]:
+    """(n, mean, m2) of all series together, merged in series order (exact pairwise update)."""
+    tn, tmean, tm2 = 0, 0.0, 0.0
+    for ni, mi, vi in zip(n.tolist(), mean.tolist(), m2.tolist(), strict=True):  # a handful of series
+        if ni == 0:
+            continue
+        total = tn + ni
+        delta = mi - tmean
+        tmean += delta * ni / total
+        tm2 += vi + delta * delta * tn * ni / total
+        tn = total
+    return tn, tmean, tm2
+
+
+def _std(n: int, m2: float) -> float | None:
+    return float(np.sqrt(m2 / (n - 1))) if n > 1 else None
+
+
+def stats(mom: dict[str, np.ndarray], cols: tuple[str, ...], names: list[str], present: np.ndarray
+          ) -> tuple[dict, dict]:
+    """Per-series ({name: {col: {mean, std}}} for series where `present`) and pooled {mean, std} of `cols`.
+
+    Where a series' std is undefined or zero (one training row, a constant column) the pooled value is used, and 1
+    where that is undefined too; a mean over no row is 0."""
+    pool = {}
+    for c in cols:
+        n, mean, m2 = pooled(mom[f"{c}:n"], mom[f"{c}:mean"], mom[f"{c}:m2"])
+        pool[c] = {"mean": float(mean) if n else 0.0, "std": _safe(_std(n, m2), 1.0)}
+    per = {}
+    for i in np.flatnonzero(present):
+        per[names[i]] = {
+            c: {
+                "mean": float(mom[f"{c}:mean"][i]) if mom[f"{c}:n"][i] else 0.0,
+                "std": _safe(_std(int(mom[f"{c}:n"][i]), float(mom[f"{c}:m2"][i])), pool[c]["std"]),
+            }
+            for c in cols
+        }
+    return per, pool
+
+
+def range_k(mom: dict[str, np.ndarray], ret: str, rng: str, names: list[str], present: np.ndarray
+            ) -> tuple[dict, float]:
+    """k = mean(r^2) / mean(range^2) per series and pooled (1 where undefined): range^2 in return-variance units."""
+
+    def ratio(rn: float, rs: float, xn: float, xs: float) -> float | None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return float(np.float64(rs) / rn / (np.float64(xs) / xn)) if rn and xn else None
+
+    sums = [mom[f"{ret}:sq_n"], mom[f"{ret}:sq"], mom[f"{rng}:sq_n"], mom[f"{rng}:sq"]]
+    totals = [sum_in_order(a) for a in sums]
+    pool = _safe(ratio(*totals), 1.0)
+    per = {names[i]: _safe(ratio(*(a[i] for a in sums)), pool) for i in np.flatnonzero(present)}
+    return per, pool
+
+
+def sum_in_order(a: np.ndarray) -> float:
+    """The sum of a (S,) array added in series order (a piece's sums and the whole's agree bit for bit)."""
+    total = 0.0 if a.dtype.kind == "f" else 0
+    for v in a.tolist():
+        total += v
+    return total
+
+
+def season_moments(ts_ns: np.ndarray, log_range: np.ndarray, valid: np.ndarray, g: np.ndarray, s: int,
+                   keep: np.ndarray, tz: str) -> dict[str, np.ndarray]:
+    """Per series (S, MINUTES) sums and counts by minute of the day of the squared range in units of the series'
+    mean over the training rows (`keep`; the mean over those also `valid`, not null), and the (S,) sums behind
+    that mean."""
+    x2 = log_range**2
+    sq = square_sums(log_range, keep & valid, g, s, "season")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = sq["season:sq"] / sq["season:sq_n"]
+    scale = np.array([_safe(m, 1.0) for m in mean.tolist()])  # (S,)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        proxy = x2 / scale[g]
+    use = keep & np.isfinite(proxy)
+    cell = g[use] * MINUTES + minute_of_day(ts_ns[use], tz)
+    sums = np.bincount(cell, weights=proxy[use], minlength=s * MINUTES).reshape(s, MINUTES)
+    counts = np.bincount(cell, minlength=s * MINUTES).reshape(s, MINUTES)
+    return {**sq, "season:sums": sums, "season:counts": counts}
+
+
+def season_profile(mom: dict[str, np.ndarray], tz: str) -> dict:
+    """The seasonality profile (seasonality.profile_from_sums) of the per-series minute sums, added in order."""
+    sums, counts = np.zeros(MINUTES), np.zeros(MINUTES)
+    for row_s, row_c in zip(mom["season:sums"], mom["season:counts"], strict=True):  # series in order
+        sums += row_s
+        counts += row_c
+    return profile_from_sums(sums, counts, tz)
+
+
+def concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The moments of consecutive series groups as the moments of all of them."""
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

@@ -1,0 +1,125 @@
+"""Plan a panel's preparation in pieces: groups of consecutive series, each read on its own, and the merge of the
+pieces' load reports into the report of the whole.
+
+Series are independent once the things fitted across series are known (the split cuts, the pooled scalers, the
+seasonality profile, the vocabulary: store/pieced.py), so a piece is a set of symbols whose bars make whole series.
+A symbol's series is its futures root (`ESH4` -> `ES`, spreads with their first leg), or the symbol itself; the
+pieces are consecutive in series-name order, so that the store's rows (sorted by series) are the pieces' rows one
+after the other. Only parquet inputs whose files carry a symbol column can be read by symbol (the filter is pushed
+into the scan); anything else is prepared in one piece.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from foxhunt.data.config import DataConfig
+from foxhunt.data.contracts import FUTURES_RE, SPREAD_RE
+from foxhunt.data.read import _is_parquet, _match, _symbol_column, expand_sources
+
+PIECE_ROWS = 2_000_000  # bars per piece: a worker's memory is that of preparing this many bars in memory
+# Below this many bars (about 2 GB prepared in memory) the panel is prepared in memory: the pieced path costs about
+# twice the CPU (each worker imports torch, each piece scans every file for its symbols and is read three times
+# more from its spill; benchmarks/store_20m.py), which only the bounded memory pays for.
+MIN_ROWS = 4_000_000
+
+
+@dataclass(frozen=True)
+class Piece:
+    """The raw symbol values whose bars make the series of one piece, and about how many bars they hold."""
+
+    symbols: tuple[str, ...]
+    rows: int
+
+
+def plan_pieces(cfg: DataConfig, piece_rows: int = PIECE_ROWS, workers: int = 2, min_rows: int = MIN_ROWS
+                ) -> list[Piece]:
+    """Pieces of whole series in series order, each of at most `piece_rows` bars (or one series), and at least one
+    per worker process (`workers`); one piece when the panel cannot be read by symbol, holds one series or
+    fewer than `min_rows` bars, with --fill-gaps (its bar grid is measured on the whole panel), or with --since /
+    --until (a root without a bar in range would make its piece fail where the whole panel reads)."""
+    counts = None if cfg.fill_gaps or cfg.since or cfg.until else _symbol_counts(cfg)
+    total = sum(n for _, n in counts or ())
+    if counts is None or total < min_rows:
+        return [Piece((), total)]
+    piece_rows = min(piece_rows, max(1, -(-total // max(workers, 1))))
+    by_key: dict[str, list[tuple[str, int]]] = {}
+    for symbol, n in counts:
+        by_key.setdefault(series_key(symbol, cfg.contracts), []).append((symbol, n))
+    pieces, symbols, rows = [], [], 0
+    for key in sorted(by_key):
+        more = sum(n for _, n in by_key[key])
+        if symbols and rows + more > piece_rows:
+            pieces.append(Piece(tuple(symbols), rows))
+            symbols, rows = [], 0
+        symbols += [s for s, _ in by_key[key]]
+        rows += more
+    pieces.append(Piece(tuple(symbols), rows))
+    return pieces
+
+
+def series_key(symbol: str, contracts: str) -> str:
+    """The series a raw symbol's bars belong to: its futures root (a spread's first leg's), else the symbol."""
+    text = symbol.strip()
+    if contracts == "each":
+        return text
+    leg = re.split(SPREAD_RE, text)[0] if re.search(SPREAD_RE, text) else text
+    m = re.match(FUTURES_RE, leg)
+    return m.group(1) if m and re.search("[A-Z]", m.group(1)) else text
+
+
+def _symbol_counts(cfg: DataConfig) -> list[tuple[str, int]] | None:
+    """(raw symbol, bars) of every file named by `cfg.paths`, from the symbol column alone; None when a file is not
+    parquet or has no symbol column (hive `symbol=` folders name whole files: not read by symbol here)."""
+    files = [f for source in expand_sources(cfg.paths) for f in source.files]
+    if not files or not all(_is_parquet(f) for f in files):
+        return None
+    names = list(pl.read_parquet_schema(files[0]))
+    column = _match(names, cfg.symbol_col) if cfg.symbol_col is not None else _symbol_column(names)
+    if column is None:
+        return None
+    try:
+        counts = (pl.scan_parquet(files, extra_columns="ignore").group_by(column).len().collect())
+    except Exception:  # files of several layouts: the reader names the problem when it reads them
+        return None
+    if counts.get_column(column).null_count():
+        return None
+    return sorted(zip(counts.get_column(column).cast(pl.Utf8).to_list(), counts.get_column("len").to_list(),
+                      strict=True))
+
+
+SUMMED = ("rows_read", "nan_rows_dropped", "inconsistent_rows_dropped", "duplicates_dropped", "rows_out_of_order",
+          "spreads_dropped", "sunday_stubs_merged")
+
+
+def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The load report (load.load_bars) of the whole panel from its pieces' reports, pieces in series order.
+
+    Counts add up; lists of contracts and the series join; the share of bars inside the session halt is merged
+    from the counts behind each piece's share. `bar_interval` is each piece's (pieces of one bar size agree)."""
+    first = reports[0]
+    out = dict(first)
+    out["files"] = [dict(f, rows=sum(r["files"][i]["rows"] for r in reports)) for i, f in enumerate(first["files"])]
+    for key in SUMMED:
+        if key in first:
+            out[key] = sum(r[key] for r in reports)
+    out["contracts_kept"] = [c for r in reports for c in r["contracts_kept"]]
+    out["contracts_dropped"] = sorted({c for r in reports for c in r["contracts_dropped"]})
+    reasons = sorted({k for r in reports for k in r["rolls_by_reason"]})
+    out["rolls_by_reason"] = {k: sum(r["rolls_by_reason"].get(k, 0) for r in reports) for k in reasons}
+    out["series"] = {k: v for r in reports for k, v in r["series"].items()}
+    if first.get("closed_share") is not None:
+        kept = [_checked_rows(r) for r in reports]
+        closed = sum(round(r["closed_share"] * n) for r, n in zip(reports, kept, strict=True))
+        out["closed_share"] = float(closed / sum(kept)) if sum(kept) else 0.0
+    return out
+
+
+def _checked_rows(report: dict[str, Any]) -> int:
+    """The bars a piece's session-grid check saw: those read, less spreads, dropped rows and merged stubs."""
+    return report["rows_read"] - sum(report.get(k, 0) for k in SUMMED[1:3]) - report.get("duplicates_dropped", 0) \
+        - report.get("spreads_dropped", 0) - report.get("sunday_stubs_merged", 0)

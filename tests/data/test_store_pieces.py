@@ -1,0 +1,82 @@
+"""`foxhunt prepare` in pieces (store/pieced.py): a store prepared series group by series group in 2 worker
+processes is the store prepared in memory, array for array and key for key; the fitted statistics merge exactly."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from foxhunt.data.config import DataConfig
+from foxhunt.data.fitstats import column_moments, concat, pooled
+from foxhunt.data.store.build import prepare_store
+from foxhunt.data.store.pieced import _median
+from foxhunt.data.store.pieces import plan_pieces, series_key
+
+ROOTS = {"ES": 1.0, "NQ": 3.7, "YM": 9.1}  # root -> price factor, so that every series has its own statistics
+
+
+@pytest.fixture(scope="module")
+def panel(tmp_path_factory, fixtures_dir):
+    """The ES 1-minute fixture's first ten days as three roots (spreads included), one parquet file per UTC day."""
+    es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
+    es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=10))
+    frames = []
+    for k, (root, factor) in enumerate(ROOTS.items()):
+        frames.append(es.with_columns(
+            symbol=pl.col("symbol").str.replace_all("ES", root),
+            instrument_id=pl.col("instrument_id") + 1000 * k,
+            **{c: pl.col(c) * factor for c in ("open", "high", "low", "close")},
+        ))
+    frame = pl.concat(frames).sort("ts_event", "instrument_id").with_columns(day=pl.col("ts_event").dt.date())
+    folder = tmp_path_factory.mktemp("pieces") / "panel"
+    for (day,), part in frame.partition_by("day", as_dict=True, maintain_order=True).items():
+        (folder / f"date={day}").mkdir(parents=True)
+        part.drop("day").write_parquet(folder / f"date={day}" / "part-0.parquet")
+    return folder
+
+
+def test_a_store_prepared_in_pieces_is_the_store_prepared_in_memory(panel, tmp_path):
+    cfg = DataConfig(paths=(str(panel),), encoder_length=16, horizon=3, val_fraction=0.2, test_fraction=0.2)
+    plan = plan_pieces(cfg, piece_rows=1, min_rows=0)
+    assert [{series_key(s, cfg.contracts) for s in p.symbols} for p in plan] == [{"ES"}, {"NQ"}, {"YM"}]
+    assert plan[0].symbols == ("ESH4", "ESH4-ESM4", "ESM4", "ESU4")
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
+    whole.pop("created_utc"), pieces.pop("created_utc")
+    assert json.dumps(pieces, sort_keys=True) == json.dumps(whole, sort_keys=True)
+    assert len(whole["windows"]["series_names"]) == 3 and whole["transform"]["scalers"]["season"]
+    for name, entry in whole["arrays"].items():
+        a, b = np.load(tmp_path / "whole" / entry["file"]), np.load(tmp_path / "pieces" / entry["file"])
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
+
+
+def test_a_small_panel_a_bounded_read_and_fill_gaps_are_prepared_in_one_piece(panel):
+    cfg = DataConfig(paths=(str(panel),))
+    assert len(plan_pieces(cfg)) == 1 and len(plan_pieces(cfg, piece_rows=1, min_rows=0)) == 3
+    for other in (DataConfig(paths=(str(panel),), since="2024-02-20"), DataConfig(paths=(str(panel),), fill_gaps=True)):
+        assert len(plan_pieces(other, piece_rows=1, min_rows=0)) == 1
+
+
+def test_series_keys_group_a_root_with_its_spreads():
+    assert [series_key(s, "continuous") for s in ("ESH4", "ESH4-ESM4", " NQZ24", "SPY", "1H4")] == [
+        "ES", "ES", "NQ", "SPY", "1H4"]
+    assert series_key("ESH4", "each") == "ESH4"
+
+
+def test_moments_merge_exactly_and_the_median_of_counted_gaps_is_numpys():
+    rng = np.random.default_rng(0)
+    x, g = rng.normal(3.0, 2.0, 1000), np.sort(rng.integers(0, 4, 1000))
+    whole = column_moments(x, np.ones(1000, bool), g, 4, "x")
+    cut = int(np.searchsorted(g, 2))
+    parts = concat([column_moments(x[:cut], np.ones(cut, bool), g[:cut], 2, "x"),
+                    column_moments(x[cut:], np.ones(1000 - cut, bool), g[cut:] - 2, 2, "x")])
+    assert all(np.array_equal(whole[k], parts[k]) for k in whole)
+    n, mean, m2 = pooled(whole["x:n"], whole["x:mean"], whole["x:m2"])
+    assert n == 1000 and np.isclose(mean, x.mean(), rtol=1e-14) and np.isclose(m2, ((x - x.mean()) ** 2).sum())
+    for gaps in (np.array([60, 60, 120, 60, 30]), np.array([60, 120, 120, 60]), np.array([5])):
+        halves = [np.unique(gaps[:2], return_counts=True), np.unique(gaps[2:], return_counts=True)]
+        assert _median([h for h in halves if len(h[0])]) == int(np.median(gaps))
