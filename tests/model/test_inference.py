@@ -79,6 +79,23 @@ def test_large_batches_sum_over_variables_with_an_embedding_bag(monkeypatch):
             assert_matches_model(model, batch, InferenceTFT(model)(batch))
 
 
+def test_live_windows_give_the_models_forecasts_without_an_index():
+    """`InferenceTFT.live` (dense windows, each its own rows: what onnxruntime runs for `update`) forecasts what the
+    training model forecasts on the same windows as a Batch, at batch 1 and for several series."""
+    model = tiny_model(BARS_SIZES).eval()
+    fwd = live_forward(model, E, D, torch.device("cpu"))
+    rng = np.random.default_rng(5)
+    for b in (1, 3):
+        codes = torch.from_numpy(rng.integers(0, 4, b))
+        enc = torch.randn(b, E, BARS_SIZES.known_cont - 1 + BARS_SIZES.observed_cont)
+        dec = torch.randn(b, D, BARS_SIZES.known_cont - 1)
+        batch = fwd.fallback.batch(codes.numpy(), enc.numpy(), dec.numpy())
+        with torch.inference_mode():
+            fwd.model(batch)  # folds the positional inputs
+            assert fwd.model.dense_ready()
+            assert_matches_model(model, batch, fwd.model.live(codes, enc, dec))
+
+
 def test_onnxruntime_forward_gives_the_models_forecasts():
     """What `Forecaster.update` runs when onnxruntime is installed: one session per batch size, on dense live windows
     (codes, encoder rows, decoder rows) in numpy; larger batches go to the trace, with the same forecasts."""

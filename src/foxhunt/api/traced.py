@@ -139,8 +139,9 @@ class BatchForward:
 
 
 class _LiveArgs(torch.nn.Module):
-    """The inference model on dense live windows (codes, enc, dec): what onnxruntime runs. The indices, positions and
-    empty columns of the Batch are constants of the graph, so onnxruntime folds the index arithmetic away."""
+    """The inference model on dense live windows (codes, enc, dec): what onnxruntime runs. `InferenceTFT.live` when
+    the model allows it (a model trained on bars), else its forward on a Batch whose indices, positions and empty
+    columns are constants of the graph."""
 
     def __init__(self, model: torch.nn.Module, batch: Batch):
         super().__init__()
@@ -150,6 +151,8 @@ class _LiveArgs(torch.nn.Module):
             self.register_buffer(name, getattr(batch, name).clone(), persistent=False)
 
     def forward(self, codes: torch.Tensor, enc: torch.Tensor, dec: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.model, InferenceTFT) and self.model.dense_ready():
+            return self.model.live(codes, enc, dec)  # no index at all
         b = codes.shape[0]
         return self.model(Batch(
             static_cat=codes.view(b, 1), static_cont=self.static_cont, enc_cont=enc.reshape(-1, enc.shape[-1]),
