@@ -291,7 +291,7 @@ class InferenceTFT(nn.Module):
         kc = len(m.sizes.known_cat)
         enc = self.enc(batch.enc_cont, batch.enc_cat, batch.enc_index, enc_ctx)  # (B, E, H)
         dec = self.dec(batch.dec_cont, batch.dec_cat[:, :kc], batch.dec_index, dec_ctx)  # (B, D, H)
-        return self._temporal(enc, dec, enr_ctx, c_h, c_c)
+        return self._temporal(enc, dec, enr_ctx, c_h, c_c, flat=False)
 
     def dense_ready(self) -> bool:
         """Whether `live` can run this model: the series code is its only static input and no time input is
@@ -311,12 +311,14 @@ class InferenceTFT(nn.Module):
         enc_ctx, dec_ctx, enr_ctx, c_h, c_c = ctx.split([h + self.ve, h + self.vd, h, h, h], dim=1)
         x_e = self.enc.dense(enc.reshape(b * e, f), enc_ctx).view(b, e, h)  # (B, E, H)
         x_d = self.dec.dense(dec.reshape(b * d, dec.shape[2]), dec_ctx).view(b, d, h)  # (B, D, H)
-        return self._temporal(x_e, x_d, enr_ctx, c_h, c_c)
+        return self._temporal(x_e, x_d, enr_ctx, c_h, c_c, flat=True)
 
     def _temporal(self, enc: torch.Tensor, dec: torch.Tensor, enr_ctx: torch.Tensor, c_h: torch.Tensor,
-                  c_c: torch.Tensor) -> torch.Tensor:
+                  c_c: torch.Tensor, flat: bool) -> torch.Tensor:
         """Selected inputs enc (B, E, H), dec (B, D, H) and the static contexts (B, H) each -> quantiles (B, D, Q).
-        Position-wise maps run on rows (B * T, H): one matrix product each, without reshapes around it."""
+        `flat`: position-wise maps run on rows (B * T, H), which onnxruntime runs as one Gemm each instead of
+        Reshape-Gemm-Reshape (the live graph); else on (B, T, H), which PyTorch runs a little faster. Shapes below
+        are the flat ones; otherwise (B, T, H) for (B*T, H)."""
         m, h = self.model, self.h
         layers = m.cfg.lstm_layers
         (b, e, _), d = enc.shape, dec.shape[1]
@@ -324,24 +326,26 @@ class InferenceTFT(nn.Module):
         state = (c_h.unsqueeze(0).expand(layers, b, h).contiguous(), c_c.unsqueeze(0).expand(layers, b, h).contiguous())
         enc_out, state = m.encoder_lstm(enc, state)  # (B, E, H)
         dec_out, _ = m.decoder_lstm(dec, state)  # (B, D, H)
-        phi = torch.cat([enc_out, dec_out], dim=1).view(b * t, h)  # (B*T, H)
-        xi = torch.cat([enc, dec], dim=1).view(b * t, h)  # (B*T, H)
+        rows = (b * t, h) if flat else (b, t, h)
+        phi = torch.cat([enc_out, dec_out], dim=1).view(rows)  # (B*T, H)
+        xi = torch.cat([enc, dec], dim=1).view(rows)  # (B*T, H)
         pl = m.post_lstm
         phi_t = F.layer_norm(xi + F.glu(pl.glu.fc(phi), -1), (h,), pl.norm.weight, pl.norm.bias)  # (B*T, H)  φ̃
-        theta = self._grn(self.f_enr, phi_t, _per_row(enr_ctx, t))  # (B*T, H)  θ
-        theta_d = _last(theta, b, t, d)  # (B*D, H) the forecast steps' rows
+        theta = self._grn(self.f_enr, phi_t, _per_row(enr_ctx, t) if flat else enr_ctx.unsqueeze(1))  # (B*T, H) θ
+        theta_d = _last(theta, b, t, d) if flat else theta[:, e:]  # (B*D, H) the forecast steps' rows
         a = self.f_att
         n, k = m.attention.n_heads, m.attention.d_head
         q = F.linear(theta_d, a["wq"], a["bq"]).view(b, d, n, k)  # (B, D, N, K), pre-scaled
         keys, v = F.linear(theta, a["wkv"], a["bkv"]).split([n * k, k], dim=-1)  # (B*T, N*K), (B*T, K)
         scores = torch.einsum("blnk,btnk->blnt", q, keys.view(b, t, n, k))  # (B, D, N, T)
         probs = torch.softmax(scores.masked_fill(self.future, torch.finfo(scores.dtype).min), -1).mean(2)  # (B, D, T)
-        g = F.linear(torch.bmm(probs, v.view(b, t, k)).view(b * d, k), a["wo"], a["bo"])  # (B*D, 2H): out proj folded
+        mixed = torch.bmm(probs, v.view(b, t, k))  # (B, D, K)
+        g = F.linear(mixed.view(b * d, k) if flat else mixed, a["wo"], a["bo"])  # (B*D, 2H): out projection folded
         delta = F.layer_norm(theta_d + F.glu(g, -1), (h,), a["lnw"], a["lnb"])  # (B*D, H)
         psi = self._grn(self.f_pos, delta, None)  # (B*D, H)
         po = m.pre_output
-        out = F.layer_norm(_last(phi_t, b, t, d) + F.glu(po.glu.fc(psi), -1), (h,), po.norm.weight,
-                           po.norm.bias)  # (B*D, H)  ψ̃
+        phi_d = _last(phi_t, b, t, d) if flat else phi_t[:, e:]  # (B*D, H)
+        out = F.layer_norm(phi_d + F.glu(po.glu.fc(psi), -1), (h,), po.norm.weight, po.norm.bias)  # (B*D, H)  ψ̃
         return m.output(out).view(b, d, -1)  # (B, D, Q)
 
     def _grn(self, f: dict[str, torch.Tensor], a: torch.Tensor, ctx: torch.Tensor | None) -> torch.Tensor:
