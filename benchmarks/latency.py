@@ -8,8 +8,9 @@ parsing the bar, advancing the running state (trailing-volatility EWMAs, the rin
 known inputs of the bar and of the D forecast steps, the model, unscaling, calibration and the output frame. It is
 timed per call over `--bars` consecutive bars of the bundled ES 1-minute sample (after 50 warm-up bars), p50 and
 p99; then `update_arrays(bar)` (the same forecast returned as numpy arrays, no output frame) over the next `--bars`
-bars; "model" is the forward pass alone on the same batch-1 inputs, so "update_arrays - model" is the cost of
-building the inputs and unscaling/calibrating.
+bars; "model" is the live forward alone on the same batch-1 inputs (series code, encoder rows and decoder rows
+as numpy arrays, as `update` hands them over; for the torch backends that includes laying them out as a Batch), so
+"update_arrays - model" is the cost of parsing the bar, advancing the state and unscaling/calibrating.
 "predict(df)" is the path without a running state, for comparison: the loader and feature pipeline of `predict` on
 the last `history_bars` bars, once per bar. Throughput is forward passes at batch 256 on consecutive windows of the
 sample (as `foxhunt predict` batches them: each distinct bar once), in windows per second.
@@ -41,7 +42,7 @@ import polars as pl
 import torch
 
 import foxhunt
-from foxhunt.api.traced import OnnxForward, TracedForward, inference_forward
+from foxhunt.api.traced import BatchForward, LiveForward, OnnxForward, TracedForward, inference_forward
 from foxhunt.data.batch import Batch
 from foxhunt.data.config import DataConfig
 from foxhunt.data.load import load_bars
@@ -57,12 +58,14 @@ THROUGHPUT_SECONDS = 3.0
 
 
 class Backend:
-    """Runs the forward pass of a loaded model: scaled quantiles (B, D, Q) from a Batch."""
+    """Runs the forward pass of a loaded model: scaled quantiles (B, D, Q) from a Batch (`forward`, batch 256) and
+    from the live windows' numpy inputs (`live`, what `update` calls: here through a Batch)."""
 
     name = "eager"
 
     def __init__(self, lm: LoadedModel, run: Path):
         self.model = lm.model.eval()
+        self.live: LiveForward = BatchForward(self.forward, lm.data_cfg.encoder_length, lm.data_cfg.horizon)
 
     def forward(self, batch: Batch) -> torch.Tensor:
         return self.model(batch).quantiles
@@ -111,17 +114,19 @@ class Traced(Backend):
 
 
 class LiveOnnx(Backend):
-    """onnxruntime on the folded inference model, exported in memory per input shape (foxhunt.api.traced.OnnxForward:
-    what `Forecaster.update` runs when onnxruntime is installed)."""
+    """onnxruntime on the folded inference model, exported in memory per batch size, inputs and output bound to
+    preallocated buffers (foxhunt.api.traced.OnnxForward: what `Forecaster.update` runs when onnxruntime is
+    installed). Batches over 16 windows (batch 256 here) go to the trace."""
 
     name = "ort"
 
     def __init__(self, lm: LoadedModel, run: Path):
         super().__init__(lm, run)
-        self.live = OnnxForward(self.model)
+        self.onnx = OnnxForward(self.model, lm.data_cfg.encoder_length, lm.data_cfg.horizon)
+        self.live = self.onnx
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        return self.live(batch)
+        return self.onnx.trace(batch)
 
 
 class OnnxRuntime(Backend):
@@ -200,7 +205,7 @@ def measure(run: Path, backend_name: str, hidden: int, bars: pl.DataFrame, n_bar
     q, d = len(fc.quantiles), fc.horizon
     fc._lm.calibration = Calibration("scaled", fc.quantiles, np.zeros((d, q)))  # counted, changes nothing
     backend = BACKENDS[backend_name](fc._lm, run)
-    fc._forward = backend.forward
+    fc._live = backend.live
     need = fc.history_bars
     history, stream = bars.head(need), bars.slice(need, WARMUP + 2 * n_bars).to_dicts()
     t0 = time.perf_counter()
@@ -211,10 +216,9 @@ def measure(run: Path, backend_name: str, hidden: int, bars: pl.DataFrame, n_bar
     it = iter(stream[WARMUP:])
     update_ms, update_cpu = time_calls(lambda: fc.update(next(it)), n_bars)
     arrays_ms, arrays_cpu = time_calls(lambda: fc.update_arrays(next(it)), n_bars)
-    rows = np.array([0])
-    one = fc.batch(rows)  # the last bar's live window, batch 1
+    one = fc.live_inputs([0])  # the last bar's live window, batch 1: codes, encoder rows, decoder rows
     with torch.inference_mode():
-        model_ms, model_cpu = time_calls(lambda: backend.forward(one), n_bars)
+        model_ms, model_cpu = time_calls(lambda: backend.live(*one), n_bars)
         ids = data.splits["train"][:256]
         big = data.windows.batch(ids)
         backend.forward(big)  # compile / warm this shape

@@ -109,7 +109,7 @@ def test_update_arrays_are_updates_rows_without_the_frame(run_dir, bars):
     framed.predict(history)
     fast.predict(history)
     want, live = framed.update(step), fast.update_arrays(step)
-    assert not getattr(fast._forward, "failed", False)  # the compiled forward ran (onnxruntime or the trace)
+    assert not getattr(fast._live, "failed", False)  # the compiled forward ran (onnxruntime or the trace)
     d = fast.horizon
     assert live.symbols == tuple(want["symbol"].to_list()[::d]) and live.levels == fast.quantiles
     assert live.quantiles.shape == (len(live.symbols), d, len(Q)) and live.quantiles.dtype == np.float32

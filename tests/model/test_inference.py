@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -78,14 +79,37 @@ def test_large_batches_sum_over_variables_with_an_embedding_bag(monkeypatch):
             assert_matches_model(model, batch, InferenceTFT(model)(batch))
 
 
+def test_live_windows_give_the_models_forecasts_without_an_index():
+    """`InferenceTFT.live` (dense windows, each its own rows: what onnxruntime runs for `update`) forecasts what the
+    training model forecasts on the same windows as a Batch, at batch 1 and for several series."""
+    model = tiny_model(BARS_SIZES).eval()
+    fwd = live_forward(model, E, D, torch.device("cpu"))
+    rng = np.random.default_rng(5)
+    for b in (1, 3):
+        codes = torch.from_numpy(rng.integers(0, 4, b))
+        enc = torch.randn(b, E, BARS_SIZES.known_cont - 1 + BARS_SIZES.observed_cont)
+        dec = torch.randn(b, D, BARS_SIZES.known_cont - 1)
+        batch = fwd.fallback.batch(codes.numpy(), enc.numpy(), dec.numpy())
+        with torch.inference_mode():
+            fwd.model(batch)  # folds the positional inputs
+            assert fwd.model.dense_ready()
+            assert_matches_model(model, batch, fwd.model.live(codes, enc, dec))
+
+
 def test_onnxruntime_forward_gives_the_models_forecasts():
-    """What `Forecaster.update` runs when onnxruntime is installed: one session per input shape."""
+    """What `Forecaster.update` runs when onnxruntime is installed: one session per batch size, on dense live windows
+    (codes, encoder rows, decoder rows) in numpy; larger batches go to the trace, with the same forecasts."""
     pytest.importorskip("onnxruntime")
     model = tiny_model(BARS_SIZES).eval()
-    fwd = live_forward(model)
+    fwd = live_forward(model, E, D, torch.device("cpu"))
     assert isinstance(fwd, OnnxForward)
-    batch = synthetic_batch(BARS_SIZES, 2, E, D, seed=4)
-    with torch.inference_mode():
-        got = fwd(batch)
-    assert_matches_model(model, batch, got)
-    assert len(fwd.sessions) == 1 and not fwd.failed
+    rng = np.random.default_rng(4)
+    for b in (1, 2, OnnxForward.LIVE_BATCH + 1):
+        codes = rng.integers(0, 4, b)
+        enc = rng.normal(size=(b, E, BARS_SIZES.known_cont - 1 + BARS_SIZES.observed_cont)).astype(np.float32)
+        dec = rng.normal(size=(b, D, BARS_SIZES.known_cont - 1)).astype(np.float32)
+        got = fwd(codes, enc, dec)
+        assert got.shape == (b, D, 3) and got.dtype == np.float32
+        assert_matches_model(model, fwd.fallback.batch(codes, enc, dec), torch.from_numpy(got))
+        np.testing.assert_array_equal(fwd(codes, enc, dec), got)  # the bound buffers are reused, not stale
+    assert len(fwd.sessions) == 2 and not fwd.failed

@@ -74,11 +74,38 @@ def _column(names: list[str], candidates: tuple[str, ...]) -> str | None:
 
 class StreamBars:
     """New bars for `update`, one per series: series names (B,), contracts (B,) (None when not given), times (B,)
-    int64 ns UTC, ohlcv (B, 5) float64 and the --fill-gaps flag (B,) bool."""
+    int ns UTC, open high low close volume (B, 5) floats and the --fill-gaps flag (B,): plain Python values, which
+    the stream's per-series arithmetic reads without numpy's per-element cost."""
 
-    def __init__(self, names: list[str], contracts: list[str | None], ts_ns: np.ndarray, ohlcv: np.ndarray,
-                 filled: np.ndarray):
+    def __init__(self, names: list[str], contracts: list[str | None], ts_ns: list[int], ohlcv: list[list[float]],
+                 filled: list[bool]):
         self.names, self.contracts, self.ts_ns, self.ohlcv, self.filled = names, contracts, ts_ns, ohlcv, filled
+
+
+class _Keys:
+    """Where a bar record keeps its symbol, time, values and `filled`: found once per distinct set of keys (a live
+    feed sends the same keys on every bar)."""
+
+    def __init__(self, rec: Mapping[str, Any]):
+        keys = {str(k).strip().lower(): k for k in rec}
+        self.symbol = next((keys[c] for c in ("symbol", "series", *SYMBOL_CANDIDATES) if c in keys), None)
+        self.time = next((keys[c] for c in TIME_CANDIDATES if c in keys), None)
+        self.missing = next((c for c in VALUE_COLS if c not in keys), None)
+        self.values = [keys[c] for c in VALUE_COLS if c in keys]
+        self.filled = keys.get("filled")
+
+
+_KEYS: dict[tuple, _Keys] = {}
+
+
+def _keys(rec: Mapping[str, Any]) -> _Keys:
+    sig = tuple(rec)
+    found = _KEYS.get(sig)
+    if found is None:
+        if len(_KEYS) > 64:  # a feed whose keys keep changing: keep the table small
+            _KEYS.clear()
+        found = _KEYS[sig] = _Keys(rec)
+    return found
 
 
 def stream_bars(bar: Any, series_of: Mapping[str, str], only: str | None, timezone: str | None) -> StreamBars:
@@ -94,28 +121,25 @@ def stream_bars(bar: Any, series_of: Mapping[str, str], only: str | None, timezo
         raise InputError("update: no bar given; pass a dict or a frame with one row per series")
     names, contracts, times, values, filled = [], [], [], [], []
     for rec in records:  # one per series: a handful
-        keys = {str(k).strip().lower(): k for k in rec}
-        sym_key = next((keys[c] for c in ("symbol", "series", *SYMBOL_CANDIDATES) if c in keys), None)
-        if sym_key is None and only is None:
+        k = _keys(rec)
+        if k.symbol is None and only is None:
             raise InputError("update: the bar has no symbol and the forecaster holds several series; add a 'symbol'")
-        symbol = str(rec[sym_key]).strip() if sym_key is not None else only
+        symbol = str(rec[k.symbol]).strip() if k.symbol is not None else only
         name, contract = _series(symbol, series_of)
         names.append(name)
         contracts.append(contract)
-        time_key = next((keys[c] for c in TIME_CANDIDATES if c in keys), None)
-        if time_key is None:
+        if k.time is None:
             raise InputError(f"update: the bar of {symbol!r} has no time ({', '.join(TIME_CANDIDATES)}); add 'ts_event'")
-        times.append(_ns(rec[time_key], timezone, symbol))
+        times.append(_ns(rec[k.time], timezone, symbol))
+        if k.missing is not None:
+            raise InputError(f"update: the bar of {symbol!r} has no {k.missing!r}; a bar needs "
+                             f"{', '.join(VALUE_COLS)}")
         try:
-            values.append([float(rec[keys[c]]) for c in VALUE_COLS])
-        except KeyError as e:
-            raise InputError(f"update: the bar of {symbol!r} has no {e.args[0]!r}; a bar needs "
-                             f"{', '.join(VALUE_COLS)}") from None
+            values.append([float(rec[c]) for c in k.values])
         except (TypeError, ValueError):
             raise InputError(f"update: the bar of {symbol!r} has a price or volume that is not a number") from None
-        filled.append(bool(rec[keys["filled"]]) if "filled" in keys else False)
-    return StreamBars(names, contracts, np.array(times, np.int64), np.array(values, np.float64),
-                      np.array(filled, bool))
+        filled.append(bool(rec[k.filled]) if k.filled is not None else False)
+    return StreamBars(names, contracts, times, values, filled)
 
 
 def _series(symbol: str, series_of: Mapping[str, str]) -> tuple[str, str | None]:

@@ -9,7 +9,6 @@ can forecast on every bar. Both give the rows of `foxhunt predict`'s output for 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import torch
 
 from foxhunt.api.bars import FRAME_NAME, as_polars, parquet_tail, stream_bars
 from foxhunt.api.stream import StreamState
-from foxhunt.api.traced import live_forward
+from foxhunt.api.traced import BatchForward, LiveForward, live_forward
 from foxhunt.data.batch import Batch
 from foxhunt.data.features import raw_features
 from foxhunt.data.load import load_raw
@@ -29,7 +28,6 @@ from foxhunt.data.prepare import PreparedData
 from foxhunt.data.read import read_frame
 from foxhunt.evaluate import predict as _predict
 from foxhunt.model.calibration import Calibration
-from foxhunt.train.calibrate import raw_quantiles
 from foxhunt.train.checkpoint import LoadedModel, load_model
 
 # Bars of history per series that `predict_parquet` reads beyond the encoder: enough for the seed of the slowest
@@ -53,21 +51,21 @@ class Forecaster:
     def __init__(self, lm: LoadedModel, device: torch.device, trace: bool = True):
         self._lm, self._device = lm, device
         self._model = lm.model.eval()
-        # Scaled quantiles (B, D, Q) of an `update` batch: the inference model in onnxruntime or as a frozen trace,
-        # compiled per batch size (api/traced.py), or the eager training model; benchmarks swap in other backends (torch.compile, onnxruntime) that take the same inputs.
-        self._forward: Callable[[Batch], torch.Tensor] = live_forward(self._model) if trace else self._eager
-        self._state: StreamState | None = None  # made on first use: `foxhunt predict` never streams
-        self._fixed_inputs: dict[int, dict[str, torch.Tensor]] = {}
         e, d = lm.data_cfg.encoder_length, lm.data_cfg.horizon
-        self._pos = ((torch.arange(e + d) - (e - 1)).float() / e).view(e + d, 1).to(device)  # (T, 1) relative time
+        # Scaled quantiles (B, D, Q) of the live windows (codes, encoder rows, decoder rows; api/traced.py): the
+        # inference model in onnxruntime or as a frozen trace, compiled per batch size, or the eager training model;
+        # benchmarks swap in other backends (torch.compile, onnxruntime on the export) through a BatchForward.
+        self._live: LiveForward = live_forward(self._model, e, d, device) if trace else BatchForward(
+            self._eager, e, d, device)
+        self._state: StreamState | None = None  # made on first use: `foxhunt predict` never streams
 
     @classmethod
     def load(cls, run_dir: str | Path, device: str | torch.device = "cpu", trace: bool = True) -> Forecaster:
         """Load the model package in `run_dir` (model.json, model.safetensors, the scalers inside model.json and
         calibration.json when it was fitted on these weights). No training data is read. `trace`: `update` runs
         the model with its weights folded for inference (model/inference.py), compiled per batch size on first use
-        (about a second): in onnxruntime when it is installed, else as a frozen TorchScript trace (a tenth and a
-        quarter of the eager CPU time at batch 1, the same numbers to float rounding); False runs it eagerly."""
+        (about a second): in onnxruntime when it is installed, else as a frozen TorchScript trace (a twentieth and
+        an eighth of the eager CPU time at batch 1, the same numbers to float rounding); False runs it eagerly."""
         dev = torch.device(device)
         return cls(load_model(run_dir, dev), dev, trace)
 
@@ -140,12 +138,13 @@ class Forecaster:
         return out
 
     def update_arrays(self, bar: Any, calibrated: bool = True) -> LiveForecast:
-        """`update` for a live loop: the same forecasts as numpy arrays, with no frame built (about 2 ms less per
-        call at batch 1). Series without a full encoder yet are left out, as in `update`."""
-        rows = self._step(bar)
-        ready = rows[self._stream.ready(rows)]
+        """`update` for a live loop: the same forecasts as numpy arrays, with no frame built (about 0.4 ms less per
+        call at batch 1: 0.5 ms in all for the default model on one core). Series without a full encoder yet are
+        left out, as in `update`."""
+        st = self._stream
+        ready = st.ready(self._step(bar))
         q, _, origin = self._forecast_rows(ready, calibrated)
-        return LiveForecast(tuple(self._stream.names[i] for i in ready), origin, q, self.quantiles)
+        return LiveForecast(tuple(st.names[i] for i in ready), origin, q, self.quantiles)
 
     def write_forecasts(self, paths: tuple[str, ...], out: Path, start: str | None = None, end: str | None = None,
                         batch_size: int = 1024, calibrated: bool = True) -> tuple[int, bool]:
@@ -178,57 +177,40 @@ class Forecaster:
         real = w.real  # (N + S*D,) the loaded bars, in their order; appended future rows are not
         self._stream.prime(feats, w.cont[real].numpy(), w.center[real].numpy(), w.scale[real].numpy())
 
-    def _step(self, bar: Any) -> np.ndarray:
+    def _step(self, bar: Any) -> list[int]:
         """Parse `bar` and advance the stream; the state rows of its series (B,)."""
         st = self._stream
-        series_of = {c if c is not None else n: n for n, c in zip(st.names, st.contract, strict=True)}
         only = st.names[0] if len(st.names) == 1 else None
-        b = stream_bars(bar, series_of, only, self._lm.data_cfg.timezone)
+        b = stream_bars(bar, st.series_of, only, self._lm.data_cfg.timezone)
         return st.step(b.names, b.contracts, b.ts_ns, b.ohlcv, b.filled)
 
-    def batch(self, rows: np.ndarray) -> Batch:
-        """The model's inputs for the live windows of stream rows `rows` (B,): each window's own E encoder rows
-        and D forecast steps (no bar shared across series), built from the rings with one gather."""
+    def live_inputs(self, rows: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The model's inputs for the live windows of stream rows `rows` (B,): series codes (B,), each window's own
+        E encoder rows (B, E, F) and the known inputs of its D forecast steps (B, D, Kr)."""
         st = self._stream
-        b, e, d = len(rows), self.encoder_length, self.horizon
-        fixed = self._fixed(b)
-        dec = st.decoder(rows)  # (B, D, Kr)
+        return st.codes(rows), st.encoder(rows), st.decoder(rows)
+
+    def batch(self, rows: list[int]) -> Batch:
+        """`live_inputs` of stream rows `rows` as the model's Batch (no bar shared across windows)."""
+        st = self._stream
+        b = BatchForward(self._eager, self.encoder_length, self.horizon, self._device).batch(*self.live_inputs(rows))
         dev = self._device
-        return Batch(
-            static_cat=torch.from_numpy(st.codes(rows)[:, None]).to(dev),  # (B, 1)
-            enc_cont=torch.from_numpy(st.encoder(rows).reshape(b * e, -1)).to(dev),  # (B*E, F)
-            dec_cont=torch.from_numpy(dec.reshape(b * d, -1)).to(dev),  # (B*D, Kr)
-            target_center=torch.from_numpy(st.center[rows].astype(np.float32)).to(dev),
-            target_scale=torch.from_numpy(st.scale[rows].astype(np.float32)).to(dev),
-            window=torch.from_numpy(rows).to(dev),
-            **fixed,
-        )
+        b.target_center = torch.from_numpy(st.center[rows].astype(np.float32)).to(dev)
+        b.target_scale = torch.from_numpy(st.scale[rows].astype(np.float32)).to(dev)
+        b.window = torch.as_tensor(rows, device=dev)
+        return b
 
-    def _fixed(self, b: int) -> dict[str, torch.Tensor]:
-        """The inputs of a batch of b live windows that do not depend on the bars (indices, empty columns), made
-        once per batch size: a live system asks for the same size on every bar."""
-        if b not in self._fixed_inputs:
-            e, d, dev = self.encoder_length, self.horizon, self._device
-            self._fixed_inputs[b] = {
-                "static_cont": torch.zeros(b, 0, device=dev),
-                "enc_cat": torch.zeros(b * e, 0, dtype=torch.int64, device=dev),
-                "enc_index": torch.arange(b * e, device=dev).view(b, e),
-                "dec_cat": torch.zeros(b * d, 0, dtype=torch.int64, device=dev),
-                "dec_index": torch.arange(b * d, device=dev).view(b, d),
-                "pos_cont": self._pos,
-                "target": torch.full((b, d), float("nan"), device=dev),
-            }
-        return self._fixed_inputs[b]
-
-    def _forecast_rows(self, rows: np.ndarray, calibrated: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Quantiles (B, D, Q) in target units (calibrated unless told not), target scales (B,), origins (B,)."""
-        q = np.zeros((0, self.horizon, len(self.quantiles)), np.float32)
-        scale = self._stream.scale[rows]
-        if len(rows):
-            batch = self.batch(rows)
-            with torch.inference_mode():
-                q = raw_quantiles(batch, self._forward(batch))[0].cpu().numpy()  # (B, D, Q) sorted
-            cal = self._calibration(calibrated)
-            if cal is not None:
-                q = cal.apply(q, scale).astype(np.float32)
-        return q, scale, self._stream.ts[rows].copy()
+    def _forecast_rows(self, rows: list[int], calibrated: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Quantiles (B, D, Q) in target units (calibrated unless told not), target scales (B,), origins (B,):
+        the scaled forecasts unscaled and sorted as `raw_quantiles` does (float32), then calibrated."""
+        st = self._stream
+        scale = st.scale[rows]
+        if not rows:
+            return np.zeros((0, self.horizon, len(self.quantiles)), np.float32), scale, st.ts[rows]
+        scaled = self._live(*self.live_inputs(rows))  # (B, D, Q)
+        q = scaled * scale.astype(np.float32)[:, None, None] + st.center[rows].astype(np.float32)[:, None, None]
+        q.sort(axis=-1)
+        cal = self._calibration(calibrated)
+        if cal is not None:
+            q = cal.apply(q, scale).astype(np.float32)
+        return q, scale, st.ts[rows]

@@ -6,7 +6,9 @@ series' first bar: so the state after a bar is a handful of numbers per series, 
 it in O(1), bit for bit the same recursion. `StreamState` keeps those numbers, the last close and contract, and a
 ring buffer of the last E input rows (what the encoder reads) for every series; `prime` fills it from a history in
 one vectorized pass (polars' own `ewm_mean`, as scaling.py runs it) and `step` advances it by one bar per series
-(numpy over the series, no polars, no Python loop over bars). Tests hold `step` to `predict` on the same history.
+(float arithmetic per series, no polars, no pass over bars). The known inputs of a bar and of its forecast steps come
+from `KnownGrid` (api/known_grid.py), which computes them a span of the grid at a time. Tests hold `step` to
+`predict` on the same history.
 
 Legend: S series in the state, B series in one step, E encoder steps, F continuous input columns (known calendar
 columns, then observed ones, as `WindowedData.cont`), Kr known continuous columns.
@@ -14,10 +16,12 @@ columns, then observed ones, as `WindowedData.cont`), Kr known continuous column
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import polars as pl
 
-from foxhunt.data.calendar import future_timestamps
+from foxhunt.api.known_grid import KnownGrid
 from foxhunt.data.features import RETURN_TARGETS, SEASON_OBSERVED, STANDARDIZED, VOL_OBSERVED, move_columns
 from foxhunt.data.known import known_columns
 from foxhunt.data.prepare import UNKNOWN_SERIES, FittedTransform
@@ -54,12 +58,16 @@ class StreamState:
         self.ewm = {k: np.zeros(0) for k in _STATES}  # (S,) each
         self.center = np.zeros(0)  # (S,) target center / scale at the last bar (the origin's)
         self.scale = np.zeros(0)
-        self.ring = np.zeros((0, encoder_length, self.n_known + len(self.observed)), np.float32)  # (S, E, F)
+        # (S, 2E, F) each input row at slot j and j + E, so that the window head .. head + E - 1 is contiguous
+        self.ring = np.zeros((0, 2 * encoder_length, self.n_known + len(self.observed)), np.float32)
         self.head = np.zeros(0, np.int64)  # (S,) ring slot of the next row
-        self.grid = np.full((0, horizon), -1, np.int64)  # (S, D) forecast steps of the last origin (-1: none yet)
-        self.dec = np.zeros((0, horizon, self.n_known), np.float32)  # (S, D, Kr) their known inputs
         self.consts = self._constants([])  # (S,) each
+        self.const_rows: list[dict[str, float]] = []  # (S,) the scalers `step` reads, as floats
+        self.obs_plan: list[list[tuple[str, float | None, float | None]]] = []  # (S,) (column, mean, std) each
         self.code = np.full(0, UNKNOWN_SERIES, dtype=np.int64)  # (S,) the model's series codes
+        self.alpha = _alpha(self.hl)
+        self.known_grid = KnownGrid(transform, self.season)
+        self._series_of: dict[str, str] | None = None
 
     # -- per-series constants ----------------------------------------------------------------------------------
     def _const(self, names: list[str], key: str, field: str) -> np.ndarray:
@@ -76,9 +84,26 @@ class StreamState:
                  for f in ("mean", "std")]
         return {k: self._const(names, *k) for k in keys}
 
-    def codes(self, rows: np.ndarray) -> np.ndarray:
+    def _plans(self, first: int) -> None:
+        """`const_rows` and `obs_plan` of the rows from `first` on, from `consts`."""
+        c = self.consts
+        for r in range(first, len(self.names)):
+            self.const_rows.append({"r_std": float(c[(self.ret, "std")][r]), "k": float(c[("range_k", "value")][r]),
+                                    "t_c": float(c[("target", "center")][r]),
+                                    "t_s": float(c[("target", "scale")][r])})
+            self.obs_plan.append([(col, float(c[(col, "mean")][r]), float(c[(col, "std")][r])) if (col, "mean") in c
+                                  else (col, None, None) for col in self.observed])
+
+    def codes(self, rows: list[int]) -> np.ndarray:
         """(B,) the model's series codes of state rows `rows` (0: a series unseen in training)."""
         return self.code[rows]
+
+    @property
+    def series_of(self) -> dict[str, str]:
+        """Each series' current contract (or its name, when it has none) -> the series: how bars are matched."""
+        if self._series_of is None:
+            self._series_of = {c if c is not None else n: n for n, c in zip(self.names, self.contract, strict=True)}
+        return self._series_of
 
     # -- priming from a history --------------------------------------------------------------------------------
     def prime(self, feats: pl.DataFrame, cont: np.ndarray, center: np.ndarray, scale: np.ndarray) -> None:
@@ -96,6 +121,7 @@ class StreamState:
         contracts = feats["contract"].to_list() if "contract" in feats.columns else [None] * len(feats)
         for r, i in zip(rows, last, strict=True):
             self.contract[r] = contracts[i]
+        self._series_of = None
         self.ts[rows] = feats["ts"].dt.epoch("ns").to_numpy()[last]
         for k in self.ewm.keys() & states.keys():
             self.ewm[k][rows] = states[k][last]
@@ -103,9 +129,8 @@ class StreamState:
         self.center[rows], self.scale[rows] = center[last], scale[last]
         back = np.arange(self.e)[::-1]  # rows last - E + 1 .. last, oldest first (a short series wraps, unread)
         take = np.clip(last[:, None] - back, 0, None)  # (S', E)
-        self.ring[rows] = cont[take]
+        self.ring[rows] = np.concatenate([cont[take]] * 2, axis=1)  # (S', 2E, F)
         self.head[rows] = 0
-        self.grid[rows] = -1
 
     def _prime_ewm(self, feats: pl.DataFrame, names: list[str], sidx: np.ndarray) -> dict[str, np.ndarray]:
         """Every EWMA state (unfloored) and the floored volatility at every row, as scaling.trailing runs them."""
@@ -158,145 +183,168 @@ class StreamState:
             self.scale = np.concatenate([self.scale, np.ones(m)])
             self.ewm = {k: np.concatenate([v, np.zeros(m)]) for k, v in self.ewm.items()}
             self.ring = np.concatenate([self.ring, np.zeros((m, *self.ring.shape[1:]), np.float32)])
-            self.grid = np.concatenate([self.grid, np.full((m, self.d), -1, np.int64)])
-            self.dec = np.concatenate([self.dec, np.zeros((m, *self.dec.shape[1:]), np.float32)])
             more = self._constants(new)
             self.code = np.concatenate([self.code, self.tf.code(new)])
             self.consts = {k: np.concatenate([v, more[k]]) for k, v in self.consts.items()}
+            self._plans(s)
+            self._series_of = None
         return np.array([self.index[n] for n in names], dtype=np.int64)
 
     # -- one bar per series ------------------------------------------------------------------------------------
-    def step(self, names: list[str], contracts: list[str | None], ts_ns: np.ndarray, ohlcv: np.ndarray,
-             filled: np.ndarray) -> np.ndarray:
+    def step(self, names: list[str], contracts: list[str | None], ts_ns: list[int], ohlcv: list[list[float]],
+             filled: list[bool]) -> list[int]:
         """Append one bar to each series `names` (B,): times (B,) ns after the series' last bar, ohlcv (B, 5)
-        open high low close volume, filled (B,) bool. Returns their state rows (B,)."""
+        open high low close volume, filled (B,). Returns their state rows (B,). Every bar is checked before any
+        series moves, so a refused call leaves the state as it was.
+
+        The work is a few dozen float operations per series, done on Python floats one series at a time: a numpy
+        call costs about a microsecond whatever its size, so for the handful of series of a live call scalar math
+        is several times cheaper than numpy over the series (and a batch of hundreds of series spends far longer
+        in the model than here). The arithmetic is numpy's, operation for operation (the logs are numpy's own)."""
         if len(set(names)) != len(names):
             raise InputError("update: more than one bar for a series in one call; pass one bar per series, in time "
                              "order, one call per bar time")
-        rows = self._rows_for(names)
-        first = self.n[rows] == 0  # (B,) a series' first bar: no return, the EWMAs take their seeds
-        self._check(rows, first, names, contracts, ts_ns, ohlcv)
-        high, low, close, volume = ohlcv[:, 1], ohlcv[:, 2], ohlcv[:, 3], ohlcv[:, 4]
-        if self.ret == "price_change":
-            r, x = close - self.close[rows], high - low
-        else:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                r, x = np.log(close / self.close[rows]), np.log(high / low)
-        r = np.where(first, 0.0, r)
-        obs, center, scale = self._advance(rows, first, r, x, ts_ns, {
-            "log_return": r, "price_change": r, "log_range": x, "price_range": x,
-            "log_volume": np.log1p(volume), "roll": np.zeros(len(rows)), "filled": filled.astype(np.float64)})
-        slot = self.head[rows]
-        on_grid = self.grid[rows, 0] == ts_ns  # (B,) the bar is the last forecast's first step: its inputs are known
-        self.ring[rows, slot, :self.n_known] = self.dec[rows, 0] if on_grid.all() else self._known(ts_ns)
-        self.ring[rows, slot, self.n_known:] = obs
-        self.head[rows] = (slot + 1) % self.e
-        self.n[rows] += 1
-        self.close[rows], self.ts[rows], self.center[rows], self.scale[rows] = close, ts_ns, center, scale
-        for r_, c in zip(rows, contracts, strict=True):
-            if c is not None:
-                self.contract[r_] = c
+        rows = self._rows_for(names).tolist()
+        for i, r in enumerate(rows):
+            self._check(r, names[i], contracts[i], ts_ns[i], ohlcv[i])
+        for i, r in enumerate(rows):
+            self._advance(r, ts_ns[i], ohlcv[i], filled[i])
+            if contracts[i] is not None and contracts[i] != self.contract[r]:
+                self.contract[r] = contracts[i]
+                self._series_of = None
         return rows
 
-    def _check(self, rows: np.ndarray, first: np.ndarray, names: list[str], contracts: list[str | None],
-               ts_ns: np.ndarray, ohlcv: np.ndarray) -> None:
+    def _check(self, r: int, name: str, contract: str | None, ts: int, ohlcv: list[float]) -> None:
         """One line naming the series and what is wrong with its bar: out of order, not finite, or a roll."""
-        late = ~first & (ts_ns <= self.ts[rows])
-        bad = ~np.isfinite(ohlcv).all(axis=1)
-        for i in np.flatnonzero(late | bad)[:1]:
-            what = "is not after the series' last bar" if late[i] else "has a missing or non-finite price or volume"
-            raise InputError(f"update: the bar of {names[i]!r} at {np.datetime64(int(ts_ns[i]), 'ns')}Z {what}; "
+        first = self.n[r] == 0
+        late = not first and ts <= self.ts[r]
+        if late or not all(math.isfinite(v) for v in ohlcv):
+            what = "is not after the series' last bar" if late else "has a missing or non-finite price or volume"
+            raise InputError(f"update: the bar of {name!r} at {np.datetime64(int(ts), 'ns')}Z {what}; "
                              "pass each series' bars once, in time order, with finite prices")
-        for i, r in enumerate(rows):
-            old = self.contract[r]
-            if not first[i] and contracts[i] is not None and old is not None and contracts[i] != old:
-                raise InputError(f"update: series {names[i]!r} rolls from {old} to {contracts[i]}; a roll needs both "
-                                 "contracts' prices: call predict(history) with bars through the roll, then update")
+        old = self.contract[r]
+        if not first and contract is not None and old is not None and contract != old:
+            raise InputError(f"update: series {name!r} rolls from {old} to {contract}; a roll needs both "
+                             "contracts' prices: call predict(history) with bars through the roll, then update")
 
-    def _advance(self, rows: np.ndarray, first: np.ndarray, r: np.ndarray, x: np.ndarray, ts_ns: np.ndarray,
-                 raw: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Step every EWMA once (scaling.trailing's recursion); the bar's observed inputs (B, Or) float32 and its
-        target center and scale (B,)."""
-        c = {key: v[rows] for key, v in self.consts.items()}  # (B,) each
-        r_std, k = c[(self.ret, "std")], c[("range_k", "value")]
-        t_c, t_s = c[("target", "center")], c[("target", "scale")]
-        proxy = r**2 if not self.range_est else k * x**2
+    def _advance(self, r: int, ts: int, ohlcv: list[float], filled: bool) -> None:
+        """Step every EWMA of series r once (scaling.trailing's recursion) and write the bar's input row (known,
+        then observed, float32) into its ring, with its target center and scale."""
+        c = self.const_rows[r]  # this series' scalers, Python floats
+        first = bool(self.n[r] == 0)  # a series' first bar: no return, the EWMAs take their seeds
+        _, high, low, close, volume = ohlcv
+        prev = float(self.close[r])
+        if self.ret == "price_change":
+            ret, x = close - prev, high - low
+        else:
+            ret, x = _log(close / prev if prev else _ratio(close, prev), high / low if low else _ratio(high, low))
+        if first:
+            ret = 0.0
+        r_std, k = c["r_std"], c["k"]
+        seed = r_std * r_std
+        proxy = ret * ret if not self.range_est else k * (x * x)
+        ewm, b, a = self.ewm, 1.0 - self.alpha, self.alpha
 
-        def ewm(key: str, value: np.ndarray, seed: np.ndarray, hl: float) -> np.ndarray:
-            a = _alpha(hl)
-            y = np.where(first, seed, (1.0 - a) * self.ewm[key][rows] + a * value)
-            self.ewm[key][rows] = y
+        def step(key: str, value: float, seed: float, a: float = a, b: float = b) -> float:
+            y = seed if first else b * float(ewm[key][r]) + a * value
+            ewm[key][r] = y
             return y
 
-        def floored(v: np.ndarray) -> np.ndarray:
-            return np.maximum(np.sqrt(v), VOL_FLOOR * r_std)
-
-        before = np.where(first, r_std, self.vol[rows])  # sigma known before the bar: the shock's yardstick
-        vol = floored(ewm("v", proxy, r_std**2, self.hl))
-        self.vol[rows] = vol
-        derived = {"log_vol": np.log(vol)}
+        floor = VOL_FLOOR * r_std
+        before = r_std if first else float(self.vol[r])  # sigma known before the bar: the shock's yardstick
+        vol = _floored(step("v", proxy, seed), floor)
+        self.vol[r] = vol
+        logs = [vol]  # log_vol, then (seasonality) log_vol_season, then (vol features) the fast and slow ratios
         sig_scale = vol
         if self.season:
-            p2 = profile_at(ts_ns, self.season) ** 2
-            vs = floored(ewm("v_season", proxy / p2, r_std**2, self.hl))
-            derived["log_vol_season"] = np.log(vs)
-            sig_scale = vs * np.sqrt(p2)
+            p = self.known_grid.profile(ts)
+            p2 = p * p
+            vs = _floored(step("v_season", proxy / p2, seed), floor)
+            logs.append(vs)
+            sig_scale = vs * math.sqrt(p2)
         if self.vol_features:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                derived.update({
-                    "shock": r / before, "range_shock": np.sqrt(k) * x / before,
-                    "log_vol_fast": np.log(floored(ewm("v_fast", proxy, r_std**2, self.hl / FAST_SLOW)) / vol),
-                    "log_vol_slow": np.log(floored(ewm("v_slow", proxy, r_std**2, self.hl * FAST_SLOW)) / vol)})
+            fa, sa = _alpha(self.hl / FAST_SLOW), _alpha(self.hl * FAST_SLOW)
+            logs.append(_div(_floored(step("v_fast", proxy, seed, fa, 1.0 - fa), floor), vol))
+            logs.append(_div(_floored(step("v_slow", proxy, seed, sa, 1.0 - sa), floor), vol))
+        logs = _log(*logs)
+        derived = {"log_vol": logs[0]}
+        if self.season:
+            derived["log_vol_season"] = logs[1]
+        if self.vol_features:
+            derived.update({"shock": _div(ret, before), "range_shock": _div(math.sqrt(k) * x, before),
+                            "log_vol_fast": logs[-2], "log_vol_slow": logs[-1]})
         if self.tf.scaling == "series":
-            center, scale = t_c, t_s
+            center, scale = c["t_c"], c["t_s"]
         elif self.tf.target in RETURN_TARGETS:
-            center, scale = np.zeros(len(rows)), sig_scale
+            center, scale = 0.0, sig_scale
         elif self.range_est:
-            center, scale = np.zeros(len(rows)), sig_scale / np.sqrt(k)
+            center, scale = 0.0, sig_scale / math.sqrt(k)
         else:
-            m = ewm("m", x, t_c, self.hl)
-            var = ewm("m2", x**2, t_c**2 + t_s**2, self.hl) - m**2
-            center, scale = m, np.sqrt(np.maximum(var, (VOL_FLOOR * t_s) ** 2))
-        obs = np.empty((len(rows), len(self.observed)), dtype=np.float32)  # (B, Or)
-        for j, col in enumerate(self.observed):  # a handful of columns
-            v = derived[col] if col in derived else raw[col]
-            if (col, "mean") in c:  # standardized
-                v = (v - c[(col, "mean")]) / c[(col, "std")]
-            obs[:, j] = np.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0)
-        return obs, center.astype(np.float32), scale.astype(np.float32)
+            t_c, t_s = c["t_c"], c["t_s"]
+            m = step("m", x, t_c)
+            var = step("m2", x * x, t_c * t_c + t_s * t_s) - m * m
+            fl = VOL_FLOOR * t_s
+            center, scale = m, math.sqrt(max(var, fl * fl))
+        raw = {"log_return": ret, "price_change": ret, "log_range": x, "price_range": x, "roll": 0.0,
+               "filled": float(filled)}
+        obs = []
+        for col, mean, std in self.obs_plan[r]:  # a handful of columns
+            v = derived[col] if col in derived else raw[col] if col != "log_volume" else float(np.log1p(volume))
+            if std is not None:  # standardized
+                v = (v - mean) / std
+            obs.append(v if math.isfinite(v) else 0.0)
+        slot = int(self.head[r])
+        row = self.ring[r, slot]  # (F,) written at slot and slot + E: any E consecutive slots are a window
+        row[:self.n_known] = self.known_grid.known(ts)
+        row[self.n_known:] = obs
+        self.ring[r, slot + self.e] = row
+        self.head[r] = (slot + 1) % self.e
+        self.n[r] += 1
+        self.close[r], self.ts[r] = close, ts
+        self.center[r], self.scale[r] = np.float32(center), np.float32(scale)
 
-    # -- the known inputs --------------------------------------------------------------------------------------
-    def _known(self, ts_ns: np.ndarray) -> np.ndarray:
-        """(N, Kr) float32 known inputs of timestamps (N,): `known_columns`, as the ring and the decoder store them."""
-        cols = known_columns(ts_ns, self.tf.exchange_tz, self.tf.intraday, self.tf.calendar_features, self.season)
-        return np.stack(list(cols.values()), axis=-1).astype(np.float32)
-
-    def decoder(self, rows: np.ndarray) -> np.ndarray:
+    # -- the model's inputs ------------------------------------------------------------------------------------
+    def decoder(self, rows: list[int], out: np.ndarray | None = None) -> np.ndarray:
         """(B, D, Kr) known inputs of the D forecast steps after the last bar of each series `rows`: the values of
-        `decoder_features`. When a bar lands on the previous origin's first step, that grid shifts by one and only
-        the new last step is computed: `future_timestamps` walks the grid one step at a time, each from the last,
-        so the grid after the new bar is the old one's tail and one step more (tests/api hold the two to each other).
-        """
-        tf, d = self.tf, self.d
-        ts = self.ts[rows]
-        shift = self.grid[rows, 0] == ts  # (B,)
-        fresh, moved = rows[~shift], rows[shift]
-        if len(fresh):
-            grid = future_timestamps(ts[~shift], tf.bar_spacing_ns, d, tf.intraday, tf.exchange_tz)  # (B', D)
-            self.grid[fresh] = grid
-            self.dec[fresh] = self._known(grid.ravel()).reshape(len(fresh), d, -1)
-        if len(moved):
-            new = future_timestamps(self.grid[moved, -1], tf.bar_spacing_ns, 1, tf.intraday, tf.exchange_tz)
-            self.grid[moved] = np.concatenate([self.grid[moved, 1:], new], axis=1)
-            self.dec[moved] = np.concatenate([self.dec[moved, 1:], self._known(new[:, 0])[:, None]], axis=1)
-        return self.dec[rows]
+        `decoder_features` (from the grid's spans, api/known_grid.py), written into `out` when given."""
+        out = np.empty((len(rows), self.d, self.n_known), np.float32) if out is None else out
+        for i, r in enumerate(rows):
+            self.known_grid.decoder(int(self.ts[r]), out[i])
+        return out
 
-    # -- the encoder inputs ------------------------------------------------------------------------------------
-    def ready(self, rows: np.ndarray) -> np.ndarray:
-        """Which of `rows` have a full encoder (E bars after their first, which has no return)."""
-        return self.n[rows] > self.e
+    def ready(self, rows: list[int]) -> list[int]:
+        """The rows of `rows` with a full encoder (E bars after their first, which has no return)."""
+        return [r for r in rows if self.n[r] > self.e]
 
-    def encoder(self, rows: np.ndarray) -> np.ndarray:
-        """(B, E, F) the last E input rows of each series `rows`, oldest first: one gather from the rings."""
-        order = (self.head[rows, None] + np.arange(self.e)) % self.e  # (B, E) ring slots, oldest first
-        return self.ring[rows[:, None], order]
+    def encoder(self, rows: list[int]) -> np.ndarray:
+        """(B, E, F) the last E input rows of each series `rows`, oldest first: slots head .. head + E - 1 of the
+        doubled ring (a view for one series, one gather for several)."""
+        if len(rows) == 1:
+            h = int(self.head[rows[0]])
+            return self.ring[rows[0], h:h + self.e][None]
+        order = self.head[rows, None] + np.arange(self.e)  # (B, E)
+        return self.ring[np.asarray(rows)[:, None], order]
+
+
+def _log(*values: float) -> list[float]:
+    """numpy's log of a few floats (the batch pipeline's, to the last bit), quietly nan / -inf where undefined."""
+    if all(v > 0 for v in values):
+        return np.log(values).tolist()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(values).tolist()
+
+
+def _ratio(a: float, b: float) -> float:
+    """a / b as numpy divides (inf or nan for b = 0, no ZeroDivisionError)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float64(a) / np.float64(b))
+
+
+def _div(a: float, b: float) -> float:
+    return a / b if b else _ratio(a, b)
+
+
+def _floored(v: float, floor: float) -> float:
+    """np.maximum(np.sqrt(v), floor) of floats: nan stays nan."""
+    s = math.sqrt(v) if v >= 0 else math.nan
+    return s if s >= floor or s != s else floor

@@ -16,8 +16,10 @@ import dataclasses
 import io
 import logging
 import warnings
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from foxhunt.data.batch import Batch
@@ -91,52 +93,144 @@ class TracedForward:
             return None
 
 
+# A live forward: series codes (B,) int64, encoder inputs (B, E, F) and decoder known inputs (B, D, Kr) float32 (the
+# rows of api/stream.py) -> scaled quantiles (B, D, Q) float32, numpy in and out.
+LiveForward = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+class BatchForward:
+    """A live forward through a Batch-taking one (the eager model, a trace, a benchmark's backend): the dense live
+    windows laid out as a Batch (each window its own E encoder rows and D forecast steps), the inputs that do not
+    depend on the bars made once per batch size (a live system asks for the same size on every bar)."""
+
+    def __init__(self, forward: Callable[[Batch], torch.Tensor], encoder_length: int, horizon: int,
+                 device: torch.device | None = None):
+        self.forward, self.e, self.d = forward, encoder_length, horizon
+        self.device = device or torch.device("cpu")
+        e, d = encoder_length, horizon
+        self.pos = ((torch.arange(e + d) - (e - 1)).float() / e).view(e + d, 1).to(self.device)  # (T, 1)
+        self.fixed: dict[int, dict[str, torch.Tensor]] = {}
+
+    def batch(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray) -> Batch:
+        b, dev = len(codes), self.device
+        if b not in self.fixed:
+            e, d = self.e, self.d
+            self.fixed[b] = {
+                "static_cont": torch.zeros(b, 0, device=dev),
+                "enc_cat": torch.zeros(b * e, 0, dtype=torch.int64, device=dev),
+                "enc_index": torch.arange(b * e, device=dev).view(b, e),
+                "dec_cat": torch.zeros(b * d, 0, dtype=torch.int64, device=dev),
+                "dec_index": torch.arange(b * d, device=dev).view(b, d),
+                "pos_cont": self.pos,
+                "target": torch.full((b, d), float("nan"), device=dev),
+                "target_center": torch.zeros(b, device=dev),  # the forward never reads them: unscaling is the caller's
+                "target_scale": torch.ones(b, device=dev),
+                "window": torch.arange(b, device=dev),
+            }
+        return Batch(static_cat=torch.from_numpy(np.ascontiguousarray(codes).reshape(b, 1)).to(dev),  # (B, 1)
+                     enc_cont=torch.from_numpy(np.ascontiguousarray(enc).reshape(b * self.e, -1)).to(dev),  # (B*E, F)
+                     dec_cont=torch.from_numpy(np.ascontiguousarray(dec).reshape(b * self.d, -1)).to(dev),  # (B*D, Kr)
+                     **self.fixed[b])
+
+    def __call__(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray) -> np.ndarray:
+        batch = self.batch(codes, enc, dec)
+        with torch.inference_mode():
+            return self.forward(batch).float().cpu().numpy()
+
+
+class _LiveArgs(torch.nn.Module):
+    """The inference model on dense live windows (codes, enc, dec): what onnxruntime runs. `InferenceTFT.live` when
+    the model allows it (a model trained on bars), else its forward on a Batch whose indices, positions and empty
+    columns are constants of the graph."""
+
+    def __init__(self, model: torch.nn.Module, batch: Batch):
+        super().__init__()
+        self.model = model
+        for name in ("static_cont", "enc_cat", "enc_index", "dec_cat", "dec_index", "pos_cont", "target",
+                     "target_center", "target_scale", "window"):
+            self.register_buffer(name, getattr(batch, name).clone(), persistent=False)
+
+    def forward(self, codes: torch.Tensor, enc: torch.Tensor, dec: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.model, InferenceTFT) and self.model.dense_ready():
+            return self.model.live(codes, enc, dec)  # no index at all
+        b = codes.shape[0]
+        return self.model(Batch(
+            static_cat=codes.view(b, 1), static_cont=self.static_cont, enc_cont=enc.reshape(-1, enc.shape[-1]),
+            enc_cat=self.enc_cat, enc_index=self.enc_index, dec_cont=dec.reshape(-1, dec.shape[-1]),
+            dec_cat=self.dec_cat, dec_index=self.dec_index, pos_cont=self.pos_cont, target=self.target,
+            target_center=self.target_center, target_scale=self.target_scale, window=self.window))
+
+
+class _Bound:
+    """One onnxruntime session with its inputs and output bound to preallocated buffers (IOBinding): a call copies
+    the inputs in, runs and copies the output out, with no OrtValue or dict made per call."""
+
+    def __init__(self, session: Any, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray, out_shape: tuple):
+        self.session = session
+        self.codes, self.enc, self.dec = codes.copy(), enc.copy(), dec.copy()
+        self.out = np.empty(out_shape, np.float32)
+        self.io = session.io_binding()
+        for name, buf in (("codes", self.codes), ("enc", self.enc), ("dec", self.dec)):
+            self.io.bind_input(name, "cpu", 0, buf.dtype, list(buf.shape), buf.ctypes.data)
+        self.io.bind_output(session.get_outputs()[0].name, "cpu", 0, np.float32, list(out_shape), self.out.ctypes.data)
+
+    def __call__(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray) -> np.ndarray:
+        self.codes[...], self.enc[...], self.dec[...] = codes, enc, dec
+        self.session.run_with_iobinding(self.io)
+        return self.out.copy()
+
+
 class OnnxForward:
-    """Scaled quantiles (B, D, Q) of a CPU Batch by onnxruntime running the inference model, exported in memory once
-    per input shape (about a second). onnxruntime's calls are cheaper than TorchScript's interpreter: on the shared
-    benchmark machine (hidden 16, batch 1, one thread) 1.3 ms of CPU per forward against the trace's 2.8. It runs
-    live batches (up to LIVE_BATCH windows) on one intra-op thread; larger batches (where the trace is faster: the
-    export of the embedding bag is a loop), a device tensor, or anything it cannot do (no onnxruntime, an export
-    that fails, said once) go to the trace."""
+    """The live forward (see `LiveForward`) by onnxruntime running the inference model, exported in memory once per
+    batch size (about a second). The graph is `InferenceTFT.live` (129 nodes for the default model, no index
+    inputs), run sequentially on one intra-op thread with every graph optimization, its inputs and output bound to
+    preallocated buffers (about 15% less CPU than `session.run` with a dict of index inputs). On the
+    shared benchmark machine (hidden 16, batch 1, one thread) a forward takes 0.5 ms of CPU against the trace's
+    1.8. Larger batches (over LIVE_BATCH windows, where the trace is faster: the export of the embedding bag is a
+    loop) or anything it cannot do (no onnxruntime, an export that fails, said once) go to the trace."""
 
     LIVE_BATCH = 16
 
-    def __init__(self, model: torch.nn.Module):
-        self.fallback = TracedForward(model)
-        self.model = self.fallback.model
-        self.sessions: dict[tuple, tuple[Any, list[str]]] = {}
+    def __init__(self, model: torch.nn.Module, encoder_length: int, horizon: int):
+        self.trace = TracedForward(model)
+        self.model = self.trace.model
+        self.fallback = BatchForward(self.trace, encoder_length, horizon)
+        self.sessions: dict[tuple, _Bound] = {}
         self.failed = not isinstance(self.model, InferenceTFT)
 
-    def __call__(self, batch: Batch) -> torch.Tensor:
-        tensors = tuple(getattr(batch, f) for f in FIELDS)
-        if self.failed or len(batch) > self.LIVE_BATCH or any(t.device.type != "cpu" for t in tensors):
-            return self.fallback(batch)
-        key = tuple((tuple(t.shape), t.dtype) for t in tensors)
-        entry = self.sessions.get(key)
-        if entry is None:
-            entry = self._export(tensors)
-            if entry is None:
-                return self.fallback(batch)
-            self.sessions[key] = entry
-        session, names = entry
-        return torch.from_numpy(session.run(None, {n: getattr(batch, n).numpy() for n in names})[0])
+    def __call__(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray) -> np.ndarray:
+        if self.failed or len(codes) > self.LIVE_BATCH:
+            return self.fallback(codes, enc, dec)
+        key = (enc.shape, dec.shape)
+        bound = self.sessions.get(key)
+        if bound is None:
+            bound = self._export(codes, enc, dec)
+            if bound is None:
+                return self.fallback(codes, enc, dec)
+            self.sessions[key] = bound
+        return bound(codes, enc, dec)
 
-    def _export(self, tensors: tuple[torch.Tensor, ...]) -> tuple[Any, list[str]] | None:
+    def _export(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray) -> _Bound | None:
         try:
             import onnxruntime as ort
 
+            batch = self.fallback.batch(codes, enc, dec)
+            args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in (codes, enc, dec))
             graph = io.BytesIO()
             with warnings.catch_warnings(), torch.no_grad(), torch.inference_mode(False):
                 warnings.simplefilter("ignore")  # exporter notices about shape-dependent Python: shapes are fixed
-                self.model(Batch(**dict(zip(FIELDS, tensors, strict=True))))  # folds the weights outside the export
-                torch.onnx.export(_BatchArgs(self.model).eval(), tensors, graph, dynamo=False, opset_version=17,
-                                  input_names=list(FIELDS))
+                self.model(batch)  # folds the weights outside the export
+                torch.onnx.export(_LiveArgs(self.model, batch).eval(), args, graph, dynamo=False, opset_version=17,
+                                  input_names=["codes", "enc", "dec"], output_names=["quantiles"])
             options = ort.SessionOptions()
-            options.intra_op_num_threads = 1  # a few hundred tiny ops: threads only wait for each other
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            options.intra_op_num_threads = 1  # a hundred tiny ops: threads only wait for each other
             options.inter_op_num_threads = 1
             options.log_severity_level = 3  # errors only
             session = ort.InferenceSession(graph.getvalue(), options, providers=["CPUExecutionProvider"])
-            return session, [i.name for i in session.get_inputs()]
+            return _Bound(session, *(np.ascontiguousarray(a) for a in (codes, enc, dec)),
+                          (len(codes), dec.shape[1], self.model.model.output.out_features))
         except Exception as e:  # onnxruntime missing or an op it cannot take: the trace forecasts the same
             self.failed = True
             log.warning("onnxruntime cannot run the model (%s); using the TorchScript trace",
@@ -144,10 +238,14 @@ class OnnxForward:
             return None
 
 
-def live_forward(model: torch.nn.Module) -> OnnxForward | TracedForward:
-    """What `Forecaster.update` runs: onnxruntime when installed (extra `onnx`), else the frozen trace."""
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return TracedForward(model)
-    return OnnxForward(model)
+def live_forward(model: torch.nn.Module, encoder_length: int, horizon: int, device: torch.device) -> LiveForward:
+    """What `Forecaster.update` runs: onnxruntime when installed (extra `onnx`) and the model is on the CPU, else the
+    frozen trace."""
+    if device.type == "cpu":
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            return OnnxForward(model, encoder_length, horizon)
+    return BatchForward(TracedForward(model), encoder_length, horizon, device)

@@ -167,6 +167,26 @@ class FoldedSelection(_Folded):
                                mode="sum").view(b, length, h)  # no (B * L, V, H) gathered tensor
 
 
+    def dense(self, x: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
+        """`forward` on windows that each own their L rows, in order: x (B * L, Vr), ctx (B, H + V) -> (B * L, H).
+        No index: the selection's positional share is a per-position table, and the weighted sum over variables
+        is one batched product with the per-row inputs and the positional ones side by side."""
+        r, h, v, b = x.shape[0], self.h, self.v, ctx.shape[0]
+        xt = x.t().unsqueeze(-1)  # (Vr, R, 1)
+        g = torch.baddbmm(self.bf, F.elu(torch.addcmul(self.c, xt, self.u)), self.wf)  # (Vr, R, 2H)
+        y = F.layer_norm(torch.addcmul(self.eb, xt, self.ew) + F.glu(g, -1), (h,))  # (Vr, R, H)
+        y = torch.addcmul(self.lnb, y, self.lnw)  # (Vr, R, H)
+        bias = self.pos_ps + ctx if b == 1 else (self.pos_ps + ctx.unsqueeze(1)).reshape(r, h + v)  # (R, H + V)
+        pre, skip = torch.addmm(bias, x, self.slope).split([h, v], -1)  # (R, H), (R, V)
+        s = F.linear(F.elu(pre), self.wsel, self.bsel)  # (R, 2V)
+        w = torch.softmax(F.layer_norm(skip + F.glu(s, -1), (v,), self.ln_w, self.ln_b), -1)  # (R, V)
+        values = y.transpose(0, 1)  # (R, Vr, H)
+        if self.p:
+            pos = self.pos_proc.view(self.p, self.length, h).transpose(0, 1)  # (L, P, H)
+            values = torch.cat([values, pos if b == 1 else pos.repeat(b, 1, 1)], 1)  # (R, V, H)
+        return torch.bmm(w.unsqueeze(1), values).view(r, h)  # (R, H)
+
+
 def _grn(g: GatedResidualNetwork, dt: torch.dtype) -> dict[str, torch.Tensor]:
     """A context-free-width GRN (d_in = d_out = H) with fc1 folded into its gate."""
     w, b = _folded_gate(g.fc1, g.gate)
@@ -268,32 +288,65 @@ class InferenceTFT(nn.Module):
         else:
             ctx = self._contexts(batch.static_cat, batch.static_cont)
         enc_ctx, dec_ctx, enr_ctx, c_h, c_c = ctx.split([h + self.ve, h + self.vd, h, h, h], dim=1)
-        e = batch.enc_index.shape[1]
         kc = len(m.sizes.known_cat)
         enc = self.enc(batch.enc_cont, batch.enc_cat, batch.enc_index, enc_ctx)  # (B, E, H)
         dec = self.dec(batch.dec_cont, batch.dec_cat[:, :kc], batch.dec_index, dec_ctx)  # (B, D, H)
+        return self._temporal(enc, dec, enr_ctx, c_h, c_c, flat=False)
+
+    def dense_ready(self) -> bool:
+        """Whether `live` can run this model: the series code is its only static input and no time input is
+        categorical (a model trained on bars), and the positional inputs are folded (a first `forward` did it)."""
+        return (self.code_table is not None and self.enc is not None and self.dec is not None
+                and not self.enc.vc and not self.dec.vc)
+
+    def live(self, codes: torch.Tensor, enc: torch.Tensor, dec: torch.Tensor) -> torch.Tensor:
+        """Scaled quantiles (B, D, Q) of dense live windows, each with its own rows: series codes (B,), encoder
+        rows (B, E, F) (known, then observed inputs) and the known inputs of the forecast steps (B, D, Kr), the
+        relative time index being the one folded by the last `forward`. The numbers of `forward` on the same
+        windows as a Batch, in fewer ops (no index arithmetic or gathers): what onnxruntime runs for `update`."""
+        assert self.dense_ready() and self.enc is not None and self.dec is not None and self.code_table is not None
+        h = self.h
+        (b, e, f), d = enc.shape, dec.shape[1]
+        ctx = F.embedding(codes, self.code_table)  # (B, width)
+        enc_ctx, dec_ctx, enr_ctx, c_h, c_c = ctx.split([h + self.ve, h + self.vd, h, h, h], dim=1)
+        x_e = self.enc.dense(enc.reshape(b * e, f), enc_ctx).view(b, e, h)  # (B, E, H)
+        x_d = self.dec.dense(dec.reshape(b * d, dec.shape[2]), dec_ctx).view(b, d, h)  # (B, D, H)
+        return self._temporal(x_e, x_d, enr_ctx, c_h, c_c, flat=True)
+
+    def _temporal(self, enc: torch.Tensor, dec: torch.Tensor, enr_ctx: torch.Tensor, c_h: torch.Tensor,
+                  c_c: torch.Tensor, flat: bool) -> torch.Tensor:
+        """Selected inputs enc (B, E, H), dec (B, D, H) and the static contexts (B, H) each -> quantiles (B, D, Q).
+        `flat`: position-wise maps run on rows (B * T, H), which onnxruntime runs as one Gemm each instead of
+        Reshape-Gemm-Reshape (the live graph); else on (B, T, H), which PyTorch runs a little faster. Shapes below
+        are the flat ones; otherwise (B, T, H) for (B*T, H)."""
+        m, h = self.model, self.h
         layers = m.cfg.lstm_layers
-        b = enc.shape[0]
+        (b, e, _), d = enc.shape, dec.shape[1]
+        t = e + d
         state = (c_h.unsqueeze(0).expand(layers, b, h).contiguous(), c_c.unsqueeze(0).expand(layers, b, h).contiguous())
         enc_out, state = m.encoder_lstm(enc, state)  # (B, E, H)
         dec_out, _ = m.decoder_lstm(dec, state)  # (B, D, H)
-        phi = torch.cat([enc_out, dec_out], dim=1)  # (B, T, H)
-        xi = torch.cat([enc, dec], dim=1)  # (B, T, H)
+        rows = (b * t, h) if flat else (b, t, h)
+        phi = torch.cat([enc_out, dec_out], dim=1).view(rows)  # (B*T, H)
+        xi = torch.cat([enc, dec], dim=1).view(rows)  # (B*T, H)
         pl = m.post_lstm
-        phi_t = F.layer_norm(xi + F.glu(pl.glu.fc(phi), -1), (h,), pl.norm.weight, pl.norm.bias)  # (B, T, H)  φ̃
-        theta = self._grn(self.f_enr, phi_t, enr_ctx.unsqueeze(1))  # (B, T, H)  θ
+        phi_t = F.layer_norm(xi + F.glu(pl.glu.fc(phi), -1), (h,), pl.norm.weight, pl.norm.bias)  # (B*T, H)  φ̃
+        theta = self._grn(self.f_enr, phi_t, _per_row(enr_ctx, t) if flat else enr_ctx.unsqueeze(1))  # (B*T, H) θ
+        theta_d = _last(theta, b, t, d) if flat else theta[:, e:]  # (B*D, H) the forecast steps' rows
         a = self.f_att
         n, k = m.attention.n_heads, m.attention.d_head
-        q = F.linear(theta[:, e:], a["wq"], a["bq"]).view(b, -1, n, k)  # (B, D, N, K), pre-scaled
-        keys, v = F.linear(theta, a["wkv"], a["bkv"]).split([n * k, k], dim=-1)  # (B, T, N*K), (B, T, K)
-        scores = torch.einsum("blnk,btnk->blnt", q, keys.view(b, -1, n, k))  # (B, D, N, T)
+        q = F.linear(theta_d, a["wq"], a["bq"]).view(b, d, n, k)  # (B, D, N, K), pre-scaled
+        keys, v = F.linear(theta, a["wkv"], a["bkv"]).split([n * k, k], dim=-1)  # (B*T, N*K), (B*T, K)
+        scores = torch.einsum("blnk,btnk->blnt", q, keys.view(b, t, n, k))  # (B, D, N, T)
         probs = torch.softmax(scores.masked_fill(self.future, torch.finfo(scores.dtype).min), -1).mean(2)  # (B, D, T)
-        g = F.linear(torch.bmm(probs, v), a["wo"], a["bo"])  # (B, D, 2H): out projection folded into the gate
-        delta = F.layer_norm(theta[:, e:] + F.glu(g, -1), (h,), a["lnw"], a["lnb"])  # (B, D, H)
-        psi = self._grn(self.f_pos, delta, None)  # (B, D, H)
+        mixed = torch.bmm(probs, v.view(b, t, k))  # (B, D, K)
+        g = F.linear(mixed.view(b * d, k) if flat else mixed, a["wo"], a["bo"])  # (B*D, 2H): out projection folded
+        delta = F.layer_norm(theta_d + F.glu(g, -1), (h,), a["lnw"], a["lnb"])  # (B*D, H)
+        psi = self._grn(self.f_pos, delta, None)  # (B*D, H)
         po = m.pre_output
-        out = F.layer_norm(phi_t[:, e:] + F.glu(po.glu.fc(psi), -1), (h,), po.norm.weight, po.norm.bias)  # ψ̃
-        return m.output(out)  # (B, D, Q)
+        phi_d = _last(phi_t, b, t, d) if flat else phi_t[:, e:]  # (B*D, H)
+        out = F.layer_norm(phi_d + F.glu(po.glu.fc(psi), -1), (h,), po.norm.weight, po.norm.bias)  # (B*D, H)  ψ̃
+        return m.output(out).view(b, d, -1)  # (B, D, Q)
 
     def _grn(self, f: dict[str, torch.Tensor], a: torch.Tensor, ctx: torch.Tensor | None) -> torch.Tensor:
         """GRN(a, c) with fc1 folded into the gate: LayerNorm(a + GLU(W ELU(W2 a + b2 + ctx) + b))."""
@@ -302,3 +355,13 @@ class InferenceTFT(nn.Module):
             pre = pre + ctx
         g = F.linear(F.elu(pre), f["wg"], f["bg"])
         return F.layer_norm(a + F.glu(g, -1), (self.h,), f["lnw"], f["lnb"])
+
+
+def _per_row(ctx: torch.Tensor, length: int) -> torch.Tensor:
+    """(B, W) per-window values -> one per row of (B * length) rows (broadcast as it is for one window)."""
+    return ctx if ctx.shape[0] == 1 else ctx.repeat_interleave(length, dim=0)
+
+
+def _last(rows: torch.Tensor, b: int, t: int, d: int) -> torch.Tensor:
+    """The last d of each window's t rows (B * t, H) -> (B * d, H)."""
+    return rows[t - d:] if b == 1 else rows.view(b, t, -1)[:, t - d:].reshape(b * d, -1)

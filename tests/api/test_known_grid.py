@@ -1,0 +1,40 @@
+"""The live stream's span cache of known inputs (api/known_grid.py): bit for bit what the data layer gives for each
+timestamp alone, and the forecast grid of `future_timestamps`, across halts, weekends and DST switches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from foxhunt.api.known_grid import KnownGrid
+from foxhunt.data.calendar import future_timestamps
+from foxhunt.data.known import known_columns
+from foxhunt.data.prepare import FittedTransform
+from foxhunt.data.seasonality import profile_at
+
+MIN_NS = 60 * 10**9
+DAY_NS = 1440 * MIN_NS
+
+
+@pytest.mark.parametrize(("start", "step_ns", "intraday", "tz", "span"), [
+    ("2024-03-08T20:00", MIN_NS, True, "America/Chicago", 300),  # the Friday halt, the weekend, DST starts
+    ("2024-11-01T20:55", 5 * MIN_NS, True, "America/Chicago", 64),  # 5-minute bars, DST ends
+    ("2024-03-06T00:00", DAY_NS, False, "UTC", 16),  # daily bars over weekends
+])
+def test_spans_give_each_timestamps_own_known_inputs_and_grid(start, step_ns, intraday, tz, span):
+    season = {"profile": np.linspace(0.5, 2.0, 1440).tolist(), "tz": tz} if intraday else None
+    tf = FittedTransform(series_vocab=("ES",), scalers={}, intraday=intraday, exchange_tz=tz, bar_spacing_ns=step_ns)
+    grid = KnownGrid(tf, season, span=span)  # small spans: the walk below starts several
+    d = 5
+    ts = int(np.datetime64(start, "ns").astype(np.int64))
+    out = np.empty((d, 6 if intraday else 4), np.float32)  # intraday: 5 calendar columns and tod_vol
+    for i in range(300):  # a stream of bars on the grid, some skipped, and one off the lattice
+        ts = future_timestamps(np.array([ts]), step_ns, 1 + i % 3, intraday, tz)[0, -1] + (7 if i == 150 else 0)
+        want = known_columns(np.array([ts]), tz, intraday, False, season)
+        np.testing.assert_array_equal(grid.known(ts), np.array([v[0] for v in want.values()], np.float32))
+        if season:
+            assert grid.profile(ts) == profile_at(np.array([ts]), season)[0]
+        steps = future_timestamps(np.array([ts]), step_ns, d, intraday, tz)[0]  # (D,)
+        grid.decoder(ts, out)
+        want = known_columns(steps, tz, intraday, False, season)
+        np.testing.assert_array_equal(out, np.stack(list(want.values()), -1).astype(np.float32))
