@@ -140,7 +140,8 @@ class Forecaster:
     def update_arrays(self, bar: Any, calibrated: bool = True) -> LiveForecast:
         """`update` for a live loop: the same forecasts as numpy arrays, with no frame built (about 0.4 ms less per
         call at batch 1: 0.5 ms in all for the default model on one core). Series without a full encoder yet are
-        left out, as in `update`."""
+        left out, as in `update`. Not thread-safe: the running state and the model's input buffers are reused
+        across calls, so give each thread its own Forecaster."""
         st = self._stream
         ready = st.ready(self._step(bar))
         q, _, origin = self._forecast_rows(ready, calibrated)
