@@ -93,6 +93,19 @@ def test_a_batch_lets_go_of_the_store_pages_it_mapped_in(prepared):
     assert _bits(batch.enc_cont) == _bits(data.windows.batch(data.splits["train"][:5]).enc_cont)
 
 
+def test_reads_by_window_and_the_split_arrays_let_go_of_their_pages(prepared):
+    _, data, store = prepared
+    back = open_store(store)
+    w, train = back.windows, back.splits["train"]
+    assert int(train.sum()) == int(data.splits["train"].sum())  # every page of the split read
+    assert _mapped_kib(store / "split_train.npy") > 0
+    ids = data.splits["train"][:9]
+    code, actual = w.series_code(train[:9]), w.actual(train[:9])
+    assert _mapped_kib(store / "split_train.npy") == 0 and _mapped_kib(store / "static_cat.npy") == 0
+    assert _mapped_kib(store / "target_raw.npy") == 0
+    assert torch.equal(code, data.windows.series_code(ids)) and _bits(actual) == _bits(data.windows.actual(ids))
+
+
 def test_the_manifest_records_the_options_and_input_files(prepared, fixtures_dir):
     cfg, _, store = prepared
     manifest = read_manifest(store)

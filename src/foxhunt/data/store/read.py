@@ -12,7 +12,7 @@ import json
 import mmap
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -33,6 +33,8 @@ from foxhunt.data.store.layout import (
 )
 from foxhunt.data.windows import WindowedData
 from foxhunt.errors import InputError
+
+T = TypeVar("T")
 
 
 def read_manifest(store: Path) -> dict[str, Any]:
@@ -83,11 +85,12 @@ def open_store(store: Path, manifest: dict[str, Any] | None = None) -> PreparedD
     fields = dict(manifest["windows"])
     fields["series_names"] = tuple(fields["series_names"])
     windows = MappedWindows(**tensors, **{k: fields[k] for k in WINDOW_FIELDS})
-    windows.maps = list(maps.values())
+    splits = {name: _mapped(store, arrays[f"split_{name}"]) for name in SPLITS}
+    windows.maps = [*maps.values(), *splits.values()]  # the split arrays' pages are let go with the rest
     return PreparedData(
         schema=FeatureSchema.from_dict(manifest["schema"]),
         windows=windows,
-        splits={name: torch.from_numpy(_mapped(store, arrays[f"split_{name}"])) for name in SPLITS},
+        splits={name: torch.from_numpy(array) for name, array in splits.items()},
         transform=FittedTransform.from_dict(manifest["transform"]),
         summary=manifest["summary"],
         rolls=list(manifest.get("rolls", [])),
@@ -104,10 +107,35 @@ class MappedWindows(WindowedData):
     because nothing writes to the mapped tensors (a write would be a private copy, dropped here).
     """
 
-    maps: list[np.ndarray] | None = None  # the mapped arrays behind the tensors (np.memmap)
+    maps: list[np.ndarray] | None = None  # the mapped arrays behind the tensors and the splits (np.memmap)
 
+    # Every read by window ids copies what it reads (index_select, advanced indexing), so each lets go of the pages
+    # it mapped in once done: a loop over chunks of windows (training quantiles, calibration) keeps one chunk's.
     def batch(self, ids: torch.Tensor) -> Batch:
-        out = super().batch(ids)
+        return self._released(super().batch(ids))
+
+    def series_code(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._released(super().series_code(ids))
+
+    def series_index(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._released(super().series_index(ids))
+
+    def actual(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._released(super().actual(ids))
+
+    def origin_ns(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._released(super().origin_ns(ids))
+
+    def target_ns(self, ids: torch.Tensor, extrapolated: bool = False) -> torch.Tensor:
+        return self._released(super().target_ns(ids, extrapolated))
+
+    def decoder_ns(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._released(super().decoder_ns(ids))
+
+    def at_targets(self, ids: torch.Tensor, column: int) -> torch.Tensor:
+        return self._released(super().at_targets(ids, column))
+
+    def _released(self, out: T) -> T:
         self.release()
         return out
 
