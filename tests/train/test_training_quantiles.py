@@ -8,7 +8,7 @@ import torch
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import prepare_data
-from foxhunt.train.validate import TrainingQuantiles
+from foxhunt.train.validate import TrainingQuantiles, _column_quantiles
 
 Q = [0.1, 0.5, 0.9]
 
@@ -38,3 +38,11 @@ def test_past_the_cap_every_kth_window_is_used(data):
     for c, want in _by_hand(data, ids[::stride]).items():
         np.testing.assert_allclose(table[c].numpy(), want, rtol=1e-6)
     assert not torch.equal(table, TrainingQuantiles(data.windows, ids, Q).table)  # the sample is not the full set
+
+
+def test_quantiles_one_column_at_a_time_are_torchs_over_all_columns():
+    g = torch.Generator().manual_seed(0)
+    q = torch.tensor(Q, dtype=torch.float64)
+    for w in (1, 2, 1001):
+        y = torch.randn(w, 5, generator=g)  # (W, D) float32, as the sample is held
+        assert torch.equal(_column_quantiles(y, q), torch.quantile(y.double(), q, dim=0).T)

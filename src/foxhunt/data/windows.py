@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from foxhunt.data.batch import Batch
+from foxhunt.data.run_order import RunOrder
 from foxhunt.data.schema import FeatureSchema, Kind, Role
 from foxhunt.errors import InputError
 
@@ -211,22 +212,10 @@ def shuffled_runs(n: int, run: int, generator: torch.Generator | None = None, st
     `stride * (run - 1)` of their bars, and a batch of such runs needs per-bar work on far fewer distinct bars (see
     `Batch`). A stride of at least the horizon keeps the forecast bars of a run's windows apart. The run boundaries
     move with a random phase each call, so no two windows are always in the same run. `run` 1 is a plain shuffle.
-    Every position appears exactly once.
+    Every position appears exactly once. The whole permutation, (n,) int64: training takes it a batch at a time
+    from `run_order.RunOrder`, which draws the same numbers.
     """
-    if run <= 1 or n <= run:
-        return torch.randperm(n, generator=generator) if run <= 1 else torch.arange(n)
-    stride = max(1, min(stride, n // run))
-    shift = int(torch.randint(stride, (1,), generator=generator))
-    # positions grouped by residue mod stride (rotated by a random shift): neighbours are `stride` apart
-    lanes = torch.cat([torch.arange((r + shift) % stride, n, stride) for r in range(stride)])  # (n,)
-    phase = int(torch.randint(run, (1,), generator=generator))
-    bounds = torch.cat([torch.zeros(1, dtype=torch.long), torch.arange(phase or run, n, run), torch.tensor([n])])
-    sizes = bounds.diff()  # (R,) run lengths: the first may be short, the last may be short
-    order = torch.randperm(len(sizes), generator=generator)  # (R,) runs in random order
-    starts = bounds[:-1][order]
-    lengths = sizes[order]
-    offsets = torch.arange(int(lengths.sum())) - torch.repeat_interleave(lengths.cumsum(0) - lengths, lengths)
-    return lanes[torch.repeat_interleave(starts, lengths) + offsets]  # (n,)
+    return RunOrder(n, run, generator, stride).take(0, n)
 
 
 def series_bounds(series_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

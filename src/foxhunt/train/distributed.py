@@ -29,6 +29,7 @@ import torch
 import torch.distributed as tdist
 
 from foxhunt.data.batch import Batch
+from foxhunt.data.run_order import OrderedIds
 from foxhunt.data.windows import WindowedData
 from foxhunt.errors import InputError, RankLost
 
@@ -127,7 +128,7 @@ class Dist:
         start = self.rank * base + min(self.rank, extra)
         return start, start + base + (self.rank < extra)
 
-    def batches(self, windows: WindowedData, ids: torch.Tensor,
+    def batches(self, windows: WindowedData, ids: torch.Tensor | OrderedIds,
                 batch_size: int) -> Iterator[tuple[Batch, tuple[int, int]]]:
         """The distributed sampler: global batches of `batch_size` windows in the order of `ids` (the epoch's
         order, the same on every rank: it depends on the seed and the epoch only), each split into this rank's

@@ -159,23 +159,26 @@ class TrainingQuantiles:
     below the model's margin over them.
     """
 
-    def __init__(self, windows: WindowedData, train_ids: torch.Tensor, quantiles: list[float], chunk: int = 65536,
+    def __init__(self, windows: WindowedData, train_ids: torch.Tensor, quantiles: list[float], chunk: int = 16384,
                  max_windows: int = 1_000_000):
         stride = -(-len(train_ids) // max_windows)  # ceil: 1 up to max_windows
         train_ids = train_ids[::stride]
-        codes, actual = [], []
-        for start in range(0, len(train_ids), chunk):
+        # The sample is held as float32 targets and int32 codes (24 bytes a window at D = 5, 24 MB at the cap), and
+        # the quantiles are taken one column at a time in float64: torch.quantile over (W, D) at once would hold
+        # the sample in float64 twice over (the copy and its sort), 80 MB at the cap.
+        n = len(train_ids)
+        code = torch.empty(n, dtype=torch.int32)  # (W,)
+        y = torch.empty(n, windows.horizon, dtype=torch.float32)  # (W, D) raw targets
+        for start in range(0, n, chunk):
             ids = train_ids[start : start + chunk]
-            codes.append(windows.series_code(ids))
-            actual.append(windows.actual(ids))
-        code = torch.cat(codes)  # (W,)
-        y = torch.cat(actual).double()  # (W, D)
+            code[start : start + len(ids)] = windows.series_code(ids)
+            y[start : start + len(ids)] = windows.actual(ids)
         q = torch.tensor(quantiles, dtype=torch.float64)
-        pooled = torch.quantile(y, q, dim=0).T  # (D, Q): fallback for series unseen in training
-        n_codes = int(code.max()) + 1 if len(code) else 1
+        pooled = _column_quantiles(y, q)  # (D, Q): fallback for series unseen in training
+        n_codes = int(code.max()) + 1 if n else 1
         table = pooled.expand(n_codes, -1, -1).clone()  # (S, D, Q)
         for c in torch.unique(code).tolist():  # a handful of series
-            table[c] = torch.quantile(y[code == c], q, dim=0).T
+            table[c] = _column_quantiles(y[code == c], q)
         self.table = table.float()
         self.windows = windows
 
@@ -183,3 +186,9 @@ class TrainingQuantiles:
         code = self.windows.series_code(batch.window.cpu()).clamp(max=self.table.shape[0] - 1)
         raw = self.table[code].to(batch.target.device)  # (B, D, Q)
         return (raw - batch.target_center.view(-1, 1, 1)) / batch.target_scale.view(-1, 1, 1)
+
+
+def _column_quantiles(y: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """(D, Q) float64 quantiles `q` of each column of `y` (W, D), computed in float64 one column at a time: the
+    same numbers as torch.quantile(y.double(), q, dim=0).T, with one column's float64 copy at a time."""
+    return torch.stack([torch.quantile(y[:, d].double(), q) for d in range(y.shape[1])])  # (D, Q)

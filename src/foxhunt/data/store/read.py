@@ -1,18 +1,19 @@
 """Open a feature store: every array memory-mapped, the rest from the manifest, as the PreparedData it was made from.
 
 Arrays are mapped copy-on-write (`np.load(mmap_mode="c")`): torch gets writable arrays, so no tensor is copied to
-silence its warning about read-only memory, and nothing is ever written back to the store. A batch gathers its rows
-with `index_select`, so only the pages of the rows it reads are brought in, through the OS page cache, which the
-kernel can drop again under memory pressure: the process's own (anonymous) memory stays far below the store's size.
+silence its warning about read-only memory, and nothing is ever written back to the store. A batch reads its rows
+with `pread` (gather.py), and every other read lets go of the pages it mapped in, so the process's RSS holds about
+one batch of the store, whose pages stay in the OS page cache (which the kernel can drop under memory pressure).
 """
 
 from __future__ import annotations
 
 import json
 import mmap
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import FittedTransform, PreparedData
 from foxhunt.data.schema import FeatureSchema
 from foxhunt.data.store.fingerprint import refuse_other_options, shaping_options, warn_if_inputs_changed
+from foxhunt.data.store.gather import RowReader, pread_batch
 from foxhunt.data.store.layout import (
     FORMAT,
     MANIFEST,
@@ -33,6 +35,8 @@ from foxhunt.data.store.layout import (
 )
 from foxhunt.data.windows import WindowedData
 from foxhunt.errors import InputError
+
+T = TypeVar("T")
 
 
 def read_manifest(store: Path) -> dict[str, Any]:
@@ -83,11 +87,14 @@ def open_store(store: Path, manifest: dict[str, Any] | None = None) -> PreparedD
     fields = dict(manifest["windows"])
     fields["series_names"] = tuple(fields["series_names"])
     windows = MappedWindows(**tensors, **{k: fields[k] for k in WINDOW_FIELDS})
-    windows.maps = list(maps.values())
+    splits = {name: _mapped(store, arrays[f"split_{name}"]) for name in SPLITS}
+    windows.maps = [*maps.values(), *splits.values()]  # the split arrays' pages are let go with the rest
+    windows.readers = {name: RowReader(store / arrays[name]["file"], array) for name, array in maps.items()}
+    weakref.finalize(windows, _close, list(windows.readers.values()))
     return PreparedData(
         schema=FeatureSchema.from_dict(manifest["schema"]),
         windows=windows,
-        splits={name: torch.from_numpy(_mapped(store, arrays[f"split_{name}"])) for name in SPLITS},
+        splits={name: torch.from_numpy(array) for name, array in splits.items()},
         transform=FittedTransform.from_dict(manifest["transform"]),
         summary=manifest["summary"],
         rolls=list(manifest.get("rolls", [])),
@@ -95,19 +102,49 @@ def open_store(store: Path, manifest: dict[str, Any] | None = None) -> PreparedD
 
 
 class MappedWindows(WindowedData):
-    """WindowedData over a store's mapped files that lets go of the pages each batch mapped in, once it is built.
+    """WindowedData over a store's mapped files that maps none of the store's pages for long.
 
-    A batch's rows lie anywhere in the store, and each read fault maps a run of neighbouring pages (fault-around,
-    readahead): over an epoch the process would map the whole store, and its RSS (file pages included) would grow
-    to the store's size. Unmapping after each batch (madvise MADV_DONTNEED) keeps RSS at one batch's pages: the
-    pages stay in the OS page cache, which keeps what memory allows, so the next read of them is a minor fault. Safe
-    because nothing writes to the mapped tensors (a write would be a private copy, dropped here).
+    A batch is read with `pread` (gather.py): indexing the mapping would map the page cache's whole folio around
+    each row (up to 2 MB), tens of MiB a batch for about 1 MiB of rows. Every other read by window ids goes through
+    the mapping and unmaps what it mapped once done (madvise MADV_DONTNEED), as does a batch for the reads of others
+    before it: otherwise, each read fault mapping a run of neighbouring pages, the mapping would grow over an epoch
+    to the whole store and count in the process's RSS. The pages stay in the OS page cache, which keeps what memory
+    allows, so the next read of them is a minor fault. Safe because nothing writes to the mapped tensors (a write
+    would be a private copy, dropped here).
     """
 
-    maps: list[np.ndarray] | None = None  # the mapped arrays behind the tensors (np.memmap)
+    maps: list[np.ndarray] | None = None  # the mapped arrays behind the tensors and the splits (np.memmap)
+    readers: dict[str, RowReader] | None = None  # field name -> pread of its file, for batches
 
+    # Every read by window ids copies what it reads (index_select, advanced indexing), so each lets go of the pages
+    # it mapped in once done: a loop over chunks of windows (training quantiles, calibration) keeps one chunk's.
     def batch(self, ids: torch.Tensor) -> Batch:
-        out = super().batch(ids)
+        if self.readers is None:
+            return self._released(super().batch(ids))
+        return self._released(pread_batch(self, self.readers, ids))  # its rows read without mapping them
+
+    def series_code(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._released(super().series_code(ids))
+
+    def series_index(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._released(super().series_index(ids))
+
+    def actual(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._released(super().actual(ids))
+
+    def origin_ns(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._released(super().origin_ns(ids))
+
+    def target_ns(self, ids: torch.Tensor, extrapolated: bool = False) -> torch.Tensor:
+        return self._released(super().target_ns(ids, extrapolated))
+
+    def decoder_ns(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._released(super().decoder_ns(ids))
+
+    def at_targets(self, ids: torch.Tensor, column: int) -> torch.Tensor:
+        return self._released(super().at_targets(ids, column))
+
+    def _released(self, out: T) -> T:
         self.release()
         return out
 
@@ -130,3 +167,8 @@ def _mapped(store: Path, entry: Mapping[str, Any]) -> np.ndarray:
         raise InputError(f"{path}: holds {array.dtype} {list(array.shape)} where the manifest says {entry['dtype']} "
                          f"{entry['shape']}; the store is damaged: run `foxhunt prepare` again")
     return array
+
+
+def _close(readers: list[RowReader]) -> None:
+    for reader in readers:
+        reader.close()
