@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from foxhunt.cli import main
 from foxhunt.model.tft import variable_names
 from foxhunt.train.checkpoint import load_model
+from foxhunt.train.precision import cpu_runs_bf16_lstm
 
 METRIC_KEYS = {"epoch", "train_loss", "val_loss", "val_qrisk", "lr", "samples_per_s", "seconds"}
 MEMORY_KEYS = {"phase", "epoch", "batch", "device_allocated_mb", "device_reserved_mb", "device_peak_mb",
@@ -187,11 +188,17 @@ def test_resume_refuses_to_change_the_model_and_can_extend_training(tmp_path, ti
     assert [r["epoch"] for r in jsonl(run / "metrics.jsonl")] == [1, 2]
 
 
-def test_bf16_and_single_window_runs_train_end_to_end(tmp_path, tiny, fixtures_dir):
-    """--precision bf16 on CPU and --window-run 1 (plain shuffling) are recorded and train to the end."""
+def test_bf16_and_single_window_runs_train_end_to_end(tmp_path, tiny, fixtures_dir, capsys):
+    """--precision bf16 on CPU and --window-run 1 (plain shuffling) are recorded and train to the end. On a CPU
+    without a bfloat16 LSTM kernel, bf16 stops in one line (exit 2) and the run is made in fp32."""
     data = ["--parquet-file", str(fixtures_dir / "generic_ohlcv_daily.parquet"), "--epochs", "1"]
-    code, run = train(tmp_path, tiny, *data, "--precision", "bf16", "--window-run", "1")
+    precision = "bf16" if cpu_runs_bf16_lstm() else "32"
+    if precision == "32":
+        code, refused = train(tmp_path, tiny, *data, "--precision", "bf16", name="refused")
+        assert code == 2 and "no bfloat16 LSTM" in capsys.readouterr().err
+        assert not (refused / "model.safetensors").exists()
+    code, run = train(tmp_path, tiny, *data, "--precision", precision, "--window-run", "1")
     assert code == 0
     cfg = json.loads((run / "config.json").read_text())
-    assert cfg["resolved"]["precision"] == "bf16" and cfg["train"]["window_run"] == 1
+    assert cfg["resolved"]["precision"] == precision and cfg["train"]["window_run"] == 1
     assert (run / "model.safetensors").exists()

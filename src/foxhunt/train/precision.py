@@ -10,6 +10,7 @@ does not). Weights, optimizer state, the quantile head and the loss stay fp32 in
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 import torch
@@ -29,7 +30,23 @@ def resolve_precision(name: str, device: torch.device) -> str:
                          "on CPU use bf16 or 32")
     if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise InputError(f"--precision bf16: {torch.cuda.get_device_name(device)} has no bfloat16; use 16-mixed or 32")
+    if name == "bf16" and device.type == "cpu" and not cpu_runs_bf16_lstm():
+        raise InputError("--precision bf16: this CPU has no bfloat16 LSTM kernel (oneDNN needs AVX2 or AVX-512); "
+                         "use --precision 32")
     return name
+
+
+@functools.cache
+def cpu_runs_bf16_lstm() -> bool:
+    """Whether a bfloat16 LSTM runs on this CPU. oneDNN refuses it on CPUs without AVX2/AVX-512 ("could not create
+    a primitive descriptor"), which would otherwise stop the run at its first step; one tiny forward asks it."""
+    lstm = torch.nn.LSTM(2, 2, batch_first=True)
+    try:
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            lstm(torch.zeros(1, 2, 2))
+    except RuntimeError:
+        return False
+    return True
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
