@@ -38,8 +38,8 @@ def exported(tmp_path_factory, daily_path, tiny_flags):
     """(run dir, model.onnx, the export command's exit status and stdout lines) for a tiny daily model."""
     root = tmp_path_factory.mktemp("export")
     run, out = root / "run", root / "onnx" / "model.onnx"
-    # series scaling: the sidecar test below unscales with its per-series table (volatility scaling, the default,
-    # takes each window's trailing volatility, which the sidecar describes in words but a test cannot read off it)
+    # series scaling: the sidecar test below unscales with its per-series table; volatility scaling (the default)
+    # takes each bar's trailing volatility, whose recipe test_sidecar_scaling.py rebuilds from the sidecar alone
     assert main(["train", *tiny_flags, "--parquet-file", str(daily_path), "--epochs", "1", "--max-train-batches", "4",
                  "--scaling", "series", "--run-dir", str(run)]) == 0
     code = main(["export", "--model", str(run), "--format", "onnx", "--out", str(out), "--parquet-file",

@@ -13,7 +13,15 @@ from typing import Any
 import torch
 
 import foxhunt
-from foxhunt.data.features import FILL_OBSERVED, SEASON_OBSERVED, STANDARDIZED, VOL_OBSERVED
+from foxhunt.data.features import (
+    FILL_OBSERVED,
+    RETURN_TARGETS,
+    SEASON_OBSERVED,
+    STANDARDIZED,
+    VOL_OBSERVED,
+    move_columns,
+)
+from foxhunt.data.scaling import VOL_FLOOR
 from foxhunt.export.graph import OUTPUT_NAME, InputSpec, positional_names, relative_time
 from foxhunt.export.parity import ParityResult
 from foxhunt.train.checkpoint import LoadedModel, weights_digest
@@ -71,14 +79,37 @@ def scaling_words(lm: LoadedModel, used: set[str]) -> dict[str, Any]:
                   "origin (the last encoder bar); back in the target's units: y = q * scale + center",
         "center_scale": ("scaling 'series': center = scalers.series[s].target.center, scale = "
                          "scalers.series[s].target.scale, the same for every window of a series"
-                         if t.scaling == "series" else
-                         "scaling 'volatility': center 0 and scale sigma_t at the origin for return targets "
-                         "(log_return, price_change); for log_range see docs/model-format.md and "
-                         "foxhunt/data/scaling.py"),
+                         if t.scaling == "series" else volatility_words(t.scalers, lm.schema.target)),
         "mode": t.scaling,
         "scalers": t.scalers,
         "not_standardized": sorted((set(FILL_OBSERVED) | {"roll"}) & used),
     }
+
+
+def volatility_words(scalers: dict[str, Any], target: str) -> str:
+    """The exact recipe of data/scaling.trailing's center and scale for volatility scaling, in this model's terms:
+    a reader in another language rebuilds the scale at the origin from these words and the scaler numbers alone
+    (tests/export/test_sidecar_scaling.py does so in numpy)."""
+    ret, rng = move_columns(target)
+    est = scalers.get("estimator", "returns")
+    proxy = f"{ret}_t^2" if est == "returns" else f"k * {rng}_t^2 (k = scalers.series[s].range_k.value)"
+    season = bool(scalers.get("season"))
+    words = (f"scaling 'volatility' ({est} estimator). Per series s, over its bars in time order: "
+             f"v_t = {proxy}{' / p(t)^2' if season else ''}, where a series' first bar takes "
+             f"v_0 = std^2 (std = scalers.series[s].{ret}.std); m_0 = v_0, m_t = (1 - a) m_(t-1) + a v_t with "
+             f"a = 1 - 0.5^(1 / scalers.halflife); sigma_t = max(sqrt(m_t), {VOL_FLOOR} std)")
+    if season:
+        words += ("; p(t) = scalers.season.profile[i], i the minute of the day (0..1439) of bar t's time in zone "
+                  "scalers.season.tz, and the volatility expected at bar t is sigma_t x p(t)")
+    vol = "sigma_t x p(t)" if season else "sigma_t"
+    if target in RETURN_TARGETS:
+        return words + f". At the origin t: center 0, scale {vol}"
+    if est == "range":
+        return words + f". At the origin t: center 0, scale {vol} / sqrt(k)"
+    return words + (f". For {target} with the returns estimator: center = EWMA (same a, seeded with "
+                    f"scalers.series[s].target.center) of x_t = {rng}_t, scale = sqrt(max(EWMA of x_t^2 seeded "
+                    "with center^2 + scale^2, minus center_t^2; (0.1 scale)^2)), scalers.series[s].target giving "
+                    "the seeds")
 
 
 def calibration_words(lm: LoadedModel) -> dict[str, Any] | None:

@@ -1,0 +1,88 @@
+"""The sidecar's volatility-scaling recipe is enough: numpy, given only its words' recipe and the JSON scaler
+numbers, rebuilds the center and scale that data/scaling.trailing gives every bar (the scale at a window's origin
+unscales the exported graph's output). No export here: the recipe is a function of the fitted scalers alone."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from zoneinfo import ZoneInfo
+
+import numpy as np
+import polars as pl
+import pytest
+
+from foxhunt.data.scaling import fit_scalers, trailing
+from foxhunt.export.sidecar import scaling_words
+from tests.data.test_scaling import prep, synth
+from tests.data.test_seasonality import intraday
+
+TZ = "America/Chicago"
+
+
+def ewma(v: np.ndarray, a: float) -> np.ndarray:
+    m = np.empty_like(v)
+    m[0] = v[0]
+    for t in range(1, len(v)):
+        m[t] = (1 - a) * m[t - 1] + a * v[t]
+    return m
+
+
+def minute_of_day(ts_ns: np.ndarray, tz: str) -> np.ndarray:
+    """Independent of foxhunt: the local wall-clock minute through zoneinfo, one timestamp at a time."""
+    import datetime as dt
+
+    zone = ZoneInfo(tz)
+    out = []
+    for ns in ts_ns.tolist():
+        t = dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC).astimezone(zone)
+        out.append(t.hour * 60 + t.minute)
+    return np.array(out)
+
+
+def rebuilt(side: dict, feats: pl.DataFrame, names: list[str], sidx: np.ndarray, target: str) -> np.ndarray:
+    """The scale per bar, as the sidecar's center_scale words say, from the sidecar's numbers."""
+    sc = side["scalers"]
+    ret, rng = ("price_change", "price_range") if target == "price_change" else ("log_return", "log_range")
+    a = 1 - 0.5 ** (1 / sc["halflife"])
+    season = sc.get("season")
+    scale = np.empty(len(sidx))
+    for s, name in enumerate(names):
+        rows = np.flatnonzero(sidx == s)
+        entry = sc["series"][name]
+        std, k = entry[ret]["std"], entry["range_k"]["value"]
+        x = feats[rng].to_numpy()[rows]
+        v = k * x**2 if sc["estimator"] == "range" else feats[ret].to_numpy()[rows] ** 2
+        p = np.ones(len(rows))
+        if season:
+            p = np.asarray(season["profile"])[minute_of_day(feats["ts"].dt.epoch("ns").to_numpy()[rows], season["tz"])]
+        v = v / p**2
+        v[0] = std**2  # the series' first bar: the seed
+        sigma = np.maximum(np.sqrt(ewma(v, a)), 0.1 * std) * p
+        scale[rows] = sigma if target in ("log_return", "price_change") else sigma / np.sqrt(k)
+    return scale
+
+
+@pytest.mark.parametrize(
+    "bars, target, estimator, season_tz",
+    [
+        ("intraday", "log_return", "range", TZ),  # the defaults on intraday bars: range estimator, session profile
+        ("daily", "log_return", "returns", None),
+        ("intraday", "log_range", "range", TZ),
+        ("daily", "price_change", "range", None),
+    ],
+)
+def test_the_volatility_recipe_rebuilds_every_bars_scale(bars, target, estimator, season_tz):
+    frame = intraday(n_days=3) if bars == "intraday" else synth(120)
+    feats, names, sidx = prep(frame, target)
+    train = np.arange(len(sidx)) < int(0.7 * len(sidx))
+    scalers = fit_scalers(feats, names, sidx, train, target, halflife=5.0, estimator=estimator, season_tz=season_tz)
+    lm = SimpleNamespace(transform=SimpleNamespace(scaling="volatility", scalers=scalers),
+                         schema=SimpleNamespace(target=target))
+    side = json.loads(json.dumps(scaling_words(lm, set())))  # what another language reads
+    words = side["center_scale"]
+    assert "0.5^(1 / scalers.halflife)" in words and ("p(t)" in words) == (season_tz is not None)
+    assert ("sqrt(k)" in words) == (target == "log_range")
+    _, center, scale = trailing(feats, names, sidx, scalers, target, "volatility")
+    np.testing.assert_array_equal(center, 0.0)
+    np.testing.assert_allclose(rebuilt(side, feats, names, sidx, target), scale, rtol=1e-9)
