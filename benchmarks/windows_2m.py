@@ -150,7 +150,7 @@ def measure(path: str, small: str, encoder_length: int, horizon: int, batch_size
     stages.hook(load, "read_bars", "resolve_symbols", "drop_spreads", "clean_bars", "merge_sunday_stubs",
                 "parse_futures", "check_session_grid", "check_ratio_adjust", "build_series", "_series_summary",
                 "bar_interval")
-    stages.hook(prepare, "_sorted", "check_log_target", "raw_features", "fit_and_trail", "standardize",
+    stages.hook(prepare, "sorted_bars", "check_log_target", "raw_features", "fit_and_trail", "standardize",
                 "_windowed", "data_summary")
     base = _status()[0]
     _reset_peak()

@@ -25,7 +25,7 @@ from foxhunt.api.known_grid import KnownGrid
 from foxhunt.data.features import RETURN_TARGETS, SEASON_OBSERVED, STANDARDIZED, VOL_OBSERVED, move_columns
 from foxhunt.data.known import known_columns
 from foxhunt.data.prepare import UNKNOWN_SERIES, FittedTransform
-from foxhunt.data.scaling import FAST_SLOW, VOL_FLOOR, _alpha, observed_names
+from foxhunt.data.scaling import FAST_SLOW, VOL_FLOOR, ewma_alpha, observed_names
 from foxhunt.data.seasonality import profile_at
 from foxhunt.errors import InputError
 
@@ -65,7 +65,7 @@ class StreamState:
         self.const_rows: list[dict[str, float]] = []  # (S,) the scalers `step` reads, as floats
         self.obs_plan: list[list[tuple[str, float | None, float | None]]] = []  # (S,) (column, mean, std) each
         self.code = np.full(0, UNKNOWN_SERIES, dtype=np.int64)  # (S,) the model's series codes
-        self.alpha = _alpha(self.hl)
+        self.alpha = ewma_alpha(self.hl)
         self.known_grid = KnownGrid(transform, self.season)
         self._series_of: dict[str, str] | None = None
 
@@ -144,7 +144,7 @@ class StreamState:
         first = pl.col("first")
 
         def ewm(x: pl.Expr, seed: pl.Expr, hl: float) -> pl.Expr:
-            return pl.when(first).then(seed).otherwise(x).ewm_mean(alpha=_alpha(hl), adjust=False).over("g")
+            return pl.when(first).then(seed).otherwise(x).ewm_mean(alpha=ewma_alpha(hl), adjust=False).over("g")
 
         proxy = pl.col("r") ** 2 if not self.range_est else pl.col("k") * pl.col("x") ** 2
         seed = pl.col("r_std") ** 2
@@ -263,7 +263,7 @@ class StreamState:
             logs.append(vs)
             sig_scale = vs * math.sqrt(p2)
         if self.vol_features:
-            fa, sa = _alpha(self.hl / FAST_SLOW), _alpha(self.hl * FAST_SLOW)
+            fa, sa = ewma_alpha(self.hl / FAST_SLOW), ewma_alpha(self.hl * FAST_SLOW)
             logs.append(_div(_floored(step("v_fast", proxy, seed, fa, 1.0 - fa), floor), vol))
             logs.append(_div(_floored(step("v_slow", proxy, seed, sa, 1.0 - sa), floor), vol))
         logs = _log(*logs)

@@ -115,12 +115,12 @@ def prepare_from_bars(
     if for_prediction and transform is None:
         raise InputError("prediction needs the fitted transform saved with the model (model.json)")
     e, d = cfg.encoder_length, cfg.horizon
-    bars, names, sidx, ts_ns = _sorted(loaded.bars)
+    bars, names, sidx, ts_ns = sorted_bars(loaded.bars)
     check_log_target(bars, transform.target if transform else cfg.target)
     first, end = series_bounds(sidx)
     if not piece:
-        _check_length(names, end - first, e, d, for_prediction)
-        cuts = None if for_prediction else _cuts(cfg, ts_ns)
+        check_length(names, end - first, e, d, for_prediction)
+        cuts = None if for_prediction else split_cuts(cfg, ts_ns)
     spacing = median_spacing_ns(ts_ns, sidx)
     if transform is None:  # the grid step a model keeps (known.py) is measured on its training rows only
         before = ts_ns < cuts[0]
@@ -146,7 +146,7 @@ def prepare_from_bars(
     del bars
     trail = None  # trailing inputs, when fitting computes them
     if transform is None:
-        train_mask = (ts_ns < cuts[0]) & (ts_ns >= _train_start(cfg))
+        train_mask = (ts_ns < cuts[0]) & (ts_ns >= train_start_ns(cfg))
         has_train = np.bincount(sidx[train_mask & ~feats["first"].to_numpy()], minlength=len(names)) > 0
         scalers, trail = fit_and_trail(
             feats,
@@ -205,10 +205,10 @@ def prepare_from_bars(
         )
     else:
         starts = windows.starts.numpy()
-        split = assign_splits(rows["ts"][starts + e], rows["ts"][starts + e + d - 1], *cuts, _train_start(cfg))
+        split = assign_splits(rows["ts"][starts + e], rows["ts"][starts + e + d - 1], *cuts, train_start_ns(cfg))
         if not piece:
-            _check_splits(split, cuts, cfg, ts_ns)
-    schema = _schema(transform, e, d, cfg.adjust)
+            check_splits(split, cuts, cfg, ts_ns)
+    schema = feature_schema(transform, e, d, cfg.adjust)
     windows.check_codes(schema)
     summary = data_summary(meta, schema, windows, split, cuts, for_prediction, roll_bars, spacing)
     return PreparedData(
@@ -221,7 +221,7 @@ def prepare_from_bars(
     )
 
 
-def _sorted(bars: pl.DataFrame) -> tuple[pl.DataFrame, list[str], np.ndarray, np.ndarray]:
+def sorted_bars(bars: pl.DataFrame) -> tuple[pl.DataFrame, list[str], np.ndarray, np.ndarray]:
     """Bars sorted by (series, ts) (sorted only if they are not already), the series names in that order, each
     row's index into the names (N,) and its timestamp in ns (N,)."""
     sidx = _series_index(bars)  # (N,) 0..S-1 in sorted name order (writable: a tensor shares it)
@@ -245,7 +245,7 @@ def _series_index(bars: pl.DataFrame) -> np.ndarray:
     return np.repeat(np.array([rank[n] for n in run_names], dtype=np.int64), np.diff(np.append(starts, bars.height)))
 
 
-def _check_length(names: list[str], lengths: np.ndarray, e: int, d: int, for_prediction: bool) -> None:
+def check_length(names: list[str], lengths: np.ndarray, e: int, d: int, for_prediction: bool) -> None:
     """At least one series must hold one window (the first bar of a series has no return and is never used)."""
     need = e + 1 if for_prediction else e + d + 1
     longest = int(np.argmax(lengths))
@@ -279,12 +279,12 @@ def _date_ns(text: str, flag: str) -> int:
     return (dt - EPOCH) // timedelta(microseconds=1) * 1000
 
 
-def _train_start(cfg: DataConfig) -> int:
+def train_start_ns(cfg: DataConfig) -> int:
     """A rolling window's start (DataConfig.train_start) in ns; the earliest int64 without one."""
     return _date_ns(cfg.train_start, "train_start") if cfg.train_start else np.iinfo(np.int64).min
 
 
-def _cuts(cfg: DataConfig, ts_ns: np.ndarray) -> tuple[int, int | None]:
+def split_cuts(cfg: DataConfig, ts_ns: np.ndarray) -> tuple[int, int | None]:
     """(train cut, val cut) in ns UTC: from the dates, or by fractions of the global time span: the last
     `test_fraction` is test (none when 0), the `val_fraction` before it validation, the rest train."""
     if cfg.train_end:
@@ -296,7 +296,7 @@ def _cuts(cfg: DataConfig, ts_ns: np.ndarray) -> tuple[int, int | None]:
     return lo + int((hi - lo) * (1.0 - cfg.val_fraction - test)), val_cut
 
 
-def _check_splits(
+def check_splits(
     split: SplitResult, cuts: tuple[int, int | None], cfg: DataConfig, ts_ns: np.ndarray
 ) -> None:
     span = f"the data cover {iso(int(ts_ns.min()))[:10]} .. {iso(int(ts_ns.max()))[:10]}"
@@ -396,7 +396,7 @@ def _windowed(
     )
 
 
-def _schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureSchema:
+def feature_schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureSchema:
     season = ("tod_vol",) if tf.scalers.get("season") else ()
     known = [*calendar_columns(tf.intraday, tf.calendar_features), *season, "relative_time"]
     features = (

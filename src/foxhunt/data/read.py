@@ -145,7 +145,7 @@ def _runs(source: Source, bounds: TimeBounds) -> list[list[Path]]:
             if day is not None and not bounds.keeps_day(day):
                 continue  # never opened
         size = path.stat().st_size
-        if _is_parquet(path) and runs and _is_parquet(runs[-1][-1]) and run_bytes + size <= SCAN_BYTES:
+        if is_parquet(path) and runs and is_parquet(runs[-1][-1]) and run_bytes + size <= SCAN_BYTES:
             runs[-1].append(path)
             run_bytes += size
         else:
@@ -159,7 +159,7 @@ def _read_run(
     timezone: str | None, symbols: Sequence[str] | None = None,
 ) -> tuple[pl.DataFrame, list[dict]]:
     """One run as normalised columns with file_idx (within the run) and row; its entries of read_bars' file list."""
-    if _is_parquet(run[0]):
+    if is_parquet(run[0]):
         frame, kind, counts = _read_parquet_run(run, source, bounds, timestamp_col, symbol_col, timezone, symbols)
     else:
         path = run[0]
@@ -193,7 +193,7 @@ def _read_parquet_run(
     keys = [hive_keys(p, source.root) if source.root is not None else {} for p in run]
     hive_symbol = _hive_symbol_key(keys[0], symbol_col)
     names = list(schema)
-    own_symbol = _match(names, symbol_col) if symbol_col is not None else _symbol_column(names)
+    own_symbol = match_column(names, symbol_col) if symbol_col is not None else symbol_column(names)
     if symbol_col is not None and own_symbol is not None:
         hive_symbol = None  # --symbol-col chose the files' own column over the folders'
     if hive_symbol and own_symbol is None:  # the folders name the symbol of files that have none
@@ -451,7 +451,7 @@ def _wanted(names: list[str], path: Path, timestamp_col: str | None, symbol_col:
     found = _find_columns(names, path, timestamp_col, symbol_col)
     cols = [c for c in found.values() if c is not None]
     if found["time"] is not None and found["time"].lower() == "date":
-        time_col = _match(names, "time")  # date + time columns in separate fields
+        time_col = match_column(names, "time")  # date + time columns in separate fields
         if time_col is not None and timestamp_col is None:
             cols.append(time_col)
     return list(dict.fromkeys(cols))
@@ -459,7 +459,7 @@ def _wanted(names: list[str], path: Path, timestamp_col: str | None, symbol_col:
 
 def _required(names: list[str], column: str, flag: str, path: Path, listing: str) -> str:
     """The column a flag names (case-insensitive); a one-line error naming the flag when the file lacks it."""
-    match = _match(names, column)
+    match = match_column(names, column)
     if match is None:
         raise InputError(f"{path}: no column {column!r} (from {flag}); found columns: {listing}")
     return match
@@ -471,7 +471,7 @@ def _find_columns(names: list[str], path: Path, timestamp_col: str | None, symbo
     if timestamp_col is not None:
         found["time"] = _required(names, timestamp_col, "--timestamp-col", path, listing)
     else:
-        found["time"] = next((m for c in TIME_CANDIDATES if (m := _match(names, c)) is not None), None)
+        found["time"] = next((m for c in TIME_CANDIDATES if (m := match_column(names, c)) is not None), None)
         if found["time"] is None and "__index_level_0__" in names:
             found["time"] = "__index_level_0__"  # pandas wrote an unnamed DatetimeIndex
         if found["time"] is None:
@@ -479,21 +479,21 @@ def _find_columns(names: list[str], path: Path, timestamp_col: str | None, symbo
                 f"{path}: no time column (looked for {', '.join(TIME_CANDIDATES)}); found columns: {listing};"
                 " name it with --timestamp-col"
             )
-    missing = [c for c in VALUE_COLS if _match(names, c) is None]
-    if missing and _match(names, "instrument_class") is not None and _match(names, "raw_symbol") is not None:
+    missing = [c for c in VALUE_COLS if match_column(names, c) is None]
+    if missing and match_column(names, "instrument_class") is not None and match_column(names, "raw_symbol") is not None:
         raise InputError(f"{path}: holds Databento definition records, not OHLCV bars; pass an ohlcv-1s/1m/1h/1d file")
     if missing:
         raise InputError(
             f"{path}: missing required column(s) {', '.join(missing)}; found columns: {listing};"
             " the file needs open, high, low, close and volume"
         )
-    found.update({c: _match(names, c) for c in VALUE_COLS})
+    found.update({c: match_column(names, c) for c in VALUE_COLS})
     if symbol_col is not None:
         found["symbol"] = _required(names, symbol_col, "--symbol-col", path, listing)
     else:
-        found["symbol"] = _symbol_column(names)
-    found["instrument_id"] = _match(names, "instrument_id")
-    found["rtype"] = _match(names, "rtype")
+        found["symbol"] = symbol_column(names)
+    found["instrument_id"] = match_column(names, "instrument_id")
+    found["rtype"] = match_column(names, "rtype")
     return found
 
 
@@ -558,7 +558,7 @@ def _parse_time(
     s = frame.get_column(col)
     dtype = s.dtype
     if dtype == pl.String:
-        time_col = _match(names, "time") if col.lower() == "date" and joined_time else None
+        time_col = match_column(names, "time") if col.lower() == "date" and joined_time else None
         text = s.str.strip_chars()
         if time_col is not None:
             text = text + " " + frame.get_column(time_col).cast(pl.Utf8).str.strip_chars()
@@ -661,16 +661,19 @@ def _numeric(s: pl.Series, path: Path, col: str, fixed_point: bool) -> pl.Series
     )
 
 
-def _symbol_column(names: list[str]) -> str | None:
-    return next((m for c in SYMBOL_CANDIDATES if (m := _match(names, c)) is not None), None)
+def symbol_column(names: list[str]) -> str | None:
+    """The first of SYMBOL_CANDIDATES among a file's column names (case and spaces ignored), as the file spells it."""
+    return next((m for c in SYMBOL_CANDIDATES if (m := match_column(names, c)) is not None), None)
 
 
-def _match(names: list[str], wanted: str) -> str | None:
+def match_column(names: list[str], wanted: str) -> str | None:
+    """The column of `names` that is `wanted` up to case and surrounding spaces, as the file spells it; None if absent."""
     w = wanted.strip().lower()
     return next((n for n in names if n.strip().lower() == w), None)
 
 
-def _is_parquet(p: Path) -> bool:
+def is_parquet(p: Path) -> bool:
+    """By suffix (.parquet, .pq): what the readers and the store's piece planner scan as parquet."""
     return p.name.lower().endswith((".parquet", ".pq"))
 
 

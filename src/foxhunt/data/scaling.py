@@ -61,7 +61,8 @@ def observed_names(scalers: dict) -> tuple[str, ...]:
     return base + vol + season + (FILL_OBSERVED if scalers.get("fill_gaps", False) else ())
 
 
-def _alpha(halflife: float) -> float:
+def ewma_alpha(halflife: float) -> float:
+    """The EWMA weight of the newest value for a halflife in bars; the live stream must use the same one."""
     return 1.0 - 0.5 ** (1.0 / halflife)
 
 
@@ -234,7 +235,7 @@ def trailing(
             pl.when(pl.col("first"))
             .then(seed)
             .otherwise(x)
-            .ewm_mean(alpha=_alpha(hl), adjust=False)
+            .ewm_mean(alpha=ewma_alpha(hl), adjust=False)
             .over("g")
         )
 

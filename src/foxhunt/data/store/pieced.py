@@ -41,13 +41,13 @@ from foxhunt.data.load import ROLL_REASONS, LoadedBars, load_raw
 from foxhunt.data.prepare import (
     FittedTransform,
     PreparedData,
-    _check_length,
-    _check_splits,
-    _cuts,
-    _schema,
-    _sorted,
-    _train_start,
+    check_length,
+    check_splits,
+    feature_schema,
     prepare_from_bars,
+    sorted_bars,
+    split_cuts,
+    train_start_ns,
 )
 from foxhunt.data.read import read_bars
 from foxhunt.data.scaling import (
@@ -60,7 +60,7 @@ from foxhunt.data.scaling import (
 )
 from foxhunt.data.store.layout import SPLITS, WINDOW_ARRAYS, split_file
 from foxhunt.data.store.pieces import Piece, merge_reports
-from foxhunt.data.store.write import _save, filling, finish, make_tmp, manifest_of
+from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of, save_array
 from foxhunt.data.summary import data_summary
 from foxhunt.data.validate import check_log_target
 from foxhunt.data.windows import SplitResult, WindowedData, window_starts
@@ -119,9 +119,9 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
         log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why, r["gap"])
     e, d = cfg.encoder_length, cfg.horizon
     lengths = np.concatenate([r["lengths"] for r in loads])
-    _check_length(names, lengths, e, d, False)
+    check_length(names, lengths, e, d, False)
     span = np.array([min(r["lo"] for r in loads), max(r["hi"] for r in loads)], dtype=np.int64)
-    cuts = _cuts(cfg, span)
+    cuts = split_cuts(cfg, span)
     fits = pool.starmap(_fit, [(*job, cuts) for job in jobs])
     spacing = _median([f["gaps"] for f in fits])
     spacing = _median([f["train_gaps"] for f in fits]) or spacing
@@ -176,16 +176,16 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], part
     for name in maps:
         maps[name].flush()
     saved = {name: {"file": f"{name}.npy", "dtype": str(m.dtype), "shape": list(m.shape)} for name, m in maps.items()}
-    saved["known_cont"] = _save(tmp, "known_cont.npy", known.cont)
-    saved["known_cat"] = _save(tmp, "known_cat.npy", np.zeros((len(known.ts), 0), dtype=np.int64))
-    saved["known_ts"] = _save(tmp, "known_ts.npy", known.ts)
+    saved["known_cont"] = save_array(tmp, "known_cont.npy", known.cont)
+    saved["known_cat"] = save_array(tmp, "known_cat.npy", np.zeros((len(known.ts), 0), dtype=np.int64))
+    saved["known_ts"] = save_array(tmp, "known_ts.npy", known.ts)
     split = SplitResult(
         ids={k: np.concatenate([p["splits"][k] for p in parts]) for k in SPLITS},
         purged={k: sum(p["purged"].get(k, 0) for p in parts) for k in parts[0]["purged"]},
     )
-    _check_splits(split, cuts, cfg, span)
+    check_splits(split, cuts, cfg, span)
     for k in SPLITS:
-        saved[f"split_{k}"] = _save(tmp, split_file(k), split.ids[k].astype(np.int64))
+        saved[f"split_{k}"] = save_array(tmp, split_file(k), split.ids[k].astype(np.int64))
     del maps
     view = {name: np.load(tmp / entry["file"], mmap_mode="c") for name, entry in saved.items()}  # no copy
     windows = _WrittenWindows(
@@ -193,7 +193,7 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], part
         encoder_length=e, horizon=d, n_known_cont=view["known_cont"].shape[1], n_known_cat=0,
         series_names=tuple(names),
     )
-    schema = _schema(transform, e, d, cfg.adjust)
+    schema = feature_schema(transform, e, d, cfg.adjust)
     meta = SimpleNamespace(report=merge_reports([r["report"] for r in loads]), rolls=[x for r in loads
                                                                                       for x in r["rolls"]])
     summary = data_summary(meta, schema, windows, split, cuts, False, sum(p["roll_bars"] for p in parts), spacing)
@@ -261,7 +261,7 @@ def _load(cfg: DataConfig, symbols: tuple[str, ...], spill: str) -> dict:
                            since=cfg.since, until=cfg.until, symbols=symbols)
     loaded = load_raw(raw, files, cfg)
     del raw
-    bars, names, sidx, ts = _sorted(loaded.bars)
+    bars, names, sidx, ts = sorted_bars(loaded.bars)
     bars.write_ipc(spill)
     return {"names": names, "lengths": np.bincount(sidx, minlength=len(names)), "lo": int(ts.min()),
             "hi": int(ts.max()), "report": loaded.report, "rolls": loaded.rolls}
@@ -269,14 +269,14 @@ def _load(cfg: DataConfig, symbols: tuple[str, ...], spill: str) -> dict:
 
 def _features(cfg: DataConfig, spill: str) -> tuple[pl.DataFrame, pl.DataFrame, list[str], np.ndarray, np.ndarray]:
     bars = pl.read_ipc(spill)
-    bars, names, sidx, ts = _sorted(bars)
+    bars, names, sidx, ts = sorted_bars(bars)
     return bars, raw_features(bars, cfg.adjust, cfg.target), names, sidx, ts
 
 
 def _fit(cfg: DataConfig, symbols: tuple, spill: str, cuts: tuple) -> dict:
     bars, feats, names, sidx, ts = _features(cfg, spill)
     check_log_target(bars, cfg.target)
-    keep = (ts < cuts[0]) & (ts >= _train_start(cfg)) & ~feats["first"].to_numpy()
+    keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
     mom = train_moments(feats, sidx, len(names), keep, cfg.target, cfg.exchange_tz if cfg.seasonality else None)
     before = ts < cuts[0]
     return {"mom": mom, "gaps": _gap_counts(ts, sidx), "train_gaps": _gap_counts(ts[before], sidx[before])}
@@ -284,7 +284,7 @@ def _fit(cfg: DataConfig, symbols: tuple, spill: str, cuts: tuple) -> dict:
 
 def _trail(cfg: DataConfig, symbols: tuple, spill: str, cuts: tuple, scalers: dict) -> dict:
     _, feats, names, sidx, ts = _features(cfg, spill)
-    keep = (ts < cuts[0]) & (ts >= _train_start(cfg)) & ~feats["first"].to_numpy()
+    keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
     derived = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling)[0]
     return vol_moments(derived, sidx, len(names), keep, scalers)
 

@@ -19,7 +19,7 @@ import polars as pl
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import FUTURES_RE, SPREAD_RE
-from foxhunt.data.read import _is_parquet, _match, _symbol_column, expand_sources
+from foxhunt.data.read import expand_sources, is_parquet, match_column, symbol_column
 
 PIECE_ROWS = 2_000_000  # bars per piece: a worker's memory is that of preparing this many bars in memory
 # Below this many bars (about 2 GB prepared in memory) the panel is prepared in memory: the pieced path costs about
@@ -76,10 +76,10 @@ def _symbol_counts(cfg: DataConfig) -> list[tuple[str, int]] | None:
     """(raw symbol, bars) of every file named by `cfg.paths`, from the symbol column alone; None when a file is not
     parquet or has no symbol column (hive `symbol=` folders name whole files: not read by symbol here)."""
     files = [f for source in expand_sources(cfg.paths) for f in source.files]
-    if not files or not all(_is_parquet(f) for f in files):
+    if not files or not all(is_parquet(f) for f in files):
         return None
     names = list(pl.read_parquet_schema(files[0]))
-    column = _match(names, cfg.symbol_col) if cfg.symbol_col is not None else _symbol_column(names)
+    column = match_column(names, cfg.symbol_col) if cfg.symbol_col is not None else symbol_column(names)
     if column is None:
         return None
     try:

@@ -46,9 +46,9 @@ def write_store(data: PreparedData, cfg: DataConfig, out: Path) -> dict[str, Any
             tensor = getattr(data.windows, name)
             if tensor is None and name in OPTIONAL:
                 continue
-            arrays[name] = _save(tmp, f"{name}.npy", tensor.numpy())
+            arrays[name] = save_array(tmp, f"{name}.npy", tensor.numpy())
         for name in SPLITS:
-            arrays[f"split_{name}"] = _save(tmp, split_file(name), data.splits[name].numpy())
+            arrays[f"split_{name}"] = save_array(tmp, split_file(name), data.splits[name].numpy())
         manifest = manifest_of(data, cfg, arrays)
         finish(tmp, out, manifest)
     return manifest
@@ -86,7 +86,8 @@ def finish(tmp: Path, out: Path, manifest: dict[str, Any]) -> None:
     _swap_in(tmp, out)
 
 
-def _save(folder: Path, file: str, array: np.ndarray) -> dict[str, Any]:
+def save_array(folder: Path, file: str, array: np.ndarray) -> dict[str, Any]:
+    """One store array as .npy (no pickles) and its manifest entry; the in-memory and the pieced writer share it."""
     np.save(folder / file, np.ascontiguousarray(array), allow_pickle=False)
     return {"file": file, "dtype": str(array.dtype), "shape": list(array.shape)}
 
