@@ -17,7 +17,6 @@ from the written arrays. Memory: a worker holds one piece; the parent holds the 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import multiprocessing as mp
 import os
@@ -161,18 +160,16 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], part
     names = [n for r in loads for n in r["names"]]
     maps = {name: np.load(tmp / f"{name}.npy", mmap_mode="r+") for name in arrays}
     ts = maps["ts_ns"]
-    base = _allocate(tmp, "known_base", (len(ts),))
+    _allocate(tmp, "known_base", (len(ts),))
     maps["known_base"] = np.load(tmp / "known_base.npy", mmap_mode="r+")
-    index = None
     if known.index is not None:
-        index = _allocate(tmp, "known_index", (len(ts), d), "int32")
+        _allocate(tmp, "known_index", (len(ts), d), "int32")
         maps["known_index"] = np.load(tmp / "known_index.npy", mmap_mode="r+")
     for lo in range(0, len(ts), 1 << 22):  # in slices: the parent never holds a whole row array
         at = np.searchsorted(origins, ts[lo:lo + (1 << 22)])
         maps["known_base"][lo:lo + len(at)] = known.base[at]
-        if index is not None:
+        if known.index is not None:
             maps["known_index"][lo:lo + len(at)] = known.index[at]
-    del base, index
     for name in maps:
         maps[name].flush()
     saved = {name: {"file": f"{name}.npy", "dtype": str(m.dtype), "shape": list(m.shape)} for name, m in maps.items()}
@@ -188,7 +185,7 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], part
         saved[f"split_{k}"] = save_array(tmp, split_file(k), split.ids[k].astype(np.int64))
     del maps
     view = {name: np.load(tmp / entry["file"], mmap_mode="c") for name, entry in saved.items()}  # no copy
-    windows = _WrittenWindows(
+    windows = WindowedData(  # off_grid, for the summary, counts a slice of windows at a time
         **{name: torch.from_numpy(view[name]) if name in view else None for name in WINDOW_ARRAYS},
         encoder_length=e, horizon=d, n_known_cont=view["known_cont"].shape[1], n_known_cat=0,
         series_names=tuple(names),
@@ -204,16 +201,6 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], part
     del windows, view, data
     finish(tmp, out, manifest)
     return manifest
-
-
-class _WrittenWindows(WindowedData):
-    """The written store's windows, for the summary: `off_grid` counted over slices of the window index, so that
-    the parent never holds its (W,) temporaries for the whole panel."""
-
-    def off_grid(self) -> int:
-        n, step = len(self.starts), 1 << 22
-        return sum(WindowedData.off_grid(dataclasses.replace(self, starts=self.starts[lo:lo + step]))
-                   for lo in range(0, n, step))
 
 
 def _allocate(folder: Path, name: str, shape: tuple, dtype: str | None = None) -> dict:
