@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from foxhunt.data.windows import WindowedData, assign_splits, series_bounds, shuffled_runs, window_starts
+from foxhunt.data.run_order import RunOrder
+from foxhunt.data.windows import WindowedData, assign_splits, series_bounds, window_starts
 
 E, D = 4, 3
 T = E + D
@@ -107,10 +108,10 @@ def test_batch_stores_each_bar_once_and_keeps_observed_out_of_forecast_rows() ->
     assert torch.equal(half.dense()["observed_cont"], b.dense()["observed_cont"][2:5])
 
 
-def test_shuffled_runs_is_a_permutation_of_consecutive_runs() -> None:
+def test_the_run_order_is_a_permutation_of_consecutive_runs() -> None:
     g = torch.Generator().manual_seed(3)
     for n, run in ((100, 16), (17, 4), (5, 8), (9, 1)):
-        perm = shuffled_runs(n, run, g)
+        perm = RunOrder(n, run, g).take(0, n)
         assert sorted(perm.tolist()) == list(range(n))
         if run > 1 and n > run:
             steps = perm.diff()
@@ -118,10 +119,10 @@ def test_shuffled_runs_is_a_permutation_of_consecutive_runs() -> None:
             assert perm.tolist() != list(range(n))
 
 
-def test_shuffled_runs_with_a_stride_keep_a_runs_windows_a_stride_apart() -> None:
+def test_the_run_order_with_a_stride_keep_a_runs_windows_a_stride_apart() -> None:
     g = torch.Generator().manual_seed(5)
     n, run, stride = 200, 8, 5
-    perm = shuffled_runs(n, run, g, stride=stride)
+    perm = RunOrder(n, run, g, stride=stride).take(0, n)
     assert sorted(perm.tolist()) == list(range(n))
     steps = perm.diff()
     # inside a run the windows are `stride` apart; only run (and lane) boundaries break that

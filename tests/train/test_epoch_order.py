@@ -1,4 +1,4 @@
-"""The epoch's window order taken a batch at a time (data/run_order.py) is the permutation `shuffled_runs` built
+"""The epoch's window order taken a batch at a time (data/run_order.py) is the permutation training built
 whole before, entry for entry, and leaves the generator where it left it."""
 
 from __future__ import annotations
@@ -7,11 +7,10 @@ import pytest
 import torch
 
 from foxhunt.data.run_order import OrderedIds, RunOrder
-from foxhunt.data.windows import shuffled_runs
 
 
 def _whole(n: int, run: int, generator: torch.Generator, stride: int = 1) -> torch.Tensor:
-    """The permutation as shuffled_runs built it before it was taken lazily (kept here as the reference)."""
+    """The permutation as training built it before it was taken lazily (kept here as the reference)."""
     if run <= 1 or n <= run:
         return torch.randperm(n, generator=generator) if run <= 1 else torch.arange(n)
     stride = max(1, min(stride, n // run))
@@ -35,7 +34,6 @@ def test_every_slice_is_the_whole_permutations_slice(n: int, run: int, stride: i
         order = RunOrder(n, run, g, stride)
         assert torch.equal(g.get_state(), g_ref.get_state())  # the same draws: the next epoch's are unchanged too
         assert torch.equal(order.take(0, n), want)
-        assert torch.equal(shuffled_runs(n, run, torch.Generator().manual_seed(seed), stride), want)
         for a, b in ((0, 7), (3, 50), (n // 2, n), (n - 1, n + 5), (5, 5)):
             assert torch.equal(order.take(a, b), want[a:b]), (seed, a, b)
 

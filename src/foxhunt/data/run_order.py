@@ -1,11 +1,11 @@
 """The epoch's order of training windows (runs of windows a stride apart, the runs shuffled), computed a slice at a time.
 
-`shuffled_runs` (windows.py) used to build the whole permutation: half a dozen int64 arrays of one entry per
+Training used to build the whole permutation: half a dozen int64 arrays of one entry per
 training window (about 120 MB each for 15M windows), held for the epoch. `RunOrder` draws the same random numbers in
 the same order from the generator and keeps only what fixes the permutation: the run starts and lengths in their
 shuffled order and their running end (one entry per run, `run` times fewer; int32 below 2**31 windows). Any slice of
 the permutation is then computed on demand with one `searchsorted`, so a batch's positions cost O(batch) memory and
-`RunOrder(...).take(0, n)` equals what `shuffled_runs` always returned, entry for entry.
+`RunOrder(...).take(0, n)` equals the whole permutation built before, entry for entry (tests/train/test_epoch_order.py).
 
 Legend: n positions, R runs, L lanes (= stride).
 """
@@ -22,6 +22,11 @@ class RunOrder:
     in increasing order, so neighbours in a lane are `stride` apart. That layout is cut into runs of `run` entries
     (the first cut at a random phase, so the first and last runs may be short), and the runs are shuffled. `run` 1
     is a plain shuffle (materialized: its permutation has no shorter description); `n <= run` keeps the order.
+
+    Why runs: windows are sorted by series and time, so a run is `run` windows starting `stride` bars apart; they
+    share all but `stride * (run - 1)` of their bars, and a batch of such runs needs per-bar work on far fewer
+    distinct bars (see `Batch`). A stride of at least the horizon keeps the forecast bars of a run's windows apart.
+    The run boundaries move with a random phase each epoch, so no two windows are always in the same run.
     """
 
     def __init__(self, n: int, run: int, generator: torch.Generator | None = None, stride: int = 1):

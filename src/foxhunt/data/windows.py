@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from foxhunt.data.batch import Batch
-from foxhunt.data.run_order import RunOrder
 from foxhunt.data.schema import FeatureSchema, Kind, Role
 from foxhunt.errors import InputError
 
@@ -203,19 +202,6 @@ class WindowedData:
             ids = ids[torch.randperm(len(ids), generator=generator)]
         for i in range(0, len(ids), batch_size):
             yield self.batch(ids[i : i + batch_size])
-
-
-def shuffled_runs(n: int, run: int, generator: torch.Generator | None = None, stride: int = 1) -> torch.Tensor:
-    """A permutation of range(n) made of runs of `run` positions `stride` apart, the runs in random order.
-
-    Windows are sorted by series and time, so a run is `run` windows starting `stride` bars apart: they share all but
-    `stride * (run - 1)` of their bars, and a batch of such runs needs per-bar work on far fewer distinct bars (see
-    `Batch`). A stride of at least the horizon keeps the forecast bars of a run's windows apart. The run boundaries
-    move with a random phase each call, so no two windows are always in the same run. `run` 1 is a plain shuffle.
-    Every position appears exactly once. The whole permutation, (n,) int64: training takes it a batch at a time
-    from `run_order.RunOrder`, which draws the same numbers.
-    """
-    return RunOrder(n, run, generator, stride).take(0, n)
 
 
 def series_bounds(series_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
