@@ -13,7 +13,7 @@ import pytest
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import SEG_SPAN, _per_bar, _sorted_last, parse_futures, trade_date
 from foxhunt.data.load import _grouped_summary, _series_summary, bar_interval, load_raw, spacing_ns
-from foxhunt.data.order import combined, new_group, run_starts, sort_keys, stable_order
+from foxhunt.data.order import combined, grouped_order, new_group, run_starts, sort_keys, stable_order
 from foxhunt.data.prepare import _series_index
 from foxhunt.data.read import RAW_SCHEMA, read_bars
 from foxhunt.data.sessions import closed_share
@@ -62,6 +62,50 @@ def test_one_stable_sort_dedups_and_counts_like_unique_and_cum_max():
     assert got.equals(want, null_equal=True)
     assert (stats["duplicates_dropped"], stats["rows_out_of_order"]) == (duplicates, out_of_order)
     assert duplicates > 100 and out_of_order > 100  # the rows hit both cases many times
+
+
+def _in_time_order(df: pl.DataFrame) -> pl.DataFrame:
+    """`df`'s rows by ts, instruments interleaved, as a vendor writes a file: each instrument's rows in time order."""
+    return df.sort("ts", maintain_order=True).with_columns(pl.int_range(pl.len(), dtype=RAW_SCHEMA["row"]).alias("row"))
+
+
+@pytest.mark.parametrize("consume", [False, True])
+@pytest.mark.parametrize("spread", [1, 20_000, 100_000])
+def test_clean_bars_of_rows_in_time_order_gathers_only_what_varies_and_matches(consume, spread):
+    # instrument ids `spread` apart: a radix sort of the instrument code, of its dense numbers, or np.lexsort
+    df = _in_time_order(_messy()).with_columns(
+        instrument_id=pl.col("instrument_id") * spread, rtype=pl.lit(33 if spread > 1 else None, pl.UInt8)
+    )
+    want, duplicates, _ = _clean_reference(df)
+    got, stats = clean_bars(df.clone(), ["f.parquet"], consume=consume)
+    assert got.equals(want, null_equal=True) and got.schema == want.schema
+    assert (stats["duplicates_dropped"], stats["rows_out_of_order"]) == (duplicates, 0) and duplicates > 100
+
+
+def test_clean_bars_of_several_files_in_time_order_keeps_their_locators():
+    df = _in_time_order(_messy(600)).with_columns(  # two files: file_idx varies and row restarts
+        file_idx=(pl.int_range(pl.len()) >= 300).cast(pl.UInt32), row=(pl.int_range(pl.len()) % 300).cast(pl.UInt32)
+    )
+    got, _ = clean_bars(df, ["a.parquet", "b.parquet"])
+    assert got.equals(_clean_reference(df)[0], null_equal=True)
+
+
+@pytest.mark.parametrize("values", [3, 300, 70_000, 3_000_000])
+def test_grouped_order_is_the_stable_lexsort_where_it_applies(values):
+    rng = np.random.default_rng(values)
+    lead = rng.integers(0, values, 5000) * 7 - 11  # sparse and negative codes
+    ts = np.sort(rng.integers(0, 500, 5000))  # rising in row order: every instrument's rows in time order
+    got = grouped_order(lead, [ts])
+    if values > 1_000_000:  # codes spread wider than the numbering table
+        assert got is None
+        return
+    order, (moved,), codes, counts = got
+    want = np.lexsort((ts, lead))
+    np.testing.assert_array_equal(order, want)
+    np.testing.assert_array_equal(moved, ts[want])
+    np.testing.assert_array_equal(np.repeat(codes, counts), lead[want])
+    assert grouped_order(lead, [ts[::-1]]) is None  # falling within an instrument: not its case
+    np.testing.assert_array_equal(stable_order([lead, ts[::-1]]), np.lexsort((ts[::-1], lead)))
 
 
 def test_consuming_clean_bars_empties_the_input_and_gives_the_same_frame():

@@ -51,11 +51,90 @@ def combined(keys: list[np.ndarray]) -> list[np.ndarray]:
     return [code, last]
 
 
+RADIX_SPAN = 1 << 16  # a leading key of at most this many values is sorted by numpy's O(N) radix sort
+
+
 def stable_order(keys: list[np.ndarray]) -> np.ndarray | None:
     """(N,) the stable permutation sorting rows by `keys` (most significant first); None when they are sorted."""
+    return _sorting(keys)[0]
+
+
+def ordered(keys: list[np.ndarray]) -> tuple[np.ndarray | None, list[np.ndarray]]:
+    """(`stable_order(keys)`, `keys` in that order): where the fast path (`grouped_order`) has gathered the keys,
+    they are not gathered twice."""
+    order, moved = _sorting(keys)
+    if order is None:
+        return None, keys
+    return order, [k[order] for k in keys] if moved is None else moved
+
+
+def _sorting(keys: list[np.ndarray]) -> tuple[np.ndarray | None, list[np.ndarray] | None]:
+    """(stable order or None when sorted, the keys in that order or None where not gathered)."""
     if not keys or len(keys[0]) < 2 or is_sorted(keys):
+        return None, None
+    if len(keys) > 1 and (grouped := grouped_order(keys[0], keys[1:])) is not None:
+        order, rest, values, counts = grouped
+        return order, [np.repeat(values.astype(keys[0].dtype), counts), *rest]
+    return np.lexsort(keys[::-1]), None
+
+
+def grouped_order(
+    lead: np.ndarray, rest: list[np.ndarray]
+) -> tuple[np.ndarray, list[np.ndarray], np.ndarray, np.ndarray] | None:
+    """The stable order of rows by (lead, *rest) in O(N), for rows whose `rest` keys already rise within each value
+    of `lead` (bars read in time order, every instrument interleaved, sorted by an instrument code); None for any
+    other rows, or when `lead` is not an integer key of at most RADIX_SPAN distinct values within DENSE_SPAN.
+
+    numpy sorts a key of 16 bits stably by a radix sort (a sparse `lead` is first numbered densely through a table);
+    when the `rest` keys then rise within each value, that order is the stable lexicographic one (rows with equal
+    keys stay in row order): what `np.lexsort` gives in O(N log N).
+    Returns (order (N,), `rest` in that order, values (V,) of `lead` in rising order, counts (V,) rows of each).
+    """
+    small, values = _dense(lead)
+    if small is None:
         return None
-    return np.lexsort(keys[::-1])
+    order = np.argsort(small, kind="stable")
+    counts = np.bincount(small, minlength=len(values))
+    del small
+    inner = np.ones(len(lead) - 1, dtype=bool)  # (N - 1,) pairs of sorted rows of one lead value
+    inner[np.cumsum(counts)[:-1] - 1] = False
+    moved = []
+    for k in rest:
+        k = k[order]
+        if np.any(inner & (k[1:] < k[:-1])):
+            return None
+        inner &= k[1:] == k[:-1]
+        moved.append(k)
+    return order, moved, values, counts
+
+
+DENSE_SPAN = 1 << 21  # a sparse key is numbered through a table of this many entries at most
+
+
+def _dense(lead: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """(lead numbered 0, 1, ... in the order of its distinct values, as uint8 or uint16; those values (V,)), or
+    (None, empty) when `lead` has more than RADIX_SPAN distinct values or spans more than DENSE_SPAN."""
+    if len(lead) < 2 or lead.dtype.kind not in "iu":
+        return None, lead[:0]
+    lo = int(lead.min())
+    span = int(lead.max()) - lo + 1
+    if span > DENSE_SPAN:
+        return None, lead[:0]
+    if span <= RADIX_SPAN:
+        small = np.empty(len(lead), dtype=np.uint8 if span <= 256 else np.uint16)
+        np.subtract(lead, lo, out=small, casting="unsafe")  # (N,) offsets below span, without an int64 temporary
+        values = np.arange(lo, lo + span, dtype=np.int64)
+        present = np.bincount(small, minlength=span) > 0
+        if present.all():
+            return small, values
+        table = (np.cumsum(present) - 1).astype(small.dtype)  # (span,) the number of each value present
+        return table[small], values[present]
+    offset = lead - lo  # (N,) int64
+    present = np.bincount(offset, minlength=span) > 0  # (span,)
+    if present.sum() > RADIX_SPAN:
+        return None, lead[:0]
+    table = (np.cumsum(present) - 1).astype(np.uint8 if present.sum() <= 256 else np.uint16)
+    return table[offset], np.flatnonzero(present) + lo
 
 
 def is_sorted(keys: list[np.ndarray]) -> bool:
@@ -101,11 +180,12 @@ def run_starts(df: pl.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
 TAKE_WIDTH = 2  # columns gathered together by take_out: polars gathers them in parallel, one per core
 
 
-def take_out(df: pl.DataFrame, rows: np.ndarray, columns: list[str] | None = None) -> pl.DataFrame:
+def take_out(df: pl.DataFrame, rows: np.ndarray | pl.Series, columns: list[str] | None = None) -> pl.DataFrame:
     """`df`'s `columns` (all by default) at `rows`, moved out of `df`: gathered TAKE_WIDTH at a time, each dropped from
     `df` in place once gathered, so that the input and its reordered copy never both take memory (the peak is the
-    input and TAKE_WIDTH columns). The caller must own `df`: its columns are gone afterwards."""
-    taken = pl.Series(rows, dtype=pl.Int64)
+    input and TAKE_WIDTH columns). The caller must own `df`: its columns are gone afterwards. `rows` may come as
+    `indices(rows)` already."""
+    taken = rows if isinstance(rows, pl.Series) else indices(rows)
     names = df.columns if columns is None else columns
     parts = []
     for i in range(0, len(names), TAKE_WIDTH):
@@ -118,7 +198,13 @@ def take_out(df: pl.DataFrame, rows: np.ndarray, columns: list[str] | None = Non
 
 def gather(df: pl.DataFrame, rows: np.ndarray | None) -> pl.DataFrame:
     """`df`'s rows `rows` (all of them, uncopied, for None)."""
-    return df if rows is None else df[pl.Series(rows, dtype=pl.Int64)]
+    return df if rows is None else df[indices(rows)]
+
+
+def indices(rows: np.ndarray) -> pl.Series:
+    """`rows` (non-negative) as polars' own index type: converted once, where `df[series]` converts and checks an
+    Int64 series on every call."""
+    return pl.Series(rows, dtype=pl.get_index_type())
 
 
 def runs_order(major: np.ndarray, minor: np.ndarray) -> np.ndarray | None:

@@ -2,9 +2,10 @@
 
 Every file, whatever its origin, comes out as the same columns so that later stages never look at formats:
 
-    file_idx UInt32 (position in the file list), row Int64 (0-based data row in that file),
+    file_idx UInt32 (position in the file list), row UInt32 (0-based data row in that file),
     ts Datetime("ns", "UTC"), open high low close volume Float64,
-    symbol Utf8 (null when the file has none), instrument_id Int64 (null if absent), rtype Int64 (null if absent)
+    symbol Utf8 (null when the file has none), instrument_id Int64 (null if absent), rtype UInt8 (null if absent: a
+    Databento record type is one byte)
 
 Formats understood:
 - Databento `to_parquet()` / `to_df().to_parquet()` / `to_df().reset_index()` files: `ts_event` is a plain column to
@@ -65,12 +66,12 @@ SAME_SPACING = 4.0  # median spacings within this factor are one bar size (1m be
 
 RAW_SCHEMA = {
     "file_idx": pl.UInt32,
-    "row": pl.Int64,
+    "row": pl.UInt32,
     "ts": pl.Datetime("ns", "UTC"),
     **dict.fromkeys(VALUE_COLS, pl.Float64),
     "symbol": pl.Utf8,
     "instrument_id": pl.Int64,
-    "rtype": pl.Int64,
+    "rtype": pl.UInt8,
 }
 
 
@@ -164,7 +165,7 @@ def _read_run(
     else:
         path = run[0]
         frame, kind = read_file(path, source.default_name, timestamp_col, symbol_col, timezone)
-        frame = frame.with_columns(pl.lit(0, dtype=pl.UInt32).alias("file_idx"), pl.int_range(pl.len()).alias("row"))
+        frame = frame.with_columns(pl.lit(0, dtype=pl.UInt32).alias("file_idx"), _rows())
         if bounds.active:
             frame = frame.filter(bounds.mask())
         if symbols is not None:
@@ -259,6 +260,11 @@ def _with_hive_symbol(
     return frame
 
 
+def _rows() -> pl.Expr:
+    """The `row` column of a frame read whole: 0, 1, ... as RAW_SCHEMA's type."""
+    return pl.int_range(pl.len(), dtype=RAW_SCHEMA["row"]).alias("row")
+
+
 def _bounds_text(since: str | None, until: str | None) -> str:
     return " and ".join(t for t in (f"--since {since}" if since else "", f"--until {until}" if until else "") if t)
 
@@ -279,7 +285,7 @@ def read_frame(
     out, kind = _normalise(frame, Path(name), name, timestamp_col, symbol_col, timezone)
     if price_scale != 1.0:
         out = out.with_columns(pl.col(c) / price_scale for c in PRICE_COLS)
-    out = out.with_columns(pl.lit(0, dtype=pl.UInt32).alias("file_idx"), pl.int_range(pl.len()).alias("row"))
+    out = out.with_columns(pl.lit(0, dtype=pl.UInt32).alias("file_idx"), _rows())
     return out.select(list(RAW_SCHEMA)), {"path": name, "size_bytes": 0, "rows": frame.height, "timestamps": kind}
 
 
@@ -529,11 +535,11 @@ def _normalise(
     else:
         out["symbol"] = pl.Series([default_name] * frame.height, dtype=pl.Utf8)
     for c in ("instrument_id", "rtype"):
-        src = found[c]
+        src, dtype = found[c], RAW_SCHEMA[c]
         out[c] = (
-            frame.get_column(src).cast(pl.Int64, strict=False)
+            frame.get_column(src).cast(dtype, strict=False)
             if src is not None
-            else pl.Series([None] * frame.height, dtype=pl.Int64)
+            else pl.Series([None] * frame.height, dtype=dtype)
         )
     return pl.DataFrame({k: v.alias(k) for k, v in out.items()}), kind
 

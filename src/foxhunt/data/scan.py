@@ -22,7 +22,7 @@ _FILE, _INDEX = "__foxhunt_file", "__foxhunt_row"
 def scan_files(files: list[Path], columns: list[str], predicate: pl.Expr | None = None) -> tuple[pl.DataFrame, list[int]]:
     """Read `columns` of every file in `files` (one schema) where `predicate` holds (None: every row).
 
-    Returns (frame with `columns`, file_idx UInt32 and row Int64, in file order; rows read per file). A file whose
+    Returns (frame with file_idx UInt32, row UInt32 and `columns`, in file order; rows read per file). A file whose
     columns differ from the first file's makes polars raise: the caller then scans the files one at a time.
     Rows are located without a per-row path: polars numbers the rows of all files in one sequence, and a file's
     own rows start where the files before it end. The frame comes back in one chunk per column (polars returns one
@@ -30,20 +30,24 @@ def scan_files(files: list[Path], columns: list[str], predicate: pl.Expr | None 
     """
     lf = pl.scan_parquet(files, row_index_name=_INDEX, include_file_paths=_FILE, extra_columns="ignore")
     if predicate is None:  # every file's rows are all here, in file order: a new path starts a new file
-        frame = lf.select(_INDEX, pl.col(_FILE).rle_id().alias("file_idx"), *columns).collect()
-        file_idx = frame.get_column("file_idx").to_numpy()
-        if len(file_idx) == 0 or file_idx[-1] != len(files) - 1:  # a file without rows: count them to name it
-            counts = file_rows(files)
-            return frame.head(0).with_columns(pl.col(_INDEX).cast(pl.Int64).alias("row")).drop(_INDEX), counts
-        starts = np.flatnonzero(np.r_[True, file_idx[1:] != file_idx[:-1]])  # (F,) first row of each file
-        offsets = frame.get_column(_INDEX).to_numpy()[starts]
-    else:  # some rows are skipped: the footers say where each file starts
-        frame = lf.filter(predicate).select(_INDEX, *columns).collect()
-        offsets = np.r_[0, np.cumsum(file_rows(files))[:-1]]
-        file_idx = np.searchsorted(offsets, frame.get_column(_INDEX).to_numpy(), side="right") - 1
-    row = frame.get_column(_INDEX).to_numpy().astype(np.int64) - offsets[file_idx]
+        frame = lf.select(pl.col(_INDEX).alias("row"), pl.col(_FILE).rle_id().alias("file_idx"), *columns).collect()
+        file_idx = frame.get_column("file_idx")
+        if frame.height == 0 or file_idx[-1] != len(files) - 1:  # a file without rows: count them to name it
+            return frame.head(0), file_rows(files)
+        counts = file_idx.rle().struct.field("len").to_list()  # (F,) rows per file, files in order
+        if len(files) == 1:  # the row index is the row: nothing to compute
+            return align_chunks(frame.select("file_idx", "row", *columns), frame.get_column("row")), counts
+        offsets = pl.Series(np.r_[0, np.cumsum(counts)[:-1]], dtype=pl.get_index_type())  # (F,) first row of each
+        row = frame.get_column("row") - offsets.gather(file_idx)
+        return align_chunks(frame.select("file_idx", row, *columns), frame.get_column("row")), counts
+    # Some rows are skipped: the footers say where each file starts.
+    frame = lf.filter(predicate).select(_INDEX, *columns).collect()
+    offsets = np.r_[0, np.cumsum(file_rows(files))[:-1]]
+    index = frame.get_column(_INDEX).to_numpy()
+    file_idx = np.searchsorted(offsets, index, side="right") - 1
+    row = (index - offsets[file_idx]).astype(np.uint32)
     counts = np.bincount(file_idx, minlength=len(files)).tolist()
-    located = pl.DataFrame([pl.Series("file_idx", file_idx, dtype=pl.UInt32), pl.Series("row", row, dtype=pl.Int64)])
+    located = [pl.Series("file_idx", file_idx, dtype=pl.UInt32), pl.Series("row", row, dtype=pl.UInt32)]
     return align_chunks(frame.drop(_INDEX).with_columns(located), frame.get_column(_INDEX)), counts
 
 

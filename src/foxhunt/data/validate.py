@@ -23,7 +23,17 @@ import logging
 import numpy as np
 import polars as pl
 
-from foxhunt.data.order import combined, gather, new_group, same_as_next, sort_keys, stable_order, take_out
+from foxhunt.data.order import (
+    combined,
+    gather,
+    grouped_order,
+    indices,
+    is_sorted,
+    new_group,
+    same_as_next,
+    sort_keys,
+    take_out,
+)
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -94,11 +104,18 @@ def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, 
     instrument's rows (a reversed running minimum, kept inside each instrument by offsetting groups).
     """
     keys = combined(sort_keys(df, (*INSTRUMENT, "ts")))  # [instrument, ts]
-    order = stable_order(keys)
+    order = None if is_sorted(keys) else 0
+    if order is not None and len(keys) == 2 and not df.get_column("ts").null_count():
+        grouped = grouped_order(keys[0], keys[1:])
+        if grouped is not None:  # each instrument's rows were read in time order: the usual file
+            del keys
+            return _regrouped(df, *grouped, consume)
     if order is not None:
+        order = np.lexsort(keys[::-1])
         keys = [k[order] for k in keys]
     keep = ~same_as_next(keys)  # (N,) the last row read of each (instrument, ts)
-    duplicates = int(len(keep) - keep.sum())
+    n = len(keep)
+    duplicates = int(n - keep.sum())
     pos = np.arange(len(keep), dtype=np.int64) if order is None else order.astype(np.int64, copy=False)
     rows = None if duplicates == 0 else np.flatnonzero(keep)
     del keep
@@ -106,8 +123,9 @@ def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, 
         keys, pos = [k[rows] for k in keys], pos[rows]
     group = np.cumsum(new_group(keys[:-1])) if len(pos) else pos  # (M,) instrument number, rising
     del keys
-    # Reversed, each later group (an earlier instrument) sits len(pos) lower, below everything seen before it.
-    rev = (pos - (len(pos) * (group[-1] - group) if len(pos) else 0))[::-1]
+    # Reversed, each later group (an earlier instrument) sits n lower, below everything seen before it: n, not M,
+    # since read positions run up to n - 1 when duplicates were dropped.
+    rev = (pos - (n * (group[-1] - group) if len(pos) else 0))[::-1]
     del pos, group
     out_of_order = int((rev[1:] > np.minimum.accumulate(rev)[:-1]).sum())
     del rev  # the index arrays go before the frame is gathered: they would add a third of it
@@ -118,6 +136,66 @@ def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, 
     if rows is not None and consume:
         return take_out(df, rows), duplicates, out_of_order
     return gather(df, rows), duplicates, out_of_order
+
+
+def _regrouped(
+    df: pl.DataFrame, order: np.ndarray, ts: list[np.ndarray], codes: np.ndarray, counts: np.ndarray, consume: bool
+) -> tuple[pl.DataFrame, int, int]:
+    """`_sort_dedup` for rows whose instruments were each read in time order (`order.grouped_order` found them so):
+    no row is out of order, and only the columns that vary within an instrument are gathered.
+
+    `order` (N,) sorts the rows by instrument and ts, `ts` holds ts (N,) in that order, `counts` the rows of each
+    instrument code (`codes`, unused). symbol and instrument_id are the same on every row of an instrument: each is read once per
+    instrument and repeated, where a gather of the whole column reads it at random. ts comes sorted already.
+    Integer and Boolean columns holding one value (file_idx of one file, rtype, by_instrument) are repeated, and a
+    `row` that counts the rows (one file read whole) is the order itself.
+    """
+    (ts,) = ts
+    del codes
+    counts = counts[counts > 0]  # (G,) rows per instrument, in sorted order
+    same = ts[1:] == ts[:-1]  # (N - 1,)
+    same[np.cumsum(counts)[:-1] - 1] = False  # pairs across two instruments
+    keep = np.append(~same, True)  # (N,) the last row read of each (instrument, ts)
+    del same
+    duplicates = int(len(keep) - keep.sum())
+    rows = order
+    if duplicates:
+        counts = np.add.reduceat(keep, np.cumsum(counts) - counts).astype(np.int64)
+        rows, ts = order[keep], ts[keep]
+    del keep, order
+    names, m = df.columns, len(rows)
+    taken = indices(rows)
+    out = {"ts": pl.Series("ts", ts).cast(df.schema["ts"])}
+    del ts
+    group = pl.Series(np.repeat(np.arange(len(counts), dtype=np.uint32), counts))  # (M,) instrument of each row
+    first = indices(rows[np.cumsum(counts) - counts])  # (G,) the first row of each instrument
+    del rows
+    for c in INSTRUMENT:
+        out[c] = df.get_column(c).gather(first).gather(group)
+    del group
+    for c in names:
+        s = df.get_column(c)
+        if c in out or not (s.dtype.is_integer() or s.dtype == pl.Boolean):
+            continue
+        if c == "row" and _counts_rows(s):
+            out[c] = taken.cast(s.dtype).alias(c)
+        elif s.null_count() == len(s) or (not s.null_count() and s.min() == s.max()):
+            out[c] = s.new_from_index(0, m)
+    rest = [c for c in names if c not in out]
+    if consume:
+        for c in out:
+            df.drop_in_place(c)
+        moved = take_out(df, taken, rest)
+    else:
+        moved = df.select(rest)[taken]
+    del taken
+    return pl.DataFrame([out[c] if c in out else moved.get_column(c) for c in names]), duplicates, 0
+
+
+def _counts_rows(row: pl.Series) -> bool:
+    """Whether `row` is 0, 1, 2, ... (the rows of one file read whole)."""
+    r = row.to_numpy()
+    return bool(r[0] == 0 and r[-1] == len(r) - 1 and np.all(r[1:] > r[:-1]))
 
 
 def merge_sunday_stubs(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
