@@ -13,6 +13,7 @@ import pytest
 from foxhunt.data.config import DataConfig
 from foxhunt.data.load import load_bars
 from foxhunt.data.read import expand_paths, read_bars
+from foxhunt.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 ES_1M = FIXTURES / "es_fut_ohlcv1m_databento.parquet"
@@ -159,3 +160,33 @@ def test_dbn_file_equals_parquet():
     raw_dbn, _ = read_bars([str(FIXTURES / "es_fut_ohlcv1m_databento.dbn.zst")])
     raw_par, _ = read_bars([str(ES_1M)])
     assert raw_dbn.equals(raw_par)
+
+
+def test_symbols_are_stripped_and_an_empty_one_is_refused_or_left_to_instrument_id(tmp_path):
+    ts = [_ts(2024, 1, 2), _ts(2024, 1, 3), _ts(2024, 1, 4)]
+    bars = {"ts_event": ts, **{c: [1.0, 1.0, 1.0] for c in VALUES}}
+    spaced = tmp_path / "spaced.parquet"
+    pl.DataFrame({**bars, "symbol": [" ESH4", "ESH4 ", "ESH4"]}).write_parquet(spaced)
+    assert read_bars([str(spaced)])[0].get_column("symbol").to_list() == ["ESH4"] * 3
+    empty = tmp_path / "empty.parquet"
+    pl.DataFrame({**bars, "symbol": ["ESH4", " ", "ESH4"]}).write_parquet(empty)
+    with pytest.raises(InputError, match=r"empty.parquet: column 'symbol' row 2 is empty; give every row a symbol"):
+        read_bars([str(empty)])
+    databento = tmp_path / "ids.parquet"  # with instrument ids, an empty symbol is resolved from the id later
+    pl.DataFrame({**bars, "symbol": ["ESH4", "", None], "instrument_id": [1, 1, 1], "rtype": [33, 33, 33]}).write_parquet(
+        databento
+    )
+    raw = read_bars([str(databento)])[0]
+    assert raw.get_column("symbol").to_list() == ["ESH4", None, None]
+    assert raw.schema["rtype"] == pl.UInt8 and raw.schema["row"] == pl.UInt32
+
+
+def test_uint64_volume_past_int64_is_missing_and_the_rest_exact(tmp_path):
+    path = tmp_path / "v.parquet"
+    big = pl.Series([3, 2**53 + 1, 2**63 + 5], dtype=pl.UInt64)
+    pl.DataFrame({"ts_event": [_ts(2024, 1, d) for d in (2, 3, 4)], **{c: [1.0] * 3 for c in VALUES[:4]}, "volume": big})\
+        .write_parquet(path)
+    assert read_bars([str(path)])[0].get_column("volume").to_list() == [3.0, float(2**53), None]
+    path2 = tmp_path / "v2.parquet"
+    pl.DataFrame({"ts_event": [_ts(2024, 1, 2)], **{c: [1.0] for c in VALUES[:4]}, "volume": big[1:2]}).write_parquet(path2)
+    assert read_bars([str(path2)])[0].get_column("volume").to_list() == [float(2**53)]

@@ -520,16 +520,15 @@ def _normalise(
     for c in VALUE_COLS:
         out[c] = _numeric(frame.get_column(found[c]), path, found[c], fixed_point=databento and c in PRICE_COLS)
     if found["symbol"] is not None:
-        out["symbol"] = _stripped(frame.get_column(found["symbol"]).cast(pl.Utf8))
-        missing = out["symbol"].is_null() | (out["symbol"] == "")
-        if found["instrument_id"] is None and missing.any():
+        out["symbol"], distinct = _stripped(frame.get_column(found["symbol"]).cast(pl.Utf8))
+        if found["instrument_id"] is None and (distinct.is_null().any() or (distinct == "").any()):
+            missing = out["symbol"].is_null() | (out["symbol"] == "")
             i = int(missing.arg_max())
             raise InputError(
                 f"{path}: column {found['symbol']!r} row {i + 1} is empty; give every row a symbol"
             )
-        empty = out["symbol"] == ""
-        if empty.any():
-            out["symbol"] = out["symbol"].set(empty, None)
+        if (distinct == "").any():
+            out["symbol"] = out["symbol"].set(out["symbol"] == "", None)
     elif found["instrument_id"] is not None:
         out["symbol"] = pl.Series([None] * frame.height, dtype=pl.Utf8)  # resolved from instrument_id later
     else:
@@ -544,13 +543,15 @@ def _normalise(
     return pl.DataFrame({k: v.alias(k) for k, v in out.items()}), kind
 
 
-def _stripped(symbol: pl.Series) -> pl.Series:
-    """`symbol` without surrounding whitespace; the column itself (no copy) when none of its few distinct values has
-    any, as in every vendor file seen so far."""
+def _stripped(symbol: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """(`symbol` without surrounding whitespace, its distinct values): the column itself (no copy) when none of its
+    few distinct values has any, as in every vendor file seen so far. The distinct values answer the checks for
+    empty symbols without a pass over every row."""
     distinct = symbol.unique()
-    if distinct.str.strip_chars().equals(distinct):
-        return symbol
-    return symbol.str.strip_chars()
+    stripped = distinct.str.strip_chars()
+    if stripped.equals(distinct):
+        return symbol, distinct
+    return symbol.str.strip_chars(), stripped
 
 
 def _parse_time(
@@ -656,6 +657,8 @@ def _numeric(s: pl.Series, path: Path, col: str, fixed_point: bool) -> pl.Series
                 )
             return out
     if s.dtype.is_integer():
+        if not fixed_point and (s.dtype != pl.UInt64 or (s.max() or 0) < 2**63):
+            return s.cast(pl.Float64)  # one cast (Databento's uint64 volume), the same numbers as through Int64
         s = s.cast(pl.Int64, strict=False)  # uint64 past int64 becomes null
         if fixed_point:
             return s.set(s == UNDEF_PRICE, None).cast(pl.Float64) / FIXED_SCALE

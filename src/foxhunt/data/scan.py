@@ -28,6 +28,13 @@ def scan_files(files: list[Path], columns: list[str], predicate: pl.Expr | None 
     own rows start where the files before it end. The frame comes back in one chunk per column (polars returns one
     per file), so that later stages never copy it to align chunks.
     """
+    if predicate is None and len(files) == 1:  # one file read whole: its row index is the row, file_idx is 0
+        frame = (
+            pl.scan_parquet(files[0], row_index_name="row")
+            .select(pl.lit(0, pl.UInt32).alias("file_idx"), "row", *columns)
+            .collect()
+        )
+        return align_chunks(frame, frame.get_column("row")), [frame.height]
     lf = pl.scan_parquet(files, row_index_name=_INDEX, include_file_paths=_FILE, extra_columns="ignore")
     if predicate is None:  # every file's rows are all here, in file order: a new path starts a new file
         frame = lf.select(pl.col(_INDEX).alias("row"), pl.col(_FILE).rle_id().alias("file_idx"), *columns).collect()
@@ -35,8 +42,6 @@ def scan_files(files: list[Path], columns: list[str], predicate: pl.Expr | None 
         if frame.height == 0 or file_idx[-1] != len(files) - 1:  # a file without rows: count them to name it
             return frame.head(0), file_rows(files)
         counts = file_idx.rle().struct.field("len").to_list()  # (F,) rows per file, files in order
-        if len(files) == 1:  # the row index is the row: nothing to compute
-            return align_chunks(frame.select("file_idx", "row", *columns), frame.get_column("row")), counts
         offsets = pl.Series(np.r_[0, np.cumsum(counts)[:-1]], dtype=pl.get_index_type())  # (F,) first row of each
         row = frame.get_column("row") - offsets.gather(file_idx)
         return align_chunks(frame.select("file_idx", row, *columns), frame.get_column("row")), counts
