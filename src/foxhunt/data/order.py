@@ -44,10 +44,11 @@ def combined(keys: list[np.ndarray]) -> list[np.ndarray]:
     if np.prod([float(span) for _, span in bounds]) >= 2.0**62:
         return keys
     last = keys.pop()
-    code = np.zeros(len(last), dtype=np.int64)
-    for lo, span in bounds:
+    code = np.subtract(keys.pop(0), bounds[0][0], dtype=np.int64)  # (N,) folded in place: no temporary per key
+    for lo, span in bounds[1:]:
         code *= span
-        code += keys.pop(0) - lo
+        code += keys.pop(0)  # may wrap past int64 for a moment: the sum comes back in range, exactly
+        code -= lo
     return [code, last]
 
 

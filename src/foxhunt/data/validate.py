@@ -61,7 +61,12 @@ def clean_bars(df: pl.DataFrame, files: list[str], consume: bool = False) -> tup
         (pl.col("high") < pl.max_horizontal("open", "close")) | (pl.col("low") > pl.min_horizontal("open", "close"))
     )
     # Counted without adding the masks to the frame: a clean file (the usual case) is then never copied.
-    n_nonfinite, n_inconsistent = df.select(nonfinite.sum().alias("n"), inconsistent.sum().alias("i")).row(0)
+    if _all_finite(df):  # the usual case: no row is nonfinite, and finite prices contradict by plain comparisons
+        ordered = (pl.col("high") >= pl.col("open")) & (pl.col("high") >= pl.col("close"))
+        ordered &= (pl.col("low") <= pl.col("open")) & (pl.col("low") <= pl.col("close"))
+        n_nonfinite, n_inconsistent = 0, n - df.select(ordered.sum()).item()
+    else:
+        n_nonfinite, n_inconsistent = df.select(nonfinite.sum().alias("n"), inconsistent.sum().alias("i")).row(0)
     if n_nonfinite + n_inconsistent > MAX_BAD_FRACTION * n:
         if n_nonfinite >= n_inconsistent:
             first = df.filter(nonfinite).row(0, named=True)
@@ -93,6 +98,13 @@ def clean_bars(df: pl.DataFrame, files: list[str], consume: bool = False) -> tup
         "duplicates_dropped": duplicates,
         "rows_out_of_order": out_of_order,
     }
+
+
+def _all_finite(df: pl.DataFrame) -> bool:
+    """Whether every price and volume is present and finite: one reduction per column, no mask across them."""
+    if any(df.get_column(c).null_count() for c in VALUES):
+        return False
+    return all(df.select(pl.col(c).is_finite().all() for c in VALUES).row(0))
 
 
 def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, int, int]:
