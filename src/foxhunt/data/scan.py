@@ -19,8 +19,11 @@ from foxhunt.errors import InputError
 _FILE, _INDEX = "__foxhunt_file", "__foxhunt_row"
 
 
-def scan_files(files: list[Path], columns: list[str], predicate: pl.Expr | None = None) -> tuple[pl.DataFrame, list[int]]:
-    """Read `columns` of every file in `files` (one schema) where `predicate` holds (None: every row).
+def scan_files(
+    files: list[Path], columns: list[str | pl.Expr], predicate: pl.Expr | None = None
+) -> tuple[pl.DataFrame, list[int]]:
+    """Read `columns` of every file in `files` (one schema) where `predicate` holds (None: every row); a column may
+    come as an expression of one file column that keeps its name (a cast), computed while the files are decoded.
 
     Returns (frame with file_idx UInt32, row UInt32 and `columns`, in file order; rows read per file). A file whose
     columns differ from the first file's makes polars raise: the caller then scans the files one at a time.
@@ -28,6 +31,7 @@ def scan_files(files: list[Path], columns: list[str], predicate: pl.Expr | None 
     own rows start where the files before it end. The frame comes back in one chunk per column (polars returns one
     per file), so that later stages never copy it to align chunks.
     """
+    names = [c if isinstance(c, str) else c.meta.output_name() for c in columns]
     if predicate is None and len(files) == 1:  # one file read whole: its row index is the row, file_idx is 0
         frame = (
             pl.scan_parquet(files[0], row_index_name="row")
@@ -44,7 +48,7 @@ def scan_files(files: list[Path], columns: list[str], predicate: pl.Expr | None 
         counts = file_idx.rle().struct.field("len").to_list()  # (F,) rows per file, files in order
         offsets = pl.Series(np.r_[0, np.cumsum(counts)[:-1]], dtype=pl.get_index_type())  # (F,) first row of each
         row = frame.get_column("row") - offsets.gather(file_idx)
-        return align_chunks(frame.select("file_idx", row, *columns), frame.get_column("row")), counts
+        return align_chunks(frame.select("file_idx", row, *names), frame.get_column("row")), counts
     # Some rows are skipped: the footers say where each file starts.
     frame = lf.filter(predicate).select(_INDEX, *columns).collect()
     offsets = np.r_[0, np.cumsum(file_rows(files))[:-1]]
