@@ -23,13 +23,16 @@ def sort_keys(df: pl.DataFrame, columns: tuple[str, ...]) -> list[np.ndarray]:
         s = df.get_column(name)
         if s.dtype == pl.String:
             values = s.drop_nulls().unique().sort()
-            s = s.cast(pl.Enum(values.to_list())).to_physical().cast(pl.Int64)  # rank among the distinct values
+            s = s.cast(pl.Enum(values.to_list())).to_physical()  # rank among the distinct values
         else:
-            s = s.to_physical().cast(pl.Int64)
+            s = s.to_physical()
+        if not s.dtype.is_integer() or s.dtype == pl.UInt64:
+            s = s.cast(pl.Int64)
         if s.null_count():
             keys.append(s.is_not_null().cast(pl.Int64).to_numpy())
             s = s.fill_null(0)
-        keys.append(s.to_numpy())
+        # Narrower integers are widened by numpy in the copy that gathers the scan's chunks: one pass, not two.
+        keys.append(s.to_numpy().astype(np.int64, copy=False))
     return keys
 
 
