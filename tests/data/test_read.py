@@ -190,3 +190,16 @@ def test_uint64_volume_past_int64_is_missing_and_the_rest_exact(tmp_path):
     path2 = tmp_path / "v2.parquet"
     pl.DataFrame({"ts_event": [_ts(2024, 1, 2)], **{c: [1.0] for c in VALUES[:4]}, "volume": big[1:2]}).write_parquet(path2)
     assert read_bars([str(path2)])[0].get_column("volume").to_list() == [float(2**53)]
+
+
+def test_files_with_their_own_row_and_file_idx_columns_are_read(tmp_path):
+    bars = {"row": [5, 6], "file_idx": [9, 9], "ts_event": [_ts(2024, 1, 2), _ts(2024, 1, 3)]}
+    bars |= {c: [1.0, 2.0] for c in VALUES}
+    folder = tmp_path / "days"
+    folder.mkdir()
+    for name in ("a.parquet", "b.parquet"):
+        pl.DataFrame(bars).write_parquet(folder / name)
+    one = read_bars([str(folder / "a.parquet")])[0]
+    assert one.get_column("row").to_list() == [0, 1] and one.get_column("file_idx").to_list() == [0, 0]
+    both = read_bars([str(folder)])[0]
+    assert both.get_column("row").to_list() == [0, 1, 0, 1] and both.get_column("file_idx").to_list() == [0, 0, 1, 1]

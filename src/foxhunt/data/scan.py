@@ -34,8 +34,8 @@ def scan_files(
     names = [c if isinstance(c, str) else c.meta.output_name() for c in columns]
     if predicate is None and len(files) == 1:  # one file read whole: its row index is the row, file_idx is 0
         frame = (
-            pl.scan_parquet(files[0], row_index_name="row")
-            .select(pl.lit(0, pl.UInt32).alias("file_idx"), "row", *columns)
+            pl.scan_parquet(files[0], row_index_name=_INDEX)  # a file may have its own "row" column
+            .select(pl.lit(0, pl.UInt32).alias("file_idx"), pl.col(_INDEX).alias("row"), *columns)
             .collect()
         )
         return align_chunks(frame, frame.get_column("row")), [frame.height]

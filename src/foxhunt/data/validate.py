@@ -218,7 +218,10 @@ def merge_sunday_stubs(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     the high/low over both, the close from Monday and the summed volume. A stub with no Monday bar becomes the Monday
     bar. `df` must be sorted by instrument and ts; returns (frame, stubs merged).
     """
-    stub = (pl.col("rtype") == RTYPE_OHLCV_1D) & (pl.col("ts").dt.weekday() == SUNDAY)
+    daily = pl.col("rtype") == RTYPE_OHLCV_1D
+    if not df.select(daily.any()).item():  # no daily Databento bar: no weekday to compute on every row
+        return df, 0
+    stub = daily & (pl.col("ts").dt.weekday() == SUNDAY)
     n = df.select(stub.fill_null(False).sum()).item()
     if n == 0:
         return df, 0
