@@ -77,8 +77,10 @@ def test_clean_bars_of_rows_in_time_order_gathers_only_what_varies_and_matches(c
         instrument_id=pl.col("instrument_id") * spread, rtype=pl.lit(33 if spread > 1 else None, pl.UInt8)
     )
     want, duplicates, _ = _clean_reference(df)
-    got, stats = clean_bars(df.clone(), ["f.parquet"], consume=consume)
+    mine = df.clone()
+    got, stats = clean_bars(mine, ["f.parquet"], consume=consume)
     assert got.equals(want, null_equal=True) and got.schema == want.schema
+    assert mine.width == (0 if consume else df.width)  # handed over: every column taken out, else left as it was
     assert (stats["duplicates_dropped"], stats["rows_out_of_order"]) == (duplicates, 0) and duplicates > 100
 
 
