@@ -4,7 +4,9 @@ Sorting 2 million bars by (symbol, instrument_id, ts) in polars takes a second o
 strings. A symbol column holds a few hundred distinct values, so each is replaced by its rank among them (one cast to
 an Enum of the sorted distinct values), and `np.lexsort` sorts the integer keys, several times faster. The order is
 polars' own: strings by their bytes (the distinct values are sorted by polars), nulls first, ties kept in row order
-(the sort is stable, which is what "keep the last row read" of a duplicate needs).
+(the sort is stable, which is what "keep the last row read" of a duplicate needs). Bars as vendors write them (every
+instrument interleaved, in time order) need no comparison sort at all: a radix sort of the instrument code gives the
+same order in O(N) (`grouped_order`).
 """
 
 from __future__ import annotations
@@ -56,30 +58,17 @@ def combined(keys: list[np.ndarray]) -> list[np.ndarray]:
 
 
 RADIX_SPAN = 1 << 16  # a leading key of at most this many values is sorted by numpy's O(N) radix sort
+DENSE_SPAN = 1 << 21  # a sparse leading key is numbered through a table of this many entries at most
 
 
 def stable_order(keys: list[np.ndarray]) -> np.ndarray | None:
-    """(N,) the stable permutation sorting rows by `keys` (most significant first); None when they are sorted."""
-    return _sorting(keys)[0]
-
-
-def ordered(keys: list[np.ndarray]) -> tuple[np.ndarray | None, list[np.ndarray]]:
-    """(`stable_order(keys)`, `keys` in that order): where the fast path (`grouped_order`) has gathered the keys,
-    they are not gathered twice."""
-    order, moved = _sorting(keys)
-    if order is None:
-        return None, keys
-    return order, [k[order] for k in keys] if moved is None else moved
-
-
-def _sorting(keys: list[np.ndarray]) -> tuple[np.ndarray | None, list[np.ndarray] | None]:
-    """(stable order or None when sorted, the keys in that order or None where not gathered)."""
+    """(N,) the stable permutation sorting rows by `keys` (most significant first); None when they are sorted.
+    O(N) where `grouped_order` applies (rows read in time order, sorted by an instrument code), else np.lexsort."""
     if not keys or len(keys[0]) < 2 or is_sorted(keys):
-        return None, None
+        return None
     if len(keys) > 1 and (grouped := grouped_order(keys[0], keys[1:])) is not None:
-        order, rest, values, counts = grouped
-        return order, [np.repeat(values.astype(keys[0].dtype), counts), *rest]
-    return np.lexsort(keys[::-1]), None
+        return grouped[0]
+    return np.lexsort(keys[::-1])
 
 
 def grouped_order(
@@ -110,9 +99,6 @@ def grouped_order(
         inner &= k[1:] == k[:-1]
         moved.append(k)
     return order, moved, values, counts
-
-
-DENSE_SPAN = 1 << 21  # a sparse key is numbered through a table of this many entries at most
 
 
 def _dense(lead: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:

@@ -62,9 +62,9 @@ def clean_bars(df: pl.DataFrame, files: list[str], consume: bool = False) -> tup
     )
     # Counted without adding the masks to the frame: a clean file (the usual case) is then never copied.
     if _all_finite(df):  # the usual case: no row is nonfinite, and finite prices contradict by plain comparisons
-        ordered = (pl.col("high") >= pl.col("open")) & (pl.col("high") >= pl.col("close"))
-        ordered &= (pl.col("low") <= pl.col("open")) & (pl.col("low") <= pl.col("close"))
-        n_nonfinite, n_inconsistent = 0, n - df.select(ordered.sum()).item()
+        consistent = (pl.col("high") >= pl.col("open")) & (pl.col("high") >= pl.col("close"))
+        consistent &= (pl.col("low") <= pl.col("open")) & (pl.col("low") <= pl.col("close"))
+        n_nonfinite, n_inconsistent = 0, n - df.select(consistent.sum()).item()
     else:
         n_nonfinite, n_inconsistent = df.select(nonfinite.sum().alias("n"), inconsistent.sum().alias("i")).row(0)
     if n_nonfinite + n_inconsistent > MAX_BAD_FRACTION * n:
@@ -116,13 +116,13 @@ def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, 
     instrument's rows (a reversed running minimum, kept inside each instrument by offsetting groups).
     """
     keys = combined(sort_keys(df, (*INSTRUMENT, "ts")))  # [instrument, ts]
-    order = None if is_sorted(keys) else 0
-    if order is not None and len(keys) == 2 and not df.get_column("ts").null_count():
-        grouped = grouped_order(keys[0], keys[1:])
+    order = None
+    if not is_sorted(keys):
+        grouped = grouped_order(keys[0], keys[1:]) if len(keys) == 2 and not df.get_column("ts").null_count() else None
         if grouped is not None:  # each instrument's rows were read in time order: the usual file
             del keys
-            return _regrouped(df, *grouped, consume)
-    if order is not None:
+            order, (ts,), _, counts = grouped
+            return _regrouped(df, order, ts, counts, consume)
         order = np.lexsort(keys[::-1])
         keys = [k[order] for k in keys]
     keep = ~same_as_next(keys)  # (N,) the last row read of each (instrument, ts)
@@ -151,19 +151,17 @@ def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, 
 
 
 def _regrouped(
-    df: pl.DataFrame, order: np.ndarray, ts: list[np.ndarray], codes: np.ndarray, counts: np.ndarray, consume: bool
+    df: pl.DataFrame, order: np.ndarray, ts: np.ndarray, counts: np.ndarray, consume: bool
 ) -> tuple[pl.DataFrame, int, int]:
     """`_sort_dedup` for rows whose instruments were each read in time order (`order.grouped_order` found them so):
     no row is out of order, and only the columns that vary within an instrument are gathered.
 
-    `order` (N,) sorts the rows by instrument and ts, `ts` holds ts (N,) in that order, `counts` the rows of each
-    instrument code (`codes`, unused). symbol and instrument_id are the same on every row of an instrument: each is read once per
-    instrument and repeated, where a gather of the whole column reads it at random. ts comes sorted already.
+    `order` (N,) sorts the rows by instrument and ts, `ts` (N,) is the ts key in that order, `counts` (V,) the rows
+    of each instrument code. symbol and instrument_id are the same on every row of an instrument: each is read once
+    per instrument and repeated, where a gather of the whole column reads it at random. ts comes sorted already.
     Integer and Boolean columns holding one value (file_idx of one file, rtype, by_instrument) are repeated, and a
     `row` that counts the rows (one file read whole) is the order itself.
     """
-    (ts,) = ts
-    del codes
     counts = counts[counts > 0]  # (G,) rows per instrument, in sorted order
     same = ts[1:] == ts[:-1]  # (N - 1,)
     same[np.cumsum(counts)[:-1] - 1] = False  # pairs across two instruments
