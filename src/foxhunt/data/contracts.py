@@ -43,8 +43,9 @@ import numpy as np
 import polars as pl
 
 from foxhunt.data.calendar import local_ns
-from foxhunt.data.order import gather, runs_order, same_as_next, sort_keys, stable_order, take_out
+from foxhunt.data.order import gather, runs_order, same_as_next, sort_keys, stable_order
 from foxhunt.data.rolls import CONTINUOUS_RE, ContractIndex, continuous_file_rolls, pick_fronts
+from foxhunt.data.runs import distinct, run_lengths, run_starts_of
 from foxhunt.data.sessions import CME_EQUITY, DAY_NS, MIN_NS, session_shift
 from foxhunt.errors import InputError
 
@@ -93,7 +94,7 @@ def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
 
 def drop_spreads(df: pl.DataFrame) -> tuple[pl.DataFrame, int, list[str]]:
     """Drop spread/strategy rows. Returns (frame, rows dropped, dropped symbols sorted)."""
-    names = df.get_column("symbol").drop_nulls().unique()
+    names = df.get_column("symbol").drop_nulls().unique()  # rows in file order: runs of one symbol are short
     if not names.str.contains(SPREAD_RE).any() and not df.get_column("by_instrument").any():
         return df, 0, []  # no spread symbol, and no instrument whose prices could mark it as one
     low = pl.min_horizontal(*[pl.col(c).fill_nan(None) for c in PRICES])
@@ -109,7 +110,11 @@ def drop_spreads(df: pl.DataFrame) -> tuple[pl.DataFrame, int, list[str]]:
 
 def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
     """Add root (null for non-futures), expiry (year * 12 + month, 1-based) and trade_date columns."""
-    distinct = df.get_column("symbol").drop_nulls().unique().sort()
+    symbol = df.get_column("symbol")
+    starts = run_starts_of(symbol)  # (R,) runs of one symbol: a few hundred over millions of sorted bars
+    lens = run_lengths(starts, df.height)  # (R,)
+    firsts = symbol.gather(pl.Series(starts, dtype=pl.get_index_type()))  # (R,)
+    distinct = firsts.drop_nulls().unique().sort()
     plain = df.filter(~pl.col("by_instrument")) if df.get_column("by_instrument").any() else None
     symbols = (
         (pl.DataFrame({"symbol": distinct}) if plain is None else plain.select(pl.col("symbol").unique()))
@@ -126,8 +131,8 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
         .with_columns(base=pl.lit(10, dtype=pl.Int32).pow(pl.col("digits").str.len_chars()).cast(pl.Int32))
     )
     del plain
-    # One row per distinct symbol (and one for a null symbol), looked up by its rank as numpy arrays: a join or a
-    # gather of every column on millions of rows costs far more.
+    # One row per distinct symbol (and one for a null symbol), looked up by its rank once per run of a symbol: a
+    # join, a gather or a cast of every row's string on millions of rows costs far more.
     table = (
         pl.DataFrame({"symbol": distinct})
         .join(symbols, on="symbol", how="left", maintain_order="left")
@@ -139,27 +144,44 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
             root=pl.lit(None, pl.Utf8), month=pl.lit(None, pl.Int32), digits=pl.lit(None, pl.Int32),
             base=pl.lit(None, pl.Int32), _shift=pl.lit(CME_EQUITY.shift_min * MIN_NS, pl.Int64),
         ))  # the last row: a null symbol, the default session
+        .rechunk()  # one chunk: a gather from two costs several times more
     )
-    code = df.get_column("symbol").cast(pl.Enum(distinct.to_list())).to_physical().fill_null(len(distinct))
-    rank, code = code, code.to_numpy()  # (N,) row of `table`
+    code = firsts.cast(pl.Enum(distinct.to_list())).to_physical().fill_null(len(distinct)).to_numpy()  # (R,)
 
-    def per_bar(name: str, fill: int = 0) -> np.ndarray:  # (N,) a table column at each bar (nulls as `fill`)
+    def per_run(name: str, fill: int = 0) -> np.ndarray:  # (R,) a table column at each run (nulls as `fill`)
         return table.get_column(name).fill_null(fill).to_numpy()[code]
 
     ts_ns = df.get_column("ts").dt.epoch("ns").to_numpy()
-    local = local_ns(ts_ns + per_bar("_shift"), exchange_tz)
+    local = local_ns(ts_ns + np.repeat(per_run("_shift"), lens), exchange_tz)
     trade = pl.Series("trade_date", (local // DAY_NS).astype(np.int32)).cast(pl.Date)  # (N,) exchange date + shift
     del local
-    is_fut = table.get_column("root").is_not_null().to_numpy()[code]  # (N,)
-    bar_year = _utc_year(ts_ns)
-    # The first year not before the bar's year that ends in the symbol's digits.
-    year = bar_year + (per_bar("digits") - bar_year) % per_bar("base", 1)
-    expiry = pl.Series("expiry", (year * 12 + per_bar("month")).astype(np.int32))
+    is_fut = table.get_column("root").is_not_null().to_numpy()[code]  # (R,)
+    year = _expiry_years(ts_ns, starts, lens, per_run("digits"), per_run("base", 1), is_fut)
+    expiry = pl.Series("expiry", (year * 12 + np.repeat(per_run("month"), lens)).astype(np.int32))
+    rows = pl.Series(np.repeat(code.astype(np.uint32), lens), dtype=pl.get_index_type())  # (N,) row of `table`
     return df.with_columns(
-        table.get_column("root").gather(rank),
-        expiry=pl.when(pl.Series(is_fut)).then(expiry),
+        table.get_column("root").gather(rows),
+        expiry if is_fut.all() else pl.when(pl.Series(np.repeat(is_fut, lens))).then(expiry).alias("expiry"),
         trade_date=trade,
     )
+
+
+def _expiry_years(ts_ns: np.ndarray, starts: np.ndarray, lens: np.ndarray, digits: np.ndarray, base: np.ndarray,
+                  is_fut: np.ndarray) -> np.ndarray:
+    """(N,) expiry year of each bar: the first year not before the bar's year that ends in its symbol's `digits`
+    (R,) (`base` (R,): 10 ** the number of digits), for the runs of one symbol that start at `starts` (R,).
+
+    That year only grows with the bar's year, so a run whose first and last bars give the same one (a contract
+    trades a year or so: nearly every run) takes it whole; only otherwise is it found bar by bar.
+    """
+    if not len(ts_ns):
+        return np.zeros(0, dtype=np.int32)
+    first, last = (_utc_year(f.reduceat(ts_ns, starts)) for f in (np.minimum, np.maximum))  # (R,)
+    year = first + (digits - first) % base  # (R,)
+    if np.all((year == last + (digits - last) % base) | ~is_fut):  # non-futures: no expiry to get right
+        return np.repeat(year, lens)
+    bar_year = _utc_year(ts_ns)
+    return bar_year + (np.repeat(digits, lens) - bar_year) % np.repeat(base, lens)
 
 
 def _utc_year(ts_ns: np.ndarray) -> np.ndarray:
@@ -192,7 +214,7 @@ def build_series(
     """
     height, null_symbols, empty = df.height, df.get_column("symbol").null_count(), df.clear()
     is_fut = df.get_column("root").is_not_null()  # (N,) masks, each computed once
-    names = df.get_column("symbol").drop_nulls().unique()
+    names = distinct(df.get_column("symbol")).drop_nulls()
     continuous = names.filter(names.str.contains(CONTINUOUS_RE))
     is_cont = (
         ~is_fut & df.get_column("symbol").is_in(continuous.implode())
@@ -220,8 +242,8 @@ def build_series(
             for c in ("root", "expiry", "trade_date"):  # read through the index from here on
                 fut.drop_in_place(c)
             front, roll_df = _front_and_rolls(fut, roll_confirm, index)
-            rows, seg = _front_rows(front, index)
-            keys = [index.code[rows], index.ts[rows]]  # the output's sort keys: (series code, ts)
+            rows, seg, series = _front_rows(front, index)
+            keys = [series, index.ts[rows]]  # the output's sort keys: (series code, ts)
             roots, roll_code = index.roots, index.codes_of(roll_df.get_column("series"))
             del index  # a column's worth per array, gone before the bars are gathered
             bars = _front_bars(fut, rows, seg, keys, roots, roll_df, roll_code, adjust)  # takes fut's columns out
@@ -240,29 +262,33 @@ def build_series(
             roll_frames.append(roll_df)
         plain = empty if n_fut + cont.height == height else df.filter(~is_fut & ~is_cont.fill_null(False))
         others = _unadjusted(plain.with_columns(series=pl.col("symbol")))
-        _check_clash([p.get_column("series").unique() for p in [*parts, others]])
+        named = [p for p in [*parts, others] if p.height]  # a source without bars names no series
+        if len(named) > 1:
+            _check_clash([distinct(p.get_column("series")) for p in named])
         out = pl.concat([p.select(BAR_COLUMNS) for p in parts] + [others.select(BAR_COLUMNS)], how="vertical")
         rolls = _roll_dicts(pl.concat([r.select(ROLL_COLUMNS) for r in roll_frames], how="vertical"))
         report_mode = "continuous"
         keys = keys if keys is not None and out.height == parts[0].height else None  # futures alone: their keys
     out = out.select("series", "ts", *PRICES, "volume", pl.col("symbol").alias("contract"), *OWN)
-    out, shared = _sorted_last(out, keys)
+    out, shared = _sorted_last(out, keys, presorted=keys is not None)  # _front_rows' keys come sorted
     if shared:
         log.warning("%d bars shared a timestamp within one series (two symbols for one contract); kept the last", shared)
-    kept = sorted(out.get_column("contract").unique().to_list())
+    kept = sorted(distinct(out.get_column("contract")).to_list())
     null = {None} if null_symbols else set()
     dropped = sorted((set(names.to_list()) | null) - set(kept))
     return out, rolls, {"contracts_mode": report_mode, "contracts_kept": kept, "contracts_dropped": dropped}
 
 
-def _sorted_last(bars: pl.DataFrame, keys: list[np.ndarray] | None = None) -> tuple[pl.DataFrame, int]:
+def _sorted_last(bars: pl.DataFrame, keys: list[np.ndarray] | None = None, presorted: bool = False
+                 ) -> tuple[pl.DataFrame, int]:
     """`bars` sorted by (series, ts), keeping the last of rows that share both; also how many were dropped.
 
     A stable sort keeps such rows in their order in `bars`, so the last of each run is the one to keep. `keys`: the
-    rows' sort keys when the caller has them (`order.sort_keys(bars, ("series", "ts"))` or an equivalent).
+    rows' sort keys when the caller has them (`order.sort_keys(bars, ("series", "ts"))` or an equivalent);
+    `presorted`: the caller knows the rows are in that order already (no pass to check it).
     """
     keys = keys if keys is not None else sort_keys(bars, ("series", "ts"))
-    order = stable_order(keys)
+    order = None if presorted else stable_order(keys)
     if order is not None:
         keys = [k[order] for k in keys]
     keep = ~same_as_next(keys)  # (N,)
@@ -343,8 +369,9 @@ def _priced(rolls: pl.DataFrame) -> pl.DataFrame:
     ).sort("series", "seg")
 
 
-def _front_rows(front: pl.DataFrame, index: ContractIndex) -> tuple[np.ndarray, np.ndarray]:
-    """(M,) the rows of each trade date's front-contract bars, sorted by (series = root, ts), and (M,) their segment.
+def _front_rows(front: pl.DataFrame, index: ContractIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(M,) the rows of each trade date's front-contract bars, sorted by (series = root, ts), (M,) their segment and
+    (M,) their series (root) code.
 
     The front of each bar's (root, trade date) is found by a binary search in the small front table: a join of
     millions of bars on (root, date) costs several times more.
@@ -363,23 +390,43 @@ def _front_rows(front: pl.DataFrame, index: ContractIndex) -> tuple[np.ndarray, 
     lens = np.diff(np.append(starts, len(code)))
     at, hit = _lookup(code[starts] * span + (day[starts] - lo), t_code * span + (t_day - lo))  # (K,) front row
     take = hit & (expiry[starts] == table.get_column("front").to_numpy()[at])  # (K,) runs of the front
-    lens = lens[take]
-    keep = np.repeat(starts[take] - (np.cumsum(lens) - lens), lens) + np.arange(lens.sum())  # (M,) their rows
-    seg = np.repeat(table.get_column("seg").to_numpy()[at[take]], lens)  # (M,)
+    starts, lens, seg = starts[take], lens[take], table.get_column("seg").to_numpy()[at[take]]  # (T,) kept runs
+    by = _runs_by_time(code[starts], index.ts[starts], index.ts[starts + lens - 1]) if index.order is None else None
+    if by is not None:  # the kept runs laid end to end in (root, ts) order: no row is compared or moved twice
+        starts, lens = starts[by], lens[by]
+    keep = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(lens.sum())  # (M,) their rows
+    seg = np.repeat(seg if by is None else seg[by], lens)  # (M,)
+    if by is not None:
+        return keep, seg, np.repeat(code[starts], lens)
     order = runs_order(code[keep], index.ts[keep])
-    return (keep, seg) if order is None else (keep[order], seg[order])
+    keep, seg = (keep, seg) if order is None else (keep[order], seg[order])
+    return keep, seg, code[keep]
+
+
+def _runs_by_time(code: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray | None:
+    """(T,) runs of rows (each sorted by ts: `first` and `last` ts, `code` the series) in (code, ts) order, when laid
+    end to end in it they are sorted with every tie inside one run (the stable order of their rows); else None."""
+    by = np.lexsort((first, code))
+    same = code[by][1:] == code[by][:-1]
+    return by if np.all(~same | (first[by][1:] > last[by][:-1])) else None
 
 
 def _front_bars(fut: pl.DataFrame, rows: np.ndarray, seg: np.ndarray, keys: list[np.ndarray], roots: list[str],
                 rolls: pl.DataFrame, roll_code: np.ndarray, adjust: str) -> pl.DataFrame:
     """The bars `rows` of `fut` (see `_front_rows`; `keys` their series code and ts, `roots` the names of the codes),
     back-adjusted; `fut`'s columns are taken out of it (and freed) as they are gathered into the output."""
+    index = pl.get_index_type()
     bars = pl.DataFrame(
         {
-            "series": pl.Series(roots, dtype=pl.Utf8).gather(keys[0]),
+            "series": pl.Series(roots, dtype=pl.Utf8).gather(pl.Series(keys[0], dtype=index)),
             "ts": pl.Series(keys[1]).cast(pl.Datetime("ns", "UTC")),
         }
-    ).hstack(take_out(fut, rows, [*PRICES, "volume", "symbol"]))  # out of fut: polars reuses its memory
+    )
+    taken = pl.Series(rows, dtype=index)  # polars' own index type: no cast of millions of indices per gather
+    for group in (PRICES[:2], PRICES[2:], ("volume", "symbol")):  # two at a time: polars gathers them in parallel
+        bars = bars.hstack(fut.select(group)[taken])
+        for c in group:  # out of fut: the input and the output never both hold a column
+            fut.drop_in_place(c)
     return _adjust(bars, keys[0] * SEG_SPAN + seg, rolls, roll_code, adjust)
 
 

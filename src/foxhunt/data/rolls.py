@@ -112,7 +112,9 @@ class ContractIndex:
 
     roots: sorted root names (a root's code is its index); code, expiry, day, ts: (N,) int64 of each row (root code,
     year * 12 + month, trade date in days since the epoch, ns); order: (N,) rows sorted by (contract, ts), None when
-    they already are; contract: (N,) int64 contract key (code, expiry) in that sorted order.
+    each contract's rows already lie together in ts order (bars sorted by symbol and ts: contracts in symbol order,
+    which no method needs to be the contracts' order); contract: (N,) int64 contract key (code, expiry) in that order;
+    blocks: (C,) sorted contract keys and (C,) the first and (C,) one past the last row of each in that order.
     """
 
     roots: list[str]
@@ -122,18 +124,34 @@ class ContractIndex:
     ts: np.ndarray
     order: np.ndarray | None
     contract: np.ndarray
+    blocks: tuple[np.ndarray, np.ndarray, np.ndarray]
 
     @staticmethod
     def of(fut: pl.DataFrame) -> ContractIndex:
         """The index of `fut` (columns root, expiry, trade_date, ts; no null root)."""
-        roots = fut.get_column("root").unique().sort().to_list()
-        code = fut.get_column("root").cast(pl.Enum(roots)).to_physical().to_numpy().astype(np.int64)
+        root = fut.get_column("root")
         expiry = fut.get_column("expiry").to_numpy().astype(np.int64)
+        # Rows come in runs of one root and expiry: each run's root is ranked once and repeated (an Enum cast of
+        # millions of strings costs more than the whole index).
+        change = root.ne_missing(root.shift(1)).to_numpy() | np.concatenate([[True], expiry[1:] != expiry[:-1]])
+        starts = np.flatnonzero(change) if len(expiry) else np.zeros(0, dtype=np.int64)  # (B,)
+        named = root.gather(pl.Series(starts, dtype=pl.get_index_type()))  # (B,)
+        roots = named.unique().sort().to_list()
+        code = np.repeat(named.cast(pl.Enum(roots)).to_physical().to_numpy().astype(np.int64),
+                         np.diff(np.append(starts, len(expiry))))  # (N,)
         day = fut.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)
         ts = fut.get_column("ts").dt.epoch("ns").to_numpy()
         contract = code * EXPIRY_SPAN + (expiry - expiry.min() if len(expiry) else expiry)
-        order = runs_order(contract, ts)
-        return ContractIndex(roots, code, expiry, day, ts, order, contract if order is None else contract[order])
+        key = contract[starts]  # (B,) a contract in one run, in ts order: no row to move
+        together = len(np.unique(key)) == len(key) and bool(np.all((ts[1:] >= ts[:-1]) | change[1:]))
+        order = None if together else runs_order(contract, ts)
+        if order is not None:
+            contract = contract[order]
+            starts = np.flatnonzero(new_group([contract]))
+            key = contract[starts]
+        by = np.argsort(key)
+        ends = np.append(starts[1:], len(contract))
+        return ContractIndex(roots, code, expiry, day, ts, order, contract, (key[by], starts[by], ends[by]))
 
     def codes_of(self, roots: pl.Series) -> np.ndarray:
         """(R,) int64 codes of root names (each one of `roots`)."""
@@ -183,8 +201,11 @@ class ContractIndex:
         switch = rolls.get_column("trade_date").cast(pl.Int32).to_numpy()
         found: list[tuple[int, int, float | None, float]] = []  # (roll, at, old close, new close)
 
+        keys, firsts, ends = self.blocks
+
         def before(key: int, date: int) -> slice:  # the contract's bars on trade dates before `date`
-            lo, hi = np.searchsorted(self.contract, [key, key + 1])
+            at = min(int(np.searchsorted(keys, key)), len(keys) - 1)
+            lo, hi = (firsts[at], ends[at]) if len(keys) and keys[at] == key else (0, 0)
             return slice(lo, lo + np.searchsorted(day[lo:hi], date))
 
         for i in range(len(rolls)):

@@ -1,0 +1,96 @@
+"""The futures stages' run-wise fast paths (a symbol's table row read once per run of it, expiry years per run, the
+front's runs laid end to end by time) give exactly what the row-by-row formulations they replaced give."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from foxhunt.data.contracts import _expiry_years, _runs_by_time, _utc_year, build_series
+from foxhunt.data.rolls import ContractIndex
+from foxhunt.data.runs import distinct, run_lengths, run_starts_of
+
+YEAR_NS = 365 * 86_400 * 10**9
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_distinct_and_run_starts_match_unique_and_neighbour_changes(shuffle):
+    s = pl.Series(["b", "b", None, None, "a", "b", "c", "c", None])
+    if shuffle:
+        s = s.sample(fraction=1.0, shuffle=True, seed=3)
+    assert sorted(distinct(s).to_list(), key=str) == sorted(s.unique().to_list(), key=str)
+    values = s.to_list()
+    want = [i for i in range(len(values)) if i == 0 or values[i] != values[i - 1]]
+    assert run_starts_of(s).tolist() == want
+    assert run_lengths(np.array(want), len(values)).sum() == len(values)
+    assert len(run_starts_of(s.head(0))) == 0 and distinct(s.head(0)).len() == 0
+
+
+def test_expiry_years_per_run_equal_the_bar_by_bar_rule():
+    rng = np.random.default_rng(0)
+    # Runs of one symbol: within one year, across a year end, across a decade end (ESH9 traded 2019 and 2020), unsorted
+    spans = [(2023.1, 2023.9), (2023.5, 2024.4), (2019.2, 2020.6), (2014.0, 2024.9)]
+    ts = np.concatenate([((rng.uniform(a, b, 50) - 1970) * YEAR_NS).astype(np.int64) for a, b in spans])
+    starts, lens = np.arange(0, 200, 50), np.full(4, 50)
+    digits, base = np.array([4, 4, 9, 4], np.int32), np.array([10, 10, 10, 100], np.int32)
+    for is_fut in (np.ones(4, bool), np.array([True, True, False, True])):
+        got = _expiry_years(ts, starts, lens, digits, base, is_fut)
+        bar_year = _utc_year(ts)
+        want = bar_year + (np.repeat(digits, lens) - bar_year) % np.repeat(base, lens)
+        mask = np.repeat(is_fut, lens)
+        np.testing.assert_array_equal(got[mask], want[mask])
+    assert len(_expiry_years(ts[:0], starts[:0], lens[:0], digits[:0], base[:0], is_fut[:0])) == 0
+
+
+def test_runs_by_time_is_the_stable_order_or_none():
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n = rng.integers(1, 7)
+        code = rng.integers(0, 2, n)
+        first = rng.integers(0, 20, n)
+        last = first + rng.integers(0, 4, n)
+        by = _runs_by_time(code, first, last)
+        # rows of each run: first .. last, laid out run after run; the stable sort of them by (code, ts)
+        rows_code = np.concatenate([np.full(b - a + 1, c) for c, a, b in zip(code, first, last, strict=True)])
+        rows_ts = np.concatenate([np.arange(a, b + 1) for a, b in zip(first, last, strict=True)])
+        want = np.lexsort((rows_ts, rows_code))
+        starts = np.concatenate([[0], np.cumsum(last - first + 1)[:-1]])
+        if by is not None:
+            got = np.concatenate([np.arange(starts[i], starts[i] + last[i] - first[i] + 1) for i in by])
+            np.testing.assert_array_equal(got, want)
+        else:  # only where some run's rows interleave with another's (or tie with them)
+            pairs = [(i, j) for i in range(n) for j in range(n) if i != j and code[i] == code[j]]
+            assert any(first[j] <= last[i] and first[i] <= last[j] for i, j in pairs)
+
+
+def _bars(order: list[str]) -> pl.DataFrame:
+    """Hourly ES bars of three contracts over 30 days, contracts listed in `order` (symbol order is not expiry order
+    once a year passes: ESH5 sorts before ESM4)."""
+    expiry = {"ESM4": 24_294, "ESU4": 24_297, "ESH5": 24_303}
+    frames = []
+    for k, sym in enumerate(["ESM4", "ESU4", "ESH5"]):
+        days = np.repeat(np.arange(10 * k, 10 * k + 14), 24)
+        ts = days * 86_400 * 10**9 + np.tile(np.arange(24), 14) * 3600 * 10**9 + 19_800 * 86_400 * 10**9
+        close = 100.0 + k + np.arange(len(ts)) * 1e-3
+        frames.append(pl.DataFrame({
+            "ts": ts, "open": close, "high": close + 1, "low": close - 1, "close": close,
+            "volume": np.full(len(ts), 10.0 * (k + 1)), "symbol": sym, "root": "ES", "expiry": expiry[sym],
+            "trade_date": (days + 19_800).astype(np.int32),
+        }))
+    by = {f["symbol"][0]: f for f in frames}
+    return pl.concat([by[s] for s in order]).with_columns(
+        pl.col("ts").cast(pl.Datetime("ns", "UTC")), pl.col("trade_date").cast(pl.Date), pl.col("expiry").cast(pl.Int32)
+    )
+
+
+def test_contracts_lying_together_out_of_expiry_order_are_indexed_without_a_sort():
+    together = _bars(["ESH5", "ESM4", "ESU4"])  # as clean_bars sorts them: by symbol
+    assert ContractIndex.of(together).order is None
+    shuffled = together.sample(fraction=1.0, shuffle=True, seed=0)
+    assert ContractIndex.of(shuffled).order is not None
+    want = build_series(shuffled.clone(), "continuous", "ratio", 1)
+    for frame in (together, _bars(["ESM4", "ESU4", "ESH5"])):
+        got = build_series(frame.clone(), "continuous", "ratio", 1)
+        assert got[0].equals(want[0]) and got[1] == want[1] and got[2] == want[2]
+    assert [r["to"] for r in want[1]] == ["ESU4", "ESH5"]
