@@ -10,6 +10,7 @@ import pytest
 from foxhunt.data.contracts import _expiry_years, _runs_by_time, _utc_year, build_series
 from foxhunt.data.rolls import ContractIndex
 from foxhunt.data.runs import distinct, run_lengths, run_starts_of
+from foxhunt.data.sessions import _per_root, closed_share
 
 YEAR_NS = 365 * 86_400 * 10**9
 
@@ -94,3 +95,29 @@ def test_contracts_lying_together_out_of_expiry_order_are_indexed_without_a_sort
         got = build_series(frame.clone(), "continuous", "ratio", 1)
         assert got[0].equals(want[0]) and got[1] == want[1] and got[2] == want[2]
     assert [r["to"] for r in want[1]] == ["ESU4", "ESH5"]
+
+
+def _closed_reference(df: pl.DataFrame) -> float:
+    """closed_share as polars time zones and per-row session lookups give it."""
+    local = pl.col("ts").dt.convert_time_zone("America/Chicago")
+    minute = local.dt.hour().cast(pl.Int64) * 60 + local.dt.minute().cast(pl.Int64)
+    key = pl.coalesce("root", "symbol") if "symbol" in df.columns else pl.col("root")
+    open_, close = _per_root(key, "open_min"), _per_root(key, "close_min")
+    wd = local.dt.weekday()
+    closed = ((minute > close) & (minute < open_)) | (wd == 6) | ((wd == 5) & (minute > close)) | (
+        (wd == 7) & (minute < open_))
+    return df.select(closed.mean()).item()
+
+
+def test_closed_share_counts_by_minute_of_week_in_any_row_order():
+    rng = np.random.default_rng(2)
+    n = 5000
+    ts = (19_800 * 86_400 + rng.integers(0, 30 * 86_400, n)) * 10**9  # a month around the March DST change
+    df = pl.DataFrame({
+        "ts": pl.Series(ts).cast(pl.Datetime("ns", "UTC")),
+        "root": pl.Series(rng.choice(["ES", "ZC", None], n).tolist(), dtype=pl.Utf8),
+        "symbol": pl.Series(rng.choice(["ESH4", "SPY", None], n).tolist(), dtype=pl.Utf8),
+    })
+    for frame in (df, df.sort("root", "symbol", "ts"), df.drop("symbol"), df.filter(pl.col("root") == "ES")):
+        want = _closed_reference(frame)
+        assert closed_share(frame, "America/Chicago") == want and 0 < want < 1

@@ -85,6 +85,7 @@ def session_shift(root: pl.Expr) -> pl.Expr:
 
 
 CLOSED_CHUNK = 1 << 18  # bars whose exchange time closed_share takes at a time
+WEEK_MIN = 7 * DAY_MIN
 
 
 def closed_share(df: pl.DataFrame, exchange_tz: str) -> float:
@@ -93,32 +94,59 @@ def closed_share(df: pl.DataFrame, exchange_tz: str) -> float:
     `df` has columns ts (UTC) and root (null for plain symbols, which are looked up by their symbol). Real bars stamped
     at their start or their end never fall strictly inside: a share above zero means the stamps are shifted, as when
     naive Chicago times are read as UTC (the Sunday-evening bars then land in the weekend, the evening bars in the halt).
+    Whether a minute is closed depends only on the session and the minute of the week, so the bars are counted by
+    (session, minute of the week) and the counts read against a table of the week's closed minutes per session.
     """
     if df.height == 0:
         return 0.0
     # calendar.py imports this module (CME_EQUITY), so its local_ns is imported at call time
     from foxhunt.data.calendar import local_ns
 
-    key = pl.coalesce("root", "symbol") if "symbol" in df.columns else pl.col("root")
-    names = df.select(key.alias("key")).get_column("key")
-    distinct = names.drop_nulls().unique().sort()
-    # (N,) index into `distinct`, then the default session for a bar with neither root nor symbol
-    code = names.cast(pl.Enum(distinct.to_list())).to_physical().fill_null(len(distinct)).to_numpy()
-    table = [*map(session_for, distinct.to_list()), CME_EQUITY]
-    opens = np.array([t.open_min for t in table], dtype=np.int64)
-    closes = np.array([t.close_min for t in table], dtype=np.int64)
+    sessions, kind = _sessions_by_run(df)  # (S,) distinct sessions, (N,) each bar's (None: all the first)
+    closed_minutes = np.concatenate([_closed_minutes(t) for t in sessions])  # (S * WEEK_MIN,)
     ts = df.get_column("ts").dt.epoch("ns").to_numpy()
-    closed = 0
+    counts = np.zeros(len(closed_minutes), dtype=np.int64)
     for lo in range(0, len(ts), CLOSED_CHUNK):  # in slices: the int64 temporaries of all bars would take 100 MB
         sl = slice(lo, lo + CLOSED_CHUNK)
-        open_, close = opens[code[sl]], closes[code[sl]]  # (C,)
-        wall = local_ns(ts[sl], exchange_tz)  # (C,) naive exchange time
-        minute = (wall % DAY_NS) // MIN_NS
-        weekday = (wall // DAY_NS + 3) % 7 + 1  # 1970-01-01 was a Thursday; Monday 1 .. Sunday 7, as polars counts
-        halt = (minute > close) & (minute < open_)
-        weekend = (weekday == 6) | ((weekday == 5) & (minute > close)) | ((weekday == 7) & (minute < open_))
-        closed += int(np.count_nonzero(halt | weekend))
+        # minute of the week of the naive exchange time, Monday 00:00 = 0 (1970-01-01 was a Thursday)
+        minute = (local_ns(ts[sl], exchange_tz) // MIN_NS + 3 * DAY_MIN) % WEEK_MIN  # (C,)
+        if kind is not None:
+            minute += kind[sl] * WEEK_MIN
+        counts += np.bincount(minute, minlength=len(closed_minutes))
+    closed = int(counts[closed_minutes].sum())
     return float(np.float64(closed) / len(ts))  # as np.mean of the flags: their exact count over N
+
+
+def _sessions_by_run(df: pl.DataFrame) -> tuple[list[Session], np.ndarray | None]:
+    """The distinct sessions of `df`'s bars (root, else symbol, else the default) and (N,) the index of each bar's
+    among them (None when there is one). Bars come in runs of one symbol: each run's key is looked up once."""
+    change = np.zeros(df.height, dtype=bool)
+    change[:1] = True
+    names = [c for c in ("root", "symbol") if c in df.columns]
+    for name in names:
+        s = df.get_column(name)
+        change |= s.ne_missing(s.shift(1)).to_numpy()
+    starts = np.flatnonzero(change)  # (R,)
+    at = df.select(pl.col(names).gather(pl.Series(starts, dtype=pl.get_index_type())))  # (R,) each run's names
+    key = at.select(pl.coalesce(names).alias("key")).get_column("key")  # (R,)
+    distinct = key.drop_nulls().unique().sort().to_list()
+    table = [*map(session_for, distinct), CME_EQUITY]  # the last: a bar with neither root nor symbol
+    sessions = list(dict.fromkeys(table))
+    if len(sessions) == 1:
+        return sessions, None
+    kind = np.array([sessions.index(t) for t in table], dtype=np.int64)  # (D + 1,)
+    code = key.cast(pl.Enum(distinct)).to_physical().fill_null(len(distinct)).to_numpy()  # (R,)
+    return sessions, np.repeat(kind[code], np.diff(np.append(starts, df.height)))
+
+
+def _closed_minutes(session: Session) -> np.ndarray:
+    """(WEEK_MIN,) bool: minutes of the week (Monday 00:00 = 0) strictly inside the session's daily halt or weekend."""
+    week = np.arange(WEEK_MIN)
+    minute, weekday = week % DAY_MIN, week // DAY_MIN + 1  # Monday 1 .. Sunday 7, as polars counts
+    open_, close = session.open_min, session.close_min
+    halt = (minute > close) & (minute < open_)
+    weekend = (weekday == 6) | ((weekday == 5) & (minute > close)) | ((weekday == 7) & (minute < open_))
+    return halt | weekend
 
 
 CLOSED_LIMIT = 0.01  # bars strictly inside closed periods above this share: the timestamps are shifted
