@@ -152,12 +152,17 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
         return table.get_column(name).fill_null(fill).to_numpy()[code]
 
     ts_ns = df.get_column("ts").dt.epoch("ns").to_numpy()
-    local = local_ns(ts_ns + np.repeat(per_run("_shift"), lens), exchange_tz)
-    trade = pl.Series("trade_date", (local // DAY_NS).astype(np.int32)).cast(pl.Date)  # (N,) exchange date + shift
+    local = np.repeat(per_run("_shift"), lens)  # (N,) in place from here on: each bar-sized temporary stays in RSS
+    local += ts_ns
+    local = local_ns(local, exchange_tz)
+    local //= DAY_NS
+    trade = pl.Series("trade_date", local.astype(np.int32)).cast(pl.Date)  # (N,) exchange date + shift
     del local
     is_fut = table.get_column("root").is_not_null().to_numpy()[code]  # (R,)
-    year = _expiry_years(ts_ns, starts, lens, per_run("digits"), per_run("base", 1), is_fut)
-    expiry = pl.Series("expiry", (year * 12 + np.repeat(per_run("month"), lens)).astype(np.int32))
+    year = _expiry_years(ts_ns, starts, lens, per_run("digits"), per_run("base", 1), is_fut)  # (N,) int32
+    year *= 12
+    year += np.repeat(per_run("month"), lens)
+    expiry = pl.Series("expiry", year)
     rows = pl.Series(np.repeat(code.astype(np.uint32), lens), dtype=pl.get_index_type())  # (N,) row of `table`
     return df.with_columns(
         table.get_column("root").gather(rows),
@@ -242,12 +247,12 @@ def build_series(
             for c in ("root", "expiry", "trade_date"):  # read through the index from here on
                 fut.drop_in_place(c)
             front, roll_df = _front_and_rolls(fut, roll_confirm, index)
-            rows, seg, series = _front_rows(front, index)
+            rows, series, segments = _front_rows(front, index)
             keys = [series, index.ts[rows]]  # the output's sort keys: (series code, ts)
             roots, roll_code = index.roots, index.codes_of(roll_df.get_column("series"))
             del index  # a column's worth per array, gone before the bars are gathered
-            bars = _front_bars(fut, rows, seg, keys, roots, roll_df, roll_code, adjust)  # takes fut's columns out
-            del fut, rows, seg
+            bars = _front_bars(fut, rows, keys, segments, roots, roll_df, roll_code, adjust)  # takes fut's columns out
+            del fut, rows, segments
             parts.append(bars)
             roll_frames.append(roll_df)
         cont = df.filter(is_cont) if len(continuous) and n_fut < height else empty
@@ -258,7 +263,7 @@ def build_series(
             code = bars.get_column("series").cast(enum).to_physical().to_numpy().astype(np.int64)
             roll_code = roll_df.get_column("series").cast(enum).to_physical().to_numpy().astype(np.int64)
             bar_key = code * SEG_SPAN + bars.get_column("seg").to_numpy().astype(np.int64)
-            parts.append(_adjust(bars, bar_key, roll_df, roll_code, adjust))
+            parts.append(_adjust(bars, *_key_runs(bar_key), roll_df, roll_code, adjust))
             roll_frames.append(roll_df)
         plain = empty if n_fut + cont.height == height else df.filter(~is_fut & ~is_cont.fill_null(False))
         others = _unadjusted(plain.with_columns(series=pl.col("symbol")))
@@ -369,38 +374,50 @@ def _priced(rolls: pl.DataFrame) -> pl.DataFrame:
     ).sort("series", "seg")
 
 
-def _front_rows(front: pl.DataFrame, index: ContractIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(M,) the rows of each trade date's front-contract bars, sorted by (series = root, ts), (M,) their segment and
-    (M,) their series (root) code.
+def _front_rows(front: pl.DataFrame, index: ContractIndex
+                ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """(M,) the rows of each trade date's front-contract bars, sorted by (series = root, ts), (M,) their series (root)
+    code and their segments: (S,) the first of those rows in each run of one series and segment and (S,) its key
+    (series code * SEG_SPAN + segment, see `_adjust`).
 
     The front of each bar's (root, trade date) is found by a binary search in the small front table: a join of
     millions of bars on (root, date) costs several times more.
     """
-    code, day = index.code, index.day
     table = front.filter(pl.col("root").is_in(pl.Series(index.roots).implode()))
     t_code = index.codes_of(table.get_column("root"))
     t_day = table.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)
-    lo = min(day.min(), t_day.min()) if len(t_day) else 0
-    span = max(day.max(), t_day.max()) - lo + 1 if len(t_day) else 1
     # Bars come in runs of one contract and session (sorted by symbol and ts): each run is kept or dropped whole.
-    expiry = index.expiry
-    change = (code[1:] != code[:-1]) | (day[1:] != day[:-1]) | (expiry[1:] != expiry[:-1])
-    starts = np.flatnonzero(np.concatenate([[True], change]) if len(code) else code)  # (K,)
-    del change
-    lens = np.diff(np.append(starts, len(code)))
-    at, hit = _lookup(code[starts] * span + (day[starts] - lo), t_code * span + (t_day - lo))  # (K,) front row
-    take = hit & (expiry[starts] == table.get_column("front").to_numpy()[at])  # (K,) runs of the front
-    starts, lens, seg = starts[take], lens[take], table.get_column("seg").to_numpy()[at[take]]  # (T,) kept runs
-    by = _runs_by_time(code[starts], index.ts[starts], index.ts[starts + lens - 1]) if index.order is None else None
+    starts, code, day = index.runs, index.code, index.day  # (K,)
+    lens = np.diff(np.append(starts, len(index.ts)))
+    lo = min(day.min(), t_day.min()) if len(t_day) and len(day) else 0
+    span = max(day.max(), t_day.max()) - lo + 1 if len(t_day) and len(day) else 1
+    at, hit = _lookup(code * span + (day - lo), t_code * span + (t_day - lo))  # (K,) front row
+    take = hit & (index.expiry == table.get_column("front").to_numpy()[at])  # (K,) runs of the front
+    starts, lens, code, seg = starts[take], lens[take], code[take], table.get_column("seg").to_numpy()[at[take]]
+    by = _runs_by_time(code, index.ts[starts], index.ts[starts + lens - 1]) if index.order is None else None
     if by is not None:  # the kept runs laid end to end in (root, ts) order: no row is compared or moved twice
-        starts, lens = starts[by], lens[by]
-    keep = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(lens.sum())  # (M,) their rows
-    seg = np.repeat(seg if by is None else seg[by], lens)  # (M,)
-    if by is not None:
-        return keep, seg, np.repeat(code[starts], lens)
-    order = runs_order(code[keep], index.ts[keep])
-    keep, seg = (keep, seg) if order is None else (keep[order], seg[order])
-    return keep, seg, code[keep]
+        starts, lens, code, seg = starts[by], lens[by], code[by], seg[by]
+        first = np.cumsum(lens) - lens  # (T,) each run's first row in the output
+        # In polars' index type, which the gathers take as it is; a run's offset may be negative: it wraps around
+        # and back, as unsigned sums do, to the row it stands for.
+        kind = np.uint32 if pl.get_index_type() == pl.UInt32 else np.uint64
+        keep = np.repeat((starts - first).astype(kind), lens)  # (M,) their rows
+        keep += np.arange(len(keep), dtype=kind)
+        key = code * SEG_SPAN + seg  # (T,)
+        new = np.concatenate([[True], key[1:] != key[:-1]]) if len(key) else key.astype(bool)
+        return keep, np.repeat(code.astype(kind), lens), (first[new], key[new])
+    keep = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(lens.sum())  # (M,)
+    seg, series = np.repeat(seg, lens), np.repeat(code, lens)  # (M,)
+    order = runs_order(series, index.ts[keep])
+    if order is not None:
+        keep, seg, series = keep[order], seg[order], series[order]
+    return keep, series, _key_runs(series * SEG_SPAN + seg)
+
+
+def _key_runs(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(S,) the first row of each run of equal `key` (N,) and (S,) its key."""
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]])) if len(key) else np.zeros(0, np.int64)
+    return starts, key[starts]
 
 
 def _runs_by_time(code: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray | None:
@@ -411,10 +428,11 @@ def _runs_by_time(code: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.n
     return by if np.all(~same | (first[by][1:] > last[by][:-1])) else None
 
 
-def _front_bars(fut: pl.DataFrame, rows: np.ndarray, seg: np.ndarray, keys: list[np.ndarray], roots: list[str],
-                rolls: pl.DataFrame, roll_code: np.ndarray, adjust: str) -> pl.DataFrame:
-    """The bars `rows` of `fut` (see `_front_rows`; `keys` their series code and ts, `roots` the names of the codes),
-    back-adjusted; `fut`'s columns are taken out of it (and freed) as they are gathered into the output."""
+def _front_bars(fut: pl.DataFrame, rows: np.ndarray, keys: list[np.ndarray], segments: tuple[np.ndarray, np.ndarray],
+                roots: list[str], rolls: pl.DataFrame, roll_code: np.ndarray, adjust: str) -> pl.DataFrame:
+    """The bars `rows` of `fut` (see `_front_rows`; `keys` their series code and ts, `segments` their runs of one
+    segment, `roots` the names of the codes), back-adjusted; `fut`'s columns are taken out of it (and freed) as they
+    are gathered into the output."""
     index = pl.get_index_type()
     bars = pl.DataFrame(
         {
@@ -427,15 +445,16 @@ def _front_bars(fut: pl.DataFrame, rows: np.ndarray, seg: np.ndarray, keys: list
         bars = bars.hstack(fut.select(group)[taken])
         for c in group:  # out of fut: the input and the output never both hold a column
             fut.drop_in_place(c)
-    return _adjust(bars, keys[0] * SEG_SPAN + seg, rolls, roll_code, adjust)
+    return _adjust(bars, *segments, rolls, roll_code, adjust)
 
 
-def _adjust(bars: pl.DataFrame, bar_key: np.ndarray, rolls: pl.DataFrame, roll_code: np.ndarray, adjust: str
-            ) -> pl.DataFrame:
+def _adjust(bars: pl.DataFrame, starts: np.ndarray, run_key: np.ndarray, rolls: pl.DataFrame, roll_code: np.ndarray,
+            adjust: str) -> pl.DataFrame:
     """Back-adjust the displayed prices of every segment before a roll and keep each contract's own prices.
 
-    `bars` are sorted by (series, ts); `bar_key` (N,) is series code * SEG_SPAN + segment (segment s lies between
-    roll s and roll s + 1) and `roll_code` (R,) the series code of each roll, in one numbering. Segment s is scaled
+    `bars` are sorted by (series, ts) and come in runs of one series and segment: `starts` (K,) the first bar of each
+    and `run_key` (K,) its series code * SEG_SPAN + segment (segment s lies between roll s and roll s + 1);
+    `roll_code` (R,) the series code of each roll, in one numbering. Segment s is scaled
     by the product of the ratios of all later rolls (ratio) or shifted by the sum of their gaps (difference), so the
     latest segment keeps its raw prices. Those factors depend on rolls that come later, so features never read
     adjusted prices: they use own_high/own_low/own_close (the contract's unadjusted prices) and roll_log_ratio,
@@ -454,9 +473,8 @@ def _adjust(bars: pl.DataFrame, bar_key: np.ndarray, rolls: pl.DataFrame, roll_c
     )
     # Each segment is one run of bars: the small tables are read once per run, and only what a bar needs is
     # expanded to every bar (the factor), or set on the first bar of a run (the roll's own ratio and gap).
-    starts = np.flatnonzero(np.concatenate([[True], bar_key[1:] != bar_key[:-1]]) if len(bar_key) else bar_key)
-    lens = np.diff(np.append(starts, len(bar_key)))  # (K,)
-    run_key = bar_key[starts]  # (K,)
+    n = bars.height
+    lens = np.diff(np.append(starts, n))  # (K,)
     (factor, shift), (no_later, _) = _per_bar(run_key, later.get_column("_key").to_numpy() - 1, later, ("factor", "shift"))
     at_roll = rolls.select(
         _lr=pl.when("paired").then(pl.col("ratio").log()).otherwise(None),
@@ -470,8 +488,8 @@ def _adjust(bars: pl.DataFrame, bar_key: np.ndarray, rolls: pl.DataFrame, roll_c
         pl.Series("own_high", bars.get_column("high")),
         pl.Series("own_low", bars.get_column("low")),
         pl.Series("own_close", bars.get_column("close")),
-        _on_rolls("roll_log_ratio", len(bar_key), starts[roll], lr[roll], lr_null[roll]),
-        _on_rolls("roll_gap", len(bar_key), starts[roll], gap[roll], gap_null[roll]),
+        _on_rolls("roll_log_ratio", n, starts[roll], lr[roll], lr_null[roll]),
+        _on_rolls("roll_gap", n, starts[roll], gap[roll], gap_null[roll]),
     ]
     # In polars, like the prices they replace, so that the memory the replaced ones free is what the next takes.
     if adjust == "ratio":

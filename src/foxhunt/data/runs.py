@@ -14,9 +14,16 @@ import polars as pl
 
 def run_starts_of(s: pl.Series) -> np.ndarray:
     """(R,) int64 the first row of each run of equal values of `s` (a null equal to a null)."""
-    if not len(s):
-        return np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(s.ne_missing(s.shift(1)).to_numpy())
+    return np.flatnonzero(changes(s))
+
+
+def changes(s: pl.Series) -> np.ndarray:
+    """(N,) bool: True where a row differs from the one before it (a null equal to a null; the first row: True).
+    Compared as two zero-copy slices: a shifted copy of a column of millions of strings would take tens of MB."""
+    out = np.ones(len(s), dtype=bool)
+    if len(s) > 1:
+        out[1:] = s.slice(1).ne_missing(s.slice(0, len(s) - 1)).to_numpy()
+    return out
 
 
 def distinct(s: pl.Series) -> pl.Series:

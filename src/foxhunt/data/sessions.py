@@ -16,6 +16,7 @@ from functools import cache
 import numpy as np
 import polars as pl
 
+from foxhunt.data.runs import changes
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -120,12 +121,10 @@ def closed_share(df: pl.DataFrame, exchange_tz: str) -> float:
 def _sessions_by_run(df: pl.DataFrame) -> tuple[list[Session], np.ndarray | None]:
     """The distinct sessions of `df`'s bars (root, else symbol, else the default) and (N,) the index of each bar's
     among them (None when there is one). Bars come in runs of one symbol: each run's key is looked up once."""
-    change = np.zeros(df.height, dtype=bool)
-    change[:1] = True
     names = [c for c in ("root", "symbol") if c in df.columns]
-    for name in names:
-        s = df.get_column(name)
-        change |= s.ne_missing(s.shift(1)).to_numpy()
+    change = changes(df.get_column(names[0]))
+    for name in names[1:]:
+        change |= changes(df.get_column(name))
     starts = np.flatnonzero(change)  # (R,)
     at = df.select(pl.col(names).gather(pl.Series(starts, dtype=pl.get_index_type())))  # (R,) each run's names
     key = at.select(pl.coalesce(names).alias("key")).get_column("key")  # (R,)
