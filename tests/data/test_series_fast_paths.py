@@ -121,3 +121,20 @@ def test_closed_share_counts_by_minute_of_week_in_any_row_order():
     for frame in (df, df.sort("root", "symbol", "ts"), df.drop("symbol"), df.filter(pl.col("root") == "ES")):
         want = _closed_reference(frame)
         assert closed_share(frame, "America/Chicago") == want and 0 < want < 1
+
+
+def test_filled_bars_merge_into_place_like_a_sort():
+    from foxhunt.data.fill import _merged
+
+    rng = np.random.default_rng(4)
+    series = np.repeat(["ES", "NQ", "YM"], 40)
+    ts = np.concatenate([np.sort(rng.choice(10_000, 40, replace=False)) * 100 for _ in range(3)])
+    bars = pl.DataFrame({"series": series, "ts": ts, "filled": False})
+    gaps = np.flatnonzero((series[1:] == series[:-1]) & (np.diff(ts) > 100))  # bars before a gap of the grid
+    src = np.concatenate([np.full((ts[g + 1] - ts[g]) // 100 - 1, g) for g in gaps[::2]])
+    fill_ts = np.concatenate([np.arange(ts[g] + 100, ts[g + 1], 100) for g in gaps[::2]])
+    shuffle = rng.permutation(len(src))  # filled bars come gap by gap, heads before tails: in no set order
+    src, fill_ts = src[shuffle], fill_ts[shuffle]
+    filled = pl.DataFrame({"series": series[src], "ts": fill_ts, "filled": True})
+    got = _merged(bars, filled, src, fill_ts)
+    assert got.equals(pl.concat([bars, filled]).sort("series", "ts")) and got["filled"].sum() == len(src) > 0
