@@ -138,3 +138,17 @@ def test_filled_bars_merge_into_place_like_a_sort():
     filled = pl.DataFrame({"series": series[src], "ts": fill_ts, "filled": True})
     got = _merged(bars, filled, src, fill_ts)
     assert got.equals(pl.concat([bars, filled]).sort("series", "ts")) and got["filled"].sum() == len(src) > 0
+
+
+@pytest.mark.parametrize("tz", ["America/Chicago", "Asia/Kathmandu", "Australia/Lord_Howe", "America/St_Johns"])
+def test_local_dates_per_quarter_hour_equal_local_ns_per_bar(tz):
+    from foxhunt.data.calendar import DAY_NS, local_ns
+    from foxhunt.data.contracts import _local_dates
+
+    rng = np.random.default_rng(5)
+    minutes = np.arange(1_700_000_000 * 10**9, 1_700_000_000 * 10**9 + 400 * DAY_NS, 60 * 10**9)  # DST changes
+    early = np.sort(rng.integers(-3 * 10**18, 0, 5000))  # back to 1875: offsets of odd minutes and seconds
+    for ts in (minutes, early, rng.permutation(minutes)[:5000], minutes[:0]):
+        want = (local_ns(ts, tz) // DAY_NS).astype(np.int32)
+        got = _local_dates(ts, tz)
+        assert got.dtype == np.int32 and np.array_equal(got, want)

@@ -42,7 +42,7 @@ import logging
 import numpy as np
 import polars as pl
 
-from foxhunt.data.calendar import local_ns
+from foxhunt.data.calendar import QUARTER_NS, local_ns
 from foxhunt.data.order import gather, runs_order, same_as_next, sort_keys, stable_order
 from foxhunt.data.rolls import CONTINUOUS_RE, ContractIndex, continuous_file_rolls, pick_fronts
 from foxhunt.data.runs import distinct, run_lengths, run_starts_of
@@ -152,12 +152,10 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
         return table.get_column(name).fill_null(fill).to_numpy()[code]
 
     ts_ns = df.get_column("ts").dt.epoch("ns").to_numpy()
-    local = np.repeat(per_run("_shift"), lens)  # (N,) in place from here on: each bar-sized temporary stays in RSS
-    local += ts_ns
-    local = local_ns(local, exchange_tz)
-    local //= DAY_NS
-    trade = pl.Series("trade_date", local.astype(np.int32)).cast(pl.Date)  # (N,) exchange date + shift
-    del local
+    shifted = np.repeat(per_run("_shift"), lens)  # (N,) in place from here on: each bar-sized temporary stays in RSS
+    shifted += ts_ns
+    trade = pl.Series("trade_date", _local_dates(shifted, exchange_tz)).cast(pl.Date)  # (N,) exchange date + shift
+    del shifted
     is_fut = table.get_column("root").is_not_null().to_numpy()[code]  # (R,)
     year = _expiry_years(ts_ns, starts, lens, per_run("digits"), per_run("base", 1), is_fut)  # (N,) int32
     year *= 12
@@ -169,6 +167,23 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
         expiry if is_fut.all() else pl.when(pl.Series(np.repeat(is_fut, lens))).then(expiry).alias("expiry"),
         trade_date=trade,
     )
+
+
+def _local_dates(ts_ns: np.ndarray, tz: str) -> np.ndarray:
+    """(N,) int32 `local_ns(ts_ns, tz) // DAY_NS`: the date, in days since the epoch, of each instant's wall clock.
+
+    local_ns takes one UTC offset per quarter-hour; when every offset is whole quarter-hours, as in every zone today,
+    the wall clock of a quarter-hour never crosses midnight inside it, so the date is taken once per run of one
+    quarter-hour (a few per hour of bars) and repeated, instead of adding and dividing every bar's time.
+    """
+    key = ts_ns // QUARTER_NS  # (N,)
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]])) if len(key) else key  # (Q,)
+    probe = key[starts] * QUARTER_NS
+    del key
+    wall = local_ns(probe, tz)  # (Q,)
+    if np.any((wall - probe) % QUARTER_NS):  # an offset of odd minutes (before the zones were standardized)
+        return (local_ns(ts_ns, tz) // DAY_NS).astype(np.int32)
+    return np.repeat((wall // DAY_NS).astype(np.int32), np.diff(np.append(starts, len(ts_ns))))
 
 
 def _expiry_years(ts_ns: np.ndarray, starts: np.ndarray, lens: np.ndarray, digits: np.ndarray, base: np.ndarray,
