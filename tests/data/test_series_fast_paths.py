@@ -112,13 +112,15 @@ def _closed_reference(df: pl.DataFrame) -> float:
 def test_closed_share_counts_by_minute_of_week_in_any_row_order():
     rng = np.random.default_rng(2)
     n = 5000
-    ts = (19_800 * 86_400 + rng.integers(0, 30 * 86_400, n)) * 10**9  # a month around the March DST change
+    ts = (19_785 * 86_400 + rng.integers(0, 30 * 86_400, n)) * 10**9  # a month around the March 2024 DST change
     df = pl.DataFrame({
         "ts": pl.Series(ts).cast(pl.Datetime("ns", "UTC")),
         "root": pl.Series(rng.choice(["ES", "ZC", None], n).tolist(), dtype=pl.Utf8),
         "symbol": pl.Series(rng.choice(["ESH4", "SPY", None], n).tolist(), dtype=pl.Utf8),
     })
-    for frame in (df, df.sort("root", "symbol", "ts"), df.drop("symbol"), df.filter(pl.col("root") == "ES")):
+    es = df.filter(pl.col("root") == "ES")  # one session: counted by stretches of one UTC offset when sorted
+    old = es.with_columns(pl.col("ts") - pl.duration(days=365 * 145))  # before 1883: offsets of odd seconds
+    for frame in (df, df.sort("root", "symbol", "ts"), df.drop("symbol"), es, es.sort("ts"), old.sort("ts")):
         want = _closed_reference(frame)
         assert closed_share(frame, "America/Chicago") == want and 0 < want < 1
 
