@@ -154,3 +154,16 @@ def test_local_dates_per_quarter_hour_equal_local_ns_per_bar(tz):
         want = (local_ns(ts, tz) // DAY_NS).astype(np.int32)
         got = _local_dates(ts, tz)
         assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+def test_kept_contracts_from_runs_name_every_symbol_of_a_run():
+    """A contract whose later bars come under a second symbol (ESU4, then ESU24) in one run of rows: both are kept."""
+    frame = _bars(["ESH5", "ESM4", "ESU4"]).with_columns(
+        symbol=pl.when((pl.col("symbol") == "ESU4") & (pl.col("ts").dt.hour() >= 12) & (pl.col("trade_date").dt.day() > 4))
+        .then(pl.lit("ESU24")).otherwise("symbol")
+    )
+    assert ContractIndex.of(frame).order is None
+    got = build_series(frame.clone(), "continuous", "ratio", 1)
+    want = build_series(frame.sample(fraction=1.0, shuffle=True, seed=1), "continuous", "ratio", 1)
+    assert got[0].equals(want[0]) and got[1] == want[1] and got[2] == want[2]
+    assert {"ESU4", "ESU24"} <= set(got[2]["contracts_kept"])

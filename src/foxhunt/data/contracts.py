@@ -234,7 +234,9 @@ def build_series(
     """
     height, null_symbols, empty = df.height, df.get_column("symbol").null_count(), df.clear()
     is_fut = df.get_column("root").is_not_null()  # (N,) masks, each computed once
-    names = distinct(df.get_column("symbol")).drop_nulls()
+    symbol_runs = run_starts_of(df.get_column("symbol"))  # (Y,) bars come in runs of one symbol
+    firsts = df.get_column("symbol").gather(pl.Series(symbol_runs, dtype=pl.get_index_type()))  # (Y,)
+    names = firsts.drop_nulls().unique()
     continuous = names.filter(names.str.contains(CONTINUOUS_RE))
     is_cont = (
         ~is_fut & df.get_column("symbol").is_in(continuous.implode())
@@ -248,7 +250,7 @@ def build_series(
             f"--contracts continuous needs futures symbols such as ESH4 (root, month code, year) or a Databento"
             f" continuous symbol such as ES.v.0; found {found}; use --contracts auto"
         )
-    keys = None  # the output's sort keys, when the futures alone make it up
+    keys, kept_runs = None, None  # the output's sort keys and its runs of df's rows, when the futures alone make it up
     if mode == "each" or not has_futures:
         out = _unadjusted(df.with_columns(series=pl.col("symbol")))
         rolls: list[dict] = []
@@ -262,7 +264,7 @@ def build_series(
             for c in ("root", "expiry", "trade_date"):  # read through the index from here on
                 fut.drop_in_place(c)
             front, roll_df = _front_and_rolls(fut, roll_confirm, index)
-            rows, series, segments = _front_rows(front, index)
+            rows, series, segments, kept_runs = _front_rows(front, index)
             keys = [series, index.ts[rows]]  # the output's sort keys: (series code, ts)
             roots, roll_code = index.roots, index.codes_of(roll_df.get_column("series"))
             del index  # a column's worth per array, gone before the bars are gathered
@@ -289,14 +291,29 @@ def build_series(
         rolls = _roll_dicts(pl.concat([r.select(ROLL_COLUMNS) for r in roll_frames], how="vertical"))
         report_mode = "continuous"
         keys = keys if keys is not None and out.height == parts[0].height else None  # futures alone: their keys
+        kept_runs = kept_runs if keys is not None and n_fut == height else None  # and fut is df: its rows are df's
     out = out.select("series", "ts", *PRICES, "volume", pl.col("symbol").alias("contract"), *OWN)
     out, shared = _sorted_last(out, keys, presorted=keys is not None)  # _front_rows' keys come sorted
     if shared:
         log.warning("%d bars shared a timestamp within one series (two symbols for one contract); kept the last", shared)
-    kept = sorted(distinct(out.get_column("contract")).to_list())
+    if kept_runs is not None and not shared:  # the symbols of the runs of rows kept, without reading every bar's
+        kept = sorted(_symbols_of(firsts, symbol_runs, *kept_runs).to_list())
+    else:
+        kept = sorted(distinct(out.get_column("contract")).to_list())
     null = {None} if null_symbols else set()
     dropped = sorted((set(names.to_list()) | null) - set(kept))
     return out, rolls, {"contracts_mode": report_mode, "contracts_kept": kept, "contracts_dropped": dropped}
+
+
+def _symbols_of(firsts: pl.Series, symbol_runs: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> pl.Series:
+    """The distinct symbols of the rows in runs `starts` (T,) `lens` (T,), from the frame's runs of one symbol:
+    `symbol_runs` (Y,) their first rows and `firsts` (Y,) their symbols."""
+    lo = np.searchsorted(symbol_runs, starts, side="right") - 1  # (T,) the symbol run of each run's first row
+    hi = np.searchsorted(symbol_runs, starts + lens - 1, side="right") - 1  # (T,) and of its last
+    inside = np.zeros(len(symbol_runs) + 1, dtype=np.int64)
+    np.add.at(inside, lo, 1)
+    np.add.at(inside, hi + 1, -1)
+    return firsts.filter(pl.Series(np.cumsum(inside)[:-1] > 0)).unique()
 
 
 def _sorted_last(bars: pl.DataFrame, keys: list[np.ndarray] | None = None, presorted: bool = False
@@ -389,11 +406,13 @@ def _priced(rolls: pl.DataFrame) -> pl.DataFrame:
     ).sort("series", "seg")
 
 
-def _front_rows(front: pl.DataFrame, index: ContractIndex
-                ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+def _front_rows(front: pl.DataFrame, index: ContractIndex) -> tuple[
+    np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray] | None
+]:
     """(M,) the rows of each trade date's front-contract bars, sorted by (series = root, ts), (M,) their series (root)
-    code and their segments: (S,) the first of those rows in each run of one series and segment and (S,) its key
-    (series code * SEG_SPAN + segment, see `_adjust`).
+    code, their segments: (S,) the first of those rows in each run of one series and segment and (S,) its key
+    (series code * SEG_SPAN + segment, see `_adjust`), and the runs of rows they are made of ((T,) first rows, (T,)
+    lengths) when they were laid end to end (else None).
 
     The front of each bar's (root, trade date) is found by a binary search in the small front table: a join of
     millions of bars on (root, date) costs several times more.
@@ -420,13 +439,13 @@ def _front_rows(front: pl.DataFrame, index: ContractIndex
         keep += np.arange(len(keep), dtype=kind)
         key = code * SEG_SPAN + seg  # (T,)
         new = np.concatenate([[True], key[1:] != key[:-1]]) if len(key) else key.astype(bool)
-        return keep, np.repeat(code.astype(kind), lens), (first[new], key[new])
+        return keep, np.repeat(code.astype(kind), lens), (first[new], key[new]), (starts, lens)
     keep = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(lens.sum())  # (M,)
     seg, series = np.repeat(seg, lens), np.repeat(code, lens)  # (M,)
     order = runs_order(series, index.ts[keep])
     if order is not None:
         keep, seg, series = keep[order], seg[order], series[order]
-    return keep, series, _key_runs(series * SEG_SPAN + seg)
+    return keep, series, _key_runs(series * SEG_SPAN + seg), None
 
 
 def _key_runs(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
