@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data.contracts import _expiry_years, _runs_by_time, _utc_year, build_series
+from foxhunt.data.contracts import _expiries, _runs_by_time, _trade_dates, _utc_year, build_series
 from foxhunt.data.rolls import ContractIndex
 from foxhunt.data.runs import distinct, run_lengths, run_starts_of
 from foxhunt.data.sessions import _per_root, closed_share
@@ -28,20 +28,22 @@ def test_distinct_and_run_starts_match_unique_and_neighbour_changes(shuffle):
     assert len(run_starts_of(s.head(0))) == 0 and distinct(s.head(0)).len() == 0
 
 
-def test_expiry_years_per_run_equal_the_bar_by_bar_rule():
+def test_expiries_per_run_equal_the_bar_by_bar_rule():
     rng = np.random.default_rng(0)
     # Runs of one symbol: within one year, across a year end, across a decade end (ESH9 traded 2019 and 2020), unsorted
     spans = [(2023.1, 2023.9), (2023.5, 2024.4), (2019.2, 2020.6), (2014.0, 2024.9)]
     ts = np.concatenate([((rng.uniform(a, b, 50) - 1970) * YEAR_NS).astype(np.int64) for a, b in spans])
     starts, lens = np.arange(0, 200, 50), np.full(4, 50)
     digits, base = np.array([4, 4, 9, 4], np.int32), np.array([10, 10, 10, 100], np.int32)
-    for is_fut in (np.ones(4, bool), np.array([True, True, False, True])):
-        got = _expiry_years(ts, starts, lens, digits, base, is_fut)
+    month = np.array([3, 6, 9, 12], np.int32)
+    for is_fut in (np.ones(4, bool), np.array([True, True, False, True]), np.array([True, True, False, False])):
+        got = _expiries(ts, starts, lens, digits, base, month, is_fut)
         bar_year = _utc_year(ts)
-        want = bar_year + (np.repeat(digits, lens) - bar_year) % np.repeat(base, lens)
+        want = (bar_year + (np.repeat(digits, lens) - bar_year) % np.repeat(base, lens)) * 12 + np.repeat(month, lens)
         mask = np.repeat(is_fut, lens)
+        assert got.dtype == np.int32
         np.testing.assert_array_equal(got[mask], want[mask])
-    assert len(_expiry_years(ts[:0], starts[:0], lens[:0], digits[:0], base[:0], is_fut[:0])) == 0
+    assert len(_expiries(ts[:0], starts[:0], lens[:0], digits[:0], base[:0], month[:0], is_fut[:0])) == 0
 
 
 def test_runs_by_time_is_the_stable_order_or_none():
@@ -143,17 +145,20 @@ def test_filled_bars_merge_into_place_like_a_sort():
 
 
 @pytest.mark.parametrize("tz", ["America/Chicago", "Asia/Kathmandu", "Australia/Lord_Howe", "America/St_Johns"])
-def test_local_dates_per_quarter_hour_equal_local_ns_per_bar(tz):
+def test_trade_dates_per_quarter_hour_equal_local_ns_per_bar(tz, monkeypatch):
     from foxhunt.data.calendar import DAY_NS, local_ns
-    from foxhunt.data.contracts import _local_dates
 
     rng = np.random.default_rng(5)
     minutes = np.arange(1_700_000_000 * 10**9, 1_700_000_000 * 10**9 + 400 * DAY_NS, 60 * 10**9)  # DST changes
     early = np.sort(rng.integers(-3 * 10**18, 0, 5000))  # back to 1875: offsets of odd minutes and seconds
-    for ts in (minutes, early, rng.permutation(minutes)[:5000], minutes[:0]):
-        want = (local_ns(ts, tz) // DAY_NS).astype(np.int32)
-        got = _local_dates(ts, tz)
-        assert got.dtype == np.int32 and np.array_equal(got, want)
+    for chunk in (1 << 18, 1000):  # slices that cut runs of one quarter-hour
+        monkeypatch.setattr("foxhunt.data.contracts.DATES_CHUNK", chunk)
+        for ts in (minutes, early, rng.permutation(minutes)[:5000], minutes[:0]):
+            runs = np.unique(np.r_[0, rng.integers(0, len(ts), 4)]) if len(ts) else ts  # (R,) runs of one shift
+            shift = rng.choice([0, 7 * 3600 * 10**9, 5 * 3600 * 10**9], len(runs))
+            want = (local_ns(ts + np.repeat(shift, np.diff(np.append(runs, len(ts)))), tz) // DAY_NS).astype(np.int32)
+            got = _trade_dates(ts, shift, runs, tz)
+            assert got.dtype == np.int32 and np.array_equal(got, want)
 
 
 def test_kept_contracts_from_runs_name_every_symbol_of_a_run():

@@ -152,15 +152,10 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
         return table.get_column(name).fill_null(fill).to_numpy()[code]
 
     ts_ns = df.get_column("ts").dt.epoch("ns").to_numpy()
-    shifted = np.repeat(per_run("_shift"), lens)  # (N,) in place from here on: each bar-sized temporary stays in RSS
-    shifted += ts_ns
-    trade = pl.Series("trade_date", _local_dates(shifted, exchange_tz)).cast(pl.Date)  # (N,) exchange date + shift
-    del shifted
+    trade = pl.Series("trade_date", _trade_dates(ts_ns, per_run("_shift"), starts, exchange_tz)).cast(pl.Date)
     is_fut = table.get_column("root").is_not_null().to_numpy()[code]  # (R,)
-    year = _expiry_years(ts_ns, starts, lens, per_run("digits"), per_run("base", 1), is_fut)  # (N,) int32
-    year *= 12
-    year += np.repeat(per_run("month"), lens)
-    expiry = pl.Series("expiry", year)
+    expiry = pl.Series("expiry", _expiries(ts_ns, starts, lens, per_run("digits"), per_run("base", 1),
+                                           per_run("month"), is_fut))  # (N,)
     rows = pl.Series(np.repeat(code.astype(np.uint32), lens), dtype=pl.get_index_type())  # (N,) row of `table`
     return df.with_columns(
         table.get_column("root").gather(rows),
@@ -169,27 +164,45 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
     )
 
 
-def _local_dates(ts_ns: np.ndarray, tz: str) -> np.ndarray:
-    """(N,) int32 `local_ns(ts_ns, tz) // DAY_NS`: the date, in days since the epoch, of each instant's wall clock.
+DATES_CHUNK = 1 << 18  # bars whose shifted times _trade_dates holds at a time
+
+
+def _trade_dates(ts_ns: np.ndarray, shift: np.ndarray, runs: np.ndarray, tz: str) -> np.ndarray:
+    """(N,) int32 `local_ns(ts_ns + shift, tz) // DAY_NS` (days since the epoch) for bars in runs that start at
+    `runs` (R,), each shifted by its `shift` (R,) ns: the exchange date of each bar's time plus its session shift.
 
     local_ns takes one UTC offset per quarter-hour; when every offset is whole quarter-hours, as in every zone today,
     the wall clock of a quarter-hour never crosses midnight inside it, so the date is taken once per run of one
-    quarter-hour (a few per hour of bars) and repeated, instead of adding and dividing every bar's time.
+    quarter-hour (a few per hour of bars) and repeated. The shifted times and their quarter-hours are made a slice of
+    bars at a time (bar-sized int64 temporaries would take 16 MB each per million bars); the quarter-hours of all
+    slices are converted by one local_ns call, so it sees the runs of one quarter-hour the whole would give it.
     """
-    key = ts_ns // QUARTER_NS  # (N,)
-    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]])) if len(key) else key  # (Q,)
-    probe = key[starts] * QUARTER_NS
-    del key
+    n = len(ts_ns)
+    if not n:
+        return np.zeros(0, dtype=np.int32)
+    bounds = np.append(runs, n)
+    probes, counts = [], []
+    for lo in range(0, n, DATES_CHUNK):
+        hi = min(lo + DATES_CHUNK, n)
+        key = np.repeat(shift, np.diff(np.clip(bounds, lo, hi)))  # (C,)
+        key += ts_ns[lo:hi]
+        key //= QUARTER_NS
+        at = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))  # (Q,) runs of one quarter-hour
+        probes.append(key[at] * QUARTER_NS)
+        counts.append(np.diff(np.append(at, hi - lo)))
+    probe = np.concatenate(probes)
     wall = local_ns(probe, tz)  # (Q,)
     if np.any((wall - probe) % QUARTER_NS):  # an offset of odd minutes (before the zones were standardized)
-        return (local_ns(ts_ns, tz) // DAY_NS).astype(np.int32)
-    return np.repeat((wall // DAY_NS).astype(np.int32), np.diff(np.append(starts, len(ts_ns))))
+        shifted = np.repeat(shift, np.diff(bounds)) + ts_ns
+        return (local_ns(shifted, tz) // DAY_NS).astype(np.int32)
+    return np.repeat((wall // DAY_NS).astype(np.int32), np.concatenate(counts))
 
 
-def _expiry_years(ts_ns: np.ndarray, starts: np.ndarray, lens: np.ndarray, digits: np.ndarray, base: np.ndarray,
-                  is_fut: np.ndarray) -> np.ndarray:
-    """(N,) expiry year of each bar: the first year not before the bar's year that ends in its symbol's `digits`
-    (R,) (`base` (R,): 10 ** the number of digits), for the runs of one symbol that start at `starts` (R,).
+def _expiries(ts_ns: np.ndarray, starts: np.ndarray, lens: np.ndarray, digits: np.ndarray, base: np.ndarray,
+              month: np.ndarray, is_fut: np.ndarray) -> np.ndarray:
+    """(N,) int32 expiry (year * 12 + month) of each bar, for the runs of one symbol that start at `starts` (R,): the
+    expiry year is the first year not before the bar's year that ends in its symbol's `digits` (R,) (`base` (R,): 10
+    ** the number of digits), the month its symbol's `month` (R,).
 
     That year only grows with the bar's year, so a run whose first and last bars give the same one (a contract
     trades a year or so: nearly every run) takes it whole; only otherwise is it found bar by bar.
@@ -199,9 +212,12 @@ def _expiry_years(ts_ns: np.ndarray, starts: np.ndarray, lens: np.ndarray, digit
     first, last = (_utc_year(f.reduceat(ts_ns, starts)) for f in (np.minimum, np.maximum))  # (R,)
     year = first + (digits - first) % base  # (R,)
     if np.all((year == last + (digits - last) % base) | ~is_fut):  # non-futures: no expiry to get right
-        return np.repeat(year, lens)
+        return np.repeat(year * 12 + month, lens)
     bar_year = _utc_year(ts_ns)
-    return bar_year + (np.repeat(digits, lens) - bar_year) % np.repeat(base, lens)
+    year = bar_year + (np.repeat(digits, lens) - bar_year) % np.repeat(base, lens)  # (N,)
+    year *= 12
+    year += np.repeat(month, lens)
+    return year
 
 
 def _utc_year(ts_ns: np.ndarray) -> np.ndarray:
