@@ -98,10 +98,11 @@ def _merged(bars: pl.DataFrame, filled: pl.DataFrame, src: np.ndarray, ts: np.nd
     """
     n = bars.height
     by = np.lexsort((ts, src))  # (F,) filled bars by source, then time
-    after = src[by]  # (F,) sorted
+    source = np.repeat(np.arange(n), np.bincount(src, minlength=n) + 1)  # (N + F,) each output row's source bar
+    first = np.diff(source, prepend=-1) > 0  # (N + F,) the source bar itself; the filled bars follow it
     order = np.empty(n + len(src), dtype=np.int64)  # (N + F,) output row -> row of bars, then of filled
-    order[np.arange(n) + np.searchsorted(after, np.arange(n), side="left")] = np.arange(n)
-    order[after + 1 + np.arange(len(after))] = n + by
+    order[first] = np.arange(n)
+    order[~first] = n + by
     return pl.concat([bars, filled], how="vertical")[pl.Series(order, dtype=pl.get_index_type())]
 
 
