@@ -42,9 +42,10 @@ import logging
 import numpy as np
 import polars as pl
 
-from foxhunt.data.calendar import local_ns
-from foxhunt.data.order import gather, runs_order, same_as_next, sort_keys, stable_order, take_out
+from foxhunt.data.calendar import QUARTER_NS, local_ns
+from foxhunt.data.order import gather, runs_order, same_as_next, sort_keys, stable_order
 from foxhunt.data.rolls import CONTINUOUS_RE, ContractIndex, continuous_file_rolls, pick_fronts
+from foxhunt.data.runs import distinct, run_lengths, run_starts_of
 from foxhunt.data.sessions import CME_EQUITY, DAY_NS, MIN_NS, session_shift
 from foxhunt.errors import InputError
 
@@ -93,7 +94,7 @@ def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
 
 def drop_spreads(df: pl.DataFrame) -> tuple[pl.DataFrame, int, list[str]]:
     """Drop spread/strategy rows. Returns (frame, rows dropped, dropped symbols sorted)."""
-    names = df.get_column("symbol").drop_nulls().unique()
+    names = df.get_column("symbol").drop_nulls().unique()  # rows in file order: runs of one symbol are short
     if not names.str.contains(SPREAD_RE).any() and not df.get_column("by_instrument").any():
         return df, 0, []  # no spread symbol, and no instrument whose prices could mark it as one
     low = pl.min_horizontal(*[pl.col(c).fill_nan(None) for c in PRICES])
@@ -109,7 +110,11 @@ def drop_spreads(df: pl.DataFrame) -> tuple[pl.DataFrame, int, list[str]]:
 
 def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
     """Add root (null for non-futures), expiry (year * 12 + month, 1-based) and trade_date columns."""
-    distinct = df.get_column("symbol").drop_nulls().unique().sort()
+    symbol = df.get_column("symbol")
+    starts = run_starts_of(symbol)  # (R,) runs of one symbol: a few hundred over millions of sorted bars
+    lens = run_lengths(starts, df.height)  # (R,)
+    firsts = symbol.gather(pl.Series(starts, dtype=pl.get_index_type()))  # (R,)
+    distinct = firsts.drop_nulls().unique().sort()
     plain = df.filter(~pl.col("by_instrument")) if df.get_column("by_instrument").any() else None
     symbols = (
         (pl.DataFrame({"symbol": distinct}) if plain is None else plain.select(pl.col("symbol").unique()))
@@ -126,8 +131,8 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
         .with_columns(base=pl.lit(10, dtype=pl.Int32).pow(pl.col("digits").str.len_chars()).cast(pl.Int32))
     )
     del plain
-    # One row per distinct symbol (and one for a null symbol), looked up by its rank as numpy arrays: a join or a
-    # gather of every column on millions of rows costs far more.
+    # One row per distinct symbol (and one for a null symbol), looked up by its rank once per run of a symbol: a
+    # join, a gather or a cast of every row's string on millions of rows costs far more.
     table = (
         pl.DataFrame({"symbol": distinct})
         .join(symbols, on="symbol", how="left", maintain_order="left")
@@ -139,27 +144,80 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
             root=pl.lit(None, pl.Utf8), month=pl.lit(None, pl.Int32), digits=pl.lit(None, pl.Int32),
             base=pl.lit(None, pl.Int32), _shift=pl.lit(CME_EQUITY.shift_min * MIN_NS, pl.Int64),
         ))  # the last row: a null symbol, the default session
+        .rechunk()  # one chunk: a gather from two costs several times more
     )
-    code = df.get_column("symbol").cast(pl.Enum(distinct.to_list())).to_physical().fill_null(len(distinct))
-    rank, code = code, code.to_numpy()  # (N,) row of `table`
+    code = firsts.cast(pl.Enum(distinct.to_list())).to_physical().fill_null(len(distinct)).to_numpy()  # (R,)
 
-    def per_bar(name: str, fill: int = 0) -> np.ndarray:  # (N,) a table column at each bar (nulls as `fill`)
+    def per_run(name: str, fill: int = 0) -> np.ndarray:  # (R,) a table column at each run (nulls as `fill`)
         return table.get_column(name).fill_null(fill).to_numpy()[code]
 
     ts_ns = df.get_column("ts").dt.epoch("ns").to_numpy()
-    local = local_ns(ts_ns + per_bar("_shift"), exchange_tz)
-    trade = pl.Series("trade_date", (local // DAY_NS).astype(np.int32)).cast(pl.Date)  # (N,) exchange date + shift
-    del local
-    is_fut = table.get_column("root").is_not_null().to_numpy()[code]  # (N,)
-    bar_year = _utc_year(ts_ns)
-    # The first year not before the bar's year that ends in the symbol's digits.
-    year = bar_year + (per_bar("digits") - bar_year) % per_bar("base", 1)
-    expiry = pl.Series("expiry", (year * 12 + per_bar("month")).astype(np.int32))
+    trade = pl.Series("trade_date", _trade_dates(ts_ns, per_run("_shift"), starts, exchange_tz)).cast(pl.Date)
+    is_fut = table.get_column("root").is_not_null().to_numpy()[code]  # (R,)
+    expiry = pl.Series("expiry", _expiries(ts_ns, starts, lens, per_run("digits"), per_run("base", 1),
+                                           per_run("month"), is_fut))  # (N,)
+    rows = pl.Series(np.repeat(code.astype(np.uint32), lens), dtype=pl.get_index_type())  # (N,) row of `table`
     return df.with_columns(
-        table.get_column("root").gather(rank),
-        expiry=pl.when(pl.Series(is_fut)).then(expiry),
+        table.get_column("root").gather(rows),
+        expiry if is_fut.all() else pl.when(pl.Series(np.repeat(is_fut, lens))).then(expiry).alias("expiry"),
         trade_date=trade,
     )
+
+
+DATES_CHUNK = 1 << 18  # bars whose shifted times _trade_dates holds at a time
+
+
+def _trade_dates(ts_ns: np.ndarray, shift: np.ndarray, runs: np.ndarray, tz: str) -> np.ndarray:
+    """(N,) int32 `local_ns(ts_ns + shift, tz) // DAY_NS` (days since the epoch) for bars in runs that start at
+    `runs` (R,), each shifted by its `shift` (R,) ns: the exchange date of each bar's time plus its session shift.
+
+    local_ns takes one UTC offset per quarter-hour; when every offset is whole quarter-hours, as in every zone today,
+    the wall clock of a quarter-hour never crosses midnight inside it, so the date is taken once per run of one
+    quarter-hour (a few per hour of bars) and repeated. The shifted times and their quarter-hours are made a slice of
+    bars at a time (bar-sized int64 temporaries would take 16 MB each per million bars); the quarter-hours of all
+    slices are converted by one local_ns call, so it sees the runs of one quarter-hour the whole would give it.
+    """
+    n = len(ts_ns)
+    if not n:
+        return np.zeros(0, dtype=np.int32)
+    bounds = np.append(runs, n)
+    probes, counts = [], []
+    for lo in range(0, n, DATES_CHUNK):
+        hi = min(lo + DATES_CHUNK, n)
+        key = np.repeat(shift, np.diff(np.clip(bounds, lo, hi)))  # (C,)
+        key += ts_ns[lo:hi]
+        key //= QUARTER_NS
+        at = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))  # (Q,) runs of one quarter-hour
+        probes.append(key[at] * QUARTER_NS)
+        counts.append(np.diff(np.append(at, hi - lo)))
+    probe = np.concatenate(probes)
+    wall = local_ns(probe, tz)  # (Q,)
+    if np.any((wall - probe) % QUARTER_NS):  # an offset of odd minutes (before the zones were standardized)
+        shifted = np.repeat(shift, np.diff(bounds)) + ts_ns
+        return (local_ns(shifted, tz) // DAY_NS).astype(np.int32)
+    return np.repeat((wall // DAY_NS).astype(np.int32), np.concatenate(counts))
+
+
+def _expiries(ts_ns: np.ndarray, starts: np.ndarray, lens: np.ndarray, digits: np.ndarray, base: np.ndarray,
+              month: np.ndarray, is_fut: np.ndarray) -> np.ndarray:
+    """(N,) int32 expiry (year * 12 + month) of each bar, for the runs of one symbol that start at `starts` (R,): the
+    expiry year is the first year not before the bar's year that ends in its symbol's `digits` (R,) (`base` (R,): 10
+    ** the number of digits), the month its symbol's `month` (R,).
+
+    That year only grows with the bar's year, so a run whose first and last bars give the same one (a contract
+    trades a year or so: nearly every run) takes it whole; only otherwise is it found bar by bar.
+    """
+    if not len(ts_ns):
+        return np.zeros(0, dtype=np.int32)
+    first, last = (_utc_year(f.reduceat(ts_ns, starts)) for f in (np.minimum, np.maximum))  # (R,)
+    year = first + (digits - first) % base  # (R,)
+    if np.all((year == last + (digits - last) % base) | ~is_fut):  # non-futures: no expiry to get right
+        return np.repeat(year * 12 + month, lens)
+    bar_year = _utc_year(ts_ns)
+    year = bar_year + (np.repeat(digits, lens) - bar_year) % np.repeat(base, lens)  # (N,)
+    year *= 12
+    year += np.repeat(month, lens)
+    return year
 
 
 def _utc_year(ts_ns: np.ndarray) -> np.ndarray:
@@ -192,7 +250,9 @@ def build_series(
     """
     height, null_symbols, empty = df.height, df.get_column("symbol").null_count(), df.clear()
     is_fut = df.get_column("root").is_not_null()  # (N,) masks, each computed once
-    names = df.get_column("symbol").drop_nulls().unique()
+    symbol_runs = run_starts_of(df.get_column("symbol"))  # (Y,) bars come in runs of one symbol
+    firsts = df.get_column("symbol").gather(pl.Series(symbol_runs, dtype=pl.get_index_type()))  # (Y,)
+    names = firsts.drop_nulls().unique()
     continuous = names.filter(names.str.contains(CONTINUOUS_RE))
     is_cont = (
         ~is_fut & df.get_column("symbol").is_in(continuous.implode())
@@ -206,7 +266,7 @@ def build_series(
             f"--contracts continuous needs futures symbols such as ESH4 (root, month code, year) or a Databento"
             f" continuous symbol such as ES.v.0; found {found}; use --contracts auto"
         )
-    keys = None  # the output's sort keys, when the futures alone make it up
+    keys, kept_runs = None, None  # the output's sort keys and its runs of df's rows, when the futures alone make it up
     if mode == "each" or not has_futures:
         out = _unadjusted(df.with_columns(series=pl.col("symbol")))
         rolls: list[dict] = []
@@ -220,12 +280,12 @@ def build_series(
             for c in ("root", "expiry", "trade_date"):  # read through the index from here on
                 fut.drop_in_place(c)
             front, roll_df = _front_and_rolls(fut, roll_confirm, index)
-            rows, seg = _front_rows(front, index)
-            keys = [index.code[rows], index.ts[rows]]  # the output's sort keys: (series code, ts)
+            rows, series, segments, kept_runs = _front_rows(front, index)
+            keys = [series, index.ts[rows]]  # the output's sort keys: (series code, ts)
             roots, roll_code = index.roots, index.codes_of(roll_df.get_column("series"))
             del index  # a column's worth per array, gone before the bars are gathered
-            bars = _front_bars(fut, rows, seg, keys, roots, roll_df, roll_code, adjust)  # takes fut's columns out
-            del fut, rows, seg
+            bars = _front_bars(fut, rows, keys, segments, roots, roll_df, roll_code, adjust)  # takes fut's columns out
+            del fut, rows, segments
             parts.append(bars)
             roll_frames.append(roll_df)
         cont = df.filter(is_cont) if len(continuous) and n_fut < height else empty
@@ -236,33 +296,52 @@ def build_series(
             code = bars.get_column("series").cast(enum).to_physical().to_numpy().astype(np.int64)
             roll_code = roll_df.get_column("series").cast(enum).to_physical().to_numpy().astype(np.int64)
             bar_key = code * SEG_SPAN + bars.get_column("seg").to_numpy().astype(np.int64)
-            parts.append(_adjust(bars, bar_key, roll_df, roll_code, adjust))
+            parts.append(_adjust(bars, *_key_runs(bar_key), roll_df, roll_code, adjust))
             roll_frames.append(roll_df)
         plain = empty if n_fut + cont.height == height else df.filter(~is_fut & ~is_cont.fill_null(False))
         others = _unadjusted(plain.with_columns(series=pl.col("symbol")))
-        _check_clash([p.get_column("series").unique() for p in [*parts, others]])
+        named = [p for p in [*parts, others] if p.height]  # a source without bars names no series
+        if len(named) > 1:
+            _check_clash([distinct(p.get_column("series")) for p in named])
         out = pl.concat([p.select(BAR_COLUMNS) for p in parts] + [others.select(BAR_COLUMNS)], how="vertical")
         rolls = _roll_dicts(pl.concat([r.select(ROLL_COLUMNS) for r in roll_frames], how="vertical"))
         report_mode = "continuous"
         keys = keys if keys is not None and out.height == parts[0].height else None  # futures alone: their keys
+        kept_runs = kept_runs if keys is not None and n_fut == height else None  # and fut is df: its rows are df's
     out = out.select("series", "ts", *PRICES, "volume", pl.col("symbol").alias("contract"), *OWN)
-    out, shared = _sorted_last(out, keys)
+    out, shared = _sorted_last(out, keys, presorted=keys is not None)  # _front_rows' keys come sorted
     if shared:
         log.warning("%d bars shared a timestamp within one series (two symbols for one contract); kept the last", shared)
-    kept = sorted(out.get_column("contract").unique().to_list())
+    if kept_runs is not None and not shared:  # the symbols of the runs of rows kept, without reading every bar's
+        kept = sorted(_symbols_of(firsts, symbol_runs, *kept_runs).to_list())
+    else:
+        kept = sorted(distinct(out.get_column("contract")).to_list())
     null = {None} if null_symbols else set()
     dropped = sorted((set(names.to_list()) | null) - set(kept))
     return out, rolls, {"contracts_mode": report_mode, "contracts_kept": kept, "contracts_dropped": dropped}
 
 
-def _sorted_last(bars: pl.DataFrame, keys: list[np.ndarray] | None = None) -> tuple[pl.DataFrame, int]:
+def _symbols_of(firsts: pl.Series, symbol_runs: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> pl.Series:
+    """The distinct symbols of the rows in runs `starts` (T,) `lens` (T,), from the frame's runs of one symbol:
+    `symbol_runs` (Y,) their first rows and `firsts` (Y,) their symbols."""
+    lo = np.searchsorted(symbol_runs, starts, side="right") - 1  # (T,) the symbol run of each run's first row
+    hi = np.searchsorted(symbol_runs, starts + lens - 1, side="right") - 1  # (T,) and of its last
+    inside = np.zeros(len(symbol_runs) + 1, dtype=np.int64)
+    np.add.at(inside, lo, 1)
+    np.add.at(inside, hi + 1, -1)
+    return firsts.filter(pl.Series(np.cumsum(inside)[:-1] > 0)).unique()
+
+
+def _sorted_last(bars: pl.DataFrame, keys: list[np.ndarray] | None = None, presorted: bool = False
+                 ) -> tuple[pl.DataFrame, int]:
     """`bars` sorted by (series, ts), keeping the last of rows that share both; also how many were dropped.
 
     A stable sort keeps such rows in their order in `bars`, so the last of each run is the one to keep. `keys`: the
-    rows' sort keys when the caller has them (`order.sort_keys(bars, ("series", "ts"))` or an equivalent).
+    rows' sort keys when the caller has them (`order.sort_keys(bars, ("series", "ts"))` or an equivalent);
+    `presorted`: the caller knows the rows are in that order already (no pass to check it).
     """
     keys = keys if keys is not None else sort_keys(bars, ("series", "ts"))
-    order = stable_order(keys)
+    order = None if presorted else stable_order(keys)
     if order is not None:
         keys = [k[order] for k in keys]
     keep = ~same_as_next(keys)  # (N,)
@@ -343,52 +422,89 @@ def _priced(rolls: pl.DataFrame) -> pl.DataFrame:
     ).sort("series", "seg")
 
 
-def _front_rows(front: pl.DataFrame, index: ContractIndex) -> tuple[np.ndarray, np.ndarray]:
-    """(M,) the rows of each trade date's front-contract bars, sorted by (series = root, ts), and (M,) their segment.
+def _front_rows(front: pl.DataFrame, index: ContractIndex) -> tuple[
+    np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray] | None
+]:
+    """(M,) the rows of each trade date's front-contract bars, sorted by (series = root, ts), (M,) their series (root)
+    code, their segments: (S,) the first of those rows in each run of one series and segment and (S,) its key
+    (series code * SEG_SPAN + segment, see `_adjust`), and the runs of rows they are made of ((T,) first rows, (T,)
+    lengths) when they were laid end to end (else None).
 
     The front of each bar's (root, trade date) is found by a binary search in the small front table: a join of
     millions of bars on (root, date) costs several times more.
     """
-    code, day = index.code, index.day
     table = front.filter(pl.col("root").is_in(pl.Series(index.roots).implode()))
     t_code = index.codes_of(table.get_column("root"))
     t_day = table.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)
-    lo = min(day.min(), t_day.min()) if len(t_day) else 0
-    span = max(day.max(), t_day.max()) - lo + 1 if len(t_day) else 1
     # Bars come in runs of one contract and session (sorted by symbol and ts): each run is kept or dropped whole.
-    expiry = index.expiry
-    change = (code[1:] != code[:-1]) | (day[1:] != day[:-1]) | (expiry[1:] != expiry[:-1])
-    starts = np.flatnonzero(np.concatenate([[True], change]) if len(code) else code)  # (K,)
-    del change
-    lens = np.diff(np.append(starts, len(code)))
-    at, hit = _lookup(code[starts] * span + (day[starts] - lo), t_code * span + (t_day - lo))  # (K,) front row
-    take = hit & (expiry[starts] == table.get_column("front").to_numpy()[at])  # (K,) runs of the front
-    lens = lens[take]
-    keep = np.repeat(starts[take] - (np.cumsum(lens) - lens), lens) + np.arange(lens.sum())  # (M,) their rows
-    seg = np.repeat(table.get_column("seg").to_numpy()[at[take]], lens)  # (M,)
-    order = runs_order(code[keep], index.ts[keep])
-    return (keep, seg) if order is None else (keep[order], seg[order])
+    starts, code, day = index.runs, index.code, index.day  # (K,)
+    lens = np.diff(np.append(starts, len(index.ts)))
+    lo = min(day.min(), t_day.min()) if len(t_day) and len(day) else 0
+    span = max(day.max(), t_day.max()) - lo + 1 if len(t_day) and len(day) else 1
+    at, hit = _lookup(code * span + (day - lo), t_code * span + (t_day - lo))  # (K,) front row
+    take = hit & (index.expiry == table.get_column("front").to_numpy()[at])  # (K,) runs of the front
+    starts, lens, code, seg = starts[take], lens[take], code[take], table.get_column("seg").to_numpy()[at[take]]
+    by = _runs_by_time(code, index.ts[starts], index.ts[starts + lens - 1]) if index.order is None else None
+    if by is not None:  # the kept runs laid end to end in (root, ts) order: no row is compared or moved twice
+        starts, lens, code, seg = starts[by], lens[by], code[by], seg[by]
+        first = np.cumsum(lens) - lens  # (T,) each run's first row in the output
+        # In polars' index type, which the gathers take as it is; a run's offset may be negative: it wraps around
+        # and back, as unsigned sums do, to the row it stands for.
+        kind = np.uint32 if pl.get_index_type() == pl.UInt32 else np.uint64
+        keep = np.repeat((starts - first).astype(kind), lens)  # (M,) their rows
+        keep += np.arange(len(keep), dtype=kind)
+        key = code * SEG_SPAN + seg  # (T,)
+        new = np.concatenate([[True], key[1:] != key[:-1]]) if len(key) else key.astype(bool)
+        return keep, np.repeat(code.astype(kind), lens), (first[new], key[new]), (starts, lens)
+    keep = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(lens.sum())  # (M,)
+    seg, series = np.repeat(seg, lens), np.repeat(code, lens)  # (M,)
+    order = runs_order(series, index.ts[keep])
+    if order is not None:
+        keep, seg, series = keep[order], seg[order], series[order]
+    return keep, series, _key_runs(series * SEG_SPAN + seg), None
 
 
-def _front_bars(fut: pl.DataFrame, rows: np.ndarray, seg: np.ndarray, keys: list[np.ndarray], roots: list[str],
-                rolls: pl.DataFrame, roll_code: np.ndarray, adjust: str) -> pl.DataFrame:
-    """The bars `rows` of `fut` (see `_front_rows`; `keys` their series code and ts, `roots` the names of the codes),
-    back-adjusted; `fut`'s columns are taken out of it (and freed) as they are gathered into the output."""
+def _key_runs(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(S,) the first row of each run of equal `key` (N,) and (S,) its key."""
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]])) if len(key) else np.zeros(0, np.int64)
+    return starts, key[starts]
+
+
+def _runs_by_time(code: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray | None:
+    """(T,) runs of rows (each sorted by ts: `first` and `last` ts, `code` the series) in (code, ts) order, when laid
+    end to end in it they are sorted with every tie inside one run (the stable order of their rows); else None."""
+    by = np.lexsort((first, code))
+    same = code[by][1:] == code[by][:-1]
+    return by if np.all(~same | (first[by][1:] > last[by][:-1])) else None
+
+
+def _front_bars(fut: pl.DataFrame, rows: np.ndarray, keys: list[np.ndarray], segments: tuple[np.ndarray, np.ndarray],
+                roots: list[str], rolls: pl.DataFrame, roll_code: np.ndarray, adjust: str) -> pl.DataFrame:
+    """The bars `rows` of `fut` (see `_front_rows`; `keys` their series code and ts, `segments` their runs of one
+    segment, `roots` the names of the codes), back-adjusted; `fut`'s columns are taken out of it (and freed) as they
+    are gathered into the output."""
+    index = pl.get_index_type()
     bars = pl.DataFrame(
         {
-            "series": pl.Series(roots, dtype=pl.Utf8).gather(keys[0]),
+            "series": pl.Series(roots, dtype=pl.Utf8).gather(pl.Series(keys[0], dtype=index)),
             "ts": pl.Series(keys[1]).cast(pl.Datetime("ns", "UTC")),
         }
-    ).hstack(take_out(fut, rows, [*PRICES, "volume", "symbol"]))  # out of fut: polars reuses its memory
-    return _adjust(bars, keys[0] * SEG_SPAN + seg, rolls, roll_code, adjust)
+    )
+    taken = pl.Series(rows, dtype=index)  # polars' own index type: no cast of millions of indices per gather
+    for group in (PRICES[:2], PRICES[2:], ("volume", "symbol")):  # two at a time: polars gathers them in parallel
+        bars = bars.hstack(fut.select(group)[taken])
+        for c in group:  # out of fut: the input and the output never both hold a column
+            fut.drop_in_place(c)
+    return _adjust(bars, *segments, rolls, roll_code, adjust)
 
 
-def _adjust(bars: pl.DataFrame, bar_key: np.ndarray, rolls: pl.DataFrame, roll_code: np.ndarray, adjust: str
-            ) -> pl.DataFrame:
+def _adjust(bars: pl.DataFrame, starts: np.ndarray, run_key: np.ndarray, rolls: pl.DataFrame, roll_code: np.ndarray,
+            adjust: str) -> pl.DataFrame:
     """Back-adjust the displayed prices of every segment before a roll and keep each contract's own prices.
 
-    `bars` are sorted by (series, ts); `bar_key` (N,) is series code * SEG_SPAN + segment (segment s lies between
-    roll s and roll s + 1) and `roll_code` (R,) the series code of each roll, in one numbering. Segment s is scaled
+    `bars` are sorted by (series, ts) and come in runs of one series and segment: `starts` (K,) the first bar of each
+    and `run_key` (K,) its series code * SEG_SPAN + segment (segment s lies between roll s and roll s + 1);
+    `roll_code` (R,) the series code of each roll, in one numbering. Segment s is scaled
     by the product of the ratios of all later rolls (ratio) or shifted by the sum of their gaps (difference), so the
     latest segment keeps its raw prices. Those factors depend on rolls that come later, so features never read
     adjusted prices: they use own_high/own_low/own_close (the contract's unadjusted prices) and roll_log_ratio,
@@ -407,9 +523,8 @@ def _adjust(bars: pl.DataFrame, bar_key: np.ndarray, rolls: pl.DataFrame, roll_c
     )
     # Each segment is one run of bars: the small tables are read once per run, and only what a bar needs is
     # expanded to every bar (the factor), or set on the first bar of a run (the roll's own ratio and gap).
-    starts = np.flatnonzero(np.concatenate([[True], bar_key[1:] != bar_key[:-1]]) if len(bar_key) else bar_key)
-    lens = np.diff(np.append(starts, len(bar_key)))  # (K,)
-    run_key = bar_key[starts]  # (K,)
+    n = bars.height
+    lens = np.diff(np.append(starts, n))  # (K,)
     (factor, shift), (no_later, _) = _per_bar(run_key, later.get_column("_key").to_numpy() - 1, later, ("factor", "shift"))
     at_roll = rolls.select(
         _lr=pl.when("paired").then(pl.col("ratio").log()).otherwise(None),
@@ -423,8 +538,8 @@ def _adjust(bars: pl.DataFrame, bar_key: np.ndarray, rolls: pl.DataFrame, roll_c
         pl.Series("own_high", bars.get_column("high")),
         pl.Series("own_low", bars.get_column("low")),
         pl.Series("own_close", bars.get_column("close")),
-        _on_rolls("roll_log_ratio", len(bar_key), starts[roll], lr[roll], lr_null[roll]),
-        _on_rolls("roll_gap", len(bar_key), starts[roll], gap[roll], gap_null[roll]),
+        _on_rolls("roll_log_ratio", n, starts[roll], lr[roll], lr_null[roll]),
+        _on_rolls("roll_gap", n, starts[roll], gap[roll], gap_null[roll]),
     ]
     # In polars, like the prices they replace, so that the memory the replaced ones free is what the next takes.
     if adjust == "ratio":

@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 
 from foxhunt.data.order import new_group, runs_order
+from foxhunt.data.runs import changes
 
 EXPIRY_SPAN = 1 << 24  # expiries (months) of one root are numbered below this in a contract key
 
@@ -110,30 +111,67 @@ class ContractIndex:
     """Outright futures bars seen contract by contract, as integer arrays: what picking fronts and pricing rolls
     read, without grouping or joining millions of rows by their strings.
 
-    roots: sorted root names (a root's code is its index); code, expiry, day, ts: (N,) int64 of each row (root code,
-    year * 12 + month, trade date in days since the epoch, ns); order: (N,) rows sorted by (contract, ts), None when
-    they already are; contract: (N,) int64 contract key (code, expiry) in that sorted order.
+    Bars come in runs of one contract and trade date (sorted by symbol and ts: a few thousand runs over millions of
+    bars), so what is the same for every bar of a run is kept once per run.
+    roots: sorted root names (a root's code is its index); runs: (K,) the first row of each run of rows of one root,
+    expiry and trade date, in row order; code, expiry, day: (K,) int64 of each run (root code, year * 12 + month,
+    trade date in days since the epoch); expiry_min: the smallest expiry (contract keys count from it);
+    ts, days: (N,) each row's ns and trade date; order: (N,) rows sorted by (contract, ts), None when each
+    contract's rows already lie together in ts order (bars sorted by symbol and ts: contracts in symbol order, which
+    no method needs to be the contracts' order); blocks: (C,) sorted contract keys and (C,) the first and (C,) one past
+    the last row of each in that order; sessions: (S,) the first row, in that order, of each run of one contract and
+    trade date.
     """
 
     roots: list[str]
+    runs: np.ndarray
     code: np.ndarray
     expiry: np.ndarray
     day: np.ndarray
+    expiry_min: int
     ts: np.ndarray
+    days: np.ndarray
     order: np.ndarray | None
-    contract: np.ndarray
+    blocks: tuple[np.ndarray, np.ndarray, np.ndarray]
+    sessions: np.ndarray
 
     @staticmethod
     def of(fut: pl.DataFrame) -> ContractIndex:
         """The index of `fut` (columns root, expiry, trade_date, ts; no null root)."""
-        roots = fut.get_column("root").unique().sort().to_list()
-        code = fut.get_column("root").cast(pl.Enum(roots)).to_physical().to_numpy().astype(np.int64)
-        expiry = fut.get_column("expiry").to_numpy().astype(np.int64)
-        day = fut.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)
+        root = fut.get_column("root")
+        expiries = fut.get_column("expiry").to_numpy()  # (N,) as stored: no bar-sized copy
+        days = fut.get_column("trade_date").to_physical().to_numpy()  # (N,) int32 days since the epoch
         ts = fut.get_column("ts").dt.epoch("ns").to_numpy()
-        contract = code * EXPIRY_SPAN + (expiry - expiry.min() if len(expiry) else expiry)
-        order = runs_order(contract, ts)
-        return ContractIndex(roots, code, expiry, day, ts, order, contract if order is None else contract[order])
+        n = len(ts)
+        change = changes(root)  # (N,) a new root or expiry: a new contract
+        change[1:] |= expiries[1:] != expiries[:-1]
+        in_order = bool(np.all((ts[1:] >= ts[:-1]) | change[1:]))  # each run of a contract in ts order
+        change[1:] |= days[1:] != days[:-1]
+        runs = np.flatnonzero(change)  # (K,)
+        del change
+        named = root.gather(pl.Series(runs, dtype=pl.get_index_type()))  # (K,) a root's name per run
+        roots = named.unique().sort().to_list()
+        code = named.cast(pl.Enum(roots)).to_physical().to_numpy().astype(np.int64)  # (K,)
+        expiry, day = expiries[runs].astype(np.int64), days[runs].astype(np.int64)  # (K,)
+        expiry_min = int(expiry.min()) if n else 0
+        key = code * EXPIRY_SPAN + (expiry - expiry_min)  # (K,) each run's contract
+        first = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]) if n else key)  # (B,) runs of a contract
+        order = None
+        if not (in_order and len(np.unique(key[first])) == len(first)):  # a contract in several places, or unsorted
+            contract = np.repeat(key, np.diff(np.append(runs, n)))  # (N,)
+            order = runs_order(contract, ts)
+        if order is None:  # the rows are the index's order: its runs are the sessions
+            sessions, lo, block_key = runs, runs[first], key[first]
+        else:
+            contract = contract[order]
+            sessions = np.flatnonzero(new_group([contract, days[order]]))
+            lo = np.flatnonzero(new_group([contract]))
+            block_key = contract[lo]
+            del contract
+        by = np.argsort(block_key)
+        hi = np.append(lo[1:], n)
+        return ContractIndex(roots, runs, code, expiry, day, expiry_min, ts, days, order,
+                             (block_key[by], lo[by], hi[by]), sessions)
 
     def codes_of(self, roots: pl.Series) -> np.ndarray:
         """(R,) int64 codes of root names (each one of `roots`)."""
@@ -142,32 +180,35 @@ class ContractIndex:
     def _sorted(self, x: np.ndarray) -> np.ndarray:
         return x if self.order is None else x[self.order]
 
+    def _run_of(self, rows: np.ndarray) -> np.ndarray:
+        """(M,) the run (see `runs`) of each row of `rows` (M,)."""
+        return np.searchsorted(self.runs, rows, side="right") - 1
+
     def _key(self, roots: pl.Series, expiry: pl.Series) -> np.ndarray:
-        return self.codes_of(roots) * EXPIRY_SPAN + (expiry.to_numpy().astype(np.int64) - self.expiry.min())
+        return self.codes_of(roots) * EXPIRY_SPAN + (expiry.to_numpy().astype(np.int64) - self.expiry_min)
 
     def daily_volume(self, volume: np.ndarray) -> pl.DataFrame:
         """root, trade_date, expiry, volume (the sum over the contract's bars of the session): `pick_fronts`' input."""
-        day = self._sorted(self.day)
-        first = new_group([self.contract, day])  # (N,) a contract's first bar of a session
-        at = np.flatnonzero(first)
-        rows = at if self.order is None else self.order[at]
+        at = self.sessions  # (S,) a contract's first bar of a session
+        run = np.arange(len(at)) if self.order is None else self._run_of(self.order[at])  # (S,)
         return pl.DataFrame(
             {
-                "root": pl.Series(self.roots, dtype=pl.Utf8).gather(self.code[rows]),
-                "trade_date": pl.Series(day[at]).cast(pl.Int32).cast(pl.Date),
-                "expiry": pl.Series(self.expiry[rows]).cast(pl.Int32),
+                "root": pl.Series(self.roots, dtype=pl.Utf8).gather(self.code[run]),
+                "trade_date": pl.Series(self.day[run]).cast(pl.Int32).cast(pl.Date),
+                "expiry": pl.Series(self.expiry[run]).cast(pl.Int32),
                 "volume": np.add.reduceat(self._sorted(volume), at) if len(at) else np.empty(0),
             }
         )
 
     def first_symbols(self, symbol: pl.Series) -> pl.DataFrame:
         """root, expiry, symbol: the symbol of each contract's first row read."""
-        at = np.flatnonzero(new_group([self.contract]))
+        at = np.sort(self.blocks[1])  # (C,) each contract's first row in the index's order
         rows = at if self.order is None else np.minimum.reduceat(self.order, at)
+        run = self._run_of(rows)
         return pl.DataFrame(
             {
-                "root": pl.Series(self.roots, dtype=pl.Utf8).gather(self.code[rows]),
-                "expiry": pl.Series(self.expiry[rows]).cast(pl.Int32),
+                "root": pl.Series(self.roots, dtype=pl.Utf8).gather(self.code[run]),
+                "expiry": pl.Series(self.expiry[run]).cast(pl.Int32),
                 "symbol": symbol.gather(rows),
             }
         )
@@ -178,13 +219,16 @@ class ContractIndex:
         before it paired with the old contract's latest bar at or before that; no row when the new contract has no
         bar before the switch. A loop over rolls (a few a year per root), each two binary searches in sorted bars.
         """
-        close, ts, day = self._sorted(close), self._sorted(self.ts), self._sorted(self.day)
+        close, ts, day = self._sorted(close), self._sorted(self.ts), self._sorted(self.days)
         old_key, new_key = self._key(rolls["root"], rolls["old"]), self._key(rolls["root"], rolls["new"])
         switch = rolls.get_column("trade_date").cast(pl.Int32).to_numpy()
         found: list[tuple[int, int, float | None, float]] = []  # (roll, at, old close, new close)
 
+        keys, firsts, ends = self.blocks
+
         def before(key: int, date: int) -> slice:  # the contract's bars on trade dates before `date`
-            lo, hi = np.searchsorted(self.contract, [key, key + 1])
+            at = min(int(np.searchsorted(keys, key)), len(keys) - 1)
+            lo, hi = (firsts[at], ends[at]) if len(keys) and keys[at] == key else (0, 0)
             return slice(lo, lo + np.searchsorted(day[lo:hi], date))
 
         for i in range(len(rolls)):

@@ -16,6 +16,7 @@ from functools import cache
 import numpy as np
 import polars as pl
 
+from foxhunt.data.runs import changes
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -85,6 +86,7 @@ def session_shift(root: pl.Expr) -> pl.Expr:
 
 
 CLOSED_CHUNK = 1 << 18  # bars whose exchange time closed_share takes at a time
+WEEK_MIN = 7 * DAY_MIN
 
 
 def closed_share(df: pl.DataFrame, exchange_tz: str) -> float:
@@ -93,32 +95,88 @@ def closed_share(df: pl.DataFrame, exchange_tz: str) -> float:
     `df` has columns ts (UTC) and root (null for plain symbols, which are looked up by their symbol). Real bars stamped
     at their start or their end never fall strictly inside: a share above zero means the stamps are shifted, as when
     naive Chicago times are read as UTC (the Sunday-evening bars then land in the weekend, the evening bars in the halt).
+    Whether a minute is closed depends only on the session and the minute of the week, so the bars are counted by
+    (session, minute of the week) and the counts read against a table of the week's closed minutes per session.
     """
     if df.height == 0:
         return 0.0
-    # calendar.py imports this module (CME_EQUITY), so its local_ns is imported at call time
-    from foxhunt.data.calendar import local_ns
-
-    key = pl.coalesce("root", "symbol") if "symbol" in df.columns else pl.col("root")
-    names = df.select(key.alias("key")).get_column("key")
-    distinct = names.drop_nulls().unique().sort()
-    # (N,) index into `distinct`, then the default session for a bar with neither root nor symbol
-    code = names.cast(pl.Enum(distinct.to_list())).to_physical().fill_null(len(distinct)).to_numpy()
-    table = [*map(session_for, distinct.to_list()), CME_EQUITY]
-    opens = np.array([t.open_min for t in table], dtype=np.int64)
-    closes = np.array([t.close_min for t in table], dtype=np.int64)
+    sessions, kind = _sessions_by_run(df)  # (S,) distinct sessions, (N,) each bar's (None: all the first)
+    closed_minutes = np.concatenate([_closed_minutes(t) for t in sessions])  # (S * WEEK_MIN,)
     ts = df.get_column("ts").dt.epoch("ns").to_numpy()
-    closed = 0
+    counts = np.zeros(len(closed_minutes), dtype=np.int64)
     for lo in range(0, len(ts), CLOSED_CHUNK):  # in slices: the int64 temporaries of all bars would take 100 MB
         sl = slice(lo, lo + CLOSED_CHUNK)
-        open_, close = opens[code[sl]], closes[code[sl]]  # (C,)
-        wall = local_ns(ts[sl], exchange_tz)  # (C,) naive exchange time
-        minute = (wall % DAY_NS) // MIN_NS
-        weekday = (wall // DAY_NS + 3) % 7 + 1  # 1970-01-01 was a Thursday; Monday 1 .. Sunday 7, as polars counts
-        halt = (minute > close) & (minute < open_)
-        weekend = (weekday == 6) | ((weekday == 5) & (minute > close)) | ((weekday == 7) & (minute < open_))
-        closed += int(np.count_nonzero(halt | weekend))
+        counts += _week_minute_counts(ts[sl], exchange_tz, None if kind is None else kind[sl], len(closed_minutes))
+    closed = int(counts[closed_minutes].sum())
     return float(np.float64(closed) / len(ts))  # as np.mean of the flags: their exact count over N
+
+
+SEGMENTS_MAX = 64  # runs of one UTC offset in a slice up to which each is counted apart (more: bar by bar)
+
+
+def _week_minute_counts(ts: np.ndarray, tz: str, kind: np.ndarray | None, size: int) -> np.ndarray:
+    """(size,) how many of the bars `ts` (C,) fall on each (session `kind` (C,), minute of the week of their naive
+    `tz` time, Monday 00:00 = 0), the minute of the week of `local_ns(ts, tz)`.
+
+    local_ns takes one UTC offset per quarter-hour. With whole-minute offsets (every zone today) the local minute is
+    the UTC minute moved by the offset, so the bars of a stretch of one offset (a DST period: a handful per slice of
+    bars sorted by symbol and ts) are counted by UTC minute of the week and the counts moved by the offset, without
+    a bar-sized offset array; otherwise each bar's wall clock is taken as local_ns gives it.
+    """
+    # calendar.py imports this module (CME_EQUITY), so its local_ns is imported at call time
+    from foxhunt.data.calendar import QUARTER_NS, local_ns
+
+    minute = ts // MIN_NS  # (C,) UTC minutes since the epoch (a Thursday: + 3 days from a Monday)
+    key = minute // (QUARTER_NS // MIN_NS)  # (C,) quarter-hours, as local_ns takes its offsets
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]])) if len(key) else key  # (Q,)
+    probe = key[starts] * QUARTER_NS
+    del key
+    offset = local_ns(probe, tz) - probe  # (Q,)
+    if np.any(offset % MIN_NS):  # an offset of odd seconds (before the zones were standardized)
+        minute = (local_ns(ts, tz) // MIN_NS + 3 * DAY_MIN) % WEEK_MIN
+        return np.bincount(minute if kind is None else minute + kind * WEEK_MIN, minlength=size)
+    move = offset // MIN_NS + 3 * DAY_MIN  # (Q,)
+    first = np.flatnonzero(np.concatenate([[True], move[1:] != move[:-1]]))  # (G,) stretches of one offset
+    minute %= WEEK_MIN
+    if kind is None and len(first) <= SEGMENTS_MAX:
+        counts = np.zeros(size, dtype=np.int64)
+        bounds = np.append(starts[first], len(ts))
+        for lo, hi, by in zip(bounds[:-1], bounds[1:], move[first], strict=True):
+            counts += np.roll(np.bincount(minute[lo:hi], minlength=WEEK_MIN), by)
+        return counts
+    minute += np.repeat(move, np.diff(np.append(starts, len(ts))))
+    minute %= WEEK_MIN
+    return np.bincount(minute if kind is None else minute + kind * WEEK_MIN, minlength=size)
+
+
+def _sessions_by_run(df: pl.DataFrame) -> tuple[list[Session], np.ndarray | None]:
+    """The distinct sessions of `df`'s bars (root, else symbol, else the default) and (N,) the index of each bar's
+    among them (None when there is one). Bars come in runs of one symbol: each run's key is looked up once."""
+    names = [c for c in ("root", "symbol") if c in df.columns]
+    change = changes(df.get_column("root"))
+    if len(names) > 1 and df.get_column("root").null_count():  # the symbol names the session only without a root
+        change |= changes(df.get_column("symbol"))
+    starts = np.flatnonzero(change)  # (R,)
+    at = df.select(pl.col(names).gather(pl.Series(starts, dtype=pl.get_index_type())))  # (R,) each run's names
+    key = at.select(pl.coalesce(names).alias("key")).get_column("key")  # (R,)
+    distinct = key.drop_nulls().unique().sort().to_list()
+    table = [*map(session_for, distinct), CME_EQUITY]  # the last: a bar with neither root nor symbol
+    sessions = list(dict.fromkeys(table))
+    if len(sessions) == 1:
+        return sessions, None
+    kind = np.array([sessions.index(t) for t in table], dtype=np.int64)  # (D + 1,)
+    code = key.cast(pl.Enum(distinct)).to_physical().fill_null(len(distinct)).to_numpy()  # (R,)
+    return sessions, np.repeat(kind[code], np.diff(np.append(starts, df.height)))
+
+
+def _closed_minutes(session: Session) -> np.ndarray:
+    """(WEEK_MIN,) bool: minutes of the week (Monday 00:00 = 0) strictly inside the session's daily halt or weekend."""
+    week = np.arange(WEEK_MIN)
+    minute, weekday = week % DAY_MIN, week // DAY_MIN + 1  # Monday 1 .. Sunday 7, as polars counts
+    open_, close = session.open_min, session.close_min
+    halt = (minute > close) & (minute < open_)
+    weekend = (weekday == 6) | ((weekday == 5) & (minute > close)) | ((weekday == 7) & (minute < open_))
+    return halt | weekend
 
 
 CLOSED_LIMIT = 0.01  # bars strictly inside closed periods above this share: the timestamps are shifted
