@@ -61,22 +61,31 @@ def median_spacing_ns(ts_ns: np.ndarray, series_idx: np.ndarray) -> int:
 def local_ns(ts_ns: np.ndarray, tz: str) -> np.ndarray:
     """Wall-clock time in `tz` as ns since the epoch (naive), for UTC ns `ts_ns`.
 
-    UTC offsets change only on quarter-hour boundaries, so one timestamp per run of equal quarter-hours is converted
-    (a few per hour of data) and the offsets are repeated: O(N) numpy instead of N time-zone look-ups.
+    UTC offsets change only on quarter-hour boundaries, so one instant per quarter-hour is converted and its offset
+    applied to every timestamp in it: O(N) numpy instead of N time-zone look-ups. When the data span few quarter-hours
+    for their number (intraday bars, several series over the same days) every quarter-hour of the span is converted
+    once and looked up; otherwise one instant per run of equal quarter-hours (daily bars over decades).
     """
     if len(ts_ns) == 0:
         return ts_ns.copy()
     key = ts_ns // QUARTER_NS
+    lo, hi = int(key.min()), int(key.max())
+    if hi - lo < len(key) // SPAN_ROWS:  # a table of the whole span: no run detection, one gather
+        return ts_ns + _offsets(np.arange(lo, hi + 1, dtype=np.int64) * QUARTER_NS, tz)[key - lo]
     starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
-    probe = key[starts] * QUARTER_NS
-    if len(probe) <= FEW_PROBES:  # a live bar and its forecast steps: zoneinfo directly, no polars series to build
-        offset = np.array([_offset_ns(int(p), tz) for p in probe], dtype=np.int64)
-    else:
-        wall = pl.Series(probe).cast(pl.Datetime("ns", "UTC")).dt.convert_time_zone(tz).dt.replace_time_zone(None)
-        offset = wall.dt.epoch("ns").to_numpy() - probe
+    offset = _offsets(key[starts] * QUARTER_NS, tz)
     return ts_ns + np.repeat(offset, np.diff(np.append(starts, len(ts_ns))))
 
 
+def _offsets(probe: np.ndarray, tz: str) -> np.ndarray:
+    """(P,) int64 UTC offsets in ns of zone `tz` at UTC ns instants `probe` (P,)."""
+    if len(probe) <= FEW_PROBES:  # a live bar and its forecast steps: zoneinfo directly, no polars series to build
+        return np.array([_offset_ns(int(p), tz) for p in probe], dtype=np.int64)
+    wall = pl.Series(probe).cast(pl.Datetime("ns", "UTC")).dt.convert_time_zone(tz).dt.replace_time_zone(None)
+    return wall.dt.epoch("ns").to_numpy() - probe
+
+
+SPAN_ROWS = 16  # look quarter-hours up in a table of the span when it has fewer than one per this many timestamps
 FEW_PROBES = 16  # up to this many quarter-hours a Python zoneinfo look-up each beats building a polars series
 
 

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from foxhunt.data.calendar import calendar_features, future_timestamps
+from foxhunt.data.calendar import calendar_columns, calendar_features, future_timestamps
 from foxhunt.data.seasonality import profile_at
 
 CHUNK_CELLS = 1 << 24  # grid timestamps (origins x steps) computed at a time: at most 128 MiB of int64 at once
+CHUNK_ROWS = 1 << 18  # timestamps whose known inputs are computed at a time (float64: 2 MiB a column)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,16 @@ def distinct_decoder_known(
     sessions: bool, season: dict | None = None,
 ) -> DecoderKnown:
     """`decoder_known` of the bars `origins[inverse]`, given their distinct timestamps (see `distinct`)."""
+    table, base, index = decoder_grid(origins, step_ns, horizon, exchange_tz, intraday)
+    cont = known_cont(table, exchange_tz, intraday, sessions, season)
+    return DecoderKnown(cont=cont, ts=table, base=base[inverse], index=None if index is None else index[inverse])
+
+
+def decoder_grid(
+    origins: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The grid table of distinct origins `origins` (O,), sorted: (U,) its timestamps, (O,) the row of each origin's
+    step 1, and (O, D) int32 the rows of every step when the grid is not one lattice (else None); see DecoderKnown."""
     n = len(origins)
     rows = max(1, CHUNK_CELLS // max(horizon, 1))
     chunks = [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
@@ -103,11 +114,21 @@ def distinct_decoder_known(
     last = np.minimum(base + horizon - 1, len(table) - 1)
     lattice = all(np.array_equal(table[last[sl]], grid(sl)[:, -1]) for sl in chunks) if horizon else True
     index = None if lattice else np.concatenate([np.searchsorted(table, grid(sl)).astype(np.int32) for sl in chunks])
-    cal = known_columns(table, exchange_tz, intraday, sessions, season)
-    cont = np.empty((len(table), len(cal)), dtype=np.float32)  # (U, Kr)
-    for j, col in enumerate(cal.values()):  # a handful of columns
-        cont[:, j] = col
-    return DecoderKnown(cont=cont, ts=table, base=base[inverse], index=None if index is None else index[inverse])
+    return table, base, index
+
+
+def known_cont(
+    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None = None
+) -> np.ndarray:
+    """(U, Kr) float32 `known_columns` of timestamps `ts_ns` (U,), computed CHUNK_ROWS at a time so that the
+    float64 columns stay small. Each value is a function of its own timestamp: any order, any chunking."""
+    kr = len(calendar_columns(intraday, sessions)) + bool(season)
+    cont = np.empty((len(ts_ns), kr), dtype=np.float32)  # (U, Kr)
+    for lo in range(0, len(ts_ns), CHUNK_ROWS):
+        sl = slice(lo, min(lo + CHUNK_ROWS, len(ts_ns)))
+        for j, col in enumerate(known_columns(ts_ns[sl], exchange_tz, intraday, sessions, season).values()):
+            cont[sl, j] = col
+    return cont
 
 
 def distinct(ts_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

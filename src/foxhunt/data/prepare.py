@@ -19,7 +19,7 @@ import torch
 from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns, future_timestamps, median_spacing_ns
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, raw_features
-from foxhunt.data.known import distinct, distinct_decoder_known, known_columns
+from foxhunt.data.known import DecoderKnown, decoder_grid, distinct, known_cont
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.order import run_starts, sort_keys
 from foxhunt.data.scaling import apply_scalers, fit_and_trail, observed_names, standardize
@@ -39,7 +39,6 @@ FEATURE_COLUMNS = ("ts", "first", "roll", "target", "log_range", "log_volume")
 FEATURE_INPUTS = ("series", "ts", "contract", "volume", "own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap",
                   "filled")
 PRICES = ("high", "low", "close")
-CAL_CHUNK_ROWS = 1 << 18  # rows whose calendar inputs are computed at a time (float64: 2 MiB a column)
 
 
 @dataclass(frozen=True)
@@ -171,13 +170,16 @@ def prepare_from_bars(
             exchange_tz=cfg.exchange_tz,
             bar_spacing_ns=spacing,
         )
+    # The row tensor: calendar columns (filled in _windowed), then the observed inputs, standardized straight into it.
+    kr = known_width(transform)
+    cont = np.empty((len(ts_ns), kr + len(observed_names(transform.scalers))), dtype=np.float32)  # (N, Kr + Or)
     if trail is None:
-        obs, center, scale = apply_scalers(feats, names, sidx, transform.scalers, target, scaling)
+        _, center, scale = apply_scalers(feats, names, sidx, transform.scalers, target, scaling, out=cont[:, kr:])
     else:
-        obs, center, scale = standardize(feats, names, sidx, transform.scalers, *trail)
+        _, center, scale = standardize(feats, names, sidx, transform.scalers, *trail, out=cont[:, kr:])
         del trail
     rows = {
-        "obs": obs,
+        "cont": cont,
         "target": feats["target"].to_numpy().astype(np.float32),
         "center": center,
         "scale": scale,
@@ -332,7 +334,7 @@ def _extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: n
     real_pos = np.arange(len(rows["ts"]), dtype=np.int64) + shift
     fut_pos = ((end + np.arange(s) * d)[:, None] + np.arange(d)).ravel()  # (S * d,)
     n = len(rows["ts"]) + s * d
-    fill = {"obs": 0.0, "target": np.nan, "center": 0.0, "scale": 1.0, "real": False}
+    fill = {"cont": 0.0, "target": np.nan, "center": 0.0, "scale": 1.0, "real": False}
     out = {}
     for key, arr in rows.items():
         new = np.empty((n, *arr.shape[1:]), dtype=arr.dtype)
@@ -347,34 +349,39 @@ def _extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: n
     return out
 
 
+def known_width(tf: FittedTransform) -> int:
+    """Kr: the calendar columns, and tod_vol with a seasonality profile (the known inputs stored per row)."""
+    return len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(tf.scalers.get("season"))
+
+
 def _windowed(
     rows: dict, first: np.ndarray, end: np.ndarray, names: list[str], tf: FittedTransform, e: int, d: int,
     step: int,
 ) -> WindowedData:
-    """The row tensors (calendar columns first, then observed inputs), the known inputs of the forecast steps of
-    every origin (from the origin's timestamp and the grid `step` alone) and the window index over them."""
-    season = tf.scalers.get("season")
-    n, kr = len(rows["ts"]), len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(season)
+    """The row tensors (calendar columns first, then observed inputs: `rows["cont"]` holds those already), the known
+    inputs of the forecast steps of every origin (from the origin's timestamp and the grid `step` alone) and the
+    window index over them."""
+    season, kr = tf.scalers.get("season"), known_width(tf)
     # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
-    stamps, inverse = distinct(rows["ts"])  # (U,), (N,)
-    cal32 = np.empty((len(stamps), kr), dtype=np.float32)  # (U, Kr)
-    for lo in range(0, len(stamps), CAL_CHUNK_ROWS):  # in slices: the float64 calendar columns stay small
-        sl = slice(lo, min(lo + CAL_CHUNK_ROWS, len(stamps)))
-        cal = known_columns(stamps[sl], tf.exchange_tz, tf.intraday, tf.calendar_features, season)
-        for j, col in enumerate(cal.values()):  # a handful of columns
-            cal32[sl, j] = col
-    cont = np.empty((n, kr + rows["obs"].shape[1]), dtype=np.float32)  # (N, Kr + Or), one allocation
-    cont[:, :kr] = cal32[inverse]
-    del cal32
-    cont[:, kr:] = rows.pop("obs")  # the caller reads no observed inputs past here: no second copy
+    stamps, inverse = distinct(rows["ts"])  # (O,), (N,)
+    table, base, index = decoder_grid(stamps, step, d, tf.exchange_tz, tf.intraday)  # (U,), (O,), (O, D) | None
+    # The forecast grid after each stamp is nearly the stamps again: the calendar is computed once for the grid table
+    # and the stamps not in it (a session's first bar), rows [0, U) the decoder's table, the rest those stamps.
+    at = base - 1  # (O,) the table row of the stamp itself, where it is there
+    found = (at >= 0) & (table[np.maximum(at, 0)] == stamps) if len(table) else np.zeros(len(stamps), dtype=bool)
+    extra = np.flatnonzero(~found)  # (E,)
+    cal32 = known_cont(np.concatenate([table, stamps[extra]]), tf.exchange_tz, tf.intraday, tf.calendar_features,
+                       season)  # (U + E, Kr)
+    at[extra] = len(table) + np.arange(len(extra))
+    cont = rows.pop("cont")  # (N, Kr + Or)
+    _take_rows(cal32, at[inverse], cont[:, :kr])
+    known = DecoderKnown(cont=cal32[: len(table)], ts=table, base=base[inverse],
+                         index=None if index is None else index[inverse])
+    del stamps, inverse, at, base, index
     codes = tf.code(names)[rows["sidx"]]  # (N,)
-    known = distinct_decoder_known(
-        stamps, inverse, step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, season
-    )
-    del stamps, inverse
     return WindowedData(
         cont=torch.from_numpy(cont),
-        static_cat=torch.from_numpy(codes[:, None].copy()),
+        static_cat=torch.from_numpy(codes[:, None]),  # (N, 1): a view of the fresh (N,) codes
         time_cat=torch.zeros(len(codes), 0, dtype=torch.int64),
         target_raw=torch.from_numpy(rows["target"]),
         center=torch.from_numpy(rows["center"]),
@@ -394,6 +401,14 @@ def _windowed(
         known_base=torch.from_numpy(known.base),
         known_index=None if known.index is None else torch.from_numpy(known.index),
     )
+
+
+def _take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
+    """out[i] = src[idx[i]] for float32 rows `src` (U, K) into `out` (N, K), columns of a wider C-order array: each
+    row is taken as one opaque K * 4-byte item, with no (N, K) temporary."""
+    row = np.dtype((np.void, src.shape[1] * 4))
+    items = np.ascontiguousarray(src).view(row)[:, 0]  # (U,)
+    np.take(items, idx, out=out.view(np.uint8).view(row)[:, 0], mode="clip")
 
 
 def feature_schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureSchema:

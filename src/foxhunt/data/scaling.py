@@ -44,7 +44,15 @@ from foxhunt.data.features import (
     VOL_OBSERVED,
     move_columns,
 )
-from foxhunt.data.fitstats import column_moments, range_k, season_moments, season_profile, square_sums, stats
+from foxhunt.data.fitstats import (
+    moments_of,
+    range_k,
+    season_moments,
+    season_profile,
+    select,
+    squares_of,
+    stats,
+)
 from foxhunt.data.seasonality import profile_at
 
 VOL_HALFLIFE = 20.0
@@ -68,10 +76,17 @@ def ewma_alpha(halflife: float) -> float:
 
 def _per_row(scalers: dict, names: list[str], sidx: np.ndarray, key: str, field: str) -> np.ndarray:
     """(N,) value scalers[series][key][field] of each row's series (pooled for a series unseen in training)."""
-    table = np.array(
-        [scalers["series"].get(n, scalers["pooled"])[key][field] for n in names], dtype=np.float64
-    )
-    return table[sidx]
+    return _per_series(scalers, names, key, field)[sidx]
+
+
+def _per_series(scalers: dict, names: list[str], key: str, field: str) -> np.ndarray:
+    """(S,) value scalers[series][key][field] of each series in `names` (pooled for one unseen in training)."""
+    return np.array([scalers["series"].get(n, scalers["pooled"])[key][field] for n in names], dtype=np.float64)
+
+
+def _sorted(sidx: np.ndarray) -> bool:
+    """Whether the series indices never decrease (rows sorted by series: each one run)."""
+    return bool(np.all(sidx[1:] >= sidx[:-1]))
 
 
 def fit_scalers(
@@ -129,17 +144,20 @@ def train_moments(
     """The per-series sufficient statistics (fitstats.py) of the first fit over rows where `keep` (training rows
     but each series' first): (S,) arrays, so that those of consecutive series groups concatenate."""
     ret, rng = move_columns(target)  # price units for price_change: its prices may be zero or negative
-    mom = {"rows": np.bincount(sidx[keep], minlength=s)}
+    kept = select(keep, sidx, s)  # the rows of every column without nulls
+    mom = {"rows": kept.n}
     for c in (ret, rng, "log_volume"):
         col = feats.get_column(c)
-        x, valid = col.to_numpy(), keep & col.is_not_null().to_numpy()
-        mom.update(column_moments(x, valid, sidx, s, c))
+        x = col.to_numpy()
+        sel = kept if col.null_count() == 0 else select(keep & col.is_not_null().to_numpy(), sidx, s)
+        xv = x.take(sel.at)
+        mom.update(moments_of(xv, sel, c))
         if c != "log_volume":
-            mom.update(square_sums(x, valid, sidx, s, c))
+            mom.update(squares_of(xv, sel, c))
     if season_tz is not None:  # the range, several times less noisy than the squared return, ignores halt gaps
         col = feats.get_column("log_range")
         mom.update(season_moments(feats["ts"].dt.epoch("ns").to_numpy(), col.to_numpy(),
-                                  col.is_not_null().to_numpy(), sidx, s, keep, season_tz))
+                                  col.is_not_null().to_numpy(), sidx, s, keep, season_tz, kept))
     return mom
 
 
@@ -182,10 +200,8 @@ def vol_moments(
     derived: dict[str, np.ndarray], sidx: np.ndarray, s: int, keep: np.ndarray, scalers: dict
 ) -> dict[str, np.ndarray]:
     """The per-series sufficient statistics of `trailing`'s inputs (`derived`) over rows where `keep`."""
-    mom = {}
-    for c in vol_columns(scalers):
-        mom.update(column_moments(derived[c], keep, sidx, s, c))
-    return mom
+    kept = select(keep, sidx, s)
+    return {k: v for c in vol_columns(scalers) for k, v in moments_of(derived[c].take(kept.at), kept, c).items()}
 
 
 def add_vol_stats(scalers: dict, mom: dict[str, np.ndarray], names: list[str], present: np.ndarray) -> None:
@@ -211,9 +227,10 @@ def trailing(
         if "range_k" in scalers["pooled"]
         else np.ones(len(sidx))
     )
+    g = pl.Series("g", sidx)
     df = pl.DataFrame(
         {
-            "g": sidx,
+            "g": g.set_sorted() if _sorted(sidx) else g,
             "first": feats["first"],
             "r": feats[ret],
             "x": feats[rng],
@@ -287,22 +304,64 @@ def trailing(
 
 
 def apply_scalers(
-    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, target: str, scaling: str
+    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, target: str, scaling: str,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Observed inputs (N, len(observed_names)) float32 standardized per series, and the target center, scale (N,)."""
-    return standardize(feats, names, sidx, scalers, *trailing(feats, names, sidx, scalers, target, scaling))
+    """Observed inputs (N, len(observed_names)) float32 standardized per series, and the target center, scale (N,).
+
+    `out`: a (N, len(observed_names)) float32 array (e.g. columns of the row tensor) to write the inputs into."""
+    derived, center, scale = trailing(feats, names, sidx, scalers, target, scaling)
+    return standardize(feats, names, sidx, scalers, derived, center, scale, out=out)
 
 
 def standardize(
     feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, derived: dict[str, np.ndarray],
-    center: np.ndarray, scale: np.ndarray,
+    center: np.ndarray, scale: np.ndarray, out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`apply_scalers` given `trailing`'s output (`derived`, `center`, `scale`) for these scalers."""
+    """`apply_scalers` given `trailing`'s output (`derived`, `center`, `scale`) for these scalers.
+
+    Rows sorted by series (a run each, as prepare has them) are standardized run by run with the series' scalars:
+    the same float64 operations as with per-row copies of the mean and std, without building them. All columns of
+    PIECE_ROWS rows are written before the next rows: a strided column of `out` is written while in cache."""
     cols = observed_names(scalers)
-    obs = np.empty((len(sidx), len(cols)), dtype=np.float32)  # (N, Or)
-    for j, c in enumerate(cols):  # a handful of columns
-        x = derived[c] if c in derived else feats[c].to_numpy()
-        if c in STANDARDIZED or c in VOL_OBSERVED or c in SEASON_OBSERVED:
-            x = (x - _per_row(scalers, names, sidx, c, "mean")) / _per_row(scalers, names, sidx, c, "std")
-        obs[:, j] = np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    obs = np.empty((len(sidx), len(cols)), dtype=np.float32) if out is None else out  # (N, Or)
+    xs = [np.asarray(derived[c] if c in derived else feats[c].to_numpy(), dtype=np.float64) for c in cols]
+    scaled = [c in STANDARDIZED or c in VOL_OBSERVED or c in SEASON_OBSERVED for c in cols]
+    moments = [(_per_series(scalers, names, c, "mean"), _per_series(scalers, names, c, "std")) if z else None
+               for c, z in zip(cols, scaled, strict=True)]
+    runs = _runs(sidx)
+    if runs is None:  # rows not grouped by series: per-row copies of the scalars
+        moments = [m if m is None else (m[0][sidx], m[1][sidx]) for m in moments]
+        runs = [(0, len(sidx), None)]
+    y = np.empty(min(len(sidx), PIECE_ROWS))  # float64 work column of a piece
+    for lo, hi, i in _pieces(runs):
+        yp = y[: hi - lo]
+        for j, (x, m) in enumerate(zip(xs, moments, strict=True)):  # a handful of columns
+            xp = x[lo:hi]
+            if m is not None:
+                mean, std = (m[0][i], m[1][i]) if i is not None else (m[0][lo:hi], m[1][lo:hi])
+                np.subtract(xp, mean, out=yp)
+                np.divide(yp, std, out=yp)
+                xp = yp
+            col = obs[lo:hi, j]
+            col[...] = xp  # then 0 where x is NaN or infinite (np.nan_to_num's zeros, cast after)
+            np.copyto(col, np.float32(0.0), where=~np.isfinite(xp))
     return obs, center.astype(np.float32), scale.astype(np.float32)
+
+
+RUNS_MAX = 4096  # more runs of equal series than this (rows not sorted by series): per-row copies instead
+PIECE_ROWS = 1 << 15  # rows standardized at a time: a piece of the row tensor and the work column stay in cache
+
+
+def _runs(sidx: np.ndarray) -> list[tuple[int, int, int]] | None:
+    """(start, end, series) of each run of equal `sidx` (N,), or None when there are more than RUNS_MAX."""
+    change = np.flatnonzero(sidx[1:] != sidx[:-1]) + 1
+    if len(change) >= RUNS_MAX:
+        return None
+    bounds = [0, *change.tolist(), len(sidx)]
+    return [(lo, hi, int(sidx[lo])) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
+
+
+def _pieces(runs: list[tuple[int, int, int | None]]) -> list[tuple[int, int, int | None]]:
+    """`runs` cut into pieces of at most PIECE_ROWS rows."""
+    return [(a, min(a + PIECE_ROWS, hi), i) for lo, hi, i in runs for a in range(lo, hi, PIECE_ROWS)]

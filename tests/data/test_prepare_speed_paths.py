@@ -1,0 +1,111 @@
+"""The preparing stage's cheaper paths give the bits of the plain formulations they replaced: standardization run by
+run and piece by piece, UTC offsets from a table of the span, known inputs in chunks, rows taken as opaque items."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from foxhunt.data import calendar, known, scaling
+from foxhunt.data.features import OBSERVED
+from foxhunt.data.fitstats import season_moments
+from foxhunt.data.prepare import _take_rows
+
+MIN = 60 * 10**9
+CT = "America/Chicago"
+
+
+def _scalers(names: list[str]) -> dict:
+    rng = np.random.default_rng(1)
+    entry = {c: {"mean": float(rng.normal()), "std": float(rng.uniform(0.5, 2))} for c in OBSERVED}
+    per = {n: {c: {"mean": float(rng.normal()), "std": float(rng.uniform(0.5, 2))} for c in OBSERVED}
+           for n in names[:-1]}  # the last series is unseen: the pooled scalers
+    return {"series": per, "pooled": entry}
+
+
+def _plain(feats: pl.DataFrame, derived: dict, names: list[str], sidx: np.ndarray, sc: dict) -> np.ndarray:
+    """standardize as it was: per-row copies of the mean and std, np.nan_to_num, then float32."""
+    cols = []
+    for c in scaling.observed_names(sc):
+        x = derived[c] if c in derived else feats[c].to_numpy()
+        if c != "roll":
+            table = [sc["series"].get(n, sc["pooled"])[c] for n in names]
+            x = (x - np.array([t["mean"] for t in table])[sidx]) / np.array([t["std"] for t in table])[sidx]
+        cols.append(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32))
+    return np.stack(cols, axis=1)
+
+
+@pytest.mark.parametrize("order", ["sorted", "shuffled"])
+def test_standardize_by_runs_and_pieces_is_the_per_row_formula(order, monkeypatch):
+    rng = np.random.default_rng(0)
+    names, n = ["A", "B", "C"], 100
+    sidx = np.repeat(np.arange(3), [40, 35, 25])
+    if order == "shuffled":  # many runs: per-row copies
+        sidx = rng.permutation(sidx)
+        monkeypatch.setattr(scaling, "RUNS_MAX", 2)
+    monkeypatch.setattr(scaling, "PIECE_ROWS", 7)  # pieces end inside runs and at their ends
+    feats = pl.DataFrame({c: rng.normal(size=n) for c in OBSERVED if c != "log_vol"})
+    feats = feats.with_columns(pl.Series("log_return", np.where(np.arange(n) % 9 == 0, np.inf, feats["log_return"])),
+                               pl.Series("log_range", np.where(np.arange(n) % 13 == 0, np.nan, feats["log_range"])))
+    derived = {"log_vol": np.where(np.arange(n) % 17 == 0, -np.inf, rng.normal(size=n))}
+    sc = _scalers(names)
+    want = _plain(feats, derived, names, sidx, sc)
+    got, _, _ = scaling.standardize(feats, names, sidx, sc, derived, np.zeros(n), np.ones(n))
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+    out = np.full((n, 2 + want.shape[1]), 7.0, dtype=np.float32)  # written into columns of a wider array
+    scaling.standardize(feats, names, sidx, sc, derived, np.zeros(n), np.ones(n), out=out[:, 2:])
+    assert np.array_equal(out[:, 2:], want) and (out[:, :2] == 7.0).all()
+
+
+def test_local_ns_table_of_the_span_is_the_runs_of_quarter_hours(monkeypatch):
+    rng = np.random.default_rng(2)
+    start = int(np.datetime64("2024-03-09T00:00", "ns").astype(np.int64))  # the DST weekend, then autumn's
+    a = start + np.sort(rng.choice(20000, 6000, replace=False)) * MIN
+    ts = np.concatenate([a, a[::3] + 240 * 24 * 60 * MIN, rng.permutation(a)[:500]])  # sorted runs, then any order
+    monkeypatch.setattr(calendar, "SPAN_ROWS", 10**9)  # never a table: one offset per run of quarter-hours
+    runs = calendar.local_ns(ts, CT)
+    monkeypatch.setattr(calendar, "SPAN_ROWS", 1)  # always a table
+    table = calendar.local_ns(ts, CT)
+    assert np.array_equal(runs, table)
+    wall = pl.Series(ts).cast(pl.Datetime("ns", "UTC")).dt.convert_time_zone(CT).dt.replace_time_zone(None)
+    assert np.array_equal(table, wall.dt.epoch("ns").to_numpy())
+
+
+def test_known_cont_in_chunks_is_known_columns(monkeypatch):
+    ts = np.sort(np.random.default_rng(3).choice(10**6, 1000, replace=False)) * MIN + 1_700_000_000 * 10**9
+    season = {"tz": CT, "bandwidth": 3.0, "profile": list(np.linspace(0.5, 1.5, 1440))}
+    want = np.stack(list(known.known_columns(ts, CT, True, False, season).values()), axis=-1).astype(np.float32)
+    monkeypatch.setattr(known, "CHUNK_ROWS", 64)
+    got = known.known_cont(np.concatenate([ts[::2], ts[1::2]]), CT, True, False, season)  # any order
+    assert np.array_equal(got, np.concatenate([want[::2], want[1::2]]))
+
+
+def test_take_rows_into_columns_is_fancy_indexing():
+    rng = np.random.default_rng(4)
+    src = rng.normal(size=(50, 3)).astype(np.float32)
+    idx = rng.integers(0, 50, 200)
+    out = np.zeros((200, 5), dtype=np.float32)
+    _take_rows(src, idx, out[:, 1:4])
+    assert np.array_equal(out[:, 1:4], src[idx]) and not out[:, [0, 4]].any()
+
+
+def test_season_moments_on_the_training_rows_is_the_whole_column_formula():
+    rng = np.random.default_rng(5)
+    n, s = 3000, 3
+    g = np.repeat(np.arange(s), n // s)
+    ts = 1_700_000_000 * 10**9 + np.tile(np.arange(n // s), s) * MIN
+    x = rng.normal(size=n)
+    valid = np.arange(n) % 50 != 0
+    x[~valid] = np.nan
+    keep = rng.random(n) < 0.7
+    got = season_moments(ts, x, valid, g, s, keep, CT)
+    both = keep & valid
+    sq = np.bincount(g[both], weights=x[both] ** 2, minlength=s)
+    scale = sq / np.bincount(g[both], minlength=s)
+    proxy = x**2 / scale[g]
+    use = keep & np.isfinite(proxy)
+    cell = g[use] * 1440 + ((calendar.local_ns(ts[use], CT) % calendar.DAY_NS) // MIN)
+    assert np.array_equal(got["season:sq"], sq)
+    assert np.array_equal(got["season:sums"].ravel(), np.bincount(cell, weights=proxy[use], minlength=s * 1440))
+    assert np.array_equal(got["season:counts"].ravel(), np.bincount(cell, minlength=s * 1440))
