@@ -8,9 +8,11 @@ import polars as pl
 import pytest
 
 from foxhunt.data import calendar, known, scaling
-from foxhunt.data.features import OBSERVED
+from foxhunt.data.features import OBSERVED, raw_features
 from foxhunt.data.fitstats import season_moments
 from foxhunt.data.prepare import _take_rows
+from foxhunt.data.scaling import fit_scalers
+from foxhunt.data.summary import _real_rows
 
 MIN = 60 * 10**9
 CT = "America/Chicago"
@@ -109,3 +111,40 @@ def test_season_moments_on_the_training_rows_is_the_whole_column_formula():
     assert np.array_equal(got["season:sq"], sq)
     assert np.array_equal(got["season:sums"].ravel(), np.bincount(cell, weights=proxy[use], minlength=s * 1440))
     assert np.array_equal(got["season:counts"].ravel(), np.bincount(cell, minlength=s * 1440))
+
+
+def test_trailing_series_by_series_is_the_window_over_series(monkeypatch):
+    rng = np.random.default_rng(6)
+    n = 600
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 1e-3, n)))
+    bars = pl.DataFrame({
+        "series": ["A"] * 250 + ["B"] * 200 + ["C"] * 150, "ts": pl.Series(np.tile(np.arange(600) * MIN, 1))
+        .cast(pl.Datetime("ns", "UTC")), "close": close, "high": close * 1.001, "low": close * 0.999,
+        "volume": rng.integers(1, 9, n).astype(np.float64), "contract": ["X"] * n,
+    })
+    feats = raw_features(bars, "ratio", "log_range")
+    names, sidx = ["A", "B", "C"], np.repeat(np.arange(3), [250, 200, 150])
+    sc = fit_scalers(feats, names, sidx, np.arange(n) % 200 < 150, "log_range", 5.0, "returns", vol_features=True)
+    by_run = scaling.trailing(feats, names, sidx, sc, "log_range", "volatility")
+    monkeypatch.setattr(scaling, "RUNS_SLICED", 0)  # polars windows over the series column
+    over = scaling.trailing(feats, names, sidx, sc, "log_range", "volatility")
+    assert by_run[0].keys() == over[0].keys() and len(by_run[0]) == 5
+    assert all(np.array_equal(by_run[0][c], over[0][c], equal_nan=True) for c in by_run[0])
+    assert np.array_equal(by_run[1], over[1]) and np.array_equal(by_run[2], over[2])
+
+
+def test_distinct_is_unique_and_searchsorted():
+    x = np.concatenate([np.arange(0, 50, 2), np.arange(0, 60, 3), [7, 7, 0]]).astype(np.int64)
+    values, inverse = known.distinct(x)
+    assert np.array_equal(values, np.unique(x)) and np.array_equal(inverse, np.searchsorted(values, x))
+    assert [len(a) for a in known.distinct(x[:0])] == [0, 0]
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 1, 2]])
+def test_real_rows_by_run_is_the_mask_per_series(order):
+    sidx = np.concatenate([np.full(5, i) for i in order])
+    real = np.arange(len(sidx)) % 5 < 4  # the last row of each run is a future row
+    ts = np.arange(len(sidx), dtype=np.int64)[::-1] * 10
+    want = [(int((real & (sidx == i)).sum()), int(ts[real & (sidx == i)].min()), int(ts[real & (sidx == i)].max()),
+             int(np.flatnonzero(real & (sidx == i))[0])) for i in range(3)]
+    assert _real_rows(sidx, real, ts, 3) == want

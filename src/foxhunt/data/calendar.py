@@ -109,7 +109,12 @@ def _trade_day(ts_ns: np.ndarray, intraday: bool, tz: str) -> np.ndarray:
     """Days since the epoch of each bar's trade date: exchange date of ts + 7 h (intraday) or the UTC date (daily)."""
     if not intraday:
         return ts_ns // DAY_NS
-    return (local_ns(ts_ns, tz) + (24 * 60 - SESSION_OPEN_MIN) * MIN_NS) // DAY_NS
+    return _wall_trade_day(local_ns(ts_ns, tz))
+
+
+def _wall_trade_day(wall: np.ndarray) -> np.ndarray:
+    """Days since the epoch of the trade date of wall-clock times `wall` (the exchange date of wall + 7 h)."""
+    return (wall + (24 * 60 - SESSION_OPEN_MIN) * MIN_NS) // DAY_NS
 
 
 def calendar_features(ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool = False) -> dict:
@@ -118,12 +123,17 @@ def calendar_features(ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessi
     Intraday: time of day and trade-date weekday (sin/cos), minutes since the 17:00 session open / 23 h in [0, 1].
     Daily: weekday and month of the UTC date (sin/cos). `sessions` adds CME Globex Equity schedule features.
     """
+    return calendar_at(ts_ns, local_ns(ts_ns, exchange_tz) if intraday else None, sessions)
+
+
+def calendar_at(ts_ns: np.ndarray, wall: np.ndarray | None, sessions: bool = False) -> dict:
+    """`calendar_features` given the wall-clock times `wall` (local_ns in the exchange zone; None: daily bars)."""
     out: dict[str, np.ndarray] = {}
+    intraday = wall is not None
     if intraday:
-        wall = local_ns(ts_ns, exchange_tz)
         minute = (wall % DAY_NS) / MIN_NS
         _cyc(out, "tod", minute, 24 * 60)
-        _cyc(out, "dow", _weekday(_trade_day(ts_ns, True, exchange_tz)), 7)
+        _cyc(out, "dow", _weekday(_wall_trade_day(wall)), 7)
         out["session_elapsed"] = np.clip(
             ((minute - SESSION_OPEN_MIN) % (24 * 60)) / SESSION_LEN_MIN, 0.0, 1.0
         )

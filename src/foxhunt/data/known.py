@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from foxhunt.data.calendar import calendar_columns, calendar_features, future_timestamps
-from foxhunt.data.seasonality import profile_at
+from foxhunt.data.calendar import calendar_at, calendar_columns, future_timestamps, local_ns
+from foxhunt.data.seasonality import profile_at, profile_of_minute, wall_minute
 
 CHUNK_CELLS = 1 << 24  # grid timestamps (origins x steps) computed at a time: at most 128 MiB of int64 at once
 CHUNK_ROWS = 1 << 18  # timestamps whose known inputs are computed at a time (float64: 2 MiB a column)
@@ -51,9 +51,11 @@ def known_columns(
 ) -> dict[str, np.ndarray]:
     """The known continuous inputs of timestamps `ts_ns`: the calendar, then (with a fitted time-of-day profile,
     seasonality.py) `tod_vol`, the log relative volatility of the profile at each timestamp."""
-    cal = calendar_features(ts_ns, exchange_tz, intraday, sessions)
+    wall = local_ns(ts_ns, exchange_tz) if intraday else None  # once, for the calendar and the profile
+    cal = calendar_at(ts_ns, wall, sessions)
     if season:
-        cal["tod_vol"] = np.log(profile_at(ts_ns, season))
+        same = wall is not None and season["tz"] == exchange_tz
+        cal["tod_vol"] = np.log(profile_of_minute(wall_minute(wall), season) if same else profile_at(ts_ns, season))
     return cal
 
 
@@ -134,10 +136,18 @@ def known_cont(
 def distinct(ts_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(O,) sorted distinct values of `ts_ns` (N,), and (N,) the position of each value among them.
 
-    Rows sorted by (series, ts) are a few sorted runs, which a stable (merge) sort takes in about one pass.
-    """
-    values = _unique(ts_ns)
-    return values, np.searchsorted(values, ts_ns)
+    Rows sorted by (series, ts) are a few sorted runs, which a stable (merge) sort takes in about one pass; each
+    row's position is the rank of its value, scattered back through the sort order (no search of the values)."""
+    if len(ts_ns) == 0:
+        return np.sort(ts_ns), np.zeros(0, dtype=np.intp)
+    order = np.argsort(ts_ns, kind="stable")  # (N,)
+    ordered = ts_ns[order]
+    new = np.empty(len(ordered), dtype=bool)  # (N,) first of its value in sorted order
+    new[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    inverse = np.empty(len(ordered), dtype=np.intp)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse
 
 
 def _unique(x: np.ndarray) -> np.ndarray:

@@ -246,15 +246,16 @@ def trailing(
     halflife = scalers["halflife"]
     r_std_e, t_center_e, t_scale_e, k_e = pl.col("r_std"), pl.col("t_center"), pl.col("t_scale"), pl.col("k")
 
+    runs = _runs(sidx)
+    # A handful of series, each one run: every expression runs on each series' rows (no window groups to build).
+    by_run = runs is not None and 0 < len(runs) <= RUNS_SLICED
+
+    def over(e: pl.Expr) -> pl.Expr:  # a window expression within each series
+        return e if by_run else e.over("g")
+
     def ewm(x: pl.Expr, seed: pl.Expr, hl: float = halflife) -> pl.Expr:
         # seeded causal EWMA: the first row of a series holds the seed
-        return (
-            pl.when(pl.col("first"))
-            .then(seed)
-            .otherwise(x)
-            .ewm_mean(alpha=ewma_alpha(hl), adjust=False)
-            .over("g")
-        )
+        return over(pl.when(pl.col("first")).then(seed).otherwise(x).ewm_mean(alpha=ewma_alpha(hl), adjust=False))
 
     proxy = pl.col("r") ** 2 if estimator == "returns" else k_e * pl.col("x") ** 2  # per-bar variance proxy
 
@@ -275,7 +276,7 @@ def trailing(
             pl.max_horizontal(var, (VOL_FLOOR * t_scale_e) ** 2).sqrt().alias("scale"),
         ]
     if scalers.get("vol_features", False):
-        before = vol.shift(1).over("g")  # sigma known before bar t: the shock is measured against it
+        before = over(vol.shift(1))  # sigma known before bar t: the shock is measured against it
         before = pl.when(pl.col("first")).then(r_std_e).otherwise(before)
         exprs += [
             (pl.col("r") / before).alias("shock"),
@@ -283,7 +284,7 @@ def trailing(
             (sigma(halflife / FAST_SLOW) / vol).log().alias("log_vol_fast"),
             (sigma(halflife * FAST_SLOW) / vol).log().alias("log_vol_slow"),
         ]
-    out = df.select(exprs)
+    out = pl.concat([df.slice(lo, hi - lo).select(exprs) for lo, hi, _ in runs]) if by_run else df.select(exprs)
     sig = out["vol"].to_numpy()
     # the volatility expected at the bar: the deseasonalized one times the profile at its time of day
     sig_scale = out["vol_season"].to_numpy() * np.sqrt(df["p2"].to_numpy()) if season else sig
@@ -349,6 +350,7 @@ def standardize(
     return obs, center.astype(np.float32), scale.astype(np.float32)
 
 
+RUNS_SLICED = 64  # up to this many series, each one run, the trailing EWMAs run series by series
 RUNS_MAX = 4096  # more runs of equal series than this (rows not sorted by series): per-row copies instead
 PIECE_ROWS = 1 << 15  # rows standardized at a time: a piece of the row tensor and the work column stay in cache
 

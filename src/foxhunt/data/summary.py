@@ -69,17 +69,16 @@ def data_summary(
     ts = windows.ts_ns.numpy()
     starts = windows.starts.numpy()
     s = len(windows.series_names)
-    rows = np.bincount(sidx[real], minlength=s)
     per_window = np.bincount(sidx[starts], minlength=s) if len(starts) else np.zeros(s, dtype=np.int64)
     code = windows.static_cat[:, 0].numpy()
     series = {}
-    for i, name in enumerate(windows.series_names):  # one entry per series (a handful), not per row
-        sel = real & (sidx == i)
+    for i, (name, (count, lo, hi, first)) in enumerate(zip(windows.series_names, _real_rows(sidx, real, ts, s),
+                                                            strict=True)):
         series[name] = {
-            "rows": int(rows[i]),
-            "start": iso(ts[sel].min()),
-            "end": iso(ts[sel].max()),
-            "code": int(code[sel][0]),
+            "rows": count,
+            "start": iso(lo),
+            "end": iso(hi),
+            "code": int(code[first]),
             "windows": int(per_window[i]),
         }
         if name in report.get("series", {}) and "contracts" in report["series"][name]:
@@ -119,6 +118,25 @@ def data_summary(
         "ranges": ranges,
         "features": {r.value: [f.name for f in schema.features if f.role == r] for r in Role},
     }
+
+
+def _real_rows(sidx: np.ndarray, real: np.ndarray, ts: np.ndarray, s: int) -> list[tuple[int, int, int, int]]:
+    """Per series: (real rows, first and last real timestamp, row of its first real bar). Rows grouped by series (one
+    run each, as prepared) are read run by run; otherwise every series masks all rows."""
+    change = np.flatnonzero(sidx[1:] != sidx[:-1]) + 1
+    bounds = [0, *change.tolist(), len(sidx)]
+    runs = [(int(sidx[lo]), lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
+    if len(runs) == s and sorted(i for i, _, _ in runs) == list(range(s)):
+        out = [(0, 0, 0, 0)] * s
+        for i, lo, hi in runs:
+            at = lo + np.flatnonzero(real[lo:hi])  # (rows of the series,)
+            out[i] = (len(at), int(ts[at].min()), int(ts[at].max()), int(at[0]))
+        return out
+    out = []
+    for i in range(s):  # one pass per series (a handful), not per row
+        at = np.flatnonzero(real & (sidx == i))
+        out.append((len(at), int(ts[at].min()), int(ts[at].max()), int(at[0])))
+    return out
 
 
 def _count(v: Any) -> str:
