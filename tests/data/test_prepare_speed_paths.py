@@ -148,3 +148,22 @@ def test_real_rows_by_run_is_the_mask_per_series(order):
     want = [(int((real & (sidx == i)).sum()), int(ts[real & (sidx == i)].min()), int(ts[real & (sidx == i)].max()),
              int(np.flatnonzero(real & (sidx == i))[0])) for i in range(3)]
     assert _real_rows(sidx, real, ts, 3) == want
+
+
+def test_closed_by_minute_of_the_week_is_the_weekday_formula():
+    rng = np.random.default_rng(7)
+    wall = np.concatenate([rng.integers(-(10**17), 10**17, 20000), np.arange(-3 * 10**13, 3 * 10**13, 7 * 10**9 + 13)])
+    minute, wd = (wall % calendar.DAY_NS) // MIN, (wall // calendar.DAY_NS + 3) % 7
+    assert np.array_equal(calendar._closed(wall), calendar._closed_at(minute, wd))
+
+
+def test_median_spacings_of_all_and_train_rows_are_two_medians():
+    rng = np.random.default_rng(8)
+    sidx = np.repeat(np.arange(3), [300, 1, 200])
+    ts = np.concatenate([np.sort(rng.choice(5000, n, replace=False)) * MIN for n in (300, 1, 200)])
+    ts[5] = ts[4]  # a zero gap is no spacing
+    cut = int(np.median(ts))
+    before = ts < cut
+    got = calendar.median_spacings_ns(ts, sidx, cut)
+    assert got == (calendar.median_spacing_ns(ts, sidx), calendar.median_spacing_ns(ts[before], sidx[before]))
+    assert calendar.median_spacings_ns(ts, sidx, int(ts.min()))[1] == 0

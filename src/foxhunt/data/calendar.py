@@ -52,9 +52,22 @@ def calendar_columns(intraday: bool, sessions: bool) -> tuple[str, ...]:
 
 def median_spacing_ns(ts_ns: np.ndarray, series_idx: np.ndarray) -> int:
     """Median gap between consecutive bars of the same series (rows sorted by series, ts); 0 if none."""
+    return median_spacings_ns(ts_ns, series_idx)[0]
+
+
+def median_spacings_ns(ts_ns: np.ndarray, series_idx: np.ndarray, cut_ns: int | None = None) -> tuple[int, int]:
+    """`median_spacing_ns` of all rows and of the rows before `cut_ns` (0 without it), from one pass of gaps.
+
+    Rows sorted by (series, ts): a series' rows before the cut are a prefix of its rows, so two consecutive ones of
+    them are consecutive rows, and their gaps are the gaps whose later bar is before the cut."""
     same = series_idx[1:] == series_idx[:-1]
-    gaps = np.diff(ts_ns)[same]
-    gaps = gaps[gaps > 0]
+    gaps = np.diff(ts_ns)  # (N - 1,)
+    use = same & (gaps > 0)
+    spacing = _median(gaps[use])
+    return spacing, 0 if cut_ns is None else _median(gaps[use & (ts_ns[1:] < cut_ns)])
+
+
+def _median(gaps: np.ndarray) -> int:
     return int(np.median(gaps)) if len(gaps) else 0
 
 
@@ -211,11 +224,20 @@ def on_grid(ts_ns: np.ndarray, intraday: bool, exchange_tz: str) -> np.ndarray:
 
 
 def _closed(wall: np.ndarray) -> np.ndarray:
-    """CME closure (daily halt or weekend) at Chicago wall-clock times `wall` (naive ns)."""
-    minute, wd = (wall % DAY_NS) // MIN_NS, _weekday(wall // DAY_NS)  # wd: Monday 0 .. Sunday 6
+    """CME closure (daily halt or weekend) at Chicago wall-clock times `wall` (naive ns): looked up by the minute of
+    the week, (days + 3) % 7 * 1440 + minute of the day = (minutes + 3 * 1440) % WEEK_MIN (floor division)."""
+    return _CLOSED_BY_MINUTE[(wall // MIN_NS + 3 * 24 * 60) % WEEK_MIN]
+
+
+def _closed_at(minute: np.ndarray, wd: np.ndarray) -> np.ndarray:
+    """CME closure at minutes of the day `minute` of weekdays `wd` (Monday 0 .. Sunday 6)."""
     halt = (minute >= HALT_START_MIN) & (minute < HALT_END_MIN)
     weekend = (wd == 5) | ((wd == 4) & (minute >= HALT_START_MIN)) | ((wd == 6) & (minute < HALT_END_MIN))
     return halt | weekend
+
+
+WEEK_MIN = 7 * 24 * 60
+_CLOSED_BY_MINUTE = _closed_at(np.arange(WEEK_MIN) % (24 * 60), np.arange(WEEK_MIN) // (24 * 60))  # (WEEK_MIN,)
 
 
 def _grid_resume(ts_ns: np.ndarray, wall: np.ndarray, exchange_tz: str) -> np.ndarray:

@@ -145,9 +145,12 @@ def distinct(ts_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     new = np.empty(len(ordered), dtype=bool)  # (N,) first of its value in sorted order
     new[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    values = ordered[new]
+    rank = np.cumsum(new, out=ordered.view(np.intp) if ordered.dtype == np.intp else None)  # (N,) in its buffer
+    rank -= 1
     inverse = np.empty(len(ordered), dtype=np.intp)
-    inverse[order] = np.cumsum(new) - 1
-    return ordered[new], inverse
+    inverse[order] = rank
+    return values, inverse
 
 
 def _unique(x: np.ndarray) -> np.ndarray:

@@ -16,7 +16,12 @@ import numpy as np
 import polars as pl
 import torch
 
-from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns, future_timestamps, median_spacing_ns
+from foxhunt.data.calendar import (
+    DAILY_MIN_SPACING_NS,
+    calendar_columns,
+    future_timestamps,
+    median_spacings_ns,
+)
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, raw_features
 from foxhunt.data.known import DecoderKnown, decoder_grid, distinct, known_cont
@@ -120,10 +125,9 @@ def prepare_from_bars(
     if not piece:
         check_length(names, end - first, e, d, for_prediction)
         cuts = None if for_prediction else split_cuts(cfg, ts_ns)
-    spacing = median_spacing_ns(ts_ns, sidx)
-    if transform is None:  # the grid step a model keeps (known.py) is measured on its training rows only
-        before = ts_ns < cuts[0]
-        spacing = median_spacing_ns(ts_ns[before], sidx[before]) or spacing
+    # The grid step a model keeps (known.py) is measured on its training rows only.
+    spacing, train_spacing = median_spacings_ns(ts_ns, sidx, cuts[0] if transform is None else None)
+    spacing = train_spacing or spacing
     # One bar per series (prediction on a short file) gives no spacing: trust the model's.
     intraday = (
         transform.intraday if transform is not None and spacing == 0 else spacing < DAILY_MIN_SPACING_NS

@@ -218,37 +218,33 @@ def trailing(
     """({name: (N,)} derived inputs: log_vol and, with vol_features, VOL_OBSERVED), target center and scale (N,)."""
     estimator = scalers.get("estimator", "returns")
     ret, rng = move_columns(target)
-    r_std = _per_row(scalers, names, sidx, ret, "std")
-    t_center = _per_row(scalers, names, sidx, "target", "center")
-    t_scale = _per_row(scalers, names, sidx, "target", "scale")
     # Older models have no range_k; they use the "returns" estimator and no vol features, so 1 is never read.
-    k = (
-        _per_row(scalers, names, sidx, "range_k", "value")
-        if "range_k" in scalers["pooled"]
-        else np.ones(len(sidx))
-    )
-    g = pl.Series("g", sidx)
-    df = pl.DataFrame(
-        {
-            "g": g.set_sorted() if _sorted(sidx) else g,
-            "first": feats["first"],
-            "r": feats[ret],
-            "x": feats[rng],
-            "r_std": r_std,
-            "t_center": t_center,
-            "t_scale": t_scale,
-            "k": k,
-        }
-    )
+    has_k = "range_k" in scalers["pooled"]
+    tables = {  # (S,) each series' scalars, as per-row columns of the frame the expressions run on
+        "r_std": _per_series(scalers, names, ret, "std"),
+        "t_center": _per_series(scalers, names, "target", "center"),
+        "t_scale": _per_series(scalers, names, "target", "scale"),
+        "k": _per_series(scalers, names, "range_k", "value") if has_k else np.ones(len(names)),
+    }
     season = scalers.get("season")
-    if season:
-        df = df.with_columns(pl.Series("p2", profile_at(feats["ts"].dt.epoch("ns").to_numpy(), season) ** 2))
+    p2 = profile_at(feats["ts"].dt.epoch("ns").to_numpy(), season) ** 2 if season else None  # (N,)
+    runs = _runs(sidx)
+    # A handful of series, each one run: every expression runs on each series' rows (no window groups to build),
+    # the series' scalars as constant columns of its rows only.
+    by_run = runs is not None and 0 < len(runs) <= RUNS_SLICED
+
+    def frame(lo: int, hi: int, i: int | None) -> pl.DataFrame:
+        """Rows [lo, hi) of one series `i`, or all rows (i None) with a `g` column to group by."""
+        cols = {"first": feats["first"], "r": feats[ret], "x": feats[rng], "p2": p2}
+        df = pl.DataFrame({c: v[lo:hi] for c, v in cols.items() if v is not None})
+        if i is not None:
+            return df.with_columns(pl.Series(c, np.full(hi - lo, t[i])) for c, t in tables.items())
+        g = pl.Series("g", sidx)
+        return df.with_columns(g.set_sorted() if _sorted(sidx) else g,
+                               *(pl.Series(c, t[sidx]) for c, t in tables.items()))
+
     halflife = scalers["halflife"]
     r_std_e, t_center_e, t_scale_e, k_e = pl.col("r_std"), pl.col("t_center"), pl.col("t_scale"), pl.col("k")
-
-    runs = _runs(sidx)
-    # A handful of series, each one run: every expression runs on each series' rows (no window groups to build).
-    by_run = runs is not None and 0 < len(runs) <= RUNS_SLICED
 
     def over(e: pl.Expr) -> pl.Expr:  # a window expression within each series
         return e if by_run else e.over("g")
@@ -284,23 +280,31 @@ def trailing(
             (sigma(halflife / FAST_SLOW) / vol).log().alias("log_vol_fast"),
             (sigma(halflife * FAST_SLOW) / vol).log().alias("log_vol_slow"),
         ]
-    out = pl.concat([df.slice(lo, hi - lo).select(exprs) for lo, hi, _ in runs]) if by_run else df.select(exprs)
-    sig = out["vol"].to_numpy()
+    if by_run:  # each series' results written into the columns as they come: no concatenated frame to copy
+        out = {e.meta.output_name(): np.empty(len(sidx)) for e in exprs}
+        for lo, hi, i in runs:
+            part = frame(lo, hi, i).select(exprs)
+            for c, col in out.items():
+                col[lo:hi] = part[c].to_numpy()
+    else:
+        part = frame(0, len(sidx), None).select(exprs)
+        out = {c: part[c].to_numpy() for c in part.columns}
+    sig = out["vol"]
     # the volatility expected at the bar: the deseasonalized one times the profile at its time of day
-    sig_scale = out["vol_season"].to_numpy() * np.sqrt(df["p2"].to_numpy()) if season else sig
+    sig_scale = out["vol_season"] * np.sqrt(p2) if season else sig
     if scaling == "series":
-        center, scale = t_center, t_scale
+        center, scale = tables["t_center"][sidx], tables["t_scale"][sidx]
     elif target in RETURN_TARGETS:  # price_change: sigma in price units, the trailing volatility of price changes
         center, scale = np.zeros(len(sidx)), sig_scale
     elif estimator == "range":
-        center, scale = np.zeros(len(sidx)), sig_scale / np.sqrt(k)
+        center, scale = np.zeros(len(sidx)), sig_scale / np.sqrt(tables["k"][sidx])
     else:
-        center, scale = out["center"].to_numpy(), out["scale"].to_numpy()
+        center, scale = out["center"], out["scale"]
     derived = {"log_vol": np.log(sig)}
     if scalers.get("vol_features", False):
-        derived.update({c: out[c].to_numpy() for c in VOL_OBSERVED})
+        derived.update({c: out[c] for c in VOL_OBSERVED})
     if season:
-        derived["log_vol_season"] = np.log(out["vol_season"].to_numpy())
+        derived["log_vol_season"] = np.log(out["vol_season"])
     return derived, center, scale
 
 
