@@ -22,7 +22,7 @@ from foxhunt.data.calendar import calendar_at, calendar_columns, future_timestam
 from foxhunt.data.seasonality import profile_at, profile_of_minute, wall_minute
 
 CHUNK_CELLS = 1 << 24  # grid timestamps (origins x steps) computed at a time: at most 128 MiB of int64 at once
-CHUNK_ROWS = 1 << 18  # timestamps whose known inputs are computed at a time (float64: 2 MiB a column)
+CHUNK_ROWS = 1 << 16  # timestamps whose known inputs (or distinct ranks) are computed at a time (512 KiB a column)
 
 
 @dataclass(frozen=True)
@@ -141,16 +141,18 @@ def distinct(ts_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if len(ts_ns) == 0:
         return np.sort(ts_ns), np.zeros(0, dtype=np.intp)
     order = np.argsort(ts_ns, kind="stable")  # (N,)
-    ordered = ts_ns[order]
-    new = np.empty(len(ordered), dtype=bool)  # (N,) first of its value in sorted order
+    new = np.empty(len(order), dtype=bool)  # (N,) first of its value in sorted order
     new[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
-    values = ordered[new]
-    rank = np.cumsum(new, out=ordered.view(np.intp) if ordered.dtype == np.intp else None)  # (N,) in its buffer
-    rank -= 1
-    inverse = np.empty(len(ordered), dtype=np.intp)
-    inverse[order] = rank
-    return values, inverse
+    for lo in range(1, len(order), CHUNK_ROWS):  # the sorted values a piece at a time: no (N,) sorted copy
+        ordered = ts_ns[order[lo - 1 : lo + CHUNK_ROWS]]
+        np.not_equal(ordered[1:], ordered[:-1], out=new[lo : lo + CHUNK_ROWS])
+    inverse = np.empty(len(order), dtype=np.intp)
+    rank = -1
+    for lo in range(0, len(order), CHUNK_ROWS):  # each row's rank, scattered back through the order
+        ranks = np.cumsum(new[lo : lo + CHUNK_ROWS]) + rank
+        inverse[order[lo : lo + CHUNK_ROWS]] = ranks
+        rank = int(ranks[-1])
+    return ts_ns[order[new]], inverse
 
 
 def _unique(x: np.ndarray) -> np.ndarray:

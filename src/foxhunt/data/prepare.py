@@ -8,6 +8,9 @@ rows to each series so that every bar with a full encoder behind it, the last on
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -368,20 +371,19 @@ def _windowed(
     season, kr = tf.scalers.get("season"), known_width(tf)
     # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
     stamps, inverse = distinct(rows["ts"])  # (O,), (N,)
-    table, base, index = decoder_grid(stamps, step, d, tf.exchange_tz, tf.intraday)  # (U,), (O,), (O, D) | None
-    # The forecast grid after each stamp is nearly the stamps again: the calendar is computed once for the grid table
-    # and the stamps not in it (a session's first bar), rows [0, U) the decoder's table, the rest those stamps.
-    at = base - 1  # (O,) the table row of the stamp itself, where it is there
-    found = (at >= 0) & (table[np.maximum(at, 0)] == stamps) if len(table) else np.zeros(len(stamps), dtype=bool)
-    extra = np.flatnonzero(~found)  # (E,)
-    cal32 = known_cont(np.concatenate([table, stamps[extra]]), tf.exchange_tz, tf.intraday, tf.calendar_features,
-                       season)  # (U + E, Kr)
-    at[extra] = len(table) + np.arange(len(extra))
-    cont = rows.pop("cont")  # (N, Kr + Or)
-    _take_rows(cal32, at[inverse], cont[:, :kr])
-    known = DecoderKnown(cont=cal32[: len(table)], ts=table, base=base[inverse],
+    cal = functools.partial(known_cont, exchange_tz=tf.exchange_tz, intraday=tf.intraday,
+                            sessions=tf.calendar_features, season=season)
+    # The decoder's grid runs on a second thread while this one computes the stamps' calendar (numpy and polars
+    # release the GIL in their loops): independent work, a function of the stamps alone.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        grid = pool.submit(decoder_grid, stamps, step, d, tf.exchange_tz, tf.intraday)
+        cal32 = cal(stamps)  # (O, Kr)
+        cont = rows.pop("cont")  # (N, Kr + Or)
+        _take_rows(cal32, inverse, cont[:, :kr])
+        table, base, index = grid.result()  # (U,), (O,), (O, D) | None
+    known = DecoderKnown(cont=_table_calendar(table, stamps, base, cal32, cal), ts=table, base=base[inverse],
                          index=None if index is None else index[inverse])
-    del stamps, inverse, at, base, index
+    del stamps, inverse, base, index, cal32
     codes = tf.code(names)[rows["sidx"]]  # (N,)
     return WindowedData(
         cont=torch.from_numpy(cont),
@@ -405,6 +407,22 @@ def _windowed(
         known_base=torch.from_numpy(known.base),
         known_index=None if known.index is None else torch.from_numpy(known.index),
     )
+
+
+def _table_calendar(
+    table: np.ndarray, stamps: np.ndarray, base: np.ndarray, cal32: np.ndarray, cal: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """(U, Kr) known inputs of the grid table `table` (U,): the forecast grid after each stamp is nearly the stamps
+    again, so rows of a stamp (`stamps` (O,), calendar `cal32` (O, Kr)) are copied and only the rest computed (`cal`).
+    `base` (O,): the table row after each stamp (decoder_grid), so a stamp in the table sits at base - 1."""
+    at = base - 1  # (O,)
+    found = np.flatnonzero((at >= 0) & (table[np.maximum(at, 0)] == stamps)) if len(table) else base[:0]
+    out = np.empty((len(table), cal32.shape[1]), dtype=np.float32)  # (U, Kr)
+    out[at[found]] = cal32[found]
+    rest = np.ones(len(table), dtype=bool)
+    rest[at[found]] = False
+    out[rest] = cal(table[rest])
+    return out
 
 
 def _take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:

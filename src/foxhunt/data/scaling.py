@@ -53,7 +53,7 @@ from foxhunt.data.fitstats import (
     squares_of,
     stats,
 )
-from foxhunt.data.seasonality import profile_at
+from foxhunt.data.seasonality import MINUTES, minute_of_day, profile_of_minute
 
 VOL_HALFLIFE = 20.0
 VOL_FLOOR = 0.1
@@ -227,7 +227,13 @@ def trailing(
         "k": _per_series(scalers, names, "range_k", "value") if has_k else np.ones(len(names)),
     }
     season = scalers.get("season")
-    p2 = profile_at(feats["ts"].dt.epoch("ns").to_numpy(), season) ** 2 if season else None  # (N,)
+    if season:  # the profile squared at each bar, and its root: looked up by minute, each op on the 1440 values
+        minute = minute_of_day(feats["ts"].dt.epoch("ns").to_numpy(), season["tz"])  # (N,)
+        table2 = profile_of_minute(np.arange(MINUTES), season) ** 2  # (MINUTES,)
+        p2, root_p2 = table2[minute], np.sqrt(table2)[minute]
+        del minute
+    else:
+        p2 = root_p2 = None
     runs = _runs(sidx)
     # A handful of series, each one run: every expression runs on each series' rows (no window groups to build),
     # the series' scalars as constant columns of its rows only.
@@ -291,7 +297,7 @@ def trailing(
         out = {c: part[c].to_numpy() for c in part.columns}
     sig = out["vol"]
     # the volatility expected at the bar: the deseasonalized one times the profile at its time of day
-    sig_scale = out["vol_season"] * np.sqrt(p2) if season else sig
+    sig_scale = out["vol_season"] * root_p2 if season else sig
     if scaling == "series":
         center, scale = tables["t_center"][sidx], tables["t_scale"][sidx]
     elif target in RETURN_TARGETS:  # price_change: sigma in price units, the trailing volatility of price changes

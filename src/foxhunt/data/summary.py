@@ -72,8 +72,9 @@ def data_summary(
     per_window = np.bincount(sidx[starts], minlength=s) if len(starts) else np.zeros(s, dtype=np.int64)
     code = windows.static_cat[:, 0].numpy()
     series = {}
-    for i, (name, (count, lo, hi, first)) in enumerate(zip(windows.series_names, _real_rows(sidx, real, ts, s),
-                                                            strict=True)):
+    per_series = _real_rows(sidx, real, ts, s)  # every real row is in one series: these add up to all of them
+    n_real = sum(count for count, _, _, _ in per_series)
+    for i, (name, (count, lo, hi, first)) in enumerate(zip(windows.series_names, per_series, strict=True)):
         series[name] = {
             "rows": count,
             "start": iso(lo),
@@ -93,10 +94,11 @@ def data_summary(
         )
     return {
         "mode": "predict" if for_prediction else "train",
-        "rows_read": int(report.get("rows_read", int(real.sum()))),
-        "rows": int(real.sum()),
+        "rows_read": int(report.get("rows_read", n_real)),
+        "rows": n_real,
         "files": _plain(report.get("files")),
-        "date_range": {"start": iso(ts[real].min()), "end": iso(ts[real].max())},
+        "date_range": {"start": iso(min(lo for _, lo, _, _ in per_series)),
+                       "end": iso(max(hi for _, _, hi, _ in per_series))},
         "bar_interval": report.get("bar_interval") or _interval(spacing_ns),
         "checks": {k: _plain(report.get(k)) for k in CHECKS if k in report},
         "bars_filled": report.get("bars_filled"),  # None: --fill-gaps was off
