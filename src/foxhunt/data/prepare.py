@@ -201,7 +201,7 @@ def prepare_from_bars(
         rows = _extend(
             rows, first, end, d, future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz)
         )
-    first, end = series_bounds(rows["sidx"])
+        first, end = series_bounds(rows["sidx"])  # each series now ends d rows later
     windows = _windowed(rows, first, end, names, transform, e, d, step)
     if for_prediction:
         split = SplitResult(
