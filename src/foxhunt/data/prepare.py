@@ -8,6 +8,7 @@ rows to each series so that every bar with a full encoder behind it, the last on
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +48,9 @@ FEATURE_COLUMNS = ("ts", "first", "roll", "target", "log_range", "log_volume")
 FEATURE_INPUTS = ("series", "ts", "contract", "volume", "own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap",
                   "filled")
 PRICES = ("high", "low", "close")
+# _windowed computes the decoder's grid on a second thread beside the stamps' calendar: on an idle 2-core machine the
+# two overlap; on a machine whose cores are all busy it only adds the thread's cost (False: one after the other).
+GRID_THREAD = True
 
 
 @dataclass(frozen=True)
@@ -373,14 +377,15 @@ def _windowed(
     stamps, inverse = distinct(rows["ts"])  # (O,), (N,)
     cal = functools.partial(known_cont, exchange_tz=tf.exchange_tz, intraday=tf.intraday,
                             sessions=tf.calendar_features, season=season)
-    # The decoder's grid runs on a second thread while this one computes the stamps' calendar (numpy and polars
-    # release the GIL in their loops): independent work, a function of the stamps alone.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        grid = pool.submit(decoder_grid, stamps, step, d, tf.exchange_tz, tf.intraday)
+    # With GRID_THREAD the decoder's grid runs on a second thread while this one computes the stamps' calendar (numpy
+    # and polars release the GIL in their loops): independent work, a function of the stamps alone.
+    with ThreadPoolExecutor(max_workers=1) if GRID_THREAD else contextlib.nullcontext() as pool:
+        grid = functools.partial(decoder_grid, stamps, step, d, tf.exchange_tz, tf.intraday)
+        later = pool.submit(grid) if pool else None
         cal32 = cal(stamps)  # (O, Kr)
         cont = rows.pop("cont")  # (N, Kr + Or)
         _take_rows(cal32, inverse, cont[:, :kr])
-        table, base, index = grid.result()  # (U,), (O,), (O, D) | None
+        table, base, index = later.result() if later else grid()  # (U,), (O,), (O, D) | None
     known = DecoderKnown(cont=_table_calendar(table, stamps, base, cal32, cal), ts=table, base=base[inverse],
                          index=None if index is None else index[inverse])
     del stamps, inverse, base, index, cal32
