@@ -109,7 +109,8 @@ def decoder_grid(
         return kept if kept is not None else decoder_timestamps(origins[sl], step_ns, horizon, intraday, exchange_tz)
 
     # Each step's column rises with the origin: laid out step by step, the grid is D sorted runs (see _unique).
-    table = _unique(np.concatenate([_unique(grid(sl).T) for sl in chunks])) if n else np.empty(0, np.int64)
+    parts = [_unique(grid(sl).T) for sl in chunks]  # each sorted and distinct: one needs no second pass
+    table = (parts[0] if len(parts) == 1 else _unique(np.concatenate(parts))) if n else np.empty(0, np.int64)
     base = np.searchsorted(table, origins, side="right").astype(np.int64)  # (O,) first grid point after each
     # One lattice: every origin's steps are the table rows right after it (no other grid point falls between). The
     # steps are distinct table values after the origin, so that holds when the last one sits D - 1 rows after base.
