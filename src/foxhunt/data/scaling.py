@@ -244,10 +244,10 @@ def trailing(
         cols = {"first": feats["first"], "r": feats[ret], "x": feats[rng], "p2": p2}
         df = pl.DataFrame({c: v[lo:hi] for c, v in cols.items() if v is not None})
         if i is not None:
-            return df.with_columns(pl.Series(c, np.full(hi - lo, t[i])) for c, t in tables.items())
+            return df.with_columns(pl.Series(c, np.full(hi - lo, t[i])) for c, t in tables.items() if c in used)
         g = pl.Series("g", sidx)
         return df.with_columns(g.set_sorted() if _sorted(sidx) else g,
-                               *(pl.Series(c, t[sidx]) for c, t in tables.items()))
+                               *(pl.Series(c, t[sidx]) for c, t in tables.items() if c in used))
 
     halflife = scalers["halflife"]
     r_std_e, t_center_e, t_scale_e, k_e = pl.col("r_std"), pl.col("t_center"), pl.col("t_scale"), pl.col("k")
@@ -286,6 +286,7 @@ def trailing(
             (sigma(halflife / FAST_SLOW) / vol).log().alias("log_vol_fast"),
             (sigma(halflife * FAST_SLOW) / vol).log().alias("log_vol_slow"),
         ]
+    used = {c for e in exprs for c in e.meta.root_names()}  # the scalar columns the expressions read
     if by_run:  # each series' results written into the columns as they come: no concatenated frame to copy
         out = {e.meta.output_name(): np.empty(len(sidx)) for e in exprs}
         for lo, hi, i in runs:
