@@ -203,3 +203,20 @@ def test_windows_with_the_grid_on_a_second_thread_are_those_without(monkeypatch)
         w = prepare.prepare_from_bars(LoadedBars(bars, [], {}), cfg).windows
         got[thread] = {k: v for k, v in vars(w).items() if hasattr(v, "numpy")}
     assert all(np.array_equal(got[True][k].numpy(), got[False][k].numpy(), equal_nan=True) for k in got[True])
+
+
+def test_train_moments_with_the_callers_minutes_are_those_without():
+    rng = np.random.default_rng(10)
+    n = 900
+    ts = 1_709_900_000 * 10**9 + np.arange(n) * MIN
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 1e-3, n)))
+    bars = pl.DataFrame({"series": ["A"] * 500 + ["B"] * 400, "ts": pl.Series(ts).cast(pl.Datetime("ns", "UTC")),
+                         "close": close, "high": close * 1.002, "low": close * 0.998,
+                         "volume": np.ones(n), "contract": ["X"] * n})
+    feats = raw_features(bars, "ratio", "log_return")
+    sidx = np.repeat([0, 1], [500, 400])
+    keep = (np.arange(n) % 7 != 0) & ~feats["first"].to_numpy()
+    minute = ((calendar.local_ns(ts, CT) % calendar.DAY_NS) // MIN).astype(np.int16)
+    plain = scaling.train_moments(feats, sidx, 2, keep, "log_return", CT)
+    given = scaling.train_moments(feats, sidx, 2, keep, "log_return", CT, minute=minute)
+    assert plain.keys() == given.keys() and all(np.array_equal(plain[k], given[k]) for k in plain)

@@ -133,10 +133,11 @@ def sum_in_order(a: np.ndarray) -> float:
 
 
 def season_moments(ts_ns: np.ndarray, log_range: np.ndarray, valid: np.ndarray, g: np.ndarray, s: int,
-                   keep: np.ndarray, tz: str, kept: Selected | None = None) -> dict[str, np.ndarray]:
+                   keep: np.ndarray, tz: str, kept: Selected | None = None, minute: np.ndarray | None = None
+                   ) -> dict[str, np.ndarray]:
     """Per series (S, MINUTES) sums and counts by minute of the day of the squared range in units of the series'
     mean over the training rows (`keep`; the mean over those also `valid`, not null), and the (S,) sums behind
-    that mean. `kept`: `select(keep, g, s)`, when the caller has it."""
+    that mean. `kept`: `select(keep, g, s)`; `minute`: (N,) minute_of_day(ts_ns, tz); each when the caller has it."""
     kept = select(keep, g, s) if kept is None else kept
     x = log_range.take(kept.at)  # (K,) the training rows: the only ones summed
     both = valid.take(kept.at)
@@ -147,7 +148,8 @@ def season_moments(ts_ns: np.ndarray, log_range: np.ndarray, valid: np.ndarray, 
     with np.errstate(invalid="ignore", divide="ignore"):
         proxy = x**2 / scale[kept.g]
     use = np.isfinite(proxy)
-    cell = kept.g[use] * MINUTES + minute_of_day(ts_ns.take(kept.at[use]), tz)
+    at = kept.at[use]
+    cell = kept.g[use] * MINUTES + (minute_of_day(ts_ns.take(at), tz) if minute is None else minute.take(at))
     sums = np.bincount(cell, weights=proxy[use], minlength=s * MINUTES).reshape(s, MINUTES)
     counts = np.bincount(cell, minlength=s * MINUTES).reshape(s, MINUTES)
     return {**sq, "season:sums": sums, "season:counts": counts}

@@ -130,19 +130,25 @@ def fit_and_trail(
     if estimator not in ESTIMATORS:
         raise ValueError(f"volatility estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
     keep = train_mask & ~feats["first"].to_numpy()
-    mom = train_moments(feats, sidx, len(names), keep, target, season_tz)
+    # Intraday with a profile: each bar's minute of the day, once for the profile's sums and the trailing inputs.
+    minute = None if season_tz is None else minute_of_day(feats["ts"].dt.epoch("ns").to_numpy(), season_tz).astype(
+        np.int16)  # (N,) 0..1439: int16 keeps it small while it is held
+    mom = train_moments(feats, sidx, len(names), keep, target, season_tz, minute=minute)
     scalers = first_scalers(mom, names, target, halflife, estimator, vol_features, fill_gaps, season_tz)
     # log_vol (and the vol features) are seeded from the return std just fitted: a second pass over the same rows.
-    trail = trailing(feats, names, sidx, scalers, target, scaling)
+    trail = trailing(feats, names, sidx, scalers, target, scaling, minute=minute)
+    del minute
     add_vol_stats(scalers, vol_moments(trail[0], sidx, len(names), keep, scalers), names, mom["rows"] > 0)
     return scalers, trail
 
 
 def train_moments(
-    feats: pl.DataFrame, sidx: np.ndarray, s: int, keep: np.ndarray, target: str, season_tz: str | None
+    feats: pl.DataFrame, sidx: np.ndarray, s: int, keep: np.ndarray, target: str, season_tz: str | None,
+    *, minute: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """The per-series sufficient statistics (fitstats.py) of the first fit over rows where `keep` (training rows
-    but each series' first): (S,) arrays, so that those of consecutive series groups concatenate."""
+    but each series' first): (S,) arrays, so that those of consecutive series groups concatenate. `minute`: each
+    row's minute of the day in `season_tz` (seasonality.minute_of_day), when the caller has it."""
     ret, rng = move_columns(target)  # price units for price_change: its prices may be zero or negative
     kept = select(keep, sidx, s)  # the rows of every column without nulls
     mom = {"rows": kept.n}
@@ -157,7 +163,7 @@ def train_moments(
     if season_tz is not None:  # the range, several times less noisy than the squared return, ignores halt gaps
         col = feats.get_column("log_range")
         mom.update(season_moments(feats["ts"].dt.epoch("ns").to_numpy(), col.to_numpy(),
-                                  col.is_not_null().to_numpy(), sidx, s, keep, season_tz, kept))
+                                  col.is_not_null().to_numpy(), sidx, s, keep, season_tz, kept, minute))
     return mom
 
 
@@ -213,9 +219,12 @@ def add_vol_stats(scalers: dict, mom: dict[str, np.ndarray], names: list[str], p
 
 
 def trailing(
-    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, target: str, scaling: str
+    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, target: str, scaling: str,
+    *, minute: np.ndarray | None = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """({name: (N,)} derived inputs: log_vol and, with vol_features, VOL_OBSERVED), target center and scale (N,)."""
+    """({name: (N,)} derived inputs: log_vol and, with vol_features, VOL_OBSERVED), target center and scale (N,).
+
+    `minute`: each row's minute of the day in the profile's zone (seasonality.minute_of_day), when the caller has it."""
     estimator = scalers.get("estimator", "returns")
     ret, rng = move_columns(target)
     # Older models have no range_k; they use the "returns" estimator and no vol features, so 1 is never read.
@@ -228,10 +237,10 @@ def trailing(
     }
     season = scalers.get("season")
     if season:  # the profile squared at each bar, and its root: looked up by minute, each op on the 1440 values
-        minute = minute_of_day(feats["ts"].dt.epoch("ns").to_numpy(), season["tz"])  # (N,)
+        if minute is None:
+            minute = minute_of_day(feats["ts"].dt.epoch("ns").to_numpy(), season["tz"])  # (N,)
         table2 = profile_of_minute(np.arange(MINUTES), season) ** 2  # (MINUTES,)
         p2, root_p2 = table2[minute], np.sqrt(table2)[minute]
-        del minute
     else:
         p2 = root_p2 = None
     runs = _runs(sidx)
