@@ -9,7 +9,9 @@ rows to each series so that every bar with a full encoder behind it, the last on
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
+import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -48,9 +50,11 @@ FEATURE_COLUMNS = ("ts", "first", "roll", "target", "log_range", "log_volume")
 FEATURE_INPUTS = ("series", "ts", "contract", "volume", "own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap",
                   "filled")
 PRICES = ("high", "low", "close")
-# _windowed computes the decoder's grid on a second thread beside the stamps' calendar: on an idle 2-core machine the
-# two overlap; on a machine whose cores are all busy it only adds the thread's cost (False: one after the other).
-GRID_THREAD = True
+# True: _windowed computes the decoder's grid on a second thread beside the stamps' calendar, which can overlap the
+# two on an idle 2-core machine. Off: the thread's arrays come from another glibc arena, whose freed memory the main
+# thread does not reuse; in benchmarks/windows_2m.py that raised _windowed's peak RSS by 55-80 MiB (21-43 without),
+# to above the loader's peak, and on the loaded 2-core machine it was measured here no faster.
+GRID_THREAD = False
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,7 @@ def prepare_from_bars(
             exchange_tz=cfg.exchange_tz,
             bar_spacing_ns=spacing,
         )
+    release_freed_memory()  # the fit's freed temporaries go back before the row tensor takes its memory
     # The row tensor: calendar columns (filled in _windowed), then the observed inputs, standardized straight into it.
     kr = known_width(transform)
     cont = np.empty((len(ts_ns), kr + len(observed_names(transform.scalers))), dtype=np.float32)  # (N, Kr + Or)
@@ -389,6 +394,7 @@ def _windowed(
     known = DecoderKnown(cont=_table_calendar(table, stamps, base, cal32, cal), ts=table, base=base[inverse],
                          index=None if index is None else index[inverse])
     del stamps, inverse, base, index, cal32
+    release_freed_memory()  # the grid's and the calendar's temporaries, before the last row tensors
     codes = tf.code(names)[rows["sidx"]]  # (N,)
     return WindowedData(
         cont=torch.from_numpy(cont),
@@ -428,6 +434,20 @@ def _table_calendar(
     rest[at[found]] = False
     out[rest] = cal(table[rest])
     return out
+
+
+def release_freed_memory() -> None:
+    """Hand the C heap's freed memory back to the kernel (glibc's malloc_trim; elsewhere nothing).
+
+    glibc serves blocks below its mmap threshold from the heap, and it raises that threshold (up to 32 MiB) each
+    time a large block is freed, so the (N,) temporaries of fitting stay resident once freed and the row tensor
+    allocated next adds its memory on top of them."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (e.g. musl)
+        pass
 
 
 def _take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
