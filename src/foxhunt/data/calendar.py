@@ -52,31 +52,53 @@ def calendar_columns(intraday: bool, sessions: bool) -> tuple[str, ...]:
 
 def median_spacing_ns(ts_ns: np.ndarray, series_idx: np.ndarray) -> int:
     """Median gap between consecutive bars of the same series (rows sorted by series, ts); 0 if none."""
+    return median_spacings_ns(ts_ns, series_idx)[0]
+
+
+def median_spacings_ns(ts_ns: np.ndarray, series_idx: np.ndarray, cut_ns: int | None = None) -> tuple[int, int]:
+    """`median_spacing_ns` of all rows and of the rows before `cut_ns` (0 without it), from one pass of gaps.
+
+    Rows sorted by (series, ts): a series' rows before the cut are a prefix of its rows, so two consecutive ones of
+    them are consecutive rows, and their gaps are the gaps whose later bar is before the cut."""
     same = series_idx[1:] == series_idx[:-1]
-    gaps = np.diff(ts_ns)[same]
-    gaps = gaps[gaps > 0]
+    gaps = np.diff(ts_ns)  # (N - 1,)
+    use = same & (gaps > 0)
+    spacing = _median(gaps[use])
+    return spacing, 0 if cut_ns is None else _median(gaps[use & (ts_ns[1:] < cut_ns)])
+
+
+def _median(gaps: np.ndarray) -> int:
     return int(np.median(gaps)) if len(gaps) else 0
 
 
 def local_ns(ts_ns: np.ndarray, tz: str) -> np.ndarray:
     """Wall-clock time in `tz` as ns since the epoch (naive), for UTC ns `ts_ns`.
 
-    UTC offsets change only on quarter-hour boundaries, so one timestamp per run of equal quarter-hours is converted
-    (a few per hour of data) and the offsets are repeated: O(N) numpy instead of N time-zone look-ups.
+    UTC offsets change only on quarter-hour boundaries, so one instant per quarter-hour is converted and its offset
+    applied to every timestamp in it: O(N) numpy instead of N time-zone look-ups. When the data span few quarter-hours
+    for their number (intraday bars, several series over the same days) every quarter-hour of the span is converted
+    once and looked up; otherwise one instant per run of equal quarter-hours (daily bars over decades).
     """
     if len(ts_ns) == 0:
         return ts_ns.copy()
     key = ts_ns // QUARTER_NS
+    lo, hi = int(key.min()), int(key.max())
+    if hi - lo < len(key) // SPAN_ROWS:  # a table of the whole span: no run detection, one gather
+        return ts_ns + _offsets(np.arange(lo, hi + 1, dtype=np.int64) * QUARTER_NS, tz)[key - lo]
     starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
-    probe = key[starts] * QUARTER_NS
-    if len(probe) <= FEW_PROBES:  # a live bar and its forecast steps: zoneinfo directly, no polars series to build
-        offset = np.array([_offset_ns(int(p), tz) for p in probe], dtype=np.int64)
-    else:
-        wall = pl.Series(probe).cast(pl.Datetime("ns", "UTC")).dt.convert_time_zone(tz).dt.replace_time_zone(None)
-        offset = wall.dt.epoch("ns").to_numpy() - probe
+    offset = _offsets(key[starts] * QUARTER_NS, tz)
     return ts_ns + np.repeat(offset, np.diff(np.append(starts, len(ts_ns))))
 
 
+def _offsets(probe: np.ndarray, tz: str) -> np.ndarray:
+    """(P,) int64 UTC offsets in ns of zone `tz` at UTC ns instants `probe` (P,)."""
+    if len(probe) <= FEW_PROBES:  # a live bar and its forecast steps: zoneinfo directly, no polars series to build
+        return np.array([_offset_ns(int(p), tz) for p in probe], dtype=np.int64)
+    wall = pl.Series(probe).cast(pl.Datetime("ns", "UTC")).dt.convert_time_zone(tz).dt.replace_time_zone(None)
+    return wall.dt.epoch("ns").to_numpy() - probe
+
+
+SPAN_ROWS = 16  # look quarter-hours up in a table of the span when it has fewer than one per this many timestamps
 FEW_PROBES = 16  # up to this many quarter-hours a Python zoneinfo look-up each beats building a polars series
 
 
@@ -100,7 +122,12 @@ def _trade_day(ts_ns: np.ndarray, intraday: bool, tz: str) -> np.ndarray:
     """Days since the epoch of each bar's trade date: exchange date of ts + 7 h (intraday) or the UTC date (daily)."""
     if not intraday:
         return ts_ns // DAY_NS
-    return (local_ns(ts_ns, tz) + (24 * 60 - SESSION_OPEN_MIN) * MIN_NS) // DAY_NS
+    return _wall_trade_day(local_ns(ts_ns, tz))
+
+
+def _wall_trade_day(wall: np.ndarray) -> np.ndarray:
+    """Days since the epoch of the trade date of wall-clock times `wall` (the exchange date of wall + 7 h)."""
+    return (wall + (24 * 60 - SESSION_OPEN_MIN) * MIN_NS) // DAY_NS
 
 
 def calendar_features(ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool = False) -> dict:
@@ -109,12 +136,17 @@ def calendar_features(ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessi
     Intraday: time of day and trade-date weekday (sin/cos), minutes since the 17:00 session open / 23 h in [0, 1].
     Daily: weekday and month of the UTC date (sin/cos). `sessions` adds CME Globex Equity schedule features.
     """
+    return calendar_at(ts_ns, local_ns(ts_ns, exchange_tz) if intraday else None, sessions)
+
+
+def calendar_at(ts_ns: np.ndarray, wall: np.ndarray | None, sessions: bool = False) -> dict:
+    """`calendar_features` given the wall-clock times `wall` (local_ns in the exchange zone; None: daily bars)."""
     out: dict[str, np.ndarray] = {}
+    intraday = wall is not None
     if intraday:
-        wall = local_ns(ts_ns, exchange_tz)
         minute = (wall % DAY_NS) / MIN_NS
         _cyc(out, "tod", minute, 24 * 60)
-        _cyc(out, "dow", _weekday(_trade_day(ts_ns, True, exchange_tz)), 7)
+        _cyc(out, "dow", _weekday(_wall_trade_day(wall)), 7)
         out["session_elapsed"] = np.clip(
             ((minute - SESSION_OPEN_MIN) % (24 * 60)) / SESSION_LEN_MIN, 0.0, 1.0
         )
@@ -192,11 +224,20 @@ def on_grid(ts_ns: np.ndarray, intraday: bool, exchange_tz: str) -> np.ndarray:
 
 
 def _closed(wall: np.ndarray) -> np.ndarray:
-    """CME closure (daily halt or weekend) at Chicago wall-clock times `wall` (naive ns)."""
-    minute, wd = (wall % DAY_NS) // MIN_NS, _weekday(wall // DAY_NS)  # wd: Monday 0 .. Sunday 6
+    """CME closure (daily halt or weekend) at Chicago wall-clock times `wall` (naive ns): looked up by the minute of
+    the week, (days + 3) % 7 * 1440 + minute of the day = (minutes + 3 * 1440) % WEEK_MIN (floor division)."""
+    return _CLOSED_BY_MINUTE[(wall // MIN_NS + 3 * 24 * 60) % WEEK_MIN]
+
+
+def _closed_at(minute: np.ndarray, wd: np.ndarray) -> np.ndarray:
+    """CME closure at minutes of the day `minute` of weekdays `wd` (Monday 0 .. Sunday 6)."""
     halt = (minute >= HALT_START_MIN) & (minute < HALT_END_MIN)
     weekend = (wd == 5) | ((wd == 4) & (minute >= HALT_START_MIN)) | ((wd == 6) & (minute < HALT_END_MIN))
     return halt | weekend
+
+
+WEEK_MIN = 7 * 24 * 60
+_CLOSED_BY_MINUTE = _closed_at(np.arange(WEEK_MIN) % (24 * 60), np.arange(WEEK_MIN) // (24 * 60))  # (WEEK_MIN,)
 
 
 def _grid_resume(ts_ns: np.ndarray, wall: np.ndarray, exchange_tz: str) -> np.ndarray:

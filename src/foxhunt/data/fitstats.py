@@ -14,6 +14,8 @@ holding consecutive series concatenate (`concat`) into those of the whole.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from foxhunt.data.seasonality import MINUTES, minute_of_day, profile_from_sums
@@ -23,20 +25,48 @@ def _safe(x: float | None, default: float) -> float:
     return float(x) if x is not None and np.isfinite(x) and x > 0 else default
 
 
+@dataclass(frozen=True)
+class Selected:
+    """The rows where a mask holds, for sums by series over them: shared by every column with the same mask.
+
+    at: (K,) their positions in order; g: (K,) their series index; n: (S,) rows per series."""
+
+    at: np.ndarray
+    g: np.ndarray
+    n: np.ndarray
+
+
+def select(valid: np.ndarray, g: np.ndarray, s: int) -> Selected:
+    """The rows of (N,) bool `valid` with series index `g` (N,) among `s` series."""
+    at = np.flatnonzero(valid)
+    gv = g.take(at)
+    return Selected(at=at, g=gv, n=np.bincount(gv, minlength=s))
+
+
 def column_moments(x: np.ndarray, valid: np.ndarray, g: np.ndarray, s: int, name: str) -> dict[str, np.ndarray]:
     """{name:n, name:mean, name:m2} (S,) of `x` over rows where `valid` holds, by series index `g` (N,)."""
-    xv, gv = x[valid], g[valid]
-    n = np.bincount(gv, minlength=s)
+    sel = select(valid, g, s)
+    return moments_of(x.take(sel.at), sel, name)
+
+
+def moments_of(xv: np.ndarray, sel: Selected, name: str) -> dict[str, np.ndarray]:
+    """`column_moments` of the values `xv` (K,) of the rows `sel`."""
+    s = len(sel.n)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.bincount(gv, weights=xv, minlength=s) / n
-    m2 = np.bincount(gv, weights=(xv - mean[gv]) ** 2, minlength=s)
-    return {f"{name}:n": n, f"{name}:mean": mean, f"{name}:m2": m2}
+        mean = np.bincount(sel.g, weights=xv, minlength=s) / sel.n
+    m2 = np.bincount(sel.g, weights=(xv - mean[sel.g]) ** 2, minlength=s)
+    return {f"{name}:n": sel.n, f"{name}:mean": mean, f"{name}:m2": m2}
 
 
 def square_sums(x: np.ndarray, valid: np.ndarray, g: np.ndarray, s: int, name: str) -> dict[str, np.ndarray]:
     """{name:sq_n, name:sq} (S,): count and sum of x^2 over rows where `valid` holds."""
-    return {f"{name}:sq_n": np.bincount(g[valid], minlength=s),
-            f"{name}:sq": np.bincount(g[valid], weights=x[valid] ** 2, minlength=s)}
+    sel = select(valid, g, s)
+    return squares_of(x.take(sel.at), sel, name)
+
+
+def squares_of(xv: np.ndarray, sel: Selected, name: str) -> dict[str, np.ndarray]:
+    """`square_sums` of the values `xv` (K,) of the rows `sel`."""
+    return {f"{name}:sq_n": sel.n, f"{name}:sq": np.bincount(sel.g, weights=xv**2, minlength=len(sel.n))}
 
 
 def pooled(n: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> tuple[int, float, float]:
@@ -103,19 +133,23 @@ def sum_in_order(a: np.ndarray) -> float:
 
 
 def season_moments(ts_ns: np.ndarray, log_range: np.ndarray, valid: np.ndarray, g: np.ndarray, s: int,
-                   keep: np.ndarray, tz: str) -> dict[str, np.ndarray]:
+                   keep: np.ndarray, tz: str, kept: Selected | None = None, minute: np.ndarray | None = None
+                   ) -> dict[str, np.ndarray]:
     """Per series (S, MINUTES) sums and counts by minute of the day of the squared range in units of the series'
     mean over the training rows (`keep`; the mean over those also `valid`, not null), and the (S,) sums behind
-    that mean."""
-    x2 = log_range**2
-    sq = square_sums(log_range, keep & valid, g, s, "season")
+    that mean. `kept`: `select(keep, g, s)`; `minute`: (N,) minute_of_day(ts_ns, tz); each when the caller has it."""
+    kept = select(keep, g, s) if kept is None else kept
+    x = log_range.take(kept.at)  # (K,) the training rows: the only ones summed
+    both = valid.take(kept.at)
+    sq = squares_of(x, kept, "season") if both.all() else square_sums(log_range, keep & valid, g, s, "season")
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = sq["season:sq"] / sq["season:sq_n"]
     scale = np.array([_safe(m, 1.0) for m in mean.tolist()])  # (S,)
     with np.errstate(invalid="ignore", divide="ignore"):
-        proxy = x2 / scale[g]
-    use = keep & np.isfinite(proxy)
-    cell = g[use] * MINUTES + minute_of_day(ts_ns[use], tz)
+        proxy = x**2 / scale[kept.g]
+    use = np.isfinite(proxy)
+    at = kept.at[use]
+    cell = kept.g[use] * MINUTES + (minute_of_day(ts_ns.take(at), tz) if minute is None else minute.take(at))
     sums = np.bincount(cell, weights=proxy[use], minlength=s * MINUTES).reshape(s, MINUTES)
     counts = np.bincount(cell, minlength=s * MINUTES).reshape(s, MINUTES)
     return {**sq, "season:sums": sums, "season:counts": counts}

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from foxhunt.data.calendar import calendar_features, future_timestamps
-from foxhunt.data.seasonality import profile_at
+from foxhunt.data.calendar import calendar_at, calendar_columns, future_timestamps, local_ns
+from foxhunt.data.seasonality import profile_at, profile_of_minute, wall_minute
 
 CHUNK_CELLS = 1 << 24  # grid timestamps (origins x steps) computed at a time: at most 128 MiB of int64 at once
+CHUNK_ROWS = 1 << 16  # timestamps whose known inputs (or distinct ranks) are computed at a time (512 KiB a column)
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,11 @@ def known_columns(
 ) -> dict[str, np.ndarray]:
     """The known continuous inputs of timestamps `ts_ns`: the calendar, then (with a fitted time-of-day profile,
     seasonality.py) `tod_vol`, the log relative volatility of the profile at each timestamp."""
-    cal = calendar_features(ts_ns, exchange_tz, intraday, sessions)
+    wall = local_ns(ts_ns, exchange_tz) if intraday else None  # once, for the calendar and the profile
+    cal = calendar_at(ts_ns, wall, sessions)
     if season:
-        cal["tod_vol"] = np.log(profile_at(ts_ns, season))
+        same = wall is not None and season["tz"] == exchange_tz
+        cal["tod_vol"] = np.log(profile_of_minute(wall_minute(wall), season) if same else profile_at(ts_ns, season))
     return cal
 
 
@@ -86,6 +89,16 @@ def distinct_decoder_known(
     sessions: bool, season: dict | None = None,
 ) -> DecoderKnown:
     """`decoder_known` of the bars `origins[inverse]`, given their distinct timestamps (see `distinct`)."""
+    table, base, index = decoder_grid(origins, step_ns, horizon, exchange_tz, intraday)
+    cont = known_cont(table, exchange_tz, intraday, sessions, season)
+    return DecoderKnown(cont=cont, ts=table, base=base[inverse], index=None if index is None else index[inverse])
+
+
+def decoder_grid(
+    origins: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The grid table of distinct origins `origins` (O,), sorted: (U,) its timestamps, (O,) the row of each origin's
+    step 1, and (O, D) int32 the rows of every step when the grid is not one lattice (else None); see DecoderKnown."""
     n = len(origins)
     rows = max(1, CHUNK_CELLS // max(horizon, 1))
     chunks = [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
@@ -96,27 +109,51 @@ def distinct_decoder_known(
         return kept if kept is not None else decoder_timestamps(origins[sl], step_ns, horizon, intraday, exchange_tz)
 
     # Each step's column rises with the origin: laid out step by step, the grid is D sorted runs (see _unique).
-    table = _unique(np.concatenate([_unique(grid(sl).T) for sl in chunks])) if n else np.empty(0, np.int64)
+    parts = [_unique(grid(sl).T) for sl in chunks]  # each sorted and distinct: one needs no second pass
+    table = (parts[0] if len(parts) == 1 else _unique(np.concatenate(parts))) if n else np.empty(0, np.int64)
     base = np.searchsorted(table, origins, side="right").astype(np.int64)  # (O,) first grid point after each
     # One lattice: every origin's steps are the table rows right after it (no other grid point falls between). The
     # steps are distinct table values after the origin, so that holds when the last one sits D - 1 rows after base.
     last = np.minimum(base + horizon - 1, len(table) - 1)
     lattice = all(np.array_equal(table[last[sl]], grid(sl)[:, -1]) for sl in chunks) if horizon else True
     index = None if lattice else np.concatenate([np.searchsorted(table, grid(sl)).astype(np.int32) for sl in chunks])
-    cal = known_columns(table, exchange_tz, intraday, sessions, season)
-    cont = np.empty((len(table), len(cal)), dtype=np.float32)  # (U, Kr)
-    for j, col in enumerate(cal.values()):  # a handful of columns
-        cont[:, j] = col
-    return DecoderKnown(cont=cont, ts=table, base=base[inverse], index=None if index is None else index[inverse])
+    return table, base, index
+
+
+def known_cont(
+    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None = None
+) -> np.ndarray:
+    """(U, Kr) float32 `known_columns` of timestamps `ts_ns` (U,), computed CHUNK_ROWS at a time so that the
+    float64 columns stay small. Each value is a function of its own timestamp: any order, any chunking."""
+    kr = len(calendar_columns(intraday, sessions)) + bool(season)
+    cont = np.empty((len(ts_ns), kr), dtype=np.float32)  # (U, Kr)
+    for lo in range(0, len(ts_ns), CHUNK_ROWS):
+        sl = slice(lo, min(lo + CHUNK_ROWS, len(ts_ns)))
+        for j, col in enumerate(known_columns(ts_ns[sl], exchange_tz, intraday, sessions, season).values()):
+            cont[sl, j] = col
+    return cont
 
 
 def distinct(ts_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(O,) sorted distinct values of `ts_ns` (N,), and (N,) the position of each value among them.
 
-    Rows sorted by (series, ts) are a few sorted runs, which a stable (merge) sort takes in about one pass.
-    """
-    values = _unique(ts_ns)
-    return values, np.searchsorted(values, ts_ns)
+    Rows sorted by (series, ts) are a few sorted runs, which a stable (merge) sort takes in about one pass; each
+    row's position is the rank of its value, scattered back through the sort order (no search of the values)."""
+    if len(ts_ns) == 0:
+        return np.sort(ts_ns), np.zeros(0, dtype=np.intp)
+    order = np.argsort(ts_ns, kind="stable")  # (N,)
+    new = np.empty(len(order), dtype=bool)  # (N,) first of its value in sorted order
+    new[0] = True
+    for lo in range(1, len(order), CHUNK_ROWS):  # the sorted values a piece at a time: no (N,) sorted copy
+        ordered = ts_ns[order[lo - 1 : lo + CHUNK_ROWS]]
+        np.not_equal(ordered[1:], ordered[:-1], out=new[lo : lo + CHUNK_ROWS])
+    inverse = np.empty(len(order), dtype=np.intp)
+    rank = -1
+    for lo in range(0, len(order), CHUNK_ROWS):  # each row's rank, scattered back through the order
+        ranks = np.cumsum(new[lo : lo + CHUNK_ROWS]) + rank
+        inverse[order[lo : lo + CHUNK_ROWS]] = ranks
+        rank = int(ranks[-1])
+    return ts_ns[order[new]], inverse
 
 
 def _unique(x: np.ndarray) -> np.ndarray:

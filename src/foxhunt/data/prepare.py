@@ -8,6 +8,12 @@ rows to each series so that every bar with a full encoder behind it, the last on
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,10 +22,15 @@ import numpy as np
 import polars as pl
 import torch
 
-from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns, future_timestamps, median_spacing_ns
+from foxhunt.data.calendar import (
+    DAILY_MIN_SPACING_NS,
+    calendar_columns,
+    future_timestamps,
+    median_spacings_ns,
+)
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, raw_features
-from foxhunt.data.known import distinct, distinct_decoder_known, known_columns
+from foxhunt.data.known import DecoderKnown, decoder_grid, distinct, known_cont
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.order import run_starts, sort_keys
 from foxhunt.data.scaling import apply_scalers, fit_and_trail, observed_names, standardize
@@ -39,7 +50,11 @@ FEATURE_COLUMNS = ("ts", "first", "roll", "target", "log_range", "log_volume")
 FEATURE_INPUTS = ("series", "ts", "contract", "volume", "own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap",
                   "filled")
 PRICES = ("high", "low", "close")
-CAL_CHUNK_ROWS = 1 << 18  # rows whose calendar inputs are computed at a time (float64: 2 MiB a column)
+# True: _windowed computes the decoder's grid on a second thread beside the stamps' calendar, which can overlap the
+# two on an idle 2-core machine. Off: the thread's arrays come from another glibc arena, whose freed memory the main
+# thread does not reuse; in benchmarks/windows_2m.py that raised _windowed's peak RSS by 55-80 MiB (21-43 without),
+# to above the loader's peak, and on the loaded 2-core machine it was measured here no faster.
+GRID_THREAD = False
 
 
 @dataclass(frozen=True)
@@ -121,10 +136,9 @@ def prepare_from_bars(
     if not piece:
         check_length(names, end - first, e, d, for_prediction)
         cuts = None if for_prediction else split_cuts(cfg, ts_ns)
-    spacing = median_spacing_ns(ts_ns, sidx)
-    if transform is None:  # the grid step a model keeps (known.py) is measured on its training rows only
-        before = ts_ns < cuts[0]
-        spacing = median_spacing_ns(ts_ns[before], sidx[before]) or spacing
+    # The grid step a model keeps (known.py) is measured on its training rows only.
+    spacing, train_spacing = median_spacings_ns(ts_ns, sidx, cuts[0] if transform is None else None)
+    spacing = train_spacing or spacing
     # One bar per series (prediction on a short file) gives no spacing: trust the model's.
     intraday = (
         transform.intraday if transform is not None and spacing == 0 else spacing < DAILY_MIN_SPACING_NS
@@ -171,13 +185,17 @@ def prepare_from_bars(
             exchange_tz=cfg.exchange_tz,
             bar_spacing_ns=spacing,
         )
+    release_freed_memory()  # the fit's freed temporaries go back before the row tensor takes its memory
+    # The row tensor: calendar columns (filled in _windowed), then the observed inputs, standardized straight into it.
+    kr = known_width(transform)
+    cont = np.empty((len(ts_ns), kr + len(observed_names(transform.scalers))), dtype=np.float32)  # (N, Kr + Or)
     if trail is None:
-        obs, center, scale = apply_scalers(feats, names, sidx, transform.scalers, target, scaling)
+        _, center, scale = apply_scalers(feats, names, sidx, transform.scalers, target, scaling, out=cont[:, kr:])
     else:
-        obs, center, scale = standardize(feats, names, sidx, transform.scalers, *trail)
+        _, center, scale = standardize(feats, names, sidx, transform.scalers, *trail, out=cont[:, kr:])
         del trail
     rows = {
-        "obs": obs,
+        "cont": cont,
         "target": feats["target"].to_numpy().astype(np.float32),
         "center": center,
         "scale": scale,
@@ -192,7 +210,7 @@ def prepare_from_bars(
         rows = _extend(
             rows, first, end, d, future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz)
         )
-    first, end = series_bounds(rows["sidx"])
+        first, end = series_bounds(rows["sidx"])  # each series now ends d rows later
     windows = _windowed(rows, first, end, names, transform, e, d, step)
     if for_prediction:
         split = SplitResult(
@@ -332,7 +350,7 @@ def _extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: n
     real_pos = np.arange(len(rows["ts"]), dtype=np.int64) + shift
     fut_pos = ((end + np.arange(s) * d)[:, None] + np.arange(d)).ravel()  # (S * d,)
     n = len(rows["ts"]) + s * d
-    fill = {"obs": 0.0, "target": np.nan, "center": 0.0, "scale": 1.0, "real": False}
+    fill = {"cont": 0.0, "target": np.nan, "center": 0.0, "scale": 1.0, "real": False}
     out = {}
     for key, arr in rows.items():
         new = np.empty((n, *arr.shape[1:]), dtype=arr.dtype)
@@ -347,34 +365,40 @@ def _extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: n
     return out
 
 
+def known_width(tf: FittedTransform) -> int:
+    """Kr: the calendar columns, and tod_vol with a seasonality profile (the known inputs stored per row)."""
+    return len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(tf.scalers.get("season"))
+
+
 def _windowed(
     rows: dict, first: np.ndarray, end: np.ndarray, names: list[str], tf: FittedTransform, e: int, d: int,
     step: int,
 ) -> WindowedData:
-    """The row tensors (calendar columns first, then observed inputs), the known inputs of the forecast steps of
-    every origin (from the origin's timestamp and the grid `step` alone) and the window index over them."""
-    season = tf.scalers.get("season")
-    n, kr = len(rows["ts"]), len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(season)
+    """The row tensors (calendar columns first, then observed inputs: `rows["cont"]` holds those already), the known
+    inputs of the forecast steps of every origin (from the origin's timestamp and the grid `step` alone) and the
+    window index over them."""
+    season, kr = tf.scalers.get("season"), known_width(tf)
     # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
-    stamps, inverse = distinct(rows["ts"])  # (U,), (N,)
-    cal32 = np.empty((len(stamps), kr), dtype=np.float32)  # (U, Kr)
-    for lo in range(0, len(stamps), CAL_CHUNK_ROWS):  # in slices: the float64 calendar columns stay small
-        sl = slice(lo, min(lo + CAL_CHUNK_ROWS, len(stamps)))
-        cal = known_columns(stamps[sl], tf.exchange_tz, tf.intraday, tf.calendar_features, season)
-        for j, col in enumerate(cal.values()):  # a handful of columns
-            cal32[sl, j] = col
-    cont = np.empty((n, kr + rows["obs"].shape[1]), dtype=np.float32)  # (N, Kr + Or), one allocation
-    cont[:, :kr] = cal32[inverse]
-    del cal32
-    cont[:, kr:] = rows.pop("obs")  # the caller reads no observed inputs past here: no second copy
+    stamps, inverse = distinct(rows["ts"])  # (O,), (N,)
+    cal = functools.partial(known_cont, exchange_tz=tf.exchange_tz, intraday=tf.intraday,
+                            sessions=tf.calendar_features, season=season)
+    # With GRID_THREAD the decoder's grid runs on a second thread while this one computes the stamps' calendar (numpy
+    # and polars release the GIL in their loops): independent work, a function of the stamps alone.
+    with ThreadPoolExecutor(max_workers=1) if GRID_THREAD else contextlib.nullcontext() as pool:
+        grid = functools.partial(decoder_grid, stamps, step, d, tf.exchange_tz, tf.intraday)
+        later = pool.submit(grid) if pool else None
+        cal32 = cal(stamps)  # (O, Kr)
+        cont = rows.pop("cont")  # (N, Kr + Or)
+        _take_rows(cal32, inverse, cont[:, :kr])
+        table, base, index = later.result() if later else grid()  # (U,), (O,), (O, D) | None
+    known = DecoderKnown(cont=_table_calendar(table, stamps, base, cal32, cal), ts=table, base=base[inverse],
+                         index=None if index is None else index[inverse])
+    del stamps, inverse, base, index, cal32
+    release_freed_memory()  # the grid's and the calendar's temporaries, before the last row tensors
     codes = tf.code(names)[rows["sidx"]]  # (N,)
-    known = distinct_decoder_known(
-        stamps, inverse, step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, season
-    )
-    del stamps, inverse
     return WindowedData(
         cont=torch.from_numpy(cont),
-        static_cat=torch.from_numpy(codes[:, None].copy()),
+        static_cat=torch.from_numpy(codes[:, None]),  # (N, 1): a view of the fresh (N,) codes
         time_cat=torch.zeros(len(codes), 0, dtype=torch.int64),
         target_raw=torch.from_numpy(rows["target"]),
         center=torch.from_numpy(rows["center"]),
@@ -394,6 +418,44 @@ def _windowed(
         known_base=torch.from_numpy(known.base),
         known_index=None if known.index is None else torch.from_numpy(known.index),
     )
+
+
+def _table_calendar(
+    table: np.ndarray, stamps: np.ndarray, base: np.ndarray, cal32: np.ndarray, cal: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """(U, Kr) known inputs of the grid table `table` (U,): the forecast grid after each stamp is nearly the stamps
+    again, so rows of a stamp (`stamps` (O,), calendar `cal32` (O, Kr)) are copied and only the rest computed (`cal`).
+    `base` (O,): the table row after each stamp (decoder_grid), so a stamp in the table sits at base - 1."""
+    at = base - 1  # (O,)
+    found = np.flatnonzero((at >= 0) & (table[np.maximum(at, 0)] == stamps)) if len(table) else base[:0]
+    out = np.empty((len(table), cal32.shape[1]), dtype=np.float32)  # (U, Kr)
+    out[at[found]] = cal32[found]
+    rest = np.ones(len(table), dtype=bool)
+    rest[at[found]] = False
+    out[rest] = cal(table[rest])
+    return out
+
+
+def release_freed_memory() -> None:
+    """Hand the C heap's freed memory back to the kernel (glibc's malloc_trim; elsewhere nothing).
+
+    glibc serves blocks below its mmap threshold from the heap, and it raises that threshold (up to 32 MiB) each
+    time a large block is freed, so the (N,) temporaries of fitting stay resident once freed and the row tensor
+    allocated next adds its memory on top of them."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (e.g. musl)
+        pass
+
+
+def _take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
+    """out[i] = src[idx[i]] for float32 rows `src` (U, K) into `out` (N, K), columns of a wider C-order array: each
+    row is taken as one opaque K * 4-byte item, with no (N, K) temporary."""
+    row = np.dtype((np.void, src.shape[1] * 4))
+    items = np.ascontiguousarray(src).view(row)[:, 0]  # (U,)
+    np.take(items, idx, out=out.view(np.uint8).view(row)[:, 0], mode="clip")
 
 
 def feature_schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureSchema:

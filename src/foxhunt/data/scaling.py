@@ -44,8 +44,16 @@ from foxhunt.data.features import (
     VOL_OBSERVED,
     move_columns,
 )
-from foxhunt.data.fitstats import column_moments, range_k, season_moments, season_profile, square_sums, stats
-from foxhunt.data.seasonality import profile_at
+from foxhunt.data.fitstats import (
+    moments_of,
+    range_k,
+    season_moments,
+    season_profile,
+    select,
+    squares_of,
+    stats,
+)
+from foxhunt.data.seasonality import MINUTES, minute_of_day, profile_of_minute
 
 VOL_HALFLIFE = 20.0
 VOL_FLOOR = 0.1
@@ -68,10 +76,17 @@ def ewma_alpha(halflife: float) -> float:
 
 def _per_row(scalers: dict, names: list[str], sidx: np.ndarray, key: str, field: str) -> np.ndarray:
     """(N,) value scalers[series][key][field] of each row's series (pooled for a series unseen in training)."""
-    table = np.array(
-        [scalers["series"].get(n, scalers["pooled"])[key][field] for n in names], dtype=np.float64
-    )
-    return table[sidx]
+    return _per_series(scalers, names, key, field)[sidx]
+
+
+def _per_series(scalers: dict, names: list[str], key: str, field: str) -> np.ndarray:
+    """(S,) value scalers[series][key][field] of each series in `names` (pooled for one unseen in training)."""
+    return np.array([scalers["series"].get(n, scalers["pooled"])[key][field] for n in names], dtype=np.float64)
+
+
+def _sorted(sidx: np.ndarray) -> bool:
+    """Whether the series indices never decrease (rows sorted by series: each one run)."""
+    return bool(np.all(sidx[1:] >= sidx[:-1]))
 
 
 def fit_scalers(
@@ -115,31 +130,40 @@ def fit_and_trail(
     if estimator not in ESTIMATORS:
         raise ValueError(f"volatility estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
     keep = train_mask & ~feats["first"].to_numpy()
-    mom = train_moments(feats, sidx, len(names), keep, target, season_tz)
+    # Intraday with a profile: each bar's minute of the day, once for the profile's sums and the trailing inputs.
+    minute = None if season_tz is None else minute_of_day(feats["ts"].dt.epoch("ns").to_numpy(), season_tz).astype(
+        np.int16)  # (N,) 0..1439: int16 keeps it small while it is held
+    mom = train_moments(feats, sidx, len(names), keep, target, season_tz, minute=minute)
     scalers = first_scalers(mom, names, target, halflife, estimator, vol_features, fill_gaps, season_tz)
     # log_vol (and the vol features) are seeded from the return std just fitted: a second pass over the same rows.
-    trail = trailing(feats, names, sidx, scalers, target, scaling)
+    trail = trailing(feats, names, sidx, scalers, target, scaling, minute=minute)
+    del minute
     add_vol_stats(scalers, vol_moments(trail[0], sidx, len(names), keep, scalers), names, mom["rows"] > 0)
     return scalers, trail
 
 
 def train_moments(
-    feats: pl.DataFrame, sidx: np.ndarray, s: int, keep: np.ndarray, target: str, season_tz: str | None
+    feats: pl.DataFrame, sidx: np.ndarray, s: int, keep: np.ndarray, target: str, season_tz: str | None,
+    *, minute: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """The per-series sufficient statistics (fitstats.py) of the first fit over rows where `keep` (training rows
-    but each series' first): (S,) arrays, so that those of consecutive series groups concatenate."""
+    but each series' first): (S,) arrays, so that those of consecutive series groups concatenate. `minute`: each
+    row's minute of the day in `season_tz` (seasonality.minute_of_day), when the caller has it."""
     ret, rng = move_columns(target)  # price units for price_change: its prices may be zero or negative
-    mom = {"rows": np.bincount(sidx[keep], minlength=s)}
+    kept = select(keep, sidx, s)  # the rows of every column without nulls
+    mom = {"rows": kept.n}
     for c in (ret, rng, "log_volume"):
         col = feats.get_column(c)
-        x, valid = col.to_numpy(), keep & col.is_not_null().to_numpy()
-        mom.update(column_moments(x, valid, sidx, s, c))
+        x = col.to_numpy()
+        sel = kept if col.null_count() == 0 else select(keep & col.is_not_null().to_numpy(), sidx, s)
+        xv = x.take(sel.at)
+        mom.update(moments_of(xv, sel, c))
         if c != "log_volume":
-            mom.update(square_sums(x, valid, sidx, s, c))
+            mom.update(squares_of(xv, sel, c))
     if season_tz is not None:  # the range, several times less noisy than the squared return, ignores halt gaps
         col = feats.get_column("log_range")
         mom.update(season_moments(feats["ts"].dt.epoch("ns").to_numpy(), col.to_numpy(),
-                                  col.is_not_null().to_numpy(), sidx, s, keep, season_tz))
+                                  col.is_not_null().to_numpy(), sidx, s, keep, season_tz, kept, minute))
     return mom
 
 
@@ -182,10 +206,8 @@ def vol_moments(
     derived: dict[str, np.ndarray], sidx: np.ndarray, s: int, keep: np.ndarray, scalers: dict
 ) -> dict[str, np.ndarray]:
     """The per-series sufficient statistics of `trailing`'s inputs (`derived`) over rows where `keep`."""
-    mom = {}
-    for c in vol_columns(scalers):
-        mom.update(column_moments(derived[c], keep, sidx, s, c))
-    return mom
+    kept = select(keep, sidx, s)
+    return {k: v for c in vol_columns(scalers) for k, v in moments_of(derived[c].take(kept.at), kept, c).items()}
 
 
 def add_vol_stats(scalers: dict, mom: dict[str, np.ndarray], names: list[str], present: np.ndarray) -> None:
@@ -197,47 +219,54 @@ def add_vol_stats(scalers: dict, mom: dict[str, np.ndarray], names: list[str], p
 
 
 def trailing(
-    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, target: str, scaling: str
+    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, target: str, scaling: str,
+    *, minute: np.ndarray | None = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """({name: (N,)} derived inputs: log_vol and, with vol_features, VOL_OBSERVED), target center and scale (N,)."""
+    """({name: (N,)} derived inputs: log_vol and, with vol_features, VOL_OBSERVED), target center and scale (N,).
+
+    `minute`: each row's minute of the day in the profile's zone (seasonality.minute_of_day), when the caller has it."""
     estimator = scalers.get("estimator", "returns")
     ret, rng = move_columns(target)
-    r_std = _per_row(scalers, names, sidx, ret, "std")
-    t_center = _per_row(scalers, names, sidx, "target", "center")
-    t_scale = _per_row(scalers, names, sidx, "target", "scale")
     # Older models have no range_k; they use the "returns" estimator and no vol features, so 1 is never read.
-    k = (
-        _per_row(scalers, names, sidx, "range_k", "value")
-        if "range_k" in scalers["pooled"]
-        else np.ones(len(sidx))
-    )
-    df = pl.DataFrame(
-        {
-            "g": sidx,
-            "first": feats["first"],
-            "r": feats[ret],
-            "x": feats[rng],
-            "r_std": r_std,
-            "t_center": t_center,
-            "t_scale": t_scale,
-            "k": k,
-        }
-    )
+    has_k = "range_k" in scalers["pooled"]
+    tables = {  # (S,) each series' scalars, as per-row columns of the frame the expressions run on
+        "r_std": _per_series(scalers, names, ret, "std"),
+        "t_center": _per_series(scalers, names, "target", "center"),
+        "t_scale": _per_series(scalers, names, "target", "scale"),
+        "k": _per_series(scalers, names, "range_k", "value") if has_k else np.ones(len(names)),
+    }
     season = scalers.get("season")
-    if season:
-        df = df.with_columns(pl.Series("p2", profile_at(feats["ts"].dt.epoch("ns").to_numpy(), season) ** 2))
+    if season:  # the profile squared at each bar, and its root: looked up by minute, each op on the 1440 values
+        if minute is None:
+            minute = minute_of_day(feats["ts"].dt.epoch("ns").to_numpy(), season["tz"])  # (N,)
+        table2 = profile_of_minute(np.arange(MINUTES), season) ** 2  # (MINUTES,)
+        p2, root_p2 = table2[minute], np.sqrt(table2)[minute]
+    else:
+        p2 = root_p2 = None
+    runs = _runs(sidx)
+    # A handful of series, each one run: every expression runs on each series' rows (no window groups to build),
+    # the series' scalars as constant columns of its rows only.
+    by_run = runs is not None and 0 < len(runs) <= RUNS_SLICED
+
+    def frame(lo: int, hi: int, i: int | None) -> pl.DataFrame:
+        """Rows [lo, hi) of one series `i`, or all rows (i None) with a `g` column to group by."""
+        cols = {"first": feats["first"], "r": feats[ret], "x": feats[rng], "p2": p2}
+        df = pl.DataFrame({c: v[lo:hi] for c, v in cols.items() if v is not None})
+        if i is not None:
+            return df.with_columns(pl.Series(c, np.full(hi - lo, t[i])) for c, t in tables.items() if c in used)
+        g = pl.Series("g", sidx)
+        return df.with_columns(g.set_sorted() if _sorted(sidx) else g,
+                               *(pl.Series(c, t[sidx]) for c, t in tables.items() if c in used))
+
     halflife = scalers["halflife"]
     r_std_e, t_center_e, t_scale_e, k_e = pl.col("r_std"), pl.col("t_center"), pl.col("t_scale"), pl.col("k")
 
+    def over(e: pl.Expr) -> pl.Expr:  # a window expression within each series
+        return e if by_run else e.over("g")
+
     def ewm(x: pl.Expr, seed: pl.Expr, hl: float = halflife) -> pl.Expr:
         # seeded causal EWMA: the first row of a series holds the seed
-        return (
-            pl.when(pl.col("first"))
-            .then(seed)
-            .otherwise(x)
-            .ewm_mean(alpha=ewma_alpha(hl), adjust=False)
-            .over("g")
-        )
+        return over(pl.when(pl.col("first")).then(seed).otherwise(x).ewm_mean(alpha=ewma_alpha(hl), adjust=False))
 
     proxy = pl.col("r") ** 2 if estimator == "returns" else k_e * pl.col("x") ** 2  # per-bar variance proxy
 
@@ -258,7 +287,7 @@ def trailing(
             pl.max_horizontal(var, (VOL_FLOOR * t_scale_e) ** 2).sqrt().alias("scale"),
         ]
     if scalers.get("vol_features", False):
-        before = vol.shift(1).over("g")  # sigma known before bar t: the shock is measured against it
+        before = over(vol.shift(1))  # sigma known before bar t: the shock is measured against it
         before = pl.when(pl.col("first")).then(r_std_e).otherwise(before)
         exprs += [
             (pl.col("r") / before).alias("shock"),
@@ -266,43 +295,95 @@ def trailing(
             (sigma(halflife / FAST_SLOW) / vol).log().alias("log_vol_fast"),
             (sigma(halflife * FAST_SLOW) / vol).log().alias("log_vol_slow"),
         ]
-    out = df.select(exprs)
-    sig = out["vol"].to_numpy()
+    used = {c for e in exprs for c in e.meta.root_names()}  # the scalar columns the expressions read
+    if by_run:  # each series' results written into the columns as they come: no concatenated frame to copy
+        out = {e.meta.output_name(): np.empty(len(sidx)) for e in exprs}
+        for lo, hi, i in runs:
+            part = frame(lo, hi, i).select(exprs)
+            for c, col in out.items():
+                col[lo:hi] = part[c].to_numpy()
+    else:
+        part = frame(0, len(sidx), None).select(exprs)
+        out = {c: part[c].to_numpy() for c in part.columns}
+    sig = out["vol"]
     # the volatility expected at the bar: the deseasonalized one times the profile at its time of day
-    sig_scale = out["vol_season"].to_numpy() * np.sqrt(df["p2"].to_numpy()) if season else sig
+    sig_scale = out["vol_season"] * root_p2 if season else sig
     if scaling == "series":
-        center, scale = t_center, t_scale
+        center, scale = tables["t_center"][sidx], tables["t_scale"][sidx]
     elif target in RETURN_TARGETS:  # price_change: sigma in price units, the trailing volatility of price changes
         center, scale = np.zeros(len(sidx)), sig_scale
     elif estimator == "range":
-        center, scale = np.zeros(len(sidx)), sig_scale / np.sqrt(k)
+        center, scale = np.zeros(len(sidx)), sig_scale / np.sqrt(tables["k"][sidx])
     else:
-        center, scale = out["center"].to_numpy(), out["scale"].to_numpy()
+        center, scale = out["center"], out["scale"]
     derived = {"log_vol": np.log(sig)}
     if scalers.get("vol_features", False):
-        derived.update({c: out[c].to_numpy() for c in VOL_OBSERVED})
+        derived.update({c: out[c] for c in VOL_OBSERVED})
     if season:
-        derived["log_vol_season"] = np.log(out["vol_season"].to_numpy())
+        derived["log_vol_season"] = np.log(out["vol_season"])
     return derived, center, scale
 
 
 def apply_scalers(
-    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, target: str, scaling: str
+    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, target: str, scaling: str,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Observed inputs (N, len(observed_names)) float32 standardized per series, and the target center, scale (N,)."""
-    return standardize(feats, names, sidx, scalers, *trailing(feats, names, sidx, scalers, target, scaling))
+    """Observed inputs (N, len(observed_names)) float32 standardized per series, and the target center, scale (N,).
+
+    `out`: a (N, len(observed_names)) float32 array (e.g. columns of the row tensor) to write the inputs into."""
+    derived, center, scale = trailing(feats, names, sidx, scalers, target, scaling)
+    return standardize(feats, names, sidx, scalers, derived, center, scale, out=out)
 
 
 def standardize(
     feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, derived: dict[str, np.ndarray],
-    center: np.ndarray, scale: np.ndarray,
+    center: np.ndarray, scale: np.ndarray, out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`apply_scalers` given `trailing`'s output (`derived`, `center`, `scale`) for these scalers."""
+    """`apply_scalers` given `trailing`'s output (`derived`, `center`, `scale`) for these scalers.
+
+    Rows sorted by series (a run each, as prepare has them) are standardized run by run with the series' scalars:
+    the same float64 operations as with per-row copies of the mean and std, without building them. All columns of
+    PIECE_ROWS rows are written before the next rows: a strided column of `out` is written while in cache."""
     cols = observed_names(scalers)
-    obs = np.empty((len(sidx), len(cols)), dtype=np.float32)  # (N, Or)
-    for j, c in enumerate(cols):  # a handful of columns
-        x = derived[c] if c in derived else feats[c].to_numpy()
-        if c in STANDARDIZED or c in VOL_OBSERVED or c in SEASON_OBSERVED:
-            x = (x - _per_row(scalers, names, sidx, c, "mean")) / _per_row(scalers, names, sidx, c, "std")
-        obs[:, j] = np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    obs = np.empty((len(sidx), len(cols)), dtype=np.float32) if out is None else out  # (N, Or)
+    xs = [np.asarray(derived[c] if c in derived else feats[c].to_numpy(), dtype=np.float64) for c in cols]
+    scaled = [c in STANDARDIZED or c in VOL_OBSERVED or c in SEASON_OBSERVED for c in cols]
+    moments = [(_per_series(scalers, names, c, "mean"), _per_series(scalers, names, c, "std")) if z else None
+               for c, z in zip(cols, scaled, strict=True)]
+    runs = _runs(sidx)
+    if runs is None:  # rows not grouped by series: per-row copies of the scalars
+        moments = [m if m is None else (m[0][sidx], m[1][sidx]) for m in moments]
+        runs = [(0, len(sidx), None)]
+    y = np.empty(min(len(sidx), PIECE_ROWS))  # float64 work column of a piece
+    for lo, hi, i in _pieces(runs):
+        yp = y[: hi - lo]
+        for j, (x, m) in enumerate(zip(xs, moments, strict=True)):  # a handful of columns
+            xp = x[lo:hi]
+            if m is not None:
+                mean, std = (m[0][i], m[1][i]) if i is not None else (m[0][lo:hi], m[1][lo:hi])
+                np.subtract(xp, mean, out=yp)
+                np.divide(yp, std, out=yp)
+                xp = yp
+            col = obs[lo:hi, j]
+            col[...] = xp  # then 0 where x is NaN or infinite (np.nan_to_num's zeros, cast after)
+            np.copyto(col, np.float32(0.0), where=~np.isfinite(xp))
     return obs, center.astype(np.float32), scale.astype(np.float32)
+
+
+RUNS_SLICED = 64  # up to this many series, each one run, the trailing EWMAs run series by series
+RUNS_MAX = 4096  # more runs of equal series than this (rows not sorted by series): per-row copies instead
+PIECE_ROWS = 1 << 15  # rows standardized at a time: a piece of the row tensor and the work column stay in cache
+
+
+def _runs(sidx: np.ndarray) -> list[tuple[int, int, int]] | None:
+    """(start, end, series) of each run of equal `sidx` (N,), or None when there are more than RUNS_MAX."""
+    change = np.flatnonzero(sidx[1:] != sidx[:-1]) + 1
+    if len(change) >= RUNS_MAX:
+        return None
+    bounds = [0, *change.tolist(), len(sidx)]
+    return [(lo, hi, int(sidx[lo])) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
+
+
+def _pieces(runs: list[tuple[int, int, int | None]]) -> list[tuple[int, int, int | None]]:
+    """`runs` cut into pieces of at most PIECE_ROWS rows."""
+    return [(a, min(a + PIECE_ROWS, hi), i) for lo, hi, i in runs for a in range(lo, hi, PIECE_ROWS)]

@@ -31,7 +31,12 @@ BANDWIDTH_MIN = 3.0  # Gaussian kernel sd in minutes: the best held-out fit with
 
 def minute_of_day(ts_ns: np.ndarray, tz: str) -> np.ndarray:
     """(N,) int64 minute of the day 0..1439 in zone `tz` of UTC ns timestamps."""
-    return (local_ns(np.asarray(ts_ns, dtype=np.int64), tz) % DAY_NS) // MIN_NS
+    return wall_minute(local_ns(np.asarray(ts_ns, dtype=np.int64), tz))
+
+
+def wall_minute(wall: np.ndarray) -> np.ndarray:
+    """(N,) int64 minute of the day 0..1439 of wall-clock times `wall` (calendar.local_ns)."""
+    return (wall % DAY_NS) // MIN_NS
 
 
 def smooth_circular(sums: np.ndarray, counts: np.ndarray, bandwidth: float) -> np.ndarray:
@@ -81,5 +86,10 @@ def profile_from_sums(sums: np.ndarray, counts: np.ndarray, tz: str, bandwidth: 
 def profile_at(ts_ns: np.ndarray, season: dict) -> np.ndarray:
     """(shape of ts_ns) float64 relative volatility of the fitted profile `season` at each timestamp."""
     ts = np.asarray(ts_ns, dtype=np.int64)
-    table = np.asarray(season["profile"], dtype=np.float64)
-    return table[minute_of_day(ts.ravel(), season["tz"])].reshape(ts.shape)
+    return profile_of_minute(minute_of_day(ts.ravel(), season["tz"]), season).reshape(ts.shape)
+
+
+def profile_of_minute(minute: np.ndarray, season: dict) -> np.ndarray:
+    """(N,) float64 relative volatility of the fitted profile `season` at minutes of the day `minute` (N,) in its
+    zone."""
+    return np.asarray(season["profile"], dtype=np.float64)[minute]

@@ -69,17 +69,17 @@ def data_summary(
     ts = windows.ts_ns.numpy()
     starts = windows.starts.numpy()
     s = len(windows.series_names)
-    rows = np.bincount(sidx[real], minlength=s)
     per_window = np.bincount(sidx[starts], minlength=s) if len(starts) else np.zeros(s, dtype=np.int64)
     code = windows.static_cat[:, 0].numpy()
     series = {}
-    for i, name in enumerate(windows.series_names):  # one entry per series (a handful), not per row
-        sel = real & (sidx == i)
+    per_series = _real_rows(sidx, real, ts, s)  # every real row is in one series: these add up to all of them
+    n_real = sum(count for count, _, _, _ in per_series)
+    for i, (name, (count, lo, hi, first)) in enumerate(zip(windows.series_names, per_series, strict=True)):
         series[name] = {
-            "rows": int(rows[i]),
-            "start": iso(ts[sel].min()),
-            "end": iso(ts[sel].max()),
-            "code": int(code[sel][0]),
+            "rows": count,
+            "start": iso(lo),
+            "end": iso(hi),
+            "code": int(code[first]),
             "windows": int(per_window[i]),
         }
         if name in report.get("series", {}) and "contracts" in report["series"][name]:
@@ -94,10 +94,11 @@ def data_summary(
         )
     return {
         "mode": "predict" if for_prediction else "train",
-        "rows_read": int(report.get("rows_read", int(real.sum()))),
-        "rows": int(real.sum()),
+        "rows_read": int(report.get("rows_read", n_real)),
+        "rows": n_real,
         "files": _plain(report.get("files")),
-        "date_range": {"start": iso(ts[real].min()), "end": iso(ts[real].max())},
+        "date_range": {"start": iso(min(lo for _, lo, _, _ in per_series)),
+                       "end": iso(max(hi for _, _, hi, _ in per_series))},
         "bar_interval": report.get("bar_interval") or _interval(spacing_ns),
         "checks": {k: _plain(report.get(k)) for k in CHECKS if k in report},
         "bars_filled": report.get("bars_filled"),  # None: --fill-gaps was off
@@ -119,6 +120,25 @@ def data_summary(
         "ranges": ranges,
         "features": {r.value: [f.name for f in schema.features if f.role == r] for r in Role},
     }
+
+
+def _real_rows(sidx: np.ndarray, real: np.ndarray, ts: np.ndarray, s: int) -> list[tuple[int, int, int, int]]:
+    """Per series: (real rows, first and last real timestamp, row of its first real bar). Rows grouped by series (one
+    run each, as prepared) are read run by run; otherwise every series masks all rows."""
+    change = np.flatnonzero(sidx[1:] != sidx[:-1]) + 1
+    bounds = [0, *change.tolist(), len(sidx)]
+    runs = [(int(sidx[lo]), lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
+    if len(runs) == s and sorted(i for i, _, _ in runs) == list(range(s)):
+        out = [(0, 0, 0, 0)] * s
+        for i, lo, hi in runs:
+            at = lo + np.flatnonzero(real[lo:hi])  # (rows of the series,)
+            out[i] = (len(at), int(ts[at].min()), int(ts[at].max()), int(at[0]))
+        return out
+    out = []
+    for i in range(s):  # one pass per series (a handful), not per row
+        at = np.flatnonzero(real & (sidx == i))
+        out.append((len(at), int(ts[at].min()), int(ts[at].max()), int(at[0])))
+    return out
 
 
 def _count(v: Any) -> str:

@@ -1,0 +1,230 @@
+"""The preparing stage's cheaper paths give the bits of the plain formulations they replaced: standardization run by
+run and piece by piece, UTC offsets from a table of the span, known inputs in chunks, rows taken as opaque items."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from foxhunt.data import calendar, known, scaling
+from foxhunt.data.features import OBSERVED, raw_features
+from foxhunt.data.fitstats import season_moments
+from foxhunt.data.prepare import _table_calendar, _take_rows
+from foxhunt.data.scaling import fit_scalers
+from foxhunt.data.summary import _real_rows
+
+MIN = 60 * 10**9
+CT = "America/Chicago"
+
+
+def _scalers(names: list[str]) -> dict:
+    rng = np.random.default_rng(1)
+    entry = {c: {"mean": float(rng.normal()), "std": float(rng.uniform(0.5, 2))} for c in OBSERVED}
+    per = {n: {c: {"mean": float(rng.normal()), "std": float(rng.uniform(0.5, 2))} for c in OBSERVED}
+           for n in names[:-1]}  # the last series is unseen: the pooled scalers
+    return {"series": per, "pooled": entry}
+
+
+def _plain(feats: pl.DataFrame, derived: dict, names: list[str], sidx: np.ndarray, sc: dict) -> np.ndarray:
+    """standardize as it was: per-row copies of the mean and std, np.nan_to_num, then float32."""
+    cols = []
+    for c in scaling.observed_names(sc):
+        x = derived[c] if c in derived else feats[c].to_numpy()
+        if c != "roll":
+            table = [sc["series"].get(n, sc["pooled"])[c] for n in names]
+            x = (x - np.array([t["mean"] for t in table])[sidx]) / np.array([t["std"] for t in table])[sidx]
+        cols.append(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32))
+    return np.stack(cols, axis=1)
+
+
+@pytest.mark.parametrize("order", ["sorted", "shuffled"])
+def test_standardize_by_runs_and_pieces_is_the_per_row_formula(order, monkeypatch):
+    rng = np.random.default_rng(0)
+    names, n = ["A", "B", "C"], 100
+    sidx = np.repeat(np.arange(3), [40, 35, 25])
+    if order == "shuffled":  # many runs: per-row copies
+        sidx = rng.permutation(sidx)
+        monkeypatch.setattr(scaling, "RUNS_MAX", 2)
+    monkeypatch.setattr(scaling, "PIECE_ROWS", 7)  # pieces end inside runs and at their ends
+    feats = pl.DataFrame({c: rng.normal(size=n) for c in OBSERVED if c != "log_vol"})
+    feats = feats.with_columns(pl.Series("log_return", np.where(np.arange(n) % 9 == 0, np.inf, feats["log_return"])),
+                               pl.Series("log_range", np.where(np.arange(n) % 13 == 0, np.nan, feats["log_range"])))
+    derived = {"log_vol": np.where(np.arange(n) % 17 == 0, -np.inf, rng.normal(size=n))}
+    sc = _scalers(names)
+    want = _plain(feats, derived, names, sidx, sc)
+    got, _, _ = scaling.standardize(feats, names, sidx, sc, derived, np.zeros(n), np.ones(n))
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+    out = np.full((n, 2 + want.shape[1]), 7.0, dtype=np.float32)  # written into columns of a wider array
+    scaling.standardize(feats, names, sidx, sc, derived, np.zeros(n), np.ones(n), out=out[:, 2:])
+    assert np.array_equal(out[:, 2:], want) and (out[:, :2] == 7.0).all()
+
+
+def test_local_ns_table_of_the_span_is_the_runs_of_quarter_hours(monkeypatch):
+    rng = np.random.default_rng(2)
+    start = int(np.datetime64("2024-03-09T00:00", "ns").astype(np.int64))  # the DST weekend, then autumn's
+    a = start + np.sort(rng.choice(20000, 6000, replace=False)) * MIN
+    ts = np.concatenate([a, a[::3] + 240 * 24 * 60 * MIN, rng.permutation(a)[:500]])  # sorted runs, then any order
+    monkeypatch.setattr(calendar, "SPAN_ROWS", 10**9)  # never a table: one offset per run of quarter-hours
+    runs = calendar.local_ns(ts, CT)
+    monkeypatch.setattr(calendar, "SPAN_ROWS", 1)  # always a table
+    table = calendar.local_ns(ts, CT)
+    assert np.array_equal(runs, table)
+    wall = pl.Series(ts).cast(pl.Datetime("ns", "UTC")).dt.convert_time_zone(CT).dt.replace_time_zone(None)
+    assert np.array_equal(table, wall.dt.epoch("ns").to_numpy())
+
+
+def test_known_cont_in_chunks_is_known_columns(monkeypatch):
+    ts = np.sort(np.random.default_rng(3).choice(10**6, 1000, replace=False)) * MIN + 1_700_000_000 * 10**9
+    season = {"tz": CT, "bandwidth": 3.0, "profile": list(np.linspace(0.5, 1.5, 1440))}
+    want = np.stack(list(known.known_columns(ts, CT, True, False, season).values()), axis=-1).astype(np.float32)
+    monkeypatch.setattr(known, "CHUNK_ROWS", 64)
+    got = known.known_cont(np.concatenate([ts[::2], ts[1::2]]), CT, True, False, season)  # any order
+    assert np.array_equal(got, np.concatenate([want[::2], want[1::2]]))
+
+
+def test_take_rows_into_columns_is_fancy_indexing():
+    rng = np.random.default_rng(4)
+    src = rng.normal(size=(50, 3)).astype(np.float32)
+    idx = rng.integers(0, 50, 200)
+    out = np.zeros((200, 5), dtype=np.float32)
+    _take_rows(src, idx, out[:, 1:4])
+    assert np.array_equal(out[:, 1:4], src[idx]) and not out[:, [0, 4]].any()
+
+
+def test_season_moments_on_the_training_rows_is_the_whole_column_formula():
+    rng = np.random.default_rng(5)
+    n, s = 3000, 3
+    g = np.repeat(np.arange(s), n // s)
+    ts = 1_700_000_000 * 10**9 + np.tile(np.arange(n // s), s) * MIN
+    x = rng.normal(size=n)
+    valid = np.arange(n) % 50 != 0
+    x[~valid] = np.nan
+    keep = rng.random(n) < 0.7
+    got = season_moments(ts, x, valid, g, s, keep, CT)
+    both = keep & valid
+    sq = np.bincount(g[both], weights=x[both] ** 2, minlength=s)
+    scale = sq / np.bincount(g[both], minlength=s)
+    proxy = x**2 / scale[g]
+    use = keep & np.isfinite(proxy)
+    cell = g[use] * 1440 + ((calendar.local_ns(ts[use], CT) % calendar.DAY_NS) // MIN)
+    assert np.array_equal(got["season:sq"], sq)
+    assert np.array_equal(got["season:sums"].ravel(), np.bincount(cell, weights=proxy[use], minlength=s * 1440))
+    assert np.array_equal(got["season:counts"].ravel(), np.bincount(cell, minlength=s * 1440))
+
+
+def test_trailing_series_by_series_is_the_window_over_series(monkeypatch):
+    rng = np.random.default_rng(6)
+    n = 600
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 1e-3, n)))
+    bars = pl.DataFrame({
+        "series": ["A"] * 250 + ["B"] * 200 + ["C"] * 150, "ts": pl.Series(np.tile(np.arange(600) * MIN, 1))
+        .cast(pl.Datetime("ns", "UTC")), "close": close, "high": close * 1.001, "low": close * 0.999,
+        "volume": rng.integers(1, 9, n).astype(np.float64), "contract": ["X"] * n,
+    })
+    feats = raw_features(bars, "ratio", "log_range")
+    names, sidx = ["A", "B", "C"], np.repeat(np.arange(3), [250, 200, 150])
+    sc = fit_scalers(feats, names, sidx, np.arange(n) % 200 < 150, "log_range", 5.0, "returns", vol_features=True)
+    by_run = scaling.trailing(feats, names, sidx, sc, "log_range", "volatility")
+    monkeypatch.setattr(scaling, "RUNS_SLICED", 0)  # polars windows over the series column
+    over = scaling.trailing(feats, names, sidx, sc, "log_range", "volatility")
+    assert by_run[0].keys() == over[0].keys() and len(by_run[0]) == 5
+    assert all(np.array_equal(by_run[0][c], over[0][c], equal_nan=True) for c in by_run[0])
+    assert np.array_equal(by_run[1], over[1]) and np.array_equal(by_run[2], over[2])
+
+
+def test_distinct_is_unique_and_searchsorted():
+    x = np.concatenate([np.arange(0, 50, 2), np.arange(0, 60, 3), [7, 7, 0]]).astype(np.int64)
+    values, inverse = known.distinct(x)
+    assert np.array_equal(values, np.unique(x)) and np.array_equal(inverse, np.searchsorted(values, x))
+    assert [len(a) for a in known.distinct(x[:0])] == [0, 0]
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 1, 2]])
+def test_real_rows_by_run_is_the_mask_per_series(order):
+    sidx = np.concatenate([np.full(5, i) for i in order])
+    real = np.arange(len(sidx)) % 5 < 4  # the last row of each run is a future row
+    ts = np.arange(len(sidx), dtype=np.int64)[::-1] * 10
+    want = [(int((real & (sidx == i)).sum()), int(ts[real & (sidx == i)].min()), int(ts[real & (sidx == i)].max()),
+             int(np.flatnonzero(real & (sidx == i))[0])) for i in range(3)]
+    assert _real_rows(sidx, real, ts, 3) == want
+
+
+def test_closed_by_minute_of_the_week_is_the_weekday_formula():
+    rng = np.random.default_rng(7)
+    wall = np.concatenate([rng.integers(-(10**17), 10**17, 20000), np.arange(-3 * 10**13, 3 * 10**13, 7 * 10**9 + 13)])
+    minute, wd = (wall % calendar.DAY_NS) // MIN, (wall // calendar.DAY_NS + 3) % 7
+    assert np.array_equal(calendar._closed(wall), calendar._closed_at(minute, wd))
+
+
+def test_median_spacings_of_all_and_train_rows_are_two_medians():
+    rng = np.random.default_rng(8)
+    sidx = np.repeat(np.arange(3), [300, 1, 200])
+    ts = np.concatenate([np.sort(rng.choice(5000, n, replace=False)) * MIN for n in (300, 1, 200)])
+    ts[5] = ts[4]  # a zero gap is no spacing
+    cut = int(np.median(ts))
+    before = ts < cut
+    got = calendar.median_spacings_ns(ts, sidx, cut)
+    assert got == (calendar.median_spacing_ns(ts, sidx), calendar.median_spacing_ns(ts[before], sidx[before]))
+    assert calendar.median_spacings_ns(ts, sidx, int(ts.min()))[1] == 0
+
+
+def test_table_calendar_copies_the_stamps_rows_and_computes_the_rest():
+    stamps = np.array([0, 2, 3, 7, 9], dtype=np.int64) * MIN + 1_700_000_000 * 10**9
+    table = np.array([1, 2, 3, 4, 8, 9, 10], dtype=np.int64) * MIN + 1_700_000_000 * 10**9
+    base = np.searchsorted(table, stamps, side="right")
+    cal32 = np.arange(10, dtype=np.float32).reshape(5, 2)  # (O, Kr): the stamps' rows
+    computed = []
+
+    def cal(ts: np.ndarray) -> np.ndarray:
+        computed.append(ts)
+        return np.full((len(ts), 2), -1, dtype=np.float32)
+
+    got = _table_calendar(table, stamps, base, cal32, cal)
+    assert np.array_equal(got[[1, 2, 5]], cal32[[1, 2, 4]])  # the table's 2, 3 and 9 are stamps
+    assert (got[[0, 3, 4, 6]] == -1).all() and np.array_equal(computed[0], table[[0, 3, 4, 6]])
+
+
+def test_windows_with_the_grid_on_a_second_thread_are_those_without(monkeypatch):
+    from foxhunt.data import prepare
+    from foxhunt.data.config import DataConfig
+    from foxhunt.data.load import LoadedBars
+
+    rng = np.random.default_rng(9)
+    ts = 1_709_900_000 * 10**9 + np.sort(rng.choice(4000, 1500, replace=False)) * MIN  # across the DST weekend
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 1e-3, len(ts))))
+    bars = pl.DataFrame({"series": ["A"] * len(ts), "ts": pl.Series(ts).cast(pl.Datetime("ns", "UTC")),
+                         "open": close, "high": close * 1.001, "low": close * 0.999, "close": close,
+                         "volume": np.ones(len(ts)), "contract": ["A"] * len(ts)})
+    cfg = DataConfig(encoder_length=8, horizon=3, val_fraction=0.3)
+    got = {}
+    for thread in (True, False):
+        monkeypatch.setattr(prepare, "GRID_THREAD", thread)
+        w = prepare.prepare_from_bars(LoadedBars(bars, [], {}), cfg).windows
+        got[thread] = {k: v for k, v in vars(w).items() if hasattr(v, "numpy")}
+    assert all(np.array_equal(got[True][k].numpy(), got[False][k].numpy(), equal_nan=True) for k in got[True])
+
+
+def test_train_moments_with_the_callers_minutes_are_those_without():
+    rng = np.random.default_rng(10)
+    n = 900
+    ts = 1_709_900_000 * 10**9 + np.arange(n) * MIN
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 1e-3, n)))
+    bars = pl.DataFrame({"series": ["A"] * 500 + ["B"] * 400, "ts": pl.Series(ts).cast(pl.Datetime("ns", "UTC")),
+                         "close": close, "high": close * 1.002, "low": close * 0.998,
+                         "volume": np.ones(n), "contract": ["X"] * n})
+    feats = raw_features(bars, "ratio", "log_return")
+    sidx = np.repeat([0, 1], [500, 400])
+    keep = (np.arange(n) % 7 != 0) & ~feats["first"].to_numpy()
+    minute = ((calendar.local_ns(ts, CT) % calendar.DAY_NS) // MIN).astype(np.int16)
+    plain = scaling.train_moments(feats, sidx, 2, keep, "log_return", CT)
+    given = scaling.train_moments(feats, sidx, 2, keep, "log_return", CT, minute=minute)
+    assert plain.keys() == given.keys() and all(np.array_equal(plain[k], given[k]) for k in plain)
+
+
+def test_release_freed_memory_is_harmless():
+    from foxhunt.data.prepare import release_freed_memory
+
+    x = np.ones(1 << 20)
+    del x
+    release_freed_memory()  # glibc: malloc_trim; elsewhere nothing
