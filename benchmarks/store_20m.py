@@ -22,6 +22,10 @@ The machine may be shared: wall times then include waiting for the CPU; CPU seco
 
 from __future__ import annotations
 
+# Imported before polars, as the CLI imports it: foxhunt sets polars' allocator (see foxhunt/__init__.py).
+import foxhunt  # noqa: F401
+
+# isort: split
 import argparse
 import json
 import resource

@@ -17,6 +17,10 @@ Numbers on a machine shared with other work vary by tens of percent; compare run
 
 from __future__ import annotations
 
+# Imported before polars, as the CLI imports it: foxhunt sets polars' allocator (see foxhunt/__init__.py).
+import foxhunt  # noqa: F401
+
+# isort: split
 import argparse
 import json
 import subprocess

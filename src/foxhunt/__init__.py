@@ -14,9 +14,20 @@ Names load on first use, so `import foxhunt` stays cheap (torch is imported by t
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 from foxhunt.errors import InputError
+
+# polars allocates through its own jemalloc, which it sets to keep freed pages for 0.5-1 s before handing them back
+# (polars/__init__.py appends this variable to its own setting). Loading frees one stage's frame as the next is built,
+# a few tenths of a second apart, so those kept pages stacked up into RSS that nothing used
+# (benchmarks/windows_2m.py on 2M bars: peak 2.3x the final tensors above the libraries with polars' default, 1.5x
+# with this). jemalloc reads it when polars loads: it takes effect only if foxhunt is imported first, as the CLI
+# does. A value the user set is left alone.
+if "polars" not in sys.modules:
+    os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
 
 if TYPE_CHECKING:
     from foxhunt.api.forecaster import Forecaster
