@@ -19,7 +19,7 @@ import torch
 from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns, future_timestamps, median_spacing_ns
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, raw_features
-from foxhunt.data.known import distinct, distinct_decoder_known, known_columns
+from foxhunt.data.known import DecoderKnown, distinct, distinct_decoder_known, known_columns
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.order import run_starts, sort_keys
 from foxhunt.data.scaling import apply_scalers, fit_and_trail, observed_names, standardize
@@ -108,7 +108,8 @@ def prepare_from_bars(
     """Featurize, scale, window and split `loaded.bars` (sorted by series, ts; see load.LoadedBars).
 
     `cuts` (with `transform`): the split cuts of a whole panel of which `loaded` is one piece (store/pieces.py);
-    the whole-panel checks (a series long enough for a window, no empty split) are then the caller's.
+    the whole-panel checks (a series long enough for a window, no empty split), the known-future grid (the windows'
+    known_* are left empty) and the summary (only `purged` and `roll_bars`) are then the caller's.
     Raises InputError when no series has enough bars for one window, or when a split ends up empty.
     """
     piece = cuts is not None
@@ -193,7 +194,7 @@ def prepare_from_bars(
             rows, first, end, d, future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz)
         )
     first, end = series_bounds(rows["sidx"])
-    windows = _windowed(rows, first, end, names, transform, e, d, step)
+    windows = _windowed(rows, first, end, names, transform, e, d, step, grid=not piece)
     if for_prediction:
         split = SplitResult(
             ids={
@@ -210,7 +211,8 @@ def prepare_from_bars(
             check_splits(split, cuts, cfg, ts_ns)
     schema = feature_schema(transform, e, d, cfg.adjust)
     windows.check_codes(schema)
-    summary = data_summary(meta, schema, windows, split, cuts, for_prediction, roll_bars, spacing)
+    summary = {"purged": dict(split.purged), "roll_bars": roll_bars} if piece else data_summary(
+        meta, schema, windows, split, cuts, for_prediction, roll_bars, spacing)
     return PreparedData(
         schema=schema,
         windows=windows,
@@ -349,10 +351,11 @@ def _extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: n
 
 def _windowed(
     rows: dict, first: np.ndarray, end: np.ndarray, names: list[str], tf: FittedTransform, e: int, d: int,
-    step: int,
+    step: int, grid: bool = True,
 ) -> WindowedData:
     """The row tensors (calendar columns first, then observed inputs), the known inputs of the forecast steps of
-    every origin (from the origin's timestamp and the grid `step` alone) and the window index over them."""
+    every origin (from the origin's timestamp and the grid `step` alone; `grid` False: left empty, for a piece of
+    a panel whose grid is built over the whole, store/pieced.py) and the window index over them."""
     season = tf.scalers.get("season")
     n, kr = len(rows["ts"]), len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(season)
     # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
@@ -370,7 +373,7 @@ def _windowed(
     codes = tf.code(names)[rows["sidx"]]  # (N,)
     known = distinct_decoder_known(
         stamps, inverse, step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, season
-    )
+    ) if grid else DecoderKnown(np.empty((0, kr), np.float32), np.empty(0, np.int64), np.empty(0, np.int64), None)
     del stamps, inverse
     return WindowedData(
         cont=torch.from_numpy(cont),
