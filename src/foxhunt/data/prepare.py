@@ -104,12 +104,15 @@ def prepare_from_bars(
     for_prediction: bool = False,
     *,
     cuts: tuple[int, int | None] | None = None,
+    features: tuple[pl.DataFrame, tuple] | None = None,
 ) -> PreparedData:
     """Featurize, scale, window and split `loaded.bars` (sorted by series, ts; see load.LoadedBars).
 
     `cuts` (with `transform`): the split cuts of a whole panel of which `loaded` is one piece (store/pieces.py);
     the whole-panel checks (a series long enough for a window, no empty split), the known-future grid (the windows'
     known_* are left empty) and the summary (only `purged` and `roll_bars`) are then the caller's.
+    `features` (with `transform`): the raw features of the sorted bars and `scaling.trailing`'s output under
+    `transform`, computed before (store/pieced.py spills them), in place of computing them again.
     Raises InputError when no series has enough bars for one window, or when a split ends up empty.
     """
     piece = cuts is not None
@@ -143,9 +146,9 @@ def prepare_from_bars(
     bars = bars.select(c for c in bars.columns if c in FEATURE_INPUTS or ("own_close" not in bars.columns and c in PRICES))
     fill_gaps = transform.scalers.get("fill_gaps", False) if transform else cfg.fill_gaps
     keep = dict.fromkeys((*FEATURE_COLUMNS, *move_columns(target), *(("filled",) if fill_gaps else ())))
-    feats = raw_features(bars, cfg.adjust, target, columns=keep).select(list(keep))
+    feats = raw_features(bars, cfg.adjust, target, columns=keep).select(list(keep)) if features is None else features[0]
     del bars
-    trail = None  # trailing inputs, when fitting computes them
+    trail = None if features is None else features[1]  # trailing inputs, when fitting (or the caller) computed them
     if transform is None:
         train_mask = (ts_ns < cuts[0]) & (ts_ns >= train_start_ns(cfg))
         has_train = np.bincount(sidx[train_mask & ~feats["first"].to_numpy()], minlength=len(names)) > 0

@@ -47,7 +47,6 @@ from foxhunt.data.known import distinct, distinct_decoder_known
 from foxhunt.data.load import ROLL_REASONS, LoadedBars, load_raw
 from foxhunt.data.prepare import (
     FEATURE_COLUMNS,
-    FEATURE_INPUTS,
     PRICES,
     FittedTransform,
     PreparedData,
@@ -72,12 +71,12 @@ from foxhunt.data.store.layout import SPLITS, WINDOW_ARRAYS, split_file
 from foxhunt.data.store.pieces import PIECE_ROWS, Piece, merge_reports
 from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of, save_array
 from foxhunt.data.summary import data_summary
-from foxhunt.data.validate import check_log_target
+from foxhunt.data.validate import OWN_PRICES, check_log_target
 from foxhunt.data.windows import SplitResult, WindowedData, window_starts
 
 log = logging.getLogger("foxhunt.data")
 
-BAR_INPUTS = (*FEATURE_INPUTS, *PRICES)  # what prepare_from_bars reads of loaded bars
+CENTER, SCALE = "__center", "__scale"  # the target's center and scale beside the trailing inputs in a spill
 ROW_ARRAYS = ("cont", "static_cat", "time_cat", "target_raw", "center", "scale", "ts_ns", "real", "series_idx")
 
 
@@ -363,7 +362,8 @@ def _load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict],
         p.unlink()
     bars, names, sidx, ts = sorted_bars(loaded.bars)
     check_log_target(bars, cfg.target)
-    bars.select(c for c in bars.columns if c in BAR_INPUTS).write_ipc(Path(spill) / f"bars-{k}.arrow")
+    checked = OWN_PRICES if "own_close" in bars.columns else PRICES  # what check_log_target reads
+    bars.select("series", "ts", "contract", *checked).write_ipc(Path(spill) / f"bars-{k}.arrow")
     keep = dict.fromkeys((*FEATURE_COLUMNS, *move_columns(cfg.target), *(("filled",) if cfg.fill_gaps else ())))
     feats = raw_features(bars, cfg.adjust, cfg.target, columns=keep).select(list(keep))
     del bars
@@ -398,7 +398,9 @@ def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
            scalers: dict) -> dict:
     feats, sidx, ts = _spilled(spill, k, lengths)
     keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
-    derived = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling)[0]
+    derived, center, scale = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling)
+    # The write reads them again: the trailing inputs depend on what the first scalers hold only, fixed by now.
+    pl.DataFrame({**derived, CENTER: center, SCALE: scale}).write_ipc(Path(spill) / f"trail-{k}.arrow")
     return vol_moments(derived, sidx, len(names), keep, scalers)
 
 
@@ -409,8 +411,13 @@ def _write_job(job: tuple) -> dict:
 def _write(cfg: DataConfig, k: int, spill: str, cuts: tuple, transform: FittedTransform, store: str,
            row0: int, win0: int, series0: int) -> dict:
     bars = pl.read_ipc(Path(spill) / f"bars-{k}.arrow")
-    data = prepare_from_bars(LoadedBars(bars=bars, rolls=[], report={}), cfg, transform, cuts=cuts)
-    del bars
+    trail = pl.read_ipc(Path(spill) / f"trail-{k}.arrow")
+    derived = {c: trail.get_column(c).to_numpy() for c in trail.columns if c not in (CENTER, SCALE)}
+    features = (pl.read_ipc(Path(spill) / f"feats-{k}.arrow"),
+                (derived, trail.get_column(CENTER).to_numpy(), trail.get_column(SCALE).to_numpy()))
+    data = prepare_from_bars(LoadedBars(bars=bars, rolls=[], report={}), cfg, transform, cuts=cuts,
+                             features=features)
+    del bars, trail, derived, features
     w = data.windows
     n = len(w.ts_ns)
     for name in ROW_ARRAYS:  # into the page cache: `finish` flushes every file to disk once
