@@ -1,36 +1,36 @@
-"""`foxhunt prepare` in pieces: each group of series (store/pieces.py) is loaded and featurized on its own, in worker
-processes, and its rows are written straight into the store's preallocated arrays; the panel is never in memory.
+"""`foxhunt prepare` in pieces: each group of series (store/pieces.py) is loaded and featurized on its own, by
+`workers` processes (store/crew.py: this one and workers - 1 spawned ones), and its rows are written straight into
+the store's preallocated arrays; the panel is never in memory.
 
 What is fitted across series is fitted first, from statistics each piece sends back that add up exactly
-(data/fitstats.py; the in-memory path fits from the same sums, so both give the same bits):
+(data/fitstats.py; the in-memory path fits from the same sums, so both give the same bits). Phases:
 0. read: the files are read once, in chunks of consecutive files (read_bars' `only`), and each chunk's bars are
    spilled to one Arrow IPC file per piece; the raw time span of the chunks gives the split cuts to expect.
 1. load: each piece's spills are concatenated (in file order: the frame `read_bars` would give for its symbols),
-   cleaned and rolled as `load_bars` would; its bars (what `prepare_from_bars` reads) and its raw features are
-   spilled; its series, their lengths, its time span and its distinct timestamps come back, and with the expected
-   cuts its training statistics (scalers.train_moments) and bar-gap counts (the median spacing).
-   The split cuts follow from the span of all pieces; the statistics are fitted again (2.) only where cleaning
-   moved the span's ends, so that the cuts differ from those expected.
+   cleaned and rolled as `load_bars` would; its raw features (computed once) and the few bar columns
+   `prepare_from_bars` still reads are spilled; its series, their lengths, its time span and its distinct
+   timestamps come back, with its bar-gap counts (the median spacing) and, under the expected cuts, its training
+   statistics (scalers.train_moments). The split cuts follow from the span of all pieces; the statistics are
+   gathered again (2.) only when cleaning moved the ends of the span, and the cuts with them.
 2. fit (rarely): the training statistics from the spilled features.
-3. trail: with the first scalers fixed, the trailing inputs' statistics (scalers.vol_moments), from the spilled
-   features; meanwhile the parent builds the known-future grid (one table over every distinct timestamp).
-4. write: `prepare_from_bars` of the piece with the whole panel's transform and cuts; rows go to their offset in
-   the store's arrays (np.lib.format.open_memmap), windows and split ids are offset by the pieces before; as each
-   piece is written the parent maps its rows onto the grid (known_base).
-The data summary is then built from the written arrays. Memory: a worker holds one chunk or one piece; the parent
-holds the distinct timestamps, the grid and the split ids.
+3. trail: with the first scalers fixed, the trailing inputs (spilled: they depend on those scalers only) and their
+   statistics (scalers.vol_moments); meanwhile this process builds the known-future grid (one table over every
+   distinct timestamp of the panel) before it takes pieces too.
+4. write: `prepare_from_bars` of the piece with the whole panel's transform and cuts, from its spilled features and
+   trailing inputs, without a grid or a summary of its own; rows go to their offset in the store's arrays
+   (np.lib.format.open_memmap, through the page cache: `finish` flushes each file once), windows and split ids are
+   offset by the pieces before, and the piece maps its rows onto the grid (known_base).
+The data summary is then built from the written arrays. Memory: a worker holds one chunk or one piece; this
+process too, besides the distinct timestamps, the grid and the split ids.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import multiprocessing as mp
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -67,6 +67,7 @@ from foxhunt.data.scaling import (
     train_moments,
     vol_moments,
 )
+from foxhunt.data.store.crew import crew
 from foxhunt.data.store.layout import SPLITS, WINDOW_ARRAYS, split_file
 from foxhunt.data.store.pieces import PIECE_ROWS, Piece, merge_reports
 from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of, save_array
@@ -87,7 +88,7 @@ def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], workers: int
     tmp = make_tmp(out)
     spill = Path(tempfile.mkdtemp(prefix=f".{out.name}.pieces.", dir=out.parent))
     try:
-        with filling(tmp, out), _pool(workers) as pool:
+        with filling(tmp, out), crew(workers) as pool:
             files = [str(f) for source in expand_sources(cfg.paths) for f in source.files]
             route = {s.strip(): k for k, p in enumerate(pieces) for s in p.symbols}
             chunks = _chunks(files, max(workers, -(-sum(p.rows for p in pieces) // PIECE_ROWS)))
@@ -131,45 +132,6 @@ class _Laps:
         now = (time.perf_counter(), time.process_time())
         log.debug("prepare in pieces: %s %.2f s wall, %.2f s CPU", phase, now[0] - self.t[0], now[1] - self.t[1])
         self.t = now
-
-
-class _Done:
-    """An AsyncResult already computed (the in-process pool)."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def get(self) -> Any:
-        return self.value
-
-
-class _InProcess:
-    """A pool of no worker processes: the pieces one after the other in this process (workers <= 1)."""
-
-    def starmap(self, fn: Any, jobs: list) -> list:
-        return [fn(*job) for job in jobs]
-
-    def starmap_async(self, fn: Any, jobs: list) -> _Done:
-        return _Done(self.starmap(fn, jobs))
-
-    def imap(self, fn: Any, jobs: list) -> Iterator:
-        return map(fn, jobs)
-
-
-@contextlib.contextmanager
-def _pool(workers: int) -> Iterator[Any]:
-    if workers <= 1:
-        yield _InProcess()
-        return
-    # spawn, not fork: the parent's polars and torch thread pools do not survive a fork. The workers are this
-    # process's children, so their CPU time counts in its rusage once the pool is joined.
-    pool = mp.get_context("spawn").Pool(workers, initializer=_quiet)
-    try:
-        yield pool
-        pool.close()
-    finally:
-        pool.terminate()
-        pool.join()
 
 
 def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, loads: list[dict],
@@ -223,27 +185,26 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     arrays["known_base"] = _allocate(tmp, "known_base", (rows[-1],))
     if known.index is not None:
         arrays["known_index"] = _allocate(tmp, "known_index", (rows[-1], d), "int32")
-    writes = pool.imap(_write_job, [(*job, cuts, transform, str(tmp), int(rows[k]), int(wins[k]), int(series0[k]))
-                                    for k, job in enumerate(jobs)])
-    parts = [_known_rows(tmp, origins, known, slice(rows[k], rows[k + 1]), part) for k, part in enumerate(writes)]
+    for name, value in (("origins", origins), ("base", known.base), ("index", known.index)):
+        if value is not None:  # what the workers map their rows onto the grid with
+            np.save(Path(jobs[0][2]) / f"known-{name}.npy", value)
+    parts = pool.starmap(_write, [(*job, cuts, transform, str(tmp), int(rows[k]), int(wins[k]), int(series0[k]))
+                                  for k, job in enumerate(jobs)])
     lap("write")
     manifest = _finish_store(cfg, out, tmp, loads, parts, arrays, transform, known, cuts, spacing, span)
     lap("summary, flush")
     return manifest
 
 
-def _known_rows(tmp: Path, origins: np.ndarray, known: Any, rows: slice, part: dict) -> dict:
-    """Fill known_base (and known_index) of the rows a worker has just written (`rows`): their grid rows."""
-    ts = np.load(tmp / "ts_ns.npy", mmap_mode="r")
-    base = np.load(tmp / "known_base.npy", mmap_mode="r+")
-    index = np.load(tmp / "known_index.npy", mmap_mode="r+") if known.index is not None else None
-    for lo in range(rows.start, rows.stop, 1 << 22):  # in slices: the parent never holds a whole row array
-        hi = min(lo + (1 << 22), rows.stop)
-        at = np.searchsorted(origins, ts[lo:hi])
-        base[lo:hi] = known.base[at]
-        if index is not None:
-            index[lo:hi] = known.index[at]
-    return part
+def _known_rows(spill: Path, store: Path, ts: np.ndarray, row0: int) -> None:
+    """Fill known_base (and known_index) of the rows from `row0` on, whose timestamps are `ts`: their grid rows."""
+    origins, base = np.load(spill / "known-origins.npy", mmap_mode="r"), np.load(spill / "known-base.npy", mmap_mode="r")
+    at = np.searchsorted(origins, ts)  # (n,)
+    target = np.load(store / "known_base.npy", mmap_mode="r+")
+    target[row0:row0 + len(ts)] = base[at]
+    if (spill / "known-index.npy").exists():
+        target = np.load(store / "known_index.npy", mmap_mode="r+")
+        target[row0:row0 + len(ts)] = np.load(spill / "known-index.npy", mmap_mode="r")[at]
 
 
 def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], parts: list[dict], arrays: dict,
@@ -324,11 +285,6 @@ def _sorted_distinct(x: np.ndarray) -> np.ndarray:
 # --- in the workers -----------------------------------------------------------------------------------------------
 
 
-def _quiet() -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    logging.getLogger("foxhunt.data").setLevel(logging.WARNING)  # the parent logs; rolls would print twice
-
-
 def _read(cfg: DataConfig, chunk: int, first: int, files: list[str], route: dict[str, int], spill: str) -> dict:
     """Read the files `files` (the panel's from index `first` on) and spill their bars by piece (`route`: symbol ->
     piece) to raw-CHUNK-PIECE.arrow, file_idx counted over the whole panel's files. Returns the files' entries, their
@@ -404,10 +360,6 @@ def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
     return vol_moments(derived, sidx, len(names), keep, scalers)
 
 
-def _write_job(job: tuple) -> dict:
-    return _write(*job)
-
-
 def _write(cfg: DataConfig, k: int, spill: str, cuts: tuple, transform: FittedTransform, store: str,
            row0: int, win0: int, series0: int) -> dict:
     bars = pl.read_ipc(Path(spill) / f"bars-{k}.arrow")
@@ -426,6 +378,7 @@ def _write(cfg: DataConfig, k: int, spill: str, cuts: tuple, transform: FittedTr
         del target
     starts = np.load(Path(store) / "starts.npy", mmap_mode="r+")
     starts[win0:win0 + len(w.starts)] = w.starts.numpy() + row0
+    _known_rows(Path(spill), Path(store), w.ts_ns.numpy(), row0)
     return {
         "splits": {split: data.splits[split].numpy() + win0 for split in SPLITS},
         "purged": data.summary["purged"],
