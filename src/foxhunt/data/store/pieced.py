@@ -191,8 +191,8 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     parts = pool.starmap(_write, [(*job, cuts, transform, str(tmp), int(rows[k]), int(wins[k]), int(series0[k]))
                                   for k, job in enumerate(jobs)])
     lap("write")
-    manifest = _finish_store(cfg, out, tmp, loads, parts, arrays, transform, known, cuts, spacing, span)
-    lap("summary, flush")
+    manifest = _finish_store(cfg, out, tmp, loads, parts, arrays, transform, known, cuts, spacing, span, lap)
+    lap("flush")
     return manifest
 
 
@@ -200,15 +200,29 @@ def _known_rows(spill: Path, store: Path, ts: np.ndarray, row0: int) -> None:
     """Fill known_base (and known_index) of the rows from `row0` on, whose timestamps are `ts`: their grid rows."""
     origins, base = np.load(spill / "known-origins.npy", mmap_mode="r"), np.load(spill / "known-base.npy", mmap_mode="r")
     at = np.searchsorted(origins, ts)  # (n,)
-    target = np.load(store / "known_base.npy", mmap_mode="r+")
-    target[row0:row0 + len(ts)] = base[at]
+    _put(store / "known_base.npy", row0, base[at])
     if (spill / "known-index.npy").exists():
-        target = np.load(store / "known_index.npy", mmap_mode="r+")
-        target[row0:row0 + len(ts)] = np.load(spill / "known-index.npy", mmap_mode="r")[at]
+        _put(store / "known_index.npy", row0, np.load(spill / "known-index.npy", mmap_mode="r")[at])
+
+
+def _put(path: Path, row0: int, value: np.ndarray) -> None:
+    """Write `value` at row `row0` of the .npy array at `path` (through the page cache), and start writing those
+    pages to disk now, while the pieces are still being prepared, rather than all in `finish`'s flush at the end."""
+    target = np.load(path, mmap_mode="r+")
+    target[row0:row0 + len(value)] = value
+    start, size = target.offset + row0 * target[:1].nbytes, value.nbytes
+    del target
+    if size and hasattr(os, "posix_fadvise"):  # Linux: DONTNEED writes dirty pages back, and drops none of them
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, start, size, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], parts: list[dict], arrays: dict,
-                  transform: FittedTransform, known: Any, cuts: tuple, spacing: int, span: np.ndarray) -> dict:
+                  transform: FittedTransform, known: Any, cuts: tuple, spacing: int, span: np.ndarray,
+                  lap: _Laps) -> dict:
     e, d = cfg.encoder_length, cfg.horizon
     names = [n for r in loads for n in r["names"]]
     saved = dict(arrays)
@@ -237,6 +251,7 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], part
     manifest = manifest_of(data, cfg, {k: saved[k] for k in [*WINDOW_ARRAYS, *(f"split_{s}" for s in SPLITS)]
                                        if k in saved})
     del windows, view, data
+    lap("summary")
     finish(tmp, out, manifest)
     return manifest
 
@@ -371,13 +386,10 @@ def _write(cfg: DataConfig, k: int, spill: str, cuts: tuple, transform: FittedTr
                              features=features)
     del bars, trail, derived, features
     w = data.windows
-    n = len(w.ts_ns)
-    for name in ROW_ARRAYS:  # into the page cache: `finish` flushes every file to disk once
-        target = np.load(Path(store) / f"{name}.npy", mmap_mode="r+")
-        target[row0:row0 + n] = w.series_idx.numpy() + series0 if name == "series_idx" else getattr(w, name).numpy()
-        del target
-    starts = np.load(Path(store) / "starts.npy", mmap_mode="r+")
-    starts[win0:win0 + len(w.starts)] = w.starts.numpy() + row0
+    for name in ROW_ARRAYS:
+        _put(Path(store) / f"{name}.npy", row0,
+             w.series_idx.numpy() + series0 if name == "series_idx" else getattr(w, name).numpy())
+    _put(Path(store) / "starts.npy", win0, w.starts.numpy() + row0)
     _known_rows(Path(spill), Path(store), w.ts_ns.numpy(), row0)
     return {
         "splits": {split: data.splits[split].numpy() + win0 for split in SPLITS},
