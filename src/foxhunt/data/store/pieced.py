@@ -26,10 +26,12 @@ process too, besides the distinct timestamps, the grid and the split ids.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -39,11 +41,12 @@ import numpy as np
 import polars as pl
 import torch
 
+from foxhunt.atomic import fsync
 from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, raw_features
 from foxhunt.data.fitstats import concat
-from foxhunt.data.known import distinct, distinct_decoder_known
+from foxhunt.data.known import distinct_decoder_known
 from foxhunt.data.load import ROLL_REASONS, LoadedBars, load_raw
 from foxhunt.data.prepare import (
     FEATURE_COLUMNS,
@@ -236,6 +239,9 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], part
     check_splits(split, cuts, cfg, span)
     for k in SPLITS:
         saved[f"split_{k}"] = save_array(tmp, split_file(k), split.ids[k].astype(np.int64))
+    # The arrays are final: flushed to disk while the summary reads them (finish's fsync then finds them clean).
+    flushing = threading.Thread(target=_flush, args=([tmp / entry["file"] for entry in saved.values()],), daemon=True)
+    flushing.start()
     view = {name: np.load(tmp / entry["file"], mmap_mode="c") for name, entry in saved.items()}  # no copy
     windows = WindowedData(  # off_grid, for the summary, counts a slice of windows at a time
         **{name: torch.from_numpy(view[name]) if name in view else None for name in WINDOW_ARRAYS},
@@ -246,6 +252,7 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], part
     meta = SimpleNamespace(report=merge_reports([r["report"] for r in loads]), rolls=[x for r in loads
                                                                                       for x in r["rolls"]])
     summary = data_summary(meta, schema, windows, split, cuts, False, sum(p["roll_bars"] for p in parts), spacing)
+    flushing.join()
     data = PreparedData(schema=schema, windows=windows, splits={}, transform=transform, summary=summary,
                         rolls=meta.rolls)
     manifest = manifest_of(data, cfg, {k: saved[k] for k in [*WINDOW_ARRAYS, *(f"split_{s}" for s in SPLITS)]
@@ -254,6 +261,13 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], part
     lap("summary")
     finish(tmp, out, manifest)
     return manifest
+
+
+def _flush(paths: list[Path]) -> None:
+    """fsync `paths`, ahead of `finish` (which fsyncs them again, and says what failed)."""
+    with contextlib.suppress(OSError):
+        for path in paths:
+            fsync(path)
 
 
 def _allocate(folder: Path, name: str, shape: tuple, dtype: str | None = None) -> dict:
@@ -341,7 +355,7 @@ def _load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict],
     feats.write_ipc(Path(spill) / f"feats-{k}.arrow")
     lengths = np.bincount(sidx, minlength=len(names))
     return {"names": names, "lengths": lengths, "lo": int(ts.min()), "hi": int(ts.max()), "report": loaded.report,
-            "rolls": loaded.rolls, "gaps": _gap_counts(ts, sidx), "stamps": distinct(ts)[0],
+            "rolls": loaded.rolls, "gaps": _gap_counts(ts, sidx), "stamps": _sorted_distinct(ts),
             "fit": _fit_stats(cfg, feats, len(names), sidx, ts, cuts)}
 
 
