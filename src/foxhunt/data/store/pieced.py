@@ -399,6 +399,8 @@ def _write(cfg: DataConfig, k: int, spill: str, cuts: tuple, transform: FittedTr
     data = prepare_from_bars(LoadedBars(bars=bars, rolls=[], report={}), cfg, transform, cuts=cuts,
                              features=features)
     del bars, trail, derived, features
+    for name in ("bars", "trail", "feats"):  # read for the last time: gone before the kernel writes them to disk
+        (Path(spill) / f"{name}-{k}.arrow").unlink()
     w = data.windows
     for name in ROW_ARRAYS:
         _put(Path(store) / f"{name}.npy", row0,
