@@ -294,9 +294,9 @@ def prepare(
     seasonality: Seasonality = DD.seasonality,
     calendar_features: CalendarFeatures = DD.calendar_features,
     fill_gaps: FillGaps = DD.fill_gaps,
-    workers: Annotated[int, typer.Option(min=0, help="Processes preparing groups of series in parallel, each "
-                                         "reading only its own symbols, so memory is bounded by a group, not the "
-                                         "panel; 0 prepares the whole panel in memory. The store is the same.")] = 2,
+    workers: Annotated[int, typer.Option(min=0, help="Processes (this one included) preparing groups of "
+                                         "series in parallel, so memory is bounded by a group, not the panel; 0 "
+                                         "prepares the whole panel in memory. The store is the same.")] = 2,
     config: ConfigFile = None,
 ) -> None:
     """Compute the features once and write them as a memory-mapped feature store for `foxhunt train --features`:

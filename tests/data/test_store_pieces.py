@@ -11,6 +11,8 @@ import pytest
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.fitstats import column_moments, concat, pooled
+from foxhunt.data.prepare import split_cuts
+from foxhunt.data.store import pieced
 from foxhunt.data.store.build import prepare_store
 from foxhunt.data.store.pieced import _median
 from foxhunt.data.store.pieces import plan_pieces, series_key
@@ -38,20 +40,58 @@ def panel(tmp_path_factory, fixtures_dir):
     return folder
 
 
-def test_a_store_prepared_in_pieces_is_the_store_prepared_in_memory(panel, tmp_path):
-    cfg = DataConfig(paths=(str(panel),), encoder_length=16, horizon=3, val_fraction=0.2, test_fraction=0.2)
+@pytest.fixture(scope="module")
+def whole(panel, tmp_path_factory):
+    """The store of `panel` prepared in memory: (its folder, its manifest)."""
+    out = tmp_path_factory.mktemp("whole") / "store"
+    return out, prepare_store(_config(panel), out, workers=0)
+
+
+def _config(panel) -> DataConfig:
+    return DataConfig(paths=(str(panel),), encoder_length=16, horizon=3, val_fraction=0.2, test_fraction=0.2)
+
+
+def _assert_same_store(a: tuple, b: tuple) -> None:
+    """Two stores (folder, manifest) hold the same manifest, bar the time of creation, and the same arrays."""
+    (a_dir, a_manifest), (b_dir, b_manifest) = a, b
+    a_manifest, b_manifest = dict(a_manifest), dict(b_manifest)
+    a_manifest.pop("created_utc"), b_manifest.pop("created_utc")
+    assert json.dumps(b_manifest, sort_keys=True) == json.dumps(a_manifest, sort_keys=True)
+    for name, entry in a_manifest["arrays"].items():
+        x, y = np.load(a_dir / entry["file"]), np.load(b_dir / entry["file"])
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name
+
+
+def test_a_store_prepared_in_pieces_is_the_store_prepared_in_memory(panel, whole, tmp_path):
+    cfg = _config(panel)
     plan = plan_pieces(cfg, piece_rows=1, min_rows=0)
     assert [{series_key(s, cfg.contracts) for s in p.symbols} for p in plan] == [{"ES"}, {"NQ"}, {"YM"}]
     assert plan[0].symbols == ("ESH4", "ESH4-ESM4", "ESM4", "ESU4")
-    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
     pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
-    whole.pop("created_utc"), pieces.pop("created_utc")
-    assert json.dumps(pieces, sort_keys=True) == json.dumps(whole, sort_keys=True)
-    assert len(whole["windows"]["series_names"]) == 3 and whole["transform"]["scalers"]["season"]
-    for name, entry in whole["arrays"].items():
-        a, b = np.load(tmp_path / "whole" / entry["file"]), np.load(tmp_path / "pieces" / entry["file"])
-        assert a.dtype == b.dtype and a.shape == b.shape, name
-        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
+    assert len(whole[1]["windows"]["series_names"]) == 3 and whole[1]["transform"]["scalers"]["season"]
+    _assert_same_store(whole, (tmp_path / "pieces", pieces))
+
+
+def test_pieces_are_fitted_again_when_cleaning_moves_the_expected_cuts(panel, whole, tmp_path, monkeypatch):
+    """The cuts expected from the raw bars' span (the training statistics are gathered under them as the pieces
+    load) differ from the cleaned bars' here: the statistics are gathered again under the true cuts. In this
+    process (workers=1), so that the expected cuts can be moved."""
+    cuts, fits, refit = [], [], pieced._fit
+
+    def moved(cfg, span):
+        cuts.append(split_cuts(cfg, span))
+        return (cuts[-1][0] - 1, cuts[-1][1]) if len(cuts) == 1 else cuts[-1]
+
+    def fit(*args):
+        fits.append(args[1])
+        return refit(*args)
+
+    monkeypatch.setattr(pieced, "split_cuts", moved)
+    monkeypatch.setattr(pieced, "_fit", fit)
+    pieces = prepare_store(_config(panel), tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
+    assert len(cuts) == 2 and fits == [0, 1, 2]
+    _assert_same_store(whole, (tmp_path / "pieces", pieces))
 
 
 def test_a_small_panel_a_bounded_read_and_fill_gaps_are_prepared_in_one_piece(panel):

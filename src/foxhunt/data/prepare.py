@@ -119,11 +119,15 @@ def prepare_from_bars(
     for_prediction: bool = False,
     *,
     cuts: tuple[int, int | None] | None = None,
+    features: tuple[pl.DataFrame, tuple] | None = None,
 ) -> PreparedData:
     """Featurize, scale, window and split `loaded.bars` (sorted by series, ts; see load.LoadedBars).
 
     `cuts` (with `transform`): the split cuts of a whole panel of which `loaded` is one piece (store/pieces.py);
-    the whole-panel checks (a series long enough for a window, no empty split) are then the caller's.
+    the whole-panel checks (a series long enough for a window, no empty split), the known-future grid (the windows'
+    known_* are left empty) and the summary (only `purged` and `roll_bars`) are then the caller's.
+    `features` (with `transform`): the raw features of the sorted bars and `scaling.trailing`'s output under
+    `transform`, computed before (store/pieced.py spills them), in place of computing them again.
     Raises InputError when no series has enough bars for one window, or when a split ends up empty.
     """
     piece = cuts is not None
@@ -156,9 +160,9 @@ def prepare_from_bars(
     bars = bars.select(c for c in bars.columns if c in FEATURE_INPUTS or ("own_close" not in bars.columns and c in PRICES))
     fill_gaps = transform.scalers.get("fill_gaps", False) if transform else cfg.fill_gaps
     keep = dict.fromkeys((*FEATURE_COLUMNS, *move_columns(target), *(("filled",) if fill_gaps else ())))
-    feats = raw_features(bars, cfg.adjust, target, columns=keep).select(list(keep))
+    feats = raw_features(bars, cfg.adjust, target, columns=keep).select(list(keep)) if features is None else features[0]
     del bars
-    trail = None  # trailing inputs, when fitting computes them
+    trail = None if features is None else features[1]  # trailing inputs, when fitting (or the caller) computed them
     if transform is None:
         train_mask = (ts_ns < cuts[0]) & (ts_ns >= train_start_ns(cfg))
         has_train = np.bincount(sidx[train_mask & ~feats["first"].to_numpy()], minlength=len(names)) > 0
@@ -211,7 +215,7 @@ def prepare_from_bars(
             rows, first, end, d, future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz)
         )
         first, end = series_bounds(rows["sidx"])  # each series now ends d rows later
-    windows = _windowed(rows, first, end, names, transform, e, d, step)
+    windows = _windowed(rows, first, end, names, transform, e, d, step, grid=not piece)
     if for_prediction:
         split = SplitResult(
             ids={
@@ -228,7 +232,8 @@ def prepare_from_bars(
             check_splits(split, cuts, cfg, ts_ns)
     schema = feature_schema(transform, e, d, cfg.adjust)
     windows.check_codes(schema)
-    summary = data_summary(meta, schema, windows, split, cuts, for_prediction, roll_bars, spacing)
+    summary = {"purged": dict(split.purged), "roll_bars": roll_bars} if piece else data_summary(
+        meta, schema, windows, split, cuts, for_prediction, roll_bars, spacing)
     return PreparedData(
         schema=schema,
         windows=windows,
@@ -372,11 +377,12 @@ def known_width(tf: FittedTransform) -> int:
 
 def _windowed(
     rows: dict, first: np.ndarray, end: np.ndarray, names: list[str], tf: FittedTransform, e: int, d: int,
-    step: int,
+    step: int, grid: bool = True,
 ) -> WindowedData:
     """The row tensors (calendar columns first, then observed inputs: `rows["cont"]` holds those already), the known
-    inputs of the forecast steps of every origin (from the origin's timestamp and the grid `step` alone) and the
-    window index over them."""
+    inputs of the forecast steps of every origin (from the origin's timestamp and the grid `step` alone; `grid`
+    False: left empty, for a piece of a panel whose grid is built over the whole, store/pieced.py) and the window
+    index over them."""
     season, kr = tf.scalers.get("season"), known_width(tf)
     # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
     stamps, inverse = distinct(rows["ts"])  # (O,), (N,)
@@ -384,16 +390,20 @@ def _windowed(
                             sessions=tf.calendar_features, season=season)
     # With GRID_THREAD the decoder's grid runs on a second thread while this one computes the stamps' calendar (numpy
     # and polars release the GIL in their loops): independent work, a function of the stamps alone.
-    with ThreadPoolExecutor(max_workers=1) if GRID_THREAD else contextlib.nullcontext() as pool:
-        grid = functools.partial(decoder_grid, stamps, step, d, tf.exchange_tz, tf.intraday)
-        later = pool.submit(grid) if pool else None
+    with ThreadPoolExecutor(max_workers=1) if GRID_THREAD and grid else contextlib.nullcontext() as pool:
+        make_grid = functools.partial(decoder_grid, stamps, step, d, tf.exchange_tz, tf.intraday)
+        later = pool.submit(make_grid) if pool else None
         cal32 = cal(stamps)  # (O, Kr)
         cont = rows.pop("cont")  # (N, Kr + Or)
         _take_rows(cal32, inverse, cont[:, :kr])
-        table, base, index = later.result() if later else grid()  # (U,), (O,), (O, D) | None
-    known = DecoderKnown(cont=_table_calendar(table, stamps, base, cal32, cal), ts=table, base=base[inverse],
-                         index=None if index is None else index[inverse])
-    del stamps, inverse, base, index, cal32
+        if grid:
+            table, base, index = later.result() if later else make_grid()  # (U,), (O,), (O, D) | None
+            known = DecoderKnown(cont=_table_calendar(table, stamps, base, cal32, cal), ts=table, base=base[inverse],
+                                 index=None if index is None else index[inverse])
+            del base, index
+        else:
+            known = DecoderKnown(np.empty((0, kr), np.float32), np.empty(0, np.int64), np.empty(0, np.int64), None)
+    del stamps, inverse, cal32
     release_freed_memory()  # the grid's and the calendar's temporaries, before the last row tensors
     codes = tf.code(names)[rows["sidx"]]  # (N,)
     return WindowedData(

@@ -1,0 +1,120 @@
+"""Jobs run by `workers` processes of which this process is one: `workers - 1` spawned worker processes and this
+one, each taking the next job as it finishes one (store/pieced.py's pieces).
+
+This process works too rather than waiting for a pool of `workers` processes: it has imported the libraries
+already, where each spawned worker spends seconds of CPU importing them (torch alone ~1.5 s), and it would
+otherwise sit idle. Results come back in the order of the jobs; the first error is raised once every job taken has
+finished. Jobs run here log nothing below WARNING from `foxhunt.data` (the caller logs what the pieces found, as it
+does for the workers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+QUIET = "foxhunt.data"
+
+
+class Crew:
+    """`workers - 1` spawned processes (none for `workers` <= 1) and this process."""
+
+    def __init__(self, workers: int) -> None:
+        # spawn, not fork: this process's polars and torch thread pools do not survive a fork. The workers are its
+        # children, so their CPU time counts in its rusage once the pool is joined.
+        self.processes = max(workers - 1, 0)
+        self.pool = mp.get_context("spawn").Pool(self.processes, initializer=quiet) if self.processes else None
+
+    def starmap(self, fn: Callable, jobs: list[tuple]) -> list:
+        """`[fn(*job) for job in jobs]`, the jobs shared between the workers and this process."""
+        return self.starmap_async(fn, jobs).get()
+
+    def starmap_async(self, fn: Callable, jobs: list[tuple]) -> Shift:
+        """The workers start on `jobs` now; `get()` has this process take jobs too and returns the results."""
+        return Shift(self, fn, jobs)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool.join()
+
+    def terminate(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+
+
+class Shift:
+    """Jobs under way: one thread per worker process hands it the next job (waiting on it, not holding the GIL)."""
+
+    def __init__(self, crew: Crew, fn: Callable, jobs: list[tuple]) -> None:
+        self.fn, self.jobs = fn, jobs
+        self.results: list = [None] * len(jobs)
+        self.errors: list[BaseException] = []
+        self.lock = threading.Lock()
+        self.next = 0
+        self.threads = [threading.Thread(target=self._hand, args=(crew.pool,), daemon=True)
+                        for _ in range(crew.processes)]
+        for t in self.threads:
+            t.start()
+
+    def _take(self) -> int | None:
+        with self.lock:
+            if self.errors or self.next >= len(self.jobs):
+                return None
+            self.next += 1
+            return self.next - 1
+
+    def _hand(self, pool: Any) -> None:
+        while (i := self._take()) is not None:
+            try:
+                self.results[i] = pool.apply(self.fn, self.jobs[i])
+            except BaseException as e:  # raised in the caller's thread by get()
+                self.errors.append(e)
+
+    def get(self) -> list:
+        with quiet_here():
+            while (i := self._take()) is not None:
+                try:
+                    self.results[i] = self.fn(*self.jobs[i])
+                except BaseException as e:
+                    self.errors.append(e)
+        for t in self.threads:
+            t.join()
+        if self.errors:
+            raise self.errors[0]
+        return self.results
+
+
+@contextlib.contextmanager
+def crew(workers: int) -> Iterator[Crew]:
+    """A Crew of `workers` processes, this one included; its processes end with the block."""
+    c = Crew(workers)
+    try:
+        yield c
+        c.close()
+    finally:
+        c.terminate()
+
+
+def quiet() -> None:
+    """In a worker process: one thread for OpenMP, and `foxhunt.data` logs warnings only (the parent logs)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    logging.getLogger(QUIET).setLevel(logging.WARNING)
+
+
+@contextlib.contextmanager
+def quiet_here() -> Iterator[None]:
+    """`foxhunt.data` logs warnings only while this process runs jobs (what a worker process would not log)."""
+    logger = logging.getLogger(QUIET)
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

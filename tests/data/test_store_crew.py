@@ -1,0 +1,30 @@
+"""store/crew.py: jobs shared between worker processes and this one come back in order, and an error is raised."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from foxhunt.data.store.crew import crew
+
+
+def _power(x: int, y: int) -> int:
+    if y < 0:
+        raise ValueError(f"negative power {y}")
+    logging.getLogger("foxhunt.data").info("job %d", x)
+    return x**y
+
+
+def test_results_come_in_the_order_of_the_jobs_and_this_process_logs_no_job(caplog):
+    with caplog.at_level(logging.INFO, logger="foxhunt.data"), crew(1) as c:
+        assert c.starmap(_power, [(k, 2) for k in range(7)]) == [k**2 for k in range(7)]
+        shift = c.starmap_async(_power, [(2, k) for k in range(4)])
+        assert shift.get() == [1, 2, 4, 8]
+        assert logging.getLogger("foxhunt.data").level == logging.INFO  # as it was before the jobs
+    assert not caplog.records
+
+
+def test_the_first_error_is_raised_after_the_jobs_taken():
+    with crew(1) as c, pytest.raises(ValueError, match="negative power -1"):
+        c.starmap(_power, [(1, 1), (2, -1), (3, 1)])
