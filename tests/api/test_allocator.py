@@ -27,7 +27,7 @@ def _run(code: str, **env: str) -> str:
 
 def test_freed_frames_leave_rss_at_once() -> None:
     conf, released = _run(FREE)
-    assert conf.endswith(",dirty_decay_ms:0,muzzy_decay_ms:0")  # after polars' own default, so it wins
+    assert conf.endswith(",dirty_decay_ms:0,muzzy_decay_ms:0,thp:always,metadata_thp:always")  # after polars' own default, so it wins
     if sys.platform == "linux":
         assert int(released) > 100  # MiB back to the OS as soon as the frame is dropped
 
