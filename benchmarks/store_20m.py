@@ -22,12 +22,9 @@ The machine may be shared: wall times then include waiting for the CPU; CPU seco
 
 from __future__ import annotations
 
-# Imported before polars, as the CLI imports it: foxhunt sets polars' allocator (see foxhunt/__init__.py).
-import foxhunt  # noqa: F401
-
-# isort: split
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -38,6 +35,8 @@ import time
 from pathlib import Path
 
 import polars as pl
+
+from foxhunt.allocator import POLARS_ALLOCATOR, hand_back_freed_pages
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from windows_2m import write_futures_file  # noqa: E402  (the same synthetic panel, one file)
@@ -139,8 +138,15 @@ def child(args: list[str]) -> None:
 
 
 def run_child(args: list[str]) -> dict:
-    """One command in a fresh process; its measurements, with ru_maxrss of the children so far (MiB)."""
-    out = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=False)
+    """One command in a fresh process; its measurements, with ru_maxrss of the children so far (MiB).
+
+    The child imports polars before it runs the command, so polars' allocator is set here, as the CLI sets it for
+    that command (foxhunt/allocator.py); not from this process's variable, where polars has written its default."""
+    env = {k: v for k, v in os.environ.items() if k != POLARS_ALLOCATOR}
+    if args[0] != "prepare":
+        hand_back_freed_pages(env)
+    out = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=False,
+                         env=env)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         raise SystemExit(f"foxhunt {' '.join(args)} failed ({out.returncode}):\n{out.stdout[-3000:]}{out.stderr[-3000:]}")

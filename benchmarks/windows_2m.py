@@ -17,12 +17,9 @@ Numbers on a machine shared with other work vary by tens of percent; compare run
 
 from __future__ import annotations
 
-# Imported before polars, as the CLI imports it: foxhunt sets polars' allocator (see foxhunt/__init__.py).
-import foxhunt  # noqa: F401
-
-# isort: split
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+
+from foxhunt.allocator import POLARS_ALLOCATOR, hand_back_freed_pages
 
 ROOTS = {"ES": 4000.0, "NQ": 15000.0, "YM": 35000.0, "RTY": 2000.0}
 MONTHS = {3: "H", 6: "M", 9: "U", 12: "Z"}
@@ -237,7 +236,11 @@ def main() -> None:
         rows_file = pl.scan_parquet(path).select(pl.len()).collect().item()
         cmd = [sys.executable, __file__, "--measure", str(path), str(small), "--encoder-length",
                str(args.encoder_length), "--horizon", str(args.horizon), "--batch-size", str(args.batch_size)]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout  # a fresh process: clean RSS
+        # polars' allocator as `foxhunt train` sets it (foxhunt/allocator.py); not this process's, where polars has
+        # written its own default into the variable
+        env = {k: v for k, v in os.environ.items() if k != POLARS_ALLOCATOR}
+        hand_back_freed_pages(env)
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout  # fresh: clean RSS
         report(json.loads(out.strip().splitlines()[-1]), rows_file)
 
 

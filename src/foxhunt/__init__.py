@@ -14,22 +14,9 @@ Names load on first use, so `import foxhunt` stays cheap (torch is imported by t
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import TYPE_CHECKING, Any
 
 from foxhunt.errors import InputError
-
-# polars allocates through its own jemalloc, which it sets to keep freed pages for 0.5-1 s before handing them back
-# (polars/__init__.py appends this variable to its own setting). Loading frees one stage's frame as the next is built,
-# a few tenths of a second apart, so those kept pages stacked up into RSS that nothing used. Handing them back at once
-# costs page faults when the next stage allocates; huge pages (where the kernel allows them) make those 512x fewer.
-# benchmarks/windows_2m.py, 2M bars, 7 runs each on an idle 2-core machine: polars' default peaks at 2.11-2.33x the
-# final tensors above the libraries, this at 1.50-1.52x, in the same time (2.2-2.9 s wall either way); without huge
-# pages this costs ~0.5 s more. jemalloc reads it when polars loads: it takes effect only if foxhunt is imported
-# first, as the CLI does. A value the user set is left alone.
-if "polars" not in sys.modules:
-    os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0,thp:always,metadata_thp:always")
 
 if TYPE_CHECKING:
     from foxhunt.api.forecaster import Forecaster

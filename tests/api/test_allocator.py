@@ -1,4 +1,4 @@
-"""Importing foxhunt before polars makes polars' jemalloc hand freed pages back at once (foxhunt/__init__.py)."""
+"""polars' allocator hands freed pages back at once for every command but `prepare` (foxhunt/allocator.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,16 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from foxhunt import cli
+from foxhunt.allocator import POLARS_ALLOCATOR, PROMPT, hand_back_freed_pages
+
 FREE = """
-import foxhunt, os
+import os, sys
+from foxhunt.allocator import hand_back_freed_pages
+if sys.argv[1] == "prompt":
+    hand_back_freed_pages()
 import numpy as np, polars as pl
 def rss():
     return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) // 1024
@@ -19,20 +27,34 @@ print(os.environ["_RJEM_MALLOC_CONF"], held - rss())
 """
 
 
-def _run(code: str, **env: str) -> str:
-    environ = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"} | env
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env=environ).stdout.split()
+def _freed(mode: str) -> tuple[str, int]:
+    env = {k: v for k, v in os.environ.items() if k != POLARS_ALLOCATOR}
+    conf, released = subprocess.run([sys.executable, "-c", FREE, mode], capture_output=True, text=True, check=True,
+                                     env=env).stdout.split()
+    return conf, int(released)
 
 
-def test_freed_frames_leave_rss_at_once() -> None:
-    conf, released = _run(FREE)
-    assert conf.endswith(",dirty_decay_ms:0,muzzy_decay_ms:0,thp:always,metadata_thp:always")  # after polars' own default, so it wins
-    if sys.platform == "linux":
-        assert int(released) > 100  # MiB back to the OS as soon as the frame is dropped
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/status")
+def test_freed_frames_leave_rss_at_once_only_when_asked() -> None:
+    conf, released = _freed("prompt")
+    assert conf.endswith("," + PROMPT)  # after polars' own default, so it wins
+    assert released > 100  # MiB back to the OS as soon as the frame is dropped
+    conf, released = _freed("default")
+    assert PROMPT not in conf
+    assert released < 50  # polars' default keeps them for a while
 
 
 def test_a_users_setting_is_left_alone() -> None:
-    conf, _ = _run(FREE, _RJEM_MALLOC_CONF="dirty_decay_ms:2000")
-    assert conf.endswith(",dirty_decay_ms:2000")
-    assert "dirty_decay_ms:0" not in conf
+    env = {POLARS_ALLOCATOR: "dirty_decay_ms:2000"}
+    hand_back_freed_pages(env)
+    assert env == {POLARS_ALLOCATOR: "dirty_decay_ms:2000"}
+    env = {}
+    hand_back_freed_pages(env)
+    assert env == {POLARS_ALLOCATOR: PROMPT}
+
+
+@pytest.mark.parametrize(("command", "prompt"), [("train", True), ("predict", True), ("prepare", False)])
+def test_every_command_but_prepare_asks_for_it(monkeypatch, capsys, command: str, prompt: bool) -> None:
+    monkeypatch.delenv(POLARS_ALLOCATOR, raising=False)
+    assert cli.main([command, "--help"]) == 0
+    assert (os.environ.get(POLARS_ALLOCATOR) == PROMPT) is prompt
