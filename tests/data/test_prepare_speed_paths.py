@@ -185,26 +185,6 @@ def test_table_calendar_copies_the_stamps_rows_and_computes_the_rest():
     assert (got[[0, 3, 4, 6]] == -1).all() and np.array_equal(computed[0], table[[0, 3, 4, 6]])
 
 
-def test_windows_with_the_grid_on_a_second_thread_are_those_without(monkeypatch):
-    from foxhunt.data import prepare
-    from foxhunt.data.config import DataConfig
-    from foxhunt.data.load import LoadedBars
-
-    rng = np.random.default_rng(9)
-    ts = 1_709_900_000 * 10**9 + np.sort(rng.choice(4000, 1500, replace=False)) * MIN  # across the DST weekend
-    close = 100 * np.exp(np.cumsum(rng.normal(0, 1e-3, len(ts))))
-    bars = pl.DataFrame({"series": ["A"] * len(ts), "ts": pl.Series(ts).cast(pl.Datetime("ns", "UTC")),
-                         "open": close, "high": close * 1.001, "low": close * 0.999, "close": close,
-                         "volume": np.ones(len(ts)), "contract": ["A"] * len(ts)})
-    cfg = DataConfig(encoder_length=8, horizon=3, val_fraction=0.3)
-    got = {}
-    for thread in (True, False):
-        monkeypatch.setattr(prepare, "GRID_THREAD", thread)
-        w = prepare.prepare_from_bars(LoadedBars(bars, [], {}), cfg).windows
-        got[thread] = {k: v for k, v in vars(w).items() if hasattr(v, "numpy")}
-    assert all(np.array_equal(got[True][k].numpy(), got[False][k].numpy(), equal_nan=True) for k in got[True])
-
-
 def test_train_moments_with_the_callers_minutes_are_those_without():
     rng = np.random.default_rng(10)
     n = 900

@@ -8,12 +8,10 @@ rows to each series so that every bar with a full encoder behind it, the last on
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -50,11 +48,6 @@ FEATURE_COLUMNS = ("ts", "first", "roll", "target", "log_range", "log_volume")
 FEATURE_INPUTS = ("series", "ts", "contract", "volume", "own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap",
                   "filled")
 PRICES = ("high", "low", "close")
-# True: _windowed computes the decoder's grid on a second thread beside the stamps' calendar, which can overlap the
-# two on an idle 2-core machine. Off: the thread's arrays come from another glibc arena, whose freed memory the main
-# thread does not reuse; in benchmarks/windows_2m.py that raised _windowed's peak RSS by 55-80 MiB (21-43 without),
-# to above the loader's peak, and on the loaded 2-core machine it was measured here no faster.
-GRID_THREAD = False
 
 
 @dataclass(frozen=True)
@@ -388,21 +381,16 @@ def _windowed(
     stamps, inverse = distinct(rows["ts"])  # (O,), (N,)
     cal = functools.partial(known_cont, exchange_tz=tf.exchange_tz, intraday=tf.intraday,
                             sessions=tf.calendar_features, season=season)
-    # With GRID_THREAD the decoder's grid runs on a second thread while this one computes the stamps' calendar (numpy
-    # and polars release the GIL in their loops): independent work, a function of the stamps alone.
-    with ThreadPoolExecutor(max_workers=1) if GRID_THREAD and grid else contextlib.nullcontext() as pool:
-        make_grid = functools.partial(decoder_grid, stamps, step, d, tf.exchange_tz, tf.intraday)
-        later = pool.submit(make_grid) if pool else None
-        cal32 = cal(stamps)  # (O, Kr)
-        cont = rows.pop("cont")  # (N, Kr + Or)
-        _take_rows(cal32, inverse, cont[:, :kr])
-        if grid:
-            table, base, index = later.result() if later else make_grid()  # (U,), (O,), (O, D) | None
-            known = DecoderKnown(cont=_table_calendar(table, stamps, base, cal32, cal), ts=table, base=base[inverse],
-                                 index=None if index is None else index[inverse])
-            del base, index
-        else:
-            known = DecoderKnown(np.empty((0, kr), np.float32), np.empty(0, np.int64), np.empty(0, np.int64), None)
+    cal32 = cal(stamps)  # (O, Kr)
+    cont = rows.pop("cont")  # (N, Kr + Or)
+    _take_rows(cal32, inverse, cont[:, :kr])
+    if grid:
+        table, base, index = decoder_grid(stamps, step, d, tf.exchange_tz, tf.intraday)  # (U,), (O,), (O, D) | None
+        known = DecoderKnown(cont=_table_calendar(table, stamps, base, cal32, cal), ts=table, base=base[inverse],
+                             index=None if index is None else index[inverse])
+        del base, index
+    else:
+        known = DecoderKnown(np.empty((0, kr), np.float32), np.empty(0, np.int64), np.empty(0, np.int64), None)
     del stamps, inverse, cal32
     release_freed_memory()  # the grid's and the calendar's temporaries, before the last row tensors
     codes = tf.code(names)[rows["sidx"]]  # (N,)
