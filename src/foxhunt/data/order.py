@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from foxhunt.data.runs import changes
+
 
 def sort_keys(df: pl.DataFrame, columns: tuple[str, ...]) -> list[np.ndarray]:
     """(N,) int64 arrays whose lexicographic order is the order of `columns` (nulls first), most significant first.
@@ -162,8 +164,7 @@ def run_starts(df: pl.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
     change = np.zeros(df.height, dtype=bool)
     change[:1] = True
     for name in columns:
-        s = df.get_column(name)
-        change |= s.ne_missing(s.shift(1)).to_numpy()
+        change |= changes(df.get_column(name))
     return change
 
 
