@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import polars as pl
 
+from foxhunt.data.runs import run_lengths
 from foxhunt.data.sessions import CME_EQUITY
 from foxhunt.errors import InputError
 
@@ -87,7 +88,7 @@ def local_ns(ts_ns: np.ndarray, tz: str) -> np.ndarray:
         return ts_ns + _offsets(np.arange(lo, hi + 1, dtype=np.int64) * QUARTER_NS, tz)[key - lo]
     starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
     offset = _offsets(key[starts] * QUARTER_NS, tz)
-    return ts_ns + np.repeat(offset, np.diff(np.append(starts, len(ts_ns))))
+    return ts_ns + np.repeat(offset, run_lengths(starts, len(ts_ns)))
 
 
 def _offsets(probe: np.ndarray, tz: str) -> np.ndarray:

@@ -189,7 +189,7 @@ def _trade_dates(ts_ns: np.ndarray, shift: np.ndarray, runs: np.ndarray, tz: str
         key //= QUARTER_NS
         at = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))  # (Q,) runs of one quarter-hour
         probes.append(key[at] * QUARTER_NS)
-        counts.append(np.diff(np.append(at, hi - lo)))
+        counts.append(run_lengths(at, hi - lo))
     probe = np.concatenate(probes)
     wall = local_ns(probe, tz)  # (Q,)
     if np.any((wall - probe) % QUARTER_NS):  # an offset of odd minutes (before the zones were standardized)
@@ -438,7 +438,7 @@ def _front_rows(front: pl.DataFrame, index: ContractIndex) -> tuple[
     t_day = table.get_column("trade_date").cast(pl.Int32).to_numpy().astype(np.int64)
     # Bars come in runs of one contract and session (sorted by symbol and ts): each run is kept or dropped whole.
     starts, code, day = index.runs, index.code, index.day  # (K,)
-    lens = np.diff(np.append(starts, len(index.ts)))
+    lens = run_lengths(starts, len(index.ts))
     lo = min(day.min(), t_day.min()) if len(t_day) and len(day) else 0
     span = max(day.max(), t_day.max()) - lo + 1 if len(t_day) and len(day) else 1
     at, hit = _lookup(code * span + (day - lo), t_code * span + (t_day - lo))  # (K,) front row
@@ -524,7 +524,7 @@ def _adjust(bars: pl.DataFrame, starts: np.ndarray, run_key: np.ndarray, rolls: 
     # Each segment is one run of bars: the small tables are read once per run, and only what a bar needs is
     # expanded to every bar (the factor), or set on the first bar of a run (the roll's own ratio and gap).
     n = bars.height
-    lens = np.diff(np.append(starts, n))  # (K,)
+    lens = run_lengths(starts, n)  # (K,)
     (factor, shift), (no_later, _) = _per_bar(run_key, later.get_column("_key").to_numpy() - 1, later, ("factor", "shift"))
     at_roll = rolls.select(
         _lr=pl.when("paired").then(pl.col("ratio").log()).otherwise(None),
@@ -576,7 +576,7 @@ def _lookup(key: np.ndarray, table_key: np.ndarray) -> tuple[np.ndarray, np.ndar
     by_key = np.argsort(table_key)
     ranked = table_key[by_key]
     at = by_key[np.minimum(np.searchsorted(ranked, key[starts]), len(ranked) - 1)]  # (K,)
-    lens = np.diff(np.append(starts, len(key)))
+    lens = run_lengths(starts, len(key))
     return np.repeat(at, lens), np.repeat(table_key[at] == key[starts], lens)
 
 

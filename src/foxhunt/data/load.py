@@ -18,6 +18,7 @@ from foxhunt.data.fill import fill_gaps
 from foxhunt.data.order import run_starts
 from foxhunt.data.read import read_bars
 from foxhunt.data.rolls import FRONT_MISSING, INSTRUMENT_CHANGE, VOLUME
+from foxhunt.data.runs import run_lengths
 from foxhunt.data.sessions import check_session_grid
 from foxhunt.data.validate import INSTRUMENT, check_ratio_adjust, clean_bars, merge_sunday_stubs
 from foxhunt.errors import InputError
@@ -183,7 +184,7 @@ def _series_summary(bars: pl.DataFrame) -> dict:
     ):
         if contract not in contracts[name]:
             contracts[name].append(contract)
-    rows = np.diff(np.append(starts, len(ts))).tolist()
+    rows = run_lengths(starts, len(ts)).tolist()
     s = len(names)
     return {
         n: {"rows": rows[i], "start": bounds[i].isoformat(), "end": bounds[s + i].isoformat(), "contracts": contracts[n]}

@@ -31,6 +31,7 @@ from foxhunt.data.features import move_columns, raw_features
 from foxhunt.data.known import DecoderKnown, decoder_grid, distinct, known_cont
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.order import run_starts, sort_keys
+from foxhunt.data.runs import run_lengths
 from foxhunt.data.scaling import apply_scalers, fit_and_trail, observed_names, standardize
 from foxhunt.data.schema import Feature, FeatureSchema, Kind, Role
 from foxhunt.data.summary import EPOCH, data_summary, iso
@@ -258,7 +259,7 @@ def _series_index(bars: pl.DataFrame) -> np.ndarray:
     if len(set(run_names)) < len(run_names) or None in run_names:  # not one run per series: rank every bar
         return sort_keys(bars, ("series",))[0].copy()
     rank = {n: i for i, n in enumerate(sorted(run_names))}
-    return np.repeat(np.array([rank[n] for n in run_names], dtype=np.int64), np.diff(np.append(starts, bars.height)))
+    return np.repeat(np.array([rank[n] for n in run_names], dtype=np.int64), run_lengths(starts, bars.height))
 
 
 def check_length(names: list[str], lengths: np.ndarray, e: int, d: int, for_prediction: bool) -> None:

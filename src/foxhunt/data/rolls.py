@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 
 from foxhunt.data.order import new_group, runs_order
-from foxhunt.data.runs import changes
+from foxhunt.data.runs import changes, run_lengths
 
 EXPIRY_SPAN = 1 << 24  # expiries (months) of one root are numbered below this in a contract key
 
@@ -158,7 +158,7 @@ class ContractIndex:
         first = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]) if n else key)  # (B,) runs of a contract
         order = None
         if not (in_order and len(np.unique(key[first])) == len(first)):  # a contract in several places, or unsorted
-            contract = np.repeat(key, np.diff(np.append(runs, n)))  # (N,)
+            contract = np.repeat(key, run_lengths(runs, n))  # (N,)
             order = runs_order(contract, ts)
         if order is None:  # the rows are the index's order: its runs are the sessions
             sessions, lo, block_key = runs, runs[first], key[first]

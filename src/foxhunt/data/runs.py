@@ -34,3 +34,13 @@ def distinct(s: pl.Series) -> pl.Series:
 def run_lengths(starts: np.ndarray, n: int) -> np.ndarray:
     """(R,) the length of each run of `n` rows that start at `starts` (R,)."""
     return np.diff(np.append(starts, n))
+
+
+def value_runs(a: np.ndarray, most: int | None = None) -> list[tuple[int, int, int]] | None:
+    """(start, end, value) of each run of equal values of the integer array `a` (N,), in row order; None when there
+    are more than `most` runs (rows not grouped: the caller then works row by row)."""
+    change = np.flatnonzero(a[1:] != a[:-1]) + 1
+    if most is not None and len(change) >= most:
+        return None
+    bounds = [0, *change.tolist(), len(a)]
+    return [(lo, hi, int(a[lo])) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]

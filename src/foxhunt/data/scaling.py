@@ -53,6 +53,7 @@ from foxhunt.data.fitstats import (
     squares_of,
     stats,
 )
+from foxhunt.data.runs import value_runs
 from foxhunt.data.seasonality import MINUTES, minute_of_day, profile_of_minute
 
 VOL_HALFLIFE = 20.0
@@ -377,11 +378,7 @@ PIECE_ROWS = 1 << 15  # rows standardized at a time: a piece of the row tensor a
 
 def _runs(sidx: np.ndarray) -> list[tuple[int, int, int]] | None:
     """(start, end, series) of each run of equal `sidx` (N,), or None when there are more than RUNS_MAX."""
-    change = np.flatnonzero(sidx[1:] != sidx[:-1]) + 1
-    if len(change) >= RUNS_MAX:
-        return None
-    bounds = [0, *change.tolist(), len(sidx)]
-    return [(lo, hi, int(sidx[lo])) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
+    return value_runs(sidx, RUNS_MAX)
 
 
 def _pieces(runs: list[tuple[int, int, int | None]]) -> list[tuple[int, int, int | None]]:

@@ -16,7 +16,7 @@ from functools import cache
 import numpy as np
 import polars as pl
 
-from foxhunt.data.runs import changes
+from foxhunt.data.runs import changes, run_lengths
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -144,7 +144,7 @@ def _week_minute_counts(ts: np.ndarray, tz: str, kind: np.ndarray | None, size: 
         for lo, hi, by in zip(bounds[:-1], bounds[1:], move[first], strict=True):
             counts += np.roll(np.bincount(minute[lo:hi], minlength=WEEK_MIN), by)
         return counts
-    minute += np.repeat(move, np.diff(np.append(starts, len(ts))))
+    minute += np.repeat(move, run_lengths(starts, len(ts)))
     minute %= WEEK_MIN
     return np.bincount(minute if kind is None else minute + kind * WEEK_MIN, minlength=size)
 
@@ -166,7 +166,7 @@ def _sessions_by_run(df: pl.DataFrame) -> tuple[list[Session], np.ndarray | None
         return sessions, None
     kind = np.array([sessions.index(t) for t in table], dtype=np.int64)  # (D + 1,)
     code = key.cast(pl.Enum(distinct)).to_physical().fill_null(len(distinct)).to_numpy()  # (R,)
-    return sessions, np.repeat(kind[code], np.diff(np.append(starts, df.height)))
+    return sessions, np.repeat(kind[code], run_lengths(starts, df.height))
 
 
 def _closed_minutes(session: Session) -> np.ndarray:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from foxhunt.data.runs import value_runs
 from foxhunt.data.schema import FeatureSchema, Role
 
 if TYPE_CHECKING:
@@ -125,12 +126,10 @@ def data_summary(
 def _real_rows(sidx: np.ndarray, real: np.ndarray, ts: np.ndarray, s: int) -> list[tuple[int, int, int, int]]:
     """Per series: (real rows, first and last real timestamp, row of its first real bar). Rows grouped by series (one
     run each, as prepared) are read run by run; otherwise every series masks all rows."""
-    change = np.flatnonzero(sidx[1:] != sidx[:-1]) + 1
-    bounds = [0, *change.tolist(), len(sidx)]
-    runs = [(int(sidx[lo]), lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
-    if len(runs) == s and sorted(i for i, _, _ in runs) == list(range(s)):
+    runs = value_runs(sidx, s + 1)
+    if runs is not None and len(runs) == s and sorted(i for _, _, i in runs) == list(range(s)):
         out = [(0, 0, 0, 0)] * s
-        for i, lo, hi in runs:
+        for lo, hi, i in runs:
             at = lo + np.flatnonzero(real[lo:hi])  # (rows of the series,)
             out[i] = (len(at), int(ts[at].min()), int(ts[at].max()), int(at[0]))
         return out
