@@ -46,7 +46,7 @@ from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, raw_features
 from foxhunt.data.fitstats import concat
-from foxhunt.data.known import distinct_decoder_known
+from foxhunt.data.known import distinct_decoder_known, sorted_distinct
 from foxhunt.data.load import ROLL_REASONS, LoadedBars, load_raw
 from foxhunt.data.prepare import (
     FEATURE_COLUMNS,
@@ -167,7 +167,7 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     vol = pool.starmap_async(_trail, [(*job, r["names"], r["lengths"], cuts, scalers)
                                       for job, r in zip(jobs, loads, strict=True)])
     # The grid needs the step and the profile only: built here while the workers run the trailing inputs.
-    origins = _sorted_distinct(np.concatenate([r["stamps"] for r in loads]))  # (O,) every distinct timestamp
+    origins = sorted_distinct(np.concatenate([r["stamps"] for r in loads]))  # (O,) every distinct timestamp
     known = distinct_decoder_known(origins, np.arange(len(origins)), spacing, d, cfg.exchange_tz, intraday,
                                    cfg.calendar_features, scalers.get("season"))
     lap("fit, grid")
@@ -304,13 +304,6 @@ def _gap_counts(ts: np.ndarray, sidx: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return values[first], np.diff(np.r_[first, len(values)])
 
 
-def _sorted_distinct(x: np.ndarray) -> np.ndarray:
-    """np.unique of int64 `x` by a stable sort and a compare: `x` is a few sorted runs (one per piece), which the
-    merge sort takes in about one pass, where np.unique hashes (2M timestamps: 0.5 s against 0.02 s)."""
-    x = np.sort(x, kind="stable")
-    return x[np.r_[True, x[1:] != x[:-1]]] if len(x) else x
-
-
 # --- in the workers -----------------------------------------------------------------------------------------------
 
 
@@ -355,7 +348,7 @@ def _load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict],
     feats.write_ipc(Path(spill) / f"feats-{k}.arrow")
     lengths = np.bincount(sidx, minlength=len(names))
     return {"names": names, "lengths": lengths, "lo": int(ts.min()), "hi": int(ts.max()), "report": loaded.report,
-            "rolls": loaded.rolls, "gaps": _gap_counts(ts, sidx), "stamps": _sorted_distinct(ts),
+            "rolls": loaded.rolls, "gaps": _gap_counts(ts, sidx), "stamps": sorted_distinct(ts),
             "fit": _fit_stats(cfg, feats, len(names), sidx, ts, cuts)}
 
 
