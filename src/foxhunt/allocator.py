@@ -1,4 +1,5 @@
-"""How polars' allocator hands freed memory back: chosen per command, before polars loads.
+"""How freed memory goes back to the kernel: polars' allocator, chosen per command before polars loads, and glibc's
+heap, trimmed between the stages of loading.
 
 polars allocates through its own jemalloc, which it sets to keep freed pages for 0.5-1 s before handing them back
 (polars/__init__.py appends `_RJEM_MALLOC_CONF` to its own setting; jemalloc reads it once, when polars loads).
@@ -14,8 +15,11 @@ up into RSS that nothing uses. Handing them back at once costs page faults when 
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 from collections.abc import MutableMapping
+from typing import Any
 
 POLARS_ALLOCATOR = "_RJEM_MALLOC_CONF"
 PROMPT = "dirty_decay_ms:0,muzzy_decay_ms:0,thp:always,metadata_thp:always"
@@ -25,3 +29,25 @@ def hand_back_freed_pages(environ: MutableMapping[str, str] = os.environ) -> Non
     """Ask polars' jemalloc to return freed pages at once, in this process if polars has not loaded yet and in the
     processes it starts. A value the user set is left alone."""
     environ.setdefault(POLARS_ALLOCATOR, PROMPT)
+
+
+def glibc() -> Any | None:
+    """glibc's C library (for malloc_trim and mallopt), or None where the C library is another (macOS, musl)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "malloc_trim") else None
+
+
+def release_freed_memory() -> None:
+    """Hand the C heap's freed memory back to the kernel (glibc's malloc_trim; elsewhere nothing).
+
+    glibc serves blocks below its mmap threshold from the heap, and it raises that threshold (up to 32 MiB) each
+    time a large block is freed, so the (N,) temporaries of fitting stay resident once freed and the row tensor
+    allocated next adds its memory on top of them."""
+    libc = glibc()
+    if libc is not None:
+        libc.malloc_trim(0)

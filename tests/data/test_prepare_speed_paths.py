@@ -200,11 +200,3 @@ def test_train_moments_with_the_callers_minutes_are_those_without():
     plain = scaling.train_moments(feats, sidx, 2, keep, "log_return", CT)
     given = scaling.train_moments(feats, sidx, 2, keep, "log_return", CT, minute=minute)
     assert plain.keys() == given.keys() and all(np.array_equal(plain[k], given[k]) for k in plain)
-
-
-def test_release_freed_memory_is_harmless():
-    from foxhunt.data.prepare import release_freed_memory
-
-    x = np.ones(1 << 20)
-    del x
-    release_freed_memory()  # glibc: malloc_trim; elsewhere nothing

@@ -8,9 +8,7 @@ rows to each series so that every bar with a full encoder behind it, the last on
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -20,6 +18,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from foxhunt.allocator import release_freed_memory
 from foxhunt.data.calendar import (
     DAILY_MIN_SPACING_NS,
     calendar_columns,
@@ -433,20 +432,6 @@ def _table_calendar(
     rest[at[found]] = False
     out[rest] = cal(table[rest])
     return out
-
-
-def release_freed_memory() -> None:
-    """Hand the C heap's freed memory back to the kernel (glibc's malloc_trim; elsewhere nothing).
-
-    glibc serves blocks below its mmap threshold from the heap, and it raises that threshold (up to 32 MiB) each
-    time a large block is freed, so the (N,) temporaries of fitting stay resident once freed and the row tensor
-    allocated next adds its memory on top of them."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (e.g. musl)
-        pass
 
 
 def _take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:

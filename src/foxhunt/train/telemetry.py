@@ -44,6 +44,7 @@ from typing import Any
 import psutil
 import torch
 
+from foxhunt.allocator import glibc
 from foxhunt.atomic import append_jsonl
 
 MIB = 2**20
@@ -174,15 +175,8 @@ def pin_host_allocator(threshold_bytes: int = 2**20) -> bool:
     resident set over three steps was 1.59x the plan by default and 1.09x with the threshold pinned. Setting it once
     (at the start of a CPU run) also turns glibc's dynamic adjustment off. The cost is a page fault per fresh page.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold_bytes)))
-    except (OSError, AttributeError):  # not glibc (e.g. musl): leave the allocator alone
-        return False
+    libc = glibc()  # None where the C library is not glibc (e.g. musl): the allocator is left alone
+    return libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold_bytes)))
 
 
 _MEASURED = ("device_allocated_mb", "device_reserved_mb", "device_peak_mb", "device_nvml_used_mb", "host_rss_mb",
