@@ -14,7 +14,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import trade_date
 from foxhunt.data.load import load_bars
 from foxhunt.data.read import RAW_SCHEMA, read_bars
-from foxhunt.data.sessions import CME_EQUITY, closed_share, session_for
+from foxhunt.data.sessions import CME_EQUITY, calendar_sessions, closed_share, session_for
 from foxhunt.data.validate import check_ratio_adjust, clean_bars
 from foxhunt.errors import InputError
 from foxhunt.settings import data_config
@@ -256,10 +256,12 @@ def test_unknown_root_or_no_calendar_package_gets_the_cme_equity_default(monkeyp
     assert session_for("XYZ") == CME_EQUITY == session_for(None)
     monkeypatch.setitem(sys.modules, "pandas_market_calendars", None)  # import now raises ImportError
     session_for.cache_clear()
+    calendar_sessions.cache_clear()
     try:
         assert session_for("ZC") == CME_EQUITY
     finally:
         session_for.cache_clear()
+        calendar_sessions.cache_clear()
 
 
 # What `foxhunt inspect` reports

@@ -4,9 +4,9 @@ and generating the file (foxhunt.data.sample, which needs pyarrow) happens only 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from foxhunt.cache import cache_dir
 from foxhunt.errors import InputError
 
 DEFAULT_SEED = 20240218
@@ -19,8 +19,7 @@ def bundled_sample_path() -> Path:
     The file name carries the generator version and seed, so a changed generator never reuses an old
     file. Concurrent first uses are safe: each writes a temporary file and renames the same content into place.
     """
-    cache = os.environ.get("FOXHUNT_CACHE_DIR") or str(Path.home() / ".cache" / "foxhunt")
-    path = Path(cache).expanduser() / f"es_ohlcv1m_sample_v{SAMPLE_VERSION}_seed{DEFAULT_SEED}.parquet"
+    path = cache_dir() / f"es_ohlcv1m_sample_v{SAMPLE_VERSION}_seed{DEFAULT_SEED}.parquet"
     if not path.is_file():
         try:
             from foxhunt.data.sample import write_sample

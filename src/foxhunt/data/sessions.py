@@ -3,19 +3,27 @@ where the exchange is closed (the check that catches local timestamps read as UT
 
 A session for trade date d opens at `open_min` (minutes after local midnight) on d-1 and closes at `close_min` on d;
 between them lies the daily halt, and from Friday's close to Sunday's open the weekend. The sessions come from
-pandas-market-calendars (`pip install 'foxhunt[calendars]'`) through `ROOT_CALENDARS`; without the package, or for a
-root not in the table, every root gets the CME Globex equity session, 17:00-16:00 America/Chicago (`CME_EQUITY`).
+pandas-market-calendars (`pip install 'foxhunt[calendars]'`) through `ROOT_CALENDARS`, read once per install of it
+(`calendar_sessions`); without the package, or for a root not in the table, every root gets the CME Globex equity
+session, 17:00-16:00 America/Chicago (`CME_EQUITY`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import json
 import logging
-from dataclasses import dataclass
+import os
+from dataclasses import asdict, dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 import polars as pl
 
+from foxhunt.atomic import write_json
+from foxhunt.cache import cache_dir
 from foxhunt.data.runs import changes, run_lengths
 from foxhunt.errors import InputError
 
@@ -61,13 +69,58 @@ ROOT_CALENDARS = {
 def session_for(root: str | None) -> Session:
     """The session of a futures root (or of a plain symbol spelled like one, e.g. a vendor's continuous "CL")."""
     name = ROOT_CALENDARS.get(root or "")
-    if name is None:
-        return CME_EQUITY
+    sessions = calendar_sessions() if name is not None else None
+    return CME_EQUITY if sessions is None else sessions[name]
+
+
+CACHE_FILE = "sessions.json"
+
+
+@cache
+def calendar_sessions() -> dict[str, Session] | None:
+    """The session of every calendar in ROOT_CALENDARS, from pandas-market-calendars; None without the package.
+
+    Importing it (with pandas and exchange_calendars) costs about a second in every process that loads bars, each
+    `foxhunt` command and each `prepare` worker, for six small records. So they are kept in the cache folder under
+    a key of the installed package's files (path, size, modification times): an upgrade or reinstall reads them anew.
+    """
+    key = _package_key()
+    if key is None:
+        return None
+    path = cache_dir() / CACHE_FILE
+    names = sorted(set(ROOT_CALENDARS.values()))
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if saved["key"] == key and sorted(saved["sessions"]) == names:
+            return {n: Session(**saved["sessions"][n]) for n in names}
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: read the calendars
+        pass
     try:
         import pandas_market_calendars as mcal
     except ImportError:
-        return CME_EQUITY
-    cal = mcal.get_calendar(name)
+        return None
+    sessions = {n: _latest_session(n, mcal.get_calendar(n)) for n in names}
+    with contextlib.suppress(OSError):  # a read-only home only costs the next run the import
+        write_json(path, {"key": key, "sessions": {n: asdict(t) for n, t in sessions.items()}})
+    return sessions
+
+
+def _package_key() -> str | None:
+    """What identifies the installed pandas-market-calendars, without importing it; None when it is not installed."""
+    try:
+        spec = importlib.util.find_spec("pandas_market_calendars")
+    except (ImportError, ValueError):  # ValueError: sys.modules holds None for it (import blocked)
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    try:
+        init, folder = os.stat(spec.origin), os.stat(os.path.dirname(spec.origin))
+    except OSError:
+        return None
+    return f"{spec.origin}:{init.st_size}:{init.st_mtime_ns}:{folder.st_mtime_ns}"
+
+
+def _latest_session(name: str, cal: Any) -> Session:
     times = cal.regular_market_times
     opens, closes = times["market_open"][-1][1], times["market_close"][-1][1]  # the latest rule of each
     return Session(name, str(cal.tz), opens.hour * 60 + opens.minute, closes.hour * 60 + closes.minute)
