@@ -16,6 +16,7 @@ from foxhunt.data.store import pieced
 from foxhunt.data.store.build import prepare_store
 from foxhunt.data.store.pieced import _median
 from foxhunt.data.store.pieces import plan_pieces, series_key
+from foxhunt.errors import InputError
 
 ROOTS = {"ES": 1.0, "NQ": 3.7, "YM": 9.1}  # root -> price factor, so that every series has its own statistics
 
@@ -120,3 +121,37 @@ def test_moments_merge_exactly_and_the_median_of_counted_gaps_is_numpys():
     for gaps in (np.array([60, 60, 120, 60, 30]), np.array([60, 120, 120, 60]), np.array([5])):
         halves = [np.unique(gaps[:2], return_counts=True), np.unique(gaps[2:], return_counts=True)]
         assert _median([h for h in halves if len(h[0])]) == int(np.median(gaps))
+
+
+def test_rows_find_their_origin_through_the_lattice_table_as_by_binary_search(tmp_path):
+    rng = np.random.default_rng(1)
+    minutes = np.unique(rng.integers(0, 5000, 700)) * 60 * 10**9 + 1_700_000_000 * 10**9  # (O,) with gaps
+    for origins in (minutes, np.sort(np.r_[minutes, minutes[-1] + 1])):  # a lattice; one 1 ns off it: none
+        ts = rng.choice(origins, 3000)  # (n,)
+        slots = pieced._stamp_slots(origins)
+        assert (slots is None) == (origins is not minutes)
+        for f in tmp_path.glob("known-*.npy"):
+            f.unlink()
+        np.save(tmp_path / ("known-origins.npy" if slots is None else "known-slots.npy"),
+                origins if slots is None else slots)
+        assert np.array_equal(pieced._origin_rows(tmp_path, ts), np.searchsorted(origins, ts))
+
+
+def test_put_writes_rows_as_assigning_into_the_mapped_array_does(tmp_path):
+    for dtype, value in (("float32", np.arange(12.0).reshape(4, 3) / 7), ("int64", np.arange(4)[:, None]),
+                         ("bool", np.array([True, False, True])), ("int64", np.zeros((3, 0)))):
+        shape = (9, *value.shape[1:])
+        mapped = np.lib.format.open_memmap(tmp_path / "a.npy", mode="w+", dtype=dtype, shape=shape)
+        mapped[2:2 + len(value)] = value
+        del mapped
+        np.lib.format.open_memmap(tmp_path / "b.npy", mode="w+", dtype=dtype, shape=shape)
+        pieced._put(tmp_path / "b.npy", 2, value)
+        assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
+
+
+def test_a_piece_of_daily_bars_in_an_intraday_panel_is_refused():
+    minute, day = (np.array([60 * 10**9]), np.array([9])), (np.array([86_400 * 10**9]), np.array([9]))
+    pieced._check_intraday([{"gaps": minute, "names": ["ES"]}, {"gaps": (day[0][:0], day[1][:0]), "names": ["NQ"]}],
+                           True)  # a piece without a gap is not judged
+    with pytest.raises(InputError, match="YM .. YM hold daily bars"):
+        pieced._check_intraday([{"gaps": minute, "names": ["ES"]}, {"gaps": day, "names": ["YM"]}], True)
