@@ -85,6 +85,7 @@ from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
 
+PIECE = "__piece"  # each bar's piece, beside the bars of a chunk
 CENTER, SCALE = "__center", "__scale"  # the target's center and scale beside the trailing inputs in a spill
 ROW_ARRAYS = ("cont", "static_cat", "time_cat", "target_raw", "center", "scale", "ts_ns", "real", "series_idx")
 
@@ -384,15 +385,18 @@ def _read(cfg: DataConfig, chunk: int, first: int, files: list[str], route: dict
     rtypes = rtype_sets(raw, len(entries))
     spacings = [0] * len(entries) if all(rtypes) else median_spacings(raw, len(entries))
     ts = raw.get_column("ts")
-    piece = raw.get_column("symbol").replace_strict(route, default=None, return_dtype=pl.Int64)
-    out = {"files": entries, "rtypes": rtypes, "spacings": spacings, "routed": not piece.null_count(),
+    # The symbols as codes (a few hundred categories): routed through a table, spilled as codes (the strings are
+    # hashed once, here; the partition moves 4 bytes a row where it moved a string).
+    symbol = raw.get_column("symbol").cast(pl.Enum(list(route)), strict=False)
+    out = {"files": entries, "rtypes": rtypes, "spacings": spacings, "routed": not symbol.null_count(),
            "lo": int(ts.dt.epoch("ns").min()), "hi": int(ts.dt.epoch("ns").max())}
     if not out["routed"]:
         return out
-    raw = raw.with_columns(pl.col("file_idx") + first)
-    piece = piece.to_numpy()  # (N,)
-    for k in np.flatnonzero(np.bincount(piece)):  # a filter per piece: several times cheaper than partition_by
-        raw.filter(pl.Series(piece == k)).write_ipc(Path(spill) / f"raw-{chunk}-{k}.arrow")
+    piece = np.array(list(route.values()), dtype=np.int64)[symbol.to_physical().to_numpy()]  # (N,)
+    raw = raw.with_columns(symbol, pl.col("file_idx") + first, pl.Series(PIECE, piece))
+    # One pass over the rows (rows keep their order within a piece), several times cheaper than a filter per piece.
+    for (k,), part in raw.partition_by(PIECE, maintain_order=True, include_key=False, as_dict=True).items():
+        part.write_ipc(Path(spill) / f"raw-{chunk}-{k}.arrow")
     return out
 
 
@@ -400,6 +404,7 @@ def _load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict],
     """Load piece `k` from its chunks' spills; spill its bars and raw features (see the module doc)."""
     paths = [p for c in range(chunks) if (p := Path(spill) / f"raw-{c}-{k}.arrow").exists()]
     raw = pl.concat([pl.read_ipc(p) for p in paths], rechunk=False)
+    raw = raw.with_columns(pl.col("symbol").cast(pl.Utf8))  # the frame read_bars gives: symbols as strings
     counts = np.bincount(raw.get_column("file_idx").to_numpy(), minlength=len(entries))
     loaded = load_raw(raw, [dict(e, rows=int(n)) for e, n in zip(entries, counts, strict=True)], cfg, consume=True)
     del raw
