@@ -306,7 +306,7 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], part
     )
     check_splits(split, cuts, cfg, span)
     for k in SPLITS:
-        saved[f"split_{k}"] = save_array(tmp, split_file(k), split.ids[k].astype(np.int64))
+        saved[f"split_{k}"] = save_array(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))  # no copy
     # The arrays are final: flushed to disk while the summary reads them (finish's fsync then finds them clean).
     flushing = threading.Thread(target=_flush, args=([tmp / entry["file"] for entry in saved.values()],), daemon=True)
     flushing.start()
@@ -476,7 +476,7 @@ def _write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
                                    trail.get_column(SCALE).to_numpy(), out=cont[:, kr:])
     del trail, derived
     at = _origin_rows(Path(spill), ts)  # (n,)
-    _take_rows(np.load(Path(spill) / "known-cal.npy"), at, cont[:, :kr])
+    _take_rows(np.load(Path(spill) / "known-cal.npy", mmap_mode="r"), at, cont[:, :kr])
     first, end = _bounds(lengths)
     starts = window_starts(first, end, e + d)  # (w,)
     split = assign_splits(ts[starts + e], ts[starts + e + d - 1], *cuts, train_start_ns(cfg))
