@@ -393,8 +393,9 @@ def _read(cfg: DataConfig, chunk: int, first: int, files: list[str], route: dict
     if not out["routed"]:
         return out
     piece = np.array(list(route.values()), dtype=np.int64)[symbol.to_physical().to_numpy()]  # (N,)
-    raw = raw.with_columns(symbol, pl.col("file_idx") + first, pl.Series(PIECE, piece))
-    # One pass over the rows (rows keep their order within a piece), several times cheaper than a filter per piece.
+    # One frame chunk (the scan gives one a file): partition_by over a hundred is ~40% slower than the copy and it.
+    raw = raw.with_columns(symbol, pl.col("file_idx") + first, pl.Series(PIECE, piece)).rechunk()
+    # One pass over the rows (rows keep their order within a piece), cheaper than a filter per piece.
     for (k,), part in raw.partition_by(PIECE, maintain_order=True, include_key=False, as_dict=True).items():
         part.write_ipc(Path(spill) / f"raw-{chunk}-{k}.arrow")
     return out
