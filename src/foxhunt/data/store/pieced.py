@@ -402,7 +402,7 @@ def _read(cfg: DataConfig, chunk: int, first: int, files: list[str], route: dict
 
 
 def _load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], cuts: tuple) -> dict:
-    """Load piece `k` from its chunks' spills; spill its bars and raw features (see the module doc)."""
+    """Load piece `k` from its chunks' spills; spill its raw features (see the module doc)."""
     paths = [p for c in range(chunks) if (p := Path(spill) / f"raw-{c}-{k}.arrow").exists()]
     raw = pl.concat([pl.read_ipc(p) for p in paths], rechunk=False)
     raw = raw.with_columns(pl.col("symbol").cast(pl.Utf8))  # the frame read_bars gives: symbols as strings
