@@ -21,24 +21,29 @@ from foxhunt.errors import InputError
 ROOTS = {"ES": 1.0, "NQ": 3.7, "YM": 9.1}  # root -> price factor, so that every series has its own statistics
 
 
-@pytest.fixture(scope="module")
-def panel(tmp_path_factory, fixtures_dir):
-    """The ES 1-minute fixture's first ten days as three roots (spreads included), one parquet file per UTC day."""
-    es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
-    es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=10))
+def _write_panel(es: pl.DataFrame, folder, shift_s: dict[str, int] | None = None):
+    """`es` (ES bars) as the three ROOTS, each root's bars `shift_s` seconds later, one parquet file per UTC day."""
     frames = []
     for k, (root, factor) in enumerate(ROOTS.items()):
         frames.append(es.with_columns(
+            ts_event=pl.col("ts_event") + pl.duration(seconds=(shift_s or {}).get(root, 0)),
             symbol=pl.col("symbol").str.replace_all("ES", root),
             instrument_id=pl.col("instrument_id") + 1000 * k,
             **{c: pl.col(c) * factor for c in ("open", "high", "low", "close")},
         ))
     frame = pl.concat(frames).sort("ts_event", "instrument_id").with_columns(day=pl.col("ts_event").dt.date())
-    folder = tmp_path_factory.mktemp("pieces") / "panel"
     for (day,), part in frame.partition_by("day", as_dict=True, maintain_order=True).items():
         (folder / f"date={day}").mkdir(parents=True)
         part.drop("day").write_parquet(folder / f"date={day}" / "part-0.parquet")
     return folder
+
+
+@pytest.fixture(scope="module")
+def panel(tmp_path_factory, fixtures_dir):
+    """The ES 1-minute fixture's first ten days as three roots (spreads included), one parquet file per UTC day."""
+    es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
+    es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=10))
+    return _write_panel(es, tmp_path_factory.mktemp("pieces") / "panel")
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +77,18 @@ def test_a_store_prepared_in_pieces_is_the_store_prepared_in_memory(panel, whole
     pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
     assert len(whole[1]["windows"]["series_names"]) == 3 and whole[1]["transform"]["scalers"]["season"]
     _assert_same_store(whole, (tmp_path / "pieces", pieces))
+
+
+def test_pieces_map_their_rows_onto_a_grid_that_is_not_one_lattice_as_in_memory(tmp_path, fixtures_dir):
+    """NQ's bars 30 s after the others': the forecast steps of an origin are then not consecutive grid rows, and
+    the store keeps every step's row (known_index), which the pieces look up in the panel's tables."""
+    es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
+    es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=4))
+    cfg = _config(_write_panel(es, tmp_path / "panel", {"NQ": 30}))
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
+    assert "known_index" in pieces["arrays"]
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
 
 
 def test_pieces_are_fitted_again_when_cleaning_moves_the_expected_cuts(panel, whole, tmp_path, monkeypatch):
