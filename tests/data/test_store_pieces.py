@@ -16,8 +16,26 @@ from foxhunt.data.store import pieced
 from foxhunt.data.store.build import prepare_store
 from foxhunt.data.store.pieced import _median
 from foxhunt.data.store.pieces import plan_pieces, series_key
+from foxhunt.errors import InputError
 
 ROOTS = {"ES": 1.0, "NQ": 3.7, "YM": 9.1}  # root -> price factor, so that every series has its own statistics
+
+
+def _write_panel(es: pl.DataFrame, folder, shift_s: dict[str, int] | None = None):
+    """`es` (ES bars) as the three ROOTS, each root's bars `shift_s` seconds later, one parquet file per UTC day."""
+    frames = []
+    for k, (root, factor) in enumerate(ROOTS.items()):
+        frames.append(es.with_columns(
+            ts_event=pl.col("ts_event") + pl.duration(seconds=(shift_s or {}).get(root, 0)),
+            symbol=pl.col("symbol").str.replace_all("ES", root),
+            instrument_id=pl.col("instrument_id") + 1000 * k,
+            **{c: pl.col(c) * factor for c in ("open", "high", "low", "close")},
+        ))
+    frame = pl.concat(frames).sort("ts_event", "instrument_id").with_columns(day=pl.col("ts_event").dt.date())
+    for (day,), part in frame.partition_by("day", as_dict=True, maintain_order=True).items():
+        (folder / f"date={day}").mkdir(parents=True)
+        part.drop("day").write_parquet(folder / f"date={day}" / "part-0.parquet")
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -25,19 +43,7 @@ def panel(tmp_path_factory, fixtures_dir):
     """The ES 1-minute fixture's first ten days as three roots (spreads included), one parquet file per UTC day."""
     es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
     es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=10))
-    frames = []
-    for k, (root, factor) in enumerate(ROOTS.items()):
-        frames.append(es.with_columns(
-            symbol=pl.col("symbol").str.replace_all("ES", root),
-            instrument_id=pl.col("instrument_id") + 1000 * k,
-            **{c: pl.col(c) * factor for c in ("open", "high", "low", "close")},
-        ))
-    frame = pl.concat(frames).sort("ts_event", "instrument_id").with_columns(day=pl.col("ts_event").dt.date())
-    folder = tmp_path_factory.mktemp("pieces") / "panel"
-    for (day,), part in frame.partition_by("day", as_dict=True, maintain_order=True).items():
-        (folder / f"date={day}").mkdir(parents=True)
-        part.drop("day").write_parquet(folder / f"date={day}" / "part-0.parquet")
-    return folder
+    return _write_panel(es, tmp_path_factory.mktemp("pieces") / "panel")
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +77,18 @@ def test_a_store_prepared_in_pieces_is_the_store_prepared_in_memory(panel, whole
     pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
     assert len(whole[1]["windows"]["series_names"]) == 3 and whole[1]["transform"]["scalers"]["season"]
     _assert_same_store(whole, (tmp_path / "pieces", pieces))
+
+
+def test_pieces_map_their_rows_onto_a_grid_that_is_not_one_lattice_as_in_memory(tmp_path, fixtures_dir):
+    """NQ's bars 30 s after the others': the forecast steps of an origin are then not consecutive grid rows, and
+    the store keeps every step's row (known_index), which the pieces look up in the panel's tables."""
+    es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
+    es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=4))
+    cfg = _config(_write_panel(es, tmp_path / "panel", {"NQ": 30}))
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
+    assert "known_index" in pieces["arrays"]
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
 
 
 def test_pieces_are_fitted_again_when_cleaning_moves_the_expected_cuts(panel, whole, tmp_path, monkeypatch):
@@ -120,3 +138,37 @@ def test_moments_merge_exactly_and_the_median_of_counted_gaps_is_numpys():
     for gaps in (np.array([60, 60, 120, 60, 30]), np.array([60, 120, 120, 60]), np.array([5])):
         halves = [np.unique(gaps[:2], return_counts=True), np.unique(gaps[2:], return_counts=True)]
         assert _median([h for h in halves if len(h[0])]) == int(np.median(gaps))
+
+
+def test_rows_find_their_origin_through_the_lattice_table_as_by_binary_search(tmp_path):
+    rng = np.random.default_rng(1)
+    minutes = np.unique(rng.integers(0, 5000, 700)) * 60 * 10**9 + 1_700_000_000 * 10**9  # (O,) with gaps
+    for origins in (minutes, np.sort(np.r_[minutes, minutes[-1] + 1])):  # a lattice; one 1 ns off it: none
+        ts = rng.choice(origins, 3000)  # (n,)
+        slots = pieced._stamp_slots(origins)
+        assert (slots is None) == (origins is not minutes)
+        for f in tmp_path.glob("known-*.npy"):
+            f.unlink()
+        np.save(tmp_path / ("known-origins.npy" if slots is None else "known-slots.npy"),
+                origins if slots is None else slots)
+        assert np.array_equal(pieced._origin_rows(tmp_path, ts), np.searchsorted(origins, ts))
+
+
+def test_put_writes_rows_as_assigning_into_the_mapped_array_does(tmp_path):
+    for dtype, value in (("float32", np.arange(12.0).reshape(4, 3) / 7), ("int64", np.arange(4)[:, None]),
+                         ("bool", np.array([True, False, True])), ("int64", np.zeros((3, 0)))):
+        shape = (9, *value.shape[1:])
+        mapped = np.lib.format.open_memmap(tmp_path / "a.npy", mode="w+", dtype=dtype, shape=shape)
+        mapped[2:2 + len(value)] = value
+        del mapped
+        np.lib.format.open_memmap(tmp_path / "b.npy", mode="w+", dtype=dtype, shape=shape)
+        pieced._put(tmp_path / "b.npy", 2, value)
+        assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
+
+
+def test_a_piece_of_daily_bars_in_an_intraday_panel_is_refused():
+    minute, day = (np.array([60 * 10**9]), np.array([9])), (np.array([86_400 * 10**9]), np.array([9]))
+    pieced._check_intraday([{"gaps": minute, "names": ["ES"]}, {"gaps": (day[0][:0], day[1][:0]), "names": ["NQ"]}],
+                           True)  # a piece without a gap is not judged
+    with pytest.raises(InputError, match="YM .. YM hold daily bars"):
+        pieced._check_intraday([{"gaps": minute, "names": ["ES"]}, {"gaps": day, "names": ["YM"]}], True)

@@ -7,19 +7,20 @@ What is fitted across series is fitted first, from statistics each piece sends b
 0. read: the files are read once, in chunks of consecutive files (read_bars' `only`), and each chunk's bars are
    spilled to one Arrow IPC file per piece; the raw time span of the chunks gives the split cuts to expect.
 1. load: each piece's spills are concatenated (in file order: the frame `read_bars` would give for its symbols),
-   cleaned and rolled as `load_bars` would; its raw features (computed once) and the few bar columns
-   `prepare_from_bars` still reads are spilled; its series, their lengths, its time span and its distinct
-   timestamps come back, with its bar-gap counts (the median spacing) and, under the expected cuts, its training
-   statistics (scalers.train_moments). The split cuts follow from the span of all pieces; the statistics are
-   gathered again (2.) only when cleaning moved the ends of the span, and the cuts with them.
+   cleaned and rolled as `load_bars` would; its raw features (computed once) are spilled; its series, their
+   lengths, its time span and its distinct timestamps come back, with its bar-gap counts (the median spacing) and,
+   under the expected cuts, its training statistics (scalers.train_moments). The split cuts follow from the span
+   of all pieces; the statistics are gathered again (2.) only when cleaning moved the ends of the span, and the
+   cuts with them.
 2. fit (rarely): the training statistics from the spilled features.
 3. trail: with the first scalers fixed, the trailing inputs (spilled: they depend on those scalers only) and their
    statistics (scalers.vol_moments); meanwhile this process builds the known-future grid (one table over every
-   distinct timestamp of the panel) before it takes pieces too.
-4. write: `prepare_from_bars` of the piece with the whole panel's transform and cuts, from its spilled features and
-   trailing inputs, without a grid or a summary of its own; rows go to their offset in the store's arrays
-   (np.lib.format.open_memmap, through the page cache: `finish` flushes each file once), windows and split ids are
-   offset by the pieces before, and the piece maps its rows onto the grid (known_base).
+   distinct timestamp of the panel) and each distinct timestamp's calendar inputs, before it takes pieces too.
+4. write: what `prepare_from_bars` gives the piece with the whole panel's transform and cuts (scaled inputs, codes,
+   windows, splits), from its spilled features and trailing inputs; its calendar inputs and grid rows are looked
+   up in the panel's tables (no calendar of its own: the pieces share their timestamps). Rows go to their offset in
+   the store's arrays (one pwrite each, through the page cache: `finish` flushes each file once), windows and split
+   ids are offset by the pieces before.
 The data summary is then built from the written arrays. Memory: a worker holds one chunk or one piece; this
 process too, besides the distinct timestamps, the grid and the split ids.
 """
@@ -27,6 +28,7 @@ process too, besides the distinct timestamps, the grid and the split ids.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -46,17 +48,18 @@ from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, raw_features
 from foxhunt.data.fitstats import concat
-from foxhunt.data.known import distinct_decoder_known, sorted_distinct
-from foxhunt.data.load import ROLL_REASONS, LoadedBars, load_raw
+from foxhunt.data.known import DecoderKnown, decoder_grid, known_cont, sorted_distinct
+from foxhunt.data.load import ROLL_REASONS, load_raw
 from foxhunt.data.prepare import (
     FEATURE_COLUMNS,
-    PRICES,
     FittedTransform,
     PreparedData,
+    _table_calendar,
+    _take_rows,
     check_length,
     check_splits,
     feature_schema,
-    prepare_from_bars,
+    known_width,
     sorted_bars,
     split_cuts,
     train_start_ns,
@@ -66,6 +69,7 @@ from foxhunt.data.scaling import (
     add_vol_stats,
     first_scalers,
     observed_names,
+    standardize,
     trailing,
     train_moments,
     vol_moments,
@@ -75,11 +79,13 @@ from foxhunt.data.store.layout import SPLITS, WINDOW_ARRAYS, split_file
 from foxhunt.data.store.pieces import PIECE_ROWS, Piece, merge_reports
 from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of, save_array
 from foxhunt.data.summary import data_summary
-from foxhunt.data.validate import OWN_PRICES, check_log_target
-from foxhunt.data.windows import SplitResult, WindowedData, window_starts
+from foxhunt.data.validate import check_log_target
+from foxhunt.data.windows import SplitResult, WindowedData, assign_splits, window_starts
+from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
 
+PIECE = "__piece"  # each bar's piece, beside the bars of a chunk
 CENTER, SCALE = "__center", "__scale"  # the target's center and scale beside the trailing inputs in a spill
 ROW_ARRAYS = ("cont", "static_cat", "time_cat", "target_raw", "center", "scale", "ts_ns", "real", "series_idx")
 
@@ -167,9 +173,9 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     vol = pool.starmap_async(_trail, [(*job, r["names"], r["lengths"], cuts, scalers)
                                       for job, r in zip(jobs, loads, strict=True)])
     # The grid needs the step and the profile only: built here while the workers run the trailing inputs.
+    _check_intraday(loads, intraday)
     origins = sorted_distinct(np.concatenate([r["stamps"] for r in loads]))  # (O,) every distinct timestamp
-    known = distinct_decoder_known(origins, np.arange(len(origins)), spacing, d, cfg.exchange_tz, intraday,
-                                   cfg.calendar_features, scalers.get("season"))
+    known = _stamp_tables(origins, Path(jobs[0][2]), cfg, spacing, intraday, scalers.get("season"))
     lap("fit, grid")
     add_vol_stats(scalers, concat(vol.get()), names, mom["rows"] > 0)
     lap("trail")
@@ -188,39 +194,101 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     arrays["known_base"] = _allocate(tmp, "known_base", (rows[-1],))
     if known.index is not None:
         arrays["known_index"] = _allocate(tmp, "known_index", (rows[-1], d), "int32")
-    for name, value in (("origins", origins), ("base", known.base), ("index", known.index)):
-        if value is not None:  # what the workers map their rows onto the grid with
-            np.save(Path(jobs[0][2]) / f"known-{name}.npy", value)
-    parts = pool.starmap(_write, [(*job, cuts, transform, str(tmp), int(rows[k]), int(wins[k]), int(series0[k]))
-                                  for k, job in enumerate(jobs)])
+    parts = pool.starmap(_write, [(*job, r["names"], r["lengths"], cuts, transform, str(tmp), int(rows[k]),
+                                   int(wins[k]), int(series0[k])) for k, (job, r) in enumerate(zip(jobs, loads,
+                                                                                                  strict=True))])
     lap("write")
     manifest = _finish_store(cfg, out, tmp, loads, parts, arrays, transform, known, cuts, spacing, span, lap)
     lap("flush")
     return manifest
 
 
-def _known_rows(spill: Path, store: Path, ts: np.ndarray, row0: int) -> None:
-    """Fill known_base (and known_index) of the rows from `row0` on, whose timestamps are `ts`: their grid rows."""
-    origins, base = np.load(spill / "known-origins.npy", mmap_mode="r"), np.load(spill / "known-base.npy", mmap_mode="r")
-    at = np.searchsorted(origins, ts)  # (n,)
-    _put(store / "known_base.npy", row0, base[at])
-    if (spill / "known-index.npy").exists():
-        _put(store / "known_index.npy", row0, np.load(spill / "known-index.npy", mmap_mode="r")[at])
+def _stamp_tables(origins: np.ndarray, spill: Path, cfg: DataConfig, spacing: int, intraday: bool,
+                  season: dict | None) -> DecoderKnown:
+    """The known-future grid over every distinct timestamp `origins` (O,) of the panel (its rows: one per origin),
+    and, spilled for the pieces' writes, what maps a row onto it: each origin's calendar inputs (O, Kr), its grid
+    row (and steps), and where a timestamp sits among the origins (`_stamp_slots`). Each value is a function of its
+    own timestamp (known.known_cont), so computing them once over the panel gives every piece's rows their bits."""
+    table, base, index = decoder_grid(origins, spacing, cfg.horizon, cfg.exchange_tz, intraday)
+    cal = functools.partial(known_cont, exchange_tz=cfg.exchange_tz, intraday=intraday,
+                            sessions=cfg.calendar_features, season=season)
+    at_origin = cal(origins)  # (O, Kr)
+    known = DecoderKnown(cont=_table_calendar(table, origins, base, at_origin, cal), ts=table, base=base, index=index)
+    slots = _stamp_slots(origins)
+    for name, value in (("cal", at_origin), ("base", base), ("index", index), ("origins", origins if slots is None
+                                                                               else None), ("slots", slots)):
+        if value is not None:
+            np.save(spill / f"known-{name}.npy", value)
+    return known
+
+
+SLOTS_PER_ORIGIN = 8  # a lattice table of more slots than this per origin (and 1M) is not built: searchsorted then
+
+
+def _stamp_slots(origins: np.ndarray) -> np.ndarray | None:
+    """[first, step, origin index of each lattice point first + i * step or -1] for sorted distinct `origins`, so
+    that a row finds its origin with a subtraction, a division and a take where a binary search over all origins
+    cost 50 ns a row; None when the lattice (the origins' greatest common spacing) is too fine for their span."""
+    if not len(origins):
+        return None
+    offset = origins - origins[0]  # (O,)
+    step = int(np.gcd.reduce(offset)) or 1
+    size = int(offset[-1] // step) + 1
+    if size > SLOTS_PER_ORIGIN * len(origins) + (1 << 20):
+        return None
+    slots = np.full(size + 2, -1, dtype=np.int64)  # (2 + size,)
+    slots[:2] = origins[0], step
+    slots[2 + offset // step] = np.arange(len(origins))
+    return slots
+
+
+def _origin_rows(spill: Path, ts: np.ndarray) -> np.ndarray:
+    """(n,) the index among the panel's origins of each timestamp `ts` (n,), every one of them an origin."""
+    if (spill / "known-slots.npy").exists():
+        slots = np.load(spill / "known-slots.npy", mmap_mode="r")
+        return slots[2:][(ts - slots[0]) // slots[1]]
+    return np.searchsorted(np.load(spill / "known-origins.npy", mmap_mode="r"), ts)
+
+
+def _check_intraday(loads: list[dict], intraday: bool) -> None:
+    """Each piece's bars are of the panel's kind (intraday or daily) by their own median spacing, as
+    prepare_from_bars checks a piece against the transform."""
+    for r in loads:
+        own = _median([r["gaps"]])
+        if own and (own < DAILY_MIN_SPACING_NS) != intraday:
+            want, got = ("intraday", "daily") if intraday else ("daily", "intraday")
+            raise InputError(f"series {r['names'][0]} .. {r['names'][-1]} hold {got} bars but the panel's bars are "
+                             f"{want}; prepare them apart")
 
 
 def _put(path: Path, row0: int, value: np.ndarray) -> None:
-    """Write `value` at row `row0` of the .npy array at `path` (through the page cache), and start writing those
-    pages to disk now, while the pieces are still being prepared, rather than all in `finish`'s flush at the end."""
-    target = np.load(path, mmap_mode="r+")
-    target[row0:row0 + len(value)] = value
-    start, size = target.offset + row0 * target[:1].nbytes, value.nbytes
-    del target
-    if size and hasattr(os, "posix_fadvise"):  # Linux: DONTNEED writes dirty pages back, and drops none of them
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, start, size, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+    """Write `value` at row `row0` of the .npy array at `path`: one pwrite into the page cache (assigning through a
+    mapping faults every page in first), then start writing those pages to disk now, while the pieces are still
+    being prepared, rather than all in `finish`'s flush at the end."""
+    offset, dtype, row_bytes = _npy_layout(path)
+    data = np.ascontiguousarray(value, dtype=dtype).reshape(-1).view(np.uint8)  # the file's dtype, as assigning casts
+    if not len(data):
+        return
+    start = offset + row0 * row_bytes
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        view = memoryview(data)
+        done = 0
+        while done < len(data):
+            done += os.pwrite(fd, view[done:], start + done)
+        if hasattr(os, "posix_fadvise"):  # Linux: DONTNEED writes dirty pages back, and drops none of them
+            os.posix_fadvise(fd, start, len(data), os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _npy_layout(path: Path) -> tuple[int, np.dtype, int]:
+    """(header bytes, dtype, bytes per row) of the C-ordered .npy array at `path`."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(f)
+        return f.tell(), dtype, dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
 
 
 def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], parts: list[dict], arrays: dict,
@@ -238,7 +306,7 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], part
     )
     check_splits(split, cuts, cfg, span)
     for k in SPLITS:
-        saved[f"split_{k}"] = save_array(tmp, split_file(k), split.ids[k].astype(np.int64))
+        saved[f"split_{k}"] = save_array(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))  # no copy
     # The arrays are final: flushed to disk while the summary reads them (finish's fsync then finds them clean).
     flushing = threading.Thread(target=_flush, args=([tmp / entry["file"] for entry in saved.values()],), daemon=True)
     flushing.start()
@@ -317,22 +385,27 @@ def _read(cfg: DataConfig, chunk: int, first: int, files: list[str], route: dict
     rtypes = rtype_sets(raw, len(entries))
     spacings = [0] * len(entries) if all(rtypes) else median_spacings(raw, len(entries))
     ts = raw.get_column("ts")
-    piece = raw.get_column("symbol").replace_strict(route, default=None, return_dtype=pl.Int64)
-    out = {"files": entries, "rtypes": rtypes, "spacings": spacings, "routed": not piece.null_count(),
+    # The symbols as codes (a few hundred categories): routed through a table, spilled as codes (the strings are
+    # hashed once, here; the partition moves 4 bytes a row where it moved a string).
+    symbol = raw.get_column("symbol").cast(pl.Enum(list(route)), strict=False)
+    out = {"files": entries, "rtypes": rtypes, "spacings": spacings, "routed": not symbol.null_count(),
            "lo": int(ts.dt.epoch("ns").min()), "hi": int(ts.dt.epoch("ns").max())}
     if not out["routed"]:
         return out
-    raw = raw.with_columns(pl.col("file_idx") + first)
-    piece = piece.to_numpy()  # (N,)
-    for k in np.flatnonzero(np.bincount(piece)):  # a filter per piece: several times cheaper than partition_by
-        raw.filter(pl.Series(piece == k)).write_ipc(Path(spill) / f"raw-{chunk}-{k}.arrow")
+    piece = np.array(list(route.values()), dtype=np.int64)[symbol.to_physical().to_numpy()]  # (N,)
+    # One frame chunk (the scan gives one a file): partition_by over a hundred is ~40% slower than the copy and it.
+    raw = raw.with_columns(symbol, pl.col("file_idx") + first, pl.Series(PIECE, piece)).rechunk()
+    # One pass over the rows (rows keep their order within a piece), cheaper than a filter per piece.
+    for (k,), part in raw.partition_by(PIECE, maintain_order=True, include_key=False, as_dict=True).items():
+        part.write_ipc(Path(spill) / f"raw-{chunk}-{k}.arrow")
     return out
 
 
 def _load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], cuts: tuple) -> dict:
-    """Load piece `k` from its chunks' spills; spill its bars and raw features (see the module doc)."""
+    """Load piece `k` from its chunks' spills; spill its raw features (see the module doc)."""
     paths = [p for c in range(chunks) if (p := Path(spill) / f"raw-{c}-{k}.arrow").exists()]
     raw = pl.concat([pl.read_ipc(p) for p in paths], rechunk=False)
+    raw = raw.with_columns(pl.col("symbol").cast(pl.Utf8))  # the frame read_bars gives: symbols as strings
     counts = np.bincount(raw.get_column("file_idx").to_numpy(), minlength=len(entries))
     loaded = load_raw(raw, [dict(e, rows=int(n)) for e, n in zip(entries, counts, strict=True)], cfg, consume=True)
     del raw
@@ -340,21 +413,28 @@ def _load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict],
         p.unlink()
     bars, names, sidx, ts = sorted_bars(loaded.bars)
     check_log_target(bars, cfg.target)
-    checked = OWN_PRICES if "own_close" in bars.columns else PRICES  # what check_log_target reads
-    bars.select("series", "ts", "contract", *checked).write_ipc(Path(spill) / f"bars-{k}.arrow")
-    keep = dict.fromkeys((*FEATURE_COLUMNS, *move_columns(cfg.target), *(("filled",) if cfg.fill_gaps else ())))
-    feats = raw_features(bars, cfg.adjust, cfg.target, columns=keep).select(list(keep))
+    keep = _feature_columns(cfg)
+    feats = raw_features(bars, cfg.adjust, cfg.target, columns=keep).select(keep)
     del bars
-    feats.write_ipc(Path(spill) / f"feats-{k}.arrow")
+    # Spilled without what reading it back restores exactly: `target` (a copy of its move column) and the 0/1 `roll`
+    # as a bit: a third fewer bytes to write, read twice and delete.
+    feats.drop("target").with_columns(pl.col("roll").cast(pl.Boolean)).write_ipc(Path(spill) / f"feats-{k}.arrow")
     lengths = np.bincount(sidx, minlength=len(names))
     return {"names": names, "lengths": lengths, "lo": int(ts.min()), "hi": int(ts.max()), "report": loaded.report,
             "rolls": loaded.rolls, "gaps": _gap_counts(ts, sidx), "stamps": sorted_distinct(ts),
             "fit": _fit_stats(cfg, feats, len(names), sidx, ts, cuts)}
 
 
-def _spilled(spill: str, k: int, lengths: np.ndarray) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
-    """Piece `k`'s spilled raw features, each row's series index (N,) and timestamp in ns (N,)."""
-    feats = pl.read_ipc(Path(spill) / f"feats-{k}.arrow")
+def _feature_columns(cfg: DataConfig) -> list[str]:
+    """What the later phases read of raw_features' output, in prepare_from_bars' order."""
+    return list(dict.fromkeys((*FEATURE_COLUMNS, *move_columns(cfg.target), *(("filled",) if cfg.fill_gaps else ()))))
+
+
+def _spilled(cfg: DataConfig, spill: str, k: int, lengths: np.ndarray) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
+    """Piece `k`'s spilled raw features (as raw_features gave them), each row's series index (N,) and timestamp in
+    ns (N,)."""
+    feats = pl.read_ipc(Path(spill) / f"feats-{k}.arrow").with_columns(
+        pl.col("roll").cast(pl.Float64), pl.col(cfg.target).alias("target")).select(_feature_columns(cfg))
     sidx = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     return feats, sidx, feats.get_column("ts").dt.epoch("ns").to_numpy()
 
@@ -368,13 +448,13 @@ def _fit_stats(cfg: DataConfig, feats: pl.DataFrame, s: int, sidx: np.ndarray, t
 
 
 def _fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple) -> dict:
-    feats, sidx, ts = _spilled(spill, k, lengths)
+    feats, sidx, ts = _spilled(cfg, spill, k, lengths)
     return _fit_stats(cfg, feats, len(names), sidx, ts, cuts)
 
 
 def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
            scalers: dict) -> dict:
-    feats, sidx, ts = _spilled(spill, k, lengths)
+    feats, sidx, ts = _spilled(cfg, spill, k, lengths)
     keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
     derived, center, scale = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling)
     # The write reads them again: the trailing inputs depend on what the first scalers hold only, fixed by now.
@@ -382,26 +462,41 @@ def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
     return vol_moments(derived, sidx, len(names), keep, scalers)
 
 
-def _write(cfg: DataConfig, k: int, spill: str, cuts: tuple, transform: FittedTransform, store: str,
-           row0: int, win0: int, series0: int) -> dict:
-    bars = pl.read_ipc(Path(spill) / f"bars-{k}.arrow")
+def _write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
+           transform: FittedTransform, store: str, row0: int, win0: int, series0: int) -> dict:
+    """Piece `k`'s rows of the store, at row `row0` (its windows at `win0`, its series at `series0`): what
+    prepare_from_bars gives a piece with the panel's transform, from its spilled features and trailing inputs,
+    with its calendar inputs and grid rows looked up in the panel's tables (`_stamp_tables`)."""
+    e, d = cfg.encoder_length, cfg.horizon
+    feats, sidx, ts = _spilled(cfg, spill, k, lengths)
     trail = pl.read_ipc(Path(spill) / f"trail-{k}.arrow")
     derived = {c: trail.get_column(c).to_numpy() for c in trail.columns if c not in (CENTER, SCALE)}
-    features = (pl.read_ipc(Path(spill) / f"feats-{k}.arrow"),
-                (derived, trail.get_column(CENTER).to_numpy(), trail.get_column(SCALE).to_numpy()))
-    data = prepare_from_bars(LoadedBars(bars=bars, rolls=[], report={}), cfg, transform, cuts=cuts,
-                             features=features)
-    del bars, trail, derived, features
-    for name in ("bars", "trail", "feats"):  # read for the last time: gone before the kernel writes them to disk
+    kr = known_width(transform)
+    cont = np.empty((len(ts), kr + len(observed_names(transform.scalers))), dtype=np.float32)  # (n, Kr + Or)
+    _, center, scale = standardize(feats, names, sidx, transform.scalers, derived, trail.get_column(CENTER).to_numpy(),
+                                   trail.get_column(SCALE).to_numpy(), out=cont[:, kr:])
+    del trail, derived
+    at = _origin_rows(Path(spill), ts)  # (n,)
+    _take_rows(np.load(Path(spill) / "known-cal.npy", mmap_mode="r"), at, cont[:, :kr])
+    first, end = _bounds(lengths)
+    starts = window_starts(first, end, e + d)  # (w,)
+    split = assign_splits(ts[starts + e], ts[starts + e + d - 1], *cuts, train_start_ns(cfg))
+    rows = {"cont": cont, "static_cat": transform.code(names)[sidx][:, None], "target_raw": feats["target"].to_numpy(),
+            "center": center, "scale": scale, "ts_ns": ts, "real": np.ones(len(ts), dtype=bool),
+            "series_idx": sidx + series0}
+    roll_bars = int(feats["roll"].sum())
+    del feats
+    for name in ("trail", "feats"):  # read for the last time: gone before the kernel writes them to disk
         (Path(spill) / f"{name}-{k}.arrow").unlink()
-    w = data.windows
-    for name in ROW_ARRAYS:
-        _put(Path(store) / f"{name}.npy", row0,
-             w.series_idx.numpy() + series0 if name == "series_idx" else getattr(w, name).numpy())
-    _put(Path(store) / "starts.npy", win0, w.starts.numpy() + row0)
-    _known_rows(Path(spill), Path(store), w.ts_ns.numpy(), row0)
+    for name, value in rows.items():
+        _put(Path(store) / f"{name}.npy", row0, value)
+    del rows, cont
+    _put(Path(store) / "starts.npy", win0, starts + row0)
+    _put(Path(store) / "known_base.npy", row0, np.load(Path(spill) / "known-base.npy", mmap_mode="r")[at])
+    if (Path(spill) / "known-index.npy").exists():
+        _put(Path(store) / "known_index.npy", row0, np.load(Path(spill) / "known-index.npy", mmap_mode="r")[at])
     return {
-        "splits": {split: data.splits[split].numpy() + win0 for split in SPLITS},
-        "purged": data.summary["purged"],
-        "roll_bars": data.summary["roll_bars"],
+        "splits": {name: split.ids[name] + win0 for name in SPLITS},
+        "purged": dict(split.purged),
+        "roll_bars": roll_bars,
     }
