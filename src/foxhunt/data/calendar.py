@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import polars as pl
 
+from foxhunt.data.median import exact_median
 from foxhunt.data.runs import run_lengths
 from foxhunt.data.sessions import CME_EQUITY
 from foxhunt.errors import InputError
@@ -69,7 +70,7 @@ def median_spacings_ns(ts_ns: np.ndarray, series_idx: np.ndarray, cut_ns: int | 
 
 
 def _median(gaps: np.ndarray) -> int:
-    return int(np.median(gaps)) if len(gaps) else 0
+    return int(exact_median(gaps)) if len(gaps) else 0
 
 
 def local_ns(ts_ns: np.ndarray, tz: str) -> np.ndarray:
