@@ -16,6 +16,7 @@ from foxhunt.data.load import _grouped_summary, _series_summary, bar_interval, l
 from foxhunt.data.order import (
     combined,
     grouped_order,
+    instrument_code,
     new_group,
     run_starts,
     sort_keys,
@@ -266,3 +267,20 @@ def test_take_out_gathers_chunked_columns_as_one_chunk_and_empties_the_input() -
     out = take_out(chunked, rows)
     assert out.equals(whole[rows]) and out.columns == whole.columns
     assert chunked.width == 0  # moved out column by column
+
+
+def test_instrument_code_orders_and_ties_like_the_ranked_keys() -> None:
+    rng = np.random.default_rng(5)
+    n = 5000
+    ident = rng.choice([7, 300, 301, 90_000], n)  # a wide span: numbered through a table of it
+    names = {7: "NQH4", 300: "ESH4", 301: "ESM4", 90_000: "ESH4"}  # ESH4 under two ids: two instruments
+    df = pl.DataFrame({"symbol": [names[i] for i in ident], "instrument_id": ident})
+    code = instrument_code(df["symbol"], df["instrument_id"])
+    (want,) = combined(sort_keys(df, INSTRUMENT)[:2] + [np.zeros(n, np.int64)])[:1]
+    np.testing.assert_array_equal(np.argsort(code, kind="stable"), np.argsort(want, kind="stable"))
+    np.testing.assert_array_equal(new_group([code[np.argsort(code, kind="stable")]]),
+                                  new_group([want[np.argsort(want, kind="stable")]]))
+    two = df.with_columns(symbol=pl.when(pl.int_range(n) == 17).then(pl.lit("YMH4")).otherwise("symbol"))
+    assert instrument_code(two["symbol"], two["instrument_id"]) is None  # one id, two symbols
+    assert instrument_code(df["symbol"], df["instrument_id"].set(pl.int_range(n, eager=True) == 3, None)) is None
+    assert instrument_code(df["symbol"], pl.Series([0, 2**40] * (n // 2))) is None  # too sparse
