@@ -23,7 +23,7 @@ from foxhunt.data.order import (
     stable_order,
     take_out,
 )
-from foxhunt.data.prepare import _series_index
+from foxhunt.data.prepare import _series_index, sorted_bars
 from foxhunt.data.read import RAW_SCHEMA, read_bars
 from foxhunt.data.runs import run_starts_of
 from foxhunt.data.sessions import closed_share
@@ -248,6 +248,10 @@ def test_series_summary_and_index_from_runs_match_the_grouped_ones():
     split = bars[[0, 3, 1]]  # ES in two runs: ranked bar by bar
     assert _series_summary(split) == _grouped_summary(split)
     assert _series_index(split).tolist() == [0, 1, 0]
+    for frame in (bars, split):  # names from the runs, or from every bar: the sorted distinct names either way
+        got, names, sidx, _ = sorted_bars(frame)
+        assert names == sorted(frame["series"].unique().to_list()) and got["series"].to_list() == [
+            names[i] for i in sidx]
 
 
 def test_combined_keys_sort_and_group_like_the_keys():
