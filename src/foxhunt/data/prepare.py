@@ -442,12 +442,26 @@ def _table_calendar(
     return out
 
 
+TAKE_ROWS = 1 << 16  # rows _take_rows gathers into a contiguous buffer before copying them into place
+
+
 def _take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
     """out[i] = src[idx[i]] for float32 rows `src` (U, K) into `out` (N, K), columns of a wider C-order array: each
-    row is taken as one opaque K * 4-byte item, with no (N, K) temporary."""
+    row is taken as one opaque K * 4-byte item, with no (N, K) temporary.
+
+    np.take writes a strided `out` through a contiguous copy of all of it (copied in, then written back: 2M rows,
+    twice 44 MB); TAKE_ROWS rows at a time into one small buffer, each then copied into place, cost half the time."""
     row = np.dtype((np.void, src.shape[1] * 4))
     items = np.ascontiguousarray(src).view(row)[:, 0]  # (U,)
-    np.take(items, idx, out=out.view(np.uint8).view(row)[:, 0], mode="clip")
+    dest = out.view(np.uint8).view(row)[:, 0]  # (N,) strided
+    if dest.flags.c_contiguous:
+        np.take(items, idx, out=dest, mode="clip")
+        return
+    buf = np.empty(min(len(idx), TAKE_ROWS), dtype=row)
+    for lo in range(0, len(idx), TAKE_ROWS):
+        part = buf[: min(len(idx) - lo, TAKE_ROWS)]
+        np.take(items, idx[lo : lo + len(part)], out=part, mode="clip")
+        dest[lo : lo + len(part)] = part
 
 
 def feature_schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureSchema:
