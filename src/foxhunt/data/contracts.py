@@ -60,15 +60,17 @@ OWN = ("own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap")  # what
 BAR_COLUMNS = ("series", "ts", *PRICES, "volume", "symbol", *OWN)  # what build_series keeps of each part
 
 
-def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+def resolve_symbols(df: pl.DataFrame, distinct: pl.Series | None = None) -> tuple[pl.DataFrame, int]:
     """Fill or split symbols from instrument_id where the symbol cannot identify one instrument.
 
     Adds a Boolean column `by_instrument` (True where the series is keyed by instrument_id). Returns (frame, number of
-    instruments keyed that way).
+    instruments keyed that way). `distinct`: the distinct values of df's symbol, when the caller has them. Symbols
+    change only where one is missing (null) or when some instrument is keyed by its id.
     """
     iid = pl.col("instrument_id")
     symbol = df.get_column("symbol")
-    if not symbol.null_count() and symbol.unique().str.contains(FUTURES_RE).all():
+    distinct = symbol.unique() if distinct is None else distinct
+    if not symbol.null_count() and distinct.str.contains(FUTURES_RE).all():
         return df.with_columns(by_instrument=pl.lit(False)), 0  # outrights only: nothing to fill or split
     # A row outside every symbology interval has a null symbol: take the one its instrument has elsewhere.
     if symbol.null_count():  # a grouped pass over every row, only where it can change one
@@ -92,9 +94,11 @@ def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return df, n
 
 
-def drop_spreads(df: pl.DataFrame) -> tuple[pl.DataFrame, int, list[str]]:
-    """Drop spread/strategy rows. Returns (frame, rows dropped, dropped symbols sorted)."""
-    names = df.get_column("symbol").drop_nulls().unique()  # rows in file order: runs of one symbol are short
+def drop_spreads(df: pl.DataFrame, distinct: pl.Series | None = None) -> tuple[pl.DataFrame, int, list[str]]:
+    """Drop spread/strategy rows. Returns (frame, rows dropped, dropped symbols sorted). `distinct`: the distinct
+    values of df's symbol, when the caller has them."""
+    # rows in file order: runs of one symbol are short, so the distinct symbols are hashed
+    names = (df.get_column("symbol").unique() if distinct is None else distinct).drop_nulls()
     if not names.str.contains(SPREAD_RE).any() and not df.get_column("by_instrument").any():
         return df, 0, []  # no spread symbol, and no instrument whose prices could mark it as one
     low = pl.min_horizontal(*[pl.col(c).fill_nan(None) for c in PRICES])

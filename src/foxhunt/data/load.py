@@ -92,12 +92,15 @@ def load_raw(
     """
     paths = [f["path"] for f in files]
     rows_read = raw.height
-    df, _ = resolve_symbols(raw)
+    distinct = raw.get_column("symbol").unique()  # (D,) the file's symbols: hashed once for the two stages below
+    df, keyed = resolve_symbols(raw, distinct)
     if consume:
         for c in raw.columns:
             raw.drop_in_place(c)
     del raw  # each stage's input is dropped as soon as its output exists: one copy of the bars at a time
-    df, spread_rows, spread_symbols = drop_spreads(df)
+    # Symbols change only where one was missing or is split by instrument_id: otherwise they are still `distinct`.
+    unchanged = keyed == 0 and not distinct.null_count()
+    df, spread_rows, spread_symbols = drop_spreads(df, distinct if unchanged else None)
     if df.height == 0:
         raise InputError(
             f"{paths[0]}: no outright bars left after dropping {spread_rows} spread rows; pass files with outright contracts"
