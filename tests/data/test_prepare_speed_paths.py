@@ -148,9 +148,10 @@ def test_distinct_is_unique_and_searchsorted():
 
 
 @pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 1, 2]])
-def test_real_rows_by_run_is_the_mask_per_series(order):
+@pytest.mark.parametrize("future", [True, False])
+def test_real_rows_by_run_is_the_mask_per_series(order, future):
     sidx = np.concatenate([np.full(5, i) for i in order])
-    real = np.arange(len(sidx)) % 5 < 4  # the last row of each run is a future row
+    real = np.arange(len(sidx)) % 5 < (4 if future else 5)  # the last row of each run a future row, or none
     ts = np.arange(len(sidx), dtype=np.int64)[::-1] * 10
     want = [(int((real & (sidx == i)).sum()), int(ts[real & (sidx == i)].min()), int(ts[real & (sidx == i)].max()),
              int(np.flatnonzero(real & (sidx == i))[0])) for i in range(3)]
