@@ -248,10 +248,13 @@ def test_series_summary_and_index_from_runs_match_the_grouped_ones():
     split = bars[[0, 3, 1]]  # ES in two runs: ranked bar by bar
     assert _series_summary(split) == _grouped_summary(split)
     assert _series_index(split).tolist() == [0, 1, 0]
-    for frame in (bars, split):  # names from the runs, or from every bar: the sorted distinct names either way
-        got, names, sidx, _ = sorted_bars(frame)
+    back = bars[[1, 0, 2, 3, 4, 5]]  # one run per series, but ES's first two bars out of time order
+    for frame in (bars, split, back):  # names from the runs, or from every bar: the sorted distinct names either way
+        got, names, sidx, ts = sorted_bars(frame)
         assert names == sorted(frame["series"].unique().to_list()) and got["series"].to_list() == [
             names[i] for i in sidx]
+        assert got.equals(frame.sort("series", "ts", maintain_order=True))  # sorted by (series, ts)
+        assert np.array_equal(ts, got["ts"].dt.epoch("ns").to_numpy())
 
 
 def test_combined_keys_sort_and_group_like_the_keys():

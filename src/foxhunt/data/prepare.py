@@ -242,8 +242,8 @@ def sorted_bars(bars: pl.DataFrame) -> tuple[pl.DataFrame, list[str], np.ndarray
     row's index into the names (N,) and its timestamp in ns (N,)."""
     sidx, names = _ranked_series(bars)  # (N,) 0..S-1 in sorted name order (writable: a tensor shares it)
     ts_ns = bars["ts"].dt.epoch("ns").to_numpy()
-    ds, dt = np.diff(sidx), np.diff(ts_ns)
-    if not np.all((ds > 0) | ((ds == 0) & (dt >= 0))):
+    later, same = sidx[1:] >= sidx[:-1], sidx[1:] == sidx[:-1]  # (N - 1,) compared, not differenced: bools
+    if not (later.all() and np.all(~same | (ts_ns[1:] >= ts_ns[:-1]))):
         order = np.lexsort((ts_ns, sidx))
         bars, sidx, ts_ns = bars.select(pl.all().gather(order)), sidx[order], ts_ns[order]
     if names is None:
