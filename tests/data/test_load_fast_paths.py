@@ -13,9 +13,19 @@ import pytest
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import SEG_SPAN, _per_bar, _sorted_last, parse_futures, trade_date
 from foxhunt.data.load import _grouped_summary, _series_summary, bar_interval, load_raw, spacing_ns
-from foxhunt.data.order import combined, grouped_order, new_group, run_starts, sort_keys, stable_order
-from foxhunt.data.prepare import _series_index
+from foxhunt.data.order import (
+    combined,
+    grouped_order,
+    instrument_code,
+    new_group,
+    run_starts,
+    sort_keys,
+    stable_order,
+    take_out,
+)
+from foxhunt.data.prepare import _series_index, sorted_bars
 from foxhunt.data.read import RAW_SCHEMA, read_bars
+from foxhunt.data.runs import run_starts_of
 from foxhunt.data.sessions import closed_share
 from foxhunt.data.validate import INSTRUMENT, clean_bars
 
@@ -182,6 +192,7 @@ def test_spacing_and_interval_match_the_grouped_median():
     df, _ = clean_bars(_messy(), ["f.parquet"])
     step = df.select(pl.col("ts").diff().over(INSTRUMENT).dt.total_nanoseconds().median()).item()
     assert spacing_ns(df) == step
+    assert spacing_ns(df, run_starts_of(df["symbol"])) == step  # the symbol runs load_raw finds once
     minutes = df.select(pl.col("ts").diff().over(INSTRUMENT).median()).item() / dt.timedelta(minutes=1)
     assert minutes == int(minutes) and bar_interval(spacing_ns(df)) == f"{int(minutes)}m"
     assert bar_interval(None) == "?"
@@ -192,6 +203,7 @@ def test_trade_dates_and_closed_share_match_polars_time_zones_across_dst():
     df, _ = clean_bars(_messy(seed=1), ["f.parquet"])
     df = df.with_columns(by_instrument=pl.lit(False))
     got = parse_futures(df, CT)
+    assert got.equals(parse_futures(df, CT, runs=run_starts_of(df["symbol"])))
     want = df.join(got.select("symbol", "root").unique(), on="symbol", how="left", maintain_order="left")
     want = want.with_columns(trade_date=trade_date(pl.col("ts"), CT, pl.col("root")))
     assert got["trade_date"].equals(want["trade_date"])
@@ -210,6 +222,7 @@ def test_trade_dates_and_closed_share_match_polars_time_zones_across_dst():
     )
     want_share = bars.select(closed.mean()).item()
     assert closed_share(bars, CT) == pytest.approx(want_share, abs=0) and 0 < want_share < 1
+    assert closed_share(bars, CT, run_starts_of(bars["symbol"])) == pytest.approx(want_share, abs=0)
     with pytest.MonkeyPatch.context() as mp:  # in slices of 7 bars: the same share
         mp.setattr("foxhunt.data.sessions.CLOSED_CHUNK", 7)
         assert closed_share(bars, CT) == pytest.approx(want_share, abs=0)
@@ -235,6 +248,13 @@ def test_series_summary_and_index_from_runs_match_the_grouped_ones():
     split = bars[[0, 3, 1]]  # ES in two runs: ranked bar by bar
     assert _series_summary(split) == _grouped_summary(split)
     assert _series_index(split).tolist() == [0, 1, 0]
+    back = bars[[1, 0, 2, 3, 4, 5]]  # one run per series, but ES's first two bars out of time order
+    for frame in (bars, split, back):  # names from the runs, or from every bar: the sorted distinct names either way
+        got, names, sidx, ts = sorted_bars(frame)
+        assert names == sorted(frame["series"].unique().to_list()) and got["series"].to_list() == [
+            names[i] for i in sidx]
+        assert got.equals(frame.sort("series", "ts", maintain_order=True))  # sorted by (series, ts)
+        assert np.array_equal(ts, got["ts"].dt.epoch("ns").to_numpy())
 
 
 def test_combined_keys_sort_and_group_like_the_keys():
@@ -244,3 +264,30 @@ def test_combined_keys_sort_and_group_like_the_keys():
     assert len(keys) == 4 and len(two) == 2
     np.testing.assert_array_equal(stable_order(two), stable_order(keys))
     np.testing.assert_array_equal(new_group(two[:-1]), new_group(keys[:-1]))
+
+
+def test_take_out_gathers_chunked_columns_as_one_chunk_and_empties_the_input() -> None:
+    rng = np.random.default_rng(3)
+    whole = pl.DataFrame({"a": rng.random(1000), "b": rng.integers(0, 9, 1000), "c": rng.random(1000).astype(str)})
+    chunked = pl.concat([whole.slice(0, 300), whole.slice(300, 700)], rechunk=False)  # a scan's row groups
+    rows = rng.permutation(1000)[:600]
+    out = take_out(chunked, rows)
+    assert out.equals(whole[rows]) and out.columns == whole.columns
+    assert chunked.width == 0  # moved out column by column
+
+
+def test_instrument_code_orders_and_ties_like_the_ranked_keys() -> None:
+    rng = np.random.default_rng(5)
+    n = 5000
+    ident = rng.choice([7, 300, 301, 90_000], n)  # a wide span: numbered through a table of it
+    names = {7: "NQH4", 300: "ESH4", 301: "ESM4", 90_000: "ESH4"}  # ESH4 under two ids: two instruments
+    df = pl.DataFrame({"symbol": [names[i] for i in ident], "instrument_id": ident})
+    code = instrument_code(df["symbol"], df["instrument_id"])
+    (want,) = combined(sort_keys(df, INSTRUMENT)[:2] + [np.zeros(n, np.int64)])[:1]
+    np.testing.assert_array_equal(np.argsort(code, kind="stable"), np.argsort(want, kind="stable"))
+    np.testing.assert_array_equal(new_group([code[np.argsort(code, kind="stable")]]),
+                                  new_group([want[np.argsort(want, kind="stable")]]))
+    two = df.with_columns(symbol=pl.when(pl.int_range(n) == 17).then(pl.lit("YMH4")).otherwise("symbol"))
+    assert instrument_code(two["symbol"], two["instrument_id"]) is None  # one id, two symbols
+    assert instrument_code(df["symbol"], df["instrument_id"].set(pl.int_range(n, eager=True) == 3, None)) is None
+    assert instrument_code(df["symbol"], pl.Series([0, 2**40] * (n // 2))) is None  # too sparse

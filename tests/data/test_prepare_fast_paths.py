@@ -142,6 +142,10 @@ def test_outright_only_shortcuts_match_the_row_by_row_expressions(symbols):
     kept, dropped, names = drop_spreads(got)
     assert kept.equals(got.filter(~spread)) and dropped == got.filter(spread).height
     assert names == sorted(set(got.filter(spread)["symbol"]))
+    distinct = df["symbol"].unique()  # as load_raw shares it: the same frames and counts
+    assert resolve_symbols(df, distinct)[0].equals(got)
+    if n == 0:  # no symbol split: df's distinct symbols are still got's
+        assert drop_spreads(got, distinct)[0].equals(kept) and drop_spreads(got, distinct)[1:] == (dropped, names)
 
 
 def test_parse_futures_per_symbol_table_matches_polars_dates_and_years():

@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data import calendar, known, scaling
+from foxhunt.data import calendar, known, prepare, scaling
 from foxhunt.data.features import OBSERVED, raw_features
 from foxhunt.data.fitstats import season_moments
 from foxhunt.data.prepare import _table_calendar, _take_rows
@@ -83,13 +83,20 @@ def test_known_cont_in_chunks_is_known_columns(monkeypatch):
     assert np.array_equal(got, np.concatenate([want[::2], want[1::2]]))
 
 
-def test_take_rows_into_columns_is_fancy_indexing():
+def test_take_rows_into_columns_is_fancy_indexing(monkeypatch):
     rng = np.random.default_rng(4)
     src = rng.normal(size=(50, 3)).astype(np.float32)
     idx = rng.integers(0, 50, 200)
     out = np.zeros((200, 5), dtype=np.float32)
     _take_rows(src, idx, out[:, 1:4])
     assert np.array_equal(out[:, 1:4], src[idx]) and not out[:, [0, 4]].any()
+    monkeypatch.setattr(prepare, "TAKE_ROWS", 7)  # several pieces and a short last one
+    out[:] = 0
+    _take_rows(src, idx, out[:, 1:4])
+    assert np.array_equal(out[:, 1:4], src[idx]) and not out[:, [0, 4]].any()
+    whole = np.zeros((200, 3), dtype=np.float32)  # a contiguous `out`: one take
+    _take_rows(src, idx, whole)
+    assert np.array_equal(whole, src[idx])
 
 
 def test_season_moments_on_the_training_rows_is_the_whole_column_formula():
@@ -141,9 +148,10 @@ def test_distinct_is_unique_and_searchsorted():
 
 
 @pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 1, 2]])
-def test_real_rows_by_run_is_the_mask_per_series(order):
+@pytest.mark.parametrize("future", [True, False])
+def test_real_rows_by_run_is_the_mask_per_series(order, future):
     sidx = np.concatenate([np.full(5, i) for i in order])
-    real = np.arange(len(sidx)) % 5 < 4  # the last row of each run is a future row
+    real = np.arange(len(sidx)) % 5 < (4 if future else 5)  # the last row of each run a future row, or none
     ts = np.arange(len(sidx), dtype=np.int64)[::-1] * 10
     want = [(int((real & (sidx == i)).sum()), int(ts[real & (sidx == i)].min()), int(ts[real & (sidx == i)].max()),
              int(np.flatnonzero(real & (sidx == i))[0])) for i in range(3)]

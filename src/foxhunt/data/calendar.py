@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import polars as pl
 
+from foxhunt.data.median import exact_median
 from foxhunt.data.runs import run_lengths
 from foxhunt.data.sessions import CME_EQUITY
 from foxhunt.errors import InputError
@@ -69,7 +70,7 @@ def median_spacings_ns(ts_ns: np.ndarray, series_idx: np.ndarray, cut_ns: int | 
 
 
 def _median(gaps: np.ndarray) -> int:
-    return int(np.median(gaps)) if len(gaps) else 0
+    return int(exact_median(gaps)) if len(gaps) else 0
 
 
 def local_ns(ts_ns: np.ndarray, tz: str) -> np.ndarray:
@@ -85,10 +86,40 @@ def local_ns(ts_ns: np.ndarray, tz: str) -> np.ndarray:
     key = ts_ns // QUARTER_NS
     lo, hi = int(key.min()), int(key.max())
     if hi - lo < len(key) // SPAN_ROWS:  # a table of the whole span: no run detection, one gather
-        return ts_ns + _offsets(np.arange(lo, hi + 1, dtype=np.int64) * QUARTER_NS, tz)[key - lo]
+        return ts_ns + _quarter_offsets(lo, hi, tz)[key - lo]
     starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
-    offset = _offsets(key[starts] * QUARTER_NS, tz)
+    if FEW_PROBES < len(starts) and hi - lo < SPAN_RUNS * len(starts):  # runs that nearly fill the span
+        offset = _quarter_offsets(lo, hi, tz)[key[starts] - lo]
+    else:
+        offset = _offsets(key[starts] * QUARTER_NS, tz)
     return ts_ns + np.repeat(offset, run_lengths(starts, len(ts_ns)))
+
+
+SPAN_RUNS = 8  # runs of one quarter-hour read from the span's table when they number over 1/8 of its quarter-hours
+OFFSET_TABLE_MAX = 1 << 20  # quarter-hours (30 years) of offsets kept per zone at most
+_OFFSET_TABLES: dict[str, tuple[int, np.ndarray]] = {}  # zone -> (first quarter-hour, (Q,) read-only offsets)
+
+
+def _quarter_offsets(lo: int, hi: int, tz: str) -> np.ndarray:
+    """(hi - lo + 1,) int64 UTC offsets in ns of zone `tz` at quarter-hours lo..hi (QUARTER_NS since the epoch).
+
+    Loading and preparing convert the same days a dozen times (trade dates, the session grid, the seasonality's
+    minutes, the calendar features, the forecast grid: ~45,000 quarter-hours each for 2M bars over four years), so
+    each zone's offsets are kept in one table, computed once for the span asked and grown to cover a later call's:
+    a slice of it is what `_offsets` gives for those quarter-hours, value for value (the same conversion of each)."""
+    if hi - lo < FEW_PROBES:
+        return _offsets(np.arange(lo, hi + 1, dtype=np.int64) * QUARTER_NS, tz)
+    held = _OFFSET_TABLES.get(tz)
+    if held is not None and held[0] <= lo and hi < held[0] + len(held[1]):
+        return held[1][lo - held[0] : hi - held[0] + 1]
+    first, last = lo, hi
+    if held is not None and max(hi, held[0] + len(held[1]) - 1) - min(lo, held[0]) < OFFSET_TABLE_MAX:
+        first, last = min(lo, held[0]), max(hi, held[0] + len(held[1]) - 1)  # the union: one table per zone
+    table = _offsets(np.arange(first, last + 1, dtype=np.int64) * QUARTER_NS, tz)
+    if last - first < OFFSET_TABLE_MAX:
+        table.setflags(write=False)
+        _OFFSET_TABLES[tz] = (first, table)
+    return table[lo - first : hi - first + 1]
 
 
 def _offsets(probe: np.ndarray, tz: str) -> np.ndarray:

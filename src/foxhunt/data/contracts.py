@@ -60,15 +60,17 @@ OWN = ("own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap")  # what
 BAR_COLUMNS = ("series", "ts", *PRICES, "volume", "symbol", *OWN)  # what build_series keeps of each part
 
 
-def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+def resolve_symbols(df: pl.DataFrame, distinct: pl.Series | None = None) -> tuple[pl.DataFrame, int]:
     """Fill or split symbols from instrument_id where the symbol cannot identify one instrument.
 
     Adds a Boolean column `by_instrument` (True where the series is keyed by instrument_id). Returns (frame, number of
-    instruments keyed that way).
+    instruments keyed that way). `distinct`: the distinct values of df's symbol, when the caller has them. Symbols
+    change only where one is missing (null) or when some instrument is keyed by its id.
     """
     iid = pl.col("instrument_id")
     symbol = df.get_column("symbol")
-    if not symbol.null_count() and symbol.unique().str.contains(FUTURES_RE).all():
+    distinct = symbol.unique() if distinct is None else distinct
+    if not symbol.null_count() and distinct.str.contains(FUTURES_RE).all():
         return df.with_columns(by_instrument=pl.lit(False)), 0  # outrights only: nothing to fill or split
     # A row outside every symbology interval has a null symbol: take the one its instrument has elsewhere.
     if symbol.null_count():  # a grouped pass over every row, only where it can change one
@@ -92,9 +94,11 @@ def resolve_symbols(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return df, n
 
 
-def drop_spreads(df: pl.DataFrame) -> tuple[pl.DataFrame, int, list[str]]:
-    """Drop spread/strategy rows. Returns (frame, rows dropped, dropped symbols sorted)."""
-    names = df.get_column("symbol").drop_nulls().unique()  # rows in file order: runs of one symbol are short
+def drop_spreads(df: pl.DataFrame, distinct: pl.Series | None = None) -> tuple[pl.DataFrame, int, list[str]]:
+    """Drop spread/strategy rows. Returns (frame, rows dropped, dropped symbols sorted). `distinct`: the distinct
+    values of df's symbol, when the caller has them."""
+    # rows in file order: runs of one symbol are short, so the distinct symbols are hashed
+    names = (df.get_column("symbol").unique() if distinct is None else distinct).drop_nulls()
     if not names.str.contains(SPREAD_RE).any() and not df.get_column("by_instrument").any():
         return df, 0, []  # no spread symbol, and no instrument whose prices could mark it as one
     low = pl.min_horizontal(*[pl.col(c).fill_nan(None) for c in PRICES])
@@ -108,10 +112,12 @@ def drop_spreads(df: pl.DataFrame) -> tuple[pl.DataFrame, int, list[str]]:
     return df.filter(~pl.col("_spread")).drop("_spread"), dropped.height, symbols
 
 
-def parse_futures(df: pl.DataFrame, exchange_tz: str) -> pl.DataFrame:
-    """Add root (null for non-futures), expiry (year * 12 + month, 1-based) and trade_date columns."""
+def parse_futures(df: pl.DataFrame, exchange_tz: str, *, runs: np.ndarray | None = None) -> pl.DataFrame:
+    """Add root (null for non-futures), expiry (year * 12 + month, 1-based) and trade_date columns.
+
+    `runs` (R,): the first row of each run of one symbol (`runs.run_starts_of`), when the caller has them."""
     symbol = df.get_column("symbol")
-    starts = run_starts_of(symbol)  # (R,) runs of one symbol: a few hundred over millions of sorted bars
+    starts = run_starts_of(symbol) if runs is None else runs  # (R,) a few hundred runs over millions of sorted bars
     lens = run_lengths(starts, df.height)  # (R,)
     firsts = symbol.gather(pl.Series(starts, dtype=pl.get_index_type()))  # (R,)
     distinct = firsts.drop_nulls().unique().sort()
@@ -237,20 +243,23 @@ def trade_date(ts: pl.Expr, exchange_tz: str, root: pl.Expr | None = None) -> pl
 
 
 def build_series(
-    df: pl.DataFrame, mode: str, adjust: str, roll_confirm: int = 2
+    df: pl.DataFrame, mode: str, adjust: str, roll_confirm: int = 2, *, symbol_runs: np.ndarray | None = None
 ) -> tuple[pl.DataFrame, list[dict], dict]:
     """Turn cleaned, parsed bars into output series.
 
     `df` needs columns symbol, root, expiry, trade_date, ts and OHLCV. Returns (bars with series, ts, OHLCV, contract,
     own_high, own_low, own_close, roll_log_ratio, roll_gap; roll table; {contracts_mode, contracts_kept, contracts_dropped}).
     `roll_confirm`: sessions the next contract must out-trade the front before a volume roll (see rolls.py).
+    `symbol_runs` (Y,): the first row of each run of one symbol of `df` (`runs.run_starts_of`), when the caller has
+    them.
     `df` is consumed when it holds only outright futures (the usual file): its columns are taken out of it as the
     output is built (`DataFrame.drop_in_place`), so that the input and the output series never take memory together
     (2M bars: 200 MB less at the loader's peak); the caller must not read `df` afterwards.
     """
     height, null_symbols, empty = df.height, df.get_column("symbol").null_count(), df.clear()
     is_fut = df.get_column("root").is_not_null()  # (N,) masks, each computed once
-    symbol_runs = run_starts_of(df.get_column("symbol"))  # (Y,) bars come in runs of one symbol
+    if symbol_runs is None:
+        symbol_runs = run_starts_of(df.get_column("symbol"))  # (Y,) bars come in runs of one symbol
     firsts = df.get_column("symbol").gather(pl.Series(symbol_runs, dtype=pl.get_index_type()))  # (Y,)
     names = firsts.drop_nulls().unique()
     continuous = names.filter(names.str.contains(CONTINUOUS_RE))

@@ -59,11 +59,10 @@ def raw_features(bars: pl.DataFrame, adjust: str, target: str, columns: Collecti
       bars).
     - filled = 1 on bars added by --fill-gaps (a `filled` column of `bars`), else 0.
     """
-    first = pl.col("series") != pl.col("series").shift(1)
+    first = (pl.col("series") != pl.col("series").shift(1)).fill_null(True)
     roll = ~first & (pl.col("contract") != pl.col("contract").shift(1))
-    out = bars.with_columns(first.fill_null(True).alias("first")).with_columns(
-        (roll.fill_null(False)).cast(pl.Float64).alias("roll")
-    )
+    # One context: polars compares the two string columns side by side, on its two threads.
+    out = bars.with_columns(first.alias("first"), roll.fill_null(False).cast(pl.Float64).alias("roll"))
     if "own_close" in bars.columns:
         high, low = pl.col("own_high"), pl.col("own_low")
         ret = (pl.col("own_close") / pl.col("own_close").shift(1)).log() - pl.col("roll_log_ratio")

@@ -15,10 +15,11 @@ import polars as pl
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import build_series, drop_spreads, parse_futures, resolve_symbols
 from foxhunt.data.fill import fill_gaps
+from foxhunt.data.median import exact_median
 from foxhunt.data.order import run_starts
 from foxhunt.data.read import read_bars
 from foxhunt.data.rolls import FRONT_MISSING, INSTRUMENT_CHANGE, VOLUME
-from foxhunt.data.runs import run_lengths
+from foxhunt.data.runs import changes, run_lengths, run_starts_of
 from foxhunt.data.sessions import check_session_grid
 from foxhunt.data.validate import INSTRUMENT, check_ratio_adjust, clean_bars, merge_sunday_stubs
 from foxhunt.errors import InputError
@@ -91,26 +92,31 @@ def load_raw(
     """
     paths = [f["path"] for f in files]
     rows_read = raw.height
-    df, _ = resolve_symbols(raw)
+    distinct = raw.get_column("symbol").unique()  # (D,) the file's symbols: hashed once for the two stages below
+    df, keyed = resolve_symbols(raw, distinct)
     if consume:
         for c in raw.columns:
             raw.drop_in_place(c)
     del raw  # each stage's input is dropped as soon as its output exists: one copy of the bars at a time
-    df, spread_rows, spread_symbols = drop_spreads(df)
+    # Symbols change only where one was missing or is split by instrument_id: otherwise they are still `distinct`.
+    unchanged = keyed == 0 and not distinct.null_count()
+    df, spread_rows, spread_symbols = drop_spreads(df, distinct if unchanged else None)
     if df.height == 0:
         raise InputError(
             f"{paths[0]}: no outright bars left after dropping {spread_rows} spread rows; pass files with outright contracts"
         )
     df, stats = clean_bars(df, paths, consume=True)  # df is this function's own frame
     df, stubs = merge_sunday_stubs(df)
-    df = parse_futures(df, cfg.exchange_tz)
-    step = spacing_ns(df)
-    grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step)
+    # (R,) the runs of one symbol (bars sorted by instrument): found once for every stage below that reads them
+    runs = run_starts_of(df.get_column("symbol"))
+    df = parse_futures(df, cfg.exchange_tz, runs=runs)
+    step = spacing_ns(df, runs)
+    grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step, runs=runs)
     if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
         check_ratio_adjust(df, paths, where=pl.col("root").is_not_null())
     # Row locators and ids are read by the checks above only: drop them before the series take memory of their own.
     df = df.drop("file_idx", "row", "instrument_id", "rtype", "by_instrument")
-    bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm)
+    bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm, symbol_runs=runs)
     del df
     bars, filled = fill_gaps(bars, cfg.exchange_tz, grid_step_ns) if cfg.fill_gaps else (bars, None)
     dropped = sorted(set(info["contracts_dropped"]) | set(spread_symbols))
@@ -137,14 +143,20 @@ def load_raw(
     return LoadedBars(bars=bars, rolls=rolls, report=report)
 
 
-def spacing_ns(df: pl.DataFrame) -> float | None:
+def spacing_ns(df: pl.DataFrame, symbol_runs: np.ndarray | None = None) -> float | None:
     """The median spacing in ns of consecutive bars within an instrument; None without two bars of one instrument.
 
     `df` is sorted by instrument and ts (clean_bars), so a gap is a difference of neighbouring rows of one instrument.
+    `symbol_runs` (R,): the first row of each run of one symbol, when the caller has them (`runs.run_starts_of`):
+    then only instrument_id is compared row by row.
     """
-    first = run_starts(df, INSTRUMENT)  # (N,) the first row of each instrument
+    if symbol_runs is None:
+        first = run_starts(df, INSTRUMENT)  # (N,) the first row of each instrument
+    else:
+        first = changes(df.get_column("instrument_id"))
+        first[symbol_runs] = True
     gaps = np.diff(df.get_column("ts").dt.epoch("ns").to_numpy())[~first[1:]]
-    return float(np.median(gaps)) if len(gaps) else None
+    return exact_median(gaps) if len(gaps) else None
 
 
 def bar_interval(step_ns: float | None) -> str:

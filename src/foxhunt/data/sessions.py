@@ -142,7 +142,7 @@ CLOSED_CHUNK = 1 << 18  # bars whose exchange time closed_share takes at a time
 WEEK_MIN = 7 * DAY_MIN
 
 
-def closed_share(df: pl.DataFrame, exchange_tz: str) -> float:
+def closed_share(df: pl.DataFrame, exchange_tz: str, runs: np.ndarray | None = None) -> float:
     """Share of bars stamped strictly inside a closed period of their root's session: the daily halt or the weekend.
 
     `df` has columns ts (UTC) and root (null for plain symbols, which are looked up by their symbol). Real bars stamped
@@ -150,10 +150,11 @@ def closed_share(df: pl.DataFrame, exchange_tz: str) -> float:
     naive Chicago times are read as UTC (the Sunday-evening bars then land in the weekend, the evening bars in the halt).
     Whether a minute is closed depends only on the session and the minute of the week, so the bars are counted by
     (session, minute of the week) and the counts read against a table of the week's closed minutes per session.
+    `runs` (R,): the first row of each run of one symbol, when the caller has them (see `_sessions_by_run`).
     """
     if df.height == 0:
         return 0.0
-    sessions, kind = _sessions_by_run(df)  # (S,) distinct sessions, (N,) each bar's (None: all the first)
+    sessions, kind = _sessions_by_run(df, runs)  # (S,) distinct sessions, (N,) each bar's (None: all the first)
     closed_minutes = np.concatenate([_closed_minutes(t) for t in sessions])  # (S * WEEK_MIN,)
     ts = df.get_column("ts").dt.epoch("ns").to_numpy()
     counts = np.zeros(len(closed_minutes), dtype=np.int64)
@@ -202,14 +203,19 @@ def _week_minute_counts(ts: np.ndarray, tz: str, kind: np.ndarray | None, size: 
     return np.bincount(minute if kind is None else minute + kind * WEEK_MIN, minlength=size)
 
 
-def _sessions_by_run(df: pl.DataFrame) -> tuple[list[Session], np.ndarray | None]:
+def _sessions_by_run(df: pl.DataFrame, runs: np.ndarray | None = None) -> tuple[list[Session], np.ndarray | None]:
     """The distinct sessions of `df`'s bars (root, else symbol, else the default) and (N,) the index of each bar's
-    among them (None when there is one). Bars come in runs of one symbol: each run's key is looked up once."""
+    among them (None when there is one). Bars come in runs of one symbol: each run's key is looked up once.
+    `runs` (R,): the first row of each run of one symbol (`runs.run_starts_of`; root is the symbol's, so a run has
+    one root too), when the caller has them: then no column is compared row by row here."""
     names = [c for c in ("root", "symbol") if c in df.columns]
-    change = changes(df.get_column("root"))
-    if len(names) > 1 and df.get_column("root").null_count():  # the symbol names the session only without a root
-        change |= changes(df.get_column("symbol"))
-    starts = np.flatnonzero(change)  # (R,)
+    if runs is not None and "symbol" in names:
+        starts = runs  # (R,)
+    else:
+        change = changes(df.get_column("root"))
+        if len(names) > 1 and df.get_column("root").null_count():  # the symbol names the session only without a root
+            change |= changes(df.get_column("symbol"))
+        starts = np.flatnonzero(change)  # (R,)
     at = df.select(pl.col(names).gather(pl.Series(starts, dtype=pl.get_index_type())))  # (R,) each run's names
     key = at.select(pl.coalesce(names).alias("key")).get_column("key")  # (R,)
     distinct = key.drop_nulls().unique().sort().to_list()
@@ -238,12 +244,14 @@ INTRADAY_MAX_NS = 20 * 3600 * 10**9  # median spacing below this: intraday bars 
 
 
 def check_session_grid(
-    df: pl.DataFrame, files: list[dict], timezone: str | None, exchange_tz: str, step_ns: float | None
+    df: pl.DataFrame, files: list[dict], timezone: str | None, exchange_tz: str, step_ns: float | None,
+    *, runs: np.ndarray | None = None,
 ) -> dict:
     """Check intraday bars against their roots' session grid; returns {timezone, closed_share} for the load report.
 
     `df` has ts, symbol and root; `step_ns` is the median bar spacing (None without two bars of one instrument);
-    `files` the read stage's entries (path, timestamps). With naive
+    `files` the read stage's entries (path, timestamps); `runs` (R,) the first row of each run of one symbol, when
+    the caller has them. With naive
     timestamps and no `timezone` given, a closed share above CLOSED_LIMIT stops the run (they are most likely local
     exchange times read as UTC); otherwise it is a warning. closed_share is None for daily or coarser bars.
     """
@@ -254,7 +262,7 @@ def check_session_grid(
     used = f"{zone} (naive timestamps)" if naive else f"UTC ({written or 'timestamps with a zone'})"
     if step_ns is None or step_ns >= INTRADAY_MAX_NS:
         return {"timezone": used, "closed_share": None}
-    share = closed_share(df, exchange_tz)
+    share = closed_share(df, exchange_tz, runs)
     if share > CLOSED_LIMIT:
         what = (
             f"{100 * share:.1f}% of the bars fall where the exchange is closed (the daily halt or the weekend,"

@@ -130,6 +130,9 @@ def _real_rows(sidx: np.ndarray, real: np.ndarray, ts: np.ndarray, s: int) -> li
     if runs is not None and len(runs) == s and sorted(i for _, _, i in runs) == list(range(s)):
         out = [(0, 0, 0, 0)] * s
         for lo, hi, i in runs:
+            if real[lo:hi].all():  # training rows are all real: the run itself, no positions to gather through
+                out[i] = (hi - lo, int(ts[lo:hi].min()), int(ts[lo:hi].max()), lo)
+                continue
             at = lo + np.flatnonzero(real[lo:hi])  # (rows of the series,)
             out[i] = (len(at), int(ts[at].min()), int(ts[at].max()), int(at[0]))
         return out

@@ -28,6 +28,7 @@ from foxhunt.data.order import (
     gather,
     grouped_order,
     indices,
+    instrument_code,
     is_sorted,
     new_group,
     same_as_next,
@@ -115,7 +116,8 @@ def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, 
     later row in sorted order was read earlier: its read position exceeds the minimum over the rest of its
     instrument's rows (a reversed running minimum, kept inside each instrument by offsetting groups).
     """
-    keys = combined(sort_keys(df, (*INSTRUMENT, "ts")))  # [instrument, ts]
+    code = instrument_code(*(df.get_column(c) for c in INSTRUMENT))  # (N,) a Databento file's instruments
+    keys = [code, *sort_keys(df, ("ts",))] if code is not None else combined(sort_keys(df, (*INSTRUMENT, "ts")))
     order = None
     if not is_sorted(keys):
         grouped = grouped_order(keys[0], keys[1:]) if len(keys) == 2 and not df.get_column("ts").null_count() else None

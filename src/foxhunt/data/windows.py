@@ -206,7 +206,7 @@ class WindowedData:
 
 def series_bounds(series_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(first row, end row) of each run of equal `series_idx` in a frame sorted by series."""
-    change = np.flatnonzero(np.diff(series_idx)) + 1
+    change = np.flatnonzero(series_idx[1:] != series_idx[:-1]) + 1  # a bool per row, not an int64 difference
     first = np.concatenate([[0], change]).astype(np.int64)
     end = np.concatenate([change, [len(series_idx)]]).astype(np.int64)
     return first, end
