@@ -10,7 +10,7 @@ import pytest
 from foxhunt.data import calendar, known, prepare, scaling
 from foxhunt.data.features import OBSERVED, raw_features
 from foxhunt.data.fitstats import season_moments
-from foxhunt.data.prepare import _table_calendar, _take_rows
+from foxhunt.data.prepare import table_calendar, take_rows
 from foxhunt.data.scaling import fit_scalers
 from foxhunt.data.summary import _real_rows
 
@@ -88,14 +88,14 @@ def test_take_rows_into_columns_is_fancy_indexing(monkeypatch):
     src = rng.normal(size=(50, 3)).astype(np.float32)
     idx = rng.integers(0, 50, 200)
     out = np.zeros((200, 5), dtype=np.float32)
-    _take_rows(src, idx, out[:, 1:4])
+    take_rows(src, idx, out[:, 1:4])
     assert np.array_equal(out[:, 1:4], src[idx]) and not out[:, [0, 4]].any()
     monkeypatch.setattr(prepare, "TAKE_ROWS", 7)  # several pieces and a short last one
     out[:] = 0
-    _take_rows(src, idx, out[:, 1:4])
+    take_rows(src, idx, out[:, 1:4])
     assert np.array_equal(out[:, 1:4], src[idx]) and not out[:, [0, 4]].any()
     whole = np.zeros((200, 3), dtype=np.float32)  # a contiguous `out`: one take
-    _take_rows(src, idx, whole)
+    take_rows(src, idx, whole)
     assert np.array_equal(whole, src[idx])
 
 
@@ -188,7 +188,7 @@ def test_table_calendar_copies_the_stamps_rows_and_computes_the_rest():
         computed.append(ts)
         return np.full((len(ts), 2), -1, dtype=np.float32)
 
-    got = _table_calendar(table, stamps, base, cal32, cal)
+    got = table_calendar(table, stamps, base, cal32, cal)
     assert np.array_equal(got[[1, 2, 5]], cal32[[1, 2, 4]])  # the table's 2, 3 and 9 are stamps
     assert (got[[0, 3, 4, 6]] == -1).all() and np.array_equal(computed[0], table[[0, 3, 4, 6]])
 

@@ -110,29 +110,19 @@ def prepare_from_bars(
     cfg: DataConfig,
     transform: FittedTransform | None = None,
     for_prediction: bool = False,
-    *,
-    cuts: tuple[int, int | None] | None = None,
-    features: tuple[pl.DataFrame, tuple] | None = None,
 ) -> PreparedData:
     """Featurize, scale, window and split `loaded.bars` (sorted by series, ts; see load.LoadedBars).
 
-    `cuts` (with `transform`): the split cuts of a whole panel of which `loaded` is one piece (store/pieces.py);
-    the whole-panel checks (a series long enough for a window, no empty split), the known-future grid (the windows'
-    known_* are left empty) and the summary (only `purged` and `roll_bars`) are then the caller's.
-    `features` (with `transform`): the raw features of the sorted bars and `scaling.trailing`'s output under
-    `transform`, computed before (store/pieced.py spills them), in place of computing them again.
     Raises InputError when no series has enough bars for one window, or when a split ends up empty.
     """
-    piece = cuts is not None
     if for_prediction and transform is None:
         raise InputError("prediction needs the fitted transform saved with the model (model.json)")
     e, d = cfg.encoder_length, cfg.horizon
     bars, names, sidx, ts_ns = sorted_bars(loaded.bars)
     check_log_target(bars, transform.target if transform else cfg.target)
     first, end = series_bounds(sidx)
-    if not piece:
-        check_length(names, end - first, e, d, for_prediction)
-        cuts = None if for_prediction else split_cuts(cfg, ts_ns)
+    check_length(names, end - first, e, d, for_prediction)
+    cuts = None if for_prediction else split_cuts(cfg, ts_ns)
     # The grid step a model keeps (known.py) is measured on its training rows only.
     spacing, train_spacing = median_spacings_ns(ts_ns, sidx, cuts[0] if transform is None else None)
     spacing = train_spacing or spacing
@@ -153,9 +143,9 @@ def prepare_from_bars(
     bars = bars.select(c for c in bars.columns if c in FEATURE_INPUTS or ("own_close" not in bars.columns and c in PRICES))
     fill_gaps = transform.scalers.get("fill_gaps", False) if transform else cfg.fill_gaps
     keep = dict.fromkeys((*FEATURE_COLUMNS, *move_columns(target), *(("filled",) if fill_gaps else ())))
-    feats = raw_features(bars, cfg.adjust, target, columns=keep).select(list(keep)) if features is None else features[0]
+    feats = raw_features(bars, cfg.adjust, target, columns=keep).select(list(keep))
     del bars
-    trail = None if features is None else features[1]  # trailing inputs, when fitting (or the caller) computed them
+    trail = None  # the trailing inputs, when fitting computed them
     if transform is None:
         train_mask = (ts_ns < cuts[0]) & (ts_ns >= train_start_ns(cfg))
         has_train = np.bincount(sidx[train_mask & ~feats["first"].to_numpy()], minlength=len(names)) > 0
@@ -208,7 +198,7 @@ def prepare_from_bars(
             rows, first, end, d, future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz)
         )
         first, end = series_bounds(rows["sidx"])  # each series now ends d rows later
-    windows = _windowed(rows, first, end, names, transform, e, d, step, grid=not piece)
+    windows = _windowed(rows, first, end, names, transform, e, d, step, )
     if for_prediction:
         split = SplitResult(
             ids={
@@ -221,12 +211,10 @@ def prepare_from_bars(
     else:
         starts = windows.starts.numpy()
         split = assign_splits(rows["ts"][starts + e], rows["ts"][starts + e + d - 1], *cuts, train_start_ns(cfg))
-        if not piece:
-            check_splits(split, cuts, cfg, ts_ns)
+        check_splits(split, cuts, cfg, ts_ns)
     schema = feature_schema(transform, e, d, cfg.adjust)
     windows.check_codes(schema)
-    summary = {"purged": dict(split.purged), "roll_bars": roll_bars} if piece else data_summary(
-        meta, schema, windows, split, cuts, for_prediction, roll_bars, spacing)
+    summary = data_summary(meta, schema, windows, split, cuts, for_prediction, roll_bars, spacing)
     return PreparedData(
         schema=schema,
         windows=windows,
@@ -378,12 +366,11 @@ def known_width(tf: FittedTransform) -> int:
 
 def _windowed(
     rows: dict, first: np.ndarray, end: np.ndarray, names: list[str], tf: FittedTransform, e: int, d: int,
-    step: int, grid: bool = True,
+    step: int,
 ) -> WindowedData:
     """The row tensors (calendar columns first, then observed inputs: `rows["cont"]` holds those already), the known
-    inputs of the forecast steps of every origin (from the origin's timestamp and the grid `step` alone; `grid`
-    False: left empty, for a piece of a panel whose grid is built over the whole, store/pieced.py) and the window
-    index over them."""
+    inputs of the forecast steps of every origin (from the origin's timestamp and the grid `step` alone) and the
+    window index over them."""
     season, kr = tf.scalers.get("season"), known_width(tf)
     # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
     stamps, inverse = distinct(rows["ts"])  # (O,), (N,)
@@ -391,14 +378,11 @@ def _windowed(
                             sessions=tf.calendar_features, season=season)
     cal32 = cal(stamps)  # (O, Kr)
     cont = rows.pop("cont")  # (N, Kr + Or)
-    _take_rows(cal32, inverse, cont[:, :kr])
-    if grid:
-        table, base, index = decoder_grid(stamps, step, d, tf.exchange_tz, tf.intraday)  # (U,), (O,), (O, D) | None
-        known = DecoderKnown(cont=_table_calendar(table, stamps, base, cal32, cal), ts=table, base=base[inverse],
-                             index=None if index is None else index[inverse])
-        del base, index
-    else:
-        known = DecoderKnown(np.empty((0, kr), np.float32), np.empty(0, np.int64), np.empty(0, np.int64), None)
+    take_rows(cal32, inverse, cont[:, :kr])
+    table, base, index = decoder_grid(stamps, step, d, tf.exchange_tz, tf.intraday)  # (U,), (O,), (O, D) | None
+    known = DecoderKnown(cont=table_calendar(table, stamps, base, cal32, cal), ts=table, base=base[inverse],
+                         index=None if index is None else index[inverse])
+    del base, index
     del stamps, inverse, cal32
     release_freed_memory()  # the grid's and the calendar's temporaries, before the last row tensors
     codes = tf.code(names)[rows["sidx"]]  # (N,)
@@ -426,7 +410,7 @@ def _windowed(
     )
 
 
-def _table_calendar(
+def table_calendar(
     table: np.ndarray, stamps: np.ndarray, base: np.ndarray, cal32: np.ndarray, cal: Callable[[np.ndarray], np.ndarray]
 ) -> np.ndarray:
     """(U, Kr) known inputs of the grid table `table` (U,): the forecast grid after each stamp is nearly the stamps
@@ -442,10 +426,10 @@ def _table_calendar(
     return out
 
 
-TAKE_ROWS = 1 << 16  # rows _take_rows gathers into a contiguous buffer before copying them into place
+TAKE_ROWS = 1 << 16  # rows take_rows gathers into a contiguous buffer before copying them into place
 
 
-def _take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
+def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
     """out[i] = src[idx[i]] for float32 rows `src` (U, K) into `out` (N, K), columns of a wider C-order array: each
     row is taken as one opaque K * 4-byte item, with no (N, K) temporary.
 

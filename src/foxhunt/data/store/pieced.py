@@ -54,14 +54,14 @@ from foxhunt.data.prepare import (
     FEATURE_COLUMNS,
     FittedTransform,
     PreparedData,
-    _table_calendar,
-    _take_rows,
     check_length,
     check_splits,
     feature_schema,
     known_width,
     sorted_bars,
     split_cuts,
+    table_calendar,
+    take_rows,
     train_start_ns,
 )
 from foxhunt.data.read import check_bar_sizes, expand_sources, median_spacings, read_bars, rtype_sets
@@ -213,7 +213,7 @@ def _stamp_tables(origins: np.ndarray, spill: Path, cfg: DataConfig, spacing: in
     cal = functools.partial(known_cont, exchange_tz=cfg.exchange_tz, intraday=intraday,
                             sessions=cfg.calendar_features, season=season)
     at_origin = cal(origins)  # (O, Kr)
-    known = DecoderKnown(cont=_table_calendar(table, origins, base, at_origin, cal), ts=table, base=base, index=index)
+    known = DecoderKnown(cont=table_calendar(table, origins, base, at_origin, cal), ts=table, base=base, index=index)
     slots = _stamp_slots(origins)
     for name, value in (("cal", at_origin), ("base", base), ("index", index), ("origins", origins if slots is None
                                                                                else None), ("slots", slots)):
@@ -477,7 +477,7 @@ def _write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
                                    trail.get_column(SCALE).to_numpy(), out=cont[:, kr:])
     del trail, derived
     at = _origin_rows(Path(spill), ts)  # (n,)
-    _take_rows(np.load(Path(spill) / "known-cal.npy", mmap_mode="r"), at, cont[:, :kr])
+    take_rows(np.load(Path(spill) / "known-cal.npy", mmap_mode="r"), at, cont[:, :kr])
     first, end = _bounds(lengths)
     starts = window_starts(first, end, e + d)  # (w,)
     split = assign_splits(ts[starts + e], ts[starts + e + d - 1], *cuts, train_start_ns(cfg))
