@@ -243,23 +243,21 @@ def trade_date(ts: pl.Expr, exchange_tz: str, root: pl.Expr | None = None) -> pl
 
 
 def build_series(
-    df: pl.DataFrame, mode: str, adjust: str, roll_confirm: int = 2, *, symbol_runs: np.ndarray | None = None
+    df: pl.DataFrame, mode: str, adjust: str, roll_confirm: int = 2, *, runs: np.ndarray | None = None
 ) -> tuple[pl.DataFrame, list[dict], dict]:
     """Turn cleaned, parsed bars into output series.
 
     `df` needs columns symbol, root, expiry, trade_date, ts and OHLCV. Returns (bars with series, ts, OHLCV, contract,
     own_high, own_low, own_close, roll_log_ratio, roll_gap; roll table; {contracts_mode, contracts_kept, contracts_dropped}).
     `roll_confirm`: sessions the next contract must out-trade the front before a volume roll (see rolls.py).
-    `symbol_runs` (Y,): the first row of each run of one symbol of `df` (`runs.run_starts_of`), when the caller has
-    them.
+    `runs` (Y,): the first row of each run of one symbol of `df` (`runs.run_starts_of`), when the caller has them.
     `df` is consumed when it holds only outright futures (the usual file): its columns are taken out of it as the
     output is built (`DataFrame.drop_in_place`), so that the input and the output series never take memory together
     (2M bars: 200 MB less at the loader's peak); the caller must not read `df` afterwards.
     """
     height, null_symbols, empty = df.height, df.get_column("symbol").null_count(), df.clear()
     is_fut = df.get_column("root").is_not_null()  # (N,) masks, each computed once
-    if symbol_runs is None:
-        symbol_runs = run_starts_of(df.get_column("symbol"))  # (Y,) bars come in runs of one symbol
+    symbol_runs = run_starts_of(df.get_column("symbol")) if runs is None else runs  # (Y,) runs of one symbol
     firsts = df.get_column("symbol").gather(pl.Series(symbol_runs, dtype=pl.get_index_type()))  # (Y,)
     names = firsts.drop_nulls().unique()
     continuous = names.filter(names.str.contains(CONTINUOUS_RE))

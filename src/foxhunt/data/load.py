@@ -116,7 +116,7 @@ def load_raw(
         check_ratio_adjust(df, paths, where=pl.col("root").is_not_null())
     # Row locators and ids are read by the checks above only: drop them before the series take memory of their own.
     df = df.drop("file_idx", "row", "instrument_id", "rtype", "by_instrument")
-    bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm, symbol_runs=runs)
+    bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm, runs=runs)
     del df
     bars, filled = fill_gaps(bars, cfg.exchange_tz, grid_step_ns) if cfg.fill_gaps else (bars, None)
     dropped = sorted(set(info["contracts_dropped"]) | set(spread_symbols))
@@ -143,18 +143,18 @@ def load_raw(
     return LoadedBars(bars=bars, rolls=rolls, report=report)
 
 
-def spacing_ns(df: pl.DataFrame, symbol_runs: np.ndarray | None = None) -> float | None:
+def spacing_ns(df: pl.DataFrame, runs: np.ndarray | None = None) -> float | None:
     """The median spacing in ns of consecutive bars within an instrument; None without two bars of one instrument.
 
     `df` is sorted by instrument and ts (clean_bars), so a gap is a difference of neighbouring rows of one instrument.
-    `symbol_runs` (R,): the first row of each run of one symbol, when the caller has them (`runs.run_starts_of`):
+    `runs` (R,): the first row of each run of one symbol, when the caller has them (`runs.run_starts_of`):
     then only instrument_id is compared row by row.
     """
-    if symbol_runs is None:
+    if runs is None:
         first = run_starts(df, INSTRUMENT)  # (N,) the first row of each instrument
     else:
         first = changes(df.get_column("instrument_id"))
-        first[symbol_runs] = True
+        first[runs] = True
     gaps = np.diff(df.get_column("ts").dt.epoch("ns").to_numpy())[~first[1:]]
     return exact_median(gaps) if len(gaps) else None
 
