@@ -174,13 +174,8 @@ def prepare_from_bars(
         )
     release_freed_memory()  # the fit's freed temporaries go back before the row tensor takes its memory
     # The row tensor: calendar columns (filled in _windowed), then the observed inputs, standardized straight into it.
-    kr = known_width(transform)
-    cont = np.empty((len(ts_ns), kr + len(observed_names(transform.scalers))), dtype=np.float32)  # (N, Kr + Or)
-    if trail is None:
-        _, center, scale = apply_scalers(feats, names, sidx, transform.scalers, target, scaling, out=cont[:, kr:])
-    else:
-        _, center, scale = standardize(feats, names, sidx, transform.scalers, *trail, out=cont[:, kr:])
-        del trail
+    cont, center, scale = scaled_rows(feats, names, sidx, transform, trail)  # (N, Kr + Or), (N,), (N,)
+    del trail
     rows = {
         "cont": cont,
         "target": feats["target"].to_numpy().astype(np.float32),
@@ -357,6 +352,23 @@ def _extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: n
             new[fut_pos] = fill[key]
         out[key] = new
     return out
+
+
+def scaled_rows(
+    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, tf: FittedTransform, trail: tuple | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The row tensor (N, Kr + Or) float32 with the observed inputs standardized straight into its last Or columns
+    (its first Kr, the calendar columns, are the caller's to fill), and the target's center and scale (N,).
+
+    `trail`: scaling.trailing's output under `tf`, when the caller has it (the fit computes it); else computed here.
+    One place for the row layout that the in-memory path and the pieced store (store/pieced.py) both write."""
+    kr = known_width(tf)
+    cont = np.empty((len(sidx), kr + len(observed_names(tf.scalers))), dtype=np.float32)  # (N, Kr + Or)
+    if trail is None:
+        _, center, scale = apply_scalers(feats, names, sidx, tf.scalers, tf.target, tf.scaling, out=cont[:, kr:])
+    else:
+        _, center, scale = standardize(feats, names, sidx, tf.scalers, *trail, out=cont[:, kr:])
+    return cont, center, scale
 
 
 def known_width(tf: FittedTransform) -> int:

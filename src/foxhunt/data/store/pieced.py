@@ -58,6 +58,7 @@ from foxhunt.data.prepare import (
     check_splits,
     feature_schema,
     known_width,
+    scaled_rows,
     sorted_bars,
     split_cuts,
     table_calendar,
@@ -69,7 +70,6 @@ from foxhunt.data.scaling import (
     add_vol_stats,
     first_scalers,
     observed_names,
-    standardize,
     trailing,
     train_moments,
     vol_moments,
@@ -472,9 +472,8 @@ def _write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
     trail = pl.read_ipc(Path(spill) / f"trail-{k}.arrow")
     derived = {c: trail.get_column(c).to_numpy() for c in trail.columns if c not in (CENTER, SCALE)}
     kr = known_width(transform)
-    cont = np.empty((len(ts), kr + len(observed_names(transform.scalers))), dtype=np.float32)  # (n, Kr + Or)
-    _, center, scale = standardize(feats, names, sidx, transform.scalers, derived, trail.get_column(CENTER).to_numpy(),
-                                   trail.get_column(SCALE).to_numpy(), out=cont[:, kr:])
+    cont, center, scale = scaled_rows(feats, names, sidx, transform, (derived, trail.get_column(CENTER).to_numpy(),
+                                                                      trail.get_column(SCALE).to_numpy()))
     del trail, derived
     at = _origin_rows(Path(spill), ts)  # (n,)
     take_rows(np.load(Path(spill) / "known-cal.npy", mmap_mode="r"), at, cont[:, :kr])
