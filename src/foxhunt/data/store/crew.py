@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from foxhunt.data.parallel import serial_process
+
 QUIET = "foxhunt.data"
 
 
@@ -103,8 +105,10 @@ def crew(workers: int) -> Iterator[Crew]:
 
 
 def quiet() -> None:
-    """In a worker process: one thread for OpenMP, and `foxhunt.data` logs warnings only (the parent logs)."""
+    """In a worker process: one thread for OpenMP and for each stage (data/parallel.py), and `foxhunt.data` logs
+    warnings only (the parent logs)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    serial_process()
     logging.getLogger(QUIET).setLevel(logging.WARNING)
 
 

@@ -50,6 +50,7 @@ from foxhunt.data.features import move_columns, raw_features
 from foxhunt.data.fitstats import concat
 from foxhunt.data.known import DecoderKnown, decoder_grid, known_cont, sorted_distinct
 from foxhunt.data.load import ROLL_REASONS, load_raw
+from foxhunt.data.parallel import serial
 from foxhunt.data.prepare import (
     FEATURE_COLUMNS,
     FittedTransform,
@@ -97,7 +98,8 @@ def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], workers: int
     tmp = make_tmp(out)
     spill = Path(tempfile.mkdtemp(prefix=f".{out.name}.pieces.", dir=out.parent))
     try:
-        with filling(tmp, out), crew(workers) as pool:
+        # The processes take the cores: each runs its stages in one thread (data/parallel.py).
+        with filling(tmp, out), crew(workers) as pool, serial():
             files = [str(f) for source in expand_sources(cfg.paths) for f in source.files]
             route = {s.strip(): k for k, p in enumerate(pieces) for s in p.symbols}
             chunks = _chunks(files, max(workers, -(-sum(p.rows for p in pieces) // PIECE_ROWS)))
