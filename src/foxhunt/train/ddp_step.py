@@ -23,7 +23,7 @@ import torch
 from foxhunt.data.batch import Batch
 from foxhunt.train.distributed import Dist
 from foxhunt.train.oom import OOM_ERRORS, is_oom
-from foxhunt.train.step import UNKNOWN_SERIES_RATE, TrainStepper, _rng_state, _set_rng_state, mask_series
+from foxhunt.train.step import UNKNOWN_SERIES_RATE, TrainStepper, mask_series, rng_state, set_rng_state
 
 
 class DistributedStepper(TrainStepper):
@@ -41,7 +41,7 @@ class DistributedStepper(TrainStepper):
             ref = self.dist.all_sum(batch.target_scale.double().sum().reshape(1)) / n
         else:
             ref = torch.ones(1)  # unused
-        rng = _rng_state(self.device)
+        rng = rng_state(self.device)
         attempt = 0
         while True:
             failed = 0
@@ -58,7 +58,7 @@ class DistributedStepper(TrainStepper):
                 return self._update(self._sum_gradients([s > 0 for s in status[1:]], total))
             attempt += 1
             self._climb(int(status[0]), n, global_step, epoch, first=attempt == 1)
-            _set_rng_state(rng, self.device)
+            set_rng_state(rng, self.device)
 
     def _sum_gradients(self, used: list[bool], total: torch.Tensor) -> torch.Tensor:
         """Sum the gradients of the parameters that have one on any rank (zeros where this rank's shard gave none;

@@ -51,11 +51,12 @@ def mask_series(batch: Batch, rate: float, shard: tuple[int, int] | None = None)
     return dataclasses.replace(batch, static_cat=codes)
 
 
-def _rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+def rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The CPU generator's state and, on CUDA, the device's: a step retried after an OOM draws the same dropout."""
     return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
 
 
-def _set_rng_state(state: tuple[torch.Tensor, torch.Tensor | None], device: torch.device) -> None:
+def set_rng_state(state: tuple[torch.Tensor, torch.Tensor | None], device: torch.device) -> None:
     torch.set_rng_state(state[0])
     if state[1] is not None:
         torch.cuda.set_rng_state(state[1], device)
@@ -91,7 +92,7 @@ class TrainStepper:
         """Forward, backward and update on one (host) batch; returns the batch's mean loss as a 0-d device tensor,
         or None when the loss or the gradient norm was not finite and no update was made."""
         batch = mask_series(batch, UNKNOWN_SERIES_RATE, shard)  # drawn once, so a retried step sees the same batch
-        rng = _rng_state(self.device)  # a retry draws the same dropout masks as the failed attempt
+        rng = rng_state(self.device)  # a retry draws the same dropout masks as the failed attempt
         attempt = 0
         while True:
             failed_at = None
@@ -103,7 +104,7 @@ class TrainStepper:
                 failed_at = min(self.micro_batch or len(batch), len(batch))
             attempt += 1  # the except block has ended: the failed attempt's tensors can be freed now
             self._climb(failed_at, len(batch), global_step, epoch, first=attempt == 1)
-            _set_rng_state(rng, self.device)
+            set_rng_state(rng, self.device)
 
     def _step(self, batch: Batch, global_step: int) -> torch.Tensor | None:
         # one reference for all micro-batches: the same loss as the whole batch
