@@ -38,6 +38,7 @@ ever enters a feature or a target.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import numpy as np
 import polars as pl
@@ -243,7 +244,8 @@ def trade_date(ts: pl.Expr, exchange_tz: str, root: pl.Expr | None = None) -> pl
 
 
 def build_series(
-    df: pl.DataFrame, mode: str, adjust: str, roll_confirm: int = 2, *, runs: np.ndarray | None = None
+    df: pl.DataFrame, mode: str, adjust: str, roll_confirm: int = 2, *, runs: np.ndarray | None = None,
+    ready: Callable[[], object] | None = None,
 ) -> tuple[pl.DataFrame, list[dict], dict]:
     """Turn cleaned, parsed bars into output series.
 
@@ -254,7 +256,10 @@ def build_series(
     `df` is consumed when it holds only outright futures (the usual file): its columns are taken out of it as the
     output is built (`DataFrame.drop_in_place`), so that the input and the output series never take memory together
     (2M bars: 200 MB less at the loader's peak); the caller must not read `df` afterwards.
+    `ready`: called (once or more) before the output takes memory of its own, and before returning: the loader
+    waits there for checks that run beside the first steps and hold `df`'s columns until they end.
     """
+    wait = ready if ready is not None else _nothing
     height, null_symbols, empty = df.height, df.get_column("symbol").null_count(), df.clear()
     is_fut = df.get_column("root").is_not_null()  # (N,) masks, each computed once
     symbol_runs = run_starts_of(df.get_column("symbol")) if runs is None else runs  # (Y,) runs of one symbol
@@ -275,6 +280,7 @@ def build_series(
         )
     keys, kept_runs = None, None  # the output's sort keys and its runs of df's rows, when the futures alone make it up
     if mode == "each" or not has_futures:
+        wait()
         out = _unadjusted(df.with_columns(series=pl.col("symbol")))
         rolls: list[dict] = []
         report_mode = "each" if mode == "each" and has_futures else "symbols"
@@ -291,10 +297,12 @@ def build_series(
             keys = [series, index.ts[rows]]  # the output's sort keys: (series code, ts)
             roots, roll_code = index.roots, index.codes_of(roll_df.get_column("series"))
             del index  # a column's worth per array, gone before the bars are gathered
+            wait()
             bars = _front_bars(fut, rows, keys, segments, roots, roll_df, roll_code, adjust)  # takes fut's columns out
             del fut, rows, segments
             parts.append(bars)
             roll_frames.append(roll_df)
+        wait()
         cont = df.filter(is_cont) if len(continuous) and n_fut < height else empty
         if cont.height:
             bars, roll_df = continuous_file_rolls(_continuous_series(cont))
@@ -326,6 +334,10 @@ def build_series(
     null = {None} if null_symbols else set()
     dropped = sorted((set(names.to_list()) | null) - set(kept))
     return out, rolls, {"contracts_mode": report_mode, "contracts_kept": kept, "contracts_dropped": dropped}
+
+
+def _nothing() -> None:
+    return None
 
 
 def _symbols_of(firsts: pl.Series, symbol_runs: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> pl.Series:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from foxhunt.allocator import release_freed_memory
+from foxhunt.data import parallel
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import build_series, drop_spreads, parse_futures, resolve_symbols
 from foxhunt.data.fill import fill_gaps
@@ -21,7 +23,13 @@ from foxhunt.data.read import read_bars
 from foxhunt.data.rolls import FRONT_MISSING, INSTRUMENT_CHANGE, VOLUME
 from foxhunt.data.runs import changes, run_lengths, run_starts_of
 from foxhunt.data.sessions import check_session_grid
-from foxhunt.data.validate import INSTRUMENT, check_ratio_adjust, clean_bars, merge_sunday_stubs
+from foxhunt.data.validate import (
+    INSTRUMENT,
+    check_ratio_adjust,
+    clean_bars,
+    merge_sunday_stubs,
+    submit_sort_plan,
+)
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -32,6 +40,8 @@ ROLL_REASONS = {
     INSTRUMENT_CHANGE: "the continuous file's instrument_id changed",
 }
 
+# What `_checks` reads of the parsed bars: it holds only these while build_series takes the others out
+CHECKED = ("ts", "symbol", "instrument_id", "root", "open", "high", "low", "close", "file_idx", "row")
 BAR_COLUMNS = (
     "series", "ts", "open", "high", "low", "close", "volume", "contract", "own_high", "own_low", "own_close", "roll_log_ratio",
     "roll_gap",
@@ -92,6 +102,10 @@ def load_raw(
     """
     paths = [f["path"] for f in files]
     rows_read = raw.height
+    # How clean_bars will sort the rows, found on the second core meanwhile: it holds when the stages before it
+    # leave the instrument columns and the rows as they are (the usual file).
+    threaded = parallel.threads() > 1
+    plan = [submit_sort_plan(raw)] if threaded else []  # handed over by pop(): no reference here keeps it alive
     distinct = raw.get_column("symbol").unique()  # (D,) the file's symbols: hashed once for the two stages below
     df, keyed = resolve_symbols(raw, distinct)
     if consume:
@@ -105,19 +119,29 @@ def load_raw(
         raise InputError(
             f"{paths[0]}: no outright bars left after dropping {spread_rows} spread rows; pass files with outright contracts"
         )
-    df, stats = clean_bars(df, paths, consume=True)  # df is this function's own frame
+    if plan and (not unchanged or spread_rows):
+        plan.pop().result()  # stale: waited for, so that clean_bars' own plan does not run beside it
+    df, stats = clean_bars(df, paths, consume=True, plan=plan.pop() if plan else None)  # df is this function's own
+    if threaded:
+        release_freed_memory()  # the plan's arrays, freed into the pool thread's heap where this one cannot reuse them
     df, stubs = merge_sunday_stubs(df)
     # (R,) the runs of one symbol (bars sorted by instrument): found once for every stage below that reads them
     runs = run_starts_of(df.get_column("symbol"))
     df = parse_futures(df, cfg.exchange_tz, runs=runs)
-    step = spacing_ns(df, runs)
-    grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step, runs=runs)
-    if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
-        check_ratio_adjust(df, paths, where=pl.col("root").is_not_null())
-    # Row locators and ids are read by the checks above only: drop them before the series take memory of their own.
+    # The checks only read the bars: they run on the second core while build_series picks the contracts, and
+    # build_series waits for them before it gathers the series (until then they hold every column of the bars).
+    # Their errors come first, as they would one after the other.
+    checked = parallel.submit(_checks, df.select(CHECKED), files, paths, cfg, runs, threaded)
+    # Row locators and ids are read by the checks only: build_series never sees them.
     df = df.drop("file_idx", "row", "instrument_id", "rtype", "by_instrument")
-    bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm, runs=runs)
+    try:
+        bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm, runs=runs,
+                                         ready=checked.result)
+    except BaseException:
+        checked.result()
+        raise
     del df
+    step, grid = checked.result()
     bars, filled = fill_gaps(bars, cfg.exchange_tz, grid_step_ns) if cfg.fill_gaps else (bars, None)
     dropped = sorted(set(info["contracts_dropped"]) | set(spread_symbols))
     report = {
@@ -141,6 +165,20 @@ def load_raw(
         why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
         log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why, r["gap"])
     return LoadedBars(bars=bars, rolls=rolls, report=report)
+
+
+def _checks(df: pl.DataFrame, files: list[dict], paths: list[str], cfg: DataConfig, runs: np.ndarray,
+            trim: bool = False) -> tuple[float | None, dict]:
+    """The checks of parsed bars that only read them: (bar spacing in ns, `check_session_grid`'s report entries);
+    raises InputError for bars a user must fix. `trim`: hand the C heap's freed memory back at the end (run on a
+    pool thread, whose heap the caller's allocations do not reuse)."""
+    step = spacing_ns(df, runs)
+    grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step, runs=runs)
+    if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
+        check_ratio_adjust(df, paths, where=pl.col("root").is_not_null())
+    if trim:
+        release_freed_memory()
+    return step, grid
 
 
 def spacing_ns(df: pl.DataFrame, runs: np.ndarray | None = None) -> float | None:

@@ -19,10 +19,13 @@ math needs positive prices refuse them with the flag to change: `check_ratio_adj
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
 
 import numpy as np
 import polars as pl
 
+from foxhunt.allocator import release_freed_memory
+from foxhunt.data import parallel
 from foxhunt.data.order import (
     combined,
     gather,
@@ -45,18 +48,26 @@ INSTRUMENT = ("symbol", "instrument_id")  # one instrument; instrument_id is nul
 MAX_BAD_FRACTION = 0.01
 RTYPE_OHLCV_1D = 35
 SUNDAY = 7  # polars weekday: Monday = 1
+SortPlan = tuple[list[np.ndarray], tuple | None]  # see sort_plan
 
 
-def clean_bars(df: pl.DataFrame, files: list[str], consume: bool = False) -> tuple[pl.DataFrame, dict]:
+def clean_bars(
+    df: pl.DataFrame, files: list[str], consume: bool = False, plan: Future[SortPlan] | None = None
+) -> tuple[pl.DataFrame, dict]:
     """Drop bad/duplicate rows, check prices, sort by (symbol, instrument_id, ts).
 
     `df` has the read stage's columns (file_idx and row locate a row for messages; `files` maps file_idx to a path).
     Returns (clean frame, {nan_rows_dropped, inconsistent_rows_dropped, duplicates_dropped, rows_out_of_order});
     nan_rows_dropped counts every missing or non-finite (NaN, inf) row. `consume=True`: when the rows must be
     reordered, `df`'s columns are dropped from it one by one as they are gathered (the input and the sorted copy
-    never both take memory); the caller must not read `df` afterwards.
+    never both take memory); the caller must not read `df` afterwards. `plan`: `sort_plan` of df's instrument and
+    ts columns, when the caller has started it (`submit_sort_plan`; pass the only reference to it).
     """
     n = df.height
+    # The sort order reads only the instrument and ts columns: it is found on the second core while the checks
+    # below read the prices. It stands for `df`'s rows as they are: rows dropped below make it worthless.
+    if plan is None and parallel.threads() > 1:
+        plan = submit_sort_plan(df)
     nonfinite = pl.any_horizontal(*[~pl.col(c).is_finite().fill_null(False) for c in VALUES])
     inconsistent = ~nonfinite & (
         (pl.col("high") < pl.max_horizontal("open", "close")) | (pl.col("low") > pl.min_horizontal("open", "close"))
@@ -90,7 +101,14 @@ def clean_bars(df: pl.DataFrame, files: list[str], consume: bool = False) -> tup
         df = df.filter(~nonfinite & ~inconsistent)
     _check(df, pl.col("volume") < 0, files, lambda r: f"volume {r['volume']} is negative")
 
-    df, duplicates, out_of_order = _sort_dedup(df, consume)
+    # Waited for even when dropped rows make it worthless: one plan runs at a time. The caller holds no other
+    # reference to it (see load_raw): its arrays go as _sort_dedup lets go of them.
+    plan_rows = plan.result() if plan is not None else None
+    del plan
+    if plan_rows is None or df.height != n:
+        plan_rows = None
+        plan_rows = sort_plan(*_plan_columns(df))
+    df, duplicates, out_of_order = _sort_dedup(df, plan_rows, consume)
     if duplicates or out_of_order:
         log.info("dropped %d duplicate rows; sorted %d rows that were out of order", duplicates, out_of_order)
     return df, {
@@ -108,23 +126,58 @@ def _all_finite(df: pl.DataFrame) -> bool:
     return all(df.select(pl.col(c).is_finite().all() for c in VALUES).row(0))
 
 
-def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, int, int]:
-    """(df sorted by instrument and ts without duplicates, duplicates dropped, rows out of order).
+
+def submit_sort_plan(df: pl.DataFrame) -> Future[SortPlan]:
+    """`sort_plan` of `df`'s instrument and ts columns, found on a pool thread (`parallel.submit`); it holds the
+    columns, not `df`, so that `df` may lose them meanwhile."""
+    return parallel.submit(_trimmed_plan, parallel.threads() > 1, *_plan_columns(df))
+
+
+def _trimmed_plan(trim: bool, symbol: pl.Series, ident: pl.Series, ts: pl.Series) -> SortPlan:
+    """`sort_plan`; `trim` (on a pool thread): its temporaries then go back to the kernel at once, as freed into
+    that thread's C heap the caller's allocations (the gather that follows) could not reuse them."""
+    plan = sort_plan(symbol, ident, ts)
+    if trim:
+        release_freed_memory()
+    return plan
+
+
+def _plan_columns(df: pl.DataFrame) -> list[pl.Series]:
+    return [df.get_column(c) for c in (*INSTRUMENT, "ts")]
+
+
+def sort_plan(symbol: pl.Series, ident: pl.Series, ts: pl.Series) -> SortPlan:
+    """How `_sort_dedup` sorts rows of these instrument and ts columns: (keys (N,) each, most significant first,
+    in row order; `order.grouped_order`'s answer for them, or None when it does not apply or the rows are sorted
+    already). Reads only these columns, so that it can run beside work on the others."""
+    code = instrument_code(symbol, ident)  # (N,) a Databento file's instruments
+    if code is not None:
+        keys = [code, *sort_keys(pl.DataFrame([ts]), ("ts",))]
+    else:
+        keys = combined(sort_keys(pl.DataFrame([symbol, ident, ts]), (*INSTRUMENT, "ts")))
+    if is_sorted(keys) or len(keys) != 2 or ts.null_count():
+        return keys, None
+    grouped = grouped_order(keys[0], keys[1:])
+    return ([], grouped) if grouped is not None else (keys, None)  # the keys are in `grouped`, sorted
+
+
+def _sort_dedup(df: pl.DataFrame, plan: SortPlan, consume: bool = False) -> tuple[pl.DataFrame, int, int]:
+    """(df sorted by instrument and ts without duplicates, duplicates dropped, rows out of order); `plan` is
+    `sort_plan` of df's rows.
 
     One stable sort: the rows of one (instrument, ts) stay in the order they were read and the last of them is kept.
     A kept row is out of order when a row of its instrument read before it has a later timestamp, that is when a
     later row in sorted order was read earlier: its read position exceeds the minimum over the rest of its
     instrument's rows (a reversed running minimum, kept inside each instrument by offsetting groups).
     """
-    code = instrument_code(*(df.get_column(c) for c in INSTRUMENT))  # (N,) a Databento file's instruments
-    keys = [code, *sort_keys(df, ("ts",))] if code is not None else combined(sort_keys(df, (*INSTRUMENT, "ts")))
+    held, grouped = plan
+    keys = held[:]
+    held.clear()  # the plan's list lets go of the keys (the caller's future holds the plan): freed as they go here
     order = None
+    if grouped is not None:  # each instrument's rows were read in time order: the usual file
+        order, (ts,), _, counts = grouped
+        return _regrouped(df, order, ts, counts, consume)
     if not is_sorted(keys):
-        grouped = grouped_order(keys[0], keys[1:]) if len(keys) == 2 and not df.get_column("ts").null_count() else None
-        if grouped is not None:  # each instrument's rows were read in time order: the usual file
-            del keys
-            order, (ts,), _, counts = grouped
-            return _regrouped(df, order, ts, counts, consume)
         order = np.lexsort(keys[::-1])
         keys = [k[order] for k in keys]
     keep = ~same_as_next(keys)  # (N,) the last row read of each (instrument, ts)
