@@ -10,7 +10,7 @@ import pytest
 from foxhunt.data import contracts, load, parallel
 from foxhunt.data.config import DataConfig
 from foxhunt.data.read import read_bars
-from foxhunt.data.validate import clean_bars, sort_plan, submit_sort_plan
+from foxhunt.data.validate import _ready_to_gather, _sort_dedup, clean_bars, sort_plan, submit_sort_plan
 from foxhunt.errors import InputError
 from tests.data.test_load_fast_paths import _clean_reference, _in_time_order, _messy
 
@@ -96,3 +96,17 @@ def test_build_series_waits_for_the_checks_before_it_gathers(fixtures_dir, monke
         *a, **{**k, "ready": lambda: seen.append("ready")}))
     load.load_bars(cfg)
     assert seen[:2] == ["ready", "gather"]
+
+
+@pytest.mark.parametrize("files", [1, 2])
+def test_a_gather_readied_while_the_plan_is_found_gives_the_same_frame(threads, files):
+    df = _in_time_order(_messy()).with_columns(file_idx=(pl.int_range(pl.len()) % files).cast(pl.UInt32))
+    parts = pl.concat([df.slice(0, 1000), df.slice(1000, 1000), df.slice(2000)], rechunk=False)  # a scan's chunks
+    want, want_stats = clean_bars(parts, ["a.parquet", "b.parquet"])
+    mine = parts.clone()
+    kinds = _ready_to_gather(mine, consume=True)
+    assert kinds == {"row": "rows", "rtype": "same", **({"file_idx": "same"} if files == 1 else {})}
+    assert all(mine.get_column(c).n_chunks() == 1 for c in ("open", "volume"))  # made one chunk in place
+    got, duplicates, late = _sort_dedup(mine, sort_plan(*(mine.get_column(c) for c in ("symbol", "instrument_id", "ts"))),
+                                        True, kinds)
+    assert got.equals(want, null_equal=True) and (duplicates, late) == (want_stats["duplicates_dropped"], 0)

@@ -101,6 +101,9 @@ def clean_bars(
         df = df.filter(~nonfinite & ~inconsistent)
     _check(df, pl.col("volume") < 0, files, lambda r: f"volume {r['volume']} is negative")
 
+    # While the plan is still being found, this thread readies the gather that follows the usual plan (it is
+    # wasted on rows that come out of order, whose plan is another).
+    kinds = _ready_to_gather(df, consume) if plan is not None and not plan.done() and df.height == n else None
     # Waited for even when dropped rows make it worthless: one plan runs at a time. The caller holds no other
     # reference to it (see load_raw): its arrays go as _sort_dedup lets go of them.
     plan_rows = plan.result() if plan is not None else None
@@ -108,7 +111,7 @@ def clean_bars(
     if plan_rows is None or df.height != n:
         plan_rows = None
         plan_rows = sort_plan(*_plan_columns(df))
-    df, duplicates, out_of_order = _sort_dedup(df, plan_rows, consume)
+    df, duplicates, out_of_order = _sort_dedup(df, plan_rows, consume, kinds)
     if duplicates or out_of_order:
         log.info("dropped %d duplicate rows; sorted %d rows that were out of order", duplicates, out_of_order)
     return df, {
@@ -161,9 +164,11 @@ def sort_plan(symbol: pl.Series, ident: pl.Series, ts: pl.Series) -> SortPlan:
     return ([], grouped) if grouped is not None else (keys, None)  # the keys are in `grouped`, sorted
 
 
-def _sort_dedup(df: pl.DataFrame, plan: SortPlan, consume: bool = False) -> tuple[pl.DataFrame, int, int]:
+def _sort_dedup(
+    df: pl.DataFrame, plan: SortPlan, consume: bool = False, kinds: dict[str, str] | None = None
+) -> tuple[pl.DataFrame, int, int]:
     """(df sorted by instrument and ts without duplicates, duplicates dropped, rows out of order); `plan` is
-    `sort_plan` of df's rows.
+    `sort_plan` of df's rows, `kinds` `_column_kinds` of df when the caller has them.
 
     One stable sort: the rows of one (instrument, ts) stay in the order they were read and the last of them is kept.
     A kept row is out of order when a row of its instrument read before it has a later timestamp, that is when a
@@ -176,7 +181,7 @@ def _sort_dedup(df: pl.DataFrame, plan: SortPlan, consume: bool = False) -> tupl
     order = None
     if grouped is not None:  # each instrument's rows were read in time order: the usual file
         order, (ts,), _, counts = grouped
-        return _regrouped(df, order, ts, counts, consume)
+        return _regrouped(df, order, ts, counts, consume, kinds)
     if not is_sorted(keys):
         order = np.lexsort(keys[::-1])
         keys = [k[order] for k in keys]
@@ -206,7 +211,8 @@ def _sort_dedup(df: pl.DataFrame, plan: SortPlan, consume: bool = False) -> tupl
 
 
 def _regrouped(
-    df: pl.DataFrame, order: np.ndarray, ts: np.ndarray, counts: np.ndarray, consume: bool
+    df: pl.DataFrame, order: np.ndarray, ts: np.ndarray, counts: np.ndarray, consume: bool,
+    kinds: dict[str, str] | None = None,
 ) -> tuple[pl.DataFrame, int, int]:
     """`_sort_dedup` for rows whose instruments were each read in time order (`order.grouped_order` found them so):
     no row is out of order, and only the columns that vary within an instrument are gathered.
@@ -215,7 +221,8 @@ def _regrouped(
     of each instrument code. symbol and instrument_id are the same on every row of an instrument: each is read once
     per instrument and repeated, where a gather of the whole column reads it at random. ts comes sorted already.
     Integer and Boolean columns holding one value (file_idx of one file, rtype, by_instrument) are repeated, and a
-    `row` that counts the rows (one file read whole) is the order itself.
+    `row` that counts the rows (one file read whole) is the order itself (`kinds`: `_column_kinds` of df, when the
+    caller has them). The repeated columns are built on the second core while this one gathers the others.
     """
     counts = counts[counts > 0]  # (G,) rows per instrument, in sorted order
     same = ts[1:] == ts[:-1]  # (N - 1,)
@@ -230,31 +237,61 @@ def _regrouped(
     del keep, order
     names, m = df.columns, len(rows)
     taken = indices(rows)
-    out = {"ts": pl.Series("ts", ts).cast(df.schema["ts"])}
-    del ts
-    group = pl.Series(np.repeat(np.arange(len(counts), dtype=np.uint32), counts))  # (M,) instrument of each row
     first = indices(rows[np.cumsum(counts) - counts])  # (G,) the first row of each instrument
     del rows
-    for c in INSTRUMENT:
-        out[c] = df.get_column(c).gather(first).gather(group)
-    del group
-    for c in names:
+    repeated = parallel.submit(_per_instrument, [df.get_column(c) for c in INSTRUMENT], first, counts, ts,
+                               df.schema["ts"])
+    del ts
+    out = {}
+    for c, kind in (_column_kinds(df) if kinds is None else kinds).items():
         s = df.get_column(c)
-        if c in out or not (s.dtype.is_integer() or s.dtype == pl.Boolean):
-            continue
-        if c == "row" and _counts_rows(s):
-            out[c] = taken.cast(s.dtype).alias(c)
-        elif s.null_count() == len(s) or (not s.null_count() and s.min() == s.max()):
-            out[c] = s.new_from_index(0, m)
-    rest = [c for c in names if c not in out]
+        out[c] = taken.cast(s.dtype).alias(c) if kind == "rows" else s.new_from_index(0, m)
+    rest = [c for c in names if c not in out and c not in (*INSTRUMENT, "ts")]
     if consume:
-        for c in out:
+        for c in (*out, *INSTRUMENT, "ts"):
             df.drop_in_place(c)
         moved = take_out(df, taken, rest)
     else:
         moved = df.select(rest)[taken]
     del taken
+    out.update(repeated.result())
     return pl.DataFrame([out[c] if c in out else moved.get_column(c) for c in names]), duplicates, 0
+
+
+def _per_instrument(
+    columns: list[pl.Series], first: pl.Series, counts: np.ndarray, ts: np.ndarray, ts_type: pl.DataType
+) -> dict[str, pl.Series]:
+    """The sorted frame's ts (from its key `ts` (M,)) and `columns` (the instrument's), each read at the `first` (G,)
+    row of each instrument and repeated its `counts` (G,) rows."""
+    group = pl.Series(np.repeat(np.arange(len(counts), dtype=np.uint32), counts))  # (M,) instrument of each row
+    out = {s.name: s.gather(first).gather(group) for s in columns}
+    return {"ts": pl.Series("ts", ts).cast(ts_type), **out}
+
+
+def _column_kinds(df: pl.DataFrame) -> dict[str, str]:
+    """{column: "rows" for a `row` that counts the rows (`_counts_rows`), "same" for an integer or Boolean column
+    holding one value (or only nulls)}, of df's columns besides ts and the instrument's."""
+    kinds = {}
+    for c in df.columns:
+        s = df.get_column(c)
+        if c in (*INSTRUMENT, "ts") or not (s.dtype.is_integer() or s.dtype == pl.Boolean):
+            continue
+        if c == "row" and len(s) and _counts_rows(s):
+            kinds[c] = "rows"
+        elif s.null_count() == len(s) or (not s.null_count() and s.min() == s.max()):
+            kinds[c] = "same"
+    return kinds
+
+
+def _ready_to_gather(df: pl.DataFrame, consume: bool) -> dict[str, str]:
+    """`_column_kinds` of df, and (`consume`) the columns `_regrouped` gathers each made one chunk in place, as
+    `take_out` would make them: work that needs no sort order, done while the order is being found."""
+    kinds = _column_kinds(df)
+    if consume:
+        for c in df.columns:
+            if c not in kinds and c not in (*INSTRUMENT, "ts") and df.get_column(c).n_chunks() > 1:
+                df.replace_column(df.get_column_index(c), df.get_column(c).rechunk())
+    return kinds
 
 
 def _counts_rows(row: pl.Series) -> bool:
