@@ -7,6 +7,7 @@ was dropped, sorted, merged and rolled.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,11 +128,13 @@ def load_raw(
     df, stubs = merge_sunday_stubs(df)
     # (R,) the runs of one symbol (bars sorted by instrument): found once for every stage below that reads them
     runs = run_starts_of(df.get_column("symbol"))
+    # The bar spacing and the checks only read the bars: they run on the second core, the spacing while this one
+    # parses the futures symbols, the checks while build_series picks the contracts (build_series waits for them
+    # before it gathers the series: until then they hold the columns they read). Their errors come first, as they
+    # would one after the other.
+    spaced = parallel.submit(_spacing, df.select(*INSTRUMENT, "ts"), runs, threaded)
     df = parse_futures(df, cfg.exchange_tz, runs=runs)
-    # The checks only read the bars: they run on the second core while build_series picks the contracts, and
-    # build_series waits for them before it gathers the series (until then they hold every column of the bars).
-    # Their errors come first, as they would one after the other.
-    checked = parallel.submit(_checks, df.select(CHECKED), files, paths, cfg, runs, threaded)
+    checked = parallel.submit(_checks, df.select(CHECKED), files, paths, cfg, runs, spaced, threaded)
     # Row locators and ids are read by the checks only: build_series never sees them.
     df = df.drop("file_idx", "row", "instrument_id", "rtype", "by_instrument")
     try:
@@ -167,12 +170,20 @@ def load_raw(
     return LoadedBars(bars=bars, rolls=rolls, report=report)
 
 
-def _checks(df: pl.DataFrame, files: list[dict], paths: list[str], cfg: DataConfig, runs: np.ndarray,
-            trim: bool = False) -> tuple[float | None, dict]:
-    """The checks of parsed bars that only read them: (bar spacing in ns, `check_session_grid`'s report entries);
-    raises InputError for bars a user must fix. `trim`: hand the C heap's freed memory back at the end (run on a
-    pool thread, whose heap the caller's allocations do not reuse)."""
+def _spacing(df: pl.DataFrame, runs: np.ndarray, trim: bool = False) -> float | None:
+    """`spacing_ns`; `trim`: hand the C heap's freed memory back at the end (run on a pool thread, whose heap the
+    caller's allocations do not reuse)."""
     step = spacing_ns(df, runs)
+    if trim:
+        release_freed_memory()
+    return step
+
+
+def _checks(df: pl.DataFrame, files: list[dict], paths: list[str], cfg: DataConfig, runs: np.ndarray,
+            spaced: Future[float | None], trim: bool = False) -> tuple[float | None, dict]:
+    """The checks of parsed bars that only read them: (bar spacing in ns, from `spaced`; `check_session_grid`'s
+    report entries); raises InputError for bars a user must fix. `trim`: as `_spacing`'s."""
+    step = spaced.result()
     grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step, runs=runs)
     if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
         check_ratio_adjust(df, paths, where=pl.col("root").is_not_null())
