@@ -227,7 +227,8 @@ def bar_interval(step_ns: float | None) -> str:
 
 def _series_summary(bars: pl.DataFrame) -> dict:
     """{series: {rows, start, end, contracts}}, series in order of their first bar, contracts in order of theirs."""
-    new_series = run_starts(bars, ("series",))  # (N,)
+    # (N,) each: the two columns are compared on two threads
+    new_series, new_contract = parallel.map_threads(lambda c: run_starts(bars, (c,)), ("series", "contract"))
     starts = np.flatnonzero(new_series)  # (S,) bars come sorted by series: one run each
     names = bars.get_column("series").gather(starts).to_list()
     if len(set(names)) < len(names):  # a series in several runs (bars built by hand): group them
@@ -238,7 +239,7 @@ def _series_summary(bars: pl.DataFrame) -> dict:
         .cast(pl.Datetime("ns", "UTC"))
         .to_list()
     )
-    at = np.flatnonzero(new_series | run_starts(bars, ("contract",)))  # (R,) runs of one contract, a few per roll
+    at = np.flatnonzero(new_series | new_contract)  # (R,) runs of one contract, a few per roll
     contracts: dict[str, list] = {n: [] for n in names}
     for name, contract in zip(
         bars.get_column("series").gather(at).to_list(), bars.get_column("contract").gather(at).to_list(), strict=True
