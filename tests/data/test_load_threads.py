@@ -55,8 +55,10 @@ def test_sort_plan_keeps_no_keys_beside_the_grouped_order():
     assert grouped is None and len(keys) == 2  # rows out of order: np.lexsort of the keys
 
 
-@pytest.mark.parametrize("name", ["es_fut_ohlcv1h_databento.parquet", "es_fut_ohlcv1d_databento.parquet",
-                                  "generic_ohlcv_daily.parquet"])
+# spreads dropped (the plan of the file's rows is stale), raw symbols resolved, Sunday stubs merged, plain symbols
+@pytest.mark.parametrize("name", ["es_fut_ohlcv1h_databento.parquet", "es_fut_ohlcv1m_databento.parquet",
+                                  "es_fut_ohlcv1m_databento_raw.parquet", "es_fut_ohlcv1d_databento.parquet",
+                                  "generic_ohlcv_daily.csv"])
 def test_load_raw_on_two_threads_loads_what_one_loads(fixtures_dir, monkeypatch, name):
     cfg = DataConfig(paths=(str(fixtures_dir / name),))
     raw, files = read_bars(cfg.paths)
