@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data import contracts, load, parallel
+from foxhunt.data import contracts, heap, load, parallel
 from foxhunt.data.config import DataConfig
 from foxhunt.data.read import read_bars
 from foxhunt.data.validate import _ready_to_gather, _sort_dedup, clean_bars, sort_plan, submit_sort_plan
@@ -112,3 +112,11 @@ def test_a_gather_readied_while_the_plan_is_found_gives_the_same_frame(threads, 
     got, duplicates, late = _sort_dedup(mine, sort_plan(*(mine.get_column(c) for c in ("symbol", "instrument_id", "ts"))),
                                         True, kinds)
     assert got.equals(want, null_equal=True) and (duplicates, late) == (want_stats["duplicates_dropped"], 0)
+
+
+def test_heaps_are_trimmed_only_after_large_work_on_a_pool_thread(monkeypatch):
+    monkeypatch.setenv(parallel.ENV, "2")
+    assert heap.trims(heap.TRIM_ROWS) and not heap.trims(heap.TRIM_ROWS - 1)
+    assert parallel.submit(heap.trims, heap.TRIM_ROWS).result() is False  # a pool thread does not decide it
+    monkeypatch.setenv(parallel.ENV, "1")
+    assert not heap.trims(10 * heap.TRIM_ROWS)  # one thread: one heap, nothing to hand back early

@@ -43,8 +43,7 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-from foxhunt.allocator import release_freed_memory
-from foxhunt.data import parallel
+from foxhunt.data import heap, parallel
 from foxhunt.data.calendar import QUARTER_NS, local_ns
 from foxhunt.data.order import gather, runs_order, same_as_next, sort_keys, stable_order
 from foxhunt.data.rolls import CONTINUOUS_RE, ContractIndex, continuous_file_rolls, pick_fronts
@@ -516,9 +515,8 @@ def _front_bars(fut: pl.DataFrame, rows: np.ndarray, keys: list[np.ndarray], seg
             fut.drop_in_place(c)
     first, rolled = made.result()
     bars = _adjusted(pl.concat([first, *parts], how="horizontal"), rolled, adjust)
-    if parallel.threads() > 1:  # the factor, made on the pool thread: freed into its C heap, which this one never reuses
-        del rolled
-        release_freed_memory()
+    del rolled
+    heap.trim(heap.trims(len(rows)))  # the factor, made on the pool thread: freed into its heap (heap.py)
     return bars
 
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from foxhunt.allocator import release_freed_memory
-from foxhunt.data import parallel
+from foxhunt.data import heap, parallel
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import build_series, drop_spreads, parse_futures, resolve_symbols
 from foxhunt.data.fill import fill_gaps
@@ -105,7 +104,7 @@ def load_raw(
     rows_read = raw.height
     # How clean_bars will sort the rows, found on the second core meanwhile: it holds when the stages before it
     # leave the instrument columns and the rows as they are (the usual file).
-    threaded = parallel.threads() > 1
+    threaded, trim = parallel.threads() > 1, heap.trims(raw.height)
     plan = [submit_sort_plan(raw)] if threaded else []  # handed over by pop(): no reference here keeps it alive
     distinct = raw.get_column("symbol").unique()  # (D,) the file's symbols: hashed once for the two stages below
     df, keyed = resolve_symbols(raw, distinct)
@@ -123,8 +122,7 @@ def load_raw(
     if plan and (not unchanged or spread_rows):
         plan.pop().result()  # stale: waited for, so that clean_bars' own plan does not run beside it
     df, stats = clean_bars(df, paths, consume=True, plan=plan.pop() if plan else None)  # df is this function's own
-    if threaded:
-        release_freed_memory()  # the plan's arrays, freed into the pool thread's heap where this one cannot reuse them
+    heap.trim(trim)  # the plan's arrays, freed into the pool thread's heap where this one cannot reuse them
     df, stubs = merge_sunday_stubs(df)
     # (R,) the runs of one symbol (bars sorted by instrument): found once for every stage below that reads them
     runs = run_starts_of(df.get_column("symbol"))
@@ -132,9 +130,9 @@ def load_raw(
     # parses the futures symbols, the checks while build_series picks the contracts (build_series waits for them
     # before it gathers the series: until then they hold the columns they read). Their errors come first, as they
     # would one after the other.
-    spaced = parallel.submit(_spacing, df.select(*INSTRUMENT, "ts"), runs, threaded)
+    spaced = parallel.submit(_spacing, df.select(*INSTRUMENT, "ts"), runs, trim)
     df = parse_futures(df, cfg.exchange_tz, runs=runs)
-    checked = parallel.submit(_checks, df.select(CHECKED), files, paths, cfg, runs, spaced, threaded)
+    checked = parallel.submit(_checks, df.select(CHECKED), files, paths, cfg, runs, spaced, trim)
     # Row locators and ids are read by the checks only: build_series never sees them.
     df = df.drop("file_idx", "row", "instrument_id", "rtype", "by_instrument")
     try:
@@ -171,11 +169,9 @@ def load_raw(
 
 
 def _spacing(df: pl.DataFrame, runs: np.ndarray, trim: bool = False) -> float | None:
-    """`spacing_ns`; `trim`: hand the C heap's freed memory back at the end (run on a pool thread, whose heap the
-    caller's allocations do not reuse)."""
+    """`spacing_ns`; `trim`: hand the C heap's freed memory back at the end (see heap.py)."""
     step = spacing_ns(df, runs)
-    if trim:
-        release_freed_memory()
+    heap.trim(trim)
     return step
 
 
@@ -187,8 +183,7 @@ def _checks(df: pl.DataFrame, files: list[dict], paths: list[str], cfg: DataConf
     grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step, runs=runs)
     if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
         check_ratio_adjust(df, paths, where=pl.col("root").is_not_null())
-    if trim:
-        release_freed_memory()
+    heap.trim(trim)
     return step, grid
 
 

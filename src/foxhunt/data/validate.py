@@ -24,8 +24,7 @@ from concurrent.futures import Future
 import numpy as np
 import polars as pl
 
-from foxhunt.allocator import release_freed_memory
-from foxhunt.data import parallel
+from foxhunt.data import heap, parallel
 from foxhunt.data.order import (
     combined,
     gather,
@@ -133,15 +132,14 @@ def _all_finite(df: pl.DataFrame) -> bool:
 def submit_sort_plan(df: pl.DataFrame) -> Future[SortPlan]:
     """`sort_plan` of `df`'s instrument and ts columns, found on a pool thread (`parallel.submit`); it holds the
     columns, not `df`, so that `df` may lose them meanwhile."""
-    return parallel.submit(_trimmed_plan, parallel.threads() > 1, *_plan_columns(df))
+    return parallel.submit(_trimmed_plan, heap.trims(df.height), *_plan_columns(df))
 
 
 def _trimmed_plan(trim: bool, symbol: pl.Series, ident: pl.Series, ts: pl.Series) -> SortPlan:
     """`sort_plan`; `trim` (on a pool thread): its temporaries then go back to the kernel at once, as freed into
-    that thread's C heap the caller's allocations (the gather that follows) could not reuse them."""
+    that thread's C heap the caller's allocations (the gather that follows) could not reuse them (heap.py)."""
     plan = sort_plan(symbol, ident, ts)
-    if trim:
-        release_freed_memory()
+    heap.trim(trim)
     return plan
 
 
