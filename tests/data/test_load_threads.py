@@ -9,6 +9,7 @@ import pytest
 
 from foxhunt.data import contracts, heap, load, parallel
 from foxhunt.data.config import DataConfig
+from foxhunt.data.order import Declined
 from foxhunt.data.read import read_bars
 from foxhunt.data.validate import _ready_to_gather, _sort_dedup, clean_bars, sort_plan, submit_sort_plan
 from foxhunt.errors import InputError
@@ -120,3 +121,18 @@ def test_heaps_are_trimmed_only_after_large_work_on_a_pool_thread(monkeypatch):
     assert parallel.submit(heap.trims, heap.TRIM_ROWS).result() is False  # a pool thread does not decide it
     monkeypatch.setenv(parallel.ENV, "1")
     assert not heap.trims(10 * heap.TRIM_ROWS)  # one thread: one heap, nothing to hand back early
+
+
+def test_a_plan_declined_by_its_symbols_test_leaves_clean_bars_its_own(threads):
+    df = _in_time_order(_messy()).with_columns(instrument_id=pl.col("instrument_id").fill_null(3))
+    columns = [df.get_column(c) for c in ("symbol", "instrument_id", "ts")]
+    with pytest.raises(Declined):
+        sort_plan(*columns, accept=lambda symbols: False)
+    assert sort_plan(*columns, accept=lambda symbols: True)[1] is not None
+    kept = submit_sort_plan(df, lambda symbols: not symbols.str.contains("-").any())  # no "spread": not declined
+    assert kept.result() is not None
+    declined = submit_sort_plan(df, lambda symbols: not symbols.str.contains("ES").any())
+    assert declined.result() is None
+    got, stats = clean_bars(df.clone(), ["f.parquet"], consume=True, plan=declined)
+    want, want_stats = clean_bars(df, ["f.parquet"])
+    assert got.equals(want, null_equal=True) and stats == want_stats

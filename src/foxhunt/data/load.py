@@ -15,7 +15,7 @@ import polars as pl
 
 from foxhunt.data import heap, parallel
 from foxhunt.data.config import DataConfig
-from foxhunt.data.contracts import build_series, drop_spreads, parse_futures, resolve_symbols
+from foxhunt.data.contracts import FUTURES_RE, build_series, drop_spreads, parse_futures, resolve_symbols
 from foxhunt.data.fill import fill_gaps
 from foxhunt.data.median import exact_median
 from foxhunt.data.order import run_starts
@@ -105,7 +105,9 @@ def load_raw(
     # How clean_bars will sort the rows, found on the second core meanwhile: it holds when the stages before it
     # leave the instrument columns and the rows as they are (the usual file).
     threaded, trim = parallel.threads() > 1, heap.trims(raw.height)
-    plan = [submit_sort_plan(raw)] if threaded else []  # handed over by pop(): no reference here keeps it alive
+    # It gives up early on a Databento file with spreads or other symbols that the stages before may drop; it is
+    # handed over by pop(), so that no reference here keeps its arrays alive.
+    plan = [submit_sort_plan(raw, _outrights)] if threaded else []
     distinct = raw.get_column("symbol").unique()  # (D,) the file's symbols: hashed once for the two stages below
     df, keyed = resolve_symbols(raw, distinct)
     if consume:
@@ -167,6 +169,11 @@ def load_raw(
         why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
         log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why, r["gap"])
     return LoadedBars(bars=bars, rolls=rolls, report=report)
+
+
+def _outrights(symbols: pl.Series) -> bool:
+    """Whether every symbol is a futures outright: resolve_symbols and drop_spreads then leave the rows as they are."""
+    return bool(symbols.str.contains(FUTURES_RE).all())
 
 
 def _spacing(df: pl.DataFrame, runs: np.ndarray, trim: bool = False) -> float | None:

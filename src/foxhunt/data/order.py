@@ -11,6 +11,8 @@ same order in O(N) (`grouped_order`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import polars as pl
 
@@ -40,7 +42,13 @@ def sort_keys(df: pl.DataFrame, columns: tuple[str, ...]) -> list[np.ndarray]:
     return keys
 
 
-def instrument_code(symbol: pl.Series, ident: pl.Series) -> np.ndarray | None:
+class Declined(Exception):
+    """`instrument_code`'s `accept` turned the file's symbols down."""
+
+
+def instrument_code(
+    symbol: pl.Series, ident: pl.Series, accept: Callable[[pl.Series], bool] | None = None
+) -> np.ndarray | None:
     """(N,) uint8/uint16 number of each row's (symbol, ident) pair, numbered in their sorted order (symbols as
     `sort_keys` ranks them, then ident): one key with the order and the ties of `combined(sort_keys(...))` of the
     two. None when either column has nulls, ident is not an integer key spanning at most DENSE_SPAN values, or one
@@ -49,6 +57,7 @@ def instrument_code(symbol: pl.Series, ident: pl.Series) -> np.ndarray | None:
     Ranking millions of symbol strings hashes every row twice (their distinct values, then the cast to an Enum of
     them); a Databento file's integer instrument_id numbers the rows through a table of its span instead, and one
     comparison of each row's symbol with the symbol of its id proves that the ids stand for the pairs.
+    `accept`: a test of the symbols of the ids (one each) before that comparison: raises Declined when it fails.
     """
     if symbol.dtype != pl.String or not ident.dtype.is_integer() or symbol.null_count() or ident.null_count():
         return None
@@ -72,6 +81,8 @@ def instrument_code(symbol: pl.Series, ident: pl.Series) -> np.ndarray | None:
     if len(present) > RADIX_SPAN:
         return None
     pairs = pl.DataFrame({"symbol": symbol.gather(at[present]), "ident": present + lo})  # (G,) one row per id
+    if accept is not None and not accept(pairs.get_column("symbol")):
+        raise Declined
     by = pairs.with_row_index("i").sort("symbol", "ident").get_column("i").to_numpy()  # (G,) ids in pair order
     code_of = np.zeros(span, dtype=np.uint8 if len(present) <= 256 else np.uint16)  # (span,) offset -> number
     code_of[present[by]] = np.arange(len(present))

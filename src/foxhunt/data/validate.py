@@ -19,6 +19,7 @@ math needs positive prices refuse them with the flag to change: `check_ratio_adj
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future
 
 import numpy as np
@@ -26,6 +27,7 @@ import polars as pl
 
 from foxhunt.data import heap, parallel
 from foxhunt.data.order import (
+    Declined,
     combined,
     gather,
     grouped_order,
@@ -51,7 +53,7 @@ SortPlan = tuple[list[np.ndarray], tuple | None]  # see sort_plan
 
 
 def clean_bars(
-    df: pl.DataFrame, files: list[str], consume: bool = False, plan: Future[SortPlan] | None = None
+    df: pl.DataFrame, files: list[str], consume: bool = False, plan: Future[SortPlan | None] | None = None
 ) -> tuple[pl.DataFrame, dict]:
     """Drop bad/duplicate rows, check prices, sort by (symbol, instrument_id, ts).
 
@@ -65,6 +67,8 @@ def clean_bars(
     n = df.height
     # The sort order reads only the instrument and ts columns: it is found on the second core while the checks
     # below read the prices. It stands for `df`'s rows as they are: rows dropped below make it worthless.
+    if plan is not None and plan.done() and plan.result() is None:  # declined (see sort_plan's accept)
+        plan = None
     if plan is None and parallel.threads() > 1:
         plan = submit_sort_plan(df)
     nonfinite = pl.any_horizontal(*[~pl.col(c).is_finite().fill_null(False) for c in VALUES])
@@ -129,16 +133,23 @@ def _all_finite(df: pl.DataFrame) -> bool:
 
 
 
-def submit_sort_plan(df: pl.DataFrame) -> Future[SortPlan]:
+def submit_sort_plan(df: pl.DataFrame, accept: Callable[[pl.Series], bool] | None = None
+                     ) -> Future[SortPlan | None]:
     """`sort_plan` of `df`'s instrument and ts columns, found on a pool thread (`parallel.submit`); it holds the
-    columns, not `df`, so that `df` may lose them meanwhile."""
-    return parallel.submit(_trimmed_plan, heap.trims(df.height), *_plan_columns(df))
+    columns, not `df`, so that `df` may lose them meanwhile. `accept`: see `sort_plan` (the future then gives
+    None where it declines)."""
+    return parallel.submit(_trimmed_plan, heap.trims(df.height), accept, *_plan_columns(df))
 
 
-def _trimmed_plan(trim: bool, symbol: pl.Series, ident: pl.Series, ts: pl.Series) -> SortPlan:
-    """`sort_plan`; `trim` (on a pool thread): its temporaries then go back to the kernel at once, as freed into
-    that thread's C heap the caller's allocations (the gather that follows) could not reuse them (heap.py)."""
-    plan = sort_plan(symbol, ident, ts)
+def _trimmed_plan(trim: bool, accept: Callable[[pl.Series], bool] | None, symbol: pl.Series, ident: pl.Series,
+                  ts: pl.Series) -> SortPlan | None:
+    """`sort_plan`, None where `accept` declines; `trim` (on a pool thread): its temporaries then go back to the
+    kernel at once, as freed into that thread's C heap the caller's allocations (the gather that follows) could
+    not reuse them (heap.py)."""
+    try:
+        plan = sort_plan(symbol, ident, ts, accept)
+    except Declined:
+        plan = None
     heap.trim(trim)
     return plan
 
@@ -147,11 +158,14 @@ def _plan_columns(df: pl.DataFrame) -> list[pl.Series]:
     return [df.get_column(c) for c in (*INSTRUMENT, "ts")]
 
 
-def sort_plan(symbol: pl.Series, ident: pl.Series, ts: pl.Series) -> SortPlan:
+def sort_plan(symbol: pl.Series, ident: pl.Series, ts: pl.Series, accept: Callable[[pl.Series], bool] | None = None
+              ) -> SortPlan:
     """How `_sort_dedup` sorts rows of these instrument and ts columns: (keys (N,) each, most significant first,
     in row order; `order.grouped_order`'s answer for them, or None when it does not apply or the rows are sorted
-    already). Reads only these columns, so that it can run beside work on the others."""
-    code = instrument_code(symbol, ident)  # (N,) a Databento file's instruments
+    already). Reads only these columns, so that it can run beside work on the others. `accept`: a test of the
+    symbols of a Databento file's instrument ids (`order.instrument_code`), for a plan made before the stages that
+    may drop rows: Declined stops it early where they will."""
+    code = instrument_code(symbol, ident, accept)  # (N,) a Databento file's instruments
     if code is not None:
         keys = [code, *sort_keys(pl.DataFrame([ts]), ("ts",))]
     else:
