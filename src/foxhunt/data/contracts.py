@@ -38,10 +38,12 @@ ever enters a feature or a target.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import numpy as np
 import polars as pl
 
+from foxhunt.data import heap, parallel
 from foxhunt.data.calendar import QUARTER_NS, local_ns
 from foxhunt.data.order import gather, runs_order, same_as_next, sort_keys, stable_order
 from foxhunt.data.rolls import CONTINUOUS_RE, ContractIndex, continuous_file_rolls, pick_fronts
@@ -243,7 +245,8 @@ def trade_date(ts: pl.Expr, exchange_tz: str, root: pl.Expr | None = None) -> pl
 
 
 def build_series(
-    df: pl.DataFrame, mode: str, adjust: str, roll_confirm: int = 2, *, runs: np.ndarray | None = None
+    df: pl.DataFrame, mode: str, adjust: str, roll_confirm: int = 2, *, runs: np.ndarray | None = None,
+    ready: Callable[[], object] | None = None,
 ) -> tuple[pl.DataFrame, list[dict], dict]:
     """Turn cleaned, parsed bars into output series.
 
@@ -254,7 +257,10 @@ def build_series(
     `df` is consumed when it holds only outright futures (the usual file): its columns are taken out of it as the
     output is built (`DataFrame.drop_in_place`), so that the input and the output series never take memory together
     (2M bars: 200 MB less at the loader's peak); the caller must not read `df` afterwards.
+    `ready`: called (once or more) before the output takes memory of its own, and before returning: the loader
+    waits there for checks that run beside the first steps and hold `df`'s columns until they end.
     """
+    wait = ready if ready is not None else _nothing
     height, null_symbols, empty = df.height, df.get_column("symbol").null_count(), df.clear()
     is_fut = df.get_column("root").is_not_null()  # (N,) masks, each computed once
     symbol_runs = run_starts_of(df.get_column("symbol")) if runs is None else runs  # (Y,) runs of one symbol
@@ -275,6 +281,7 @@ def build_series(
         )
     keys, kept_runs = None, None  # the output's sort keys and its runs of df's rows, when the futures alone make it up
     if mode == "each" or not has_futures:
+        wait()
         out = _unadjusted(df.with_columns(series=pl.col("symbol")))
         rolls: list[dict] = []
         report_mode = "each" if mode == "each" and has_futures else "symbols"
@@ -291,10 +298,12 @@ def build_series(
             keys = [series, index.ts[rows]]  # the output's sort keys: (series code, ts)
             roots, roll_code = index.roots, index.codes_of(roll_df.get_column("series"))
             del index  # a column's worth per array, gone before the bars are gathered
+            wait()
             bars = _front_bars(fut, rows, keys, segments, roots, roll_df, roll_code, adjust)  # takes fut's columns out
             del fut, rows, segments
             parts.append(bars)
             roll_frames.append(roll_df)
+        wait()
         cont = df.filter(is_cont) if len(continuous) and n_fut < height else empty
         if cont.height:
             bars, roll_df = continuous_file_rolls(_continuous_series(cont))
@@ -326,6 +335,10 @@ def build_series(
     null = {None} if null_symbols else set()
     dropped = sorted((set(names.to_list()) | null) - set(kept))
     return out, rolls, {"contracts_mode": report_mode, "contracts_kept": kept, "contracts_dropped": dropped}
+
+
+def _nothing() -> None:
+    return None
 
 
 def _symbols_of(firsts: pl.Series, symbol_runs: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> pl.Series:
@@ -491,25 +504,49 @@ def _front_bars(fut: pl.DataFrame, rows: np.ndarray, keys: list[np.ndarray], seg
     segment, `roots` the names of the codes), back-adjusted; `fut`'s columns are taken out of it (and freed) as they
     are gathered into the output."""
     index = pl.get_index_type()
-    bars = pl.DataFrame(
+    # What the segments and rolls alone decide (the series, ts and roll columns) is built on the second core while
+    # this one gathers the bars' own columns.
+    made = parallel.submit(_front_columns, keys, roots, len(rows), segments, rolls, roll_code, adjust)
+    taken = pl.Series(rows, dtype=index)  # polars' own index type: no cast of millions of indices per gather
+    parts = []
+    for group in (PRICES[:2], PRICES[2:], ("volume", "symbol")):  # two at a time: polars gathers them in parallel
+        parts.append(fut.select(group)[taken])
+        for c in group:  # out of fut: the input and the output never both hold a column
+            fut.drop_in_place(c)
+    first, rolled = made.result()
+    bars = _adjusted(pl.concat([first, *parts], how="horizontal"), rolled, adjust)
+    del rolled
+    heap.trim(heap.trims(len(rows)))  # the factor, made on the pool thread: freed into its heap (heap.py)
+    return bars
+
+
+def _front_columns(keys: list[np.ndarray], roots: list[str], n: int, segments: tuple[np.ndarray, np.ndarray],
+                   rolls: pl.DataFrame, roll_code: np.ndarray, adjust: str) -> tuple[pl.DataFrame, list[pl.Series]]:
+    """The front bars' series and ts (from `keys`, their series code and ts) and `_roll_columns` of their
+    `segments`: the columns of `_front_bars` that need none of the bars' prices."""
+    index = pl.get_index_type()
+    first = pl.DataFrame(
         {
             "series": pl.Series(roots, dtype=pl.Utf8).gather(pl.Series(keys[0], dtype=index)),
             "ts": pl.Series(keys[1]).cast(pl.Datetime("ns", "UTC")),
         }
     )
-    taken = pl.Series(rows, dtype=index)  # polars' own index type: no cast of millions of indices per gather
-    for group in (PRICES[:2], PRICES[2:], ("volume", "symbol")):  # two at a time: polars gathers them in parallel
-        bars = bars.hstack(fut.select(group)[taken])
-        for c in group:  # out of fut: the input and the output never both hold a column
-            fut.drop_in_place(c)
-    return _adjust(bars, *segments, rolls, roll_code, adjust)
+    return first, _roll_columns(n, *segments, rolls, roll_code, adjust)
 
 
 def _adjust(bars: pl.DataFrame, starts: np.ndarray, run_key: np.ndarray, rolls: pl.DataFrame, roll_code: np.ndarray,
             adjust: str) -> pl.DataFrame:
-    """Back-adjust the displayed prices of every segment before a roll and keep each contract's own prices.
+    """`bars` back-adjusted (`_adjusted`) by the roll columns of their segments (`_roll_columns`)."""
+    return _adjusted(bars, _roll_columns(bars.height, starts, run_key, rolls, roll_code, adjust), adjust)
 
-    `bars` are sorted by (series, ts) and come in runs of one series and segment: `starts` (K,) the first bar of each
+
+def _roll_columns(n: int, starts: np.ndarray, run_key: np.ndarray, rolls: pl.DataFrame, roll_code: np.ndarray,
+                  adjust: str) -> list[pl.Series]:
+    """How to back-adjust the displayed prices of every segment before a roll, keeping each contract's own prices:
+    roll_log_ratio and roll_gap (`_on_rolls`' arguments: the bars keep them, so `_adjusted` makes them in the thread
+    that keeps the bars) and (ratio, difference) (N,) each bar's factor or shift.
+
+    The `n` bars are sorted by (series, ts) and come in runs of one series and segment: `starts` (K,) the first bar of each
     and `run_key` (K,) its series code * SEG_SPAN + segment (segment s lies between roll s and roll s + 1);
     `roll_code` (R,) the series code of each roll, in one numbering. Segment s is scaled
     by the product of the ratios of all later rolls (ratio) or shifted by the sum of their gaps (difference), so the
@@ -530,7 +567,6 @@ def _adjust(bars: pl.DataFrame, starts: np.ndarray, run_key: np.ndarray, rolls: 
     )
     # Each segment is one run of bars: the small tables are read once per run, and only what a bar needs is
     # expanded to every bar (the factor), or set on the first bar of a run (the roll's own ratio and gap).
-    n = bars.height
     lens = run_lengths(starts, n)  # (K,)
     (factor, shift), (no_later, _) = _per_bar(run_key, later.get_column("_key").to_numpy() - 1, later, ("factor", "shift"))
     at_roll = rolls.select(
@@ -541,20 +577,31 @@ def _adjust(bars: pl.DataFrame, starts: np.ndarray, run_key: np.ndarray, rolls: 
     series = run_key // SEG_SPAN
     roll = np.zeros(len(run_key), dtype=bool)  # (K,) a segment's first bar, not its series': a roll
     roll[1:] = series[1:] == series[:-1]
+    columns: list = [
+        ("roll_log_ratio", n, starts[roll], lr[roll], lr_null[roll]),
+        ("roll_gap", n, starts[roll], gap[roll], gap_null[roll]),
+    ]
+    if adjust == "ratio":
+        columns.append(pl.Series(np.repeat(np.where(no_later, 1.0, factor), lens)))  # (N,) each bar's factor
+    elif adjust == "difference":
+        columns.append(pl.Series(np.repeat(np.where(no_later, 0.0, shift), lens)))  # (N,) each bar's shift
+    return columns
+
+
+def _adjusted(bars: pl.DataFrame, rolled: list[pl.Series], adjust: str) -> pl.DataFrame:
+    """`bars` with their own prices kept (own_high, own_low, own_close), the roll columns of `_roll_columns`
+    (`rolled`) and the prices scaled (ratio) or shifted (difference) by its factor."""
     columns = [
         pl.Series("own_high", bars.get_column("high")),
         pl.Series("own_low", bars.get_column("low")),
         pl.Series("own_close", bars.get_column("close")),
-        _on_rolls("roll_log_ratio", n, starts[roll], lr[roll], lr_null[roll]),
-        _on_rolls("roll_gap", n, starts[roll], gap[roll], gap_null[roll]),
+        *(_on_rolls(*r) for r in rolled[:2]),
     ]
     # In polars, like the prices they replace, so that the memory the replaced ones free is what the next takes.
     if adjust == "ratio":
-        f = pl.Series(np.repeat(np.where(no_later, 1.0, factor), lens))  # (N,)
-        columns += [pl.col(c) * f for c in PRICES]
+        columns += [pl.col(c) * rolled[2] for c in PRICES]
     elif adjust == "difference":
-        f = pl.Series(np.repeat(np.where(no_later, 0.0, shift), lens))
-        columns += [pl.col(c) + f for c in PRICES]
+        columns += [pl.col(c) + rolled[2] for c in PRICES]
     return bars.with_columns(columns)
 
 

@@ -7,13 +7,15 @@ was dropped, sorted, merged and rolled.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
+from foxhunt.data import heap, parallel
 from foxhunt.data.config import DataConfig
-from foxhunt.data.contracts import build_series, drop_spreads, parse_futures, resolve_symbols
+from foxhunt.data.contracts import FUTURES_RE, build_series, drop_spreads, parse_futures, resolve_symbols
 from foxhunt.data.fill import fill_gaps
 from foxhunt.data.median import exact_median
 from foxhunt.data.order import run_starts
@@ -21,7 +23,13 @@ from foxhunt.data.read import read_bars
 from foxhunt.data.rolls import FRONT_MISSING, INSTRUMENT_CHANGE, VOLUME
 from foxhunt.data.runs import changes, run_lengths, run_starts_of
 from foxhunt.data.sessions import check_session_grid
-from foxhunt.data.validate import INSTRUMENT, check_ratio_adjust, clean_bars, merge_sunday_stubs
+from foxhunt.data.validate import (
+    INSTRUMENT,
+    check_ratio_adjust,
+    clean_bars,
+    merge_sunday_stubs,
+    submit_sort_plan,
+)
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -32,6 +40,8 @@ ROLL_REASONS = {
     INSTRUMENT_CHANGE: "the continuous file's instrument_id changed",
 }
 
+# What `_checks` reads of the parsed bars: it holds only these while build_series takes the others out
+CHECKED = ("ts", "symbol", "instrument_id", "root", "open", "high", "low", "close", "file_idx", "row")
 BAR_COLUMNS = (
     "series", "ts", "open", "high", "low", "close", "volume", "contract", "own_high", "own_low", "own_close", "roll_log_ratio",
     "roll_gap",
@@ -92,6 +102,12 @@ def load_raw(
     """
     paths = [f["path"] for f in files]
     rows_read = raw.height
+    # How clean_bars will sort the rows, found on the second core meanwhile: it holds when the stages before it
+    # leave the instrument columns and the rows as they are (the usual file).
+    threaded, trim = parallel.threads() > 1, heap.trims(raw.height)
+    # It gives up early on a Databento file with spreads or other symbols that the stages before may drop; it is
+    # handed over by pop(), so that no reference here keeps its arrays alive.
+    plan = [submit_sort_plan(raw, _outrights)] if threaded else []
     distinct = raw.get_column("symbol").unique()  # (D,) the file's symbols: hashed once for the two stages below
     df, keyed = resolve_symbols(raw, distinct)
     if consume:
@@ -105,19 +121,31 @@ def load_raw(
         raise InputError(
             f"{paths[0]}: no outright bars left after dropping {spread_rows} spread rows; pass files with outright contracts"
         )
-    df, stats = clean_bars(df, paths, consume=True)  # df is this function's own frame
+    if plan and (not unchanged or spread_rows):
+        plan.pop().result()  # stale: waited for, so that clean_bars' own plan does not run beside it
+    df, stats = clean_bars(df, paths, consume=True, plan=plan.pop() if plan else None)  # df is this function's own
+    heap.trim(trim)  # the plan's arrays, freed into the pool thread's heap where this one cannot reuse them
     df, stubs = merge_sunday_stubs(df)
     # (R,) the runs of one symbol (bars sorted by instrument): found once for every stage below that reads them
     runs = run_starts_of(df.get_column("symbol"))
+    # The bar spacing and the checks only read the bars: they run on the second core, the spacing while this one
+    # parses the futures symbols, the checks while build_series picks the contracts (build_series waits for them
+    # before it gathers the series: until then they hold the columns they read). Their errors come first, as they
+    # would one after the other.
+    spaced = parallel.submit(_spacing, df.select(*INSTRUMENT, "ts"), runs, trim)
     df = parse_futures(df, cfg.exchange_tz, runs=runs)
-    step = spacing_ns(df, runs)
-    grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step, runs=runs)
-    if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
-        check_ratio_adjust(df, paths, where=pl.col("root").is_not_null())
-    # Row locators and ids are read by the checks above only: drop them before the series take memory of their own.
+    checked = parallel.submit(_checks, df.select(CHECKED), files, paths, cfg, runs, spaced, trim)
+    # Row locators and ids are read by the checks only: build_series never sees them.
     df = df.drop("file_idx", "row", "instrument_id", "rtype", "by_instrument")
-    bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm, runs=runs)
+    try:
+        bars, rolls, info = build_series(df, cfg.contracts, cfg.adjust, cfg.roll_confirm, runs=runs,
+                                         ready=checked.result)
+    except BaseException:
+        checked.result()
+        raise
     del df
+    step, grid = checked.result()
+    heap.trim(trim)  # the sorted ts the plan made (the parsed bars' column until now), freed into the pool's heap
     bars, filled = fill_gaps(bars, cfg.exchange_tz, grid_step_ns) if cfg.fill_gaps else (bars, None)
     dropped = sorted(set(info["contracts_dropped"]) | set(spread_symbols))
     report = {
@@ -141,6 +169,30 @@ def load_raw(
         why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
         log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why, r["gap"])
     return LoadedBars(bars=bars, rolls=rolls, report=report)
+
+
+def _outrights(symbols: pl.Series) -> bool:
+    """Whether every symbol is a futures outright: resolve_symbols and drop_spreads then leave the rows as they are."""
+    return bool(symbols.str.contains(FUTURES_RE).all())
+
+
+def _spacing(df: pl.DataFrame, runs: np.ndarray, trim: bool = False) -> float | None:
+    """`spacing_ns`; `trim`: hand the C heap's freed memory back at the end (see heap.py)."""
+    step = spacing_ns(df, runs)
+    heap.trim(trim)
+    return step
+
+
+def _checks(df: pl.DataFrame, files: list[dict], paths: list[str], cfg: DataConfig, runs: np.ndarray,
+            spaced: Future[float | None], trim: bool = False) -> tuple[float | None, dict]:
+    """The checks of parsed bars that only read them: (bar spacing in ns, from `spaced`; `check_session_grid`'s
+    report entries); raises InputError for bars a user must fix. `trim`: as `_spacing`'s."""
+    step = spaced.result()
+    grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step, runs=runs)
+    if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
+        check_ratio_adjust(df, paths, where=pl.col("root").is_not_null())
+    heap.trim(trim)
+    return step, grid
 
 
 def spacing_ns(df: pl.DataFrame, runs: np.ndarray | None = None) -> float | None:
@@ -178,7 +230,8 @@ def bar_interval(step_ns: float | None) -> str:
 
 def _series_summary(bars: pl.DataFrame) -> dict:
     """{series: {rows, start, end, contracts}}, series in order of their first bar, contracts in order of theirs."""
-    new_series = run_starts(bars, ("series",))  # (N,)
+    # (N,) each: the two columns are compared on two threads
+    new_series, new_contract = parallel.map_threads(lambda c: run_starts(bars, (c,)), ("series", "contract"))
     starts = np.flatnonzero(new_series)  # (S,) bars come sorted by series: one run each
     names = bars.get_column("series").gather(starts).to_list()
     if len(set(names)) < len(names):  # a series in several runs (bars built by hand): group them
@@ -189,7 +242,7 @@ def _series_summary(bars: pl.DataFrame) -> dict:
         .cast(pl.Datetime("ns", "UTC"))
         .to_list()
     )
-    at = np.flatnonzero(new_series | run_starts(bars, ("contract",)))  # (R,) runs of one contract, a few per roll
+    at = np.flatnonzero(new_series | new_contract)  # (R,) runs of one contract, a few per roll
     contracts: dict[str, list] = {n: [] for n in names}
     for name, contract in zip(
         bars.get_column("series").gather(at).to_list(), bars.get_column("contract").gather(at).to_list(), strict=True

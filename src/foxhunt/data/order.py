@@ -11,6 +11,8 @@ same order in O(N) (`grouped_order`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import polars as pl
 
@@ -40,7 +42,13 @@ def sort_keys(df: pl.DataFrame, columns: tuple[str, ...]) -> list[np.ndarray]:
     return keys
 
 
-def instrument_code(symbol: pl.Series, ident: pl.Series) -> np.ndarray | None:
+class Declined(Exception):
+    """`instrument_code`'s `accept` turned the file's symbols down."""
+
+
+def instrument_code(
+    symbol: pl.Series, ident: pl.Series, accept: Callable[[pl.Series], bool] | None = None
+) -> np.ndarray | None:
     """(N,) uint8/uint16 number of each row's (symbol, ident) pair, numbered in their sorted order (symbols as
     `sort_keys` ranks them, then ident): one key with the order and the ties of `combined(sort_keys(...))` of the
     two. None when either column has nulls, ident is not an integer key spanning at most DENSE_SPAN values, or one
@@ -49,6 +57,7 @@ def instrument_code(symbol: pl.Series, ident: pl.Series) -> np.ndarray | None:
     Ranking millions of symbol strings hashes every row twice (their distinct values, then the cast to an Enum of
     them); a Databento file's integer instrument_id numbers the rows through a table of its span instead, and one
     comparison of each row's symbol with the symbol of its id proves that the ids stand for the pairs.
+    `accept`: a test of the symbols of the ids (one each) before that comparison: raises Declined when it fails.
     """
     if symbol.dtype != pl.String or not ident.dtype.is_integer() or symbol.null_count() or ident.null_count():
         return None
@@ -65,12 +74,15 @@ def instrument_code(symbol: pl.Series, ident: pl.Series) -> np.ndarray | None:
     else:
         offset = ids - lo
     del ids
-    at = np.full(span, -1, dtype=np.int64)
-    at[offset] = np.arange(len(offset), dtype=np.int64)  # (span,) a row of each id present, -1 for the rest
+    index = np.int32 if len(offset) < 2**31 else np.int64  # half the bytes to write where the rows allow
+    at = np.full(span, -1, dtype=index)
+    at[offset] = np.arange(len(offset), dtype=index)  # (span,) a row of each id present, -1 for the rest
     present = np.flatnonzero(at >= 0)  # (G,) the offsets present, rising
     if len(present) > RADIX_SPAN:
         return None
     pairs = pl.DataFrame({"symbol": symbol.gather(at[present]), "ident": present + lo})  # (G,) one row per id
+    if accept is not None and not accept(pairs.get_column("symbol")):
+        raise Declined
     by = pairs.with_row_index("i").sort("symbol", "ident").get_column("i").to_numpy()  # (G,) ids in pair order
     code_of = np.zeros(span, dtype=np.uint8 if len(present) <= 256 else np.uint16)  # (span,) offset -> number
     code_of[present[by]] = np.arange(len(present))
@@ -126,11 +138,10 @@ def grouped_order(
     keys stay in row order): what `np.lexsort` gives in O(N log N).
     Returns (order (N,), `rest` in that order, values (V,) of `lead` in rising order, counts (V,) rows of each).
     """
-    small, values = _dense(lead)
+    small, values, counts = _dense(lead)
     if small is None:
         return None
     order = np.argsort(small, kind="stable")
-    counts = np.bincount(small, minlength=len(values))
     del small
     inner = np.ones(len(lead) - 1, dtype=bool)  # (N - 1,) pairs of sorted rows of one lead value
     inner[np.cumsum(counts)[:-1] - 1] = False
@@ -144,30 +155,33 @@ def grouped_order(
     return order, moved, values, counts
 
 
-def _dense(lead: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
-    """(lead numbered 0, 1, ... in the order of its distinct values, as uint8 or uint16; those values (V,)), or
-    (None, empty) when `lead` has more than RADIX_SPAN distinct values or spans more than DENSE_SPAN."""
+def _dense(lead: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """(lead numbered 0, 1, ... in the order of its distinct values, as uint8 or uint16; those values (V,); the rows
+    of each (V,)), or (None, empty, empty) when `lead` has more than RADIX_SPAN distinct values or spans more than
+    DENSE_SPAN."""
     if len(lead) < 2 or lead.dtype.kind not in "iu":
-        return None, lead[:0]
+        return None, lead[:0], lead[:0]
     lo = int(lead.min())
     span = int(lead.max()) - lo + 1
     if span > DENSE_SPAN:
-        return None, lead[:0]
+        return None, lead[:0], lead[:0]
     if span <= RADIX_SPAN:
         small = np.empty(len(lead), dtype=np.uint8 if span <= 256 else np.uint16)
         np.subtract(lead, lo, out=small, casting="unsafe")  # (N,) offsets below span, without an int64 temporary
         values = np.arange(lo, lo + span, dtype=np.int64)
-        present = np.bincount(small, minlength=span) > 0
+        counts = np.bincount(small, minlength=span)  # (span,)
+        present = counts > 0
         if present.all():
-            return small, values
+            return small, values, counts
         table = (np.cumsum(present) - 1).astype(small.dtype)  # (span,) the number of each value present
-        return table[small], values[present]
+        return table[small], values[present], counts[present]
     offset = lead - lo  # (N,) int64
-    present = np.bincount(offset, minlength=span) > 0  # (span,)
+    counts = np.bincount(offset, minlength=span)  # (span,)
+    present = counts > 0
     if present.sum() > RADIX_SPAN:
-        return None, lead[:0]
+        return None, lead[:0], lead[:0]
     table = (np.cumsum(present) - 1).astype(np.uint8 if present.sum() <= 256 else np.uint16)
-    return table[offset], np.flatnonzero(present) + lo
+    return table[offset], np.flatnonzero(present) + lo, counts[present]
 
 
 def is_sorted(keys: list[np.ndarray]) -> bool:

@@ -42,7 +42,8 @@ def pick_fronts(daily: pl.DataFrame, confirm: int) -> pl.DataFrame:
     front (an expiry), reason (null, VOLUME or FRONT_MISSING on the session a roll takes effect). The first session's
     front is its nearest expiry. A volume roll on session d uses volumes up to session d - 1 only (no look-ahead).
     """
-    cols: dict[str, list] = {"root": [], "trade_date": [], "front": [], "reason": []}
+    fronts: list = []
+    reasons: list = []
     sessions = (
         daily.sort("root", "trade_date", "expiry")
         .group_by("root", "trade_date", maintain_order=True)
@@ -50,7 +51,9 @@ def pick_fronts(daily: pl.DataFrame, confirm: int) -> pl.DataFrame:
     )
     root_now, front, lead, streak = None, None, None, 0
     prev: dict[int, float] = {}  # the previous session's volume per expiry
-    for root, day, expiries, volumes in sessions.iter_rows():
+    # the columns as lists, walked together: a row tuple per session costs more than the walk itself
+    for root, expiries, volumes in zip(*(sessions.get_column(c).to_list() for c in ("root", "expiry", "volume")),
+                                       strict=True):
         reason = None
         if root != root_now:  # a new root: start on its nearest expiry
             root_now, front, lead, streak = root, expiries[0], None, 0
@@ -68,15 +71,16 @@ def pick_fronts(daily: pl.DataFrame, confirm: int) -> pl.DataFrame:
                 if ahead:
                     front, reason, lead, streak = ahead[0], FRONT_MISSING, None, 0
         prev = dict(zip(expiries, volumes, strict=True))
-        for key, value in (("root", root), ("trade_date", day), ("front", front), ("reason", reason)):
-            cols[key].append(value)
-    schema = {
-        "root": pl.Utf8,
-        "trade_date": daily.schema["trade_date"],
-        "front": daily.schema["expiry"],
-        "reason": pl.Utf8,
-    }
-    return pl.DataFrame(cols, schema=schema)
+        fronts.append(front)
+        reasons.append(reason)
+    return pl.DataFrame(
+        [
+            sessions.get_column("root").cast(pl.Utf8),
+            sessions.get_column("trade_date").cast(daily.schema["trade_date"]),
+            pl.Series("front", fronts, dtype=daily.schema["expiry"]),
+            pl.Series("reason", reasons, dtype=pl.Utf8),
+        ]
+    )
 
 
 def continuous_file_rolls(bars: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -19,11 +19,15 @@ math needs positive prices refuse them with the flag to change: `check_ratio_adj
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from concurrent.futures import Future
 
 import numpy as np
 import polars as pl
 
+from foxhunt.data import heap, parallel
 from foxhunt.data.order import (
+    Declined,
     combined,
     gather,
     grouped_order,
@@ -45,18 +49,28 @@ INSTRUMENT = ("symbol", "instrument_id")  # one instrument; instrument_id is nul
 MAX_BAD_FRACTION = 0.01
 RTYPE_OHLCV_1D = 35
 SUNDAY = 7  # polars weekday: Monday = 1
+SortPlan = tuple[list[np.ndarray], tuple | None]  # see sort_plan
 
 
-def clean_bars(df: pl.DataFrame, files: list[str], consume: bool = False) -> tuple[pl.DataFrame, dict]:
+def clean_bars(
+    df: pl.DataFrame, files: list[str], consume: bool = False, plan: Future[SortPlan | None] | None = None
+) -> tuple[pl.DataFrame, dict]:
     """Drop bad/duplicate rows, check prices, sort by (symbol, instrument_id, ts).
 
     `df` has the read stage's columns (file_idx and row locate a row for messages; `files` maps file_idx to a path).
     Returns (clean frame, {nan_rows_dropped, inconsistent_rows_dropped, duplicates_dropped, rows_out_of_order});
     nan_rows_dropped counts every missing or non-finite (NaN, inf) row. `consume=True`: when the rows must be
     reordered, `df`'s columns are dropped from it one by one as they are gathered (the input and the sorted copy
-    never both take memory); the caller must not read `df` afterwards.
+    never both take memory); the caller must not read `df` afterwards. `plan`: `sort_plan` of df's instrument and
+    ts columns, when the caller has started it (`submit_sort_plan`; pass the only reference to it).
     """
     n = df.height
+    # The sort order reads only the instrument and ts columns: it is found on the second core while the checks
+    # below read the prices. It stands for `df`'s rows as they are: rows dropped below make it worthless.
+    if plan is not None and plan.done() and plan.result() is None:  # declined (see sort_plan's accept)
+        plan = None
+    if plan is None and parallel.threads() > 1:
+        plan = submit_sort_plan(df)
     nonfinite = pl.any_horizontal(*[~pl.col(c).is_finite().fill_null(False) for c in VALUES])
     inconsistent = ~nonfinite & (
         (pl.col("high") < pl.max_horizontal("open", "close")) | (pl.col("low") > pl.min_horizontal("open", "close"))
@@ -90,7 +104,17 @@ def clean_bars(df: pl.DataFrame, files: list[str], consume: bool = False) -> tup
         df = df.filter(~nonfinite & ~inconsistent)
     _check(df, pl.col("volume") < 0, files, lambda r: f"volume {r['volume']} is negative")
 
-    df, duplicates, out_of_order = _sort_dedup(df, consume)
+    # While the plan is still being found, this thread readies the gather that follows the usual plan (it is
+    # wasted on rows that come out of order, whose plan is another).
+    kinds = _ready_to_gather(df, consume) if plan is not None and not plan.done() and df.height == n else None
+    # Waited for even when dropped rows make it worthless: one plan runs at a time. The caller holds no other
+    # reference to it (see load_raw): its arrays go as _sort_dedup lets go of them.
+    plan_rows = plan.result() if plan is not None else None
+    del plan
+    if plan_rows is None or df.height != n:
+        plan_rows = None
+        plan_rows = sort_plan(*_plan_columns(df))
+    df, duplicates, out_of_order = _sort_dedup(df, plan_rows, consume, kinds)
     if duplicates or out_of_order:
         log.info("dropped %d duplicate rows; sorted %d rows that were out of order", duplicates, out_of_order)
     return df, {
@@ -108,23 +132,69 @@ def _all_finite(df: pl.DataFrame) -> bool:
     return all(df.select(pl.col(c).is_finite().all() for c in VALUES).row(0))
 
 
-def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, int, int]:
-    """(df sorted by instrument and ts without duplicates, duplicates dropped, rows out of order).
+
+def submit_sort_plan(df: pl.DataFrame, accept: Callable[[pl.Series], bool] | None = None
+                     ) -> Future[SortPlan | None]:
+    """`sort_plan` of `df`'s instrument and ts columns, found on a pool thread (`parallel.submit`); it holds the
+    columns, not `df`, so that `df` may lose them meanwhile. `accept`: see `sort_plan` (the future then gives
+    None where it declines)."""
+    return parallel.submit(_trimmed_plan, heap.trims(df.height), accept, *_plan_columns(df))
+
+
+def _trimmed_plan(trim: bool, accept: Callable[[pl.Series], bool] | None, symbol: pl.Series, ident: pl.Series,
+                  ts: pl.Series) -> SortPlan | None:
+    """`sort_plan`, None where `accept` declines; `trim` (on a pool thread): its temporaries then go back to the
+    kernel at once, as freed into that thread's C heap the caller's allocations (the gather that follows) could
+    not reuse them (heap.py)."""
+    try:
+        plan = sort_plan(symbol, ident, ts, accept)
+    except Declined:
+        plan = None
+    heap.trim(trim)
+    return plan
+
+
+def _plan_columns(df: pl.DataFrame) -> list[pl.Series]:
+    return [df.get_column(c) for c in (*INSTRUMENT, "ts")]
+
+
+def sort_plan(symbol: pl.Series, ident: pl.Series, ts: pl.Series, accept: Callable[[pl.Series], bool] | None = None
+              ) -> SortPlan:
+    """How `_sort_dedup` sorts rows of these instrument and ts columns: (keys (N,) each, most significant first,
+    in row order; `order.grouped_order`'s answer for them, or None when it does not apply or the rows are sorted
+    already). Reads only these columns, so that it can run beside work on the others. `accept`: a test of the
+    symbols of a Databento file's instrument ids (`order.instrument_code`), for a plan made before the stages that
+    may drop rows: Declined stops it early where they will."""
+    code = instrument_code(symbol, ident, accept)  # (N,) a Databento file's instruments
+    if code is not None:
+        keys = [code, *sort_keys(pl.DataFrame([ts]), ("ts",))]
+    else:
+        keys = combined(sort_keys(pl.DataFrame([symbol, ident, ts]), (*INSTRUMENT, "ts")))
+    if is_sorted(keys) or len(keys) != 2 or ts.null_count():
+        return keys, None
+    grouped = grouped_order(keys[0], keys[1:])
+    return ([], grouped) if grouped is not None else (keys, None)  # the keys are in `grouped`, sorted
+
+
+def _sort_dedup(
+    df: pl.DataFrame, plan: SortPlan, consume: bool = False, kinds: dict[str, str] | None = None
+) -> tuple[pl.DataFrame, int, int]:
+    """(df sorted by instrument and ts without duplicates, duplicates dropped, rows out of order); `plan` is
+    `sort_plan` of df's rows, `kinds` `_column_kinds` of df when the caller has them.
 
     One stable sort: the rows of one (instrument, ts) stay in the order they were read and the last of them is kept.
     A kept row is out of order when a row of its instrument read before it has a later timestamp, that is when a
     later row in sorted order was read earlier: its read position exceeds the minimum over the rest of its
     instrument's rows (a reversed running minimum, kept inside each instrument by offsetting groups).
     """
-    code = instrument_code(*(df.get_column(c) for c in INSTRUMENT))  # (N,) a Databento file's instruments
-    keys = [code, *sort_keys(df, ("ts",))] if code is not None else combined(sort_keys(df, (*INSTRUMENT, "ts")))
+    held, grouped = plan
+    keys = held[:]
+    held.clear()  # the plan's list lets go of the keys (the caller's future holds the plan): freed as they go here
     order = None
+    if grouped is not None:  # each instrument's rows were read in time order: the usual file
+        order, (ts,), _, counts = grouped
+        return _regrouped(df, order, ts, counts, consume, kinds)
     if not is_sorted(keys):
-        grouped = grouped_order(keys[0], keys[1:]) if len(keys) == 2 and not df.get_column("ts").null_count() else None
-        if grouped is not None:  # each instrument's rows were read in time order: the usual file
-            del keys
-            order, (ts,), _, counts = grouped
-            return _regrouped(df, order, ts, counts, consume)
         order = np.lexsort(keys[::-1])
         keys = [k[order] for k in keys]
     keep = ~same_as_next(keys)  # (N,) the last row read of each (instrument, ts)
@@ -153,7 +223,8 @@ def _sort_dedup(df: pl.DataFrame, consume: bool = False) -> tuple[pl.DataFrame, 
 
 
 def _regrouped(
-    df: pl.DataFrame, order: np.ndarray, ts: np.ndarray, counts: np.ndarray, consume: bool
+    df: pl.DataFrame, order: np.ndarray, ts: np.ndarray, counts: np.ndarray, consume: bool,
+    kinds: dict[str, str] | None = None,
 ) -> tuple[pl.DataFrame, int, int]:
     """`_sort_dedup` for rows whose instruments were each read in time order (`order.grouped_order` found them so):
     no row is out of order, and only the columns that vary within an instrument are gathered.
@@ -162,7 +233,8 @@ def _regrouped(
     of each instrument code. symbol and instrument_id are the same on every row of an instrument: each is read once
     per instrument and repeated, where a gather of the whole column reads it at random. ts comes sorted already.
     Integer and Boolean columns holding one value (file_idx of one file, rtype, by_instrument) are repeated, and a
-    `row` that counts the rows (one file read whole) is the order itself.
+    `row` that counts the rows (one file read whole) is the order itself (`kinds`: `_column_kinds` of df, when the
+    caller has them). The repeated columns are built on the second core while this one gathers the others.
     """
     counts = counts[counts > 0]  # (G,) rows per instrument, in sorted order
     same = ts[1:] == ts[:-1]  # (N - 1,)
@@ -177,31 +249,61 @@ def _regrouped(
     del keep, order
     names, m = df.columns, len(rows)
     taken = indices(rows)
-    out = {"ts": pl.Series("ts", ts).cast(df.schema["ts"])}
-    del ts
-    group = pl.Series(np.repeat(np.arange(len(counts), dtype=np.uint32), counts))  # (M,) instrument of each row
     first = indices(rows[np.cumsum(counts) - counts])  # (G,) the first row of each instrument
     del rows
-    for c in INSTRUMENT:
-        out[c] = df.get_column(c).gather(first).gather(group)
-    del group
-    for c in names:
+    repeated = parallel.submit(_per_instrument, [df.get_column(c) for c in INSTRUMENT], first, counts, ts,
+                               df.schema["ts"])
+    del ts
+    out = {}
+    for c, kind in (_column_kinds(df) if kinds is None else kinds).items():
         s = df.get_column(c)
-        if c in out or not (s.dtype.is_integer() or s.dtype == pl.Boolean):
-            continue
-        if c == "row" and _counts_rows(s):
-            out[c] = taken.cast(s.dtype).alias(c)
-        elif s.null_count() == len(s) or (not s.null_count() and s.min() == s.max()):
-            out[c] = s.new_from_index(0, m)
-    rest = [c for c in names if c not in out]
+        out[c] = taken.cast(s.dtype).alias(c) if kind == "rows" else s.new_from_index(0, m)
+    rest = [c for c in names if c not in out and c not in (*INSTRUMENT, "ts")]
     if consume:
-        for c in out:
+        for c in (*out, *INSTRUMENT, "ts"):
             df.drop_in_place(c)
         moved = take_out(df, taken, rest)
     else:
         moved = df.select(rest)[taken]
     del taken
+    out.update(repeated.result())
     return pl.DataFrame([out[c] if c in out else moved.get_column(c) for c in names]), duplicates, 0
+
+
+def _per_instrument(
+    columns: list[pl.Series], first: pl.Series, counts: np.ndarray, ts: np.ndarray, ts_type: pl.DataType
+) -> dict[str, pl.Series]:
+    """The sorted frame's ts (from its key `ts` (M,)) and `columns` (the instrument's), each read at the `first` (G,)
+    row of each instrument and repeated its `counts` (G,) rows."""
+    group = pl.Series(np.repeat(np.arange(len(counts), dtype=np.uint32), counts))  # (M,) instrument of each row
+    out = {s.name: s.gather(first).gather(group) for s in columns}
+    return {"ts": pl.Series("ts", ts).cast(ts_type), **out}
+
+
+def _column_kinds(df: pl.DataFrame) -> dict[str, str]:
+    """{column: "rows" for a `row` that counts the rows (`_counts_rows`), "same" for an integer or Boolean column
+    holding one value (or only nulls)}, of df's columns besides ts and the instrument's."""
+    kinds = {}
+    for c in df.columns:
+        s = df.get_column(c)
+        if c in (*INSTRUMENT, "ts") or not (s.dtype.is_integer() or s.dtype == pl.Boolean):
+            continue
+        if c == "row" and len(s) and _counts_rows(s):
+            kinds[c] = "rows"
+        elif s.null_count() == len(s) or (not s.null_count() and s.min() == s.max()):
+            kinds[c] = "same"
+    return kinds
+
+
+def _ready_to_gather(df: pl.DataFrame, consume: bool) -> dict[str, str]:
+    """`_column_kinds` of df, and (`consume`) the columns `_regrouped` gathers each made one chunk in place, as
+    `take_out` would make them: work that needs no sort order, done while the order is being found."""
+    kinds = _column_kinds(df)
+    if consume:
+        for c in df.columns:
+            if c not in kinds and c not in (*INSTRUMENT, "ts") and df.get_column(c).n_chunks() > 1:
+                df.replace_column(df.get_column_index(c), df.get_column(c).rechunk())
+    return kinds
 
 
 def _counts_rows(row: pl.Series) -> bool:
