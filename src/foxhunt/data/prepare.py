@@ -145,6 +145,9 @@ def prepare_from_bars(
     keep = dict.fromkeys((*FEATURE_COLUMNS, *move_columns(target), *(("filled",) if fill_gaps else ())))
     feats = raw_features(bars, cfg.adjust, target, columns=keep).select(list(keep))
     del bars
+    # One chunk per column (the loader's frame may come in several): each of the fit, the scaling and the target
+    # reads its columns as numpy views then, where a column of two chunks is copied at every read.
+    feats = feats.rechunk()
     trail = None  # the trailing inputs, when fitting computed them
     if transform is None:
         train_mask = (ts_ns < cuts[0]) & (ts_ns >= train_start_ns(cfg))
