@@ -19,6 +19,7 @@ import polars as pl
 import torch
 
 from foxhunt.allocator import release_freed_memory
+from foxhunt.data import parallel
 from foxhunt.data.calendar import (
     DAILY_MIN_SPACING_NS,
     calendar_columns,
@@ -27,7 +28,7 @@ from foxhunt.data.calendar import (
 )
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, raw_features
-from foxhunt.data.known import DecoderKnown, decoder_grid, distinct, known_cont
+from foxhunt.data.known import DecoderKnown, decoder_grid, distinct, known_cont, season_column
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.order import run_starts, sort_keys
 from foxhunt.data.runs import run_lengths
@@ -146,8 +147,16 @@ def prepare_from_bars(
     feats = raw_features(bars, cfg.adjust, target, columns=keep).select(list(keep))
     del bars
     # One chunk per column (the loader's frame may come in several): each of the fit, the scaling and the target
-    # reads its columns as numpy views then, where a column of two chunks is copied at every read.
-    feats = feats.rechunk()
+    # reads its columns as numpy views then, where a column of two chunks is copied at every read. "target" is the
+    # target's own column under another name: dropped first, as a rechunk would copy the two apart.
+    feats = feats.drop("target").rechunk()
+    # The known inputs depend on the timestamps and the grid alone: on a second thread they are computed while the
+    # scalers are fitted and applied (serially they wait for _windowed, so as not to be held through the fit).
+    step = (transform.bar_spacing_ns if transform is not None else 0) or spacing  # the model's bar interval
+    pending = None if for_prediction or parallel.threads() <= 1 else parallel.submit(
+        _boxed, stamp_known, ts_ns, step, d, cfg.exchange_tz if transform is None else transform.exchange_tz, intraday,
+        cfg.calendar_features if transform is None else transform.calendar_features,
+        None if transform is None else transform.scalers.get("season"), transform is None and cfg.seasonality)
     trail = None  # the trailing inputs, when fitting computed them
     if transform is None:
         train_mask = (ts_ns < cuts[0]) & (ts_ns >= train_start_ns(cfg))
@@ -181,7 +190,7 @@ def prepare_from_bars(
     del trail
     rows = {
         "cont": cont,
-        "target": feats["target"].to_numpy().astype(np.float32),
+        "target": feats[target].to_numpy().astype(np.float32),
         "center": center,
         "scale": scale,
         "ts": ts_ns,
@@ -190,13 +199,13 @@ def prepare_from_bars(
     }
     roll_bars = int(feats["roll"].sum())
     del feats  # not read past here: gone before the row tensors are built
-    step = transform.bar_spacing_ns or spacing  # the model's bar interval: the same grid in training and prediction
     if for_prediction:
         rows = _extend(
             rows, first, end, d, future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz)
         )
         first, end = series_bounds(rows["sidx"])  # each series now ends d rows later
-    windows = _windowed(rows, first, end, names, transform, e, d, step, )
+    windows = _windowed(rows, first, end, names, transform, e, d, step, None if pending is None else pending.result())
+    del pending
     if for_prediction:
         split = SplitResult(
             ids={
@@ -379,26 +388,73 @@ def known_width(tf: FittedTransform) -> int:
     return len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(tf.scalers.get("season"))
 
 
+@dataclass(frozen=True)
+class StampKnown:
+    """The known inputs of the bars' own timestamps and of the forecast grid after each (`stamp_known`): functions
+    of the timestamps, the grid step and the calendar settings alone, so they can be computed before the scalers.
+
+    stamps: (O,) sorted distinct timestamps of the bars; inverse: (N,) each bar's row in them.
+    cont: (O, Kr) float32 known inputs of the stamps; table, base, index: the grid (known.decoder_grid);
+    table_cont: (U, Kr) float32 known inputs of the grid's timestamps.
+    minutes: the last column of cont and table_cont holds the minute of the day, not yet tod_vol (`with_season`)."""
+
+    stamps: np.ndarray
+    inverse: np.ndarray
+    cont: np.ndarray
+    table: np.ndarray
+    base: np.ndarray
+    index: np.ndarray | None
+    table_cont: np.ndarray
+    minutes: bool = False
+
+
+def stamp_known(
+    ts_ns: np.ndarray, step: int, d: int, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None,
+    minutes: bool = False,
+) -> StampKnown:
+    """The known inputs of bars at `ts_ns` (N,) and of the `d` grid steps after each (see StampKnown). `minutes`
+    (no `season` yet, one to be fitted): tod_vol's column holds the minute of the day until `with_season`."""
+    # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
+    stamps, inverse = distinct(ts_ns, np.int32 if len(ts_ns) < 2**31 else np.intp)  # (O,), (N,)
+    cal = functools.partial(known_cont, exchange_tz=exchange_tz, intraday=intraday, sessions=sessions, season=season,
+                            minutes=minutes)
+    cal32 = cal(stamps)  # (O, Kr)
+    table, base, index = decoder_grid(stamps, step, d, exchange_tz, intraday)  # (U,), (O,), (O, D) | None
+    return StampKnown(stamps=stamps, inverse=inverse, cont=cal32, table=table, base=base, index=index,
+                      table_cont=table_calendar(table, stamps, base, cal32, cal),
+                      minutes=minutes and intraday and not season)
+
+
+def with_season(known: StampKnown, season: dict | None, exchange_tz: str) -> StampKnown:
+    """`known` with tod_vol of the fitted profile `season` in place of the minutes it held (in place)."""
+    if known.minutes:
+        season_column(known.cont, known.stamps, season, exchange_tz)
+        season_column(known.table_cont, known.table, season, exchange_tz)
+    return known
+
+
+def _boxed(fn: Callable[..., Any], *args: Any) -> list:
+    """[fn(*args)]: a list its taker pops the value from, so that the future holding the list keeps no reference."""
+    return [fn(*args)]
+
+
 def _windowed(
     rows: dict, first: np.ndarray, end: np.ndarray, names: list[str], tf: FittedTransform, e: int, d: int,
-    step: int,
+    step: int, known_stamps: list[StampKnown] | None = None,
 ) -> WindowedData:
     """The row tensors (calendar columns first, then observed inputs: `rows["cont"]` holds those already), the known
     inputs of the forecast steps of every origin (from the origin's timestamp and the grid `step` alone) and the
-    window index over them."""
-    season, kr = tf.scalers.get("season"), known_width(tf)
-    # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
-    stamps, inverse = distinct(rows["ts"])  # (O,), (N,)
-    cal = functools.partial(known_cont, exchange_tz=tf.exchange_tz, intraday=tf.intraday,
-                            sessions=tf.calendar_features, season=season)
-    cal32 = cal(stamps)  # (O, Kr)
+    window index over them. `known_stamps`: [`stamp_known` of `rows["ts"]` under `tf`] when the caller has it, popped
+    here (its stamps' arrays go once used)."""
+    kr = known_width(tf)
+    sk = known_stamps.pop() if known_stamps else stamp_known(
+        rows["ts"], step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, tf.scalers.get("season"))
+    sk = with_season(sk, tf.scalers.get("season"), tf.exchange_tz)
     cont = rows.pop("cont")  # (N, Kr + Or)
-    take_rows(cal32, inverse, cont[:, :kr])
-    table, base, index = decoder_grid(stamps, step, d, tf.exchange_tz, tf.intraday)  # (U,), (O,), (O, D) | None
-    known = DecoderKnown(cont=table_calendar(table, stamps, base, cal32, cal), ts=table, base=base[inverse],
-                         index=None if index is None else index[inverse])
-    del base, index
-    del stamps, inverse, cal32
+    take_rows(sk.cont, sk.inverse, cont[:, :kr])
+    known = DecoderKnown(cont=sk.table_cont, ts=sk.table, base=sk.base[sk.inverse],
+                         index=None if sk.index is None else sk.index[sk.inverse])
+    del sk
     release_freed_memory()  # the grid's and the calendar's temporaries, before the last row tensors
     codes = tf.code(names)[rows["sidx"]]  # (N,)
     return WindowedData(

@@ -1,0 +1,84 @@
+"""Preparing on two threads gives the bits of preparing on one: the known inputs computed ahead of the fit (their
+seasonality column filled in once the profile is fitted), and the outputs of prepare_from_bars either way."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from foxhunt.data import known, prepare
+from foxhunt.data.config import DataConfig
+from foxhunt.data.load import LoadedBars
+from foxhunt.data.prepare import prepare_from_bars
+from foxhunt.data.seasonality import minute_of_day
+
+MIN = 60 * 10**9
+CT = "America/Chicago"
+SEASON = {"tz": CT, "bandwidth": 3.0, "profile": list(np.linspace(0.5, 1.5, 1440))}
+
+
+def _minutes_apart(n: int, seed: int) -> np.ndarray:
+    return np.sort(np.random.default_rng(seed).choice(10**6, n, replace=False)) * MIN + 1_700_000_000 * 10**9
+
+
+@pytest.mark.parametrize("tz", [CT, "Europe/London"])
+def test_minutes_then_season_column_is_known_cont_with_the_season(tz, monkeypatch):
+    ts = _minutes_apart(1000, 3)
+    season = {**SEASON, "tz": tz}
+    want = known.known_cont(ts, CT, True, False, season)
+    monkeypatch.setattr(known, "CHUNK_ROWS", 64)
+    got = known.known_cont(ts, CT, True, False, minutes=True)
+    assert got.shape == want.shape and np.array_equal(got[:, -1], minute_of_day(ts, CT))
+    known.season_column(got, ts, season, CT)
+    assert np.array_equal(got, want)
+    # daily bars, or a season already given: no minutes column
+    assert np.array_equal(known.known_cont(ts, CT, False, False, minutes=True), known.known_cont(ts, CT, False, False))
+    assert np.array_equal(known.known_cont(ts, CT, True, False, season, minutes=True), want)
+
+
+def test_distinct_as_int32_is_distinct():
+    x = np.concatenate([np.arange(0, 50, 2), np.arange(0, 60, 3), [7, 7, 0]]).astype(np.int64)
+    values, inverse = known.distinct(x, np.int32)
+    assert inverse.dtype == np.int32
+    assert np.array_equal(values, known.distinct(x)[0]) and np.array_equal(inverse, known.distinct(x)[1])
+
+
+def _bars() -> pl.DataFrame:
+    """Two series of 1-minute bars over a few sessions, one with gaps (off the lattice of the other)."""
+    rng = np.random.default_rng(0)
+    start = int(np.datetime64("2024-03-04T14:30", "ns").astype(np.int64))
+    frames = []
+    for name, keep in (("ES", 1.0), ("NQ", 0.7)):
+        ts = start + np.flatnonzero(rng.random(6000) < keep) * MIN
+        close = 5000 * np.exp(np.cumsum(rng.normal(0, 1e-3, len(ts))))
+        frames.append(pl.DataFrame({
+            "series": name, "ts": pl.Series(ts).cast(pl.Datetime("ns", "UTC")), "open": close, "high": close * 1.001,
+            "low": close * 0.999, "close": close, "volume": rng.integers(1, 50, len(ts)).astype(np.float64),
+            "contract": name + "H4",
+        }))
+    return pl.concat(frames)
+
+
+def _arrays(p: prepare.PreparedData) -> dict:
+    w = p.windows
+    out = {k: v for k, v in vars(w).items() if isinstance(v, torch.Tensor)}
+    out.update({f"split_{k}": v for k, v in p.splits.items()})
+    return out
+
+
+@pytest.mark.parametrize("seasonality", [True, False])
+def test_two_threads_prepare_the_bits_of_one(seasonality, monkeypatch):
+    cfg = DataConfig(encoder_length=16, horizon=4, val_fraction=0.3, scaling="volatility", seasonality=seasonality)
+    bars = _bars()
+    monkeypatch.setenv("FOXHUNT_DATA_THREADS", "1")
+    one = prepare_from_bars(LoadedBars(bars, [], {}), cfg)
+    monkeypatch.setenv("FOXHUNT_DATA_THREADS", "2")
+    two = prepare_from_bars(LoadedBars(bars, [], {}), cfg)
+    assert bool(one.transform.scalers.get("season")) == seasonality
+    assert one.transform.to_dict() == two.transform.to_dict() and one.summary == two.summary
+    a, b = _arrays(one), _arrays(two)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
