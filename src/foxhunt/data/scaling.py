@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from foxhunt.data import parallel
 from foxhunt.data.features import (
     FILL_OBSERVED,
     OBSERVED,
@@ -45,6 +46,7 @@ from foxhunt.data.features import (
     move_columns,
 )
 from foxhunt.data.fitstats import (
+    Selected,
     moments_of,
     range_k,
     season_moments,
@@ -134,24 +136,26 @@ def fit_and_trail(
     # Intraday with a profile: each bar's minute of the day, once for the profile's sums and the trailing inputs.
     minute = None if season_tz is None else minute_of_day(feats["ts"].dt.epoch("ns").to_numpy(), season_tz).astype(
         np.int16)  # (N,) 0..1439: int16 keeps it small while it is held
-    mom = train_moments(feats, sidx, len(names), keep, target, season_tz, minute=minute)
+    kept = select(keep, sidx, len(names))  # the training rows, for both passes of sums
+    mom = train_moments(feats, sidx, len(names), keep, target, season_tz, minute=minute, kept=kept)
     scalers = first_scalers(mom, names, target, halflife, estimator, vol_features, fill_gaps, season_tz)
     # log_vol (and the vol features) are seeded from the return std just fitted: a second pass over the same rows.
     trail = trailing(feats, names, sidx, scalers, target, scaling, minute=minute)
     del minute
-    add_vol_stats(scalers, vol_moments(trail[0], sidx, len(names), keep, scalers), names, mom["rows"] > 0)
+    add_vol_stats(scalers, vol_moments(trail[0], sidx, len(names), keep, scalers, kept=kept), names, mom["rows"] > 0)
     return scalers, trail
 
 
 def train_moments(
     feats: pl.DataFrame, sidx: np.ndarray, s: int, keep: np.ndarray, target: str, season_tz: str | None,
-    *, minute: np.ndarray | None = None,
+    *, minute: np.ndarray | None = None, kept: Selected | None = None,
 ) -> dict[str, np.ndarray]:
     """The per-series sufficient statistics (fitstats.py) of the first fit over rows where `keep` (training rows
     but each series' first): (S,) arrays, so that those of consecutive series groups concatenate. `minute`: each
-    row's minute of the day in `season_tz` (seasonality.minute_of_day), when the caller has it."""
+    row's minute of the day in `season_tz` (seasonality.minute_of_day), `kept`: select(keep, sidx, s), each when the
+    caller has it."""
     ret, rng = move_columns(target)  # price units for price_change: its prices may be zero or negative
-    kept = select(keep, sidx, s)  # the rows of every column without nulls
+    kept = select(keep, sidx, s) if kept is None else kept  # the rows of every column without nulls
     mom = {"rows": kept.n}
     for c in (ret, rng, "log_volume"):
         col = feats.get_column(c)
@@ -204,11 +208,14 @@ def vol_columns(scalers: dict) -> tuple[str, ...]:
 
 
 def vol_moments(
-    derived: dict[str, np.ndarray], sidx: np.ndarray, s: int, keep: np.ndarray, scalers: dict
+    derived: dict[str, np.ndarray], sidx: np.ndarray, s: int, keep: np.ndarray, scalers: dict,
+    *, kept: Selected | None = None,
 ) -> dict[str, np.ndarray]:
-    """The per-series sufficient statistics of `trailing`'s inputs (`derived`) over rows where `keep`."""
-    kept = select(keep, sidx, s)
-    return {k: v for c in vol_columns(scalers) for k, v in moments_of(derived[c].take(kept.at), kept, c).items()}
+    """The per-series sufficient statistics of `trailing`'s inputs (`derived`) over rows where `keep` (`kept`:
+    select(keep, sidx, s), when the caller has it). The columns' sums are independent: one per thread."""
+    kept = select(keep, sidx, s) if kept is None else kept
+    parts = parallel.map_threads(lambda c: moments_of(derived[c].take(kept.at), kept, c), vol_columns(scalers))
+    return {k: v for part in parts for k, v in part.items()}
 
 
 def add_vol_stats(scalers: dict, mom: dict[str, np.ndarray], names: list[str], present: np.ndarray) -> None:
@@ -355,19 +362,26 @@ def standardize(
     if runs is None:  # rows not grouped by series: per-row copies of the scalars
         moments = [m if m is None else (m[0][sidx], m[1][sidx]) for m in moments]
         runs = [(0, len(sidx), None)]
-    y = np.empty(min(len(sidx), PIECE_ROWS))  # float64 work column of a piece
-    for lo, hi, i in _pieces(runs):
-        yp = y[: hi - lo]
-        for j, (x, m) in enumerate(zip(xs, moments, strict=True)):  # a handful of columns
-            xp = x[lo:hi]
-            if m is not None:
-                mean, std = (m[0][i], m[1][i]) if i is not None else (m[0][lo:hi], m[1][lo:hi])
-                np.subtract(xp, mean, out=yp)
-                np.divide(yp, std, out=yp)
-                xp = yp
-            col = obs[lo:hi, j]
-            col[...] = xp  # then 0 where x is NaN or infinite (np.nan_to_num's zeros, cast after)
-            np.copyto(col, np.float32(0.0), where=~np.isfinite(xp))
+
+    def scale_pieces(pieces: list[tuple[int, int, int | None]]) -> None:
+        y = np.empty(min(len(sidx), PIECE_ROWS))  # float64 work column of a piece, one per thread
+        for lo, hi, i in pieces:
+            yp = y[: hi - lo]
+            for j, (x, m) in enumerate(zip(xs, moments, strict=True)):  # a handful of columns
+                xp = x[lo:hi]
+                if m is not None:
+                    mean, std = (m[0][i], m[1][i]) if i is not None else (m[0][lo:hi], m[1][lo:hi])
+                    np.subtract(xp, mean, out=yp)
+                    np.divide(yp, std, out=yp)
+                    xp = yp
+                col = obs[lo:hi, j]
+                col[...] = xp  # then 0 where x is NaN or infinite (np.nan_to_num's zeros, cast after)
+                np.copyto(col, np.float32(0.0), where=~np.isfinite(xp))
+
+    # The pieces are independent rows of `obs`: with two threads each takes every other one (neighbours in memory).
+    pieces = _pieces(runs)
+    k = min(parallel.threads(), max(len(pieces), 1))
+    parallel.map_threads(scale_pieces, [pieces[t::k] for t in range(k)])
     return obs, center.astype(np.float32), scale.astype(np.float32)
 
 
