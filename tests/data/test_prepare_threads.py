@@ -68,9 +68,10 @@ def _arrays(p: prepare.PreparedData) -> dict:
     return out
 
 
-@pytest.mark.parametrize("seasonality", [True, False])
-def test_two_threads_prepare_the_bits_of_one(seasonality, monkeypatch):
-    cfg = DataConfig(encoder_length=16, horizon=4, val_fraction=0.3, scaling="volatility", seasonality=seasonality)
+@pytest.mark.parametrize(("seasonality", "extra"), [(True, {"vol_features": True}), (False, {"calendar_features": True})])
+def test_two_threads_prepare_the_bits_of_one(seasonality, extra, monkeypatch):
+    cfg = DataConfig(encoder_length=16, horizon=4, val_fraction=0.3, scaling="volatility", seasonality=seasonality,
+                     **extra)
     bars = _bars()
     monkeypatch.setenv("FOXHUNT_DATA_THREADS", "1")
     one = prepare_from_bars(LoadedBars(bars, [], {}), cfg)
