@@ -13,6 +13,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.load import LoadedBars
 from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.data.seasonality import minute_of_day
+from foxhunt.data.windows import assign_splits, window_starts
 
 MIN = 60 * 10**9
 CT = "America/Chicago"
@@ -83,3 +84,13 @@ def test_two_threads_prepare_the_bits_of_one(seasonality, extra, monkeypatch):
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+def test_window_splits_are_the_starts_and_their_splits():
+    ts = np.arange(40, dtype=np.int64) * MIN
+    first, end = np.array([0, 25]), np.array([25, 40])
+    starts, split = prepare.window_splits(ts, first, end, 4, 2, (20 * MIN, 30 * MIN), 0)
+    want = window_starts(first, end, 6)
+    assert np.array_equal(starts, want)
+    ref = assign_splits(ts[want + 4], ts[want + 5], 20 * MIN, 30 * MIN, 0)
+    assert all(np.array_equal(split.ids[k], ref.ids[k]) for k in ref.ids) and split.purged == ref.purged

@@ -160,7 +160,6 @@ def prepare_from_bars(
     trail = None  # the trailing inputs, when fitting computed them
     if transform is None:
         train_mask = (ts_ns < cuts[0]) & (ts_ns >= train_start_ns(cfg))
-        has_train = np.bincount(sidx[train_mask & ~feats["first"].to_numpy()], minlength=len(names)) > 0
         scalers, trail = fit_and_trail(
             feats,
             names,
@@ -175,7 +174,8 @@ def prepare_from_bars(
             season_tz=cfg.exchange_tz if cfg.seasonality and intraday else None,
         )
         transform = FittedTransform(
-            series_vocab=tuple(n for n, ok in zip(names, has_train, strict=True) if ok),
+            # the series with training rows: those the fit gave scalers of their own
+            series_vocab=tuple(n for n in names if n in scalers["series"]),
             scalers=scalers,
             target=target,
             scaling=scaling,
@@ -204,7 +204,11 @@ def prepare_from_bars(
             rows, first, end, d, future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz)
         )
         first, end = series_bounds(rows["sidx"])  # each series now ends d rows later
-    windows = _windowed(rows, first, end, names, transform, e, d, step, None if pending is None else pending.result())
+    # The windows and their splits follow from the timestamps alone: on a second thread while _windowed runs.
+    planned = None if for_prediction else parallel.submit(
+        window_splits, rows["ts"], first, end, e, d, cuts, train_start_ns(cfg))
+    windows = _windowed(rows, first, end, names, transform, e, d, step, None if pending is None else pending.result(),
+                        None if planned is None else lambda: planned.result()[0])
     del pending
     if for_prediction:
         split = SplitResult(
@@ -216,8 +220,8 @@ def prepare_from_bars(
             purged={"train": 0, "val": 0},
         )
     else:
-        starts = windows.starts.numpy()
-        split = assign_splits(rows["ts"][starts + e], rows["ts"][starts + e + d - 1], *cuts, train_start_ns(cfg))
+        split = planned.result()[1]
+        del planned
         check_splits(split, cuts, cfg, ts_ns)
     schema = feature_schema(transform, e, d, cfg.adjust)
     windows.check_codes(schema)
@@ -438,14 +442,25 @@ def _boxed(fn: Callable[..., Any], *args: Any) -> list:
     return [fn(*args)]
 
 
+def window_splits(
+    ts_ns: np.ndarray, first: np.ndarray, end: np.ndarray, e: int, d: int, cuts: tuple[int, int | None],
+    train_start: int,
+) -> tuple[np.ndarray, SplitResult]:
+    """(W,) the start row of every window of the series' rows [first, end) (window_starts), and the windows' splits
+    under `cuts` (assign_splits) from the timestamps `ts_ns` (N,) of their first and last forecast bars."""
+    starts = window_starts(first, end, e + d)
+    return starts, assign_splits(ts_ns[starts + e], ts_ns[starts + e + d - 1], *cuts, train_start)
+
+
 def _windowed(
     rows: dict, first: np.ndarray, end: np.ndarray, names: list[str], tf: FittedTransform, e: int, d: int,
-    step: int, known_stamps: list[StampKnown] | None = None,
+    step: int, known_stamps: list[StampKnown] | None = None, starts: Callable[[], np.ndarray] | None = None,
 ) -> WindowedData:
     """The row tensors (calendar columns first, then observed inputs: `rows["cont"]` holds those already), the known
     inputs of the forecast steps of every origin (from the origin's timestamp and the grid `step` alone) and the
     window index over them. `known_stamps`: [`stamp_known` of `rows["ts"]` under `tf`] when the caller has it, popped
-    here (its stamps' arrays go once used)."""
+    here (its stamps' arrays go once used); `starts`: gives window_starts(first, end, e + d), when the caller has
+    them computed (on another thread)."""
     kr = known_width(tf)
     sk = known_stamps.pop() if known_stamps else stamp_known(
         rows["ts"], step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, tf.scalers.get("season"))
@@ -467,7 +482,7 @@ def _windowed(
         ts_ns=torch.from_numpy(np.array(rows["ts"], dtype=np.int64)),  # a copy: polars gave a read-only view
         real=torch.from_numpy(rows["real"]),
         series_idx=torch.from_numpy(rows["sidx"]),
-        starts=torch.from_numpy(window_starts(first, end, e + d)),
+        starts=torch.from_numpy(window_starts(first, end, e + d) if starts is None else starts()),
         encoder_length=e,
         horizon=d,
         n_known_cont=kr,
