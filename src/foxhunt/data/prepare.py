@@ -420,10 +420,10 @@ def stamp_known(
     (no `season` yet, one to be fitted): tod_vol's column holds the minute of the day until `with_season`."""
     # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
     stamps, inverse = distinct(ts_ns, np.int32 if len(ts_ns) < 2**31 else np.intp)  # (O,), (N,)
+    table, base, index = decoder_grid(stamps, step, d, exchange_tz, intraday)  # (U,), (O,), (O, D) | None
     cal = functools.partial(known_cont, exchange_tz=exchange_tz, intraday=intraday, sessions=sessions, season=season,
                             minutes=minutes)
-    cal32 = cal(stamps)  # (O, Kr)
-    table, base, index = decoder_grid(stamps, step, d, exchange_tz, intraday)  # (U,), (O,), (O, D) | None
+    cal32 = cal(stamps)  # (O, Kr): after the grid, whose temporaries are the larger
     return StampKnown(stamps=stamps, inverse=inverse, cont=cal32, table=table, base=base, index=index,
                       table_cont=table_calendar(table, stamps, base, cal32, cal),
                       minutes=minutes and intraday and not season)
@@ -449,7 +449,8 @@ def window_splits(
     """(W,) the start row of every window of the series' rows [first, end) (window_starts), and the windows' splits
     under `cuts` (assign_splits) from the timestamps `ts_ns` (N,) of their first and last forecast bars."""
     starts = window_starts(first, end, e + d)
-    return starts, assign_splits(ts_ns[starts + e], ts_ns[starts + e + d - 1], *cuts, train_start)
+    # ts_ns[starts + k] read as ts_ns[k:][starts]: no (W,) sum of rows to hold
+    return starts, assign_splits(ts_ns[e:][starts], ts_ns[e + d - 1 :][starts], *cuts, train_start)
 
 
 def _windowed(

@@ -248,9 +248,9 @@ def trailing(
         if minute is None:
             minute = minute_of_day(feats["ts"].dt.epoch("ns").to_numpy(), season["tz"])  # (N,)
         table2 = profile_of_minute(np.arange(MINUTES), season) ** 2  # (MINUTES,)
-        p2, root_p2 = table2[minute], np.sqrt(table2)[minute]
+        p2 = table2[minute]
     else:
-        p2 = root_p2 = None
+        p2 = None
     runs = _runs(sidx)
     # A handful of series, each one run: every expression runs on each series' rows (no window groups to build),
     # the series' scalars as constant columns of its rows only.
@@ -313,9 +313,19 @@ def trailing(
     else:
         part = frame(0, len(sidx), None).select(exprs)
         out = {c: part[c].to_numpy() for c in part.columns}
-    sig = out["vol"]
-    # the volatility expected at the bar: the deseasonalized one times the profile at its time of day
-    sig_scale = out["vol_season"] * root_p2 if season else sig
+    # Each (N,) column goes once read: at the end of the fit the most memory is in use.
+    p2 = None
+    sig = out.pop("vol")
+    log_vol = np.log(sig)
+    if season:  # the volatility expected at the bar: the deseasonalized one times the profile at its time of day
+        vol_season = out.pop("vol_season")
+        log_vol_season = np.log(vol_season)
+        del sig
+        # in place where the column is this function's own (not a read-only view of polars' frame)
+        sig_scale = np.multiply(vol_season, np.sqrt(table2)[minute], out=vol_season if vol_season.flags.writeable
+                                else None)
+    else:
+        sig_scale = sig
     if scaling == "series":
         center, scale = tables["t_center"][sidx], tables["t_scale"][sidx]
     elif target in RETURN_TARGETS:  # price_change: sigma in price units, the trailing volatility of price changes
@@ -324,11 +334,11 @@ def trailing(
         center, scale = np.zeros(len(sidx)), sig_scale / np.sqrt(tables["k"][sidx])
     else:
         center, scale = out["center"], out["scale"]
-    derived = {"log_vol": np.log(sig)}
+    derived = {"log_vol": log_vol}
     if scalers.get("vol_features", False):
         derived.update({c: out[c] for c in VOL_OBSERVED})
     if season:
-        derived["log_vol_season"] = np.log(out["vol_season"])
+        derived["log_vol_season"] = log_vol_season
     return derived, center, scale
 
 
