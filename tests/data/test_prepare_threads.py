@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 import torch
 
-from foxhunt.data import known, prepare
+from foxhunt.data import fitstats, known, prepare
 from foxhunt.data.config import DataConfig
 from foxhunt.data.load import LoadedBars
 from foxhunt.data.prepare import prepare_from_bars
@@ -94,3 +94,29 @@ def test_window_splits_are_the_starts_and_their_splits():
     assert np.array_equal(starts, want)
     ref = assign_splits(ts[want + 4], ts[want + 5], 20 * MIN, 30 * MIN, 0)
     assert all(np.array_equal(split.ids[k], ref.ids[k]) for k in ref.ids) and split.purged == ref.purged
+
+
+@pytest.mark.parametrize("g", [[0, 0, 0, 2, 2, 3], [2, 0, 0, 3, 2, 0]])
+def test_by_series_is_the_gathered_op(g):
+    g = np.array(g * 50)
+    x = np.random.default_rng(5).normal(size=len(g))
+    sel = fitstats.select(np.arange(len(g)) % 7 != 3, g, 5)
+    assert sel.grouped == bool(np.all(np.diff(g) >= 0))
+    xv, per = x[sel.at], np.array([0.5, 2.0, -1.0, 3.0, 7.0])
+    for op in (np.subtract, np.divide):
+        assert np.array_equal(fitstats.by_series(op, xv, sel, per), op(xv, per[sel.g]))
+
+
+def test_season_moments_given_the_squares_are_those_computed():
+    rng = np.random.default_rng(6)
+    n = 3000
+    ts = 1_709_900_000 * 10**9 + np.arange(n) * MIN
+    g = np.repeat(np.arange(3), n // 3)
+    x = np.abs(rng.normal(size=n))
+    keep = rng.random(n) < 0.8
+    kept = fitstats.select(keep, g, 3)
+    x2 = x[kept.at] ** 2
+    squares = (x2, fitstats.squares_of(x[kept.at], kept, "r", x2)["r:sq"])
+    want = fitstats.season_moments(ts, x, np.ones(n, bool), g, 3, keep, CT, kept)
+    got = fitstats.season_moments(ts, x, np.ones(n, bool), g, 3, keep, CT, kept, squares=squares)
+    assert want.keys() == got.keys() and all(np.array_equal(want[k], got[k]) for k in want)

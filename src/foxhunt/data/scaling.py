@@ -157,6 +157,7 @@ def train_moments(
     ret, rng = move_columns(target)  # price units for price_change: its prices may be zero or negative
     kept = select(keep, sidx, s) if kept is None else kept  # the rows of every column without nulls
     mom = {"rows": kept.n}
+    squares = None  # the kept rows' log_range squared and its sums, for the seasonality when it has no nulls
     for c in (ret, rng, "log_volume"):
         col = feats.get_column(c)
         x = col.to_numpy()
@@ -164,11 +165,15 @@ def train_moments(
         xv = x.take(sel.at)
         mom.update(moments_of(xv, sel, c))
         if c != "log_volume":
-            mom.update(squares_of(xv, sel, c))
+            x2 = xv**2
+            mom.update(squares_of(xv, sel, c, x2))
+            if c == "log_range" and sel is kept:
+                squares = (x2, mom["log_range:sq"])
+            del x2
     if season_tz is not None:  # the range, several times less noisy than the squared return, ignores halt gaps
         col = feats.get_column("log_range")
         mom.update(season_moments(feats["ts"].dt.epoch("ns").to_numpy(), col.to_numpy(),
-                                  col.is_not_null().to_numpy(), sidx, s, keep, season_tz, kept, minute))
+                                  col.is_not_null().to_numpy(), sidx, s, keep, season_tz, kept, minute, squares))
     return mom
 
 
