@@ -34,7 +34,6 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from foxhunt.data import parallel
 from foxhunt.data.features import (
     FILL_OBSERVED,
     OBSERVED,
@@ -57,6 +56,7 @@ from foxhunt.data.fitstats import (
 )
 from foxhunt.data.runs import value_runs
 from foxhunt.data.seasonality import MINUTES, minute_of_day, profile_of_minute
+from foxhunt.data.shared import map_shared
 
 VOL_HALFLIFE = 20.0
 VOL_FLOOR = 0.1
@@ -219,7 +219,7 @@ def vol_moments(
     """The per-series sufficient statistics of `trailing`'s inputs (`derived`) over rows where `keep` (`kept`:
     select(keep, sidx, s), when the caller has it). The columns' sums are independent: one per thread."""
     kept = select(keep, sidx, s) if kept is None else kept
-    parts = parallel.map_threads(lambda c: moments_of(derived[c].take(kept.at), kept, c), vol_columns(scalers))
+    parts = map_shared(lambda c: moments_of(derived[c].take(kept.at), kept, c), vol_columns(scalers))
     return {k: v for part in parts for k, v in part.items()}
 
 
@@ -312,15 +312,13 @@ def trailing(
     if by_run:  # each series' results written into the columns as they come: no concatenated frame to copy
         out = {e.meta.output_name(): np.empty(len(sidx)) for e in exprs}
 
-        def run_series(group: list[tuple[int, int, int]]) -> None:
-            for lo, hi, i in group:
-                part = frame(lo, hi, i).select(exprs)
-                for c, col in out.items():
-                    col[lo:hi] = part[c].to_numpy()
+        def run_series(run: tuple[int, int, int]) -> None:
+            lo, hi, i = run
+            part = frame(lo, hi, i).select(exprs)
+            for c, col in out.items():
+                col[lo:hi] = part[c].to_numpy()
 
-        # The series are independent: with two threads each takes every other one (polars runs without the GIL).
-        k = min(parallel.threads(), len(runs))
-        parallel.map_threads(run_series, [runs[t::k] for t in range(k)])
+        map_shared(run_series, runs)  # the series are independent: two threads take them (polars without the GIL)
     else:
         part = frame(0, len(sidx), None).select(exprs)
         out = {c: part[c].to_numpy() for c in part.columns}
@@ -385,7 +383,7 @@ def standardize(
         runs = [(0, len(sidx), None)]
 
     def scale_pieces(pieces: list[tuple[int, int, int | None]]) -> None:
-        y = np.empty(min(len(sidx), PIECE_ROWS))  # float64 work column of a piece, one per thread
+        y = np.empty(min(len(sidx), PIECE_ROWS))  # float64 work column of a piece
         for lo, hi, i in pieces:
             yp = y[: hi - lo]
             for j, (x, m) in enumerate(zip(xs, moments, strict=True)):  # a handful of columns
@@ -399,16 +397,16 @@ def standardize(
                 col[...] = xp  # then 0 where x is NaN or infinite (np.nan_to_num's zeros, cast after)
                 np.copyto(col, np.float32(0.0), where=~np.isfinite(xp))
 
-    # The pieces are independent rows of `obs`: with two threads each takes every other one (neighbours in memory).
+    # The pieces are independent rows of `obs`: two threads take them PIECES_SHARED at a time.
     pieces = _pieces(runs)
-    k = min(parallel.threads(), max(len(pieces), 1))
-    parallel.map_threads(scale_pieces, [pieces[t::k] for t in range(k)])
+    map_shared(scale_pieces, [pieces[a : a + PIECES_SHARED] for a in range(0, len(pieces), PIECES_SHARED)])
     return obs, center.astype(np.float32), scale.astype(np.float32)
 
 
 RUNS_SLICED = 64  # up to this many series, each one run, the trailing EWMAs run series by series
 RUNS_MAX = 4096  # more runs of equal series than this (rows not sorted by series): per-row copies instead
 PIECE_ROWS = 1 << 15  # rows standardized at a time: a piece of the row tensor and the work column stay in cache
+PIECES_SHARED = 4  # pieces a thread takes at a time (one work column each time)
 
 
 def _runs(sidx: np.ndarray) -> list[tuple[int, int, int]] | None:
