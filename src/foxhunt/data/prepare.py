@@ -424,9 +424,11 @@ def stamp_known(
     cal = functools.partial(known_cont, exchange_tz=exchange_tz, intraday=intraday, sessions=sessions, season=season,
                             minutes=minutes)
     cal32 = cal(stamps)  # (O, Kr): after the grid, whose temporaries are the larger
-    return StampKnown(stamps=stamps, inverse=inverse, cont=cal32, table=table, base=base, index=index,
-                      table_cont=table_calendar(table, stamps, base, cal32, cal),
-                      minutes=minutes and intraday and not season)
+    known = StampKnown(stamps=stamps, inverse=inverse, cont=cal32, table=table, base=base, index=index,
+                       table_cont=table_calendar(table, stamps, base, cal32, cal),
+                       minutes=minutes and intraday and not season)
+    release_freed_memory()  # the grid's temporaries: on a pool thread, the fit's trims may have come before them
+    return known
 
 
 def with_season(known: StampKnown, season: dict | None, exchange_tz: str) -> StampKnown:
