@@ -139,3 +139,29 @@ def test_map_shared_keeps_order_and_never_waits_behind_a_busy_pool(monkeypatch):
     assert {n for _, n in names} == {threading.current_thread().name}  # all done here, none waited for the pool
     monkeypatch.setenv("FOXHUNT_DATA_THREADS", "1")
     assert map_shared(lambda x: -x, [1, 2]) == [-1, -2]
+
+
+@pytest.mark.parametrize("season", [None, SEASON])
+def test_stamp_rows_are_the_known_inputs_of_each_bars_timestamp(season):
+    rng = np.random.default_rng(7)
+    start = int(np.datetime64("2024-03-04T14:30", "ns").astype(np.int64))
+    ts = np.concatenate([start + np.sort(rng.choice(3000, n, replace=False)) * MIN for n in (2000, 1500)])
+    ts[100] += 17 * 10**9  # a stamp off the minute grid: no forecast grid lands on it
+    sk = prepare.stamp_known(ts, MIN, 3, CT, True, False, season, minutes=season is None)
+    assert len(sk.extra_ts) >= 2  # the first stamp and the one off the grid
+    sk = prepare.with_season(sk, SEASON, CT)
+    out = np.zeros((len(ts), 9), dtype=np.float32)
+    prepare.stamp_rows(sk, out[:, 1:7])
+    want = known.known_cont(ts, CT, True, False, SEASON)  # (N, Kr) straight from the definition
+    assert np.array_equal(out[:, 1:7], want) and not out[:, [0, 7, 8]].any()
+
+
+def test_take_rows_via_an_index_is_the_composed_gather(monkeypatch):
+    rng = np.random.default_rng(8)
+    src = rng.normal(size=(30, 2)).astype(np.float32)
+    via = rng.integers(0, 30, 12)
+    idx = rng.integers(0, 12, 100)
+    monkeypatch.setattr(prepare, "TAKE_ROWS", 7)
+    for out in (np.zeros((100, 2), dtype=np.float32), np.zeros((100, 5), dtype=np.float32)[:, 1:3]):
+        prepare.take_rows(src, idx, out, via=via)
+        assert np.array_equal(out, src[via[idx]])
