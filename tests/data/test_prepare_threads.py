@@ -165,3 +165,18 @@ def test_take_rows_via_an_index_is_the_composed_gather(monkeypatch):
     for out in (np.zeros((100, 2), dtype=np.float32), np.zeros((100, 5), dtype=np.float32)[:, 1:3]):
         prepare.take_rows(src, idx, out, via=via)
         assert np.array_equal(out, src[via[idx]])
+
+
+def test_map_shared_raises_the_items_error_and_stops_taking_items(monkeypatch):
+    monkeypatch.setenv("FOXHUNT_DATA_THREADS", "2")
+    done = []
+
+    def fn(x: int) -> int:
+        if x == 0:
+            raise ValueError("bad item")
+        done.append(x)
+        return x
+
+    with pytest.raises(ValueError, match="bad item"):
+        map_shared(fn, range(1000))
+    assert len(done) < 999  # the pool thread stopped short of the rest

@@ -25,17 +25,26 @@ def map_shared(fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
     out: list[Any] = [None] * len(items)
     queue = iter(enumerate(items))
     lock = threading.Lock()
+    stop = threading.Event()  # set when an item fails: neither thread takes another
 
     def work() -> None:
-        while True:
+        while not stop.is_set():
             with lock:
                 nxt = next(queue, None)
             if nxt is None:
                 return
-            out[nxt[0]] = fn(nxt[1])
+            try:
+                out[nxt[0]] = fn(nxt[1])
+            except BaseException:
+                stop.set()
+                raise
 
     helper = parallel.submit(work)
-    work()
-    if not helper.cancel():  # started: it is finishing its last item
+    try:
+        work()
+    except BaseException:
+        helper.cancel()
+        raise
+    if not helper.cancel():  # started: it is finishing its last item (or raises the error of one)
         helper.result()
     return out
