@@ -65,9 +65,10 @@ def raw_features(bars: pl.DataFrame, adjust: str, target: str, columns: Collecti
     out = bars.with_columns(first.alias("first"), roll.fill_null(False).cast(pl.Float64).alias("roll"))
     if "own_close" in bars.columns:
         high, low = pl.col("own_high"), pl.col("own_low")
-        ret = (pl.col("own_close") / pl.col("own_close").shift(1)).log() - pl.col("roll_log_ratio")
-        change = pl.col("own_close") - pl.col("own_close").shift(1) - pl.col("roll_gap")
-        zero_ret, zero_change = pl.col("first") | ret.is_null(), pl.col("first") | change.is_null()
+        # 0 where there is no pair (null): filled, not tested with is_null, so that the log is taken once
+        ret = ((pl.col("own_close") / pl.col("own_close").shift(1)).log() - pl.col("roll_log_ratio")).fill_null(0.0)
+        change = (pl.col("own_close") - pl.col("own_close").shift(1) - pl.col("roll_gap")).fill_null(0.0)
+        zero_ret = zero_change = pl.col("first")
     else:
         high, low = pl.col("high"), pl.col("low")
         ret = (pl.col("close") / pl.col("close").shift(1)).log()

@@ -34,13 +34,28 @@ class Selected:
     at: np.ndarray
     g: np.ndarray
     n: np.ndarray
+    grouped: bool = False  # g never decreases: each series' rows are one run, in series order
 
 
 def select(valid: np.ndarray, g: np.ndarray, s: int) -> Selected:
     """The rows of (N,) bool `valid` with series index `g` (N,) among `s` series."""
     at = np.flatnonzero(valid)
     gv = g.take(at)
-    return Selected(at=at, g=gv, n=np.bincount(gv, minlength=s))
+    return Selected(at=at, g=gv, n=np.bincount(gv, minlength=s), grouped=bool(np.all(gv[1:] >= gv[:-1])))
+
+
+def by_series(op: np.ufunc, xv: np.ndarray, sel: Selected, per: np.ndarray) -> np.ndarray:
+    """op(xv, per[sel.g]) (K,) for values `xv` (K,) of the rows `sel` and a (S,) table `per`. Rows grouped by series
+    take each series' value as a scalar over its run: the same float op per element, no (K,) gather."""
+    if not sel.grouped:
+        return op(xv, per[sel.g])
+    out = np.empty(len(xv), dtype=np.result_type(xv, per))
+    lo = 0
+    for i, n in enumerate(sel.n.tolist()):  # a handful of series
+        if n:
+            op(xv[lo : lo + n], per[i], out=out[lo : lo + n])
+            lo += n
+    return out
 
 
 def column_moments(x: np.ndarray, valid: np.ndarray, g: np.ndarray, s: int, name: str) -> dict[str, np.ndarray]:
@@ -54,7 +69,8 @@ def moments_of(xv: np.ndarray, sel: Selected, name: str) -> dict[str, np.ndarray
     s = len(sel.n)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.bincount(sel.g, weights=xv, minlength=s) / sel.n
-    m2 = np.bincount(sel.g, weights=(xv - mean[sel.g]) ** 2, minlength=s)
+    dev = by_series(np.subtract, xv, sel, mean)  # (K,)
+    m2 = np.bincount(sel.g, weights=np.square(dev, out=dev), minlength=s)
     return {f"{name}:n": sel.n, f"{name}:mean": mean, f"{name}:m2": m2}
 
 
@@ -64,9 +80,10 @@ def square_sums(x: np.ndarray, valid: np.ndarray, g: np.ndarray, s: int, name: s
     return squares_of(x.take(sel.at), sel, name)
 
 
-def squares_of(xv: np.ndarray, sel: Selected, name: str) -> dict[str, np.ndarray]:
-    """`square_sums` of the values `xv` (K,) of the rows `sel`."""
-    return {f"{name}:sq_n": sel.n, f"{name}:sq": np.bincount(sel.g, weights=xv**2, minlength=len(sel.n))}
+def squares_of(xv: np.ndarray, sel: Selected, name: str, squares: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """`square_sums` of the values `xv` (K,) of the rows `sel` (`squares`: xv**2, when the caller has it)."""
+    squares = xv**2 if squares is None else squares
+    return {f"{name}:sq_n": sel.n, f"{name}:sq": np.bincount(sel.g, weights=squares, minlength=len(sel.n))}
 
 
 def pooled(n: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> tuple[int, float, float]:
@@ -133,24 +150,30 @@ def sum_in_order(a: np.ndarray) -> float:
 
 
 def season_moments(ts_ns: np.ndarray, log_range: np.ndarray, valid: np.ndarray, g: np.ndarray, s: int,
-                   keep: np.ndarray, tz: str, kept: Selected | None = None, minute: np.ndarray | None = None
-                   ) -> dict[str, np.ndarray]:
+                   keep: np.ndarray, tz: str, kept: Selected | None = None, minute: np.ndarray | None = None,
+                   squares: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Per series (S, MINUTES) sums and counts by minute of the day of the squared range in units of the series'
     mean over the training rows (`keep`; the mean over those also `valid`, not null), and the (S,) sums behind
-    that mean. `kept`: `select(keep, g, s)`; `minute`: (N,) minute_of_day(ts_ns, tz); each when the caller has it."""
+    that mean. `kept`: `select(keep, g, s)`; `minute`: (N,) minute_of_day(ts_ns, tz); `squares`: the kept rows'
+    squared ranges (K,) and their sums by series (S,), where every kept row is valid; each when the caller has it."""
     kept = select(keep, g, s) if kept is None else kept
-    x = log_range.take(kept.at)  # (K,) the training rows: the only ones summed
-    both = valid.take(kept.at)
-    sq = squares_of(x, kept, "season") if both.all() else square_sums(log_range, keep & valid, g, s, "season")
+    if squares is not None:
+        x2, sq = squares[0], {"season:sq_n": kept.n, "season:sq": squares[1]}
+    else:
+        x = log_range.take(kept.at)  # (K,) the training rows: the only ones summed
+        both = valid.take(kept.at)
+        x2 = x**2
+        sq = squares_of(x, kept, "season", x2) if both.all() else square_sums(log_range, keep & valid, g, s, "season")
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = sq["season:sq"] / sq["season:sq_n"]
     scale = np.array([_safe(m, 1.0) for m in mean.tolist()])  # (S,)
     with np.errstate(invalid="ignore", divide="ignore"):
-        proxy = x**2 / scale[kept.g]
+        proxy = by_series(np.divide, x2, kept, scale)
     use = np.isfinite(proxy)
-    at = kept.at[use]
-    cell = kept.g[use] * MINUTES + (minute_of_day(ts_ns.take(at), tz) if minute is None else minute.take(at))
-    sums = np.bincount(cell, weights=proxy[use], minlength=s * MINUTES).reshape(s, MINUTES)
+    every = bool(use.all())  # the usual case: no row to mask out
+    at, gu, pu = (kept.at, kept.g, proxy) if every else (kept.at[use], kept.g[use], proxy[use])
+    cell = gu * MINUTES + (minute_of_day(ts_ns.take(at), tz) if minute is None else minute.take(at))
+    sums = np.bincount(cell, weights=pu, minlength=s * MINUTES).reshape(s, MINUTES)
     counts = np.bincount(cell, minlength=s * MINUTES).reshape(s, MINUTES)
     return {**sq, "season:sums": sums, "season:counts": counts}
 

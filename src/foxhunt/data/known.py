@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from foxhunt.data.calendar import calendar_at, calendar_columns, future_timestamps, local_ns
-from foxhunt.data.seasonality import profile_at, profile_of_minute, wall_minute
+from foxhunt.data.seasonality import MINUTES, profile_at, profile_of_minute, wall_minute
 
 CHUNK_CELLS = 1 << 24  # grid timestamps (origins x steps) computed at a time: at most 128 MiB of int64 at once
 CHUNK_ROWS = 1 << 16  # timestamps whose known inputs (or distinct ranks) are computed at a time (512 KiB a column)
@@ -47,13 +47,17 @@ def decoder_timestamps(origin_ns: np.ndarray, step_ns: int, horizon: int, intrad
 
 
 def known_columns(
-    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None = None
+    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None = None,
+    *, minutes: bool = False,
 ) -> dict[str, np.ndarray]:
     """The known continuous inputs of timestamps `ts_ns`: the calendar, then (with a fitted time-of-day profile,
-    seasonality.py) `tod_vol`, the log relative volatility of the profile at each timestamp."""
+    seasonality.py) `tod_vol`, the log relative volatility of the profile at each timestamp. `minutes` (intraday,
+    no profile yet): in tod_vol's place the minute of the day in `exchange_tz` (see `known_cont`)."""
     wall = local_ns(ts_ns, exchange_tz) if intraday else None  # once, for the calendar and the profile
     cal = calendar_at(ts_ns, wall, sessions)
-    if season:
+    if minutes and wall is not None and not season:
+        cal["tod_vol"] = wall_minute(wall)
+    elif season:
         same = wall is not None and season["tz"] == exchange_tz
         cal["tod_vol"] = np.log(profile_of_minute(wall_minute(wall), season) if same else profile_at(ts_ns, season))
     return cal
@@ -121,33 +125,54 @@ def decoder_grid(
 
 
 def known_cont(
-    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None = None
+    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None = None,
+    minutes: bool = False,
 ) -> np.ndarray:
     """(U, Kr) float32 `known_columns` of timestamps `ts_ns` (U,), computed CHUNK_ROWS at a time so that the
-    float64 columns stay small. Each value is a function of its own timestamp: any order, any chunking."""
-    kr = len(calendar_columns(intraday, sessions)) + bool(season)
+    float64 columns stay small. Each value is a function of its own timestamp: any order, any chunking.
+
+    `minutes` (intraday, no `season`): one more column, where tod_vol goes, holding each timestamp's minute of the day
+    in `exchange_tz` (exact in float32), for `season_column` to turn into tod_vol once the profile is fitted."""
+    minutes = minutes and intraday and not season
+    kr = len(calendar_columns(intraday, sessions)) + bool(season or minutes)
     cont = np.empty((len(ts_ns), kr), dtype=np.float32)  # (U, Kr)
     for lo in range(0, len(ts_ns), CHUNK_ROWS):
         sl = slice(lo, min(lo + CHUNK_ROWS, len(ts_ns)))
-        for j, col in enumerate(known_columns(ts_ns[sl], exchange_tz, intraday, sessions, season).values()):
+        cols = known_columns(ts_ns[sl], exchange_tz, intraday, sessions, season, minutes=minutes)
+        for j, col in enumerate(cols.values()):
             cont[sl, j] = col
     return cont
 
 
-def distinct(ts_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(O,) sorted distinct values of `ts_ns` (N,), and (N,) the position of each value among them.
+def season_column(cont: np.ndarray, ts_ns: np.ndarray, season: dict, exchange_tz: str) -> None:
+    """Replace the minutes that `known_cont(..., minutes=True)` left in the last column of `cont` (U, Kr) with
+    tod_vol of the profile `season`, the value `known_columns` gives the timestamps `ts_ns` (U,) under it: the log
+    of the profile at the minute, each of the 1440 logs taken once."""
+    col = cont[:, -1]  # (U,) strided
+    if season["tz"] != exchange_tz:  # the profile's own zone: minutes of the exchange's are no use
+        col[...] = np.log(profile_at(ts_ns, season))
+        return
+    log_profile = np.log(profile_of_minute(np.arange(MINUTES), season))  # (MINUTES,)
+    for lo in range(0, len(col), CHUNK_ROWS):
+        part = col[lo : lo + CHUNK_ROWS]
+        part[...] = log_profile[part.astype(np.intp)]
+
+
+def distinct(ts_ns: np.ndarray, dtype: type = np.intp) -> tuple[np.ndarray, np.ndarray]:
+    """(O,) sorted distinct values of `ts_ns` (N,), and (N,) the position of each value among them, as `dtype`
+    (np.int32 halves what it holds while it waits to be used).
 
     Rows sorted by (series, ts) are a few sorted runs, which a stable (merge) sort takes in about one pass; each
     row's position is the rank of its value, scattered back through the sort order (no search of the values)."""
     if len(ts_ns) == 0:
-        return np.sort(ts_ns), np.zeros(0, dtype=np.intp)
+        return np.sort(ts_ns), np.zeros(0, dtype=dtype)
     order = np.argsort(ts_ns, kind="stable")  # (N,)
     new = np.empty(len(order), dtype=bool)  # (N,) first of its value in sorted order
     new[0] = True
     for lo in range(1, len(order), CHUNK_ROWS):  # the sorted values a piece at a time: no (N,) sorted copy
         ordered = ts_ns[order[lo - 1 : lo + CHUNK_ROWS]]
         np.not_equal(ordered[1:], ordered[:-1], out=new[lo : lo + CHUNK_ROWS])
-    inverse = np.empty(len(order), dtype=np.intp)
+    inverse = np.empty(len(order), dtype=dtype)
     rank = -1
     for lo in range(0, len(order), CHUNK_ROWS):  # each row's rank, scattered back through the order
         ranks = np.cumsum(new[lo : lo + CHUNK_ROWS]) + rank

@@ -19,6 +19,7 @@ import polars as pl
 import torch
 
 from foxhunt.allocator import release_freed_memory
+from foxhunt.data import parallel
 from foxhunt.data.calendar import (
     DAILY_MIN_SPACING_NS,
     calendar_columns,
@@ -27,7 +28,7 @@ from foxhunt.data.calendar import (
 )
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, raw_features
-from foxhunt.data.known import DecoderKnown, decoder_grid, distinct, known_cont
+from foxhunt.data.known import DecoderKnown, decoder_grid, distinct, known_cont, season_column
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.order import run_starts, sort_keys
 from foxhunt.data.runs import run_lengths
@@ -145,10 +146,20 @@ def prepare_from_bars(
     keep = dict.fromkeys((*FEATURE_COLUMNS, *move_columns(target), *(("filled",) if fill_gaps else ())))
     feats = raw_features(bars, cfg.adjust, target, columns=keep).select(list(keep))
     del bars
+    # One chunk per column (the loader's frame may come in several): each of the fit, the scaling and the target
+    # reads its columns as numpy views then, where a column of two chunks is copied at every read. "target" is the
+    # target's own column under another name: dropped first, as a rechunk would copy the two apart.
+    feats = feats.drop("target").rechunk()
+    # The known inputs depend on the timestamps and the grid alone: on a second thread they are computed while the
+    # scalers are fitted and applied (serially they wait for _windowed, so as not to be held through the fit).
+    step = (transform.bar_spacing_ns if transform is not None else 0) or spacing  # the model's bar interval
+    pending = None if for_prediction or parallel.threads() <= 1 else parallel.submit(
+        _boxed, stamp_known, ts_ns, step, d, cfg.exchange_tz if transform is None else transform.exchange_tz, intraday,
+        cfg.calendar_features if transform is None else transform.calendar_features,
+        None if transform is None else transform.scalers.get("season"), transform is None and cfg.seasonality)
     trail = None  # the trailing inputs, when fitting computed them
     if transform is None:
         train_mask = (ts_ns < cuts[0]) & (ts_ns >= train_start_ns(cfg))
-        has_train = np.bincount(sidx[train_mask & ~feats["first"].to_numpy()], minlength=len(names)) > 0
         scalers, trail = fit_and_trail(
             feats,
             names,
@@ -163,7 +174,8 @@ def prepare_from_bars(
             season_tz=cfg.exchange_tz if cfg.seasonality and intraday else None,
         )
         transform = FittedTransform(
-            series_vocab=tuple(n for n, ok in zip(names, has_train, strict=True) if ok),
+            # the series with training rows: those the fit gave scalers of their own
+            series_vocab=tuple(n for n in names if n in scalers["series"]),
             scalers=scalers,
             target=target,
             scaling=scaling,
@@ -178,7 +190,7 @@ def prepare_from_bars(
     del trail
     rows = {
         "cont": cont,
-        "target": feats["target"].to_numpy().astype(np.float32),
+        "target": feats[target].to_numpy().astype(np.float32),
         "center": center,
         "scale": scale,
         "ts": ts_ns,
@@ -187,13 +199,17 @@ def prepare_from_bars(
     }
     roll_bars = int(feats["roll"].sum())
     del feats  # not read past here: gone before the row tensors are built
-    step = transform.bar_spacing_ns or spacing  # the model's bar interval: the same grid in training and prediction
     if for_prediction:
         rows = _extend(
             rows, first, end, d, future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz)
         )
         first, end = series_bounds(rows["sidx"])  # each series now ends d rows later
-    windows = _windowed(rows, first, end, names, transform, e, d, step, )
+    # The windows and their splits follow from the timestamps alone: on a second thread while _windowed runs.
+    planned = None if for_prediction else parallel.submit(
+        window_splits, rows["ts"], first, end, e, d, cuts, train_start_ns(cfg))
+    windows = _windowed(rows, first, end, names, transform, e, d, step, None if pending is None else pending.result(),
+                        None if planned is None else lambda: planned.result()[0])
+    del pending
     if for_prediction:
         split = SplitResult(
             ids={
@@ -204,8 +220,8 @@ def prepare_from_bars(
             purged={"train": 0, "val": 0},
         )
     else:
-        starts = windows.starts.numpy()
-        split = assign_splits(rows["ts"][starts + e], rows["ts"][starts + e + d - 1], *cuts, train_start_ns(cfg))
+        split = planned.result()[1]
+        del planned
         check_splits(split, cuts, cfg, ts_ns)
     schema = feature_schema(transform, e, d, cfg.adjust)
     windows.check_codes(schema)
@@ -376,26 +392,105 @@ def known_width(tf: FittedTransform) -> int:
     return len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(tf.scalers.get("season"))
 
 
+@dataclass(frozen=True)
+class StampKnown:
+    """The known inputs of the bars' own timestamps and of the forecast grid after each (`stamp_known`): functions
+    of the timestamps, the grid step and the calendar settings alone, so they can be computed before the scalers.
+
+    A bar's timestamp is nearly always a grid point of an earlier one, so the bars take their known inputs from the
+    grid's table; only the stamps no grid lands on (the first one at least) have rows of their own.
+    inverse: (N,) each bar's distinct stamp; row: (O,) int32 each stamp's row in the table, or U + its row in extra.
+    table, base, index: the grid (known.decoder_grid); table_cont: (U, Kr) float32 known inputs of its timestamps.
+    extra_ts: (E,) the stamps not in the table; extra_cont: (E, Kr) their known inputs.
+    minutes: the last column of table_cont and extra_cont holds the minute of the day, not yet tod_vol
+    (`with_season`)."""
+
+    inverse: np.ndarray
+    row: np.ndarray
+    table: np.ndarray
+    base: np.ndarray
+    index: np.ndarray | None
+    table_cont: np.ndarray
+    extra_ts: np.ndarray
+    extra_cont: np.ndarray
+    minutes: bool = False
+
+
+def stamp_known(
+    ts_ns: np.ndarray, step: int, d: int, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None,
+    minutes: bool = False,
+) -> StampKnown:
+    """The known inputs of bars at `ts_ns` (N,) and of the `d` grid steps after each (see StampKnown). `minutes`
+    (no `season` yet, one to be fitted): tod_vol's column holds the minute of the day until `with_season`."""
+    # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
+    stamps, inverse = distinct(ts_ns, np.int32 if len(ts_ns) < 2**31 else np.intp)  # (O,), (N,)
+    table, base, index = decoder_grid(stamps, step, d, exchange_tz, intraday)  # (U,), (O,), (O, D) | None
+    cal = functools.partial(known_cont, exchange_tz=exchange_tz, intraday=intraday, sessions=sessions, season=season,
+                            minutes=minutes)
+    table_cont = cal(table)  # (U, Kr): after the grid, whose temporaries are the larger
+    at = base - 1  # (O,) a stamp in the table sits right before the grid's first step after it
+    found = (at >= 0) & (table[np.maximum(at, 0)] == stamps) if len(table) else np.zeros(len(stamps), dtype=bool)
+    missing = np.flatnonzero(~found)  # (E,)
+    row = at.astype(np.int64 if len(table) + len(missing) >= 2**31 else np.int32)
+    row[missing] = len(table) + np.arange(len(missing))
+    known = StampKnown(inverse=inverse, row=row, table=table, base=base, index=index, table_cont=table_cont,
+                       extra_ts=stamps[missing], extra_cont=cal(stamps[missing]),
+                       minutes=minutes and intraday and not season)
+    release_freed_memory()  # the grid's temporaries: on a pool thread, the fit's trims may have come before them
+    return known
+
+
+def with_season(known: StampKnown, season: dict | None, exchange_tz: str) -> StampKnown:
+    """`known` with tod_vol of the fitted profile `season` in place of the minutes it held (in place)."""
+    if known.minutes:
+        season_column(known.table_cont, known.table, season, exchange_tz)
+        season_column(known.extra_cont, known.extra_ts, season, exchange_tz)
+    return known
+
+
+def stamp_rows(known: StampKnown, out: np.ndarray) -> None:
+    """out[i] = the known inputs (Kr,) of bar i's timestamp, into `out` (N, Kr) (columns of the row tensor)."""
+    take_rows(known.table_cont, known.inverse, out, via=known.row)  # the stamps past the table clipped, then:
+    u = len(known.table)
+    if len(known.extra_ts):
+        at = np.flatnonzero((known.row >= u)[known.inverse])  # (M,) the bars at a stamp not in the table
+        out[at] = known.extra_cont[known.row[known.inverse[at]] - u]
+
+
+def _boxed(fn: Callable[..., Any], *args: Any) -> list:
+    """[fn(*args)]: a list its taker pops the value from, so that the future holding the list keeps no reference."""
+    return [fn(*args)]
+
+
+def window_splits(
+    ts_ns: np.ndarray, first: np.ndarray, end: np.ndarray, e: int, d: int, cuts: tuple[int, int | None],
+    train_start: int,
+) -> tuple[np.ndarray, SplitResult]:
+    """(W,) the start row of every window of the series' rows [first, end) (window_starts), and the windows' splits
+    under `cuts` (assign_splits) from the timestamps `ts_ns` (N,) of their first and last forecast bars."""
+    starts = window_starts(first, end, e + d)
+    # ts_ns[starts + k] read as ts_ns[k:][starts]: no (W,) sum of rows to hold
+    return starts, assign_splits(ts_ns[e:][starts], ts_ns[e + d - 1 :][starts], *cuts, train_start)
+
+
 def _windowed(
     rows: dict, first: np.ndarray, end: np.ndarray, names: list[str], tf: FittedTransform, e: int, d: int,
-    step: int,
+    step: int, known_stamps: list[StampKnown] | None = None, starts: Callable[[], np.ndarray] | None = None,
 ) -> WindowedData:
     """The row tensors (calendar columns first, then observed inputs: `rows["cont"]` holds those already), the known
     inputs of the forecast steps of every origin (from the origin's timestamp and the grid `step` alone) and the
-    window index over them."""
-    season, kr = tf.scalers.get("season"), known_width(tf)
-    # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
-    stamps, inverse = distinct(rows["ts"])  # (O,), (N,)
-    cal = functools.partial(known_cont, exchange_tz=tf.exchange_tz, intraday=tf.intraday,
-                            sessions=tf.calendar_features, season=season)
-    cal32 = cal(stamps)  # (O, Kr)
+    window index over them. `known_stamps`: [`stamp_known` of `rows["ts"]` under `tf`] when the caller has it, popped
+    here (its stamps' arrays go once used); `starts`: gives window_starts(first, end, e + d), when the caller has
+    them computed (on another thread)."""
+    kr = known_width(tf)
+    sk = known_stamps.pop() if known_stamps else stamp_known(
+        rows["ts"], step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, tf.scalers.get("season"))
+    sk = with_season(sk, tf.scalers.get("season"), tf.exchange_tz)
     cont = rows.pop("cont")  # (N, Kr + Or)
-    take_rows(cal32, inverse, cont[:, :kr])
-    table, base, index = decoder_grid(stamps, step, d, tf.exchange_tz, tf.intraday)  # (U,), (O,), (O, D) | None
-    known = DecoderKnown(cont=table_calendar(table, stamps, base, cal32, cal), ts=table, base=base[inverse],
-                         index=None if index is None else index[inverse])
-    del base, index
-    del stamps, inverse, cal32
+    stamp_rows(sk, cont[:, :kr])
+    known = DecoderKnown(cont=sk.table_cont, ts=sk.table, base=sk.base[sk.inverse],
+                         index=None if sk.index is None else sk.index[sk.inverse])
+    del sk
     release_freed_memory()  # the grid's and the calendar's temporaries, before the last row tensors
     codes = tf.code(names)[rows["sidx"]]  # (N,)
     return WindowedData(
@@ -408,7 +503,7 @@ def _windowed(
         ts_ns=torch.from_numpy(np.array(rows["ts"], dtype=np.int64)),  # a copy: polars gave a read-only view
         real=torch.from_numpy(rows["real"]),
         series_idx=torch.from_numpy(rows["sidx"]),
-        starts=torch.from_numpy(window_starts(first, end, e + d)),
+        starts=torch.from_numpy(window_starts(first, end, e + d) if starts is None else starts()),
         encoder_length=e,
         horizon=d,
         n_known_cont=kr,
@@ -441,22 +536,24 @@ def table_calendar(
 TAKE_ROWS = 1 << 16  # rows take_rows gathers into a contiguous buffer before copying them into place
 
 
-def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
+def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray, via: np.ndarray | None = None) -> None:
     """out[i] = src[idx[i]] for float32 rows `src` (U, K) into `out` (N, K), columns of a wider C-order array: each
-    row is taken as one opaque K * 4-byte item, with no (N, K) temporary.
+    row is taken as one opaque K * 4-byte item, with no (N, K) temporary. `via`: src[via[idx[i]]] instead, `via`
+    read TAKE_ROWS rows at a time (no (N,) index to hold); an index past `src` takes its last row.
 
     np.take writes a strided `out` through a contiguous copy of all of it (copied in, then written back: 2M rows,
     twice 44 MB); TAKE_ROWS rows at a time into one small buffer, each then copied into place, cost half the time."""
     row = np.dtype((np.void, src.shape[1] * 4))
     items = np.ascontiguousarray(src).view(row)[:, 0]  # (U,)
     dest = out.view(np.uint8).view(row)[:, 0]  # (N,) strided
-    if dest.flags.c_contiguous:
+    if dest.flags.c_contiguous and via is None:
         np.take(items, idx, out=dest, mode="clip")
         return
     buf = np.empty(min(len(idx), TAKE_ROWS), dtype=row)
     for lo in range(0, len(idx), TAKE_ROWS):
         part = buf[: min(len(idx) - lo, TAKE_ROWS)]
-        np.take(items, idx[lo : lo + len(part)], out=part, mode="clip")
+        at = idx[lo : lo + len(part)]
+        np.take(items, at if via is None else via[at], out=part, mode="clip")
         dest[lo : lo + len(part)] = part
 
 

@@ -45,6 +45,7 @@ from foxhunt.data.features import (
     move_columns,
 )
 from foxhunt.data.fitstats import (
+    Selected,
     moments_of,
     range_k,
     season_moments,
@@ -55,6 +56,7 @@ from foxhunt.data.fitstats import (
 )
 from foxhunt.data.runs import value_runs
 from foxhunt.data.seasonality import MINUTES, minute_of_day, profile_of_minute
+from foxhunt.data.shared import map_shared
 
 VOL_HALFLIFE = 20.0
 VOL_FLOOR = 0.1
@@ -134,25 +136,28 @@ def fit_and_trail(
     # Intraday with a profile: each bar's minute of the day, once for the profile's sums and the trailing inputs.
     minute = None if season_tz is None else minute_of_day(feats["ts"].dt.epoch("ns").to_numpy(), season_tz).astype(
         np.int16)  # (N,) 0..1439: int16 keeps it small while it is held
-    mom = train_moments(feats, sidx, len(names), keep, target, season_tz, minute=minute)
+    kept = select(keep, sidx, len(names))  # the training rows, for both passes of sums
+    mom = train_moments(feats, sidx, len(names), keep, target, season_tz, minute=minute, kept=kept)
     scalers = first_scalers(mom, names, target, halflife, estimator, vol_features, fill_gaps, season_tz)
     # log_vol (and the vol features) are seeded from the return std just fitted: a second pass over the same rows.
     trail = trailing(feats, names, sidx, scalers, target, scaling, minute=minute)
     del minute
-    add_vol_stats(scalers, vol_moments(trail[0], sidx, len(names), keep, scalers), names, mom["rows"] > 0)
+    add_vol_stats(scalers, vol_moments(trail[0], sidx, len(names), keep, scalers, kept=kept), names, mom["rows"] > 0)
     return scalers, trail
 
 
 def train_moments(
     feats: pl.DataFrame, sidx: np.ndarray, s: int, keep: np.ndarray, target: str, season_tz: str | None,
-    *, minute: np.ndarray | None = None,
+    *, minute: np.ndarray | None = None, kept: Selected | None = None,
 ) -> dict[str, np.ndarray]:
     """The per-series sufficient statistics (fitstats.py) of the first fit over rows where `keep` (training rows
     but each series' first): (S,) arrays, so that those of consecutive series groups concatenate. `minute`: each
-    row's minute of the day in `season_tz` (seasonality.minute_of_day), when the caller has it."""
+    row's minute of the day in `season_tz` (seasonality.minute_of_day), `kept`: select(keep, sidx, s), each when the
+    caller has it."""
     ret, rng = move_columns(target)  # price units for price_change: its prices may be zero or negative
-    kept = select(keep, sidx, s)  # the rows of every column without nulls
+    kept = select(keep, sidx, s) if kept is None else kept  # the rows of every column without nulls
     mom = {"rows": kept.n}
+    squares = None  # the kept rows' log_range squared and its sums, for the seasonality when it has no nulls
     for c in (ret, rng, "log_volume"):
         col = feats.get_column(c)
         x = col.to_numpy()
@@ -160,11 +165,15 @@ def train_moments(
         xv = x.take(sel.at)
         mom.update(moments_of(xv, sel, c))
         if c != "log_volume":
-            mom.update(squares_of(xv, sel, c))
+            x2 = xv**2
+            mom.update(squares_of(xv, sel, c, x2))
+            if c == "log_range" and sel is kept:
+                squares = (x2, mom["log_range:sq"])
+            del x2
     if season_tz is not None:  # the range, several times less noisy than the squared return, ignores halt gaps
         col = feats.get_column("log_range")
         mom.update(season_moments(feats["ts"].dt.epoch("ns").to_numpy(), col.to_numpy(),
-                                  col.is_not_null().to_numpy(), sidx, s, keep, season_tz, kept, minute))
+                                  col.is_not_null().to_numpy(), sidx, s, keep, season_tz, kept, minute, squares))
     return mom
 
 
@@ -204,11 +213,14 @@ def vol_columns(scalers: dict) -> tuple[str, ...]:
 
 
 def vol_moments(
-    derived: dict[str, np.ndarray], sidx: np.ndarray, s: int, keep: np.ndarray, scalers: dict
+    derived: dict[str, np.ndarray], sidx: np.ndarray, s: int, keep: np.ndarray, scalers: dict,
+    *, kept: Selected | None = None,
 ) -> dict[str, np.ndarray]:
-    """The per-series sufficient statistics of `trailing`'s inputs (`derived`) over rows where `keep`."""
-    kept = select(keep, sidx, s)
-    return {k: v for c in vol_columns(scalers) for k, v in moments_of(derived[c].take(kept.at), kept, c).items()}
+    """The per-series sufficient statistics of `trailing`'s inputs (`derived`) over rows where `keep` (`kept`:
+    select(keep, sidx, s), when the caller has it). The columns' sums are independent: one per thread."""
+    kept = select(keep, sidx, s) if kept is None else kept
+    parts = map_shared(lambda c: moments_of(derived[c].take(kept.at), kept, c), vol_columns(scalers))
+    return {k: v for part in parts for k, v in part.items()}
 
 
 def add_vol_stats(scalers: dict, mom: dict[str, np.ndarray], names: list[str], present: np.ndarray) -> None:
@@ -241,9 +253,9 @@ def trailing(
         if minute is None:
             minute = minute_of_day(feats["ts"].dt.epoch("ns").to_numpy(), season["tz"])  # (N,)
         table2 = profile_of_minute(np.arange(MINUTES), season) ** 2  # (MINUTES,)
-        p2, root_p2 = table2[minute], np.sqrt(table2)[minute]
+        p2 = table2[minute]
     else:
-        p2 = root_p2 = None
+        p2 = None
     runs = _runs(sidx)
     # A handful of series, each one run: every expression runs on each series' rows (no window groups to build),
     # the series' scalars as constant columns of its rows only.
@@ -299,16 +311,30 @@ def trailing(
     used = {c for e in exprs for c in e.meta.root_names()}  # the scalar columns the expressions read
     if by_run:  # each series' results written into the columns as they come: no concatenated frame to copy
         out = {e.meta.output_name(): np.empty(len(sidx)) for e in exprs}
-        for lo, hi, i in runs:
+
+        def run_series(run: tuple[int, int, int]) -> None:
+            lo, hi, i = run
             part = frame(lo, hi, i).select(exprs)
             for c, col in out.items():
                 col[lo:hi] = part[c].to_numpy()
+
+        map_shared(run_series, runs)  # the series are independent: two threads take them (polars without the GIL)
     else:
         part = frame(0, len(sidx), None).select(exprs)
         out = {c: part[c].to_numpy() for c in part.columns}
-    sig = out["vol"]
-    # the volatility expected at the bar: the deseasonalized one times the profile at its time of day
-    sig_scale = out["vol_season"] * root_p2 if season else sig
+    # Each (N,) column goes once read: at the end of the fit the most memory is in use.
+    p2 = None
+    sig = out.pop("vol")
+    log_vol = np.log(sig)
+    if season:  # the volatility expected at the bar: the deseasonalized one times the profile at its time of day
+        vol_season = out.pop("vol_season")
+        log_vol_season = np.log(vol_season)
+        del sig
+        # in place where the column is this function's own (not a read-only view of polars' frame)
+        sig_scale = np.multiply(vol_season, np.sqrt(table2)[minute], out=vol_season if vol_season.flags.writeable
+                                else None)
+    else:
+        sig_scale = sig
     if scaling == "series":
         center, scale = tables["t_center"][sidx], tables["t_scale"][sidx]
     elif target in RETURN_TARGETS:  # price_change: sigma in price units, the trailing volatility of price changes
@@ -317,11 +343,11 @@ def trailing(
         center, scale = np.zeros(len(sidx)), sig_scale / np.sqrt(tables["k"][sidx])
     else:
         center, scale = out["center"], out["scale"]
-    derived = {"log_vol": np.log(sig)}
+    derived = {"log_vol": log_vol}
     if scalers.get("vol_features", False):
         derived.update({c: out[c] for c in VOL_OBSERVED})
     if season:
-        derived["log_vol_season"] = np.log(out["vol_season"])
+        derived["log_vol_season"] = log_vol_season
     return derived, center, scale
 
 
@@ -355,25 +381,32 @@ def standardize(
     if runs is None:  # rows not grouped by series: per-row copies of the scalars
         moments = [m if m is None else (m[0][sidx], m[1][sidx]) for m in moments]
         runs = [(0, len(sidx), None)]
-    y = np.empty(min(len(sidx), PIECE_ROWS))  # float64 work column of a piece
-    for lo, hi, i in _pieces(runs):
-        yp = y[: hi - lo]
-        for j, (x, m) in enumerate(zip(xs, moments, strict=True)):  # a handful of columns
-            xp = x[lo:hi]
-            if m is not None:
-                mean, std = (m[0][i], m[1][i]) if i is not None else (m[0][lo:hi], m[1][lo:hi])
-                np.subtract(xp, mean, out=yp)
-                np.divide(yp, std, out=yp)
-                xp = yp
-            col = obs[lo:hi, j]
-            col[...] = xp  # then 0 where x is NaN or infinite (np.nan_to_num's zeros, cast after)
-            np.copyto(col, np.float32(0.0), where=~np.isfinite(xp))
+
+    def scale_pieces(pieces: list[tuple[int, int, int | None]]) -> None:
+        y = np.empty(min(len(sidx), PIECE_ROWS))  # float64 work column of a piece
+        for lo, hi, i in pieces:
+            yp = y[: hi - lo]
+            for j, (x, m) in enumerate(zip(xs, moments, strict=True)):  # a handful of columns
+                xp = x[lo:hi]
+                if m is not None:
+                    mean, std = (m[0][i], m[1][i]) if i is not None else (m[0][lo:hi], m[1][lo:hi])
+                    np.subtract(xp, mean, out=yp)
+                    np.divide(yp, std, out=yp)
+                    xp = yp
+                col = obs[lo:hi, j]
+                col[...] = xp  # then 0 where x is NaN or infinite (np.nan_to_num's zeros, cast after)
+                np.copyto(col, np.float32(0.0), where=~np.isfinite(xp))
+
+    # The pieces are independent rows of `obs`: two threads take them PIECES_SHARED at a time.
+    pieces = _pieces(runs)
+    map_shared(scale_pieces, [pieces[a : a + PIECES_SHARED] for a in range(0, len(pieces), PIECES_SHARED)])
     return obs, center.astype(np.float32), scale.astype(np.float32)
 
 
 RUNS_SLICED = 64  # up to this many series, each one run, the trailing EWMAs run series by series
 RUNS_MAX = 4096  # more runs of equal series than this (rows not sorted by series): per-row copies instead
 PIECE_ROWS = 1 << 15  # rows standardized at a time: a piece of the row tensor and the work column stay in cache
+PIECES_SHARED = 4  # pieces a thread takes at a time (one work column each time)
 
 
 def _runs(sidx: np.ndarray) -> list[tuple[int, int, int]] | None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from foxhunt.data import parallel
 from foxhunt.data.runs import value_runs
 from foxhunt.data.schema import FeatureSchema, Role
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from foxhunt.data.windows import SplitResult, WindowedData
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+CHUNK = 1 << 18  # windows read at a time: the summary runs when the most memory is in use, its temporaries stay small
 SPLITS = ("train", "val", "test")
 # What the loader repaired or measured (load.load_bars report keys), shown by `foxhunt inspect`.
 CHECKS = (
@@ -64,13 +66,16 @@ def data_summary(
     spacing_ns: int,
 ) -> dict[str, Any]:
     """Rows, series, contracts, rolls, windows per split, purged windows, split date ranges, features by role."""
+    gaps = parallel.submit(windows.off_grid)  # a pass over every window: on the second core meanwhile
     report = dict(getattr(loaded, "report", {}) or {})
     real = windows.real.numpy()
     sidx = windows.series_idx.numpy()
     ts = windows.ts_ns.numpy()
     starts = windows.starts.numpy()
     s = len(windows.series_names)
-    per_window = np.bincount(sidx[starts], minlength=s) if len(starts) else np.zeros(s, dtype=np.int64)
+    per_window = np.zeros(s, dtype=np.int64)  # windows per series, counted a chunk of windows at a time
+    for lo in range(0, len(starts), CHUNK):
+        per_window += np.bincount(sidx[starts[lo : lo + CHUNK]], minlength=s)
     code = windows.static_cat[:, 0].numpy()
     series = {}
     per_series = _real_rows(sidx, real, ts, s)  # every real row is in one series: these add up to all of them
@@ -85,14 +90,11 @@ def data_summary(
         }
         if name in report.get("series", {}) and "contracts" in report["series"][name]:
             series[name]["contracts"] = _plain(report["series"][name]["contracts"])
-    first_fc = ts[starts + windows.encoder_length] if len(starts) else np.empty(0, np.int64)
-    off_grid = windows.off_grid()
+    first_fc = ts[windows.encoder_length :][starts] if len(starts) else np.empty(0, np.int64)  # ts[starts + E]
     ranges = {}
     for k in SPLITS:
         ids = split.ids[k]
-        ranges[k] = (
-            {"first": iso(first_fc[ids].min()), "last": iso(first_fc[ids].max())} if len(ids) else None
-        )
+        ranges[k] = dict(zip(("first", "last"), map(iso, _span(first_fc, ids)), strict=True)) if len(ids) else None
     return {
         "mode": "predict" if for_prediction else "train",
         "rows_read": int(report.get("rows_read", n_real)),
@@ -103,7 +105,7 @@ def data_summary(
         "bar_interval": report.get("bar_interval") or _interval(spacing_ns),
         "checks": {k: _plain(report.get(k)) for k in CHECKS if k in report},
         "bars_filled": report.get("bars_filled"),  # None: --fill-gaps was off
-        "windows_with_gaps": off_grid,
+        "windows_with_gaps": gaps.result(),
         "intraday": bool(schema.extra.get("intraday", False)),
         "series": series,
         "contracts_kept": _plain(report.get("contracts_kept")),
@@ -121,6 +123,15 @@ def data_summary(
         "ranges": ranges,
         "features": {r.value: [f.name for f in schema.features if f.role == r] for r in Role},
     }
+
+
+def _span(values: np.ndarray, ids: np.ndarray) -> tuple[int, int]:
+    """(min, max) of values[ids] for ids (K,) not empty, taken CHUNK ids at a time."""
+    lo_hi = []
+    for lo in range(0, len(ids), CHUNK):
+        part = values[ids[lo : lo + CHUNK]]
+        lo_hi.append((int(part.min()), int(part.max())))
+    return min(a for a, _ in lo_hi), max(b for _, b in lo_hi)
 
 
 def _real_rows(sidx: np.ndarray, real: np.ndarray, ts: np.ndarray, s: int) -> list[tuple[int, int, int, int]]:

@@ -23,7 +23,7 @@ from foxhunt.data.batch import Batch
 from foxhunt.data.schema import FeatureSchema, Kind, Role
 from foxhunt.errors import InputError
 
-OFF_GRID_CHUNK = 1 << 18  # windows whose forecast grid off_grid checks at a time
+OFF_GRID_CHUNK = 1 << 16  # windows whose forecast grid off_grid checks at a time (its temporaries: 2.5 MB)
 
 
 @dataclass

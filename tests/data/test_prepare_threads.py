@@ -1,0 +1,182 @@
+"""Preparing on two threads gives the bits of preparing on one: the known inputs computed ahead of the fit (their
+seasonality column filled in once the profile is fitted), and the outputs of prepare_from_bars either way."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from foxhunt.data import fitstats, known, parallel, prepare
+from foxhunt.data.config import DataConfig
+from foxhunt.data.load import LoadedBars
+from foxhunt.data.prepare import prepare_from_bars
+from foxhunt.data.seasonality import minute_of_day
+from foxhunt.data.shared import map_shared
+from foxhunt.data.windows import assign_splits, window_starts
+
+MIN = 60 * 10**9
+CT = "America/Chicago"
+SEASON = {"tz": CT, "bandwidth": 3.0, "profile": list(np.linspace(0.5, 1.5, 1440))}
+
+
+def _minutes_apart(n: int, seed: int) -> np.ndarray:
+    return np.sort(np.random.default_rng(seed).choice(10**6, n, replace=False)) * MIN + 1_700_000_000 * 10**9
+
+
+@pytest.mark.parametrize("tz", [CT, "Europe/London"])
+def test_minutes_then_season_column_is_known_cont_with_the_season(tz, monkeypatch):
+    ts = _minutes_apart(1000, 3)
+    season = {**SEASON, "tz": tz}
+    want = known.known_cont(ts, CT, True, False, season)
+    monkeypatch.setattr(known, "CHUNK_ROWS", 64)
+    got = known.known_cont(ts, CT, True, False, minutes=True)
+    assert got.shape == want.shape and np.array_equal(got[:, -1], minute_of_day(ts, CT))
+    known.season_column(got, ts, season, CT)
+    assert np.array_equal(got, want)
+    # daily bars, or a season already given: no minutes column
+    assert np.array_equal(known.known_cont(ts, CT, False, False, minutes=True), known.known_cont(ts, CT, False, False))
+    assert np.array_equal(known.known_cont(ts, CT, True, False, season, minutes=True), want)
+
+
+def test_distinct_as_int32_is_distinct():
+    x = np.concatenate([np.arange(0, 50, 2), np.arange(0, 60, 3), [7, 7, 0]]).astype(np.int64)
+    values, inverse = known.distinct(x, np.int32)
+    assert inverse.dtype == np.int32
+    assert np.array_equal(values, known.distinct(x)[0]) and np.array_equal(inverse, known.distinct(x)[1])
+
+
+def _bars() -> pl.DataFrame:
+    """Two series of 1-minute bars over a few sessions, one with gaps (off the lattice of the other)."""
+    rng = np.random.default_rng(0)
+    start = int(np.datetime64("2024-03-04T14:30", "ns").astype(np.int64))
+    frames = []
+    for name, keep in (("ES", 1.0), ("NQ", 0.7)):
+        ts = start + np.flatnonzero(rng.random(6000) < keep) * MIN
+        close = 5000 * np.exp(np.cumsum(rng.normal(0, 1e-3, len(ts))))
+        frames.append(pl.DataFrame({
+            "series": name, "ts": pl.Series(ts).cast(pl.Datetime("ns", "UTC")), "open": close, "high": close * 1.001,
+            "low": close * 0.999, "close": close, "volume": rng.integers(1, 50, len(ts)).astype(np.float64),
+            "contract": name + "H4",
+        }))
+    return pl.concat(frames)
+
+
+def _arrays(p: prepare.PreparedData) -> dict:
+    w = p.windows
+    out = {k: v for k, v in vars(w).items() if isinstance(v, torch.Tensor)}
+    out.update({f"split_{k}": v for k, v in p.splits.items()})
+    return out
+
+
+@pytest.mark.parametrize(("seasonality", "extra"), [(True, {"vol_features": True}), (False, {"calendar_features": True})])
+def test_two_threads_prepare_the_bits_of_one(seasonality, extra, monkeypatch):
+    cfg = DataConfig(encoder_length=16, horizon=4, val_fraction=0.3, scaling="volatility", seasonality=seasonality,
+                     **extra)
+    bars = _bars()
+    monkeypatch.setenv("FOXHUNT_DATA_THREADS", "1")
+    one = prepare_from_bars(LoadedBars(bars, [], {}), cfg)
+    monkeypatch.setenv("FOXHUNT_DATA_THREADS", "2")
+    two = prepare_from_bars(LoadedBars(bars, [], {}), cfg)
+    assert bool(one.transform.scalers.get("season")) == seasonality
+    assert one.transform.to_dict() == two.transform.to_dict() and one.summary == two.summary
+    a, b = _arrays(one), _arrays(two)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_window_splits_are_the_starts_and_their_splits():
+    ts = np.arange(40, dtype=np.int64) * MIN
+    first, end = np.array([0, 25]), np.array([25, 40])
+    starts, split = prepare.window_splits(ts, first, end, 4, 2, (20 * MIN, 30 * MIN), 0)
+    want = window_starts(first, end, 6)
+    assert np.array_equal(starts, want)
+    ref = assign_splits(ts[want + 4], ts[want + 5], 20 * MIN, 30 * MIN, 0)
+    assert all(np.array_equal(split.ids[k], ref.ids[k]) for k in ref.ids) and split.purged == ref.purged
+
+
+@pytest.mark.parametrize("g", [[0, 0, 0, 2, 2, 3], [2, 0, 0, 3, 2, 0]])
+def test_by_series_is_the_gathered_op(g):
+    g = np.array(g * 50)
+    x = np.random.default_rng(5).normal(size=len(g))
+    sel = fitstats.select(np.arange(len(g)) % 7 != 3, g, 5)
+    assert sel.grouped == bool(np.all(np.diff(g) >= 0))
+    xv, per = x[sel.at], np.array([0.5, 2.0, -1.0, 3.0, 7.0])
+    for op in (np.subtract, np.divide):
+        assert np.array_equal(fitstats.by_series(op, xv, sel, per), op(xv, per[sel.g]))
+
+
+def test_season_moments_given_the_squares_are_those_computed():
+    rng = np.random.default_rng(6)
+    n = 3000
+    ts = 1_709_900_000 * 10**9 + np.arange(n) * MIN
+    g = np.repeat(np.arange(3), n // 3)
+    x = np.abs(rng.normal(size=n))
+    keep = rng.random(n) < 0.8
+    kept = fitstats.select(keep, g, 3)
+    x2 = x[kept.at] ** 2
+    squares = (x2, fitstats.squares_of(x[kept.at], kept, "r", x2)["r:sq"])
+    want = fitstats.season_moments(ts, x, np.ones(n, bool), g, 3, keep, CT, kept)
+    got = fitstats.season_moments(ts, x, np.ones(n, bool), g, 3, keep, CT, kept, squares=squares)
+    assert want.keys() == got.keys() and all(np.array_equal(want[k], got[k]) for k in want)
+
+
+def test_map_shared_keeps_order_and_never_waits_behind_a_busy_pool(monkeypatch):
+    monkeypatch.setenv("FOXHUNT_DATA_THREADS", "2")
+    assert map_shared(lambda x: x * x, range(20)) == [x * x for x in range(20)]
+    release = threading.Event()
+    busy = parallel.submit(release.wait)  # the pool thread is taken by an earlier stage
+    try:
+        names = map_shared(lambda x: (x, threading.current_thread().name), range(5))
+    finally:
+        release.set()
+    busy.result()
+    assert [x for x, _ in names] == list(range(5))
+    assert {n for _, n in names} == {threading.current_thread().name}  # all done here, none waited for the pool
+    monkeypatch.setenv("FOXHUNT_DATA_THREADS", "1")
+    assert map_shared(lambda x: -x, [1, 2]) == [-1, -2]
+
+
+@pytest.mark.parametrize("season", [None, SEASON])
+def test_stamp_rows_are_the_known_inputs_of_each_bars_timestamp(season):
+    rng = np.random.default_rng(7)
+    start = int(np.datetime64("2024-03-04T14:30", "ns").astype(np.int64))
+    ts = np.concatenate([start + np.sort(rng.choice(3000, n, replace=False)) * MIN for n in (2000, 1500)])
+    ts[100] += 17 * 10**9  # a stamp off the minute grid: no forecast grid lands on it
+    sk = prepare.stamp_known(ts, MIN, 3, CT, True, False, season, minutes=season is None)
+    assert len(sk.extra_ts) >= 2  # the first stamp and the one off the grid
+    sk = prepare.with_season(sk, SEASON, CT)
+    out = np.zeros((len(ts), 9), dtype=np.float32)
+    prepare.stamp_rows(sk, out[:, 1:7])
+    want = known.known_cont(ts, CT, True, False, SEASON)  # (N, Kr) straight from the definition
+    assert np.array_equal(out[:, 1:7], want) and not out[:, [0, 7, 8]].any()
+
+
+def test_take_rows_via_an_index_is_the_composed_gather(monkeypatch):
+    rng = np.random.default_rng(8)
+    src = rng.normal(size=(30, 2)).astype(np.float32)
+    via = rng.integers(0, 30, 12)
+    idx = rng.integers(0, 12, 100)
+    monkeypatch.setattr(prepare, "TAKE_ROWS", 7)
+    for out in (np.zeros((100, 2), dtype=np.float32), np.zeros((100, 5), dtype=np.float32)[:, 1:3]):
+        prepare.take_rows(src, idx, out, via=via)
+        assert np.array_equal(out, src[via[idx]])
+
+
+def test_map_shared_raises_the_items_error_and_stops_taking_items(monkeypatch):
+    monkeypatch.setenv("FOXHUNT_DATA_THREADS", "2")
+    done = []
+
+    def fn(x: int) -> int:
+        if x == 0:
+            raise ValueError("bad item")
+        done.append(x)
+        return x
+
+    with pytest.raises(ValueError, match="bad item"):
+        map_shared(fn, range(1000))
+    assert len(done) < 999  # the pool thread stopped short of the rest
