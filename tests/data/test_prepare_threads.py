@@ -3,19 +3,16 @@ seasonality column filled in once the profile is fitted), and the outputs of pre
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import polars as pl
 import pytest
 import torch
 
-from foxhunt.data import fitstats, known, parallel, prepare
+from foxhunt.data import fitstats, known, prepare
 from foxhunt.data.config import DataConfig
 from foxhunt.data.load import LoadedBars
 from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.data.seasonality import minute_of_day
-from foxhunt.data.shared import map_shared
 from foxhunt.data.windows import assign_splits, window_starts
 
 MIN = 60 * 10**9
@@ -125,22 +122,6 @@ def test_season_moments_given_the_squares_are_those_computed():
     assert want.keys() == got.keys() and all(np.array_equal(want[k], got[k]) for k in want)
 
 
-def test_map_shared_keeps_order_and_never_waits_behind_a_busy_pool(monkeypatch):
-    monkeypatch.setenv("FOXHUNT_DATA_THREADS", "2")
-    assert map_shared(lambda x: x * x, range(20)) == [x * x for x in range(20)]
-    release = threading.Event()
-    busy = parallel.submit(release.wait)  # the pool thread is taken by an earlier stage
-    try:
-        names = map_shared(lambda x: (x, threading.current_thread().name), range(5))
-    finally:
-        release.set()
-    busy.result()
-    assert [x for x, _ in names] == list(range(5))
-    assert {n for _, n in names} == {threading.current_thread().name}  # all done here, none waited for the pool
-    monkeypatch.setenv("FOXHUNT_DATA_THREADS", "1")
-    assert map_shared(lambda x: -x, [1, 2]) == [-1, -2]
-
-
 @pytest.mark.parametrize("season", [None, SEASON])
 def test_stamp_rows_are_the_known_inputs_of_each_bars_timestamp(season):
     rng = np.random.default_rng(7)
@@ -165,18 +146,3 @@ def test_take_rows_via_an_index_is_the_composed_gather(monkeypatch):
     for out in (np.zeros((100, 2), dtype=np.float32), np.zeros((100, 5), dtype=np.float32)[:, 1:3]):
         prepare.take_rows(src, idx, out, via=via)
         assert np.array_equal(out, src[via[idx]])
-
-
-def test_map_shared_raises_the_items_error_and_stops_taking_items(monkeypatch):
-    monkeypatch.setenv("FOXHUNT_DATA_THREADS", "2")
-    done = []
-
-    def fn(x: int) -> int:
-        if x == 0:
-            raise ValueError("bad item")
-        done.append(x)
-        return x
-
-    with pytest.raises(ValueError, match="bad item"):
-        map_shared(fn, range(1000))
-    assert len(done) < 999  # the pool thread stopped short of the rest

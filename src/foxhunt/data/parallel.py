@@ -72,13 +72,40 @@ def submit(fn: Callable[..., T], *args: Any) -> Future[T]:
 
 
 def map_threads(fn: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
-    """`[fn(x) for x in items]`, the items shared between `threads()` threads (this one among them)."""
+    """`[fn(x) for x in items]`, in order, this thread and a pool thread taking items one at a time.
+
+    The pool thread joins in once it starts; if it has not started when the items run out (it may be busy with an
+    earlier `submit`), it is cancelled, so this thread never waits for work queued behind another stage. An item's
+    error stops both threads from taking more and reaches the caller."""
     items = list(items)
     if threads() <= 1 or len(items) <= 1:
         return [fn(x) for x in items]
-    rest = [_executor().submit(fn, x) for x in items[1:]]
-    first = fn(items[0])
-    return [first, *(f.result() for f in rest)]
+    out: list[Any] = [None] * len(items)
+    queue = iter(enumerate(items))
+    lock = threading.Lock()
+    stop = threading.Event()  # set when an item fails: neither thread takes another
+
+    def work() -> None:
+        while not stop.is_set():
+            with lock:
+                nxt = next(queue, None)
+            if nxt is None:
+                return
+            try:
+                out[nxt[0]] = fn(nxt[1])
+            except BaseException:
+                stop.set()
+                raise
+
+    helper = _executor().submit(work)
+    try:
+        work()
+    except BaseException:
+        helper.cancel()
+        raise
+    if not helper.cancel():  # started: it is finishing its last item (or raises the error of one)
+        helper.result()
+    return out
 
 
 def _executor() -> ThreadPoolExecutor:

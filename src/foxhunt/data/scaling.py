@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from foxhunt.data import parallel
 from foxhunt.data.features import (
     FILL_OBSERVED,
     OBSERVED,
@@ -56,7 +57,6 @@ from foxhunt.data.fitstats import (
 )
 from foxhunt.data.runs import value_runs
 from foxhunt.data.seasonality import MINUTES, minute_of_day, profile_of_minute
-from foxhunt.data.shared import map_shared
 
 VOL_HALFLIFE = 20.0
 VOL_FLOOR = 0.1
@@ -219,7 +219,7 @@ def vol_moments(
     """The per-series sufficient statistics of `trailing`'s inputs (`derived`) over rows where `keep` (`kept`:
     select(keep, sidx, s), when the caller has it). The columns' sums are independent: one per thread."""
     kept = select(keep, sidx, s) if kept is None else kept
-    parts = map_shared(lambda c: moments_of(derived[c].take(kept.at), kept, c), vol_columns(scalers))
+    parts = parallel.map_threads(lambda c: moments_of(derived[c].take(kept.at), kept, c), vol_columns(scalers))
     return {k: v for part in parts for k, v in part.items()}
 
 
@@ -318,7 +318,7 @@ def trailing(
             for c, col in out.items():
                 col[lo:hi] = part[c].to_numpy()
 
-        map_shared(run_series, runs)  # the series are independent: two threads take them (polars without the GIL)
+        parallel.map_threads(run_series, runs)  # the series are independent: two threads take them (polars without the GIL)
     else:
         part = frame(0, len(sidx), None).select(exprs)
         out = {c: part[c].to_numpy() for c in part.columns}
@@ -399,7 +399,7 @@ def standardize(
 
     # The pieces are independent rows of `obs`: two threads take them PIECES_SHARED at a time.
     pieces = _pieces(runs)
-    map_shared(scale_pieces, [pieces[a : a + PIECES_SHARED] for a in range(0, len(pieces), PIECES_SHARED)])
+    parallel.map_threads(scale_pieces, [pieces[a : a + PIECES_SHARED] for a in range(0, len(pieces), PIECES_SHARED)])
     return obs, center.astype(np.float32), scale.astype(np.float32)
 
 
