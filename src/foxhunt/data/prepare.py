@@ -12,11 +12,10 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
-import torch
 
 from foxhunt.allocator import release_freed_memory
 from foxhunt.data.calendar import (
@@ -37,6 +36,9 @@ from foxhunt.data.summary import EPOCH, data_summary, iso
 from foxhunt.data.validate import check_log_target
 from foxhunt.data.windows import SplitResult, WindowedData, assign_splits, series_bounds, window_starts
 from foxhunt.errors import InputError
+
+if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes (store/pieced.py) never need it
+    import torch
 
 # Code of a series not in the training vocabulary: it gets embedding row 0 and the pooled scalers (fitted on all
 # training rows). Row 0 is only trained if the trainer masks series codes; otherwise it stays at its initial value.
@@ -115,6 +117,8 @@ def prepare_from_bars(
 
     Raises InputError when no series has enough bars for one window, or when a split ends up empty.
     """
+    import torch
+
     if for_prediction and transform is None:
         raise InputError("prediction needs the fitted transform saved with the model (model.json)")
     e, d = cfg.encoder_length, cfg.horizon
@@ -383,6 +387,8 @@ def _windowed(
     """The row tensors (calendar columns first, then observed inputs: `rows["cont"]` holds those already), the known
     inputs of the forecast steps of every origin (from the origin's timestamp and the grid `step` alone) and the
     window index over them."""
+    import torch
+
     season, kr = tf.scalers.get("season"), known_width(tf)
     # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
     stamps, inverse = distinct(rows["ts"])  # (O,), (N,)

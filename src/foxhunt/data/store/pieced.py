@@ -41,7 +41,6 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import torch
 
 from foxhunt.atomic import fsync
 from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns
@@ -296,6 +295,8 @@ def _npy_layout(path: Path) -> tuple[int, np.dtype, int]:
 def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], parts: list[dict], arrays: dict,
                   transform: FittedTransform, known: Any, cuts: tuple, spacing: int, span: np.ndarray,
                   lap: _Laps) -> dict:
+    import torch  # here only: the worker processes never need it
+
     e, d = cfg.encoder_length, cfg.horizon
     names = [n for r in loads for n in r["names"]]
     saved = dict(arrays)
