@@ -11,6 +11,7 @@ does for the workers).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import multiprocessing as mp
 import os
@@ -26,11 +27,12 @@ QUIET = "foxhunt.data"
 class Crew:
     """`workers - 1` spawned processes (none for `workers` <= 1) and this process."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, warm: tuple[str, ...] = ()) -> None:
         # spawn, not fork: this process's polars and torch thread pools do not survive a fork. The workers are its
         # children, so their CPU time counts in its rusage once the pool is joined.
         self.processes = max(workers - 1, 0)
-        self.pool = mp.get_context("spawn").Pool(self.processes, initializer=quiet) if self.processes else None
+        self.pool = mp.get_context("spawn").Pool(self.processes, initializer=quiet, initargs=(warm,)) \
+            if self.processes else None
 
     def starmap(self, fn: Callable, jobs: list[tuple]) -> list:
         """`[fn(*job) for job in jobs]`, the jobs shared between the workers and this process."""
@@ -46,9 +48,11 @@ class Crew:
             self.pool.join()
 
     def terminate(self) -> None:
+        """End the workers now (also while they still import: a crew that turned out not to be needed)."""
         if self.pool is not None:
             self.pool.terminate()
             self.pool.join()
+            self.pool, self.processes = None, 0
 
 
 class Shift:
@@ -94,9 +98,10 @@ class Shift:
 
 
 @contextlib.contextmanager
-def crew(workers: int) -> Iterator[Crew]:
-    """A Crew of `workers` processes, this one included; its processes end with the block."""
-    c = Crew(workers)
+def crew(workers: int, warm: tuple[str, ...] = ()) -> Iterator[Crew]:
+    """A Crew of `workers` processes, this one included; its processes end with the block. The workers import the
+    modules `warm` as they start, so a crew started early has them imported by the time the jobs come."""
+    c = Crew(workers, warm)
     try:
         yield c
         c.close()
@@ -104,12 +109,14 @@ def crew(workers: int) -> Iterator[Crew]:
         c.terminate()
 
 
-def quiet() -> None:
+def quiet(warm: tuple[str, ...] = ()) -> None:
     """In a worker process: one thread for OpenMP and for each stage (data/parallel.py), and `foxhunt.data` logs
-    warnings only (the parent logs)."""
+    warnings only (the parent logs); then the modules `warm` are imported."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     serial_process()
     logging.getLogger(QUIET).setLevel(logging.WARNING)
+    for module in warm:
+        importlib.import_module(module)
 
 
 @contextlib.contextmanager

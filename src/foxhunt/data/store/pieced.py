@@ -74,7 +74,7 @@ from foxhunt.data.scaling import (
     train_moments,
     vol_moments,
 )
-from foxhunt.data.store.crew import crew
+from foxhunt.data.store.crew import Crew
 from foxhunt.data.store.layout import SPLITS, WINDOW_ARRAYS, split_file
 from foxhunt.data.store.pieces import PIECE_ROWS, Piece, merge_reports
 from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of, save_array
@@ -90,18 +90,18 @@ CENTER, SCALE = "__center", "__scale"  # the target's center and scale beside th
 ROW_ARRAYS = ("cont", "static_cat", "time_cat", "target_raw", "center", "scale", "ts_ns", "real", "series_idx")
 
 
-def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], workers: int = 2) -> dict[str, Any] | None:
-    """Prepare `cfg` piece by piece into the store `out`; returns its manifest, or None when the pieces do not
-    hold consecutive series (the caller then prepares in memory)."""
+def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], pool: Crew) -> dict[str, Any] | None:
+    """Prepare `cfg` piece by piece into the store `out` with the processes of `pool`; returns its manifest, or None
+    when the pieces do not hold consecutive series (the caller then prepares in memory)."""
     out = Path(out)
     tmp = make_tmp(out)
     spill = Path(tempfile.mkdtemp(prefix=f".{out.name}.pieces.", dir=out.parent))
     try:
         # The processes take the cores: each runs its stages in one thread (data/parallel.py).
-        with filling(tmp, out), crew(workers) as pool, serial():
+        with filling(tmp, out), serial():
             files = [str(f) for source in expand_sources(cfg.paths) for f in source.files]
             route = {s.strip(): k for k, p in enumerate(pieces) for s in p.symbols}
-            chunks = _chunks(files, max(workers, -(-sum(p.rows for p in pieces) // PIECE_ROWS)))
+            chunks = _chunks(files, max(pool.processes + 1, -(-sum(p.rows for p in pieces) // PIECE_ROWS)))
             lap = _Laps()
             reads = pool.starmap(_read, [(cfg, c, i0, files[i0:i1], route, str(spill))
                                          for c, (i0, i1) in enumerate(chunks)])
