@@ -24,7 +24,7 @@ from foxhunt.data.read import expand_sources, is_parquet, match_column, symbol_c
 
 PIECE_ROWS = 2_000_000  # bars per piece: a worker's memory is that of preparing this many bars in memory
 # Below this many bars (about 2 GB prepared in memory) the panel is prepared in memory: the pieced path costs more
-# CPU (a spawned worker imports torch and the rest, each piece's bars and features go through spills;
+# CPU (a spawned worker imports polars and the rest, each piece's bars and features go through spills;
 # benchmarks/store_20m.py), which only the bounded memory pays for.
 MIN_ROWS = 4_000_000
 
