@@ -36,7 +36,7 @@ from pathlib import Path
 
 import polars as pl
 
-from foxhunt.allocator import POLARS_ALLOCATOR, hand_back_freed_pages
+from foxhunt.allocator import POLARS_ALLOCATOR, polars_allocator_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from windows_2m import write_futures_file  # noqa: E402  (the same synthetic panel, one file)
@@ -143,8 +143,7 @@ def run_child(args: list[str]) -> dict:
     The child imports polars before it runs the command, so polars' allocator is set here, as the CLI sets it for
     that command (foxhunt/allocator.py); not from this process's variable, where polars has written its default."""
     env = {k: v for k, v in os.environ.items() if k != POLARS_ALLOCATOR}
-    if args[0] != "prepare":
-        hand_back_freed_pages(env)
+    polars_allocator_for(args[0], env)
     out = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=False,
                          env=env)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from foxhunt.allocator import hand_back_freed_pages
+from foxhunt.allocator import polars_allocator_for
 from foxhunt.data.config import DataConfig
 from foxhunt.errors import InputError, NonFiniteError, RankLost, ResourceError, WriteError
 from foxhunt.model.config import ModelConfig
@@ -685,8 +685,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     debug = DEBUG_FLAG in args
     args = [a for a in args if a != DEBUG_FLAG]
-    if args[:1] != ["prepare"]:  # prepare streams in pieces, where this costs time and saves nothing (allocator.py)
-        hand_back_freed_pages()  # read when polars loads, i.e. before the first command imports it
+    polars_allocator_for(args[0] if args else "")  # read when polars loads, i.e. before the first command imports it
     logging.raiseExceptions = debug  # a log line that cannot be written (full disk) must not print a traceback
     from foxhunt.console import highlight
     from foxhunt.train.interrupt import Interrupted

@@ -1,5 +1,5 @@
-"""foxhunt/allocator.py: polars' allocator hands freed pages back at once for every command but `prepare`, and
-glibc's heap is trimmed on request."""
+"""foxhunt/allocator.py: polars' allocator hands freed pages back at once for every command but `prepare` (which
+keeps them a few seconds for reuse), and glibc's heap is trimmed on request."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ import sys
 import pytest
 
 from foxhunt import cli
-from foxhunt.allocator import POLARS_ALLOCATOR, PROMPT, glibc, hand_back_freed_pages, release_freed_memory
+from foxhunt.allocator import (
+    POLARS_ALLOCATOR,
+    PROMPT,
+    REUSE,
+    glibc,
+    hand_back_freed_pages,
+    release_freed_memory,
+)
 
 FREE = """
 import os, sys
@@ -54,11 +61,11 @@ def test_a_users_setting_is_left_alone() -> None:
     assert env == {POLARS_ALLOCATOR: PROMPT}
 
 
-@pytest.mark.parametrize(("command", "prompt"), [("train", True), ("predict", True), ("prepare", False)])
-def test_every_command_but_prepare_asks_for_it(monkeypatch, capsys, command: str, prompt: bool) -> None:
+@pytest.mark.parametrize(("command", "setting"), [("train", PROMPT), ("predict", PROMPT), ("prepare", REUSE)])
+def test_every_command_but_prepare_asks_for_it(monkeypatch, capsys, command: str, setting: str) -> None:
     monkeypatch.delenv(POLARS_ALLOCATOR, raising=False)
     assert cli.main([command, "--help"]) == 0
-    assert (os.environ.get(POLARS_ALLOCATOR) == PROMPT) is prompt
+    assert os.environ.get(POLARS_ALLOCATOR) == setting
 
 
 def _rss_mb() -> int:

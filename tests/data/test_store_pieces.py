@@ -15,7 +15,7 @@ from foxhunt.data.prepare import split_cuts
 from foxhunt.data.store import pieced
 from foxhunt.data.store.build import prepare_store
 from foxhunt.data.store.pieced import _median
-from foxhunt.data.store.pieces import plan_pieces, series_key
+from foxhunt.data.store.pieces import may_piece, plan_pieces, series_key
 from foxhunt.errors import InputError
 
 ROOTS = {"ES": 1.0, "NQ": 3.7, "YM": 9.1}  # root -> price factor, so that every series has its own statistics
@@ -117,6 +117,13 @@ def test_a_small_panel_a_bounded_read_and_fill_gaps_are_prepared_in_one_piece(pa
     assert len(plan_pieces(cfg)) == 1 and len(plan_pieces(cfg, piece_rows=1, min_rows=0)) == 3
     for other in (DataConfig(paths=(str(panel),), since="2024-02-20"), DataConfig(paths=(str(panel),), fill_gaps=True)):
         assert len(plan_pieces(other, piece_rows=1, min_rows=0)) == 1
+        assert not may_piece(other, min_rows=0)  # so no worker is started before planning either
+
+
+def test_workers_start_before_planning_only_where_the_files_may_hold_min_rows_bars(panel):
+    size = sum(f.stat().st_size for f in panel.rglob("*.parquet"))
+    cfg = DataConfig(paths=(str(panel),))
+    assert may_piece(cfg, min_rows=size) and not may_piece(cfg, min_rows=size + 1) and not may_piece(cfg)
 
 
 def test_series_keys_group_a_root_with_its_spreads():

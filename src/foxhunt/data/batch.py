@@ -18,8 +18,10 @@ Or / Oc observed continuous / categorical inputs.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes (store/pieced.py) never need it
+    import torch
 
 # Fields indexed by window (sliced for micro-batches); the row and position tensors are shared by all windows.
 _PER_WINDOW = ("static_cat", "static_cont", "enc_index", "dec_index", "target", "target_center", "target_scale",
@@ -69,6 +71,8 @@ class Batch:
     def dense(self) -> dict[str, torch.Tensor]:
         """The inputs as per-window tensors: known_cat (B, T, Kc), known_cont (B, T, Kr + P) with the positional
         inputs last, observed_cat (B, E, Oc), observed_cont (B, E, Or)."""
+        import torch
+
         b, e = self.enc_index.shape
         kr, kc = self.dec_cont.shape[1], self.dec_cat.shape[1]
         enc_cont, enc_cat = self.enc_cont[self.enc_index], self.enc_cat[self.enc_index]  # (B, E, .)
@@ -96,6 +100,8 @@ class Batch:
         window: torch.Tensor,
     ) -> Batch:
         """One row per (window, position): no bar shared, no positional inputs (all known inputs are per row)."""
+        import torch
+
         b, e = observed_cont.shape[:2]
         t = known_cont.shape[1]
         d = t - e

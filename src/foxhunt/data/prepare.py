@@ -12,11 +12,10 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
-import torch
 
 from foxhunt.allocator import release_freed_memory
 from foxhunt.data import parallel
@@ -38,6 +37,9 @@ from foxhunt.data.summary import EPOCH, data_summary, iso
 from foxhunt.data.validate import check_log_target
 from foxhunt.data.windows import SplitResult, WindowedData, assign_splits, series_bounds, window_starts
 from foxhunt.errors import InputError
+
+if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes (store/pieced.py) never need it
+    import torch
 
 # Code of a series not in the training vocabulary: it gets embedding row 0 and the pooled scalers (fitted on all
 # training rows). Row 0 is only trained if the trainer masks series codes; otherwise it stays at its initial value.
@@ -116,6 +118,8 @@ def prepare_from_bars(
 
     Raises InputError when no series has enough bars for one window, or when a split ends up empty.
     """
+    import torch
+
     if for_prediction and transform is None:
         raise InputError("prediction needs the fitted transform saved with the model (model.json)")
     e, d = cfg.encoder_length, cfg.horizon
@@ -482,6 +486,8 @@ def _windowed(
     window index over them. `known_stamps`: [`stamp_known` of `rows["ts"]` under `tf`] when the caller has it, popped
     here (its stamps' arrays go once used); `starts`: gives window_starts(first, end, e + d), when the caller has
     them computed (on another thread)."""
+    import torch
+
     kr = known_width(tf)
     sk = known_stamps.pop() if known_stamps else stamp_known(
         rows["ts"], step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, tf.scalers.get("season"))

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from foxhunt.data.batch import Batch
 from foxhunt.data.schema import FeatureSchema, Kind, Role
 from foxhunt.errors import InputError
+
+if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes (store/pieced.py) never need it
+    import torch
 
 OFF_GRID_CHUNK = 1 << 16  # windows whose forecast grid off_grid checks at a time (its temporaries: 2.5 MB)
 
@@ -53,6 +56,8 @@ class WindowedData:
     known_index: torch.Tensor | None = None  # (N, D) int32 table rows per step when the grid is not one lattice
 
     def __post_init__(self) -> None:
+        import torch
+
         e, t = self.encoder_length, self.encoder_length + self.horizon
         self._steps = torch.arange(t, dtype=torch.int64)  # (T,)
         self._dsteps = torch.arange(self.horizon, dtype=torch.int64)  # (D,)
@@ -108,6 +113,8 @@ class WindowedData:
         encoder and the forecast positions. Forecast positions read the known-input table at the origin's grid
         steps, not the forecast rows: observed values, and the timestamps of the bars that follow, never reach them.
         """
+        import torch
+
         ids = ids.long()
         e = self.encoder_length
         rows = self._rows(ids)  # (B, T)
@@ -141,6 +148,8 @@ class WindowedData:
 
     def target_ns(self, ids: torch.Tensor, extrapolated: bool = False) -> torch.Tensor:
         """(B, D) int64 timestamps of the forecast bars; -1 beyond the data unless `extrapolated` (then the guess)."""
+        import torch
+
         fut = self._future(ids)
         ts = self.ts_ns[fut]
         return ts if extrapolated else torch.where(self.real[fut], ts, torch.full_like(ts, -1))
@@ -198,6 +207,8 @@ class WindowedData:
         generator: torch.Generator | None = None,
     ) -> Iterator[Batch]:
         """Batches of at most `batch_size` windows, in the order of `ids` or shuffled with `generator`."""
+        import torch
+
         if shuffle:
             ids = ids[torch.randperm(len(ids), generator=generator)]
         for i in range(0, len(ids), batch_size):

@@ -15,12 +15,15 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from foxhunt.data.batch import Batch
 from foxhunt.data.windows import WindowedData
+
+if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes never need it
+    import torch
 
 GAP_ROWS = 64  # rows closer than this are read in one call, the rows between them included
 
@@ -63,6 +66,8 @@ GRID_FIELDS = ("known_cont", "known_cat")
 
 def pread_batch(windows: WindowedData, readers: dict[str, RowReader], ids: torch.Tensor) -> Batch:
     """windows.batch(ids), every array it reads read with pread (`readers`: field name -> reader)."""
+    import torch
+
     ids_np = ids.long().numpy()
     order = np.unique(ids_np)
     starts = readers["starts"].read(order)[np.searchsorted(order, ids_np)]  # (B,) first row of each window

@@ -11,6 +11,7 @@ into the scan); anything else is prepared in one piece.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ from foxhunt.data.read import expand_sources, is_parquet, match_column, symbol_c
 
 PIECE_ROWS = 2_000_000  # bars per piece: a worker's memory is that of preparing this many bars in memory
 # Below this many bars (about 2 GB prepared in memory) the panel is prepared in memory: the pieced path costs more
-# CPU (a spawned worker imports torch and the rest, each piece's bars and features go through spills;
+# CPU (a spawned worker imports polars and the rest, each piece's bars and features go through spills;
 # benchmarks/store_20m.py), which only the bounded memory pays for.
 MIN_ROWS = 4_000_000
 
@@ -60,6 +61,15 @@ def plan_pieces(cfg: DataConfig, piece_rows: int = PIECE_ROWS, workers: int = 2,
         rows += more
     pieces.append(Piece(tuple(symbols), rows))
     return pieces
+
+
+def may_piece(cfg: DataConfig, min_rows: int = MIN_ROWS) -> bool:
+    """Whether plan_pieces may cut the panel in pieces, from what costs next to nothing to look at: parquet files of
+    `min_rows` bytes or more (a bar takes more than a byte) and no option that keeps the panel whole."""
+    if cfg.fill_gaps or cfg.since or cfg.until:
+        return False
+    files = [f for source in expand_sources(cfg.paths) for f in source.files]
+    return bool(files) and all(is_parquet(f) for f in files) and sum(os.path.getsize(f) for f in files) >= min_rows
 
 
 def series_key(symbol: str, contracts: str) -> str:

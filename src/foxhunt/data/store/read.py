@@ -13,10 +13,9 @@ import mmap
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-import torch
 
 from foxhunt.data.batch import Batch
 from foxhunt.data.config import DataConfig
@@ -35,6 +34,9 @@ from foxhunt.data.store.layout import (
 )
 from foxhunt.data.windows import WindowedData
 from foxhunt.errors import InputError
+
+if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes never need it
+    import torch
 
 T = TypeVar("T")
 
@@ -75,6 +77,8 @@ def open_features(cfg: DataConfig) -> PreparedData:
 
 def open_store(store: Path, manifest: dict[str, Any] | None = None) -> PreparedData:
     """The PreparedData saved in `store`, its tensors backed by the mapped files."""
+    import torch
+
     store = Path(store)
     manifest = manifest if manifest is not None else read_manifest(store)
     arrays = manifest["arrays"]
