@@ -10,7 +10,7 @@ import pytest
 from foxhunt.data import calendar, known, prepare, scaling
 from foxhunt.data.features import OBSERVED, raw_features
 from foxhunt.data.fitstats import season_moments
-from foxhunt.data.prepare import table_calendar, take_rows
+from foxhunt.data.prepare import take_rows
 from foxhunt.data.scaling import fit_scalers
 from foxhunt.data.summary import _real_rows
 
@@ -175,22 +175,6 @@ def test_median_spacings_of_all_and_train_rows_are_two_medians():
     got = calendar.median_spacings_ns(ts, sidx, cut)
     assert got == (calendar.median_spacing_ns(ts, sidx), calendar.median_spacing_ns(ts[before], sidx[before]))
     assert calendar.median_spacings_ns(ts, sidx, int(ts.min()))[1] == 0
-
-
-def test_table_calendar_copies_the_stamps_rows_and_computes_the_rest():
-    stamps = np.array([0, 2, 3, 7, 9], dtype=np.int64) * MIN + 1_700_000_000 * 10**9
-    table = np.array([1, 2, 3, 4, 8, 9, 10], dtype=np.int64) * MIN + 1_700_000_000 * 10**9
-    base = np.searchsorted(table, stamps, side="right")
-    cal32 = np.arange(10, dtype=np.float32).reshape(5, 2)  # (O, Kr): the stamps' rows
-    computed = []
-
-    def cal(ts: np.ndarray) -> np.ndarray:
-        computed.append(ts)
-        return np.full((len(ts), 2), -1, dtype=np.float32)
-
-    got = table_calendar(table, stamps, base, cal32, cal)
-    assert np.array_equal(got[[1, 2, 5]], cal32[[1, 2, 4]])  # the table's 2, 3 and 9 are stamps
-    assert (got[[0, 3, 4, 6]] == -1).all() and np.array_equal(computed[0], table[[0, 3, 4, 6]])
 
 
 def test_train_moments_with_the_callers_minutes_are_those_without():

@@ -135,6 +135,8 @@ def test_stamp_rows_are_the_known_inputs_of_each_bars_timestamp(season):
     prepare.stamp_rows(sk, out[:, 1:7])
     want = known.known_cont(ts, CT, True, False, SEASON)  # (N, Kr) straight from the definition
     assert np.array_equal(out[:, 1:7], want) and not out[:, [0, 7, 8]].any()
+    # the grid's table: its own known inputs, whichever stamps it shares with the bars
+    assert np.array_equal(sk.table_cont, known.known_cont(sk.table, CT, True, False, SEASON))
 
 
 def test_take_rows_via_an_index_is_the_composed_gather(monkeypatch):

@@ -523,22 +523,6 @@ def _windowed(
     )
 
 
-def table_calendar(
-    table: np.ndarray, stamps: np.ndarray, base: np.ndarray, cal32: np.ndarray, cal: Callable[[np.ndarray], np.ndarray]
-) -> np.ndarray:
-    """(U, Kr) known inputs of the grid table `table` (U,): the forecast grid after each stamp is nearly the stamps
-    again, so rows of a stamp (`stamps` (O,), calendar `cal32` (O, Kr)) are copied and only the rest computed (`cal`).
-    `base` (O,): the table row after each stamp (decoder_grid), so a stamp in the table sits at base - 1."""
-    at = base - 1  # (O,)
-    found = np.flatnonzero((at >= 0) & (table[np.maximum(at, 0)] == stamps)) if len(table) else base[:0]
-    out = np.empty((len(table), cal32.shape[1]), dtype=np.float32)  # (U, Kr)
-    out[at[found]] = cal32[found]
-    rest = np.ones(len(table), dtype=bool)
-    rest[at[found]] = False
-    out[rest] = cal(table[rest])
-    return out
-
-
 TAKE_ROWS = 1 << 16  # rows take_rows gathers into a contiguous buffer before copying them into place
 
 

@@ -112,7 +112,7 @@ def clean_bars(
     plan_rows = plan.result() if plan is not None else None
     del plan
     if plan_rows is None or df.height != n:
-        plan_rows = None
+        plan_rows = None  # a stale plan's arrays go before the new plan's are made
         plan_rows = sort_plan(*_plan_columns(df))
     df, duplicates, out_of_order = _sort_dedup(df, plan_rows, consume, kinds)
     if duplicates or out_of_order:
@@ -130,7 +130,6 @@ def _all_finite(df: pl.DataFrame) -> bool:
     if any(df.get_column(c).null_count() for c in VALUES):
         return False
     return all(df.select(pl.col(c).is_finite().all() for c in VALUES).row(0))
-
 
 
 def submit_sort_plan(df: pl.DataFrame, accept: Callable[[pl.Series], bool] | None = None

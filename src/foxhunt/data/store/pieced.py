@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import shutil
@@ -49,7 +48,7 @@ from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, raw_features
 from foxhunt.data.fitstats import concat
-from foxhunt.data.known import DecoderKnown, decoder_grid, known_cont, sorted_distinct
+from foxhunt.data.known import DecoderKnown, sorted_distinct
 from foxhunt.data.load import ROLL_REASONS, load_raw
 from foxhunt.data.parallel import serial
 from foxhunt.data.prepare import (
@@ -63,7 +62,8 @@ from foxhunt.data.prepare import (
     scaled_rows,
     sorted_bars,
     split_cuts,
-    table_calendar,
+    stamp_known,
+    stamp_rows,
     take_rows,
     train_start_ns,
 )
@@ -217,15 +217,16 @@ def _stamp_tables(origins: np.ndarray, spill: Path, cfg: DataConfig, spacing: in
     and, spilled for the pieces' writes, what maps a row onto it: each origin's calendar inputs (O, Kr), its grid
     row (and steps), and where a timestamp sits among the origins (`_stamp_slots`). Each value is a function of its
     own timestamp (known.known_cont), so computing them once over the panel gives every piece's rows their bits."""
-    table, base, index = decoder_grid(origins, spacing, cfg.horizon, cfg.exchange_tz, intraday)
-    cal = functools.partial(known_cont, exchange_tz=cfg.exchange_tz, intraday=intraday,
-                            sessions=cfg.calendar_features, season=season)
-    at_origin = cal(origins)  # (O, Kr)
-    known = DecoderKnown(cont=table_calendar(table, origins, base, at_origin, cal), ts=table, base=base, index=index)
+    sk = stamp_known(origins, spacing, cfg.horizon, cfg.exchange_tz, intraday, cfg.calendar_features, season)
+    at_origin = np.empty((len(origins), sk.table_cont.shape[1]), dtype=np.float32)  # (O, Kr)
+    stamp_rows(sk, at_origin)  # origins are distinct: each its own row
+    base, index = sk.base, sk.index
+    known = DecoderKnown(cont=sk.table_cont, ts=sk.table, base=base, index=index)
+    del sk
     slots = _stamp_slots(origins)
     for name, value in (("cal", at_origin), ("base", base), ("index", index), ("origins", origins if slots is None
                                                                                else None), ("slots", slots),
-                        ("ts", table)):
+                        ("ts", known.ts)):
         if value is not None:
             np.save(spill / f"known-{name}.npy", value)
     return known
