@@ -7,10 +7,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data import calendar, known, prepare, scaling
+from foxhunt.data import calendar, known, scaling
 from foxhunt.data.features import OBSERVED, raw_features
 from foxhunt.data.fitstats import season_moments
-from foxhunt.data.prepare import take_rows
+from foxhunt.data.known import take_rows
 from foxhunt.data.scaling import fit_scalers
 from foxhunt.data.summary import _real_rows
 
@@ -90,7 +90,7 @@ def test_take_rows_into_columns_is_fancy_indexing(monkeypatch):
     out = np.zeros((200, 5), dtype=np.float32)
     take_rows(src, idx, out[:, 1:4])
     assert np.array_equal(out[:, 1:4], src[idx]) and not out[:, [0, 4]].any()
-    monkeypatch.setattr(prepare, "TAKE_ROWS", 7)  # several pieces and a short last one
+    monkeypatch.setattr(known, "TAKE_ROWS", 7)  # several pieces and a short last one
     out[:] = 0
     take_rows(src, idx, out[:, 1:4])
     assert np.array_equal(out[:, 1:4], src[idx]) and not out[:, [0, 4]].any()

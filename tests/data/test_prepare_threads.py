@@ -128,11 +128,11 @@ def test_stamp_rows_are_the_known_inputs_of_each_bars_timestamp(season):
     start = int(np.datetime64("2024-03-04T14:30", "ns").astype(np.int64))
     ts = np.concatenate([start + np.sort(rng.choice(3000, n, replace=False)) * MIN for n in (2000, 1500)])
     ts[100] += 17 * 10**9  # a stamp off the minute grid: no forecast grid lands on it
-    sk = prepare.stamp_known(ts, MIN, 3, CT, True, False, season, minutes=season is None)
+    sk = known.stamp_known(ts, MIN, 3, CT, True, False, season, minutes=season is None)
     assert len(sk.extra_ts) >= 2  # the first stamp and the one off the grid
-    sk = prepare.with_season(sk, SEASON, CT)
+    sk = known.with_season(sk, SEASON, CT)
     out = np.zeros((len(ts), 9), dtype=np.float32)
-    prepare.stamp_rows(sk, out[:, 1:7])
+    known.stamp_rows(sk, out[:, 1:7])
     want = known.known_cont(ts, CT, True, False, SEASON)  # (N, Kr) straight from the definition
     assert np.array_equal(out[:, 1:7], want) and not out[:, [0, 7, 8]].any()
     # the grid's table: its own known inputs, whichever stamps it shares with the bars
@@ -144,7 +144,7 @@ def test_take_rows_via_an_index_is_the_composed_gather(monkeypatch):
     src = rng.normal(size=(30, 2)).astype(np.float32)
     via = rng.integers(0, 30, 12)
     idx = rng.integers(0, 12, 100)
-    monkeypatch.setattr(prepare, "TAKE_ROWS", 7)
+    monkeypatch.setattr(known, "TAKE_ROWS", 7)
     for out in (np.zeros((100, 2), dtype=np.float32), np.zeros((100, 5), dtype=np.float32)[:, 1:3]):
-        prepare.take_rows(src, idx, out, via=via)
+        known.take_rows(src, idx, out, via=via)
         assert np.array_equal(out, src[via[idx]])

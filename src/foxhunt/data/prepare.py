@@ -8,7 +8,6 @@ rows to each series so that every bar with a full encoder behind it, the last on
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -27,7 +26,7 @@ from foxhunt.data.calendar import (
 )
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, raw_features
-from foxhunt.data.known import DecoderKnown, decoder_grid, distinct, known_cont, season_column
+from foxhunt.data.known import DecoderKnown, StampKnown, stamp_known, stamp_rows, with_season
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.order import run_starts, sort_keys
 from foxhunt.data.runs import run_lengths
@@ -396,71 +395,6 @@ def known_width(tf: FittedTransform) -> int:
     return len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(tf.scalers.get("season"))
 
 
-@dataclass(frozen=True)
-class StampKnown:
-    """The known inputs of the bars' own timestamps and of the forecast grid after each (`stamp_known`): functions
-    of the timestamps, the grid step and the calendar settings alone, so they can be computed before the scalers.
-
-    A bar's timestamp is nearly always a grid point of an earlier one, so the bars take their known inputs from the
-    grid's table; only the stamps no grid lands on (the first one at least) have rows of their own.
-    inverse: (N,) each bar's distinct stamp; row: (O,) int32 each stamp's row in the table, or U + its row in extra.
-    table, base, index: the grid (known.decoder_grid); table_cont: (U, Kr) float32 known inputs of its timestamps.
-    extra_ts: (E,) the stamps not in the table; extra_cont: (E, Kr) their known inputs.
-    minutes: the last column of table_cont and extra_cont holds the minute of the day, not yet tod_vol
-    (`with_season`)."""
-
-    inverse: np.ndarray
-    row: np.ndarray
-    table: np.ndarray
-    base: np.ndarray
-    index: np.ndarray | None
-    table_cont: np.ndarray
-    extra_ts: np.ndarray
-    extra_cont: np.ndarray
-    minutes: bool = False
-
-
-def stamp_known(
-    ts_ns: np.ndarray, step: int, d: int, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None,
-    minutes: bool = False,
-) -> StampKnown:
-    """The known inputs of bars at `ts_ns` (N,) and of the `d` grid steps after each (see StampKnown). `minutes`
-    (no `season` yet, one to be fitted): tod_vol's column holds the minute of the day until `with_season`."""
-    # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
-    stamps, inverse = distinct(ts_ns, np.int32 if len(ts_ns) < 2**31 else np.intp)  # (O,), (N,)
-    table, base, index = decoder_grid(stamps, step, d, exchange_tz, intraday)  # (U,), (O,), (O, D) | None
-    cal = functools.partial(known_cont, exchange_tz=exchange_tz, intraday=intraday, sessions=sessions, season=season,
-                            minutes=minutes)
-    table_cont = cal(table)  # (U, Kr): after the grid, whose temporaries are the larger
-    at = base - 1  # (O,) a stamp in the table sits right before the grid's first step after it
-    found = (at >= 0) & (table[np.maximum(at, 0)] == stamps) if len(table) else np.zeros(len(stamps), dtype=bool)
-    missing = np.flatnonzero(~found)  # (E,)
-    row = at.astype(np.int64 if len(table) + len(missing) >= 2**31 else np.int32)
-    row[missing] = len(table) + np.arange(len(missing))
-    known = StampKnown(inverse=inverse, row=row, table=table, base=base, index=index, table_cont=table_cont,
-                       extra_ts=stamps[missing], extra_cont=cal(stamps[missing]),
-                       minutes=minutes and intraday and not season)
-    release_freed_memory()  # the grid's temporaries: on a pool thread, the fit's trims may have come before them
-    return known
-
-
-def with_season(known: StampKnown, season: dict | None, exchange_tz: str) -> StampKnown:
-    """`known` with tod_vol of the fitted profile `season` in place of the minutes it held (in place)."""
-    if known.minutes:
-        season_column(known.table_cont, known.table, season, exchange_tz)
-        season_column(known.extra_cont, known.extra_ts, season, exchange_tz)
-    return known
-
-
-def stamp_rows(known: StampKnown, out: np.ndarray) -> None:
-    """out[i] = the known inputs (Kr,) of bar i's timestamp, into `out` (N, Kr) (columns of the row tensor)."""
-    take_rows(known.table_cont, known.inverse, out, via=known.row)  # the stamps past the table clipped, then:
-    u = len(known.table)
-    if len(known.extra_ts):
-        at = np.flatnonzero((known.row >= u)[known.inverse])  # (M,) the bars at a stamp not in the table
-        out[at] = known.extra_cont[known.row[known.inverse[at]] - u]
-
-
 def _boxed(fn: Callable[..., Any], *args: Any) -> list:
     """[fn(*args)]: a list its taker pops the value from, so that the future holding the list keeps no reference."""
     return [fn(*args)]
@@ -521,30 +455,6 @@ def _windowed(
         known_base=torch.from_numpy(known.base),
         known_index=None if known.index is None else torch.from_numpy(known.index),
     )
-
-
-TAKE_ROWS = 1 << 16  # rows take_rows gathers into a contiguous buffer before copying them into place
-
-
-def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray, via: np.ndarray | None = None) -> None:
-    """out[i] = src[idx[i]] for float32 rows `src` (U, K) into `out` (N, K), columns of a wider C-order array: each
-    row is taken as one opaque K * 4-byte item, with no (N, K) temporary. `via`: src[via[idx[i]]] instead, `via`
-    read TAKE_ROWS rows at a time (no (N,) index to hold); an index past `src` takes its last row.
-
-    np.take writes a strided `out` through a contiguous copy of all of it (copied in, then written back: 2M rows,
-    twice 44 MB); TAKE_ROWS rows at a time into one small buffer, each then copied into place, cost half the time."""
-    row = np.dtype((np.void, src.shape[1] * 4))
-    items = np.ascontiguousarray(src).view(row)[:, 0]  # (U,)
-    dest = out.view(np.uint8).view(row)[:, 0]  # (N,) strided
-    if dest.flags.c_contiguous and via is None:
-        np.take(items, idx, out=dest, mode="clip")
-        return
-    buf = np.empty(min(len(idx), TAKE_ROWS), dtype=row)
-    for lo in range(0, len(idx), TAKE_ROWS):
-        part = buf[: min(len(idx) - lo, TAKE_ROWS)]
-        at = idx[lo : lo + len(part)]
-        np.take(items, at if via is None else via[at], out=part, mode="clip")
-        dest[lo : lo + len(part)] = part
 
 
 def feature_schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureSchema:

@@ -48,7 +48,7 @@ from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, raw_features
 from foxhunt.data.fitstats import concat
-from foxhunt.data.known import DecoderKnown, sorted_distinct
+from foxhunt.data.known import DecoderKnown, sorted_distinct, stamp_known, stamp_rows, take_rows
 from foxhunt.data.load import ROLL_REASONS, load_raw
 from foxhunt.data.parallel import serial
 from foxhunt.data.prepare import (
@@ -62,9 +62,6 @@ from foxhunt.data.prepare import (
     scaled_rows,
     sorted_bars,
     split_cuts,
-    stamp_known,
-    stamp_rows,
-    take_rows,
     train_start_ns,
 )
 from foxhunt.data.read import check_bar_sizes, expand_sources, median_spacings, read_bars, rtype_sets
