@@ -43,7 +43,7 @@ def plan_pieces(cfg: DataConfig, piece_rows: int = PIECE_ROWS, workers: int = 2,
     per worker process (`workers`); one piece when the panel cannot be read by symbol, holds one series or
     fewer than `min_rows` bars, with --fill-gaps (its bar grid is measured on the whole panel), or with --since /
     --until (a root without a bar in range would make its piece fail where the whole panel reads)."""
-    counts = None if cfg.fill_gaps or cfg.since or cfg.until else _symbol_counts(cfg)
+    counts = None if _keeps_whole(cfg) else _symbol_counts(cfg)
     total = sum(n for _, n in counts or ())
     if counts is None or total < min_rows:
         return [Piece((), total)]
@@ -66,10 +66,15 @@ def plan_pieces(cfg: DataConfig, piece_rows: int = PIECE_ROWS, workers: int = 2,
 def may_piece(cfg: DataConfig, min_rows: int = MIN_ROWS) -> bool:
     """Whether plan_pieces may cut the panel in pieces, from what costs next to nothing to look at: parquet files of
     `min_rows` bytes or more (a bar takes more than a byte) and no option that keeps the panel whole."""
-    if cfg.fill_gaps or cfg.since or cfg.until:
+    if _keeps_whole(cfg):
         return False
     files = [f for source in expand_sources(cfg.paths) for f in source.files]
     return bool(files) and all(is_parquet(f) for f in files) and sum(os.path.getsize(f) for f in files) >= min_rows
+
+
+def _keeps_whole(cfg: DataConfig) -> bool:
+    """Options under which the panel is prepared in one piece (see plan_pieces): --fill-gaps, --since, --until."""
+    return bool(cfg.fill_gaps or cfg.since or cfg.until)
 
 
 def series_key(symbol: str, contracts: str) -> str:
