@@ -409,8 +409,9 @@ def plan_memory_cmd(
     from foxhunt import settings
     from foxhunt.data.prepare import prepare_data
     from foxhunt.model.tft import TemporalFusionTransformer
+    from foxhunt.train.config import parse_size
     from foxhunt.train.device import resolve_device
-    from foxhunt.train.plan import parse_size, plan_memory
+    from foxhunt.train.plan import plan_memory
     from foxhunt.train.precision import resolve_precision
 
     v = _values(ctx, config)

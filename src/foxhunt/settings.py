@@ -17,8 +17,7 @@ from typing import Any
 from foxhunt.data.config import DataConfig
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
-from foxhunt.train.config import AUTO, TrainConfig
-from foxhunt.train.plan import parse_size
+from foxhunt.train.config import AUTO, TrainConfig, parse_size
 
 
 def load_config_file(path: Path, known: Iterable[str]) -> dict[str, Any]:

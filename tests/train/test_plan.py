@@ -11,6 +11,7 @@ from foxhunt.data.schema import InputSizes
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer
+from foxhunt.train.config import parse_size
 from foxhunt.train.plan import (
     FRAGMENTATION,
     HEADROOM,
@@ -18,7 +19,6 @@ from foxhunt.train.plan import (
     Stage,
     activation_elements,
     calibration,
-    parse_size,
     plan_memory,
     probe_batch,
 )

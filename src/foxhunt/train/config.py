@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -95,3 +96,25 @@ class TrainConfig:
         # fields added later (checkpoint_every, deterministic) take their defaults; unknown ones (a newer foxhunt)
         # are a TypeError the caller reports
         return TrainConfig(**d)
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 2**10, "kib": 2**10, "kb": 10**3,
+    "m": 2**20, "mib": 2**20, "mb": 10**6,
+    "g": 2**30, "gib": 2**30, "gb": 10**9,
+    "t": 2**40, "tib": 2**40, "tb": 10**12,
+}  # fmt: skip
+
+
+def parse_size(text: str, what: str = "memory size") -> int:
+    """Bytes from "4GiB", "512MiB", "4GB", "1.5g" or "4096": KiB/MiB/GiB and bare K/M/G are powers of 1024,
+    KB/MB/GB powers of 1000; case does not matter. Anything else, or zero, raises InputError."""
+    m = _SIZE.match(str(text))
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS or float(m.group(1)) * _UNITS[unit] < 1:
+        raise InputError(
+            f"{what} {text!r} is not understood; write e.g. 4GiB, 512MiB, 4GB or a count of bytes"
+        )
+    return int(float(m.group(1)) * _UNITS[unit])

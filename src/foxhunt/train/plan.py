@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,6 @@ from torch.utils._pytree import tree_flatten
 
 from foxhunt.data.batch import Batch
 from foxhunt.data.schema import InputSizes
-from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.loss import quantile_loss
 from foxhunt.train.faults import FaultInjector
@@ -174,26 +172,6 @@ def fits(total_bytes: int, budget_bytes: int) -> bool:
     return total_bytes * (1.0 + FRAGMENTATION) <= usable_bytes(budget_bytes)
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 2**10, "kib": 2**10, "kb": 10**3,
-    "m": 2**20, "mib": 2**20, "mb": 10**6,
-    "g": 2**30, "gib": 2**30, "gb": 10**9,
-    "t": 2**40, "tib": 2**40, "tb": 10**12,
-}  # fmt: skip
-
-
-def parse_size(text: str, what: str = "memory size") -> int:
-    """Bytes from "4GiB", "512MiB", "4GB", "1.5g" or "4096": KiB/MiB/GiB and bare K/M/G are powers of 1024,
-    KB/MB/GB powers of 1000; case does not matter. Anything else, or zero, raises InputError."""
-    m = _SIZE.match(str(text))
-    unit = m.group(2).lower() if m else None
-    if m is None or unit not in _UNITS or float(m.group(1)) * _UNITS[unit] < 1:
-        raise InputError(
-            f"{what} {text!r} is not understood; write e.g. 4GiB, 512MiB, 4GB or a count of bytes"
-        )
-    return int(float(m.group(1)) * _UNITS[unit])
 
 
 # -- analytic activation model ---------------------------------------------------------------------------------------
