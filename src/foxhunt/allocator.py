@@ -29,7 +29,7 @@ from typing import Any
 
 POLARS_ALLOCATOR = "_RJEM_MALLOC_CONF"
 PROMPT = "dirty_decay_ms:0,muzzy_decay_ms:0,thp:always,metadata_thp:always"
-REUSE = "dirty_decay_ms:3000,muzzy_decay_ms:0"  # `prepare`: freed pages kept ~3 s for reuse, then handed back
+REUSE = "dirty_decay_ms:3000,muzzy_decay_ms:0,thp:always,metadata_thp:always"  # `prepare`: freed pages kept ~3 s
 
 
 def hand_back_freed_pages(environ: MutableMapping[str, str] = os.environ) -> None:

@@ -32,7 +32,7 @@ from foxhunt.data.order import run_starts, sort_keys
 from foxhunt.data.runs import run_lengths
 from foxhunt.data.scaling import apply_scalers, fit_and_trail, observed_names, standardize
 from foxhunt.data.schema import Feature, FeatureSchema, Kind, Role
-from foxhunt.data.summary import EPOCH, data_summary, iso
+from foxhunt.data.summary import EPOCH, data_summary, facts_of, iso
 from foxhunt.data.validate import check_log_target
 from foxhunt.data.windows import SplitResult, WindowedData, assign_splits, series_bounds, window_starts
 from foxhunt.errors import InputError
@@ -228,7 +228,8 @@ def prepare_from_bars(
         check_splits(split, cuts, cfg, ts_ns)
     schema = feature_schema(transform, e, d, cfg.adjust)
     windows.check_codes(schema)
-    summary = data_summary(meta, schema, windows, split, cuts, for_prediction, roll_bars, spacing)
+    facts = facts_of(windows, split)
+    summary = data_summary(meta, schema, facts, windows.series_names, cuts, for_prediction, roll_bars, spacing)
     return PreparedData(
         schema=schema,
         windows=windows,

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,14 +85,15 @@ def read_bars(
     since: str | None = None,
     until: str | None = None,
     symbols: Sequence[str] | None = None,
-    only: Collection[str] | None = None,
+    sources: Sequence[Source] | None = None,
 ) -> tuple[pl.DataFrame, list[dict]]:
     """Read every file named by `paths` (files, directories or globs) as one raw frame.
 
     `symbols`: keep only the bars whose symbol column holds one of these values (pushed into the parquet scan;
     store/pieces.py reads a panel series group by series group this way); None keeps all.
-    `only`: read only these of the files (`str` of the paths `expand_sources` lists; file_idx then counts the files
-    read): store/pieced.py reads a panel once, in chunks of consecutive files, this way.
+    `sources`: the files to read, as `expand_sources(paths)` lists them, when the caller has them (file_idx counts
+    the files read): store/pieced.py reads a panel once, in chunks of consecutive files, passing each chunk's files
+    this way rather than walking a folder of thousands of daily files again for each chunk.
 
     `timezone` is the zone of naive timestamps (None: UTC); `price_scale` divides every price (100: cents to dollars).
     `since` / `until` (ISO dates or times, UTC when naive) keep the bars with since <= ts < until: hive partitions
@@ -104,8 +105,8 @@ def read_bars(
     """
     bounds = TimeBounds.parse(since, until)
     frames, files, rtypes, spacings = [], [], [], []
-    for source in expand_sources(paths):
-        for run in _runs(source, bounds, only):
+    for source in expand_sources(paths) if sources is None else sources:
+        for run in _runs(source, bounds):
             frame, entries = _read_run(run, source, bounds, timestamp_col, symbol_col, timezone, symbols)
             run_rtypes = rtype_sets(frame, len(run))  # bar sizes are measured per run, while the run is small
             rtypes += run_rtypes
@@ -138,14 +139,12 @@ class Source:
     root: Path | None
 
 
-def _runs(source: Source, bounds: TimeBounds, only: Collection[str] | None = None) -> list[list[Path]]:
+def _runs(source: Source, bounds: TimeBounds) -> list[list[Path]]:
     """`source`'s files left after partition pruning, in order, as runs that are read together: consecutive parquet
     files make one run (one scan), any other file is a run of its own."""
     runs: list[list[Path]] = []
     run_bytes = 0
     for path in source.files:
-        if only is not None and str(path) not in only:
-            continue
         if bounds.active and source.root is not None:
             day = partition_day(hive_keys(path, source.root))
             if day is not None and not bounds.keeps_day(day):

@@ -1,10 +1,13 @@
 """The data summary: a JSON-able dict saved with each run (data_summary.json) and its short text form.
 
-Built once in `prepare_from_bars`; `format_summary` is what the CLI prints and `foxhunt inspect` shows.
+Built once in `prepare_from_bars` (from WindowFacts of all its windows) or by the pieced store (from those of each
+piece, merged); `format_summary` is what the CLI prints and `foxhunt inspect` shows.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -55,57 +58,100 @@ def _interval(spacing_ns: int) -> str:
     return f"{spacing_ns}ns"
 
 
+@dataclass(frozen=True)
+class WindowFacts:
+    """What the summary reads of the rows and windows, as counts and extremes that merge over consecutive groups of
+    series (`merge_facts`): the in-memory path takes them from all its windows at once, the pieced store
+    (store/pieced.py) from each piece as it writes it, without the panel's arrays or torch.
+
+    Per series (S,): real rows, first and last real timestamp, static code, windows. Per split: windows, (first, last)
+    timestamp of the first forecast bar (None without a window), purged windows. `off_grid`: off_grid_windows."""
+
+    rows: np.ndarray  # (S,) int64
+    start: np.ndarray  # (S,) int64 ns
+    end: np.ndarray  # (S,) int64 ns
+    code: np.ndarray  # (S,) int64
+    windows: np.ndarray  # (S,) int64
+    split_windows: dict[str, int]
+    ranges: dict[str, tuple[int, int] | None]
+    purged: dict[str, int]
+    off_grid: int
+
+
+def window_facts(ts: np.ndarray, real: np.ndarray, sidx: np.ndarray, code: np.ndarray, starts: np.ndarray, s: int,
+                 e: int, split: SplitResult, off_grid: int) -> WindowFacts:
+    """WindowFacts of rows (N,) sorted by series (timestamps `ts`, `real`, series index `sidx` in [0, s), static
+    `code`) and windows `starts` (W,) of encoder length `e`, split by `split`; `off_grid` counted by the caller."""
+    per_window = np.zeros(s, dtype=np.int64)  # windows per series, counted a chunk of windows at a time
+    for lo in range(0, len(starts), CHUNK):
+        per_window += np.bincount(sidx[starts[lo : lo + CHUNK]], minlength=s)
+    per_series = np.array(_real_rows(sidx, real, ts, s), dtype=np.int64).reshape(s, 4)  # (S, 4)
+    first_fc = ts[e:][starts] if len(starts) else np.empty(0, np.int64)  # (W,) ts[starts + E]
+    return WindowFacts(
+        rows=per_series[:, 0], start=per_series[:, 1], end=per_series[:, 2],
+        code=code[per_series[:, 3]].astype(np.int64), windows=per_window,
+        split_windows={k: int(len(split.ids[k])) for k in SPLITS},
+        ranges={k: _span(first_fc, split.ids[k]) if len(split.ids[k]) else None for k in SPLITS},
+        purged={k: int(v) for k, v in split.purged.items()}, off_grid=int(off_grid),
+    )
+
+
+def facts_of(windows: WindowedData, split: SplitResult) -> WindowFacts:
+    """WindowFacts of windows held in memory (CPU tensors, read through numpy); the off-grid pass over every window
+    runs on the second core meanwhile."""
+    gaps = parallel.submit(windows.off_grid)
+    facts = window_facts(windows.ts_ns.numpy(), windows.real.numpy(), windows.series_idx.numpy(),
+                         windows.static_cat[:, 0].numpy(), windows.starts.numpy(), len(windows.series_names),
+                         windows.encoder_length, split, 0)
+    return dataclasses.replace(facts, off_grid=gaps.result())
+
+
+def merge_facts(parts: list[WindowFacts]) -> WindowFacts:
+    """The WindowFacts of consecutive groups of series (their windows numbered one group after the other)."""
+    ranges = {k: [r for p in parts if (r := p.ranges[k]) is not None] for k in SPLITS}
+    return WindowFacts(
+        **{f: np.concatenate([getattr(p, f) for p in parts]) for f in ("rows", "start", "end", "code", "windows")},
+        split_windows={k: sum(p.split_windows[k] for p in parts) for k in SPLITS},
+        ranges={k: (min(a for a, _ in v), max(b for _, b in v)) if v else None for k, v in ranges.items()},
+        purged={k: sum(p.purged.get(k, 0) for p in parts) for k in parts[0].purged},
+        off_grid=sum(p.off_grid for p in parts),
+    )
+
+
 def data_summary(
     loaded: Any,
     schema: FeatureSchema,
-    windows: WindowedData,
-    split: SplitResult,
+    facts: WindowFacts,
+    series_names: tuple[str, ...] | list[str],
     cuts: tuple[int, int | None] | None,
     for_prediction: bool,
     roll_bars: int,
     spacing_ns: int,
 ) -> dict[str, Any]:
     """Rows, series, contracts, rolls, windows per split, purged windows, split date ranges, features by role."""
-    gaps = parallel.submit(windows.off_grid)  # a pass over every window: on the second core meanwhile
     report = dict(getattr(loaded, "report", {}) or {})
-    real = windows.real.numpy()
-    sidx = windows.series_idx.numpy()
-    ts = windows.ts_ns.numpy()
-    starts = windows.starts.numpy()
-    s = len(windows.series_names)
-    per_window = np.zeros(s, dtype=np.int64)  # windows per series, counted a chunk of windows at a time
-    for lo in range(0, len(starts), CHUNK):
-        per_window += np.bincount(sidx[starts[lo : lo + CHUNK]], minlength=s)
-    code = windows.static_cat[:, 0].numpy()
     series = {}
-    per_series = _real_rows(sidx, real, ts, s)  # every real row is in one series: these add up to all of them
-    n_real = sum(count for count, _, _, _ in per_series)
-    for i, (name, (count, lo, hi, first)) in enumerate(zip(windows.series_names, per_series, strict=True)):
+    for i, name in enumerate(series_names):
         series[name] = {
-            "rows": count,
-            "start": iso(lo),
-            "end": iso(hi),
-            "code": int(code[first]),
-            "windows": int(per_window[i]),
+            "rows": int(facts.rows[i]),
+            "start": iso(facts.start[i]),
+            "end": iso(facts.end[i]),
+            "code": int(facts.code[i]),
+            "windows": int(facts.windows[i]),
         }
         if name in report.get("series", {}) and "contracts" in report["series"][name]:
             series[name]["contracts"] = _plain(report["series"][name]["contracts"])
-    first_fc = ts[windows.encoder_length :][starts] if len(starts) else np.empty(0, np.int64)  # ts[starts + E]
-    ranges = {}
-    for k in SPLITS:
-        ids = split.ids[k]
-        ranges[k] = dict(zip(("first", "last"), map(iso, _span(first_fc, ids)), strict=True)) if len(ids) else None
+    n_real = int(facts.rows.sum())
     return {
         "mode": "predict" if for_prediction else "train",
         "rows_read": int(report.get("rows_read", n_real)),
         "rows": n_real,
         "files": _plain(report.get("files")),
-        "date_range": {"start": iso(min(lo for _, lo, _, _ in per_series)),
-                       "end": iso(max(hi for _, _, hi, _ in per_series))},
+        "date_range": {"start": iso(facts.start.min()), "end": iso(facts.end.max())},
         "bar_interval": report.get("bar_interval") or _interval(spacing_ns),
         "checks": {k: _plain(report.get(k)) for k in CHECKS if k in report},
         "bars_filled": report.get("bars_filled"),  # None: --fill-gaps was off
-        "windows_with_gaps": gaps.result(),
+        "windows_with_gaps": facts.off_grid,
         "intraday": bool(schema.extra.get("intraday", False)),
         "series": series,
         "contracts_kept": _plain(report.get("contracts_kept")),
@@ -118,9 +164,10 @@ def data_summary(
         "horizon": schema.horizon,
         "train_end": iso(cuts[0]) if cuts else None,
         "val_end": iso(cuts[1]) if cuts and cuts[1] is not None else None,
-        "windows": {k: int(len(split.ids[k])) for k in SPLITS},
-        "purged": dict(split.purged),
-        "ranges": ranges,
+        "windows": dict(facts.split_windows),
+        "purged": dict(facts.purged),
+        "ranges": {k: dict(zip(("first", "last"), map(iso, r), strict=True)) if r is not None else None
+                   for k, r in facts.ranges.items()},
         "features": {r.value: [f.name for f in schema.features if f.role == r] for r in Role},
     }
 

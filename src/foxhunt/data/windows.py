@@ -29,6 +29,23 @@ if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes
 OFF_GRID_CHUNK = 1 << 16  # windows whose forecast grid off_grid checks at a time (its temporaries: 2.5 MB)
 
 
+def off_grid_windows(starts: np.ndarray, ts: np.ndarray, grid_ts: np.ndarray, e: int, d: int, base: np.ndarray,
+                     last_index: np.ndarray | None = None, chunk: int = OFF_GRID_CHUNK) -> int:
+    """How many windows `starts` (W,) have bars missing from their forecast span: their last forecast bar's time
+    (`ts` (N,)) is not the last step of the origin's grid (`grid_ts` (U,); an origin row's grid row of step 1 is
+    `base` (N,), of step D `last_index` (N,) when the grid is not one lattice). The same count for windows held in
+    memory (WindowedData.off_grid) and for a piece of a store being written (store/pieced.py).
+
+    Counted `chunk` windows at a time: over all windows at once its int64 temporaries would take 80 MB for 2M bars,
+    at the end of loading when the most memory is in use."""
+    total = 0
+    for lo in range(0, len(starts), chunk):
+        origin = starts[lo : lo + chunk] + (e - 1)  # (C,)
+        last = base[origin] + (d - 1) if last_index is None else last_index[origin].astype(np.int64)  # (C,)
+        total += int(np.count_nonzero(ts[origin + d] != grid_ts[last]))
+    return total
+
+
 @dataclass
 class WindowedData:
     cont: (
@@ -88,19 +105,10 @@ class WindowedData:
         return self.known_index.index_select(0, origin).long()
 
     def off_grid(self, chunk: int = OFF_GRID_CHUNK) -> int:
-        """Windows whose last forecast bar is not at the last grid step: bars are missing from their forecast span.
-
-        Counted `chunk` windows at a time: over all windows at once its five int64 temporaries would take 80 MB for
-        2M bars, at the end of loading when the most memory is in use."""
-        total = 0
-        for lo in range(0, len(self.starts), chunk):
-            origin = self.starts[lo : lo + chunk] + (self.encoder_length - 1)  # (C,)
-            if self.known_index is None:
-                last = self.known_base.index_select(0, origin) + (self.horizon - 1)
-            else:
-                last = self.known_index[:, -1].index_select(0, origin).long()
-            total += int((self.ts_ns.index_select(0, origin + self.horizon) != self.known_ts[last]).sum())
-        return total
+        """Windows whose last forecast bar is not at the last grid step (`off_grid_windows`)."""
+        index = None if self.known_index is None else self.known_index[:, -1].numpy()
+        return off_grid_windows(self.starts.numpy(), self.ts_ns.numpy(), self.known_ts.numpy(), self.encoder_length,
+                                self.horizon, self.known_base.numpy(), index, chunk)
 
     def decoder_ns(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, D) int64 grid timestamps whose calendar the decoder sees: the regular grid after each origin."""

@@ -21,8 +21,8 @@ What is fitted across series is fitted first, from statistics each piece sends b
    up in the panel's tables (no calendar of its own: the pieces share their timestamps). Rows go to their offset in
    the store's arrays (one pwrite each, through the page cache: `finish` flushes each file once), windows and split
    ids are offset by the pieces before.
-The data summary is then built from what the writes saw of each piece's rows and windows (extremes and counts that
-merge), not read again from the written arrays. Memory: a worker holds one chunk or one piece; this process too,
+The data summary is then built from what the writes saw of each piece's rows and windows (summary.WindowFacts:
+counts and extremes that merge), not read again from the written arrays; this process never imports torch. Memory: a worker holds one chunk or one piece; this process too,
 besides the distinct timestamps, the grid and the split ids.
 """
 
@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import queue
 import shutil
 import tempfile
 import threading
@@ -54,7 +55,6 @@ from foxhunt.data.parallel import serial
 from foxhunt.data.prepare import (
     FEATURE_COLUMNS,
     FittedTransform,
-    PreparedData,
     check_length,
     check_splits,
     feature_schema,
@@ -64,7 +64,7 @@ from foxhunt.data.prepare import (
     split_cuts,
     train_start_ns,
 )
-from foxhunt.data.read import check_bar_sizes, expand_sources, median_spacings, read_bars, rtype_sets
+from foxhunt.data.read import Source, check_bar_sizes, expand_sources, median_spacings, read_bars, rtype_sets
 from foxhunt.data.scaling import (
     add_vol_stats,
     first_scalers,
@@ -77,9 +77,9 @@ from foxhunt.data.store.crew import Crew
 from foxhunt.data.store.layout import SPLITS, WINDOW_ARRAYS, split_file
 from foxhunt.data.store.pieces import PIECE_ROWS, Piece, merge_reports
 from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of, save_array
-from foxhunt.data.summary import data_summary, iso
+from foxhunt.data.summary import WindowFacts, data_summary, merge_facts, window_facts
 from foxhunt.data.validate import check_log_target
-from foxhunt.data.windows import SplitResult, WindowedData, assign_splits, window_starts
+from foxhunt.data.windows import SplitResult, assign_splits, off_grid_windows, window_starts
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -89,20 +89,24 @@ CENTER, SCALE = "__center", "__scale"  # the target's center and scale beside th
 ROW_ARRAYS = ("cont", "static_cat", "time_cat", "target_raw", "center", "scale", "ts_ns", "real", "series_idx")
 
 
-def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], pool: Crew) -> dict[str, Any] | None:
+def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], pool: Crew, sources: list[Source] | None = None
+                   ) -> dict[str, Any] | None:
     """Prepare `cfg` piece by piece into the store `out` with the processes of `pool`; returns its manifest, or None
-    when the pieces do not hold consecutive series (the caller then prepares in memory)."""
+    when the pieces do not hold consecutive series (the caller then prepares in memory). `sources`: expand_sources'
+    list of `cfg.paths`, when the caller has it."""
     out = Path(out)
     tmp = make_tmp(out)
     spill = Path(tempfile.mkdtemp(prefix=f".{out.name}.pieces.", dir=out.parent))
     try:
         # The processes take the cores: each runs its stages in one thread (data/parallel.py).
         with filling(tmp, out), serial():
-            files = [str(f) for source in expand_sources(cfg.paths) for f in source.files]
+            sources = expand_sources(cfg.paths) if sources is None else sources
+            listed = [(f, source) for source in sources for f in source.files]  # (file, its source), in order
+            files = [str(f) for f, _ in listed]
             route = {s.strip(): k for k, p in enumerate(pieces) for s in p.symbols}
             chunks = _chunks(files, max(pool.processes + 1, -(-sum(p.rows for p in pieces) // PIECE_ROWS)))
             lap = _Laps()
-            reads = pool.starmap(_read, [(cfg, c, i0, files[i0:i1], route, str(spill))
+            reads = pool.starmap(_read, [(cfg, c, i0, _chunk_sources(listed[i0:i1]), route, str(spill))
                                          for c, (i0, i1) in enumerate(chunks)])
             if not all(r["routed"] for r in reads):
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -129,6 +133,16 @@ def _chunks(files: list[str], n: int) -> list[tuple[int, int]]:
     ends = np.minimum(ends, len(files))
     bounds = np.unique(np.r_[0, ends])
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _chunk_sources(listed: list[tuple[Path, Source]]) -> list[Source]:
+    """The Sources holding just the files of `listed` ((file, its source) of consecutive files), for read_bars."""
+    groups: list[tuple[Source, list[Path]]] = []
+    for path, source in listed:
+        if not groups or groups[-1][0] is not source:
+            groups.append((source, []))
+        groups[-1][1].append(path)
+    return [dataclasses.replace(source, files=files) for source, files in groups]
 
 
 class _Laps:
@@ -170,16 +184,7 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
         mom = {k: v for k, v in mom.items() if not k.startswith("season:")}
     scalers = first_scalers(mom, names, cfg.target, cfg.vol_halflife, cfg.vol_estimator, cfg.vol_features,
                             cfg.fill_gaps, season_tz)
-    vol = pool.starmap_async(_trail, [(*job, r["names"], r["lengths"], cuts, scalers)
-                                      for job, r in zip(jobs, loads, strict=True)])
-    # The grid needs the step and the profile only: built here while the workers run the trailing inputs.
-    _check_intraday(loads, intraday)
-    origins = sorted_distinct(np.concatenate([r["stamps"] for r in loads]))  # (O,) every distinct timestamp
-    known = _stamp_tables(origins, Path(jobs[0][2]), cfg, spacing, intraday, scalers.get("season"))
-    lap("fit, grid")
-    add_vol_stats(scalers, concat(vol.get()), names, mom["rows"] > 0)
-    lap("trail")
-    transform = FittedTransform(
+    transform = FittedTransform(  # its scalers are completed in place (add_vol_stats) before the pieces are written
         series_vocab=tuple(n for n, ok in zip(names, mom["rows"] > 0, strict=True) if ok), scalers=scalers,
         target=cfg.target, scaling=cfg.scaling, intraday=intraday, calendar_features=cfg.calendar_features,
         exchange_tz=cfg.exchange_tz, bar_spacing_ns=spacing,
@@ -192,18 +197,35 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
               "time_cat": (rows[-1], 0), "starts": (wins[-1],)}
     arrays = {name: _allocate(tmp, name, shapes.get(name, (rows[-1],))) for name in (*ROW_ARRAYS, "starts")}
     arrays["known_base"] = _allocate(tmp, "known_base", (rows[-1],))
+    places = [(str(tmp), int(rows[k]), int(wins[k]), int(series0[k])) for k in range(len(loads))]
+    trails = pool.starmap_async(_trail, [(*job, r["names"], r["lengths"], cuts, scalers, transform.code(r["names"]),
+                                          *at) for job, r, at in zip(jobs, loads, places, strict=True)])
+    # The grid needs the step and the profile only: built here while the workers run the trailing inputs, and
+    # saved at once. Files are made now, not once the disk is busy with the store's rows: there a metadata change
+    # (creating a file, deleting a spill) can wait ~1 s on the journal, which waits on the data it orders.
+    _check_intraday(loads, intraday)
+    origins = sorted_distinct(np.concatenate([r["stamps"] for r in loads]))  # (O,) every distinct timestamp
+    known = _stamp_tables(origins, Path(jobs[0][2]), cfg, spacing, intraday, scalers.get("season"))
+    arrays["known_cont"] = save_array(tmp, "known_cont.npy", known.cont)
+    arrays["known_cat"] = save_array(tmp, "known_cat.npy", np.zeros((len(known.ts), 0), dtype=np.int64))
+    arrays["known_ts"] = save_array(tmp, "known_ts.npy", known.ts)
     if known.index is not None:
         arrays["known_index"] = _allocate(tmp, "known_index", (rows[-1], d), "int32")
-    parts = pool.starmap(_write, [(*job, r["names"], r["lengths"], cuts, transform, str(tmp), int(rows[k]),
-                                   int(wins[k]), int(series0[k])) for k, (job, r) in enumerate(zip(jobs, loads,
-                                                                                                  strict=True))])
+    lap("fit, grid")
+    trails = trails.get()
+    add_vol_stats(scalers, concat([t["mom"] for t in trails]), names, mom["rows"] > 0)
+    lap("trail")
+    writes = pool.starmap_async(_write, [(*job, r["names"], r["lengths"], transform, *at[:2])
+                                         for job, r, at in zip(jobs, loads, places, strict=True)])
+    split = SplitResult(ids={k: np.concatenate([t["splits"][k] for t in trails]) for k in SPLITS},
+                        purged={k: sum(t["purged"].get(k, 0) for t in trails) for k in trails[0]["purged"]})
+    check_splits(split, cuts, cfg, span)
+    for k in SPLITS:
+        arrays[f"split_{k}"] = save_array(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))  # no copy
+    facts = merge_facts([t["facts"] for t in trails])
+    facts = dataclasses.replace(facts, off_grid=sum(writes.get()))
     lap("write")
-    # The spills are read no more: deleted while the summary is built and the store flushed (deleting one the kernel
-    # is writing to disk waits for it).
-    tidy = threading.Thread(target=shutil.rmtree, args=(jobs[0][2],), kwargs={"ignore_errors": True}, daemon=True)
-    tidy.start()
-    manifest = _finish_store(cfg, out, tmp, loads, parts, arrays, transform, known, cuts, spacing, span, lap)
-    tidy.join()
+    manifest = _finish_store(cfg, out, tmp, loads, trails, arrays, transform, known, cuts, spacing, facts)
     lap("flush")
     return manifest
 
@@ -270,8 +292,8 @@ def _check_intraday(loads: list[dict], intraday: bool) -> None:
 
 def _put(path: Path, row0: int, value: np.ndarray) -> None:
     """Write `value` at row `row0` of the .npy array at `path`: one pwrite into the page cache (assigning through a
-    mapping faults every page in first), then start writing those pages to disk now, while the pieces are still
-    being prepared, rather than all in `finish`'s flush at the end."""
+    mapping faults every page in first); the disk is asked to take those pages now (`_start_writeback`), while the
+    pieces are still being prepared, rather than all in `finish`'s flush at the end."""
     offset, dtype, row_bytes = _npy_layout(path)
     data = np.ascontiguousarray(value, dtype=dtype).reshape(-1).view(np.uint8)  # the file's dtype, as assigning casts
     if not len(data):
@@ -283,10 +305,36 @@ def _put(path: Path, row0: int, value: np.ndarray) -> None:
         done = 0
         while done < len(data):
             done += os.pwrite(fd, view[done:], start + done)
-        if hasattr(os, "posix_fadvise"):  # Linux: DONTNEED writes dirty pages back, and drops none of them
-            os.posix_fadvise(fd, start, len(data), os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+    _start_writeback(path, start, len(data))
+
+
+_WRITEBACK: queue.SimpleQueue | None = None  # (path, start, length) of written ranges, for _writeback's thread
+
+
+def _start_writeback(path: Path, start: int, length: int) -> None:
+    """Have the kernel start writing bytes [start, start + length) of `path` to disk, from a thread of this process:
+    POSIX_FADV_DONTNEED submits the dirty pages at once, and it blocks while the disk's queue is full, which the
+    thread preparing the next rows should not (the 1.9 GB of a 20M-bar store take the disk ~5 s)."""
+    global _WRITEBACK
+    if not hasattr(os, "posix_fadvise"):  # Linux and most Unixes; elsewhere the flush in `finish` writes them all
+        return
+    if _WRITEBACK is None:
+        _WRITEBACK = queue.SimpleQueue()
+        threading.Thread(target=_writeback, args=(_WRITEBACK,), daemon=True).start()
+    _WRITEBACK.put((path, start, length))
+
+
+def _writeback(ranges: queue.SimpleQueue) -> None:
+    while True:
+        path, start, length = ranges.get()
+        with contextlib.suppress(OSError):  # only a hint: `finish` flushes every file and reports what fails
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.posix_fadvise(fd, start, length, os.POSIX_FADV_DONTNEED)  # Linux: writes dirty pages, drops none
+            finally:
+                os.close(fd)
 
 
 def _npy_layout(path: Path) -> tuple[int, np.dtype, int]:
@@ -298,75 +346,27 @@ def _npy_layout(path: Path) -> tuple[int, np.dtype, int]:
         return f.tell(), dtype, dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
 
 
-def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], parts: list[dict], arrays: dict,
-                  transform: FittedTransform, known: Any, cuts: tuple, spacing: int, span: np.ndarray,
-                  lap: _Laps) -> dict:
-    import torch  # here only: the worker processes never need it
-
+def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], trails: list[dict], arrays: dict,
+                  transform: FittedTransform, known: Any, cuts: tuple, spacing: int, facts: WindowFacts) -> dict:
+    """The manifest of the written store; the store flushed and renamed to `out`."""
     e, d = cfg.encoder_length, cfg.horizon
     names = [n for r in loads for n in r["names"]]
-    saved = dict(arrays)
-    saved["known_cont"] = save_array(tmp, "known_cont.npy", known.cont)
-    saved["known_cat"] = save_array(tmp, "known_cat.npy", np.zeros((len(known.ts), 0), dtype=np.int64))
-    saved["known_ts"] = save_array(tmp, "known_ts.npy", known.ts)
-    split = SplitResult(
-        ids={k: np.concatenate([p["splits"][k] for p in parts]) for k in SPLITS},
-        purged={k: sum(p["purged"].get(k, 0) for p in parts) for k in parts[0]["purged"]},
-    )
-    check_splits(split, cuts, cfg, span)
-    for k in SPLITS:
-        saved[f"split_{k}"] = save_array(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))  # no copy
-    # The arrays are final: flushed to disk while the summary reads them (finish's fsync then finds them clean).
-    flushing = threading.Thread(target=_flush, args=([tmp / entry["file"] for entry in saved.values()],), daemon=True)
+    # The arrays are final: flushed to disk while the manifest is built (finish's fsync then finds them clean).
+    flushing = threading.Thread(target=_flush, args=([tmp / entry["file"] for entry in arrays.values()],), daemon=True)
     flushing.start()
-    view = {name: np.load(tmp / entry["file"], mmap_mode="c") for name, entry in saved.items()}  # no copy
-    windows = WindowedData(  # for the manifest: nothing is read
-        **{name: torch.from_numpy(view[name]) if name in view else None for name in WINDOW_ARRAYS},
-        encoder_length=e, horizon=d, n_known_cont=view["known_cont"].shape[1], n_known_cat=0,
-        series_names=tuple(names),
-    )
     schema = feature_schema(transform, e, d, cfg.adjust)
     meta = SimpleNamespace(report=merge_reports([r["report"] for r in loads]), rolls=[x for r in loads
                                                                                       for x in r["rolls"]])
-    lengths = np.concatenate([r["lengths"] for r in loads])
-    summary = _summary(meta, schema, windows, [p["seen"] for p in parts], lengths, transform.code(names), split,
-                       (cuts, sum(p["roll_bars"] for p in parts), spacing))
+    # From what each piece's trail and write saw of its rows and windows, not from the written arrays (1.5-2 s over
+    # 20M rows, in this process alone while the workers wait).
+    summary = data_summary(meta, schema, facts, names, cuts, False, sum(t["roll_bars"] for t in trails), spacing)
+    fields = {"encoder_length": e, "horizon": d, "n_known_cont": known.cont.shape[1], "n_known_cat": 0,
+              "series_names": names}
+    manifest = manifest_of(cfg, {k: arrays[k] for k in [*WINDOW_ARRAYS, *(f"split_{s}" for s in SPLITS)]
+                                 if k in arrays}, fields, schema, transform, summary, meta.rolls)
     flushing.join()
-    data = PreparedData(schema=schema, windows=windows, splits={}, transform=transform, summary=summary,
-                        rolls=meta.rolls)
-    manifest = manifest_of(data, cfg, {k: saved[k] for k in [*WINDOW_ARRAYS, *(f"split_{s}" for s in SPLITS)]
-                                       if k in saved})
-    del windows, view, data
-    lap("summary")
     finish(tmp, out, manifest)
     return manifest
-
-
-def _summary(meta: Any, schema: Any, windows: WindowedData, seen: list[dict], lengths: np.ndarray, codes: np.ndarray,
-             split: SplitResult, rest: tuple) -> dict:
-    """data_summary of the store, from what each piece's write saw of its rows and windows (`_seen`) rather than
-    from the written arrays (1.5-2 s over 20M rows, in this process alone while the workers wait): data_summary
-    over one row per series (its first timestamp, its code) and no window, whose figures of rows and windows are
-    then those of the pieces. `rest`: data_summary's (cuts, roll_bars, spacing_ns)."""
-    import torch
-
-    lo, hi, per_window = (np.concatenate([p[k] for p in seen]) for k in ("lo", "hi", "windows"))  # (S,) each
-    tiny = dataclasses.replace(windows, static_cat=torch.from_numpy(codes[:, None]), ts_ns=torch.from_numpy(lo),
-                               real=torch.ones(len(lo), dtype=torch.bool), series_idx=torch.arange(len(lo)),
-                               starts=torch.zeros(0, dtype=torch.int64))
-    out = data_summary(meta, schema, tiny, SplitResult(ids={k: np.zeros(0, np.int64) for k in SPLITS},
-                                                       purged=split.purged), rest[0], False, *rest[1:])
-    out["rows_read"] = int(meta.report.get("rows_read", lengths.sum()))
-    out["rows"] = int(lengths.sum())
-    out["date_range"] = {"start": iso(lo.min()), "end": iso(hi.max())}
-    out["windows_with_gaps"] = sum(p["off_grid"] for p in seen)
-    for i, name in enumerate(windows.series_names):
-        out["series"][name].update(rows=int(lengths[i]), start=iso(lo[i]), end=iso(hi[i]), windows=int(per_window[i]))
-    extremes = {k: [r for p in seen if (r := p["ranges"][k]) is not None] for k in SPLITS}
-    out["ranges"] = {k: {"first": iso(min(r[0] for r in v)), "last": iso(max(r[1] for r in v))} if v else None
-                     for k, v in extremes.items()}
-    out["windows"] = {k: int(len(split.ids[k])) for k in SPLITS}
-    return out
 
 
 def _flush(paths: list[Path]) -> None:
@@ -413,13 +413,13 @@ def _gap_counts(ts: np.ndarray, sidx: np.ndarray) -> tuple[np.ndarray, np.ndarra
 # --- in the workers -----------------------------------------------------------------------------------------------
 
 
-def _read(cfg: DataConfig, chunk: int, first: int, files: list[str], route: dict[str, int], spill: str) -> dict:
-    """Read the files `files` (the panel's from index `first` on) and spill their bars by piece (`route`: symbol ->
+def _read(cfg: DataConfig, chunk: int, first: int, sources: list[Source], route: dict[str, int], spill: str) -> dict:
+    """Read the files of `sources` (the panel's from index `first` on) and spill their bars by piece (`route`: symbol ->
     piece) to raw-CHUNK-PIECE.arrow, file_idx counted over the whole panel's files. Returns the files' entries, their
     bar sizes (read.rtype_sets, read.median_spacings) and the raw time span; `routed` False when a symbol is in no
     piece."""
     raw, entries = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
-                             only=set(files))
+                             sources=sources)
     rtypes = rtype_sets(raw, len(entries))
     spacings = [0] * len(entries) if all(rtypes) else median_spacings(raw, len(entries))
     ts = raw.get_column("ts")
@@ -435,7 +435,7 @@ def _read(cfg: DataConfig, chunk: int, first: int, files: list[str], route: dict
     raw = raw.with_columns(symbol, pl.col("file_idx") + first, pl.Series(PIECE, piece)).rechunk()
     # One pass over the rows (rows keep their order within a piece), cheaper than a filter per piece.
     for (k,), part in raw.partition_by(PIECE, maintain_order=True, include_key=False, as_dict=True).items():
-        part.write_ipc(Path(spill) / f"raw-{chunk}-{k}.arrow")
+        _spill(part, Path(spill) / f"raw-{chunk}-{k}.arrow")
     return out
 
 
@@ -455,11 +455,22 @@ def _load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict],
     del bars
     # Spilled without what reading it back restores exactly: `target` (a copy of its move column) and the 0/1 `roll`
     # as a bit: a third fewer bytes to write, read twice and delete.
-    feats.drop("target").with_columns(pl.col("roll").cast(pl.Boolean)).write_ipc(Path(spill) / f"feats-{k}.arrow")
+    _spill(feats.drop("target").with_columns(pl.col("roll").cast(pl.Boolean)), Path(spill) / f"feats-{k}.arrow")
     lengths = np.bincount(sidx, minlength=len(names))
     return {"names": names, "lengths": lengths, "lo": int(ts.min()), "hi": int(ts.max()), "report": loaded.report,
             "rolls": loaded.rolls, "gaps": _gap_counts(ts, sidx), "stamps": sorted_distinct(ts),
             "fit": _fit_stats(cfg, feats, len(names), sidx, ts, cuts)}
+
+
+def _spill(frame: pl.DataFrame, path: Path) -> None:
+    """Write `frame` to the new Arrow IPC file `path` through a file this process opens, never through polars' own
+    open of a path: polars opens a path twice, the second time with O_TRUNC, and ext4 takes a truncated file closed
+    after writing for a file replaced in place (auto_da_alloc), so it starts writing it to disk at close. Every
+    spill then went to disk (2.4 GB of them over 20M bars, beside the store's 1.9 GB, at ~400 MB/s), though each is
+    read back from the page cache and deleted within seconds; written this way, most are deleted before the kernel
+    writes them at all, and a write of 1 GB takes 0.4 s where it took 0.9."""
+    with open(path, "xb") as f:
+        frame.write_ipc(f)
 
 
 def _delete(paths: list[Path]) -> None:
@@ -503,20 +514,43 @@ def _fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndar
 
 
 def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
-           scalers: dict) -> dict:
+           scalers: dict, codes: np.ndarray, store: str, row0: int, win0: int, series0: int) -> dict:
+    """Piece `k`'s trailing inputs under the first `scalers` (spilled for `_write`) and their statistics; its rows
+    of the store that no scaler shapes, written now (at `row0`, its windows at `win0`, its series at `series0`;
+    `codes`: its series' static codes) so that the disk takes them while the pieces are still at work rather than
+    all in `_write` and the flush after it; its windows' splits and summary facts (but the off-grid count, which
+    needs the grid: `_write`)."""
+    e, d = cfg.encoder_length, cfg.horizon
     feats, sidx, ts = _spilled(cfg, spill, k, lengths)
     keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
     derived, center, scale = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling)
     # The write reads them again: the trailing inputs depend on what the first scalers hold only, fixed by now.
-    pl.DataFrame({**derived, CENTER: center, SCALE: scale}).write_ipc(Path(spill) / f"trail-{k}.arrow")
-    return vol_moments(derived, sidx, len(names), keep, scalers)
+    _spill(pl.DataFrame({**derived, CENTER: center, SCALE: scale}), Path(spill) / f"trail-{k}.arrow")
+    mom = vol_moments(derived, sidx, len(names), keep, scalers)
+    del derived, center, scale, keep
+    first, end = _bounds(lengths)
+    starts = window_starts(first, end, e + d)  # (w,)
+    code, real = codes[sidx], np.ones(len(ts), dtype=bool)  # (n,) each
+    rows = {"ts_ns": ts, "series_idx": sidx + series0, "static_cat": code[:, None], "real": real,
+            "target_raw": feats["target"].to_numpy()}
+    for name, value in rows.items():
+        _put(Path(store) / f"{name}.npy", row0, value)
+    _put(Path(store) / "starts.npy", win0, starts + row0)
+    split = assign_splits(ts[starts + e], ts[starts + e + d - 1], *cuts, train_start_ns(cfg))
+    return {
+        "mom": mom,
+        "splits": {name: split.ids[name] + win0 for name in SPLITS},
+        "purged": dict(split.purged),
+        "roll_bars": int(feats["roll"].sum()),
+        "facts": window_facts(ts, real, sidx, code, starts, len(names), e, split, 0),
+    }
 
 
-def _write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
-           transform: FittedTransform, store: str, row0: int, win0: int, series0: int) -> dict:
-    """Piece `k`'s rows of the store, at row `row0` (its windows at `win0`, its series at `series0`): what
-    prepare_from_bars gives a piece with the panel's transform, from its spilled features and trailing inputs,
-    with its calendar inputs and grid rows looked up in the panel's tables (`_stamp_tables`)."""
+def _write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, transform: FittedTransform,
+           store: str, row0: int) -> int:
+    """Piece `k`'s scaled rows of the store, at row `row0` (`_trail` wrote the rest): what prepare_from_bars gives a
+    piece with the panel's transform, from its spilled features and trailing inputs, with its calendar inputs and
+    grid rows looked up in the panel's tables (`_stamp_tables`). Returns its windows' off-grid count."""
     e, d = cfg.encoder_length, cfg.horizon
     feats, sidx, ts = _spilled(cfg, spill, k, lengths)
     trail = pl.read_ipc(Path(spill) / f"trail-{k}.arrow")
@@ -524,47 +558,19 @@ def _write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
     kr = known_width(transform)
     cont, center, scale = scaled_rows(feats, names, sidx, transform, (derived, trail.get_column(CENTER).to_numpy(),
                                                                       trail.get_column(SCALE).to_numpy()))
-    del trail, derived
+    del trail, derived, feats
     at = _origin_rows(Path(spill), ts)  # (n,)
     take_rows(np.load(Path(spill) / "known-cal.npy", mmap_mode="r"), at, cont[:, :kr])
-    first, end = _bounds(lengths)
-    starts = window_starts(first, end, e + d)  # (w,)
-    split = assign_splits(ts[starts + e], ts[starts + e + d - 1], *cuts, train_start_ns(cfg))
-    rows = {"cont": cont, "static_cat": transform.code(names)[sidx][:, None], "target_raw": feats["target"].to_numpy(),
-            "center": center, "scale": scale, "ts_ns": ts, "real": np.ones(len(ts), dtype=bool),
-            "series_idx": sidx + series0}
-    roll_bars = int(feats["roll"].sum())
-    del feats
     _delete([Path(spill) / f"{name}-{k}.arrow" for name in ("trail", "feats")])  # read for the last time
-    for name, value in rows.items():
+    for name, value in (("cont", cont), ("center", center), ("scale", scale)):
         _put(Path(store) / f"{name}.npy", row0, value)
-    del rows, cont
-    _put(Path(store) / "starts.npy", win0, starts + row0)
+    del cont, center, scale
     base = np.load(Path(spill) / "known-base.npy", mmap_mode="r")[at]  # (n,)
     _put(Path(store) / "known_base.npy", row0, base)
     index = None
     if (Path(spill) / "known-index.npy").exists():
         index = np.load(Path(spill) / "known-index.npy", mmap_mode="r")[at]  # (n, D)
         _put(Path(store) / "known_index.npy", row0, index)
+    starts = window_starts(*_bounds(lengths), e + d)  # (w,)
     grid = np.load(Path(spill) / "known-ts.npy", mmap_mode="r")
-    return {
-        "splits": {name: split.ids[name] + win0 for name in SPLITS},
-        "purged": dict(split.purged),
-        "roll_bars": roll_bars,
-        "seen": _seen(ts, sidx, first, starts, split.ids, index[:, -1] if index is not None else base + (d - 1), grid,
-                      e, d),
-    }
-
-
-def _seen(ts: np.ndarray, sidx: np.ndarray, first: np.ndarray, starts: np.ndarray, ids: dict[str, np.ndarray],
-          last: np.ndarray, grid: np.ndarray, e: int, d: int) -> dict:
-    """What data_summary reads of a piece's rows (n,) and windows (w,), as extremes and counts that merge over the
-    pieces (`_summary`): each series' first and last timestamp and windows, the windows whose last forecast bar is
-    not at the last grid step (WindowedData.off_grid; `last`: each row's grid row of that step, `grid`: the grid's
-    timestamps) and each split's first and last forecast origin."""
-    origin = starts + (e - 1)  # (w,)
-    first_fc = ts[starts + e]  # (w,)
-    return {"lo": np.minimum.reduceat(ts, first), "hi": np.maximum.reduceat(ts, first),
-            "windows": np.bincount(sidx[starts], minlength=len(first)),
-            "off_grid": int((ts[origin + d] != grid[last[origin].astype(np.int64)]).sum()),
-            "ranges": {k: (int(first_fc[v].min()), int(first_fc[v].max())) if len(v) else None for k, v in ids.items()}}
+    return off_grid_windows(starts, ts, grid, e, d, base, None if index is None else index[:, -1])

@@ -14,13 +14,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.contracts import FUTURES_RE, SPREAD_RE
-from foxhunt.data.read import expand_sources, is_parquet, match_column, symbol_column
+from foxhunt.data.read import Source, expand_sources, is_parquet, match_column, symbol_column
 
 PIECE_ROWS = 2_000_000  # bars per piece: a worker's memory is that of preparing this many bars in memory
 # Below this many bars (about 2 GB prepared in memory) the panel is prepared in memory: the pieced path costs more
@@ -37,13 +38,13 @@ class Piece:
     rows: int
 
 
-def plan_pieces(cfg: DataConfig, piece_rows: int = PIECE_ROWS, workers: int = 2, min_rows: int = MIN_ROWS
-                ) -> list[Piece]:
+def plan_pieces(cfg: DataConfig, piece_rows: int = PIECE_ROWS, workers: int = 2, min_rows: int = MIN_ROWS,
+                sources: list[Source] | None = None) -> list[Piece]:
     """Pieces of whole series in series order, each of at most `piece_rows` bars (or one series), and at least one
     per worker process (`workers`); one piece when the panel cannot be read by symbol, holds one series or
     fewer than `min_rows` bars, with --fill-gaps (its bar grid is measured on the whole panel), or with --since /
     --until (a root without a bar in range would make its piece fail where the whole panel reads)."""
-    counts = None if _keeps_whole(cfg) else _symbol_counts(cfg)
+    counts = None if _keeps_whole(cfg) else _symbol_counts(cfg, sources)
     total = sum(n for _, n in counts or ())
     if counts is None or total < min_rows:
         return [Piece((), total)]
@@ -63,13 +64,18 @@ def plan_pieces(cfg: DataConfig, piece_rows: int = PIECE_ROWS, workers: int = 2,
     return pieces
 
 
-def may_piece(cfg: DataConfig, min_rows: int = MIN_ROWS) -> bool:
+def may_piece(cfg: DataConfig, min_rows: int = MIN_ROWS, sources: list[Source] | None = None) -> bool:
     """Whether plan_pieces may cut the panel in pieces, from what costs next to nothing to look at: parquet files of
     `min_rows` bytes or more (a bar takes more than a byte) and no option that keeps the panel whole."""
     if _keeps_whole(cfg):
         return False
-    files = [f for source in expand_sources(cfg.paths) for f in source.files]
+    files = listed_files(cfg, sources)
     return bool(files) and all(is_parquet(f) for f in files) and sum(os.path.getsize(f) for f in files) >= min_rows
+
+
+def listed_files(cfg: DataConfig, sources: list[Source] | None = None) -> list[Path]:
+    """Every file `cfg.paths` names, in order: from `sources` (expand_sources' list) when the caller has them."""
+    return [f for source in (expand_sources(cfg.paths) if sources is None else sources) for f in source.files]
 
 
 def _keeps_whole(cfg: DataConfig) -> bool:
@@ -87,10 +93,10 @@ def series_key(symbol: str, contracts: str) -> str:
     return m.group(1) if m and re.search("[A-Z]", m.group(1)) else text
 
 
-def _symbol_counts(cfg: DataConfig) -> list[tuple[str, int]] | None:
+def _symbol_counts(cfg: DataConfig, sources: list[Source] | None) -> list[tuple[str, int]] | None:
     """(raw symbol, bars) of every file named by `cfg.paths`, from the symbol column alone; None when a file is not
     parquet or has no symbol column (hive `symbol=` folders name whole files: not read by symbol here)."""
-    files = [f for source in expand_sources(cfg.paths) for f in source.files]
+    files = listed_files(cfg, sources)
     if not files or not all(is_parquet(f) for f in files):
         return None
     names = list(pl.read_parquet_schema(files[0]))

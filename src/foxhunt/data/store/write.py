@@ -14,14 +14,15 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import foxhunt
 from foxhunt.atomic import fsync, json_default, umask
 from foxhunt.data.config import DataConfig
-from foxhunt.data.prepare import PreparedData
+from foxhunt.data.prepare import FittedTransform, PreparedData
+from foxhunt.data.schema import FeatureSchema
 from foxhunt.data.store.fingerprint import input_fingerprint, shaping_options
 from foxhunt.data.store.layout import (
     FORMAT,
@@ -34,6 +35,9 @@ from foxhunt.data.store.layout import (
     split_file,
 )
 from foxhunt.errors import InputError, WriteError
+
+if TYPE_CHECKING:
+    from foxhunt.data.windows import WindowedData
 
 
 def write_store(data: PreparedData, cfg: DataConfig, out: Path) -> dict[str, Any]:
@@ -49,7 +53,8 @@ def write_store(data: PreparedData, cfg: DataConfig, out: Path) -> dict[str, Any
             arrays[name] = save_array(tmp, f"{name}.npy", tensor.numpy())
         for name in SPLITS:
             arrays[f"split_{name}"] = save_array(tmp, split_file(name), data.splits[name].numpy())
-        manifest = manifest_of(data, cfg, arrays)
+        manifest = manifest_of(cfg, arrays, window_fields(data.windows), data.schema, data.transform, data.summary,
+                               data.rolls)
         finish(tmp, out, manifest)
     return manifest
 
@@ -92,8 +97,15 @@ def save_array(folder: Path, file: str, array: np.ndarray) -> dict[str, Any]:
     return {"file": file, "dtype": str(array.dtype), "shape": list(array.shape)}
 
 
-def manifest_of(data: PreparedData, cfg: DataConfig, arrays: dict[str, Any]) -> dict[str, Any]:
-    w = data.windows
+def window_fields(windows: WindowedData) -> dict[str, Any]:
+    """The manifest's "windows": WindowedData's plain fields (WINDOW_FIELDS)."""
+    return {k: getattr(windows, k) for k in WINDOW_FIELDS}
+
+
+def manifest_of(cfg: DataConfig, arrays: dict[str, Any], windows: dict[str, Any], schema: FeatureSchema,
+                transform: FittedTransform, summary: dict[str, Any], rolls: list[dict]) -> dict[str, Any]:
+    """The manifest of a store prepared from `cfg`: its `arrays` (save_array's entries), the windows' plain fields
+    (`window_fields`), schema, transform, data summary and roll table."""
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -101,13 +113,13 @@ def manifest_of(data: PreparedData, cfg: DataConfig, arrays: dict[str, Any]) -> 
         "created_utc": dt.datetime.now(dt.UTC).isoformat(),
         "data_options": shaping_options(cfg),
         "paths": list(cfg.paths),
-        "inputs": input_fingerprint(data.summary.get("files") or []),
+        "inputs": input_fingerprint(summary.get("files") or []),
         "arrays": arrays,
-        "windows": {k: list(w.series_names) if k == "series_names" else getattr(w, k) for k in WINDOW_FIELDS},
-        "schema": data.schema.to_dict(),
-        "transform": data.transform.to_dict(),
-        "summary": data.summary,
-        "rolls": data.rolls,
+        "windows": {k: list(v) if k == "series_names" else v for k, v in windows.items()},
+        "schema": schema.to_dict(),
+        "transform": transform.to_dict(),
+        "summary": summary,
+        "rolls": rolls,
     }
 
 
