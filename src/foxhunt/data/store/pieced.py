@@ -4,8 +4,9 @@ the store's preallocated arrays; the panel is never in memory.
 
 What is fitted across series is fitted first, from statistics each piece sends back that add up exactly
 (data/fitstats.py; the in-memory path fits from the same sums, so both give the same bits). Phases:
-0. read: the files are read once, in chunks of consecutive files (read_bars' `only`), and each chunk's bars are
-   spilled to one Arrow IPC file per piece; the raw time span of the chunks gives the split cuts to expect.
+0. read: the files are read once, in chunks of consecutive files (read_bars' `sources`), and each chunk's bars are
+   spilled to one Arrow IPC file per piece (`_spill`); the raw time span of the chunks gives the split cuts to
+   expect.
 1. load: each piece's spills are concatenated (in file order: the frame `read_bars` would give for its symbols),
    cleaned and rolled as `load_bars` would; its raw features (computed once) are spilled; its series, their
    lengths, its time span and its distinct timestamps come back, with its bar-gap counts (the median spacing) and,
@@ -14,16 +15,19 @@ What is fitted across series is fitted first, from statistics each piece sends b
    cuts with them.
 2. fit (rarely): the training statistics from the spilled features.
 3. trail: with the first scalers fixed, the trailing inputs (spilled: they depend on those scalers only) and their
-   statistics (scalers.vol_moments); meanwhile this process builds the known-future grid (one table over every
-   distinct timestamp of the panel) and each distinct timestamp's calendar inputs, before it takes pieces too.
-4. write: what `prepare_from_bars` gives the piece with the whole panel's transform and cuts (scaled inputs, codes,
-   windows, splits), from its spilled features and trailing inputs; its calendar inputs and grid rows are looked
-   up in the panel's tables (no calendar of its own: the pieces share their timestamps). Rows go to their offset in
-   the store's arrays (one pwrite each, through the page cache: `finish` flushes each file once), windows and split
-   ids are offset by the pieces before.
-The data summary is then built from what the writes saw of each piece's rows and windows (summary.WindowFacts:
-counts and extremes that merge), not read again from the written arrays; this process never imports torch. Memory: a worker holds one chunk or one piece; this process too,
-besides the distinct timestamps, the grid and the split ids.
+   statistics (scalers.vol_moments); the piece's rows that no scaler shapes (timestamps, series, codes, targets,
+   window starts) go to the store now, and its splits and summary facts come back. Meanwhile this process builds
+   the known-future grid (one table over every distinct timestamp of the panel) and each distinct timestamp's
+   calendar inputs, saves the grid's arrays, then takes pieces too.
+4. write: the scaled inputs `prepare_from_bars` gives the piece with the whole panel's transform, from its spilled
+   features and trailing inputs; its calendar inputs and grid rows are looked up in the panel's tables (no calendar
+   of its own: the pieces share their timestamps). Rows go to their offset in the store's arrays (one pwrite each,
+   through the page cache, each range handed to the disk at once from a thread: `_start_writeback`), windows and
+   split ids offset by the pieces before.
+The data summary is built from what the trail and write jobs saw of each piece's rows and windows
+(summary.WindowFacts: counts and extremes that merge), not read again from the written arrays; this process never
+imports torch. Memory: a worker holds one chunk or one piece; this process too, besides the distinct timestamps,
+the grid and the split ids.
 """
 
 from __future__ import annotations
@@ -214,16 +218,18 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     lap("fit, grid")
     trails = trails.get()
     add_vol_stats(scalers, concat([t["mom"] for t in trails]), names, mom["rows"] > 0)
-    lap("trail")
-    writes = pool.starmap_async(_write, [(*job, r["names"], r["lengths"], transform, *at[:2])
-                                         for job, r, at in zip(jobs, loads, places, strict=True)])
     split = SplitResult(ids={k: np.concatenate([t["splits"][k] for t in trails]) for k in SPLITS},
                         purged={k: sum(t["purged"].get(k, 0) for t in trails) for k in trails[0]["purged"]})
     check_splits(split, cuts, cfg, span)
-    for k in SPLITS:
-        arrays[f"split_{k}"] = save_array(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))  # no copy
-    facts = merge_facts([t["facts"] for t in trails])
-    facts = dataclasses.replace(facts, off_grid=sum(writes.get()))
+    lap("trail")
+    writes = pool.starmap_async(_write, [(*job, r["names"], r["lengths"], transform, *at[:2])
+                                         for job, r, at in zip(jobs, loads, places, strict=True)])
+    try:  # the split ids are saved while the pieces write; this process takes pieces after
+        for k in SPLITS:
+            arrays[f"split_{k}"] = save_array(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))  # no copy
+    finally:
+        off_grid = sum(writes.get())  # the writes end before anything leaves (an error included)
+    facts = dataclasses.replace(merge_facts([t["facts"] for t in trails]), off_grid=off_grid)
     lap("write")
     manifest = _finish_store(cfg, out, tmp, loads, trails, arrays, transform, known, cuts, spacing, facts)
     lap("flush")
