@@ -197,3 +197,40 @@ def test_prepare_in_pieces_never_imports_torch(panel, tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["3", "False"]
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_scaled_rows_are_written_by_the_trail_jobs_or_after_them_alike(panel, whole, tmp_path, monkeypatch, own):
+    """A piece's trail job writes its scaled rows when its series' own statistics complete the scalers and the grid
+    is built (in this process, workers=1, the grid is built before the jobs run); otherwise a write job does, with
+    the whole panel's scalers. Either way the store is the one prepared in memory."""
+    written, original = [], pieced._write
+
+    def write(*args):
+        written.append(args[1])
+        return original(*args)
+
+    monkeypatch.setattr(pieced, "_write", write)
+    if not own:
+        monkeypatch.setattr(pieced, "_own_scalers", lambda *args: None)
+    pieces = prepare_store(_config(panel), tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
+    assert written == ([] if own else [0, 1, 2])
+    _assert_same_store(whole, (tmp_path / "pieces", pieces))
+
+
+def test_own_scalers_are_the_panels_for_the_pieces_series_or_none_where_pooled_values_are_read():
+    from foxhunt.data.scaling import add_vol_stats
+
+    first = {"vol_features": False, "series": {"A": {"x": 1}, "B": {"x": 2}, "C": {"x": 3}}, "pooled": {"x": 0}}
+    mom = {"log_vol:n": np.array([5, 4, 6]), "log_vol:mean": np.array([0.5, -0.2, 0.1]),
+           "log_vol:m2": np.array([2.0, 1.5, 3.0])}
+    panel = {**first, "series": {k: dict(v) for k, v in first["series"].items()}, "pooled": dict(first["pooled"])}
+    add_vol_stats(panel, mom, ["A", "B", "C"], np.ones(3, dtype=bool))
+    piece = {k: v[1:] for k, v in mom.items()}  # the piece of series B and C
+    own = pieced._own_scalers(first, piece, ["B", "C"])
+    assert own["series"]["B"] == panel["series"]["B"] and own["series"]["C"] == panel["series"]["C"]
+    assert own["series"]["A"] == {"x": 1} and first["series"]["B"] == {"x": 2}  # the first scalers are untouched
+    assert pieced._own_scalers(first, piece, ["B", "D"]) is None  # D has no training rows: pooled values
+    for n, m2 in (([1, 6], [0.0, 3.0]), ([4, 6], [0.0, 3.0])):  # one row, a constant: the pooled std is read
+        bad = {**piece, "log_vol:n": np.array(n), "log_vol:m2": np.array(m2)}
+        assert pieced._own_scalers(first, bad, ["B", "C"]) is None

@@ -14,16 +14,19 @@ What is fitted across series is fitted first, from statistics each piece sends b
    of all pieces; the statistics are gathered again (2.) only when cleaning moved the ends of the span, and the
    cuts with them.
 2. fit (rarely): the training statistics from the spilled features.
-3. trail: with the first scalers fixed, the trailing inputs (spilled: they depend on those scalers only) and their
-   statistics (scalers.vol_moments); the piece's rows that no scaler shapes (timestamps, series, codes, targets,
-   window starts) go to the store now, and its splits and summary facts come back. Meanwhile this process builds
-   the known-future grid (one table over every distinct timestamp of the panel) and each distinct timestamp's
-   calendar inputs, saves the grid's arrays, then takes pieces too.
-4. write: the scaled inputs `prepare_from_bars` gives the piece with the whole panel's transform, from its spilled
-   features and trailing inputs; its calendar inputs and grid rows are looked up in the panel's tables (no calendar
-   of its own: the pieces share their timestamps). Rows go to their offset in the store's arrays (one pwrite each,
-   through the page cache, each range handed to the disk at once from a thread: `_start_writeback`), windows and
-   split ids offset by the pieces before.
+3. trail: with the first scalers fixed, the trailing inputs and their statistics (scalers.vol_moments); the
+   piece's rows that no scaler shapes (timestamps, series, codes, targets, window starts) go to the store now, and
+   its splits and summary facts come back. Meanwhile this process builds the known-future grid (one table over
+   every distinct timestamp of the panel) and each distinct timestamp's calendar inputs, saves the grid's arrays,
+   then takes pieces too. A piece whose series' own statistics complete the scalers (each series' trailing inputs
+   are standardized with its own mean and std; only a series without training rows or with an undefined std reads
+   the pooled values, which need every piece: `_own_scalers`) writes its scaled rows here too once the grid is
+   built; any other spills its trailing inputs for 4.
+4. write (the pieces 3. could not write): the scaled inputs `prepare_from_bars` gives the piece with the whole
+   panel's transform (`_scaled_rows`), from its spilled features and trailing inputs; its calendar inputs and grid
+   rows are looked up in the panel's tables (no calendar of its own: the pieces share their timestamps).
+Rows go to their offset in the store's arrays (one pwrite each, through the page cache, each range handed to the
+disk at once from a thread: `_start_writeback`), windows and split ids offset by the pieces before.
 The data summary is built from what the trail and write jobs saw of each piece's rows and windows
 (summary.WindowFacts: counts and extremes that merge), not read again from the written arrays; this process never
 imports torch. Memory: a worker holds one chunk or one piece; this process too, besides the distinct timestamps,
@@ -52,7 +55,7 @@ from foxhunt.atomic import fsync
 from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, raw_features
-from foxhunt.data.fitstats import concat
+from foxhunt.data.fitstats import concat, stats
 from foxhunt.data.known import DecoderKnown, sorted_distinct, stamp_known, stamp_rows, take_rows
 from foxhunt.data.load import ROLL_REASONS, load_raw
 from foxhunt.data.parallel import serial
@@ -75,6 +78,7 @@ from foxhunt.data.scaling import (
     observed_names,
     trailing,
     train_moments,
+    vol_columns,
     vol_moments,
 )
 from foxhunt.data.store.crew import Crew
@@ -90,6 +94,7 @@ log = logging.getLogger("foxhunt.data")
 
 PIECE = "__piece"  # each bar's piece, beside the bars of a chunk
 CENTER, SCALE = "__center", "__scale"  # the target's center and scale beside the trailing inputs in a spill
+GRID_READY = "known-ready"  # made in the spill folder once the grid's tables are all there (`_stamp_tables`)
 ROW_ARRAYS = ("cont", "static_cat", "time_cat", "target_raw", "center", "scale", "ts_ns", "real", "series_idx")
 
 
@@ -202,8 +207,8 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     arrays = {name: _allocate(tmp, name, shapes.get(name, (rows[-1],))) for name in (*ROW_ARRAYS, "starts")}
     arrays["known_base"] = _allocate(tmp, "known_base", (rows[-1],))
     places = [(str(tmp), int(rows[k]), int(wins[k]), int(series0[k])) for k in range(len(loads))]
-    trails = pool.starmap_async(_trail, [(*job, r["names"], r["lengths"], cuts, scalers, transform.code(r["names"]),
-                                          *at) for job, r, at in zip(jobs, loads, places, strict=True)])
+    trails = pool.starmap_async(_trail, [(*job, r["names"], r["lengths"], cuts, transform, *at)
+                                          for job, r, at in zip(jobs, loads, places, strict=True)])
     # The grid needs the step and the profile only: built here while the workers run the trailing inputs, and
     # saved at once. Files are made now, not once the disk is busy with the store's rows: there a metadata change
     # (creating a file, deleting a spill) can wait ~1 s on the journal, which waits on the data it orders.
@@ -222,13 +227,14 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
                         purged={k: sum(t["purged"].get(k, 0) for t in trails) for k in trails[0]["purged"]})
     check_splits(split, cuts, cfg, span)
     lap("trail")
-    writes = pool.starmap_async(_write, [(*job, r["names"], r["lengths"], transform, *at[:2])
-                                         for job, r, at in zip(jobs, loads, places, strict=True)])
+    # The pieces whose trail job could not write their scaled rows (see _trail) write them now.
+    writes = pool.starmap_async(_write, [(*job, r["names"], r["lengths"], transform, *at[:2]) for job, r, at, t
+                                         in zip(jobs, loads, places, trails, strict=True) if t["off_grid"] is None])
     try:  # the split ids are saved while the pieces write; this process takes pieces after
         for k in SPLITS:
             arrays[f"split_{k}"] = save_array(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))  # no copy
     finally:
-        off_grid = sum(writes.get())  # the writes end before anything leaves (an error included)
+        off_grid = sum(writes.get()) + sum(t["off_grid"] or 0 for t in trails)  # the writes end before anything leaves
     facts = dataclasses.replace(merge_facts([t["facts"] for t in trails]), off_grid=off_grid)
     lap("write")
     manifest = _finish_store(cfg, out, tmp, loads, trails, arrays, transform, known, cuts, spacing, facts)
@@ -254,6 +260,7 @@ def _stamp_tables(origins: np.ndarray, spill: Path, cfg: DataConfig, spacing: in
                         ("ts", known.ts)):
         if value is not None:
             np.save(spill / f"known-{name}.npy", value)
+    (spill / GRID_READY).touch()  # after every table: a piece's trail job that sees it may read them all
     return known
 
 
@@ -520,54 +527,96 @@ def _fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndar
 
 
 def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
-           scalers: dict, codes: np.ndarray, store: str, row0: int, win0: int, series0: int) -> dict:
-    """Piece `k`'s trailing inputs under the first `scalers` (spilled for `_write`) and their statistics; its rows
-    of the store that no scaler shapes, written now (at `row0`, its windows at `win0`, its series at `series0`;
-    `codes`: its series' static codes) so that the disk takes them while the pieces are still at work rather than
-    all in `_write` and the flush after it; its windows' splits and summary facts (but the off-grid count, which
-    needs the grid: `_write`)."""
+           transform: FittedTransform, store: str, row0: int, win0: int, series0: int) -> dict:
+    """Piece `k`'s trailing inputs under the first scalers (`transform`'s) and their statistics; its rows of the
+    store that no scaler shapes, written now (at `row0`, its windows at `win0`, its series at `series0`) so that
+    the disk takes them while the pieces are still at work; its windows' splits and summary facts.
+
+    Its scaled rows too (`_scaled_rows`, returning the off-grid count) when its series' own statistics complete the
+    scalers (`_own_scalers`) and the grid is built: otherwise the trailing inputs are spilled for `_write`, which
+    runs once the whole panel's are in ("off_grid" None)."""
     e, d = cfg.encoder_length, cfg.horizon
+    scalers = transform.scalers
     feats, sidx, ts = _spilled(cfg, spill, k, lengths)
     keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
-    derived, center, scale = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling)
-    # The write reads them again: the trailing inputs depend on what the first scalers hold only, fixed by now.
-    _spill(pl.DataFrame({**derived, CENTER: center, SCALE: scale}), Path(spill) / f"trail-{k}.arrow")
-    mom = vol_moments(derived, sidx, len(names), keep, scalers)
-    del derived, center, scale, keep
+    trail = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling)  # (derived, center, scale)
+    mom = vol_moments(trail[0], sidx, len(names), keep, scalers)
+    del keep
+    own = _own_scalers(scalers, mom, names)
     first, end = _bounds(lengths)
     starts = window_starts(first, end, e + d)  # (w,)
-    code, real = codes[sidx], np.ones(len(ts), dtype=bool)  # (n,) each
+    code, real = transform.code(names)[sidx], np.ones(len(ts), dtype=bool)  # (n,) each
     rows = {"ts_ns": ts, "series_idx": sidx + series0, "static_cat": code[:, None], "real": real,
             "target_raw": feats["target"].to_numpy()}
+    roll_bars = int(feats["roll"].sum())
     for name, value in rows.items():
         _put(Path(store) / f"{name}.npy", row0, value)
     _put(Path(store) / "starts.npy", win0, starts + row0)
+    del rows
+    off_grid = None
+    if own is not None and (Path(spill) / GRID_READY).exists():
+        off_grid = _scaled_rows(cfg, spill, names, starts, sidx, ts, feats, trail,
+                                dataclasses.replace(transform, scalers=own), store, row0)
+        _delete([Path(spill) / f"feats-{k}.arrow"])  # read for the last time
+    else:  # the write reads them again: they depend on what the first scalers hold only, fixed by now
+        _spill(pl.DataFrame({**trail[0], CENTER: trail[1], SCALE: trail[2]}), Path(spill) / f"trail-{k}.arrow")
+    del trail, feats
     split = assign_splits(ts[starts + e], ts[starts + e + d - 1], *cuts, train_start_ns(cfg))
     return {
         "mom": mom,
+        "off_grid": off_grid,
         "splits": {name: split.ids[name] + win0 for name in SPLITS},
         "purged": dict(split.purged),
-        "roll_bars": int(feats["roll"].sum()),
+        "roll_bars": roll_bars,
         "facts": window_facts(ts, real, sidx, code, starts, len(names), e, split, 0),
     }
 
 
+def _own_scalers(scalers: dict, mom: dict[str, np.ndarray], names: list[str]) -> dict | None:
+    """The first `scalers` completed with the trailing inputs' statistics of the piece's series `names` alone (`mom`:
+    their vol_moments), which are what add_vol_stats gives those series from the whole panel's: each series' mean
+    and std are its own. None where a series would read pooled values, which need every piece: one without training
+    rows, or a trailing input whose std is undefined or zero (fitstats.stats)."""
+    cols = vol_columns(scalers)
+    if not all(n in scalers["series"] for n in names):
+        return None
+    for c in cols:
+        n, m2 = mom[f"{c}:n"], mom[f"{c}:m2"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            std = np.sqrt(m2 / (n - 1))
+        if not np.all((n > 1) & np.isfinite(std) & (std > 0)):
+            return None
+    per, _ = stats(mom, cols, names, np.ones(len(names), dtype=bool))
+    own = {**scalers, "series": {**scalers["series"]}}
+    for name in names:
+        own["series"][name] = {**scalers["series"][name], **per[name]}
+    return own
+
+
 def _write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, transform: FittedTransform,
            store: str, row0: int) -> int:
-    """Piece `k`'s scaled rows of the store, at row `row0` (`_trail` wrote the rest): what prepare_from_bars gives a
-    piece with the panel's transform, from its spilled features and trailing inputs, with its calendar inputs and
-    grid rows looked up in the panel's tables (`_stamp_tables`). Returns its windows' off-grid count."""
-    e, d = cfg.encoder_length, cfg.horizon
+    """Piece `k`'s scaled rows of the store (`_scaled_rows`) from its spilled features and trailing inputs, with the
+    whole panel's transform: for the pieces `_trail` could not write. Returns its windows' off-grid count."""
     feats, sidx, ts = _spilled(cfg, spill, k, lengths)
     trail = pl.read_ipc(Path(spill) / f"trail-{k}.arrow")
     derived = {c: trail.get_column(c).to_numpy() for c in trail.columns if c not in (CENTER, SCALE)}
+    trail = (derived, trail.get_column(CENTER).to_numpy(), trail.get_column(SCALE).to_numpy())
+    starts = window_starts(*_bounds(lengths), cfg.encoder_length + cfg.horizon)  # (w,)
+    _delete([Path(spill) / f"{name}-{k}.arrow" for name in ("trail", "feats")])  # read for the last time
+    return _scaled_rows(cfg, spill, names, starts, sidx, ts, feats, trail, transform, store, row0)
+
+
+def _scaled_rows(cfg: DataConfig, spill: str, names: list[str], starts: np.ndarray, sidx: np.ndarray, ts: np.ndarray,
+                 feats: pl.DataFrame, trail: tuple, transform: FittedTransform, store: str, row0: int) -> int:
+    """Write a piece's scaled rows at row `row0` of the store: what prepare_from_bars gives it with `transform`, from
+    its raw features and trailing inputs, with its calendar inputs and grid rows looked up in the panel's tables
+    (`_stamp_tables`). Returns how many of its windows `starts` are off the grid (off_grid_windows)."""
+    e, d = cfg.encoder_length, cfg.horizon
     kr = known_width(transform)
-    cont, center, scale = scaled_rows(feats, names, sidx, transform, (derived, trail.get_column(CENTER).to_numpy(),
-                                                                      trail.get_column(SCALE).to_numpy()))
-    del trail, derived, feats
+    cont, center, scale = scaled_rows(feats, names, sidx, transform, trail)
+    del feats, trail
     at = _origin_rows(Path(spill), ts)  # (n,)
     take_rows(np.load(Path(spill) / "known-cal.npy", mmap_mode="r"), at, cont[:, :kr])
-    _delete([Path(spill) / f"{name}-{k}.arrow" for name in ("trail", "feats")])  # read for the last time
     for name, value in (("cont", cont), ("center", center), ("scale", scale)):
         _put(Path(store) / f"{name}.npy", row0, value)
     del cont, center, scale
@@ -577,6 +626,5 @@ def _write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
     if (Path(spill) / "known-index.npy").exists():
         index = np.load(Path(spill) / "known-index.npy", mmap_mode="r")[at]  # (n, D)
         _put(Path(store) / "known_index.npy", row0, index)
-    starts = window_starts(*_bounds(lengths), e + d)  # (w,)
     grid = np.load(Path(spill) / "known-ts.npy", mmap_mode="r")
     return off_grid_windows(starts, ts, grid, e, d, base, None if index is None else index[:, -1])
