@@ -3,6 +3,7 @@ processes is the store prepared in memory, array for array and key for key; the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -234,3 +235,15 @@ def test_own_scalers_are_the_panels_for_the_pieces_series_or_none_where_pooled_v
     for n, m2 in (([1, 6], [0.0, 3.0]), ([4, 6], [0.0, 3.0])):  # one row, a constant: the pooled std is read
         bad = {**piece, "log_vol:n": np.array(n), "log_vol:m2": np.array(m2)}
         assert pieced._own_scalers(first, bad, ["B", "C"]) is None
+
+
+@pytest.mark.parametrize("options", [{"vol_features": True, "scaling": "volatility"},
+                                     {"target": "log_range", "scaling": "volatility"},
+                                     {"vol_estimator": "range", "vol_features": True}])
+def test_trail_jobs_write_the_in_memory_rows_under_other_scalers(panel, tmp_path, options):
+    """The trailing inputs a piece standardizes with its own statistics (vol features, log_range's EWMA center and
+    scale, the range estimator) are the whole panel's, bit for bit."""
+    cfg = dataclasses.replace(_config(panel), **options)
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
