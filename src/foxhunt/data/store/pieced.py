@@ -71,7 +71,7 @@ from foxhunt.data.prepare import (
     split_cuts,
     train_start_ns,
 )
-from foxhunt.data.read import Source, check_bar_sizes, expand_sources, median_spacings, read_bars, rtype_sets
+from foxhunt.data.read import Source, check_bar_sizes, median_spacings, read_bars, rtype_sets
 from foxhunt.data.scaling import (
     add_vol_stats,
     first_scalers,
@@ -98,18 +98,17 @@ GRID_READY = "known-ready"  # made in the spill folder once the grid's tables ar
 ROW_ARRAYS = ("cont", "static_cat", "time_cat", "target_raw", "center", "scale", "ts_ns", "real", "series_idx")
 
 
-def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], pool: Crew, sources: list[Source] | None = None
+def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], pool: Crew, sources: list[Source]
                    ) -> dict[str, Any] | None:
     """Prepare `cfg` piece by piece into the store `out` with the processes of `pool`; returns its manifest, or None
     when the pieces do not hold consecutive series (the caller then prepares in memory). `sources`: expand_sources'
-    list of `cfg.paths`, when the caller has it."""
+    list of `cfg.paths`."""
     out = Path(out)
     tmp = make_tmp(out)
     spill = Path(tempfile.mkdtemp(prefix=f".{out.name}.pieces.", dir=out.parent))
     try:
         # The processes take the cores: each runs its stages in one thread (data/parallel.py).
         with filling(tmp, out), serial():
-            sources = expand_sources(cfg.paths) if sources is None else sources
             listed = [(f, source) for source in sources for f in source.files]  # (file, its source), in order
             files = [str(f) for f, _ in listed]
             route = {s.strip(): k for k, p in enumerate(pieces) for s in p.symbols}
