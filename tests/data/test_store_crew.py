@@ -43,3 +43,23 @@ def test_a_worker_runs_the_pieces_jobs_without_importing_torch():
     with crew(2) as c:
         assert c.pool is not None
         assert c.pool.apply(_modules_after_importing_the_jobs) == (False, True)
+
+
+def _pid_after(seconds: float) -> int:
+    import os
+    import time
+
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def test_everywhere_runs_once_in_each_process_even_when_one_worker_is_quick():
+    """Each worker takes exactly one call (the barrier), so a drain reaches every process's writer thread."""
+    import os
+
+    with crew(3) as c:
+        for _ in range(2):  # the barrier resets for the next call
+            pids = c.everywhere(_pid_after, 0.0)
+            assert pids[0] == os.getpid() and len(set(pids)) == 3
+    with crew(1) as c:
+        assert c.everywhere(_pid_after, 0.0) == [os.getpid()]

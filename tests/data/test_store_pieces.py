@@ -164,18 +164,6 @@ def test_rows_find_their_origin_through_the_lattice_table_as_by_binary_search(tm
         assert np.array_equal(pieced._origin_rows(tmp_path, ts), np.searchsorted(origins, ts))
 
 
-def test_put_writes_rows_as_assigning_into_the_mapped_array_does(tmp_path):
-    for dtype, value in (("float32", np.arange(12.0).reshape(4, 3) / 7), ("int64", np.arange(4)[:, None]),
-                         ("bool", np.array([True, False, True])), ("int64", np.zeros((3, 0)))):
-        shape = (9, *value.shape[1:])
-        mapped = np.lib.format.open_memmap(tmp_path / "a.npy", mode="w+", dtype=dtype, shape=shape)
-        mapped[2:2 + len(value)] = value
-        del mapped
-        np.lib.format.open_memmap(tmp_path / "b.npy", mode="w+", dtype=dtype, shape=shape)
-        pieced._put(tmp_path / "b.npy", 2, value)
-        assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
-
-
 def test_a_piece_of_daily_bars_in_an_intraday_panel_is_refused():
     minute, day = (np.array([60 * 10**9]), np.array([9])), (np.array([86_400 * 10**9]), np.array([9]))
     pieced._check_intraday([{"gaps": minute, "names": ["ES"]}, {"gaps": (day[0][:0], day[1][:0]), "names": ["NQ"]}],

@@ -23,6 +23,8 @@ from typing import Any
 from foxhunt.data.parallel import serial_process
 
 QUIET = "foxhunt.data"
+EVERYWHERE_TIMEOUT_S = 600.0  # a worker that never reaches `everywhere`'s barrier (it died): an error, not a hang
+_BARRIER: Any = None  # in a worker: the crew's barrier (`everywhere`), inherited as the process starts
 
 
 class Crew:
@@ -32,8 +34,9 @@ class Crew:
         # spawn, not fork: this process's polars and torch thread pools do not survive a fork. The workers are its
         # children, so their CPU time counts in its rusage once the pool is joined.
         self.processes = max(workers - 1, 0)
-        self.pool = mp.get_context("spawn").Pool(self.processes, initializer=quiet, initargs=(warm,)) \
-            if self.processes else None
+        ctx = mp.get_context("spawn")
+        barrier = ctx.Barrier(self.processes) if self.processes else None  # passed as the workers start, not later
+        self.pool = ctx.Pool(self.processes, initializer=quiet, initargs=(warm, barrier)) if self.processes else None
 
     def starmap(self, fn: Callable, jobs: list[tuple]) -> list:
         """`[fn(*job) for job in jobs]`, the jobs shared between the workers and this process."""
@@ -42,6 +45,14 @@ class Crew:
     def starmap_async(self, fn: Callable, jobs: list[tuple]) -> Shift:
         """The workers start on `jobs` now; `get()` has this process take jobs too and returns the results."""
         return Shift(self, fn, jobs)
+
+    def everywhere(self, fn: Callable, *args: Any) -> list:
+        """`fn(*args)` once in each process of the crew, this one first; the results. Each worker takes exactly one:
+        it waits at a barrier for the others before it may take another. For what a process holds besides its jobs'
+        results (store/direct.py's queued writes)."""
+        pending = [self.pool.apply_async(_once, (fn, args)) for _ in range(self.processes)] if self.pool else []
+        here = fn(*args)
+        return [here, *(p.get(EVERYWHERE_TIMEOUT_S + 60) for p in pending)]
 
     def close(self) -> None:
         if self.pool is not None:
@@ -110,9 +121,19 @@ def crew(workers: int, warm: tuple[str, ...] = ()) -> Iterator[Crew]:
         c.terminate()
 
 
-def quiet(warm: tuple[str, ...] = ()) -> None:
+def _once(fn: Callable, args: tuple) -> Any:
+    """`fn(*args)` in a worker, then the wait for the crew's other workers (Crew.everywhere); its error after it."""
+    try:
+        return fn(*args)
+    finally:
+        _BARRIER.wait(EVERYWHERE_TIMEOUT_S)
+
+
+def quiet(warm: tuple[str, ...] = (), barrier: Any = None) -> None:
     """In a worker process: one thread for OpenMP and for each stage (data/parallel.py), and `foxhunt.data` logs
-    warnings only (the parent logs); then the modules `warm` are imported."""
+    warnings only (the parent logs); then the modules `warm` are imported. `barrier`: the crew's (`everywhere`)."""
+    global _BARRIER
+    _BARRIER = barrier
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     serial_process()
     logging.getLogger(QUIET).setLevel(logging.WARNING)

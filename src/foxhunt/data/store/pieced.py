@@ -25,8 +25,9 @@ What is fitted across series is fitted first, from statistics each piece sends b
 4. write (the pieces 3. could not write): the scaled inputs `prepare_from_bars` gives the piece with the whole
    panel's transform (`_scaled_rows`), from its spilled features and trailing inputs; its calendar inputs and grid
    rows are looked up in the panel's tables (no calendar of its own: the pieces share their timestamps).
-Rows go to their offset in the store's arrays (one pwrite each, through the page cache, each range handed to the
-disk at once from a thread: `_start_writeback`), windows and split ids offset by the pieces before.
+Rows go to their offset in the store's arrays from a thread of the process that made them, past the page cache
+(store/direct.py), windows and split ids offset by the pieces before; every process's writes are waited for
+(`_drained`) before the store is finished.
 The data summary is built from what the trail and write jobs saw of each piece's rows and windows
 (summary.WindowFacts: counts and extremes that merge), not read again from the written arrays; this process never
 imports torch. Memory: a worker holds one chunk or one piece; this process too, besides the distinct timestamps,
@@ -39,7 +40,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import queue
 import shutil
 import tempfile
 import threading
@@ -82,9 +82,10 @@ from foxhunt.data.scaling import (
     vol_moments,
 )
 from foxhunt.data.store.crew import Crew
+from foxhunt.data.store.direct import drain, put
 from foxhunt.data.store.layout import SPLITS, WINDOW_ARRAYS, split_file
 from foxhunt.data.store.pieces import PIECE_ROWS, Piece, merge_reports
-from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of, save_array
+from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of
 from foxhunt.data.summary import WindowFacts, data_summary, merge_facts, window_facts
 from foxhunt.data.validate import check_log_target
 from foxhunt.data.windows import SplitResult, assign_splits, off_grid_windows, window_starts
@@ -129,6 +130,8 @@ def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], pool: Crew, 
             lap("load")
             manifest = _assemble(cfg, out, tmp, pool, jobs, loads, expected, lap)
     finally:
+        with contextlib.suppress(OSError):  # on the way out after an error: this process's writes end first
+            drain()
         shutil.rmtree(spill, ignore_errors=True)
     return manifest
 
@@ -214,9 +217,9 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     _check_intraday(loads, intraday)
     origins = sorted_distinct(np.concatenate([r["stamps"] for r in loads]))  # (O,) every distinct timestamp
     known = _stamp_tables(origins, Path(jobs[0][2]), cfg, spacing, intraday, scalers.get("season"))
-    arrays["known_cont"] = save_array(tmp, "known_cont.npy", known.cont)
-    arrays["known_cat"] = save_array(tmp, "known_cat.npy", np.zeros((len(known.ts), 0), dtype=np.int64))
-    arrays["known_ts"] = save_array(tmp, "known_ts.npy", known.ts)
+    arrays["known_cont"] = _save(tmp, "known_cont.npy", known.cont)
+    arrays["known_cat"] = _save(tmp, "known_cat.npy", np.zeros((len(known.ts), 0), dtype=np.int64))
+    arrays["known_ts"] = _save(tmp, "known_ts.npy", known.ts)
     if known.index is not None:
         arrays["known_index"] = _allocate(tmp, "known_index", (rows[-1], d), "int32")
     lap("fit, grid")
@@ -231,14 +234,20 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
                                          in zip(jobs, loads, places, trails, strict=True) if t["off_grid"] is None])
     try:  # the split ids are saved while the pieces write; this process takes pieces after
         for k in SPLITS:
-            arrays[f"split_{k}"] = save_array(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))  # no copy
+            arrays[f"split_{k}"] = _save(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))  # no copy
     finally:
-        off_grid = sum(writes.get()) + sum(t["off_grid"] or 0 for t in trails)  # the writes end before anything leaves
+        off_grid = sum(writes.get()) + sum(t["off_grid"] or 0 for t in trails)  # the jobs end before anything leaves
+        _drained(pool)
     facts = dataclasses.replace(merge_facts([t["facts"] for t in trails]), off_grid=off_grid)
     lap("write")
     manifest = _finish_store(cfg, out, tmp, loads, trails, arrays, transform, known, cuts, spacing, facts)
     lap("flush")
     return manifest
+
+
+def _drained(pool: Crew) -> None:
+    """Wait until the rows every process of `pool` queued (store/direct.py) are written; raise the first error."""
+    pool.everywhere(drain)
 
 
 def _stamp_tables(origins: np.ndarray, spill: Path, cfg: DataConfig, spacing: int, intraday: bool,
@@ -302,62 +311,6 @@ def _check_intraday(loads: list[dict], intraday: bool) -> None:
                              f"{want}; prepare them apart")
 
 
-def _put(path: Path, row0: int, value: np.ndarray) -> None:
-    """Write `value` at row `row0` of the .npy array at `path`: one pwrite into the page cache (assigning through a
-    mapping faults every page in first); the disk is asked to take those pages now (`_start_writeback`), while the
-    pieces are still being prepared, rather than all in `finish`'s flush at the end."""
-    offset, dtype, row_bytes = _npy_layout(path)
-    data = np.ascontiguousarray(value, dtype=dtype).reshape(-1).view(np.uint8)  # the file's dtype, as assigning casts
-    if not len(data):
-        return
-    start = offset + row0 * row_bytes
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        view = memoryview(data)
-        done = 0
-        while done < len(data):
-            done += os.pwrite(fd, view[done:], start + done)
-    finally:
-        os.close(fd)
-    _start_writeback(path, start, len(data))
-
-
-_WRITEBACK: queue.SimpleQueue | None = None  # (path, start, length) of written ranges, for _writeback's thread
-
-
-def _start_writeback(path: Path, start: int, length: int) -> None:
-    """Have the kernel start writing bytes [start, start + length) of `path` to disk, from a thread of this process:
-    POSIX_FADV_DONTNEED submits the dirty pages at once, and it blocks while the disk's queue is full, which the
-    thread preparing the next rows should not (the 1.9 GB of a 20M-bar store take the disk ~5 s)."""
-    global _WRITEBACK
-    if not hasattr(os, "posix_fadvise"):  # Linux and most Unixes; elsewhere the flush in `finish` writes them all
-        return
-    if _WRITEBACK is None:
-        _WRITEBACK = queue.SimpleQueue()
-        threading.Thread(target=_writeback, args=(_WRITEBACK,), daemon=True).start()
-    _WRITEBACK.put((path, start, length))
-
-
-def _writeback(ranges: queue.SimpleQueue) -> None:
-    while True:
-        path, start, length = ranges.get()
-        with contextlib.suppress(OSError):  # only a hint: `finish` flushes every file and reports what fails
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.posix_fadvise(fd, start, length, os.POSIX_FADV_DONTNEED)  # Linux: writes dirty pages, drops none
-            finally:
-                os.close(fd)
-
-
-def _npy_layout(path: Path) -> tuple[int, np.dtype, int]:
-    """(header bytes, dtype, bytes per row) of the C-ordered .npy array at `path`."""
-    with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, _, dtype = read(f)
-        return f.tell(), dtype, dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
-
-
 def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], trails: list[dict], arrays: dict,
                   transform: FittedTransform, known: Any, cuts: tuple, spacing: int, facts: WindowFacts) -> dict:
     """The manifest of the written store; the store flushed and renamed to `out`."""
@@ -389,10 +342,19 @@ def _flush(paths: list[Path]) -> None:
 
 
 def _allocate(folder: Path, name: str, shape: tuple, dtype: str | None = None) -> dict:
+    """The empty .npy array `name` of `shape` in `folder` (a sparse file) and its manifest entry (save_array's)."""
     dtype = dtype or WINDOW_ARRAYS[name][0]
     array = np.lib.format.open_memmap(folder / f"{name}.npy", mode="w+", dtype=dtype, shape=tuple(int(s) for s in shape))
     del array
     return {"file": f"{name}.npy", "dtype": dtype, "shape": [int(s) for s in shape]}
+
+
+def _save(folder: Path, file: str, value: np.ndarray) -> dict:
+    """write.save_array's file and entry, written as the rows are (store/direct.py): on disk by the time the writes
+    are drained, so that `finish`'s flush has next to nothing left to write."""
+    entry = _allocate(folder, file.removesuffix(".npy"), value.shape, str(value.dtype))
+    put(folder / file, 0, value)
+    return entry
 
 
 def _bounds(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -537,21 +499,20 @@ def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
     e, d = cfg.encoder_length, cfg.horizon
     scalers = transform.scalers
     feats, sidx, ts = _spilled(cfg, spill, k, lengths)
+    starts = window_starts(*_bounds(lengths), e + d)  # (w,)
+    code, real = transform.code(names)[sidx], np.ones(len(ts), dtype=bool)  # (n,) each
+    rows = {"ts_ns": ts, "series_idx": sidx + series0, "static_cat": code[:, None], "real": real,
+            "target_raw": feats["target"].to_numpy()}
+    for name, value in rows.items():  # first: the disk takes them while the rest is computed
+        put(Path(store) / f"{name}.npy", row0, value)
+    put(Path(store) / "starts.npy", win0, starts + row0)
+    del rows
+    roll_bars = int(feats["roll"].sum())
     keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
     trail = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling)  # (derived, center, scale)
     mom = vol_moments(trail[0], sidx, len(names), keep, scalers)
     del keep
     own = _own_scalers(scalers, mom, names)
-    first, end = _bounds(lengths)
-    starts = window_starts(first, end, e + d)  # (w,)
-    code, real = transform.code(names)[sidx], np.ones(len(ts), dtype=bool)  # (n,) each
-    rows = {"ts_ns": ts, "series_idx": sidx + series0, "static_cat": code[:, None], "real": real,
-            "target_raw": feats["target"].to_numpy()}
-    roll_bars = int(feats["roll"].sum())
-    for name, value in rows.items():
-        _put(Path(store) / f"{name}.npy", row0, value)
-    _put(Path(store) / "starts.npy", win0, starts + row0)
-    del rows
     off_grid = None
     if own is not None and (Path(spill) / GRID_READY).exists():
         off_grid = _scaled_rows(cfg, spill, names, starts, sidx, ts, feats, trail,
@@ -617,13 +578,13 @@ def _scaled_rows(cfg: DataConfig, spill: str, names: list[str], starts: np.ndarr
     at = _origin_rows(Path(spill), ts)  # (n,)
     take_rows(np.load(Path(spill) / "known-cal.npy", mmap_mode="r"), at, cont[:, :kr])
     for name, value in (("cont", cont), ("center", center), ("scale", scale)):
-        _put(Path(store) / f"{name}.npy", row0, value)
+        put(Path(store) / f"{name}.npy", row0, value)
     del cont, center, scale
     base = np.load(Path(spill) / "known-base.npy", mmap_mode="r")[at]  # (n,)
-    _put(Path(store) / "known_base.npy", row0, base)
+    put(Path(store) / "known_base.npy", row0, base)
     index = None
     if (Path(spill) / "known-index.npy").exists():
         index = np.load(Path(spill) / "known-index.npy", mmap_mode="r")[at]  # (n, D)
-        _put(Path(store) / "known_index.npy", row0, index)
+        put(Path(store) / "known_index.npy", row0, index)
     grid = np.load(Path(spill) / "known-ts.npy", mmap_mode="r")
     return off_grid_windows(starts, ts, grid, e, d, base, None if index is None else index[:, -1])
