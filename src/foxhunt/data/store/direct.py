@@ -3,9 +3,9 @@
 A buffered write copies every byte into a fresh page-cache page, and on the VM this was measured on that copy cost
 1.5-2.4 CPU s a GB (the kernel's page allocation and the copy into memory nobody touched yet), besides the disk's
 time: ~3-4 CPU s of a 20M-bar `prepare`'s ~36 went into putting its 1.9 GB store into the page cache. A direct
-write (O_DIRECT) hands the disk the process's own buffer: 0.06 CPU s a GB (`/tmp`-style measurement: 16 x 64 MiB,
-direct 1.4-1.6 s wall and 0.06 CPU s against buffered 1.6-2.4 s and 1.5-2.4 CPU s). The disk's time is the
-thread's, not the caller's: `put` returns once the rows are queued.
+write (O_DIRECT) hands the disk the process's own buffer: 0.06 CPU s a GB (1 GiB written to ext4 here in 64 MiB
+requests, twice each way: direct 1.4-1.6 s wall and 0.06 CPU s, buffered 1.6-2.4 s and 1.5-2.4 CPU s). The disk's
+time is the thread's, not the caller's: `put` returns once the rows are queued.
 
 Direct writes need file offsets, lengths and buffer addresses aligned to the device's block: each range's whole
 blocks go direct from a page-aligned staging buffer, its partial first and last blocks (shared with the neighbour
@@ -27,8 +27,11 @@ from pathlib import Path
 import numpy as np
 
 ALIGN = 4096  # a multiple of any device's logical block: offsets, lengths and the buffer of a direct write
-STAGE_BYTES = 8 << 20  # the staging buffer: each direct write copies this much into it first
-PENDING_BYTES = 128 << 20  # queued rows held at most (a piece's scaled rows are ~55 MB at 1.2M bars)
+# The staging buffer: a direct write copies up to this much into it, then hands it to the disk in one request. The
+# request's size sets the disk's pace here: 512 MiB written direct in requests of 8, 32, 48, 64, 96 and 128 MiB, 6
+# runs each, medians 271, 264, 366, 453, 519 and 450 MB/s (buffered writes and their writeback: ~330).
+STAGE_BYTES = 64 << 20
+PENDING_BYTES = 128 << 20  # queued rows held at most (a piece's row tensor is ~55 MB at 1.25M bars)
 
 
 def put(path: Path, row0: int, value: np.ndarray) -> None:
@@ -77,7 +80,8 @@ class _Writer:
         self.cond = threading.Condition()
         self.pending = 0  # bytes queued or being written
         self.error: OSError | None = None
-        self.stage = mmap.mmap(-1, STAGE_BYTES)  # page-aligned, reused: touched once
+        # Page-aligned, private (its pages count as the process's own), reused: touched once, up to the largest write.
+        self.stage = mmap.mmap(-1, STAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.direct = hasattr(os, "O_DIRECT")  # False once a file system refused it
         threading.Thread(target=self._run, daemon=True, name="foxhunt-store-writer").start()
 
