@@ -39,9 +39,15 @@ def put(path: Path, row0: int, value: np.ndarray) -> None:
     mapped array would), from this process's writer thread; `drain` waits for it. The caller must not change
     `value` afterwards (it is written from as it is, without a copy when its dtype is the file's)."""
     offset, dtype, row_bytes = npy_layout(path)
+    put_at(path, offset + row0 * row_bytes, value, dtype)
+
+
+def put_at(path: Path, offset: int, value: np.ndarray, dtype: np.dtype) -> None:
+    """`put` at byte `offset` of the file `path`, `value` cast to `dtype`: for an array whose header is written
+    later (store/early.py)."""
     data = np.ascontiguousarray(value, dtype=dtype).reshape(-1).view(np.uint8)  # (bytes,)
     if len(data):
-        _writer().put(str(path), offset + row0 * row_bytes, data)
+        _writer().put(str(path), offset, data)
 
 
 def drain() -> None:

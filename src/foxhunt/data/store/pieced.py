@@ -8,20 +8,22 @@ What is fitted across series is fitted first, from statistics each piece sends b
    spilled to one Arrow IPC file per piece (`_spill`); the raw time span of the chunks gives the split cuts to
    expect.
 1. load: each piece's spills are concatenated (in file order: the frame `read_bars` would give for its symbols),
-   cleaned and rolled as `load_bars` would; its raw features (computed once) are spilled; its series, their
-   lengths, its time span and its distinct timestamps come back, with its bar-gap counts (the median spacing) and,
-   under the expected cuts, its training statistics (scalers.train_moments). The split cuts follow from the span
+   cleaned and rolled as `load_bars` would; its raw features (computed once) are spilled; its timestamps, series
+   index, targets and window starts go to the store at once, placed by the counts of the pieces before it
+   (store/early.py); its series, their lengths, its time span and its distinct timestamps come back, with its
+   bar-gap counts (the median spacing) and, under the expected cuts, its training statistics
+   (scalers.train_moments). The split cuts follow from the span
    of all pieces; the statistics are gathered again (2.) only when cleaning moved the ends of the span, and the
    cuts with them.
 2. fit (rarely): the training statistics from the spilled features.
 3. trail: with the first scalers fixed, the trailing inputs and their statistics (scalers.vol_moments); the
-   piece's rows that no scaler shapes (timestamps, series, codes, targets, window starts) go to the store now, and
-   its splits and summary facts come back. Meanwhile this process builds the known-future grid (one table over
-   every distinct timestamp of the panel) and each distinct timestamp's calendar inputs, saves the grid's arrays,
-   then takes pieces too. A piece whose series' own statistics complete the scalers (each series' trailing inputs
-   are standardized with its own mean and std; only a series without training rows or with an undefined std reads
-   the pooled values, which need every piece: `_own_scalers`) writes its scaled rows here too once the grid is
-   built; any other spills its trailing inputs for 4.
+   piece's series codes go to the store now, and its splits and summary facts come back. Meanwhile this process
+   builds the known-future grid (one table over every distinct timestamp of the panel) and each distinct
+   timestamp's calendar inputs, saves the grid's arrays, then takes pieces too. A piece whose series' own
+   statistics complete the scalers (each series' trailing inputs are standardized with its own mean and std; only
+   a series without training rows or with an undefined std reads the pooled values, which need every piece:
+   `_own_scalers`) writes its scaled rows here too, waiting for the grid if it is not built yet; any other spills
+   its trailing inputs for 4.
 4. write (the pieces 3. could not write): the scaled inputs `prepare_from_bars` gives the piece with the whole
    panel's transform (`_scaled_rows`), from its spilled features and trailing inputs; its calendar inputs and grid
    rows are looked up in the panel's tables (no calendar of its own: the pieces share their timestamps).
@@ -81,6 +83,7 @@ from foxhunt.data.scaling import (
     vol_columns,
     vol_moments,
 )
+from foxhunt.data.store import early
 from foxhunt.data.store.crew import Crew
 from foxhunt.data.store.direct import drain, put
 from foxhunt.data.store.layout import SPLITS, WINDOW_ARRAYS, split_file
@@ -96,6 +99,8 @@ log = logging.getLogger("foxhunt.data")
 PIECE = "__piece"  # each bar's piece, beside the bars of a chunk
 CENTER, SCALE = "__center", "__scale"  # the target's center and scale beside the trailing inputs in a spill
 GRID_READY = "known-ready"  # made in the spill folder once the grid's tables are all there (`_stamp_tables`)
+GRID_FAILED = "known-failed"  # made there when building the grid failed
+GRID_POLL_S = 0.005
 ROW_ARRAYS = ("cont", "static_cat", "time_cat", "target_raw", "center", "scale", "ts_ns", "real", "series_idx")
 
 
@@ -126,7 +131,8 @@ def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], pool: Crew, 
             expected = split_cuts(cfg, np.array([min(r["lo"] for r in reads), max(r["hi"] for r in reads)]))
             jobs = [(cfg, k, str(spill)) for k in range(len(pieces))]
             lap("read")
-            loads = pool.starmap(_load, [(*job, len(chunks), entries, expected) for job in jobs])
+            early.make_arrays(tmp, sum(p.rows for p in pieces))
+            loads = pool.starmap(_load, [(*job, len(chunks), entries, expected, str(tmp)) for job in jobs])
             lap("load")
             manifest = _assemble(cfg, out, tmp, pool, jobs, loads, expected, lap)
     finally:
@@ -201,22 +207,27 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
         exchange_tz=cfg.exchange_tz, bar_spacing_ns=spacing,
     )
     rows = np.cumsum([0, *(int(r["lengths"].sum()) for r in loads)])
-    wins = np.cumsum([0, *(len(window_starts(*_bounds(r["lengths"]), e + d)) for r in loads)])
-    series0 = np.cumsum([0, *(len(r["names"]) for r in loads)])
+    wins = np.cumsum([0, *(r["windows"] for r in loads)])
     kr = len(calendar_columns(intraday, cfg.calendar_features)) + bool(scalers.get("season"))
     shapes = {"cont": (rows[-1], kr + len(observed_names(scalers))), "static_cat": (rows[-1], 1),
-              "time_cat": (rows[-1], 0), "starts": (wins[-1],)}
-    arrays = {name: _allocate(tmp, name, shapes.get(name, (rows[-1],))) for name in (*ROW_ARRAYS, "starts")}
+              "time_cat": (rows[-1], 0)}
+    arrays = early.finish_arrays(tmp, int(rows[-1]), int(wins[-1]))  # written by the loads
+    arrays.update({name: _allocate(tmp, name, shapes.get(name, (rows[-1],))) for name in ROW_ARRAYS
+                   if name not in arrays})
     arrays["known_base"] = _allocate(tmp, "known_base", (rows[-1],))
-    places = [(str(tmp), int(rows[k]), int(wins[k]), int(series0[k])) for k in range(len(loads))]
+    places = [(str(tmp), int(rows[k]), int(wins[k])) for k in range(len(loads))]
     trails = pool.starmap_async(_trail, [(*job, r["names"], r["lengths"], cuts, transform, *at)
                                           for job, r, at in zip(jobs, loads, places, strict=True)])
     # The grid needs the step and the profile only: built here while the workers run the trailing inputs, and
     # saved at once. Files are made now, not once the disk is busy with the store's rows: there a metadata change
     # (creating a file, deleting a spill) can wait ~1 s on the journal, which waits on the data it orders.
-    _check_intraday(loads, intraday)
-    origins = sorted_distinct(np.concatenate([r["stamps"] for r in loads]))  # (O,) every distinct timestamp
-    known = _stamp_tables(origins, Path(jobs[0][2]), cfg, spacing, intraday, scalers.get("season"))
+    try:
+        _check_intraday(loads, intraday)
+        origins = sorted_distinct(np.concatenate([r["stamps"] for r in loads]))  # (O,) every distinct timestamp
+        known = _stamp_tables(origins, Path(jobs[0][2]), cfg, spacing, intraday, scalers.get("season"))
+    except BaseException:
+        (Path(jobs[0][2]) / GRID_FAILED).touch()  # the trail jobs waiting for the grid stop (_grid_built)
+        raise
     arrays["known_cont"] = _save(tmp, "known_cont.npy", known.cont)
     arrays["known_cat"] = _save(tmp, "known_cat.npy", np.zeros((len(known.ts), 0), dtype=np.int64))
     arrays["known_ts"] = _save(tmp, "known_ts.npy", known.ts)
@@ -413,9 +424,19 @@ def _read(cfg: DataConfig, chunk: int, first: int, sources: list[Source], route:
     return out
 
 
-def _load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], cuts: tuple) -> dict:
-    """Load piece `k` from its chunks' spills; spill its raw features (see the module doc)."""
-    paths = [p for c in range(chunks) if (p := Path(spill) / f"raw-{c}-{k}.arrow").exists()]
+def _load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], cuts: tuple, store: str) -> dict:
+    """Load piece `k` from its chunks' spills; spill its raw features; write its early rows into `store` (see the
+    module doc)."""
+    try:
+        return _loaded(cfg, k, Path(spill), chunks, entries, cuts, Path(store))
+    except BaseException:
+        early.failed(Path(spill), k)  # the pieces after it stop waiting for its counts
+        raise
+
+
+def _loaded(cfg: DataConfig, k: int, spill: Path, chunks: int, entries: list[dict], cuts: tuple, store: Path
+            ) -> dict:
+    paths = [p for c in range(chunks) if (p := spill / f"raw-{c}-{k}.arrow").exists()]
     raw = pl.concat([pl.read_ipc(p) for p in paths], rechunk=False)
     raw = raw.with_columns(pl.col("symbol").cast(pl.Utf8))  # the frame read_bars gives: symbols as strings
     counts = np.bincount(raw.get_column("file_idx").to_numpy(), minlength=len(entries))
@@ -423,17 +444,21 @@ def _load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict],
     del raw
     _delete(paths)
     bars, names, sidx, ts = sorted_bars(loaded.bars)
+    lengths = np.bincount(sidx, minlength=len(names))
+    starts = window_starts(*_bounds(lengths), cfg.encoder_length + cfg.horizon)  # (w,)
+    early.publish(spill, k, len(names), len(ts), len(starts))  # as soon as known: the pieces after wait for it
     check_log_target(bars, cfg.target)
     keep = _feature_columns(cfg)
     feats = raw_features(bars, cfg.adjust, cfg.target, columns=keep).select(keep)
     del bars
     # Spilled without what reading it back restores exactly: `target` (a copy of its move column) and the 0/1 `roll`
     # as a bit: a third fewer bytes to write, read twice and delete.
-    _spill(feats.drop("target").with_columns(pl.col("roll").cast(pl.Boolean)), Path(spill) / f"feats-{k}.arrow")
-    lengths = np.bincount(sidx, minlength=len(names))
-    return {"names": names, "lengths": lengths, "lo": int(ts.min()), "hi": int(ts.max()), "report": loaded.report,
-            "rolls": loaded.rolls, "gaps": _gap_counts(ts, sidx), "stamps": sorted_distinct(ts),
-            "fit": _fit_stats(cfg, feats, len(names), sidx, ts, cuts)}
+    _spill(feats.drop("target").with_columns(pl.col("roll").cast(pl.Boolean)), spill / f"feats-{k}.arrow")
+    fit = _fit_stats(cfg, feats, len(names), sidx, ts, cuts)
+    early.write_rows(store, *early.place(spill, k), ts, sidx, feats["target"].to_numpy(), starts)
+    return {"names": names, "lengths": lengths, "windows": len(starts), "lo": int(ts.min()), "hi": int(ts.max()),
+            "report": loaded.report, "rolls": loaded.rolls, "gaps": _gap_counts(ts, sidx),
+            "stamps": sorted_distinct(ts), "fit": fit}
 
 
 def _spill(frame: pl.DataFrame, path: Path) -> None:
@@ -488,25 +513,20 @@ def _fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndar
 
 
 def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
-           transform: FittedTransform, store: str, row0: int, win0: int, series0: int) -> dict:
-    """Piece `k`'s trailing inputs under the first scalers (`transform`'s) and their statistics; its rows of the
-    store that no scaler shapes, written now (at `row0`, its windows at `win0`, its series at `series0`) so that
-    the disk takes them while the pieces are still at work; its windows' splits and summary facts.
+           transform: FittedTransform, store: str, row0: int, win0: int) -> dict:
+    """Piece `k`'s trailing inputs under the first scalers (`transform`'s) and their statistics; its series codes
+    (static_cat), written now (at `row0`) so that the disk takes them while the pieces are still at work (its other
+    scaler-free rows went in the load: store/early.py); its windows' splits (offset by `win0`) and summary facts.
 
     Its scaled rows too (`_scaled_rows`, returning the off-grid count) when its series' own statistics complete the
-    scalers (`_own_scalers`) and the grid is built: otherwise the trailing inputs are spilled for `_write`, which
-    runs once the whole panel's are in ("off_grid" None)."""
+    scalers (`_own_scalers`), once the grid is built (`_grid_built`): otherwise the trailing inputs are spilled for
+    `_write`, which runs once the whole panel's are in ("off_grid" None)."""
     e, d = cfg.encoder_length, cfg.horizon
     scalers = transform.scalers
     feats, sidx, ts = _spilled(cfg, spill, k, lengths)
     starts = window_starts(*_bounds(lengths), e + d)  # (w,)
     code, real = transform.code(names)[sidx], np.ones(len(ts), dtype=bool)  # (n,) each
-    rows = {"ts_ns": ts, "series_idx": sidx + series0, "static_cat": code[:, None], "real": real,
-            "target_raw": feats["target"].to_numpy()}
-    for name, value in rows.items():  # first: the disk takes them while the rest is computed
-        put(Path(store) / f"{name}.npy", row0, value)
-    put(Path(store) / "starts.npy", win0, starts + row0)
-    del rows
+    put(Path(store) / "static_cat.npy", row0, code[:, None])  # first: the disk takes them while the rest is computed
     roll_bars = int(feats["roll"].sum())
     keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
     trail = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling)  # (derived, center, scale)
@@ -514,7 +534,7 @@ def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
     del keep
     own = _own_scalers(scalers, mom, names)
     off_grid = None
-    if own is not None and (Path(spill) / GRID_READY).exists():
+    if own is not None and _grid_built(Path(spill)):
         off_grid = _scaled_rows(cfg, spill, names, starts, sidx, ts, feats, trail,
                                 dataclasses.replace(transform, scalers=own), store, row0)
         _delete([Path(spill) / f"feats-{k}.arrow"])  # read for the last time
@@ -530,6 +550,18 @@ def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
         "roll_bars": roll_bars,
         "facts": window_facts(ts, real, sidx, code, starts, len(names), e, split, 0),
     }
+
+
+def _grid_built(spill: Path) -> bool:
+    """Wait until this process has built the grid (`_stamp_tables`); False when building it failed. The first
+    pieces' trail jobs get here while it is still at it: waiting (well under a second, once) costs less than
+    spilling their trailing inputs and writing their rows in a phase of their own (4 pieces of 16 on 20M bars:
+    ~0.5 s each)."""
+    while not (spill / GRID_READY).exists():
+        if (spill / GRID_FAILED).exists():
+            return False
+        time.sleep(GRID_POLL_S)
+    return True
 
 
 def _own_scalers(scalers: dict, mom: dict[str, np.ndarray], names: list[str]) -> dict | None:
