@@ -63,3 +63,22 @@ def test_everywhere_runs_once_in_each_process_even_when_one_worker_is_quick():
             assert pids[0] == os.getpid() and len(set(pids)) == 3
     with crew(1) as c:
         assert c.everywhere(_pid_after, 0.0) == [os.getpid()]
+
+
+def _fails_or_gives_way(k: int) -> int:
+    import time
+
+    from foxhunt.data.store.crew import Abandoned
+
+    if k == 1:
+        raise Abandoned("job 1 stopped: another job failed")  # raised first
+    time.sleep(0.2)
+    if k == 2:
+        raise ValueError("job 2: the error to report")
+    return k
+
+
+def test_the_error_raised_is_the_failure_not_a_job_abandoned_for_it():
+    """Two jobs at once: the one abandoned fails first, the failure it gave way to 0.2 s later."""
+    with crew(2) as c, pytest.raises(ValueError, match="the error to report"):
+        c.starmap(_fails_or_gives_way, [(2,), (1,)])

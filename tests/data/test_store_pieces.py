@@ -235,3 +235,22 @@ def test_trail_jobs_write_the_in_memory_rows_under_other_scalers(panel, tmp_path
     whole = prepare_store(cfg, tmp_path / "whole", workers=0)
     pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
     _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
+
+
+def test_a_piece_that_fails_stops_the_pieces_waiting_on_it_and_its_error_is_reported(tmp_path, fixtures_dir):
+    """NQ's bars (the middle piece of three) hold a price of zero, which its load refuses before it publishes its
+    counts. A YM load already under way waits for those counts (store/early.py), stops when NQ fails and gives way
+    (the waiting itself: test_store_early.py): the error is NQ's, nothing is left under --out or beside it, and no
+    process hangs."""
+    es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
+    es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=4))
+    folder = _write_panel(es, tmp_path / "panel")
+    day = sorted(folder.glob("date=*/part-0.parquet"))[1]
+    bars = pl.read_parquet(day)
+    first_nq = (pl.col("symbol").str.starts_with("NQ") & ~pl.col("symbol").str.contains("-")).arg_true().first()
+    bars.with_columns(low=pl.when(pl.int_range(pl.len()) == first_nq).then(0.0).otherwise(pl.col("low"))
+                      ).write_parquet(day)
+    out = tmp_path / "out" / "store"
+    with pytest.raises(InputError, match="NQ"):
+        prepare_store(_config(folder), out, piece_rows=1, workers=2, min_rows=0)
+    assert not out.parent.exists() or not any(out.parent.iterdir())

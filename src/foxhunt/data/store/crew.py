@@ -4,9 +4,10 @@ one, each taking the next job as it finishes one (store/pieced.py's pieces).
 This process works too rather than waiting for a pool of `workers` processes: it has imported the libraries
 already, where each spawned worker spends CPU importing them (~0.7 s for polars, numpy and foxhunt.data; the
 pieces' jobs need no torch), and it would otherwise sit idle. A crew can start before its jobs are known (`warm`:
-the workers import those modules meanwhile). Results come back in the order of the jobs; the first error is raised once every job taken has
-finished. Jobs run here log nothing below WARNING from `foxhunt.data` (the caller logs what the pieces found, as it
-does for the workers).
+the workers import those modules meanwhile). Results come back in the order of the jobs; the first error is raised
+once every job taken has finished (a job Abandoned for another's failure gives way to that one's error). Jobs run
+here log nothing below WARNING from `foxhunt.data` (the caller logs what the pieces found, as it does for the
+workers).
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from foxhunt.data.parallel import serial_process
 QUIET = "foxhunt.data"
 EVERYWHERE_TIMEOUT_S = 600.0  # a worker that never reaches `everywhere`'s barrier (it died): an error, not a hang
 _BARRIER: Any = None  # in a worker: the crew's barrier (`everywhere`), inherited as the process starts
+
+
+class Abandoned(RuntimeError):
+    """Raised by a job that stopped because another job failed: the other's error is the one `get` raises, whichever
+    came first (store/early.py's waits)."""
 
 
 class Crew:
@@ -105,7 +111,7 @@ class Shift:
         for t in self.threads:
             t.join()
         if self.errors:
-            raise self.errors[0]
+            raise min(self.errors, key=lambda e: isinstance(e, Abandoned))  # the first that is not Abandoned
         return self.results
 
 

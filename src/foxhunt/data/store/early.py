@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from foxhunt.data.store.crew import Abandoned
 from foxhunt.data.store.direct import put_at
 from foxhunt.data.store.layout import WINDOW_ARRAYS
 
@@ -28,8 +29,8 @@ HEADER = 128  # bytes of a .npy 1.0 header of a 1-D array: 10 + its dict, padded
 POLL_S = 0.002  # how often a piece looks for the counts of the pieces before it
 
 
-class PieceFailed(RuntimeError):
-    """A piece before this one failed: its error is the one to report (store/crew.py raises the first)."""
+class PieceFailed(Abandoned):
+    """A piece before this one failed: its error is the one reported (store/crew.py)."""
 
 
 def make_arrays(store: Path, rows: int) -> None:
