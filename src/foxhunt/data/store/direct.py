@@ -31,6 +31,7 @@ ALIGN = 4096  # a multiple of any device's logical block: offsets, lengths and t
 # request's size sets the disk's pace here: 512 MiB written direct in requests of 8, 32, 48, 64, 96 and 128 MiB, 6
 # runs each, medians 271, 264, 366, 453, 519 and 450 MB/s (buffered writes and their writeback: ~330).
 STAGE_BYTES = 64 << 20
+REFUSED = frozenset({errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP})  # how a file system says no to O_DIRECT
 PENDING_BYTES = 128 << 20  # queued rows held at most (a piece's row tensor is ~55 MB at 1.25M bars)
 
 
@@ -142,7 +143,7 @@ class _Writer:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
         except OSError as e:
-            if e.errno != errno.EINVAL:
+            if e.errno not in REFUSED:
                 raise
             self.direct = False
             return 0
@@ -155,7 +156,7 @@ class _Writer:
                 try:
                     wrote = os.pwrite(fd, memoryview(self.stage)[:n], offset + done)
                 except OSError as e:
-                    if e.errno != errno.EINVAL:  # EINVAL: this file system's blocks are larger than ALIGN
+                    if e.errno not in REFUSED:  # EINVAL: this file system's blocks are larger than ALIGN
                         raise
                     self.direct = False
                     return done
