@@ -132,3 +132,23 @@ def test_small_rows_and_rows_of_no_bytes_are_written_as_assigning_does(tmp_path,
         direct.put(tmp_path / "b.npy", 2, value)
         direct.drain()
         assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
+
+
+def test_an_unexpected_error_is_raised_by_drain_and_the_writer_goes_on(tmp_path, writer, monkeypatch):
+    np.lib.format.open_memmap(tmp_path / "b.npy", mode="w+", dtype="int64", shape=(10,))
+    write = direct._Writer._write
+    calls = []
+
+    def once(self, *args):
+        calls.append(args)
+        if len(calls) == 1:
+            raise ValueError("a bug in the writer")
+        write(self, *args)
+
+    monkeypatch.setattr(direct._Writer, "_write", once)
+    direct.put(tmp_path / "b.npy", 0, np.arange(4))
+    with pytest.raises(ValueError, match="a bug"):
+        direct.drain()
+    direct.put(tmp_path / "b.npy", 4, np.arange(4))  # the thread is alive: this write is done, not left waiting
+    direct.drain()
+    assert np.array_equal(np.load(tmp_path / "b.npy")[4:8], np.arange(4))

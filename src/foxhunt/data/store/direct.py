@@ -86,7 +86,7 @@ class _Writer:
         self.queue: deque[tuple[str, int, np.ndarray]] = deque()
         self.cond = threading.Condition()
         self.pending = 0  # bytes queued or being written
-        self.error: OSError | None = None
+        self.error: Exception | None = None
         # Page-aligned, private (its pages count as the process's own), reused: touched once, up to the largest write.
         self.stage = mmap.mmap(-1, STAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.direct = hasattr(os, "O_DIRECT")  # False once a file system refused it
@@ -114,7 +114,7 @@ class _Writer:
             try:
                 if self.error is None:  # after an error the rest is dropped: the store will not be finished
                     self._write(path, offset, data)
-            except OSError as e:
+            except Exception as e:  # kept for `drain`: the thread goes on (a dead one would leave `put` waiting)
                 self.error = e
             finally:
                 with self.cond:
