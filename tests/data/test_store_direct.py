@@ -152,3 +152,14 @@ def test_an_unexpected_error_is_raised_by_drain_and_the_writer_goes_on(tmp_path,
     direct.put(tmp_path / "b.npy", 4, np.arange(4))  # the thread is alive: this write is done, not left waiting
     direct.drain()
     assert np.array_equal(np.load(tmp_path / "b.npy")[4:8], np.arange(4))
+
+
+def test_without_o_direct_at_all_the_rows_go_through_the_page_cache(tmp_path, writer, monkeypatch):
+    """macOS and Windows have no O_DIRECT: no staging buffer is made, and the bytes are the same."""
+    if hasattr(os, "O_DIRECT"):
+        monkeypatch.delattr(direct.os, "O_DIRECT")
+    rng = np.random.default_rng(6)
+    parts = [(a, v.astype("float32")) for a, v in _parts(rng, 3000, 4)]
+    expected, written = _expected_and_written(tmp_path, "float32", (3000, 4), parts)
+    assert written == expected
+    assert direct._WRITER.direct is False and direct._WRITER.stage is None

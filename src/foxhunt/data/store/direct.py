@@ -87,9 +87,9 @@ class _Writer:
         self.cond = threading.Condition()
         self.pending = 0  # bytes queued or being written
         self.error: Exception | None = None
+        self.direct = hasattr(os, "O_DIRECT")  # False where there is none (macOS, Windows) or a file system refused it
         # Page-aligned, private (its pages count as the process's own), reused: touched once, up to the largest write.
-        self.stage = mmap.mmap(-1, STAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self.direct = hasattr(os, "O_DIRECT")  # False once a file system refused it
+        self.stage = mmap.mmap(-1, STAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) if self.direct else None
         threading.Thread(target=self._run, daemon=True, name="foxhunt-store-writer").start()
 
     def put(self, path: str, offset: int, data: np.ndarray) -> None:
