@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from foxhunt.data.store.layout import WINDOW_ARRAYS
 
 EARLY = ("ts_ns", "series_idx", "real", "target_raw", "starts")  # each (N,), starts (W,)
 HEADER = 128  # bytes of a .npy 1.0 header of a 1-D array: 10 + its dict, padded to a multiple of 64
-POLL_S = 0.002  # how often a piece looks for the counts of the pieces before it
+POLL_S = 0.002  # how often a waiting job looks for what it waits for (`wait_for`)
 
 
 class PieceFailed(Abandoned):
@@ -57,13 +58,21 @@ def place(spill: Path, k: int) -> tuple[int, int, int]:
     total = np.zeros(3, dtype=np.int64)
     for j in range(k):
         path = spill / f"counts-{j}"
-        while not path.exists():
-            if any(spill.glob("failed-*")):
-                raise PieceFailed(f"piece {j} failed before piece {k} could be placed")
-            time.sleep(POLL_S)
+        if not wait_for(path, lambda: any(spill.glob("failed-*"))):
+            raise PieceFailed(f"piece {j} failed before piece {k} could be placed")
         total += np.array(path.read_text().split(), dtype=np.int64)
     series, rows, windows = (int(x) for x in total)
     return series, rows, windows
+
+
+def wait_for(path: Path, failed: Callable[[], bool]) -> bool:
+    """Wait until the file `path` exists (True), or until `failed()` says it never will (False): how one process's
+    job waits for what another makes in the spill folder (a piece's counts; the grid, store/pieced.py)."""
+    while not path.exists():
+        if failed():
+            return False
+        time.sleep(POLL_S)
+    return True
 
 
 def write_rows(store: Path, series0: int, row0: int, win0: int, ts: np.ndarray, sidx: np.ndarray,

@@ -100,7 +100,6 @@ PIECE = "__piece"  # each bar's piece, beside the bars of a chunk
 CENTER, SCALE = "__center", "__scale"  # the target's center and scale beside the trailing inputs in a spill
 GRID_READY = "known-ready"  # made in the spill folder once the grid's tables are all there (`_stamp_tables`)
 GRID_FAILED = "known-failed"  # made there when building the grid failed
-GRID_POLL_S = 0.005
 ROW_ARRAYS = ("cont", "static_cat", "time_cat", "target_raw", "center", "scale", "ts_ns", "real", "series_idx")
 
 
@@ -557,11 +556,7 @@ def _grid_built(spill: Path) -> bool:
     pieces' trail jobs get here while it is still at it: waiting (well under a second, once) costs less than
     spilling their trailing inputs and writing their rows in a phase of their own (4 pieces of 16 on 20M bars:
     ~0.5 s each)."""
-    while not (spill / GRID_READY).exists():
-        if (spill / GRID_FAILED).exists():
-            return False
-        time.sleep(GRID_POLL_S)
-    return True
+    return early.wait_for(spill / GRID_READY, (spill / GRID_FAILED).exists)
 
 
 def _own_scalers(scalers: dict, mom: dict[str, np.ndarray], names: list[str]) -> dict | None:
