@@ -102,8 +102,8 @@ def test_fit_and_trail_is_fit_then_apply(target, scaling, kw):
     got, want = standardize(feats, names, sidx, scalers, *trail), apply_scalers(feats, names, sidx, scalers, target,
                                                                                 scaling)
     assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
-    # The per-series statistics are the name group-by's, to float rounding (fitstats.py sums per series in row
-    # order, so that a panel fitted in pieces gets the same bits; polars sums in its own order).
+    # The per-series statistics are the name group-by's, to float rounding (fitstats.py sums each series' run of
+    # rows by itself, so that a panel fitted in pieces gets the same bits; polars sums in its own order).
     keep = train & ~feats["first"].to_numpy()
     by_name = feats.filter(pl.Series(keep)).group_by("series").agg(
         m=pl.col("log_volume").mean(), s=pl.col("log_volume").std())

@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 
 from foxhunt.data.features import OBSERVED, VOL_OBSERVED, raw_features
+from foxhunt.data.fitstats import moments_of, select, sums
 from foxhunt.data.scaling import VOL_FLOOR, apply_scalers, fit_scalers, observed_names
 
 DAY = 86400 * 10**9
@@ -244,3 +245,26 @@ def test_unknown_estimator_is_refused() -> None:
     feats, names, sidx = prep(synth(10))
     with pytest.raises(ValueError, match="estimator"):
         fit_scalers(feats, names, sidx, np.ones(len(sidx), bool), "log_return", estimator="garch")
+
+
+def test_series_sums_are_each_runs_own_and_bincounts_for_ungrouped_rows() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(1e6, 1.0, 700)  # a large mean: a sum's bits depend on the order its values are added in
+    g = np.repeat([0, 2, 3], [300, 150, 250])  # series 1 has no row
+    sel = select(np.ones(len(x), dtype=bool), g, 4)
+    assert sel.grouped
+    got = sums(x, sel)
+    assert got[1] == 0.0
+    for i, (lo, hi) in {0: (0, 300), 2: (300, 450), 3: (450, 700)}.items():
+        assert got[i] == np.add.reduce(x[lo:hi])  # its own run, summed alone
+        # A piece holding this series alone (the pieced `prepare`) gets the same bits, moments too.
+        alone = select(np.ones(hi - lo, dtype=bool), np.zeros(hi - lo, dtype=np.int64), 1)
+        assert sums(x[lo:hi], alone)[0] == got[i]
+        whole, piece = moments_of(x, sel, "x"), moments_of(x[lo:hi], alone, "x")
+        assert (whole["x:mean"][i], whole["x:m2"][i]) == (piece["x:mean"][0], piece["x:m2"][0])
+    assert np.allclose(got, np.bincount(g, weights=x, minlength=4), rtol=1e-12, atol=0)
+    # Rows not grouped by series: np.bincount, row by row.
+    shuffled = rng.permutation(len(x))
+    loose = select(np.ones(len(x), dtype=bool), g[shuffled], 4)
+    assert not loose.grouped
+    assert np.array_equal(sums(x[shuffled], loose), np.bincount(g[shuffled], weights=x[shuffled], minlength=4))

@@ -2,11 +2,11 @@
 
 Every number `scaling.fit_and_trail` fits on the training rows is a function of per-series sums: counts, means and
 sums of squared deviations (two passes within the series: as accurate as a direct std), sums of squares (range_k,
-the seasonality's per-series scale) and sums by minute of the day (the seasonality profile). A series' sums depend on
-its own rows alone, in row order (np.bincount adds sequentially), and the pooled values are merged from the
-per-series ones in series order (Chan et al.'s exact pairwise update for the variance). So a panel prepared series
-group by series group (store/pieces.py) gets bit-for-bit the scalers of the panel prepared at once, and both paths
-run this code. Nothing here is a quantile: no statistic needs a sample or a second pass over other series.
+the seasonality's per-series scale) and sums by minute of the day (the seasonality profile). A series' sums depend
+on its own rows alone, in row order (`sums`: a pairwise sum over its run of rows), and the pooled values are merged
+from the per-series ones in series order (Chan et al.'s exact pairwise update for the variance). So a panel prepared
+series group by series group (store/pieces.py) gets bit-for-bit the scalers of the panel prepared at once, and both
+paths run this code. Nothing here is a quantile: no statistic needs a sample or a second pass over other series.
 
 A "moments" dict maps a key to a (S,) or (S, M) array over the series of one panel or piece; the arrays of pieces
 holding consecutive series concatenate (`concat`) into those of the whole.
@@ -64,13 +64,27 @@ def column_moments(x: np.ndarray, valid: np.ndarray, g: np.ndarray, s: int, name
     return moments_of(x.take(sel.at), sel, name)
 
 
+def sums(xv: np.ndarray, sel: Selected) -> np.ndarray:
+    """(S,) the sum of the values `xv` (K,) of the rows `sel` in each series: each run of a series' rows summed by
+    itself (numpy's pairwise sum: a function of the run's values alone, 5x faster than np.bincount's weighted
+    adds, which scatter into the table row by row), or by np.bincount where the rows are not grouped by series."""
+    if not sel.grouped:
+        return np.bincount(sel.g, weights=xv, minlength=len(sel.n))
+    out = np.zeros(len(sel.n))
+    lo = 0
+    for i, n in enumerate(sel.n.tolist()):  # a handful of series
+        if n:
+            out[i] = np.add.reduce(xv[lo : lo + n], dtype=np.float64)
+            lo += n
+    return out
+
+
 def moments_of(xv: np.ndarray, sel: Selected, name: str) -> dict[str, np.ndarray]:
     """`column_moments` of the values `xv` (K,) of the rows `sel`."""
-    s = len(sel.n)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.bincount(sel.g, weights=xv, minlength=s) / sel.n
+        mean = sums(xv, sel) / sel.n
     dev = by_series(np.subtract, xv, sel, mean)  # (K,)
-    m2 = np.bincount(sel.g, weights=np.square(dev, out=dev), minlength=s)
+    m2 = sums(np.square(dev, out=dev), sel)
     return {f"{name}:n": sel.n, f"{name}:mean": mean, f"{name}:m2": m2}
 
 
@@ -83,7 +97,7 @@ def square_sums(x: np.ndarray, valid: np.ndarray, g: np.ndarray, s: int, name: s
 def squares_of(xv: np.ndarray, sel: Selected, name: str, squares: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """`square_sums` of the values `xv` (K,) of the rows `sel` (`squares`: xv**2, when the caller has it)."""
     squares = xv**2 if squares is None else squares
-    return {f"{name}:sq_n": sel.n, f"{name}:sq": np.bincount(sel.g, weights=squares, minlength=len(sel.n))}
+    return {f"{name}:sq_n": sel.n, f"{name}:sq": sums(squares, sel)}
 
 
 def pooled(n: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> tuple[int, float, float]:
@@ -173,9 +187,9 @@ def season_moments(ts_ns: np.ndarray, log_range: np.ndarray, valid: np.ndarray, 
     every = bool(use.all())  # the usual case: no row to mask out
     at, gu, pu = (kept.at, kept.g, proxy) if every else (kept.at[use], kept.g[use], proxy[use])
     cell = gu * MINUTES + (minute_of_day(ts_ns.take(at), tz) if minute is None else minute.take(at))
-    sums = np.bincount(cell, weights=pu, minlength=s * MINUTES).reshape(s, MINUTES)
+    by_cell = np.bincount(cell, weights=pu, minlength=s * MINUTES).reshape(s, MINUTES)
     counts = np.bincount(cell, minlength=s * MINUTES).reshape(s, MINUTES)
-    return {**sq, "season:sums": sums, "season:counts": counts}
+    return {**sq, "season:sums": by_cell, "season:counts": counts}
 
 
 def season_profile(mom: dict[str, np.ndarray], tz: str) -> dict:
