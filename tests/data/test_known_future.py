@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from foxhunt.data.config import DataConfig
-from foxhunt.data.known import decoder_features, decoder_known
+from foxhunt.data.known import decoder_features, decoder_known, distinct_union, sorted_distinct
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.prepare import PreparedData, prepare_from_bars
 
@@ -148,3 +148,23 @@ def test_old_transforms_without_a_spacing_use_the_files() -> None:
     assert (live.windows.decoder_ns(ids) - live.windows.origin_ns(ids)[:, None]).tolist() == [
         list(range(SEC, 7 * SEC, SEC))
     ]
+
+
+@pytest.mark.parametrize("case", ["lattice", "off_lattice", "sparse", "one_value", "empty"])
+def test_distinct_union_is_the_sorted_distinct_concatenation(case: str) -> None:
+    rng = np.random.default_rng(7)
+    minute = 60 * 10**9
+    origin = 1_700_000_000 * 10**9 + 30 * 10**9  # not a multiple of the step: offsets count from the least value
+    parts = [origin + minute * np.flatnonzero(rng.random(5000) < 0.7) + k * minute for k in range(4)]
+    if case == "off_lattice":
+        parts[2] = np.sort(np.r_[parts[2], origin + 17])  # one value off the minutes' lattice
+    elif case == "sparse":
+        parts[1] = np.r_[parts[1], origin + 10**7 * minute]  # a lattice far longer than the values
+    elif case == "one_value":
+        parts = [np.array([origin]), np.array([origin]), np.array([], dtype=np.int64)]
+    elif case == "empty":
+        parts = [np.array([], dtype=np.int64)] * 2
+    want = sorted_distinct(np.concatenate(parts))
+    got = distinct_union(parts)
+    assert got.dtype == np.int64
+    assert np.array_equal(got, want)

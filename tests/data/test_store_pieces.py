@@ -11,13 +11,16 @@ import sys
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.fitstats import column_moments, concat, pooled
 from foxhunt.data.prepare import split_cuts
+from foxhunt.data.read import rtype_sets
 from foxhunt.data.store import pieced
 from foxhunt.data.store.build import prepare_store
-from foxhunt.data.store.pieced import _median
+from foxhunt.data.store.pieced import _gap_counts, _median, _present, value_counts
 from foxhunt.data.store.pieces import may_piece, plan_pieces, series_key
 from foxhunt.errors import InputError
 
@@ -254,3 +257,30 @@ def test_a_piece_that_fails_stops_the_pieces_waiting_on_it_and_its_error_is_repo
     with pytest.raises(InputError, match="NQ"):
         prepare_store(_config(folder), out, piece_rows=1, workers=2, min_rows=0)
     assert not out.parent.exists() or not any(out.parent.iterdir())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([60, 60, 60, 120, 3600, 7, 0, -60]), max_size=300), st.integers(0, 3))
+def test_value_counts_and_gap_counts_are_the_sorted_distinct_values_and_their_counts(steps, cut):
+    ts = np.cumsum(np.array([0, *steps], dtype=np.int64)) * 10**9  # (N,) with repeats and steps back
+    sidx = np.sort(np.arange(len(ts)) * 4 // len(ts) + cut) if len(ts) else np.zeros(0, np.int64)
+    gaps = np.diff(ts)[sidx[1:] == sidx[:-1]]
+    gaps = gaps[gaps > 0]
+    want = np.unique(gaps, return_counts=True)
+    for values, counts in (value_counts(gaps), _gap_counts(ts, sidx)):
+        assert values.dtype == np.int64 and counts.dtype == np.int64
+        assert np.array_equal(values, want[0]) and np.array_equal(counts, want[1])
+
+
+def test_rtype_sets_per_file_with_missing_rtypes():
+    frame = pl.DataFrame({"file_idx": pl.Series([0, 0, 2, 2, 2, 3], dtype=pl.UInt32),
+                          "rtype": pl.Series([33, 33, None, 34, 33, None], dtype=pl.UInt8)})
+    assert rtype_sets(frame, 5) == [{33}, set(), {33, 34}, set(), set()]
+    assert rtype_sets(frame.with_columns(pl.lit(None, pl.UInt8).alias("rtype")), 2) == [set(), set()]
+
+
+def test_present_symbols_are_the_codes_in_use_as_strings():
+    codes = pl.Series("symbol", ["NQM4", "ESH4", "NQM4"]).cast(pl.Enum(["A", "ESH4", "NQM4", "ZZ"]))
+    got = _present(codes)
+    assert got.name == "symbol" and got.dtype == pl.String
+    assert sorted(got.to_list()) == sorted(codes.cast(pl.String).unique().to_list()) == ["ESH4", "NQM4"]

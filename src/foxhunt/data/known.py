@@ -15,6 +15,7 @@ a (N, D) int32 index is kept.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -189,6 +190,34 @@ def sorted_distinct(x: np.ndarray) -> np.ndarray:
     already sorted as they come (a grid laid out step by step, the stamps of consecutive pieces)."""
     x = np.sort(x, axis=None, kind="stable")
     return x[np.concatenate([[True], x[1:] != x[:-1]])] if len(x) else x
+
+
+LATTICE_SLOTS = 8  # distinct_union marks a lattice of up to this many slots per value of its largest part (and 1M)
+
+
+def distinct_union(parts: list[np.ndarray]) -> np.ndarray:
+    """`sorted_distinct(np.concatenate(parts))` for sorted distinct int64 `parts` (a panel's pieces' timestamps),
+    without sorting their concatenation: where the values sit on one lattice (bars aligned to a step: the usual
+    case), each part marks its slots in a table of the lattice, read back in order (20M bars in 16 parts: ~0.1 s
+    where the sort of their concatenation took 0.6 s, besides 440 MB of fresh arrays)."""
+    parts = [p for p in parts if len(p)]
+    if len(parts) <= 1:
+        return parts[0] if parts else np.empty(0, dtype=np.int64)
+    lo, hi = min(int(p[0]) for p in parts), max(int(p[-1]) for p in parts)
+    step = 0  # a divisor of every offset from lo: each part's first offset and its least gap
+    for p in parts:
+        step = math.gcd(step, int(p[0]) - lo, int(np.diff(p).min()) if len(p) > 1 else 0)
+    size = (hi - lo) // step + 1 if step else 1
+    if size > LATTICE_SLOTS * max(len(p) for p in parts) + (1 << 20):
+        return sorted_distinct(np.concatenate(parts))
+    marked = np.zeros(size, dtype=bool)  # (size,) the lattice's slots some part holds
+    for p in parts:
+        offset = p - lo  # (n,)
+        slot = offset // step if step else offset
+        if step and not np.array_equal(slot * step, offset):  # a value off the lattice: not the greatest divisor
+            return sorted_distinct(np.concatenate(parts))
+        marked[slot] = True
+    return lo + np.flatnonzero(marked) * max(step, 1)
 
 
 @dataclass(frozen=True)

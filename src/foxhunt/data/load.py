@@ -91,7 +91,8 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
 
 
 def load_raw(
-    raw: pl.DataFrame, files: list[dict], cfg: DataConfig, grid_step_ns: int | None = None, *, consume: bool = False
+    raw: pl.DataFrame, files: list[dict], cfg: DataConfig, grid_step_ns: int | None = None, *, consume: bool = False,
+    distinct: pl.Series | None = None,
 ) -> LoadedBars:
     """`load_bars` after reading: `raw` and `files` as `read.read_bars` returns them (or `read.read_frame` for a
     frame in memory), so that bars that never touch a file load exactly as a file's would.
@@ -99,6 +100,8 @@ def load_raw(
     `consume=True` hands `raw` over: its columns are dropped from it in place once the first stage has read them,
     so that the caller's reference does not keep the file's bars alive beside every later stage's output (2M bars:
     175 MB); `raw` is then left without columns. `load_bars` reads its own frame and consumes it.
+    `distinct`: raw's distinct symbols, when the caller has them without hashing every row's string (store/pieced.py
+    reads its bars' symbols as codes).
     """
     paths = [f["path"] for f in files]
     rows_read = raw.height
@@ -108,7 +111,8 @@ def load_raw(
     # It gives up early on a Databento file with spreads or other symbols that the stages before may drop; it is
     # handed over by pop(), so that no reference here keeps its arrays alive.
     plan = [submit_sort_plan(raw, _outrights)] if threaded else []
-    distinct = raw.get_column("symbol").unique()  # (D,) the file's symbols: hashed once for the two stages below
+    if distinct is None:  # (D,) the file's symbols: hashed once for the two stages below
+        distinct = raw.get_column("symbol").unique()
     df, keyed = resolve_symbols(raw, distinct)
     if consume:
         for c in raw.columns:

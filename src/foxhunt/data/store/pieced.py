@@ -10,18 +10,18 @@ What is fitted across series is fitted first, from statistics each piece sends b
 1. load: each piece's spills are concatenated (in file order: the frame `read_bars` would give for its symbols),
    cleaned and rolled as `load_bars` would; its raw features (computed once) are spilled; its timestamps, series
    index, targets and window starts go to the store at once, placed by the counts of the pieces before it
-   (store/early.py); its series, their lengths, its time span and its distinct timestamps come back, with its
-   bar-gap counts (the median spacing) and, under the expected cuts, its training statistics
-   (scalers.train_moments). The split cuts follow from the span
-   of all pieces; the statistics are gathered again (2.) only when cleaning moved the ends of the span, and the
-   cuts with them.
+   (store/early.py); its series, their lengths, its time span, its bar-gap counts (the median spacing) and, under
+   the expected cuts, its training statistics (scalers.train_moments) come back, its distinct timestamps through the
+   spill folder (`_return`: an array is not sent back through the pool's pipe). The split cuts follow from the span
+   of all pieces; the statistics are gathered again (2.) only when cleaning moved the ends of the span, and the cuts
+   with them.
 2. fit (rarely): the training statistics from the spilled features.
-3. trail: with the first scalers fixed, the trailing inputs and their statistics (scalers.vol_moments); the
-   piece's series codes go to the store now, and its splits and summary facts come back. Meanwhile this process
-   builds the known-future grid (one table over every distinct timestamp of the panel) and each distinct
-   timestamp's calendar inputs, saves the grid's arrays, then takes pieces too. A piece whose series' own
-   statistics complete the scalers (each series' trailing inputs are standardized with its own mean and std; only
-   a series without training rows or with an undefined std reads the pooled values, which need every piece:
+3. trail: with the first scalers fixed, the trailing inputs and their statistics (scalers.vol_moments); the piece's
+   series codes go to the store now, and its summary facts come back, its splits through the spill folder. Meanwhile
+   this process builds the known-future grid (one table over every distinct timestamp of the panel) and each
+   distinct timestamp's calendar inputs, saves the grid's arrays, then takes pieces too. A piece whose series' own
+   statistics complete the scalers (each series' trailing inputs are standardized with its own mean and std; only a
+   series without training rows or with an undefined std reads the pooled values, which need every piece:
    `_own_scalers`) writes its scaled rows here too, waiting for the grid if it is not built yet; any other spills
    its trailing inputs for 4.
 4. write (the pieces 3. could not write): the scaled inputs `prepare_from_bars` gives the piece with the whole
@@ -58,7 +58,14 @@ from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, raw_features
 from foxhunt.data.fitstats import concat, stats
-from foxhunt.data.known import DecoderKnown, sorted_distinct, stamp_known, stamp_rows, take_rows
+from foxhunt.data.known import (
+    DecoderKnown,
+    distinct_union,
+    sorted_distinct,
+    stamp_known,
+    stamp_rows,
+    take_rows,
+)
 from foxhunt.data.load import ROLL_REASONS, load_raw
 from foxhunt.data.parallel import serial
 from foxhunt.data.prepare import (
@@ -83,6 +90,7 @@ from foxhunt.data.scaling import (
     vol_columns,
     vol_moments,
 )
+from foxhunt.data.seasonality import minute_of_day
 from foxhunt.data.store import early
 from foxhunt.data.store.crew import Crew
 from foxhunt.data.store.direct import drain, put
@@ -98,6 +106,7 @@ log = logging.getLogger("foxhunt.data")
 
 PIECE = "__piece"  # each bar's piece, beside the bars of a chunk
 CENTER, SCALE = "__center", "__scale"  # the target's center and scale beside the trailing inputs in a spill
+MINUTE = "__minute"  # each bar's minute of the day beside its raw features in a spill
 GRID_READY = "known-ready"  # made in the spill folder once the grid's tables are all there (`_stamp_tables`)
 GRID_FAILED = "known-failed"  # made there when building the grid failed
 ROW_ARRAYS = ("cont", "static_cat", "time_cat", "target_raw", "center", "scale", "ts_ns", "real", "series_idx")
@@ -175,6 +184,7 @@ class _Laps:
 
 def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, loads: list[dict],
               expected: tuple, lap: _Laps) -> dict | None:
+    spill = Path(jobs[0][2])
     names = [n for r in loads for n in r["names"]]
     if names != sorted(set(names)):
         shutil.rmtree(tmp, ignore_errors=True)
@@ -222,10 +232,10 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     # (creating a file, deleting a spill) can wait ~1 s on the journal, which waits on the data it orders.
     try:
         _check_intraday(loads, intraday)
-        origins = sorted_distinct(np.concatenate([r["stamps"] for r in loads]))  # (O,) every distinct timestamp
-        known = _stamp_tables(origins, Path(jobs[0][2]), cfg, spacing, intraday, scalers.get("season"))
+        origins = distinct_union([_returned(spill, f"stamps-{k}") for k in range(len(loads))])  # (O,) every one
+        known = _stamp_tables(origins, spill, cfg, spacing, intraday, scalers.get("season"))
     except BaseException:
-        (Path(jobs[0][2]) / GRID_FAILED).touch()  # the trail jobs waiting for the grid stop (_grid_built)
+        (spill / GRID_FAILED).touch()  # the trail jobs waiting for the grid stop (_grid_built)
         raise
     arrays["known_cont"] = _save(tmp, "known_cont.npy", known.cont)
     arrays["known_cat"] = _save(tmp, "known_cat.npy", np.zeros((len(known.ts), 0), dtype=np.int64))
@@ -235,7 +245,8 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     lap("fit, grid")
     trails = trails.get()
     add_vol_stats(scalers, concat([t["mom"] for t in trails]), names, mom["rows"] > 0)
-    split = SplitResult(ids={k: np.concatenate([t["splits"][k] for t in trails]) for k in SPLITS},
+    split = SplitResult(ids={name: np.concatenate([_returned(spill, f"splits-{k}-{name}") for k in range(len(trails))])
+                             for name in SPLITS},
                         purged={k: sum(t["purged"].get(k, 0) for t in trails) for k in trails[0]["purged"]})
     check_splits(split, cuts, cfg, span)
     lap("trail")
@@ -389,9 +400,27 @@ def _median(counted: list[tuple[np.ndarray, np.ndarray]]) -> int:
 def _gap_counts(ts: np.ndarray, sidx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(values, counts) of calendar.median_spacing_ns's gaps (consecutive bars of a series, positive)."""
     gaps = np.diff(ts)[sidx[1:] == sidx[:-1]]
-    values = np.sort(gaps[gaps > 0])
-    first = np.flatnonzero(np.r_[True, values[1:] != values[:-1]]) if len(values) else np.zeros(0, np.int64)
-    return values[first], np.diff(np.r_[first, len(values)])
+    return value_counts(gaps[gaps > 0])
+
+
+MODE_SAMPLE = 1024  # values value_counts looks at to guess the most common one
+
+
+def value_counts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(values, counts) of the distinct values of int64 `x` (N,), by value. The most common value (guessed from a
+    sample: the bar spacing, for nearly every gap of regular bars) is counted by one comparison and only the rest is
+    sorted: 2M gaps of 1-minute bars in 4-5 ms where sorting them all took 11-14."""
+    if not len(x):
+        return x[:0], np.zeros(0, dtype=np.int64)
+    sample = np.sort(x[:: max(1, len(x) // MODE_SAMPLE)])
+    first = np.flatnonzero(np.r_[True, sample[1:] != sample[:-1]])
+    mode = sample[first[np.argmax(np.diff(np.r_[first, len(sample)]))]]
+    common = x == mode  # (N,)
+    rest = np.sort(x[~common])
+    first = np.flatnonzero(np.r_[True, rest[1:] != rest[:-1]]) if len(rest) else np.zeros(0, dtype=np.int64)
+    values, counts = rest[first], np.diff(np.r_[first, len(rest)])
+    at = int(np.searchsorted(values, mode))
+    return np.insert(values, at, mode), np.insert(counts, at, int(np.count_nonzero(common)))
 
 
 # --- in the workers -----------------------------------------------------------------------------------------------
@@ -437,9 +466,11 @@ def _loaded(cfg: DataConfig, k: int, spill: Path, chunks: int, entries: list[dic
             ) -> dict:
     paths = [p for c in range(chunks) if (p := spill / f"raw-{c}-{k}.arrow").exists()]
     raw = pl.concat([pl.read_ipc(p) for p in paths], rechunk=False)
+    distinct = _present(raw.get_column("symbol"))
     raw = raw.with_columns(pl.col("symbol").cast(pl.Utf8))  # the frame read_bars gives: symbols as strings
     counts = np.bincount(raw.get_column("file_idx").to_numpy(), minlength=len(entries))
-    loaded = load_raw(raw, [dict(e, rows=int(n)) for e, n in zip(entries, counts, strict=True)], cfg, consume=True)
+    loaded = load_raw(raw, [dict(e, rows=int(n)) for e, n in zip(entries, counts, strict=True)], cfg, consume=True,
+                      distinct=distinct)
     del raw
     _delete(paths)
     bars, names, sidx, ts = sorted_bars(loaded.bars)
@@ -450,14 +481,42 @@ def _loaded(cfg: DataConfig, k: int, spill: Path, chunks: int, entries: list[dic
     keep = _feature_columns(cfg)
     feats = raw_features(bars, cfg.adjust, cfg.target, columns=keep).select(keep)
     del bars
+    # Each bar's minute of the day, for the seasonality: computed once, read by the fit and the trail (~30 ms a
+    # million bars each time, the time zone's offsets looked up).
+    minute = minute_of_day(ts, cfg.exchange_tz).astype(np.uint16) if cfg.seasonality else None  # (N,)
     # Spilled without what reading it back restores exactly: `target` (a copy of its move column) and the 0/1 `roll`
     # as a bit: a third fewer bytes to write, read twice and delete.
-    _spill(feats.drop("target").with_columns(pl.col("roll").cast(pl.Boolean)), spill / f"feats-{k}.arrow")
-    fit = _fit_stats(cfg, feats, len(names), sidx, ts, cuts)
+    _spill(feats.drop("target").with_columns(pl.col("roll").cast(pl.Boolean),
+                                             *(() if minute is None else (pl.Series(MINUTE, minute),))),
+           spill / f"feats-{k}.arrow")
+    fit = _fit_stats(cfg, feats, len(names), sidx, ts, cuts, minute)
     early.write_rows(store, *early.place(spill, k), ts, sidx, feats["target"].to_numpy(), starts)
+    _return(spill, f"stamps-{k}", sorted_distinct(ts))
     return {"names": names, "lengths": lengths, "windows": len(starts), "lo": int(ts.min()), "hi": int(ts.max()),
             "report": loaded.report, "rolls": loaded.rolls, "gaps": _gap_counts(ts, sidx),
-            "stamps": sorted_distinct(ts), "fit": fit}
+            "fit": fit}
+
+
+def _return(spill: Path, name: str, value: np.ndarray) -> None:
+    """Hand the array `value` back to the process that runs `prepare_pieces` (`_returned`) through the spill folder,
+    not with the job's result: a result comes back through a pipe, read 64 KiB at a time by a thread of that process
+    that needs the GIL for each read, while its own job holds it. A piece's 9 MB of timestamps took ~0.1 s to come
+    back that way, the worker idle meanwhile, after each of its jobs."""
+    with open(spill / f"{name}.npy", "xb") as f:
+        np.save(f, value)
+
+
+def _returned(spill: Path, name: str) -> np.ndarray:
+    """The array a job handed back (`_return`), mapped: read from the page cache as it is used."""
+    return np.load(spill / f"{name}.npy", mmap_mode="r")
+
+
+def _present(codes: pl.Series) -> pl.Series:
+    """The distinct values of the Enum series `codes` (no nulls), as strings: counted from its codes, where hashing
+    each row's string cost ~20 ms a million rows."""
+    categories = codes.dtype.categories  # (C,)
+    present = np.flatnonzero(np.bincount(codes.to_physical().to_numpy(), minlength=len(categories)))
+    return categories.gather(pl.Series(present, dtype=pl.get_index_type())).alias(codes.name)
 
 
 def _spill(frame: pl.DataFrame, path: Path) -> None:
@@ -489,26 +548,31 @@ def _feature_columns(cfg: DataConfig) -> list[str]:
     return list(dict.fromkeys((*FEATURE_COLUMNS, *move_columns(cfg.target), *(("filled",) if cfg.fill_gaps else ()))))
 
 
-def _spilled(cfg: DataConfig, spill: str, k: int, lengths: np.ndarray) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
-    """Piece `k`'s spilled raw features (as raw_features gave them), each row's series index (N,) and timestamp in
-    ns (N,)."""
-    feats = pl.read_ipc(Path(spill) / f"feats-{k}.arrow").with_columns(
-        pl.col("roll").cast(pl.Float64), pl.col(cfg.target).alias("target")).select(_feature_columns(cfg))
+def _spilled(cfg: DataConfig, spill: str, k: int, lengths: np.ndarray
+             ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Piece `k`'s spilled raw features (as raw_features gave them), each row's series index (N,), timestamp in ns
+    (N,) and minute of the day (N,) (None without --seasonality)."""
+    spilled = pl.read_ipc(Path(spill) / f"feats-{k}.arrow")
+    minute = spilled.get_column(MINUTE).to_numpy() if MINUTE in spilled.columns else None
+    feats = spilled.with_columns(pl.col("roll").cast(pl.Float64), pl.col(cfg.target).alias("target")).select(
+        _feature_columns(cfg))
     sidx = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    return feats, sidx, feats.get_column("ts").dt.epoch("ns").to_numpy()
+    return feats, sidx, feats.get_column("ts").dt.epoch("ns").to_numpy(), minute
 
 
-def _fit_stats(cfg: DataConfig, feats: pl.DataFrame, s: int, sidx: np.ndarray, ts: np.ndarray, cuts: tuple) -> dict:
+def _fit_stats(cfg: DataConfig, feats: pl.DataFrame, s: int, sidx: np.ndarray, ts: np.ndarray, cuts: tuple,
+               minute: np.ndarray | None) -> dict:
     """The training statistics of a piece under `cuts`: scalers.train_moments and the training rows' bar gaps."""
     keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
-    mom = train_moments(feats, sidx, s, keep, cfg.target, cfg.exchange_tz if cfg.seasonality else None)
+    mom = train_moments(feats, sidx, s, keep, cfg.target, cfg.exchange_tz if cfg.seasonality else None,
+                        minute=minute)
     before = ts < cuts[0]
     return {"mom": mom, "train_gaps": _gap_counts(ts[before], sidx[before])}
 
 
 def _fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple) -> dict:
-    feats, sidx, ts = _spilled(cfg, spill, k, lengths)
-    return _fit_stats(cfg, feats, len(names), sidx, ts, cuts)
+    feats, sidx, ts, minute = _spilled(cfg, spill, k, lengths)
+    return _fit_stats(cfg, feats, len(names), sidx, ts, cuts, minute)
 
 
 def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
@@ -522,13 +586,13 @@ def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
     `_write`, which runs once the whole panel's are in ("off_grid" None)."""
     e, d = cfg.encoder_length, cfg.horizon
     scalers = transform.scalers
-    feats, sidx, ts = _spilled(cfg, spill, k, lengths)
+    feats, sidx, ts, minute = _spilled(cfg, spill, k, lengths)
     starts = window_starts(*_bounds(lengths), e + d)  # (w,)
     code, real = transform.code(names)[sidx], np.ones(len(ts), dtype=bool)  # (n,) each
     put(Path(store) / "static_cat.npy", row0, code[:, None])  # first: the disk takes them while the rest is computed
     roll_bars = int(feats["roll"].sum())
     keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
-    trail = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling)  # (derived, center, scale)
+    trail = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling, minute=minute)  # (derived, center, scale)
     mom = vol_moments(trail[0], sidx, len(names), keep, scalers)
     del keep
     own = _own_scalers(scalers, mom, names)
@@ -541,10 +605,11 @@ def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
         _spill(pl.DataFrame({**trail[0], CENTER: trail[1], SCALE: trail[2]}), Path(spill) / f"trail-{k}.arrow")
     del trail, feats
     split = assign_splits(ts[starts + e], ts[starts + e + d - 1], *cuts, train_start_ns(cfg))
+    for name in SPLITS:
+        _return(Path(spill), f"splits-{k}-{name}", split.ids[name] + win0)
     return {
         "mom": mom,
         "off_grid": off_grid,
-        "splits": {name: split.ids[name] + win0 for name in SPLITS},
         "purged": dict(split.purged),
         "roll_bars": roll_bars,
         "facts": window_facts(ts, real, sidx, code, starts, len(names), e, split, 0),
@@ -584,7 +649,7 @@ def _write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
            store: str, row0: int) -> int:
     """Piece `k`'s scaled rows of the store (`_scaled_rows`) from its spilled features and trailing inputs, with the
     whole panel's transform: for the pieces `_trail` could not write. Returns its windows' off-grid count."""
-    feats, sidx, ts = _spilled(cfg, spill, k, lengths)
+    feats, sidx, ts, _ = _spilled(cfg, spill, k, lengths)
     trail = pl.read_ipc(Path(spill) / f"trail-{k}.arrow")
     derived = {c: trail.get_column(c).to_numpy() for c in trail.columns if c not in (CENTER, SCALE)}
     trail = (derived, trail.get_column(CENTER).to_numpy(), trail.get_column(SCALE).to_numpy())
