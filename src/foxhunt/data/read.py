@@ -358,18 +358,12 @@ def _mixed(path_a: str, size_a: str, path_b: str, size_b: str) -> str:
 def rtype_sets(frame: pl.DataFrame, n_files: int) -> list[set[int]]:
     """Per file (`file_idx` < n_files), the Databento rtypes its rows hold (empty for a generic file).
 
-    Counted in one table of (file, rtype) pairs (rtype is a byte): no hash table, no sort of the frame's rows."""
+    Read from runs of equal (file, rtype) pairs: rows come in file order, so there are few runs and no hash table
+    the size of the frame."""
+    pairs = frame.select(pl.struct("file_idx", "rtype").rle().struct.field("value")).unnest("value").drop_nulls()
     out: list[set[int]] = [set() for _ in range(n_files)]
-    rtype = frame.get_column("rtype")
-    if rtype.null_count() == len(rtype):
-        return out
-    file_idx = frame.get_column("file_idx")
-    if rtype.null_count():
-        kept = rtype.is_not_null()
-        rtype, file_idx = rtype.filter(kept), file_idx.filter(kept)
-    pair = file_idx.to_numpy().astype(np.int64) * 256 + rtype.cast(pl.UInt8).to_numpy()  # (N,)
-    for cell in np.flatnonzero(np.bincount(pair, minlength=n_files * 256)).tolist():
-        out[cell // 256].add(cell % 256)
+    for i, rtype in pairs.unique().iter_rows():
+        out[i].add(rtype)
     return out
 
 
