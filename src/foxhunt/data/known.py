@@ -198,8 +198,8 @@ LATTICE_SLOTS = 8  # distinct_union marks a lattice of up to this many slots per
 def distinct_union(parts: list[np.ndarray]) -> np.ndarray:
     """`sorted_distinct(np.concatenate(parts))` for sorted distinct int64 `parts` (a panel's pieces' timestamps),
     without sorting their concatenation: where the values sit on one lattice (bars aligned to a step: the usual
-    case), each part marks its slots in a table of the lattice, read back in order (20M bars in 16 parts: ~0.1 s
-    where the sort of their concatenation took 0.6 s, besides 440 MB of fresh arrays)."""
+    case), each part marks its slots in a table of the lattice, read back in order (16 parts of 1.1M timestamps:
+    0.18 s where the sort of their concatenation took 0.42-0.73 s, besides 440 MB of fresh arrays)."""
     parts = [p for p in parts if len(p)]
     if len(parts) <= 1:
         return parts[0] if parts else np.empty(0, dtype=np.int64)

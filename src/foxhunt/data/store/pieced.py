@@ -602,6 +602,8 @@ def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
     put(Path(store) / "static_cat.npy", row0, code[:, None])  # first: the disk takes them while the rest is computed
     roll_bars = int(feats["roll"].sum())
     keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
+    if scalers.get("season") and scalers["season"]["tz"] != cfg.exchange_tz:
+        minute = None  # the spilled minutes are in the exchange's zone: trailing computes the profile's own
     trail = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling, minute=minute)  # (derived, center, scale)
     mom = vol_moments(trail[0], sidx, len(names), keep, scalers)
     del keep
