@@ -12,7 +12,7 @@ What is fitted across series is fitted first, from statistics each piece sends b
    index, targets and window starts go to the store at once, placed by the counts of the pieces before it
    (store/early.py); its series, their lengths, its time span, its bar-gap counts (the median spacing) and, under
    the expected cuts, its training statistics (scalers.train_moments) come back, its distinct timestamps through the
-   spill folder (`_return`: an array is not sent back through the pool's pipe). The split cuts follow from the span
+   spill folder (`_share`: an array is not sent back through the pool's pipe). The split cuts follow from the span
    of all pieces; the statistics are gathered again (2.) only when cleaning moved the ends of the span, and the cuts
    with them.
 2. fit (rarely): the training statistics from the spilled features.
@@ -234,7 +234,7 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     # (creating a file, deleting a spill) can wait ~1 s on the journal, which waits on the data it orders.
     try:
         _check_intraday(loads, intraday)
-        origins = distinct_union([_returned(spill, f"stamps-{k}") for k in range(len(loads))])  # (O,) every one
+        origins = distinct_union([_shared(spill, f"stamps-{k}") for k in range(len(loads))])  # (O,) every one
         known = _stamp_tables(origins, spill, cfg, spacing, intraday, scalers.get("season"))
     except BaseException:
         (spill / GRID_FAILED).touch()  # the trail jobs waiting for the grid stop (_grid_built)
@@ -247,7 +247,7 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     lap("fit, grid")
     trails = trails.get()
     add_vol_stats(scalers, concat([t["mom"] for t in trails]), names, mom["rows"] > 0)
-    split = SplitResult(ids={name: np.concatenate([_returned(spill, f"splits-{k}-{name}") for k in range(len(trails))])
+    split = SplitResult(ids={name: np.concatenate([_shared(spill, f"splits-{k}-{name}") for k in range(len(trails))])
                              for name in SPLITS},
                         purged={k: sum(t["purged"].get(k, 0) for t in trails) for k in trails[0]["purged"]})
     check_splits(split, cuts, cfg, span)
@@ -290,7 +290,7 @@ def _stamp_tables(origins: np.ndarray, spill: Path, cfg: DataConfig, spacing: in
                                                                                else None), ("slots", slots),
                         ("ts", known.ts)):
         if value is not None:
-            np.save(spill / f"known-{name}.npy", value)
+            _share(spill, f"known-{name}", value)
     (spill / GRID_READY).touch()  # after every table: a piece's trail job that sees it may read them all
     return known
 
@@ -318,9 +318,9 @@ def _stamp_slots(origins: np.ndarray) -> np.ndarray | None:
 def _origin_rows(spill: Path, ts: np.ndarray) -> np.ndarray:
     """(n,) the index among the panel's origins of each timestamp `ts` (n,), every one of them an origin."""
     if (spill / "known-slots.npy").exists():
-        slots = np.load(spill / "known-slots.npy", mmap_mode="r")
+        slots = _shared(spill, "known-slots")
         return slots[2:][(ts - slots[0]) // slots[1]]
-    return np.searchsorted(np.load(spill / "known-origins.npy", mmap_mode="r"), ts)
+    return np.searchsorted(_shared(spill, "known-origins"), ts)
 
 
 def _check_intraday(loads: list[dict], intraday: bool) -> None:
@@ -493,23 +493,23 @@ def _loaded(cfg: DataConfig, k: int, spill: Path, chunks: int, entries: list[dic
            spill / f"feats-{k}.arrow")
     fit = _fit_stats(cfg, feats, len(names), sidx, ts, cuts, minute)
     early.write_rows(store, *early.place(spill, k), ts, sidx, feats["target"].to_numpy(), starts)
-    _return(spill, f"stamps-{k}", sorted_distinct(ts))
+    _share(spill, f"stamps-{k}", sorted_distinct(ts))
     return {"names": names, "lengths": lengths, "windows": len(starts), "lo": int(ts.min()), "hi": int(ts.max()),
             "report": loaded.report, "rolls": loaded.rolls, "gaps": _gap_counts(ts, sidx),
             "fit": fit}
 
 
-def _return(spill: Path, name: str, value: np.ndarray) -> None:
-    """Hand the array `value` back to the process that runs `prepare_pieces` (`_returned`) through the spill folder,
-    not with the job's result: a result comes back through a pipe, read 64 KiB at a time by a thread of that process
-    that needs the GIL for each read, while its own job holds it. A piece's 9 MB of timestamps took ~0.1 s to come
-    back that way, the worker idle meanwhile, after each of its jobs."""
+def _share(spill: Path, name: str, value: np.ndarray) -> None:
+    """Write the array `value` to the spill folder for another process of the crew (`_shared`). What a job hands
+    back goes this way, not with its result: a result comes back through the pool's pipe, read 64 KiB at a time by a
+    thread of the `prepare` process that needs the GIL for each read while that process runs its own job (a
+    piece's 9 MB of timestamps took ~0.1 s, the worker idle meanwhile, after each of its jobs)."""
     with open(spill / f"{name}.npy", "xb") as f:
         np.save(f, value)
 
 
-def _returned(spill: Path, name: str) -> np.ndarray:
-    """The array a job handed back (`_return`), mapped: read from the page cache as it is used."""
+def _shared(spill: Path, name: str) -> np.ndarray:
+    """An array `_share` wrote, mapped: read from the page cache as it is used."""
     return np.load(spill / f"{name}.npy", mmap_mode="r")
 
 
@@ -618,7 +618,7 @@ def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nd
     del trail, feats
     split = assign_splits(ts[starts + e], ts[starts + e + d - 1], *cuts, train_start_ns(cfg))
     for name in SPLITS:
-        _return(Path(spill), f"splits-{k}-{name}", split.ids[name] + win0)
+        _share(Path(spill), f"splits-{k}-{name}", split.ids[name] + win0)
     return {
         "mom": mom,
         "off_grid": off_grid,
@@ -680,15 +680,15 @@ def _scaled_rows(cfg: DataConfig, spill: str, names: list[str], starts: np.ndarr
     cont, center, scale = scaled_rows(feats, names, sidx, transform, trail)
     del feats, trail
     at = _origin_rows(Path(spill), ts)  # (n,)
-    take_rows(np.load(Path(spill) / "known-cal.npy", mmap_mode="r"), at, cont[:, :kr])
+    take_rows(_shared(Path(spill), "known-cal"), at, cont[:, :kr])
     for name, value in (("cont", cont), ("center", center), ("scale", scale)):
         put(Path(store) / f"{name}.npy", row0, value)
     del cont, center, scale
-    base = np.load(Path(spill) / "known-base.npy", mmap_mode="r")[at]  # (n,)
+    base = _shared(Path(spill), "known-base")[at]  # (n,)
     put(Path(store) / "known_base.npy", row0, base)
     index = None
     if (Path(spill) / "known-index.npy").exists():
-        index = np.load(Path(spill) / "known-index.npy", mmap_mode="r")[at]  # (n, D)
+        index = _shared(Path(spill), "known-index")[at]  # (n, D)
         put(Path(store) / "known_index.npy", row0, index)
-    grid = np.load(Path(spill) / "known-ts.npy", mmap_mode="r")
+    grid = _shared(Path(spill), "known-ts")
     return off_grid_windows(starts, ts, grid, e, d, base, None if index is None else index[:, -1])
