@@ -267,9 +267,25 @@ def test_value_counts_and_gap_counts_are_the_sorted_distinct_values_and_their_co
     gaps = np.diff(ts)[sidx[1:] == sidx[:-1]]
     gaps = gaps[gaps > 0]
     want = np.unique(gaps, return_counts=True)
-    for values, counts in (value_counts(gaps), _gap_counts(ts, sidx)):
+    for values, counts in (value_counts(gaps), _gap_counts(ts, sidx, 0)[0]):
         assert values.dtype == np.int64 and counts.dtype == np.int64
         assert np.array_equal(values, want[0]) and np.array_equal(counts, want[1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([60, 60, 60, 120, 3600, 7, 0]), max_size=300), st.integers(0, 3),
+       st.integers(0, 400 * 60))
+def test_training_gap_counts_are_those_of_the_rows_before_the_cut(steps, cut, at):
+    """Rows sorted by series and time, as a loaded piece holds them: the gaps of the rows before the cut, each
+    series' first rows, are the gaps whose later bar is before it."""
+    sidx = np.sort(np.arange(len(steps) + 1) * 4 // (len(steps) + 1) + cut)  # (N,) four series
+    ts = np.cumsum(np.array([0, *steps], dtype=np.int64)) * 10**9
+    ts = ts - np.r_[0, np.cumsum(np.diff(ts) * (np.diff(sidx) != 0))]  # (N,) each series from 0 again
+    cut_ns = at * 10**9
+    before = ts < cut_ns
+    want = _gap_counts(ts[before], sidx[before], cut_ns)[0]
+    got = _gap_counts(ts, sidx, cut_ns)[1]
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
 
 
 def test_rtype_sets_per_file_with_missing_rtypes():

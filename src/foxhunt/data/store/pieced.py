@@ -399,10 +399,13 @@ def _median(counted: list[tuple[np.ndarray, np.ndarray]]) -> int:
     return int(np.mean(np.array([lo, hi], dtype=np.float64)))
 
 
-def _gap_counts(ts: np.ndarray, sidx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(values, counts) of calendar.median_spacing_ns's gaps (consecutive bars of a series, positive)."""
-    gaps = np.diff(ts)[sidx[1:] == sidx[:-1]]
-    return value_counts(gaps[gaps > 0])
+def _gap_counts(ts: np.ndarray, sidx: np.ndarray, cut: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """(values, counts) of calendar.median_spacing_ns's gaps (consecutive bars of a series, positive) of rows sorted
+    by series and time: over all rows, and over the rows before `cut` (the training rows'). A series' rows before
+    the cut start its run, so their gaps are those whose later bar is before it: one diff serves both."""
+    gaps = np.diff(ts)  # (N - 1,)
+    kept = (sidx[1:] == sidx[:-1]) & (gaps > 0)
+    return value_counts(gaps[kept]), value_counts(gaps[kept & (ts[1:] < cut)])
 
 
 MODE_SAMPLE = 1024  # values value_counts looks at to guess the most common one
@@ -491,12 +494,12 @@ def _loaded(cfg: DataConfig, k: int, spill: Path, chunks: int, entries: list[dic
     _spill(feats.drop("target").with_columns(pl.col("roll").cast(pl.Boolean),
                                              *(() if minute is None else (pl.Series(MINUTE, minute),))),
            spill / f"feats-{k}.arrow")
-    fit = _fit_stats(cfg, feats, len(names), sidx, ts, cuts, minute)
+    gaps, train_gaps = _gap_counts(ts, sidx, cuts[0])
+    fit = _fit_stats(cfg, feats, len(names), sidx, ts, cuts, minute, train_gaps)
     early.write_rows(store, *early.place(spill, k), ts, sidx, feats["target"].to_numpy(), starts)
     _share(spill, f"stamps-{k}", sorted_distinct(ts))
     return {"names": names, "lengths": lengths, "windows": len(starts), "lo": int(ts.min()), "hi": int(ts.max()),
-            "report": loaded.report, "rolls": loaded.rolls, "gaps": _gap_counts(ts, sidx),
-            "fit": fit}
+            "report": loaded.report, "rolls": loaded.rolls, "gaps": gaps, "fit": fit}
 
 
 def _share(spill: Path, name: str, value: np.ndarray) -> None:
@@ -571,18 +574,18 @@ def _spilled(cfg: DataConfig, spill: str, k: int, lengths: np.ndarray
 
 
 def _fit_stats(cfg: DataConfig, feats: pl.DataFrame, s: int, sidx: np.ndarray, ts: np.ndarray, cuts: tuple,
-               minute: np.ndarray | None) -> dict:
-    """The training statistics of a piece under `cuts`: scalers.train_moments and the training rows' bar gaps."""
+               minute: np.ndarray | None, train_gaps: tuple[np.ndarray, np.ndarray]) -> dict:
+    """The training statistics of a piece under `cuts`: scalers.train_moments, and `train_gaps` (the training rows'
+    bar gaps, from `_gap_counts`)."""
     keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
     mom = train_moments(feats, sidx, s, keep, cfg.target, cfg.exchange_tz if cfg.seasonality else None,
                         minute=minute)
-    before = ts < cuts[0]
-    return {"mom": mom, "train_gaps": _gap_counts(ts[before], sidx[before])}
+    return {"mom": mom, "train_gaps": train_gaps}
 
 
 def _fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple) -> dict:
     feats, sidx, ts, minute = _spilled(cfg, spill, k, lengths)
-    return _fit_stats(cfg, feats, len(names), sidx, ts, cuts, minute)
+    return _fit_stats(cfg, feats, len(names), sidx, ts, cuts, minute, _gap_counts(ts, sidx, cuts[0])[1])
 
 
 def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
