@@ -255,6 +255,8 @@ def main() -> None:
     p.add_argument("--skip-direct", action="store_true", help="Do not train from the parquet directly (it needs "
                    "the memory of prepare).")
     a = p.parse_args()
+    if a.repeat < 1:
+        p.error("--repeat takes 1 or more")
     work = a.workdir or Path(tempfile.mkdtemp(prefix="store_20m."))
     panel, store = work / "panel", work / "store"
     work.mkdir(parents=True, exist_ok=True)
@@ -265,8 +267,8 @@ def main() -> None:
         print(f"panel written in {time.perf_counter() - t0:.0f}s", flush=True)
         files = sum(1 for _ in panel.rglob("*.parquet"))
         preps = []
-        for _ in range(max(1, a.repeat)):
-            shutil.rmtree(store, ignore_errors=True)  # each run writes a fresh store, as the first does
+        for _ in range(a.repeat):
+            shutil.rmtree(store, ignore_errors=True)  # each run writes a new store: none to replace (and delete)
             preps.append(run_child(["prepare", "--parquet-file", str(panel), *DATA_FLAGS, "--workers", str(a.workers),
                                     "--out", str(store)]))
             print(f"prepare: {preps[-1]}", flush=True)
