@@ -495,7 +495,7 @@ def _loaded(cfg: DataConfig, k: int, spill: Path, chunks: int, entries: list[dic
                                              *(() if minute is None else (pl.Series(MINUTE, minute),))),
            spill / f"feats-{k}.arrow")
     gaps, train_gaps = _gap_counts(ts, sidx, cuts[0])
-    fit = _fit_stats(cfg, feats, len(names), sidx, ts, cuts, minute, train_gaps)
+    fit = {"mom": _moments(cfg, feats, len(names), sidx, ts, cuts, minute), "train_gaps": train_gaps}
     early.write_rows(store, *early.place(spill, k), ts, sidx, feats["target"].to_numpy(), starts)
     _share(spill, f"stamps-{k}", sorted_distinct(ts))
     return {"names": names, "lengths": lengths, "windows": len(starts), "lo": int(ts.min()), "hi": int(ts.max()),
@@ -573,19 +573,20 @@ def _spilled(cfg: DataConfig, spill: str, k: int, lengths: np.ndarray
     return feats, sidx, feats.get_column("ts").dt.epoch("ns").to_numpy(), minute
 
 
-def _fit_stats(cfg: DataConfig, feats: pl.DataFrame, s: int, sidx: np.ndarray, ts: np.ndarray, cuts: tuple,
-               minute: np.ndarray | None, train_gaps: tuple[np.ndarray, np.ndarray]) -> dict:
-    """The training statistics of a piece under `cuts`: scalers.train_moments, and `train_gaps` (the training rows'
-    bar gaps, from `_gap_counts`)."""
+def _moments(cfg: DataConfig, feats: pl.DataFrame, s: int, sidx: np.ndarray, ts: np.ndarray, cuts: tuple,
+             minute: np.ndarray | None) -> dict[str, np.ndarray]:
+    """scalers.train_moments of a piece's training rows under `cuts`."""
     keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
-    mom = train_moments(feats, sidx, s, keep, cfg.target, cfg.exchange_tz if cfg.seasonality else None,
-                        minute=minute)
-    return {"mom": mom, "train_gaps": train_gaps}
+    return train_moments(feats, sidx, s, keep, cfg.target, cfg.exchange_tz if cfg.seasonality else None,
+                         minute=minute)
 
 
 def _fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple) -> dict:
+    """A piece's training statistics under `cuts` from its spilled features: what its load job returned as "fit"
+    under the cuts it expected."""
     feats, sidx, ts, minute = _spilled(cfg, spill, k, lengths)
-    return _fit_stats(cfg, feats, len(names), sidx, ts, cuts, minute, _gap_counts(ts, sidx, cuts[0])[1])
+    return {"mom": _moments(cfg, feats, len(names), sidx, ts, cuts, minute),
+            "train_gaps": _gap_counts(ts, sidx, cuts[0])[1]}
 
 
 def _trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
