@@ -148,6 +148,9 @@ class MappedWindows(WindowedData):
     def at_targets(self, ids: torch.Tensor, column: int) -> torch.Tensor:
         return self._released(super().at_targets(ids, column))
 
+    def check_codes(self, schema: FeatureSchema, whose: str = "the data") -> None:
+        self._released(super().check_codes(schema, whose))  # reads every row's codes
+
     def _released(self, out: T) -> T:
         self.release()
         return out
