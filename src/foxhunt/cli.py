@@ -448,6 +448,10 @@ def predict(
     model: ModelDir,
     out: Annotated[Path, typer.Option("--out", "-o", help="Forecasts parquet to write.")],
     parquet_file: ParquetFile = None,
+    features: Annotated[Path | None, typer.Option(
+        help="A feature store written by `foxhunt prepare` with the model's data options: forecast its windows, "
+        "memory-mapped, instead of reading the bars. A store's windows end where its targets do: no live origin.",
+        rich_help_panel=D)] = None,
     start: Start = None,
     end: End = None,
     batch_size: Annotated[int, typer.Option(help="Windows per forward pass.")] = 1024,
@@ -455,15 +459,18 @@ def predict(
     threads: Threads = TD.num_threads,
     no_calibration: NoCalibration = False,
 ) -> None:
-    """Quantile forecasts for every origin with a full encoder, including the live one after the last bar;
-    calibrated on the validation split unless --no-calibration."""
+    """Quantile forecasts for every origin with a full encoder, including the live one after the last bar (from a
+    feature store, its windows' origins); calibrated on the validation split unless --no-calibration."""
     from foxhunt.api.forecaster import Forecaster
     from foxhunt.train.device import resolve_device
 
+    if features is not None and parquet_file:
+        raise InputError("predict reads the bars (--parquet-file) or a feature store (--features): pass one")
     _set_threads(threads)
     fc = Forecaster.load(model, resolve_device(device))
-    origins, calibrated = fc.write_forecasts(_paths({"parquet_file": parquet_file}), out, start, end, batch_size,
-                                             calibrated=not no_calibration)
+    paths = () if features is not None else _paths({"parquet_file": parquet_file})  # no bundled sample then
+    origins, calibrated = fc.write_forecasts(paths, out, start, end, batch_size, calibrated=not no_calibration,
+                                             features=features)
     typer.echo(f"wrote {origins * fc.horizon:,} {'calibrated' if calibrated else 'uncalibrated'} forecast rows "
                f"({origins:,} origins) to {out}")
 

@@ -1,11 +1,13 @@
 """`foxhunt prepare` then `foxhunt train --features`: the same training as from the bars, refused with other data
-options, resumable."""
+options, resumable; `foxhunt predict --features`: the same forecasts as from the bars."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
+import polars as pl
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -76,3 +78,39 @@ def test_prepare_says_what_it_wrote_and_parquet_with_features_is_refused(runs, t
     assert main(["prepare", "--parquet-file", str(daily_path), *DATA_FLAGS, "--out", str(runs / "again")]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"wrote the feature store {runs / 'again'}: 600 rows, 562 windows,")
+
+
+def test_predict_from_the_store_forecasts_its_windows_as_from_the_bars(runs, daily_path, capsys):
+    """Every window of the store is an origin; each forecast is the one predicting from the bars gives (batches of
+    other windows may move the last float32 bit), and the store has no live origin."""
+    model, out = runs / "store-run", runs / "predict"
+    assert main(["predict", "--model", str(model), "--features", str(runs / "store"), "--out", str(out / "s.parquet"),
+                 "--threads", "1"]) == 0
+    assert "(562 origins)" in capsys.readouterr().out
+    assert main(["predict", "--model", str(model), "--parquet-file", str(daily_path), "--out",
+                 str(out / "b.parquet"), "--threads", "1"]) == 0
+    keys = ["symbol", "origin", "horizon", "target_time"]
+    store, bars = (pl.read_parquet(out / f"{k}.parquet") for k in ("s", "b"))
+    both = store.join(bars, on=keys, how="left", suffix="_bars")
+    assert store.height == 562 * 3 and both.height == store.height and both["p50_bars"].null_count() == 0
+    assert bars["origin"].max() > store["origin"].max()  # the bars' last origins need targets past the store's end
+    for q in ("p10", "p50", "p90"):
+        np.testing.assert_allclose(both[q].to_numpy(), both[f"{q}_bars"].to_numpy(), rtol=1e-5, atol=1e-7)
+    assert both["actual"].equals(both["actual_bars"], check_names=False)
+
+
+def test_predict_refuses_a_store_prepared_otherwise_and_both_inputs(runs, daily_path, capsys):
+    other = runs / "other-store"  # a later validation period: other training rows, other scalers
+    assert main(["prepare", "--parquet-file", str(daily_path), *DATA_FLAGS, "--val-fraction", "0.3",
+                 "--out", str(other)]) == 0
+    capsys.readouterr()
+    out = runs / "refused.parquet"
+    code = main(["predict", "--model", str(runs / "store-run"), "--features", str(other), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and not out.exists()
+    assert err == (f"foxhunt: error: --features {other}: prepared with other series, scalers or bar spacing than the "
+                   "model was trained with; predict from the bars with --parquet-file, or from a store prepared with "
+                   "the model's data options")
+    code = main(["predict", "--model", str(runs / "store-run"), "--features", str(runs / "store"), "--parquet-file",
+                 str(daily_path), "--out", str(out)])
+    assert code == 2 and "pass one" in capsys.readouterr().err and not out.exists()

@@ -148,11 +148,14 @@ class Forecaster:
         return LiveForecast(tuple(st.names[i] for i in ready), origin, q, self.quantiles)
 
     def write_forecasts(self, paths: tuple[str, ...], out: Path, start: str | None = None, end: str | None = None,
-                        batch_size: int = 1024, calibrated: bool = True) -> tuple[int, bool]:
+                        batch_size: int = 1024, calibrated: bool = True, features: Path | None = None
+                        ) -> tuple[int, bool]:
         """`foxhunt predict`: forecasts for every origin of the bar files `paths` whose first forecast bar lies in
         [start, end] (ISO dates or times, UTC when naive), streamed to the parquet file `out` (atomic). Returns
-        (origins, calibrated)."""
-        data = _predict.prepare_for_model(self._lm, paths)
+        (origins, calibrated). `features`: read the windows of this feature store instead of `paths` (its origins
+        only: no live one; see evaluate/predict.store_for_model)."""
+        data = (_predict.store_for_model(self._lm, features) if features is not None
+                else _predict.prepare_for_model(self._lm, paths))
         ids = _predict.select_origins(data, _predict.parse_time(start, "--start"),
                                       _predict.parse_time(end, "--end", end=True))
         cal = _predict.forecast_calibration(self._lm, calibrated)

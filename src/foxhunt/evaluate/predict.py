@@ -25,7 +25,7 @@ import torch
 from foxhunt.atomic import atomic_path
 from foxhunt.data.config import DataConfig
 from foxhunt.data.load import LoadedBars, load_bars
-from foxhunt.data.prepare import PreparedData, prepare_from_bars
+from foxhunt.data.prepare import FittedTransform, PreparedData, prepare_from_bars
 from foxhunt.data.schema import Kind, Role
 from foxhunt.errors import InputError, ResourceError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
@@ -124,6 +124,28 @@ def prepare_loaded(lm: LoadedModel, loaded: LoadedBars, where: tuple[str, ...]) 
     return data
 
 
+def store_for_model(lm: LoadedModel, store: Path) -> PreparedData:
+    """A feature store (`foxhunt prepare`) as prediction data, memory-mapped: every window of it an origin. A store's
+    windows end `horizon` bars before its last bar (each needs its targets), so it has no live origin. Refused unless
+    the store was featurized as the model's data: the same transform (series, scalers, bar spacing) and features."""
+    from foxhunt.data.store.read import open_store
+
+    data = open_store(Path(store))
+    if _transform_text(data.transform) != _transform_text(lm.transform):
+        raise InputError(f"--features {store}: prepared with other series, scalers or bar spacing than the model was "
+                         "trained with; predict from the bars with --parquet-file, or from a store prepared with the "
+                         "model's data options")
+    check_schema(lm, data, (str(store),))
+    data.windows.check_codes(lm.schema, "the model's embedding table")
+    every = torch.arange(len(data.windows.starts), dtype=torch.int64)  # (W,) all windows, in series then time order
+    return dataclasses.replace(data, splits={**data.splits, "test": every})
+
+
+def _transform_text(transform: FittedTransform) -> str:
+    """A transform as canonical JSON: a model's and a store's both went through JSON, so equal fits give equal text."""
+    return json.dumps(transform.to_dict(), sort_keys=True)
+
+
 def live_origins(data: PreparedData) -> torch.Tensor:
     """(S,) the window of each series whose origin is its last bar: the live forecast."""
     ids = data.splits["test"]
@@ -148,16 +170,24 @@ def check_schema(lm: LoadedModel, data: PreparedData, paths: tuple[str, ...]) ->
                      "retrain on them")
 
 
+SELECT_CHUNK = 1 << 20  # windows whose forecast times are read at a time: (chunk, D) int64, not (W, D)
+
+
 def select_origins(data: PreparedData, start_ns: int | None, end_ns: int | None) -> torch.Tensor:
-    """Windows whose first forecast bar lies in [start, end) (the live forecast after the last bar included)."""
+    """Windows whose first forecast bar lies in [start, end) (the live forecast after the last bar included), read
+    SELECT_CHUNK windows at a time."""
     ids = data.splits["test"]
-    first = data.windows.target_ns(ids, extrapolated=True)[:, 0]  # (W,)
-    keep = torch.ones(len(ids), dtype=torch.bool)
-    if start_ns is not None:
-        keep &= first >= start_ns
-    if end_ns is not None:
-        keep &= first < end_ns
-    chosen = ids[keep]
+    parts = []
+    for a in range(0, len(ids), SELECT_CHUNK):
+        part = ids[a : a + SELECT_CHUNK]
+        first = data.windows.target_ns(part, extrapolated=True)[:, 0]  # (chunk,)
+        keep = torch.ones(len(part), dtype=torch.bool)
+        if start_ns is not None:
+            keep &= first >= start_ns
+        if end_ns is not None:
+            keep &= first < end_ns
+        parts.append(part[keep])
+    chosen = torch.cat(parts) if parts else ids
     if len(chosen) == 0:
         raise InputError("no forecast origin falls within --start/--end; widen the dates or check the file's range")
     return chosen
