@@ -97,6 +97,9 @@ def test_predict_from_the_store_forecasts_its_windows_as_from_the_bars(runs, dai
     for q in ("p10", "p50", "p90"):
         np.testing.assert_allclose(both[q].to_numpy(), both[f"{q}_bars"].to_numpy(), rtol=1e-5, atol=1e-7)
     assert both["actual"].equals(both["actual_bars"], check_names=False)
+    # a model trained on the same bars with the same options has the store's transform: its store is accepted
+    assert main(["predict", "--model", str(runs / "bars"), "--features", str(runs / "store"), "--out",
+                 str(out / "m.parquet"), "--threads", "1"]) == 0
 
 
 def test_predict_refuses_a_store_prepared_otherwise_and_both_inputs(runs, daily_path, capsys):
