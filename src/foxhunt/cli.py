@@ -465,7 +465,9 @@ def predict(
     from foxhunt.train.device import resolve_device
 
     if features is not None and parquet_file:
-        raise InputError("predict reads the bars (--parquet-file) or a feature store (--features): pass one")
+        from foxhunt.settings import refuse_both_inputs
+
+        refuse_both_inputs()
     _set_threads(threads)
     fc = Forecaster.load(model, resolve_device(device))
     paths = () if features is not None else _paths({"parquet_file": parquet_file})  # no bundled sample then

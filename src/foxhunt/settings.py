@@ -105,6 +105,12 @@ def data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
     )
 
 
+def refuse_both_inputs() -> None:
+    """The one line for --parquet-file typed beside --features (train, predict)."""
+    raise InputError("--parquet-file and --features both name the data; pass one (the feature store records the "
+                     "files it was prepared from)")
+
+
 def store_data_config(v: Mapping[str, Any], explicit: Iterable[str]) -> DataConfig:
     """`--features STORE`: the data options the store was prepared with. A data option in `explicit` (typed now)
     must equal the store's; --parquet-file cannot be given (the store records its files)."""
@@ -112,8 +118,7 @@ def store_data_config(v: Mapping[str, Any], explicit: Iterable[str]) -> DataConf
 
     explicit = set(explicit)
     if v.get("parquet_file") and "parquet_file" in explicit:
-        raise InputError("--parquet-file and --features both name the data; pass one (the feature store records the "
-                         "files it was prepared from)")
+        refuse_both_inputs()
     typed = data_config(v, ())
     fields = {f.name for f in dataclasses.fields(DataConfig)}
     return from_store(Path(v["features"]), {k: getattr(typed, k) for k in explicit & fields})
