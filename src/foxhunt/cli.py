@@ -300,8 +300,9 @@ def prepare(
                                          "prepares the whole panel in memory. The store is the same.")] = 2,
     config: ConfigFile = None,
 ) -> None:
-    """Compute the features once and write them as a memory-mapped feature store for `foxhunt train --features`:
-    the row tensors, window index, splits, scalers, schema, data summary and roll table (docs/store-format.md)."""
+    """Compute the features once and write them as a memory-mapped feature store for `foxhunt train --features`
+    (and predict, evaluate): the row tensors, window index, splits, scalers, schema, data summary, roll table and
+    what the baselines read (docs/store-format.md)."""
     from foxhunt import settings
     from foxhunt.data.store import prepare_store
 
@@ -464,13 +465,9 @@ def predict(
     from foxhunt.api.forecaster import Forecaster
     from foxhunt.train.device import resolve_device
 
-    if features is not None and parquet_file:
-        from foxhunt.settings import refuse_both_inputs
-
-        refuse_both_inputs()
+    paths = _bars_or_store(parquet_file, features)
     _set_threads(threads)
     fc = Forecaster.load(model, resolve_device(device))
-    paths = () if features is not None else _paths({"parquet_file": parquet_file})  # no bundled sample then
     origins, calibrated = fc.write_forecasts(paths, out, start, end, batch_size, calibrated=not no_calibration,
                                              features=features)
     typer.echo(f"wrote {origins * fc.horizon:,} {'calibrated' if calibrated else 'uncalibrated'} forecast rows "
@@ -482,6 +479,9 @@ def evaluate(
     model: ModelDir,
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Where metrics.json, report.html etc. go.")],
     parquet_file: ParquetFile = None,
+    features: Annotated[Path | None, typer.Option(
+        help="A feature store written by `foxhunt prepare` with the model's data options: score the model and every "
+        "baseline on its windows, memory-mapped, instead of reading the bars.", rich_help_panel=D)] = None,
     start: Annotated[str | None, typer.Option(help="First forecast bar on or after this ISO date/time (UTC). "
                                               "Default: after the model's validation period when the bars reach "
                                               "past it (held out from fitting and calibration), else all.")] = None,
@@ -500,11 +500,24 @@ def evaluate(
     from foxhunt.evaluate.table import format_results
     from foxhunt.train.device import resolve_device
 
+    paths = _bars_or_store(parquet_file, features)
     _set_threads(threads)
-    result = evaluate_run(model, _paths({"parquet_file": parquet_file}), out_dir, start, end, batch_size,
-                          resolve_device(device), forecasts, calibrate=not no_calibration)
+    result = evaluate_run(model, paths, out_dir, start, end, batch_size, resolve_device(device), forecasts,
+                          calibrate=not no_calibration, features=features)
     typer.echo(format_results(result))
     typer.echo(f"wrote {out_dir / 'metrics.json'} and {out_dir / 'report.html'}")
+
+
+def _bars_or_store(parquet_file: list[str] | None, features: Path | None) -> tuple[str, ...]:
+    """The bar paths of predict and evaluate: none with --features (the bundled sample is not resolved then), and
+    both inputs at once refused as train refuses them."""
+    if features is None:
+        return _paths({"parquet_file": parquet_file})
+    if parquet_file:
+        from foxhunt.settings import refuse_both_inputs
+
+        refuse_both_inputs()
+    return ()
 
 
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}

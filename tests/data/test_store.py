@@ -58,6 +58,8 @@ def test_every_prepared_field_round_trips_exactly(prepared):
     assert back.transform == data.transform
     assert back.summary == data.summary
     assert back.rolls == data.rolls and back.rolls  # the roll table, ESH4 -> ESM4
+    assert back.own_moves.keys() == data.own_moves.keys() == {"log_range"}
+    assert back.own_moves["log_range"].tobytes() == data.own_moves["log_range"].tobytes()
     ids = data.splits["val"][:7]
     assert _bits(back.windows.batch(ids).enc_cont) == _bits(data.windows.batch(ids).enc_cont)
 

@@ -83,6 +83,7 @@ def test_a_store_prepared_in_pieces_is_the_store_prepared_in_memory(panel, whole
     pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
     assert len(whole[1]["windows"]["series_names"]) == 3 and whole[1]["transform"]["scalers"]["season"]
     _assert_same_store(whole, (tmp_path / "pieces", pieces))
+    assert pieces["arrays"]["own_log_range"]["shape"] == [pieces["summary"]["rows"]]  # written by the loads
 
 
 def test_pieces_map_their_rows_onto_a_grid_that_is_not_one_lattice_as_in_memory(tmp_path, fixtures_dir):
@@ -238,6 +239,9 @@ def test_trail_jobs_write_the_in_memory_rows_under_other_scalers(panel, tmp_path
     whole = prepare_store(cfg, tmp_path / "whole", workers=0)
     pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
     _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
+    # the contracts' own moves the baselines read: log returns too for a range target (GARCH-t on the range)
+    own = {k for k in pieces["arrays"] if k.startswith("own_")}
+    assert own == ({"own_log_range", "own_log_return"} if cfg.target == "log_range" else {"own_log_range"})
 
 
 def test_a_piece_that_fails_stops_the_pieces_waiting_on_it_and_its_error_is_reported(tmp_path, fixtures_dir):

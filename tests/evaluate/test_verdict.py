@@ -46,6 +46,17 @@ def test_a_loss_to_the_strongest_baseline_says_by_how_much_and_names_the_others_
                           "its q-risk is 9.4% higher at p10, 7.3% higher at p90; nor does it beat garch_t (4.0% higher at p90).")
 
 
+def test_a_baseline_the_model_loses_to_at_both_quantiles_is_named_once():
+    base = {"seasonal_rolling_vol": {0.1: 0.444, 0.9: 0.455}, "rolling_vol": {0.1: 0.449, 0.9: 0.465},
+            "garch_t": {0.1: 0.449, 0.9: 0.460}}
+    v = verdict({0.1: 0.4661, 0.9: 0.4727}, base, QS)
+    # rolling_vol: 1 - 0.4661 / 0.449 = -3.8%, 1 - 0.4727 / 0.465 = -1.7%; garch_t: -3.8%, -2.8%
+    assert v.sentence == ("The model does not beat every baseline at p10 and p90: against the strongest, "
+                          "seasonal_rolling_vol, its q-risk is 5.0% higher at p10, 3.9% higher at p90; nor does it "
+                          "beat rolling_vol (3.8% higher at p10, 1.7% higher at p90); garch_t (3.8% higher at p10, "
+                          "2.8% higher at p90).")
+
+
 def test_beating_the_strongest_is_not_enough_when_a_weaker_baseline_wins_one_quantile():
     # garch_t has the lowest mean (0.49 against 0.495) but rolling_vol is lower at p90
     base = {"garch_t": {0.1: 0.48, 0.9: 0.50}, "rolling_vol": {0.1: 0.52, 0.9: 0.47}}

@@ -106,6 +106,8 @@ def test_final_lines_compare_with_the_baseline_and_fill_in_the_run_paths():
     mine = next_commands(Path("runs/b"), ("my bars.parquet", "more.csv"))
     assert mine[0] == ("foxhunt evaluate --model runs/b --out-dir runs/b/eval --parquet-file 'my bars.parquet' "
                        "--parquet-file more.csv")
+    assert next_commands(Path("runs/c"), ("bars/",), "stores/es")[0] == (
+        "foxhunt evaluate --model runs/c --out-dir runs/c/eval --features stores/es")  # a run trained from a store
 
 
 def test_data_line_is_short():

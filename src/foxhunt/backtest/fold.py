@@ -23,12 +23,9 @@ import torch
 from foxhunt.atomic import write_json, write_with
 from foxhunt.backtest.folds import Fold, iso
 from foxhunt.data.config import DataConfig
-from foxhunt.data.load import load_bars
-from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.evaluate.predict import (
-    check_schema,
     forecast_calibration,
-    prediction_config,
+    prepare_for_model,
     select_origins,
     write_forecasts,
 )
@@ -92,10 +89,7 @@ def score_fold(fold: Fold, paths: tuple[str, ...], out_dir: Path, batch_size: in
     here, model_dir = fold_dir(out_dir, fold), run_dir(out_dir, fold)
     dev = torch.device(device)
     lm = load_model(model_dir, dev)
-    cfg = prediction_config(lm, paths)
-    loaded = load_bars(cfg, lm.transform.bar_spacing_ns)
-    data = prepare_from_bars(loaded, cfg, transform=lm.transform, for_prediction=True)
-    check_schema(lm, data, paths)
+    data = prepare_for_model(lm, paths)  # the bars are not kept: the baselines read the prepared data
     ids = select_origins(data, fold.test_start, fold.test_end)
     kept: list = []
     cal = forecast_calibration(lm, True)
@@ -107,7 +101,7 @@ def score_fold(fold: Fold, paths: tuple[str, ...], out_dir: Path, batch_size: in
               "actual": scored.actual, "model": scored.quantiles}
     if len(scored.origin_ns):
         cut = baseline_cut(model_dir, int(scored.origin_ns.min()))
-        forecasts = baselines(data, loaded.bars, scored, cut, lm.model_cfg.quantiles, lm.data_cfg.adjust)
+        forecasts = baselines(data, scored, cut, lm.model_cfg.quantiles)
         arrays.update({f"baseline_{k}": v for k, v in forecasts.items()})
     write_with(here / "scored.npz", lambda p: _savez(p, arrays))
     info = {**fold.to_dict(), "run_dir": str(model_dir), "calibrated": cal is not None,

@@ -31,6 +31,13 @@ PRICE_OBSERVED = ("price_change", "price_range", "log_volume", "log_vol", "roll"
 RETURN_TARGETS = ("log_return", "price_change")  # targets of a signed move: center 0, a direction to hit
 
 
+def own_move_columns(target: str) -> tuple[str, ...]:
+    """The raw columns the baselines read besides the target (evaluate/baselines.py), kept per row with the prepared
+    data and in a feature store as float32, as the target is: each contract's own log range (the seasonal baseline's
+    time-of-day profile) and, for a log_range target, its own log returns (GARCH-t on the range reads the returns)."""
+    return ("log_range", "log_return") if target == "log_range" else ("log_range",)
+
+
 def move_columns(target: str) -> tuple[str, str]:
     """(return column, range column) in the target's units: price units for price_change, logs otherwise."""
     return ("price_change", "price_range") if target == "price_change" else ("log_return", "log_range")

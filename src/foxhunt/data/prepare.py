@@ -25,7 +25,7 @@ from foxhunt.data.calendar import (
     median_spacings_ns,
 )
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import move_columns, raw_features
+from foxhunt.data.features import move_columns, own_move_columns, raw_features
 from foxhunt.data.known import DecoderKnown, StampKnown, stamp_known, stamp_rows, with_season
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.order import run_starts, sort_keys
@@ -50,6 +50,7 @@ FEATURE_COLUMNS = ("ts", "first", "roll", "target", "log_range", "log_volume")
 FEATURE_INPUTS = ("series", "ts", "contract", "volume", "own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap",
                   "filled")
 PRICES = ("high", "low", "close")
+OWN = "own_"  # the row key (and the store's file name) of an own move column: own_log_range, own_log_return
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,9 @@ class PreparedData:
     transform: FittedTransform
     summary: dict  # JSON-able; `summary.format_summary` prints it
     rolls: list[dict] = field(default_factory=list)
+    # features.own_move_columns(target) -> (N,) float32 per row of `windows` (NaN on rows that are not real): what
+    # the baselines read besides the target. Empty for a store prepared before foxhunt kept them.
+    own_moves: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def prepare_data(
@@ -199,6 +203,7 @@ def prepare_from_bars(
         "ts": ts_ns,
         "sidx": sidx,
         "real": np.ones(len(ts_ns), dtype=bool),
+        **{OWN + c: feats[c].to_numpy().astype(np.float32) for c in own_move_columns(target)},
     }
     roll_bars = int(feats["roll"].sum())
     del feats  # not read past here: gone before the row tensors are built
@@ -237,6 +242,7 @@ def prepare_from_bars(
         transform=transform,
         summary=summary,
         rolls=list(meta.rolls),
+        own_moves={c: rows[OWN + c] for c in own_move_columns(target)},
     )
 
 
@@ -359,7 +365,8 @@ def _extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: n
     real_pos = np.arange(len(rows["ts"]), dtype=np.int64) + shift
     fut_pos = ((end + np.arange(s) * d)[:, None] + np.arange(d)).ravel()  # (S * d,)
     n = len(rows["ts"]) + s * d
-    fill = {"cont": 0.0, "target": np.nan, "center": 0.0, "scale": 1.0, "real": False}
+    fill = {"cont": 0.0, "target": np.nan, "center": 0.0, "scale": 1.0, "real": False,
+            **{OWN + c: np.nan for c in own_move_columns("log_range")}}
     out = {}
     for key, arr in rows.items():
         new = np.empty((n, *arr.shape[1:]), dtype=arr.dtype)

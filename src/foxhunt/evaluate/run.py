@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,8 @@ import torch
 
 from foxhunt.atomic import write_json
 from foxhunt.data.calendar import future_timestamps
-from foxhunt.data.features import RETURN_TARGETS, raw_features
-from foxhunt.data.load import load_bars
-from foxhunt.data.prepare import FittedTransform, PreparedData, prepare_from_bars
+from foxhunt.data.features import RETURN_TARGETS
+from foxhunt.data.prepare import FittedTransform, PreparedData
 from foxhunt.data.seasonality import fit_profile, profile_at
 from foxhunt.data.windows import WindowedData
 from foxhunt.errors import InputError
@@ -32,13 +32,13 @@ from foxhunt.evaluate.metrics import MetricAccumulator, skill
 from foxhunt.evaluate.period import scoring_start
 from foxhunt.evaluate.predict import (
     ForecastBatch,
-    check_schema,
     forecast_calibration,
     is_calibrated,
     parse_time,
-    prediction_config,
+    prepare_for_model,
     quantile_column,
     select_origins,
+    store_for_model,
     write_forecasts,
 )
 from foxhunt.evaluate.report import write_report
@@ -69,14 +69,17 @@ class Scored:
 def evaluate_run(
     model_dir: Path, paths: tuple[str, ...], out_dir: Path, start: str | None = None, end: str | None = None,
     batch_size: int = 1024, device: torch.device | str = "cpu", forecasts: Path | None = None,
-    calibrate: bool = True,
+    calibrate: bool = True, features: Path | None = None,
 ) -> dict[str, Any]:
+    """Score the model on the bars at `paths`, or on the windows of the feature store `features` (prepared with the
+    model's data options: `store_for_model`), against every baseline on the same origins; write metrics.json,
+    interpretation.json and report.html into `out_dir`."""
     device = torch.device(device)
     lm = load_model(model_dir, device)
-    cfg = prediction_config(lm, paths)
-    loaded = load_bars(cfg, lm.transform.bar_spacing_ns)  # --fill-gaps fills to the model's grid
-    data = prepare_from_bars(loaded, cfg, transform=lm.transform, for_prediction=True)
-    check_schema(lm, data, paths)
+    if features is not None:
+        data, where = store_for_model(lm, Path(features)), (f"feature store {features}",)
+    else:
+        data, where = prepare_for_model(lm, paths), paths
     end_ns = parse_time(end, "--end", end=True)
     start_ns, scored_what = scoring_start(data, model_dir, parse_time(start, "--start"), end_ns, start)
     ids = select_origins(data, start_ns, end_ns)
@@ -88,6 +91,7 @@ def evaluate_run(
         cal = forecast_calibration(lm, calibrate)
         fc = write_forecasts(lm, data, ids, out_dir / "forecasts.parquet", batch_size, device, interp, kept, cal)
         scored = gather(kept, data)
+        kept.clear()  # the batches are copied into `scored`: not held twice through the scoring
         crossings = {"crossed_pairs": fc.crossed, "pairs": fc.pairs}
         applied: bool | None = cal is not None
         why_not = "--no-calibration" if not calibrate else lm.calibration_note
@@ -98,7 +102,8 @@ def evaluate_run(
     has_actual = ~np.isnan(scored.actual).all(axis=1)
     if not has_actual.any():
         raise InputError("no origin in --start/--end has a realised target to score; evaluate on bars with a future")
-    scored = scored.subset(has_actual)
+    if not has_actual.all():  # (a store's windows all have their targets: no copy of them)
+        scored = scored.subset(has_actual)
 
     qs = lm.model_cfg.quantiles
     series_names = data.windows.series_names
@@ -107,11 +112,13 @@ def evaluate_run(
     raw_metrics = (None if scored.raw is None
                    else score(scored.actual, scored.raw, scored.series, qs, series_names, directional))
     cut = baseline_cut(model_dir, int(scored.origin_ns.min()))
-    baseline_q = baselines(data, loaded.bars, scored, cut, qs, lm.data_cfg.adjust)
-    baseline_metrics = {k: score(scored.actual, v, scored.series, qs, series_names, directional)
-                        for k, v in baseline_q.items()}
+    baseline_metrics = {}
+    for kind in BASELINES:  # one baseline's (K, D, Q) float64 forecasts at a time: 4 of them for 2.6M origins, 1.3 GB
+        for k, v in baselines(data, scored, cut, qs, only=(kind,)).items():
+            baseline_metrics[k] = score(scored.actual, v, scored.series, qs, series_names, directional)
     skills = {k: skill(model_metrics["overall"]["q_risk"], m["overall"]["q_risk"]) for k, m in baseline_metrics.items()}
-    claim = verdict_of(model_metrics, baseline_metrics, qs, applied, lm.transform.intraday, model_dir)
+    claim = verdict_of(model_metrics, baseline_metrics, qs, applied, lm.transform.intraday, model_dir,
+                       lm.schema.target, data.own_moves)
     period = {"first_origin": _iso(scored.origin_ns.min()), "last_origin": _iso(scored.origin_ns.max()),
               "origins": int(len(scored.origin_ns)), "scored": scored_what}
     calibration = calibration_result(lm, applied, why_not, model_metrics, raw_metrics)
@@ -131,13 +138,14 @@ def evaluate_run(
                  baselines=baseline_metrics,
                  images=images(scored, qs, series_names, model_metrics, {**others, **baseline_metrics},
                                interpretation if forecasts is None else None, model_dir),
-                 notes=[*notes(lm, paths, period, model_dir), calibration_note(calibration)])
+                 notes=[*notes(lm, where, period, model_dir), calibration_note(calibration)])
     return result
 
 
 def gather(kept: list[ForecastBatch], data: PreparedData) -> Scored:
     window = np.concatenate([k.window for k in kept])
     origin_row = (data.windows.starts[torch.from_numpy(window)] + data.windows.encoder_length - 1).numpy()
+    data.windows.release()
     raw = None if kept[0].raw is None else np.concatenate([k.raw for k in kept])
     return Scored(np.concatenate([k.series for k in kept]), origin_row, np.concatenate([k.origin_ns for k in kept]),
                   np.concatenate([k.quantiles for k in kept]), np.concatenate([k.actual for k in kept]), raw)
@@ -204,8 +212,10 @@ def read_forecasts(path: Path, data: PreparedData, ids: torch.Tensor, lm: Loaded
 
 def scored_windows(w: WindowedData, ids: torch.Tensor, quantiles: np.ndarray) -> Scored:
     """The windows `ids` with their (K, D, Q) `quantiles` (Q may be 0: baselines alone are scored there)."""
-    return Scored(w.series_index(ids).numpy(), (w.starts[ids] + w.encoder_length - 1).numpy(),
-                  w.origin_ns(ids).numpy(), quantiles, w.actual(ids).numpy().astype(np.float64))
+    origin_row = (w.starts[ids] + w.encoder_length - 1).numpy()
+    w.release()
+    return Scored(w.series_index(ids).numpy(), origin_row, w.origin_ns(ids).numpy(), quantiles,
+                  w.actual(ids).numpy().astype(np.float64))
 
 
 def score(y: np.ndarray, q: np.ndarray, series: np.ndarray, qs: tuple[float, ...], names: tuple[str, ...],
@@ -222,45 +232,65 @@ def score(y: np.ndarray, q: np.ndarray, series: np.ndarray, qs: tuple[float, ...
     return res
 
 
-def expected_baselines(intraday: bool) -> dict[str, str | None]:
-    """The baselines this data calls for, each with the reason it cannot be scored here (None: it can)."""
-    return {k: "the arch package is not installed: pip install 'foxhunt[garch]'"
-            if k == "garch_t" and not garch_available() else None
-            for k in BASELINES if k not in INTRADAY_ONLY or intraday}
+# The own move columns (features.own_move_columns) each baseline reads, by target ("*": any target).
+NEEDS = {("seasonal_rolling_vol", "*"): "log_range", ("garch_t", "log_range"): "log_return"}
 
 
-def baselines(data: PreparedData, bars: pl.DataFrame, scored: Scored, cut: int, quantiles: tuple[float, ...],
-              adjust: str) -> dict[str, np.ndarray]:
-    """Each baseline's (K, D, Q) on the scored origins; fitted per series on rows before `cut` (ns). `bars` are the
-    loaded bars `data` was prepared from (the baselines read each contract's own returns and ranges from them);
-    `adjust` is the run's --adjust."""
+def expected_baselines(intraday: bool, target: str = "log_return",
+                       own: Collection[str] | None = None) -> dict[str, str | None]:
+    """The baselines this data calls for, each with the reason it cannot be scored here (None: it can). `own`: the
+    own move columns the data keep (None: all; a feature store prepared before foxhunt kept them has none)."""
+    out: dict[str, str | None] = {}
+    for k in BASELINES:
+        if k in INTRADAY_ONLY and not intraday:
+            continue
+        column = NEEDS.get((k, target), NEEDS.get((k, "*")))
+        if own is not None and column is not None and column not in own:
+            out[k] = (f"the feature store keeps no own_{column}, as stores prepared by an earlier foxhunt do not: "
+                      "run `foxhunt prepare` again, or evaluate on the bars")
+        elif k == "garch_t" and not garch_available():
+            out[k] = "the arch package is not installed: pip install 'foxhunt[garch]'"
+        else:
+            out[k] = None
+    return out
+
+
+def baselines(data: PreparedData, scored: Scored, cut: int, quantiles: tuple[float, ...],
+              only: Collection[str] | None = None) -> dict[str, np.ndarray]:
+    """Each baseline's (K, D, Q) on the scored origins (of `only` when given), fitted per series on rows before
+    `cut` (ns). They read each series' target and its contracts' own moves (`data.own_moves`, computed with the
+    model's features: adjusted closes would carry later roll gaps), a series' rows at a time: a feature store's
+    pages are let go after each series."""
     w, tf = data.windows, data.transform
-    kinds = [k for k, why in expected_baselines(tf.intraday).items() if why is None]
-    if "garch_t" not in kinds:
-        log.warning("GARCH baseline skipped: install foxhunt[garch] (the arch package) to include it")
+    expected = expected_baselines(tf.intraday, data.schema.target, data.own_moves)
+    for k, why in expected.items():
+        if why is not None and (only is None or k in only):
+            log.warning("baseline %s left out: %s", k, why)
+    kinds = [k for k, why in expected.items() if why is None and (only is None or k in only)]
     out = {k: np.full((*scored.actual.shape, len(quantiles)), np.nan) for k in kinds}
-    sidx, ts, real = w.series_idx.numpy(), w.ts_ns.numpy(), w.real.numpy()
+    # Rows are sorted by series, then time, each series' real rows first: a series' rows are one slice.
+    bounds = np.searchsorted(w.series_idx.numpy(), np.arange(len(w.series_names) + 1))  # (S + 1,)
     for s, name in enumerate(w.series_names):  # a handful of series
-        rows = np.flatnonzero((sidx == s) & real)
         pick = np.flatnonzero(scored.series == s)
+        rows = bounds[s] + np.flatnonzero(w.real.numpy()[bounds[s] : bounds[s + 1]])  # (n,)
         if len(rows) == 0 or len(pick) == 0:
             continue
         target = w.target_raw.numpy()[rows].astype(np.float64)
-        train_mask = (ts[rows] < cut) & np.isfinite(target)
+        ts = w.ts_ns.numpy()[rows]
+        own = {c: v[rows].astype(np.float64) for c, v in data.own_moves.items()}
+        w.release()
+        train_mask = (ts < cut) & np.isfinite(target)
         if train_mask.sum() < 2:
             log.warning("series %s: no bars before %s to fit baselines on; its baselines are left out", name,
                         _iso(cut))
             continue
         origins = scored.origin_row[pick] - rows[0]
-        own = bars.filter(pl.col("series") == name).sort("ts")
-        # the contract's own returns, as the model's features: adjusted closes would carry later roll gaps
-        own_feats = raw_features(own, adjust, "log_return")
-        ret = own_feats["log_return"].to_numpy()
-        returns = np.concatenate([[np.nan], ret[1:]]) if len(ret) == len(rows) else None
+        returns = own.get("log_return")
+        if returns is not None:
+            returns[0] = np.nan  # a series' first bar has no return
         profile = None
-        if tf.intraday and len(ret) == len(rows):
-            profile = _season(own_feats["log_range"].to_numpy(), ts[rows], train_mask, scored.origin_ns[pick],
-                              w.horizon, tf)
+        if "seasonal_rolling_vol" in kinds:
+            profile = _season(own["log_range"], ts, train_mask, scored.origin_ns[pick], w.horizon, tf)
         for k in kinds:
             try:
                 out[k][pick] = baseline_forecasts(k, target_name=data.schema.target, target=target,
@@ -300,12 +330,14 @@ def cut_before(train_end: str | None, first_origin_ns: int) -> int:
 
 
 def verdict_of(model: dict[str, Any], base: dict[str, dict[str, Any]], qs: tuple[float, ...], applied: bool | None,
-               intraday: bool, model_dir: Path) -> dict[str, Any]:
+               intraday: bool, model_dir: Path, target: str = "log_return",
+               own: Collection[str] | None = None) -> dict[str, Any]:
     """metrics.json "verdict": the sentence the console and the report open with (evaluate/verdict.py), and the
-    seed spread when the run kept the best of several seeds (its seeds.json), since the claim depends on it."""
+    seed spread when the run kept the best of several seeds (its seeds.json), since the claim depends on it. `target`
+    and `own` (the own move columns the data keep) say why a baseline is missing (`expected_baselines`)."""
     who = "The calibrated model" if applied else "The model (uncalibrated)" if applied is False else "The model"
     missing = {k: why or "it could not be fitted; see the warnings above"
-               for k, why in expected_baselines(intraday).items() if k not in base}
+               for k, why in expected_baselines(intraday, target, own).items() if k not in base}
     out = verdict(model["overall"]["q_risk"], {k: m["overall"]["q_risk"] for k, m in base.items()}, qs, who,
                   missing).to_dict()
     seeds = read_seeds(Path(model_dir))

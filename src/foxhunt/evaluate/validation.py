@@ -6,8 +6,9 @@ windows. Here it is made on the validation windows, with the best epoch's valida
 end of training whether the model beats what a practitioner would write first, before any held-out data is spent.
 
 The CLI hands `judge_on_validation` to the training run (train never imports evaluate). The baselines are fitted on
-the rows before the training cut, exactly as evaluate fits them; the bars are read again because the prepared data
-keep only the model's tensors, while the baselines read each contract's own returns and ranges.
+the rows before the training cut, exactly as evaluate fits them, from the prepared data: the targets, and each
+contract's own ranges and returns the prepared data keep beside the model's tensors (a feature store keeps them
+too), so the bars are not read again.
 """
 
 from __future__ import annotations
@@ -22,10 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from foxhunt.console import SHOW
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import RETURN_TARGETS
-from foxhunt.data.load import load_bars
 from foxhunt.data.prepare import PreparedData
 from foxhunt.evaluate.verdict import validation_claim
 
@@ -46,10 +45,8 @@ def validation_baselines(data: PreparedData, data_cfg: DataConfig,
     ids = data.splits["val"]
     w = data.windows
     scored = scored_windows(w, ids, np.empty((len(ids), w.horizon, 0)))  # no model forecasts: baselines only
-    loaded = load_bars(data_cfg)  # the same bars `data` was prepared from (training reads them with no model grid)
     cut = cut_before(data.summary.get("train_end"), int(scored.origin_ns.min()))
-    forecasts = baselines(data, loaded.bars, scored, cut, quantiles, data_cfg.adjust)
-    del loaded
+    forecasts = baselines(data, scored, cut, quantiles)
     directional = data.schema.target in RETURN_TARGETS
     return {k: score(scored.actual, q, scored.series, quantiles, w.series_names, directional)["overall"]["q_risk"]
             for k, q in forecasts.items()}
@@ -60,12 +57,6 @@ def judge_on_validation(data: PreparedData, data_cfg: DataConfig, quantiles: tup
     """The clause of train's final line for the best epoch's validation q-risk `model_qrisk` (train/session.py's
     Judge), or None with a warning when the baselines cannot be scored: the model is trained and saved by now, and a
     comparison that failed must not fail the run."""
-    if data_cfg.features:  # the baselines read each contract's bars, which a store does not keep
-        log.info("the baselines are not scored at the end of a run trained from the feature store %s (they read "
-                 "the bars, which it does not keep): the final line compares with the training-set quantiles; "
-                 "`foxhunt evaluate --model RUN --parquet-file ...` scores every baseline", data_cfg.features,
-                 extra=SHOW)
-        return None
     t0, cpu0 = time.perf_counter(), time.process_time()
     try:
         key = data_key(data, data_cfg, quantiles)

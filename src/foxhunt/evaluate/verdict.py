@@ -100,8 +100,10 @@ def verdict(model: Mapping[Any, Any], baselines: Mapping[str, Mapping[Any, Any]]
         sentence = (f"{who} beats {scope} at {where}: against the strongest, {strongest}, its q-risk is "
                     f"{against}{gaps}.")
         return Verdict(sentence, strongest, True, judged, skills)
-    others = [f"{b} ({describe(by_q[f'{q:g}'], q)})" for b, by_q in skills.items() if b != strongest
-              for q in judged if outcome(by_q[f"{q:g}"]) != "win"]
+    # each baseline named once, with every judged quantile it is not beaten at
+    lost = {b: [describe(by_q[f"{q:g}"], q) for q in judged if outcome(by_q[f"{q:g}"]) != "win"]
+            for b, by_q in skills.items() if b != strongest}
+    others = [f"{b} ({', '.join(how)})" for b, how in lost.items() if how]
     beats_strongest = all(outcome(sk) == "win" for sk in skills[strongest].values())
     head = f"{who} does not beat every baseline at {where}"
     if beats_strongest:

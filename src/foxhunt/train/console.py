@@ -181,12 +181,12 @@ def vs_baseline(val_loss: float, baseline_loss: float) -> str:
             f"({abs(change):.1f}% {'lower' if change >= 0 else 'HIGHER'})")
 
 
-def next_commands(run: Path, paths: tuple[str, ...]) -> list[str]:
-    """The commands that come next, with this run's paths: evaluate and the memory report. No --start: evaluate
-    scores only the bars after the validation period by default (evaluate/period.py), the period that neither
-    training, early stopping nor calibration has seen."""
+def next_commands(run: Path, paths: tuple[str, ...], features: str | None = None) -> list[str]:
+    """The commands that come next, with this run's data (its feature store when it trained from one): evaluate and
+    the memory report. No --start: evaluate scores only the bars after the validation period by default
+    (evaluate/period.py), the period that neither training, early stopping nor calibration has seen."""
     files = [] if len(paths) == 1 and Path(paths[0]).name.startswith(BUNDLED_SAMPLE_PREFIX) else list(paths)
     evaluate = ["foxhunt", "evaluate", "--model", str(run), "--out-dir", str(run / "eval")]
-    for f in files:
-        evaluate += ["--parquet-file", f]
+    for flag, f in [("--features", features)] if features else [("--parquet-file", f) for f in files]:
+        evaluate += [flag, f]
     return [shlex.join(evaluate), shlex.join(["foxhunt", "memory-report", str(run)])]

@@ -344,7 +344,7 @@ def final_lines(run: RunDir, state: FitState, baseline: ValResult, data_cfg: Dat
         log.info("best epoch %d: %s; run directory %s", best["epoch"], versus, run.root, extra=FINAL)
     else:
         log.info("no epoch finished; run directory %s", run.root, extra=FINAL)
-    log.info("next:\n%s", "\n".join("  " + c for c in next_commands(run.root, data_cfg.paths)),
+    log.info("next:\n%s", "\n".join("  " + c for c in next_commands(run.root, data_cfg.paths, data_cfg.features)),
              extra=SHOW)
 
 

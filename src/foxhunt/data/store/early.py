@@ -1,7 +1,7 @@
 """The store rows a piece writes as soon as it is loaded: those that depend only on where the piece's rows start
-(timestamps, series index, `real`, targets and window starts: 530 MB of a 20M-bar store's 1.9 GB), so that the
-disk takes them while the pieces are still loading rather than all 1.9 GB in the last third of `prepare`, where a
-slow disk (~300 MB/s) made the pieces wait 1.3-2.6 s for it at the end.
+(timestamps, series index, `real`, targets, the contracts' own moves and window starts: 603 MB of a 20M-bar store's
+2.1 GB), so that the disk takes them while the pieces are still loading rather than all of the store in the last
+third of `prepare`, where a slow disk (~300 MB/s) made the pieces wait 1.3-2.6 s for it at the end.
 
 A piece's place is the sum of the counts of the pieces before it. Each load job publishes its counts once it has
 its series (`publish`), and waits for those of the pieces before it before writing (`place`): jobs are handed out
@@ -16,14 +16,15 @@ from __future__ import annotations
 import io
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 
+from foxhunt.data.features import own_move_columns
 from foxhunt.data.store.crew import Abandoned
 from foxhunt.data.store.direct import put_at
-from foxhunt.data.store.layout import WINDOW_ARRAYS
+from foxhunt.data.store.layout import OWN_DTYPE, WINDOW_ARRAYS
 
 EARLY = ("ts_ns", "series_idx", "real", "target_raw", "starts")  # each (N,), starts (W,)
 HEADER = 128  # bytes of a .npy 1.0 header of a 1-D array: 10 + its dict, padded to a multiple of 64
@@ -34,11 +35,17 @@ class PieceFailed(Abandoned):
     """A piece before this one failed: its error is the one reported (store/crew.py)."""
 
 
-def make_arrays(store: Path, rows: int) -> None:
-    """The EARLY arrays' files in `store`, sized for `rows` bars (sparse: nothing is written)."""
-    for name in EARLY:
+def early_arrays(target: str) -> tuple[str, ...]:
+    """The arrays a load job writes for a store of `target`: EARLY, then each own move column (`own_<name>`)."""
+    return (*EARLY, *(f"own_{c}" for c in own_move_columns(target)))
+
+
+def make_arrays(store: Path, rows: int, names: tuple[str, ...] = EARLY) -> None:
+    """The files of the arrays `names` (early_arrays) in `store`, sized for `rows` bars (sparse: nothing is
+    written)."""
+    for name in names:
         with open(store / f"{name}.npy", "xb") as f:
-            f.truncate(HEADER + rows * np.dtype(WINDOW_ARRAYS[name][0]).itemsize)
+            f.truncate(HEADER + rows * _dtype(name).itemsize)
 
 
 def publish(spill: Path, k: int, series: int, rows: int, windows: int) -> None:
@@ -76,28 +83,35 @@ def wait_for(path: Path, failed: Callable[[], bool]) -> bool:
 
 
 def write_rows(store: Path, series0: int, row0: int, win0: int, ts: np.ndarray, sidx: np.ndarray,
-               target: np.ndarray, starts: np.ndarray) -> None:
-    """A piece's EARLY rows at its place: `ts` (n,) in ns, series index `sidx` (n,) within the piece, `target` (n,),
-    window starts `starts` (w,) within the piece; from this process's writer thread (store/direct.py)."""
+               target: np.ndarray, starts: np.ndarray, own: Mapping[str, np.ndarray] | None = None) -> None:
+    """A piece's early rows at its place: `ts` (n,) in ns, series index `sidx` (n,) within the piece, `target` (n,),
+    window starts `starts` (w,) within the piece, and each own move column (n,) by name in `own`; from this
+    process's writer thread (store/direct.py)."""
     for name, value, at in (("ts_ns", ts, row0), ("series_idx", sidx + series0, row0),
                             ("real", np.ones(len(ts), dtype=bool), row0), ("target_raw", target, row0),
-                            ("starts", starts + row0, win0)):
-        dtype = np.dtype(WINDOW_ARRAYS[name][0])
+                            ("starts", starts + row0, win0),
+                            *((f"own_{c}", column, row0) for c, column in (own or {}).items())):
+        dtype = _dtype(name)
         put_at(store / f"{name}.npy", HEADER + at * dtype.itemsize, value, dtype)
 
 
-def finish_arrays(store: Path, rows: int, windows: int) -> dict[str, dict]:
-    """Write each EARLY array's header and cut its file to its length; their manifest entries (save_array's)."""
+def finish_arrays(store: Path, rows: int, windows: int, names: tuple[str, ...] = EARLY) -> dict[str, dict]:
+    """Write the header of each array of `names` (early_arrays) and cut its file to its length; their manifest
+    entries (save_array's)."""
     entries = {}
-    for name in EARLY:
-        dtype = np.dtype(WINDOW_ARRAYS[name][0])
+    for name in names:
+        dtype = _dtype(name)
         n = windows if name == "starts" else rows
         header = npy_header(dtype, (n,))
         with open(store / f"{name}.npy", "r+b") as f:
             f.write(header)
             f.truncate(HEADER + n * dtype.itemsize)
-        entries[name] = {"file": f"{name}.npy", "dtype": WINDOW_ARRAYS[name][0], "shape": [n]}
+        entries[name] = {"file": f"{name}.npy", "dtype": str(dtype), "shape": [n]}
     return entries
+
+
+def _dtype(name: str) -> np.dtype:
+    return np.dtype(WINDOW_ARRAYS[name][0] if name in WINDOW_ARRAYS else OWN_DTYPE)
 
 
 def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:

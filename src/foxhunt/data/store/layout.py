@@ -31,6 +31,10 @@ WINDOW_ARRAYS: dict[str, tuple[str, int]] = {
     "known_index": ("int32", 2),  # (N, D), optional
 }
 OPTIONAL = frozenset({"known_index"})
+# PreparedData.own_moves: each contract's own moves the baselines read, (N,) float32 each, stored as `own_<name>.npy`
+# (features.own_move_columns: log_range, and log_return for a log_range target). A store without them (prepared
+# before foxhunt kept them) is read all the same; evaluate then leaves out the baselines that need them, saying why.
+OWN_DTYPE = "float32"
 SPLITS = ("train", "val", "test")  # window ids, stored as `split_<name>.npy` (int64)
 
 # WindowedData's plain fields, kept in the manifest under "windows".
@@ -42,3 +46,7 @@ NOT_SHAPING = frozenset({"paths", "features"})
 
 def split_file(name: str) -> str:
     return f"split_{name}.npy"
+
+
+def own_file(name: str) -> str:
+    return f"own_{name}.npy"

@@ -58,7 +58,7 @@ import pyarrow.ipc
 from foxhunt.atomic import fsync
 from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import move_columns, raw_features
+from foxhunt.data.features import move_columns, own_move_columns, raw_features
 from foxhunt.data.fitstats import concat, stats
 from foxhunt.data.known import (
     DecoderKnown,
@@ -141,7 +141,7 @@ def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], pool: Crew, 
             expected = split_cuts(cfg, np.array([min(r["lo"] for r in reads), max(r["hi"] for r in reads)]))
             jobs = [(cfg, k, str(spill)) for k in range(len(pieces))]
             lap("read")
-            early.make_arrays(tmp, sum(p.rows for p in pieces))
+            early.make_arrays(tmp, sum(p.rows for p in pieces), early.early_arrays(cfg.target))
             loads = pool.starmap(_load, [(*job, len(chunks), entries, expected, str(tmp)) for job in jobs])
             lap("load")
             manifest = _assemble(cfg, out, tmp, pool, jobs, loads, expected, lap)
@@ -222,7 +222,7 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     kr = len(calendar_columns(intraday, cfg.calendar_features)) + bool(scalers.get("season"))
     shapes = {"cont": (rows[-1], kr + len(observed_names(scalers))), "static_cat": (rows[-1], 1),
               "time_cat": (rows[-1], 0)}
-    arrays = early.finish_arrays(tmp, int(rows[-1]), int(wins[-1]))  # written by the loads
+    arrays = early.finish_arrays(tmp, int(rows[-1]), int(wins[-1]), early.early_arrays(cfg.target))  # by the loads
     arrays.update({name: _allocate(tmp, name, shapes.get(name, (rows[-1],))) for name in ROW_ARRAYS
                    if name not in arrays})
     arrays["known_base"] = _allocate(tmp, "known_base", (rows[-1],))
@@ -350,8 +350,9 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], trai
     summary = data_summary(meta, schema, facts, names, cuts, False, sum(t["roll_bars"] for t in trails), spacing)
     fields = {"encoder_length": e, "horizon": d, "n_known_cont": known.cont.shape[1], "n_known_cat": 0,
               "series_names": names}
-    manifest = manifest_of(cfg, {k: arrays[k] for k in [*WINDOW_ARRAYS, *(f"split_{s}" for s in SPLITS)]
-                                 if k in arrays}, fields, schema, transform, summary, meta.rolls)
+    order = [*WINDOW_ARRAYS, *(f"split_{s}" for s in SPLITS), *(f"own_{c}" for c in own_move_columns(cfg.target))]
+    manifest = manifest_of(cfg, {k: arrays[k] for k in order if k in arrays}, fields, schema, transform, summary,
+                           meta.rolls)  # in write_store's order
     flushing.join()
     finish(tmp, out, manifest)
     return manifest
@@ -496,7 +497,8 @@ def _loaded(cfg: DataConfig, k: int, spill: Path, chunks: int, entries: list[dic
            spill / f"feats-{k}.arrow")
     gaps, train_gaps = _gap_counts(ts, sidx, cuts[0])
     fit = {"mom": _moments(cfg, feats, len(names), sidx, ts, cuts, minute), "train_gaps": train_gaps}
-    early.write_rows(store, *early.place(spill, k), ts, sidx, feats["target"].to_numpy(), starts)
+    early.write_rows(store, *early.place(spill, k), ts, sidx, feats["target"].to_numpy(), starts,
+                     {c: feats[c].to_numpy() for c in own_move_columns(cfg.target)})
     _share(spill, f"stamps-{k}", sorted_distinct(ts))
     return {"names": names, "lengths": lengths, "windows": len(starts), "lo": int(ts.min()), "hi": int(ts.max()),
             "report": loaded.report, "rolls": loaded.rolls, "gaps": gaps, "fit": fit}

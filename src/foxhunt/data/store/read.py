@@ -19,6 +19,7 @@ import numpy as np
 
 from foxhunt.data.batch import Batch
 from foxhunt.data.config import DataConfig
+from foxhunt.data.features import own_move_columns
 from foxhunt.data.prepare import FittedTransform, PreparedData
 from foxhunt.data.schema import FeatureSchema
 from foxhunt.data.store.fingerprint import refuse_other_options, shaping_options, warn_if_inputs_changed
@@ -92,7 +93,9 @@ def open_store(store: Path, manifest: dict[str, Any] | None = None) -> PreparedD
     fields["series_names"] = tuple(fields["series_names"])
     windows = MappedWindows(**tensors, **{k: fields[k] for k in WINDOW_FIELDS})
     splits = {name: _mapped(store, arrays[f"split_{name}"]) for name in SPLITS}
-    windows.maps = [*maps.values(), *splits.values()]  # the split arrays' pages are let go with the rest
+    own = {name: _mapped(store, arrays[f"own_{name}"]) for name in own_move_columns(manifest["transform"]["target"])
+           if f"own_{name}" in arrays}
+    windows.maps = [*maps.values(), *splits.values(), *own.values()]  # their pages are let go with the rest
     windows.readers = {name: RowReader(store / arrays[name]["file"], array) for name, array in maps.items()}
     weakref.finalize(windows, _close, list(windows.readers.values()))
     return PreparedData(
@@ -102,6 +105,7 @@ def open_store(store: Path, manifest: dict[str, Any] | None = None) -> PreparedD
         transform=FittedTransform.from_dict(manifest["transform"]),
         summary=manifest["summary"],
         rolls=list(manifest.get("rolls", [])),
+        own_moves=own,
     )
 
 

@@ -1,0 +1,93 @@
+"""`foxhunt evaluate --features STORE`: the model and every baseline scored on a store's windows, as from the bars;
+and a run trained from a store ends with the comparison against every baseline, as one trained from the bars."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from foxhunt.cli import main
+
+END = "2024-03-14"  # before the last bars: the bars' last origins need targets a store's windows do not reach
+
+
+def final_line(run: Path) -> str:
+    line = next(line for line in (run / "train.log").read_text().splitlines() if "best epoch" in line)
+    return line[line.index("best epoch") :].replace(str(run), "RUN")  # without the time stamp and the run's path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_flags, fixtures_dir):
+    """The ES 1-minute fixture (intraday: all four baselines) prepared as a store, a few batches trained from it and
+    from the bars, and evaluate run on the store and on the bars up to END."""
+    root = tmp_path_factory.mktemp("evaluate-store")
+    bars = str(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
+    assert main(["prepare", "--parquet-file", bars, "--encoder-length", "16", "--horizon", "3", "--out",
+                 str(root / "store")]) == 0
+    common = [*tiny_flags, "--epochs", "1", "--max-train-batches", "5"]
+    assert main(["train", *common, "--features", str(root / "store"), "--run-dir", str(root / "store-run")]) == 0
+    assert main(["train", *common, "--parquet-file", bars, "--run-dir", str(root / "bars-run")]) == 0
+    model = str(root / "store-run")
+    assert main(["evaluate", "--model", model, "--features", str(root / "store"), "--end", END, "--out-dir",
+                 str(root / "on-store"), "--threads", "1"]) == 0
+    assert main(["evaluate", "--model", model, "--parquet-file", bars, "--end", END, "--out-dir",
+                 str(root / "on-bars"), "--threads", "1"]) == 0
+    return root
+
+
+def metrics(path: Path) -> dict:
+    return json.loads((path / "metrics.json").read_text())
+
+
+def test_evaluate_on_a_store_scores_the_model_and_every_baseline_as_on_the_bars(runs):
+    store, bars = metrics(runs / "on-store"), metrics(runs / "on-bars")
+    assert set(store["baselines"]) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol"}
+    assert store["period"] == bars["period"] and store["period"]["origins"] > 1000
+    for key in ("model", "model_raw", "baselines", "skill", "verdict", "calibration", "quantile_crossings"):
+        assert store[key] == bars[key], key
+    assert (runs / "on-store" / "report.html").is_file() and (runs / "on-store" / "interpretation.json").is_file()
+    assert f"data: feature store {runs / 'store'}" in (runs / "on-store" / "report.html").read_text()
+
+
+def test_a_run_trained_from_a_store_ends_with_every_baseline_as_from_the_bars(runs):
+    line = final_line(runs / "store-run")
+    assert "the strongest of 4 baselines" in line
+    assert line == final_line(runs / "bars-run")
+    log = (runs / "store-run" / "train.log").read_text()
+    assert f"--features {runs / 'store'}" in log  # the next command evaluates on the store
+
+
+def test_a_store_prepared_before_the_own_moves_is_scored_without_the_seasonal_baseline(runs):
+    legacy = runs / "legacy"
+    shutil.copytree(runs / "store", legacy)
+    (legacy / "own_log_range.npy").unlink()
+    manifest = json.loads((legacy / "manifest.json").read_text())
+    del manifest["arrays"]["own_log_range"]
+    (legacy / "manifest.json").write_text(json.dumps(manifest))
+    out = runs / "on-legacy"
+    assert main(["evaluate", "--model", str(runs / "store-run"), "--features", str(legacy), "--end", END,
+                 "--out-dir", str(out), "--threads", "1"]) == 0
+    got, full = metrics(out), metrics(runs / "on-store")
+    assert set(got["baselines"]) == {"training_quantiles", "rolling_vol", "garch_t"}
+    assert got["baselines"] == {k: v for k, v in full["baselines"].items() if k != "seasonal_rolling_vol"}
+    assert got["verdict"]["sentence"].endswith(
+        "; seasonal_rolling_vol was not scored (the feature store keeps no own_log_range, as stores prepared by an "
+        "earlier foxhunt do not: run `foxhunt prepare` again, or evaluate on the bars).")
+
+
+def test_evaluate_refuses_both_inputs_and_a_store_prepared_otherwise(runs, fixtures_dir, capsys):
+    out = runs / "refused"
+    code = main(["evaluate", "--model", str(runs / "store-run"), "--features", str(runs / "store"),
+                 "--parquet-file", str(fixtures_dir / "es_fut_ohlcv1m_databento.parquet"), "--out-dir", str(out)])
+    assert code == 2 and "pass one" in capsys.readouterr().err and not out.exists()
+    other = runs / "other"
+    assert main(["prepare", "--parquet-file", str(fixtures_dir / "es_fut_ohlcv1m_databento.parquet"),
+                 "--encoder-length", "16", "--horizon", "3", "--val-fraction", "0.3", "--out", str(other)]) == 0
+    capsys.readouterr()
+    code = main(["evaluate", "--model", str(runs / "store-run"), "--features", str(other), "--out-dir", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "prepared with other series, scalers or bar spacing" in err
+    assert not out.exists()

@@ -1,0 +1,60 @@
+"""The baselines read the prepared data alone (targets and each contract's own moves), so a feature store scores
+them as the bars do: the same numbers, bit for bit, for a returns and a range target."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from foxhunt.data.config import DataConfig
+from foxhunt.data.features import raw_features
+from foxhunt.data.load import load_bars
+from foxhunt.data.prepare import prepare_data
+from foxhunt.data.store.build import prepare_store
+from foxhunt.data.store.read import open_store
+from foxhunt.evaluate.validation import validation_baselines
+
+QS = (0.1, 0.5, 0.9)
+
+
+@pytest.fixture(scope="module", params=["log_return", "log_range"])
+def both(request, fixtures_dir, tmp_path_factory):
+    """(config, the data prepared in memory, the same data read back from a store prepared from the bars)."""
+    cfg = DataConfig(paths=(str(fixtures_dir / "es_fut_ohlcv1m_databento.parquet"),), encoder_length=16, horizon=3,
+                     target=request.param)
+    store = tmp_path_factory.mktemp("store") / request.param
+    prepare_store(cfg, store, workers=0)
+    return cfg, prepare_data(cfg), open_store(store)
+
+
+def test_the_prepared_data_keep_each_contracts_own_moves_as_float32(both):
+    """The columns are raw_features' returns and ranges of the loaded bars: each contract's own prices."""
+    cfg, data, _ = both
+    bars = load_bars(cfg).bars
+    feats = raw_features(bars.sort("series", "ts"), cfg.adjust, cfg.target)
+    want = ("log_range", "log_return") if cfg.target == "log_range" else ("log_range",)
+    assert tuple(data.own_moves) == want
+    for name, column in data.own_moves.items():
+        assert column.dtype == np.float32 and len(column) == data.windows.n_rows
+        np.testing.assert_array_equal(column, feats[name].to_numpy().astype(np.float32))
+
+
+def test_validation_baselines_from_a_store_are_those_from_the_bars(both):
+    cfg, data, stored = both
+    from_bars = validation_baselines(data, cfg, QS)
+    assert set(from_bars) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol"}
+    assert validation_baselines(stored, dataclasses.replace(cfg, features="store"), QS) == from_bars
+
+
+def test_a_store_without_the_own_moves_scores_the_baselines_that_need_none(both, caplog):
+    cfg, _, stored = both
+    legacy = dataclasses.replace(stored, own_moves={})  # a store prepared before foxhunt kept them
+    scored = validation_baselines(legacy, cfg, QS)
+    left_out = {"seasonal_rolling_vol", "garch_t"} if cfg.target == "log_range" else {"seasonal_rolling_vol"}
+    assert set(scored) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol"} - left_out
+    assert scored == {k: v for k, v in validation_baselines(stored, cfg, QS).items() if k not in left_out}
+    said = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert any("seasonal_rolling_vol left out: the feature store keeps no own_log_range" in m for m in said)
+
