@@ -17,6 +17,7 @@ from foxhunt import settings
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate import run as evaluate_run
+from foxhunt.evaluate import series_baselines
 from foxhunt.evaluate.validation import data_key, judge_on_validation
 from foxhunt.evaluate.verdict import TIE, seed_spread, strongest_baseline, validation_claim, verdict
 
@@ -75,7 +76,7 @@ def test_a_difference_that_rounds_to_nothing_is_a_tie_not_a_win():
 
 
 def test_a_missing_garch_baseline_is_named_and_all_means_the_ones_scored(tmp_path, monkeypatch):
-    monkeypatch.setattr(evaluate_run, "garch_available", lambda: False)
+    monkeypatch.setattr(series_baselines, "garch_available", lambda: False)
     model = {"overall": {"q_risk": {"0.1": 0.456, "0.5": 1.0, "0.9": 0.441}}}  # after a JSON round trip
     base = {"training_quantiles": {"overall": {"q_risk": {"0.1": 0.60, "0.5": 1.0, "0.9": 0.62}}},
             "rolling_vol": {"overall": {"q_risk": {"0.1": 0.48, "0.5": 1.0, "0.9": 0.49}}}}
@@ -87,7 +88,7 @@ def test_a_missing_garch_baseline_is_named_and_all_means_the_ones_scored(tmp_pat
 
 
 def test_intraday_data_expects_the_seasonal_baseline_too(tmp_path, monkeypatch):
-    monkeypatch.setattr(evaluate_run, "garch_available", lambda: True)
+    monkeypatch.setattr(series_baselines, "garch_available", lambda: True)
     model = {"overall": {"q_risk": {0.1: 0.5, 0.9: 0.5}}}
     base = {"rolling_vol": {"overall": {"q_risk": {0.1: 0.6, 0.9: 0.6}}}}
     v = evaluate_run.verdict_of(model, base, (0.1, 0.9), applied=False, intraday=True, model_dir=tmp_path)
@@ -121,7 +122,7 @@ def test_trains_final_clause_names_the_strongest_and_both_quantiles():
 
 
 def test_the_seed_spread_is_min_median_max_of_the_validation_qrisk(tmp_path, monkeypatch):
-    monkeypatch.setattr(evaluate_run, "garch_available", lambda: True)  # not what this test is about
+    monkeypatch.setattr(series_baselines, "garch_available", lambda: True)  # not what this test is about
     seeds = {"kept_seed": 1, "seeds": [{"seed": s, "val_qrisk": {"0.1": p10, "0.5": 1.0, "0.9": p90}}
                                        for s, p10, p90 in ((0, 0.52, 0.55), (1, 0.50, 0.53), (2, 0.51, 0.56))]}
     assert seed_spread(seeds, QS) == ("validation q-risk over 3 seeds (seed 1 kept, lowest val_loss): p10 0.5000 / "

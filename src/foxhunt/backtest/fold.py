@@ -29,7 +29,8 @@ from foxhunt.evaluate.predict import (
     select_origins,
     write_forecasts,
 )
-from foxhunt.evaluate.run import baseline_cut, baselines, gather
+from foxhunt.evaluate.scored import gather
+from foxhunt.evaluate.series_baselines import baseline_cut, baselines
 from foxhunt.model.config import ModelConfig
 from foxhunt.train.checkpoint import load_model
 from foxhunt.train.config import TrainConfig
@@ -93,7 +94,7 @@ def score_fold(fold: Fold, paths: tuple[str, ...], out_dir: Path, batch_size: in
     ids = select_origins(data, fold.test_start, fold.test_end)
     kept: list = []
     cal = forecast_calibration(lm, True)
-    write_forecasts(lm, data, ids, here / "forecasts.parquet", batch_size, dev, keep=kept, calibration=cal)
+    write_forecasts(lm, data, ids, here / "forecasts.parquet", batch_size, dev, calibration=cal, consume=kept.append)
     scored = gather(kept, data)
     scored = scored.subset(~np.isnan(scored.actual).all(axis=1))  # the live origin after the last bar has none
     first_ns = data.windows.ts_ns[torch.from_numpy(scored.origin_row + 1)].numpy()  # each first forecast bar

@@ -13,7 +13,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -300,11 +300,11 @@ def forecast_table(fb: ForecastBatch, names: tuple[str, ...], quantiles: tuple[f
 
 def write_forecasts(
     lm: LoadedModel, data: PreparedData, ids: torch.Tensor, out: Path, batch_size: int, device: torch.device,
-    interpretation: InterpretationAccumulator | None = None, keep: list[ForecastBatch] | None = None,
-    calibration: Calibration | None = None,
+    interpretation: InterpretationAccumulator | None = None, calibration: Calibration | None = None,
+    consume: Callable[[ForecastBatch], None] | None = None,
 ) -> Forecaster:
     """Predict `ids` and stream the rows into `out` (parquet, atomic), calibrated with `calibration` when given.
-    `keep` collects the batches when given."""
+    `consume` is handed each batch as it is written (to keep it, or to score it)."""
     fc = Forecaster(lm, data, device, interpretation, calibration=calibration)
     meta = calibration_metadata(calibration)
     with atomic_path(out) as tmp:
@@ -315,8 +315,8 @@ def write_forecasts(
                 if writer is None:
                     writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
                 writer.write_table(table)
-                if keep is not None:
-                    keep.append(fb)
+                if consume is not None:
+                    consume(fb)
         finally:
             if writer is not None:
                 writer.close()

@@ -3,15 +3,15 @@ the same origins, with interpretation and a self-contained HTML report.
 
 Forecasts are calibrated (conformal shifts fitted on the validation split, model/calibration.py) unless
 `--no-calibration`; the model's own quantiles are scored beside them ("model_raw") so the change shows. By default
-only origins after the model's validation period are scored (evaluate/period.py)."""
+only origins after the model's validation period are scored (evaluate/period.py). The bars may be a feature store's
+windows (`--features`). Scores accumulate as the forecasts are written (evaluate/scoring.py), so memory holds one
+series' origins, not every forecast."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Collection
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +20,12 @@ import polars as pl
 import torch
 
 from foxhunt.atomic import write_json
-from foxhunt.data.calendar import future_timestamps
-from foxhunt.data.features import RETURN_TARGETS
-from foxhunt.data.prepare import FittedTransform, PreparedData
-from foxhunt.data.seasonality import fit_profile, profile_at
-from foxhunt.data.windows import WindowedData
+from foxhunt.data.prepare import PreparedData
 from foxhunt.errors import InputError
-from foxhunt.evaluate.baselines import BASELINES, INTRADAY_ONLY, baseline_forecasts, garch_available
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
-from foxhunt.evaluate.metrics import MetricAccumulator, skill
+from foxhunt.evaluate.metrics import skill
 from foxhunt.evaluate.period import scoring_start
 from foxhunt.evaluate.predict import (
-    ForecastBatch,
     forecast_calibration,
     is_calibrated,
     parse_time,
@@ -42,28 +36,15 @@ from foxhunt.evaluate.predict import (
     write_forecasts,
 )
 from foxhunt.evaluate.report import write_report
+from foxhunt.evaluate.scored import Scored, from_batch, scored_windows
+from foxhunt.evaluate.scoring import SeriesScorer, Span, span_of
+from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines
 from foxhunt.evaluate.verdict import seed_spread, verdict
 from foxhunt.model.tft import variable_names
 from foxhunt.train.checkpoint import LoadedModel, load_model
 from foxhunt.train.seeds import SEEDS_FILE
 
 log = logging.getLogger("foxhunt.evaluate")
-FAN_POINTS = 300  # origins shown in each series' fan chart (the most recent ones)
-
-
-@dataclass
-class Scored:
-    """Forecasts gathered on the host for scoring: (K, D, Q) model quantiles and (K, D) actuals, K origins."""
-
-    series: np.ndarray  # (K,)
-    origin_row: np.ndarray  # (K,) global row of each origin
-    origin_ns: np.ndarray  # (K,)
-    quantiles: np.ndarray  # (K, D, Q), calibrated when `raw` is set
-    actual: np.ndarray  # (K, D)
-    raw: np.ndarray | None = None  # (K, D, Q) the model's own quantiles when `quantiles` are calibrated
-
-    def subset(self, keep: np.ndarray) -> Scored:
-        return Scored(*(None if a is None else a[keep] for a in dataclasses.astuple(self)))
 
 
 def evaluate_run(
@@ -83,44 +64,34 @@ def evaluate_run(
     end_ns = parse_time(end, "--end", end=True)
     start_ns, scored_what = scoring_start(data, model_dir, parse_time(start, "--start"), end_ns, start)
     ids = select_origins(data, start_ns, end_ns)
+    given = None if forecasts is None else read_forecasts(forecasts, data, ids, lm)
+    span = span_of(data, ids) if given is None else _span(given)
+    if span is None:
+        raise InputError("no origin in --start/--end has a realised target to score; evaluate on bars with a future")
     out_dir.mkdir(parents=True, exist_ok=True)
     static, encoder, decoder = variable_names(lm.schema)  # the order of the model's weight columns
     interp = InterpretationAccumulator(static, encoder, decoder, lm.schema.encoder_length, lm.schema.horizon)
-    if forecasts is None:
-        kept: list[ForecastBatch] = []
-        cal = forecast_calibration(lm, calibrate)
-        fc = write_forecasts(lm, data, ids, out_dir / "forecasts.parquet", batch_size, device, interp, kept, cal)
-        scored = gather(kept, data)
-        kept.clear()  # the batches are copied into `scored`: not held twice through the scoring
+    qs = lm.model_cfg.quantiles
+    cal = forecast_calibration(lm, calibrate) if given is None else None
+    scorer = SeriesScorer(data, qs, baseline_cut(model_dir, span.first_ns), raw=cal is not None)
+    if given is None:
+        fc = write_forecasts(lm, data, ids, out_dir / "forecasts.parquet", batch_size, device, interp,
+                             calibration=cal, consume=lambda fb: scorer.add(from_batch(fb, data)))
         crossings = {"crossed_pairs": fc.crossed, "pairs": fc.pairs}
         applied: bool | None = cal is not None
         why_not = "--no-calibration" if not calibrate else lm.calibration_note
     else:
-        scored = read_forecasts(forecasts, data, ids, lm)
+        scorer.add(given)
         crossings, applied = None, is_calibrated(forecasts)
         why_not = f"{forecasts} holds {'uncalibrated' if applied is False else 'forecasts that do not say'}"
-    has_actual = ~np.isnan(scored.actual).all(axis=1)
-    if not has_actual.any():
-        raise InputError("no origin in --start/--end has a realised target to score; evaluate on bars with a future")
-    if not has_actual.all():  # (a store's windows all have their targets: no copy of them)
-        scored = scored.subset(has_actual)
-
-    qs = lm.model_cfg.quantiles
+    del given
+    model_metrics, raw_metrics, baseline_metrics = scorer.results()
     series_names = data.windows.series_names
-    directional = lm.schema.target in RETURN_TARGETS
-    model_metrics = score(scored.actual, scored.quantiles, scored.series, qs, series_names, directional)
-    raw_metrics = (None if scored.raw is None
-                   else score(scored.actual, scored.raw, scored.series, qs, series_names, directional))
-    cut = baseline_cut(model_dir, int(scored.origin_ns.min()))
-    baseline_metrics = {}
-    for kind in BASELINES:  # one baseline's (K, D, Q) float64 forecasts at a time: 4 of them for 2.6M origins, 1.3 GB
-        for k, v in baselines(data, scored, cut, qs, only=(kind,)).items():
-            baseline_metrics[k] = score(scored.actual, v, scored.series, qs, series_names, directional)
     skills = {k: skill(model_metrics["overall"]["q_risk"], m["overall"]["q_risk"]) for k, m in baseline_metrics.items()}
     claim = verdict_of(model_metrics, baseline_metrics, qs, applied, lm.transform.intraday, model_dir,
                        lm.schema.target, data.own_moves)
-    period = {"first_origin": _iso(scored.origin_ns.min()), "last_origin": _iso(scored.origin_ns.max()),
-              "origins": int(len(scored.origin_ns)), "scored": scored_what}
+    period = {"first_origin": _iso(span.first_ns), "last_origin": _iso(span.last_ns), "origins": span.origins,
+              "scored": scored_what}
     calibration = calibration_result(lm, applied, why_not, model_metrics, raw_metrics)
     result = {"verdict": claim, "model": model_metrics, "baselines": baseline_metrics, "skill": skills, "period": period,
               "target": lm.schema.target, "quantile_crossings": crossings, "model_dir": str(model_dir),
@@ -136,19 +107,10 @@ def evaluate_run(
     write_report(out_dir / "report.html", title=f"foxhunt evaluation: {lm.schema.target}", metrics=models,
                  claim=[claim["sentence"], *([claim["seed_spread"]] if claim["seed_spread"] else [])],
                  baselines=baseline_metrics,
-                 images=images(scored, qs, series_names, model_metrics, {**others, **baseline_metrics},
+                 images=images(scorer.fans, qs, series_names, model_metrics, {**others, **baseline_metrics},
                                interpretation if forecasts is None else None, model_dir),
                  notes=[*notes(lm, where, period, model_dir), calibration_note(calibration)])
     return result
-
-
-def gather(kept: list[ForecastBatch], data: PreparedData) -> Scored:
-    window = np.concatenate([k.window for k in kept])
-    origin_row = (data.windows.starts[torch.from_numpy(window)] + data.windows.encoder_length - 1).numpy()
-    data.windows.release()
-    raw = None if kept[0].raw is None else np.concatenate([k.raw for k in kept])
-    return Scored(np.concatenate([k.series for k in kept]), origin_row, np.concatenate([k.origin_ns for k in kept]),
-                  np.concatenate([k.quantiles for k in kept]), np.concatenate([k.actual for k in kept]), raw)
 
 
 def calibration_result(lm: LoadedModel, applied: bool | None, why_not: str | None, model: dict[str, Any],
@@ -210,125 +172,6 @@ def read_forecasts(path: Path, data: PreparedData, ids: torch.Tensor, lm: Loaded
     return scored_windows(w, torch.from_numpy(joined["window"].to_numpy().copy()), q)
 
 
-def scored_windows(w: WindowedData, ids: torch.Tensor, quantiles: np.ndarray) -> Scored:
-    """The windows `ids` with their (K, D, Q) `quantiles` (Q may be 0: baselines alone are scored there)."""
-    origin_row = (w.starts[ids] + w.encoder_length - 1).numpy()
-    w.release()
-    return Scored(w.series_index(ids).numpy(), origin_row, w.origin_ns(ids).numpy(), quantiles,
-                  w.actual(ids).numpy().astype(np.float64))
-
-
-def score(y: np.ndarray, q: np.ndarray, series: np.ndarray, qs: tuple[float, ...], names: tuple[str, ...],
-          directional: bool) -> dict[str, Any]:
-    """Metrics overall, per horizon and per series (by name). The directional hit rate means something for returns
-    only: a range is always positive, so for other targets it is reported as null."""
-    acc = MetricAccumulator(qs, y.shape[1], n_series=len(names))
-    acc.update(y, q, series)
-    res = acc.result()
-    res["per_series"] = {names[int(k)]: v for k, v in res.get("per_series", {}).items()}
-    if not directional:
-        for block in [res["overall"], *res["per_horizon"], *res["per_series"].values()]:
-            block["hit_rate"] = None
-    return res
-
-
-# The own move columns (features.own_move_columns) each baseline reads, by target ("*": any target).
-NEEDS = {("seasonal_rolling_vol", "*"): "log_range", ("garch_t", "log_range"): "log_return"}
-
-
-def expected_baselines(intraday: bool, target: str = "log_return",
-                       own: Collection[str] | None = None) -> dict[str, str | None]:
-    """The baselines this data calls for, each with the reason it cannot be scored here (None: it can). `own`: the
-    own move columns the data keep (None: all; a feature store prepared before foxhunt kept them has none)."""
-    out: dict[str, str | None] = {}
-    for k in BASELINES:
-        if k in INTRADAY_ONLY and not intraday:
-            continue
-        column = NEEDS.get((k, target), NEEDS.get((k, "*")))
-        if own is not None and column is not None and column not in own:
-            out[k] = (f"the feature store keeps no own_{column}, as stores prepared by an earlier foxhunt do not: "
-                      "run `foxhunt prepare` again, or evaluate on the bars")
-        elif k == "garch_t" and not garch_available():
-            out[k] = "the arch package is not installed: pip install 'foxhunt[garch]'"
-        else:
-            out[k] = None
-    return out
-
-
-def baselines(data: PreparedData, scored: Scored, cut: int, quantiles: tuple[float, ...],
-              only: Collection[str] | None = None) -> dict[str, np.ndarray]:
-    """Each baseline's (K, D, Q) on the scored origins (of `only` when given), fitted per series on rows before
-    `cut` (ns). They read each series' target and its contracts' own moves (`data.own_moves`, computed with the
-    model's features: adjusted closes would carry later roll gaps), a series' rows at a time: a feature store's
-    pages are let go after each series."""
-    w, tf = data.windows, data.transform
-    expected = expected_baselines(tf.intraday, data.schema.target, data.own_moves)
-    for k, why in expected.items():
-        if why is not None and (only is None or k in only):
-            log.warning("baseline %s left out: %s", k, why)
-    kinds = [k for k, why in expected.items() if why is None and (only is None or k in only)]
-    out = {k: np.full((*scored.actual.shape, len(quantiles)), np.nan) for k in kinds}
-    # Rows are sorted by series, then time, each series' real rows first: a series' rows are one slice.
-    bounds = np.searchsorted(w.series_idx.numpy(), np.arange(len(w.series_names) + 1))  # (S + 1,)
-    for s, name in enumerate(w.series_names):  # a handful of series
-        pick = np.flatnonzero(scored.series == s)
-        rows = bounds[s] + np.flatnonzero(w.real.numpy()[bounds[s] : bounds[s + 1]])  # (n,)
-        if len(rows) == 0 or len(pick) == 0:
-            continue
-        target = w.target_raw.numpy()[rows].astype(np.float64)
-        ts = w.ts_ns.numpy()[rows]
-        own = {c: v[rows].astype(np.float64) for c, v in data.own_moves.items()}
-        w.release()
-        train_mask = (ts < cut) & np.isfinite(target)
-        if train_mask.sum() < 2:
-            log.warning("series %s: no bars before %s to fit baselines on; its baselines are left out", name,
-                        _iso(cut))
-            continue
-        origins = scored.origin_row[pick] - rows[0]
-        returns = own.get("log_return")
-        if returns is not None:
-            returns[0] = np.nan  # a series' first bar has no return
-        profile = None
-        if "seasonal_rolling_vol" in kinds:
-            profile = _season(own["log_range"], ts, train_mask, scored.origin_ns[pick], w.horizon, tf)
-        for k in kinds:
-            try:
-                out[k][pick] = baseline_forecasts(k, target_name=data.schema.target, target=target,
-                                                  train_mask=train_mask, origins=origins, horizon=w.horizon,
-                                                  quantiles=quantiles, returns=returns, profile=profile)
-            except (InputError, ValueError) as e:
-                log.warning("series %s: baseline %s left out (%s)", name, k, e)
-    return {k: v for k, v in out.items() if np.isfinite(v).any()}
-
-
-def _season(log_range: np.ndarray, ts: np.ndarray, train_mask: np.ndarray, origin_ns: np.ndarray, horizon: int,
-            tf: FittedTransform) -> tuple[np.ndarray, np.ndarray] | None:
-    """The seasonal baseline's time-of-day profile, fitted like the model's (seasonality.py) on this series' rows
-    before the baseline cut, at each row (n,) and at each origin's forecast-step grid times (K, H)."""
-    x2 = log_range**2
-    fit = train_mask & np.isfinite(x2)
-    if not fit.any() or not x2[fit].mean() > 0:
-        return None
-    season = fit_profile(ts, x2 / x2[fit].mean(), fit, tf.exchange_tz)
-    grid = future_timestamps(origin_ns, tf.bar_spacing_ns, horizon, True, tf.exchange_tz)  # (K, H)
-    return profile_at(ts, season), profile_at(grid, season)
-
-
-def baseline_cut(model_dir: Path, first_origin_ns: int) -> int:
-    """Baselines fit on the model's training period, and never past the first evaluated origin."""
-    summary = Path(model_dir) / "data_summary.json"
-    train_end = json.loads(summary.read_text()).get("train_end") if summary.exists() else None
-    return cut_before(train_end, first_origin_ns)
-
-
-def cut_before(train_end: str | None, first_origin_ns: int) -> int:
-    """The end (ns, exclusive) of the rows baselines fit on: the training cut, never past the first scored origin."""
-    cut = first_origin_ns + 1
-    if train_end:
-        cut = min(cut, int(np.datetime64(train_end.replace("+00:00", "").rstrip("Z"), "ns").astype(np.int64)))
-    return cut
-
-
 def verdict_of(model: dict[str, Any], base: dict[str, dict[str, Any]], qs: tuple[float, ...], applied: bool | None,
                intraday: bool, model_dir: Path, target: str = "log_return",
                own: Collection[str] | None = None) -> dict[str, Any]:
@@ -358,7 +201,7 @@ def read_seeds(model_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def images(scored: Scored, qs: tuple[float, ...], names: tuple[str, ...], model: dict[str, Any],
+def images(fans: dict[int, Scored], qs: tuple[float, ...], names: tuple[str, ...], model: dict[str, Any],
            base: dict[str, dict[str, Any]], interpretation: dict[str, Any] | None,
            model_dir: Path) -> dict[str, bytes]:
     # matplotlib loads here, not with this module: training imports the baselines above for its final line
@@ -366,12 +209,12 @@ def images(scored: Scored, qs: tuple[float, ...], names: tuple[str, ...], model:
     from foxhunt.evaluate.memory_report import load_memory, memory_png
 
     imgs: dict[str, bytes] = {}
-    for s, name in enumerate(names):
-        pick = np.flatnonzero(scored.series == s)[-FAN_POINTS:]
-        if len(pick):
-            times = scored.origin_ns[pick].astype("datetime64[ns]")
-            imgs[f"Forecast fan, one step ahead: {name} (latest {len(pick)} origins)"] = plots.fan_chart(
-                times, scored.actual[pick, 0], scored.quantiles[pick, 0, :], qs, title=f"{name}: one step ahead")
+    for s, name in enumerate(names):  # each series' latest origins (scoring.FAN_POINTS)
+        fan = fans.get(s)
+        if fan is not None and len(fan):
+            times = fan.origin_ns.astype("datetime64[ns]")
+            imgs[f"Forecast fan, one step ahead: {name} (latest {len(fan)} origins)"] = plots.fan_chart(
+                times, fan.actual[:, 0], fan.quantiles[:, 0, :], qs, title=f"{name}: one step ahead")
     sources = {"model": model, **base}
     imgs["Calibration: share of actuals below each quantile"] = plots.calibration_plot(
         list(qs), {k: [v["overall"]["calibration"].get(_qk(v["overall"]["calibration"], q)) for q in qs]
@@ -418,6 +261,12 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             break  # a torn last line of a killed run
     return out
+
+
+def _span(given: Scored) -> Span | None:
+    """The span of forecasts read from a file (those with a realised target)."""
+    on = given.origin_ns[~np.isnan(given.actual).all(axis=1)]
+    return Span(len(on), int(on.min()), int(on.max())) if len(on) else None
 
 
 def _iso(ns: int) -> str:

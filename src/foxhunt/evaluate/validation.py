@@ -39,8 +39,8 @@ _SCORED: OrderedDict[tuple[Any, ...], dict[str, dict[float, float]]] = OrderedDi
 def validation_baselines(data: PreparedData, data_cfg: DataConfig,
                          quantiles: tuple[float, ...]) -> dict[str, dict[float, float]]:
     """q-risk per quantile of each baseline on the validation windows of `data` (prepared from `data_cfg`)."""
-    # run.py also draws the report's figures: matplotlib loads when the claim is made, not when training starts
-    from foxhunt.evaluate.run import baselines, cut_before, score, scored_windows
+    from foxhunt.evaluate.scored import score, scored_windows
+    from foxhunt.evaluate.series_baselines import baselines, cut_before
 
     ids = data.splits["val"]
     w = data.windows

@@ -1,0 +1,154 @@
+"""The baselines on prepared data: fitted and forecast one series at a time, from the data alone.
+
+A series' inputs are its target and its contracts' own moves (`PreparedData.own_moves`: each contract's own log
+range, and returns for a range target, computed as the model's features are: adjusted closes would carry later roll
+gaps). Rows are sorted by series, then time, so a series' rows are one slice, read and let go (a feature store's
+pages) a series at a time. The baselines' arithmetic is evaluate/baselines.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from foxhunt.data.calendar import future_timestamps
+from foxhunt.data.prepare import FittedTransform, PreparedData
+from foxhunt.data.seasonality import fit_profile, profile_at
+from foxhunt.errors import InputError
+from foxhunt.evaluate.baselines import BASELINES, INTRADAY_ONLY, baseline_forecasts, garch_available
+from foxhunt.evaluate.scored import Scored
+
+log = logging.getLogger("foxhunt.evaluate")
+
+# The own move column (features.own_move_columns) a baseline reads, by (baseline, target); "*": any target.
+NEEDS = {("seasonal_rolling_vol", "*"): "log_range", ("garch_t", "log_range"): "log_return"}
+
+
+def expected_baselines(intraday: bool, target: str = "log_return",
+                       own: Collection[str] | None = None) -> dict[str, str | None]:
+    """The baselines this data calls for, each with the reason it cannot be scored here (None: it can). `own`: the
+    own move columns the data keep (None: all; a feature store prepared before foxhunt kept them has none)."""
+    out: dict[str, str | None] = {}
+    for k in BASELINES:
+        if k in INTRADAY_ONLY and not intraday:
+            continue
+        column = NEEDS.get((k, target), NEEDS.get((k, "*")))
+        if own is not None and column is not None and column not in own:
+            out[k] = (f"the feature store keeps no own_{column}, as stores prepared by an earlier foxhunt do not: "
+                      "run `foxhunt prepare` again, or evaluate on the bars")
+        elif k == "garch_t" and not garch_available():
+            out[k] = "the arch package is not installed: pip install 'foxhunt[garch]'"
+        else:
+            out[k] = None
+    return out
+
+
+def usable_baselines(data: PreparedData, only: Collection[str] | None = None) -> list[str]:
+    """The baselines (of `only` when given) that can be scored on `data`; each one that cannot is said once."""
+    expected = expected_baselines(data.transform.intraday, data.schema.target, data.own_moves)
+    for k, why in expected.items():
+        if why is not None and (only is None or k in only):
+            log.warning("baseline %s left out: %s", k, why)
+    return [k for k, why in expected.items() if why is None and (only is None or k in only)]
+
+
+@dataclass
+class SeriesInputs:
+    """What the baselines of one series read: its real rows (n of them, from global row `row0`)."""
+
+    name: str
+    row0: int
+    target: np.ndarray  # (n,) float64
+    ts: np.ndarray  # (n,) int64 ns
+    own: dict[str, np.ndarray]  # own move column -> (n,) float64
+    train_mask: np.ndarray  # (n,) bool: finite target before the cut
+
+
+def series_inputs(data: PreparedData, s: int, cut: int) -> SeriesInputs | None:
+    """Series `s`'s inputs, fitted on rows before `cut` (ns); None (said) when fewer than 2 rows are."""
+    w = data.windows
+    sidx = w.series_idx.numpy()
+    a, b = np.searchsorted(sidx, [s, s + 1])  # on a mapped store: a few pages read
+    rows = a + np.flatnonzero(w.real.numpy()[a:b])  # (n,) the real rows come first in a series
+    name = w.series_names[s]
+    if len(rows) == 0:
+        return None
+    target = w.target_raw.numpy()[rows].astype(np.float64)
+    ts = w.ts_ns.numpy()[rows]
+    own = {c: v[rows].astype(np.float64) for c, v in data.own_moves.items()}
+    w.release()
+    train_mask = (ts < cut) & np.isfinite(target)
+    if train_mask.sum() < 2:
+        log.warning("series %s: no bars before %s to fit baselines on; its baselines are left out", name,
+                    str(np.datetime64(int(cut), "ns").astype("datetime64[s]")) + "Z")
+        return None
+    if "log_return" in own:
+        own["log_return"][0] = np.nan  # a series' first bar has no return
+    return SeriesInputs(name, int(rows[0]), target, ts, own, train_mask)
+
+
+def series_forecasts(kind: str, data: PreparedData, inputs: SeriesInputs, scored: Scored,
+                     quantiles: tuple[float, ...]) -> np.ndarray:
+    """Baseline `kind`'s (K, D, Q) forecasts at the origins of `scored` (all of series `inputs`); NaN (said) where
+    it cannot be fitted on this series."""
+    w, tf = data.windows, data.transform
+    profile = None
+    if kind == "seasonal_rolling_vol":
+        profile = _season(inputs.own["log_range"], inputs.ts, inputs.train_mask, scored.origin_ns, w.horizon, tf)
+    try:
+        return baseline_forecasts(kind, target_name=data.schema.target, target=inputs.target,
+                                  train_mask=inputs.train_mask, origins=scored.origin_row - inputs.row0,
+                                  horizon=w.horizon, quantiles=quantiles, returns=inputs.own.get("log_return"),
+                                  profile=profile)
+    except (InputError, ValueError) as e:
+        log.warning("series %s: baseline %s left out (%s)", inputs.name, kind, e)
+        return np.full((len(scored), w.horizon, len(quantiles)), np.nan)
+
+
+def baselines(data: PreparedData, scored: Scored, cut: int, quantiles: tuple[float, ...],
+              only: Collection[str] | None = None) -> dict[str, np.ndarray]:
+    """Each baseline's (K, D, Q) on the scored origins, all at once (of `only` when given), fitted per series on
+    rows before `cut` (ns); those with no finite forecast are left out."""
+    kinds = usable_baselines(data, only)
+    out = {k: np.full((*scored.actual.shape, len(quantiles)), np.nan) for k in kinds}
+    for s in range(len(data.windows.series_names)):  # a handful of series
+        pick = np.flatnonzero(scored.series == s)
+        inputs = series_inputs(data, s, cut) if len(pick) else None
+        if inputs is None:
+            continue
+        for k in kinds:
+            out[k][pick] = series_forecasts(k, data, inputs, scored.subset(pick), quantiles)
+    return {k: v for k, v in out.items() if np.isfinite(v).any()}
+
+
+def _season(log_range: np.ndarray, ts: np.ndarray, train_mask: np.ndarray, origin_ns: np.ndarray, horizon: int,
+            tf: FittedTransform) -> tuple[np.ndarray, np.ndarray] | None:
+    """The seasonal baseline's time-of-day profile, fitted like the model's (seasonality.py) on this series' rows
+    before the baseline cut, at each row (n,) and at each origin's forecast-step grid times (K, H)."""
+    x2 = log_range**2
+    fit = train_mask & np.isfinite(x2)
+    if not fit.any() or not x2[fit].mean() > 0:
+        return None
+    season = fit_profile(ts, x2 / x2[fit].mean(), fit, tf.exchange_tz)
+    grid = future_timestamps(origin_ns, tf.bar_spacing_ns, horizon, True, tf.exchange_tz)  # (K, H)
+    return profile_at(ts, season), profile_at(grid, season)
+
+
+def baseline_cut(model_dir: Path, first_origin_ns: int) -> int:
+    """Baselines fit on the model's training period, and never past the first evaluated origin."""
+    summary = Path(model_dir) / "data_summary.json"
+    train_end = json.loads(summary.read_text()).get("train_end") if summary.exists() else None
+    return cut_before(train_end, first_origin_ns)
+
+
+def cut_before(train_end: str | None, first_origin_ns: int) -> int:
+    """The end (ns, exclusive) of the rows baselines fit on: the training cut, never past the first scored origin."""
+    cut = first_origin_ns + 1
+    if train_end:
+        cut = min(cut, int(np.datetime64(train_end.replace("+00:00", "").rstrip("Z"), "ns").astype(np.int64)))
+    return cut
