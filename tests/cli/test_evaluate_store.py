@@ -52,12 +52,14 @@ def test_evaluate_on_a_store_scores_the_model_and_every_baseline_as_on_the_bars(
     assert f"data: feature store {runs / 'store'}" in (runs / "on-store" / "report.html").read_text()
 
 
-def test_a_run_trained_from_a_store_ends_with_every_baseline_as_from_the_bars(runs):
-    line = final_line(runs / "store-run")
-    assert "the strongest of 4 baselines" in line
-    assert line == final_line(runs / "bars-run")
+def test_a_run_trained_from_a_store_ends_pointing_to_evaluate_on_the_store(runs):
+    """The bars-trained run ends with every baseline; the store-trained one with the training-set quantiles (its
+    peak memory stays the training's), naming the evaluate command that scores them all on the store."""
+    assert "the strongest of 4 baselines" in final_line(runs / "bars-run")
+    assert "baseline" in final_line(runs / "store-run") and "strongest" not in final_line(runs / "store-run")
     log = (runs / "store-run" / "train.log").read_text()
-    assert f"--features {runs / 'store'}" in log  # the next command evaluates on the store
+    assert f"`foxhunt evaluate --model RUN --features {runs / 'store'}` scores every baseline" in log
+    assert f"foxhunt evaluate --model {runs / 'store-run'} --out-dir {runs / 'store-run' / 'eval'} --features" in log
 
 
 def test_a_store_prepared_before_the_own_moves_is_scored_without_the_seasonal_baseline(runs):

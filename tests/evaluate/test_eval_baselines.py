@@ -137,6 +137,16 @@ def garch_series():
     return r, train, fit_garch_t(r[train])
 
 
+def test_garch_fits_the_last_max_garch_fit_returns_only(garch_series, monkeypatch):
+    import foxhunt.evaluate.baselines as baselines
+
+    r, train, on_all = garch_series  # fitted on all 4,000 training returns
+    monkeypatch.setattr(baselines, "MAX_GARCH_FIT", 1500)
+    x = r[train].copy()
+    x[100] = np.nan  # a missing return is skipped, not counted
+    assert fit_garch_t(x) == fit_garch_t(r[train][-1500:]) != on_all
+
+
 def test_garch_recovers_parameters(garch_series):
     _, _, p = garch_series
     assert p.converged

@@ -14,7 +14,7 @@ ln(high/low) of a bar, which is positive and scales with volatility):
    range has a positive level that a zero median would ignore, and its recent mean is the natural persistence
    forecast of a volatility series.
 3. `garch_t`: GARCH(1,1) with Student-t innovations (the `arch` package, extra `foxhunt[garch]`), fitted once on the
-   training rows and run forward without refitting. `garch_range` is its log_range form: a scale model that maps the
+   training rows (the last MAX_GARCH_FIT of them) and run forward without refitting. `garch_range` is its log_range form: a scale model that maps the
    GARCH sigma forecast of the returns to range quantiles through the empirical quantiles of range / sigma on the
    training rows, because the range of a bar is close to proportional to that bar's return volatility (Parkinson
    1980: E[ln(H/L)] = sqrt(8 / pi) sigma for Brownian prices) while its shape (positive, right-skewed) is far from
@@ -43,6 +43,10 @@ from foxhunt.errors import InputError
 BASELINES = ("training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol")
 INTRADAY_ONLY = ("seasonal_rolling_vol",)
 MIN_GARCH_BARS = 100  # fewer finite training returns than this cannot pin down four GARCH-t parameters
+# GARCH-t is fitted on at most the last MAX_GARCH_FIT training returns of a series: 70 sessions of 1-minute bars pin
+# its four parameters down, the most recent regime is the one forecast, and the fit's time and memory stay bounded
+# (0.9M 1-minute returns: 12 s and ~90 MB a series; the model's own training data may be far longer).
+MAX_GARCH_FIT = 100_000
 _GARCH_HINT = "the GARCH baseline needs the `arch` package: pip install 'foxhunt[garch]'"
 
 
@@ -168,7 +172,8 @@ def garch_available() -> bool:
 
 
 def fit_garch_t(train_returns: np.ndarray) -> GarchParams:
-    """Fit GARCH(1,1) with Student-t innovations and a constant mean by maximum likelihood (`arch`).
+    """Fit GARCH(1,1) with Student-t innovations and a constant mean by maximum likelihood (`arch`), on the last
+    MAX_GARCH_FIT finite returns.
 
     The returns are rescaled to unit sample std for the optimiser (arch's advice for well-conditioned fits) and the
     parameters mapped back: mu and sqrt(omega) scale with the data, alpha, beta and nu do not.
@@ -178,7 +183,7 @@ def fit_garch_t(train_returns: np.ndarray) -> GarchParams:
     except ImportError as e:
         raise InputError(_GARCH_HINT) from e
     r = np.asarray(train_returns, dtype=np.float64)
-    r = r[np.isfinite(r)]
+    r = r[np.isfinite(r)][-MAX_GARCH_FIT:]
     if r.size < MIN_GARCH_BARS:
         raise InputError(
             f"GARCH baseline: only {r.size} finite training returns in this series (need >= {MIN_GARCH_BARS}); "
