@@ -227,6 +227,16 @@ class WindowedData:
             yield self.batch(ids[i : i + batch_size])
 
 
+ID_CHUNK = 1 << 20  # window ids read at a time by `id_chunks`
+
+
+def id_chunks(ids: torch.Tensor, size: int = ID_CHUNK) -> Iterator[torch.Tensor]:
+    """`ids` `size` at a time: a read by window ids gives (chunk, D) times or actuals, where all of a store's 20M
+    windows at once would be (W, D), 800 MB of int64 times."""
+    for a in range(0, len(ids), size):
+        yield ids[a : a + size]
+
+
 def series_bounds(series_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(first row, end row) of each run of equal `series_idx` in a frame sorted by series."""
     change = np.flatnonzero(series_idx[1:] != series_idx[:-1]) + 1  # a bool per row, not an int64 difference

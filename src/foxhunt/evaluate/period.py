@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from foxhunt.data.prepare import PreparedData
+from foxhunt.data.windows import id_chunks
 
 log = logging.getLogger("foxhunt.evaluate")
-CHUNK = 1 << 20  # windows read at a time
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,9 @@ def scoring_start(data: PreparedData, model_dir: Path, start_ns: int | None, end
 
 def _scoreable_after(data: PreparedData, held_out_ns: int, end_ns: int | None) -> bool:
     """Whether some window's first forecast bar is at or after `held_out_ns` (and before `end_ns`) with an actual;
-    read CHUNK windows at a time (a store's 20M windows at once: (W, D) times and actuals, 1.2 GB)."""
-    w, ids = data.windows, data.splits["test"]
-    for a in range(0, len(ids), CHUNK):
-        part = ids[a : a + CHUNK]
+    read a chunk of windows at a time (`id_chunks`)."""
+    w = data.windows
+    for part in id_chunks(data.splits["test"]):
         first = w.target_ns(part, extrapolated=True)[:, 0]  # (C,)
         keep = (first >= held_out_ns) & torch.isfinite(w.actual(part)).any(dim=1)
         if end_ns is not None:

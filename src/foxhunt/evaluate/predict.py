@@ -27,6 +27,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.load import LoadedBars, load_bars
 from foxhunt.data.prepare import FittedTransform, PreparedData, prepare_from_bars
 from foxhunt.data.schema import Kind, Role
+from foxhunt.data.windows import id_chunks
 from foxhunt.errors import InputError, ResourceError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.model.calibration import Calibration
@@ -170,16 +171,12 @@ def check_schema(lm: LoadedModel, data: PreparedData, paths: tuple[str, ...]) ->
                      "retrain on them")
 
 
-SELECT_CHUNK = 1 << 20  # windows whose forecast times are read at a time: (chunk, D) int64, not (W, D)
-
-
 def select_origins(data: PreparedData, start_ns: int | None, end_ns: int | None) -> torch.Tensor:
     """Windows whose first forecast bar lies in [start, end) (the live forecast after the last bar included), read
-    SELECT_CHUNK windows at a time."""
+    a chunk of windows at a time (`id_chunks`)."""
     ids = data.splits["test"]
     parts = []
-    for a in range(0, len(ids), SELECT_CHUNK):
-        part = ids[a : a + SELECT_CHUNK]
+    for part in id_chunks(ids):
         first = data.windows.target_ns(part, extrapolated=True)[:, 0]  # (chunk,)
         keep = torch.ones(len(part), dtype=torch.bool)
         if start_ns is not None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from foxhunt.data.features import RETURN_TARGETS
+from foxhunt.data.windows import id_chunks
 from foxhunt.evaluate.metrics import MetricAccumulator
 from foxhunt.evaluate.scored import Scored, concat, metrics_of
 from foxhunt.evaluate.series_baselines import series_forecasts, series_inputs, usable_baselines
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
     from foxhunt.data.prepare import PreparedData
 
 FAN_POINTS = 300  # origins shown in each series' fan chart (the most recent ones)
-CHUNK = 1 << 20  # windows read at a time by `span_of`
 
 
 @dataclass(frozen=True)
@@ -42,13 +42,13 @@ class Span:
 
 
 def span_of(data: PreparedData, ids: torch.Tensor) -> Span | None:
-    """The span of the windows `ids` that have a realised target (None: none has), read CHUNK windows at a time:
-    the baselines' cut depends on the first, and a run with nothing to score stops before it forecasts."""
+    """The span of the windows `ids` that have a realised target (None: none has), read a chunk of windows at a
+    time (`id_chunks`): the baselines' cut depends on the first, and a run with nothing to score stops before it
+    forecasts."""
     import torch
 
     w, n, first, last = data.windows, 0, None, None
-    for a in range(0, len(ids), CHUNK):
-        part = ids[a : a + CHUNK]
+    for part in id_chunks(ids):
         has = torch.isfinite(w.actual(part)).any(dim=1)  # (C,)
         on = w.origin_ns(part)[has]
         if len(on):

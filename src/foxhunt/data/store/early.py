@@ -24,7 +24,7 @@ import numpy as np
 from foxhunt.data.features import own_move_columns
 from foxhunt.data.store.crew import Abandoned
 from foxhunt.data.store.direct import put_at
-from foxhunt.data.store.layout import OWN_DTYPE, WINDOW_ARRAYS
+from foxhunt.data.store.layout import OWN_DTYPE, WINDOW_ARRAYS, own_array
 
 EARLY = ("ts_ns", "series_idx", "real", "target_raw", "starts")  # each (N,), starts (W,)
 HEADER = 128  # bytes of a .npy 1.0 header of a 1-D array: 10 + its dict, padded to a multiple of 64
@@ -36,8 +36,8 @@ class PieceFailed(Abandoned):
 
 
 def early_arrays(target: str) -> tuple[str, ...]:
-    """The arrays a load job writes for a store of `target`: EARLY, then each own move column (`own_<name>`)."""
-    return (*EARLY, *(f"own_{c}" for c in own_move_columns(target)))
+    """The arrays a load job writes for a store of `target`: EARLY, then each own move column (`own_array`)."""
+    return (*EARLY, *(own_array(c) for c in own_move_columns(target)))
 
 
 def make_arrays(store: Path, rows: int, names: tuple[str, ...] = EARLY) -> None:
@@ -90,7 +90,7 @@ def write_rows(store: Path, series0: int, row0: int, win0: int, ts: np.ndarray, 
     for name, value, at in (("ts_ns", ts, row0), ("series_idx", sidx + series0, row0),
                             ("real", np.ones(len(ts), dtype=bool), row0), ("target_raw", target, row0),
                             ("starts", starts + row0, win0),
-                            *((f"own_{c}", column, row0) for c, column in (own or {}).items())):
+                            *((own_array(c), column, row0) for c, column in (own or {}).items())):
         dtype = _dtype(name)
         put_at(store / f"{name}.npy", HEADER + at * dtype.itemsize, value, dtype)
 

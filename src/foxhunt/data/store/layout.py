@@ -48,5 +48,10 @@ def split_file(name: str) -> str:
     return f"split_{name}.npy"
 
 
-def own_file(name: str) -> str:
-    return f"own_{name}.npy"
+def own_array(column: str) -> str:
+    """The store's array name of an own move column (PreparedData.own_moves): `own_log_range`."""
+    return f"own_{column}"
+
+
+def own_file(column: str) -> str:
+    return f"{own_array(column)}.npy"

@@ -96,7 +96,7 @@ from foxhunt.data.seasonality import minute_of_day
 from foxhunt.data.store import early
 from foxhunt.data.store.crew import Crew
 from foxhunt.data.store.direct import drain, put
-from foxhunt.data.store.layout import SPLITS, WINDOW_ARRAYS, split_file
+from foxhunt.data.store.layout import SPLITS, WINDOW_ARRAYS, own_array, split_file
 from foxhunt.data.store.pieces import PIECE_ROWS, Piece, merge_reports
 from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of
 from foxhunt.data.summary import WindowFacts, data_summary, merge_facts, window_facts
@@ -350,7 +350,7 @@ def _finish_store(cfg: DataConfig, out: Path, tmp: Path, loads: list[dict], trai
     summary = data_summary(meta, schema, facts, names, cuts, False, sum(t["roll_bars"] for t in trails), spacing)
     fields = {"encoder_length": e, "horizon": d, "n_known_cont": known.cont.shape[1], "n_known_cat": 0,
               "series_names": names}
-    order = [*WINDOW_ARRAYS, *(f"split_{s}" for s in SPLITS), *(f"own_{c}" for c in own_move_columns(cfg.target))]
+    order = [*WINDOW_ARRAYS, *(f"split_{s}" for s in SPLITS), *(own_array(c) for c in own_move_columns(cfg.target))]
     manifest = manifest_of(cfg, {k: arrays[k] for k in order if k in arrays}, fields, schema, transform, summary,
                            meta.rolls)  # in write_store's order
     flushing.join()

@@ -32,6 +32,7 @@ from foxhunt.data.store.layout import (
     VERSION,
     WINDOW_ARRAYS,
     WINDOW_FIELDS,
+    own_array,
 )
 from foxhunt.data.windows import WindowedData
 from foxhunt.errors import InputError
@@ -93,8 +94,8 @@ def open_store(store: Path, manifest: dict[str, Any] | None = None) -> PreparedD
     fields["series_names"] = tuple(fields["series_names"])
     windows = MappedWindows(**tensors, **{k: fields[k] for k in WINDOW_FIELDS})
     splits = {name: _mapped(store, arrays[f"split_{name}"]) for name in SPLITS}
-    own = {name: _mapped(store, arrays[f"own_{name}"]) for name in own_move_columns(manifest["transform"]["target"])
-           if f"own_{name}" in arrays}
+    own = {name: _mapped(store, arrays[own_array(name)]) for name in own_move_columns(manifest["transform"]["target"])
+           if own_array(name) in arrays}
     windows.maps = [*maps.values(), *splits.values(), *own.values()]  # their pages are let go with the rest
     windows.readers = {name: RowReader(store / arrays[name]["file"], array) for name, array in maps.items()}
     weakref.finalize(windows, _close, list(windows.readers.values()))

@@ -32,6 +32,7 @@ from foxhunt.data.store.layout import (
     VERSION,
     WINDOW_ARRAYS,
     WINDOW_FIELDS,
+    own_array,
     own_file,
     split_file,
 )
@@ -55,7 +56,7 @@ def write_store(data: PreparedData, cfg: DataConfig, out: Path) -> dict[str, Any
         for name in SPLITS:
             arrays[f"split_{name}"] = save_array(tmp, split_file(name), data.splits[name].numpy())
         for name, column in data.own_moves.items():
-            arrays[f"own_{name}"] = save_array(tmp, own_file(name), column)
+            arrays[own_array(name)] = save_array(tmp, own_file(name), column)
         manifest = manifest_of(cfg, arrays, window_fields(data.windows), data.schema, data.transform, data.summary,
                                data.rolls)
         finish(tmp, out, manifest)
