@@ -62,6 +62,18 @@ def test_a_run_trained_from_a_store_ends_pointing_to_evaluate_on_the_store(runs)
     assert f"foxhunt evaluate --model {runs / 'store-run'} --out-dir {runs / 'store-run' / 'eval'} --features" in log
 
 
+def test_forecasts_predicted_from_the_store_are_scored_as_evaluate_scores_them(runs):
+    model, store, out = str(runs / "store-run"), str(runs / "store"), runs / "given"
+    assert main(["predict", "--model", model, "--features", store, "--end", END, "--out", str(out / "p.parquet"),
+                 "--threads", "1"]) == 0
+    assert main(["evaluate", "--model", model, "--features", store, "--forecasts", str(out / "p.parquet"), "--end",
+                 END, "--out-dir", str(out), "--threads", "1"]) == 0
+    got, full = metrics(out), metrics(runs / "on-store")
+    assert got["period"] == full["period"] and got["baselines"] == full["baselines"]
+    for q, v in full["model"]["overall"]["q_risk"].items():  # the same quantiles, summed in one piece
+        assert got["model"]["overall"]["q_risk"][q] == pytest.approx(v, rel=1e-9)
+
+
 def test_a_store_prepared_before_the_own_moves_is_scored_without_the_seasonal_baseline(runs):
     legacy = runs / "legacy"
     shutil.copytree(runs / "store", legacy)
