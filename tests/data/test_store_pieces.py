@@ -18,10 +18,11 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.fitstats import column_moments, concat, pooled
 from foxhunt.data.prepare import split_cuts
 from foxhunt.data.read import rtype_sets
-from foxhunt.data.store import pieced
+from foxhunt.data.store import build, pieced
+from foxhunt.data.store import pieces as pieces_module
 from foxhunt.data.store.build import prepare_store
 from foxhunt.data.store.pieced import _gap_counts, _median, _present, value_counts
-from foxhunt.data.store.pieces import may_piece, plan_pieces, series_key
+from foxhunt.data.store.pieces import may_piece, plan_pieces, plan_sample, route_of, series_key
 from foxhunt.errors import InputError
 
 ROOTS = {"ES": 1.0, "NQ": 3.7, "YM": 9.1}  # root -> price factor, so that every series has its own statistics
@@ -84,6 +85,50 @@ def test_a_store_prepared_in_pieces_is_the_store_prepared_in_memory(panel, whole
     assert len(whole[1]["windows"]["series_names"]) == 3 and whole[1]["transform"]["scalers"]["season"]
     _assert_same_store(whole, (tmp_path / "pieces", pieces))
     assert pieces["arrays"]["own_log_range"]["shape"] == [pieces["summary"]["rows"]]  # written by the loads
+
+
+def test_symbols_the_plans_sample_missed_go_to_the_piece_of_their_series_key(tmp_path, fixtures_dir, monkeypatch):
+    """The plan counts the symbols of 2 of the 10 daily files here (days 3 and 8). The spreads trade on day 5 only,
+    and a root 6E (whose key sorts before every piece's) on day 6 only: the chunks holding them spill strings, the
+    spreads join their roots' pieces and 6E the first piece, and the store is the one prepared in memory."""
+    es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
+    es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=10))
+    day = pl.col("ts_event").dt.date().rank("dense") - 1  # 0..9
+    spread = pl.col("symbol").str.contains("-")
+    euro = es.filter((day == 6) & (pl.col("symbol") == "ESH4")).with_columns(
+        symbol=pl.lit("6EH4"), instrument_id=pl.col("instrument_id") + 9000,
+        **{c: pl.col(c) / 4000 for c in ("open", "high", "low", "close")})
+    folder = _write_panel(es.filter(~spread | (day == 5)), tmp_path / "panel")
+    euro_file = folder / f"date={euro['ts_event'].dt.date()[0]}" / "part-0.parquet"
+    bars = pl.read_parquet(euro_file)
+    pl.concat([bars, euro.select(bars.columns).cast(dict(bars.schema))]).sort("ts_event", "instrument_id").write_parquet(
+        euro_file)
+    cfg = _config(folder)
+    monkeypatch.setattr(pieces_module, "PLAN_FILES", 2)
+    plan = plan_pieces(cfg, piece_rows=1, min_rows=0)
+    planned = {s for p in plan for s in p.symbols}
+    assert [p.symbols[0] for p in plan] == ["ESH4", "NQH4", "YMH4"] and not planned & {"6EH4", "ESH4-ESM4"}
+    route = route_of(plan, cfg.contracts)
+    assert [route.piece_of(s) for s in ("6EH4", "ESH4-ESM4", "NQH4-NQM4", "YMM4", "ZZH4")] == [0, 0, 1, 2, 2]
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    assert {"6E", "ES", "NQ", "YM"} <= set(whole["windows"]["series_names"])
+
+    def in_memory(cfg):
+        raise AssertionError("prepared in memory, not in pieces")
+
+    monkeypatch.setattr(build, "prepare_data", in_memory)
+    pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
+
+
+def test_the_plan_weighs_the_symbols_of_evenly_spaced_files_by_their_share_of_the_bytes(panel, monkeypatch):
+    files = sorted(panel.rglob("*.parquet"))
+    assert plan_sample(files) == files  # 10 files: all of them
+    monkeypatch.setattr(pieces_module, "PLAN_FILES", 4)
+    assert plan_sample(files) == [files[1], files[3], files[6], files[8]]
+    rows = pl.scan_parquet(files).select(pl.len()).collect().item()
+    plan = plan_pieces(_config(panel), piece_rows=1, min_rows=0)
+    assert len(plan) == 3 and abs(sum(p.rows for p in plan) / rows - 1) < 0.2  # about all the bars
 
 
 def test_pieces_map_their_rows_onto_a_grid_that_is_not_one_lattice_as_in_memory(tmp_path, fixtures_dir):

@@ -97,7 +97,7 @@ from foxhunt.data.store import early
 from foxhunt.data.store.crew import Crew
 from foxhunt.data.store.direct import drain, put
 from foxhunt.data.store.layout import SPLITS, WINDOW_ARRAYS, own_array, split_file
-from foxhunt.data.store.pieces import PIECE_ROWS, Piece, merge_reports
+from foxhunt.data.store.pieces import PIECE_ROWS, Piece, Route, merge_reports, route_of
 from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of
 from foxhunt.data.summary import WindowFacts, data_summary, merge_facts, window_facts
 from foxhunt.data.validate import check_log_target
@@ -127,7 +127,7 @@ def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], pool: Crew, 
         with filling(tmp, out), serial():
             listed = [(f, source) for source in sources for f in source.files]  # (file, its source), in order
             files = [str(f) for f, _ in listed]
-            route = {s.strip(): k for k, p in enumerate(pieces) for s in p.symbols}
+            route = route_of(pieces, cfg.contracts)
             chunks = _chunks(files, max(pool.processes + 1, -(-sum(p.rows for p in pieces) // PIECE_ROWS)))
             lap = _Laps()
             reads = pool.starmap(_read, [(cfg, c, i0, _chunk_sources(listed[i0:i1]), route, str(spill))
@@ -141,7 +141,7 @@ def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], pool: Crew, 
             expected = split_cuts(cfg, np.array([min(r["lo"] for r in reads), max(r["hi"] for r in reads)]))
             jobs = [(cfg, k, str(spill)) for k in range(len(pieces))]
             lap("read")
-            early.make_arrays(tmp, sum(p.rows for p in pieces), early.early_arrays(cfg.target))
+            early.make_arrays(tmp, sum(e["rows"] for e in entries), early.early_arrays(cfg.target))  # bars read
             loads = pool.starmap(_load, [(*job, len(chunks), entries, expected, str(tmp)) for job in jobs])
             lap("load")
             manifest = _assemble(cfg, out, tmp, pool, jobs, loads, expected, lap)
@@ -432,24 +432,31 @@ def value_counts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # --- in the workers -----------------------------------------------------------------------------------------------
 
 
-def _read(cfg: DataConfig, chunk: int, first: int, sources: list[Source], route: dict[str, int], spill: str) -> dict:
-    """Read the files of `sources` (the panel's from index `first` on) and spill their bars by piece (`route`: symbol ->
-    piece) to raw-CHUNK-PIECE.arrow, file_idx counted over the whole panel's files. Returns the files' entries, their
-    bar sizes (read.rtype_sets, read.median_spacings) and the raw time span; `routed` False when a symbol is in no
-    piece."""
+def _read(cfg: DataConfig, chunk: int, first: int, sources: list[Source], route: Route, spill: str) -> dict:
+    """Read the files of `sources` (the panel's from index `first` on) and spill their bars by piece (`route`) to
+    raw-CHUNK-PIECE.arrow, file_idx counted over the whole panel's files. Returns the files' entries, their bar sizes
+    (read.rtype_sets, read.median_spacings) and the raw time span; `routed` False when a symbol is missing (the
+    in-memory path names the rows)."""
     raw, entries = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
                              sources=sources)
     rtypes = rtype_sets(raw, len(entries))
     spacings = [0] * len(entries) if all(rtypes) else median_spacings(raw, len(entries))
     ts = raw.get_column("ts")
-    # The symbols as codes (a few hundred categories): routed through a table, spilled as codes (the strings are
-    # hashed once, here; the partition moves 4 bytes a row where it moved a string).
-    symbol = raw.get_column("symbol").cast(pl.Enum(list(route)), strict=False)
+    symbol = raw.get_column("symbol")
     out = {"files": entries, "rtypes": rtypes, "spacings": spacings, "routed": not symbol.null_count(),
            "lo": int(ts.dt.epoch("ns").min()), "hi": int(ts.dt.epoch("ns").max())}
     if not out["routed"]:
         return out
-    piece = np.array(list(route.values()), dtype=np.int64)[symbol.to_physical().to_numpy()]  # (N,)
+    # The symbols as codes of the ones the plan saw (a few hundred categories): routed through a table, spilled as
+    # codes (the strings are hashed once, here; the partition moves 1-4 bytes a row where it moved a string).
+    seen = list(route.pieces)
+    codes = symbol.cast(pl.Enum(seen), strict=False)  # (N,) null where the plan's sample missed the symbol
+    if codes.null_count():  # coded once more with those too, and spilled as strings (`_raw_frame`)
+        unseen = symbol.filter(codes.is_null()).unique().to_list()
+        seen, codes = [*seen, *unseen], symbol.cast(pl.Enum([*seen, *unseen]))
+    else:
+        symbol = codes
+    piece = np.array([route.piece_of(s) for s in seen], dtype=np.int64)[codes.to_physical().to_numpy()]  # (N,)
     # One frame chunk (the scan gives one a file): partition_by over a hundred is ~40% slower than the copy and it.
     raw = raw.with_columns(symbol, pl.col("file_idx") + first, pl.Series(PIECE, piece)).rechunk()
     # One pass over the rows (rows keep their order within a piece), cheaper than a filter per piece.
@@ -471,9 +478,7 @@ def _load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict],
 def _loaded(cfg: DataConfig, k: int, spill: Path, chunks: int, entries: list[dict], cuts: tuple, store: Path
             ) -> dict:
     paths = [p for c in range(chunks) if (p := spill / f"raw-{c}-{k}.arrow").exists()]
-    raw = pl.concat([_read_spill(p) for p in paths], rechunk=False)
-    distinct = _present(raw.get_column("symbol"))
-    raw = raw.with_columns(pl.col("symbol").cast(pl.Utf8))  # the frame read_bars gives: symbols as strings
+    raw, distinct = _raw_frame([_read_spill(p) for p in paths])
     counts = np.bincount(raw.get_column("file_idx").to_numpy(), minlength=len(entries))
     loaded = load_raw(raw, [dict(e, rows=int(n)) for e, n in zip(entries, counts, strict=True)], cfg, consume=True,
                       distinct=distinct)
@@ -516,6 +521,16 @@ def _share(spill: Path, name: str, value: np.ndarray) -> None:
 def _shared(spill: Path, name: str) -> np.ndarray:
     """An array `_share` wrote, mapped: read from the page cache as it is used."""
     return np.load(spill / f"{name}.npy", mmap_mode="r")
+
+
+def _raw_frame(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, pl.Series]:
+    """The frame read_bars gives for a piece's bars (symbols as strings) from its chunks' spills `parts`, and its
+    distinct symbols: from the codes of a chunk that spilled codes (`_present`, without hashing every row), hashed in
+    a chunk that spilled strings (symbols the plan's sample missed)."""
+    present = [_present(p.get_column("symbol")) if isinstance(p.schema["symbol"], pl.Enum)
+               else p.get_column("symbol").unique() for p in parts]
+    raw = pl.concat([p.with_columns(pl.col("symbol").cast(pl.Utf8)) for p in parts], rechunk=False)
+    return raw, pl.concat(present).unique(maintain_order=True)
 
 
 def _present(codes: pl.Series) -> pl.Series:
