@@ -14,9 +14,10 @@ Names load on first use, so `import foxhunt` stays cheap (torch is imported by t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from foxhunt.errors import InputError
+from foxhunt.lazy import lazy_names
 
 if TYPE_CHECKING:
     from foxhunt.api.forecaster import Forecaster
@@ -29,15 +30,4 @@ _LAZY = {"Forecaster": "foxhunt.api.forecaster", "Run": "foxhunt.api.training", 
          "train": "foxhunt.api.training"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'foxhunt' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), __all__)

@@ -304,10 +304,14 @@ def prepare(
     (and predict, evaluate): the row tensors, window index, splits, scalers, schema, data summary, roll table and
     what the baselines read (docs/store-format.md)."""
     from foxhunt import settings
-    from foxhunt.data.store import prepare_store
+    from foxhunt.data.store.crew import early_crew
 
     v = _values(ctx, config)
-    manifest = prepare_store(settings.data_config(v, _paths(v)), out, workers=int(v.get("workers", 2)))
+    cfg, workers = settings.data_config(v, _paths(v)), int(v.get("workers", 2))
+    with early_crew(workers) as pool:  # its worker imports while this process does
+        from foxhunt.data.store import prepare_store
+
+        manifest = prepare_store(cfg, out, workers=workers, pool=pool)
     size = sum(f.stat().st_size for f in out.iterdir())
     typer.echo(f"wrote the feature store {out}: {manifest['summary']['rows']:,} rows, "
                f"{manifest['arrays']['starts']['shape'][0]:,} windows, {size / 2**20:,.1f} MiB; "

@@ -221,6 +221,15 @@ def test_a_piece_of_daily_bars_in_an_intraday_panel_is_refused():
         pieced._check_intraday([{"gaps": minute, "names": ["ES"]}, {"gaps": day, "names": ["YM"]}], True)
 
 
+def test_the_cli_can_start_prepares_worker_before_it_imports_polars():
+    """`foxhunt prepare` starts its worker process (crew.early_crew) before it imports the command's libraries, so
+    that both processes import at once: the CLI and the crew import no polars, numpy or torch."""
+    code = ("import sys; import foxhunt.cli, foxhunt.data.store.crew, foxhunt.settings; "
+            "print(sorted(m for m in ('polars', 'numpy', 'torch', 'pyarrow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]"]
+
+
 def test_prepare_in_pieces_never_imports_torch(panel, tmp_path):
     """`foxhunt prepare` needs no torch (2.4 s and ~190 MiB to import): neither the CLI's modules nor a store
     prepared in pieces, summary and manifest included, import it in the preparing process."""

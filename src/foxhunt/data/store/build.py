@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -9,32 +10,34 @@ from typing import Any
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import prepare_data
 from foxhunt.data.read import Source, expand_sources
-from foxhunt.data.store.crew import Crew, crew
+from foxhunt.data.store.crew import PIECED, Crew, crew
 from foxhunt.data.store.pieces import MIN_ROWS, PIECE_ROWS, Piece, may_piece, plan_pieces
 from foxhunt.data.store.write import refuse_non_store, write_store
 
 log = logging.getLogger("foxhunt.data")
 
-PIECED = "foxhunt.data.store.pieced"  # what the worker processes import (not torch: it is not needed there)
-
 
 def prepare_store(
-    cfg: DataConfig, out: Path, piece_rows: int = PIECE_ROWS, workers: int = 2, min_rows: int = MIN_ROWS
+    cfg: DataConfig, out: Path, piece_rows: int = PIECE_ROWS, workers: int = 2, min_rows: int = MIN_ROWS,
+    pool: Crew | None = None,
 ) -> dict[str, Any]:
     """Featurize, scale, window and split the bars of `cfg.paths` (as `foxhunt train` would) into the store `out`;
     returns its manifest. A panel of `min_rows` bars or more in several series groups of about `piece_rows` bars is
     prepared group by group in `workers` processes (store/pieced.py; 1: in this one), with the same result;
-    otherwise (or with `workers` 0) in memory, then written."""
+    otherwise (or with `workers` 0) in memory, then written. `pool`: a crew of `workers` processes (crew.early_crew)
+    the caller started before importing this module; one is started here otherwise. Its workers are ended at once
+    when the panel is prepared in memory."""
     out = Path(out)
     refuse_non_store(out)  # before the bars are read
     sources = expand_sources(cfg.paths)  # listed once (a folder of daily files: ~0.1 s a walk)
-    # The worker processes start before the panel is planned (0.5-1 s), so that they import meanwhile; they are
-    # ended at once when it is prepared in memory.
-    with crew(workers if workers > 1 and may_piece(cfg, min_rows, sources) else 1, warm=(PIECED,)) as early:
+    with contextlib.ExitStack() as stack:
+        if pool is None:  # started before the panel is planned, so that the workers import meanwhile
+            pool = stack.enter_context(crew(workers if workers > 1 and may_piece(cfg, min_rows, sources) else 1,
+                                            warm=(PIECED,)))
         pieces = plan_pieces(cfg, piece_rows, workers, min_rows, sources) if workers > 0 else []
         if len(pieces) <= 1:
-            early.terminate()
-        manifest = _in_pieces(cfg, out, pieces, early, workers, sources) if len(pieces) > 1 else None
+            pool.terminate()
+        manifest = _in_pieces(cfg, out, pieces, pool, workers, sources) if len(pieces) > 1 else None
     if manifest is not None:
         return manifest
     if len(pieces) > 1:
