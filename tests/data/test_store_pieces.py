@@ -221,7 +221,7 @@ def test_a_piece_of_daily_bars_in_an_intraday_panel_is_refused():
         pieced._check_intraday([{"gaps": minute, "names": ["ES"]}, {"gaps": day, "names": ["YM"]}], True)
 
 
-def test_the_cli_can_start_prepares_worker_before_it_imports_polars():
+def test_the_cli_can_start_the_prepare_worker_before_it_imports_polars():
     """`foxhunt prepare` starts its worker process (crew.early_crew) before it imports the command's libraries, so
     that both processes import at once: the CLI and the crew import no polars, numpy or torch."""
     code = ("import sys; import foxhunt.cli, foxhunt.data.store.crew, foxhunt.settings; "
