@@ -304,11 +304,11 @@ def prepare(
     (and predict, evaluate): the row tensors, window index, splits, scalers, schema, data summary, roll table and
     what the baselines read (docs/store-format.md)."""
     from foxhunt import settings
-    from foxhunt.data.store.crew import early_crew
+    from foxhunt.data.store.crew import prepare_crew
 
     v = _values(ctx, config)
     cfg, workers = settings.data_config(v, _paths(v)), int(v.get("workers", 2))
-    with early_crew(workers) as pool:  # its worker imports while this process does
+    with prepare_crew(workers) as pool:  # its worker imports while this process does
         from foxhunt.data.store import prepare_store
 
         manifest = prepare_store(cfg, out, workers=workers, pool=pool)

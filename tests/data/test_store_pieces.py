@@ -222,7 +222,7 @@ def test_a_piece_of_daily_bars_in_an_intraday_panel_is_refused():
 
 
 def test_the_cli_can_start_the_prepare_worker_before_it_imports_polars():
-    """`foxhunt prepare` starts its worker process (crew.early_crew) before it imports the command's libraries, so
+    """`foxhunt prepare` starts its worker process (crew.prepare_crew) before it imports the command's libraries, so
     that both processes import at once: the CLI and the crew import no polars, numpy or torch."""
     code = ("import sys; import foxhunt.cli, foxhunt.data.store.crew, foxhunt.settings; "
             "print(sorted(m for m in ('polars', 'numpy', 'torch', 'pyarrow') if m in sys.modules))")

@@ -10,7 +10,7 @@ from typing import Any
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import prepare_data
 from foxhunt.data.read import Source, expand_sources
-from foxhunt.data.store.crew import PIECED, Crew, crew
+from foxhunt.data.store.crew import Crew, prepare_crew
 from foxhunt.data.store.pieces import MIN_ROWS, PIECE_ROWS, Piece, may_piece, plan_pieces
 from foxhunt.data.store.write import refuse_non_store, write_store
 
@@ -24,7 +24,7 @@ def prepare_store(
     """Featurize, scale, window and split the bars of `cfg.paths` (as `foxhunt train` would) into the store `out`;
     returns its manifest. A panel of `min_rows` bars or more in several series groups of about `piece_rows` bars is
     prepared group by group in `workers` processes (store/pieced.py; 1: in this one), with the same result;
-    otherwise (or with `workers` 0) in memory, then written. `pool`: a crew of `workers` processes (crew.early_crew)
+    otherwise (or with `workers` 0) in memory, then written. `pool`: a crew of `workers` processes (crew.prepare_crew)
     the caller started before importing this module; one is started here otherwise. Its workers are ended at once
     when the panel is prepared in memory."""
     out = Path(out)
@@ -32,8 +32,8 @@ def prepare_store(
     sources = expand_sources(cfg.paths)  # listed once (a folder of daily files: ~0.1 s a walk)
     with contextlib.ExitStack() as stack:
         if pool is None:  # started before the panel is planned, so that the workers import meanwhile
-            pool = stack.enter_context(crew(workers if workers > 1 and may_piece(cfg, min_rows, sources) else 1,
-                                            warm=(PIECED,)))
+            pool = stack.enter_context(prepare_crew(workers if workers > 1 and may_piece(cfg, min_rows, sources)
+                                                    else 1))
         pieces = plan_pieces(cfg, piece_rows, workers, min_rows, sources) if workers > 0 else []
         if len(pieces) <= 1:
             pool.terminate()
@@ -52,5 +52,5 @@ def _in_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], early: Crew, wor
 
     if early.processes >= workers - 1:
         return prepare_pieces(cfg, out, pieces, early, sources)
-    with crew(workers, warm=(PIECED,)) as pool:
+    with prepare_crew(workers) as pool:
         return prepare_pieces(cfg, out, pieces, pool, sources)

@@ -127,7 +127,7 @@ def crew(workers: int, warm: tuple[str, ...] = ()) -> Iterator[Crew]:
         c.terminate()
 
 
-def early_crew(workers: int) -> contextlib.AbstractContextManager[Crew]:
+def prepare_crew(workers: int) -> contextlib.AbstractContextManager[Crew]:
     """The crew of `foxhunt prepare` (`workers` processes; 1 or fewer: this one alone), its workers importing what
     the pieces need (store/pieced.py). The CLI starts it before it imports polars and the rest for the command
     (~0.6 s), so that the worker imports on the other core meanwhile: started after those imports, it was still
