@@ -1,4 +1,4 @@
-"""Shared test fixtures: paths to ../shared, small-model CLI flags, the sample cache, one torch thread."""
+"""Shared test fixtures: the bundled input files (tests/fixtures), small-model CLI flags, the sample cache, one thread."""
 
 from __future__ import annotations
 
@@ -8,17 +8,18 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+FIXTURES = REPO / "tests" / "fixtures"  # in the repository: a clone with nothing beside it passes its own tests
 
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
-    return SHARED / "fixtures"
+    return FIXTURES
 
 
 @pytest.fixture(scope="session")
 def spx_path() -> Path:
-    return SHARED / "data" / "spx_daily.parquet"
+    """Real S&P 500 daily bars, 1999-2018 (as the arch package ships them): see tests/fixtures/README.md."""
+    return FIXTURES / "spx_daily.parquet"
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from foxhunt.data.load import load_bars
 from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.errors import InputError
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 HEADER = "timestamp,symbol,open,high,low,close,volume\n"
 GOOD = "2024-03-04 15:00,AAA,10,11,9,10.5,100\n2024-03-05 15:00,AAA,10.5,12,10,11,120\n"
 
@@ -178,6 +178,6 @@ def test_truncated_dbn(tmp_path):
 
 
 def test_databento_definition_parquet_is_named_as_such() -> None:
-    path = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "es_fut_definition_databento.parquet"
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "es_fut_definition_databento.parquet"
     with pytest.raises(InputError, match="definition records, not OHLCV bars"):
         load_bars(DataConfig(paths=(str(path),)))

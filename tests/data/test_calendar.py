@@ -14,7 +14,7 @@ from foxhunt.data import calendar
 from foxhunt.data.calendar import calendar_columns, calendar_features, future_timestamps, local_ns
 from foxhunt.errors import InputError
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CT = "America/Chicago"
 MIN = 60 * 10**9
 

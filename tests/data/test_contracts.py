@@ -15,7 +15,7 @@ from foxhunt.data.contracts import drop_spreads, parse_futures, resolve_symbols,
 from foxhunt.data.load import BAR_COLUMNS, load_bars
 from foxhunt.errors import InputError
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ES_1M = FIXTURES / "es_fut_ohlcv1m_databento.parquet"
 UTC = dt.UTC
 CT = "America/Chicago"
@@ -330,7 +330,7 @@ def test_overlapping_downloads_are_deduplicated(tmp_path, es_ratio):
 
 
 def test_spx_daily_loads_as_one_series():
-    lb = load_bars(DataConfig(paths=(str(FIXTURES.parent / "data" / "spx_daily.parquet"),)))
+    lb = load_bars(DataConfig(paths=(str(FIXTURES / "spx_daily.parquet"),)))
     assert list(lb.report["series"]) == ["SPX"]
     assert lb.bars.height == 5031
     assert lb.report["series"]["SPX"]["start"] == "1999-01-04T00:00:00+00:00"

@@ -15,7 +15,7 @@ from foxhunt.data.load import load_bars
 from foxhunt.data.read import read_bars
 from foxhunt.errors import InputError
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ES_1M = FIXTURES / "es_fut_ohlcv1m_databento.parquet"
 ES_DBN = FIXTURES / "es_fut_ohlcv1m_databento.dbn.zst"
 KEY = ["symbol", "instrument_id", "ts"]

@@ -17,7 +17,7 @@ from foxhunt.data.schema import Kind, Role
 from foxhunt.data.summary import format_summary
 from foxhunt.errors import InputError
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 DAY = 86400 * 10**9
 
 

@@ -14,7 +14,7 @@ from foxhunt.data.read import RAW_SCHEMA
 from foxhunt.data.validate import clean_bars, merge_sunday_stubs
 from foxhunt.errors import InputError
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 UTC = dt.UTC
 NAN = float("nan")
 

@@ -16,7 +16,7 @@ TINY = ["--hidden-size", "8", "--attention-heads", "2", "--encoder-length", "16"
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, request):
-    fixtures = request.config.rootpath.parent / "shared" / "fixtures"
+    fixtures = request.config.rootpath / "tests" / "fixtures"
     run = tmp_path_factory.mktemp("model") / "run"
     assert main(["train", *TINY, "--parquet-file", str(fixtures / "generic_ohlcv_daily.parquet"), "--epochs", "2",
                  "--train-end", "2024-07-01", "--run-dir", str(run)]) == 0
@@ -25,7 +25,7 @@ def model_dir(tmp_path_factory, request):
 
 @pytest.fixture(scope="module")
 def daily(request):
-    return request.config.rootpath.parent / "shared" / "fixtures" / "generic_ohlcv_daily.parquet"
+    return request.config.rootpath / "tests" / "fixtures" / "generic_ohlcv_daily.parquet"
 
 
 def test_predict_writes_one_row_per_series_origin_horizon(model_dir, daily, tmp_path):
@@ -59,7 +59,7 @@ def test_predict_respects_start_and_end(model_dir, daily, tmp_path):
 
 
 def test_predict_on_an_unseen_file_and_symbol_uses_the_unknown_series_fallback(model_dir, request, tmp_path):
-    spx = request.config.rootpath.parent / "shared" / "data" / "spx_daily.parquet"
+    spx = request.config.rootpath / "tests" / "fixtures" / "spx_daily.parquet"
     out = tmp_path / "spx.parquet"
     assert main(["predict", "--model", str(model_dir), "--parquet-file", str(spx), "--out", str(out),
                  "--start", "2018-12-01"]) == 0
@@ -69,7 +69,7 @@ def test_predict_on_an_unseen_file_and_symbol_uses_the_unknown_series_fallback(m
 
 
 def test_predict_with_intraday_bars_on_a_daily_model_is_a_clear_error(model_dir, request, tmp_path, capsys):
-    hourly = request.config.rootpath.parent / "shared" / "fixtures" / "es_fut_ohlcv1h_databento.parquet"
+    hourly = request.config.rootpath / "tests" / "fixtures" / "es_fut_ohlcv1h_databento.parquet"
     code = main(["predict", "--model", str(model_dir), "--parquet-file", str(hourly), "--out",
                  str(tmp_path / "x.parquet")])
     assert code == 2 and "daily" in capsys.readouterr().err

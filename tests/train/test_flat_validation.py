@@ -23,7 +23,7 @@ QUANTILES = [0.1, 0.5, 0.9]
 
 @pytest.fixture(scope="module")
 def setup(request):
-    fixtures = request.config.rootpath.parent / "shared" / "fixtures"
+    fixtures = request.config.rootpath / "tests" / "fixtures"
     data = prepare_data(DataConfig(paths=(str(fixtures / "generic_ohlcv_daily.parquet"),), encoder_length=16,
                                    horizon=3))
     torch.manual_seed(0)

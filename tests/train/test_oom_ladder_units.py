@@ -31,7 +31,7 @@ CPU_OOM = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: c
 
 @pytest.fixture(scope="module")
 def data(request):
-    fixtures = request.config.rootpath.parent / "shared" / "fixtures"
+    fixtures = request.config.rootpath / "tests" / "fixtures"
     return prepare_data(DataConfig(paths=(str(fixtures / "es_fut_ohlcv1h_databento.parquet"),), encoder_length=16,
                                    horizon=3))
 
