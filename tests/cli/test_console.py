@@ -128,3 +128,17 @@ def test_warnings_are_coloured_only_on_a_terminal(monkeypatch, terminal, no_colo
     expected = (["\x1b[1;33mWARNING low memory\x1b[0m", "\x1b[1;31mERROR broken\x1b[0m"] if coloured
                 else ["WARNING low memory", "ERROR broken"])  # the untagged INFO record is a --verbose detail
     assert stream.getvalue().splitlines() == expected
+
+
+def test_results_on_the_bundled_sample_say_it_is_simulated(tmp_path, fixtures_dir, capsys):
+    """A quant must not take a claim on the generated sample for evidence on real ES: the data line and the final
+    claim both say it is simulated; a user's own file is never called that."""
+    run = tmp_path / "sample"
+    code = main(["train", *SMALL, "--run-dir", str(run)])  # no file: the bundled sample
+    lines = others(capsys.readouterr().err.splitlines())
+    assert code == 0
+    assert [line for line in lines if line.startswith("data: ")][0].startswith("data: bundled ES sample (simulated), ")
+    final = [line for line in lines if line.startswith("best epoch 1: ")]
+    assert len(final) == 1 and "the bundled sample is a simulation" in final[0] and "not evidence on real ES" in final[0]
+    _, own, _, _ = train(tmp_path, fixtures_dir, capsys, name="own")
+    assert not any("simulat" in line for line in own)

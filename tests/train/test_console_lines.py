@@ -115,6 +115,6 @@ def test_data_line_is_short():
                "date_range": {"start": "2024-02-18T23:00:00Z", "end": "2024-03-15T20:59:00Z"},
                "windows": {"train": 20416, "val": 6896, "test": 0}}
     assert data_line(summary, ("/c/es_ohlcv1m_sample_v2_seed20240218.parquet",)) == (
-        "data: bundled ES sample, 27,353 1m bars in 1 series (2024-02-18 .. 2024-03-15), 1 roll; windows train "
+        "data: bundled ES sample (simulated), 27,353 1m bars in 1 series (2024-02-18 .. 2024-03-15), 1 roll; windows train "
         "20,416 / val 6,896 / test 0")
     assert data_line({**summary, "rolls": []}, ("a.parquet", "b.parquet")).startswith("data: 2 paths, 27,353 1m bars")

@@ -30,6 +30,15 @@ GROWTH_FLOOR_MB = 4.0
 BUNDLED_SAMPLE_PREFIX = "es_ohlcv1m_sample_v"  # foxhunt.data.sample_path names the cached sample so
 
 
+SIMULATED = ("the bundled sample is a simulation (volatility clustering and a daily profile built in), "
+             "not evidence on real ES")
+
+
+def is_bundled_sample(paths: tuple[str, ...]) -> bool:
+    """Whether a run's bars are the bundled sample: its results are said to be on simulated data wherever shown."""
+    return len(paths) == 1 and Path(paths[0]).name.startswith(BUNDLED_SAMPLE_PREFIX)
+
+
 class WarningCounter(logging.Handler):
     """Counts the warnings (and errors) logged during a run and keeps the first, for the final summary."""
 
@@ -55,9 +64,9 @@ class WarningCounter(logging.Handler):
 
 
 def data_line(summary: dict[str, Any], paths: tuple[str, ...]) -> str:
-    """`data: bundled ES sample, 27,353 1m bars in 1 series (2024-02-18 .. 2024-03-15), 1 roll; windows train ...`"""
-    if len(paths) == 1 and Path(paths[0]).name.startswith(BUNDLED_SAMPLE_PREFIX):
-        source = "bundled ES sample"
+    """`data: bundled ES sample (simulated), 27,353 1m bars in 1 series (2024-02-18 .. 2024-03-15), 1 roll; windows train ...`"""
+    if is_bundled_sample(paths):
+        source = "bundled ES sample (simulated)"
     else:
         source = Path(paths[0]).name if len(paths) == 1 else f"{len(paths)} paths"
     span = summary.get("date_range") or {}
@@ -185,7 +194,7 @@ def next_commands(run: Path, paths: tuple[str, ...], features: str | None = None
     """The commands that come next, with this run's data (its feature store when it trained from one): evaluate and
     the memory report. No --start: evaluate scores only the bars after the validation period by default
     (evaluate/period.py), the period that neither training, early stopping nor calibration has seen."""
-    files = [] if len(paths) == 1 and Path(paths[0]).name.startswith(BUNDLED_SAMPLE_PREFIX) else list(paths)
+    files = [] if is_bundled_sample(paths) else list(paths)
     evaluate = ["foxhunt", "evaluate", "--model", str(run), "--out-dir", str(run / "eval")]
     for flag, f in [("--features", features)] if features else [("--parquet-file", f) for f in files]:
         evaluate += [flag, f]

@@ -27,7 +27,15 @@ from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, varia
 from foxhunt.train.calibrate import calibrate_run
 from foxhunt.train.checkpoint import load_checkpoint, save_model_json, save_weights
 from foxhunt.train.config import AUTO, TrainConfig
-from foxhunt.train.console import WarningCounter, data_line, next_commands, plan_line, vs_baseline
+from foxhunt.train.console import (
+    SIMULATED,
+    WarningCounter,
+    data_line,
+    is_bundled_sample,
+    next_commands,
+    plan_line,
+    vs_baseline,
+)
 from foxhunt.train.device import apply_memory_budget, resolve_device
 from foxhunt.train.distributed import Dist, console_of, init_from_env, teardown
 from foxhunt.train.faults import FaultInjector
@@ -341,6 +349,8 @@ def final_lines(run: RunDir, state: FitState, baseline: ValResult, data_cfg: Dat
     if best is not None:
         versus = (f"val_loss {best['val_loss']:.5f}; {claim}" if claim is not None
                   else vs_baseline(best["val_loss"], baseline.loss))
+        if is_bundled_sample(data_cfg.paths):
+            versus += f" ({SIMULATED})"
         log.info("best epoch %d: %s; run directory %s", best["epoch"], versus, run.root, extra=FINAL)
     else:
         log.info("no epoch finished; run directory %s", run.root, extra=FINAL)
