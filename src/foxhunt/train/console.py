@@ -30,8 +30,7 @@ GROWTH_FLOOR_MB = 4.0
 BUNDLED_SAMPLE_PREFIX = "es_ohlcv1m_sample_v"  # foxhunt.data.sample_path names the cached sample so
 
 
-SIMULATED = ("the bundled sample is a simulation (volatility clustering and a daily profile built in), "
-             "not evidence on real ES")
+SIMULATED = "the bundled sample is a simulation, not evidence on real ES"  # data/sample.py builds its effects in
 
 
 def is_bundled_sample(paths: tuple[str, ...]) -> bool:
