@@ -19,6 +19,11 @@ up into RSS that nothing uses. Handing them back at once costs page faults when 
   same CPU but a peak of 2.3 GiB (3.2 GiB with the worker). REUSE asks for huge pages too (thp:always, as PROMPT
   does): 20M bars, 2 runs each on an idle machine, 660,000-730,000 page faults and 38.2-39.4 CPU s without against
   ~260,000 and 35.1-37.0 CPU s with, the peak RSS the same within noise (0.99-1.14 GiB).
+
+Beside them, one OpenMP setting (OPENMP_SPIN), read when torch loads its OpenMP runtime. `process_settings` applies
+all of them in one place, for the CLI (cli.main, per command) and for the Python API (foxhunt/api/__init__.py, when
+`foxhunt.train` or `foxhunt.Forecaster` is first used): both must run before torch and polars are imported, and a
+value the user set in the environment is left alone.
 """
 
 from __future__ import annotations
@@ -32,6 +37,30 @@ from typing import Any
 POLARS_ALLOCATOR = "_RJEM_MALLOC_CONF"
 PROMPT = "dirty_decay_ms:0,muzzy_decay_ms:0,thp:always,metadata_thp:always"
 REUSE = "dirty_decay_ms:3000,muzzy_decay_ms:0,thp:always,metadata_thp:always"  # `prepare`: pages kept ~3 s
+
+
+# OpenMP's worker threads spin while they wait for the next parallel region. torch's default spin (300,000
+# iterations) is long: beside one other busy process on 2 cores a 2-thread training step ran at 399 samples/s,
+# against 1,367 on an idle machine. Not spinning at all (OMP_WAIT_POLICY=PASSIVE) gave 1,208 busy but 1,028
+# idle; a short spin of 10,000 gave 1,821 idle and 475 busy. The short spin is the default here; on a busy
+# machine `--threads 1` avoids the waiting altogether (the start-up log says when the CPUs are busy). Read
+# when torch loads its OpenMP runtime (libgomp reads its environment once, when it loads).
+OPENMP_SPIN = ("GOMP_SPINCOUNT", "10000")
+
+
+def process_settings(command: str = "", environ: MutableMapping[str, str] = os.environ) -> list[str]:
+    """Set the allocator and OpenMP settings of this process (and of those it starts) for `command` (a CLI command's
+    name; "" for the Python API, which runs no `prepare`): OPENMP_SPIN and polars_allocator_for. Idempotent; a value
+    already in `environ` (the user's, or an earlier call's) is left alone.
+
+    Returns the settings this process runs without because the library that reads them was imported first: torch
+    (OpenMP; the processes it starts still get it) or polars (which rewrites the variable as it loads)."""
+    late = [OPENMP_SPIN[0]] if "torch" in sys.modules and OPENMP_SPIN[0] not in environ else []
+    environ.setdefault(*OPENMP_SPIN)
+    polars_allocator_for(command, environ)
+    if "polars" in sys.modules and not environ[POLARS_ALLOCATOR].endswith((PROMPT, REUSE)):
+        late.append(POLARS_ALLOCATOR)
+    return late
 
 
 def hand_back_freed_pages(environ: MutableMapping[str, str] = os.environ) -> None:

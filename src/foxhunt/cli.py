@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from foxhunt.allocator import polars_allocator_for
+from foxhunt.allocator import process_settings
 from foxhunt.data.config import DataConfig
 from foxhunt.errors import InputError, NonFiniteError, RankLost, ResourceError, WriteError
 from foxhunt.model.config import ModelConfig
@@ -701,18 +700,11 @@ def main(argv: list[str] | None = None) -> int:
     0 done; 2 bad input; 1 a runtime failure (a file that cannot be written, an unexpected error); 3 does not fit in
     memory; 128 + N stopped by signal N (130 SIGINT, 143 SIGTERM). Each failure is one line on stderr, with the
     traceback only under --debug."""
-    # OpenMP's worker threads spin while they wait for the next parallel region. torch's default spin (300,000
-    # iterations) is long: beside one other busy process on 2 cores a 2-thread training step ran at 399 samples/s,
-    # against 1,367 on an idle machine. Not spinning at all (OMP_WAIT_POLICY=PASSIVE) gave 1,208 busy but 1,028
-    # idle; a short spin of 10,000 gave 1,821 idle and 475 busy. The short spin is the default here; on a busy
-    # machine `--threads 1` avoids the waiting altogether (the start-up log says when the CPUs are busy). Read
-    # when torch loads its OpenMP runtime, i.e. before the first command imports torch.
-    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
-    _setup_logging()
     args = sys.argv[1:] if argv is None else list(argv)
     debug = DEBUG_FLAG in args
     args = [a for a in args if a != DEBUG_FLAG]
-    polars_allocator_for(args[0] if args else "")  # read when polars loads, i.e. before the first command imports it
+    process_settings(args[0] if args else "")  # OpenMP and polars' allocator: before a command imports torch, polars
+    _setup_logging()
     logging.raiseExceptions = debug  # a log line that cannot be written (full disk) must not print a traceback
     from foxhunt.console import highlight
     from foxhunt.train.interrupt import Interrupted

@@ -7,10 +7,63 @@ master copy of the weights) in host memory: gradients go to the host, the step r
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 from typing import Any
 
 import torch
+
+log = logging.getLogger("foxhunt.train")
+
+# The torch versions (first, last) the fast path was run on and checked: torch._fused_adamw_ with the signature below,
+# as torch.optim.AdamW(fused=True) itself calls it (torch's sources have it since 2.0 on CUDA, 2.4 on CPU, but only
+# 2.13 was run here). Whatever the version, each process checks the kernel at its first step (fused_kernel_works).
+FUSED_KNOWN_GOOD = ("2.13", "2.13")
+
+
+def _fused_update(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avg: list[torch.Tensor],
+                  exp_avg_sq: list[torch.Tensor], steps: list[torch.Tensor], group: dict[str, Any]) -> None:
+    """One AdamW step on tensors of one device and dtype with torch's private fused kernel (the one behind
+    `torch.optim.AdamW(fused=True)`): steps counted first, as torch.optim does."""
+    torch._foreach_add_(steps, 1)
+    torch._fused_adamw_(
+        params, grads, exp_avg, exp_avg_sq, [], steps, lr=float(group["lr"]), beta1=group["betas"][0],
+        beta2=group["betas"][1], weight_decay=group["weight_decay"], eps=group["eps"], amsgrad=False,
+        maximize=False,
+    )
+
+
+@functools.cache
+def fused_kernel_works(device_type: str, dtype: torch.dtype) -> bool:
+    """Whether `_fused_update` exists in this torch and takes the AdamW step on `device_type` tensors of `dtype`.
+
+    torch._fused_adamw_ is private: pyproject allows any torch >= 2.4, and a later one may rename it, change its
+    signature or drop a device's kernel. So each process asks once per (device, dtype): one step on a 2-element tensor
+    from zero state, whose exact result is known (m = (1 - b1) g, v = (1 - b2) g^2, bias-corrected to g and g^2).
+    False means AdamW takes torch.optim.AdamW's steps instead (the same update; slower, and torch.optim imports
+    torch._dynamo)."""
+    lr, wd, b1, b2, eps = 0.1, 0.5, 0.9, 0.999, 1e-8
+    device = torch.device(device_type)
+    p = torch.tensor([1.0, -2.0], dtype=dtype, device=device)
+    g = torch.tensor([0.5, -0.25], dtype=dtype, device=device)
+    m, v, step = torch.zeros_like(p), torch.zeros_like(p), torch.zeros((), dtype=torch.float32, device=device)
+    group = {"lr": lr, "betas": (b1, b2), "weight_decay": wd, "eps": eps}
+    try:
+        _fused_update([p], [g], [m], [v], [step], group)
+    except (AttributeError, TypeError, RuntimeError, NotImplementedError) as e:  # missing, another signature, no kernel
+        log.info("torch %s: the fused AdamW kernel does not run on %s %s (%s: %s); AdamW takes torch.optim.AdamW's "
+                 "steps (the same update, slower)", torch.__version__, device_type, dtype, type(e).__name__,
+                 str(e).splitlines()[0] if str(e) else "")
+        return False
+    expected = [x * (1 - lr * wd) - lr * gx / (abs(gx) + eps) for x, gx in ((1.0, 0.5), (-2.0, -0.25))]
+    rtol = 1e-2 if torch.finfo(dtype).bits < 32 else 1e-5
+    ok = (float(step) == 1.0 and torch.allclose(p.float().cpu(), torch.tensor(expected), rtol=rtol)
+          and torch.allclose(m.float().cpu(), (1 - b1) * g.float().cpu(), rtol=rtol))
+    if not ok:
+        log.info("torch %s: the fused AdamW kernel gave another update than AdamW's on %s %s; AdamW takes "
+                 "torch.optim.AdamW's steps (the same update, slower)", torch.__version__, device_type, dtype)
+    return ok
 
 
 class AdamW:
@@ -21,6 +74,9 @@ class AdamW:
     process), and foxhunt never compiles its optimizer. The state is Adam's two moments and a step count per
     parameter, created on the first step; `param_groups` has the one group (its "lr" is what the schedule sets), so
     gradient scalers and `set_lr` work with it as with a torch optimizer.
+
+    The kernel is private API: where this torch lacks it or it takes other arguments (fused_kernel_works), the same
+    state is stepped by `torch.optim.AdamW` (its default foreach or per-tensor implementation) instead.
     """
 
     def __init__(self, params: list[torch.nn.Parameter], lr: float, weight_decay: float,
@@ -50,15 +106,25 @@ class AdamW:
         for i, p in enumerate(self.params):  # the fused kernel takes one device and dtype per call
             if p.grad is not None:
                 groups.setdefault((p.device, p.dtype), []).append(i)
-        for idx in groups.values():
+        for (device, dtype), idx in groups.items():
+            if not fused_kernel_works(device.type, dtype):
+                self._torch_step(idx)
+                continue
             pick = lambda ts, idx=idx: [ts[i] for i in idx]  # noqa: E731
-            steps = pick(self.steps)
-            torch._foreach_add_(steps, 1)
-            torch._fused_adamw_(
-                pick(self.params), [self.params[i].grad for i in idx], pick(self.exp_avg), pick(self.exp_avg_sq),
-                [], steps, lr=float(g["lr"]), beta1=g["betas"][0], beta2=g["betas"][1],
-                weight_decay=g["weight_decay"], eps=g["eps"], amsgrad=False, maximize=False,
-            )
+            _fused_update(pick(self.params), [self.params[i].grad for i in idx], pick(self.exp_avg),
+                          pick(self.exp_avg_sq), pick(self.steps), g)
+
+    def _torch_step(self, idx: list[int]) -> None:
+        """The step of the parameters `idx` by torch.optim.AdamW, on this optimizer's own state tensors (which it
+        updates in place, step counts included), with the hyperparameters of `param_groups` as they are now.
+        Capturable on CUDA: the step counts stay on the device there, and torch.optim reads them without a sync."""
+        g = self.param_groups[0]
+        params = [self.params[i] for i in idx]
+        opt = torch.optim.AdamW(params, lr=float(g["lr"]), betas=g["betas"], eps=g["eps"],
+                                weight_decay=g["weight_decay"], capturable=params[0].device.type == "cuda")
+        for i, p in zip(idx, params, strict=True):  # rebound every step: load_state_dict replaces the tensors
+            opt.state[p] = {"step": self.steps[i], "exp_avg": self.exp_avg[i], "exp_avg_sq": self.exp_avg_sq[i]}
+        opt.step()
 
     def state_dict(self) -> dict[str, Any]:
         group = {k: v for k, v in self.param_groups[0].items() if k != "params"}

@@ -3,8 +3,8 @@
 `32` is plain fp32. `bf16` runs matrix products and most element-wise work in bfloat16 under autocast (same exponent
 range as fp32, so no loss scaling). `16-mixed` uses float16 with a gradient scaler (float16 overflows where bfloat16
 does not). Weights, optimizer state, the quantile head and the loss stay fp32 in every mode (see the TFT's
-`forward`). `auto` picks bf16 on a CUDA device that supports it and fp32 elsewhere: on CPU bf16 autocast was slower
-(1,388 vs 1,476 samples/s on SPX daily, hidden 40) and costs precision.
+`forward`). `auto` picks bf16 on a CUDA device that computes in it natively (native_bf16) and fp32 elsewhere: on CPU
+bf16 autocast was slower (1,388 vs 1,476 samples/s on SPX daily, hidden 40) and costs precision.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def resolve_precision(name: str, device: torch.device) -> str:
     if name not in PRECISIONS:
         raise InputError(f"--precision {name!r} is not one of {', '.join(PRECISIONS)}")
     if name == "auto":
-        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "32"
+        return "bf16" if device.type == "cuda" and native_bf16(device) else "32"
     if name == "16-mixed" and device.type != "cuda":
         raise InputError("--precision 16-mixed needs a CUDA device (CPU float16 kernels lack the LSTM); "
                          "on CPU use bf16 or 32")
@@ -34,6 +34,14 @@ def resolve_precision(name: str, device: torch.device) -> str:
         raise InputError("--precision bf16: this CPU has no bfloat16 LSTM kernel (oneDNN needs AVX2 or AVX-512); "
                          "use --precision 32")
     return name
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether the CUDA device `device` has bfloat16 arithmetic of its own: compute capability 8.0 on (Ampere), or a
+    ROCm card. Not torch.cuda.is_bf16_supported(): by default it also says True where bfloat16 is only emulated
+    (a V100 or T4: half the activation memory, none of the speed, less precision), and it asks about the current
+    device, not `device`. An explicit `--precision bf16` still runs where it is emulated."""
+    return bool(torch.version.hip) or torch.cuda.get_device_properties(device).major >= 8
 
 
 @functools.cache
