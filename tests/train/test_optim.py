@@ -217,3 +217,18 @@ def test_adamw_works_under_a_gradient_scaler():
     scaler.step(scaled)  # skipped: the gradients are not finite
     for p, q in zip(b.parameters(), before, strict=True):
         assert torch.equal(p, q)
+
+
+def test_the_gradient_norm_needs_no_torch_newer_than_2_4(monkeypatch):
+    """pyproject allows torch>=2.4; `get_total_norm` arrived in 2.6: without it the step's norm is the same."""
+    from foxhunt.train.step import total_norm
+
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(7, 3, generator=g), torch.randn(5, generator=g), torch.randn(2, 2, 2, generator=g)]
+    with_it = total_norm(grads)
+    monkeypatch.delattr(torch.nn.utils, "get_total_norm")
+    without = total_norm(grads)
+    torch.testing.assert_close(without, with_it, rtol=1e-6, atol=0)
+    expected = torch.cat([x.flatten() for x in grads]).double().norm()
+    assert abs(float(without) - float(expected)) <= 1e-5 * float(expected)
+    assert float(total_norm([])) == 0.0

@@ -141,7 +141,7 @@ class TrainStepper:
         if self.grad_clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip)
         else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+            norm = total_norm([p.grad for p in params])
         finite = torch.isfinite(total)
         if self.scaler is None:  # under a float16 scaler an inf gradient is an expected overflow, skipped by it
             finite &= torch.isfinite(norm)
@@ -214,3 +214,14 @@ class TrainStepper:
                    if self.largest_ok else "; no step completed in this run")
         return (f"a single training sample does not fit in memory: step {global_step} ran out of memory after "
                 f"{', '.join(tried)}{largest}; {WHAT_WOULD_FIT}")
+
+
+def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all gradients as one vector. `torch.nn.utils.get_total_norm` is new in torch 2.6 while foxhunt
+    allows torch>=2.4: where it is missing, the same norm of the per-tensor norms (equal to float rounding)."""
+    get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)
+    if get_total_norm is not None:
+        return get_total_norm(grads)
+    if not grads:
+        return torch.tensor(0.0)
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
