@@ -69,7 +69,9 @@ Target = Annotated[str, typer.Option(help="log_return | log_range | price_change
                                        "for prices at or below zero).", rich_help_panel=D)]
 EncoderLength = Annotated[int, typer.Option(help="Encoder (look-back) bars.", rich_help_panel=D)]
 Horizon = Annotated[int, typer.Option(help="Forecast bars.", rich_help_panel=D)]
-TrainEnd = Annotated[str | None, typer.Option(help="ISO date: forecasts starting before it train.", rich_help_panel=D)]
+TrainEnd = Annotated[str | None, typer.Option(help="ISO date: forecasts starting before it train; needs --val-end "
+                                              "(the test period's start) or --test-fraction 0 (no test period).",
+                                              rich_help_panel=D)]
 ValEnd = Annotated[str | None, typer.Option(help="ISO date: forecasts from --train-end to it validate; later ones "
                                             "are the test split.", rich_help_panel=D)]
 ValFraction = Annotated[float, typer.Option(help="Without --train-end: the fraction of time before the test part "

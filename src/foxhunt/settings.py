@@ -76,6 +76,14 @@ _D, _M, _T = DataConfig(), ModelConfig(), TrainConfig()
 
 
 def data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
+    """A new run's (or store's) data options; --train-end without --val-end is refused unless --test-fraction 0
+    (DataConfig.check_test_period)."""
+    cfg = _data_config(v, paths)
+    cfg.check_test_period()
+    return cfg
+
+
+def _data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
     return DataConfig(
         paths=paths,
         timestamp_col=v.get("timestamp_col"),
@@ -119,7 +127,7 @@ def store_data_config(v: Mapping[str, Any], explicit: Iterable[str]) -> DataConf
     explicit = set(explicit)
     if v.get("parquet_file") and "parquet_file" in explicit:
         refuse_both_inputs()
-    typed = data_config(v, ())
+    typed = _data_config(v, ())  # only the typed fields are compared: the store's split is its own
     fields = {f.name for f in dataclasses.fields(DataConfig)}
     return from_store(Path(v["features"]), {k: getattr(typed, k) for k in explicit & fields})
 

@@ -167,3 +167,18 @@ def test_a_checkpoint_from_another_model_is_one_line_and_status_2(model, capsys)
     state["model"][name] = torch.zeros(3, 1)  # a weight of another shape
     torch.save(state, model / "checkpoint.pt")
     one_line(capsys, resume(model), 2, "checkpoint.pt does not fit the run")
+
+
+def test_train_end_without_val_end_names_val_end_not_test_fraction(tmp_path, tiny, fixtures_dir, capsys):
+    """--test-fraction divides the time only without --train-end: with --train-end alone the run used to hold out
+    no test period without a word. Refused, naming both fixes; --test-fraction 0 says no test period is meant."""
+    args = ["train", *tiny, "--parquet-file", str(fixtures_dir / DAILY), "--epochs", "1", "--train-end", "2024-07-01"]
+    code = main([*args, "--run-dir", str(tmp_path / "refused")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("foxhunt: error: --train-end 2024-07-01 without --val-end holds out no test period")
+    assert "--test-fraction 0.2 applies only without --train-end" in err and "add --val-end DATE" in err
+    assert "or pass --test-fraction 0" in err and not (tmp_path / "refused").exists()
+    assert main([*args, "--test-fraction", "0", "--run-dir", str(tmp_path / "run")]) == 0
+    summary = json.loads((tmp_path / "run" / "data_summary.json").read_text())
+    assert summary["train_end"].startswith("2024-07-01") and summary["val_end"] is None

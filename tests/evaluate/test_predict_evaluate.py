@@ -19,7 +19,7 @@ def model_dir(tmp_path_factory, request):
     fixtures = request.config.rootpath / "tests" / "fixtures"
     run = tmp_path_factory.mktemp("model") / "run"
     assert main(["train", *TINY, "--parquet-file", str(fixtures / "generic_ohlcv_daily.parquet"), "--epochs", "2",
-                 "--train-end", "2024-07-01", "--run-dir", str(run)]) == 0
+                 "--train-end", "2024-07-01", "--test-fraction", "0", "--run-dir", str(run)]) == 0
     return run
 
 

@@ -21,7 +21,7 @@ from foxhunt.train.faults import ENV_VAR
 def model_dir(tmp_path_factory, daily_path, tiny_flags):
     run = tmp_path_factory.mktemp("model") / "run"
     assert main(["train", *tiny_flags, "--parquet-file", str(daily_path), "--epochs", "1", "--max-train-batches", "3",
-                 "--train-end", "2024-07-01", "--run-dir", str(run)]) == 0
+                 "--train-end", "2024-07-01", "--test-fraction", "0", "--run-dir", str(run)]) == 0
     return run
 
 

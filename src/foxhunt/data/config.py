@@ -114,6 +114,17 @@ class DataConfig:
         if self.train_end and self.val_end and self.val_end <= self.train_end:
             bad(f"--val-end {self.val_end} must come after --train-end {self.train_end}")
 
+    def check_test_period(self) -> None:
+        """A new run's split must say whether it holds a test period. --test-fraction divides the time span only
+        without --train-end: with --train-end and no --val-end every bar after the train cut validates, so the
+        default --test-fraction 0.2 would be dropped without a word and the run would hold nothing back. Refused
+        where options are typed (settings.data_config); saved runs and stores load as they were made."""
+        if self.train_end and self.val_end is None and self.test_fraction > 0:
+            raise InputError(f"--train-end {self.train_end} without --val-end holds out no test period "
+                             f"(--test-fraction {self.test_fraction:g} applies only without --train-end): add "
+                             "--val-end DATE, where the test period starts, or pass --test-fraction 0 to validate "
+                             "up to the last bar")
+
     @property
     def window_length(self) -> int:
         return self.encoder_length + self.horizon

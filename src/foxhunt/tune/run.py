@@ -81,6 +81,9 @@ def run_tune(cfg: TuneConfig, space: tuple[Param, ...], values: dict[str, Any], 
     then write best.toml, trials.csv and summary.json. `values` are all train options, `typed` those the user set
     (what best.toml repeats)."""
     optuna = import_optuna()
+    # Every fixed data flag is checked before the study opens: a trial's InputError only fails that trial (Optuna
+    # catches it), so a split refused there would fail every trial in turn.
+    settings.data_config(values, paths)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # foxhunt says what happens, once
     study = open_study(cfg)
     check_fixed_options(study, typed, cfg)
@@ -156,8 +159,8 @@ def check_held_out(run_dir: Path) -> None:
     summary = json.loads((run_dir / "data_summary.json").read_text(encoding="utf-8"))
     test_start = summary.get("val_end")
     if test_start is None:
-        log.warning("no test period held out (--test-fraction 0 without --val-end): the search sees all the data; "
-                    "hold the last part back with --test-fraction or --val-end")
+        log.warning("no test period held out (--test-fraction 0): the search sees all the data; hold the last "
+                    "part back with --test-fraction, or with --val-end after --train-end")
         return
     for split in ("train", "val"):
         last = (summary["ranges"].get(split) or {}).get("last")

@@ -13,7 +13,9 @@ A TOML file, one table per option (long flag names, dashes or underscores):
     [scaling]
     choices = ["series", "volatility"]   # categorical
 
-DEFAULT_SPACE is the one used without --search (it is in the README too)."""
+DEFAULT_SPACE is the one used without --search (it is in the README too). Options that choose the bars, the split
+or what the validation loss measures (FIXED) are refused: every trial is scored on the same validation period, in
+the same units, with the same test period held out."""
 
 from __future__ import annotations
 
@@ -49,6 +51,19 @@ choices = [5.0, 10.0, 20.0]
 choices = [false, true]
 """
 
+# Options every trial must share. A trial drawing one would be scored on other bars or another period, or in
+# other units, so its validation loss would not compare with the others', and the best trial could be the one whose
+# split left the least (or no) test period, which `evaluate` then scores as if no choice had seen it.
+FIXED = frozenset({
+    # where the test period starts: the dates, the fractions of the time span, a rolling window's start
+    "train_end", "val_end", "val_fraction", "test_fraction", "train_start",
+    # which bars are read, hence the time span the fractions divide and the windows in each period
+    "parquet_file", "features", "since", "until", "timestamp_col", "symbol_col", "timezone", "contracts",
+    "roll_confirm", "adjust", "fill_gaps",
+    # what the validation q-risk measures: its target, units, forecast steps and quantiles
+    "target", "price_scale", "horizon", "quantiles",
+})
+
 
 @dataclass(frozen=True)
 class Param:
@@ -80,6 +95,11 @@ def parse_space(text: str, where: str, options: Iterable[str]) -> tuple[Param, .
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{where}: not valid TOML ({e})") from e
+    fixed = [key for key in raw if key.replace("-", "_") in FIXED]
+    if fixed:
+        raise InputError(f"{where}: {', '.join(f'[{k}]' for k in fixed)} cannot be searched: they choose the bars, the "
+                         "split or what the validation loss measures, which every trial must share; pass them as "
+                         "flags of `foxhunt tune` (the fixed settings of every trial)")
     known = set(options)
     params = []
     for key, spec in raw.items():
