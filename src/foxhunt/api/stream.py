@@ -408,7 +408,7 @@ def _floored(v: float, floor: float) -> float:
 
 
 def _stamp(ts: int) -> str:
-    return f"{np.datetime64(int(ts), 's')}Z"
+    return f"{np.datetime64(int(ts) // 10**9, 's')}Z"
 
 
 def _duration(ns: int) -> str:
