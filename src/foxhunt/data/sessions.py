@@ -314,11 +314,8 @@ def check_session_grid(
     session = calendar_session(calendar) if calendar is not None else None
     share = closed_share(df, exchange_tz, runs, session)
     if share > CLOSED_LIMIT:
-        where = f"the {calendar} calendar's" if calendar is not None else "the exchange's"
-        what = (
-            f"{100 * share:.1f}% of the bars fall where {where} session is closed (the daily halt or the weekend,"
-            f" {exchange_tz} time)"
-        )
+        where = f"the {calendar} calendar is closed" if calendar is not None else "the exchange is closed"
+        what = f"{100 * share:.1f}% of the bars fall where {where} (the daily halt or the weekend, {exchange_tz} time)"
         hint = _calendar_hint(df, calendar)
         if naive and timezone is None:
             raise InputError(
