@@ -53,6 +53,10 @@ SymbolCol = Annotated[str | None, typer.Option(help="Symbol column (default: det
 Timezone = Annotated[str | None, typer.Option(help="Time zone of naive timestamps, e.g. America/Chicago "
                                               "(default: UTC, refused when many bars fall in the session halt).",
                                               rich_help_panel=D)]
+Calendar = Annotated[str | None, typer.Option(help="Market hours of every bar: a pandas-market-calendars name (extra: "
+                                              "calendars), or 24/7 (no extra), for the closed-bars check, the halt "
+                                              "and the forecast grid; saved with the run (default: per futures "
+                                              "root, CME Globex).", rich_help_panel=D)]
 Since = Annotated[str | None, typer.Option(help="Read only bars at or after this ISO date/time (UTC when naive); "
                                            "hive date= partitions before it are never opened.", rich_help_panel=D)]
 Until = Annotated[str | None, typer.Option(help="Read only bars before this ISO date/time (UTC when naive).",
@@ -154,6 +158,7 @@ def train(
     timestamp_col: TimestampCol = None,
     symbol_col: SymbolCol = None,
     timezone: Timezone = None,
+    calendar: Calendar = None,
     since: Since = None,
     until: Until = None,
     price_scale: PriceScale = DD.price_scale,
@@ -276,6 +281,7 @@ def prepare(
     timestamp_col: TimestampCol = None,
     symbol_col: SymbolCol = None,
     timezone: Timezone = None,
+    calendar: Calendar = None,
     since: Since = None,
     until: Until = None,
     price_scale: PriceScale = DD.price_scale,
@@ -327,6 +333,7 @@ def inspect(
     timestamp_col: TimestampCol = None,
     symbol_col: SymbolCol = None,
     timezone: Timezone = None,
+    calendar: Calendar = None,
     since: Since = None,
     until: Until = None,
     price_scale: PriceScale = DD.price_scale,
@@ -379,6 +386,7 @@ def plan_memory_cmd(
     timestamp_col: TimestampCol = None,
     symbol_col: SymbolCol = None,
     timezone: Timezone = None,
+    calendar: Calendar = None,
     since: Since = None,
     until: Until = None,
     price_scale: PriceScale = DD.price_scale,

@@ -34,3 +34,33 @@ def readme_run(tmp_path_factory, daily_path) -> dict[str, Any]:
     finally:
         os.chdir(before)
     return namespace
+
+
+@pytest.fixture(scope="session")
+def intraday_run(tmp_path_factory) -> tuple[Path, Any]:
+    """(run directory, bars frame) of a tiny untrained model on the bundled 1-minute sample through Friday
+    2024-02-23 (every default option: the CME grid, the time-of-day profile), and those bars as a frame with the
+    columns a bars file has (one series, ES). The stream's inputs and the grid do not depend on the weights."""
+    import polars as pl
+    import torch
+
+    from foxhunt.data.config import DataConfig
+    from foxhunt.data.load import load_bars
+    from foxhunt.data.prepare import prepare_data
+    from foxhunt.data.sample_path import bundled_sample_path
+    from foxhunt.model.config import ModelConfig
+    from foxhunt.model.tft import TemporalFusionTransformer
+    from foxhunt.train.checkpoint import save_model_json, save_weights, state_to_cpu
+
+    run = tmp_path_factory.mktemp("intraday_run")
+    cfg = DataConfig(paths=(str(bundled_sample_path()),), until="2024-02-24")
+    data = prepare_data(cfg)
+    torch.manual_seed(0)
+    mcfg = ModelConfig(hidden_size=4, attention_heads=1, encoder_length=cfg.encoder_length, horizon=cfg.horizon)
+    model = TemporalFusionTransformer(data.schema.sizes, mcfg)
+    save_model_json(run / "model.json", mcfg, data.schema, data.transform, cfg, sum(p.numel() for p in model.parameters()))
+    save_weights(run / "model.safetensors", state_to_cpu(model))
+    bars = load_bars(cfg).bars.select(pl.col("ts").alias("ts_event"), pl.col("series").alias("symbol"),
+                                      pl.col("own_close").alias("open"), pl.col("own_high").alias("high"),
+                                      pl.col("own_low").alias("low"), pl.col("own_close").alias("close"), "volume")
+    return run, bars

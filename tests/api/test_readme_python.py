@@ -29,7 +29,8 @@ def test_readme_code_trains_and_forecasts(readme_run):
     assert live["symbol"].to_list() == ["ES"] * 3 + ["NQ"] * 3
     assert live["horizon"].to_list() == [1, 2, 3] * 2
     assert live["origin"].dt.date().unique().to_list() == [readme_run["bars"]["timestamp"].max().date()]
-    assert live["target_time"].is_null().all() and live["actual"].is_null().all()
+    assert live["actual"].is_null().all()  # live: target_time is the grid's, the weekdays after Mon 2024-12-09
+    assert live["target_time"].dt.date().to_list() == [dt.date(2024, 12, d) for d in (10, 11, 12)] * 2
     assert readme_run["tail"].equals(live)  # the fixture is shorter than the history predict_parquet reads
     assert not readme_run["raw"].equals(live)  # the calibration moved the quantiles
     assert forecast.columns == COLUMNS and forecast["symbol"].to_list() == ["ES"] * 3

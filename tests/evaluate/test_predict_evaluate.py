@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import numpy as np
@@ -40,7 +41,9 @@ def test_predict_writes_one_row_per_series_origin_horizon(model_dir, daily, tmp_
     assert fc.group_by("symbol").agg(pl.col("origin").n_unique())["origin"].to_list() == [284, 284]
     assert (fc["p10"] <= fc["p50"]).all() and (fc["p50"] <= fc["p90"]).all()
     last = fc.filter(pl.col("origin") == pl.col("origin").max())
-    assert last["actual"].is_null().all() and last["target_time"].is_null().all()  # the live forecast
+    assert last["actual"].is_null().all()  # the live forecast: its steps' times are the grid's, the next weekdays
+    assert last.sort("symbol", "horizon")["target_time"].dt.date().to_list() == [
+        dt.date(2024, 12, 10), dt.date(2024, 12, 11), dt.date(2024, 12, 12)] * 2
     inside = fc.filter(pl.col("actual").is_not_null())
     assert (inside["target_time"] > inside["origin"]).all()
     # actual is the realised log return of the target bar

@@ -19,7 +19,7 @@ import pyarrow as pa
 import torch
 
 from foxhunt.api.bars import FRAME_NAME, as_polars, parquet_tail, stream_bars
-from foxhunt.api.stream import StreamState
+from foxhunt.api.stream import StreamState, parse_gap
 from foxhunt.api.traced import BatchForward, LiveForward, live_forward
 from foxhunt.data.batch import Batch
 from foxhunt.data.features import raw_features
@@ -43,6 +43,7 @@ class LiveForecast:
     origin_ns: np.ndarray  # (B,) int64 UTC ns of each series' new bar (the forecast origin)
     quantiles: np.ndarray  # (B, D, Q) float32 forecasts in the target's units, sorted along Q; D = horizon
     levels: tuple[float, ...]  # (Q,) the quantile levels
+    target_ns: np.ndarray  # (B, D) int64 UTC ns of each step: the forecast grid after the origin (`predict`'s)
 
 
 class Forecaster:
@@ -100,7 +101,8 @@ class Forecaster:
         """Forecast the latest window of every series in `df` (polars or pandas; the columns a bars file has: a time
         column, open high low close volume, optionally a symbol), read as `foxhunt predict` reads a file with the
         model's own options. Returns `foxhunt predict`'s rows for each series' last bar: symbol, origin, horizon,
-        target_time (null: the live forecast), one column per quantile (calibrated unless `calibrated=False`),
+        target_time (the forecast grid's time of each step: the bars' spacing from the origin, skipping the closures
+        the grid knows, see data/calendar.future_timestamps), one column per quantile (calibrated unless `calibrated=False`),
         actual (null). Also restarts the `update` stream of these series from this history."""
         frame = as_polars(df)
         cfg = _predict.prediction_config(self._lm, (FRAME_NAME,))
@@ -121,31 +123,36 @@ class Forecaster:
         frame = parquet_tail(path, self.history_bars, self._lm.data_cfg.symbol_col)
         return self.predict(frame, calibrated)
 
-    def update(self, bar: Any, calibrated: bool = True) -> pl.DataFrame:
+    def update(self, bar: Any, calibrated: bool = True, max_gap: Any = None) -> pl.DataFrame:
         """Append one new bar per series (a dict, or a frame with one row per series) and forecast each of those
         series from its last E bars; the rows of `predict` on the same history, for the series with a full encoder
         (a series `predict` never saw starts from its first bar). A bar continues its series' contract: a roll needs
-        `predict` on bars through it. `update_arrays` is the same forecast without building a frame."""
-        live = self.update_arrays(bar, calibrated)
+        `predict` on bars through it. `update_arrays` is the same forecast without building a frame.
+
+        A bar that comes more than 3 days after the bar the forecast grid expected next (weekends and the daily
+        halt are not gaps) is said once, as a warning: the series' state is carried across the gap, as `predict`
+        carries it on such a history. `max_gap` (a datetime.timedelta, or text like "36h", "3d") refuses, with
+        an InputError and the state untouched, a bar that comes more than that after the expected one."""
+        live = self.update_arrays(bar, calibrated, max_gap)
         n = len(live.symbols)
         fb = _predict.ForecastBatch(
             series=np.arange(n), window=np.arange(n), origin_ns=live.origin_ns,
-            target_ns=np.full((n, self.horizon), -1), quantiles=live.quantiles,
+            target_ns=live.target_ns, quantiles=live.quantiles,
             actual=np.full((n, self.horizon), np.nan),
             filled=np.zeros((n, self.horizon), bool) if "filled" in self._stream.observed else None)
         out = pl.from_arrow(_predict.forecast_table(fb, live.symbols, self.quantiles))
         assert isinstance(out, pl.DataFrame)
         return out
 
-    def update_arrays(self, bar: Any, calibrated: bool = True) -> LiveForecast:
+    def update_arrays(self, bar: Any, calibrated: bool = True, max_gap: Any = None) -> LiveForecast:
         """`update` for a live loop: the same forecasts as numpy arrays, with no frame built (about 0.4 ms less per
         call at batch 1: 0.5 ms in all for the default model on one core). Series without a full encoder yet are
         left out, as in `update`. Not thread-safe: the running state and the model's input buffers are reused
-        across calls, so give each thread its own Forecaster."""
+        across calls, so give each thread its own Forecaster. `max_gap`: as in `update`."""
         st = self._stream
-        ready = st.ready(self._step(bar))
+        ready = st.ready(self._step(bar, parse_gap(max_gap)))
         q, _, origin = self._forecast_rows(ready, calibrated)
-        return LiveForecast(tuple(st.names[i] for i in ready), origin, q, self.quantiles)
+        return LiveForecast(tuple(st.names[i] for i in ready), origin, q, self.quantiles, st.targets(ready))
 
     def write_forecasts(self, paths: tuple[str, ...], out: Path, start: str | None = None, end: str | None = None,
                         batch_size: int = 1024, calibrated: bool = True, features: Path | None = None
@@ -181,12 +188,12 @@ class Forecaster:
         real = w.real  # (N + S*D,) the loaded bars, in their order; appended future rows are not
         self._stream.prime(feats, w.cont[real].numpy(), w.center[real].numpy(), w.scale[real].numpy())
 
-    def _step(self, bar: Any) -> list[int]:
+    def _step(self, bar: Any, max_gap_ns: int | None = None) -> list[int]:
         """Parse `bar` and advance the stream; the state rows of its series (B,)."""
         st = self._stream
         only = st.names[0] if len(st.names) == 1 else None
         b = stream_bars(bar, st.series_of, only, self._lm.data_cfg.timezone)
-        return st.step(b.names, b.contracts, b.ts_ns, b.ohlcv, b.filled)
+        return st.step(b.names, b.contracts, b.ts_ns, b.ohlcv, b.filled, max_gap_ns)
 
     def live_inputs(self, rows: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The model's inputs for the live windows of stream rows `rows` (B,): series codes (B,), each window's own

@@ -77,9 +77,16 @@ class KnownGrid:
         assert s.profile is not None
         return float(s.profile[s.row[ts]])
 
+    def steps(self, ts: int, n: int) -> list[int]:
+        """The n grid timestamps after origin ts, walked a step at a time: `future_timestamps(ts, step, n)[0]`
+        (the forecast steps' times, and where their known inputs are read)."""
+        out = []
+        for _ in range(n):  # n steps, each a dict look-up
+            ts = self._find(ts, "next").next[ts]
+            out.append(ts)
+        return out
+
     def decoder(self, ts: int, out: np.ndarray) -> None:
         """Write the known inputs of the D forecast steps after origin ts into `out` (D, Kr)."""
-        for k in range(out.shape[0]):  # D steps, each a dict look-up
-            s = self._find(ts, "next")
-            ts = s.next[ts]
-            out[k] = self.known(ts)
+        for k, t in enumerate(self.steps(ts, out.shape[0])):
+            out[k] = self.known(t)

@@ -16,7 +16,10 @@ columns, then observed ones, as `WindowedData.cont`), Kr known continuous column
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
 import math
+import re
 
 import numpy as np
 import polars as pl
@@ -24,10 +27,21 @@ import polars as pl
 from foxhunt.api.known_grid import KnownGrid
 from foxhunt.data.features import RETURN_TARGETS, SEASON_OBSERVED, STANDARDIZED, VOL_OBSERVED, move_columns
 from foxhunt.data.known import known_columns
+from foxhunt.data.load import bar_interval
 from foxhunt.data.prepare import UNKNOWN_SERIES, FittedTransform
 from foxhunt.data.scaling import FAST_SLOW, VOL_FLOOR, ewma_alpha, observed_names
 from foxhunt.data.seasonality import profile_at
 from foxhunt.errors import InputError
+
+log = logging.getLogger("foxhunt.api")
+
+DAY_NS = 86_400 * 10**9
+# A bar this long after the one the grid expected next (the grid skips weekends and the daily halt, not holidays)
+# is said once: a holiday closes a session or two (at most a day past the grid; NYSE's longest closure since 1933,
+# after 9/11, was four sessions), so 3 days past it means a stale stream (a feed down, a state restored from
+# months ago), not a market closure. Bars coarser than daily: 3 of their own steps.
+GAP_WARN_NS = 3 * DAY_NS
+GAP_WARN_STEPS = 3
 
 # EWMA states per series, by the halflife factor they run at (1: the trailing volatility; 1/4, 4: --vol-features'
 # fast and slow ones), plus the deseasonalized one and the log_range mean / mean square of (volatility, returns).
@@ -192,10 +206,12 @@ class StreamState:
 
     # -- one bar per series ------------------------------------------------------------------------------------
     def step(self, names: list[str], contracts: list[str | None], ts_ns: list[int], ohlcv: list[list[float]],
-             filled: list[bool]) -> list[int]:
+             filled: list[bool], max_gap_ns: int | None = None) -> list[int]:
         """Append one bar to each series `names` (B,): times (B,) ns after the series' last bar, ohlcv (B, 5)
         open high low close volume, filled (B,). Returns their state rows (B,). Every bar is checked before any
-        series moves, so a refused call leaves the state as it was.
+        series moves, so a refused call leaves the state as it was. A bar more than `max_gap_ns` after the bar
+        the grid expected next (`gap_ns`) is refused; one more than `gap_warn_ns` after it is said once (a warning
+        for the call): its series' state is carried across the gap, as `predict` would carry it on that history.
 
         The work is a few dozen float operations per series, done on Python floats one series at a time: a numpy
         call costs about a microsecond whatever its size, so for the handful of series of a live call scalar math
@@ -207,6 +223,7 @@ class StreamState:
         rows = self._rows_for(names).tolist()
         for i, r in enumerate(rows):
             self._check(r, names[i], contracts[i], ts_ns[i], ohlcv[i])
+        self._check_gaps(rows, names, ts_ns, max_gap_ns)
         for i, r in enumerate(rows):
             self._advance(r, ts_ns[i], ohlcv[i], filled[i])
             if contracts[i] is not None and contracts[i] != self.contract[r]:
@@ -226,6 +243,46 @@ class StreamState:
         if not first and contract is not None and old is not None and contract != old:
             raise InputError(f"update: series {name!r} rolls from {old} to {contract}; a roll needs both "
                              "contracts' prices: call predict(history) with bars through the roll, then update")
+
+    @property
+    def gap_warn_ns(self) -> int:
+        """How far past the grid's next bar a bar may come before `step` says its state crossed a gap."""
+        return max(GAP_WARN_NS, GAP_WARN_STEPS * self.known_grid.step)
+
+    def gap_ns(self, r: int, ts: int) -> tuple[int, int]:
+        """(ns from the bar the grid expected next after series r's last bar to a bar at ts (0 when not later),
+        that expected bar's time). Weekends and the daily halt are not gaps: the grid skips them."""
+        due = self.known_grid.steps(int(self.ts[r]), 1)[0]
+        return max(0, ts - due), due
+
+    def _check_gaps(self, rows: list[int], names: list[str], ts_ns: list[int], max_gap_ns: int | None) -> None:
+        """Refuse a bar past `max_gap_ns`; say once for the call which bars came past `gap_warn_ns`."""
+        over = []  # (gap, name, ts, due) of the bars past the warning's threshold
+        for r, name, ts in zip(rows, names, ts_ns, strict=True):
+            if self.n[r] == 0:  # a series' first bar: nothing carried
+                continue
+            gap, due = self.gap_ns(r, ts)
+            what = (f"the bar of {name!r} at {_stamp(ts)} comes {_duration(gap)} after the bar the grid expected "
+                    f"next ({_stamp(due)}; {bar_interval(self.known_grid.step)} bars)")
+            if max_gap_ns is not None and gap > max_gap_ns:
+                raise InputError(f"update: {what}, past max_gap {_duration(max_gap_ns)}; call predict(history) "
+                                 "with the bars in between to restart the series, or raise max_gap")
+            if gap > self.gap_warn_ns:
+                over.append((gap, what))
+        if over:
+            over.sort(reverse=True)
+            more = f" (and {len(over) - 1} more series)" if len(over) > 1 else ""
+            log.warning("update: %s%s: the running state (trailing volatilities, the last %d bars) was carried "
+                        "across the gap, which the forecast reads as one bar; call predict(history) with the bars "
+                        "in between to restart it, or pass max_gap= to refuse such bars", over[0][1], more, self.e)
+
+    def targets(self, rows: list[int]) -> np.ndarray:
+        """(B, D) int64 UTC ns of the D forecast steps after the last bar of each series `rows`: the grid's times,
+        as `predict` gives them for its live origins (`future_timestamps` of the origin)."""
+        out = np.empty((len(rows), self.d), np.int64)
+        for i, r in enumerate(rows):
+            out[i] = self.known_grid.steps(int(self.ts[r]), self.d)
+        return out
 
     def _advance(self, r: int, ts: int, ohlcv: list[float], filled: bool) -> None:
         """Step every EWMA of series r once (scaling.trailing's recursion) and write the bar's input row (known,
@@ -348,3 +405,40 @@ def _floored(v: float, floor: float) -> float:
     """np.maximum(np.sqrt(v), floor) of floats: nan stays nan."""
     s = math.sqrt(v) if v >= 0 else math.nan
     return s if s >= floor or s != s else floor
+
+
+def _stamp(ts: int) -> str:
+    return f"{np.datetime64(int(ts) // 10**9, 's')}Z"
+
+
+def _duration(ns: int) -> str:
+    """A span for people: '277.0 days', '5.5 hours', '3 minutes', '40 seconds'."""
+    for unit, size in (("day", DAY_NS), ("hour", 3600 * 10**9), ("minute", 60 * 10**9)):
+        if ns >= size:
+            n = ns / size
+            text = f"{n:.0f}" if n == int(n) else f"{n:.1f}"
+            return f"{text} {unit}{'' if text == '1' else 's'}"
+    return f"{ns / 1e9:g} seconds"
+
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(w|d|h|m|min|s)\s*")
+_UNIT_NS = {"w": 7 * DAY_NS, "d": DAY_NS, "h": 3600 * 10**9, "m": 60 * 10**9, "min": 60 * 10**9, "s": 10**9}
+
+
+def parse_gap(value: object) -> int | None:
+    """`max_gap` as ns: a datetime.timedelta (pandas' Timedelta too), a numpy timedelta64, or text like "36h",
+    "3d", "2w", "90m" / "90min", "45s"; None: no limit."""
+    if value is None:
+        return None
+    if isinstance(value, dt.timedelta):
+        ns = value // dt.timedelta(microseconds=1) * 1000
+    elif isinstance(value, np.timedelta64):
+        ns = int(value.astype("timedelta64[ns]").astype(np.int64))
+    elif isinstance(value, str) and (m := _DURATION.fullmatch(value)):
+        ns = int(float(m.group(1)) * _UNIT_NS[m.group(2)])
+    else:
+        raise InputError(f"max_gap {value!r} is not a duration; pass a datetime.timedelta or text like '3d', '36h', "
+                         "'90m'")
+    if ns <= 0:
+        raise InputError(f"max_gap {value!r} must be positive")
+    return int(ns)

@@ -56,8 +56,11 @@ class DataConfig:
     seasonality: bool = True
     calendar_features: bool = False  # CME Globex Equity session features (needs the `calendars` extra)
     fill_gaps: bool = False  # intraday: missing grid bars inside a session become flagged zero-volume bars (fill.py)
-    exchange_tz: str = "America/Chicago"
+    exchange_tz: str = "America/Chicago"  # with `calendar`: the calendar's zone
     timezone: str | None = None  # zone of naive timestamps (None: UTC, checked against the session grid)
+    # A pandas-market-calendars name, or 24/7 (no package needed): every bar's session in the closed-bars check, and
+    # (its zone) the exchange zone of the halt, the time-of-day inputs and the forecast grid. None: per root.
+    calendar: str | None = None
     price_scale: float = 1.0  # every price is divided by it (100: a generic file of integer cents)
     # A feature store written by `foxhunt prepare` (data/store): the prepared data are mapped from it instead of
     # being computed from `paths` (the files it was prepared from). Does not shape the data.
@@ -90,6 +93,10 @@ class DataConfig:
                 ZoneInfo(self.timezone)
             except (ZoneInfoNotFoundError, ValueError):
                 bad(f"--timezone {self.timezone!r} is not a time zone; use an IANA name like America/Chicago or UTC")
+        if self.calendar is not None:
+            from foxhunt.data.sessions import calendar_session  # raises naming --calendar
+
+            object.__setattr__(self, "exchange_tz", calendar_session(self.calendar).tz)  # derived: set once here
         if self.since is not None or self.until is not None:
             from foxhunt.data.partitions import TimeBounds  # raises naming --since / --until
 

@@ -192,7 +192,7 @@ def _checks(df: pl.DataFrame, files: list[dict], paths: list[str], cfg: DataConf
     """The checks of parsed bars that only read them: (bar spacing in ns, from `spaced`; `check_session_grid`'s
     report entries); raises InputError for bars a user must fix. `trim`: as `_spacing`'s."""
     step = spaced.result()
-    grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step, runs=runs)
+    grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step, runs=runs, calendar=cfg.calendar)
     if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
         check_ratio_adjust(df, paths, where=pl.col("root").is_not_null())
     heap.trim(trim)

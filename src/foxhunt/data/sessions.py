@@ -5,7 +5,8 @@ A session for trade date d opens at `open_min` (minutes after local midnight) on
 between them lies the daily halt, and from Friday's close to Sunday's open the weekend. The sessions come from
 pandas-market-calendars (`pip install 'foxhunt[calendars]'`) through `ROOT_CALENDARS`, read once per install of it
 (`calendar_sessions`); without the package, or for a root not in the table, every root gets the CME Globex equity
-session, 17:00-16:00 America/Chicago (`CME_EQUITY`).
+session, 17:00-16:00 America/Chicago (`CME_EQUITY`). `--calendar NAME` (`calendar_session`) gives every bar the one
+session of a pandas-market-calendars calendar instead; `24/7` (`ALWAYS_OPEN`) needs no package: it never closes.
 """
 
 from __future__ import annotations
@@ -38,16 +39,26 @@ DAY_NS = DAY_MIN * MIN_NS
 class Session:
     calendar: str  # the pandas-market-calendars name, or "default"
     tz: str
-    open_min: int  # the next trade date's session opens this many minutes after local midnight
-    close_min: int  # and the current one closes at this minute
+    open_min: int  # a trade date's session opens this many minutes after local midnight of day `open_day`
+    close_min: int  # and closes at this minute of day `close_day`
+    open_day: int = -1  # relative to the trade date: -1, the evening before (CME Globex); 0 the same day (NYSE)
+    close_day: int = 0  # 1: the next midnight (a 24-hour session)
+    weekdays: tuple[int, ...] = (0, 1, 2, 3, 4)  # the trade dates' weekdays, Monday 0
 
     @property
     def shift_min(self) -> int:
         """Minutes to add to a local time so that its date is the trade date (17:00 open: 7 h)."""
-        return (DAY_MIN - self.open_min) % DAY_MIN
+        return -self.open_day * DAY_MIN - self.open_min  # the open is the trade date's midnight
+
+    @property
+    def always_open(self) -> bool:
+        """No minute of the week is closed (24/7)."""
+        length = (self.close_day - self.open_day) * DAY_MIN + self.close_min - self.open_min
+        return len(self.weekdays) == 7 and length >= DAY_MIN
 
 
 CME_EQUITY = Session("default", "America/Chicago", 17 * 60, 16 * 60)
+ALWAYS_OPEN = Session("24/7", "UTC", 0, 0, open_day=0, close_day=1, weekdays=(0, 1, 2, 3, 4, 5, 6))
 
 _EQUITY = ("ES", "MES", "NQ", "MNQ", "YM", "MYM", "RTY", "M2K", "EMD")
 _ENERGY = ("CL", "MCL", "QM", "NG", "QG", "RB", "HO")
@@ -92,7 +103,7 @@ def calendar_sessions() -> dict[str, Session] | None:
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
         if saved["key"] == key and sorted(saved["sessions"]) == names:
-            return {n: Session(**saved["sessions"][n]) for n in names}
+            return {n: _session_of(saved["sessions"][n]) for n in names}
     except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: read the calendars
         pass
     try:
@@ -103,6 +114,11 @@ def calendar_sessions() -> dict[str, Session] | None:
     with contextlib.suppress(OSError):  # a read-only home only costs the next run the import
         write_json(path, {"key": key, "sessions": {n: asdict(t) for n, t in sessions.items()}})
     return sessions
+
+
+def _session_of(saved: dict) -> Session:
+    """A Session read back from JSON (its weekdays come back as a list; saved before they existed: Monday-Friday)."""
+    return Session(**{**saved, "weekdays": tuple(saved.get("weekdays", Session.weekdays))})
 
 
 def _package_key() -> str | None:
@@ -122,8 +138,36 @@ def _package_key() -> str | None:
 
 def _latest_session(name: str, cal: Any) -> Session:
     times = cal.regular_market_times
-    opens, closes = times["market_open"][-1][1], times["market_close"][-1][1]  # the latest rule of each
-    return Session(name, str(cal.tz), opens.hour * 60 + opens.minute, closes.hour * 60 + closes.minute)
+    opens, closes = times["market_open"][-1], times["market_close"][-1]  # the latest rule of each
+    days = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+    mask = str(getattr(cal, "weekmask", "Mon Tue Wed Thu Fri")).split()
+    return Session(name, str(cal.tz), opens[1].hour * 60 + opens[1].minute, closes[1].hour * 60 + closes[1].minute,
+                   open_day=opens[2] if len(opens) > 2 else 0, close_day=closes[2] if len(closes) > 2 else 0,
+                   weekdays=tuple(i for i, d in enumerate(days) if d in mask))
+
+
+CALENDAR_LIST = "python -c \"import pandas_market_calendars as m; print(m.get_calendar_names())\""
+
+
+def calendar_session(name: str) -> Session:
+    """The session of `--calendar NAME`: 24/7 without any package, else the pandas-market-calendars calendar's
+    latest regular hours. One line naming the option when the package is missing or the name is unknown."""
+    if name == ALWAYS_OPEN.calendar:
+        return ALWAYS_OPEN
+    return _named_session(name)
+
+
+@cache
+def _named_session(name: str) -> Session:
+    try:
+        import pandas_market_calendars as mcal
+    except ImportError:
+        raise InputError(f"--calendar {name!r} needs pandas-market-calendars: pip install 'foxhunt[calendars]' "
+                         "(--calendar 24/7 needs nothing)") from None
+    if name not in mcal.get_calendar_names():
+        raise InputError(f"--calendar {name!r} is not a pandas-market-calendars name (e.g. 24/7, CME Globex Equity, "
+                         f"XNYS); list them with {CALENDAR_LIST}")
+    return _latest_session(name, mcal.get_calendar(name))
 
 
 def _per_root(root: pl.Expr, field: str) -> pl.Expr:
@@ -142,7 +186,8 @@ CLOSED_CHUNK = 1 << 18  # bars whose exchange time closed_share takes at a time
 WEEK_MIN = 7 * DAY_MIN
 
 
-def closed_share(df: pl.DataFrame, exchange_tz: str, runs: np.ndarray | None = None) -> float:
+def closed_share(df: pl.DataFrame, exchange_tz: str, runs: np.ndarray | None = None,
+                 session: Session | None = None) -> float:
     """Share of bars stamped strictly inside a closed period of their root's session: the daily halt or the weekend.
 
     `df` has columns ts (UTC) and root (null for plain symbols, which are looked up by their symbol). Real bars stamped
@@ -151,10 +196,12 @@ def closed_share(df: pl.DataFrame, exchange_tz: str, runs: np.ndarray | None = N
     Whether a minute is closed depends only on the session and the minute of the week, so the bars are counted by
     (session, minute of the week) and the counts read against a table of the week's closed minutes per session.
     `runs` (R,): the first row of each run of one symbol, when the caller has them (see `_sessions_by_run`).
+    `session`: every bar's (`--calendar`), instead of its root's.
     """
-    if df.height == 0:
+    if df.height == 0 or (session is not None and session.always_open):
         return 0.0
-    sessions, kind = _sessions_by_run(df, runs)  # (S,) distinct sessions, (N,) each bar's (None: all the first)
+    # (S,) distinct sessions, (N,) each bar's (None: all the first)
+    sessions, kind = ([session], None) if session is not None else _sessions_by_run(df, runs)
     closed_minutes = np.concatenate([_closed_minutes(t) for t in sessions])  # (S * WEEK_MIN,)
     ts = df.get_column("ts").dt.epoch("ns").to_numpy()
     counts = np.zeros(len(closed_minutes), dtype=np.int64)
@@ -229,13 +276,14 @@ def _sessions_by_run(df: pl.DataFrame, runs: np.ndarray | None = None) -> tuple[
 
 
 def _closed_minutes(session: Session) -> np.ndarray:
-    """(WEEK_MIN,) bool: minutes of the week (Monday 00:00 = 0) strictly inside the session's daily halt or weekend."""
-    week = np.arange(WEEK_MIN)
-    minute, weekday = week % DAY_MIN, week // DAY_MIN + 1  # Monday 1 .. Sunday 7, as polars counts
-    open_, close = session.open_min, session.close_min
-    halt = (minute > close) & (minute < open_)
-    weekend = (weekday == 6) | ((weekday == 5) & (minute > close)) | ((weekday == 7) & (minute < open_))
-    return halt | weekend
+    """(WEEK_MIN,) bool: minutes of the week (Monday 00:00 = 0) strictly inside the session's daily halt or weekend:
+    in no trade date's session, its open and close minutes counted open (bars stamped at either end are real)."""
+    open_ = np.zeros(WEEK_MIN, dtype=bool)
+    for day in session.weekdays:
+        start = (day + session.open_day) * DAY_MIN + session.open_min
+        end = (day + session.close_day) * DAY_MIN + session.close_min
+        open_[np.arange(start, end + 1) % WEEK_MIN] = True
+    return ~open_
 
 
 CLOSED_LIMIT = 0.01  # bars strictly inside closed periods above this share: the timestamps are shifted
@@ -245,15 +293,16 @@ INTRADAY_MAX_NS = 20 * 3600 * 10**9  # median spacing below this: intraday bars 
 
 def check_session_grid(
     df: pl.DataFrame, files: list[dict], timezone: str | None, exchange_tz: str, step_ns: float | None,
-    *, runs: np.ndarray | None = None,
+    *, runs: np.ndarray | None = None, calendar: str | None = None,
 ) -> dict:
-    """Check intraday bars against their roots' session grid; returns {timezone, closed_share} for the load report.
+    """Check intraday bars against their roots' session grid (or `calendar`'s, `--calendar`, for every bar);
+    returns {timezone, closed_share} for the load report.
 
     `df` has ts, symbol and root; `step_ns` is the median bar spacing (None without two bars of one instrument);
     `files` the read stage's entries (path, timestamps); `runs` (R,) the first row of each run of one symbol, when
-    the caller has them. With naive
-    timestamps and no `timezone` given, a closed share above CLOSED_LIMIT stops the run (they are most likely local
-    exchange times read as UTC); otherwise it is a warning. closed_share is None for daily or coarser bars.
+    the caller has them. With naive timestamps and no `timezone` given, a closed share above CLOSED_LIMIT stops
+    the run (they are most likely local exchange times read as UTC, or bars of a market with other hours than
+    the exchange's); otherwise it is a warning. closed_share is None for daily or coarser bars.
     """
     naive = [f["path"] for f in files if f.get("timestamps") == "naive"]
     zone = timezone or "UTC"
@@ -262,16 +311,30 @@ def check_session_grid(
     used = f"{zone} (naive timestamps)" if naive else f"UTC ({written or 'timestamps with a zone'})"
     if step_ns is None or step_ns >= INTRADAY_MAX_NS:
         return {"timezone": used, "closed_share": None}
-    share = closed_share(df, exchange_tz, runs)
+    session = calendar_session(calendar) if calendar is not None else None
+    share = closed_share(df, exchange_tz, runs, session)
     if share > CLOSED_LIMIT:
-        what = (
-            f"{100 * share:.1f}% of the bars fall where the exchange is closed (the daily halt or the weekend,"
-            f" {exchange_tz} time)"
-        )
+        where = f"the {calendar} calendar is closed" if calendar is not None else "the exchange is closed"
+        what = f"{100 * share:.1f}% of the bars fall where {where} (the daily halt or the weekend, {exchange_tz} time)"
+        hint = _calendar_hint(df, calendar)
         if naive and timezone is None:
             raise InputError(
-                f"{naive[0]}: {what} when its naive timestamps are read as UTC; if they are exchange time pass"
-                " --timezone America/Chicago (or the zone they are in), or --timezone UTC to keep them as UTC"
+                f"{naive[0]}: {what} when its naive timestamps are read as UTC; {hint}if they are exchange time "
+                "pass --timezone America/Chicago (or the zone they are in), or --timezone UTC to keep them as UTC"
             )
-        log.warning("%s with timestamps read as %s; check --timezone", what, zone)
+        log.warning("%s with timestamps read as %s; %scheck --timezone", what, zone, hint)
     return {"timezone": used, "closed_share": share}
+
+
+WEEKEND_TRADING = 0.1  # bars on Saturdays (UTC) above this share: a market that trades through the weekend
+
+
+def _calendar_hint(df: pl.DataFrame, calendar: str | None) -> str:
+    """What `--calendar` to try: 24/7 for bars that trade on Saturdays, else a calendar of the market's hours."""
+    saturday = float((df.get_column("ts").dt.weekday() == 6).mean() or 0.0)
+    if saturday > WEEKEND_TRADING and calendar != ALWAYS_OPEN.calendar:
+        return (f"{100 * saturday:.0f}% of them are on Saturdays: for a market that never closes pass --calendar "
+                "24/7; ")
+    other = "another" if calendar is None else "the right"
+    return (f"if they follow {other} market's hours pass --calendar NAME (a pandas-market-calendars name, e.g. 24/7, "
+            "XNYS, CME Globex Equity); ")

@@ -64,7 +64,7 @@ class ForecastBatch:
     series: np.ndarray  # (B,) index into windows.series_names
     window: np.ndarray  # (B,) window ids
     origin_ns: np.ndarray  # (B,)
-    target_ns: np.ndarray  # (B, D), -1 beyond the data
+    target_ns: np.ndarray  # (B, D) the forecast bars' times; beyond the data the grid's (future_timestamps)
     quantiles: np.ndarray  # (B, D, Q) in the target's own units, sorted along Q; calibrated when `raw` is set
     actual: np.ndarray  # (B, D), NaN beyond the data
     filled: np.ndarray | None = None  # (B, D) bool: the actual is a --fill-gaps bar (no trade); None without it
@@ -267,7 +267,8 @@ class Forecaster:
             series=w.series_index(chunk).numpy(),
             window=chunk.numpy(),
             origin_ns=w.origin_ns(chunk).numpy(),
-            target_ns=w.target_ns(chunk).numpy(),
+            # beyond the data (the live forecast), the rows appended on the forecast grid: step k's time is known
+            target_ns=w.target_ns(chunk, extrapolated=True).numpy(),
             quantiles=q if cal is None else cal.astype(np.float32),
             actual=w.actual(chunk).numpy().astype(np.float64),
             filled=None if fill_col is None else (w.at_targets(chunk, fill_col) > 0.5).numpy(),
