@@ -3,7 +3,9 @@
 One 2-process run serves every test here (launching torchrun costs three torch imports): rank 1 alone runs out of
 memory at step 3, then kills itself with SIGKILL at step 13, one step after a checkpoint inside epoch 3 (injected
 faults). So the same run shows that the ranks climb the out-of-memory ladder together, that rank 0 exits on its own
-with a message when its peer dies, and that its checkpoint, counted in global batches, resumes in one process.
+with a message when its peer dies, and that its checkpoint, counted in global batches, resumes in one process. That
+run splits evenly; a second one (below) splits unevenly, so that rank 1 has no windows on each epoch's last step and
+none to validate, is killed on such a step and resumed there on 2 ranks.
 
 Tolerance: the two runs do the same arithmetic except for float32 summation order. The loss of a step is the sum of
 two half-batch means weighted 1/2 each instead of one mean, and each gradient is the sum of two partial gradients
@@ -50,17 +52,21 @@ def one(tmp_path_factory, flags) -> Path:
     return run
 
 
+def torchrun(args: list[str], faults: str = "") -> subprocess.CompletedProcess:
+    """`foxhunt train ARGS` on 2 gloo ranks, with FOXHUNT_FAULT_INJECT `faults` armed on rank 1."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1",
+           "FOXHUNT_FAULT_INJECT": faults, "FOXHUNT_FAULT_RANK": "1", "FOXHUNT_DIST_TIMEOUT_S": "60"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", "localhost:0", "-m", "foxhunt", "train", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=REPO)
+
+
 @pytest.fixture(scope="module")
 def two(tmp_path_factory, flags) -> tuple[Path, subprocess.CompletedProcess, float]:
     """2 ranks under torchrun (5 steps an epoch); rank 1 runs out of memory at step 3 and dies at step 13."""
     run = tmp_path_factory.mktemp("two") / "run"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1",
-           "FOXHUNT_FAULT_INJECT": "oom@train:3,sigkill@train:13", "FOXHUNT_FAULT_RANK": "1",
-           "FOXHUNT_DIST_TIMEOUT_S": "60"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", "localhost:0", "-m", "foxhunt", "train", *flags, "--run-dir", str(run)]
     t0 = time.monotonic()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=REPO)
+    done = torchrun([*flags, "--run-dir", str(run)], "oom@train:3,sigkill@train:13")
     return run, done, time.monotonic() - t0
 
 
@@ -112,6 +118,63 @@ def test_a_two_rank_checkpoint_resumes_in_one_process(one, two, tmp_path):
     assert (fit_state["epoch"], fit_state["epoch_batches"], fit_state["global_step"]) == (2, 2, 12)  # in epoch 3
     assert main(["train", "--run-dir", str(run), "--resume", "--no-progress", "--threads", "1"]) == 0
     ref, got = metrics(one), metrics(run)
+    assert len(got) == 3
+    for a, b in zip(ref, got, strict=True):
+        assert_same_epoch(a, b)
+
+
+# An uneven split: 245 training windows in global batches of 122 (61 a rank) leave the third step of each epoch 1
+# window, so rank 1's shard is empty there; the one validation window leaves rank 1 none to validate. The rank with
+# nothing to do must still take part in every collective (series-mask draws, the loss-weight reference, the status
+# and gradient all-reduces, the validation sums, the stop/checkpoint agreement) and add zeros to each.
+UNEVEN_SPLIT = "windows train 245 / val 1 / test 187"
+
+
+@pytest.fixture(scope="module")
+def uneven_flags(tiny_flags, fixtures_dir) -> list[str]:
+    return [*tiny_flags, "--parquet-file", str(fixtures_dir / "es_fut_ohlcv1h_databento.parquet"),
+            "--train-end", "2024-03-05T14:00", "--val-end", "2024-03-05T17:00", "--batch-size", "122",
+            "--epochs", "3", "--patience", "9", "--dropout", "0", "--seed", "3", "--loss-weight", "scale",
+            "--checkpoint-every", "5"]
+
+
+@pytest.fixture(scope="module")
+def uneven_one(tmp_path_factory, uneven_flags) -> Path:
+    run = tmp_path_factory.mktemp("uneven_one") / "run"
+    assert main(["train", *uneven_flags, "--run-dir", str(run)]) == 0
+    return run
+
+
+@pytest.fixture(scope="module")
+def uneven_two(tmp_path_factory, uneven_flags) -> dict:
+    """2 ranks on the uneven split; rank 1 kills itself at step 6 (the 1-window batch of epoch 2, where its shard
+    is empty), one step after a checkpoint; then 2 ranks resume from there, so the resumed run starts on that batch."""
+    run = tmp_path_factory.mktemp("uneven_two") / "run"
+    killed = torchrun([*uneven_flags, "--run-dir", str(run)], "sigkill@train:6")
+    assert "exitcode  : -9" in killed.stderr, killed.stderr[-3000:]  # rank 1 reached step 6 on an empty shard
+    before = {"metrics": metrics(run), "fit_state": json.loads(load_checkpoint(run / "checkpoint.pt")["fit_state"])}
+    resumed = torchrun(["--run-dir", str(run), "--resume", "--no-progress", "--threads", "1"])
+    return {"run": run, "killed": killed, "resumed": resumed, **before}
+
+
+def test_a_rank_without_training_or_validation_windows_still_steps_and_gives_one_process_losses(uneven_one,
+                                                                                                 uneven_two):
+    killed = uneven_two["killed"]
+    assert UNEVEN_SPLIT in killed.stderr
+    assert "rank 0 of 2: another rank stopped or stopped answering" in killed.stderr  # at step 6, not before
+    ref, got = metrics(uneven_one), uneven_two["metrics"]
+    assert len(got) == 1  # epoch 1: its last step and its validation left rank 1 nothing
+    assert_same_epoch(ref[0], got[0])
+
+
+def test_a_resume_onto_a_batch_smaller_than_the_ranks_gives_one_process_losses(uneven_one, uneven_two):
+    state = uneven_two["fit_state"]
+    assert (state["epoch"], state["epoch_batches"], state["global_step"]) == (1, 2, 5)  # next: the 1-window batch
+    resumed = uneven_two["resumed"]
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming at epoch 2, batch 2 (step 5" in resumed.stderr
+    ref, got = metrics(uneven_one), metrics(uneven_two["run"])
+    assert [r["train_samples"] for r in ref] == [245] * 3 and [r["val_samples"] for r in ref] == [3] * 3
     assert len(got) == 3
     for a, b in zip(ref, got, strict=True):
         assert_same_epoch(a, b)

@@ -144,3 +144,28 @@ def test_memory_records_carry_the_maximum_over_ranks_except_rank_local_ones(tmp_
     assert local["host_rss_mb"] < big and local["device_peak_mb"] is None
     written = [json.loads(line) for line in (tmp_path / "memory.jsonl").read_text().splitlines()]
     assert [r["host_rss_mb"] > big for r in written] == [True, False]
+
+
+def test_an_empty_shard_is_a_batch_of_no_windows(fixtures_dir, tmp_path):
+    """A global batch smaller than the ranks leaves a rank no windows: its batch, from memory or from a store, has
+    every per-window field with 0 rows and the shape of a one-window batch otherwise, and the log line of a skipped
+    non-finite step can describe it (the rank joins the step's collectives with it)."""
+    import dataclasses
+
+    from foxhunt.data.config import DataConfig
+    from foxhunt.data.prepare import prepare_data
+    from foxhunt.data.store import open_store, write_store
+    from foxhunt.train.guard import describe_batch
+
+    cfg = DataConfig(paths=(str(fixtures_dir / "es_fut_ohlcv1h_databento.parquet"),), encoder_length=16, horizon=3)
+    data = prepare_data(cfg)
+    write_store(data, cfg, tmp_path / "store")
+    none, one = torch.zeros(0, dtype=torch.int64), data.splits["train"][:1]
+    for windows in (data.windows, open_store(tmp_path / "store").windows):
+        empty, single = windows.batch(none), windows.batch(one)
+        assert len(empty) == 0
+        for f in dataclasses.fields(empty):
+            got, ref = getattr(empty, f.name), getattr(single, f.name)
+            shape = ref.shape if f.name == "pos_cont" else (0, *ref.shape[1:])  # pos_cont: (T, P) whatever B
+            assert (got.dtype, got.shape) == (ref.dtype, shape), f.name
+        assert describe_batch(windows, empty) == "no windows on this rank"

@@ -124,6 +124,7 @@ class WindowedData:
         The target is scaled with center/scale taken at each origin row. Bars are deduplicated separately for the
         encoder and the forecast positions. Forecast positions read the known-input table at the origin's grid
         steps, not the forecast rows: observed values, and the timestamps of the bars that follow, never reach them.
+        `ids` may be empty (a rank's share of a global batch smaller than the ranks): a batch of no windows.
         """
         import torch
 
@@ -135,7 +136,7 @@ class WindowedData:
         enc_rows, enc_index = torch.unique(rows[:, :e], return_inverse=True)  # (Re,), (B, E)
         dec_rows, dec_index = torch.unique(self._known_rows(origin), return_inverse=True)  # (Rd,), (B, D)
         center, scale = self.center.index_select(0, origin), self.scale.index_select(0, origin)  # (B,)
-        raw = self.target_raw.index_select(0, rows[:, e:].reshape(-1)).view(b, -1)  # (B, D)
+        raw = self.target_raw.index_select(0, rows[:, e:].reshape(-1)).view(b, self.horizon)  # (B, D)
         dec_cont = self.known_cont.index_select(0, dec_rows)  # (Rd, Kr)
         dec_cat = self.known_cat.index_select(0, dec_rows)  # (Rd, Kc)
         return Batch(

@@ -133,7 +133,10 @@ class Dist:
         """The distributed sampler: global batches of `batch_size` windows in the order of `ids` (the epoch's
         order, the same on every rank: it depends on the seed and the epoch only), each split into this rank's
         contiguous shard. Yields (this rank's batch, (its offset in the global batch, the global batch's size)).
-        Progress is counted in global batches, so a checkpoint written by N ranks resumes on M."""
+        Progress is counted in global batches, so a checkpoint written by N ranks resumes on M. A global batch
+        smaller than the ranks (an epoch's last: 225 windows in batches of 16 leave 1 for 2 ranks) gives the ranks
+        past its windows an empty shard: a batch of no windows, whose step runs no forward and adds zeros to every
+        all-reduce (train/ddp_step.py), so that each rank still joins each collective and the sums stay exact."""
         for i in range(0, len(ids), batch_size):
             n = min(batch_size, len(ids) - i)
             start, stop = self.shard(n)

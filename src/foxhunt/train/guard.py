@@ -30,6 +30,8 @@ def _iso(ns: int) -> str:
 def describe_batch(windows: WindowedData, batch: Batch) -> str:
     """`series ES.c.0, NQ.c.0; bars 2020-01-02T00:00:00Z .. 2020-01-09T00:00:00Z`: what the batch covers."""
     ids = batch.window.cpu().long()
+    if len(ids) == 0:  # under torchrun, a rank's share of a global batch smaller than the ranks
+        return "no windows on this rank"
     names = sorted({windows.series_names[i] for i in windows.series_index(ids).tolist()})
     first = int(windows.ts_ns[windows.starts[ids]].min())
     last = int(windows.target_ns(ids, extrapolated=True).max())

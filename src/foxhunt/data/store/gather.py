@@ -93,5 +93,7 @@ def pread_batch(windows: WindowedData, readers: dict[str, RowReader], ids: torch
 def _cover(first: np.ndarray, length: int) -> np.ndarray:
     """The sorted distinct rows of the spans [f, f + length) for f in `first`: the union of the spans, vectorized."""
     f = np.unique(first)  # (K,) sorted
+    if len(f) == 0:  # no windows (a rank's empty share of a global batch): no rows
+        return f.astype(np.int64)
     take = np.minimum(np.diff(f, append=f[-1] + length), length)  # (K,) rows of each span before the next begins
     return np.repeat(f, take) + (np.arange(int(take.sum())) - np.repeat(np.cumsum(take) - take, take))
