@@ -7,15 +7,21 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from html import escape
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
 
+from foxhunt.backtest.report import write_backtest_report
+from foxhunt.backtest.run import report_text
 from foxhunt.cli import main
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import prepare_data
+from foxhunt.data.sample_path import DEFAULT_SEED, SAMPLE_VERSION
+from foxhunt.evaluate.report import SIMULATED
+from foxhunt.evaluate.verdict import verdict
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +93,36 @@ def test_backtest_json_scores_model_and_baselines_on_the_same_origins(backtest):
     assert html.count("<img") >= 4 and "q-risk per fold" in html and "roll dates" in html
 
 
+def test_the_report_opens_with_the_verdict_then_what_was_run(backtest, daily_path):
+    """The verdict over both folds' test origins is evaluate's rule on backtest.json's overall scores, and the
+    report's first line; then the backtest in words (no raw options dict) and the data it read."""
+    out, _ = backtest
+    result = json.loads((out / "backtest.json").read_text())
+    overall = result["overall"]
+    want = verdict(overall["model"]["overall"]["q_risk"],
+                   {k: m["overall"]["q_risk"] for k, m in overall["baselines"].items()}, result["quantiles"],
+                   who="Over the 2 test periods, the model")
+    assert result["verdict"]["sentence"] == want.sentence and "baseline" in want.sentence
+    html = (out / "report.html").read_text()
+    assert html[html.index("</h1>"):].replace("\n", "").startswith(f'</h1><p class="claim">{escape(want.sentence)}</p><ul><li>'
+                                                 "walk-forward backtest: 2 folds, each tested on 60d after 60d of "
+                                                 "validation, trained on every bar before (expanding window), a "
+                                                 "model trained at every fold; ")
+    assert f"<li>data: {escape(str(daily_path))}</li>" in html
+    assert "backtest: {" not in html and "simulated" not in html.lower()
+
+
+def test_a_backtest_of_the_bundled_sample_says_it_is_simulated(backtest, tmp_path):
+    out, _ = backtest
+    result = json.loads((out / "backtest.json").read_text())
+    sample = str(tmp_path / f"es_ohlcv1m_sample_v{SAMPLE_VERSION}_seed{DEFAULT_SEED}.parquet")  # the sample's name
+    claim, notes = report_text(result, (sample,))
+    assert claim == [result["verdict"]["sentence"], SIMULATED]
+    assert f"data: {sample} (simulated: the bundled sample)" in notes
+    write_backtest_report(tmp_path / "report.html", result, claim, notes)
+    assert "SIMULATED ES 1-minute bars" in (tmp_path / "report.html").read_text()
+
+
 def test_a_killed_backtest_resumes_at_the_first_unfinished_fold(backtest, capsys):
     out, argv = backtest  # last in the module: it rewrites fold 2
     first = {p: p.stat().st_mtime_ns for p in (out / "fold-01").rglob("*") if p.is_file()}
@@ -96,6 +132,8 @@ def test_a_killed_backtest_resumes_at_the_first_unfinished_fold(backtest, capsys
     err = capsys.readouterr().err
     assert "fold-01: train from the first bar" in err and "(finished)" in err
     assert "fold-02/run, device" in err and "fold-01/run, device" not in err  # one training run: fold 2's
+    assert "fold-02: trained, best epoch 1" in err
+    assert "next:" not in err and "foxhunt evaluate" not in err  # a fold's run is not the user's: no train hints
     assert {p: p.stat().st_mtime_ns for p in (out / "fold-01").rglob("*") if p.is_file()} == first
     assert (out / "fold-02" / "fold.json").exists()
     assert pl.read_parquet(out / "forecasts.parquet").equals(before)  # the same seed trains the same fold 2

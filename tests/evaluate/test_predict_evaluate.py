@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 
 import numpy as np
 import polars as pl
@@ -96,6 +97,21 @@ def test_evaluate_scores_model_and_baselines_on_the_same_origins(model_dir, dail
     assert abs(sum(interp["encoder"].values()) - 1) < 1e-4 and len(interp["attention_by_lag"]) == 3
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") >= 6  # fans, calibration, q-risk, importance, attention, curves, memory
+    assert "simulated" not in html.lower()  # real bars: no word of the bundled sample
+
+
+def test_evaluate_on_the_bundled_sample_says_it_is_simulated(model_dir, daily, tmp_path):
+    """The sample is known by its file name (data/sample_path.py); a file of that name is taken for it."""
+    from foxhunt.data.sample_path import DEFAULT_SEED, SAMPLE_VERSION
+
+    sample = tmp_path / f"es_ohlcv1m_sample_v{SAMPLE_VERSION}_seed{DEFAULT_SEED}.parquet"
+    shutil.copy(daily, sample)
+    out = tmp_path / "eval"
+    assert main(["evaluate", "--model", str(model_dir), "--parquet-file", str(sample), "--start", "2024-07-01",
+                 "--out-dir", str(out)]) == 0
+    html = (out / "report.html").read_text()
+    claim = html[html.index('<p class="claim">'):html.index("</p>", html.index('<p class="claim">'))]
+    assert "SIMULATED ES 1-minute bars" in claim and f"data: {sample} (simulated: the bundled sample)" in html
 
 
 def test_evaluate_can_score_forecasts_written_by_predict(model_dir, daily, tmp_path):

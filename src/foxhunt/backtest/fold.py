@@ -22,6 +22,7 @@ import torch
 
 from foxhunt.atomic import write_json, write_with
 from foxhunt.backtest.folds import Fold, iso
+from foxhunt.console import SHOW
 from foxhunt.data.config import DataConfig
 from foxhunt.evaluate.predict import (
     forecast_calibration,
@@ -77,7 +78,11 @@ def train_fold(fold: Fold, data_cfg: DataConfig, model_cfg: ModelConfig, train_c
         log.info("%s: continuing its killed training run from %s", fold.name, train.run_dir)
     elif Path(train.run_dir).exists():  # killed before its first checkpoint: nothing there to continue from
         shutil.rmtree(train.run_dir)
-    result = train_run(data, model_cfg, train, resume=resume)
+    # final=False: a fold's run is no run of the user's, so not its `next: foxhunt evaluate ...` hints (the backtest
+    # scores the fold itself), one line of how it trained instead
+    result = train_run(data, model_cfg, train, resume=resume, final=False)
+    log.info("%s: trained, best epoch %d (val_loss %.5f); run directory %s", fold.name, result.state.best_epoch,
+             result.state.best_val_loss, train.run_dir, extra=SHOW)
     write_json(marker, {"run_dir": train.run_dir, "best_epoch": result.state.best_epoch,
                         "best_val_loss": result.state.best_val_loss})
     return fold.index

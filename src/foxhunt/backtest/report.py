@@ -65,7 +65,9 @@ def rolls_png(rolls: dict[str, Any]) -> bytes:
     return png_bytes(fig)
 
 
-def write_backtest_report(path: Path, result: dict[str, Any], notes: list[str]) -> None:
+def write_backtest_report(path: Path, result: dict[str, Any], claim: list[str], notes: list[str]) -> None:
+    """report.html: the verdict over every fold's test origins first (`claim`), then what was run (`notes`), the
+    tables and the figures through time."""
     month, overall = result["by_month"], result["overall"]
     images = {
         "q-risk per fold, model vs baselines": fold_qrisk_png(result["folds"]),
@@ -76,7 +78,8 @@ def write_backtest_report(path: Path, result: dict[str, Any], notes: list[str]) 
         "Skill around roll dates": rolls_png(result["around_rolls"]),
     }
     write_report(path, title=f"foxhunt backtest: {result['target']}, {len(result['folds'])} folds",
-                 metrics={"model": overall["model"]}, baselines=overall["baselines"], images=images, notes=notes)
+                 metrics={"model": overall["model"]}, baselines=overall["baselines"], images=images, notes=notes,
+                 claim=claim)
 
 
 def _qrisk_sum(m: dict[str, Any] | None) -> float | None:

@@ -27,6 +27,8 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.features import RETURN_TARGETS
 from foxhunt.data.load import load_bars
 from foxhunt.errors import InputError
+from foxhunt.evaluate.report import SIMULATED, data_note, is_bundled_sample
+from foxhunt.evaluate.verdict import Verdict, verdict
 from foxhunt.model.config import ModelConfig
 from foxhunt.train.config import TrainConfig
 
@@ -58,10 +60,11 @@ def run_backtest(bt: BacktestConfig, data_cfg: DataConfig, model_cfg: ModelConfi
         info["metrics"] = _metrics(arrays, info)
         write_json(fold_io.fold_dir(bt.out_dir, f) / "fold.json", info)
         log.info("%s: %s", f.name, _vs(info["metrics"]), extra=SHOW)
-    return combine(bt, folds, loaded.rolls)
+    return combine(bt, folds, loaded.rolls, data_cfg.paths)
 
 
-def combine(bt: BacktestConfig, folds: list[Fold], rolls: list[dict[str, Any]]) -> dict[str, Any]:
+def combine(bt: BacktestConfig, folds: list[Fold], rolls: list[dict[str, Any]],
+            paths: tuple[str, ...]) -> dict[str, Any]:
     """forecasts.parquet, backtest.json and report.html from the finished folds."""
     infos = [fold_io.load_fold_json(bt.out_dir, f) for f in folds]
     arrays = concat([fold_io.load_scored(bt.out_dir, f) for f in folds])
@@ -69,20 +72,51 @@ def combine(bt: BacktestConfig, folds: list[Fold], rolls: list[dict[str, Any]]) 
     names, qs = tuple(first["series_names"]), tuple(first["quantiles"])
     write_forecasts([fold_io.fold_dir(bt.out_dir, f) / "forecasts.parquet" for f in folds],
                     bt.out_dir / "forecasts.parquet")
+    overall = _metrics(arrays, first)
+    claim = overall_verdict(overall, qs, len(folds))
     result = {
-        "backtest": bt.to_dict(), "target": first["target"], "quantiles": list(qs),
-        "folds": infos, "overall": _metrics(arrays, first),
+        "backtest": bt.to_dict(), "target": first["target"], "quantiles": list(qs), "verdict": claim.to_dict(),
+        "folds": infos, "overall": overall,
         "by_month": monthly(arrays, qs), "around_rolls": around_rolls(arrays, qs, names, rolls),
     }
     write_json(bt.out_dir / "backtest.json", result)
-    notes = [f"fold {i['index']}: test {i['test_start'][:10]} .. {(i['test_end'] or 'end')[:10]}, model of fold "
-             f"{i['model_fold']}, {i['origins']:,} origins: {_vs(i['metrics'])}" for i in infos]
-    write_backtest_report(bt.out_dir / "report.html", result,
-                          [f"backtest: {json.dumps(bt.to_dict())}", *notes])
+    write_backtest_report(bt.out_dir / "report.html", result, *report_text(result, paths))
     log.info("all %d folds: %s", len(folds), _vs(result["overall"]), extra=SHOW)
+    log.info("%s", claim.sentence, extra=FINAL)
     log.info("wrote %s, %s and %s", bt.out_dir / "forecasts.parquet", bt.out_dir / "backtest.json",
              bt.out_dir / "report.html", extra=FINAL)
     return result
+
+
+def report_text(result: dict[str, Any], paths: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(report.html's claim: the verdict, and that the bars are simulated when they are the bundled sample; its notes:
+    what was run, on which data, and each fold's scores) from backtest.json's content."""
+    claim = [result["verdict"]["sentence"], *([SIMULATED] if is_bundled_sample(paths) else [])]
+    infos = result["folds"]
+    notes = [describe_backtest(result["backtest"], infos), data_note(paths),
+             *(f"fold {i['index']}: test {i['test_start'][:10]} .. {(i['test_end'] or 'end')[:10]}, model of fold "
+               f"{i['model_fold']}, {i['origins']:,} origins: {_vs(i['metrics'])}" for i in infos)]
+    return claim, notes
+
+
+def overall_verdict(overall: dict[str, Any], qs: tuple[float, ...], n_folds: int) -> Verdict:
+    """evaluate's verdict (evaluate/verdict.py) on every fold's test origins together."""
+    return verdict(overall["model"]["overall"]["q_risk"],
+                   {k: m["overall"]["q_risk"] for k, m in overall["baselines"].items()}, qs,
+                   who=f"Over the {n_folds} test period{'s' if n_folds != 1 else ''}, the model")
+
+
+def describe_backtest(cfg: dict[str, Any], infos: list[dict[str, Any]]) -> str:
+    """`walk-forward backtest: 2 folds, each tested on 60d after 60d of validation, trained on every bar before
+    (expanding window), a model trained at every fold; 352 origins scored`."""
+    window = ("trained on every bar before (expanding window)" if cfg["window"] == "expanding"
+              else f"trained on the {cfg['train_length']} before (rolling window)")
+    refit = {"every": "a model trained at every fold",
+             "once": "one model, trained at fold 1, forecasts every fold"}.get(str(cfg["refit"]),
+                                                                            f"a model trained every {cfg['refit']} folds")
+    n = len(infos)
+    return (f"walk-forward backtest: {n} fold{'s' if n != 1 else ''}, each tested on {cfg['test_length']} after "
+            f"{cfg['val_length']} of validation, {window}, {refit}; {sum(i['origins'] for i in infos):,} origins scored")
 
 
 def _day(ns: int | None) -> str:

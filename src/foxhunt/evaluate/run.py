@@ -35,7 +35,7 @@ from foxhunt.evaluate.predict import (
     store_for_model,
     write_forecasts,
 )
-from foxhunt.evaluate.report import write_report
+from foxhunt.evaluate.report import SIMULATED, data_note, is_bundled_sample, write_report
 from foxhunt.evaluate.scored import Scored, from_batch, scored_windows
 from foxhunt.evaluate.scoring import SeriesScorer, Span, span_of
 from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines
@@ -105,7 +105,8 @@ def evaluate_run(
         write_json(out_dir / "interpretation.json", interpretation)
     others = {k: v for k, v in models.items() if k != "model"}
     write_report(out_dir / "report.html", title=f"foxhunt evaluation: {lm.schema.target}", metrics=models,
-                 claim=[claim["sentence"], *([claim["seed_spread"]] if claim["seed_spread"] else [])],
+                 claim=[claim["sentence"], *([claim["seed_spread"]] if claim["seed_spread"] else []),
+                        *([SIMULATED] if is_bundled_sample(where) else [])],
                  baselines=baseline_metrics,
                  images=images(scorer.fans, qs, series_names, model_metrics, {**others, **baseline_metrics},
                                interpretation if forecasts is None else None, model_dir),
@@ -238,7 +239,7 @@ def notes(lm: LoadedModel, paths: tuple[str, ...], period: dict[str, Any], model
     return [
         f"model: {model_dir} ({lm.meta.get('n_params', '?')} parameters, hidden {lm.model_cfg.hidden_size}, "
         f"encoder {lm.schema.encoder_length} bars, horizon {lm.schema.horizon} bars)",
-        f"data: {', '.join(paths)}",
+        data_note(paths),
         f"target: {lm.schema.target} ({'price' if lm.schema.target == 'price_change' else 'plain ln'} units), "
         f"scaling: {lm.schema.extra.get('scaling', 'series')}",
         f"origins scored: {period['origins']:,} from {period['first_origin']} to {period['last_origin']}"

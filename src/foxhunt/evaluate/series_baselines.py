@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from foxhunt.data.calendar import future_timestamps
+from foxhunt.data.features import RETURN_TARGETS
 from foxhunt.data.prepare import FittedTransform, PreparedData
 from foxhunt.data.seasonality import fit_profile, profile_at
 from foxhunt.errors import InputError
@@ -79,6 +80,8 @@ def series_inputs(data: PreparedData, s: int, cut: int) -> SeriesInputs | None:
     if len(rows) == 0:
         return None
     target = w.target_raw.numpy()[rows].astype(np.float64)
+    if data.schema.target in RETURN_TARGETS:
+        target[0] = np.nan  # a series' first bar has no move (the prepared data hold 0 there): fit on none
     ts = w.ts_ns.numpy()[rows]
     own = {c: v[rows].astype(np.float64) for c, v in data.own_moves.items()}
     w.release()

@@ -35,8 +35,12 @@ def format_results(result: dict[str, Any]) -> str:
     qs = [float(q) for q in model["quantiles"]]
     raw = {"model (raw)": result["model_raw"]} if result.get("model_raw") else {}
     sources = {"model": model, **raw, **result["baselines"]}
+    skills = result.get("skill") or {}
+    # the name column fits the longest name (a baseline's, or its `  vs NAME` in the skill rows), so every number sits
+    # under its heading whatever the names' length
+    width = max([len("source"), *(len(k) for k in sources), *(len(f"  vs {k}") for k in skills)]) + 2
     qcols = "".join(f"{'qrisk p' + format(q * 100, 'g'):>12}" for q in qs)
-    header = f"{'source':<20}{qcols}{'pinball':>10}{'MAE p50':>10}{'cover':>8}{'hit':>7}{'IC':>8}"
+    header = f"{'source':<{width}}{qcols}{'pinball':>10}{'MAE p50':>10}{'cover':>8}{'hit':>7}{'IC':>8}"
     claim = result.get("verdict") or {}
     lines = [
         *[c for c in (claim.get("sentence"), claim.get("seed_spread")) if c],
@@ -51,13 +55,13 @@ def format_results(result: dict[str, Any]) -> str:
         o = res["overall"]
         cover = next(iter(o.get("coverage", {}).values()), None)
         lines.append(
-            f"{name:<20}" + "".join(_f(_get(o["q_risk"], q), 12) for q in qs)
+            f"{name:<{width}}" + "".join(_f(_get(o["q_risk"], q), 12) for q in qs)
             + _f(o.get("mean_pinball"), 10, 6) + _f(o.get("mae_median"), 10, 6) + _f(cover, 8, 3)
             + _f(o.get("hit_rate"), 7, 3) + _f(o.get("ic"), 8, 3)
         )
-    if result.get("skill"):
+    if skills:
         lines.append("")
         lines.append("skill of the model (1 - qrisk_model / qrisk_baseline; > 0 means the model is better)")
-        for name, sk in result["skill"].items():
-            lines.append(f"  vs {name:<16}" + "".join(_f(_get(sk, q), 12) for q in qs))
+        for name, sk in skills.items():
+            lines.append(f"{'  vs ' + name:<{width}}" + "".join(_f(_get(sk, q), 12) for q in qs))
     return "\n".join(lines)

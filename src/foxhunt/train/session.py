@@ -61,17 +61,53 @@ CPU_VAL_BATCH = 256
 def warn_if_cpus_busy() -> None:
     """torch's threads wait on each other when other processes hold the cores (a step can run several times
     slower than with one thread); say so, since only the user can choose to share. Reads the scheduler's count of
-    runnable threads now (/proc/loadavg), not the load average, which still counts a job that just ended."""
+    runnable threads now (/proc/loadavg), not the load average, which still counts a job that just ended, less the
+    job's own (`own_runnable_threads`): a backtest starts a fold's training right after reading the bars or scoring
+    a fold, while its own polars and OpenMP pools still spin (1 to 3 runnable threads measured), and its --jobs
+    workers share the cores by its plan."""
     threads, cores = torch.get_num_threads(), os.cpu_count() or 1
     try:
         running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
     except (OSError, ValueError, IndexError):
         return
-    others = running - 1  # this thread is running while it reads
+    others = running - max(1, own_runnable_threads())  # this thread is running while it reads
     if threads > 1 and others > 0 and threads > cores - others:
         log.warning("the CPUs are busy (%d other runnable thread%s on %d cores): %d torch threads will wait on "
                     "each other; --threads %d may be faster", others, "s" if others > 1 else "", cores, threads,
                     max(1, cores - others))
+
+
+def own_runnable_threads() -> int:
+    """The runnable threads (state R in /proc/PID/task/TID/stat) of this job's processes (`job_pids`); 0 where
+    /proc cannot tell."""
+    n = 0
+    for pid in job_pids():
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii", errors="replace") as f:
+                    n += f.read().rsplit(")", 1)[1].split()[0] == "R"  # the name in (...) may hold spaces
+            except (OSError, IndexError):
+                continue  # a thread that ended while it was read
+    return n
+
+
+def job_pids() -> list[int]:
+    """This process and its descendants; in a worker of a process pool (a backtest's --jobs), the pool's owner and
+    every descendant of it: the workers split the cores between them by the owner's plan."""
+    import multiprocessing
+
+    import psutil
+
+    parent = multiprocessing.parent_process()
+    try:
+        root = psutil.Process(parent.pid if parent is not None and parent.pid else os.getpid())
+        return [root.pid, *(c.pid for c in root.children(recursive=True))]
+    except psutil.Error:
+        return [os.getpid()]
 
 
 # (prepared data, data config, quantiles, the best epoch's validation q-risk) -> the final line's comparison with the
