@@ -19,8 +19,7 @@ from foxhunt.backtest.run import report_text
 from foxhunt.cli import main
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import prepare_data
-from foxhunt.data.sample_path import DEFAULT_SEED, SAMPLE_VERSION
-from foxhunt.evaluate.report import SIMULATED
+from foxhunt.data.sample_path import DEFAULT_SEED, SAMPLE_VERSION, SIMULATED
 from foxhunt.evaluate.verdict import verdict
 
 

@@ -26,8 +26,9 @@ from foxhunt.console import FINAL, SHOW
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import RETURN_TARGETS
 from foxhunt.data.load import load_bars
+from foxhunt.data.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
-from foxhunt.evaluate.report import SIMULATED, data_note, is_bundled_sample
+from foxhunt.evaluate.report import data_note
 from foxhunt.evaluate.verdict import Verdict, verdict
 from foxhunt.model.config import ModelConfig
 from foxhunt.train.config import TrainConfig

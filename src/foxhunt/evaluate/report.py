@@ -14,18 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from foxhunt.atomic import write_text
+from foxhunt.data.sample_path import is_bundled_sample
 from foxhunt.evaluate.metrics import skill
-
-SIMULATED = ("these bars are foxhunt's bundled sample: SIMULATED ES 1-minute bars (foxhunt.data.sample builds in "
-             "volatility clustering and a daily profile), not market data, so these scores are no evidence about "
-             "real ES")
-
-
-def is_bundled_sample(paths: Sequence[str]) -> bool:
-    """Whether the bars read are the bundled sample alone (data/sample_path.py names its cached file)."""
-    from foxhunt.train.console import BUNDLED_SAMPLE_PREFIX
-
-    return len(paths) == 1 and Path(paths[0]).name.startswith(BUNDLED_SAMPLE_PREFIX)
 
 
 def data_note(paths: Sequence[str]) -> str:

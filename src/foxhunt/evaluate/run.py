@@ -21,6 +21,7 @@ import torch
 
 from foxhunt.atomic import write_json
 from foxhunt.data.prepare import PreparedData
+from foxhunt.data.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.evaluate.metrics import skill
@@ -35,7 +36,7 @@ from foxhunt.evaluate.predict import (
     store_for_model,
     write_forecasts,
 )
-from foxhunt.evaluate.report import SIMULATED, data_note, is_bundled_sample, write_report
+from foxhunt.evaluate.report import data_note, write_report
 from foxhunt.evaluate.scored import Scored, from_batch, scored_windows
 from foxhunt.evaluate.scoring import SeriesScorer, Span, span_of
 from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines

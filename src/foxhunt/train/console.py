@@ -23,19 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from foxhunt.data.sample_path import is_bundled_sample
 from foxhunt.train.plan import FRAGMENTATION, MIB
 
 GROWTH_PER_BATCH_MB = 0.01  # 1 MiB per 100 validation batches
 GROWTH_FLOOR_MB = 4.0
-BUNDLED_SAMPLE_PREFIX = "es_ohlcv1m_sample_v"  # foxhunt.data.sample_path names the cached sample so
-
-
-SIMULATED = "the bundled sample is a simulation, not evidence on real ES"  # data/sample.py builds its effects in
-
-
-def is_bundled_sample(paths: tuple[str, ...]) -> bool:
-    """Whether a run's bars are the bundled sample: its results are said to be on simulated data wherever shown."""
-    return len(paths) == 1 and Path(paths[0]).name.startswith(BUNDLED_SAMPLE_PREFIX)
 
 
 class WarningCounter(logging.Handler):

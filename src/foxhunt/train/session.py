@@ -19,6 +19,7 @@ from foxhunt.atomic import write_json
 from foxhunt.console import FINAL, SHOW
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import PreparedData, prepare_data
+from foxhunt.data.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.data.store import open_features
 from foxhunt.data.summary import format_summary
 from foxhunt.errors import InputError
@@ -27,15 +28,7 @@ from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, varia
 from foxhunt.train.calibrate import calibrate_run
 from foxhunt.train.checkpoint import load_checkpoint, save_model_json, save_weights
 from foxhunt.train.config import AUTO, TrainConfig
-from foxhunt.train.console import (
-    SIMULATED,
-    WarningCounter,
-    data_line,
-    is_bundled_sample,
-    next_commands,
-    plan_line,
-    vs_baseline,
-)
+from foxhunt.train.console import WarningCounter, data_line, next_commands, plan_line, vs_baseline
 from foxhunt.train.device import apply_memory_budget, resolve_device
 from foxhunt.train.distributed import Dist, console_of, init_from_env, teardown
 from foxhunt.train.faults import FaultInjector
@@ -386,7 +379,7 @@ def final_lines(run: RunDir, state: FitState, baseline: ValResult, data_cfg: Dat
         versus = (f"val_loss {best['val_loss']:.5f}; {claim}" if claim is not None
                   else vs_baseline(best["val_loss"], baseline.loss))
         if is_bundled_sample(data_cfg.paths):
-            versus += f" ({SIMULATED})"
+            versus += f"; {SIMULATED}"
         log.info("best epoch %d: %s; run directory %s", best["epoch"], versus, run.root, extra=FINAL)
     else:
         log.info("no epoch finished; run directory %s", run.root, extra=FINAL)
