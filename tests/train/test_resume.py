@@ -210,6 +210,23 @@ def test_restoring_unchanged_switches_does_not_call_torch(monkeypatch):
     assert calls == [((True,), {"warn_only": True})]
 
 
+def test_the_same_weights_are_written_as_the_same_bytes(tmp_path):
+    """model.safetensors of two runs with the same weights is the same file, so that its SHA-256 (which
+    calibration.json and the ONNX sidecar record) is the same: safetensors writes its metadata from a hash map in
+    an order that changes from call to call, which made 2 keys two files at random."""
+    from foxhunt.train.checkpoint import save_weights, weights_digest
+
+    torch.manual_seed(0)
+    state = {f"block{i}.{name}": torch.randn(4, 3) for i in range(8) for name in ("weight", "bias")}
+    digests = set()
+    for k in range(16):
+        save_weights(tmp_path / f"{k}.safetensors", state)
+        digests.add(weights_digest(tmp_path / f"{k}.safetensors"))
+    assert len(digests) == 1
+    loaded = load_file(str(tmp_path / "0.safetensors"))
+    assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], state[k]) for k in state)
+
+
 def test_a_failed_checkpoint_write_keeps_the_previous_one_whole(tmp_path, monkeypatch):
     from foxhunt.errors import WriteError
     from foxhunt.train.checkpoint import save_checkpoint
