@@ -15,14 +15,9 @@ from safetensors.torch import load_file
 
 from foxhunt.cli import main
 from foxhunt.train import seeds
+from tests.train.test_resume import metrics  # metrics.jsonl bar the wall clock
 
 SEED_FIELDS = {"seed", "best_epoch", "val_loss", "val_qrisk", "seconds", "peak_host_mb", "claim"}
-WALL_CLOCK = ("seconds", "samples_per_s")  # the fields of metrics.jsonl that differ between any two runs
-
-
-def metrics(run: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in rows]
 
 
 def assert_same_training(a: Path, b: Path, what: str) -> None:
