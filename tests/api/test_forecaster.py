@@ -13,6 +13,37 @@ from foxhunt.api.bars import parquet_tail
 from foxhunt.cli import main
 
 Q = ["p10", "p50", "p90"]
+# `update` and `predict` are the same float32 forward computed two ways (an incremental state and a traced or ONNX
+# forward, against the eager model on the whole history), so they agree to float32 rounding of the forecasts' size:
+# measured, 7.2e-7 of the median |forecast| at most (1-minute and daily bars). An absolute 1e-6 is 0.4% of an
+# intraday p90 (about 2.5e-4) and would pass an error a thousand times that rounding. So the tolerance is relative:
+# 2e-6 (about 17 float32 ulps) of each value, plus 2e-6 of the median |forecast| for values near 0 (a p50 return).
+FORECAST_RTOL = 2e-6
+
+
+def assert_same_forecasts(got, want) -> None:
+    """`got` equals `want` (quantile forecasts, any shape) to FORECAST_RTOL of each value and of their median size."""
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    scale = float(np.median(np.abs(want)))
+    assert scale > 0, "all forecasts are 0: nothing to compare"
+    np.testing.assert_allclose(got, want, rtol=FORECAST_RTOL, atol=FORECAST_RTOL * scale)
+
+
+def assert_same_forecast_rows(got: pl.DataFrame, want: pl.DataFrame) -> None:
+    """Forecast rows: the same symbols, times and steps exactly, and the same quantiles (assert_same_forecasts)."""
+    assert_frame_equal(got.drop(Q), want.drop(Q))
+    assert_same_forecasts(got.select(Q).to_numpy(), want.select(Q).to_numpy())
+
+
+def test_the_forecast_tolerance_passes_float32_rounding_and_fails_a_1e_5_error():
+    rng = np.random.default_rng(0)
+    want = np.exp(rng.normal(np.log(2.5e-4), 0.5, (40, 3))) * np.array([-0.5, 0.01, 1.0])  # (N, Q) intraday-sized
+    rounded = want.astype(np.float32).astype(np.float64)  # float32 rounding of each value, as the two forwards do
+    assert_same_forecasts(rounded * (1 + rng.uniform(-4, 4, want.shape) * 1.2e-7), want)  # a few ulps further
+    wrong = want * (1 + 1e-5)
+    with pytest.raises(AssertionError):
+        assert_same_forecasts(wrong, want)
+    assert np.allclose(wrong, want, rtol=1e-6, atol=1e-6)  # which the absolute 1e-6 let through
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +88,7 @@ def test_update_equals_predict_on_the_same_history(run_dir, bars):
             got = stream.update(step)
         want = ref.predict(pl.concat([history, new.group_by("symbol", maintain_order=True).head(i + 1)]))
         want = want.filter(pl.col("symbol").is_in(got["symbol"].unique().to_list()))
-        assert_frame_equal(got.drop(Q), want.drop(Q))
-        np.testing.assert_allclose(got.select(Q).to_numpy(), want.select(Q).to_numpy(), rtol=1e-6, atol=1e-6)
+        assert_same_forecast_rows(got, want)
         assert not np.allclose(got.select(Q).to_numpy(), 0)
 
 
@@ -68,10 +98,10 @@ def test_a_cold_stream_forecasts_once_its_encoder_is_full_as_predict_does(run_di
     e = fc.encoder_length
     outs = [fc.update(bar) for bar in es.head(e + 1).iter_rows(named=True)]
     assert [o.height for o in outs] == [0] * e + [fc.horizon]  # the first bar has no return: E + 1 bars
-    assert_frame_equal(outs[-1], ref.predict(es.head(e + 1)), rel_tol=1e-6, abs_tol=1e-6)
+    assert_same_forecast_rows(outs[-1], ref.predict(es.head(e + 1)))
     for bar in es.slice(e + 1, 20).iter_rows(named=True):
         last = fc.update(bar)
-    assert_frame_equal(last, ref.predict(es.head(e + 21)), rel_tol=1e-6, abs_tol=1e-6)
+    assert_same_forecast_rows(last, ref.predict(es.head(e + 21)))
 
 
 def test_update_refuses_bars_it_cannot_continue(run_dir, bars):

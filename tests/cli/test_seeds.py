@@ -6,27 +6,50 @@ seed spread. Also: --seeds with --resume, and --seeds 0, are refused."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from foxhunt.cli import main
+from foxhunt.train import seeds
+from tests.train.test_resume import metrics  # metrics.jsonl bar the wall clock
 
 SEED_FIELDS = {"seed", "best_epoch", "val_loss", "val_qrisk", "seconds", "peak_host_mb", "claim"}
 
 
+def assert_same_training(a: Path, b: Path, what: str) -> None:
+    """Two run directories hold the same weights (bit for bit), metrics (bar the wall clock) and calibration."""
+    wa, wb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), what
+    assert metrics(a) == metrics(b), what
+    assert json.loads((a / "calibration.json").read_text()) == json.loads((b / "calibration.json").read_text()), what
+
+
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory, tiny_flags, daily_path):
-    """(exit status, console lines, run directory) of one 2-seed run, captured in-process."""
+    """(exit status, console lines, run directory) of one 2-seed run, captured in-process. Each seed's run
+    directory, as it was before the kept one became the run (RUN/seeds/ is removed then), is copied to
+    RUN/../seeds-before-promote."""
     import io
     import sys
 
     run = tmp_path_factory.mktemp("seeds") / "run"
     err, before = io.StringIO(), sys.stderr
+    real = seeds.promote
+
+    def copy_then_promote(run_dir, kept, record):
+        shutil.copytree(run_dir.root / "seeds", run.parent / "seeds-before-promote")
+        real(run_dir, kept, record)
+
     sys.stderr = err  # the console handler writes to whatever sys.stderr is (capsys is function-scoped)
     try:
-        code = main(["train", *tiny_flags, "--parquet-file", str(daily_path), "--epochs", "1", "--seed", "5",
-                     "--seeds", "2", "--run-dir", str(run)])
+        with pytest.MonkeyPatch.context() as patched:
+            patched.setattr(seeds, "promote", copy_then_promote)
+            code = main(["train", *tiny_flags, "--parquet-file", str(daily_path), "--epochs", "1", "--seed", "5",
+                         "--seeds", "2", "--run-dir", str(run)])
     finally:
         sys.stderr = before
     return code, err.getvalue().splitlines(), run
@@ -52,6 +75,25 @@ def test_the_best_seed_by_validation_loss_becomes_the_run(seeded):
     for name in ("model.safetensors", "model.json", "calibration.json", "checkpoint.pt", "memory.jsonl"):
         assert (run / name).is_file(), name
     assert not (run / "seeds").exists()  # the other seed's files are gone; its summary stays in seeds.json
+
+
+def test_each_seed_is_the_run_its_lone_seed_gives(seeded, tiny_flags, daily_path, tmp_path):
+    """The module's promise: seed S of `--seeds` trains exactly as `foxhunt train --seed S` would. Seed 6 trains
+    after seed 5 in the same process, so anything the first seed leaves behind (random state, switches, caches)
+    would show in the second's weights."""
+    _, _, run = seeded
+    record = json.loads((run / "seeds.json").read_text())
+    for summary in record["seeds"]:
+        seed = summary["seed"]
+        lone = tmp_path / f"lone-{seed}"
+        assert main(["train", *tiny_flags, "--parquet-file", str(daily_path), "--epochs", "1", "--seed", str(seed),
+                     "--run-dir", str(lone)]) == 0
+        assert_same_training(lone, run.parent / "seeds-before-promote" / f"seed-{seed}", f"seed {seed}")
+        best = min(metrics(lone), key=lambda r: r["val_loss"])
+        assert (summary["best_epoch"], summary["val_loss"], summary["val_qrisk"]) == (
+            best["epoch"], best["val_loss"], best["val_qrisk"]), f"seed {seed}"
+        if seed == record["kept_seed"]:
+            assert_same_training(lone, run, f"the kept seed {seed}")  # the promoted run too
 
 
 def test_the_console_shows_each_seed_the_spread_and_the_claim_against_the_strongest_baseline(seeded):

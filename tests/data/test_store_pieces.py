@@ -76,12 +76,24 @@ def _assert_same_store(a: tuple, b: tuple) -> None:
         assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name
 
 
-def test_a_store_prepared_in_pieces_is_the_store_prepared_in_memory(panel, whole, tmp_path):
+def _in_pieces(monkeypatch, cfg: DataConfig, out, **options) -> dict:
+    """prepare_store(cfg, out, **options), failing the test where it falls back to the in-memory path
+    (build.prepare_data): a store compared with the in-memory one must have been prepared in pieces, or the test
+    compares the in-memory store with itself."""
+    def in_memory(cfg):
+        raise AssertionError("prepared in memory, not in pieces")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(build, "prepare_data", in_memory)
+        return prepare_store(cfg, out, **options)
+
+
+def test_a_store_prepared_in_pieces_is_the_store_prepared_in_memory(panel, whole, tmp_path, monkeypatch):
     cfg = _config(panel)
     plan = plan_pieces(cfg, piece_rows=1, min_rows=0)
     assert [{series_key(s, cfg.contracts) for s in p.symbols} for p in plan] == [{"ES"}, {"NQ"}, {"YM"}]
     assert plan[0].symbols == ("ESH4", "ESH4-ESM4", "ESM4", "ESU4")
-    pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
+    pieces = _in_pieces(monkeypatch, cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
     assert len(whole[1]["windows"]["series_names"]) == 3 and whole[1]["transform"]["scalers"]["season"]
     _assert_same_store(whole, (tmp_path / "pieces", pieces))
     assert pieces["arrays"]["own_log_range"]["shape"] == [pieces["summary"]["rows"]]  # written by the loads
@@ -112,12 +124,7 @@ def test_symbols_the_plans_sample_missed_go_to_the_piece_of_their_series_key(tmp
     assert [route.piece_of(s) for s in ("6EH4", "ESH4-ESM4", "NQH4-NQM4", "YMM4", "ZZH4")] == [0, 0, 1, 2, 2]
     whole = prepare_store(cfg, tmp_path / "whole", workers=0)
     assert {"6E", "ES", "NQ", "YM"} <= set(whole["windows"]["series_names"])
-
-    def in_memory(cfg):
-        raise AssertionError("prepared in memory, not in pieces")
-
-    monkeypatch.setattr(build, "prepare_data", in_memory)
-    pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
+    pieces = _in_pieces(monkeypatch, cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
     _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
 
 
@@ -131,14 +138,15 @@ def test_the_plan_weighs_the_symbols_of_evenly_spaced_files_by_their_share_of_th
     assert len(plan) == 3 and abs(sum(p.rows for p in plan) / rows - 1) < 0.2  # about all the bars
 
 
-def test_pieces_map_their_rows_onto_a_grid_that_is_not_one_lattice_as_in_memory(tmp_path, fixtures_dir):
+def test_pieces_map_their_rows_onto_a_grid_that_is_not_one_lattice_as_in_memory(tmp_path, fixtures_dir,
+                                                                                   monkeypatch):
     """NQ's bars 30 s after the others': the forecast steps of an origin are then not consecutive grid rows, and
     the store keeps every step's row (known_index), which the pieces look up in the panel's tables."""
     es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
     es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=4))
     cfg = _config(_write_panel(es, tmp_path / "panel", {"NQ": 30}))
     whole = prepare_store(cfg, tmp_path / "whole", workers=0)
-    pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
+    pieces = _in_pieces(monkeypatch, cfg, tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
     assert "known_index" in pieces["arrays"]
     _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
 
@@ -159,7 +167,7 @@ def test_pieces_are_fitted_again_when_cleaning_moves_the_expected_cuts(panel, wh
 
     monkeypatch.setattr(pieced, "split_cuts", moved)
     monkeypatch.setattr(pieced, "_fit", fit)
-    pieces = prepare_store(_config(panel), tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
+    pieces = _in_pieces(monkeypatch, _config(panel), tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
     assert len(cuts) == 2 and fits == [0, 1, 2]
     _assert_same_store(whole, (tmp_path / "pieces", pieces))
 
@@ -260,7 +268,7 @@ def test_scaled_rows_are_written_by_the_trail_jobs_or_after_them_alike(panel, wh
     monkeypatch.setattr(pieced, "_write", write)
     if not own:
         monkeypatch.setattr(pieced, "_own_scalers", lambda *args: None)
-    pieces = prepare_store(_config(panel), tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
+    pieces = _in_pieces(monkeypatch, _config(panel), tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
     assert written == ([] if own else [0, 1, 2])
     _assert_same_store(whole, (tmp_path / "pieces", pieces))
 
@@ -286,12 +294,12 @@ def test_own_scalers_are_the_panels_for_the_pieces_series_or_none_where_pooled_v
 @pytest.mark.parametrize("options", [{"vol_features": True, "scaling": "volatility"},
                                      {"target": "log_range", "scaling": "volatility"},
                                      {"vol_estimator": "range", "vol_features": True}])
-def test_trail_jobs_write_the_in_memory_rows_under_other_scalers(panel, tmp_path, options):
+def test_trail_jobs_write_the_in_memory_rows_under_other_scalers(panel, tmp_path, options, monkeypatch):
     """The trailing inputs a piece standardizes with its own statistics (vol features, log_range's EWMA center and
     scale, the range estimator) are the whole panel's, bit for bit."""
     cfg = dataclasses.replace(_config(panel), **options)
     whole = prepare_store(cfg, tmp_path / "whole", workers=0)
-    pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
+    pieces = _in_pieces(monkeypatch, cfg, tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
     _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
     # the contracts' own moves the baselines read: log returns too for a range target (GARCH-t on the range)
     own = {k for k in pieces["arrays"] if k.startswith("own_")}

@@ -64,6 +64,22 @@ def test_every_rung_above_size_one_keeps_the_maths(tmp_path, tiny, fixtures_dir,
     assert "reason='out of memory in training step 3" in log
 
 
+def test_uneven_micro_batches_keep_the_maths(tmp_path, tiny, fixtures_dir, monkeypatch):
+    """Batches of 30: train step 3 fails 3 times (retry, micro-batches of 15, then 7), so from there every batch is
+    split 7, 7, 7, 7, 2 (and each epoch's last, smaller batch unevenly too): a last micro-batch of another size,
+    whose loss must weigh 2 / 30 for the run to end on a clean run's weights."""
+    _, clean = run(tmp_path, tiny, fixtures_dir, "clean", "--batch-size", "30")
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "oom@train:3x3")
+    code, faulty = run(tmp_path, tiny, fixtures_dir, "faulty", "--batch-size", "30")
+    assert code == 0
+    assert_same_run(clean, faulty)
+    assert ladder(faulty) == [("oom_retry", 3), ("oom_split", 3), ("oom_split", 3)]
+    reasons = [m["reason"] for m in jsonl(faulty / "memory.jsonl") if m["phase"] == "oom_split"]
+    assert "micro-batches of 7" in reasons[-1] and "effective batch 30 unchanged" in reasons[-1]
+    last = jsonl(clean / "metrics.jsonl")[0]["train_samples"] % 30
+    assert last % 7, last  # the epoch's last batch is split unevenly as well
+
+
 def test_the_original_failure_one_transient_oom_at_validation_batch_size_one(tmp_path, tiny, fixtures_dir,
                                                                             monkeypatch):
     """The issue's report: --validation-batch-size 1 and oom@val:3 ended the run with exit 3. Now it retries."""

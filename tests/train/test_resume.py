@@ -25,6 +25,7 @@ from foxhunt.train.checkpoint import load_checkpoint
 REPO = Path(__file__).resolve().parents[2]
 WALL_CLOCK = ("seconds", "samples_per_s")
 EPOCHS, BATCH = 3, 32  # the 1h fixture has 322 training windows: 11 steps an epoch, 33 in all
+KILL_SEED_VAR = "FOXHUNT_TEST_KILL_SEED"  # the seed of the SIGKILL test's step
 
 
 def metrics(run: Path) -> list[dict]:
@@ -65,18 +66,33 @@ def resume(run: Path) -> int:
     return main(["train", "--run-dir", str(run), "--resume", "--no-progress", "--threads", "1"])
 
 
+def kill_step(seed: int) -> int:
+    """The step the SIGKILL test kills at, drawn from `seed`: after the first checkpoint (step 4), up to the last."""
+    return random.Random(seed).randrange(5, EPOCHS * 11 + 1)
+
+
 def test_sigkill_at_a_random_step_then_resume_is_bit_identical(tmp_path, args, full):
-    """A real SIGKILL (no handler runs) at a random step of a subprocess; the step is in the failure message."""
-    step = random.randrange(5, EPOCHS * 11 + 1)  # after the first checkpoint (step 4)
+    """A real SIGKILL (no handler runs) at a step of a subprocess drawn from KILL_SEED_VAR (default 0: step 32), so
+    that a failure reproduces: the seed and the step are printed and in every failure message. Another seed
+    (`FOXHUNT_TEST_KILL_SEED=7 pytest ...`) tries another step."""
+    seed = int(os.environ.get(KILL_SEED_VAR, "0"))
+    step = kill_step(seed)
+    where = f"{KILL_SEED_VAR}={seed}: SIGKILL at step {step}"
+    print(where)  # in the captured stdout of a failure
     part = tmp_path / "part"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "FOXHUNT_FAULT_INJECT": f"sigkill@train:{step}"}
     proc = subprocess.run([sys.executable, "-m", "foxhunt", "train", *args, "--run-dir", str(part)], env=env,
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == -signal.SIGKILL, (step, proc.stderr[-2000:])
+    assert proc.returncode == -signal.SIGKILL, (where, proc.stderr[-2000:])
     done = json.loads(load_checkpoint(part / "checkpoint.pt")["fit_state"])["global_step"]
-    assert done == max(s for s in range(0, step) if s % 4 == 0 or s % 11 == 0), step  # the last checkpoint kept
-    assert resume(part) == 0, step
+    assert done == max(s for s in range(0, step) if s % 4 == 0 or s % 11 == 0), where  # the last checkpoint kept
+    assert resume(part) == 0, where
     assert_same_run(full, part)
+
+
+def test_the_kill_step_is_the_seeds_and_seeds_reach_every_step():
+    assert kill_step(0) == kill_step(0) == 32
+    assert {kill_step(seed) for seed in range(400)} == set(range(5, EPOCHS * 11 + 1))
 
 
 def test_sigterm_writes_a_checkpoint_at_that_step_and_resume_is_bit_identical(tmp_path, args, full, monkeypatch,
@@ -194,6 +210,23 @@ def test_restoring_unchanged_switches_does_not_call_torch(monkeypatch):
     assert calls == [((True,), {"warn_only": True})]
 
 
+def test_the_same_weights_are_written_as_the_same_bytes(tmp_path):
+    """model.safetensors of two runs with the same weights is the same file, so that its SHA-256 (which
+    calibration.json and the ONNX sidecar record) is the same: safetensors writes its metadata from a hash map in
+    an order that changes from call to call, which made 2 keys two files at random."""
+    from foxhunt.train.checkpoint import save_weights, weights_digest
+
+    torch.manual_seed(0)
+    state = {f"block{i}.{name}": torch.randn(4, 3) for i in range(8) for name in ("weight", "bias")}
+    digests = set()
+    for k in range(16):
+        save_weights(tmp_path / f"{k}.safetensors", state)
+        digests.add(weights_digest(tmp_path / f"{k}.safetensors"))
+    assert len(digests) == 1
+    loaded = load_file(str(tmp_path / "0.safetensors"))
+    assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], state[k]) for k in state)
+
+
 def test_a_failed_checkpoint_write_keeps_the_previous_one_whole(tmp_path, monkeypatch):
     from foxhunt.errors import WriteError
     from foxhunt.train.checkpoint import save_checkpoint
@@ -237,13 +270,14 @@ def test_runs_saved_by_the_previous_format_still_resume(tmp_path, tiny, fixtures
 def test_skipped_non_finite_steps_survive_a_mid_epoch_kill(tmp_path, args):
     """A NaN step before a SIGKILL mid-epoch is still counted in that epoch's `bad_steps` after --resume, as in the
     uninterrupted run with the same fault."""
-    faulted = {**os.environ, "PYTHONPATH": str(REPO / "src"), "FOXHUNT_FAULT_INJECT": "nan@train:2"}
     whole, part = tmp_path / "whole", tmp_path / "part"
-    for run, spec in ((whole, "nan@train:2"), (part, "nan@train:2,sigkill@train:7")):
-        env = {**faulted, "FOXHUNT_FAULT_INJECT": spec}
+    for run, spec, status in ((whole, "nan@train:2", 0), (part, "nan@train:2,sigkill@train:7", -signal.SIGKILL)):
+        env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "FOXHUNT_FAULT_INJECT": spec}
         proc = subprocess.run([sys.executable, "-m", "foxhunt", "train", *args, "--run-dir", str(run)], env=env,
                               capture_output=True, text=True, timeout=300)
-        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr[-2000:]
+        assert proc.returncode == status, (spec, proc.returncode, proc.stderr[-2000:])  # the kill must fire
+    state = json.loads(load_checkpoint(part / "checkpoint.pt")["fit_state"])
+    assert (state["global_step"], state["epoch"], state["epoch_batches"]) == (4, 0, 4)  # the kill at step 7 kept 4
     assert resume(part) == 0
     assert [r["bad_steps"] for r in metrics(whole)] == [1, 0, 0]
     assert_same_run(whole, part)

@@ -39,7 +39,10 @@ def state_to_cpu(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_weights(path: Path, state: dict[str, torch.Tensor]) -> None:
-    write_with(path, lambda tmp: save_file(state, str(tmp), metadata={"format": "pt", "foxhunt": foxhunt.__version__}))
+    """One metadata key: safetensors writes its metadata in a hash map's order, which changes from call to call, so
+    two keys made the same weights two files at random (and two SHA-256s in calibration.json). The version that
+    wrote them is model.json's `foxhunt_version`."""
+    write_with(path, lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}))
 
 
 def save_model_json(
