@@ -21,8 +21,10 @@ import pytest
 from foxhunt.cli import main
 from foxhunt.data import calendar, sessions
 from foxhunt.data.calendar import default_grid, future_timestamps, grid_of, on_grid, session_grid
+from foxhunt.data.config import DataConfig
 from foxhunt.data.fill import fill_gaps
 from foxhunt.data.prepare import FittedTransform
+from foxhunt.data.store import prepare_store
 from foxhunt.data.summary import format_summary
 
 MIN = 60 * 10**9
@@ -177,3 +179,33 @@ def test_a_24_7_daily_model_forecasts_saturday(tiny, tmp_path):
     rows = pl.read_parquet(out)
     live = rows.filter(pl.col("origin") == pl.col("origin").max()).sort("horizon")
     assert [t.date() for t in live["target_time"].to_list()] == [dt.date(2024, 3, d) for d in (9, 10, 11)]
+
+
+def test_a_store_prepared_in_pieces_keeps_the_calendar_grid(fixtures_dir, tmp_path):
+    """`foxhunt prepare --calendar 24/7` in pieces and in memory: the same grid, which steps through CME's halt (the
+    default grid jumps it), and the session saved with the store's transform."""
+    es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
+    es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=4))
+    frames = [es.with_columns(symbol=pl.col("symbol").str.replace_all("ES", root),
+                              instrument_id=pl.col("instrument_id") + 1000 * k)
+              for k, root in enumerate(("ES", "NQ", "YM"))]
+    frame = pl.concat(frames).sort("ts_event", "instrument_id").with_columns(day=pl.col("ts_event").dt.date())
+    panel = tmp_path / "panel"
+    for (day,), part in frame.partition_by("day", as_dict=True, maintain_order=True).items():
+        (panel / f"date={day}").mkdir(parents=True)
+        part.drop("day").write_parquet(panel / f"date={day}" / "part-0.parquet")
+    cfg = DataConfig(paths=(str(panel),), encoder_length=16, horizon=3, calendar="24/7")
+    pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    assert pieces["transform"]["session"]["calendar"] == "24/7" == whole["transform"]["session"]["calendar"]
+    grid = np.load(tmp_path / "pieces" / pieces["arrays"]["known_ts"]["file"])
+    assert np.array_equal(grid, np.load(tmp_path / "whole" / whole["arrays"]["known_ts"]["file"]))
+    assert _in_cme_halt(grid).any()  # 24/7: the grid runs through 16:00-17:00 CT
+    default = prepare_store(dataclasses.replace(cfg, calendar=None, exchange_tz=CT), tmp_path / "default", workers=0)
+    assert "session" not in default["transform"]
+    assert not _in_cme_halt(np.load(tmp_path / "default" / default["arrays"]["known_ts"]["file"])).any()
+
+
+def _in_cme_halt(ts_ns: np.ndarray) -> np.ndarray:
+    minute = (calendar.local_ns(ts_ns, CT) % DAY) // MIN
+    return (minute >= 16 * 60) & (minute < 17 * 60)

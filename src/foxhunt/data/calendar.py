@@ -12,6 +12,9 @@ Conventions (CME Globex, which foxhunt is built for):
   equity session (sessions.CME_EQUITY) for every series; the loader's trade dates and rolls use each root's own.
 - Daily bars are labelled by their UTC date. Converting a midnight-UTC daily stamp to Chicago time would move it to
   the previous day, so daily features never use `exchange_tz`.
+- The forecast grid (`future_timestamps`, `on_grid`) follows the run's session (`Grid`, from `--calendar`, saved
+  with the model): its closed minutes of the week and, for daily bars, its weekdays. Without --calendar (and for a
+  model saved before it) that is CME Globex Equity's in America/Chicago and none elsewhere (`default_grid`).
 """
 
 from __future__ import annotations
