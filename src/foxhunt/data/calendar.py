@@ -264,9 +264,9 @@ class Grid:
     open_weekdays: np.ndarray
     shift_min: int
 
-    @property
+    @functools.cached_property
     def closes(self) -> bool:
-        """Some minute of the week is closed (not 24/7)."""
+        """Some minute of the week is closed (not 24/7): once per grid, read at every call of the grid's functions."""
         return bool(self.wait.any())
 
     def trade_day(self, ts_ns: np.ndarray) -> np.ndarray:
