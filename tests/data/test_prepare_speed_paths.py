@@ -159,10 +159,13 @@ def test_real_rows_by_run_is_the_mask_per_series(order, future):
 
 
 def test_closed_by_minute_of_the_week_is_the_weekday_formula():
+    """The CME grid's table by minute of the week (from its Session) is the halt and weekend spelled by weekday."""
     rng = np.random.default_rng(7)
     wall = np.concatenate([rng.integers(-(10**17), 10**17, 20000), np.arange(-3 * 10**13, 3 * 10**13, 7 * 10**9 + 13)])
     minute, wd = (wall % calendar.DAY_NS) // MIN, (wall // calendar.DAY_NS + 3) % 7
-    assert np.array_equal(calendar._closed(wall), calendar._closed_at(minute, wd))
+    halt = (minute >= 16 * 60) & (minute < 17 * 60)  # 16:00-17:00 CT
+    weekend = (wd == 5) | ((wd == 4) & (minute >= 16 * 60)) | ((wd == 6) & (minute < 17 * 60))  # Fri 16:00-Sun 17:00
+    assert np.array_equal(calendar._closed(wall, calendar.default_grid("America/Chicago")), halt | weekend)
 
 
 def test_median_spacings_of_all_and_train_rows_are_two_medians():

@@ -6,7 +6,8 @@ grid interval inside a session has a bar.
 
 The rule (stated in the README):
 - The grid is the one the forecast steps use (`calendar.future_timestamps`): every bar interval from the previous
-  bar, off the CME daily halt (16:00-17:00 CT) and the weekend (Fri 16:00 - Sun 17:00 CT).
+  bar, off the session's closures: `--calendar`'s, else (America/Chicago) the CME daily halt (16:00-17:00 CT) and
+  the weekend (Fri 16:00 - Sun 17:00 CT).
 - A missing grid bar is filled only inside the trade date (session) of the bar before the gap or of the bar after it:
   the tail of a session that went quiet and the head of one that opened late are filled, but halts and weekends
   never are, and a session with no bar at all (a holiday, an outage) stays missing. Daily and coarser bars are
@@ -28,7 +29,7 @@ import logging
 import numpy as np
 import polars as pl
 
-from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, DAY_NS, _trade_day, median_spacing_ns, on_grid
+from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, DAY_NS, median_spacing_ns, on_grid, session_grid
 from foxhunt.data.runs import changes
 
 log = logging.getLogger("foxhunt.data")
@@ -36,10 +37,12 @@ log = logging.getLogger("foxhunt.data")
 FILL_MAX_NS = 2 * 3600 * 10**9  # longest run of missing grid time that is filled (longer: a halt)
 
 
-def fill_gaps(bars: pl.DataFrame, exchange_tz: str, step_ns: int | None = None) -> tuple[pl.DataFrame, int]:
+def fill_gaps(bars: pl.DataFrame, exchange_tz: str, step_ns: int | None = None,
+              calendar: str | None = None) -> tuple[pl.DataFrame, int]:
     """`bars` (sorted by series, ts; load.LoadedBars columns) plus the missing grid bars and a Boolean `filled`.
 
-    `step_ns`: the grid's bar interval (a saved model's); None (or 0): the median spacing of `bars`.
+    `step_ns`: the grid's bar interval (a saved model's); None (or 0): the median spacing of `bars`. `calendar`:
+    the run's `--calendar`, whose sessions the grid and the trade dates follow (None: the zone's default grid).
     Returns (bars sorted by series, ts, number of bars filled). See the module doc for which gaps are filled.
     """
     out = bars.with_columns(filled=pl.lit(False))
@@ -62,9 +65,10 @@ def fill_gaps(bars: pl.DataFrame, exchange_tz: str, step_ns: int | None = None) 
     gap = np.concatenate([np.repeat(np.arange(len(a_row)), head), np.repeat(np.arange(len(a_row)), tail)])
     j = np.concatenate([_ranges(np.ones_like(head), head), _ranges(tail_lo, tail)])
     cand = a[gap] + j * step  # (C,)
-    days = _trade_day(np.concatenate([cand, a, b]), True, exchange_tz)
+    grid = session_grid(calendar, exchange_tz)
+    days = grid.trade_day(np.concatenate([cand, a, b]))
     c_day, a_day, b_day = days[: len(cand)], days[len(cand) : len(cand) + len(a)], days[len(cand) + len(a) :]
-    keep = on_grid(cand, True, exchange_tz) & ((c_day == a_day[gap]) | (c_day == b_day[gap]))
+    keep = on_grid(cand, True, exchange_tz, grid) & ((c_day == a_day[gap]) | (c_day == b_day[gap]))
     missing = np.bincount(gap[keep], minlength=len(a_row)) * step  # (G,) grid time missing in each gap
     keep &= (missing <= FILL_MAX_NS)[gap]
     src = a_row[gap[keep]]  # (F,) the bar each filled bar copies its close and contract from

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from foxhunt.allocator import release_freed_memory
-from foxhunt.data.calendar import calendar_at, calendar_columns, future_timestamps, local_ns
+from foxhunt.data.calendar import Grid, calendar_at, calendar_columns, future_timestamps, local_ns
 from foxhunt.data.seasonality import MINUTES, profile_at, profile_of_minute, wall_minute
 
 CHUNK_CELLS = 1 << 24  # grid timestamps (origins x steps) computed at a time: at most 128 MiB of int64 at once
@@ -44,9 +44,11 @@ class DecoderKnown:
     index: np.ndarray | None
 
 
-def decoder_timestamps(origin_ns: np.ndarray, step_ns: int, horizon: int, intraday: bool, exchange_tz: str) -> np.ndarray:
-    """(M, D) int64 timestamps of the D forecast steps of each origin (M,): the grid, see `future_timestamps`."""
-    return future_timestamps(origin_ns, step_ns, horizon, intraday, exchange_tz)
+def decoder_timestamps(origin_ns: np.ndarray, step_ns: int, horizon: int, intraday: bool, exchange_tz: str,
+                       grid: Grid | None = None) -> np.ndarray:
+    """(M, D) int64 timestamps of the D forecast steps of each origin (M,): the grid, see `future_timestamps`
+    (`grid`: the run's session, FittedTransform.grid; None: the zone's default)."""
+    return future_timestamps(origin_ns, step_ns, horizon, intraday, exchange_tz, grid)
 
 
 def known_columns(
@@ -68,41 +70,41 @@ def known_columns(
 
 def decoder_features(
     origin_ns: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool, sessions: bool,
-    season: dict | None = None,
+    season: dict | None = None, grid: Grid | None = None,
 ) -> np.ndarray:
     """(M, D, Kr) float32 known inputs of the D forecast steps of each origin, straight from the definition.
 
     `decoder_known` stores the same values deduplicated; this direct form is the reference the tests hold it to.
     """
-    grid = decoder_timestamps(origin_ns, step_ns, horizon, intraday, exchange_tz)  # (M, D)
-    cal = known_columns(grid.ravel(), exchange_tz, intraday, sessions, season)
-    return np.stack(list(cal.values()), axis=-1).astype(np.float32).reshape(*grid.shape, len(cal))
+    steps = decoder_timestamps(origin_ns, step_ns, horizon, intraday, exchange_tz, grid)  # (M, D)
+    cal = known_columns(steps.ravel(), exchange_tz, intraday, sessions, season)
+    return np.stack(list(cal.values()), axis=-1).astype(np.float32).reshape(*steps.shape, len(cal))
 
 
 def decoder_known(
     ts_ns: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool, sessions: bool,
-    season: dict | None = None,
+    season: dict | None = None, grid: Grid | None = None,
 ) -> DecoderKnown:
     """The decoder's known inputs for every bar `ts_ns` (N,) as an origin, deduplicated (see the module doc).
 
     The grid of an origin depends on its timestamp alone, so it is computed once per distinct timestamp (series
     that trade the same minutes share them: a few times fewer than bars) and handed back to every bar.
     """
-    return distinct_decoder_known(*distinct(ts_ns), step_ns, horizon, exchange_tz, intraday, sessions, season)
+    return distinct_decoder_known(*distinct(ts_ns), step_ns, horizon, exchange_tz, intraday, sessions, season, grid)
 
 
 def distinct_decoder_known(
     origins: np.ndarray, inverse: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool,
-    sessions: bool, season: dict | None = None,
+    sessions: bool, season: dict | None = None, grid: Grid | None = None,
 ) -> DecoderKnown:
     """`decoder_known` of the bars `origins[inverse]`, given their distinct timestamps (see `distinct`)."""
-    table, base, index = decoder_grid(origins, step_ns, horizon, exchange_tz, intraday)
+    table, base, index = decoder_grid(origins, step_ns, horizon, exchange_tz, intraday, grid)
     cont = known_cont(table, exchange_tz, intraday, sessions, season)
     return DecoderKnown(cont=cont, ts=table, base=base[inverse], index=None if index is None else index[inverse])
 
 
 def decoder_grid(
-    origins: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool
+    origins: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool, grid: Grid | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The grid table of distinct origins `origins` (O,), sorted: (U,) its timestamps, (O,) the row of each origin's
     step 1, and (O, D) int32 the rows of every step when the grid is not one lattice (else None); see DecoderKnown."""
@@ -110,20 +112,21 @@ def decoder_grid(
     rows = max(1, CHUNK_CELLS // max(horizon, 1))
     chunks = [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
 
-    kept = decoder_timestamps(origins, step_ns, horizon, intraday, exchange_tz) if len(chunks) == 1 else None
+    kept = decoder_timestamps(origins, step_ns, horizon, intraday, exchange_tz, grid) if len(chunks) == 1 else None
 
-    def grid(sl: slice) -> np.ndarray:  # (M, D) grid of the origins in `sl`; kept when there is one chunk
-        return kept if kept is not None else decoder_timestamps(origins[sl], step_ns, horizon, intraday, exchange_tz)
+    def at(sl: slice) -> np.ndarray:  # (M, D) grid of the origins in `sl`; kept when there is one chunk
+        return kept if kept is not None else decoder_timestamps(origins[sl], step_ns, horizon, intraday, exchange_tz,
+                                                                grid)
 
     # Each step's column rises with the origin: laid out step by step, the grid is D sorted runs (see sorted_distinct).
-    parts = [sorted_distinct(grid(sl).T) for sl in chunks]  # each sorted and distinct: one needs no second pass
+    parts = [sorted_distinct(at(sl).T) for sl in chunks]  # each sorted and distinct: one needs no second pass
     table = (parts[0] if len(parts) == 1 else sorted_distinct(np.concatenate(parts))) if n else np.empty(0, np.int64)
     base = np.searchsorted(table, origins, side="right").astype(np.int64)  # (O,) first grid point after each
     # One lattice: every origin's steps are the table rows right after it (no other grid point falls between). The
     # steps are distinct table values after the origin, so that holds when the last one sits D - 1 rows after base.
     last = np.minimum(base + horizon - 1, len(table) - 1)
-    lattice = all(np.array_equal(table[last[sl]], grid(sl)[:, -1]) for sl in chunks) if horizon else True
-    index = None if lattice else np.concatenate([np.searchsorted(table, grid(sl)).astype(np.int32) for sl in chunks])
+    lattice = all(np.array_equal(table[last[sl]], at(sl)[:, -1]) for sl in chunks) if horizon else True
+    index = None if lattice else np.concatenate([np.searchsorted(table, at(sl)).astype(np.int32) for sl in chunks])
     return table, base, index
 
 
@@ -246,13 +249,14 @@ class StampKnown:
 
 def stamp_known(
     ts_ns: np.ndarray, step: int, d: int, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None,
-    minutes: bool = False,
+    minutes: bool = False, grid: Grid | None = None,
 ) -> StampKnown:
     """The known inputs of bars at `ts_ns` (N,) and of the `d` grid steps after each (see StampKnown). `minutes`
-    (no `season` yet, one to be fitted): tod_vol's column holds the minute of the day until `with_season`."""
+    (no `season` yet, one to be fitted): tod_vol's column holds the minute of the day until `with_season`. `grid`:
+    the run's session (FittedTransform.grid; None: the zone's default)."""
     # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
     stamps, inverse = distinct(ts_ns, np.int32 if len(ts_ns) < 2**31 else np.intp)  # (O,), (N,)
-    table, base, index = decoder_grid(stamps, step, d, exchange_tz, intraday)  # (U,), (O,), (O, D) | None
+    table, base, index = decoder_grid(stamps, step, d, exchange_tz, intraday, grid)  # (U,), (O,), (O, D) | None
     cal = functools.partial(known_cont, exchange_tz=exchange_tz, intraday=intraday, sessions=sessions, season=season,
                             minutes=minutes)
     table_cont = cal(table)  # (U, Kr): after the grid, whose temporaries are the larger

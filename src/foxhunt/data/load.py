@@ -150,7 +150,7 @@ def load_raw(
     del df
     step, grid = checked.result()
     heap.trim(trim)  # the sorted ts the plan made (the parsed bars' column until now), freed into the pool's heap
-    bars, filled = fill_gaps(bars, cfg.exchange_tz, grid_step_ns) if cfg.fill_gaps else (bars, None)
+    bars, filled = fill_gaps(bars, cfg.exchange_tz, grid_step_ns, cfg.calendar) if cfg.fill_gaps else (bars, None)
     dropped = sorted(set(info["contracts_dropped"]) | set(spread_symbols))
     report = {
         "files": files,

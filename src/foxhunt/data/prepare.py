@@ -8,6 +8,7 @@ rows to each series so that every bar with a full encoder behind it, the last on
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -20,9 +21,13 @@ from foxhunt.allocator import release_freed_memory
 from foxhunt.data import parallel
 from foxhunt.data.calendar import (
     DAILY_MIN_SPACING_NS,
+    Grid,
     calendar_columns,
+    default_grid,
     future_timestamps,
+    grid_of,
     median_spacings_ns,
+    session_grid,
 )
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, own_move_columns, raw_features
@@ -32,6 +37,7 @@ from foxhunt.data.order import run_starts, sort_keys
 from foxhunt.data.runs import run_lengths
 from foxhunt.data.scaling import apply_scalers, fit_and_trail, observed_names, standardize
 from foxhunt.data.schema import Feature, FeatureSchema, Kind, Role
+from foxhunt.data.sessions import Session, run_session, session_of
 from foxhunt.data.summary import EPOCH, data_summary, facts_of, iso
 from foxhunt.data.validate import check_log_target
 from foxhunt.data.windows import SplitResult, WindowedData, assign_splits, series_bounds, window_starts
@@ -65,6 +71,14 @@ class FittedTransform:
     calendar_features: bool = False
     exchange_tz: str = "America/Chicago"
     bar_spacing_ns: int = 0  # median bar spacing in training: the step of the forecast grid (known.py)
+    # `--calendar`'s session: the closures of the forecast grid (`grid`). None (no --calendar, or a model saved
+    # before it): the zone's default, CME Globex Equity's in America/Chicago, none elsewhere.
+    session: Session | None = None
+
+    @property
+    def grid(self) -> Grid:
+        """Where the forecast steps may sit (calendar.future_timestamps)."""
+        return default_grid(self.exchange_tz) if self.session is None else grid_of(self.session)
 
     def code(self, names: list[str]) -> np.ndarray:
         """Series codes for `names` (0 for a series unseen in training)."""
@@ -81,12 +95,16 @@ class FittedTransform:
             "calendar_features": self.calendar_features,
             "exchange_tz": self.exchange_tz,
             "bar_spacing_ns": self.bar_spacing_ns,
+            # only with --calendar: a transform without one is saved as before it existed
+            **({} if self.session is None else {"session": dataclasses.asdict(self.session)}),
         }
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> FittedTransform:
         d = dict(d)
         d["series_vocab"] = tuple(d["series_vocab"])
+        if d.get("session") is not None:
+            d["session"] = session_of(d["session"])
         return FittedTransform(**d)
 
 
@@ -163,7 +181,8 @@ def prepare_from_bars(
     pending = None if for_prediction or parallel.threads() <= 1 else parallel.submit(
         _boxed, stamp_known, ts_ns, step, d, cfg.exchange_tz if transform is None else transform.exchange_tz, intraday,
         cfg.calendar_features if transform is None else transform.calendar_features,
-        None if transform is None else transform.scalers.get("season"), transform is None and cfg.seasonality)
+        None if transform is None else transform.scalers.get("season"), transform is None and cfg.seasonality,
+        session_grid(cfg.calendar, cfg.exchange_tz) if transform is None else transform.grid)
     trail = None  # the trailing inputs, when fitting computed them
     if transform is None:
         train_mask = (ts_ns < cuts[0]) & (ts_ns >= train_start_ns(cfg))
@@ -190,6 +209,7 @@ def prepare_from_bars(
             calendar_features=cfg.calendar_features,
             exchange_tz=cfg.exchange_tz,
             bar_spacing_ns=spacing,
+            session=run_session(cfg.calendar),
         )
     release_freed_memory()  # the fit's freed temporaries go back before the row tensor takes its memory
     # The row tensor: calendar columns (filled in _windowed), then the observed inputs, standardized straight into it.
@@ -209,7 +229,7 @@ def prepare_from_bars(
     del feats  # not read past here: gone before the row tensors are built
     if for_prediction:
         rows = _extend(
-            rows, first, end, d, future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz)
+            rows, first, end, d, future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz, transform.grid)
         )
         first, end = series_bounds(rows["sidx"])  # each series now ends d rows later
     # The windows and their splits follow from the timestamps alone: on a second thread while _windowed runs.
@@ -432,7 +452,8 @@ def _windowed(
 
     kr = known_width(tf)
     sk = known_stamps.pop() if known_stamps else stamp_known(
-        rows["ts"], step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, tf.scalers.get("season"))
+        rows["ts"], step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, tf.scalers.get("season"),
+        grid=tf.grid)
     sk = with_season(sk, tf.scalers.get("season"), tf.exchange_tz)
     cont = rows.pop("cont")  # (N, Kr + Or)
     stamp_rows(sk, cont[:, :kr])

@@ -103,7 +103,7 @@ def calendar_sessions() -> dict[str, Session] | None:
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
         if saved["key"] == key and sorted(saved["sessions"]) == names:
-            return {n: _session_of(saved["sessions"][n]) for n in names}
+            return {n: session_of(saved["sessions"][n]) for n in names}
     except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: read the calendars
         pass
     try:
@@ -116,7 +116,7 @@ def calendar_sessions() -> dict[str, Session] | None:
     return sessions
 
 
-def _session_of(saved: dict) -> Session:
+def session_of(saved: dict) -> Session:
     """A Session read back from JSON (its weekdays come back as a list; saved before they existed: Monday-Friday)."""
     return Session(**{**saved, "weekdays": tuple(saved.get("weekdays", Session.weekdays))})
 
@@ -155,6 +155,11 @@ def calendar_session(name: str) -> Session:
     if name == ALWAYS_OPEN.calendar:
         return ALWAYS_OPEN
     return _named_session(name)
+
+
+def run_session(calendar: str | None) -> Session | None:
+    """The session a run gives every bar (`--calendar`), or None without the option (per root, the default grid)."""
+    return None if calendar is None else calendar_session(calendar)
 
 
 @cache
@@ -275,14 +280,16 @@ def _sessions_by_run(df: pl.DataFrame, runs: np.ndarray | None = None) -> tuple[
     return sessions, np.repeat(kind[code], run_lengths(starts, df.height))
 
 
-def _closed_minutes(session: Session) -> np.ndarray:
+def _closed_minutes(session: Session, close_open: bool = True) -> np.ndarray:
     """(WEEK_MIN,) bool: minutes of the week (Monday 00:00 = 0) strictly inside the session's daily halt or weekend:
-    in no trade date's session, its open and close minutes counted open (bars stamped at either end are real)."""
+    in no trade date's session, its open and close minutes counted open (bars stamped at either end are real).
+    `close_open=False`: the close minute counted closed, [open, close), as the forecast grid takes it (its bars are
+    stamped at their start: the last bar of a 16:00 close starts before 16:00; calendar.grid_of)."""
     open_ = np.zeros(WEEK_MIN, dtype=bool)
     for day in session.weekdays:
         start = (day + session.open_day) * DAY_MIN + session.open_min
         end = (day + session.close_day) * DAY_MIN + session.close_min
-        open_[np.arange(start, end + 1) % WEEK_MIN] = True
+        open_[np.arange(start, end + close_open) % WEEK_MIN] = True
     return ~open_
 
 

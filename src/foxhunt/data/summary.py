@@ -228,6 +228,11 @@ def _checks_text(c: dict[str, Any]) -> str:
     return text
 
 
+# Windows missing bars above this share: the forecast grid (whose sessions --calendar chooses) is likely not the
+# market's, as for a 24/7 or a stock market read on CME's grid, rather than the market being quiet.
+CALENDAR_HINT_SHARE = 0.2
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """A compact multi-line text: data, series, features, target, and one line per split."""
     s = summary
@@ -254,6 +259,8 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"gaps      {gaps:,} of {n_windows:,} windows ({100 * gaps / max(1, n_windows):.0f}%) miss bars in their "
             "forecast span, so step k is not k bar intervals ahead"
             + ("; see --fill-gaps" if s.get("intraday") and filled is None else "")
+            + ("; so many may mean the grid's sessions are not the market's: see --calendar NAME (e.g. 24/7, XNYS)"
+               if gaps > CALENDAR_HINT_SHARE * n_windows else "")
         )
     for name, info in s["series"].items():
         lines.append(

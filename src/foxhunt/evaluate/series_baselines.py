@@ -138,7 +138,7 @@ def _season(log_range: np.ndarray, ts: np.ndarray, train_mask: np.ndarray, origi
     if not fit.any() or not x2[fit].mean() > 0:
         return None
     season = fit_profile(ts, x2 / x2[fit].mean(), fit, tf.exchange_tz)
-    grid = future_timestamps(origin_ns, tf.bar_spacing_ns, horizon, True, tf.exchange_tz)  # (K, H)
+    grid = future_timestamps(origin_ns, tf.bar_spacing_ns, horizon, True, tf.exchange_tz, tf.grid)  # (K, H)
     return profile_at(ts, season), profile_at(grid, season)
 
 

@@ -56,7 +56,7 @@ import pyarrow as pa
 import pyarrow.ipc
 
 from foxhunt.atomic import fsync
-from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, calendar_columns
+from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, Grid, calendar_columns
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import move_columns, own_move_columns, raw_features
 from foxhunt.data.fitstats import concat, stats
@@ -93,6 +93,7 @@ from foxhunt.data.scaling import (
     vol_moments,
 )
 from foxhunt.data.seasonality import minute_of_day
+from foxhunt.data.sessions import run_session
 from foxhunt.data.store import early
 from foxhunt.data.store.crew import Crew
 from foxhunt.data.store.direct import drain, put
@@ -215,7 +216,7 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     transform = FittedTransform(  # its scalers are completed in place (add_vol_stats) before the pieces are written
         series_vocab=tuple(n for n, ok in zip(names, mom["rows"] > 0, strict=True) if ok), scalers=scalers,
         target=cfg.target, scaling=cfg.scaling, intraday=intraday, calendar_features=cfg.calendar_features,
-        exchange_tz=cfg.exchange_tz, bar_spacing_ns=spacing,
+        exchange_tz=cfg.exchange_tz, bar_spacing_ns=spacing, session=run_session(cfg.calendar),
     )
     rows = np.cumsum([0, *(int(r["lengths"].sum()) for r in loads)])
     wins = np.cumsum([0, *(r["windows"] for r in loads)])
@@ -235,7 +236,7 @@ def _assemble(cfg: DataConfig, out: Path, tmp: Path, pool: Any, jobs: list, load
     try:
         _check_intraday(loads, intraday)
         origins = distinct_union([_shared(spill, f"stamps-{k}") for k in range(len(loads))])  # (O,) every one
-        known = _stamp_tables(origins, spill, cfg, spacing, intraday, scalers.get("season"))
+        known = _stamp_tables(origins, spill, cfg, spacing, intraday, scalers.get("season"), transform.grid)
     except BaseException:
         (spill / GRID_FAILED).touch()  # the trail jobs waiting for the grid stop (_grid_built)
         raise
@@ -274,12 +275,13 @@ def _drained(pool: Crew) -> None:
 
 
 def _stamp_tables(origins: np.ndarray, spill: Path, cfg: DataConfig, spacing: int, intraday: bool,
-                  season: dict | None) -> DecoderKnown:
+                  season: dict | None, grid: Grid) -> DecoderKnown:
     """The known-future grid over every distinct timestamp `origins` (O,) of the panel (its rows: one per origin),
     and, spilled for the pieces' writes, what maps a row onto it: each origin's calendar inputs (O, Kr), its grid
     row (and steps), and where a timestamp sits among the origins (`_stamp_slots`). Each value is a function of its
     own timestamp (known.known_cont), so computing them once over the panel gives every piece's rows their bits."""
-    sk = stamp_known(origins, spacing, cfg.horizon, cfg.exchange_tz, intraday, cfg.calendar_features, season)
+    sk = stamp_known(origins, spacing, cfg.horizon, cfg.exchange_tz, intraday, cfg.calendar_features, season,
+                     grid=grid)
     at_origin = np.empty((len(origins), sk.table_cont.shape[1]), dtype=np.float32)  # (O, Kr)
     stamp_rows(sk, at_origin)  # origins are distinct: each its own row
     base, index = sk.base, sk.index

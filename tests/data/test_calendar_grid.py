@@ -1,0 +1,211 @@
+"""The forecast grid follows the run's session (`--calendar`): one weekly table of closed minutes per session.
+
+Before, the grid chose its closures by the time zone alone (CME's halt and weekend in America/Chicago, none
+elsewhere; daily bars always skipped Saturday and Sunday), so with --calendar XNYS a forecast from 15:55 ET stepped
+to 16:00 ET, into the night, and daily bars of a 24/7 market never forecast a Saturday. Without --calendar (and for
+every model saved before it) the grid must stay exactly what it was: a hash of today's outputs over a year of
+origins, computed with the code before this change, holds it bit for bit."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import sys
+
+import numpy as np
+import polars as pl
+import pytest
+
+from foxhunt.cli import main
+from foxhunt.data import calendar, sessions
+from foxhunt.data.calendar import default_grid, future_timestamps, grid_of, on_grid, session_grid
+from foxhunt.data.config import DataConfig
+from foxhunt.data.fill import fill_gaps
+from foxhunt.data.prepare import FittedTransform
+from foxhunt.data.store import prepare_store
+from foxhunt.data.summary import format_summary
+
+MIN = 60 * 10**9
+DAY = 1440 * MIN
+CT, ET = "America/Chicago", "America/New_York"
+# sha256 of the grid below from the code before --calendar reached the grid (git archive of afdb987).
+BEFORE = "97ee7afba7cbb03a20dfa8e6a3e387c3165c0d0dda2d1f2ae7f444c0cf9312c8"
+
+
+def ns(*stamps: str) -> np.ndarray:
+    return np.array([np.datetime64(s, "ns").astype(np.int64) for s in stamps])
+
+
+def iso(a: np.ndarray) -> list[str]:
+    return [str(t)[:16] for t in np.asarray(a).astype("datetime64[ns]")]
+
+
+def year_of_origins() -> np.ndarray:
+    """(73031,) origins every 7 min 13 s through 2024: every minute of the week, both DST switches."""
+    return ns("2024-01-01")[0] + np.arange(0, 366 * DAY, 7 * MIN + 13 * 10**9)
+
+
+def grid_hash(grid_of_zone) -> str:
+    h = hashlib.sha256()
+    origins = year_of_origins()
+    for tz, step, intraday in [(CT, MIN, True), (CT, 5 * MIN, True), (CT, 60 * MIN, True), (CT, DAY, False),
+                               ("Europe/London", 5 * MIN, True), ("UTC", DAY, False)]:
+        h.update(future_timestamps(origins, step, 8, intraday, tz, grid_of_zone(tz)).tobytes())
+        h.update(on_grid(origins, intraday, tz, grid_of_zone(tz)).tobytes())
+    return h.hexdigest()
+
+
+def test_without_a_calendar_the_grid_is_bit_identical_to_before():
+    assert grid_hash(lambda tz: None) == BEFORE  # no grid: the zone's default
+    old_model = {"series_vocab": ["ES"], "scalers": {}, "exchange_tz": CT}  # model.json before --calendar
+    assert grid_hash(lambda tz: FittedTransform.from_dict({**old_model, "exchange_tz": tz}).grid) == BEFORE
+    assert grid_hash(lambda tz: session_grid(None, tz)) == BEFORE
+
+
+def test_the_cme_grid_by_hand_at_the_halt_the_weekend_and_both_dst_weekends():
+    cases = {  # UTC origin -> its next two 1-minute grid bars (UTC)
+        "2024-03-06T21:59": ["2024-03-06T23:00", "2024-03-06T23:01"],  # Wed 15:59 CST -> 17:00 after the halt
+        "2024-03-08T21:59": ["2024-03-10T22:00", "2024-03-10T22:01"],  # Fri 15:59 CST -> Sun 17:00 CDT
+        "2024-11-01T20:59": ["2024-11-03T23:00", "2024-11-03T23:01"],  # Fri 15:59 CDT -> Sun 17:00 CST
+        "2024-03-10T22:00": ["2024-03-10T22:01", "2024-03-10T22:02"],  # Sunday's open is on the grid
+        "2024-06-07T19:30": ["2024-06-07T19:31", "2024-06-07T19:32"],  # Fri 14:30 CDT: still open
+    }
+    for origin, want in cases.items():
+        assert iso(future_timestamps(ns(origin), MIN, 2, True, CT)[0]) == want, origin
+
+
+def test_the_cme_calendar_by_name_is_the_default_grid():
+    pytest.importorskip("pandas_market_calendars")
+    named, default = session_grid("CME Globex Equity", CT), default_grid(CT)
+    assert np.array_equal(named.closed, default.closed) and np.array_equal(named.wait, default.wait)
+    origins = year_of_origins()[::5]
+    assert np.array_equal(future_timestamps(origins, 5 * MIN, 6, True, CT, named),
+                          future_timestamps(origins, 5 * MIN, 6, True, CT))
+
+
+def test_xnys_five_minute_bars_step_from_the_close_to_the_next_open():
+    pytest.importorskip("pandas_market_calendars")
+    xnys = session_grid("XNYS", ET)
+    step = 5 * MIN
+    # Wed 15:55 EST -> Thu 09:30 EST (not 16:00 ET)
+    assert iso(future_timestamps(ns("2024-03-06T20:55"), step, 2, True, ET, xnys)[0]) == [
+        "2024-03-07T14:30", "2024-03-07T14:35"]
+    # Fri 15:55 EST -> Mon 09:30 EDT, over the DST weekend
+    assert iso(future_timestamps(ns("2024-03-08T20:55"), step, 2, True, ET, xnys)[0]) == [
+        "2024-03-11T13:30", "2024-03-11T13:35"]
+    # Fri 15:50 EDT: one bar left, then Monday
+    assert iso(future_timestamps(ns("2024-06-07T19:50"), step, 2, True, ET, xnys)[0]) == [
+        "2024-06-07T19:55", "2024-06-10T13:30"]
+    # every forecast step over a year of origins is inside 09:30-16:00 ET on a weekday
+    steps = future_timestamps(year_of_origins(), step, 12, True, ET, xnys)
+    wall = calendar.local_ns(steps.ravel(), ET)
+    minute, weekday = (wall % DAY) // MIN, (wall // DAY + 3) % 7
+    assert ((minute >= 570) & (minute < 960) & (weekday < 5)).all()
+    assert on_grid(ns("2024-03-06T14:30", "2024-03-06T21:00", "2024-03-09T15:00"), True, ET, xnys).tolist() == [
+        True, False, False]
+
+
+def test_24_7_daily_bars_step_into_the_weekend_and_intraday_bars_never_jump():
+    always = session_grid("24/7", "UTC")
+    friday = ns("2024-03-08")
+    assert iso(future_timestamps(friday, DAY, 3, False, "UTC", always)[0]) == [
+        "2024-03-09T00:00", "2024-03-10T00:00", "2024-03-11T00:00"]  # Saturday, Sunday, Monday
+    assert iso(future_timestamps(friday, DAY, 1, False, "UTC")[0]) == ["2024-03-11T00:00"]  # the default skips them
+    origins = year_of_origins()
+    got = future_timestamps(origins, MIN, 5, True, "UTC", always)
+    assert np.array_equal(got, origins[:, None] + MIN * np.arange(1, 6))
+    assert on_grid(origins, True, "UTC", always).all() and on_grid(origins, False, "UTC", always).all()
+
+
+def test_a_saved_session_gives_its_grid_back_without_the_package(monkeypatch):
+    pytest.importorskip("pandas_market_calendars")
+    tf = FittedTransform(series_vocab=("AAPL",), scalers={}, intraday=True, exchange_tz=ET, bar_spacing_ns=5 * MIN,
+                         session=sessions.calendar_session("XNYS"))
+    saved = json.loads(json.dumps(tf.to_dict()))
+    assert saved["session"]["calendar"] == "XNYS"
+    assert "session" not in dataclasses.replace(tf, session=None).to_dict()  # without --calendar: as before
+    monkeypatch.setitem(sys.modules, "pandas_market_calendars", None)  # predicting where it is not installed
+    back = FittedTransform.from_dict(saved)
+    assert back.session == tf.session and back.grid is grid_of(tf.session)
+    assert iso(future_timestamps(ns("2024-03-06T20:55"), 5 * MIN, 1, True, ET, back.grid)[0]) == ["2024-03-07T14:30"]
+
+
+def test_fill_gaps_fills_the_late_open_of_an_xnys_session_and_never_the_night():
+    pytest.importorskip("pandas_market_calendars")
+    # 1-minute bars: Wed 15:58, 15:59 EST, then Thu 09:31 (the 09:30 bar is missing) and 09:32
+    stamps = ["2024-03-06T20:58", "2024-03-06T20:59", "2024-03-07T14:31", "2024-03-07T14:32"]
+    ts = ns(*stamps)
+    bars = pl.DataFrame({"series": "AAPL", "ts": pl.Series(ts).cast(pl.Datetime("ns", "UTC")), "open": 1.0,
+                         "high": 1.0, "low": 1.0, "close": 1.0, "volume": 1.0, "contract": "AAPL"})
+    out, n = fill_gaps(bars, ET, calendar="XNYS")
+    assert n == 1 and iso(out.filter("filled")["ts"].dt.epoch("ns").to_numpy()) == ["2024-03-07T14:30"]
+    assert fill_gaps(bars, ET)[1] == 0  # no calendar: a 17.5 h gap with no closure in the zone, never filled
+
+
+def _summary(gaps: int, windows: int) -> dict:
+    return {"rows_read": 10, "rows": 10, "series": {}, "bar_interval": "5m", "windows": {"train": windows, "val": 0, "test": 0},
+            "windows_with_gaps": gaps, "bars_filled": None, "intraday": True, "rolls": [],
+            "features": {"static": [], "known": [], "observed": []}, "target": "log_return", "scaling": "series",
+            "encoder_length": 16, "horizon": 3, "ranges": {}, "purged": {}}
+
+
+def test_the_gaps_line_names_calendar_when_many_windows_miss_bars():
+    many = next(line for line in format_summary(_summary(300, 1000)).splitlines() if line.startswith("gaps"))
+    few = next(line for line in format_summary(_summary(100, 1000)).splitlines() if line.startswith("gaps"))
+    assert "--calendar" in many and "--fill-gaps" in many
+    assert "--calendar" not in few
+
+
+def test_a_24_7_daily_model_forecasts_saturday(tiny, tmp_path):
+    """End to end: daily bars of every day (weekends too) trained with --calendar 24/7; the live forecast from a
+    Friday's bar steps to Saturday, Sunday, Monday (the default grid would go to Monday, Tuesday, Wednesday)."""
+    rng = np.random.default_rng(3)
+    n = 300
+    days = [dt.date(2023, 5, 14) + dt.timedelta(days=i) for i in range(n)]  # ends on Friday 2024-03-08
+    assert days[-1] == dt.date(2024, 3, 8)
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.02, n)))
+    open_ = np.concatenate([[close[0]], close[:-1]])
+    wick = np.abs(rng.normal(0, 0.01, n)) * close
+    csv = tmp_path / "coin_1d.csv"
+    pl.DataFrame({"date": days, "open": open_, "high": np.maximum(open_, close) + wick,
+                  "low": np.minimum(open_, close) - wick, "close": close,
+                  "volume": rng.integers(100, 1000, n)}).write_csv(csv)
+    run = tmp_path / "run"
+    assert main(["train", "-f", str(csv), "--calendar", "24/7", *tiny, "--epochs", "1", "--run-dir", str(run)]) == 0
+    out = tmp_path / "f.parquet"
+    assert main(["predict", "--model", str(run), "-f", str(csv), "--out", str(out), "--threads", "1"]) == 0
+    rows = pl.read_parquet(out)
+    live = rows.filter(pl.col("origin") == pl.col("origin").max()).sort("horizon")
+    assert [t.date() for t in live["target_time"].to_list()] == [dt.date(2024, 3, d) for d in (9, 10, 11)]
+
+
+def test_a_store_prepared_in_pieces_keeps_the_calendar_grid(fixtures_dir, tmp_path):
+    """`foxhunt prepare --calendar 24/7` in pieces and in memory: the same grid, which steps through CME's halt (the
+    default grid jumps it), and the session saved with the store's transform."""
+    es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
+    es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=4))
+    frames = [es.with_columns(symbol=pl.col("symbol").str.replace_all("ES", root),
+                              instrument_id=pl.col("instrument_id") + 1000 * k)
+              for k, root in enumerate(("ES", "NQ", "YM"))]
+    frame = pl.concat(frames).sort("ts_event", "instrument_id").with_columns(day=pl.col("ts_event").dt.date())
+    panel = tmp_path / "panel"
+    for (day,), part in frame.partition_by("day", as_dict=True, maintain_order=True).items():
+        (panel / f"date={day}").mkdir(parents=True)
+        part.drop("day").write_parquet(panel / f"date={day}" / "part-0.parquet")
+    cfg = DataConfig(paths=(str(panel),), encoder_length=16, horizon=3, calendar="24/7")
+    pieces = prepare_store(cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    assert pieces["transform"]["session"]["calendar"] == "24/7" == whole["transform"]["session"]["calendar"]
+    grid = np.load(tmp_path / "pieces" / pieces["arrays"]["known_ts"]["file"])
+    assert np.array_equal(grid, np.load(tmp_path / "whole" / whole["arrays"]["known_ts"]["file"]))
+    assert _in_cme_halt(grid).any()  # 24/7: the grid runs through 16:00-17:00 CT
+    default = prepare_store(dataclasses.replace(cfg, calendar=None, exchange_tz=CT), tmp_path / "default", workers=0)
+    assert "session" not in default["transform"]
+    assert not _in_cme_halt(np.load(tmp_path / "default" / default["arrays"]["known_ts"]["file"])).any()
+
+
+def _in_cme_halt(ts_ns: np.ndarray) -> np.ndarray:
+    minute = (calendar.local_ns(ts_ns, CT) % DAY) // MIN
+    return (minute >= 16 * 60) & (minute < 17 * 60)
