@@ -30,7 +30,7 @@ import polars as pl
 
 from foxhunt.data.median import exact_median
 from foxhunt.data.runs import run_lengths
-from foxhunt.data.sessions import ALWAYS_OPEN, CME_EQUITY, Session, _closed_minutes, run_session
+from foxhunt.data.sessions import ALWAYS_OPEN, CME_EQUITY, Session, closed_minutes, run_session
 from foxhunt.errors import InputError
 
 SESSION_OPEN_MIN = CME_EQUITY.open_min  # minutes after local midnight when the (next day's) session opens
@@ -251,7 +251,7 @@ class Grid:
     """Where the forecast grid's bars may sit: the closures of one session, as tables by minute of the week.
 
     closed: (WEEK_MIN,) bool, minutes of the week (Monday 00:00 = 0) of wall-clock time in `tz` with no session,
-    [open, close) of each trade date (`sessions._closed_minutes(., close_open=False)`): the daily halt, the weekend.
+    [open, close) of each trade date (`sessions.closed_minutes(., close_open=False)`): the daily halt, the weekend.
     wait: (WEEK_MIN,) int64 minutes from each minute of the week to the next open one (0 where open): how far a
     closed candidate jumps. open_weekdays: (7,) bool, daily bars (UTC date, Monday 0): the weekdays with a session.
     shift_min: minutes from a wall-clock time to its trade date (`Session.shift_min`; --fill-gaps' sessions).
@@ -280,7 +280,7 @@ def grid_of(session: Session) -> Grid:
     """The forecast grid of a session (`--calendar`'s, or CME Globex Equity's for a model saved before it)."""
     if not session.weekdays:
         raise InputError(f"calendar {session.calendar!r} has no trading weekday: no forecast grid")
-    closed = _closed_minutes(session, close_open=False)  # (WEEK_MIN,)
+    closed = closed_minutes(session, close_open=False)  # (WEEK_MIN,)
     opens = np.flatnonzero(~closed)  # (O,) sorted, not empty: a weekday has a session
     minute = np.arange(WEEK_MIN)
     at = np.searchsorted(opens, minute)  # (WEEK_MIN,) the first open minute at or after each, wrapping the week

@@ -207,13 +207,13 @@ def closed_share(df: pl.DataFrame, exchange_tz: str, runs: np.ndarray | None = N
         return 0.0
     # (S,) distinct sessions, (N,) each bar's (None: all the first)
     sessions, kind = ([session], None) if session is not None else _sessions_by_run(df, runs)
-    closed_minutes = np.concatenate([_closed_minutes(t) for t in sessions])  # (S * WEEK_MIN,)
+    table = np.concatenate([closed_minutes(t) for t in sessions])  # (S * WEEK_MIN,)
     ts = df.get_column("ts").dt.epoch("ns").to_numpy()
-    counts = np.zeros(len(closed_minutes), dtype=np.int64)
+    counts = np.zeros(len(table), dtype=np.int64)
     for lo in range(0, len(ts), CLOSED_CHUNK):  # in slices: the int64 temporaries of all bars would take 100 MB
         sl = slice(lo, lo + CLOSED_CHUNK)
-        counts += _week_minute_counts(ts[sl], exchange_tz, None if kind is None else kind[sl], len(closed_minutes))
-    closed = int(counts[closed_minutes].sum())
+        counts += _week_minute_counts(ts[sl], exchange_tz, None if kind is None else kind[sl], len(table))
+    closed = int(counts[table].sum())
     return float(np.float64(closed) / len(ts))  # as np.mean of the flags: their exact count over N
 
 
@@ -280,7 +280,7 @@ def _sessions_by_run(df: pl.DataFrame, runs: np.ndarray | None = None) -> tuple[
     return sessions, np.repeat(kind[code], run_lengths(starts, df.height))
 
 
-def _closed_minutes(session: Session, close_open: bool = True) -> np.ndarray:
+def closed_minutes(session: Session, close_open: bool = True) -> np.ndarray:
     """(WEEK_MIN,) bool: minutes of the week (Monday 00:00 = 0) strictly inside the session's daily halt or weekend:
     in no trade date's session, its open and close minutes counted open (bars stamped at either end are real).
     `close_open=False`: the close minute counted closed, [open, close), as the forecast grid takes it (its bars are
@@ -318,7 +318,7 @@ def check_session_grid(
     used = f"{zone} (naive timestamps)" if naive else f"UTC ({written or 'timestamps with a zone'})"
     if step_ns is None or step_ns >= INTRADAY_MAX_NS:
         return {"timezone": used, "closed_share": None}
-    session = calendar_session(calendar) if calendar is not None else None
+    session = run_session(calendar)
     share = closed_share(df, exchange_tz, runs, session)
     if share > CLOSED_LIMIT:
         where = f"the {calendar} calendar is closed" if calendar is not None else "the exchange is closed"
