@@ -20,7 +20,7 @@ Models: the default architecture (hidden 16) and hidden 160 (the TFT paper's siz
 calibration is attached so that its cost is counted.
 
 Backends share one interface (`Backend.forward(batch) -> scaled quantiles (B, D, Q)`): eager PyTorch (the training
-model), the inference model with the weights folded (model/inference.py), its frozen TorchScript trace, the same in onnxruntime (`ort`: what `update` runs when onnxruntime is installed),
+model), the inference model with the weights folded (model/inference/folded.py), its frozen TorchScript trace, the same in onnxruntime (`ort`: what `update` runs when onnxruntime is installed),
 torch.compile, and onnxruntime on the model exported by `foxhunt export` (extra `onnx`).
 CPU time (process_time) is printed beside wall time: the machine may be shared.
 """
@@ -42,7 +42,6 @@ import polars as pl
 import torch
 
 import foxhunt
-from foxhunt.api.traced import BatchForward, LiveForward, OnnxForward, TracedForward, inference_forward
 from foxhunt.data.batch import Batch
 from foxhunt.data.config import DataConfig
 from foxhunt.data.load import load_bars
@@ -50,6 +49,13 @@ from foxhunt.data.prepare import PreparedData, prepare_data
 from foxhunt.data.sample_path import bundled_sample_path
 from foxhunt.model.calibration import Calibration
 from foxhunt.model.config import ModelConfig
+from foxhunt.model.inference.traced import (
+    BatchForward,
+    LiveForward,
+    OnnxForward,
+    TracedForward,
+    inference_forward,
+)
 from foxhunt.model.tft import TemporalFusionTransformer
 from foxhunt.train.checkpoint import LoadedModel, save_model_json, save_weights, state_to_cpu
 
@@ -87,7 +93,7 @@ class Compiled(Backend):
 
 
 class Folded(Backend):
-    """The weights folded into fewer, larger ops for inference (foxhunt.model.inference.InferenceTFT), eagerly."""
+    """The weights folded into fewer, larger ops for inference (foxhunt.model.inference.folded.InferenceTFT), eagerly."""
 
     name = "folded"
 
@@ -100,7 +106,7 @@ class Folded(Backend):
 
 
 class Traced(Backend):
-    """A frozen TorchScript trace per input shape of the folded model (foxhunt.api.traced: what
+    """A frozen TorchScript trace per input shape of the folded model (foxhunt.model.inference.traced: what
     `Forecaster.update` runs by default)."""
 
     name = "trace"
@@ -115,7 +121,7 @@ class Traced(Backend):
 
 class LiveOnnx(Backend):
     """onnxruntime on the folded inference model, exported in memory per batch size, inputs and output bound to
-    preallocated buffers (foxhunt.api.traced.OnnxForward: what `Forecaster.update` runs when onnxruntime is
+    preallocated buffers (foxhunt.model.inference.traced.OnnxForward: what `Forecaster.update` runs when onnxruntime is
     installed). Batches over 16 windows (batch 256 here) go to the trace."""
 
     name = "ort"

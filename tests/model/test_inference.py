@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from foxhunt.api.traced import OnnxForward, TracedForward, live_forward
 from foxhunt.data.batch import Batch
 from foxhunt.data.schema import InputSizes
-from foxhunt.model import inference
-from foxhunt.model.inference import InferenceTFT
+from foxhunt.model.inference import folded as inference
+from foxhunt.model.inference.folded import InferenceTFT
+from foxhunt.model.inference.traced import OnnxForward, TracedForward, live_forward
 from foxhunt.model.tft import TemporalFusionTransformer
 from tests.model.test_tft_model import FULL_SIZES, D, E, overlapping_batches, synthetic_batch, tiny_model
 

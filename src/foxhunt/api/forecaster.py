@@ -20,7 +20,6 @@ import torch
 
 from foxhunt.api.bars import FRAME_NAME, as_polars, parquet_tail, stream_bars
 from foxhunt.api.stream import StreamState, parse_gap
-from foxhunt.api.traced import BatchForward, LiveForward, live_forward
 from foxhunt.data.batch import Batch
 from foxhunt.data.features import raw_features
 from foxhunt.data.load import load_raw
@@ -28,6 +27,7 @@ from foxhunt.data.prepare import PreparedData
 from foxhunt.data.read import read_frame
 from foxhunt.evaluate import predict as _predict
 from foxhunt.model.calibration import Calibration
+from foxhunt.model.inference.traced import BatchForward, LiveForward, live_forward
 from foxhunt.train.checkpoint import LoadedModel, load_model
 
 # Bars of history per series that `predict_parquet` reads beyond the encoder: enough for the seed of the slowest
@@ -53,7 +53,7 @@ class Forecaster:
         self._lm, self._device = lm, device
         self._model = lm.model.eval()
         e, d = lm.data_cfg.encoder_length, lm.data_cfg.horizon
-        # Scaled quantiles (B, D, Q) of the live windows (codes, encoder rows, decoder rows; api/traced.py): the
+        # Scaled quantiles (B, D, Q) of the live windows (codes, encoder rows, decoder rows; model/inference/traced.py): the
         # inference model in onnxruntime or as a frozen trace, compiled per batch size, or the eager training model;
         # benchmarks swap in other backends (torch.compile, onnxruntime on the export) through a BatchForward.
         self._live: LiveForward = live_forward(self._model, e, d, device) if trace else BatchForward(
@@ -64,7 +64,7 @@ class Forecaster:
     def load(cls, run_dir: str | Path, device: str | torch.device = "cpu", trace: bool = True) -> Forecaster:
         """Load the model package in `run_dir` (model.json, model.safetensors, the scalers inside model.json and
         calibration.json when it was fitted on these weights). No training data is read. `trace`: `update` runs
-        the model with its weights folded for inference (model/inference.py), compiled per batch size on first use
+        the model with its weights folded for inference (model/inference/folded.py), compiled per batch size on first use
         (about a second): in onnxruntime when it is installed, else as a frozen TorchScript trace (a twentieth and
         an eighth of the eager CPU time at batch 1, the same numbers to float rounding); False runs it eagerly."""
         dev = torch.device(device)

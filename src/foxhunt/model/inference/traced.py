@@ -1,7 +1,7 @@
 """The inference model's forward pass as a frozen TorchScript trace per input shape, for small live batches.
 
 At batch 1 the cost of a forward is the number of ATen calls and the Python between them, not the arithmetic. The
-model is first rearranged for inference (model/inference.py: about 150 ops instead of about a thousand, the same
+model is first rearranged for inference (model/inference/folded.py: about 150 ops instead of about a thousand, the same
 forecasts to float rounding), then traced, so the calls run without Python, and `torch.jit.freeze` folds the weights
 in as constants. On the shared 2-core benchmark machine (hidden 16, encoder 32, one thread) one batch-1 forward takes
 2.8 ms of CPU against the training model's 12.6 ms eagerly (and 5.9 ms for a trace of the training model);
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from foxhunt.data.batch import Batch
-from foxhunt.model.inference import InferenceTFT, supported
+from foxhunt.model.inference.folded import InferenceTFT, supported
 from foxhunt.model.tft import TemporalFusionTransformer
 
 log = logging.getLogger("foxhunt.api")
@@ -53,7 +53,7 @@ class _Quantiles(torch.nn.Module):
 
 
 def inference_forward(model: torch.nn.Module) -> torch.nn.Module:
-    """Batch -> scaled quantiles (B, D, Q): the model's weights folded for inference (model/inference.py) when it
+    """Batch -> scaled quantiles (B, D, Q): the model's weights folded for inference (model/inference/folded.py) when it
     can, else the model itself."""
     if isinstance(model, TemporalFusionTransformer) and supported(model):
         return InferenceTFT(model.eval())
