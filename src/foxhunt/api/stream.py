@@ -25,11 +25,21 @@ import numpy as np
 import polars as pl
 
 from foxhunt.api.known_grid import KnownGrid
-from foxhunt.data.features import RETURN_TARGETS, SEASON_OBSERVED, STANDARDIZED, VOL_OBSERVED, move_columns
+from foxhunt.data.features import RETURN_TARGETS, move_columns
 from foxhunt.data.known import known_columns
 from foxhunt.data.load import bar_interval
 from foxhunt.data.prepare import UNKNOWN_SERIES, FittedTransform
-from foxhunt.data.scaling import FAST_SLOW, VOL_FLOOR, ewma_alpha, observed_names
+from foxhunt.data.scaling import (
+    FAST_SLOW,
+    VOL_FLOOR,
+    ewm_range_scale,
+    ewma_alpha,
+    observed_names,
+    seeded_ewm,
+    standardized,
+    variance_proxy,
+    vol_columns,
+)
 from foxhunt.data.seasonality import profile_at
 from foxhunt.errors import InputError
 
@@ -58,7 +68,9 @@ class StreamState:
         self.observed = observed_names(sc)
         self.season = sc.get("season") or None
         self.vol_features = bool(sc.get("vol_features", False))
-        self.range_est = sc.get("estimator", "returns") == "range"
+        self.estimator = sc.get("estimator", "returns")
+        self.range_est = self.estimator == "range"
+        self.derived = vol_columns(sc)  # the trailing inputs `_advance` computes, in scaling.trailing's order
         self.hl = float(sc["halflife"])
         self.n_known = len(known_columns(np.zeros(1, np.int64), transform.exchange_tz, transform.intraday,
                                          transform.calendar_features, self.season))
@@ -94,8 +106,7 @@ class StreamState:
     def _constants(self, names: list[str]) -> dict[tuple[str, str], np.ndarray]:
         """Every scaler `step` reads, (len(names),) each: looked up once per series, not once per bar."""
         keys = [(self.ret, "std"), ("range_k", "value"), ("target", "center"), ("target", "scale")]
-        keys += [(c, f) for c in self.observed if c in STANDARDIZED or c in VOL_OBSERVED or c in SEASON_OBSERVED
-                 for f in ("mean", "std")]
+        keys += [(c, f) for c in self.observed if standardized(c) for f in ("mean", "std")]
         return {k: self._const(names, *k) for k in keys}
 
     def _plans(self, first: int) -> None:
@@ -155,12 +166,10 @@ class StreamState:
                            "r_std": r_std, "t_c": t_c, "t_s": t_s, "k": k})
         if self.season:
             df = df.with_columns(pl.Series("p2", profile_at(feats["ts"].dt.epoch("ns").to_numpy(), self.season) ** 2))
-        first = pl.col("first")
-
         def ewm(x: pl.Expr, seed: pl.Expr, hl: float) -> pl.Expr:
-            return pl.when(first).then(seed).otherwise(x).ewm_mean(alpha=ewma_alpha(hl), adjust=False).over("g")
+            return seeded_ewm(x, seed, hl).over("g")
 
-        proxy = pl.col("r") ** 2 if not self.range_est else pl.col("k") * pl.col("x") ** 2
+        proxy = variance_proxy(self.estimator, pl.col("r"), pl.col("x"), pl.col("k"))
         seed = pl.col("r_std") ** 2
         exprs = [ewm(proxy, seed, self.hl).alias("v")]
         if self.vol_features:
@@ -178,7 +187,7 @@ class StreamState:
 
     def _ewm_range_scale(self) -> bool:
         """log_range under volatility scaling with the returns estimator: center and scale are EWMAs of the range."""
-        return self.tf.scaling == "volatility" and self.tf.target == "log_range" and not self.range_est
+        return ewm_range_scale(self.tf.scaling, self.tf.target, self.estimator)
 
     def _rows_for(self, names: list[str]) -> np.ndarray:
         """State rows of `names`, adding fresh (never seen) rows for new series."""
@@ -324,12 +333,12 @@ class StreamState:
             logs.append(_div(_floored(step("v_fast", proxy, seed, fa, 1.0 - fa), floor), vol))
             logs.append(_div(_floored(step("v_slow", proxy, seed, sa, 1.0 - sa), floor), vol))
         logs = _log(*logs)
-        derived = {"log_vol": logs[0]}
-        if self.season:
-            derived["log_vol_season"] = logs[1]
+        values = [logs[0]]  # in `self.derived` (scaling.vol_columns) order
         if self.vol_features:
-            derived.update({"shock": _div(ret, before), "range_shock": _div(math.sqrt(k) * x, before),
-                            "log_vol_fast": logs[-2], "log_vol_slow": logs[-1]})
+            values += [_div(ret, before), _div(math.sqrt(k) * x, before), logs[-2], logs[-1]]
+        if self.season:
+            values.append(logs[1])
+        derived = dict(zip(self.derived, values, strict=True))
         if self.tf.scaling == "series":
             center, scale = c["t_c"], c["t_s"]
         elif self.tf.target in RETURN_TARGETS:
@@ -342,8 +351,7 @@ class StreamState:
             var = step("m2", x * x, t_c * t_c + t_s * t_s) - m * m
             fl = VOL_FLOOR * t_s
             center, scale = m, math.sqrt(max(var, fl * fl))
-        raw = {"log_return": ret, "price_change": ret, "log_range": x, "price_range": x, "roll": 0.0,
-               "filled": float(filled)}
+        raw = {self.ret: ret, self.rng: x, "roll": 0.0, "filled": float(filled)}  # features.raw_features' names
         obs = []
         for col, mean, std in self.obs_plan[r]:  # a handful of columns
             v = derived[col] if col in derived else raw[col] if col != "log_volume" else float(np.log1p(volume))

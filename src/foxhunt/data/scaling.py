@@ -77,6 +77,28 @@ def ewma_alpha(halflife: float) -> float:
     return 1.0 - 0.5 ** (1.0 / halflife)
 
 
+def seeded_ewm(x: pl.Expr, seed: pl.Expr, halflife: float) -> pl.Expr:
+    """The causal EWMA every trailing input runs (y_t = (1 - a) y_t-1 + a x_t, the first row of a series holding
+    `seed`), not yet windowed by series: `trailing` and the live stream's priming (api/stream.py) both build on it."""
+    return pl.when(pl.col("first")).then(seed).otherwise(x).ewm_mean(alpha=ewma_alpha(halflife), adjust=False)
+
+
+def variance_proxy(estimator: str, r: pl.Expr, x: pl.Expr, k: pl.Expr) -> pl.Expr:
+    """The per-bar variance the trailing volatility averages: r^2 ("returns") or k x^2 ("range")."""
+    return r**2 if estimator == "returns" else k * x**2
+
+
+def ewm_range_scale(scaling: str, target: str, estimator: str) -> bool:
+    """Whether the target's center and scale are EWMAs of the range (log_range under volatility scaling with the
+    returns estimator) rather than a function of the trailing volatility."""
+    return scaling == "volatility" and target == "log_range" and estimator == "returns"
+
+
+def standardized(name: str) -> bool:
+    """Whether an observed input is standardized per series (mean, std of its training rows) before the model."""
+    return name in STANDARDIZED or name in VOL_OBSERVED or name in SEASON_OBSERVED
+
+
 def _per_row(scalers: dict, names: list[str], sidx: np.ndarray, key: str, field: str) -> np.ndarray:
     """(N,) value scalers[series][key][field] of each row's series (pooled for a series unseen in training)."""
     return _per_series(scalers, names, key, field)[sidx]
@@ -278,10 +300,9 @@ def trailing(
         return e if by_run else e.over("g")
 
     def ewm(x: pl.Expr, seed: pl.Expr, hl: float = halflife) -> pl.Expr:
-        # seeded causal EWMA: the first row of a series holds the seed
-        return over(pl.when(pl.col("first")).then(seed).otherwise(x).ewm_mean(alpha=ewma_alpha(hl), adjust=False))
+        return over(seeded_ewm(x, seed, hl))
 
-    proxy = pl.col("r") ** 2 if estimator == "returns" else k_e * pl.col("x") ** 2  # per-bar variance proxy
+    proxy = variance_proxy(estimator, pl.col("r"), pl.col("x"), k_e)
 
     def sigma(hl: float) -> pl.Expr:  # trailing volatility in return units, floored
         return pl.max_horizontal(ewm(proxy, r_std_e**2, hl).sqrt(), VOL_FLOOR * r_std_e)
@@ -291,7 +312,7 @@ def trailing(
     if season:  # the same EWMA on the deseasonalized proxy, floored alike
         ds = ewm(proxy / pl.col("p2"), r_std_e**2).sqrt()
         exprs += [pl.max_horizontal(ds, VOL_FLOOR * r_std_e).alias("vol_season")]
-    if scaling == "volatility" and target == "log_range" and estimator == "returns":
+    if ewm_range_scale(scaling, target, estimator):
         x = pl.col("x")
         m = ewm(x, t_center_e)
         var = ewm(x**2, t_center_e**2 + t_scale_e**2) - m**2
@@ -374,7 +395,7 @@ def standardize(
     cols = observed_names(scalers)
     obs = np.empty((len(sidx), len(cols)), dtype=np.float32) if out is None else out  # (N, Or)
     xs = [np.asarray(derived[c] if c in derived else feats[c].to_numpy(), dtype=np.float64) for c in cols]
-    scaled = [c in STANDARDIZED or c in VOL_OBSERVED or c in SEASON_OBSERVED for c in cols]
+    scaled = [standardized(c) for c in cols]
     moments = [(_per_series(scalers, names, c, "mean"), _per_series(scalers, names, c, "std")) if z else None
                for c, z in zip(cols, scaled, strict=True)]
     runs = _runs(sidx)
