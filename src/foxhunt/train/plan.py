@@ -19,7 +19,7 @@ import contextlib
 import math
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -59,14 +59,7 @@ class MemoryBreakdown:
         return self.weights + self.gradients + self.optimizer + self.activations + self.batch
 
     def to_dict(self) -> dict[str, int]:
-        return {
-            "weights": self.weights,
-            "gradients": self.gradients,
-            "optimizer": self.optimizer,
-            "activations": self.activations,
-            "batch": self.batch,
-            "total": self.total,
-        }
+        return {**asdict(self), "total": self.total}  # the terms in field order, then their sum
 
 
 @dataclass(frozen=True)
@@ -107,19 +100,7 @@ class MemoryPlan:
             f"val x{self.val_calibration:.3f} ({self.probe})"
             + (". Optimizer state in host memory." if self.optimizer_state_on_cpu else ".")
         )
-        cols = (
-            "batch",
-            "weights",
-            "grads",
-            "optim",
-            "activ",
-            "data",
-            "train",
-            "fits",
-            "v.activ",
-            "val",
-            "fits",
-        )
+        cols = ("batch", "weights", "grads", "optim", "activ", "data", "train", "fits", "v.activ", "val", "fits")
         rows = [
             (
                 str(r.batch_size),
@@ -194,7 +175,9 @@ class Stage:
 
 
 def stages(sizes: InputSizes, cfg: ModelConfig, device_type: str, elem_bytes: int) -> list[Stage]:
-    """The TFT's stages in forward order, matching foxhunt.model.tft op by op (counts checked in tests/train).
+    """The TFT's stages in forward order: an analytic copy of model/tft.py's forward (what each op keeps, not what it
+    computes), kept equal to it by tests/train/test_plan.py (`test_probe_agrees_with_the_analytic_model`: measured
+    over analytic bytes per sample within 10%); a change to the forward changes these counts with it.
 
     Dropout saves its mask: on CUDA one byte per element (`m` = 1 / elem_bytes), on CPU a float scale tensor (m = 1).
     Linear layers and einsums whose input is a non-contiguous view save a contiguous copy of it.
