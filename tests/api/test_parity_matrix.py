@@ -1,0 +1,164 @@
+"""One forecast, every form that computes it: the training model's forward on the windows of the in-memory pipeline
+is the reference, and each other form must give its inputs or its forecasts.
+
+On the README's tiny model (tests/api/conftest.py, trained once for the folder) and the daily fixture (ES, NQ):
+- batches: the windows `foxhunt train` builds (prepare_data: the scalers fitted again) equal the in-memory
+  pipeline's (evaluate/predict.prepare_for_model: the model's scalers), input for input;
+- store: the windows of a feature store (`foxhunt prepare`, read back memory-mapped) equal them too;
+- predict: `Forecaster.predict` gives the model's forecasts of the live windows;
+- update: the stream (api/stream.py, primed on all but the last bar, then one `update`) gives the live windows'
+  inputs and forecasts;
+- folded, trace, onnx: model/inference/ (the folded weights, their frozen trace, onnxruntime on the dense live
+  windows) give the training model's forecasts of the same live batch.
+Tolerances are those of the tests each form had on its own: exact for the inputs of the batch pipelines, float32
+rounding of the forecasts (tests/api/test_forecaster.py) for predict and update, and of the forward
+(tests/model/test_inference.py) for the inference forms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+import foxhunt
+from foxhunt.data.prepare import PreparedData, prepare_data
+from foxhunt.evaluate.predict import _transform_text, live_origins, prepare_for_model, store_for_model
+from foxhunt.model.inference.folded import InferenceTFT
+from foxhunt.model.inference.traced import OnnxForward, TracedForward
+from foxhunt.train.calibrate import raw_quantiles
+from foxhunt.train.checkpoint import load_model
+from tests.api.test_forecaster import Q, assert_same_forecasts
+from tests.model.test_inference import assert_matches_model
+
+
+@pytest.fixture(scope="module")
+def world(readme_run, daily_path) -> SimpleNamespace:
+    """The model, the bars, the in-memory pipeline's data and its live batch with the training model's forecasts."""
+    run_dir = readme_run["run"].run_dir
+    lm = load_model(run_dir)
+    memory = prepare_for_model(lm, (str(daily_path),))
+    live = live_origins(memory)  # (S,) each series' window at its last bar
+    batch = memory.windows.batch(live)
+    with torch.inference_mode():
+        scaled = lm.model.eval()(batch).quantiles  # (S, D, Q)
+    names = [memory.windows.series_names[i] for i in memory.windows.series_index(live).tolist()]
+    bars = pl.read_parquet(daily_path).sort("symbol", "timestamp")
+    cfg = dataclasses.replace(lm.data_cfg, paths=(str(daily_path),), features=None)
+    return SimpleNamespace(run_dir=run_dir, lm=lm, memory=memory, batch=batch, scaled=scaled, names=names, bars=bars,
+                           cfg=cfg, raw=raw_quantiles(batch, scaled)[0].numpy())
+
+
+def last_windows(data: PreparedData) -> dict[tuple[str, int], int]:
+    """(series, origin ns) -> window id of each series' last window with its targets (a store has no later one)."""
+    w = data.windows
+    ids = torch.arange(w.n_windows)
+    ids = ids[~torch.isnan(w.actual(ids)).any(dim=1)]  # (W',) windows whose forecast bars are real
+    series = w.series_index(ids)
+    last = torch.ones(len(ids), dtype=torch.bool)
+    last[:-1] = series[1:] != series[:-1]
+    ids = ids[last]
+    return {(w.series_names[s], int(t)): int(i) for s, t, i in zip(w.series_index(ids).tolist(),
+                                                                  w.origin_ns(ids).tolist(), ids.tolist(), strict=True)}
+
+
+def assert_same_windows(world: SimpleNamespace, other: PreparedData) -> None:
+    """`other`'s last windows of each series: the same inputs and targets as the in-memory pipeline's windows at the
+    same origins, exactly, hence the same forecasts."""
+    theirs = last_windows(other)
+    mine = _windows_at(world.memory, theirs)
+    assert len(theirs) == len(world.names) and mine.keys() == theirs.keys()
+    keys = sorted(theirs)
+    a = other.windows.batch(torch.tensor([theirs[k] for k in keys]))
+    b = world.memory.windows.batch(torch.tensor([mine[k] for k in keys]))
+    for name, value in a.dense().items():
+        torch.testing.assert_close(value, b.dense()[name], rtol=0, atol=0, msg=name)
+    for name in ("static_cat", "target", "target_center", "target_scale"):
+        torch.testing.assert_close(getattr(a, name), getattr(b, name), rtol=0, atol=0, equal_nan=True, msg=name)
+    with torch.inference_mode():
+        torch.testing.assert_close(world.lm.model(a).quantiles, world.lm.model(b).quantiles, rtol=0, atol=0)
+
+
+def _windows_at(data: PreparedData, keys: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """The window ids of `data` whose (series, origin ns) are in `keys`."""
+    w = data.windows
+    ids = torch.arange(w.n_windows)
+    at = zip(w.series_index(ids).tolist(), w.origin_ns(ids).tolist(), strict=True)
+    return {k: i for i, k in enumerate((w.series_names[s], int(t)) for s, t in at) if k in keys}
+
+
+def check_batches(world: SimpleNamespace, tmp_path) -> None:
+    train = prepare_data(world.cfg)  # as `foxhunt train` prepares it: the scalers fitted on the training split
+    assert _transform_text(train.transform) == _transform_text(world.lm.transform)
+    assert_same_windows(world, train)
+
+
+def check_store(world: SimpleNamespace, tmp_path) -> None:
+    from foxhunt.data.store.build import prepare_store
+
+    prepare_store(world.cfg, tmp_path / "store", workers=1)
+    assert_same_windows(world, store_for_model(world.lm, tmp_path / "store"))
+
+
+def _by_symbol(frame: pl.DataFrame, names: list[str]) -> np.ndarray:
+    """(S, D, Q) the quantile columns of forecast rows, series in `names` order."""
+    return np.stack([frame.filter(pl.col("symbol") == n).sort("horizon").select(Q).to_numpy() for n in names])
+
+
+def check_predict(world: SimpleNamespace, tmp_path) -> None:
+    got = foxhunt.Forecaster.load(world.run_dir).predict(world.bars, calibrated=False)
+    assert_same_forecasts(_by_symbol(got, world.names), world.raw)
+
+
+def check_update(world: SimpleNamespace, tmp_path) -> None:
+    bars = world.bars
+    history = bars.group_by("symbol", maintain_order=True).agg(pl.all().slice(0, pl.len() - 1)).explode(
+        pl.exclude("symbol")).select(bars.columns)
+    fc = foxhunt.Forecaster.load(world.run_dir)
+    fc.predict(history)
+    got = fc.update(bars.group_by("symbol", maintain_order=True).tail(1), calibrated=False)
+    assert_same_forecasts(_by_symbol(got, world.names), world.raw)
+    stream = fc.batch([fc._stream.index[n] for n in world.names])  # the live windows' inputs, from the state
+    want = world.batch.dense()
+    for name, value in stream.dense().items():
+        np.testing.assert_allclose(value.numpy(), want[name].numpy(), rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+def check_folded(world: SimpleNamespace, tmp_path) -> None:
+    fast = InferenceTFT(world.lm.model)
+    with torch.inference_mode():
+        assert_matches_model(world.lm.model, world.batch, fast(world.batch))
+
+
+def check_trace(world: SimpleNamespace, tmp_path) -> None:
+    traced = TracedForward(world.lm.model)
+    with torch.inference_mode():
+        got = traced(world.batch)
+    assert len(traced.traces) == 1 and not traced.failed
+    assert_matches_model(world.lm.model, world.batch, got)
+
+
+def check_onnx(world: SimpleNamespace, tmp_path) -> None:
+    pytest.importorskip("onnxruntime")
+    b, cfg = world.batch, world.lm.data_cfg
+    fwd = OnnxForward(world.lm.model, cfg.encoder_length, cfg.horizon)
+    codes, enc, dec = b.static_cat[:, 0].numpy(), b.enc_cont[b.enc_index].numpy(), b.dec_cont[b.dec_index].numpy()
+    got = fwd(codes, enc, dec)  # (S, D, Q) from the dense live windows
+    assert len(fwd.sessions) == 1 and not fwd.failed
+    assert_matches_model(world.lm.model, b, torch.from_numpy(got))
+
+
+FORMS: dict[str, Callable[[SimpleNamespace, object], None]] = {
+    "batches": check_batches, "store": check_store, "predict": check_predict, "update": check_update,
+    "folded": check_folded, "trace": check_trace, "onnx": check_onnx,
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_every_form_gives_the_in_memory_pipelines_windows_and_the_models_forecasts(form, world, tmp_path):
+    FORMS[form](world, tmp_path)
