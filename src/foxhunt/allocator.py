@@ -5,20 +5,11 @@ polars allocates through its own jemalloc, which it sets to keep freed pages for
 (polars/__init__.py appends `_RJEM_MALLOC_CONF` to its own setting; jemalloc reads it once, when polars loads).
 Loading bars frees one stage's frame as the next is built, a few tenths of a second apart, so the kept pages stack
 up into RSS that nothing uses. Handing them back at once costs page faults when the next stage allocates; huge pages
-(where the kernel allows them) make those 512x fewer. Measured:
-- benchmarks/windows_2m.py (load and window 2M bars in one process, as `train`, `predict` and `evaluate` do), 7 runs
-  each on an idle 2-core machine: polars' default peaks at 2.11-2.33x the final tensors above the libraries, this at
-  1.50-1.52x, in the same time; without huge pages it cost ~0.5 s more.
-- benchmarks/store_20m.py (`prepare` in pieces, 20M bars): 51.5 s wall, 83 CPU s with it against 44 s and 71 CPU s
-  with polars' default, for the same peak (1.8 GiB): `prepare` does not hand pages back at once. It keeps them longer
-  than polars' default instead (REUSE): each piece's stages free and allocate frames of the same sizes a second or two
-  apart, and a kept page is reused without the page fault and the zeroing a fresh one costs. Then it hands them back
-  at once (no MADV_FREE stage, whose pages count in RSS until the kernel takes them). Same benchmark, 2 processes,
-  interleaved runs on a busy machine: 60.4-61.0 CPU s with polars' default against 51.2-52.2 (system time -40%),
-  the peak RSS the same (1.69-1.70 GiB, 1.84-1.86 GiB with the worker); keeping them for ever (decay -1) cost the
-  same CPU but a peak of 2.3 GiB (3.2 GiB with the worker). REUSE asks for huge pages too (thp:always, as PROMPT
-  does): 20M bars, 2 runs each on an idle machine, 660,000-730,000 page faults and 38.2-39.4 CPU s without against
-  ~260,000 and 35.1-37.0 CPU s with, the peak RSS the same within noise (0.99-1.14 GiB).
+(where the kernel allows them) make those 512x fewer: loading then peaks near 1.5x its final tensors instead of over
+2x, in the same time. `prepare` does the opposite (REUSE): each piece's stages free and allocate frames of the same
+sizes a second or two apart, so it keeps freed pages ~3 s and reuses them without the page fault and zeroing a fresh
+one costs, then hands them back at once (no MADV_FREE stage, whose pages count in RSS until the kernel takes them).
+The measurements: benchmarks/RESULTS.md (windows_2m, store_20m).
 
 Beside them, one OpenMP setting (OPENMP_SPIN), read when torch loads its OpenMP runtime. `process_settings` applies
 all of them in one place, for the CLI (cli.main, per command) and for the Python API (foxhunt/api/__init__.py, when

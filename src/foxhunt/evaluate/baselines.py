@@ -45,7 +45,7 @@ INTRADAY_ONLY = ("seasonal_rolling_vol",)
 MIN_GARCH_BARS = 100  # fewer finite training returns than this cannot pin down four GARCH-t parameters
 # GARCH-t is fitted on at most the last MAX_GARCH_FIT training returns of a series: 70 sessions of 1-minute bars pin
 # its four parameters down, the most recent regime is the one forecast, and the fit's time and memory stay bounded
-# (0.9M 1-minute returns: 12 s and ~90 MB a series; the model's own training data may be far longer).
+# (uncapped, a series of 0.9M 1-minute returns took ~10x longer; the model's own training data may be far longer).
 MAX_GARCH_FIT = 100_000
 _GARCH_HINT = "the GARCH baseline needs the `arch` package: pip install 'foxhunt[garch]'"
 

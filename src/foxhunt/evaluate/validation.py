@@ -57,8 +57,8 @@ def judge_on_validation(data: PreparedData, data_cfg: DataConfig, quantiles: tup
     """The clause of train's final line for the best epoch's validation q-risk `model_qrisk` (train/session.py's
     Judge), or None with a warning when the baselines cannot be scored: the model is trained and saved by now, and a
     comparison that failed must not fail the run. A run trained from a feature store ends without it: the baselines
-    could read the store, but the arch package and GARCH-t's fits would raise the run's peak memory by a third (20M-bar
-    store: 659 against 441 MiB, 26 s more), where training from a store is meant to hold a fraction of it; `foxhunt
+    could read the store, but the arch package and GARCH-t's fits would raise the run's peak memory by a third
+    (benchmarks/RESULTS.md), where training from a store is meant to hold a fraction of it; `foxhunt
     evaluate --features` scores every baseline on the store."""
     if data_cfg.features:
         log.info("the baselines are not scored at the end of a run trained from a feature store (the GARCH fits "

@@ -5,9 +5,9 @@ Exporter: `torch.onnx.export(dynamo=True)` (torch.export, then onnxscript). The 
 (`x.shape[-1:]`) as a tensor and stops ("Failed to export ... because it is not constant"). The dynamo exporter
 keeps LSTM as the ONNX LSTM operator and the attention's causal mask as constants. One operator needs help: the
 variable-selection networks sum weighted per-bar terms with `F.embedding_bag`, which onnxscript translates into an
-ONNX `Loop` over bags (measured: 837 ms a batch of 256 in onnxruntime against 50 ms in PyTorch). The model only
-calls it with fixed-size bags (2-D indices), so `fixed_size_bags` translates it into Gather, Mul and a ReduceSum
-over a reshape: 88 ms at batch 256 (one thread, shared machine), parity unchanged. onnxscript's graph optimizer
+ONNX `Loop` over bags, over 10x slower than PyTorch (benchmarks/RESULTS.md). The model only calls it with fixed-size
+bags (2-D indices), so `fixed_size_bags` translates it into Gather, Mul and a ReduceSum over a reshape, parity
+unchanged. onnxscript's graph optimizer
 is off (`optimize=False`): on this graph it left the same operators and cost a quarter of the export time;
 onnxruntime optimizes the graph when it loads it anyway.
 """

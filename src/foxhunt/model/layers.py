@@ -17,7 +17,7 @@ from torch import nn
 class Dropout(nn.Dropout):
     """Dropout with the keep-mask drawn as `uniform >= p` instead of by `bernoulli_`: the same distribution (keep
     with probability 1 - p, scale kept values by 1 / (1 - p)), but CPU `bernoulli_` runs on one thread and was the
-    largest single cost of a training step (16% at hidden 44, 2 threads); this is 1.5x faster forward and backward.
+    largest single cost of a training step; this is faster forward and backward (benchmarks/RESULTS.md).
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

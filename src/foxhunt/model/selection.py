@@ -155,7 +155,7 @@ class VariableSelectionNetwork(nn.Module):
         if rows is not None:
             # Σ_v w_v GRN_v(ξ_v) over gathered bars, as one weighted embedding bag per (window, position): the
             # gather, the weighting and the sum in one fused kernel, without materialising the (B, L, V', H)
-            # gathered tensor (measured 40x faster than gather-multiply-sum at B 1,024 on CPU, 1.5x in training).
+            # gathered tensor (far faster than gather-multiply-sum on CPU: benchmarks/RESULTS.md).
             nv = rows.var.numel()
             table = rows.processed.reshape(-1, rows.processed.shape[-1])  # (N * V', H)
             bags = (index.reshape(-1, 1) * nv + torch.arange(nv, device=index.device))  # (B * L, V')

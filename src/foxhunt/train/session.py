@@ -46,8 +46,7 @@ log = logging.getLogger("foxhunt.train")
 DEFAULT_CPU_VAL_BUDGET = 2 * 2**30  # validation batch planning on CPU when no --memory-budget is given
 MAX_VAL_BATCH = 4096
 # On CPU, forward throughput is flat from 128 to 1,024 windows a batch (consecutive windows share their bars at any
-# size) while memory grows with the batch: measured 3,556 / 3,768 / 3,478 / 3,580 windows/s at 128 / 256 / 512 /
-# 1,024 on the bundled sample, peak RSS 505 / 506 / 595 / 727 MB. So `auto` on CPU sizes for throughput.
+# size) while memory grows with the batch (benchmarks/RESULTS.md). So `auto` on CPU sizes for throughput.
 CPU_VAL_BATCH = 256
 
 
