@@ -306,8 +306,8 @@ def prepare(
                                          "series in parallel, so memory is bounded by a group, not the panel; 0 "
                                          "prepares the whole panel in memory. The store is the same.")] = 2,
     executor: Annotated[str, typer.Option(help="Where the groups of series run: `local` (--workers processes "
-                                          "here) or `dask://HOST:PORT`, a Dask cluster (pip install "
-                                          "'foxhunt[cluster]'), whose workers must all see --out's folder: "
+                                          "here) or `dask://HOST:PORT`, a Dask cluster (the `cluster` extra), "
+                                          "whose workers must all see --out's folder: "
                                           "they write the store there.")] = "local",
     config: ConfigFile = None,
 ) -> None:
