@@ -305,6 +305,10 @@ def prepare(
     workers: Annotated[int, typer.Option(min=0, help="Processes (this one included) preparing groups of "
                                          "series in parallel, so memory is bounded by a group, not the panel; 0 "
                                          "prepares the whole panel in memory. The store is the same.")] = 2,
+    executor: Annotated[str, typer.Option(help="Where the groups of series run: `local` (--workers processes "
+                                          "here) or `dask://HOST:PORT`, a Dask cluster (the `cluster` extra), "
+                                          "whose workers must all see --out's folder: "
+                                          "they write the store there.")] = "local",
     config: ConfigFile = None,
 ) -> None:
     """Compute the features once and write them as a memory-mapped feature store for `foxhunt train --features`
@@ -315,10 +319,11 @@ def prepare(
 
     v = _values(ctx, config)
     cfg, workers = settings.data_config(v, _paths(v)), int(v.get("workers", 2))
-    with prepare_crew(workers) as pool:  # its worker imports while this process does
+    executor = str(v.get("executor", "local"))
+    with prepare_crew(workers if executor == "local" else 1) as pool:  # its worker imports while this process does
         from foxhunt.data.store import prepare_store
 
-        manifest = prepare_store(cfg, out, workers=workers, pool=pool)
+        manifest = prepare_store(cfg, out, workers=workers, pool=pool, executor=executor)
     size = sum(f.stat().st_size for f in out.iterdir())
     typer.echo(f"wrote the feature store {out}: {manifest['summary']['rows']:,} rows, "
                f"{manifest['arrays']['starts']['shape'][0]:,} windows, {size / 2**20:,.1f} MiB; "

@@ -367,3 +367,25 @@ def test_present_symbols_are_the_codes_in_use_as_strings():
     got = _present(codes)
     assert got.name == "symbol" and got.dtype == pl.String
     assert sorted(got.to_list()) == sorted(codes.cast(pl.String).unique().to_list()) == ["ESH4", "NQM4"]
+
+
+def test_a_store_prepared_on_a_dask_cluster_is_the_local_one(panel, tmp_path, monkeypatch):
+    """`--executor dask://HOST:PORT`: the pieces run on a cluster's 2 worker processes, the store array for array
+    and key for key the one the local crew writes."""
+    distributed = pytest.importorskip("distributed")
+    cfg = _config(panel)
+    local = _in_pieces(monkeypatch, cfg, tmp_path / "local", piece_rows=1, workers=2, min_rows=0)
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as c:
+        address = "dask://" + c.scheduler_address.removeprefix("tcp://")
+        remote = _in_pieces(monkeypatch, cfg, tmp_path / "dask", piece_rows=1, workers=2, min_rows=0,
+                            executor=address)
+    _assert_same_store((tmp_path / "local", local), (tmp_path / "dask", remote))
+
+
+def test_an_executor_that_is_not_one_or_does_not_answer_is_an_error_for_people(panel, tmp_path):
+    cfg = _config(panel)
+    with pytest.raises(InputError, match="is not an executor"):
+        prepare_store(cfg, tmp_path / "a", executor="spark://x")
+    pytest.importorskip("distributed")
+    with pytest.raises(InputError, match="no Dask scheduler answers"):
+        prepare_store(cfg, tmp_path / "b", executor="dask://127.0.0.1:9", min_rows=0, piece_rows=1)
