@@ -25,6 +25,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: it wraps a long flag instead of cutting it, and reads at 80 columns
     help="Temporal Fusion Transformers on futures bars: multi-horizon quantile forecasts that train to the end "
     "without running out of memory.",
 )
