@@ -2,7 +2,7 @@
 
 The public Python API (everything else is private and may change):
 
-- `TrainConfig`, `train(...) -> Run`: what `foxhunt train` does (options by the CLI's long names);
+- `RunConfig`, `fit(...) -> Run`: what `foxhunt train` does (options by the CLI's long names);
 - `Forecaster.load(run_dir)`: a trained model package, loaded once;
 - `Forecaster.predict(df)`, `predict_parquet(path)`: the live forecast of each series from a polars or pandas
   frame, or from the tail of a parquet file;
@@ -21,13 +21,13 @@ from foxhunt.lazy import lazy_names
 
 if TYPE_CHECKING:
     from foxhunt.api.forecaster import Forecaster
-    from foxhunt.api.training import Run, TrainConfig, train
+    from foxhunt.api.training import Run, RunConfig, fit
 
 __version__ = "0.1.0"
-__all__ = ["Forecaster", "InputError", "Run", "TrainConfig", "__version__", "train"]
+__all__ = ["Forecaster", "InputError", "Run", "RunConfig", "__version__", "fit"]
 
-_LAZY = {"Forecaster": "foxhunt.api.forecaster", "Run": "foxhunt.api.training", "TrainConfig": "foxhunt.api.training",
-         "train": "foxhunt.api.training"}
+_LAZY = {"Forecaster": "foxhunt.api.forecaster", "Run": "foxhunt.api.training", "RunConfig": "foxhunt.api.training",
+         "fit": "foxhunt.api.training"}
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), __all__)

@@ -104,7 +104,7 @@ import foxhunt
 if sys.argv[1] == "forecaster":
     foxhunt.Forecaster.load(sys.argv[2])
 else:
-    foxhunt.train(parquet_file=sys.argv[3], run_dir=sys.argv[2], epochs=1, hidden_size=8, attention_heads=2,
+    foxhunt.fit(parquet_file=sys.argv[3], run_dir=sys.argv[2], epochs=1, hidden_size=8, attention_heads=2,
                   encoder_length=16, horizon=3, threads=1, progress=False)
 print(json.dumps(seen))
 """
@@ -119,7 +119,7 @@ def _at_import(how: str, run_dir, daily_path, **env: str) -> dict[str, list[str 
 
 
 def test_the_python_api_applies_the_clis_settings_before_torch_and_polars_load(tmp_path, daily_path) -> None:
-    """`foxhunt.train()` and `Forecaster` from Python run with the settings `foxhunt train` runs with (they are
+    """`foxhunt.fit()` and `Forecaster` from Python run with the settings `foxhunt train` runs with (they are
     per process, read once when torch's OpenMP runtime and polars' jemalloc load: hence a fresh process each)."""
     run = tmp_path / "run"
     for how in ("train", "forecaster"):  # the forecaster loads the run the first one trained

@@ -13,7 +13,7 @@ COLUMNS = ["symbol", "origin", "horizon", "target_time", "p10", "p50", "p90", "a
 
 def test_readme_section_has_train_load_predict_and_update_blocks():
     code = "\n".join(readme_python_blocks())
-    for call in ("foxhunt.train(", "foxhunt.Forecaster.load(", ".predict(", ".predict_parquet(", ".update("):
+    for call in ("foxhunt.fit(", "foxhunt.Forecaster.load(", ".predict(", ".predict_parquet(", ".update("):
         assert call in code
 
 

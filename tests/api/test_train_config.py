@@ -1,4 +1,4 @@
-"""foxhunt.TrainConfig / foxhunt.train: built from `foxhunt train`'s option names exactly as the flags build them,
+"""foxhunt.RunConfig / foxhunt.train: built from `foxhunt train`'s option names exactly as the flags build them,
 validated once, and the package's public surface."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import foxhunt
 from foxhunt.data.config import DataConfig
 from foxhunt.model.config import ModelConfig
-from foxhunt.train.config import TrainConfig as TrainingConfig
+from foxhunt.train.config import TrainConfig
 
 README_OPTIONS = {"parquet_file": "bars.parquet", "run_dir": "runs/py", "epochs": 1, "hidden_size": 8,
                   "attention_heads": 2, "encoder_length": 16, "horizon": 3}
@@ -22,32 +22,42 @@ README_OPTIONS = {"parquet_file": "bars.parquet", "run_dir": "runs/py", "epochs"
 
 def test_from_options_is_what_the_run_saved(readme_run):
     saved = json.loads((readme_run["run"].run_dir / "config.json").read_text())
-    cfg = foxhunt.TrainConfig.from_options(**README_OPTIONS)
+    cfg = foxhunt.RunConfig.from_options(**README_OPTIONS)
     assert cfg.to_dict() == {k: saved[k] for k in ("data", "model", "train")}
     assert cfg.model.encoder_length == cfg.data.encoder_length == 16 and cfg.training.epochs == 1
 
 
 def test_options_are_checked_once_with_errors_naming_them():
     with pytest.raises(foxhunt.InputError, match="unknown option.*hiden_size"):
-        foxhunt.TrainConfig.from_options(hiden_size=8)
+        foxhunt.RunConfig.from_options(hiden_size=8)
     with pytest.raises(foxhunt.InputError, match="--hidden-size must be positive"):
-        foxhunt.TrainConfig.from_options(parquet_file="x.parquet", hidden_size=0)
+        foxhunt.RunConfig.from_options(parquet_file="x.parquet", hidden_size=0)
     with pytest.raises(foxhunt.InputError, match="encoder 32 / horizon 5 differ from the data's 16 / 5"):
-        foxhunt.TrainConfig(DataConfig(paths=("x",), encoder_length=16), ModelConfig(), TrainingConfig())
-    cfg = foxhunt.TrainConfig.from_options(parquet_file="x.parquet")
+        foxhunt.RunConfig(DataConfig(paths=("x",), encoder_length=16), ModelConfig(), TrainConfig())
+    cfg = foxhunt.RunConfig.from_options(parquet_file="x.parquet")
     with pytest.raises(foxhunt.InputError, match="not both"):
-        foxhunt.train(cfg, epochs=2)
+        foxhunt.fit(cfg, epochs=2)
     with pytest.raises(foxhunt.InputError, match="resume=True needs run_dir"):
-        foxhunt.train(resume=True, epochs=2)
+        foxhunt.fit(resume=True, epochs=2)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.data = DataConfig()  # type: ignore[misc]
 
 
 def test_public_surface_is_all_and_import_is_cheap():
-    assert set(foxhunt.__all__) == {"Forecaster", "InputError", "Run", "TrainConfig", "__version__", "train"}
+    assert set(foxhunt.__all__) == {"Forecaster", "InputError", "Run", "RunConfig", "__version__", "fit"}
     assert all(getattr(foxhunt, name) is not None for name in foxhunt.__all__)
     importlib.import_module("foxhunt.train.session")  # the subpackage of the same name must not shadow the function
     assert callable(foxhunt.train)
     code = "import sys, foxhunt; print('torch' in sys.modules, 'polars' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_foxhunt_train_is_the_package_and_fit_the_function() -> None:
+    """One name, one thing: `foxhunt.train` is the training package, `foxhunt.fit` the function that trains."""
+    import types
+
+    import foxhunt.train.loop  # noqa: F401  (binds the package to the attribute)
+
+    assert isinstance(foxhunt.train, types.ModuleType) and not callable(foxhunt.train)
+    assert callable(foxhunt.fit) and foxhunt.fit.__module__ == "foxhunt.api.training"

@@ -1,7 +1,7 @@
-"""`foxhunt.TrainConfig` and `foxhunt.train`: what `foxhunt train` does, callable from Python.
+"""`foxhunt.RunConfig` and `foxhunt.train`: what `foxhunt train` does, callable from Python.
 
-`TrainConfig` composes the three option dataclasses the CLI builds (data, model, training), each validated when it
-is made; `TrainConfig.from_options` takes the CLI's long option names (`hidden_size=8`, `parquet_file=...`) and
+`RunConfig` composes the three option dataclasses the CLI builds (data, model, training), each validated when it
+is made; `RunConfig.from_options` takes the CLI's long option names (`hidden_size=8`, `parquet_file=...`) and
 builds them exactly as the flags do (settings.py), so a notebook and a shell command describe a run the same way.
 """
 
@@ -19,7 +19,7 @@ from foxhunt import settings
 from foxhunt.data.config import DataConfig
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
-from foxhunt.train.config import TrainConfig as TrainingConfig
+from foxhunt.train.config import TrainConfig
 
 if TYPE_CHECKING:
     from foxhunt.api.forecaster import Forecaster
@@ -27,25 +27,25 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class RunConfig:
     """Everything a training run is built from: `data` (files, splits, features), `model` (architecture) and
     `training` (optimisation, device, run directory). Made with `from_options(**cli_options)` or from the three
     dataclasses; the model's encoder length and horizon must be the data's."""
 
     data: DataConfig
     model: ModelConfig
-    training: TrainingConfig
+    training: TrainConfig
 
     def __post_init__(self) -> None:
         if not self.data.paths:
-            raise InputError("TrainConfig: no data files; pass parquet_file=... (a file, directory or glob)")
+            raise InputError("RunConfig: no data files; pass parquet_file=... (a file, directory or glob)")
         d, m = self.data, self.model
         if (m.encoder_length, m.horizon) != (d.encoder_length, d.horizon):
-            raise InputError(f"TrainConfig: the model's encoder {m.encoder_length} / horizon {m.horizon} differ from "
-                             f"the data's {d.encoder_length} / {d.horizon}; build it with TrainConfig.from_options")
+            raise InputError(f"RunConfig: the model's encoder {m.encoder_length} / horizon {m.horizon} differ from "
+                             f"the data's {d.encoder_length} / {d.horizon}; build it with RunConfig.from_options")
 
     @staticmethod
-    def from_options(**options: Any) -> TrainConfig:
+    def from_options(**options: Any) -> RunConfig:
         """From `foxhunt train`'s long option names with underscores (`parquet_file`, `hidden_size`, `epochs`,
         `threads`, ...), each defaulting as the flag does; `parquet_file` may be one path or several (default: the
         bundled ES sample). `features="STORE"` trains from a store written by `foxhunt prepare` instead, with the
@@ -55,14 +55,14 @@ class TrainConfig:
             data = settings.store_data_config(options, options)
         else:
             data = settings.data_config(options, data_paths(options.get("parquet_file")))
-        return TrainConfig(data, settings.model_config(options, data), settings.train_config(options))
+        return RunConfig(data, settings.model_config(options, data), settings.train_config(options))
 
     @staticmethod
-    def resumed(run_dir: str | Path, training: TrainingConfig, changed: set[str]) -> TrainConfig:
+    def resumed(run_dir: str | Path, training: TrainConfig, changed: set[str]) -> RunConfig:
         """The configuration saved in `run_dir` (a run to continue), with the training options named in `changed`
         (flag names) taken from `training`; data and model options cannot change."""
         data, model, train_cfg = settings.resumed_configs(Path(run_dir), training, changed)
-        return TrainConfig(data, model, dataclasses.replace(train_cfg, run_dir=str(run_dir)))
+        return RunConfig(data, model, dataclasses.replace(train_cfg, run_dir=str(run_dir)))
 
     def to_dict(self) -> dict[str, Any]:
         return {"data": self.data.to_dict(), "model": self.model.to_dict(), "train": self.training.to_dict()}
@@ -86,13 +86,13 @@ class Run:
         return Forecaster.load(self.run_dir, device)
 
 
-def train(config: TrainConfig | None = None, /, *, resume: bool = False, seeds: int = 1,
+def fit(config: RunConfig | None = None, /, *, resume: bool = False, seeds: int = 1,
           track: str | list[str] | None = None, track_uri: str | None = None, **options: Any) -> Run:
     """Train a Temporal Fusion Transformer, as `foxhunt train` does, and return the run.
 
-    Pass a `TrainConfig`, or `foxhunt train`'s options as keywords (`foxhunt.train(parquet_file="bars.parquet",
+    Pass a `RunConfig`, or `foxhunt train`'s options as keywords (`foxhunt.fit(parquet_file="bars.parquet",
     epochs=5)`). `resume=True` continues the run in `run_dir` from its checkpoint with its saved options (training
-    options given now, e.g. `epochs`, override them; a config for resuming comes from `TrainConfig.resumed`).
+    options given now, e.g. `epochs`, override them; a config for resuming comes from `RunConfig.resumed`).
     `seeds=N` trains N seeds from the config's seed and keeps the best by validation loss (`seeds.json` holds them
     all); `track="mlflow,tensorboard"` (and `track_uri`) also logs the run there. The final line compares the best
     epoch with every evaluate baseline on validation. Raises foxhunt.errors.InputError for bad options or data."""
@@ -102,14 +102,14 @@ def train(config: TrainConfig | None = None, /, *, resume: bool = False, seeds: 
     tracking = check_run_options(resume, seeds, track, track_uri)
 
     if config is not None and options:
-        raise InputError(f"train: pass a TrainConfig or options, not both (got {', '.join(sorted(options))})")
+        raise InputError(f"train: pass a RunConfig or options, not both (got {', '.join(sorted(options))})")
     if config is None and resume:
         _check_names(options)
         if not options.get("run_dir"):
             raise InputError("train: resume=True needs run_dir=..., the run to continue")
-        config = TrainConfig.resumed(options["run_dir"], settings.train_config(options), set(options) - {"run_dir"})
+        config = RunConfig.resumed(options["run_dir"], settings.train_config(options), set(options) - {"run_dir"})
     elif config is None:
-        config = TrainConfig.from_options(**options)
+        config = RunConfig.from_options(**options)
     if seeds > 1:
         result = train_seeds(config.data, config.model, config.training, seeds, judge_on_validation)
     else:
@@ -151,7 +151,7 @@ def _train_option_names() -> set[str]:
     """`foxhunt train`'s option names that settings.py reads into the three configurations."""
     data = {f.name for f in dataclasses.fields(DataConfig)} - {"paths", "exchange_tz"} | {"parquet_file"}
     model = {f.name for f in dataclasses.fields(ModelConfig)} - {"encoder_length", "horizon"}
-    training = {f.name for f in dataclasses.fields(TrainingConfig)} - {"num_threads"} | {"threads", "use_gpu"}
+    training = {f.name for f in dataclasses.fields(TrainConfig)} - {"num_threads"} | {"threads", "use_gpu"}
     return data | model | training
 
 

@@ -1,0 +1,109 @@
+"""The `foxhunt` app and `main(argv)`: the exit statuses and one-line errors of every command.
+
+`main(argv)` runs in-process (tests call it that way) and returns the exit status: 0 done, 2 bad input, 1 a runtime
+failure, 3 does not fit in memory, 4 training stopped on non-finite losses or gradients, 130/143 stopped by
+SIGINT/SIGTERM; each failure is one line on stderr, with the traceback only under --debug. The commands register
+themselves on `app` in their own modules (foxhunt/cli/__init__.py imports them).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from typing import Annotated
+
+import typer
+
+from foxhunt.allocator import process_settings
+from foxhunt.errors import InputError, NonFiniteError, RankLost, ResourceError, WriteError
+
+# typer >= 0.20 vendors click; older versions use click itself. Either way this is click's base exception.
+ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: it wraps a long flag instead of cutting it, and reads at 80 columns
+    help="Temporal Fusion Transformers on futures bars: multi-horizon quantile forecasts that train to the end "
+    "without running out of memory.",
+)
+
+def _setup_logging() -> None:
+    """One console handler on the `foxhunt` logger, showing every INFO record until a command sets a verbosity."""
+    from foxhunt.console import ConsoleHandler, console_handler, set_verbosity
+
+    logger = logging.getLogger("foxhunt")
+    if console_handler() is None:
+        logger.addHandler(ConsoleHandler())
+    set_verbosity(None)  # main() may run many commands in one process (tests): each starts from the default
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+DEBUG_FLAG = "--debug"
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option(DEBUG_FLAG, help="Show the Python traceback of an error (accepted anywhere "
+                                        "on the command line).")] = False,
+) -> None:
+    """Temporal Fusion Transformers on futures bars."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI in-process; returns the exit status instead of raising SystemExit.
+
+    0 done; 2 bad input; 1 a runtime failure (a file that cannot be written, an unexpected error); 3 does not fit in
+    memory; 128 + N stopped by signal N (130 SIGINT, 143 SIGTERM). Each failure is one line on stderr, with the
+    traceback only under --debug."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    debug = DEBUG_FLAG in args
+    args = [a for a in args if a != DEBUG_FLAG]
+    process_settings(args[0] if args else "")  # OpenMP and polars' allocator: before a command imports torch, polars
+    _setup_logging()
+    logging.raiseExceptions = debug  # a log line that cannot be written (full disk) must not print a traceback
+    from foxhunt.console import highlight
+    from foxhunt.train.interrupt import Interrupted
+
+    def fail(line: str, e: BaseException, code: int) -> int:
+        if debug:
+            traceback.print_exception(e, file=sys.stderr)
+        print(highlight(f"foxhunt: {line}", "ERROR", sys.stderr), file=sys.stderr)
+        return code
+
+    try:
+        result = app(args=args, prog_name="foxhunt", standalone_mode=False)
+        return int(result) if isinstance(result, int) else 0
+    except InputError as e:
+        return fail(f"error: {e}", e, InputError.exit_code)
+    except ResourceError as e:
+        return fail(f"out of memory: {e}", e, ResourceError.exit_code)
+    except NonFiniteError as e:
+        return fail(f"not finite: {e}", e, NonFiniteError.exit_code)
+    except WriteError as e:
+        return fail(f"error: {e}", e, WriteError.exit_code)
+    except Interrupted as e:
+        return fail(str(e), e, e.exit_code)
+    except RankLost as e:  # its line is on the console already: logged when the peer was lost, in case torchrun's
+        if debug:  # SIGTERM to the remaining ranks ends this process before it gets here
+            traceback.print_exception(e, file=sys.stderr)
+        return RankLost.exit_code
+    except KeyboardInterrupt as e:
+        return fail("interrupted (a training run says how to resume; other commands leave no partial output)", e,
+                    130)
+    except typer.Exit as e:
+        return int(e.exit_code or 0)
+    except typer.Abort:
+        return 1
+    except ClickException as e:  # usage errors (unknown flag, bad value): click prints them itself
+        e.show()
+        return int(getattr(e, "exit_code", 2) or 2)
+    except OSError as e:  # reading or writing outside the atomic writers (permissions, a vanished file)
+        where = f"{e.filename}: " if e.filename else ""
+        return fail(f"error: {where}{e.strerror or e}; check the path and its permissions", e, 1)
+    except Exception as e:  # a bug: still one line, the traceback with --debug
+        first = str(e).splitlines()[0] if str(e) else ""
+        return fail(f"internal error: {type(e).__name__}: {first} (rerun with {DEBUG_FLAG} for the traceback)", e, 1)

@@ -1,0 +1,107 @@
+"""The commands that read bars without training: `prepare` (the feature store), `inspect`, `sample`,
+`plan-memory`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from foxhunt.cli.app import app
+from foxhunt.cli.options import CONFIG, DATA_OPTIONS, MEMORY_OPTIONS, MODEL_OPTIONS, ConfigFile, attach
+from foxhunt.cli.wiring import paths, values
+
+
+@app.command()
+@attach(DATA_OPTIONS)
+def prepare(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The feature store (a directory) to write; an older store "
+                                      "there is replaced.")],
+    workers: Annotated[int, typer.Option(min=0, help="Processes (this one included) preparing groups of "
+                                         "series in parallel, so memory is bounded by a group, not the panel; 0 "
+                                         "prepares the whole panel in memory. The store is the same.")] = 2,
+    executor: Annotated[str, typer.Option(help="Where the groups of series run: `local` (--workers processes "
+                                          "here) or `dask://HOST:PORT`, a Dask cluster (the `cluster` extra), "
+                                          "whose workers must all see --out's folder: "
+                                          "they write the store there.")] = "local",
+    config: ConfigFile = None,
+    **options: Any,
+) -> None:
+    """Compute the features once and write them as a memory-mapped feature store for `foxhunt train --features`
+    (and predict, evaluate): the row tensors, window index, splits, scalers, schema, data summary, roll table and
+    what the baselines read (docs/store-format.md)."""
+    from foxhunt import settings
+    from foxhunt.data.store.crew import prepare_crew
+
+    v = values(ctx, config)
+    cfg, workers = settings.data_config(v, paths(v)), int(v.get("workers", 2))
+    executor = str(v.get("executor", "local"))
+    with prepare_crew(workers if executor == "local" else 1) as pool:  # its worker imports while this one does
+        from foxhunt.data.store import prepare_store
+
+        manifest = prepare_store(cfg, out, workers=workers, pool=pool, executor=executor)
+    size = sum(f.stat().st_size for f in out.iterdir())
+    typer.echo(f"wrote the feature store {out}: {manifest['summary']['rows']:,} rows, "
+               f"{manifest['arrays']['starts']['shape'][0]:,} windows, {size / 2**20:,.1f} MiB; "
+               f"train with `foxhunt train --features {out}`")
+
+
+
+@app.command()
+@attach(DATA_OPTIONS)
+def inspect(
+    ctx: typer.Context,
+    files: Annotated[list[str] | None, typer.Argument(help="Files, directories or globs (default: the sample).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    **options: Any,
+) -> None:
+    """Show what the loader sees (rows, series, contracts, rolls, windows per split) without training."""
+    from foxhunt import settings
+    from foxhunt.data.prepare import prepare_data
+    from foxhunt.data.summary import format_summary
+
+    v = dict(ctx.params)
+    v["parquet_file"] = (files or []) + (v["parquet_file"] or [])
+    data = prepare_data(settings.data_config(v, paths(v)))
+    if as_json:
+        typer.echo(json.dumps({**data.summary, "rolls": data.rolls}, indent=2, default=str))
+    else:
+        typer.echo(format_summary(data.summary))
+
+
+@app.command()
+def sample(out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the sample parquet.")]) -> None:
+    """Write the bundled ES 1-minute sample (Databento ohlcv-1m parquet format) to a file."""
+    from foxhunt.data.sample import write_sample
+
+    path = write_sample(out)
+    typer.echo(str(path))
+
+
+
+@app.command("plan-memory")
+@attach(DATA_OPTIONS, MODEL_OPTIONS, MEMORY_OPTIONS, (CONFIG,))
+def plan_memory_cmd(ctx: typer.Context, **options: Any) -> None:
+    """Predict the peak memory of a training and a validation step per batch size, and the largest that fits."""
+    from foxhunt import settings
+    from foxhunt.data.prepare import prepare_data
+    from foxhunt.model.tft import TemporalFusionTransformer
+    from foxhunt.train.config import parse_size
+    from foxhunt.train.device import resolve_device
+    from foxhunt.train.plan import plan_memory
+    from foxhunt.train.precision import resolve_precision
+
+    v = values(ctx, options["config"])
+    data_cfg = settings.data_config(v, paths(v))
+    model_cfg = settings.model_config(v, data_cfg)
+    dev = resolve_device(v["device"])
+    precision = resolve_precision(v["precision"], dev)
+    data = prepare_data(data_cfg)
+    model = TemporalFusionTransformer(data.schema.sizes, model_cfg).to(dev)
+    plan = plan_memory(model, data.schema.sizes, model_cfg, dev, parse_size(str(v["memory_budget"])),
+                       optimizer_state_on_cpu=v["optimizer_state"] == "cpu", precision=precision)
+    typer.echo(plan.format_table())
+

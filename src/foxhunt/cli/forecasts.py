@@ -1,0 +1,131 @@
+"""The commands that use a trained model or run: `predict`, `evaluate`, `export`, `memory-report`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from foxhunt.cli.app import app
+from foxhunt.cli.options import DATA, Device, End, ModelDir, NoCalibration, ParquetFile, Start, Threads
+from foxhunt.cli.wiring import bars_or_store, set_threads
+from foxhunt.errors import InputError
+from foxhunt.train.config import TrainConfig
+
+TD = TrainConfig()
+
+
+@app.command()
+def predict(
+    model: ModelDir,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Forecasts parquet to write.")],
+    parquet_file: ParquetFile = None,
+    features: Annotated[Path | None, typer.Option(
+        help="A feature store written by `foxhunt prepare` with the model's data options: forecast its windows, "
+        "memory-mapped, instead of reading the bars. A store's windows end where its targets do: no live origin.",
+        rich_help_panel=DATA)] = None,
+    start: Start = None,
+    end: End = None,
+    batch_size: Annotated[int, typer.Option(help="Windows per forward pass.")] = 1024,
+    device: Device = "cpu",
+    threads: Threads = TD.num_threads,
+    no_calibration: NoCalibration = False,
+) -> None:
+    """Quantile forecasts for every origin with a full encoder, including the live one after the last bar (from a
+    feature store, its windows' origins); calibrated on the validation split unless --no-calibration."""
+    from foxhunt.api.forecaster import Forecaster
+    from foxhunt.train.device import resolve_device
+
+    paths = bars_or_store(parquet_file, features)
+    set_threads(threads)
+    fc = Forecaster.load(model, resolve_device(device))
+    origins, calibrated = fc.write_forecasts(paths, out, start, end, batch_size, calibrated=not no_calibration,
+                                             features=features)
+    typer.echo(f"wrote {origins * fc.horizon:,} {'calibrated' if calibrated else 'uncalibrated'} forecast rows "
+               f"({origins:,} origins) to {out}")
+
+
+@app.command()
+def evaluate(
+    model: ModelDir,
+    out_dir: Annotated[Path, typer.Option("--out-dir", help="Where metrics.json, report.html etc. go.")],
+    parquet_file: ParquetFile = None,
+    features: Annotated[Path | None, typer.Option(
+        help="A feature store written by `foxhunt prepare` with the model's data options: score the model and every "
+        "baseline on its windows, memory-mapped, instead of reading the bars.", rich_help_panel=DATA)] = None,
+    start: Annotated[str | None, typer.Option(help="First forecast bar on or after this ISO date/time (UTC). "
+                                              "Default: after the model's validation period when the bars reach "
+                                              "past it (held out from fitting and calibration), else all.")] = None,
+    end: End = None,
+    forecasts: Annotated[Path | None, typer.Option(help="Score these forecasts instead of predicting.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Windows per forward pass.")] = 1024,
+    device: Device = "cpu",
+    threads: Threads = TD.num_threads,
+    no_calibration: NoCalibration = False,
+) -> None:
+    """Score forecasts against the realised target and the baselines on the same origins; write a report.
+
+    Without --start, scores only origins after the model's validation period when the bars reach past it (the
+    calibration was fitted on that period)."""
+    from foxhunt.evaluate.run import evaluate_run
+    from foxhunt.evaluate.table import format_results
+    from foxhunt.train.device import resolve_device
+
+    paths = bars_or_store(parquet_file, features)
+    set_threads(threads)
+    result = evaluate_run(model, paths, out_dir, start, end, batch_size, resolve_device(device), forecasts,
+                          calibrate=not no_calibration, features=features)
+    typer.echo(format_results(result))
+    typer.echo(f"wrote {out_dir / 'metrics.json'} and {out_dir / 'report.html'}")
+
+
+
+@app.command()
+def export(
+    model: ModelDir,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The .onnx file to write; its sidecar goes next to it "
+                                      "(model.onnx.json).")],
+    export_format: Annotated[str, typer.Option("--format", help="onnx (the only format so far).")] = "onnx",
+    parquet_file: Annotated[list[str] | None, typer.Option(
+        "--parquet-file", "-f", help="Bars to check parity on (real windows, besides random ones); repeatable. "
+        "Default: random inputs only.")] = None,
+    threads: Threads = TD.num_threads,
+) -> None:
+    """Export the forward pass to ONNX (scaled inputs in, scaled quantiles out) with a sidecar JSON describing the
+    inputs, scalers and calibration; fails (exit 1, nothing written) unless onnxruntime matches PyTorch to 1e-5."""
+    from foxhunt.export.onnx import export_onnx, require_onnx
+    from foxhunt.export.parity import ParityError, real_cases
+    from foxhunt.train.checkpoint import load_model
+
+    if export_format != "onnx":
+        raise InputError(f"--format {export_format!r} is not supported; use --format onnx")
+    require_onnx()  # a missing extra stops before the model is read
+    set_threads(threads)
+    lm = load_model(model, "cpu")
+    real = None
+    if parquet_file:
+        from foxhunt.evaluate.predict import prepare_for_model
+
+        real = real_cases(prepare_for_model(lm, tuple(parquet_file)))
+    try:
+        result = export_onnx(lm, model, out, real)
+    except ParityError as e:
+        typer.echo(f"foxhunt: error: {e}; nothing was written to {out}", err=True)
+        raise typer.Exit(ParityError.exit_code) from None
+    p = result.parity
+    typer.echo(f"wrote {result.path} and {result.sidecar}; onnxruntime matches PyTorch on "
+               f"{', '.join(label for label, _ in p.cases)} windows: max relative error {p.max_relative_error:.2g} "
+               f"(limit {p.to_dict()['limit']:g})")
+
+
+
+@app.command("memory-report")
+def memory_report_cmd(run_dir: Annotated[Path, typer.Argument(help="A run directory with memory.jsonl.")]) -> None:
+    """Memory per phase (peak, growth) from a run's memory.jsonl; writes memory.png beside it."""
+    from foxhunt.evaluate.memory_report import memory_report
+
+    table, png = memory_report(run_dir)
+    typer.echo(table)
+    typer.echo(f"wrote {png}")
+

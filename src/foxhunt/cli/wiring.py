@@ -1,0 +1,59 @@
+"""What the commands share besides their options: the values with --config, the verbosity, the bar paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from foxhunt.errors import InputError
+
+
+def values(ctx: typer.Context, config: Path | None) -> dict[str, Any]:
+    """This command's option values, with --config filling what was not typed."""
+    from foxhunt.settings import load_config_file, merge
+
+    given = dict(ctx.params)
+    if config is None:
+        return given
+    return merge(given, load_config_file(config, given.keys()), explicit(ctx))
+
+
+def explicit(ctx: typer.Context) -> set[str]:
+    """The options typed on the command line (not defaults)."""
+    return {k for k in ctx.params if (src := ctx.get_parameter_source(k)) is not None and src.name != "DEFAULT"}
+
+
+def set_verbosity(v: dict[str, Any]) -> None:
+    from foxhunt.console import NORMAL, QUIET, VERBOSE
+    from foxhunt.console import set_verbosity as set_level
+
+    if v.get("verbose") and v.get("quiet"):
+        raise InputError("--verbose and --quiet contradict each other; pass one of them")
+    set_level(VERBOSE if v.get("verbose") else QUIET if v.get("quiet") else NORMAL)
+
+
+def paths(v: dict[str, Any]) -> tuple[str, ...]:
+    from foxhunt.api.training import data_paths
+
+    return data_paths(v.get("parquet_file"))
+
+
+def bars_or_store(parquet_file: list[str] | None, features: Path | None) -> tuple[str, ...]:
+    """The bar paths of predict and evaluate: none with --features (the bundled sample is not resolved then), and
+    both inputs at once refused as train refuses them."""
+    if features is None:
+        return paths({"parquet_file": parquet_file})
+    if parquet_file:
+        from foxhunt.settings import refuse_both_inputs
+
+        refuse_both_inputs()
+    return ()
+
+
+def set_threads(n: int) -> None:
+    if n > 0:
+        import torch
+
+        torch.set_num_threads(n)
