@@ -32,8 +32,7 @@ from foxhunt.errors import InputError
 def train(ctx: typer.Context, **options: Any) -> None:
     """Train a Temporal Fusion Transformer; writes the run directory (model, metrics, memory trace, checkpoint)."""
     from foxhunt import settings
-    from foxhunt.api.training import RunConfig, check_run_options
-    from foxhunt.api.training import fit
+    from foxhunt.api.training import RunConfig, check_run_options, fit
 
     config = options["config"]
     v = values(ctx, config)
