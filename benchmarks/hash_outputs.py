@@ -1,7 +1,7 @@
 """Hash what `prepare` produces, so a refactor can show its outputs did not change (issue 33, "Outputs do not change").
 
 Two modes, both reaching foxhunt only through stable entry points, so the script survives modules moving:
-- memory (default): `foxhunt.TrainConfig.from_options(parquet_file=..., **opts).data` gives the DataConfig, and
+- memory (default): `foxhunt.RunConfig.from_options(parquet_file=..., **opts).data` (`TrainConfig` before 0d7d648) gives the DataConfig, and
   `prepare_data` (found under a few candidate module paths, else by walking `foxhunt.data`) gives PreparedData.
   Hashed: every tensor of its windows, the splits, the own moves, the fitted transform, schema, summary and rolls.
 - --store: runs `python -m foxhunt prepare -f INPUT ... --out DIR` as a subprocess (same PYTHONPATH) and hashes
@@ -104,7 +104,8 @@ def find_prepare_data() -> Any:
 def hash_memory(files: list[str], opts: dict, keep: Path | None) -> dict:
     import foxhunt
 
-    cfg = foxhunt.TrainConfig.from_options(parquet_file=files, **opts).data
+    run_config = getattr(foxhunt, "RunConfig", None) or foxhunt.TrainConfig  # its name before 0d7d648
+    cfg = run_config.from_options(parquet_file=files, **opts).data
     data = find_prepare_data()(cfg)
     out: dict[str, dict] = {}
     arrays: dict[str, Any] = {}
