@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import mmap
+import os
 import re
 import subprocess
 import sys
@@ -115,12 +116,13 @@ def test_host_peak_belongs_to_the_phase_that_just_ended(tmp_path: Path) -> None:
 
 
 CHURN = """
-import re, sys
+import ctypes, re, sys
 from pathlib import Path
 from foxhunt.train.telemetry import pin_host_allocator
 rss = lambda: int(re.search(r"^VmRSS:\\s+(\\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1)) // 1024
 if sys.argv[1] == "pin":
     assert pin_host_allocator()
+ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand free heap back first, so a block cannot reuse pages already counted
 base = rss()
 for _ in range(4):
     block = b"\\1" * (8 << 20)  # 8 MiB, touched, then freed
@@ -131,9 +133,21 @@ print(rss() - base)
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc")
 def test_pinned_allocator_returns_freed_blocks_to_the_kernel() -> None:
+    # Any MALLOC_* or GLIBC_TUNABLES setting of the environment (or a preloaded allocator) turns glibc's dynamic
+    # threshold off or replaces glibc: the child gets a clean one, so that the two runs differ only by the pin.
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD"))
+    }
+
     def growth(mode: str) -> int:
-        out = subprocess.run([sys.executable, "-c", CHURN, mode], check=True, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-c", CHURN, mode], check=True, capture_output=True, text=True, env=env
+        )
         return int(out.stdout.split()[-1])
 
-    assert growth("default") >= 7  # glibc raised its threshold after the first free: the block stays resident
-    assert growth("pin") <= 1
+    assert growth("pin") <= 1  # every 8 MiB block had its own mmap, unmapped on free
+    unpinned = growth("default")
+    if unpinned < 7:  # the control: without the pin the same churn must leave a block resident
+        pytest.skip(
+            f"this C library did not keep a freed 8 MiB block resident without the pin (+{unpinned} MiB)"
+        )
