@@ -82,7 +82,7 @@ check rungs "$out/val1" oom_retry
 
 echo "== 4. a real out-of-memory error"
 if [ "$DEVICE" = cuda ]; then
-  sample=$("$py" -c "from foxhunt.data.sample import bundled_sample_path; print(bundled_sample_path())")
+  sample=$("$py" -c "from foxhunt.data.io.sample import bundled_sample_path; print(bundled_sample_path())")
   expect 0 real fh train --parquet-file "$sample" --hidden-size 160 --encoder-length 252 --horizon 5 --epochs 1 \
     --batch-size 4096 --validation-batch-size 4096 "${dev[@]}" --max-train-batches 3 --no-progress \
     --run-dir "$out/real"

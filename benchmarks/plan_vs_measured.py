@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from foxhunt.data.schema import InputSizes
+from foxhunt.data.features.schema import InputSizes
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.loss import quantile_loss
 from foxhunt.model.tft import TemporalFusionTransformer

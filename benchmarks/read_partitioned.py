@@ -4,7 +4,7 @@ A synthetic Databento-style panel (`symbol=ESM4/date=YYYY-MM-DD/part-0.parquet`,
 columns as `to_df().to_parquet()` writes them plus two wide columns no reader needs) is written once into a temporary
 folder; then each case runs in a fresh process, which reports its wall time, CPU time and peak RSS
 (the child's own `ru_maxrss`, read in it at the end). Cases:
-- import: the interpreter, polars and foxhunt.data.read alone (the floor under every other peak);
+- import: the interpreter, polars and foxhunt.data.io.read alone (the floor under every other peak);
 - full: the whole directory;
 - last30: only the last 30 days (`read_bars(since=...)`; code without the option reads everything and filters);
 - es1m / dbn: the shared 1-minute fixture as parquet and as DBN (databento, and with it pandas, imported before the
@@ -69,7 +69,7 @@ def write_panel(root: Path, rows: int, seed: int = 0) -> int:
 
 def child(case: str, path: str, since: str | None) -> None:
     """One measured read in this process; prints {rows, wall_s, cpu_s}."""
-    from foxhunt.data.read import read_bars
+    from foxhunt.data.io.read import read_bars
 
     if case == "import":
         print(json.dumps({"rows": 0, "wall_s": 0.0, "cpu_s": 0.0, "rss_mib": _peak_mib()}))

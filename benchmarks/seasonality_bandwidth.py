@@ -1,4 +1,4 @@
-"""How much to smooth the time-of-day volatility profile (data/seasonality.py): measured on held-out time.
+"""How much to smooth the time-of-day volatility profile (data/features/seasonality.py): measured on held-out time.
 
 The profile is fitted on the training rows of the bundled ES sample (the default split) for several kernel
 bandwidths and scored on the validation rows by QLIKE, mean(proxy / v + ln v) with v = c p(t)^2 and c the mean
@@ -15,12 +15,11 @@ import sys
 
 import numpy as np
 
+from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import raw_features
-from foxhunt.data.load import load_bars
-from foxhunt.data.sample import _seasonal_table
-from foxhunt.data.sample_path import bundled_sample_path
-from foxhunt.data.seasonality import fit_profile, minute_of_day, profile_at
+from foxhunt.data.features.features import raw_features
+from foxhunt.data.features.seasonality import fit_profile, minute_of_day, profile_at
+from foxhunt.data.io.sample import _seasonal_table, bundled_sample_path
 
 BANDWIDTHS = (0.0, 1.0, 2.0, 3.0, 5.0, 10.0, 15.0, 30.0)
 

@@ -140,8 +140,9 @@ class Stages:
 def measure(path: str, small: str, encoder_length: int, horizon: int, batch_size: int) -> dict:
     import torch
 
-    from foxhunt.data import load, prepare
+    from foxhunt.data.bars import load
     from foxhunt.data.config import DataConfig
+    from foxhunt.data.dataset import prepare
 
     cfg = DataConfig(paths=(path,), encoder_length=encoder_length, horizon=horizon, scaling="volatility",
                      adjust="ratio")

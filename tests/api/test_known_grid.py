@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from foxhunt.api.known_grid import KnownGrid
-from foxhunt.data.calendar import future_timestamps
-from foxhunt.data.known import known_columns
-from foxhunt.data.prepare import FittedTransform
-from foxhunt.data.seasonality import profile_at
+from foxhunt.data.bars.grid import future_timestamps
+from foxhunt.data.dataset.types import FittedTransform
+from foxhunt.data.features.known import known_columns
+from foxhunt.data.features.seasonality import profile_at
 
 MIN_NS = 60 * 10**9
 DAY_NS = 1440 * MIN_NS

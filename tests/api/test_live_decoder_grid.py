@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from foxhunt.data.calendar import future_timestamps
+from foxhunt.data.bars.grid import future_timestamps
 
 MIN_NS = 60 * 10**9
 

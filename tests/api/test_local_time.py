@@ -1,11 +1,11 @@
-"""calendar.local_ns takes a zoneinfo look-up per quarter-hour for a few timestamps (a live bar and its forecast
+"""clock.local_ns takes a zoneinfo look-up per quarter-hour for a few timestamps (a live bar and its forecast
 steps) and polars for many: both must give the same wall-clock times, across daylight-saving switches too."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from foxhunt.data.calendar import FEW_PROBES, local_ns
+from foxhunt.data.util.clock import FEW_PROBES, local_ns
 
 
 def test_few_timestamps_convert_as_many_do():

@@ -54,7 +54,7 @@ def test_bad_refit():
 
 
 def test_a_rolling_window_drops_windows_forecasting_before_its_start():
-    from foxhunt.data.windows import assign_splits
+    from foxhunt.data.dataset.windows import assign_splits
 
     first = np.array([0, 10, 20, 30, 40, 50])
     split = assign_splits(first, first + 5, train_cut=32, val_cut=46, train_start=10)

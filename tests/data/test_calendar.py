@@ -10,8 +10,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data import calendar
-from foxhunt.data.calendar import calendar_columns, calendar_features, future_timestamps, local_ns
+from foxhunt.data.bars.grid import future_timestamps
+from foxhunt.data.features.calendar import calendar_columns, calendar_features
+from foxhunt.data.util import clock
+from foxhunt.data.util.clock import local_ns
 from foxhunt.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -44,7 +46,7 @@ def test_intraday_features_by_hand_across_dst() -> None:
 
 
 def test_cached_offset_table_grows_and_matches_polars(monkeypatch) -> None:
-    monkeypatch.setattr(calendar, "_OFFSET_TABLES", {})
+    monkeypatch.setattr(clock, "_OFFSET_TABLES", {})
     rng = np.random.default_rng(2)
     for start in ("2024-03-01", "2023-10-20", "2024-11-01", "2024-03-05"):  # later, earlier, later, inside: DSTs
         ts = np.sort(ns(start)[0] + rng.integers(0, 20 * 86_400, 5000) * 10**9)  # dense: the table path
@@ -52,9 +54,9 @@ def test_cached_offset_table_grows_and_matches_polars(monkeypatch) -> None:
         for t in (ts, sparse, sparse[:8]):
             want = pl.Series(t).cast(pl.Datetime("ns", "UTC")).dt.convert_time_zone(CT).dt.replace_time_zone(None)
             np.testing.assert_array_equal(local_ns(t, CT), want.dt.epoch("ns").to_numpy())
-    (first, table), = calendar._OFFSET_TABLES.values()  # one table per zone, grown to cover every span asked
-    assert first * calendar.QUARTER_NS <= ns("2023-10-20")[0] and not table.flags.writeable
-    assert (first + len(table)) * calendar.QUARTER_NS >= ns("2024-11-20")[0]
+    (first, table), = clock._OFFSET_TABLES.values()  # one table per zone, grown to cover every span asked
+    assert first * clock.QUARTER_NS <= ns("2023-10-20")[0] and not table.flags.writeable
+    assert (first + len(table)) * clock.QUARTER_NS >= ns("2024-11-20")[0]
 
 
 def test_local_time_matches_polars_across_dst_change() -> None:

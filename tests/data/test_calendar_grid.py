@@ -19,13 +19,14 @@ import polars as pl
 import pytest
 
 from foxhunt.cli import main
-from foxhunt.data import calendar, sessions
-from foxhunt.data.calendar import default_grid, future_timestamps, grid_of, on_grid, session_grid
+from foxhunt.data.bars import sessions
+from foxhunt.data.bars.fill import fill_gaps
+from foxhunt.data.bars.grid import default_grid, future_timestamps, grid_of, on_grid, session_grid
 from foxhunt.data.config import DataConfig
-from foxhunt.data.fill import fill_gaps
-from foxhunt.data.prepare import FittedTransform
+from foxhunt.data.dataset.summary import format_summary
+from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.store import prepare_store
-from foxhunt.data.summary import format_summary
+from foxhunt.data.util import clock
 
 MIN = 60 * 10**9
 DAY = 1440 * MIN
@@ -100,7 +101,7 @@ def test_xnys_five_minute_bars_step_from_the_close_to_the_next_open():
         "2024-06-07T19:55", "2024-06-10T13:30"]
     # every forecast step over a year of origins is inside 09:30-16:00 ET on a weekday
     steps = future_timestamps(year_of_origins(), step, 12, True, ET, xnys)
-    wall = calendar.local_ns(steps.ravel(), ET)
+    wall = clock.local_ns(steps.ravel(), ET)
     minute, weekday = (wall % DAY) // MIN, (wall // DAY + 3) % 7
     assert ((minute >= 570) & (minute < 960) & (weekday < 5)).all()
     assert on_grid(ns("2024-03-06T14:30", "2024-03-06T21:00", "2024-03-09T15:00"), True, ET, xnys).tolist() == [
@@ -207,5 +208,5 @@ def test_a_store_prepared_in_pieces_keeps_the_calendar_grid(fixtures_dir, tmp_pa
 
 
 def _in_cme_halt(ts_ns: np.ndarray) -> np.ndarray:
-    minute = (calendar.local_ns(ts_ns, CT) % DAY) // MIN
+    minute = (clock.local_ns(ts_ns, CT) % DAY) // MIN
     return (minute >= 16 * 60) & (minute < 17 * 60)

@@ -16,7 +16,7 @@ import pytest
 
 import foxhunt
 from foxhunt.cli import main
-from foxhunt.data import sessions
+from foxhunt.data.bars import sessions
 from foxhunt.data.config import DataConfig
 from foxhunt.errors import InputError
 

@@ -10,12 +10,13 @@ import polars as pl
 import pytest
 
 from foxhunt.cli import main
+from foxhunt.data.bars.load import load_bars
+from foxhunt.data.bars.sessions import CME_EQUITY, calendar_sessions, closed_share, session_for
+from foxhunt.data.bars.symbols import trade_date
+from foxhunt.data.bars.validate import check_ratio_adjust, clean_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.contracts import trade_date
-from foxhunt.data.load import load_bars
-from foxhunt.data.read import RAW_SCHEMA, read_bars
-from foxhunt.data.sessions import CME_EQUITY, calendar_sessions, closed_share, session_for
-from foxhunt.data.validate import check_ratio_adjust, clean_bars
+from foxhunt.data.io.normalise import RAW_SCHEMA
+from foxhunt.data.io.read import read_bars
 from foxhunt.errors import InputError
 from foxhunt.settings import data_config
 

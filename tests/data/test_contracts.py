@@ -10,9 +10,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from foxhunt.data.bars.load import BAR_COLUMNS, load_bars
+from foxhunt.data.bars.symbols import drop_spreads, parse_futures, resolve_symbols, trade_date
 from foxhunt.data.config import DataConfig
-from foxhunt.data.contracts import drop_spreads, parse_futures, resolve_symbols, trade_date
-from foxhunt.data.load import BAR_COLUMNS, load_bars
 from foxhunt.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -11,10 +11,10 @@ import polars as pl
 import torch
 
 from foxhunt.cli import main
+from foxhunt.data.bars.fill import fill_gaps
+from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.fill import fill_gaps
-from foxhunt.data.load import load_bars
-from foxhunt.data.prepare import prepare_data, prepare_from_bars
+from foxhunt.data.dataset.prepare import prepare_data, prepare_from_bars
 from foxhunt.settings import data_config
 
 MIN = 60 * 10**9
@@ -117,7 +117,7 @@ def test_load_and_prepare_with_fill_gaps(tmp_path: Path) -> None:
 
 
 def _observed():
-    from foxhunt.data.schema import Kind, Role
+    from foxhunt.data.features.schema import Kind, Role
 
     return Role.OBSERVED, Kind.CONTINUOUS
 

@@ -15,10 +15,11 @@ import polars as pl
 import pytest
 import torch
 
+from foxhunt.data.bars.load import LoadedBars, load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.known import decoder_features, decoder_known, distinct_union, sorted_distinct
-from foxhunt.data.load import LoadedBars, load_bars
-from foxhunt.data.prepare import PreparedData, prepare_from_bars
+from foxhunt.data.dataset.prepare import prepare_from_bars
+from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.features.known import decoder_features, decoder_known, distinct_union, sorted_distinct
 
 SEC = 10**9
 CT = "America/Chicago"
@@ -127,7 +128,7 @@ def test_prediction_uses_the_models_bar_interval_not_the_files() -> None:
 def test_table_storage_matches_the_definition(offset_ns: int, chunk_cells: int, monkeypatch) -> None:
     """Aligned bars use the lattice layout (base + step); bars off the lattice the full index. Same values, in one
     chunk of origins or many."""
-    monkeypatch.setattr("foxhunt.data.known.CHUNK_CELLS", chunk_cells)
+    monkeypatch.setattr("foxhunt.data.features.known.CHUNK_CELLS", chunk_cells)
     rng = np.random.default_rng(6)
     start = int(np.datetime64("2024-03-08T20:00", "ns").astype(np.int64))  # Fri 14:00 CST: crosses the weekend
     ts = start + np.sort(rng.choice(600, 300, replace=False)) * 60 * SEC

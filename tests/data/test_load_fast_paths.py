@@ -10,10 +10,16 @@ import numpy as np
 import polars as pl
 import pytest
 
+from foxhunt.data.bars.load import _grouped_summary, _series_summary, bar_interval, load_raw, spacing_ns
+from foxhunt.data.bars.series import SEG_SPAN, _per_bar, _sorted_last
+from foxhunt.data.bars.sessions import closed_share
+from foxhunt.data.bars.symbols import parse_futures, trade_date
+from foxhunt.data.bars.validate import INSTRUMENT, clean_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.contracts import SEG_SPAN, _per_bar, _sorted_last, parse_futures, trade_date
-from foxhunt.data.load import _grouped_summary, _series_summary, bar_interval, load_raw, spacing_ns
-from foxhunt.data.order import (
+from foxhunt.data.dataset.prepare import _series_index, sorted_bars
+from foxhunt.data.io.normalise import RAW_SCHEMA
+from foxhunt.data.io.read import read_bars
+from foxhunt.data.util.order import (
     combined,
     grouped_order,
     instrument_code,
@@ -23,11 +29,7 @@ from foxhunt.data.order import (
     stable_order,
     take_out,
 )
-from foxhunt.data.prepare import _series_index, sorted_bars
-from foxhunt.data.read import RAW_SCHEMA, read_bars
-from foxhunt.data.runs import run_starts_of
-from foxhunt.data.sessions import closed_share
-from foxhunt.data.validate import INSTRUMENT, clean_bars
+from foxhunt.data.util.runs import run_starts_of
 
 CT = "America/Chicago"
 T0 = dt.datetime(2024, 3, 8, 12, 0, tzinfo=dt.UTC)  # the US DST change (2024-03-10) falls inside the rows below
@@ -212,7 +214,7 @@ def test_trade_dates_and_closed_share_match_polars_time_zones_across_dst():
     bars = got.with_columns(root=pl.when(pl.col("symbol") == "NQH4").then(pl.lit("ZC")).otherwise("root"))
     local = pl.col("ts").dt.convert_time_zone(CT)
     minute = local.dt.hour().cast(pl.Int64) * 60 + local.dt.minute().cast(pl.Int64)
-    from foxhunt.data.sessions import _per_root
+    from foxhunt.data.bars.sessions import _per_root
 
     key = pl.coalesce("root", "symbol")
     open_, close = _per_root(key, "open_min"), _per_root(key, "close_min")
@@ -224,7 +226,7 @@ def test_trade_dates_and_closed_share_match_polars_time_zones_across_dst():
     assert closed_share(bars, CT) == pytest.approx(want_share, abs=0) and 0 < want_share < 1
     assert closed_share(bars, CT, run_starts_of(bars["symbol"])) == pytest.approx(want_share, abs=0)
     with pytest.MonkeyPatch.context() as mp:  # in slices of 7 bars: the same share
-        mp.setattr("foxhunt.data.sessions.CLOSED_CHUNK", 7)
+        mp.setattr("foxhunt.data.bars.sessions.CLOSED_CHUNK", 7)
         assert closed_share(bars, CT) == pytest.approx(want_share, abs=0)
 
 

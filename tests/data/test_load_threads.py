@@ -1,4 +1,4 @@
-"""Loading on two threads (data/parallel.py) gives what one thread gives: the sort plan found beside the checks, the
+"""Loading on two threads (data/util/parallel.py) gives what one thread gives: the sort plan found beside the checks, the
 checks beside build_series, and their errors in the order they would come one after the other."""
 
 from __future__ import annotations
@@ -7,11 +7,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data import contracts, heap, load, parallel
+from foxhunt.data.bars import load, series
+from foxhunt.data.bars.validate import _ready_to_gather, _sort_dedup, clean_bars, sort_plan, submit_sort_plan
 from foxhunt.data.config import DataConfig
-from foxhunt.data.order import Declined
-from foxhunt.data.read import read_bars
-from foxhunt.data.validate import _ready_to_gather, _sort_dedup, clean_bars, sort_plan, submit_sort_plan
+from foxhunt.data.io.read import read_bars
+from foxhunt.data.util import heap, parallel
+from foxhunt.data.util.order import Declined
 from foxhunt.errors import InputError
 from tests.data.test_load_fast_paths import _clean_reference, _in_time_order, _messy
 
@@ -88,14 +89,14 @@ def test_a_check_error_comes_before_build_series_error(fixtures_dir, monkeypatch
 def test_build_series_waits_for_the_checks_before_it_gathers(fixtures_dir, monkeypatch):
     cfg = DataConfig(paths=(str(fixtures_dir / "es_fut_ohlcv1h_databento.parquet"),))
     seen = []
-    front_bars = contracts._front_bars
+    front_bars = series._front_bars
 
     def gathered(*args, **kwargs):
         seen.append("gather")
         return front_bars(*args, **kwargs)
 
-    monkeypatch.setattr(contracts, "_front_bars", gathered)
-    monkeypatch.setattr(load, "build_series", lambda *a, **k: contracts.build_series(
+    monkeypatch.setattr(series, "_front_bars", gathered)
+    monkeypatch.setattr(load, "build_series", lambda *a, **k: series.build_series(
         *a, **{**k, "ready": lambda: seen.append("ready")}))
     load.load_bars(cfg)
     assert seen[:2] == ["ready", "gather"]

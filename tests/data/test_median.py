@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from foxhunt.data.median import exact_median
+from foxhunt.data.util.median import exact_median
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 8, 3988, 3989, 50_000, 50_001])

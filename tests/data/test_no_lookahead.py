@@ -23,12 +23,13 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from foxhunt.data.batch import Batch
+from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import raw_features
-from foxhunt.data.load import load_bars
-from foxhunt.data.prepare import PreparedData, prepare_from_bars
-from foxhunt.data.scaling import apply_scalers, fit_scalers
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.dataset.prepare import prepare_from_bars
+from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.features.features import raw_features
+from foxhunt.data.features.scaling import apply_scalers, fit_scalers
 
 HOUR = 3600 * 10**9
 DAY = 24 * HOUR

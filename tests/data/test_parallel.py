@@ -1,11 +1,11 @@
-"""data/parallel.py: results in order, errors raised in the caller, serial where processes take the cores."""
+"""data/util/parallel.py: results in order, errors raised in the caller, serial where processes take the cores."""
 
 import threading
 import time
 
 import pytest
 
-from foxhunt.data import parallel
+from foxhunt.data.util import parallel
 
 
 def test_map_threads_keeps_order_and_uses_a_second_thread(monkeypatch):

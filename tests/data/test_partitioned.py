@@ -10,9 +10,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.load import load_bars
-from foxhunt.data.read import read_bars
+from foxhunt.data.io.read import read_bars
 from foxhunt.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -10,11 +10,12 @@ import polars as pl
 import pytest
 import torch
 
+from foxhunt.data.bars.load import LoadedBars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.load import LoadedBars
-from foxhunt.data.prepare import FittedTransform, prepare_data, prepare_from_bars
-from foxhunt.data.schema import Kind, Role
-from foxhunt.data.summary import format_summary
+from foxhunt.data.dataset.prepare import prepare_data, prepare_from_bars
+from foxhunt.data.dataset.summary import format_summary
+from foxhunt.data.dataset.types import FittedTransform
+from foxhunt.data.features.schema import Kind, Role
 from foxhunt.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

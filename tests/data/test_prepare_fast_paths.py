@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data.config import DataConfig
-from foxhunt.data.contracts import (
+from foxhunt.data.bars.load import LoadedBars
+from foxhunt.data.bars.symbols import (
     FUTURES_RE,
     SPREAD_RE,
     drop_spreads,
@@ -17,11 +17,11 @@ from foxhunt.data.contracts import (
     resolve_symbols,
     trade_date,
 )
-from foxhunt.data.features import raw_features
-from foxhunt.data.known import DecoderKnown, decoder_known, decoder_timestamps, known_columns
-from foxhunt.data.load import LoadedBars
-from foxhunt.data.prepare import prepare_from_bars
-from foxhunt.data.scaling import apply_scalers, fit_and_trail, fit_scalers, standardize
+from foxhunt.data.config import DataConfig
+from foxhunt.data.dataset.prepare import prepare_from_bars
+from foxhunt.data.features.features import raw_features
+from foxhunt.data.features.known import DecoderKnown, decoder_known, decoder_timestamps, known_columns
+from foxhunt.data.features.scaling import apply_scalers, fit_and_trail, fit_scalers, standardize
 
 MIN = 60 * 10**9
 CT = "America/Chicago"

@@ -7,12 +7,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data import calendar, known, scaling
-from foxhunt.data.features import OBSERVED, raw_features
-from foxhunt.data.fitstats import season_moments
-from foxhunt.data.known import take_rows
-from foxhunt.data.scaling import fit_scalers
-from foxhunt.data.summary import _real_rows
+from foxhunt.data.bars import grid
+from foxhunt.data.dataset.summary import _real_rows
+from foxhunt.data.features import known, scaling
+from foxhunt.data.features.features import OBSERVED, raw_features
+from foxhunt.data.features.fitstats import season_moments
+from foxhunt.data.features.known import take_rows
+from foxhunt.data.features.scaling import fit_scalers
+from foxhunt.data.util import clock
 
 MIN = 60 * 10**9
 CT = "America/Chicago"
@@ -65,10 +67,10 @@ def test_local_ns_table_of_the_span_is_the_runs_of_quarter_hours(monkeypatch):
     start = int(np.datetime64("2024-03-09T00:00", "ns").astype(np.int64))  # the DST weekend, then autumn's
     a = start + np.sort(rng.choice(20000, 6000, replace=False)) * MIN
     ts = np.concatenate([a, a[::3] + 240 * 24 * 60 * MIN, rng.permutation(a)[:500]])  # sorted runs, then any order
-    monkeypatch.setattr(calendar, "SPAN_ROWS", 10**9)  # never a table: one offset per run of quarter-hours
-    runs = calendar.local_ns(ts, CT)
-    monkeypatch.setattr(calendar, "SPAN_ROWS", 1)  # always a table
-    table = calendar.local_ns(ts, CT)
+    monkeypatch.setattr(clock, "SPAN_ROWS", 10**9)  # never a table: one offset per run of quarter-hours
+    runs = clock.local_ns(ts, CT)
+    monkeypatch.setattr(clock, "SPAN_ROWS", 1)  # always a table
+    table = clock.local_ns(ts, CT)
     assert np.array_equal(runs, table)
     wall = pl.Series(ts).cast(pl.Datetime("ns", "UTC")).dt.convert_time_zone(CT).dt.replace_time_zone(None)
     assert np.array_equal(table, wall.dt.epoch("ns").to_numpy())
@@ -114,7 +116,7 @@ def test_season_moments_on_the_training_rows_is_the_whole_column_formula():
     scale = sq / np.bincount(g[both], minlength=s)
     proxy = x**2 / scale[g]
     use = keep & np.isfinite(proxy)
-    cell = g[use] * 1440 + ((calendar.local_ns(ts[use], CT) % calendar.DAY_NS) // MIN)
+    cell = g[use] * 1440 + ((clock.local_ns(ts[use], CT) % clock.DAY_NS) // MIN)
     assert np.array_equal(got["season:sq"], sq)
     assert np.array_equal(got["season:sums"].ravel(), np.bincount(cell, weights=proxy[use], minlength=s * 1440))
     assert np.array_equal(got["season:counts"].ravel(), np.bincount(cell, minlength=s * 1440))
@@ -162,10 +164,10 @@ def test_closed_by_minute_of_the_week_is_the_weekday_formula():
     """The CME grid's table by minute of the week (from its Session) is the halt and weekend spelled by weekday."""
     rng = np.random.default_rng(7)
     wall = np.concatenate([rng.integers(-(10**17), 10**17, 20000), np.arange(-3 * 10**13, 3 * 10**13, 7 * 10**9 + 13)])
-    minute, wd = (wall % calendar.DAY_NS) // MIN, (wall // calendar.DAY_NS + 3) % 7
+    minute, wd = (wall % clock.DAY_NS) // MIN, (wall // clock.DAY_NS + 3) % 7
     halt = (minute >= 16 * 60) & (minute < 17 * 60)  # 16:00-17:00 CT
     weekend = (wd == 5) | ((wd == 4) & (minute >= 16 * 60)) | ((wd == 6) & (minute < 17 * 60))  # Fri 16:00-Sun 17:00
-    assert np.array_equal(calendar._closed(wall, calendar.default_grid("America/Chicago")), halt | weekend)
+    assert np.array_equal(grid._closed(wall, grid.default_grid("America/Chicago")), halt | weekend)
 
 
 def test_median_spacings_of_all_and_train_rows_are_two_medians():
@@ -175,9 +177,9 @@ def test_median_spacings_of_all_and_train_rows_are_two_medians():
     ts[5] = ts[4]  # a zero gap is no spacing
     cut = int(np.median(ts))
     before = ts < cut
-    got = calendar.median_spacings_ns(ts, sidx, cut)
-    assert got == (calendar.median_spacing_ns(ts, sidx), calendar.median_spacing_ns(ts[before], sidx[before]))
-    assert calendar.median_spacings_ns(ts, sidx, int(ts.min()))[1] == 0
+    got = grid.median_spacings_ns(ts, sidx, cut)
+    assert got == (grid.median_spacing_ns(ts, sidx), grid.median_spacing_ns(ts[before], sidx[before]))
+    assert grid.median_spacings_ns(ts, sidx, int(ts.min()))[1] == 0
 
 
 def test_train_moments_with_the_callers_minutes_are_those_without():
@@ -191,7 +193,7 @@ def test_train_moments_with_the_callers_minutes_are_those_without():
     feats = raw_features(bars, "ratio", "log_return")
     sidx = np.repeat([0, 1], [500, 400])
     keep = (np.arange(n) % 7 != 0) & ~feats["first"].to_numpy()
-    minute = ((calendar.local_ns(ts, CT) % calendar.DAY_NS) // MIN).astype(np.int16)
+    minute = ((clock.local_ns(ts, CT) % clock.DAY_NS) // MIN).astype(np.int16)
     plain = scaling.train_moments(feats, sidx, 2, keep, "log_return", CT)
     given = scaling.train_moments(feats, sidx, 2, keep, "log_return", CT, minute=minute)
     assert plain.keys() == given.keys() and all(np.array_equal(plain[k], given[k]) for k in plain)

@@ -8,12 +8,13 @@ import polars as pl
 import pytest
 import torch
 
-from foxhunt.data import fitstats, known, prepare
+from foxhunt.data.bars.load import LoadedBars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.load import LoadedBars
-from foxhunt.data.prepare import prepare_from_bars
-from foxhunt.data.seasonality import minute_of_day
-from foxhunt.data.windows import assign_splits, window_starts
+from foxhunt.data.dataset import prepare, types
+from foxhunt.data.dataset.prepare import prepare_from_bars
+from foxhunt.data.dataset.windows import assign_splits, window_starts
+from foxhunt.data.features import fitstats, known
+from foxhunt.data.features.seasonality import minute_of_day
 
 MIN = 60 * 10**9
 CT = "America/Chicago"
@@ -62,7 +63,7 @@ def _bars() -> pl.DataFrame:
     return pl.concat(frames)
 
 
-def _arrays(p: prepare.PreparedData) -> dict:
+def _arrays(p: types.PreparedData) -> dict:
     w = p.windows
     out = {k: v for k, v in vars(w).items() if isinstance(v, torch.Tensor)}
     out.update({f"split_{k}": v for k, v in p.splits.items()})

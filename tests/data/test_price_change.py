@@ -15,10 +15,10 @@ import polars as pl
 import pytest
 
 from foxhunt.cli import main
+from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import PRICE_OBSERVED, raw_features
-from foxhunt.data.load import load_bars
-from foxhunt.data.prepare import prepare_from_bars
+from foxhunt.data.dataset.prepare import prepare_from_bars
+from foxhunt.data.features.features import PRICE_OBSERVED, raw_features
 from foxhunt.errors import InputError
 
 # CLK0 (the front) falls through zero; volume moves to CLM0 on 04-21, so with --roll-confirm 1 the series rolls on
@@ -87,7 +87,7 @@ def test_prepare_negative_prices_with_price_change_gives_finite_inputs(tmp_path,
 
 
 def _observed_cont():
-    from foxhunt.data.schema import Kind, Role
+    from foxhunt.data.features.schema import Kind, Role
 
     return Role.OBSERVED, Kind.CONTINUOUS
 

@@ -10,9 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.load import load_bars
-from foxhunt.data.read import expand_paths, read_bars
+from foxhunt.data.io.discover import expand_paths
+from foxhunt.data.io.read import read_bars
 from foxhunt.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

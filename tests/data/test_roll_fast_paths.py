@@ -9,8 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data.order import is_sorted, runs_order, stable_order
-from foxhunt.data.rolls import ContractIndex
+from foxhunt.data.bars.rolls import ContractIndex
+from foxhunt.data.util.order import is_sorted, runs_order, stable_order
 
 DAY = 86_400 * 10**9
 

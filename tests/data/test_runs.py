@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from foxhunt.data.runs import run_lengths, value_runs
+from foxhunt.data.util.runs import run_lengths, value_runs
 
 
 def test_value_runs_in_row_order():

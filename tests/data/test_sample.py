@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from foxhunt.data import sample
+from foxhunt.data.io import sample
 from foxhunt.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -6,9 +6,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data.features import OBSERVED, VOL_OBSERVED, raw_features
-from foxhunt.data.fitstats import moments_of, select, sums
-from foxhunt.data.scaling import VOL_FLOOR, apply_scalers, fit_scalers, observed_names
+from foxhunt.data.features.features import OBSERVED, VOL_OBSERVED, raw_features
+from foxhunt.data.features.fitstats import moments_of, select, sums
+from foxhunt.data.features.scaling import VOL_FLOOR, apply_scalers, fit_scalers, observed_names
 
 DAY = 86400 * 10**9
 

@@ -1,4 +1,4 @@
-"""The intraday volatility profile (data/seasonality.py): hand-computed fits, the exchange clock, train-only fitting,
+"""The intraday volatility profile (data/features/seasonality.py): hand-computed fits, the exchange clock, train-only fitting,
 and its two inputs (known `tod_vol`, observed `log_vol_season`) in prepared data."""
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ import numpy as np
 import polars as pl
 import pytest
 
+from foxhunt.data.bars.load import LoadedBars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.load import LoadedBars
-from foxhunt.data.prepare import PreparedData, prepare_from_bars
-from foxhunt.data.scaling import apply_scalers, fit_scalers
-from foxhunt.data.schema import Kind, Role
-from foxhunt.data.seasonality import MINUTES, fit_profile, minute_of_day, profile_at, smooth_circular
+from foxhunt.data.dataset.prepare import prepare_from_bars
+from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.features.scaling import apply_scalers, fit_scalers
+from foxhunt.data.features.schema import Kind, Role
+from foxhunt.data.features.seasonality import MINUTES, fit_profile, minute_of_day, profile_at, smooth_circular
 from tests.data.test_scaling import prep, synth
 
 MIN = 60 * 10**9

@@ -7,10 +7,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data.contracts import _expiries, _runs_by_time, _trade_dates, _utc_year, build_series
-from foxhunt.data.rolls import ContractIndex
-from foxhunt.data.runs import distinct, run_lengths, run_starts_of
-from foxhunt.data.sessions import _per_root, closed_share
+from foxhunt.data.bars.rolls import ContractIndex
+from foxhunt.data.bars.series import _runs_by_time, build_series
+from foxhunt.data.bars.sessions import _per_root, closed_share
+from foxhunt.data.bars.symbols import _expiries, _trade_dates, _utc_year
+from foxhunt.data.util.runs import distinct, run_lengths, run_starts_of
 
 YEAR_NS = 365 * 86_400 * 10**9
 
@@ -128,7 +129,7 @@ def test_closed_share_counts_by_minute_of_week_in_any_row_order():
 
 
 def test_filled_bars_merge_into_place_like_a_sort():
-    from foxhunt.data.fill import _merged
+    from foxhunt.data.bars.fill import _merged
 
     rng = np.random.default_rng(4)
     series = np.repeat(["ES", "NQ", "YM"], 40)
@@ -146,13 +147,13 @@ def test_filled_bars_merge_into_place_like_a_sort():
 
 @pytest.mark.parametrize("tz", ["America/Chicago", "Asia/Kathmandu", "Australia/Lord_Howe", "America/St_Johns"])
 def test_trade_dates_per_quarter_hour_equal_local_ns_per_bar(tz, monkeypatch):
-    from foxhunt.data.calendar import DAY_NS, local_ns
+    from foxhunt.data.util.clock import DAY_NS, local_ns
 
     rng = np.random.default_rng(5)
     minutes = np.arange(1_700_000_000 * 10**9, 1_700_000_000 * 10**9 + 400 * DAY_NS, 60 * 10**9)  # DST changes
     early = np.sort(rng.integers(-3 * 10**18, 0, 5000))  # back to 1875: offsets of odd minutes and seconds
     for chunk in (1 << 18, 1000):  # slices that cut runs of one quarter-hour
-        monkeypatch.setattr("foxhunt.data.contracts.DATES_CHUNK", chunk)
+        monkeypatch.setattr("foxhunt.data.bars.symbols.DATES_CHUNK", chunk)
         for ts in (minutes, early, rng.permutation(minutes)[:5000], minutes[:0]):
             runs = np.unique(np.r_[0, rng.integers(0, len(ts), 4)]) if len(ts) else ts  # (R,) runs of one shift
             shift = rng.choice([0, 7 * 3600 * 10**9, 5 * 3600 * 10**9], len(runs))

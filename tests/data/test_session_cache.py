@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from foxhunt.data import sessions
-from foxhunt.data.sessions import CACHE_FILE, calendar_sessions, session_for
+from foxhunt.data.bars import sessions
+from foxhunt.data.bars.sessions import CACHE_FILE, calendar_sessions, session_for
 
 pytest.importorskip("pandas_market_calendars")
 
@@ -37,7 +37,7 @@ def test_a_second_process_reads_the_sessions_without_importing_the_calendars(cac
     first = calendar_sessions()
     assert (cache / CACHE_FILE).is_file()
     code = (
-        "import sys, json; from foxhunt.data.sessions import calendar_sessions, session_for;"
+        "import sys, json; from foxhunt.data.bars.sessions import calendar_sessions, session_for;"
         "t = calendar_sessions(); z = session_for('ZC');"
         "print(json.dumps(['pandas_market_calendars' in sys.modules, 'pandas' in sys.modules,"
         " [z.calendar, z.open_min, z.close_min], sorted(t)]))"

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from foxhunt.data.config import DataConfig
-from foxhunt.data.fitstats import column_moments, concat, pooled
-from foxhunt.data.prepare import split_cuts
-from foxhunt.data.read import rtype_sets
+from foxhunt.data.dataset.prepare import split_cuts
+from foxhunt.data.features.fitstats import column_moments, concat, pooled
+from foxhunt.data.io.read import rtype_sets
 from foxhunt.data.store import build, pieced
 from foxhunt.data.store import pieces as pieces_module
 from foxhunt.data.store.build import prepare_store
@@ -274,7 +274,7 @@ def test_scaled_rows_are_written_by_the_trail_jobs_or_after_them_alike(panel, wh
 
 
 def test_own_scalers_are_the_panels_for_the_pieces_series_or_none_where_pooled_values_are_read():
-    from foxhunt.data.scaling import add_vol_stats
+    from foxhunt.data.features.scaling import add_vol_stats
 
     first = {"vol_features": False, "series": {"A": {"x": 1}, "B": {"x": 2}, "C": {"x": 3}}, "pooled": {"x": 0}}
     mom = {"log_vol:n": np.array([5, 4, 6]), "log_vol:mean": np.array([0.5, -0.2, 0.1]),

@@ -8,10 +8,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from foxhunt.data.bars.load import load_bars
+from foxhunt.data.bars.validate import clean_bars, merge_sunday_stubs
 from foxhunt.data.config import DataConfig
-from foxhunt.data.load import load_bars
-from foxhunt.data.read import RAW_SCHEMA
-from foxhunt.data.validate import clean_bars, merge_sunday_stubs
+from foxhunt.data.io.normalise import RAW_SCHEMA
 from foxhunt.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -8,8 +8,8 @@ import dataclasses
 
 import numpy as np
 
-from foxhunt.data.summary import merge_facts, window_facts
-from foxhunt.data.windows import SplitResult, assign_splits, off_grid_windows, window_starts
+from foxhunt.data.dataset.summary import merge_facts, window_facts
+from foxhunt.data.dataset.windows import SplitResult, assign_splits, off_grid_windows, window_starts
 
 E, D = 2, 1
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from foxhunt.data.run_order import RunOrder
-from foxhunt.data.windows import WindowedData, assign_splits, series_bounds, window_starts
+from foxhunt.data.dataset.run_order import RunOrder
+from foxhunt.data.dataset.windows import WindowedData, assign_splits, series_bounds, window_starts
 
 E, D = 4, 3
 T = E + D

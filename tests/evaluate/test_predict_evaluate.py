@@ -101,8 +101,8 @@ def test_evaluate_scores_model_and_baselines_on_the_same_origins(model_dir, dail
 
 
 def test_evaluate_on_the_bundled_sample_says_it_is_simulated(model_dir, daily, tmp_path):
-    """The sample is known by its file name (data/sample_path.py); a file of that name is taken for it."""
-    from foxhunt.data.sample_path import DEFAULT_SEED, SAMPLE_VERSION
+    """The sample is known by its file name (data/io/sample_path.py); a file of that name is taken for it."""
+    from foxhunt.data.io.sample_path import DEFAULT_SEED, SAMPLE_VERSION
 
     sample = tmp_path / f"es_ohlcv1m_sample_v{SAMPLE_VERSION}_seed{DEFAULT_SEED}.parquet"
     shutil.copy(daily, sample)

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from foxhunt.cli import main
-from foxhunt.data.schema import Kind
+from foxhunt.data.features.schema import Kind
 from foxhunt.errors import InputError
 from foxhunt.evaluate.predict import prepare_for_model
 from foxhunt.train.checkpoint import load_model

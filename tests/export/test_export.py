@@ -17,7 +17,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 from foxhunt.cli import main  # noqa: E402
-from foxhunt.data.schema import Kind, Role  # noqa: E402
+from foxhunt.data.features.schema import Kind, Role  # noqa: E402
 from foxhunt.evaluate.predict import prepare_for_model  # noqa: E402
 from foxhunt.export import onnx as onnx_export  # noqa: E402
 from foxhunt.export.graph import ExportedForward  # noqa: E402

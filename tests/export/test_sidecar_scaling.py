@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data.scaling import fit_scalers, trailing
+from foxhunt.data.features.scaling import fit_scalers, trailing
 from foxhunt.export.sidecar import scaling_words
 from tests.data.test_scaling import prep, synth
 from tests.data.test_seasonality import intraday

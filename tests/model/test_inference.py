@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from foxhunt.data.batch import Batch
-from foxhunt.data.schema import InputSizes
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.features.schema import InputSizes
 from foxhunt.model.inference import folded as inference
 from foxhunt.model.inference.folded import InferenceTFT
 from foxhunt.model.inference.traced import OnnxForward, TracedForward, live_forward

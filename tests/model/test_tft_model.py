@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import foxhunt.model.tft as tft_module
-from foxhunt.data.batch import Batch
-from foxhunt.data.schema import Feature, FeatureSchema, InputSizes, Kind, Role
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.features.schema import Feature, FeatureSchema, InputSizes, Kind, Role
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.loss import quantile_loss
 from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, variable_names

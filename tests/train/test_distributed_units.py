@@ -40,7 +40,7 @@ def test_each_global_batch_is_split_over_the_ranks():
 
 
 def test_a_shards_series_mask_is_the_single_process_mask():
-    from foxhunt.data.batch import Batch
+    from foxhunt.data.dataset.batch import Batch
 
     b, e, d = 10, 4, 2
     batch = Batch.from_dense(torch.arange(1, b + 1).view(b, 1), torch.zeros(b, 0), torch.zeros(b, e + d, 0,
@@ -95,7 +95,7 @@ def test_the_distributed_step_is_the_single_process_step(group, daily_path, tmp_
     import logging
 
     from foxhunt.data.config import DataConfig
-    from foxhunt.data.prepare import prepare_data
+    from foxhunt.data.dataset.prepare import prepare_data
     from foxhunt.model.config import ModelConfig
     from foxhunt.model.tft import TemporalFusionTransformer
     from foxhunt.train.ddp_step import DistributedStepper
@@ -153,7 +153,7 @@ def test_an_empty_shard_is_a_batch_of_no_windows(fixtures_dir, tmp_path):
     import dataclasses
 
     from foxhunt.data.config import DataConfig
-    from foxhunt.data.prepare import prepare_data
+    from foxhunt.data.dataset.prepare import prepare_data
     from foxhunt.data.store import open_store, write_store
     from foxhunt.train.guard import describe_batch
 

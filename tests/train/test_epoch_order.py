@@ -1,4 +1,4 @@
-"""The epoch's window order taken a batch at a time (data/run_order.py) is the permutation training built
+"""The epoch's window order taken a batch at a time (data/dataset/run_order.py) is the permutation training built
 whole before, entry for entry, and leaves the generator where it left it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from foxhunt.data.run_order import OrderedIds, RunOrder
+from foxhunt.data.dataset.run_order import OrderedIds, RunOrder
 
 
 def _whole(n: int, run: int, generator: torch.Generator, stride: int = 1) -> torch.Tensor:

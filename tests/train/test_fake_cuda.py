@@ -15,10 +15,10 @@ import pytest
 import torch
 import torch.distributed as tdist
 
-from foxhunt.data.batch import Batch
 from foxhunt.data.config import DataConfig
-from foxhunt.data.prepare import prepare_data
-from foxhunt.data.schema import InputSizes
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.dataset.prepare import prepare_data
+from foxhunt.data.features.schema import InputSizes
 from foxhunt.errors import InputError, RankLost, ResourceError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer

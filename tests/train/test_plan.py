@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from foxhunt.data.schema import InputSizes
+from foxhunt.data.features.schema import InputSizes
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from foxhunt.data.schema import InputSizes
+from foxhunt.data.features.schema import InputSizes
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.loss import quantile_loss

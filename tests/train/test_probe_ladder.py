@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 
-from foxhunt.data.schema import InputSizes
+from foxhunt.data.features.schema import InputSizes
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer
 from foxhunt.train.faults import ENV_VAR

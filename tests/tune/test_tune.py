@@ -62,7 +62,7 @@ def search(tmp_path_factory, daily_path, tiny_flags, batched) -> tuple[Path, lis
     so that a trial's value is the epoch early stopping kept, not simply the last. Every batch a trial gathers
     is noted in `batched`: the training ones where the training loop takes them (Dist.batches), all of them where
     any batch is built (WindowedData.batch)."""
-    from foxhunt.data.windows import WindowedData
+    from foxhunt.data.dataset.windows import WindowedData
     from foxhunt.train import distributed, session
 
     run_train, train_batches, any_batch = session.train_run, distributed.Dist.batches, WindowedData.batch

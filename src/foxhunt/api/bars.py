@@ -16,8 +16,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from foxhunt.data.contracts import FUTURES_RE
-from foxhunt.data.read import SYMBOL_CANDIDATES, TIME_CANDIDATES, VALUE_COLS
+from foxhunt.data.bars.symbols import FUTURES_RE
+from foxhunt.data.io.normalise import SYMBOL_CANDIDATES, TIME_CANDIDATES, VALUE_COLS
 from foxhunt.errors import InputError
 
 FRAME_NAME = "<DataFrame>"  # stands for a path in the loader's messages about a frame in memory

@@ -20,11 +20,11 @@ import torch
 
 from foxhunt.api.bars import FRAME_NAME, as_polars, parquet_tail, stream_bars
 from foxhunt.api.stream import StreamState, parse_gap
-from foxhunt.data.batch import Batch
-from foxhunt.data.features import raw_features
-from foxhunt.data.load import load_raw
-from foxhunt.data.prepare import PreparedData
-from foxhunt.data.read import read_frame
+from foxhunt.data.bars.load import load_raw
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.features.features import raw_features
+from foxhunt.data.io.read import read_frame
 from foxhunt.evaluate import predict as _predict
 from foxhunt.model.calibration import Calibration
 from foxhunt.model.inference.traced import BatchForward, LiveForward, live_forward
@@ -102,7 +102,7 @@ class Forecaster:
         column, open high low close volume, optionally a symbol), read as `foxhunt predict` reads a file with the
         model's own options. Returns `foxhunt predict`'s rows for each series' last bar: symbol, origin, horizon,
         target_time (the forecast grid's time of each step: the bars' spacing from the origin, skipping the closures
-        the grid knows, see data/calendar.future_timestamps), one column per quantile (calibrated unless `calibrated=False`),
+        the grid knows, see data/bars/grid.future_timestamps), one column per quantile (calibrated unless `calibrated=False`),
         actual (null). Also restarts the `update` stream of these series from this history."""
         frame = as_polars(df)
         cfg = _predict.prediction_config(self._lm, (FRAME_NAME,))

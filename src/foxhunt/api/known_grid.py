@@ -1,6 +1,6 @@
 """The known inputs and the forecast grid of a live stream's timestamps, computed a span at a time.
 
-Both are functions of a timestamp alone (data/known.py, data/calendar.py), but each call into them converts time
+Both are functions of a timestamp alone (data/features/known.py, data/features/calendar.py), but each call into them converts time
 zones and builds a handful of numpy arrays: about 300 us per bar for the new bar's inputs and the new forecast step.
 `KnownGrid` calls them once per span of SPAN grid points instead (one trading day of 1-minute bars) and answers a
 bar from two dicts: the known-input row of a timestamp and the grid step after it. A span is the lattice
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from foxhunt.data.calendar import future_timestamps
-from foxhunt.data.known import known_columns
-from foxhunt.data.prepare import FittedTransform
-from foxhunt.data.seasonality import profile_at
+from foxhunt.data.bars.grid import future_timestamps
+from foxhunt.data.dataset.types import FittedTransform
+from foxhunt.data.features.known import known_columns
+from foxhunt.data.features.seasonality import profile_at
 
 SPAN = 1440  # grid points per span: a day of 1-minute bars, a few years of daily ones (about 1 ms to compute)
 

@@ -161,7 +161,7 @@ def data_paths(files: Any) -> tuple[str, ...]:
         files = [files]
     if files:
         return tuple(str(f) for f in files)
-    from foxhunt.data.sample_path import bundled_sample_path
+    from foxhunt.data.io.sample import bundled_sample_path
 
     path = bundled_sample_path()
     logging.getLogger("foxhunt").info("no --parquet-file given: using the bundled ES sample %s", path)

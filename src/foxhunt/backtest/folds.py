@@ -1,6 +1,6 @@
 """Fold dates of a walk-forward backtest, and which fold's model forecasts each fold.
 
-Every date is a boundary in ns UTC; a window belongs to the period holding its first forecast bar (data/windows.py).
+Every date is a boundary in ns UTC; a window belongs to the period holding its first forecast bar (data/dataset/windows.py).
 Fold k's test period is [test_start, test_end); its validation period is the `val_length` before it and its
 training period everything before that (expanding) or the `train_length` before that (rolling). The splits purge a
 training window whose forecast bars reach into validation, and a validation window whose forecast bars reach into

@@ -23,10 +23,10 @@ from foxhunt.backtest.jobs import jobs_that_fit
 from foxhunt.backtest.report import write_backtest_report
 from foxhunt.backtest.summary import around_rolls, concat, metrics, monthly, write_forecasts
 from foxhunt.console import FINAL, SHOW
+from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import RETURN_TARGETS
-from foxhunt.data.load import load_bars
-from foxhunt.data.sample_path import SIMULATED, is_bundled_sample
+from foxhunt.data.features.features import RETURN_TARGETS
+from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
 from foxhunt.evaluate.report import data_note
 from foxhunt.evaluate.verdict import Verdict, verdict

@@ -60,8 +60,8 @@ def inspect(
 ) -> None:
     """Show what the loader sees (rows, series, contracts, rolls, windows per split) without training."""
     from foxhunt import settings
-    from foxhunt.data.prepare import prepare_data
-    from foxhunt.data.summary import format_summary
+    from foxhunt.data.dataset.prepare import prepare_data
+    from foxhunt.data.dataset.summary import format_summary
 
     v = dict(ctx.params)
     v["parquet_file"] = (files or []) + (v["parquet_file"] or [])
@@ -75,7 +75,7 @@ def inspect(
 @app.command()
 def sample(out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the sample parquet.")]) -> None:
     """Write the bundled ES 1-minute sample (Databento ohlcv-1m parquet format) to a file."""
-    from foxhunt.data.sample import write_sample
+    from foxhunt.data.io.sample import write_sample
 
     path = write_sample(out)
     typer.echo(str(path))
@@ -87,7 +87,7 @@ def sample(out: Annotated[Path, typer.Option("--out", "-o", help="Where to write
 def plan_memory_cmd(ctx: typer.Context, **options: Any) -> None:
     """Predict the peak memory of a training and a validation step per batch size, and the largest that fits."""
     from foxhunt import settings
-    from foxhunt.data.prepare import prepare_data
+    from foxhunt.data.dataset.prepare import prepare_data
     from foxhunt.model.tft import TemporalFusionTransformer
     from foxhunt.train.config import parse_size
     from foxhunt.train.device import resolve_device

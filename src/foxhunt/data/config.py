@@ -94,11 +94,11 @@ class DataConfig:
             except (ZoneInfoNotFoundError, ValueError):
                 bad(f"--timezone {self.timezone!r} is not a time zone; use an IANA name like America/Chicago or UTC")
         if self.calendar is not None:
-            from foxhunt.data.sessions import calendar_session  # raises naming --calendar
+            from foxhunt.data.bars.sessions import calendar_session  # raises naming --calendar
 
             object.__setattr__(self, "exchange_tz", calendar_session(self.calendar).tz)  # derived: set once here
         if self.since is not None or self.until is not None:
-            from foxhunt.data.partitions import TimeBounds  # raises naming --since / --until
+            from foxhunt.data.io.partitions import TimeBounds  # raises naming --since / --until
 
             TimeBounds.parse(self.since, self.until)
         if not self.price_scale > 0:

@@ -20,7 +20,7 @@ ln(high/low) of a bar, which is positive and scales with volatility):
    1980: E[ln(H/L)] = sqrt(8 / pi) sigma for Brownian prices) while its shape (positive, right-skewed) is far from
    normal; the training ratio quantiles carry that shape without assuming a distribution.
 4. `seasonal_rolling_vol` (intraday bars only): the rolling-volatility forecast of the target divided by the
-   training period's time-of-day volatility profile p (data/seasonality.py), multiplied back by p at each forecast
+   training period's time-of-day volatility profile p (data/features/seasonality.py), multiplied back by p at each forecast
    step's grid time: quantile = p(t_{o+h}) * sigma_z * z_q, sigma_z the std of target / p over the last `window` bars.
    Minute-bar volatility follows the clock (the open, lunch, the close): this is the first forecast an intraday
    quant would write, and a far harder one to beat than a plain rolling volatility that lags every step of the day.
@@ -128,7 +128,7 @@ def seasonal_rolling_vol(
     """`rolling_vol_normal` of target / p, times p at each forecast step, (K, H, Q).
 
     `profile_rows` (n,) is the profile at each row's own time (the deseasonalizing divisor); `profile_steps` (K, H)
-    at each origin's forecast-step grid times (known at the origin: data/known.py), never at the bars that follow.
+    at each origin's forecast-step grid times (known at the origin: data/features/known.py), never at the bars that follow.
     """
     z = np.asarray(target, dtype=np.float64) / np.asarray(profile_rows, dtype=np.float64)
     base = rolling_vol_normal(z, origins, horizon, quantiles, window, demean)  # (K, H, Q)

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from foxhunt.data.prepare import PreparedData
-from foxhunt.data.windows import id_chunks
+from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.dataset.windows import id_chunks
 
 log = logging.getLogger("foxhunt.evaluate")
 

@@ -23,11 +23,12 @@ import pyarrow.parquet as pq
 import torch
 
 from foxhunt.atomic import atomic_path
+from foxhunt.data.bars.load import LoadedBars, load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.load import LoadedBars, load_bars
-from foxhunt.data.prepare import FittedTransform, PreparedData, prepare_from_bars
-from foxhunt.data.schema import Kind, Role
-from foxhunt.data.windows import id_chunks
+from foxhunt.data.dataset.prepare import prepare_from_bars
+from foxhunt.data.dataset.types import FittedTransform, PreparedData
+from foxhunt.data.dataset.windows import id_chunks
+from foxhunt.data.features.schema import Kind, Role
 from foxhunt.errors import InputError, ResourceError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.model.calibration import Calibration

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from foxhunt.atomic import write_text
-from foxhunt.data.sample_path import is_bundled_sample
+from foxhunt.data.io.sample_path import is_bundled_sample
 from foxhunt.evaluate.metrics import skill
 
 

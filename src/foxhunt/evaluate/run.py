@@ -20,8 +20,8 @@ import polars as pl
 import torch
 
 from foxhunt.atomic import write_json
-from foxhunt.data.prepare import PreparedData
-from foxhunt.data.sample_path import SIMULATED, is_bundled_sample
+from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.evaluate.metrics import skill

@@ -17,8 +17,8 @@ from foxhunt.evaluate.metrics import MetricAccumulator
 if TYPE_CHECKING:
     import torch
 
-    from foxhunt.data.prepare import PreparedData
-    from foxhunt.data.windows import WindowedData
+    from foxhunt.data.dataset.types import PreparedData
+    from foxhunt.data.dataset.windows import WindowedData
     from foxhunt.evaluate.predict import ForecastBatch
 
 

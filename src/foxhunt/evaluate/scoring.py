@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from foxhunt.data.features import RETURN_TARGETS
-from foxhunt.data.windows import id_chunks
+from foxhunt.data.dataset.windows import id_chunks
+from foxhunt.data.features.features import RETURN_TARGETS
 from foxhunt.evaluate.metrics import MetricAccumulator
 from foxhunt.evaluate.scored import Scored, concat, metrics_of
 from foxhunt.evaluate.series_baselines import series_forecasts, series_inputs, usable_baselines
@@ -27,7 +27,7 @@ from foxhunt.evaluate.series_baselines import series_forecasts, series_inputs, u
 if TYPE_CHECKING:
     import torch
 
-    from foxhunt.data.prepare import PreparedData
+    from foxhunt.data.dataset.types import PreparedData
 
 FAN_POINTS = 300  # origins shown in each series' fan chart (the most recent ones)
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from foxhunt.data.calendar import future_timestamps
-from foxhunt.data.features import RETURN_TARGETS
-from foxhunt.data.prepare import FittedTransform, PreparedData
-from foxhunt.data.seasonality import fit_profile, profile_at
+from foxhunt.data.bars.grid import future_timestamps
+from foxhunt.data.dataset.types import FittedTransform, PreparedData
+from foxhunt.data.features.features import RETURN_TARGETS
+from foxhunt.data.features.seasonality import fit_profile, profile_at
 from foxhunt.errors import InputError
 from foxhunt.evaluate.baselines import BASELINES, INTRADAY_ONLY, baseline_forecasts, garch_available
 from foxhunt.evaluate.scored import Scored

@@ -24,8 +24,8 @@ import numpy as np
 
 from foxhunt.console import SHOW
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import RETURN_TARGETS
-from foxhunt.data.prepare import PreparedData
+from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.features.features import RETURN_TARGETS
 from foxhunt.evaluate.verdict import validation_claim
 
 log = logging.getLogger("foxhunt.evaluate")

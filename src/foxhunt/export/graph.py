@@ -1,6 +1,6 @@
 """The exported forward pass: plain per-window tensors in, scaled quantiles out.
 
-Inside foxhunt a batch carries each distinct bar once and windows as row indices (data/batch.py); a program in
+Inside foxhunt a batch carries each distinct bar once and windows as row indices (data/dataset/batch.py); a program in
 another language has one window (or a stack of them) and nothing to deduplicate. So the exported graph takes dense
 per-window tensors, one per input group, and builds the model's `Batch` from them inside the graph: every window
 gets its own rows (`enc_index = arange(B * E)`), which the model computes exactly as it computes shared ones.
@@ -26,11 +26,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from foxhunt.data.batch import Batch
-from foxhunt.data.schema import FeatureSchema, Kind, Role
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.features.schema import FeatureSchema, Kind, Role
 from foxhunt.model.tft import TemporalFusionTransformer
 
-POSITIONAL = ("relative_time",)  # known continuous inputs fixed by the position in the window (data/windows.py)
+POSITIONAL = ("relative_time",)  # known continuous inputs fixed by the position in the window (data/dataset/windows.py)
 INPUT_NAMES = ("static_cat", "static_cont", "encoder_cat", "encoder_cont", "decoder_cat", "decoder_cont")
 OUTPUT_NAME = "quantiles"
 
@@ -59,7 +59,7 @@ class InputSpec:
 
 
 def positional_names(schema: FeatureSchema) -> list[str]:
-    """The known continuous inputs that are constants of the graph; they must come last (data/windows.py)."""
+    """The known continuous inputs that are constants of the graph; they must come last (data/dataset/windows.py)."""
     known = schema.names(Role.KNOWN, Kind.CONTINUOUS)
     pos = [n for n in known if n in POSITIONAL]
     if known[len(known) - len(pos):] != pos:

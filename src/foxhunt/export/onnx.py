@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from foxhunt.atomic import atomic_path, write_json
-from foxhunt.data.batch import Batch
+from foxhunt.data.dataset.batch import Batch
 from foxhunt.errors import InputError
 from foxhunt.export.graph import OUTPUT_NAME, ExportedForward, dense_inputs
 from foxhunt.export.parity import (

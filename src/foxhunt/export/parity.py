@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from foxhunt.data.prepare import PreparedData
-from foxhunt.data.schema import FeatureSchema
+from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.features.schema import FeatureSchema
 from foxhunt.export.graph import dense_inputs, input_specs
 
 MAX_RELATIVE_ERROR = 1e-5

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 import foxhunt
-from foxhunt.data.features import (
+from foxhunt.data.features.features import (
     FILL_OBSERVED,
     RETURN_TARGETS,
     SEASON_OBSERVED,
@@ -21,14 +21,14 @@ from foxhunt.data.features import (
     VOL_OBSERVED,
     move_columns,
 )
-from foxhunt.data.scaling import VOL_FLOOR
+from foxhunt.data.features.scaling import VOL_FLOOR
 from foxhunt.export.graph import OUTPUT_NAME, InputSpec, positional_names, relative_time
 from foxhunt.export.parity import ParityResult
 from foxhunt.train.checkpoint import LoadedModel, weights_digest
 
 FORMAT_VERSION = 1
 
-# How each input is computed from bars, in words (data/calendar.py, data/features.py, data/scaling.py).
+# How each input is computed from bars, in words (data/features/calendar.py, data/features/features.py, data/features/scaling.py).
 FEATURES = {
     "series": "series code: 1 + the series' index in series.vocabulary; 0 for a series unseen in training",
     "dow_sin": "sin(2 pi w / 7), w the weekday (Monday 0 .. Sunday 6) of the UTC date (daily bars) or of the trade "

@@ -9,7 +9,7 @@ Data flow for one batch (B samples, E encoder steps, D forecast steps, T = E + D
     -> gated skip -> position-wise GRN -> gated skip over the whole temporal block -> Linear(H, Q) -> (B, D, Q)
 
 The encoder and decoder VSNs do their per-variable work once per distinct bar of the batch and gather it into windows
-(model/selection.py, data/batch.py); the result is the same as per (window, position).
+(model/selection.py, data/dataset/batch.py); the result is the same as per (window, position).
 
 Variable order of the interpretation weights (what `variable_names` returns):
   static  = static categorical, static continuous
@@ -31,8 +31,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from foxhunt.data.batch import Batch
-from foxhunt.data.schema import FeatureSchema, InputSizes, Kind, Role
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.features.schema import FeatureSchema, InputSizes, Kind, Role
 from foxhunt.model.attention import InterpretableMultiHeadAttention
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.layers import (

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from foxhunt.atomic import write_json
-from foxhunt.data.batch import Batch
-from foxhunt.data.prepare import PreparedData
-from foxhunt.data.windows import WindowedData
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.dataset.windows import WindowedData
 from foxhunt.model.calibration import DEFAULT_MODE, MIN_WINDOWS, Calibration, outer_label
 from foxhunt.train.checkpoint import load_model, weights_digest
 from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory

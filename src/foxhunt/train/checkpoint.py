@@ -22,8 +22,8 @@ from safetensors.torch import load_file, save_file
 import foxhunt
 from foxhunt.atomic import write_json, write_with
 from foxhunt.data.config import DataConfig
-from foxhunt.data.prepare import FittedTransform
-from foxhunt.data.schema import FeatureSchema
+from foxhunt.data.dataset.types import FittedTransform
+from foxhunt.data.features.schema import FeatureSchema
 from foxhunt.errors import InputError
 from foxhunt.model.calibration import Calibration
 from foxhunt.model.config import ModelConfig

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from foxhunt.data.sample_path import is_bundled_sample
+from foxhunt.data.io.sample_path import is_bundled_sample
 from foxhunt.train.plan import FRAGMENTATION, MIB
 
 GROWTH_PER_BATCH_MB = 0.01  # 1 MiB per 100 validation batches

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from foxhunt.data.batch import Batch
+from foxhunt.data.dataset.batch import Batch
 from foxhunt.train.distributed import Dist
 from foxhunt.train.oom import OOM_ERRORS, is_oom
 from foxhunt.train.step import UNKNOWN_SERIES_RATE, TrainStepper, mask_series, rng_state, set_rng_state

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as tdist
 
-from foxhunt.data.batch import Batch
-from foxhunt.data.run_order import OrderedIds
-from foxhunt.data.windows import WindowedData
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.dataset.run_order import OrderedIds
+from foxhunt.data.dataset.windows import WindowedData
 from foxhunt.errors import InputError, RankLost
 
 log = logging.getLogger("foxhunt.train")

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from foxhunt.atomic import append_jsonl
-from foxhunt.data.batch import Batch
-from foxhunt.data.windows import WindowedData
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.dataset.windows import WindowedData
 from foxhunt.errors import NonFiniteError
 
 log = logging.getLogger("foxhunt.train")

@@ -21,9 +21,9 @@ import torch
 import foxhunt
 from foxhunt.atomic import append_jsonl, write_text
 from foxhunt.console import SHOW, show_progress
-from foxhunt.data.batch import Batch
-from foxhunt.data.prepare import PreparedData
-from foxhunt.data.run_order import OrderedIds, RunOrder
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.dataset.run_order import OrderedIds, RunOrder
+from foxhunt.data.dataset.types import PreparedData
 from foxhunt.errors import InputError
 from foxhunt.train.checkpoint import CHECKPOINT_FORMAT, save_checkpoint, state_to_cpu
 from foxhunt.train.config import TrainConfig
@@ -174,7 +174,7 @@ def fit(
         # Runs of windows one horizon apart: they share most encoder bars, never a forecast bar (overlapping
         # targets made batches of adjacent windows generalise worse; see the README). The order depends only on the
         # seed and the epoch, so a resumed epoch rebuilds it and skips the batches already stepped.
-        # Taken a batch at a time (data/run_order.py): the whole order of a 15M-window epoch would hold ~120 MB per
+        # Taken a batch at a time (data/dataset/run_order.py): the whole order of a 15M-window epoch would hold ~120 MB per
         # int64 copy, and `train_ids[order]` would read every page of a store's mapped split array.
         order = RunOrder(len(train_ids), min(cfg.window_run, batch_size), gen, stride=data.windows.horizon)
         skip = state.epoch_batches

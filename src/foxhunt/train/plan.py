@@ -27,8 +27,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from foxhunt.data.batch import Batch
-from foxhunt.data.schema import InputSizes
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.features.schema import InputSizes
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.loss import quantile_loss
 from foxhunt.train.faults import FaultInjector

@@ -18,7 +18,7 @@ import logging
 
 import torch
 
-from foxhunt.data.batch import Batch
+from foxhunt.data.dataset.batch import Batch
 from foxhunt.errors import ResourceError
 from foxhunt.model.loss import quantile_loss, scale_weight
 from foxhunt.train.faults import FaultInjector

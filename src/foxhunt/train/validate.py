@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from foxhunt.data.batch import Batch
-from foxhunt.data.windows import WindowedData
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.dataset.windows import WindowedData
 from foxhunt.errors import ResourceError
 from foxhunt.model.loss import pinball
 from foxhunt.train.distributed import SINGLE, Dist

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from foxhunt.data.config import DataConfig
-from foxhunt.data.prepare import prepare_data
-from foxhunt.data.read import Source, expand_sources
+from foxhunt.data.dataset.prepare import prepare_data
+from foxhunt.data.io.discover import Source, expand_sources
 from foxhunt.data.store.crew import Crew, prepare_crew
 from foxhunt.data.store.executor import LOCAL, ExecutorCrew, check_executor, dask_crew
 from foxhunt.data.store.pieces import MIN_ROWS, PIECE_ROWS, Piece, may_piece, plan_pieces

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from foxhunt.data.parallel import serial_process
+from foxhunt.data.util.parallel import serial_process
 
 QUIET = "foxhunt.data"
 PIECED = "foxhunt.data.store.pieced"  # what `prepare`'s workers import (not torch: it is not needed there)
@@ -145,7 +145,7 @@ def _once(fn: Callable, args: tuple) -> Any:
 
 
 def quiet(warm: tuple[str, ...] = (), barrier: Any = None) -> None:
-    """In a worker process: one thread for OpenMP and for each stage (data/parallel.py), and `foxhunt.data` logs
+    """In a worker process: one thread for OpenMP and for each stage (data/util/parallel.py), and `foxhunt.data` logs
     warnings only (the parent logs); then the modules `warm` are imported. `barrier`: the crew's (`everywhere`)."""
     global _BARRIER
     _BARRIER = barrier

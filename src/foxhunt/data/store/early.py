@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from foxhunt.data.features import own_move_columns
+from foxhunt.data.features.features import own_move_columns
 from foxhunt.data.store.crew import Abandoned
 from foxhunt.data.store.direct import put_at
 from foxhunt.data.store.layout import OWN_DTYPE, WINDOW_ARRAYS, own_array

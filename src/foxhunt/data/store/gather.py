@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from foxhunt.data.batch import Batch
-from foxhunt.data.windows import WindowedData
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.dataset.windows import WindowedData
 
 if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes never need it
     import torch

@@ -3,7 +3,7 @@
 the store's preallocated arrays; the panel is never in memory.
 
 What is fitted across series is fitted first, from statistics each piece sends back that add up exactly
-(data/fitstats.py; the in-memory path fits from the same sums, so both give the same bits). Phases:
+(data/features/fitstats.py; the in-memory path fits from the same sums, so both give the same bits). Phases:
 0. read: the files are read once, in chunks of consecutive files (read_bars' `sources`), and each chunk's bars are
    spilled to one Arrow IPC file per piece (`_spill`); the raw time span of the chunks gives the split cuts to
    expect.
@@ -56,23 +56,13 @@ import pyarrow as pa
 import pyarrow.ipc
 
 from foxhunt.atomic import fsync
-from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, Grid, calendar_columns
+from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS, Grid
+from foxhunt.data.bars.load import ROLL_REASONS, load_raw
+from foxhunt.data.bars.sessions import run_session
+from foxhunt.data.bars.validate import check_log_target
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import move_columns, own_move_columns, raw_features
-from foxhunt.data.fitstats import concat, stats
-from foxhunt.data.known import (
-    DecoderKnown,
-    distinct_union,
-    sorted_distinct,
-    stamp_known,
-    stamp_rows,
-    take_rows,
-)
-from foxhunt.data.load import ROLL_REASONS, load_raw
-from foxhunt.data.parallel import serial
-from foxhunt.data.prepare import (
+from foxhunt.data.dataset.prepare import (
     FEATURE_COLUMNS,
-    FittedTransform,
     check_length,
     check_splits,
     feature_schema,
@@ -82,8 +72,21 @@ from foxhunt.data.prepare import (
     split_cuts,
     train_start_ns,
 )
-from foxhunt.data.read import Source, check_bar_sizes, median_spacings, read_bars, rtype_sets
-from foxhunt.data.scaling import (
+from foxhunt.data.dataset.summary import WindowFacts, data_summary, merge_facts, window_facts
+from foxhunt.data.dataset.types import FittedTransform
+from foxhunt.data.dataset.windows import SplitResult, assign_splits, off_grid_windows, window_starts
+from foxhunt.data.features.calendar import calendar_columns
+from foxhunt.data.features.features import move_columns, own_move_columns, raw_features
+from foxhunt.data.features.fitstats import concat, stats
+from foxhunt.data.features.known import (
+    DecoderKnown,
+    distinct_union,
+    sorted_distinct,
+    stamp_known,
+    stamp_rows,
+    take_rows,
+)
+from foxhunt.data.features.scaling import (
     add_vol_stats,
     first_scalers,
     observed_names,
@@ -92,17 +95,16 @@ from foxhunt.data.scaling import (
     vol_columns,
     vol_moments,
 )
-from foxhunt.data.seasonality import minute_of_day
-from foxhunt.data.sessions import run_session
+from foxhunt.data.features.seasonality import minute_of_day
+from foxhunt.data.io.discover import Source
+from foxhunt.data.io.read import check_bar_sizes, median_spacings, read_bars, rtype_sets
 from foxhunt.data.store import early
 from foxhunt.data.store.crew import Crew
 from foxhunt.data.store.direct import drain, put
 from foxhunt.data.store.layout import SPLITS, WINDOW_ARRAYS, own_array, split_file
 from foxhunt.data.store.pieces import PIECE_ROWS, Piece, Route, merge_reports, route_of
 from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of
-from foxhunt.data.summary import WindowFacts, data_summary, merge_facts, window_facts
-from foxhunt.data.validate import check_log_target
-from foxhunt.data.windows import SplitResult, assign_splits, off_grid_windows, window_starts
+from foxhunt.data.util.parallel import serial
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -124,7 +126,7 @@ def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], pool: Crew, 
     tmp = make_tmp(out)
     spill = Path(tempfile.mkdtemp(prefix=f".{out.name}.pieces.", dir=out.parent))
     try:
-        # The processes take the cores: each runs its stages in one thread (data/parallel.py).
+        # The processes take the cores: each runs its stages in one thread (data/util/parallel.py).
         with filling(tmp, out), serial():
             listed = [(f, source) for source in sources for f in source.files]  # (file, its source), in order
             files = [str(f) for f, _ in listed]
@@ -403,7 +405,7 @@ def _median(counted: list[tuple[np.ndarray, np.ndarray]]) -> int:
 
 
 def _gap_counts(ts: np.ndarray, sidx: np.ndarray, cut: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
-    """(values, counts) of calendar.median_spacing_ns's gaps (consecutive bars of a series, positive) of rows sorted
+    """(values, counts) of grid.median_spacing_ns's gaps (consecutive bars of a series, positive) of rows sorted
     by series and time: over all rows, and over the rows before `cut` (the training rows'). A series' rows before
     the cut start its run, so their gaps are those whose later bar is before it: one diff serves both."""
     gaps = np.diff(ts)  # (N - 1,)

@@ -25,9 +25,10 @@ from typing import Any
 
 import polars as pl
 
+from foxhunt.data.bars.symbols import FUTURES_RE, SPREAD_RE
 from foxhunt.data.config import DataConfig
-from foxhunt.data.contracts import FUTURES_RE, SPREAD_RE
-from foxhunt.data.read import Source, expand_sources, is_parquet, match_column, symbol_column
+from foxhunt.data.io.discover import Source, expand_sources, is_parquet
+from foxhunt.data.io.normalise import match_column, symbol_column
 
 PIECE_ROWS = 2_000_000  # bars per piece: a worker's memory is that of preparing this many bars in memory
 # Below this many bars (about 2 GB prepared in memory) the panel is prepared in memory: the pieced path costs more

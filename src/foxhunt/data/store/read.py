@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from foxhunt.data.batch import Batch
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import own_move_columns
-from foxhunt.data.prepare import FittedTransform, PreparedData
-from foxhunt.data.schema import FeatureSchema
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.dataset.types import FittedTransform, PreparedData
+from foxhunt.data.dataset.windows import WindowedData
+from foxhunt.data.features.features import own_move_columns
+from foxhunt.data.features.schema import FeatureSchema
 from foxhunt.data.store.fingerprint import refuse_other_options, shaping_options, warn_if_inputs_changed
 from foxhunt.data.store.gather import RowReader, pread_batch
 from foxhunt.data.store.layout import (
@@ -34,7 +35,6 @@ from foxhunt.data.store.layout import (
     WINDOW_FIELDS,
     own_array,
 )
-from foxhunt.data.windows import WindowedData
 from foxhunt.errors import InputError
 
 if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes never need it

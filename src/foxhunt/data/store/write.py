@@ -21,8 +21,8 @@ import numpy as np
 import foxhunt
 from foxhunt.atomic import fsync, json_default, umask
 from foxhunt.data.config import DataConfig
-from foxhunt.data.prepare import FittedTransform, PreparedData
-from foxhunt.data.schema import FeatureSchema
+from foxhunt.data.dataset.types import FittedTransform, PreparedData
+from foxhunt.data.features.schema import FeatureSchema
 from foxhunt.data.store.fingerprint import input_fingerprint, shaping_options
 from foxhunt.data.store.layout import (
     FORMAT,
@@ -39,7 +39,7 @@ from foxhunt.data.store.layout import (
 from foxhunt.errors import InputError, WriteError
 
 if TYPE_CHECKING:
-    from foxhunt.data.windows import WindowedData
+    from foxhunt.data.dataset.windows import WindowedData
 
 
 def write_store(data: PreparedData, cfg: DataConfig, out: Path) -> dict[str, Any]:

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from foxhunt.data.batch import Batch
+from foxhunt.data.dataset.batch import Batch
 from foxhunt.model.layers import CategoricalEmbedding, GateAddNorm, GatedResidualNetwork
 from foxhunt.model.selection import Terms, VariableSelectionNetwork
 from foxhunt.model.tft import TemporalFusionTransformer

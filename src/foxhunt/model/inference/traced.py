@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from foxhunt.data.batch import Batch
+from foxhunt.data.dataset.batch import Batch
 from foxhunt.model.inference.folded import InferenceTFT, supported
 from foxhunt.model.tft import TemporalFusionTransformer
 

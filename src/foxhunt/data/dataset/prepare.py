@@ -8,47 +8,38 @@ rows to each series so that every bar with a full encoder behind it, the last on
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from foxhunt.allocator import release_freed_memory
-from foxhunt.data import parallel
-from foxhunt.data.calendar import (
-    DAILY_MIN_SPACING_NS,
-    Grid,
-    calendar_columns,
-    default_grid,
-    future_timestamps,
-    grid_of,
-    median_spacings_ns,
-    session_grid,
-)
+from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS, future_timestamps, median_spacings_ns, session_grid
+from foxhunt.data.bars.load import LoadedBars, load_bars
+from foxhunt.data.bars.sessions import run_session
+from foxhunt.data.bars.validate import check_log_target
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import move_columns, own_move_columns, raw_features
-from foxhunt.data.known import DecoderKnown, StampKnown, stamp_known, stamp_rows, with_season
-from foxhunt.data.load import LoadedBars, load_bars
-from foxhunt.data.order import run_starts, sort_keys
-from foxhunt.data.runs import run_lengths
-from foxhunt.data.scaling import apply_scalers, fit_and_trail, observed_names, standardize
-from foxhunt.data.schema import Feature, FeatureSchema, Kind, Role
-from foxhunt.data.sessions import Session, run_session, session_of
-from foxhunt.data.summary import EPOCH, data_summary, facts_of, iso
-from foxhunt.data.validate import check_log_target
-from foxhunt.data.windows import SplitResult, WindowedData, assign_splits, series_bounds, window_starts
+from foxhunt.data.dataset.summary import EPOCH, data_summary, facts_of, iso
+from foxhunt.data.dataset.types import UNKNOWN_SERIES, FittedTransform, PreparedData
+from foxhunt.data.dataset.windows import (
+    SplitResult,
+    WindowedData,
+    assign_splits,
+    series_bounds,
+    window_starts,
+)
+from foxhunt.data.features.calendar import calendar_columns
+from foxhunt.data.features.features import move_columns, own_move_columns, raw_features
+from foxhunt.data.features.known import DecoderKnown, StampKnown, stamp_known, stamp_rows, with_season
+from foxhunt.data.features.scaling import apply_scalers, fit_and_trail, observed_names, standardize
+from foxhunt.data.features.schema import Feature, FeatureSchema, Kind, Role
+from foxhunt.data.util import parallel
+from foxhunt.data.util.order import run_starts, sort_keys
+from foxhunt.data.util.runs import run_lengths
 from foxhunt.errors import InputError
 
-if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes (store/pieced.py) never need it
-    import torch
-
-# Code of a series not in the training vocabulary: it gets embedding row 0 and the pooled scalers (fitted on all
-# training rows). Row 0 is only trained if the trainer masks series codes; otherwise it stays at its initial value.
-UNKNOWN_SERIES = 0
 # What scaling and the row tensors read of raw_features' output for every target (log_range: the seasonal profile),
 # besides the target's own move columns (features.move_columns) and, with --fill-gaps, `filled`.
 FEATURE_COLUMNS = ("ts", "first", "roll", "target", "log_range", "log_volume")
@@ -57,68 +48,6 @@ FEATURE_INPUTS = ("series", "ts", "contract", "volume", "own_high", "own_low", "
                   "filled")
 PRICES = ("high", "low", "close")
 OWN = "own_"  # the row key (and the store's file name) of an own move column: own_log_range, own_log_return
-
-
-@dataclass(frozen=True)
-class FittedTransform:
-    """Everything needed to featurize new data exactly as in training; saved (as `to_dict`) in model.json."""
-
-    series_vocab: tuple[str, ...]  # code = index + 1; 0 = unknown series
-    scalers: dict  # see scaling.py: per-series and pooled {mean, std} per feature and the target center/scale
-    target: str = "log_return"
-    scaling: str = "series"
-    intraday: bool = False  # which calendar features exist (time of day vs month)
-    calendar_features: bool = False
-    exchange_tz: str = "America/Chicago"
-    bar_spacing_ns: int = 0  # median bar spacing in training: the step of the forecast grid (known.py)
-    # `--calendar`'s session: the closures of the forecast grid (`grid`). None (no --calendar, or a model saved
-    # before it): the zone's default, CME Globex Equity's in America/Chicago, none elsewhere.
-    session: Session | None = None
-
-    @property
-    def grid(self) -> Grid:
-        """Where the forecast steps may sit (calendar.future_timestamps)."""
-        return default_grid(self.exchange_tz) if self.session is None else grid_of(self.session)
-
-    def code(self, names: list[str]) -> np.ndarray:
-        """Series codes for `names` (0 for a series unseen in training)."""
-        index = {n: i + 1 for i, n in enumerate(self.series_vocab)}
-        return np.array([index.get(n, UNKNOWN_SERIES) for n in names], dtype=np.int64)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "series_vocab": list(self.series_vocab),
-            "scalers": self.scalers,
-            "target": self.target,
-            "scaling": self.scaling,
-            "intraday": self.intraday,
-            "calendar_features": self.calendar_features,
-            "exchange_tz": self.exchange_tz,
-            "bar_spacing_ns": self.bar_spacing_ns,
-            # only with --calendar: a transform without one is saved as before it existed
-            **({} if self.session is None else {"session": dataclasses.asdict(self.session)}),
-        }
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> FittedTransform:
-        d = dict(d)
-        d["series_vocab"] = tuple(d["series_vocab"])
-        if d.get("session") is not None:
-            d["session"] = session_of(d["session"])
-        return FittedTransform(**d)
-
-
-@dataclass
-class PreparedData:
-    schema: FeatureSchema
-    windows: WindowedData
-    splits: dict[str, torch.Tensor]  # "train", "val", "test" -> int64 window ids (test may be empty)
-    transform: FittedTransform
-    summary: dict  # JSON-able; `summary.format_summary` prints it
-    rolls: list[dict] = field(default_factory=list)
-    # features.own_move_columns(target) -> (N,) float32 per row of `windows` (NaN on rows that are not real): what
-    # the baselines read besides the target. Empty for a store prepared before foxhunt kept them.
-    own_moves: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def prepare_data(

@@ -2,7 +2,7 @@
 
 `DBNStore.to_ndarray()` hands over the records as one numpy structured array (fixed-point int64 prices, uint64
 nanosecond times), which polars takes column by column without a copy per row. The frame that comes out is what
-`to_df().reset_index()` gives, bit for bit once `read._normalise` has seen it. Symbols are resolved per distinct (instrument_id, UTC date), as `to_df` resolves them per
+`to_df().reset_index()` gives, bit for bit once `normalise.normalise` has seen it. Symbols are resolved per distinct (instrument_id, UTC date), as `to_df` resolves them per
 row, from the symbology in the file's metadata.
 """
 

@@ -5,7 +5,7 @@ traded most windows' forecast spans are longer than their horizon, by a differen
 grid interval inside a session has a bar.
 
 The rule (stated in the README):
-- The grid is the one the forecast steps use (`calendar.future_timestamps`): every bar interval from the previous
+- The grid is the one the forecast steps use (`grid.future_timestamps`): every bar interval from the previous
   bar, off the session's closures: `--calendar`'s, else (America/Chicago) the CME daily halt (16:00-17:00 CT) and
   the weekend (Fri 16:00 - Sun 17:00 CT).
 - A missing grid bar is filled only inside the trade date (session) of the bar before the gap or of the bar after it:
@@ -29,8 +29,9 @@ import logging
 import numpy as np
 import polars as pl
 
-from foxhunt.data.calendar import DAILY_MIN_SPACING_NS, DAY_NS, median_spacing_ns, on_grid, session_grid
-from foxhunt.data.runs import changes
+from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS, median_spacing_ns, on_grid, session_grid
+from foxhunt.data.util.clock import DAY_NS
+from foxhunt.data.util.runs import changes
 
 log = logging.getLogger("foxhunt.data")
 
@@ -118,7 +119,7 @@ def _ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
 
 
 def _own_prices(prev: pl.DataFrame) -> dict[str, pl.Series]:
-    """A filled bar's contract-own prices (what features read, contracts.OWN): flat at the copied bar's own close,
+    """A filled bar's contract-own prices (what features read, series.OWN): flat at the copied bar's own close,
     and no roll takes effect on it (the roll stays on the first real bar of the new contract)."""
     if "own_close" not in prev.columns:
         return {}

@@ -1,6 +1,6 @@
 """Known inputs at forecast steps, computed from the origin alone: what `predict` can know when it forecasts.
 
-A forecast step k of an origin bar sits at `calendar.future_timestamps(origin, step, D)[k]`: the k-th bar of the
+A forecast step k of an origin bar sits at `grid.future_timestamps(origin, step, D)[k]`: the k-th bar of the
 regular grid after the origin. The decoder's known inputs are the calendar features of those grid timestamps, never
 of the bars that actually follow the origin. Taking them from the real next bars (as foxhunt once did) tells the
 model how long the coming gaps are (thin hours, 1-second data, halts), which it cannot know when it forecasts; and
@@ -21,8 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from foxhunt.allocator import release_freed_memory
-from foxhunt.data.calendar import Grid, calendar_at, calendar_columns, future_timestamps, local_ns
-from foxhunt.data.seasonality import MINUTES, profile_at, profile_of_minute, wall_minute
+from foxhunt.data.bars.grid import Grid, future_timestamps
+from foxhunt.data.features.calendar import calendar_at, calendar_columns
+from foxhunt.data.features.seasonality import MINUTES, profile_at, profile_of_minute, wall_minute
+from foxhunt.data.util.clock import local_ns
 
 CHUNK_CELLS = 1 << 24  # grid timestamps (origins x steps) computed at a time: at most 128 MiB of int64 at once
 CHUNK_ROWS = 1 << 16  # timestamps whose known inputs (or distinct ranks) are computed at a time (512 KiB a column)

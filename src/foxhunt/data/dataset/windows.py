@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from foxhunt.data.batch import Batch
-from foxhunt.data.schema import FeatureSchema, Kind, Role
+from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.features.schema import FeatureSchema, Kind, Role
 from foxhunt.errors import InputError
 
 if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes (store/pieced.py) never need it

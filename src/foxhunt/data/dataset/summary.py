@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from foxhunt.data import parallel
-from foxhunt.data.runs import value_runs
-from foxhunt.data.schema import FeatureSchema, Role
+from foxhunt.data.features.schema import FeatureSchema, Role
+from foxhunt.data.util import parallel
+from foxhunt.data.util.runs import value_runs
 
 if TYPE_CHECKING:
-    from foxhunt.data.windows import SplitResult, WindowedData
+    from foxhunt.data.dataset.windows import SplitResult, WindowedData
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 CHUNK = 1 << 18  # windows read at a time: the summary runs when the most memory is in use, its temporaries stay small

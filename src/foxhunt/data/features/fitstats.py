@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from foxhunt.data.seasonality import MINUTES, minute_of_day, profile_from_sums
+from foxhunt.data.features.seasonality import MINUTES, minute_of_day, profile_from_sums
 
 
 def _safe(x: float | None, default: float) -> float:

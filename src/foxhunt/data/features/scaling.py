@@ -34,8 +34,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from foxhunt.data import parallel
-from foxhunt.data.features import (
+from foxhunt.data.features.features import (
     FILL_OBSERVED,
     OBSERVED,
     PRICE_OBSERVED,
@@ -45,7 +44,7 @@ from foxhunt.data.features import (
     VOL_OBSERVED,
     move_columns,
 )
-from foxhunt.data.fitstats import (
+from foxhunt.data.features.fitstats import (
     Selected,
     moments_of,
     range_k,
@@ -55,8 +54,9 @@ from foxhunt.data.fitstats import (
     squares_of,
     stats,
 )
-from foxhunt.data.runs import value_runs
-from foxhunt.data.seasonality import MINUTES, minute_of_day, profile_of_minute
+from foxhunt.data.features.seasonality import MINUTES, minute_of_day, profile_of_minute
+from foxhunt.data.util import parallel
+from foxhunt.data.util.runs import value_runs
 
 VOL_HALFLIFE = 20.0
 VOL_FLOOR = 0.1

@@ -25,8 +25,8 @@ from concurrent.futures import Future
 import numpy as np
 import polars as pl
 
-from foxhunt.data import heap, parallel
-from foxhunt.data.order import (
+from foxhunt.data.util import heap, parallel
+from foxhunt.data.util.order import (
     Declined,
     combined,
     gather,
@@ -376,14 +376,14 @@ def check_ratio_adjust(df: pl.DataFrame, files: list[str], where: pl.Expr | None
         )
 
 
-OWN_PRICES = ("own_high", "own_low", "own_close")  # a contract's unadjusted prices (contracts.OWN)
+OWN_PRICES = ("own_high", "own_low", "own_close")  # a contract's unadjusted prices (series.OWN)
 
 
 def check_log_target(bars: pl.DataFrame, target: str) -> None:
     """Refuse a log target (log_return, log_range) when a bar's price is zero or below: its log is undefined there.
 
     `bars` are loaded bars (series, ts, OHLC, contract). The fix is the price-difference target (price_change), or
-    leaving those bars out. Features read each contract's own prices (contracts.OWN) where the loader gave them, so a
+    leaving those bars out. Features read each contract's own prices (series.OWN) where the loader gave them, so a
     difference-adjusted display price at or below zero is no reason to refuse.
     """
     if not target.startswith("log_"):

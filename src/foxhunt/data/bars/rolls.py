@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from foxhunt.data.order import new_group, runs_order
-from foxhunt.data.runs import changes, run_lengths
+from foxhunt.data.util.order import new_group, runs_order
+from foxhunt.data.util.runs import changes, run_lengths
 
 EXPIRY_SPAN = 1 << 24  # expiries (months) of one root are numbered below this in a contract key
 

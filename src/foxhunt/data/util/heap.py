@@ -1,4 +1,4 @@
-"""When work handed to a pool thread (data/parallel.py) should give its freed memory back to the kernel at once.
+"""When work handed to a pool thread (data/util/parallel.py) should give its freed memory back to the kernel at once.
 
 glibc gives each thread that allocates its own heap (arena), and memory freed into one is reused only by
 allocations of the thread that owns it. numpy arrays of millions of rows made on the pool thread, once freed, would
@@ -10,7 +10,7 @@ them back; a small load skips it, as a trim costs more than the little memory it
 from __future__ import annotations
 
 from foxhunt.allocator import release_freed_memory
-from foxhunt.data import parallel
+from foxhunt.data.util import parallel
 
 TRIM_ROWS = 1 << 17  # below this many rows the pool thread's arrays are too small to trim for
 

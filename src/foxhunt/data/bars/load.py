@@ -13,23 +13,24 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from foxhunt.data import heap, parallel
-from foxhunt.data.config import DataConfig
-from foxhunt.data.contracts import FUTURES_RE, build_series, drop_spreads, parse_futures, resolve_symbols
-from foxhunt.data.fill import fill_gaps
-from foxhunt.data.median import exact_median
-from foxhunt.data.order import run_starts
-from foxhunt.data.read import read_bars
-from foxhunt.data.rolls import FRONT_MISSING, INSTRUMENT_CHANGE, VOLUME
-from foxhunt.data.runs import changes, run_lengths, run_starts_of
-from foxhunt.data.sessions import check_session_grid
-from foxhunt.data.validate import (
+from foxhunt.data.bars.fill import fill_gaps
+from foxhunt.data.bars.rolls import FRONT_MISSING, INSTRUMENT_CHANGE, VOLUME
+from foxhunt.data.bars.series import build_series
+from foxhunt.data.bars.sessions import check_session_grid
+from foxhunt.data.bars.symbols import FUTURES_RE, drop_spreads, parse_futures, resolve_symbols
+from foxhunt.data.bars.validate import (
     INSTRUMENT,
     check_ratio_adjust,
     clean_bars,
     merge_sunday_stubs,
     submit_sort_plan,
 )
+from foxhunt.data.config import DataConfig
+from foxhunt.data.io.read import read_bars
+from foxhunt.data.util import heap, parallel
+from foxhunt.data.util.median import exact_median
+from foxhunt.data.util.order import run_starts
+from foxhunt.data.util.runs import changes, run_lengths, run_starts_of
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")

@@ -30,3 +30,8 @@ def exact_median(a: np.ndarray) -> float:
     if at_or_below > k and below < (k + 1 if n % 2 else k):
         return float(np.float64(m)) if abs(int(m)) < 2**53 else float(np.median(a))
     return float(np.median(a))
+
+
+def median_gap(gaps: np.ndarray) -> int:
+    """The median of integer gaps `gaps` (N,) (bar spacings in ns) as an int; 0 when there is none."""
+    return int(exact_median(gaps)) if len(gaps) else 0

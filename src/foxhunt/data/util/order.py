@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-from foxhunt.data.runs import changes
+from foxhunt.data.util.runs import changes
 
 
 def sort_keys(df: pl.DataFrame, columns: tuple[str, ...]) -> list[np.ndarray]:

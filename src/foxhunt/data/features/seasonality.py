@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from foxhunt.data.calendar import DAY_NS, MIN_NS, local_ns
+from foxhunt.data.util.clock import DAY_NS, MIN_NS, local_ns
 
 MINUTES = 24 * 60
 BANDWIDTH_MIN = 3.0  # Gaussian kernel sd in minutes: the best held-out fit within 1% (see the module doc)
@@ -35,7 +35,7 @@ def minute_of_day(ts_ns: np.ndarray, tz: str) -> np.ndarray:
 
 
 def wall_minute(wall: np.ndarray) -> np.ndarray:
-    """(N,) int64 minute of the day 0..1439 of wall-clock times `wall` (calendar.local_ns)."""
+    """(N,) int64 minute of the day 0..1439 of wall-clock times `wall` (clock.local_ns)."""
     return (wall % DAY_NS) // MIN_NS
 
 

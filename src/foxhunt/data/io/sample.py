@@ -28,7 +28,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from foxhunt.atomic import write_with
-from foxhunt.data.sample_path import DEFAULT_SEED, SAMPLE_VERSION, bundled_sample_path  # noqa: E402, F401
+from foxhunt.cache import cache_dir
+from foxhunt.data.io.sample_path import DEFAULT_SEED, SAMPLE_PREFIX, SAMPLE_VERSION
+from foxhunt.errors import InputError
 
 CT = ZoneInfo("America/Chicago")
 FIRST_TRADE_DATE = dt.date(2024, 2, 19)  # session opens Sunday 2024-02-18 17:00 CT
@@ -340,3 +342,21 @@ def _pandas_metadata() -> dict:
         "creator": {"library": "pyarrow", "version": pa.__version__},
         "pandas_version": "3.1.1",
     }
+
+
+def bundled_sample_path() -> Path:
+    """The cached default sample, generated on first use into $FOXHUNT_CACHE_DIR or ~/.cache/foxhunt/.
+
+    The file name carries the generator version and seed, so a changed generator never reuses an old
+    file. Concurrent first uses are safe: each writes a temporary file and renames the same content into place.
+    """
+    path = cache_dir() / f"{SAMPLE_PREFIX}{SAMPLE_VERSION}_seed{DEFAULT_SEED}.parquet"
+    if not path.is_file():
+        try:
+            write_sample(path, DEFAULT_SEED)
+        except OSError as e:
+            raise InputError(
+                f"cannot write the bundled sample to {path} ({e.strerror or e}); "
+                "set FOXHUNT_CACHE_DIR to a writable folder"
+            ) from e
+    return path

@@ -25,14 +25,11 @@ import polars as pl
 
 from foxhunt.atomic import write_json
 from foxhunt.cache import cache_dir
-from foxhunt.data.runs import changes, run_lengths
+from foxhunt.data.util.clock import DAY_MIN, MIN_NS, QUARTER_NS, WEEK_MIN, local_ns
+from foxhunt.data.util.runs import changes, run_lengths
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
-
-DAY_MIN = 24 * 60
-MIN_NS = 60 * 10**9
-DAY_NS = DAY_MIN * MIN_NS
 
 
 @dataclass(frozen=True)
@@ -188,7 +185,6 @@ def session_shift(root: pl.Expr) -> pl.Expr:
 
 
 CLOSED_CHUNK = 1 << 18  # bars whose exchange time closed_share takes at a time
-WEEK_MIN = 7 * DAY_MIN
 
 
 def closed_share(df: pl.DataFrame, exchange_tz: str, runs: np.ndarray | None = None,
@@ -229,9 +225,6 @@ def _week_minute_counts(ts: np.ndarray, tz: str, kind: np.ndarray | None, size: 
     bars sorted by symbol and ts) are counted by UTC minute of the week and the counts moved by the offset, without
     a bar-sized offset array; otherwise each bar's wall clock is taken as local_ns gives it.
     """
-    # calendar.py imports this module (CME_EQUITY), so its local_ns is imported at call time
-    from foxhunt.data.calendar import QUARTER_NS, local_ns
-
     minute = ts // MIN_NS  # (C,) UTC minutes since the epoch (a Thursday: + 3 days from a Monday)
     key = minute // (QUARTER_NS // MIN_NS)  # (C,) quarter-hours, as local_ns takes its offsets
     starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]])) if len(key) else key  # (Q,)
@@ -284,7 +277,7 @@ def closed_minutes(session: Session, close_open: bool = True) -> np.ndarray:
     """(WEEK_MIN,) bool: minutes of the week (Monday 00:00 = 0) strictly inside the session's daily halt or weekend:
     in no trade date's session, its open and close minutes counted open (bars stamped at either end are real).
     `close_open=False`: the close minute counted closed, [open, close), as the forecast grid takes it (its bars are
-    stamped at their start: the last bar of a 16:00 close starts before 16:00; calendar.grid_of)."""
+    stamped at their start: the last bar of a 16:00 close starts before 16:00; grid.grid_of)."""
     open_ = np.zeros(WEEK_MIN, dtype=bool)
     for day in session.weekdays:
         start = (day + session.open_day) * DAY_MIN + session.open_min

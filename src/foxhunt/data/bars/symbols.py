@@ -1,0 +1,217 @@
+"""Futures symbology: which symbols are spreads, outrights (root, month, expiry) or other series, and the trade
+date of each bar.
+
+Databento prices are never adjusted and one parent file (`ES.FUT`) holds every outright contract plus calendar spreads,
+so the loader builds the series itself:
+
+- Spreads and strategies (a symbol containing '-', ':' or a space) are dropped: their prices are differences, often
+  negative, and never a series of their own.
+- A symbol is a futures outright when it reads ROOT + month code + 1-2 digit year (`ESH4`, `6EZ24`, `CLF5`). The
+  decade of a one-digit year is decided per bar: the first year not before the bar's year that ends in that digit
+  (ESH4 traded in 2023 or 2024 expires 2024; ESH4 traded in 2014 is a different contract expiring 2014).
+- Symbol fallback: when a Databento file has no symbol column (`map_symbols=False`), or a symbol that is not an
+  outright maps to several instrument_ids (a parent like `ES.FUT` left unresolved, a continuous `ES.v.0` whose
+  instrument changes at each roll), rows are grouped by instrument_id instead: the series is named `<instrument_id>`
+  or `<symbol>#<instrument_id>`. Such instruments cannot be parsed as futures; one whose prices ever go to zero or
+  below is taken to be a spread and dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import polars as pl
+
+from foxhunt.data.bars.sessions import CME_EQUITY, session_shift
+from foxhunt.data.util.clock import DAY_NS, MIN_NS, QUARTER_NS, local_ns
+from foxhunt.data.util.runs import run_lengths, run_starts_of
+
+log = logging.getLogger("foxhunt.data")
+
+MONTH_CODES = "FGHJKMNQUVXZ"
+FUTURES_RE = r"^([A-Z0-9]{1,4}?)([FGHJKMNQUVXZ])(\d{1,2})$"
+SPREAD_RE = r"[-: ]"
+PRICES = ("open", "high", "low", "close")
+
+
+def resolve_symbols(df: pl.DataFrame, distinct: pl.Series | None = None) -> tuple[pl.DataFrame, int]:
+    """Fill or split symbols from instrument_id where the symbol cannot identify one instrument.
+
+    Adds a Boolean column `by_instrument` (True where the series is keyed by instrument_id). Returns (frame, number of
+    instruments keyed that way). `distinct`: the distinct values of df's symbol, when the caller has them. Symbols
+    change only where one is missing (null) or when some instrument is keyed by its id.
+    """
+    iid = pl.col("instrument_id")
+    symbol = df.get_column("symbol")
+    distinct = symbol.unique() if distinct is None else distinct
+    if not symbol.null_count() and distinct.str.contains(FUTURES_RE).all():
+        return df.with_columns(by_instrument=pl.lit(False)), 0  # outrights only: nothing to fill or split
+    # A row outside every symbology interval has a null symbol: take the one its instrument has elsewhere.
+    if symbol.null_count():  # a grouped pass over every row, only where it can change one
+        df = df.with_columns(
+            pl.col("symbol").fill_null(
+                pl.when(iid.is_not_null()).then(pl.col("symbol").max().over("instrument_id"))
+            )
+        )
+    not_outright = ~pl.col("symbol").str.contains(FUTURES_RE).fill_null(False)
+    shared = (iid.n_unique().over("symbol") > 1) & iid.is_not_null() & not_outright
+    named = pl.when(pl.col("symbol").is_null() & iid.is_not_null()).then(iid.cast(pl.Utf8))
+    split = pl.when(shared).then(pl.col("symbol") + "#" + iid.cast(pl.Utf8))
+    df = df.with_columns(
+        by_instrument=(pl.col("symbol").is_null() & iid.is_not_null()) | shared.fill_null(False)
+    ).with_columns(symbol=pl.coalesce(named, split, pl.col("symbol")))
+    n = df.filter("by_instrument").select(iid.n_unique()).item()
+    if n:
+        log.warning(
+            "grouping %d instruments by instrument_id: symbols missing or shared by several instruments", n
+        )
+    return df, n
+
+
+def drop_spreads(df: pl.DataFrame, distinct: pl.Series | None = None) -> tuple[pl.DataFrame, int, list[str]]:
+    """Drop spread/strategy rows. Returns (frame, rows dropped, dropped symbols sorted). `distinct`: the distinct
+    values of df's symbol, when the caller has them."""
+    # rows in file order: runs of one symbol are short, so the distinct symbols are hashed
+    names = (df.get_column("symbol").unique() if distinct is None else distinct).drop_nulls()
+    if not names.str.contains(SPREAD_RE).any() and not df.get_column("by_instrument").any():
+        return df, 0, []  # no spread symbol, and no instrument whose prices could mark it as one
+    low = pl.min_horizontal(*[pl.col(c).fill_nan(None) for c in PRICES])
+    by_price = pl.col("by_instrument") & (low.min().over("symbol") <= 0).fill_null(False)
+    spread = pl.col("symbol").str.contains(SPREAD_RE).fill_null(False) | by_price
+    df = df.with_columns(_spread=spread)
+    dropped = df.filter("_spread")
+    symbols = sorted(dropped.get_column("symbol").unique().to_list())
+    if dropped.height:
+        log.info("dropped %d spread rows (%s)", dropped.height, ", ".join(symbols))
+    return df.filter(~pl.col("_spread")).drop("_spread"), dropped.height, symbols
+
+
+def parse_futures(df: pl.DataFrame, exchange_tz: str, *, runs: np.ndarray | None = None) -> pl.DataFrame:
+    """Add root (null for non-futures), expiry (year * 12 + month, 1-based) and trade_date columns.
+
+    `runs` (R,): the first row of each run of one symbol (`runs.run_starts_of`), when the caller has them."""
+    symbol = df.get_column("symbol")
+    starts = run_starts_of(symbol) if runs is None else runs  # (R,) a few hundred runs over millions of sorted bars
+    lens = run_lengths(starts, df.height)  # (R,)
+    firsts = symbol.gather(pl.Series(starts, dtype=pl.get_index_type()))  # (R,)
+    distinct = firsts.drop_nulls().unique().sort()
+    plain = df.filter(~pl.col("by_instrument")) if df.get_column("by_instrument").any() else None
+    symbols = (
+        (pl.DataFrame({"symbol": distinct}) if plain is None else plain.select(pl.col("symbol").unique()))
+        .with_columns(_p=pl.col("symbol").str.extract_groups(FUTURES_RE))
+        .select(
+            "symbol",
+            root=pl.col("_p").struct.field("1"),
+            month=pl.col("_p")
+            .struct.field("2")
+            .replace_strict(list(MONTH_CODES), list(range(1, 13)), default=None, return_dtype=pl.Int32),
+            digits=pl.col("_p").struct.field("3"),
+        )
+        .filter(pl.col("root").str.contains("[A-Z]").fill_null(False))  # a root has a letter: "1H4" is none
+        .with_columns(base=pl.lit(10, dtype=pl.Int32).pow(pl.col("digits").str.len_chars()).cast(pl.Int32))
+    )
+    del plain
+    # One row per distinct symbol (and one for a null symbol), looked up by its rank once per run of a symbol: a
+    # join, a gather or a cast of every row's string on millions of rows costs far more.
+    table = (
+        pl.DataFrame({"symbol": distinct})
+        .join(symbols, on="symbol", how="left", maintain_order="left")
+        .with_columns(
+            _shift=(session_shift(pl.col("root")) * MIN_NS).fill_null(CME_EQUITY.shift_min * MIN_NS),
+            digits=pl.col("digits").cast(pl.Int32),
+        )
+        .vstack(pl.DataFrame({"symbol": [None]}, schema={"symbol": pl.Utf8}).with_columns(
+            root=pl.lit(None, pl.Utf8), month=pl.lit(None, pl.Int32), digits=pl.lit(None, pl.Int32),
+            base=pl.lit(None, pl.Int32), _shift=pl.lit(CME_EQUITY.shift_min * MIN_NS, pl.Int64),
+        ))  # the last row: a null symbol, the default session
+        .rechunk()  # one chunk: a gather from two costs several times more
+    )
+    code = firsts.cast(pl.Enum(distinct.to_list())).to_physical().fill_null(len(distinct)).to_numpy()  # (R,)
+
+    def per_run(name: str, fill: int = 0) -> np.ndarray:  # (R,) a table column at each run (nulls as `fill`)
+        return table.get_column(name).fill_null(fill).to_numpy()[code]
+
+    ts_ns = df.get_column("ts").dt.epoch("ns").to_numpy()
+    trade = pl.Series("trade_date", _trade_dates(ts_ns, per_run("_shift"), starts, exchange_tz)).cast(pl.Date)
+    is_fut = table.get_column("root").is_not_null().to_numpy()[code]  # (R,)
+    expiry = pl.Series("expiry", _expiries(ts_ns, starts, lens, per_run("digits"), per_run("base", 1),
+                                           per_run("month"), is_fut))  # (N,)
+    rows = pl.Series(np.repeat(code.astype(np.uint32), lens), dtype=pl.get_index_type())  # (N,) row of `table`
+    return df.with_columns(
+        table.get_column("root").gather(rows),
+        expiry if is_fut.all() else pl.when(pl.Series(np.repeat(is_fut, lens))).then(expiry).alias("expiry"),
+        trade_date=trade,
+    )
+
+
+DATES_CHUNK = 1 << 18  # bars whose shifted times _trade_dates holds at a time
+
+
+def _trade_dates(ts_ns: np.ndarray, shift: np.ndarray, runs: np.ndarray, tz: str) -> np.ndarray:
+    """(N,) int32 `local_ns(ts_ns + shift, tz) // DAY_NS` (days since the epoch) for bars in runs that start at
+    `runs` (R,), each shifted by its `shift` (R,) ns: the exchange date of each bar's time plus its session shift.
+
+    local_ns takes one UTC offset per quarter-hour; when every offset is whole quarter-hours, as in every zone today,
+    the wall clock of a quarter-hour never crosses midnight inside it, so the date is taken once per run of one
+    quarter-hour (a few per hour of bars) and repeated. The shifted times and their quarter-hours are made a slice of
+    bars at a time (bar-sized int64 temporaries would take 16 MB each per million bars); the quarter-hours of all
+    slices are converted by one local_ns call, so it sees the runs of one quarter-hour the whole would give it.
+    """
+    n = len(ts_ns)
+    if not n:
+        return np.zeros(0, dtype=np.int32)
+    bounds = np.append(runs, n)
+    probes, counts = [], []
+    for lo in range(0, n, DATES_CHUNK):
+        hi = min(lo + DATES_CHUNK, n)
+        key = np.repeat(shift, np.diff(np.clip(bounds, lo, hi)))  # (C,)
+        key += ts_ns[lo:hi]
+        key //= QUARTER_NS
+        at = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))  # (Q,) runs of one quarter-hour
+        probes.append(key[at] * QUARTER_NS)
+        counts.append(run_lengths(at, hi - lo))
+    probe = np.concatenate(probes)
+    wall = local_ns(probe, tz)  # (Q,)
+    if np.any((wall - probe) % QUARTER_NS):  # an offset of odd minutes (before the zones were standardized)
+        shifted = np.repeat(shift, np.diff(bounds)) + ts_ns
+        return (local_ns(shifted, tz) // DAY_NS).astype(np.int32)
+    return np.repeat((wall // DAY_NS).astype(np.int32), np.concatenate(counts))
+
+
+def _expiries(ts_ns: np.ndarray, starts: np.ndarray, lens: np.ndarray, digits: np.ndarray, base: np.ndarray,
+              month: np.ndarray, is_fut: np.ndarray) -> np.ndarray:
+    """(N,) int32 expiry (year * 12 + month) of each bar, for the runs of one symbol that start at `starts` (R,): the
+    expiry year is the first year not before the bar's year that ends in its symbol's `digits` (R,) (`base` (R,): 10
+    ** the number of digits), the month its symbol's `month` (R,).
+
+    That year only grows with the bar's year, so a run whose first and last bars give the same one (a contract
+    trades a year or so: nearly every run) takes it whole; only otherwise is it found bar by bar.
+    """
+    if not len(ts_ns):
+        return np.zeros(0, dtype=np.int32)
+    first, last = (_utc_year(f.reduceat(ts_ns, starts)) for f in (np.minimum, np.maximum))  # (R,)
+    year = first + (digits - first) % base  # (R,)
+    if np.all((year == last + (digits - last) % base) | ~is_fut):  # non-futures: no expiry to get right
+        return np.repeat(year * 12 + month, lens)
+    bar_year = _utc_year(ts_ns)
+    year = bar_year + (np.repeat(digits, lens) - bar_year) % np.repeat(base, lens)  # (N,)
+    year *= 12
+    year += np.repeat(month, lens)
+    return year
+
+
+def _utc_year(ts_ns: np.ndarray) -> np.ndarray:
+    """(N,) int32 UTC calendar year of ns timestamps: a binary search in the first days of the years spanned."""
+    if not len(ts_ns):
+        return np.zeros(0, dtype=np.int32)
+    lo, hi = np.array([ts_ns.min(), ts_ns.max()]).astype("datetime64[ns]").astype("datetime64[Y]").astype(np.int64)
+    starts = np.arange(lo, hi + 2).astype("datetime64[Y]").astype("datetime64[ns]").astype(np.int64)  # (Y + 1,)
+    return (lo + 1970 + np.searchsorted(starts, ts_ns, side="right") - 1).astype(np.int32)
+
+
+def trade_date(ts: pl.Expr, exchange_tz: str, root: pl.Expr | None = None) -> pl.Expr:
+    """Session (trade) date: the exchange-time date of ts + the root's session shift (sessions.py; 7 h for a 17:00
+    open, the CME equity default used without a root)."""
+    shift = session_shift(root) if root is not None else CME_EQUITY.shift_min
+    return (ts + pl.duration(minutes=shift)).dt.convert_time_zone(exchange_tz).dt.date()

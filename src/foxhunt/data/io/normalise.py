@@ -1,0 +1,329 @@
+"""One bar file (parquet, CSV, Databento DBN) read into the normalised columns every later stage reads.
+
+Every file, whatever its origin, comes out as the same columns so that later stages never look at formats
+(`RAW_SCHEMA`):
+
+    file_idx UInt32 (position in the file list), row UInt32 (0-based data row in that file),
+    ts Datetime("ns", "UTC"), open high low close volume Float64,
+    symbol Utf8 (null when the file has none), instrument_id Int64 (null if absent), rtype UInt8 (null if absent: a
+    Databento record type is one byte)
+
+Formats understood:
+- Databento `to_parquet()` / `to_df().to_parquet()` / `to_df().reset_index()` files: `ts_event` is a plain column to
+  pyarrow whether or not pandas index metadata names it as the index. `price_type="fixed"` files hold int64 prices in
+  units of 1e-9. A file is Databento's when it has the `rtype` and `instrument_id` columns every Databento OHLCV
+  frame carries; only then are integer price columns fixed-point (divided by 1e9, 2^63-1 = UNDEF_PRICE becomes null).
+  The magnitude of the prices is never used to guess: a generic file of integer cents keeps its values, and
+  `price_scale` (`--price-scale 100`) divides them. `pretty_ts=False` timestamps are uint64 ns counts.
+- Raw DBN (`.dbn`, `.dbn.zst`) through the optional `databento` package (`pip install foxhunt[dbn]`), decoded from
+  its record array (dbn.py).
+- Generic OHLCV parquet or CSV: a time column (ts_event, timestamp, datetime, date, time; case-insensitive), open high
+  low close volume (case-insensitive) and an optional symbol column. Naive timestamps are wall-clock time in
+  `timezone` (`--timezone`, default UTC), aware ones are converted to UTC; integer timestamps are epoch counts (UTC)
+  whose unit (s, ms, us, ns) is read from their size.
+  A CSV with separate `date` and `time` columns gets them joined.
+- A file without a symbol column is one series named after the file stem (for a directory or glob: after the folder),
+  unless a hive `symbol=` folder above it names it (partitions.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from foxhunt.data.io.dbn import read_dbn
+from foxhunt.data.io.scan import read_error
+from foxhunt.errors import InputError
+
+PRICE_COLS = ("open", "high", "low", "close")
+VALUE_COLS = (*PRICE_COLS, "volume")
+TIME_CANDIDATES = ("ts_event", "timestamp", "datetime", "date", "time")
+SYMBOL_CANDIDATES = ("symbol", "ticker", "raw_symbol")
+FIXED_SCALE = 1e9  # Databento FIXED_PRICE_SCALE
+UNDEF_PRICE = 2**63 - 1  # Databento null price in fixed-point files
+RAW_SCHEMA = {
+    "file_idx": pl.UInt32,
+    "row": pl.UInt32,
+    "ts": pl.Datetime("ns", "UTC"),
+    **dict.fromkeys(VALUE_COLS, pl.Float64),
+    "symbol": pl.Utf8,
+    "instrument_id": pl.Int64,
+    "rtype": pl.UInt8,
+}
+
+
+def read_file(
+    path: Path, default_name: str, timestamp_col: str | None, symbol_col: str | None, timezone: str | None = None
+) -> tuple[pl.DataFrame, str]:
+    """Read one file into normalised columns (without file_idx/row); also how it wrote its times (see read_bars)."""
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: the file is empty (0 bytes); re-export or remove it")
+    name = path.name.lower()
+    if name.endswith((".dbn", ".dbn.zst")):
+        frame = read_dbn(path)
+    elif name.endswith(".csv"):
+        frame = _read_csv(path, timestamp_col, symbol_col)
+    else:
+        frame = _read_parquet(path, timestamp_col, symbol_col)
+    if frame.height == 0:
+        raise InputError(f"{path}: the file has no rows; re-export it or leave it out")
+    return normalise(frame, path, default_name, timestamp_col, symbol_col, timezone)
+
+
+def _read_parquet(path: Path, timestamp_col: str | None, symbol_col: str | None) -> pl.DataFrame:
+    try:
+        names = list(pl.read_parquet_schema(path))
+        cols = wanted_columns(names, path, timestamp_col, symbol_col)
+        return pl.read_parquet(path, columns=cols)
+    except InputError:
+        raise
+    except Exception as e:  # polars raises several types for truncated or foreign files
+        raise read_error(path, e) from None
+
+
+def _read_csv(path: Path, timestamp_col: str | None, symbol_col: str | None) -> pl.DataFrame:
+    try:
+        names = pl.read_csv(path, n_rows=0).columns
+        cols = wanted_columns(names, path, timestamp_col, symbol_col)
+        # Text first, numbers later: a bad cell then gives an error naming its row instead of a parser failure.
+        return pl.read_csv(path, columns=cols, schema_overrides=dict.fromkeys(cols, pl.Utf8))
+    except InputError:
+        raise
+    except Exception as e:
+        raise InputError(
+            f"{path}: cannot read it as CSV ({_one_line(e)}); check the file is comma-separated text"
+        ) from None
+
+
+def wanted_columns(names: list[str], path: Path, timestamp_col: str | None, symbol_col: str | None) -> list[str]:
+    """The source columns to read, in any order; errors name the columns that were found."""
+    found = find_columns(names, path, timestamp_col, symbol_col)
+    cols = [c for c in found.values() if c is not None]
+    if found["time"] is not None and found["time"].lower() == "date":
+        time_col = match_column(names, "time")  # date + time columns in separate fields
+        if time_col is not None and timestamp_col is None:
+            cols.append(time_col)
+    return list(dict.fromkeys(cols))
+
+
+def _required(names: list[str], column: str, flag: str, path: Path, listing: str) -> str:
+    """The column a flag names (case-insensitive); a one-line error naming the flag when the file lacks it."""
+    match = match_column(names, column)
+    if match is None:
+        raise InputError(f"{path}: no column {column!r} (from {flag}); found columns: {listing}")
+    return match
+
+
+def find_columns(names: list[str], path: Path, timestamp_col: str | None, symbol_col: str | None) -> dict:
+    found: dict[str, str | None] = {}
+    listing = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+    if timestamp_col is not None:
+        found["time"] = _required(names, timestamp_col, "--timestamp-col", path, listing)
+    else:
+        found["time"] = next((m for c in TIME_CANDIDATES if (m := match_column(names, c)) is not None), None)
+        if found["time"] is None and "__index_level_0__" in names:
+            found["time"] = "__index_level_0__"  # pandas wrote an unnamed DatetimeIndex
+        if found["time"] is None:
+            raise InputError(
+                f"{path}: no time column (looked for {', '.join(TIME_CANDIDATES)}); found columns: {listing};"
+                " name it with --timestamp-col"
+            )
+    missing = [c for c in VALUE_COLS if match_column(names, c) is None]
+    if missing and match_column(names, "instrument_class") is not None and match_column(names, "raw_symbol") is not None:
+        raise InputError(f"{path}: holds Databento definition records, not OHLCV bars; pass an ohlcv-1s/1m/1h/1d file")
+    if missing:
+        raise InputError(
+            f"{path}: missing required column(s) {', '.join(missing)}; found columns: {listing};"
+            " the file needs open, high, low, close and volume"
+        )
+    found.update({c: match_column(names, c) for c in VALUE_COLS})
+    if symbol_col is not None:
+        found["symbol"] = _required(names, symbol_col, "--symbol-col", path, listing)
+    else:
+        found["symbol"] = symbol_column(names)
+    found["instrument_id"] = match_column(names, "instrument_id")
+    found["rtype"] = match_column(names, "rtype")
+    return found
+
+
+def normalise(
+    frame: pl.DataFrame,
+    path: Path,
+    default_name: str,
+    timestamp_col: str | None,
+    symbol_col: str | None,
+    timezone: str | None,
+) -> tuple[pl.DataFrame, str]:
+    names = frame.columns
+    found = find_columns(names, path, timestamp_col, symbol_col)
+    ts, kind = _parse_time(frame, found["time"], names, path, timestamp_col is None, timezone or "UTC")
+    out = {"ts": ts}
+    # Databento's OHLCV frames always carry rtype and instrument_id; only their integer prices are fixed-point.
+    databento = found["rtype"] is not None and found["instrument_id"] is not None
+    for c in VALUE_COLS:
+        out[c] = _numeric(frame.get_column(found[c]), path, found[c], fixed_point=databento and c in PRICE_COLS)
+    if found["symbol"] is not None:
+        out["symbol"], distinct = _stripped(frame.get_column(found["symbol"]).cast(pl.Utf8))
+        if found["instrument_id"] is None and (distinct.is_null().any() or (distinct == "").any()):
+            missing = out["symbol"].is_null() | (out["symbol"] == "")
+            i = int(missing.arg_max())
+            raise InputError(
+                f"{path}: column {found['symbol']!r} row {i + 1} is empty; give every row a symbol"
+            )
+        if (distinct == "").any():
+            out["symbol"] = out["symbol"].set(out["symbol"] == "", None)
+    elif found["instrument_id"] is not None:
+        out["symbol"] = pl.Series([None] * frame.height, dtype=pl.Utf8)  # resolved from instrument_id later
+    else:
+        out["symbol"] = pl.Series([default_name] * frame.height, dtype=pl.Utf8)
+    for c in ("instrument_id", "rtype"):
+        src, dtype = found[c], RAW_SCHEMA[c]
+        out[c] = (
+            frame.get_column(src).cast(dtype, strict=False)
+            if src is not None
+            else pl.Series([None] * frame.height, dtype=dtype)
+        )
+    return pl.DataFrame({k: v.alias(k) for k, v in out.items()}), kind
+
+
+def _stripped(symbol: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """(`symbol` without surrounding whitespace, its distinct values): the column itself (no copy) when none of its
+    few distinct values has any, as in every vendor file seen so far. The distinct values answer the checks for
+    empty symbols without a pass over every row."""
+    distinct = symbol.unique()
+    stripped = distinct.str.strip_chars()
+    if stripped.equals(distinct):
+        return symbol, distinct
+    return symbol.str.strip_chars(), stripped
+
+
+def _parse_time(
+    frame: pl.DataFrame, col: str, names: list[str], path: Path, joined_time: bool, timezone: str
+) -> tuple[pl.Series, str]:
+    """Any timestamp representation -> (Datetime("ns", "UTC"), "naive" | "aware" | "epoch" | "date").
+
+    Naive times are wall-clock times in `timezone`; a naive time that does not exist there (the hour skipped when
+    daylight saving starts) or any null or bad text raises InputError naming the row.
+    """
+    s = frame.get_column(col)
+    dtype = s.dtype
+    if dtype == pl.String:
+        time_col = match_column(names, "time") if col.lower() == "date" and joined_time else None
+        text = s.str.strip_chars()
+        if time_col is not None:
+            text = text + " " + frame.get_column(time_col).cast(pl.Utf8).str.strip_chars()
+        if text.str.contains(r"^\d+$").all():
+            out, kind = _from_epoch(text.cast(pl.Int64))
+        else:
+            aware = text.str.contains(r"(Z|[+-]\d\d:?\d\d)$").any()
+            kind = "aware" if aware else "naive"
+            try:
+                out = text.str.to_datetime(time_unit="ns", time_zone="UTC" if aware else None, strict=False)
+            except Exception:
+                out = pl.Series([None] * len(text), dtype=pl.Datetime("ns", "UTC" if aware else None))
+            _raise_bad_time(out.is_null() & text.is_not_null(), text, path, col)
+            if not aware:
+                out = _localize(out, text, timezone, path, col)
+    elif isinstance(dtype, pl.Datetime):
+        kind = "naive" if dtype.time_zone is None else "aware"
+        out = _localize(s, s, timezone, path, col) if kind == "naive" else s.dt.convert_time_zone("UTC")
+    elif dtype == pl.Date:
+        out, kind = s.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"), "date"
+    elif dtype.is_integer():
+        out, kind = _from_epoch(s)
+    else:
+        raise InputError(
+            f"{path}: column {col!r} has type {dtype}, not a timestamp; pass --timestamp-col or convert it"
+        )
+    out = out.cast(pl.Datetime("ns", "UTC"))
+    _raise_bad_time(out.is_null(), s, path, col)  # shown as text only on error: a 2M-row cast costs seconds
+    return out, kind
+
+
+def _localize(naive: pl.Series, shown: pl.Series, timezone: str, path: Path, col: str) -> pl.Series:
+    """Naive wall-clock times in `timezone` -> UTC; the earlier of two repeated (DST fall-back) times is taken."""
+    if timezone == "UTC":
+        return naive.dt.replace_time_zone("UTC")
+    local = naive.dt.replace_time_zone(timezone, ambiguous="earliest", non_existent="null")
+    gap = local.is_null() & naive.is_not_null()
+    if gap.any():
+        i = int(gap.arg_max())
+        raise InputError(
+            f"{path}: column {col!r} row {i + 1}: {shown.cast(pl.Utf8, strict=False)[i]} does not exist in {timezone} (the hour skipped when"
+            " daylight saving starts); check --timezone"
+        )
+    return local.dt.convert_time_zone("UTC")
+
+
+def _from_epoch(s: pl.Series) -> tuple[pl.Series, str]:
+    """Integer epoch counts; the unit follows from the magnitude (a 2020s date is ~1.6e9 s, ~1.6e18 ns).
+
+    Eight-digit values (19000101 .. 29991231) are YYYYMMDD dates, as many vendor exports write them: as epoch seconds
+    they would all fall in 1970.
+    """
+    s = s.cast(pl.Int64, strict=False)  # uint64 past int64 (UNDEF_TIMESTAMP) becomes null -> error
+    if s.min() is not None and 19_000_101 <= s.min() and s.max() <= 29_991_231:
+        return s.cast(pl.Utf8).str.to_datetime("%Y%m%d", time_unit="ns", time_zone="UTC", strict=False), "date"
+    mag = s.abs().median() or 0
+    unit = "ns" if mag > 1e17 else "us" if mag > 1e14 else "ms" if mag > 1e11 else "s"
+    return pl.from_epoch(s, time_unit=unit).dt.cast_time_unit("ns").dt.replace_time_zone("UTC"), "epoch"
+
+
+def _raise_bad_time(bad: pl.Series, shown: pl.Series, path: Path, col: str) -> None:
+    if bad.any():
+        i = int(bad.arg_max())
+        raise InputError(
+            f"{path}: column {col!r} row {i + 1}: cannot parse timestamp {shown.cast(pl.Utf8, strict=False)[i]!r};"
+            " use ISO 8601 (2024-03-08 14:30:00) or epoch nanoseconds"
+        )
+
+
+def _numeric(s: pl.Series, path: Path, col: str, fixed_point: bool) -> pl.Series:
+    """Numbers as Float64; text that is not a number raises naming the row.
+
+    `fixed_point` (a Databento file's price column): integers are in units of 1e-9 and UNDEF_PRICE is null. Other
+    integers are taken at face value, whatever their size.
+    """
+    if s.dtype == pl.String:
+        text = s.str.strip_chars()
+        text = text.set(text == "", None)
+        as_int = text.cast(pl.Int64, strict=False)
+        if as_int.null_count() == text.null_count():
+            s = as_int  # all whole numbers: may be fixed-point, handled below
+        else:
+            out = text.cast(pl.Float64, strict=False)
+            bad = out.is_null() & text.is_not_null()
+            if bad.any():
+                i = int(bad.arg_max())
+                raise InputError(
+                    f"{path}: column {col!r} row {i + 1}: {text[i]!r} is not a number; prices and volume must be numeric"
+                )
+            return out
+    if s.dtype.is_integer():
+        if not fixed_point and (s.dtype != pl.UInt64 or (s.max() or 0) < 2**63):
+            return s.cast(pl.Float64)  # one cast (Databento's uint64 volume), the same numbers as through Int64
+        s = s.cast(pl.Int64, strict=False)  # uint64 past int64 becomes null
+        if fixed_point:
+            return s.set(s == UNDEF_PRICE, None).cast(pl.Float64) / FIXED_SCALE
+        return s.cast(pl.Float64)
+    if s.dtype.is_numeric() or isinstance(s.dtype, pl.Decimal):
+        return s.cast(pl.Float64)
+    raise InputError(
+        f"{path}: column {col!r} has type {s.dtype}, not numeric; prices and volume must be numbers"
+    )
+
+
+def symbol_column(names: list[str]) -> str | None:
+    """The first of SYMBOL_CANDIDATES among a file's column names (case and spaces ignored), as the file spells it."""
+    return next((m for c in SYMBOL_CANDIDATES if (m := match_column(names, c)) is not None), None)
+
+
+def match_column(names: list[str], wanted: str) -> str | None:
+    """The column of `names` that is `wanted` up to case and surrounding spaces, as the file spells it; None if absent."""
+    w = wanted.strip().lower()
+    return next((n for n in names if n.strip().lower() == w), None)
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())[:200] or type(e).__name__
