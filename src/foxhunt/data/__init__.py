@@ -1,2 +1,2 @@
-"""Read, validate, roll, featurize and window futures bars, in stages that import only downstream:
-util < io < bars < features < dataset < store (config.py: the options every stage reads)."""
+"""Read, validate, roll, featurize and window futures bars, in stages that each import only from themselves and the
+stages before them: util < io < bars < features < dataset < store (config.py: the options every stage reads)."""
