@@ -34,12 +34,12 @@ def prepare(
     (and predict, evaluate): the row tensors, window index, splits, scalers, schema, data summary, roll table and
     what the baselines read (docs/store-format.md)."""
     from foxhunt import settings
-    from foxhunt.data.store.crew import prepare_crew
+    from foxhunt.data.store.executor import open_workers
 
     v = values(ctx, config)
     cfg, workers = settings.data_config(v, paths(v)), int(v.get("workers", 2))
     executor = str(v.get("executor", "local"))
-    with prepare_crew(workers if executor == "local" else 1) as pool:  # its worker imports while this one does
+    with open_workers(executor, workers) as pool:  # its processes import while this one does
         from foxhunt.data.store import prepare_store
 
         manifest = prepare_store(cfg, out, workers=workers, pool=pool, executor=executor)
