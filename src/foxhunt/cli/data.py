@@ -20,9 +20,9 @@ def prepare(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", "-o", help="The feature store (a directory) to write; an older store "
                                       "there is replaced.")],
-    workers: Annotated[int, typer.Option(min=0, help="Processes (this one included) preparing groups of "
-                                         "series in parallel, so memory is bounded by a group, not the panel; 0 "
-                                         "prepares the whole panel in memory. The store is the same.")] = 2,
+    workers: Annotated[int, typer.Option(min=0, help="Worker processes preparing groups of series in "
+                                         "parallel (1: this process), so memory is bounded by a group, not the "
+                                         "panel; 0 prepares the whole panel in memory. The store is the same.")] = 2,
     executor: Annotated[str, typer.Option(help="Where the groups of series run: `local` (--workers processes "
                                           "here) or `dask://HOST:PORT`, a Dask cluster (the `cluster` extra), "
                                           "whose workers must all see --out's folder: "

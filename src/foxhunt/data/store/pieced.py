@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, wait
 from pathlib import Path
@@ -79,12 +80,18 @@ def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], executor: Ex
 
 def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Piece], executor: Executor,
              workers: int, sources: list[Source]) -> dict[str, Any] | None:
+    t0 = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        log.debug("prepare in pieces: %s done at %.2f s", stage, time.perf_counter() - t0)
+
     listed = [(f, source) for source in sources for f in source.files]  # (file, its source), in order
     files = [str(f) for f, _ in listed]
     route = route_of(pieces, cfg.contracts)
     chunks = _chunks(files, max(workers, -(-sum(p.rows for p in pieces) // PIECE_ROWS)))
     reads = _map(executor, jobs.read, [(cfg, c, i0, _chunk_sources(listed[i0:i1]), route, str(spill))
                                        for c, (i0, i1) in enumerate(chunks)])
+    lap("read")
     if not all(r.routed for r in reads):
         return None
     check_bar_sizes([x for r in reads for x in r.rtypes], [x for r in reads for x in r.spacings], files)
@@ -92,6 +99,7 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     expected = split_cuts(cfg, np.array([min(r.lo for r in reads), max(r.hi for r in reads)]))
     loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected)
                                                           for k in range(len(pieces))])
+    lap("load")
     names = [n for r in loads for n in r.names]
     if names != sorted(set(names)):
         return None
@@ -125,6 +133,7 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     series0 = np.cumsum([0, *(len(r.names) for r in loads)])
     known = stamp_tables(distinct_union([r.stamps for r in loads]), spill, cfg, spacing, intraday,
                          scalers.get("season"), transform.grid)
+    lap("grid")
     kr = len(calendar_columns(intraday, cfg.calendar_features)) + bool(scalers.get("season"))
     arrays = _allocate(tmp, int(rows[-1]), int(wins[-1]), kr + len(observed_names(scalers)), d, cfg.target,
                        known.index is not None)
@@ -134,6 +143,7 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     places = [Place(str(tmp), int(series0[k]), int(rows[k]), int(wins[k])) for k in range(len(loads))]
     trails = _map(executor, jobs.trail, [(cfg, k, str(spill), r.names, r.lengths, cuts, transform, places[k])
                                          for k, r in enumerate(loads)])
+    lap("trail")
     add_vol_stats(scalers, concat([t.mom for t in trails]), names, mom["rows"] > 0)
     split = SplitResult(ids={name: np.concatenate([t.splits[name] for t in trails]) for name in SPLITS},
                         purged={k: sum(t.purged.get(k, 0) for t in trails) for k in trails[0].purged})
@@ -141,6 +151,7 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     late = _map(executor, jobs.write, [(cfg, k, str(spill), r.names, r.lengths, transform, places[k])
                                        for k, (r, t) in enumerate(zip(loads, trails, strict=True))
                                        if t.off_grid is None])
+    lap("write")
     for k in SPLITS:
         arrays[f"split_{k}"] = save_array(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))
     facts = dataclasses.replace(merge_facts([t.facts for t in trails]),
@@ -154,6 +165,7 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     manifest = manifest_of(cfg, {k: arrays[k] for k in order if k in arrays}, fields, schema, transform, summary,
                            meta.rolls)  # in write_store's order
     finish(tmp, out, manifest)
+    lap("finish")
     return manifest
 
 
