@@ -1,5 +1,5 @@
-"""`foxhunt prepare` in pieces (store/pieced.py): a store prepared series group by series group in 2 worker
-processes is the store prepared in memory, array for array and key for key; the fitted statistics merge exactly."""
+"""`foxhunt prepare` in pieces (store/pieced.py, store/jobs.py): a store prepared series group by series group in 2
+worker processes is the store prepared in memory, array for array and key for key; the fitted statistics merge exactly."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import polars as pl
@@ -18,11 +19,12 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.prepare import split_cuts
 from foxhunt.data.features.fitstats import column_moments, concat, pooled
 from foxhunt.data.io.read import rtype_sets
-from foxhunt.data.store import build, pieced
+from foxhunt.data.store import build, jobs, pieced
 from foxhunt.data.store import pieces as pieces_module
 from foxhunt.data.store.build import prepare_store
-from foxhunt.data.store.pieced import _gap_counts, _median, _present, value_counts
+from foxhunt.data.store.jobs import gap_counts, present
 from foxhunt.data.store.pieces import may_piece, plan_pieces, plan_sample, route_of, series_key
+from foxhunt.data.util.median import counted_median, value_counts
 from foxhunt.errors import InputError
 
 ROOTS = {"ES": 1.0, "NQ": 3.7, "YM": 9.1}  # root -> price factor, so that every series has its own statistics
@@ -96,7 +98,7 @@ def test_a_store_prepared_in_pieces_is_the_store_prepared_in_memory(panel, whole
     pieces = _in_pieces(monkeypatch, cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
     assert len(whole[1]["windows"]["series_names"]) == 3 and whole[1]["transform"]["scalers"]["season"]
     _assert_same_store(whole, (tmp_path / "pieces", pieces))
-    assert pieces["arrays"]["own_log_range"]["shape"] == [pieces["summary"]["rows"]]  # written by the loads
+    assert pieces["arrays"]["own_log_range"]["shape"] == [pieces["summary"]["rows"]]  # written by the trails
 
 
 def test_symbols_the_plans_sample_missed_go_to_the_piece_of_their_series_key(tmp_path, fixtures_dir, monkeypatch):
@@ -155,7 +157,7 @@ def test_pieces_are_fitted_again_when_cleaning_moves_the_expected_cuts(panel, wh
     """The cuts expected from the raw bars' span (the training statistics are gathered under them as the pieces
     load) differ from the cleaned bars' here: the statistics are gathered again under the true cuts. In this
     process (workers=1), so that the expected cuts can be moved."""
-    cuts, fits, refit = [], [], pieced._fit
+    cuts, fits, refit = [], [], jobs.fit
 
     def moved(cfg, span):
         cuts.append(split_cuts(cfg, span))
@@ -166,7 +168,7 @@ def test_pieces_are_fitted_again_when_cleaning_moves_the_expected_cuts(panel, wh
         return refit(*args)
 
     monkeypatch.setattr(pieced, "split_cuts", moved)
-    monkeypatch.setattr(pieced, "_fit", fit)
+    monkeypatch.setattr(jobs, "fit", fit)
     pieces = _in_pieces(monkeypatch, _config(panel), tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
     assert len(cuts) == 2 and fits == [0, 1, 2]
     _assert_same_store(whole, (tmp_path / "pieces", pieces))
@@ -204,7 +206,7 @@ def test_moments_merge_exactly_and_the_median_of_counted_gaps_is_numpys():
     assert n == 1000 and np.isclose(mean, x.mean(), rtol=1e-14) and np.isclose(m2, ((x - x.mean()) ** 2).sum())
     for gaps in (np.array([60, 60, 120, 60, 30]), np.array([60, 120, 120, 60]), np.array([5])):
         halves = [np.unique(gaps[:2], return_counts=True), np.unique(gaps[2:], return_counts=True)]
-        assert _median([h for h in halves if len(h[0])]) == int(np.median(gaps))
+        assert counted_median([h for h in halves if len(h[0])]) == int(np.median(gaps))
 
 
 def test_rows_find_their_origin_through_the_lattice_table_as_by_binary_search(tmp_path):
@@ -212,27 +214,30 @@ def test_rows_find_their_origin_through_the_lattice_table_as_by_binary_search(tm
     minutes = np.unique(rng.integers(0, 5000, 700)) * 60 * 10**9 + 1_700_000_000 * 10**9  # (O,) with gaps
     for origins in (minutes, np.sort(np.r_[minutes, minutes[-1] + 1])):  # a lattice; one 1 ns off it: none
         ts = rng.choice(origins, 3000)  # (n,)
-        slots = pieced._stamp_slots(origins)
+        slots = pieced.stamp_slots(origins)
         assert (slots is None) == (origins is not minutes)
         for f in tmp_path.glob("known-*.npy"):
             f.unlink()
         np.save(tmp_path / ("known-origins.npy" if slots is None else "known-slots.npy"),
                 origins if slots is None else slots)
-        assert np.array_equal(pieced._origin_rows(tmp_path, ts), np.searchsorted(origins, ts))
+        assert np.array_equal(jobs.origin_rows(tmp_path, ts), np.searchsorted(origins, ts))
 
 
 def test_a_piece_of_daily_bars_in_an_intraday_panel_is_refused():
     minute, day = (np.array([60 * 10**9]), np.array([9])), (np.array([86_400 * 10**9]), np.array([9]))
-    pieced._check_intraday([{"gaps": minute, "names": ["ES"]}, {"gaps": (day[0][:0], day[1][:0]), "names": ["NQ"]}],
-                           True)  # a piece without a gap is not judged
+
+    def load(gaps, name):
+        return SimpleNamespace(gaps=gaps, names=[name])
+
+    pieced.check_intraday([load(minute, "ES"), load((day[0][:0], day[1][:0]), "NQ")], True)  # no gap: not judged
     with pytest.raises(InputError, match="YM .. YM hold daily bars"):
-        pieced._check_intraday([{"gaps": minute, "names": ["ES"]}, {"gaps": day, "names": ["YM"]}], True)
+        pieced.check_intraday([load(minute, "ES"), load(day, "YM")], True)
 
 
 def test_the_cli_can_start_the_prepare_worker_before_it_imports_polars():
-    """`foxhunt prepare` starts its worker process (crew.prepare_crew) before it imports the command's libraries, so
-    that both processes import at once: the CLI and the crew import no polars, numpy or torch."""
-    code = ("import sys; import foxhunt.cli, foxhunt.data.store.crew, foxhunt.settings; "
+    """`foxhunt prepare` starts its worker processes (executor.open_workers) before it imports the command's libraries, so
+    that they import while it does: the CLI and the executor import no polars, numpy or torch."""
+    code = ("import sys; import foxhunt.cli, foxhunt.data.store.executor, foxhunt.settings; "
             "print(sorted(m for m in ('polars', 'numpy', 'torch', 'pyarrow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]"]
@@ -259,15 +264,15 @@ def test_scaled_rows_are_written_by_the_trail_jobs_or_after_them_alike(panel, wh
     """A piece's trail job writes its scaled rows when its series' own statistics complete the scalers and the grid
     is built (in this process, workers=1, the grid is built before the jobs run); otherwise a write job does, with
     the whole panel's scalers. Either way the store is the one prepared in memory."""
-    written, original = [], pieced._write
+    written, original = [], jobs.write
 
     def write(*args):
         written.append(args[1])
         return original(*args)
 
-    monkeypatch.setattr(pieced, "_write", write)
+    monkeypatch.setattr(jobs, "write", write)
     if not own:
-        monkeypatch.setattr(pieced, "_own_scalers", lambda *args: None)
+        monkeypatch.setattr(jobs, "own_scalers", lambda *args: None)
     pieces = _in_pieces(monkeypatch, _config(panel), tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
     assert written == ([] if own else [0, 1, 2])
     _assert_same_store(whole, (tmp_path / "pieces", pieces))
@@ -282,13 +287,13 @@ def test_own_scalers_are_the_panels_for_the_pieces_series_or_none_where_pooled_v
     panel = {**first, "series": {k: dict(v) for k, v in first["series"].items()}, "pooled": dict(first["pooled"])}
     add_vol_stats(panel, mom, ["A", "B", "C"], np.ones(3, dtype=bool))
     piece = {k: v[1:] for k, v in mom.items()}  # the piece of series B and C
-    own = pieced._own_scalers(first, piece, ["B", "C"])
+    own = jobs.own_scalers(first, piece, ["B", "C"])
     assert own["series"]["B"] == panel["series"]["B"] and own["series"]["C"] == panel["series"]["C"]
     assert own["series"]["A"] == {"x": 1} and first["series"]["B"] == {"x": 2}  # the first scalers are untouched
-    assert pieced._own_scalers(first, piece, ["B", "D"]) is None  # D has no training rows: pooled values
+    assert jobs.own_scalers(first, piece, ["B", "D"]) is None  # D has no training rows: pooled values
     for n, m2 in (([1, 6], [0.0, 3.0]), ([4, 6], [0.0, 3.0])):  # one row, a constant: the pooled std is read
         bad = {**piece, "log_vol:n": np.array(n), "log_vol:m2": np.array(m2)}
-        assert pieced._own_scalers(first, bad, ["B", "C"]) is None
+        assert jobs.own_scalers(first, bad, ["B", "C"]) is None
 
 
 @pytest.mark.parametrize("options", [{"vol_features": True, "scaling": "volatility"},
@@ -306,10 +311,9 @@ def test_trail_jobs_write_the_in_memory_rows_under_other_scalers(panel, tmp_path
     assert own == ({"own_log_range", "own_log_return"} if cfg.target == "log_range" else {"own_log_range"})
 
 
-def test_a_piece_that_fails_stops_the_pieces_waiting_on_it_and_its_error_is_reported(tmp_path, fixtures_dir):
-    """NQ's bars (the middle piece of three) hold a price of zero, which its load refuses before it publishes its
-    counts. A YM load already under way waits for those counts (store/early.py), stops when NQ fails and gives way
-    (the waiting itself: test_store_early.py): the error is NQ's, nothing is left under --out or beside it, and no
+def test_a_piece_that_fails_is_the_error_reported_and_nothing_is_left(tmp_path, fixtures_dir):
+    """NQ's bars (the middle piece of three) hold a price of zero, which its load refuses in a worker process: the
+    error is NQ's, raised once the other pieces' jobs have ended, nothing is left under --out or beside it, and no
     process hangs."""
     es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
     es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=4))
@@ -333,7 +337,7 @@ def test_value_counts_and_gap_counts_are_the_sorted_distinct_values_and_their_co
     gaps = np.diff(ts)[sidx[1:] == sidx[:-1]]
     gaps = gaps[gaps > 0]
     want = np.unique(gaps, return_counts=True)
-    for values, counts in (value_counts(gaps), _gap_counts(ts, sidx, 0)[0]):
+    for values, counts in (value_counts(gaps), gap_counts(ts, sidx, 0)[0]):
         assert values.dtype == np.int64 and counts.dtype == np.int64
         assert np.array_equal(values, want[0]) and np.array_equal(counts, want[1])
 
@@ -350,8 +354,8 @@ def test_training_gap_counts_are_those_of_the_rows_before_the_cut(steps, first, 
     ts = ts - np.repeat(ts[starts], np.diff(np.r_[starts, len(ts)]))  # (N,) each series from 0: the cut falls in all
     cut_ns = at * 10**9
     before = ts < cut_ns
-    want = _gap_counts(ts[before], sidx[before], cut_ns)[0]
-    got = _gap_counts(ts, sidx, cut_ns)[1]
+    want = gap_counts(ts[before], sidx[before], cut_ns)[0]
+    got = gap_counts(ts, sidx, cut_ns)[1]
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
 
 
@@ -364,7 +368,7 @@ def test_rtype_sets_per_file_with_missing_rtypes():
 
 def test_present_symbols_are_the_codes_in_use_as_strings():
     codes = pl.Series("symbol", ["NQM4", "ESH4", "NQM4"]).cast(pl.Enum(["A", "ESH4", "NQM4", "ZZ"]))
-    got = _present(codes)
+    got = present(codes)
     assert got.name == "symbol" and got.dtype == pl.String
     assert sorted(got.to_list()) == sorted(codes.cast(pl.String).unique().to_list()) == ["ESH4", "NQM4"]
 

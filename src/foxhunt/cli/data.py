@@ -20,9 +20,9 @@ def prepare(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", "-o", help="The feature store (a directory) to write; an older store "
                                       "there is replaced.")],
-    workers: Annotated[int, typer.Option(min=0, help="Processes (this one included) preparing groups of "
-                                         "series in parallel, so memory is bounded by a group, not the panel; 0 "
-                                         "prepares the whole panel in memory. The store is the same.")] = 2,
+    workers: Annotated[int, typer.Option(min=0, help="Worker processes preparing groups of series in "
+                                         "parallel (1: this process), so memory is bounded by a group, not the "
+                                         "panel; 0 prepares the whole panel in memory. The store is the same.")] = 2,
     executor: Annotated[str, typer.Option(help="Where the groups of series run: `local` (--workers processes "
                                           "here) or `dask://HOST:PORT`, a Dask cluster (the `cluster` extra), "
                                           "whose workers must all see --out's folder: "
@@ -34,12 +34,12 @@ def prepare(
     (and predict, evaluate): the row tensors, window index, splits, scalers, schema, data summary, roll table and
     what the baselines read (docs/store-format.md)."""
     from foxhunt import settings
-    from foxhunt.data.store.crew import prepare_crew
+    from foxhunt.data.store.executor import open_workers
 
     v = values(ctx, config)
     cfg, workers = settings.data_config(v, paths(v)), int(v.get("workers", 2))
     executor = str(v.get("executor", "local"))
-    with prepare_crew(workers if executor == "local" else 1) as pool:  # its worker imports while this one does
+    with open_workers(executor, workers) as pool:  # its processes import while this one does
         from foxhunt.data.store import prepare_store
 
         manifest = prepare_store(cfg, out, workers=workers, pool=pool, executor=executor)

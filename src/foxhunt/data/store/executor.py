@@ -1,23 +1,38 @@
-"""`foxhunt prepare --executor`: where the pieces run. `local` is the crew of processes on this machine
-(store/crew.py); `dask://HOST:PORT` hands the same jobs to a Dask cluster's workers through its
-`concurrent.futures` executor, so that a panel larger than one machine's cores is prepared on many. The workers
-write the store's rows and the spills themselves: the store's folder must be one every worker sees.
+"""Where a pieced `foxhunt prepare` runs its jobs: a standard concurrent.futures Executor. `local` is a
+ProcessPoolExecutor of `--workers` spawned processes on this machine (one: this process itself); `dask://HOST:PORT`
+is a Dask cluster's (`Client.get_executor`), so that a panel larger than one machine's cores is prepared on many.
+The jobs write the store's rows and their spills themselves: the store's folder must be one every worker sees.
+
+Nothing here imports polars or numpy: the CLI opens the executor first, so that its processes import the jobs'
+libraries while this one imports its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import multiprocessing as mp
+import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
-from foxhunt.data.store.crew import Abandoned
-from foxhunt.data.store.direct import drain
 from foxhunt.errors import InputError
 
 LOCAL = "local"
 DASK = "dask://"
 CONNECT_TIMEOUT_S = 10  # an address nobody answers at: an error for people after this long, not a hang
+QUIET = "foxhunt.data"  # the jobs log warnings only: the process that runs the pieces logs what they found
+JOBS = "foxhunt.data.store.jobs"
+
+
+@dataclass(frozen=True)
+class Workers:
+    """An executor and how many jobs it runs at once."""
+
+    executor: Executor
+    size: int
 
 
 def check_executor(spec: str) -> str:
@@ -27,56 +42,58 @@ def check_executor(spec: str) -> str:
     raise InputError(f"--executor {spec!r} is not an executor: use `local` or `dask://HOST:PORT`")
 
 
-class ExecutorCrew:
-    """store/crew.Crew's interface on a concurrent.futures Executor whose workers may be on other machines.
-
-    Each job waits for its own rows to be written before it returns (store/direct.py's queue is per process, and
-    a remote worker cannot be asked to drain later), so `everywhere` runs in this process only."""
-
-    def __init__(self, executor: Executor, processes: int) -> None:
-        self.executor, self.processes = executor, processes
-
-    def starmap(self, fn: Callable, jobs: list[tuple]) -> list:
-        return self.starmap_async(fn, jobs).get()
-
-    def starmap_async(self, fn: Callable, jobs: list[tuple]) -> _Submitted:
-        # Submitted in job order: a load job waits only for pieces before it (store/early.py), which start first.
-        return _Submitted([self.executor.submit(_drained_call, fn, *job) for job in jobs])
-
-    def everywhere(self, fn: Callable, *args: Any) -> list:
-        return [fn(*args)]
-
-    def terminate(self) -> None:
-        """Nothing to end: the cluster's workers are not this process's."""
-
-
-class _Submitted:
-    def __init__(self, futures: list[Future]) -> None:
-        self.futures = futures
-
-    def get(self) -> list:
-        results, errors = [], []
-        for f in self.futures:  # every job finishes before the first error is raised, as Crew's get does
-            try:
-                results.append(f.result())
-            except BaseException as e:
-                errors.append(e)
-        if errors:
-            raise min(errors, key=lambda e: isinstance(e, Abandoned))
-        return results
-
-
-def _drained_call(fn: Callable, *args: Any) -> Any:
-    """`fn(*args)` in a worker, returning once the rows it queued are on their way to the store's files."""
+@contextlib.contextmanager
+def open_workers(spec: str, workers: int) -> Iterator[Workers]:
+    """The executor `spec` names (check_executor), closed with the block. `local` starts its `workers` processes
+    now, each importing the jobs' modules (`_start`)."""
+    if check_executor(spec) != LOCAL:
+        with _dask(spec) as dask:
+            yield dask
+        return
+    if workers <= 1:
+        yield Workers(InProcess(), 1)
+        return
+    # spawn, not fork: this process's polars and torch thread pools do not survive a fork
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_start)
     try:
-        return fn(*args)
+        for _ in range(workers):  # a spawned pool starts a process per job waiting: all of them now
+            pool.submit(int)
+        yield Workers(pool, workers)
     finally:
-        drain()
+        pool.shutdown(wait=False, cancel_futures=True)  # they end on their own; nothing waits for it
+
+
+class InProcess(Executor):
+    """Runs each job as it is submitted, in this process (`--workers 1`), logging as a worker process would."""
+
+    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        logger = logging.getLogger(QUIET)
+        level = logger.level
+        logger.setLevel(max(level, logging.WARNING))
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as e:
+            future.set_exception(e)
+        finally:
+            logger.setLevel(level)
+        return future
+
+
+def _start() -> None:
+    """A worker process: one thread for OpenMP and for each data stage (the processes take the cores), quiet logs,
+    and the jobs' modules imported before the first job comes."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from foxhunt.data.util.parallel import serial_process
+
+    serial_process()
+    logging.getLogger(QUIET).setLevel(logging.WARNING)
+    __import__(JOBS)
 
 
 @contextlib.contextmanager
-def dask_crew(spec: str) -> Iterator[ExecutorCrew]:
-    """An ExecutorCrew on the Dask scheduler at `spec` (dask://HOST:PORT), its client closed with the block."""
+def _dask(spec: str) -> Iterator[Workers]:
+    """The executor of the Dask scheduler at `spec` (dask://HOST:PORT), its client closed with the block."""
     try:
         from distributed import Client
     except ImportError:
@@ -89,6 +106,6 @@ def dask_crew(spec: str) -> Iterator[ExecutorCrew]:
                          "(`dask scheduler`) or check the address") from None
     try:
         threads = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
-        yield ExecutorCrew(client.get_executor(pure=False), max(threads, 1))
+        yield Workers(client.get_executor(pure=False), max(threads, 1))
     finally:
         client.close()

@@ -1,0 +1,431 @@
+"""The jobs of a pieced `foxhunt prepare` (store/pieced.py runs them on an Executor), and the typed records they
+return. Each job is a plain function of picklable arguments, so that it runs in this process, in a spawned worker
+process or on a Dask worker alike; what a job hands the next one is a file in the spill folder, which every worker
+sees, never shared memory. Rows go straight into the store's .npy files at the piece's place (`put`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import mmap
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.ipc
+
+from foxhunt.data.bars.load import load_raw
+from foxhunt.data.bars.validate import check_log_target
+from foxhunt.data.config import DataConfig
+from foxhunt.data.dataset.prepare import (
+    FEATURE_COLUMNS,
+    known_width,
+    scaled_rows,
+    sorted_bars,
+    train_start_ns,
+)
+from foxhunt.data.dataset.summary import WindowFacts, window_facts
+from foxhunt.data.dataset.types import FittedTransform
+from foxhunt.data.dataset.windows import assign_splits, off_grid_windows, window_starts
+from foxhunt.data.features.features import move_columns, own_move_columns, raw_features
+from foxhunt.data.features.fitstats import stats
+from foxhunt.data.features.known import sorted_distinct, take_rows
+from foxhunt.data.features.scaling import trailing, train_moments, vol_columns, vol_moments
+from foxhunt.data.features.seasonality import minute_of_day
+from foxhunt.data.io.discover import Source
+from foxhunt.data.io.read import median_spacings, read_bars, rtype_sets
+from foxhunt.data.store.layout import SPLITS, own_array
+from foxhunt.data.store.pieces import Route
+from foxhunt.data.util.median import value_counts
+
+PIECE = "__piece"  # each bar's piece, beside the bars of a chunk
+CENTER, SCALE = "__center", "__scale"  # the target's center and scale beside the trailing inputs in a spill
+MINUTE = "__minute"  # each bar's minute of the day beside its raw features in a spill
+
+
+@dataclass(frozen=True)
+class ChunkRead:
+    """What reading a chunk of files found: the files' entries, their bar sizes and the raw bars' time span."""
+
+    files: list[dict]
+    rtypes: list[set]
+    spacings: list[int]
+    routed: bool  # False when a bar has no symbol: the in-memory path then names the rows
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A piece's training statistics under the split cuts (scaling.train_moments) and its training rows' gaps."""
+
+    mom: dict[str, np.ndarray]
+    train_gaps: tuple[np.ndarray, np.ndarray]  # (values, counts)
+
+
+@dataclass(frozen=True)
+class PieceLoaded:
+    """A loaded piece: its series, their lengths, its windows, time span, load report and rolls, its bar gaps,
+    its fit under the cuts it expected and its distinct timestamps."""
+
+    names: list[str]
+    lengths: np.ndarray  # (S,)
+    windows: int
+    lo: int
+    hi: int
+    report: dict[str, Any]
+    rolls: list[dict]
+    gaps: tuple[np.ndarray, np.ndarray]  # (values, counts)
+    fit: Fit
+    stamps: np.ndarray  # (U,) sorted distinct ts
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a piece's rows go: the store's folder and the series, rows and windows of the pieces before it."""
+
+    store: str
+    series0: int
+    row0: int
+    win0: int
+
+
+@dataclass(frozen=True)
+class PieceTrailed:
+    """A piece's trailing inputs' statistics (scaling.vol_moments), its windows' splits (store ids) and summary
+    facts; `off_grid` is None when its scaled rows are left for `write` (see `trail`)."""
+
+    mom: dict[str, np.ndarray]
+    off_grid: int | None
+    purged: dict[str, int]
+    roll_bars: int
+    facts: WindowFacts
+    splits: dict[str, np.ndarray]
+
+
+def read(cfg: DataConfig, chunk: int, first: int, sources: list[Source], route: Route, spill: str) -> ChunkRead:
+    """Read the files of `sources` (the panel's from index `first` on) and spill their bars by piece (`route`) to
+    raw-CHUNK-PIECE.arrow, file_idx counted over the whole panel's files."""
+    raw, entries = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
+                             sources=sources)
+    rtypes = rtype_sets(raw, len(entries))
+    spacings = [0] * len(entries) if all(rtypes) else median_spacings(raw, len(entries))
+    ts, symbol = raw.get_column("ts").dt.epoch("ns"), raw.get_column("symbol")
+    out = ChunkRead(entries, rtypes, spacings, not symbol.null_count(), int(ts.min()), int(ts.max()))
+    if not out.routed:
+        return out
+    # Routed through the codes of the symbols the plan saw (a few hundred categories, hashed once here) and spilled
+    # as those codes; a chunk with symbols the plan's sample missed spills strings (`_raw_frame`).
+    seen = list(route.pieces)
+    codes = symbol.cast(pl.Enum(seen), strict=False)  # (N,) null where the plan's sample missed the symbol
+    if codes.null_count():
+        seen = [*seen, *symbol.filter(codes.is_null()).unique().to_list()]
+        codes = symbol.cast(pl.Enum(seen))
+    else:
+        symbol = codes
+    piece = np.array([route.piece_of(s) for s in seen], dtype=np.int64)[codes.to_physical().to_numpy()]  # (N,)
+    raw = raw.with_columns(symbol, pl.col("file_idx") + first, pl.Series(PIECE, piece)).rechunk()
+    for (k,), part in raw.partition_by(PIECE, maintain_order=True, include_key=False, as_dict=True).items():
+        _spill(part, Path(spill) / f"raw-{chunk}-{k}.arrow")
+    return out
+
+
+def load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], cuts: tuple) -> PieceLoaded:
+    """Load piece `k` from its chunks' spills as load_bars would, and spill its raw features for the later jobs."""
+    paths = [p for c in range(chunks) if (p := Path(spill) / f"raw-{c}-{k}.arrow").exists()]
+    raw, distinct = _raw_frame([_read_spill(p) for p in paths])
+    counts = np.bincount(raw.get_column("file_idx").to_numpy(), minlength=len(entries))
+    loaded = load_raw(raw, [dict(e, rows=int(n)) for e, n in zip(entries, counts, strict=True)], cfg, consume=True,
+                      distinct=distinct)
+    del raw
+    _unlink(paths)
+    bars, names, sidx, ts = sorted_bars(loaded.bars)
+    lengths = np.bincount(sidx, minlength=len(names))
+    check_log_target(bars, cfg.target)
+    keep = feature_columns(cfg)
+    feats = raw_features(bars, cfg.adjust, cfg.target, columns=keep).select(keep)
+    del bars
+    minute = minute_of_day(ts, cfg.exchange_tz).astype(np.uint16) if cfg.seasonality else None  # (N,) read twice
+    # Spilled without what reading it back restores exactly: `target` (a copy of its move column), `roll` as a bit.
+    _spill(feats.drop("target").with_columns(pl.col("roll").cast(pl.Boolean),
+                                             *(() if minute is None else (pl.Series(MINUTE, minute),))),
+           Path(spill) / f"feats-{k}.arrow")
+    gaps, train_gaps = gap_counts(ts, sidx, cuts[0])
+    return PieceLoaded(names, lengths, len(window_starts(*_bounds(lengths), cfg.encoder_length + cfg.horizon)),
+                       int(ts.min()), int(ts.max()), loaded.report, loaded.rolls, gaps,
+                       Fit(_moments(cfg, feats, len(names), sidx, ts, cuts, minute), train_gaps), sorted_distinct(ts))
+
+
+def fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple) -> Fit:
+    """Piece `k`'s Fit under `cuts`, from its spilled features: where cleaning moved the cuts `load` expected."""
+    feats, sidx, ts, minute = _spilled(cfg, spill, k, lengths)
+    return Fit(_moments(cfg, feats, len(names), sidx, ts, cuts, minute), gap_counts(ts, sidx, cuts[0])[1])
+
+
+def trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
+          transform: FittedTransform, place: Place) -> PieceTrailed:
+    """Piece `k`'s trailing inputs under the first scalers (`transform`'s) and their statistics; its rows that need
+    no scaler written to the store; its windows' splits and summary facts.
+
+    Its scaled rows too, when its series' own statistics complete the scalers (`own_scalers`); otherwise its
+    trailing inputs are spilled for `write`, which runs once the whole panel's statistics are in."""
+    e, d = cfg.encoder_length, cfg.horizon
+    scalers = transform.scalers
+    feats, sidx, ts, minute = _spilled(cfg, spill, k, lengths)
+    starts = window_starts(*_bounds(lengths), e + d)  # (w,)
+    code, real = transform.code(names)[sidx], np.ones(len(ts), dtype=bool)  # (n,) each
+    store, row0 = Path(place.store), place.row0
+    for name, value, at in (("ts_ns", ts, row0), ("series_idx", sidx + place.series0, row0), ("real", real, row0),
+                            ("target_raw", feats.get_column("target").to_numpy(), row0),
+                            ("starts", starts + row0, place.win0), ("static_cat", code[:, None], row0),
+                            *((own_array(c), feats.get_column(c).to_numpy(), row0)
+                              for c in own_move_columns(cfg.target))):
+        put(store / f"{name}.npy", at, value)
+    roll_bars = int(feats["roll"].sum())
+    keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
+    if scalers.get("season") and scalers["season"]["tz"] != cfg.exchange_tz:
+        minute = None  # the spilled minutes are in the exchange's zone: trailing computes the profile's own
+    derived = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling, minute=minute)  # (derived, center, scale)
+    mom = vol_moments(derived[0], sidx, len(names), keep, scalers)
+    del keep
+    own = own_scalers(scalers, mom, names)
+    off_grid = None
+    if own is not None:
+        off_grid = _scaled_rows(cfg, spill, names, starts, sidx, ts, feats, derived,
+                                dataclasses.replace(transform, scalers=own), place)
+        _unlink([Path(spill) / f"feats-{k}.arrow"])  # read for the last time
+    else:  # what `write` reads back depends on the first scalers only, fixed by now
+        _spill(pl.DataFrame({**derived[0], CENTER: derived[1], SCALE: derived[2]}), Path(spill) / f"trail-{k}.arrow")
+    del derived, feats
+    split = assign_splits(ts[starts + e], ts[starts + e + d - 1], *cuts, train_start_ns(cfg))
+    return PieceTrailed(mom, off_grid, dict(split.purged), roll_bars,
+                        window_facts(ts, real, sidx, code, starts, len(names), e, split, 0),
+                        {name: split.ids[name] + place.win0 for name in SPLITS})
+
+
+def own_scalers(scalers: dict, mom: dict[str, np.ndarray], names: list[str]) -> dict | None:
+    """The first `scalers` completed with the trailing inputs' statistics of the piece's series `names` alone (`mom`:
+    their vol_moments), which are what add_vol_stats gives those series from the whole panel's: each series' mean
+    and std are its own. None where a series would read pooled values, which need every piece: one without training
+    rows, or a trailing input whose std is undefined or zero (fitstats.stats)."""
+    cols = vol_columns(scalers)
+    if not all(n in scalers["series"] for n in names):
+        return None
+    for c in cols:
+        n, m2 = mom[f"{c}:n"], mom[f"{c}:m2"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            std = np.sqrt(m2 / (n - 1))
+        if not np.all((n > 1) & np.isfinite(std) & (std > 0)):
+            return None
+    per, _ = stats(mom, cols, names, np.ones(len(names), dtype=bool))
+    own = {**scalers, "series": {**scalers["series"]}}
+    for name in names:
+        own["series"][name] = {**scalers["series"][name], **per[name]}
+    return own
+
+
+def write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, transform: FittedTransform,
+          place: Place) -> int:
+    """Piece `k`'s scaled rows (`_scaled_rows`) from its spilled features and trailing inputs, with the whole
+    panel's transform: for the pieces `trail` could not write. Returns its windows' off-grid count."""
+    feats, sidx, ts, _ = _spilled(cfg, spill, k, lengths)
+    spilled = _read_spill(Path(spill) / f"trail-{k}.arrow")
+    derived = ({c: spilled.get_column(c).to_numpy() for c in spilled.columns if c not in (CENTER, SCALE)},
+               spilled.get_column(CENTER).to_numpy(), spilled.get_column(SCALE).to_numpy())
+    starts = window_starts(*_bounds(lengths), cfg.encoder_length + cfg.horizon)  # (w,)
+    _unlink([Path(spill) / f"{name}-{k}.arrow" for name in ("trail", "feats")])  # mapped: readable until unmapped
+    return _scaled_rows(cfg, spill, names, starts, sidx, ts, feats, derived, transform, place)
+
+
+def _scaled_rows(cfg: DataConfig, spill: str, names: list[str], starts: np.ndarray, sidx: np.ndarray, ts: np.ndarray,
+                 feats: pl.DataFrame, derived: tuple, transform: FittedTransform, place: Place) -> int:
+    """Write a piece's scaled rows at its place: what prepare_from_bars gives it with `transform`, with its calendar
+    inputs and grid rows looked up in the panel's tables (store/pieced.py's `stamp_tables`). Returns how many of its
+    windows `starts` are off the grid (off_grid_windows)."""
+    store, row0 = Path(place.store), place.row0
+    cont, center, scale = scaled_rows(feats, names, sidx, transform, derived)
+    del feats, derived
+    at = origin_rows(Path(spill), ts)  # (n,)
+    take_rows(_shared(spill, "known-cal"), at, cont[:, :known_width(transform)])
+    for name, value in (("cont", cont), ("center", center), ("scale", scale)):
+        put(store / f"{name}.npy", row0, value)
+    del cont, center, scale
+    base = _shared(spill, "known-base")[at]  # (n,)
+    put(store / "known_base.npy", row0, base)
+    index = None
+    if (Path(spill) / "known-index.npy").exists():
+        index = _shared(spill, "known-index")[at]  # (n, D)
+        put(store / "known_index.npy", row0, index)
+    return off_grid_windows(starts, ts, _shared(spill, "known-ts"), cfg.encoder_length, cfg.horizon, base,
+                            None if index is None else index[:, -1])
+
+
+def origin_rows(spill: Path, ts: np.ndarray) -> np.ndarray:
+    """(n,) the index among the panel's origins of each timestamp `ts` (n,), every one of them an origin: through
+    the lattice table (pieced.stamp_slots) where there is one, else by binary search."""
+    if (spill / "known-slots.npy").exists():
+        slots = _shared(spill, "known-slots")
+        return slots[2:][(ts - slots[0]) // slots[1]]
+    return np.searchsorted(_shared(spill, "known-origins"), ts)
+
+
+def put(path: Path, row0: int, value: np.ndarray) -> None:
+    """Write `value` at row `row0` of the .npy array at `path` (made by open_memmap; cast to its dtype, as assigning
+    into the mapped array would). Its whole disk blocks go past the page cache (`_direct`): copying 2 GB of rows into
+    fresh page-cache pages, and waiting while the kernel throttles a process that dirties them faster than the disk
+    takes them, made a 20M-bar `prepare` 1.3-2x slower. The partial first and last blocks (shared with the
+    neighbouring pieces' rows), and everything where the file system refuses O_DIRECT, go through the page cache."""
+    array = np.load(path, mmap_mode="r")  # reads the header only
+    data = np.ascontiguousarray(value, dtype=array.dtype).reshape(-1).view(np.uint8)  # (bytes,)
+    offset = array.offset + row0 * int(np.prod(array.shape[1:], dtype=np.int64)) * array.dtype.itemsize
+    end = offset + len(data)
+    lo = min(-(-offset // ALIGN) * ALIGN, end)  # [lo, hi): the whole blocks of [offset, end)
+    hi = max(end // ALIGN * ALIGN, lo)
+    with open(path, "r+b", buffering=0) as f:
+        _pwrite(f.fileno(), data[: lo - offset], offset)
+        _pwrite(f.fileno(), data[hi - offset :], hi)
+        done = _direct(path, data[lo - offset : hi - offset], lo)
+        _pwrite(f.fileno(), data[lo - offset + done : hi - offset], lo + done)  # what did not go direct
+
+
+ALIGN = 4096  # a multiple of any device's logical block: offsets, lengths and the buffer of a direct write
+STAGE_BYTES = 64 << 20  # the page-aligned buffer a direct write copies through
+REFUSED = (errno.EINVAL, errno.EOPNOTSUPP)  # a file system that takes no O_DIRECT (tmpfs), or not these blocks
+
+
+def _direct(path: Path, blocks: np.ndarray, offset: int) -> int:
+    """Write the whole blocks `blocks` at the aligned `offset` with O_DIRECT; how many bytes went (0 where the file
+    system refuses it: the caller writes the rest through the page cache)."""
+    if not len(blocks) or not hasattr(os, "O_DIRECT"):
+        return 0
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+    except OSError as e:
+        if e.errno in REFUSED:
+            return 0
+        raise
+    stage = _stage()
+    done = 0
+    try:
+        while done < len(blocks):
+            n = min(len(stage), len(blocks) - done)
+            stage[:n] = blocks[done : done + n].data
+            try:
+                wrote = os.pwrite(fd, memoryview(stage)[:n], offset + done)
+            except OSError as e:
+                if e.errno in REFUSED:
+                    return done
+                raise
+            done += wrote
+            if wrote < n:  # a short write (disk full, a signal): the rest through the page cache
+                return done
+    finally:
+        os.close(fd)
+    return done
+
+
+_THREAD = threading.local()
+
+
+def _stage() -> mmap.mmap:
+    """This thread's staging buffer for direct writes: anonymous memory (page-aligned), made once and reused, so that
+    its pages are faulted in once (a fresh one per write faulted in every byte written)."""
+    if getattr(_THREAD, "stage", None) is None:
+        _THREAD.stage = mmap.mmap(-1, STAGE_BYTES)
+    return _THREAD.stage
+
+
+def _pwrite(fd: int, data: np.ndarray, offset: int) -> None:
+    view, done = memoryview(data), 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
+
+
+def feature_columns(cfg: DataConfig) -> list[str]:
+    """What the later jobs read of raw_features' output, in prepare_from_bars' order."""
+    return list(dict.fromkeys((*FEATURE_COLUMNS, *move_columns(cfg.target), *(("filled",) if cfg.fill_gaps else ()))))
+
+
+def gap_counts(ts: np.ndarray, sidx: np.ndarray, cut: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """(values, counts) of grid.median_spacing_ns's gaps (consecutive bars of a series, positive) of rows sorted
+    by series and time: over all rows, and over the rows before `cut` (the training rows'). A series' rows before
+    the cut start its run, so their gaps are those whose later bar is before it: one diff serves both."""
+    gaps = np.diff(ts)  # (N - 1,)
+    kept = (sidx[1:] == sidx[:-1]) & (gaps > 0)
+    return value_counts(gaps[kept]), value_counts(gaps[kept & (ts[1:] < cut)])
+
+
+def _moments(cfg: DataConfig, feats: pl.DataFrame, s: int, sidx: np.ndarray, ts: np.ndarray, cuts: tuple,
+             minute: np.ndarray | None) -> dict[str, np.ndarray]:
+    """scalers.train_moments of a piece's training rows under `cuts`."""
+    keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
+    return train_moments(feats, sidx, s, keep, cfg.target, cfg.exchange_tz if cfg.seasonality else None,
+                         minute=minute)
+
+
+def _spilled(cfg: DataConfig, spill: str, k: int, lengths: np.ndarray
+             ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Piece `k`'s spilled raw features (as raw_features gave them), each row's series index (N,), timestamp in ns
+    (N,) and minute of the day (N,) (None without --seasonality)."""
+    spilled = _read_spill(Path(spill) / f"feats-{k}.arrow")
+    minute = spilled.get_column(MINUTE).to_numpy() if MINUTE in spilled.columns else None
+    feats = spilled.with_columns(pl.col("roll").cast(pl.Float64), pl.col(cfg.target).alias("target")).select(
+        feature_columns(cfg))
+    sidx = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    return feats, sidx, feats.get_column("ts").dt.epoch("ns").to_numpy(), minute
+
+
+def _raw_frame(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, pl.Series]:
+    """The frame read_bars gives for a piece's bars (symbols as strings) from its chunks' spills `parts`, and its
+    distinct symbols: from the codes of a chunk that spilled codes (`present`, without hashing every row), hashed in
+    a chunk that spilled strings."""
+    distinct = [present(p.get_column("symbol")) if isinstance(p.schema["symbol"], pl.Enum)
+                else p.get_column("symbol").unique() for p in parts]
+    raw = pl.concat([p.with_columns(pl.col("symbol").cast(pl.Utf8)) for p in parts], rechunk=False)
+    return raw, pl.concat(distinct).unique(maintain_order=True)
+
+
+def present(codes: pl.Series) -> pl.Series:
+    """The distinct values of the Enum series `codes` (no nulls), as strings, counted from its codes."""
+    categories = codes.dtype.categories  # (C,)
+    used = np.flatnonzero(np.bincount(codes.to_physical().to_numpy(), minlength=len(categories)))
+    return categories.gather(pl.Series(used, dtype=pl.get_index_type())).alias(codes.name)
+
+
+def _spill(frame: pl.DataFrame, path: Path) -> None:
+    """Write `frame` to the new Arrow IPC file `path`, through a file opened once (polars' own open of a path
+    truncates it, and ext4 then writes a spill to disk at close that is read back from the page cache and deleted)."""
+    with open(path, "xb") as f:
+        frame.write_ipc(f)
+
+
+def _read_spill(path: Path) -> pl.DataFrame:
+    """The frame `_spill` wrote to `path`, its columns the file's pages, mapped: nothing copied."""
+    with pa.memory_map(str(path)) as source:
+        return pl.from_arrow(pa.ipc.open_file(source).read_all(), rechunk=False)
+
+
+def share(spill: Path, name: str, value: np.ndarray) -> None:
+    """Write the array `value` to the spill folder for the jobs (`_shared`)."""
+    np.save(spill / f"{name}.npy", value)
+
+
+def _shared(spill: str | Path, name: str) -> np.ndarray:
+    """An array `share` wrote, mapped: read from the page cache as it is used."""
+    return np.load(Path(spill) / f"{name}.npy", mmap_mode="r")
+
+
+def _unlink(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
+def _bounds(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    end = np.cumsum(lengths)
+    return end - lengths, end
