@@ -145,8 +145,8 @@ class Forecaster:
         return out
 
     def update_arrays(self, bar: Any, calibrated: bool = True, max_gap: Any = None) -> LiveForecast:
-        """`update` for a live loop: the same forecasts as numpy arrays, with no frame built (about 0.4 ms less per
-        call at batch 1: 0.5 ms in all for the default model on one core). Series without a full encoder yet are
+        """`update` for a live loop: the same forecasts as numpy arrays, with no frame built (most of a call's cost at
+        batch 1; benchmarks/latency.py). Series without a full encoder yet are
         left out, as in `update`. Not thread-safe: the running state and the model's input buffers are reused
         across calls, so give each thread its own Forecaster. `max_gap`: as in `update`."""
         st = self._stream

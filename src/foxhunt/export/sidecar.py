@@ -16,12 +16,9 @@ import foxhunt
 from foxhunt.data.features.features import (
     FILL_OBSERVED,
     RETURN_TARGETS,
-    SEASON_OBSERVED,
-    STANDARDIZED,
-    VOL_OBSERVED,
     move_columns,
 )
-from foxhunt.data.features.scaling import VOL_FLOOR
+from foxhunt.data.features.scaling import VOL_FLOOR, standardized
 from foxhunt.export.graph import OUTPUT_NAME, InputSpec, positional_names, relative_time
 from foxhunt.export.parity import ParityResult
 from foxhunt.train.checkpoint import LoadedModel, weights_digest
@@ -57,7 +54,6 @@ FEATURES = {
     "log_vol_fast": "ln(sigma_t at halflife / 4 over sigma_t)", "log_vol_slow": "ln(sigma_t at halflife x 4 over sigma_t)",
     "log_vol_season": "ln s_t, s_t the trailing volatility of proxy / p(t)^2 (deseasonalized)",
 }
-STANDARDIZED_INPUTS = frozenset(STANDARDIZED + VOL_OBSERVED + SEASON_OBSERVED)
 
 
 def _input(spec: InputSpec, cards: dict[str, int]) -> dict[str, Any]:
@@ -74,7 +70,7 @@ def scaling_words(lm: LoadedModel, used: set[str]) -> dict[str, Any]:
         "observed_inputs": "each observed input x of a bar is standardized with its series' training statistics: "
                            "(x - scalers.series[s][x].mean) / scalers.series[s][x].std (scalers.pooled for an "
                            "unseen series); NaN or infinite results become 0. "
-                           f"Standardized: {sorted(STANDARDIZED_INPUTS & used)}; the others are fed as they are",
+                           f"Standardized: {sorted(n for n in used if standardized(n))}; the others are fed as they are",
         "target": "the model forecasts y_scaled = (y - center) / scale, center and scale taken at the forecast "
                   "origin (the last encoder bar); back in the target's units: y = q * scale + center",
         "center_scale": ("scaling 'series': center = scalers.series[s].target.center, scale = "

@@ -30,7 +30,7 @@ def prepare_store(
     out = Path(out)
     refuse_non_store(out)  # before the bars are read
     check_executor(executor)
-    sources = expand_sources(cfg.paths)  # listed once (a folder of daily files: ~0.1 s a walk)
+    sources = expand_sources(cfg.paths)  # listed once: walking a folder of daily files is not free
     with contextlib.ExitStack() as stack:
         if pool is None and (executor != LOCAL or workers > 0):  # no process is started for a panel kept whole
             pool = stack.enter_context(open_workers(executor, workers if may_piece(cfg, min_rows, sources) else 1))

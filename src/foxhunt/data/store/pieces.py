@@ -9,8 +9,7 @@ after the other. Only parquet inputs whose files carry a symbol column can be ro
 prepared in one piece.
 
 The plan weighs the series from the symbol column of at most PLAN_FILES files spread evenly over the panel, not of
-every file: counting all of them took 0.7 s of a 20M-bar `prepare`'s ~19, in this process alone before any bar was
-read. The pieces' sizes are then estimates, and a symbol the sample missed (a spread traded on a few days) goes to
+every file (counting all of them cost this process most of a second before any bar was read). The pieces' sizes are then estimates, and a symbol the sample missed (a spread traded on a few days) goes to
 the piece whose range of series keys holds its key (`Route`), so the pieces still hold whole series, in order.
 """
 

@@ -232,8 +232,8 @@ def take_out(df: pl.DataFrame, rows: np.ndarray | pl.Series, columns: list[str] 
     input and TAKE_WIDTH columns). The caller must own `df`: its columns are gone afterwards. `rows` may come as
     `indices(rows)` already.
     Columns in several chunks (a parquet scan's row groups) are first made one chunk, once `df` no longer holds
-    them: polars gathers from one chunk three times faster than it resolves every row's chunk (2M bars: 8 against
-    22 ms a column, the copy 3 ms), and the copy takes the place of the chunks it replaces."""
+    them: polars gathers from one chunk several times faster than it resolves every row's chunk, and the copy takes
+    the place of the chunks it replaces."""
     taken = rows if isinstance(rows, pl.Series) else indices(rows)
     names = df.columns if columns is None else columns
     parts = []

@@ -3,9 +3,8 @@
 At batch 1 the cost of a forward is the number of ATen calls and the Python between them, not the arithmetic. The
 model is first rearranged for inference (model/inference/folded.py: about 150 ops instead of about a thousand, the same
 forecasts to float rounding), then traced, so the calls run without Python, and `torch.jit.freeze` folds the weights
-in as constants. On the shared 2-core benchmark machine (hidden 16, encoder 32, one thread) one batch-1 forward takes
-2.8 ms of CPU against the training model's 12.6 ms eagerly (and 5.9 ms for a trace of the training model);
-benchmarks/latency.py measures it as the "trace" backend. A trace is only valid for the shapes it was made with, so
+in as constants: several times less CPU than the training model eagerly, measured by benchmarks/latency.py as the
+"trace" backend (figures in benchmarks/RESULTS.md). A trace is only valid for the shapes it was made with, so
 one is made per distinct set of input shapes, on first use (about a second); a live system asks for the same batch
 size on every bar. A model that cannot be traced runs eagerly (said once).
 """
@@ -184,9 +183,8 @@ class OnnxForward:
     """The live forward (see `LiveForward`) by onnxruntime running the inference model, exported in memory once per
     batch size (about a second). The graph is `InferenceTFT.live` (129 nodes for the default model, no index
     inputs), run sequentially on one intra-op thread with every graph optimization, its inputs and output bound to
-    preallocated buffers (about 15% less CPU than `session.run` with a dict of index inputs). On the
-    shared benchmark machine (hidden 16, batch 1, one thread) a forward takes 0.5 ms of CPU against the trace's
-    1.8. Larger batches (over LIVE_BATCH windows, where the trace is faster: the export of the embedding bag is a
+    preallocated buffers (less CPU than `session.run` with a dict of index inputs): at batch 1 it beats the
+    trace (benchmarks/RESULTS.md, latency). Larger batches (over LIVE_BATCH windows, where the trace is faster: the export of the embedding bag is a
     loop) or anything it cannot do (no onnxruntime, an export that fails, said once) go to the trace."""
 
     LIVE_BATCH = 16
