@@ -15,15 +15,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from foxhunt.data.bars.grid import gap_counts
+from foxhunt.data.bars.symbols import series_key
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.prepare import split_cuts
 from foxhunt.data.features.fitstats import column_moments, concat, pooled
+from foxhunt.data.features.known import origin_rows, origin_table
+from foxhunt.data.features.scaling import own_scalers
 from foxhunt.data.io.read import rtype_sets
 from foxhunt.data.store import build, jobs, pieced
 from foxhunt.data.store import pieces as pieces_module
 from foxhunt.data.store.build import prepare_store
-from foxhunt.data.store.jobs import gap_counts, present
-from foxhunt.data.store.pieces import may_piece, plan_pieces, plan_sample, route_of, series_key
+from foxhunt.data.store.jobs import present
+from foxhunt.data.store.pieces import may_piece, plan_pieces, plan_sample, route_of
 from foxhunt.data.util.median import counted_median, value_counts
 from foxhunt.errors import InputError
 
@@ -209,18 +213,15 @@ def test_moments_merge_exactly_and_the_median_of_counted_gaps_is_numpys():
         assert counted_median([h for h in halves if len(h[0])]) == int(np.median(gaps))
 
 
-def test_rows_find_their_origin_through_the_lattice_table_as_by_binary_search(tmp_path):
+def test_rows_find_their_origin_through_the_lattice_table_as_by_binary_search():
     rng = np.random.default_rng(1)
     minutes = np.unique(rng.integers(0, 5000, 700)) * 60 * 10**9 + 1_700_000_000 * 10**9  # (O,) with gaps
     for origins in (minutes, np.sort(np.r_[minutes, minutes[-1] + 1])):  # a lattice; one 1 ns off it: none
         ts = rng.choice(origins, 3000)  # (n,)
-        slots = pieced.stamp_slots(origins)
-        assert (slots is None) == (origins is not minutes)
-        for f in tmp_path.glob("known-*.npy"):
-            f.unlink()
-        np.save(tmp_path / ("known-origins.npy" if slots is None else "known-slots.npy"),
-                origins if slots is None else slots)
-        assert np.array_equal(jobs.origin_rows(tmp_path, ts), np.searchsorted(origins, ts))
+        table = origin_table(origins)
+        assert (table is None) == (origins is not minutes)
+        assert np.array_equal(origin_rows(table, None if table is not None else origins, ts),
+                              np.searchsorted(origins, ts))
 
 
 def test_a_piece_of_daily_bars_in_an_intraday_panel_is_refused():
@@ -287,13 +288,13 @@ def test_own_scalers_are_the_panels_for_the_pieces_series_or_none_where_pooled_v
     panel = {**first, "series": {k: dict(v) for k, v in first["series"].items()}, "pooled": dict(first["pooled"])}
     add_vol_stats(panel, mom, ["A", "B", "C"], np.ones(3, dtype=bool))
     piece = {k: v[1:] for k, v in mom.items()}  # the piece of series B and C
-    own = jobs.own_scalers(first, piece, ["B", "C"])
+    own = own_scalers(first, piece, ["B", "C"])
     assert own["series"]["B"] == panel["series"]["B"] and own["series"]["C"] == panel["series"]["C"]
     assert own["series"]["A"] == {"x": 1} and first["series"]["B"] == {"x": 2}  # the first scalers are untouched
-    assert jobs.own_scalers(first, piece, ["B", "D"]) is None  # D has no training rows: pooled values
+    assert own_scalers(first, piece, ["B", "D"]) is None  # D has no training rows: pooled values
     for n, m2 in (([1, 6], [0.0, 3.0]), ([4, 6], [0.0, 3.0])):  # one row, a constant: the pooled std is read
         bad = {**piece, "log_vol:n": np.array(n), "log_vol:m2": np.array(m2)}
-        assert jobs.own_scalers(first, bad, ["B", "C"]) is None
+        assert own_scalers(first, bad, ["B", "C"]) is None
 
 
 @pytest.mark.parametrize("options", [{"vol_features": True, "scaling": "volatility"},

@@ -16,7 +16,7 @@ import numpy as np
 
 from foxhunt.data.bars.sessions import ALWAYS_OPEN, CME_EQUITY, Session, closed_minutes, run_session
 from foxhunt.data.util.clock import DAY_NS, MIN_NS, WEEK_MIN, local_ns, weekday
-from foxhunt.data.util.median import median_gap
+from foxhunt.data.util.median import median_gap, value_counts
 from foxhunt.errors import InputError
 
 SESSION_OPEN_MIN = CME_EQUITY.open_min  # minutes after local midnight when the (next day's) session opens
@@ -191,3 +191,12 @@ def future_timestamps(
                 off = off[_closed(cur[off] + offset[off], grid)]
         out[:, k] = cur
     return out
+
+
+def gap_counts(ts: np.ndarray, sidx: np.ndarray, cut: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """(values, counts) of grid.median_spacing_ns's gaps (consecutive bars of a series, positive) of rows sorted
+    by series and time: over all rows, and over the rows before `cut` (the training rows'). A series' rows before
+    the cut start its run, so their gaps are those whose later bar is before it: one diff serves both."""
+    gaps = np.diff(ts)  # (N - 1,)
+    kept = (sidx[1:] == sidx[:-1]) & (gaps > 0)
+    return value_counts(gaps[kept]), value_counts(gaps[kept & (ts[1:] < cut)])

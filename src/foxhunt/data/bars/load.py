@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -282,3 +283,36 @@ def _grouped_summary(bars: pl.DataFrame) -> dict:
         }
         for r in rows
     }
+
+
+SUMMED = ("rows_read", "nan_rows_dropped", "inconsistent_rows_dropped", "duplicates_dropped", "rows_out_of_order",
+          "spreads_dropped", "sunday_stubs_merged")
+
+
+def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The load report (load.load_bars) of the whole panel from its pieces' reports, pieces in series order.
+
+    Counts add up; lists of contracts and the series join; the share of bars inside the session halt is merged
+    from the counts behind each piece's share. `bar_interval` is each piece's (pieces of one bar size agree)."""
+    first = reports[0]
+    out = dict(first)
+    out["files"] = [dict(f, rows=sum(r["files"][i]["rows"] for r in reports)) for i, f in enumerate(first["files"])]
+    for key in SUMMED:
+        if key in first:
+            out[key] = sum(r[key] for r in reports)
+    out["contracts_kept"] = [c for r in reports for c in r["contracts_kept"]]
+    out["contracts_dropped"] = sorted({c for r in reports for c in r["contracts_dropped"]})
+    reasons = sorted({k for r in reports for k in r["rolls_by_reason"]})
+    out["rolls_by_reason"] = {k: sum(r["rolls_by_reason"].get(k, 0) for r in reports) for k in reasons}
+    out["series"] = {k: v for r in reports for k, v in r["series"].items()}
+    if first.get("closed_share") is not None:
+        kept = [_checked_rows(r) for r in reports]
+        closed = sum(round(r["closed_share"] * n) for r, n in zip(reports, kept, strict=True))
+        out["closed_share"] = float(closed / sum(kept)) if sum(kept) else 0.0
+    return out
+
+
+def _checked_rows(report: dict[str, Any]) -> int:
+    """The bars a piece's session-grid check saw: those read, less spreads, dropped rows and merged stubs."""
+    return report["rows_read"] - sum(report.get(k, 0) for k in SUMMED[1:3]) - report.get("duplicates_dropped", 0) \
+        - report.get("spreads_dropped", 0) - report.get("sunday_stubs_merged", 0)

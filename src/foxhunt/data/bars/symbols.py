@@ -19,6 +19,7 @@ so the loader builds the series itself:
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import polars as pl
@@ -215,3 +216,13 @@ def trade_date(ts: pl.Expr, exchange_tz: str, root: pl.Expr | None = None) -> pl
     open, the CME equity default used without a root)."""
     shift = session_shift(root) if root is not None else CME_EQUITY.shift_min
     return (ts + pl.duration(minutes=shift)).dt.convert_time_zone(exchange_tz).dt.date()
+
+
+def series_key(symbol: str, contracts: str) -> str:
+    """The series a raw symbol's bars belong to: its futures root (a spread's first leg's), else the symbol."""
+    text = symbol.strip()
+    if contracts == "each":
+        return text
+    leg = re.split(SPREAD_RE, text)[0] if re.search(SPREAD_RE, text) else text
+    m = re.match(FUTURES_RE, leg)
+    return m.group(1) if m and re.search("[A-Z]", m.group(1)) else text

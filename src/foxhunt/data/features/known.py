@@ -313,3 +313,44 @@ def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray, via: np.ndarray
         at = idx[lo : lo + len(part)]
         np.take(items, at if via is None else via[at], out=part, mode="clip")
         dest[lo : lo + len(part)] = part
+
+
+def known_at_origins(origins: np.ndarray, step: int, horizon: int, tz: str, intraday: bool, calendar_features: bool,
+                     season: dict | None, grid: Grid) -> tuple[DecoderKnown, np.ndarray]:
+    """The known-future grid of sorted distinct `origins` (O,) and each origin's own known inputs (O, Kr): for rows
+    that share their timestamps with others (the pieces of a panel), which then look theirs up here by timestamp.
+    Each value is a function of its own timestamp (known_cont), so computing them once over all of them gives every
+    row its bits."""
+    sk = stamp_known(origins, step, horizon, tz, intraday, calendar_features, season, grid=grid)
+    at_origin = np.empty((len(origins), sk.table_cont.shape[1]), dtype=np.float32)  # (O, Kr)
+    stamp_rows(sk, at_origin)  # origins are distinct: each its own row
+    return DecoderKnown(cont=sk.table_cont, ts=sk.table, base=sk.base, index=sk.index), at_origin
+
+
+SLOTS_PER_ORIGIN = 8  # a lattice table of more slots than this per origin (and 1M) is not built: searchsorted then
+
+
+def origin_table(origins: np.ndarray) -> np.ndarray | None:
+    """[first, step, origin index of each lattice point first + i * step or -1] for sorted distinct `origins`, so
+    that a timestamp finds its origin with a subtraction, a division and a take (`origin_rows`) rather than a binary
+    search over all origins; None when the lattice (their greatest common spacing) is too fine for their span."""
+    if not len(origins):
+        return None
+    offset = origins - origins[0]  # (O,)
+    step = int(np.gcd.reduce(offset)) or 1
+    size = int(offset[-1] // step) + 1
+    if size > SLOTS_PER_ORIGIN * len(origins) + (1 << 20):
+        return None
+    table = np.full(size + 2, -1, dtype=np.int64)  # (2 + size,)
+    table[:2] = origins[0], step
+    table[2 + offset // step] = np.arange(len(origins))
+    return table
+
+
+def origin_rows(table: np.ndarray | None, origins: np.ndarray | None, ts: np.ndarray) -> np.ndarray:
+    """(n,) the index among the origins of each timestamp `ts` (n,), every one of them an origin: through the
+    `origin_table` where there is one, else by binary search in `origins`."""
+    if table is not None:
+        return table[2:][(ts - table[0]) // table[1]]
+    return np.searchsorted(origins, ts)
+

@@ -438,3 +438,24 @@ def _runs(sidx: np.ndarray) -> list[tuple[int, int, int]] | None:
 def _pieces(runs: list[tuple[int, int, int | None]]) -> list[tuple[int, int, int | None]]:
     """`runs` cut into pieces of at most PIECE_ROWS rows."""
     return [(a, min(a + PIECE_ROWS, hi), i) for lo, hi, i in runs for a in range(lo, hi, PIECE_ROWS)]
+
+
+def own_scalers(scalers: dict, mom: dict[str, np.ndarray], names: list[str]) -> dict | None:
+    """The first `scalers` completed with the trailing inputs' statistics of the piece's series `names` alone (`mom`:
+    their vol_moments), which are what add_vol_stats gives those series from the whole panel's: each series' mean
+    and std are its own. None where a series would read pooled values, which need every piece: one without training
+    rows, or a trailing input whose std is undefined or zero (fitstats.stats)."""
+    cols = vol_columns(scalers)
+    if not all(n in scalers["series"] for n in names):
+        return None
+    for c in cols:
+        n, m2 = mom[f"{c}:n"], mom[f"{c}:m2"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            std = np.sqrt(m2 / (n - 1))
+        if not np.all((n > 1) & np.isfinite(std) & (std > 0)):
+            return None
+    per, _ = stats(mom, cols, names, np.ones(len(names), dtype=bool))
+    own = {**scalers, "series": {**scalers["series"]}}
+    for name in names:
+        own["series"][name] = {**scalers["series"][name], **per[name]}
+    return own

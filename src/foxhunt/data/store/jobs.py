@@ -20,6 +20,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.ipc
 
+from foxhunt.data.bars.grid import gap_counts
 from foxhunt.data.bars.load import load_raw
 from foxhunt.data.bars.validate import check_log_target
 from foxhunt.data.config import DataConfig
@@ -34,15 +35,13 @@ from foxhunt.data.dataset.summary import WindowFacts, window_facts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import assign_splits, off_grid_windows, window_starts
 from foxhunt.data.features.features import move_columns, own_move_columns, raw_features
-from foxhunt.data.features.fitstats import stats
-from foxhunt.data.features.known import sorted_distinct, take_rows
-from foxhunt.data.features.scaling import trailing, train_moments, vol_columns, vol_moments
+from foxhunt.data.features.known import origin_rows, sorted_distinct, take_rows
+from foxhunt.data.features.scaling import own_scalers, trailing, train_moments, vol_moments
 from foxhunt.data.features.seasonality import minute_of_day
 from foxhunt.data.io.discover import Source
 from foxhunt.data.io.read import median_spacings, read_bars, rtype_sets
 from foxhunt.data.store.layout import SPLITS, own_array
 from foxhunt.data.store.pieces import Route
-from foxhunt.data.util.median import value_counts
 
 PIECE = "__piece"  # each bar's piece, beside the bars of a chunk
 CENTER, SCALE = "__center", "__scale"  # the target's center and scale beside the trailing inputs in a spill
@@ -209,27 +208,6 @@ def trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nda
                         {name: split.ids[name] + place.win0 for name in SPLITS})
 
 
-def own_scalers(scalers: dict, mom: dict[str, np.ndarray], names: list[str]) -> dict | None:
-    """The first `scalers` completed with the trailing inputs' statistics of the piece's series `names` alone (`mom`:
-    their vol_moments), which are what add_vol_stats gives those series from the whole panel's: each series' mean
-    and std are its own. None where a series would read pooled values, which need every piece: one without training
-    rows, or a trailing input whose std is undefined or zero (fitstats.stats)."""
-    cols = vol_columns(scalers)
-    if not all(n in scalers["series"] for n in names):
-        return None
-    for c in cols:
-        n, m2 = mom[f"{c}:n"], mom[f"{c}:m2"]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            std = np.sqrt(m2 / (n - 1))
-        if not np.all((n > 1) & np.isfinite(std) & (std > 0)):
-            return None
-    per, _ = stats(mom, cols, names, np.ones(len(names), dtype=bool))
-    own = {**scalers, "series": {**scalers["series"]}}
-    for name in names:
-        own["series"][name] = {**scalers["series"][name], **per[name]}
-    return own
-
-
 def write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, transform: FittedTransform,
           place: Place) -> int:
     """Piece `k`'s scaled rows (`_scaled_rows`) from its spilled features and trailing inputs, with the whole
@@ -251,7 +229,8 @@ def _scaled_rows(cfg: DataConfig, spill: str, names: list[str], starts: np.ndarr
     store, row0 = Path(place.store), place.row0
     cont, center, scale = scaled_rows(feats, names, sidx, transform, derived)
     del feats, derived
-    at = origin_rows(Path(spill), ts)  # (n,)
+    table = _shared(spill, "known-slots") if (Path(spill) / "known-slots.npy").exists() else None
+    at = origin_rows(table, None if table is not None else _shared(spill, "known-origins"), ts)  # (n,)
     take_rows(_shared(spill, "known-cal"), at, cont[:, :known_width(transform)])
     for name, value in (("cont", cont), ("center", center), ("scale", scale)):
         put(store / f"{name}.npy", row0, value)
@@ -264,15 +243,6 @@ def _scaled_rows(cfg: DataConfig, spill: str, names: list[str], starts: np.ndarr
         put(store / "known_index.npy", row0, index)
     return off_grid_windows(starts, ts, _shared(spill, "known-ts"), cfg.encoder_length, cfg.horizon, base,
                             None if index is None else index[:, -1])
-
-
-def origin_rows(spill: Path, ts: np.ndarray) -> np.ndarray:
-    """(n,) the index among the panel's origins of each timestamp `ts` (n,), every one of them an origin: through
-    the lattice table (pieced.stamp_slots) where there is one, else by binary search."""
-    if (spill / "known-slots.npy").exists():
-        slots = _shared(spill, "known-slots")
-        return slots[2:][(ts - slots[0]) // slots[1]]
-    return np.searchsorted(_shared(spill, "known-origins"), ts)
 
 
 def put(path: Path, row0: int, value: np.ndarray) -> None:
@@ -350,15 +320,6 @@ def _pwrite(fd: int, data: np.ndarray, offset: int) -> None:
 def feature_columns(cfg: DataConfig) -> list[str]:
     """What the later jobs read of raw_features' output, in prepare_from_bars' order."""
     return list(dict.fromkeys((*FEATURE_COLUMNS, *move_columns(cfg.target), *(("filled",) if cfg.fill_gaps else ()))))
-
-
-def gap_counts(ts: np.ndarray, sidx: np.ndarray, cut: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
-    """(values, counts) of grid.median_spacing_ns's gaps (consecutive bars of a series, positive) of rows sorted
-    by series and time: over all rows, and over the rows before `cut` (the training rows'). A series' rows before
-    the cut start its run, so their gaps are those whose later bar is before it: one diff serves both."""
-    gaps = np.diff(ts)  # (N - 1,)
-    kept = (sidx[1:] == sidx[:-1]) & (gaps > 0)
-    return value_counts(gaps[kept]), value_counts(gaps[kept & (ts[1:] < cut)])
 
 
 def _moments(cfg: DataConfig, feats: pl.DataFrame, s: int, sidx: np.ndarray, ts: np.ndarray, cuts: tuple,

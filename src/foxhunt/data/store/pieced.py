@@ -11,7 +11,7 @@ the in-memory path fits from the same sums, so both give the same bits). The sta
    from the span of all pieces; `fit` gathers the statistics again only where cleaning moved them.
    Here: the first scalers, and the known-input tables over every distinct timestamp of the panel.
 3. trail: each piece's trailing inputs and their statistics under the first scalers; its unscaled rows written,
-   its scaled rows too where its series' own statistics complete the scalers (jobs.own_scalers).
+   its scaled rows too where its series' own statistics complete the scalers (scaling.own_scalers).
 4. write: the scaled rows of the other pieces, with the whole panel's scalers.
 The data summary merges what the jobs saw of each piece's rows and windows (summary.WindowFacts); this process never
 imports torch.
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS, Grid
-from foxhunt.data.bars.load import ROLL_REASONS
+from foxhunt.data.bars.load import ROLL_REASONS, merge_reports
 from foxhunt.data.bars.sessions import run_session
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.prepare import check_length, check_splits, feature_schema, split_cuts
@@ -44,14 +44,14 @@ from foxhunt.data.dataset.windows import SplitResult
 from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features.features import own_move_columns
 from foxhunt.data.features.fitstats import concat
-from foxhunt.data.features.known import DecoderKnown, distinct_union, stamp_known, stamp_rows
+from foxhunt.data.features.known import DecoderKnown, distinct_union, known_at_origins, origin_table
 from foxhunt.data.features.scaling import add_vol_stats, first_scalers, observed_names
 from foxhunt.data.io.discover import Source
 from foxhunt.data.io.read import check_bar_sizes
 from foxhunt.data.store import jobs
 from foxhunt.data.store.jobs import PieceLoaded, Place, share
 from foxhunt.data.store.layout import OWN_DTYPE, SPLITS, WINDOW_ARRAYS, own_array, split_file
-from foxhunt.data.store.pieces import PIECE_ROWS, Piece, merge_reports, route_of
+from foxhunt.data.store.pieces import PIECE_ROWS, Piece, route_of
 from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of, save_array
 from foxhunt.data.util.median import counted_median
 from foxhunt.data.util.parallel import serial
@@ -198,42 +198,17 @@ def _allocate(tmp: Path, rows: int, windows: int, width: int, d: int, target: st
 
 def stamp_tables(origins: np.ndarray, spill: Path, cfg: DataConfig, spacing: int, intraday: bool,
                  season: dict | None, grid: Grid) -> DecoderKnown:
-    """The known-future grid over every distinct timestamp `origins` (O,) of the panel (its rows: one per origin),
+    """The known-future grid over every distinct timestamp `origins` (O,) of the panel (known.known_at_origins),
     and, spilled for the pieces' writes, what maps a row onto it: each origin's calendar inputs (O, Kr), its grid
-    row (and steps), and where a timestamp sits among the origins (`stamp_slots`). Each value is a function of its
-    own timestamp (known.known_cont), so computing them once over the panel gives every piece's rows their bits."""
-    sk = stamp_known(origins, spacing, cfg.horizon, cfg.exchange_tz, intraday, cfg.calendar_features, season,
-                     grid=grid)
-    at_origin = np.empty((len(origins), sk.table_cont.shape[1]), dtype=np.float32)  # (O, Kr)
-    stamp_rows(sk, at_origin)  # origins are distinct: each its own row
-    known = DecoderKnown(cont=sk.table_cont, ts=sk.table, base=sk.base, index=sk.index)
-    slots = stamp_slots(origins)
-    for name, value in (("cal", at_origin), ("base", known.base), ("index", known.index), ("slots", slots),
-                        ("origins", origins if slots is None else None), ("ts", known.ts)):
+    row (and steps), and the table that finds a timestamp among the origins (known.origin_table)."""
+    known, at_origin = known_at_origins(origins, spacing, cfg.horizon, cfg.exchange_tz, intraday,
+                                        cfg.calendar_features, season, grid)
+    table = origin_table(origins)
+    for name, value in (("cal", at_origin), ("base", known.base), ("index", known.index), ("slots", table),
+                        ("origins", origins if table is None else None), ("ts", known.ts)):
         if value is not None:
             share(spill, f"known-{name}", value)
     return known
-
-
-SLOTS_PER_ORIGIN = 8  # a lattice table of more slots than this per origin (and 1M) is not built: searchsorted then
-
-
-def stamp_slots(origins: np.ndarray) -> np.ndarray | None:
-    """[first, step, origin index of each lattice point first + i * step or -1] for sorted distinct `origins`, so
-    that a row finds its origin with a subtraction, a division and a take (jobs.origin_rows) rather than a binary
-    search over all origins; None when the lattice (the origins' greatest common spacing) is too fine for their
-    span."""
-    if not len(origins):
-        return None
-    offset = origins - origins[0]  # (O,)
-    step = int(np.gcd.reduce(offset)) or 1
-    size = int(offset[-1] // step) + 1
-    if size > SLOTS_PER_ORIGIN * len(origins) + (1 << 20):
-        return None
-    slots = np.full(size + 2, -1, dtype=np.int64)  # (2 + size,)
-    slots[:2] = origins[0], step
-    slots[2 + offset // step] = np.arange(len(origins))
-    return slots
 
 
 def check_intraday(loads: list[PieceLoaded], intraday: bool) -> None:

@@ -1,15 +1,15 @@
-"""Plan a panel's preparation in pieces: groups of consecutive series, each read on its own, and the merge of the
-pieces' load reports into the report of the whole.
+"""Plan a panel's preparation in pieces: groups of consecutive series, each read on its own.
 
 Series are independent once the things fitted across series are known (the split cuts, the pooled scalers, the
 seasonality profile, the vocabulary: store/pieced.py), so a piece is a set of symbols whose bars make whole series.
-A symbol's series is its futures root (`ESH4` -> `ES`, spreads with their first leg), or the symbol itself; the
-pieces are consecutive in series-name order, so that the store's rows (sorted by series) are the pieces' rows one
-after the other. Only parquet inputs whose files carry a symbol column can be routed by symbol; anything else is
+A symbol's series is its futures root (bars/symbols.series_key: `ESH4` -> `ES`, spreads with their first leg), or
+the symbol itself; the pieces are consecutive in series-name order, so that the store's rows (sorted by series) are
+the pieces' rows one after the other. Only parquet inputs whose files carry a symbol column can be routed by symbol; anything else is
 prepared in one piece.
 
 The plan weighs the series from the symbol column of at most PLAN_FILES files spread evenly over the panel, not of
-every file (counting all of them cost this process most of a second before any bar was read). The pieces' sizes are then estimates, and a symbol the sample missed (a spread traded on a few days) goes to
+every file (counting all of them cost this process most of a second before any bar was read). The pieces' sizes
+are then estimates, and a symbol the sample missed (a spread traded on a few days) goes to
 the piece whose range of series keys holds its key (`Route`), so the pieces still hold whole series, in order.
 """
 
@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import bisect
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
-from foxhunt.data.bars.symbols import FUTURES_RE, SPREAD_RE
+from foxhunt.data.bars.symbols import series_key
 from foxhunt.data.config import DataConfig
 from foxhunt.data.io.discover import Source, expand_sources, is_parquet
 from foxhunt.data.io.normalise import match_column, symbol_column
@@ -114,16 +112,6 @@ def _keeps_whole(cfg: DataConfig) -> bool:
     return bool(cfg.fill_gaps or cfg.since or cfg.until)
 
 
-def series_key(symbol: str, contracts: str) -> str:
-    """The series a raw symbol's bars belong to: its futures root (a spread's first leg's), else the symbol."""
-    text = symbol.strip()
-    if contracts == "each":
-        return text
-    leg = re.split(SPREAD_RE, text)[0] if re.search(SPREAD_RE, text) else text
-    m = re.match(FUTURES_RE, leg)
-    return m.group(1) if m and re.search("[A-Z]", m.group(1)) else text
-
-
 def _symbol_counts(cfg: DataConfig, sources: list[Source] | None) -> list[tuple[str, int]] | None:
     """(raw symbol, about how many bars) of the files named by `cfg.paths`, from the symbol column of `plan_sample`'s
     files scaled by their share of the bytes; None when a file is not parquet or has no symbol column (hive
@@ -158,34 +146,3 @@ def _bytes(files: list[Path]) -> int:
     return sum(os.path.getsize(f) for f in files)
 
 
-SUMMED = ("rows_read", "nan_rows_dropped", "inconsistent_rows_dropped", "duplicates_dropped", "rows_out_of_order",
-          "spreads_dropped", "sunday_stubs_merged")
-
-
-def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    """The load report (load.load_bars) of the whole panel from its pieces' reports, pieces in series order.
-
-    Counts add up; lists of contracts and the series join; the share of bars inside the session halt is merged
-    from the counts behind each piece's share. `bar_interval` is each piece's (pieces of one bar size agree)."""
-    first = reports[0]
-    out = dict(first)
-    out["files"] = [dict(f, rows=sum(r["files"][i]["rows"] for r in reports)) for i, f in enumerate(first["files"])]
-    for key in SUMMED:
-        if key in first:
-            out[key] = sum(r[key] for r in reports)
-    out["contracts_kept"] = [c for r in reports for c in r["contracts_kept"]]
-    out["contracts_dropped"] = sorted({c for r in reports for c in r["contracts_dropped"]})
-    reasons = sorted({k for r in reports for k in r["rolls_by_reason"]})
-    out["rolls_by_reason"] = {k: sum(r["rolls_by_reason"].get(k, 0) for r in reports) for k in reasons}
-    out["series"] = {k: v for r in reports for k, v in r["series"].items()}
-    if first.get("closed_share") is not None:
-        kept = [_checked_rows(r) for r in reports]
-        closed = sum(round(r["closed_share"] * n) for r, n in zip(reports, kept, strict=True))
-        out["closed_share"] = float(closed / sum(kept)) if sum(kept) else 0.0
-    return out
-
-
-def _checked_rows(report: dict[str, Any]) -> int:
-    """The bars a piece's session-grid check saw: those read, less spreads, dropped rows and merged stubs."""
-    return report["rows_read"] - sum(report.get(k, 0) for k in SUMMED[1:3]) - report.get("duplicates_dropped", 0) \
-        - report.get("spreads_dropped", 0) - report.get("sunday_stubs_merged", 0)
