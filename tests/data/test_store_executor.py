@@ -5,6 +5,7 @@ puts them."""
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from foxhunt.data.store.executor import InProcess, open_workers
 from foxhunt.data.store.jobs import put
 from foxhunt.data.store.pieced import _map
+from foxhunt.errors import ResourceError
 
 
 def _power(x: int, y: int) -> int:
@@ -33,6 +35,12 @@ def test_results_come_in_the_order_of_the_jobs_and_this_process_logs_no_job(capl
 def test_the_first_error_is_raised_after_every_job_ended(workers):
     with open_workers("local", workers) as pool, pytest.raises(ValueError, match="negative power -1"):
         _map(pool.executor, _power, [(1, 1), (2, -1), (3, -2), (4, 1)])
+
+
+def test_a_worker_that_dies_is_an_error_for_people_not_a_hang():
+    """A worker killed (for memory, say) breaks the pool: the error says what most often causes it and what to do."""
+    with open_workers("local", 2) as pool, pytest.raises(ResourceError, match="worker process died"):
+        _map(pool.executor, os._exit, [(1,), (1,)])
 
 
 def _modules_after_importing_the_jobs() -> tuple[bool, bool]:

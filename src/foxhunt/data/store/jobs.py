@@ -71,7 +71,8 @@ class Fit:
 @dataclass(frozen=True)
 class PieceLoaded:
     """A loaded piece: its series, their lengths, its windows, time span, load report and rolls, its bar gaps,
-    its fit under the cuts it expected and its distinct timestamps."""
+    and its fit under the cuts it expected. Its sorted distinct timestamps are in the spill folder (`stamps-K`,
+    read mapped by `shared`): not held in the `prepare` process beside every other piece's."""
 
     names: list[str]
     lengths: np.ndarray  # (S,)
@@ -82,7 +83,6 @@ class PieceLoaded:
     rolls: list[dict]
     gaps: tuple[np.ndarray, np.ndarray]  # (values, counts)
     fit: Fit
-    stamps: np.ndarray  # (U,) sorted distinct ts
 
 
 @dataclass(frozen=True)
@@ -156,9 +156,10 @@ def load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], 
                                              *(() if minute is None else (pl.Series(MINUTE, minute),))),
            Path(spill) / f"feats-{k}.arrow")
     gaps, train_gaps = gap_counts(ts, sidx, cuts[0])
+    share(Path(spill), f"stamps-{k}", sorted_distinct(ts))
     return PieceLoaded(names, lengths, len(window_starts(*_bounds(lengths), cfg.encoder_length + cfg.horizon)),
                        int(ts.min()), int(ts.max()), loaded.report, loaded.rolls, gaps,
-                       Fit(_moments(cfg, feats, len(names), sidx, ts, cuts, minute), train_gaps), sorted_distinct(ts))
+                       Fit(_moments(cfg, feats, len(names), sidx, ts, cuts, minute), train_gaps))
 
 
 def fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple) -> Fit:
@@ -229,19 +230,19 @@ def _scaled_rows(cfg: DataConfig, spill: str, names: list[str], starts: np.ndarr
     store, row0 = Path(place.store), place.row0
     cont, center, scale = scaled_rows(feats, names, sidx, transform, derived)
     del feats, derived
-    table = _shared(spill, "known-slots") if (Path(spill) / "known-slots.npy").exists() else None
-    at = origin_rows(table, None if table is not None else _shared(spill, "known-origins"), ts)  # (n,)
-    take_rows(_shared(spill, "known-cal"), at, cont[:, :known_width(transform)])
+    table = shared(spill, "known-slots") if (Path(spill) / "known-slots.npy").exists() else None
+    at = origin_rows(table, None if table is not None else shared(spill, "known-origins"), ts)  # (n,)
+    take_rows(shared(spill, "known-cal"), at, cont[:, :known_width(transform)])
     for name, value in (("cont", cont), ("center", center), ("scale", scale)):
         put(store / f"{name}.npy", row0, value)
     del cont, center, scale
-    base = _shared(spill, "known-base")[at]  # (n,)
+    base = shared(spill, "known-base")[at]  # (n,)
     put(store / "known_base.npy", row0, base)
     index = None
     if (Path(spill) / "known-index.npy").exists():
-        index = _shared(spill, "known-index")[at]  # (n, D)
+        index = shared(spill, "known-index")[at]  # (n, D)
         put(store / "known_index.npy", row0, index)
-    return off_grid_windows(starts, ts, _shared(spill, "known-ts"), cfg.encoder_length, cfg.horizon, base,
+    return off_grid_windows(starts, ts, shared(spill, "known-ts"), cfg.encoder_length, cfg.horizon, base,
                             None if index is None else index[:, -1])
 
 
@@ -373,11 +374,11 @@ def _read_spill(path: Path) -> pl.DataFrame:
 
 
 def share(spill: Path, name: str, value: np.ndarray) -> None:
-    """Write the array `value` to the spill folder for the jobs (`_shared`)."""
+    """Write the array `value` to the spill folder for the other jobs and the `prepare` process (`shared`)."""
     np.save(spill / f"{name}.npy", value)
 
 
-def _shared(spill: str | Path, name: str) -> np.ndarray:
+def shared(spill: str | Path, name: str) -> np.ndarray:
     """An array `share` wrote, mapped: read from the page cache as it is used."""
     return np.load(Path(spill) / f"{name}.npy", mmap_mode="r")
 

@@ -6,9 +6,9 @@ What is fitted across series is fitted from statistics each piece sends back tha
 the in-memory path fits from the same sums, so both give the same bits). The stages, each a map over the executor:
 1. read: the files in chunks of consecutive files, each chunk's bars spilled by piece; their raw span gives the
    split cuts to expect.
-2. load: each piece's bars cleaned and rolled as load_bars would, its raw features spilled; its series, lengths,
-   span, bar gaps, distinct timestamps and training statistics under the expected cuts come back. The cuts follow
-   from the span of all pieces; `fit` gathers the statistics again only where cleaning moved them.
+2. load: each piece's bars cleaned and rolled as load_bars would, its raw features and distinct timestamps
+   spilled; its series, lengths, span, bar gaps and training statistics under the expected cuts come back. The
+   cuts follow from the span of all pieces; `fit` gathers the statistics again only where cleaning moved them.
    Here: the first scalers, and the known-input tables over every distinct timestamp of the panel.
 3. trail: each piece's trailing inputs and their statistics under the first scalers; its unscaled rows written,
    its scaled rows too where its series' own statistics complete the scalers (scaling.own_scalers).
@@ -27,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -49,13 +50,13 @@ from foxhunt.data.features.scaling import add_vol_stats, first_scalers, observed
 from foxhunt.data.io.discover import Source
 from foxhunt.data.io.read import check_bar_sizes
 from foxhunt.data.store import jobs
-from foxhunt.data.store.jobs import PieceLoaded, Place, share
+from foxhunt.data.store.jobs import PieceLoaded, Place, share, shared
 from foxhunt.data.store.layout import OWN_DTYPE, SPLITS, WINDOW_ARRAYS, own_array, split_file
 from foxhunt.data.store.pieces import PIECE_ROWS, Piece, route_of
 from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of, save_array
 from foxhunt.data.util.median import counted_median
 from foxhunt.data.util.parallel import serial
-from foxhunt.errors import InputError
+from foxhunt.errors import InputError, ResourceError
 
 log = logging.getLogger("foxhunt.data")
 
@@ -134,8 +135,8 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     rows, wins = (np.cumsum([0, *counts]) for counts in ([int(r.lengths.sum()) for r in loads],
                                                          [r.windows for r in loads]))
     series0 = np.cumsum([0, *(len(r.names) for r in loads)])
-    known = stamp_tables(distinct_union([r.stamps for r in loads]), spill, cfg, spacing, intraday,
-                         scalers.get("season"), transform.grid)
+    origins = distinct_union([shared(spill, f"stamps-{k}") for k in range(len(loads))])  # (O,) every one
+    known = stamp_tables(origins, spill, cfg, spacing, intraday, scalers.get("season"), transform.grid)
     lap("grid")
     kr = len(calendar_columns(intraday, cfg.calendar_features)) + bool(scalers.get("season"))
     arrays = _allocate(tmp, int(rows[-1]), int(wins[-1]), kr + len(observed_names(scalers)), d, cfg.target,
@@ -177,6 +178,11 @@ def _map(executor: Executor, fn: Callable, jobs_args: list[tuple]) -> list:
     futures = [executor.submit(fn, *args) for args in jobs_args]
     wait(futures)
     for f in futures:
+        if isinstance(f.exception(), BrokenProcessPool):
+            raise ResourceError("a `prepare` worker process died before its piece was done (most often killed for "
+                                "memory; from a script, the spawned workers also need its code under `if __name__ "
+                                "== '__main__':`): run with fewer --workers, or --workers 0 if the panel fits in "
+                                "memory") from f.exception()
         if f.exception() is not None:
             raise f.exception()
     return [f.result() for f in futures]
