@@ -376,7 +376,7 @@ def test_present_symbols_are_the_codes_in_use_as_strings():
 
 def test_a_store_prepared_on_a_dask_cluster_is_the_local_one(panel, tmp_path, monkeypatch):
     """`--executor dask://HOST:PORT`: the pieces run on a cluster's 2 worker processes, the store array for array
-    and key for key the one the local crew writes."""
+    and key for key the one the local worker processes write."""
     distributed = pytest.importorskip("distributed")
     cfg = _config(panel)
     local = _in_pieces(monkeypatch, cfg, tmp_path / "local", piece_rows=1, workers=2, min_rows=0)
