@@ -1,5 +1,6 @@
 """The layout is the architecture: no source file over 500 lines, no import cycle, data/'s stages import only from
-themselves and the stages before them, and loading a model does not import the loading pipeline."""
+themselves and the stages before them, nothing in data/ waits by polling, and loading a model does not import the
+loading pipeline."""
 
 from __future__ import annotations
 
@@ -137,3 +138,16 @@ def test_loading_a_model_does_not_import_the_loading_pipeline() -> None:
             "'foxhunt.data.bars.load', 'foxhunt.data.io.read') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]"], out.stdout
+
+
+def test_no_module_of_the_data_pipeline_waits_by_sleeping() -> None:
+    """Processes and threads of the data pipeline wait on futures (concurrent.futures), never by polling: no call to
+    a `sleep` under src/foxhunt/data."""
+    sleeping = []
+    for path in sorted((SRC / "foxhunt" / "data").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if name == "sleep":
+                    sleeping.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert not sleeping, f"polling: {sleeping}"

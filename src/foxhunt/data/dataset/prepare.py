@@ -97,8 +97,8 @@ def prepare_from_bars(
     del loaded
     bars = bars.select(c for c in bars.columns if c in FEATURE_INPUTS or ("own_close" not in bars.columns and c in PRICES))
     fill_gaps = transform.scalers.get("fill_gaps", False) if transform else cfg.fill_gaps
-    keep = dict.fromkeys((*FEATURE_COLUMNS, *move_columns(target), *(("filled",) if fill_gaps else ())))
-    feats = raw_features(bars, cfg.adjust, target, columns=keep).select(list(keep))
+    keep = feature_columns(target, fill_gaps)
+    feats = raw_features(bars, cfg.adjust, target, columns=keep).select(keep)
     del bars
     # One chunk per column (the loader's frame may come in several): each of the fit, the scaling and the target
     # reads its columns as numpy views then, where a column of two chunks is copied at every read. "target" is the
@@ -193,6 +193,11 @@ def prepare_from_bars(
         rolls=list(meta.rolls),
         own_moves={c: rows[OWN + c] for c in own_move_columns(target)},
     )
+
+
+def feature_columns(target: str, fill_gaps: bool) -> list[str]:
+    """What scaling and the row tensors read of raw_features' output, in order (the pieced store's jobs too)."""
+    return list(dict.fromkeys((*FEATURE_COLUMNS, *move_columns(target), *(("filled",) if fill_gaps else ()))))
 
 
 def sorted_bars(bars: pl.DataFrame) -> tuple[pl.DataFrame, list[str], np.ndarray, np.ndarray]:

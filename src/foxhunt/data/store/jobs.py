@@ -25,7 +25,7 @@ from foxhunt.data.bars.load import load_raw
 from foxhunt.data.bars.validate import check_log_target
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.prepare import (
-    FEATURE_COLUMNS,
+    feature_columns,
     known_width,
     scaled_rows,
     sorted_bars,
@@ -34,7 +34,7 @@ from foxhunt.data.dataset.prepare import (
 from foxhunt.data.dataset.summary import WindowFacts, window_facts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import assign_splits, off_grid_windows, window_starts
-from foxhunt.data.features.features import move_columns, own_move_columns, raw_features
+from foxhunt.data.features.features import own_move_columns, raw_features
 from foxhunt.data.features.known import origin_rows, sorted_distinct, take_rows
 from foxhunt.data.features.scaling import own_scalers, trailing, train_moments, vol_moments
 from foxhunt.data.features.seasonality import minute_of_day
@@ -147,7 +147,7 @@ def load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], 
     bars, names, sidx, ts = sorted_bars(loaded.bars)
     lengths = np.bincount(sidx, minlength=len(names))
     check_log_target(bars, cfg.target)
-    keep = feature_columns(cfg)
+    keep = feature_columns(cfg.target, cfg.fill_gaps)
     feats = raw_features(bars, cfg.adjust, cfg.target, columns=keep).select(keep)
     del bars
     minute = minute_of_day(ts, cfg.exchange_tz).astype(np.uint16) if cfg.seasonality else None  # (N,) read twice
@@ -318,11 +318,6 @@ def _pwrite(fd: int, data: np.ndarray, offset: int) -> None:
         done += os.pwrite(fd, view[done:], offset + done)
 
 
-def feature_columns(cfg: DataConfig) -> list[str]:
-    """What the later jobs read of raw_features' output, in prepare_from_bars' order."""
-    return list(dict.fromkeys((*FEATURE_COLUMNS, *move_columns(cfg.target), *(("filled",) if cfg.fill_gaps else ()))))
-
-
 def _moments(cfg: DataConfig, feats: pl.DataFrame, s: int, sidx: np.ndarray, ts: np.ndarray, cuts: tuple,
              minute: np.ndarray | None) -> dict[str, np.ndarray]:
     """scalers.train_moments of a piece's training rows under `cuts`."""
@@ -338,7 +333,7 @@ def _spilled(cfg: DataConfig, spill: str, k: int, lengths: np.ndarray
     spilled = _read_spill(Path(spill) / f"feats-{k}.arrow")
     minute = spilled.get_column(MINUTE).to_numpy() if MINUTE in spilled.columns else None
     feats = spilled.with_columns(pl.col("roll").cast(pl.Float64), pl.col(cfg.target).alias("target")).select(
-        feature_columns(cfg))
+        feature_columns(cfg.target, cfg.fill_gaps))
     sidx = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     return feats, sidx, feats.get_column("ts").dt.epoch("ns").to_numpy(), minute
 
