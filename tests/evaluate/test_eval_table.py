@@ -1,5 +1,5 @@
 """evaluate's terminal table: every number sits under its heading, in the source rows and the skill rows alike,
-whatever the length of the baselines' names."""
+whatever the length of the baselines' names; its header says "(simulated)" on the bundled sample only."""
 
 from __future__ import annotations
 
@@ -35,3 +35,13 @@ def test_columns_line_up_for_any_name_length(long_name):
         line = next(line for line in lines if line.startswith(f"  vs {name} "))
         for q, e in ends.items():
             assert line[e - 12:e].strip() == f"{sk[str(q)]:.4f}", (name, q, line)
+
+
+def test_the_header_says_simulated_on_the_bundled_sample_only():
+    result = {"model": {**block(0.3), "quantiles": list(QS)}, "baselines": {"rolling_vol": block(0.4)}, "skill": {},
+              "target": "log_return", "verdict": None,
+              "period": {"origins": 10, "first_origin": "2024-01-01T00:00:00Z", "last_origin": "2024-01-10T00:00:00Z"}}
+    real, sample = format_results(result).splitlines(), format_results(result, simulated=True).splitlines()
+    header = next(line for line in real if line.startswith("source"))
+    assert not any("simulated" in line for line in real)
+    assert sample == [f"{header}  (simulated)" if line == header else line for line in real]

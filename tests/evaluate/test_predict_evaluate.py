@@ -80,10 +80,11 @@ def test_predict_with_intraday_bars_on_a_daily_model_is_a_clear_error(model_dir,
     assert not (tmp_path / "x.parquet").exists()
 
 
-def test_evaluate_scores_model_and_baselines_on_the_same_origins(model_dir, daily, tmp_path):
+def test_evaluate_scores_model_and_baselines_on_the_same_origins(model_dir, daily, tmp_path, capsys):
     out = tmp_path / "eval"
     assert main(["evaluate", "--model", str(model_dir), "--parquet-file", str(daily), "--start", "2024-07-01",
                  "--out-dir", str(out)]) == 0
+    assert "simulated" not in capsys.readouterr().out.lower()  # real bars: the terminal table neither
     metrics = json.loads((out / "metrics.json").read_text())
     names = {"training_quantiles", "rolling_vol"}
     assert names <= set(metrics["baselines"])
@@ -100,8 +101,9 @@ def test_evaluate_scores_model_and_baselines_on_the_same_origins(model_dir, dail
     assert "simulated" not in html.lower()  # real bars: no word of the bundled sample
 
 
-def test_evaluate_on_the_bundled_sample_says_it_is_simulated(model_dir, daily, tmp_path):
-    """The sample is known by its file name (data/io/sample_path.py); a file of that name is taken for it."""
+def test_evaluate_on_the_bundled_sample_says_it_is_simulated(model_dir, daily, tmp_path, capsys):
+    """The sample is known by its file name (data/io/sample_path.py); a file of that name is taken for it. The
+    report's claim and data note say so, and so does the terminal table's header line."""
     from foxhunt.data.io.sample_path import DEFAULT_SEED, SAMPLE_VERSION
 
     sample = tmp_path / f"es_ohlcv1m_sample_v{SAMPLE_VERSION}_seed{DEFAULT_SEED}.parquet"
@@ -112,6 +114,8 @@ def test_evaluate_on_the_bundled_sample_says_it_is_simulated(model_dir, daily, t
     html = (out / "report.html").read_text()
     claim = html[html.index('<p class="claim">'):html.index("</p>", html.index('<p class="claim">'))]
     assert "SIMULATED ES 1-minute bars" in claim and f"data: {sample} (simulated: the bundled sample)" in html
+    header = [line for line in capsys.readouterr().out.splitlines() if line.startswith("source ")]
+    assert len(header) == 1 and header[0].endswith("  (simulated)")
 
 
 def test_evaluate_can_score_forecasts_written_by_predict(model_dir, daily, tmp_path):

@@ -64,6 +64,15 @@ def test_the_global_batch_must_split_evenly():
     SINGLE.check_batch_size(31)  # one process takes any batch
 
 
+def test_the_notice_says_the_last_batch_may_split_unevenly():
+    ranks = Dist(world_size=2, grouped=True)
+    assert ranks.notice("gloo") == ("distributed: 2 ranks (gloo), global batch split across them (the last batch of "
+                                    "an epoch may leave some ranks a window fewer, or none); rank 0 writes the run")
+    assert "evenly" not in ranks.notice("NCCL")
+    ranks.check_batch_size(16)  # 225 windows in global batches of 16: the last holds 1, rank 1 gets none
+    assert [Dist(rank=r, world_size=2).shard(225 % 16) for r in range(2)] == [(0, 1), (1, 1)]
+
+
 def test_a_run_without_torchruns_variables_is_one_process(monkeypatch):
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(var, raising=False)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-import re
 
 import numpy as np
 import polars as pl
@@ -41,6 +40,7 @@ from foxhunt.data.features.scaling import (
     vol_columns,
 )
 from foxhunt.data.features.seasonality import profile_at
+from foxhunt.durations import MONTHS, UNIT_NS, read_duration
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.api")
@@ -429,21 +429,21 @@ def _duration(ns: int) -> str:
     return f"{ns / 1e9:g} seconds"
 
 
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(w|d|h|m|min|s)\s*")
-_UNIT_NS = {"w": 7 * DAY_NS, "d": DAY_NS, "h": 3600 * 10**9, "m": 60 * 10**9, "min": 60 * 10**9, "s": 10**9}
-
-
 def parse_gap(value: object) -> int | None:
     """`max_gap` as ns: a datetime.timedelta (pandas' Timedelta too), a numpy timedelta64, or text like "36h",
-    "3d", "2w", "90m" / "90min", "45s"; None: no limit."""
+    "3d", "2w", "90m" / "90min", "45s" (foxhunt/durations.py); None: no limit."""
     if value is None:
         return None
+    text = read_duration(value)
     if isinstance(value, dt.timedelta):
         ns = value // dt.timedelta(microseconds=1) * 1000
     elif isinstance(value, np.timedelta64):
         ns = int(value.astype("timedelta64[ns]").astype(np.int64))
-    elif isinstance(value, str) and (m := _DURATION.fullmatch(value)):
-        ns = int(float(m.group(1)) * _UNIT_NS[m.group(2)])
+    elif text is not None and text[1] in MONTHS:
+        raise InputError(f"max_gap {value!r} is not a fixed duration (a month or a year has no one length); write "
+                         "days or weeks, e.g. '30d'")
+    elif text is not None:
+        ns = int(text[0] * UNIT_NS[text[1]])
     else:
         raise InputError(f"max_gap {value!r} is not a duration; pass a datetime.timedelta or text like '3d', '36h', "
                          "'90m'")

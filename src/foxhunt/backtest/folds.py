@@ -10,21 +10,17 @@ targets overlap its test period.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from foxhunt.durations import MONTHS, UNIT_NS, read_duration
 from foxhunt.errors import InputError
-
-NS = {"min": 60 * 10**9, "h": 3600 * 10**9, "d": 86_400 * 10**9, "w": 7 * 86_400 * 10**9}
-MONTHS = {"mo": 1, "y": 12}  # calendar units: boundaries fall on the first of a month / of January (UTC)
-_LENGTH = re.compile(r"^\s*(\d+)\s*(min|h|d|w|mo|y)\s*$")
 
 
 @dataclass(frozen=True)
 class Length:
-    """A span of time: `n` fixed units (min, h, d, w) or `n` calendar months / years (mo, y)."""
+    """A span of time: `n` fixed units (s, min, h, d, w) or `n` calendar months / years (mo, y)."""
 
     n: int
     unit: str
@@ -39,7 +35,7 @@ class Length:
     def back(self, t_ns: int, times: int = 1) -> int:
         """`t_ns` moved `times` spans into the past (calendar units keep the offset inside the month)."""
         if not self.calendar:
-            return t_ns - times * self.n * NS[self.unit]
+            return t_ns - times * self.n * UNIT_NS[self.unit]
         month = np.datetime64(int(t_ns), "ns").astype("datetime64[M]")
         offset = t_ns - int(month.astype("datetime64[ns]").astype(np.int64))
         moved = month - np.timedelta64(times * self.n * MONTHS[self.unit], "M")
@@ -52,16 +48,19 @@ class Length:
             unit = "Y" if self.unit == "y" else "M"
             return int(np.datetime64(int(last_ns), "ns").astype(f"datetime64[{unit}]").astype("datetime64[ns]")
                        .astype(np.int64))
-        step = NS["d"] if self.unit in ("d", "w") else NS[self.unit]
+        step = UNIT_NS["d"] if self.unit in ("d", "w") else UNIT_NS[self.unit]
         return (last_ns // step + 1) * step
 
 
 def parse_length(text: str, flag: str) -> Length:
-    m = _LENGTH.match(str(text))
-    if m is None or int(m.group(1)) < 1:
-        raise InputError(f"{flag} {text!r} is not a length; write a positive count and a unit: 90min, 6h, 30d, 4w, "
-                         "3mo or 1y")
-    return Length(int(m.group(1)), m.group(2))
+    """A whole count of a unit of foxhunt/durations.py, but `m`: minutes there, months to many here."""
+    read = read_duration(str(text))
+    if read is not None and read[1] == "m":
+        raise InputError(f"{flag} {text!r} is ambiguous; write {read[0]:g}min for minutes or {read[0]:g}mo for months")
+    if read is None or read[0] < 1 or read[0] != int(read[0]):
+        raise InputError(f"{flag} {text!r} is not a length; write a positive whole count and a unit: 90min, 6h, 30d, "
+                         "4w, 3mo or 1y")
+    return Length(int(read[0]), read[1])
 
 
 def parse_refit(text: str) -> int:

@@ -68,6 +68,7 @@ def evaluate(
 
     Without --start, scores only origins after the model's validation period when the bars reach past it (the
     calibration was fitted on that period)."""
+    from foxhunt.data.io.sample_path import is_bundled_sample
     from foxhunt.evaluate.run import evaluate_run
     from foxhunt.evaluate.table import format_results
     from foxhunt.train.device import resolve_device
@@ -76,7 +77,7 @@ def evaluate(
     set_threads(threads)
     result = evaluate_run(model, paths, out_dir, start, end, batch_size, resolve_device(device), forecasts,
                           calibrate=not no_calibration, features=features)
-    typer.echo(format_results(result))
+    typer.echo(format_results(result, simulated=is_bundled_sample(paths)))
     typer.echo(f"wrote {out_dir / 'metrics.json'} and {out_dir / 'report.html'}")
 
 

@@ -135,7 +135,7 @@ MEMORY_OPTIONS: Group = (MEMORY_BUDGET.replace(default="4GiB"), DEVICE, OPTIMIZE
 TRAINING_OPTIONS: Group = (
     opt("epochs", int, TD.epochs, "Epochs.", TRAINING),
     opt("batch_size", str, str(TD.batch_size), "Training batch size, or auto (needs --memory-budget); under "
-        "torchrun the global batch, split evenly over the ranks.", TRAINING),
+        "torchrun the global batch, a multiple of the number of ranks, split across them.", TRAINING),
     opt("validation_batch_size", str, "auto", "Validation batch size, or auto: the largest that fits.", TRAINING),
     opt("learning_rate", float, TD.learning_rate, "Peak learning rate (AdamW).", TRAINING),
     opt("weight_decay", float, TD.weight_decay, "AdamW weight decay.", TRAINING),

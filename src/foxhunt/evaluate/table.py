@@ -30,7 +30,8 @@ def coverage_line(cal: dict[str, Any]) -> str:
     return f"{state}; " + "; ".join(parts)
 
 
-def format_results(result: dict[str, Any]) -> str:
+def format_results(result: dict[str, Any], simulated: bool = False) -> str:
+    """`simulated`: the bars are the bundled sample; the table's header line says so, as the report's claim does."""
     model = result["model"]
     qs = [float(q) for q in model["quantiles"]]
     raw = {"model (raw)": result["model_raw"]} if result.get("model_raw") else {}
@@ -48,7 +49,7 @@ def format_results(result: dict[str, Any]) -> str:
         f"{result['period']['first_origin']} to {result['period']['last_origin']}"
         + (f" ({result['period']['scored']})" if result["period"].get("scored") else ""),
         *([coverage_line(result["calibration"])] if result.get("calibration") else []),
-        header,
+        header + ("  (simulated)" if simulated else ""),
         "-" * len(header),
     ]
     for name, res in sources.items():

@@ -142,6 +142,12 @@ class Dist:
             start, stop = self.shard(n)
             yield windows.batch(ids[i + start : i + stop]), (start, n)
 
+    def notice(self, backend: str) -> str:
+        """The start-up line of a distributed run. Every full global batch splits evenly (check_batch_size); an
+        epoch's last one may not (`shard`), so it does not say evenly."""
+        return (f"distributed: {self.world_size} ranks ({backend}), global batch split across them (the last batch "
+                "of an epoch may leave some ranks a window fewer, or none); rank 0 writes the run")
+
     def check_batch_size(self, batch_size: int, flag: str = "--batch-size") -> None:
         if self.active and batch_size % self.world_size:
             raise InputError(f"{flag} {batch_size} is the global batch and must split evenly over the "

@@ -245,8 +245,7 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
                             cfg.memory_log_every)
     if dist.active:
         tracker.reduce_max = dist.all_max  # rank 0's records: the maximum over the ranks
-        log.info("distributed: %d ranks (%s), global batch split evenly over them; rank 0 writes the run",
-                 dist.world_size, "NCCL" if device.type == "cuda" else "gloo", extra=SHOW)
+        log.info("%s", dist.notice("NCCL" if device.type == "cuda" else "gloo"), extra=SHOW)
     injector = FaultInjector.from_env()
     log.info("run directory %s, device %s, torch %s", run.root, describe_device(device), torch.__version__,
              extra=SHOW)
