@@ -188,7 +188,7 @@ def trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nda
                               for c in own_move_columns(cfg.target))):
         put(store / f"{name}.npy", at, value)
     roll_bars = int(feats["roll"].sum())
-    keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
+    keep = _training_rows(cfg, feats, ts, cuts)  # (n,)
     if scalers.get("season") and scalers["season"]["tz"] != cfg.exchange_tz:
         minute = None  # the spilled minutes are in the exchange's zone: trailing computes the profile's own
     derived = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling, minute=minute)  # (derived, center, scale)
@@ -321,9 +321,13 @@ def _pwrite(fd: int, data: np.ndarray, offset: int) -> None:
 def _moments(cfg: DataConfig, feats: pl.DataFrame, s: int, sidx: np.ndarray, ts: np.ndarray, cuts: tuple,
              minute: np.ndarray | None) -> dict[str, np.ndarray]:
     """scalers.train_moments of a piece's training rows under `cuts`."""
-    keep = (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
-    return train_moments(feats, sidx, s, keep, cfg.target, cfg.exchange_tz if cfg.seasonality else None,
-                         minute=minute)
+    season_tz = cfg.exchange_tz if cfg.seasonality else None
+    return train_moments(feats, sidx, s, _training_rows(cfg, feats, ts, cuts), cfg.target, season_tz, minute=minute)
+
+
+def _training_rows(cfg: DataConfig, feats: pl.DataFrame, ts: np.ndarray, cuts: tuple) -> np.ndarray:
+    """(n,) the rows the scalers are fitted on: before the train cut, from --train-start on, not a series' first."""
+    return (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
 
 
 def _spilled(cfg: DataConfig, spill: str, k: int, lengths: np.ndarray
