@@ -26,8 +26,9 @@ from foxhunt.data.io.read import rtype_sets
 from foxhunt.data.store import build, jobs, pieced
 from foxhunt.data.store import pieces as pieces_module
 from foxhunt.data.store.build import prepare_store
+from foxhunt.data.store.executor import may_piece, open_workers
 from foxhunt.data.store.jobs import present
-from foxhunt.data.store.pieces import may_piece, plan_pieces, plan_sample, route_of
+from foxhunt.data.store.pieces import plan_pieces, plan_sample, route_of
 from foxhunt.data.util.median import counted_median, value_counts
 from foxhunt.errors import InputError
 
@@ -190,6 +191,17 @@ def test_workers_start_before_planning_only_where_the_files_may_hold_min_rows_ba
     size = sum(f.stat().st_size for f in panel.rglob("*.parquet"))
     cfg = DataConfig(paths=(str(panel),))
     assert may_piece(cfg, min_rows=size) and not may_piece(cfg, min_rows=size + 1) and not may_piece(cfg)
+
+
+def test_workers_0_prepares_in_memory_even_with_the_workers_the_cli_opened(panel, whole, tmp_path, monkeypatch):
+    """`foxhunt prepare --workers 0` opens its (in-process) workers before it plans, as every `prepare` does: the
+    panel is still prepared whole, in memory, not in pieces."""
+    called = []
+    monkeypatch.setattr(build, "plan_pieces", lambda *args, **kwargs: called.append(args) or [])
+    with open_workers("local", 0) as pool:
+        manifest = prepare_store(_config(panel), tmp_path / "store", piece_rows=1, workers=0, min_rows=0, pool=pool)
+    assert called == []
+    _assert_same_store(whole, (tmp_path / "store", manifest))
 
 
 def test_series_keys_group_a_root_with_its_spreads():

@@ -34,12 +34,14 @@ def prepare(
     (and predict, evaluate): the row tensors, window index, splits, scalers, schema, data summary, roll table and
     what the baselines read (docs/store-format.md)."""
     from foxhunt import settings
-    from foxhunt.data.store.executor import open_workers
+    from foxhunt.data.store.executor import may_piece, open_workers
 
     v = values(ctx, config)
     cfg, workers = settings.data_config(v, paths(v)), int(v.get("workers", 2))
     executor = str(v.get("executor", "local"))
-    with open_workers(executor, workers) as pool:  # its processes import while this one does
+    # Started before the command's imports, so that its processes import while this one does; none for a panel
+    # prepared whole (small, or kept whole by an option: may_piece, from the files' sizes alone).
+    with open_workers(executor, workers if may_piece(cfg) else min(workers, 1)) as pool:
         from foxhunt.data.store import prepare_store
 
         manifest = prepare_store(cfg, out, workers=workers, pool=pool, executor=executor)

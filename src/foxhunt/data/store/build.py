@@ -10,8 +10,8 @@ from typing import Any
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.data.io.discover import expand_sources
-from foxhunt.data.store.executor import LOCAL, Workers, check_executor, open_workers
-from foxhunt.data.store.pieces import MIN_ROWS, PIECE_ROWS, may_piece, plan_pieces
+from foxhunt.data.store.executor import LOCAL, MIN_ROWS, Workers, check_executor, may_piece, open_workers
+from foxhunt.data.store.pieces import PIECE_ROWS, plan_pieces
 from foxhunt.data.store.write import refuse_non_store, write_store
 
 log = logging.getLogger("foxhunt.data")
@@ -34,7 +34,8 @@ def prepare_store(
     with contextlib.ExitStack() as stack:
         if pool is None and (executor != LOCAL or workers > 0):  # no process is started for a panel kept whole
             pool = stack.enter_context(open_workers(executor, workers if may_piece(cfg, min_rows, sources) else 1))
-        pieces = plan_pieces(cfg, piece_rows, pool.size, min_rows, sources) if pool is not None else []
+        pieced = pool is not None and (workers > 0 or executor != LOCAL)  # --workers 0: in memory, whoever opened it
+        pieces = plan_pieces(cfg, piece_rows, pool.size, min_rows, sources) if pieced else []
         if len(pieces) > 1:
             from foxhunt.data.store.pieced import prepare_pieces
 

@@ -4,7 +4,7 @@ is a Dask cluster's (`Client.get_executor`), so that a panel larger than one mac
 The jobs write the store's rows and their spills themselves: the store's folder must be one every worker sees.
 
 Nothing here imports polars or numpy: the CLI opens the executor first, so that its processes import the jobs'
-libraries while this one imports its own.
+libraries while this one imports its own, and asks `may_piece` (the files' sizes alone) whether to start any.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from foxhunt.data.config import DataConfig
+from foxhunt.data.io.discover import Source, expand_sources, is_parquet
 from foxhunt.errors import InputError
 
 LOCAL = "local"
@@ -25,6 +28,10 @@ DASK = "dask://"
 CONNECT_TIMEOUT_S = 10  # an address nobody answers at: an error for people after this long, not a hang
 QUIET = "foxhunt.data"  # the jobs log warnings only: the process that runs the pieces logs what they found
 JOBS = "foxhunt.data.store.jobs"
+# Below this many bars (about 2 GB prepared in memory) the panel is prepared in memory: the pieced path costs more
+# CPU (a spawned worker imports polars and the rest, each piece's bars and features go through spills;
+# benchmarks/store_20m.py), which only the bounded memory pays for.
+MIN_ROWS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -109,3 +116,22 @@ def _dask(spec: str) -> Iterator[Workers]:
         yield Workers(client.get_executor(pure=False), max(threads, 1))
     finally:
         client.close()
+
+
+def may_piece(cfg: DataConfig, min_rows: int = MIN_ROWS, sources: list[Source] | None = None) -> bool:
+    """Whether plan_pieces may cut the panel in pieces, from what costs next to nothing to look at: parquet files of
+    `min_rows` bytes or more (a bar takes more than a byte) and no option that keeps the panel whole."""
+    if keeps_whole(cfg):
+        return False
+    files = listed_files(cfg, sources)
+    return bool(files) and all(is_parquet(f) for f in files) and sum(os.path.getsize(f) for f in files) >= min_rows
+
+
+def listed_files(cfg: DataConfig, sources: list[Source] | None = None) -> list[Path]:
+    """Every file `cfg.paths` names, in order: from `sources` (expand_sources' list) when the caller has them."""
+    return [f for source in (expand_sources(cfg.paths) if sources is None else sources) for f in source.files]
+
+
+def keeps_whole(cfg: DataConfig) -> bool:
+    """Options under which the panel is prepared in one piece (see plan_pieces): --fill-gaps, --since, --until."""
+    return bool(cfg.fill_gaps or cfg.since or cfg.until)

@@ -24,14 +24,11 @@ import polars as pl
 
 from foxhunt.data.bars.symbols import series_key
 from foxhunt.data.config import DataConfig
-from foxhunt.data.io.discover import Source, expand_sources, is_parquet
+from foxhunt.data.io.discover import Source, is_parquet
 from foxhunt.data.io.normalise import match_column, symbol_column
+from foxhunt.data.store.executor import MIN_ROWS, keeps_whole, listed_files
 
 PIECE_ROWS = 2_000_000  # bars per piece: a worker's memory is that of preparing this many bars in memory
-# Below this many bars (about 2 GB prepared in memory) the panel is prepared in memory: the pieced path costs more
-# CPU (a spawned worker imports polars and the rest, each piece's bars and features go through spills;
-# benchmarks/store_20m.py), which only the bounded memory pays for.
-MIN_ROWS = 4_000_000
 # Files whose symbols the plan counts, evenly spaced (every file when there are no more): 64 daily files of a
 # futures panel see every root and weigh it within a few percent.
 PLAN_FILES = 64
@@ -73,7 +70,7 @@ def plan_pieces(cfg: DataConfig, piece_rows: int = PIECE_ROWS, workers: int = 2,
     per worker process (`workers`); one piece when the panel cannot be read by symbol, holds one series or
     fewer than `min_rows` bars, with --fill-gaps (its bar grid is measured on the whole panel), or with --since /
     --until (a root without a bar in range would make its piece fail where the whole panel reads)."""
-    counts = None if _keeps_whole(cfg) else _symbol_counts(cfg, sources)
+    counts = None if keeps_whole(cfg) else _symbol_counts(cfg, sources)
     total = sum(n for _, n in counts or ())
     if counts is None or total < min_rows:
         return [Piece((), total)]
@@ -91,25 +88,6 @@ def plan_pieces(cfg: DataConfig, piece_rows: int = PIECE_ROWS, workers: int = 2,
         rows += more
     pieces.append(Piece(tuple(symbols), rows))
     return pieces
-
-
-def may_piece(cfg: DataConfig, min_rows: int = MIN_ROWS, sources: list[Source] | None = None) -> bool:
-    """Whether plan_pieces may cut the panel in pieces, from what costs next to nothing to look at: parquet files of
-    `min_rows` bytes or more (a bar takes more than a byte) and no option that keeps the panel whole."""
-    if _keeps_whole(cfg):
-        return False
-    files = listed_files(cfg, sources)
-    return bool(files) and all(is_parquet(f) for f in files) and sum(os.path.getsize(f) for f in files) >= min_rows
-
-
-def listed_files(cfg: DataConfig, sources: list[Source] | None = None) -> list[Path]:
-    """Every file `cfg.paths` names, in order: from `sources` (expand_sources' list) when the caller has them."""
-    return [f for source in (expand_sources(cfg.paths) if sources is None else sources) for f in source.files]
-
-
-def _keeps_whole(cfg: DataConfig) -> bool:
-    """Options under which the panel is prepared in one piece (see plan_pieces): --fill-gaps, --since, --until."""
-    return bool(cfg.fill_gaps or cfg.since or cfg.until)
 
 
 def _symbol_counts(cfg: DataConfig, sources: list[Source] | None) -> list[tuple[str, int]] | None:
