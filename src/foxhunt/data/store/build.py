@@ -32,9 +32,9 @@ def prepare_store(
     check_executor(executor)
     sources = expand_sources(cfg.paths)  # listed once: walking a folder of daily files is not free
     with contextlib.ExitStack() as stack:
-        if pool is None and (executor != LOCAL or workers > 0):  # no process is started for a panel kept whole
+        pieced = workers > 0 or executor != LOCAL  # --workers 0: in memory, whoever opened workers
+        if pieced and pool is None:  # no process is started for a panel kept whole
             pool = stack.enter_context(open_workers(executor, workers if may_piece(cfg, min_rows, sources) else 1))
-        pieced = pool is not None and (workers > 0 or executor != LOCAL)  # --workers 0: in memory, whoever opened it
         pieces = plan_pieces(cfg, piece_rows, pool.size, min_rows, sources) if pieced else []
         if len(pieces) > 1:
             from foxhunt.data.store.pieced import prepare_pieces
