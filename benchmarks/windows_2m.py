@@ -154,8 +154,8 @@ def measure(path: str, small: str, encoder_length: int, horizon: int, batch_size
     stages.hook(load, "read_bars", "resolve_symbols", "drop_spreads", "clean_bars", "merge_sunday_stubs",
                 "parse_futures", "check_session_grid", "check_ratio_adjust", "build_series", "_series_summary",
                 "bar_interval")
-    stages.hook(prepare, "sorted_bars", "check_log_target", "raw_features", "fit_and_trail", "standardize",
-                "_windowed", "data_summary")
+    stages.hook(prepare, "sorted_bars", "check_log_target", "raw_features", "fit_and_trail", "series_rows",
+                "windowed_rows", "data_summary")
     base = _status()[0]
     _reset_peak()
     t0, c0 = time.perf_counter(), time.process_time()

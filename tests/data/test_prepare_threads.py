@@ -10,7 +10,7 @@ import torch
 
 from foxhunt.data.bars.load import LoadedBars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset import prepare, types
+from foxhunt.data.dataset import featurize, types
 from foxhunt.data.dataset.prepare import prepare_from_bars
 from foxhunt.data.dataset.windows import assign_splits, window_starts
 from foxhunt.data.features import fitstats, known
@@ -90,7 +90,7 @@ def test_two_threads_prepare_the_bits_of_one(seasonality, extra, monkeypatch):
 def test_window_splits_are_the_starts_and_their_splits():
     ts = np.arange(40, dtype=np.int64) * MIN
     first, end = np.array([0, 25]), np.array([25, 40])
-    starts, split = prepare.window_splits(ts, first, end, 4, 2, (20 * MIN, 30 * MIN), 0)
+    starts, split = featurize.window_splits(ts, first, end, 4, 2, (20 * MIN, 30 * MIN), 0)
     want = window_starts(first, end, 6)
     assert np.array_equal(starts, want)
     ref = assign_splits(ts[want + 4], ts[want + 5], 20 * MIN, 30 * MIN, 0)

@@ -273,10 +273,9 @@ def test_prepare_in_pieces_never_imports_torch(panel, tmp_path):
 
 
 @pytest.mark.parametrize("own", [True, False])
-def test_scaled_rows_are_written_by_the_trail_jobs_or_after_them_alike(panel, whole, tmp_path, monkeypatch, own):
-    """A piece's trail job writes its scaled rows when its series' own statistics complete the scalers and the grid
-    is built (in this process, workers=1, the grid is built before the jobs run); otherwise a write job does, with
-    the whole panel's scalers. Either way the store is the one prepared in memory."""
+def test_pieces_are_written_by_the_trail_jobs_or_after_them_alike(panel, whole, tmp_path, monkeypatch, own):
+    """A piece's trail job writes the piece when its series' own statistics complete the scalers; otherwise a write
+    job does, with the whole panel's scalers. Either way the store is the one prepared in memory."""
     written, original = [], jobs.write
 
     def write(*args):

@@ -21,19 +21,18 @@ from foxhunt.data.bars.load import LoadedBars, load_bars
 from foxhunt.data.bars.sessions import run_session
 from foxhunt.data.bars.validate import check_log_target
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.summary import EPOCH, data_summary, facts_of, iso
+from foxhunt.data.dataset.featurize import SeriesRows, Stamped, known_width, series_rows, windowed_rows
+from foxhunt.data.dataset.summary import EPOCH, data_summary, iso
 from foxhunt.data.dataset.types import UNKNOWN_SERIES, FittedTransform, PreparedData
 from foxhunt.data.dataset.windows import (
     SplitResult,
     WindowedData,
-    assign_splits,
     series_bounds,
-    window_starts,
 )
 from foxhunt.data.features.calendar import calendar_columns
-from foxhunt.data.features.features import move_columns, own_move_columns, raw_features
-from foxhunt.data.features.known import DecoderKnown, StampKnown, stamp_known, stamp_rows, with_season
-from foxhunt.data.features.scaling import apply_scalers, fit_and_trail, observed_names, standardize
+from foxhunt.data.features.features import move_columns, raw_features
+from foxhunt.data.features.known import stamp_known
+from foxhunt.data.features.scaling import fit_and_trail, observed_names
 from foxhunt.data.features.schema import Feature, FeatureSchema, Kind, Role
 from foxhunt.data.util import parallel
 from foxhunt.data.util.order import run_starts, sort_keys
@@ -47,7 +46,6 @@ FEATURE_COLUMNS = ("ts", "first", "roll", "target", "log_range", "log_volume")
 FEATURE_INPUTS = ("series", "ts", "contract", "volume", "own_high", "own_low", "own_close", "roll_log_ratio", "roll_gap",
                   "filled")
 PRICES = ("high", "low", "close")
-OWN = "own_"  # the row key (and the store's file name) of an own move column: own_log_range, own_log_return
 
 
 def prepare_data(
@@ -105,7 +103,7 @@ def prepare_from_bars(
     # target's own column under another name: dropped first, as a rechunk would copy the two apart.
     feats = feats.drop("target").rechunk()
     # The known inputs depend on the timestamps and the grid alone: on a second thread they are computed while the
-    # scalers are fitted and applied (serially they wait for _windowed, so as not to be held through the fit).
+    # scalers are fitted and applied (serially they wait for windowed_rows, so as not to be held through the fit).
     step = (transform.bar_spacing_ns if transform is not None else 0) or spacing  # the model's bar interval
     pending = None if for_prediction or parallel.threads() <= 1 else parallel.submit(
         _boxed, stamp_known, ts_ns, step, d, cfg.exchange_tz if transform is None else transform.exchange_tz, intraday,
@@ -141,57 +139,29 @@ def prepare_from_bars(
             session=run_session(cfg.calendar),
         )
     release_freed_memory()  # the fit's freed temporaries go back before the row tensor takes its memory
-    # The row tensor: calendar columns (filled in _windowed), then the observed inputs, standardized straight into it.
-    cont, center, scale = scaled_rows(feats, names, sidx, transform, trail)  # (N, Kr + Or), (N,), (N,)
-    del trail
-    rows = {
-        "cont": cont,
-        "target": feats[target].to_numpy().astype(np.float32),
-        "center": center,
-        "scale": scale,
-        "ts": ts_ns,
-        "sidx": sidx,
-        "real": np.ones(len(ts_ns), dtype=bool),
-        **{OWN + c: feats[c].to_numpy().astype(np.float32) for c in own_move_columns(target)},
-    }
-    roll_bars = int(feats["roll"].sum())
-    del feats  # not read past here: gone before the row tensors are built
+    # The row tensor: known columns (filled by windowed_rows), then the observed inputs, standardized straight into it.
+    rows = series_rows(feats, names, sidx, ts_ns, transform, trail)
+    del feats, trail  # not read past here: gone before the row tensors are built
+    future = None
     if for_prediction:
-        rows = _extend(
-            rows, first, end, d, future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz, transform.grid)
-        )
-        first, end = series_bounds(rows["sidx"])  # each series now ends d rows later
-    # The windows and their splits follow from the timestamps alone: on a second thread while _windowed runs.
-    planned = None if for_prediction else parallel.submit(
-        window_splits, rows["ts"], first, end, e, d, cuts, train_start_ns(cfg))
-    windows = _windowed(rows, first, end, names, transform, e, d, step, None if pending is None else pending.result(),
-                        None if planned is None else lambda: planned.result()[0])
-    del pending
-    if for_prediction:
-        split = SplitResult(
-            ids={
-                "train": np.empty(0, np.int64),
-                "val": np.empty(0, np.int64),
-                "test": np.arange(windows.n_windows),
-            },
-            purged={"train": 0, "val": 0},
-        )
-    else:
-        split = planned.result()[1]
-        del planned
-        check_splits(split, cuts, cfg, ts_ns)
+        future = future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz, transform.grid)  # (S, d)
+    known = Stamped(transform, step, d, None if pending is None else pending.result())
+    out = windowed_rows(rows, names, transform, e, d, cuts, train_start_ns(cfg), known, future)
+    del rows, pending
+    if not for_prediction:
+        check_splits(out.split, cuts, cfg, ts_ns)
     schema = feature_schema(transform, e, d, cfg.adjust)
+    windows = _tensors(out, names, known_width(transform), e, d)
     windows.check_codes(schema)
-    facts = facts_of(windows, split)
-    summary = data_summary(meta, schema, facts, windows.series_names, cuts, for_prediction, roll_bars, spacing)
+    summary = data_summary(meta, schema, out.facts, windows.series_names, cuts, for_prediction, out.roll_bars, spacing)
     return PreparedData(
         schema=schema,
         windows=windows,
-        splits={k: torch.from_numpy(v.astype(np.int64)) for k, v in split.ids.items()},
+        splits={k: torch.from_numpy(v.astype(np.int64)) for k, v in out.split.ids.items()},
         transform=transform,
         summary=summary,
         rolls=list(meta.rolls),
-        own_moves={c: rows[OWN + c] for c in own_move_columns(target)},
+        own_moves=out.own,
     )
 
 
@@ -311,113 +281,37 @@ def check_splits(
         raise InputError(f"test split is empty: no window's first forecast bar is on or after {where}; {span}; {fix}")
 
 
-def _extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: np.ndarray) -> dict:
-    """Append `d` future rows after each series (S, d timestamps in `future_ns`): NaN target, zero inputs, not real."""
-    s = len(first)
-    # Real rows of series i move down by i * d rows, making room for the future rows of the series before it.
-    shift = np.repeat(np.arange(s, dtype=np.int64) * d, end - first)  # (N,)
-    real_pos = np.arange(len(rows["ts"]), dtype=np.int64) + shift
-    fut_pos = ((end + np.arange(s) * d)[:, None] + np.arange(d)).ravel()  # (S * d,)
-    n = len(rows["ts"]) + s * d
-    fill = {"cont": 0.0, "target": np.nan, "center": 0.0, "scale": 1.0, "real": False,
-            **{OWN + c: np.nan for c in own_move_columns("log_range")}}
-    out = {}
-    for key, arr in rows.items():
-        new = np.empty((n, *arr.shape[1:]), dtype=arr.dtype)
-        new[real_pos] = arr
-        if key == "ts":
-            new[fut_pos] = future_ns.ravel()
-        elif key == "sidx":
-            new[fut_pos] = np.repeat(np.arange(s), d)
-        else:
-            new[fut_pos] = fill[key]
-        out[key] = new
-    return out
-
-
-def scaled_rows(
-    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, tf: FittedTransform, trail: tuple | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The row tensor (N, Kr + Or) float32 with the observed inputs standardized straight into its last Or columns
-    (its first Kr, the calendar columns, are the caller's to fill), and the target's center and scale (N,).
-
-    `trail`: scaling.trailing's output under `tf`, when the caller has it (the fit computes it); else computed here.
-    One place for the row layout that the in-memory path and the pieced store (store/pieced.py) both write."""
-    kr = known_width(tf)
-    cont = np.empty((len(sidx), kr + len(observed_names(tf.scalers))), dtype=np.float32)  # (N, Kr + Or)
-    if trail is None:
-        _, center, scale = apply_scalers(feats, names, sidx, tf.scalers, tf.target, tf.scaling, out=cont[:, kr:])
-    else:
-        _, center, scale = standardize(feats, names, sidx, tf.scalers, *trail, out=cont[:, kr:])
-    return cont, center, scale
-
-
-def known_width(tf: FittedTransform) -> int:
-    """Kr: the calendar columns, and tod_vol with a seasonality profile (the known inputs stored per row)."""
-    return len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(tf.scalers.get("season"))
-
-
-def _boxed(fn: Callable[..., Any], *args: Any) -> list:
-    """[fn(*args)]: a list its taker pops the value from, so that the future holding the list keeps no reference."""
-    return [fn(*args)]
-
-
-def window_splits(
-    ts_ns: np.ndarray, first: np.ndarray, end: np.ndarray, e: int, d: int, cuts: tuple[int, int | None],
-    train_start: int,
-) -> tuple[np.ndarray, SplitResult]:
-    """(W,) the start row of every window of the series' rows [first, end) (window_starts), and the windows' splits
-    under `cuts` (assign_splits) from the timestamps `ts_ns` (N,) of their first and last forecast bars."""
-    starts = window_starts(first, end, e + d)
-    # ts_ns[starts + k] read as ts_ns[k:][starts]: no (W,) sum of rows to hold
-    return starts, assign_splits(ts_ns[e:][starts], ts_ns[e + d - 1 :][starts], *cuts, train_start)
-
-
-def _windowed(
-    rows: dict, first: np.ndarray, end: np.ndarray, names: list[str], tf: FittedTransform, e: int, d: int,
-    step: int, known_stamps: list[StampKnown] | None = None, starts: Callable[[], np.ndarray] | None = None,
-) -> WindowedData:
-    """The row tensors (calendar columns first, then observed inputs: `rows["cont"]` holds those already), the known
-    inputs of the forecast steps of every origin (from the origin's timestamp and the grid `step` alone) and the
-    window index over them. `known_stamps`: [`stamp_known` of `rows["ts"]` under `tf`] when the caller has it, popped
-    here (its stamps' arrays go once used); `starts`: gives window_starts(first, end, e + d), when the caller has
-    them computed (on another thread)."""
+def _tensors(rows: SeriesRows, names: list[str], kr: int, e: int, d: int) -> WindowedData:
+    """`rows` as the WindowedData tensors (sharing the arrays)."""
     import torch
 
-    kr = known_width(tf)
-    sk = known_stamps.pop() if known_stamps else stamp_known(
-        rows["ts"], step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, tf.scalers.get("season"),
-        grid=tf.grid)
-    sk = with_season(sk, tf.scalers.get("season"), tf.exchange_tz)
-    cont = rows.pop("cont")  # (N, Kr + Or)
-    stamp_rows(sk, cont[:, :kr])
-    known = DecoderKnown(cont=sk.table_cont, ts=sk.table, base=sk.base[sk.inverse],
-                         index=None if sk.index is None else sk.index[sk.inverse])
-    del sk
-    release_freed_memory()  # the grid's and the calendar's temporaries, before the last row tensors
-    codes = tf.code(names)[rows["sidx"]]  # (N,)
     return WindowedData(
-        cont=torch.from_numpy(cont),
-        static_cat=torch.from_numpy(codes[:, None]),  # (N, 1): a view of the fresh (N,) codes
-        time_cat=torch.zeros(len(codes), 0, dtype=torch.int64),
-        target_raw=torch.from_numpy(rows["target"]),
-        center=torch.from_numpy(rows["center"]),
-        scale=torch.from_numpy(rows["scale"]),
-        ts_ns=torch.from_numpy(np.array(rows["ts"], dtype=np.int64)),  # a copy: polars gave a read-only view
-        real=torch.from_numpy(rows["real"]),
-        series_idx=torch.from_numpy(rows["sidx"]),
-        starts=torch.from_numpy(window_starts(first, end, e + d) if starts is None else starts()),
+        cont=torch.from_numpy(rows.cont),
+        static_cat=torch.from_numpy(rows.codes[:, None]),  # (N, 1): a view of the fresh (N,) codes
+        time_cat=torch.zeros(len(rows.codes), 0, dtype=torch.int64),
+        target_raw=torch.from_numpy(rows.target),
+        center=torch.from_numpy(rows.center),
+        scale=torch.from_numpy(rows.scale),
+        ts_ns=torch.from_numpy(np.array(rows.ts, dtype=np.int64)),  # a copy: polars gave a read-only view
+        real=torch.from_numpy(rows.real),
+        series_idx=torch.from_numpy(rows.sidx),
+        starts=torch.from_numpy(rows.starts),
         encoder_length=e,
         horizon=d,
         n_known_cont=kr,
         n_known_cat=0,
         series_names=tuple(names),
-        known_cont=torch.from_numpy(known.cont),
-        known_cat=torch.zeros(len(known.ts), 0, dtype=torch.int64),
-        known_ts=torch.from_numpy(known.ts),
-        known_base=torch.from_numpy(known.base),
-        known_index=None if known.index is None else torch.from_numpy(known.index),
+        known_cont=torch.from_numpy(rows.known.cont),
+        known_cat=torch.zeros(len(rows.known.ts), 0, dtype=torch.int64),
+        known_ts=torch.from_numpy(rows.known.ts),
+        known_base=torch.from_numpy(rows.known.base),
+        known_index=None if rows.known.index is None else torch.from_numpy(rows.known.index),
     )
+
+
+def _boxed(fn: Callable[..., Any], *args: Any) -> list:
+    """[fn(*args)]: a list its taker pops the value from, so that the future holding the list keeps no reference."""
+    return [fn(*args)]
 
 
 def feature_schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureSchema:

@@ -315,16 +315,41 @@ def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray, via: np.ndarray
         dest[lo : lo + len(part)] = part
 
 
-def known_at_origins(origins: np.ndarray, step: int, horizon: int, tz: str, intraday: bool, calendar_features: bool,
-                     season: dict | None, grid: Grid) -> tuple[DecoderKnown, np.ndarray]:
-    """The known-future grid of sorted distinct `origins` (O,) and each origin's own known inputs (O, Kr): for rows
-    that share their timestamps with others (the pieces of a panel), which then look theirs up here by timestamp.
-    Each value is a function of its own timestamp (known_cont), so computing them once over all of them gives every
-    row its bits."""
+@dataclass(frozen=True)
+class SharedGrid:
+    """The known-future grid over every distinct timestamp of a panel (`shared_grid`), for rows that look theirs up
+    by timestamp: the pieces of a panel, which share most of their timestamps, so that the grid is computed once.
+    Each value is a function of its own timestamp (known_cont), so computing them over all of them gives every row
+    its bits.
+
+    cal: (O, Kr) each origin's own known inputs; base: (O,), index: (O, D) or None, its grid rows (DecoderKnown's);
+    slots: the origins' origin_table, or None (then `origins` (O,) is searched); ts: (U,), cont: (U, Kr) the grid."""
+
+    cal: np.ndarray
+    base: np.ndarray
+    index: np.ndarray | None
+    slots: np.ndarray | None
+    origins: np.ndarray | None
+    ts: np.ndarray
+    cont: np.ndarray
+
+    def rows(self, ts: np.ndarray, out: np.ndarray) -> DecoderKnown:
+        """Fill `out` (n, Kr) with the known inputs of rows at `ts` (n,), each one of the origins; their grid."""
+        at = origin_rows(self.slots, self.origins, ts)  # (n,)
+        take_rows(self.cal, at, out)
+        return DecoderKnown(cont=self.cont, ts=self.ts, base=self.base[at],
+                            index=None if self.index is None else self.index[at])
+
+
+def shared_grid(origins: np.ndarray, step: int, horizon: int, tz: str, intraday: bool, calendar_features: bool,
+                season: dict | None, grid: Grid) -> SharedGrid:
+    """The SharedGrid of sorted distinct `origins` (O,): every timestamp of the panel."""
     sk = stamp_known(origins, step, horizon, tz, intraday, calendar_features, season, grid=grid)
     at_origin = np.empty((len(origins), sk.table_cont.shape[1]), dtype=np.float32)  # (O, Kr)
     stamp_rows(sk, at_origin)  # origins are distinct: each its own row
-    return DecoderKnown(cont=sk.table_cont, ts=sk.table, base=sk.base, index=sk.index), at_origin
+    slots = origin_table(origins)
+    return SharedGrid(cal=at_origin, base=sk.base, index=sk.index, slots=slots,
+                      origins=origins if slots is None else None, ts=sk.table, cont=sk.table_cont)
 
 
 SLOTS_PER_ORIGIN = 8  # a lattice table of more slots than this per origin (and 1M) is not built: searchsorted then

@@ -24,18 +24,13 @@ from foxhunt.data.bars.grid import gap_counts
 from foxhunt.data.bars.load import load_raw
 from foxhunt.data.bars.validate import check_log_target
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import (
-    feature_columns,
-    known_width,
-    scaled_rows,
-    sorted_bars,
-    train_start_ns,
-)
-from foxhunt.data.dataset.summary import WindowFacts, window_facts
+from foxhunt.data.dataset.featurize import series_rows, windowed_rows
+from foxhunt.data.dataset.prepare import feature_columns, sorted_bars, train_start_ns
+from foxhunt.data.dataset.summary import WindowFacts
 from foxhunt.data.dataset.types import FittedTransform
-from foxhunt.data.dataset.windows import assign_splits, off_grid_windows, window_starts
-from foxhunt.data.features.features import own_move_columns, raw_features
-from foxhunt.data.features.known import origin_rows, sorted_distinct, take_rows
+from foxhunt.data.dataset.windows import window_starts
+from foxhunt.data.features.features import raw_features
+from foxhunt.data.features.known import SharedGrid, sorted_distinct
 from foxhunt.data.features.scaling import own_scalers, trailing, train_moments, vol_moments
 from foxhunt.data.features.seasonality import minute_of_day
 from foxhunt.data.io.discover import Source
@@ -96,16 +91,21 @@ class Place:
 
 
 @dataclass(frozen=True)
+class PieceWritten:
+    """A written piece's windows' splits (store ids), summary facts and bars at a roll."""
+
+    splits: dict[str, np.ndarray]
+    facts: WindowFacts
+    roll_bars: int
+
+
+@dataclass(frozen=True)
 class PieceTrailed:
-    """A piece's trailing inputs' statistics (scaling.vol_moments), its windows' splits (store ids) and summary
-    facts; `off_grid` is None when its scaled rows are left for `write` (see `trail`)."""
+    """A piece's trailing inputs' statistics (scaling.vol_moments), and the piece written when its own statistics
+    complete the scalers (None: left for `write`; see `trail`)."""
 
     mom: dict[str, np.ndarray]
-    off_grid: int | None
-    purged: dict[str, int]
-    roll_bars: int
-    facts: WindowFacts
-    splits: dict[str, np.ndarray]
+    written: PieceWritten | None
 
 
 def read(cfg: DataConfig, chunk: int, first: int, sources: list[Source], route: Route, spill: str) -> ChunkRead:
@@ -170,24 +170,11 @@ def fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarr
 
 def trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
           transform: FittedTransform, place: Place) -> PieceTrailed:
-    """Piece `k`'s trailing inputs under the first scalers (`transform`'s) and their statistics; its rows that need
-    no scaler written to the store; its windows' splits and summary facts.
-
-    Its scaled rows too, when its series' own statistics complete the scalers (`own_scalers`); otherwise its
-    trailing inputs are spilled for `write`, which runs once the whole panel's statistics are in."""
-    e, d = cfg.encoder_length, cfg.horizon
+    """Piece `k`'s trailing inputs under the first scalers (`transform`'s) and their statistics. When its series'
+    own statistics complete the scalers (`own_scalers`), the piece is written now (`_write`); otherwise its trailing
+    inputs are spilled for `write`, which runs once the whole panel's statistics are in."""
     scalers = transform.scalers
     feats, sidx, ts, minute = _spilled(cfg, spill, k, lengths)
-    starts = window_starts(*_bounds(lengths), e + d)  # (w,)
-    code, real = transform.code(names)[sidx], np.ones(len(ts), dtype=bool)  # (n,) each
-    store, row0 = Path(place.store), place.row0
-    for name, value, at in (("ts_ns", ts, row0), ("series_idx", sidx + place.series0, row0), ("real", real, row0),
-                            ("target_raw", feats.get_column("target").to_numpy(), row0),
-                            ("starts", starts + row0, place.win0), ("static_cat", code[:, None], row0),
-                            *((own_array(c), feats.get_column(c).to_numpy(), row0)
-                              for c in own_move_columns(cfg.target))):
-        put(store / f"{name}.npy", at, value)
-    roll_bars = int(feats["roll"].sum())
     keep = _training_rows(cfg, feats, ts, cuts)  # (n,)
     if scalers.get("season") and scalers["season"]["tz"] != cfg.exchange_tz:
         minute = None  # the spilled minutes are in the exchange's zone: trailing computes the profile's own
@@ -195,55 +182,62 @@ def trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nda
     mom = vol_moments(derived[0], sidx, len(names), keep, scalers)
     del keep
     own = own_scalers(scalers, mom, names)
-    off_grid = None
-    if own is not None:
-        off_grid = _scaled_rows(cfg, spill, names, starts, sidx, ts, feats, derived,
-                                dataclasses.replace(transform, scalers=own), place)
-        _unlink([Path(spill) / f"feats-{k}.arrow"])  # read for the last time
-    else:  # what `write` reads back depends on the first scalers only, fixed by now
+    if own is None:  # what `write` reads back depends on the first scalers only, fixed by now
         _spill(pl.DataFrame({**derived[0], CENTER: derived[1], SCALE: derived[2]}), Path(spill) / f"trail-{k}.arrow")
-    del derived, feats
-    split = assign_splits(ts[starts + e], ts[starts + e + d - 1], *cuts, train_start_ns(cfg))
-    return PieceTrailed(mom, off_grid, dict(split.purged), roll_bars,
-                        window_facts(ts, real, sidx, code, starts, len(names), e, split, 0),
-                        {name: split.ids[name] + place.win0 for name in SPLITS})
+        return PieceTrailed(mom, None)
+    written = _write(cfg, spill, names, sidx, ts, feats, derived, dataclasses.replace(transform, scalers=own), cuts,
+                     place)
+    _unlink([Path(spill) / f"feats-{k}.arrow"])  # read for the last time
+    return PieceTrailed(mom, written)
 
 
-def write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, transform: FittedTransform,
-          place: Place) -> int:
-    """Piece `k`'s scaled rows (`_scaled_rows`) from its spilled features and trailing inputs, with the whole
-    panel's transform: for the pieces `trail` could not write. Returns its windows' off-grid count."""
+def write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
+          transform: FittedTransform, place: Place) -> PieceWritten:
+    """Piece `k` written (`_write`) from its spilled features and trailing inputs with the whole panel's transform:
+    the pieces `trail` could not write."""
     feats, sidx, ts, _ = _spilled(cfg, spill, k, lengths)
     spilled = _read_spill(Path(spill) / f"trail-{k}.arrow")
     derived = ({c: spilled.get_column(c).to_numpy() for c in spilled.columns if c not in (CENTER, SCALE)},
                spilled.get_column(CENTER).to_numpy(), spilled.get_column(SCALE).to_numpy())
-    starts = window_starts(*_bounds(lengths), cfg.encoder_length + cfg.horizon)  # (w,)
     _unlink([Path(spill) / f"{name}-{k}.arrow" for name in ("trail", "feats")])  # mapped: readable until unmapped
-    return _scaled_rows(cfg, spill, names, starts, sidx, ts, feats, derived, transform, place)
+    return _write(cfg, spill, names, sidx, ts, feats, derived, transform, cuts, place)
 
 
-def _scaled_rows(cfg: DataConfig, spill: str, names: list[str], starts: np.ndarray, sidx: np.ndarray, ts: np.ndarray,
-                 feats: pl.DataFrame, derived: tuple, transform: FittedTransform, place: Place) -> int:
-    """Write a piece's scaled rows at its place: what prepare_from_bars gives it with `transform`, with its calendar
-    inputs and grid rows looked up in the panel's tables (store/pieced.py's `stamp_tables`). Returns how many of its
-    windows `starts` are off the grid (off_grid_windows)."""
-    store, row0 = Path(place.store), place.row0
-    cont, center, scale = scaled_rows(feats, names, sidx, transform, derived)
+def _write(cfg: DataConfig, spill: str, names: list[str], sidx: np.ndarray, ts: np.ndarray, feats: pl.DataFrame,
+           derived: tuple, transform: FittedTransform, cuts: tuple, place: Place) -> PieceWritten:
+    """Run the per-series pipeline (dataset/featurize.py) over a piece, as prepare_from_bars runs it over the panel,
+    with the panel's known grid (`share_grid`), and write its rows into the store at its place."""
+    rows = series_rows(feats, names, sidx, ts, transform, derived)
     del feats, derived
-    table = shared(spill, "known-slots") if (Path(spill) / "known-slots.npy").exists() else None
-    at = origin_rows(table, None if table is not None else shared(spill, "known-origins"), ts)  # (n,)
-    take_rows(shared(spill, "known-cal"), at, cont[:, :known_width(transform)])
-    for name, value in (("cont", cont), ("center", center), ("scale", scale)):
-        put(store / f"{name}.npy", row0, value)
-    del cont, center, scale
-    base = shared(spill, "known-base")[at]  # (n,)
-    put(store / "known_base.npy", row0, base)
-    index = None
-    if (Path(spill) / "known-index.npy").exists():
-        index = shared(spill, "known-index")[at]  # (n, D)
-        put(store / "known_index.npy", row0, index)
-    return off_grid_windows(starts, ts, shared(spill, "known-ts"), cfg.encoder_length, cfg.horizon, base,
-                            None if index is None else index[:, -1])
+    out = windowed_rows(rows, names, transform, cfg.encoder_length, cfg.horizon, cuts, train_start_ns(cfg),
+                        shared_grid(spill).rows)
+    del rows
+    store, row0 = Path(place.store), place.row0
+    arrays = {"cont": out.cont, "static_cat": out.codes[:, None], "target_raw": out.target, "center": out.center,
+              "scale": out.scale, "ts_ns": out.ts, "real": out.real, "series_idx": out.sidx + place.series0,
+              "known_base": out.known.base, "known_index": out.known.index,
+              **{own_array(c): v for c, v in out.own.items()}}
+    for name, value in arrays.items():
+        if value is not None:
+            put(store / f"{name}.npy", row0, value)
+    put(store / "starts.npy", place.win0, out.starts + row0)
+    return PieceWritten({name: out.split.ids[name] + place.win0 for name in SPLITS}, out.facts, out.roll_bars)
+
+
+GRID = "grid-"  # the spill files of the panel's SharedGrid, one per field
+
+
+def share_grid(spill: Path, grid: SharedGrid) -> None:
+    """Spill the panel's known grid for the pieces' writes (`shared_grid`)."""
+    for f in dataclasses.fields(grid):
+        if (value := getattr(grid, f.name)) is not None:
+            share(spill, GRID + f.name, value)
+
+
+def shared_grid(spill: str | Path) -> SharedGrid:
+    """The SharedGrid `share_grid` spilled, its arrays mapped."""
+    return SharedGrid(**{f.name: shared(spill, GRID + f.name) if (Path(spill) / f"{GRID}{f.name}.npy").exists()
+                         else None for f in dataclasses.fields(SharedGrid)})
 
 
 def put(path: Path, row0: int, value: np.ndarray) -> None:

@@ -9,10 +9,11 @@ the in-memory path fits from the same sums, so both give the same bits). The sta
 2. load: each piece's bars cleaned and rolled as load_bars would, its raw features and distinct timestamps
    spilled; its series, lengths, span, bar gaps and training statistics under the expected cuts come back. The
    cuts follow from the span of all pieces; `fit` gathers the statistics again only where cleaning moved them.
-   Here: the first scalers, and the known-input tables over every distinct timestamp of the panel.
-3. trail: each piece's trailing inputs and their statistics under the first scalers; its unscaled rows written,
-   its scaled rows too where its series' own statistics complete the scalers (scaling.own_scalers).
-4. write: the scaled rows of the other pieces, with the whole panel's scalers.
+   Here: the first scalers, and the known-input grid over every distinct timestamp of the panel (SharedGrid).
+3. trail: each piece's trailing inputs and their statistics under the first scalers; the piece written where its
+   series' own statistics complete the scalers (scaling.own_scalers).
+4. write: the other pieces, with the whole panel's scalers.
+A piece is written by the per-series pipeline prepare_from_bars runs over the whole panel (dataset/featurize.py).
 The data summary merges what the jobs saw of each piece's rows and windows (summary.WindowFacts); this process never
 imports torch.
 """
@@ -34,23 +35,23 @@ from typing import Any
 
 import numpy as np
 
-from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS, Grid
+from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS
 from foxhunt.data.bars.load import ROLL_REASONS, merge_reports
 from foxhunt.data.bars.sessions import run_session
 from foxhunt.data.config import DataConfig
+from foxhunt.data.dataset.featurize import known_width
 from foxhunt.data.dataset.prepare import check_length, check_splits, feature_schema, split_cuts
 from foxhunt.data.dataset.summary import data_summary, merge_facts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import SplitResult
-from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features.features import own_move_columns
 from foxhunt.data.features.fitstats import concat
-from foxhunt.data.features.known import DecoderKnown, distinct_union, known_at_origins, origin_table
+from foxhunt.data.features.known import distinct_union, shared_grid
 from foxhunt.data.features.scaling import add_vol_stats, first_scalers, observed_names
 from foxhunt.data.io.discover import Source
 from foxhunt.data.io.read import check_bar_sizes
 from foxhunt.data.store import jobs
-from foxhunt.data.store.jobs import PieceLoaded, Place, share, shared
+from foxhunt.data.store.jobs import PieceLoaded, Place, share_grid, shared
 from foxhunt.data.store.layout import OWN_DTYPE, SPLITS, WINDOW_ARRAYS, own_array, split_file
 from foxhunt.data.store.pieces import PIECE_ROWS, Piece, route_of
 from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of, save_array
@@ -136,34 +137,34 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
                                                          [r.windows for r in loads]))
     series0 = np.cumsum([0, *(len(r.names) for r in loads)])
     origins = distinct_union([shared(spill, f"stamps-{k}") for k in range(len(loads))])  # (O,) every one
-    known = stamp_tables(origins, spill, cfg, spacing, intraday, scalers.get("season"), transform.grid)
+    grid = shared_grid(origins, spacing, d, cfg.exchange_tz, intraday, cfg.calendar_features, scalers.get("season"),
+                       transform.grid)
+    share_grid(spill, grid)
     lap("grid")
-    kr = len(calendar_columns(intraday, cfg.calendar_features)) + bool(scalers.get("season"))
-    arrays = _allocate(tmp, int(rows[-1]), int(wins[-1]), kr + len(observed_names(scalers)), d, cfg.target,
-                       known.index is not None)
-    for name, value in (("known_cont", known.cont), ("known_cat", np.zeros((len(known.ts), 0), dtype=np.int64)),
-                        ("known_ts", known.ts)):
+    arrays = _allocate(tmp, int(rows[-1]), int(wins[-1]), known_width(transform) + len(observed_names(scalers)), d,
+                       cfg.target, grid.index is not None)
+    for name, value in (("known_cont", grid.cont), ("known_cat", np.zeros((len(grid.ts), 0), dtype=np.int64)),
+                        ("known_ts", grid.ts)):
         arrays[name] = save_array(tmp, f"{name}.npy", value)
+    del grid, origins  # the jobs read the grid from its spill
     places = [Place(str(tmp), int(series0[k]), int(rows[k]), int(wins[k])) for k in range(len(loads))]
-    trails = _map(executor, jobs.trail, [(cfg, k, str(spill), r.names, r.lengths, cuts, transform, places[k])
-                                         for k, r in enumerate(loads)])
+    args = [(cfg, k, str(spill), r.names, r.lengths, cuts, transform, places[k]) for k, r in enumerate(loads)]
+    trails = _map(executor, jobs.trail, args)
     lap("trail")
-    add_vol_stats(scalers, concat([t.mom for t in trails]), names, mom["rows"] > 0)
-    split = SplitResult(ids={name: np.concatenate([t.splits[name] for t in trails]) for name in SPLITS},
-                        purged={k: sum(t.purged.get(k, 0) for t in trails) for k in trails[0].purged})
-    check_splits(split, cuts, cfg, span)
-    late = _map(executor, jobs.write, [(cfg, k, str(spill), r.names, r.lengths, transform, places[k])
-                                       for k, (r, t) in enumerate(zip(loads, trails, strict=True))
-                                       if t.off_grid is None])
+    add_vol_stats(scalers, concat([t.mom for t in trails]), names, mom["rows"] > 0)  # the transform's, in place
+    late = iter(_map(executor, jobs.write, [a for a, t in zip(args, trails, strict=True) if t.written is None]))
+    written = [t.written or next(late) for t in trails]
     lap("write")
+    facts = merge_facts([w.facts for w in written])
+    split = SplitResult(ids={name: np.concatenate([w.splits[name] for w in written]) for name in SPLITS},
+                        purged=facts.purged)
+    check_splits(split, cuts, cfg, span)
     for k in SPLITS:
         arrays[f"split_{k}"] = save_array(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))
-    facts = dataclasses.replace(merge_facts([t.facts for t in trails]),
-                                off_grid=sum(late) + sum(t.off_grid or 0 for t in trails))
     schema = feature_schema(transform, e, d, cfg.adjust)
     meta = SimpleNamespace(report=merge_reports([r.report for r in loads]), rolls=[x for r in loads for x in r.rolls])
-    summary = data_summary(meta, schema, facts, names, cuts, False, sum(t.roll_bars for t in trails), spacing)
-    fields = {"encoder_length": e, "horizon": d, "n_known_cont": known.cont.shape[1], "n_known_cat": 0,
+    summary = data_summary(meta, schema, facts, names, cuts, False, sum(w.roll_bars for w in written), spacing)
+    fields = {"encoder_length": e, "horizon": d, "n_known_cont": known_width(transform), "n_known_cat": 0,
               "series_names": names}
     order = [*WINDOW_ARRAYS, *(f"split_{s}" for s in SPLITS), *(own_array(c) for c in own_move_columns(cfg.target))]
     manifest = manifest_of(cfg, {k: arrays[k] for k in order if k in arrays}, fields, schema, transform, summary,
@@ -200,21 +201,6 @@ def _allocate(tmp: Path, rows: int, windows: int, width: int, d: int, target: st
         del array  # the file stays, sparse: the jobs write its rows
         entries[name] = {"file": f"{name}.npy", "dtype": dtype, "shape": list(shape)}
     return entries
-
-
-def stamp_tables(origins: np.ndarray, spill: Path, cfg: DataConfig, spacing: int, intraday: bool,
-                 season: dict | None, grid: Grid) -> DecoderKnown:
-    """The known-future grid over every distinct timestamp `origins` (O,) of the panel (known.known_at_origins),
-    and, spilled for the pieces' writes, what maps a row onto it: each origin's calendar inputs (O, Kr), its grid
-    row (and steps), and the table that finds a timestamp among the origins (known.origin_table)."""
-    known, at_origin = known_at_origins(origins, spacing, cfg.horizon, cfg.exchange_tz, intraday,
-                                        cfg.calendar_features, season, grid)
-    table = origin_table(origins)
-    for name, value in (("cal", at_origin), ("base", known.base), ("index", known.index), ("slots", table),
-                        ("origins", origins if table is None else None), ("ts", known.ts)):
-        if value is not None:
-            share(spill, f"known-{name}", value)
-    return known
 
 
 def check_intraday(loads: list[PieceLoaded], intraday: bool) -> None:

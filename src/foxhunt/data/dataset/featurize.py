@@ -1,0 +1,175 @@
+"""The per-series pipeline with a fitted transform: from whole series' raw features to the rows, windows, splits and
+known inputs a model reads. prepare_from_bars runs it once over the panel, after fitting; a pieced `foxhunt prepare`
+(store/jobs.py) runs it over each piece with the panel's transform, split cuts and known grid, so both give the same
+rows bit for bit. It needs no torch: prepare_from_bars makes the tensors.
+
+Legend: N rows, S series, W windows, Kr known columns stored per row, Or observed inputs, U grid rows, D steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from foxhunt.allocator import release_freed_memory
+from foxhunt.data.dataset.summary import WindowFacts, window_facts
+from foxhunt.data.dataset.types import FittedTransform
+from foxhunt.data.dataset.windows import (
+    SplitResult,
+    assign_splits,
+    off_grid_windows,
+    series_bounds,
+    window_starts,
+)
+from foxhunt.data.features.calendar import calendar_columns
+from foxhunt.data.features.features import own_move_columns
+from foxhunt.data.features.known import DecoderKnown, StampKnown, stamp_known, stamp_rows, with_season
+from foxhunt.data.features.scaling import apply_scalers, observed_names, standardize
+from foxhunt.data.util import parallel
+
+OWN = "own_"  # the row key (and the store's file name) of an own move column: own_log_range, own_log_return
+# Fills the known columns (N, Kr) of rows at timestamps (N,) and gives their grid (known.DecoderKnown).
+KnownRows = Callable[[np.ndarray, np.ndarray], DecoderKnown]
+
+
+@dataclass(frozen=True)
+class SeriesRows:
+    """Whole series' rows sorted by (series, time), their windows and splits (window ids from 0), as numpy arrays:
+    what WindowedData holds as tensors and a store holds as files."""
+
+    cont: np.ndarray  # (N, Kr + Or) float32: known columns, then observed inputs
+    target: np.ndarray  # (N,) float32 unscaled
+    center: np.ndarray  # (N,) float32
+    scale: np.ndarray  # (N,) float32
+    ts: np.ndarray  # (N,) int64 ns
+    sidx: np.ndarray  # (N,) int64 index into the caller's names
+    real: np.ndarray  # (N,) bool: False on the future rows of a prediction
+    codes: np.ndarray  # (N,) int64 static series codes (FittedTransform.code)
+    starts: np.ndarray  # (W,) int64 first row of each window
+    known: DecoderKnown
+    own: dict[str, np.ndarray]  # features.own_move_columns -> (N,) float32
+    split: SplitResult
+    facts: WindowFacts
+    roll_bars: int
+
+
+def series_rows(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarray, tf: FittedTransform,
+                trail: tuple | None = None) -> dict[str, np.ndarray]:
+    """The row arrays of raw features `feats` (N rows; `sidx` (N,) into `names`, timestamps `ts` (N,)) under `tf`: the observed inputs
+    standardized straight into the last Or columns of "cont" (its first Kr, the known columns, are filled by
+    `windowed_rows`), the target, its center and scale, the own moves, and "roll_bars". `trail`: scaling.trailing's
+    output under `tf` when the caller has it (the fit computes it); else computed here."""
+    kr = known_width(tf)
+    cont = np.empty((len(sidx), kr + len(observed_names(tf.scalers))), dtype=np.float32)  # (N, Kr + Or)
+    if trail is None:
+        _, center, scale = apply_scalers(feats, names, sidx, tf.scalers, tf.target, tf.scaling, out=cont[:, kr:])
+    else:
+        _, center, scale = standardize(feats, names, sidx, tf.scalers, *trail, out=cont[:, kr:])
+    return {
+        "cont": cont,
+        "target": feats[tf.target].to_numpy().astype(np.float32),
+        "center": center,
+        "scale": scale,
+        "ts": ts,
+        "sidx": sidx,
+        "real": np.ones(len(sidx), dtype=bool),
+        **{OWN + c: feats[c].to_numpy().astype(np.float32) for c in own_move_columns(tf.target)},
+        "roll_bars": np.int64(feats["roll"].sum()),
+    }
+
+
+def windowed_rows(rows: dict[str, np.ndarray], names: list[str], tf: FittedTransform, e: int, d: int,
+                  cuts: tuple[int, int | None] | None, train_start: int, known: KnownRows,
+                  future: np.ndarray | None = None) -> SeriesRows:
+    """`series_rows`' arrays (consumed) with their known inputs (`known`), windows of `e` + `d` rows and splits
+    under `cuts` (None: a prediction, every window is test). `future` (S, d): timestamps of the rows appended after
+    each series for a prediction (`extend`), so that its last bar is an origin too."""
+    roll_bars = int(rows.pop("roll_bars"))
+    first, end = series_bounds(rows["sidx"])
+    if future is not None:
+        rows = extend(rows, first, end, d, future)
+        first, end = series_bounds(rows["sidx"])  # each series now ends d rows later
+    # The windows and their splits follow from the timestamps alone: on a second thread while the known inputs fill.
+    planned = None if cuts is None else parallel.submit(
+        window_splits, rows["ts"], first, end, e, d, cuts, train_start)
+    cont = rows.pop("cont")  # (N, Kr + Or)
+    grid = known(rows["ts"], cont[:, :known_width(tf)])
+    release_freed_memory()  # the grid's and the calendar's temporaries, before the last row arrays
+    codes = tf.code(names)[rows["sidx"]]  # (N,)
+    if planned is None:
+        starts = window_starts(first, end, e + d)
+        split = SplitResult(ids={"train": np.empty(0, np.int64), "val": np.empty(0, np.int64),
+                                 "test": np.arange(len(starts))}, purged={"train": 0, "val": 0})
+    else:
+        starts, split = planned.result()
+        del planned
+    gaps = parallel.submit(off_grid_windows, starts, rows["ts"], grid.ts, e, d, grid.base,
+                           None if grid.index is None else grid.index[:, -1])
+    facts = window_facts(rows["ts"], rows["real"], rows["sidx"], codes, starts, len(names), e, split, 0)
+    facts = dataclasses.replace(facts, off_grid=gaps.result())
+    return SeriesRows(cont=cont, target=rows["target"], center=rows["center"], scale=rows["scale"], ts=rows["ts"],
+                      sidx=rows["sidx"], real=rows["real"], codes=codes, starts=starts, known=grid,
+                      own={c: rows[OWN + c] for c in own_move_columns(tf.target)}, split=split, facts=facts,
+                      roll_bars=roll_bars)
+
+
+class Stamped:
+    """KnownRows computed from the rows' own timestamps (known.stamp_known) on the grid of `step` under `tf`; or
+    taken from `pending`, [stamp_known of the same timestamps] a caller computed meanwhile (popped: its arrays go
+    once used)."""
+
+    def __init__(self, tf: FittedTransform, step: int, d: int, pending: list[StampKnown] | None = None):
+        self.tf, self.step, self.d, self.pending = tf, step, d, pending
+
+    def __call__(self, ts: np.ndarray, out: np.ndarray) -> DecoderKnown:
+        tf, season = self.tf, self.tf.scalers.get("season")
+        sk = self.pending.pop() if self.pending else stamp_known(
+            ts, self.step, self.d, tf.exchange_tz, tf.intraday, tf.calendar_features, season, grid=tf.grid)
+        sk = with_season(sk, season, tf.exchange_tz)
+        stamp_rows(sk, out)
+        return DecoderKnown(cont=sk.table_cont, ts=sk.table, base=sk.base[sk.inverse],
+                            index=None if sk.index is None else sk.index[sk.inverse])
+
+
+def known_width(tf: FittedTransform) -> int:
+    """Kr: the calendar columns, and tod_vol with a seasonality profile (the known inputs stored per row)."""
+    return len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(tf.scalers.get("season"))
+
+
+def window_splits(
+    ts_ns: np.ndarray, first: np.ndarray, end: np.ndarray, e: int, d: int, cuts: tuple[int, int | None],
+    train_start: int,
+) -> tuple[np.ndarray, SplitResult]:
+    """(W,) the start row of every window of the series' rows [first, end) (window_starts), and the windows' splits
+    under `cuts` (assign_splits) from the timestamps `ts_ns` (N,) of their first and last forecast bars."""
+    starts = window_starts(first, end, e + d)
+    # ts_ns[starts + k] read as ts_ns[k:][starts]: no (W,) sum of rows to hold
+    return starts, assign_splits(ts_ns[e:][starts], ts_ns[e + d - 1 :][starts], *cuts, train_start)
+
+
+def extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: np.ndarray) -> dict:
+    """Append `d` future rows after each series (S, d timestamps in `future_ns`): NaN target, zero inputs, not real."""
+    s = len(first)
+    # Real rows of series i move down by i * d rows, making room for the future rows of the series before it.
+    shift = np.repeat(np.arange(s, dtype=np.int64) * d, end - first)  # (N,)
+    real_pos = np.arange(len(rows["ts"]), dtype=np.int64) + shift
+    fut_pos = ((end + np.arange(s) * d)[:, None] + np.arange(d)).ravel()  # (S * d,)
+    n = len(rows["ts"]) + s * d
+    fill = {"cont": 0.0, "target": np.nan, "center": 0.0, "scale": 1.0, "real": False,
+            **{OWN + c: np.nan for c in own_move_columns("log_range")}}
+    out = {}
+    for key, arr in rows.items():
+        new = np.empty((n, *arr.shape[1:]), dtype=arr.dtype)
+        new[real_pos] = arr
+        if key == "ts":
+            new[fut_pos] = future_ns.ravel()
+        elif key == "sidx":
+            new[fut_pos] = np.repeat(np.arange(s), d)
+        else:
+            new[fut_pos] = fill[key]
+        out[key] = new
+    return out
