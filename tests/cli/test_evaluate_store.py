@@ -44,7 +44,7 @@ def metrics(path: Path) -> dict:
 
 def test_evaluate_on_a_store_scores_the_model_and_every_baseline_as_on_the_bars(runs):
     store, bars = metrics(runs / "on-store"), metrics(runs / "on-bars")
-    assert set(store["baselines"]) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol"}
+    assert set(store["baselines"]) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har"}
     assert store["period"] == bars["period"] and store["period"]["origins"] > 1000
     for key in ("model", "model_raw", "baselines", "skill", "verdict", "calibration", "quantile_crossings"):
         assert store[key] == bars[key], key
@@ -55,7 +55,7 @@ def test_evaluate_on_a_store_scores_the_model_and_every_baseline_as_on_the_bars(
 def test_a_run_trained_from_a_store_ends_pointing_to_evaluate_on_the_store(runs):
     """The bars-trained run ends with every baseline; the store-trained one with the training-set quantiles (its
     peak memory stays the training's), naming the evaluate command that scores them all on the store."""
-    assert "the strongest of 4 baselines" in final_line(runs / "bars-run")
+    assert "the strongest of 5 baselines" in final_line(runs / "bars-run")
     assert "baseline" in final_line(runs / "store-run") and "strongest" not in final_line(runs / "store-run")
     log = (runs / "store-run" / "train.log").read_text()
     assert f"`foxhunt evaluate --model RUN --features {runs / 'store'}` scores every baseline" in log
@@ -86,10 +86,11 @@ def test_a_store_prepared_before_the_own_moves_is_scored_without_the_seasonal_ba
                  "--out-dir", str(out), "--threads", "1"]) == 0
     got, full = metrics(out), metrics(runs / "on-store")
     assert set(got["baselines"]) == {"training_quantiles", "rolling_vol", "garch_t"}
-    assert got["baselines"] == {k: v for k, v in full["baselines"].items() if k != "seasonal_rolling_vol"}
+    assert got["baselines"] == {k: v for k, v in full["baselines"].items() if k not in ("seasonal_rolling_vol", "har")}
+    legacy_why = ("(the feature store keeps no own_log_range, as stores prepared by an earlier foxhunt do not: run "
+                  "`foxhunt prepare` again, or evaluate on the bars)")
     assert got["verdict"]["sentence"].endswith(
-        "; seasonal_rolling_vol was not scored (the feature store keeps no own_log_range, as stores prepared by an "
-        "earlier foxhunt do not: run `foxhunt prepare` again, or evaluate on the bars).")
+        f"; seasonal_rolling_vol was not scored {legacy_why}; har was not scored {legacy_why}.")
 
 
 def test_evaluate_refuses_both_inputs_and_a_store_prepared_otherwise(runs, fixtures_dir, capsys):

@@ -29,7 +29,7 @@ from foxhunt.evaluate.verdict import validation_claim
 QS = (0.1, 0.5, 0.9)
 HORIZON = 3
 TRAIN_END, VAL_END = "2024-06-03", "2024-08-01"  # Mondays: the daily fixture has a bar at each
-FITTED = {"training_quantiles", "rolling_vol", "garch_t"}  # the daily fixture's baselines (no intraday season)
+FITTED = {"training_quantiles", "rolling_vol", "garch_t", "har"}  # the daily fixture's baselines (no intraday season)
 
 
 def ns(text: str) -> int:

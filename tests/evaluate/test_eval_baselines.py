@@ -94,7 +94,7 @@ def test_unknown_baseline():
     with pytest.raises(InputError, match="unknown baseline"):
         baseline_forecasts("oracle", target_name="log_return", target=np.zeros(3), train_mask=np.ones(3, bool),
                            origins=np.array([0]), horizon=1, quantiles=QS)  # fmt: skip
-    assert set(BASELINES) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol"}
+    assert set(BASELINES) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har"}
 
 
 def test_garch_missing_arch_names_the_extra(monkeypatch):

@@ -67,7 +67,7 @@ def test_batch_by_batch_is_all_at_once(case, batch):
     _close(model, score(ref.actual, ref.quantiles, ref.series, QS, names, True))
     _close(raw, score(ref.actual, ref.raw, ref.series, QS, names, True))
     expected = baselines(data, ref, cut, QS)
-    assert set(base) == set(expected) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol"}
+    assert set(base) == set(expected) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har"}
     for k, f in expected.items():
         _close(base[k], score(ref.actual, f, ref.series, QS, names, True), k)
     for s in np.unique(ref.series):

@@ -44,7 +44,7 @@ def test_the_prepared_data_keep_each_contracts_own_moves_as_float32(both):
 def test_validation_baselines_from_a_store_are_those_from_the_bars(both):
     cfg, data, stored = both
     from_bars = validation_baselines(data, cfg, QS)
-    assert set(from_bars) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol"}
+    assert set(from_bars) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har"}
     assert validation_baselines(stored, dataclasses.replace(cfg, features="store"), QS) == from_bars
 
 
@@ -52,8 +52,8 @@ def test_a_store_without_the_own_moves_scores_the_baselines_that_need_none(both,
     cfg, _, stored = both
     legacy = dataclasses.replace(stored, own_moves={})  # a store prepared before foxhunt kept them
     scored = validation_baselines(legacy, cfg, QS)
-    left_out = {"seasonal_rolling_vol", "garch_t"} if cfg.target == "log_range" else {"seasonal_rolling_vol"}
-    assert set(scored) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol"} - left_out
+    left_out = {"seasonal_rolling_vol", "har", "garch_t"} if cfg.target == "log_range" else {"seasonal_rolling_vol", "har"}
+    assert set(scored) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har"} - left_out
     assert scored == {k: v for k, v in validation_baselines(stored, cfg, QS).items() if k not in left_out}
     said = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
     assert any("seasonal_rolling_vol left out: the feature store keeps no own_log_range" in m for m in said)

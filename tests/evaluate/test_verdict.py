@@ -84,7 +84,8 @@ def test_a_missing_garch_baseline_is_named_and_all_means_the_ones_scored(tmp_pat
     assert v["better"] and v["strongest"] == "rolling_vol" and v["seed_spread"] is None
     assert v["sentence"] == ("The calibrated model beats all 2 baselines at p10 and p90: against the strongest, "
                              f"rolling_vol, its q-risk is 5.0% lower at p10, 10.0% lower at p90; garch_t was not "
-                             f"scored ({GARCH_HINT}).")
+                             f"scored ({GARCH_HINT}); har was not scored (it could not be fitted; see the warnings "
+                             "above).")
 
 
 def test_intraday_data_expects_the_seasonal_baseline_too(tmp_path, monkeypatch):
@@ -93,7 +94,7 @@ def test_intraday_data_expects_the_seasonal_baseline_too(tmp_path, monkeypatch):
     base = {"rolling_vol": {"overall": {"q_risk": {0.1: 0.6, 0.9: 0.6}}}}
     v = evaluate_run.verdict_of(model, base, (0.1, 0.9), applied=False, intraday=True, model_dir=tmp_path)
     assert v["sentence"].startswith("The model (uncalibrated) beats the only baseline at p10 and p90")
-    for name in ("training_quantiles", "garch_t", "seasonal_rolling_vol"):
+    for name in ("training_quantiles", "garch_t", "seasonal_rolling_vol", "har"):
         assert f"; {name} was not scored (it could not be fitted; see the warnings above)" in v["sentence"]
 
 

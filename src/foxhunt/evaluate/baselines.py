@@ -24,6 +24,8 @@ ln(high/low) of a bar, which is positive and scales with volatility):
    step's grid time: quantile = p(t_{o+h}) * sigma_z * z_q, sigma_z the std of target / p over the last `window` bars.
    Minute-bar volatility follows the clock (the open, lunch, the close): this is the first forecast an intraday
    quant would write, and a far harder one to beat than a plain rolling volatility that lags every step of the day.
+5. `har`: HAR (Corsi 2009), volatility regressed on its daily, weekly and monthly averages, the baseline every
+   volatility forecaster is compared to (evaluate/har.py, which says how it turns into quantiles).
 
 Target "price_change" (close_t - close_t-1 in price units, for prices that may be zero or negative) takes the returns
 form of each: its quantiles, median 0 with the rolling std of price changes, and GARCH(1,1)-t fitted on the price
@@ -39,8 +41,9 @@ from statistics import NormalDist
 import numpy as np
 
 from foxhunt.errors import InputError
+from foxhunt.evaluate.har import har
 
-BASELINES = ("training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol")
+BASELINES = ("training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har")
 INTRADAY_ONLY = ("seasonal_rolling_vol",)
 MIN_GARCH_BARS = 100  # fewer finite training returns than this cannot pin down four GARCH-t parameters
 # GARCH-t is fitted on at most the last MAX_GARCH_FIT training returns of a series: 70 sessions of 1-minute bars pin
@@ -337,13 +340,14 @@ def baseline_forecasts(
     returns: np.ndarray | None = None,
     window: int = 20,
     profile: tuple[np.ndarray, np.ndarray] | None = None,
+    day: int = 1,
 ) -> np.ndarray:
     """One baseline for one series, (K, H, Q): `kind` in BASELINES, `target_name` "log_return", "log_range" or
     "price_change" (returns form, in price units).
 
     `returns` (the series' log returns) is needed only for kind "garch_t" with target "log_range"; `profile` (the
-    time-of-day profile at each row (n,) and at each origin's forecast steps (K, H)) only for
-    "seasonal_rolling_vol". The training-quantile forecast is a read-only broadcast view of one (H, Q) table.
+    time-of-day profile at each row (n,) and at each origin's forecast steps (K, H)) for "seasonal_rolling_vol",
+    and for "har" on intraday bars, with `day` the bars in a day (har.day_bars). The training-quantile forecast is a read-only broadcast view of one (H, Q) table.
     """
     if target_name not in ("log_return", "log_range", "price_change"):
         raise ValueError(f"unknown target {target_name!r}")
@@ -368,4 +372,7 @@ def baseline_forecasts(
             raise ValueError("the seasonal baseline needs the time-of-day profile (intraday bars only)")
         return seasonal_rolling_vol(target, *profile, origins, horizon, quantiles, window,
                                     demean=target_name == "log_range")
+    if kind == "har":
+        return har(target, train_mask, origins, horizon, quantiles, volatility_target=target_name == "log_range",
+                   day=day, profile=profile)
     raise InputError(f"unknown baseline {kind!r}; choose from {', '.join(BASELINES)}")

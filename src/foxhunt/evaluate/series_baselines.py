@@ -22,12 +22,14 @@ from foxhunt.data.features.features import RETURN_TARGETS
 from foxhunt.data.features.seasonality import fit_profile, profile_at
 from foxhunt.errors import InputError
 from foxhunt.evaluate.baselines import BASELINES, INTRADAY_ONLY, baseline_forecasts, garch_available
+from foxhunt.evaluate.har import day_bars
 from foxhunt.evaluate.scored import Scored
 
 log = logging.getLogger("foxhunt.evaluate")
 
 # The own move column (features.own_move_columns) a baseline reads, by (baseline, target); "*": any target.
 NEEDS = {("seasonal_rolling_vol", "*"): "log_range", ("garch_t", "log_range"): "log_return"}
+INTRADAY_NEEDS = {"har": "log_range"}  # the time-of-day profile, fitted on the own log range
 
 
 def expected_baselines(intraday: bool, target: str = "log_return",
@@ -38,7 +40,7 @@ def expected_baselines(intraday: bool, target: str = "log_return",
     for k in BASELINES:
         if k in INTRADAY_ONLY and not intraday:
             continue
-        column = NEEDS.get((k, target), NEEDS.get((k, "*")))
+        column = NEEDS.get((k, target), NEEDS.get((k, "*"))) or (INTRADAY_NEEDS.get(k) if intraday else None)
         if own is not None and column is not None and column not in own:
             out[k] = (f"the feature store keeps no own_{column}, as stores prepared by an earlier foxhunt do not: "
                       "run `foxhunt prepare` again, or evaluate on the bars")
@@ -101,13 +103,13 @@ def series_forecasts(kind: str, data: PreparedData, inputs: SeriesInputs, scored
     it cannot be fitted on this series."""
     w, tf = data.windows, data.transform
     profile = None
-    if kind == "seasonal_rolling_vol":
+    if kind == "seasonal_rolling_vol" or (kind == "har" and tf.intraday):
         profile = _season(inputs.own["log_range"], inputs.ts, inputs.train_mask, scored.origin_ns, w.horizon, tf)
     try:
         return baseline_forecasts(kind, target_name=data.schema.target, target=inputs.target,
                                   train_mask=inputs.train_mask, origins=scored.origin_row - inputs.row0,
                                   horizon=w.horizon, quantiles=quantiles, returns=inputs.own.get("log_return"),
-                                  profile=profile)
+                                  profile=profile, day=day_bars(tf.bar_spacing_ns, tf.intraday))
     except (InputError, ValueError) as e:
         log.warning("series %s: baseline %s left out (%s)", inputs.name, kind, e)
         return np.full((len(scored), w.horizon, len(quantiles)), np.nan)

@@ -118,7 +118,7 @@ def verdict(model: Mapping[Any, Any], baselines: Mapping[str, Mapping[Any, Any]]
 def validation_claim(model: Mapping[Any, Any], baselines: Mapping[str, Mapping[Any, Any]],
                      quantiles: Sequence[float]) -> str:
     """The clause `foxhunt train` ends with: `validation q-risk p10 0.5042 / p90 0.5314 vs 0.5346 / 0.5343 for
-    garch_t, the strongest of 4 baselines (5.7% lower / 0.5% lower): better than all 4`."""
+    garch_t, the strongest of 5 baselines (5.7% lower / 0.5% lower): better than all 5`."""
     judged = judged_quantiles(quantiles)
     strongest = strongest_baseline(baselines, judged)
     mine = " / ".join(f"{label(q)} {at(model, q):.4f}" for q in judged if at(model, q) is not None)
