@@ -79,6 +79,7 @@ def executed(tmp_path_factory):
     nbformat.write(nb, path)
     with pytest.MonkeyPatch.context() as mp:  # the kernel inherits the environment: this checkout's code, no $HOME
         mp.setenv("PYTHONPATH", runner.with_src_on_path(dict(os.environ))["PYTHONPATH"])
+        mp.setenv("FOXHUNT_CACHE_DIR", str(tmp / "cache"))  # module scope: before conftest's per-test cache is set
         mp.setenv("IPYTHONDIR", str(tmp / "ipython"))
         mp.setenv("JUPYTER_RUNTIME_DIR", str(tmp / "runtime"))
         start = time.perf_counter()
