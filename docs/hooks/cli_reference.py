@@ -1,13 +1,12 @@
 """MkDocs hook: a line `<!-- cli-reference -->` in a page becomes the reference of every foxhunt command.
 
 mkdocs.yml names it (`hooks: [docs/hooks/cli_reference.py]`). The reference is generated from the CLI itself
-(the typer app in foxhunt/cli, as click commands), so it cannot drift from `--help`: for each command a `##
-foxhunt NAME` heading, its usage and help text, and its arguments and options in tables (option with its
+(the typer app in foxhunt/cli, as click commands), so it cannot drift from `--help`: for each command a
+heading (`## foxhunt NAME`), its usage and help text, and its arguments and options in tables (option with its
 metavar, default, description), one table per help panel (Data, Model, Training, ...) in the order --help
 shows them. The option cells are what `foxhunt NAME --help` prints, split into columns. Plain markdown (tables
 need only MkDocs' default extensions); help texts are escaped outside their `code spans`, so `|`, `<` or `*`
 in a help text cannot break a table or turn into HTML.
-
 """
 
 from __future__ import annotations

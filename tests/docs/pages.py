@@ -15,7 +15,6 @@ namespace.
 
 For a page writer: `python -m tests.docs.pages PAGE.md ...` (from the repository root) runs every block of
 each page, past failures, and prints each block's verdict.
-
 """
 
 from __future__ import annotations
@@ -82,13 +81,13 @@ def environment(shims: Path) -> dict[str, str]:
     return env
 
 
-def fixtures_state() -> list[tuple[str, int, int]]:
-    return sorted((str(p.relative_to(FIXTURES)), p.stat().st_size, p.stat().st_mtime_ns)
-                  for p in FIXTURES.rglob("*"))
+def fixtures_state(fixtures: Path) -> list[tuple[str, int, int]]:
+    return sorted((str(p.relative_to(fixtures)), p.stat().st_size, p.stat().st_mtime_ns)
+                  for p in fixtures.rglob("*"))
 
 
 def run_page(path: Path, work: Path, *, timeout: float = PAGE_TIMEOUT_S, keep_going: bool = False,
-             name: str | None = None) -> PageRun:
+             name: str | None = None, fixtures: Path = FIXTURES) -> PageRun:
     """Run the page at `path` in `work`/page (created fresh), with its scratch files in `work`/runner. `name`
     is how the page is named in messages and tracebacks (default: its path relative to the repository)."""
     name = name or (str(path.relative_to(REPO)) if path.is_relative_to(REPO) else path.name)
@@ -96,12 +95,12 @@ def run_page(path: Path, work: Path, *, timeout: float = PAGE_TIMEOUT_S, keep_go
     runnable = [b for b in found if b.skip is None]
     page, runner = work / "page", work / "runner"
     (page / "tests").mkdir(parents=True)
-    (page / "tests" / "fixtures").symlink_to(FIXTURES, target_is_directory=True)
+    (page / "tests" / "fixtures").symlink_to(fixtures, target_is_directory=True)
     runner.mkdir()
     plan = {"page": name, "keep_going": keep_going,
             "blocks": [{"lang": b.lang, "code": b.code, "fence": b.line} for b in runnable]}
     (runner / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
-    before = fixtures_state()
+    before = fixtures_state(fixtures)
     with open(runner / "child.out", "wb") as out, open(runner / "child.err", "wb") as err:
         # its own process group (start_new_session): a timeout ends all it started
         child = subprocess.Popen([sys.executable, str(CHILD), str(runner / "plan.json"), str(runner)],
@@ -114,7 +113,7 @@ def run_page(path: Path, work: Path, *, timeout: float = PAGE_TIMEOUT_S, keep_go
             timed_out = True
             stop(child)
     return PageRun(name, outcomes(runner, runnable), [b for b in found if b.skip is not None], timed_out,
-                   fixtures_state() != before)
+                   fixtures_state(fixtures) != before)
 
 
 def stop(child: subprocess.Popen) -> None:

@@ -1,13 +1,13 @@
 """Run one page's blocks in this process's working directory, in order; a child of tests/docs/pages.py.
 
 Usage: python run_blocks.py PLAN.json RESULTS_DIR. PLAN holds the page's name, its blocks (lang, code, the
-line of the opening fence) and whether to go on after a failure. Bash and sh blocks run in `bash -euo
-pipefail` (a failing line fails the block); python blocks run here, with exec, in one namespace for the whole
-page (later blocks see earlier names). Block i writes its stdout and stderr at the file-descriptor level to
-RESULTS_DIR/i.out and i.err (so the output of what it starts is caught too, and what it wrote before a timeout
-is kept), and one line to RESULTS_DIR/results.jsonl when it starts and one when it ends. Standard library
-only: this runs whatever interpreter runs the tests, before the page has imported anything.
-
+line of the opening fence) and whether to go on after a failure. Bash and sh blocks run in
+`bash -euo pipefail` (a failing line fails the block); python blocks run here, with exec, in one namespace
+for the whole page (later blocks see earlier names). Block i writes its stdout and stderr at the
+file-descriptor level to RESULTS_DIR/i.out and i.err (so the output of what it starts is caught too, and what
+it wrote before a timeout is kept), and one line to RESULTS_DIR/results.jsonl when it starts and one when it
+ends. Standard library only: this runs whatever interpreter runs the tests, before the page has imported
+anything.
 """
 
 from __future__ import annotations
@@ -45,8 +45,10 @@ def run_python(code: str, fence: int, name: str, namespace: dict[str, Any], out:
         try:
             exec(compiled, namespace)
             rc = 0
-        except SystemExit as x:
+        except SystemExit as x:  # sys.exit(...) in an example: its status, and its message as python shows it
             rc = x.code if isinstance(x.code, int) else (0 if x.code is None else 1)
+            if x.code is not None and not isinstance(x.code, int):
+                print(x.code, file=sys.stderr)
         except BaseException as x:  # noqa: BLE001 - the page's failure, reported with its traceback
             traceback.print_exception(type(x), x, x.__traceback__.tb_next if x.__traceback__ else None)
             rc = 1

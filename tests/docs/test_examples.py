@@ -10,7 +10,6 @@ its text and the tails of its stdout and stderr.
 
 The tests below the page tests check the machinery itself, on inline pages and on
 tests/docs/data/sample_page.md.
-
 """
 
 from __future__ import annotations
@@ -51,7 +50,8 @@ def test_page_examples_run(page: Path, tmp_path: Path) -> None:
     if not any(b.skip is None for b in found):
         pytest.skip(f"no bash, sh or python block to run ({len(found)} skipped)")
     run = run_page(page, tmp_path, timeout=PAGE_TIMEOUT_S)
-    assert run.ok, report(run)
+    if not run.ok:
+        pytest.fail(report(run), pytrace=False)
 
 
 def page(tmp_path: Path, text: str) -> Path:
@@ -185,6 +185,23 @@ def test_a_page_past_its_time_limit_names_the_running_block_and_what_it_printed(
     message = report(run, timeout=3)
     assert message.startswith("slow.md:4: the ```bash block was still running after 3 s (the page's limit):")
     assert "--- stdout ---\nstarted\n" in message
+
+
+def test_a_page_that_writes_into_the_fixtures_fails(tmp_path: Path) -> None:
+    fixtures = tmp_path / "fixtures"
+    fixtures.mkdir()
+    (fixtures / "bars.csv").write_text("ts,close\n")
+    text = fence("bash", "echo more >> tests/fixtures/bars.csv")
+    run = run_page(page(tmp_path, text), tmp_path / "work", timeout=60, name="guide.md", fixtures=fixtures)
+    assert run.fixtures_changed and not run.ok
+    assert report(run).startswith("guide.md: its examples wrote into tests/fixtures")
+
+
+def test_an_example_s_sys_exit_is_its_block_s_status(tmp_path: Path) -> None:
+    text = fence("python", "import sys\nsys.exit(0)") + fence("python", "sys.exit('no data: stop')")
+    run = run_page(page(tmp_path, text), tmp_path / "work", timeout=60)
+    assert [o.rc for o in run.outcomes] == [0, 1]
+    assert run.outcomes[1].stderr == "no data: stop\n"
 
 
 def test_skipped_blocks_do_not_run(tmp_path: Path) -> None:
