@@ -7,7 +7,14 @@ import pytest
 import torch
 
 from foxhunt.data.dataset.run_order import RunOrder
-from foxhunt.data.dataset.windows import WindowedData, assign_splits, series_bounds, window_starts
+from foxhunt.data.dataset.windows import (
+    OFF_GRID_CHUNK,
+    WindowedData,
+    assign_splits,
+    off_grid_windows,
+    series_bounds,
+    window_starts,
+)
 
 E, D = 4, 3
 T = E + D
@@ -163,4 +170,9 @@ def test_off_grid_counts_the_same_in_chunks() -> None:
     w.ts_ns[on] = w.known_ts[on - 1]
     want = sum(int(w.ts_ns[o + D] != w.known_ts[o + D - 1]) for o in (w.starts + E - 1).tolist())
     assert 0 < want < w.n_windows
-    assert w.off_grid(chunk=7) == w.off_grid() == want
+    def off_grid(chunk: int) -> int:
+        index = None if w.known_index is None else w.known_index[:, -1].numpy()
+        return off_grid_windows(w.starts.numpy(), w.ts_ns.numpy(), w.known_ts.numpy(), E, D, w.known_base.numpy(),
+                                index, chunk)
+
+    assert off_grid(7) == off_grid(OFF_GRID_CHUNK) == want

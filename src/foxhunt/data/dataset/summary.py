@@ -6,7 +6,6 @@ piece, merged); `format_summary` is what the CLI prints and `foxhunt inspect` sh
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -14,11 +13,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from foxhunt.data.features.schema import FeatureSchema, Role
-from foxhunt.data.util import parallel
 from foxhunt.data.util.runs import value_runs
 
 if TYPE_CHECKING:
-    from foxhunt.data.dataset.windows import SplitResult, WindowedData
+    from foxhunt.data.dataset.windows import SplitResult
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 CHUNK = 1 << 18  # windows read at a time: the summary runs when the most memory is in use, its temporaries stay small
@@ -94,16 +92,6 @@ def window_facts(ts: np.ndarray, real: np.ndarray, sidx: np.ndarray, code: np.nd
         ranges={k: _span(first_fc, split.ids[k]) if len(split.ids[k]) else None for k in SPLITS},
         purged={k: int(v) for k, v in split.purged.items()}, off_grid=int(off_grid),
     )
-
-
-def facts_of(windows: WindowedData, split: SplitResult) -> WindowFacts:
-    """WindowFacts of windows held in memory (CPU tensors, read through numpy); the off-grid pass over every window
-    runs on the second core meanwhile."""
-    gaps = parallel.submit(windows.off_grid)
-    facts = window_facts(windows.ts_ns.numpy(), windows.real.numpy(), windows.series_idx.numpy(),
-                         windows.static_cat[:, 0].numpy(), windows.starts.numpy(), len(windows.series_names),
-                         windows.encoder_length, split, 0)
-    return dataclasses.replace(facts, off_grid=gaps.result())
 
 
 def merge_facts(parts: list[WindowFacts]) -> WindowFacts:

@@ -33,8 +33,8 @@ def off_grid_windows(starts: np.ndarray, ts: np.ndarray, grid_ts: np.ndarray, e:
                      last_index: np.ndarray | None = None, chunk: int = OFF_GRID_CHUNK) -> int:
     """How many windows `starts` (W,) have bars missing from their forecast span: their last forecast bar's time
     (`ts` (N,)) is not the last step of the origin's grid (`grid_ts` (U,); an origin row's grid row of step 1 is
-    `base` (N,), of step D `last_index` (N,) when the grid is not one lattice). The same count for windows held in
-    memory (WindowedData.off_grid) and for a piece of a store being written (store/pieced.py).
+    `base` (N,), of step D `last_index` (N,) when the grid is not one lattice). The data summary's count
+    (dataset/featurize.windowed_rows), for the panel in memory and for each piece of a store alike.
 
     Counted `chunk` windows at a time: over all windows at once its int64 temporaries would take 80 MB for 2M bars,
     at the end of loading when the most memory is in use."""
@@ -107,12 +107,6 @@ class WindowedData:
         if self.known_index is None:
             return self.known_base.index_select(0, origin)[:, None] + self._dsteps
         return self.known_index.index_select(0, origin).long()
-
-    def off_grid(self, chunk: int = OFF_GRID_CHUNK) -> int:
-        """Windows whose last forecast bar is not at the last grid step (`off_grid_windows`)."""
-        index = None if self.known_index is None else self.known_index[:, -1].numpy()
-        return off_grid_windows(self.starts.numpy(), self.ts_ns.numpy(), self.known_ts.numpy(), self.encoder_length,
-                                self.horizon, self.known_base.numpy(), index, chunk)
 
     def decoder_ns(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, D) int64 grid timestamps whose calendar the decoder sees: the regular grid after each origin."""
