@@ -16,16 +16,18 @@ from typing import Annotated
 import typer
 
 from foxhunt.allocator import process_settings
+from foxhunt.cli.help import PanelGroup, Typer
 from foxhunt.errors import InputError, NonFiniteError, RankLost, ResourceError, WriteError
 
 # typer >= 0.20 vendors click; older versions use click itself. Either way this is click's base exception.
 ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
-app = typer.Typer(
+app = Typer(
+    cls=PanelGroup,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # click's plain help: it wraps a long flag instead of cutting it, and reads at 80 columns
+    rich_markup_mode=None,  # click's plain help, in panels (foxhunt.cli.help): it reads at 80 columns
     help="Temporal Fusion Transformers on futures bars: multi-horizon quantile forecasts that train to the end "
     "without running out of memory.",
 )
@@ -47,8 +49,8 @@ DEBUG_FLAG = "--debug"
 
 @app.callback()
 def _root(
-    debug: Annotated[bool, typer.Option(DEBUG_FLAG, help="Show the Python traceback of an error (accepted anywhere "
-                                        "on the command line).")] = False,
+    debug: Annotated[bool, typer.Option(DEBUG_FLAG, help="Show the traceback of an error (accepted anywhere).")]
+    = False,
 ) -> None:
     """Temporal Fusion Transformers on futures bars."""
 

@@ -10,7 +10,16 @@ from typing import Annotated, Any
 import typer
 
 from foxhunt.cli.app import app
-from foxhunt.cli.options import CONFIG, DATA_OPTIONS, MEMORY_OPTIONS, MODEL_OPTIONS, ConfigFile, attach
+from foxhunt.cli.options import (
+    CONFIG,
+    DATA_OPTIONS,
+    MEMORY_OPTIONS,
+    MODEL_OPTIONS,
+    OUTPUT,
+    WORKERS,
+    ConfigFile,
+    attach,
+)
 from foxhunt.cli.wiring import paths, values
 
 
@@ -18,21 +27,19 @@ from foxhunt.cli.wiring import paths, values
 @attach(DATA_OPTIONS)
 def prepare(
     ctx: typer.Context,
-    out: Annotated[Path, typer.Option("--out", "-o", help="The feature store (a directory) to write; an older store "
-                                      "there is replaced.")],
-    workers: Annotated[int, typer.Option(min=0, help="Worker processes preparing groups of series in "
-                                         "parallel (1: this process), so memory is bounded by a group, not the "
-                                         "panel; 0 prepares the whole panel in memory. The store is the same.")] = 2,
-    executor: Annotated[str, typer.Option(help="Where the groups of series run: `local` (--workers processes "
-                                          "here) or `dask://HOST:PORT`, a Dask cluster (the `cluster` extra), "
-                                          "whose workers must all see --out's folder: "
-                                          "they write the store there.")] = "local",
+    out: Annotated[Path, typer.Option("--out", "-o", help="The feature store to write (a folder, replaced).",
+                                      metavar="PATH", rich_help_panel=OUTPUT)],
+    workers: Annotated[int, typer.Option(min=0, help="Processes preparing series groups (0: in memory).",
+                                         metavar="N", rich_help_panel=WORKERS)] = 2,
+    executor: Annotated[str, typer.Option(help="local, or dask://HOST:PORT (extra: cluster).", metavar="WHERE",
+                                          rich_help_panel=WORKERS)] = "local",
     config: ConfigFile = None,
     **options: Any,
 ) -> None:
-    """Compute the features once and write them as a memory-mapped feature store for `foxhunt train --features`
-    (and predict, evaluate): the row tensors, window index, splits, scalers, schema, data summary, roll table and
-    what the baselines read (docs/store-format.md)."""
+    """Compute the features once into a memory-mapped store.
+
+    It is read by `foxhunt train --features` (and predict, evaluate): the row tensors, window index, splits,
+    scalers, schema, data summary, roll table and what the baselines read (docs/store-format.md)."""
     from foxhunt import settings
     from foxhunt.data.store.executor import may_piece, open_workers
 
@@ -56,11 +63,15 @@ def prepare(
 @attach(DATA_OPTIONS)
 def inspect(
     ctx: typer.Context,
-    files: Annotated[list[str] | None, typer.Argument(help="Files, directories or globs (default: the sample).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    files: Annotated[list[str] | None, typer.Argument(help="Files, folders or globs (default: the sample).",
+                                                           metavar="FILES")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.", rich_help_panel=OUTPUT)]
+    = False,
     **options: Any,
 ) -> None:
-    """Show what the loader sees (rows, series, contracts, rolls, windows per split) without training."""
+    """Show what the loader sees, without training.
+
+    Rows, series, contracts, rolls and windows per split."""
     from foxhunt import settings
     from foxhunt.data.dataset.prepare import prepare_data
     from foxhunt.data.dataset.summary import format_summary
@@ -75,8 +86,11 @@ def inspect(
 
 
 @app.command()
-def sample(out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the sample parquet.")]) -> None:
-    """Write the bundled ES 1-minute sample (Databento ohlcv-1m parquet format) to a file."""
+def sample(out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the sample parquet.",
+                                             metavar="PATH", rich_help_panel=OUTPUT)]) -> None:
+    """Write the bundled ES 1-minute sample to a parquet file.
+
+    It is in Databento's ohlcv-1m format."""
     from foxhunt.data.io.sample import write_sample
 
     path = write_sample(out)
@@ -87,7 +101,9 @@ def sample(out: Annotated[Path, typer.Option("--out", "-o", help="Where to write
 @app.command("plan-memory")
 @attach(DATA_OPTIONS, MODEL_OPTIONS, MEMORY_OPTIONS, (CONFIG,))
 def plan_memory_cmd(ctx: typer.Context, **options: Any) -> None:
-    """Predict the peak memory of a training and a validation step per batch size, and the largest that fits."""
+    """Peak memory per batch size, and the largest that fits.
+
+    For a training and a validation step."""
     from foxhunt import settings
     from foxhunt.data.dataset.prepare import prepare_data
     from foxhunt.model.tft import TemporalFusionTransformer

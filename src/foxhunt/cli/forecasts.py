@@ -8,7 +8,19 @@ from typing import Annotated
 import typer
 
 from foxhunt.cli.app import app
-from foxhunt.cli.options import DATA, Device, End, ModelDir, NoCalibration, ParquetFile, Start, Threads
+from foxhunt.cli.options import (
+    DATA,
+    FORECASTS,
+    OUTPUT,
+    BatchSize,
+    Device,
+    End,
+    ModelDir,
+    NoCalibration,
+    ParquetFile,
+    Start,
+    Threads,
+)
 from foxhunt.cli.wiring import bars_or_store, set_threads
 from foxhunt.errors import InputError
 from foxhunt.train.config import TrainConfig
@@ -19,21 +31,22 @@ TD = TrainConfig()
 @app.command()
 def predict(
     model: ModelDir,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Forecasts parquet to write.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Forecasts parquet to write.", metavar="PATH",
+                                      rich_help_panel=OUTPUT)],
     parquet_file: ParquetFile = None,
-    features: Annotated[Path | None, typer.Option(
-        help="A feature store written by `foxhunt prepare` with the model's data options: forecast its windows, "
-        "memory-mapped, instead of reading the bars. A store's windows end where its targets do: no live origin.",
-        rich_help_panel=DATA)] = None,
+    features: Annotated[Path | None, typer.Option(help="Forecast a `foxhunt prepare` store's windows.",
+                                                  metavar="PATH", rich_help_panel=DATA)] = None,
     start: Start = None,
     end: End = None,
-    batch_size: Annotated[int, typer.Option(help="Windows per forward pass.")] = 1024,
+    batch_size: BatchSize = 1024,
     device: Device = "cpu",
     threads: Threads = TD.num_threads,
     no_calibration: NoCalibration = False,
 ) -> None:
-    """Quantile forecasts for every origin with a full encoder, including the live one after the last bar (from a
-    feature store, its windows' origins); calibrated on the validation split unless --no-calibration."""
+    """Write quantile forecasts for every origin.
+
+    Every origin with a full encoder, including the live one after the last bar (from a feature store, its
+    windows' origins); calibrated on the validation split unless --no-calibration."""
     from foxhunt.api.forecaster import Forecaster
     from foxhunt.train.device import resolve_device
 
@@ -49,25 +62,27 @@ def predict(
 @app.command()
 def evaluate(
     model: ModelDir,
-    out_dir: Annotated[Path, typer.Option("--out-dir", help="Where metrics.json, report.html etc. go.")],
+    out_dir: Annotated[Path, typer.Option("--out-dir", help="Where metrics.json, report.html etc. go.",
+                                          metavar="PATH", rich_help_panel=OUTPUT)],
     parquet_file: ParquetFile = None,
-    features: Annotated[Path | None, typer.Option(
-        help="A feature store written by `foxhunt prepare` with the model's data options: score the model and every "
-        "baseline on its windows, memory-mapped, instead of reading the bars.", rich_help_panel=DATA)] = None,
-    start: Annotated[str | None, typer.Option(help="First forecast bar on or after this ISO date/time (UTC). "
-                                              "Default: after the model's validation period when the bars reach "
-                                              "past it (held out from fitting and calibration), else all.")] = None,
+    features: Annotated[Path | None, typer.Option(help="Score on a `foxhunt prepare` store's windows.",
+                                                  metavar="PATH", rich_help_panel=DATA)] = None,
+    start: Annotated[str | None, typer.Option(help="First forecast bar on or after this ISO date/time.",
+                                              metavar="DATE", rich_help_panel=FORECASTS,
+                                              show_default="after validation")] = None,
     end: End = None,
-    forecasts: Annotated[Path | None, typer.Option(help="Score these forecasts instead of predicting.")] = None,
-    batch_size: Annotated[int, typer.Option(help="Windows per forward pass.")] = 1024,
+    forecasts: Annotated[Path | None, typer.Option(help="Score these forecasts instead of predicting.",
+                                                   metavar="PATH", rich_help_panel=FORECASTS)] = None,
+    batch_size: BatchSize = 1024,
     device: Device = "cpu",
     threads: Threads = TD.num_threads,
     no_calibration: NoCalibration = False,
 ) -> None:
-    """Score forecasts against the realised target and the baselines on the same origins; write a report.
+    """Score forecasts against the target and the baselines.
 
-    Without --start, scores only origins after the model's validation period when the bars reach past it (the
-    calibration was fitted on that period)."""
+    The realised target and the baselines on the same origins; writes a report. Without --start, scores only
+    origins after the model's validation period when the bars reach past it (the calibration was fitted on that
+    period)."""
     from foxhunt.data.io.sample_path import is_bundled_sample
     from foxhunt.evaluate.run import evaluate_run
     from foxhunt.evaluate.table import format_results
@@ -85,16 +100,19 @@ def evaluate(
 @app.command()
 def export(
     model: ModelDir,
-    out: Annotated[Path, typer.Option("--out", "-o", help="The .onnx file to write; its sidecar goes next to it "
-                                      "(model.onnx.json).")],
-    export_format: Annotated[str, typer.Option("--format", help="onnx (the only format so far).")] = "onnx",
+    out: Annotated[Path, typer.Option("--out", "-o", help="The .onnx file to write (sidecar: .onnx.json).",
+                                      metavar="PATH", rich_help_panel=OUTPUT)],
+    export_format: Annotated[str, typer.Option("--format", help="onnx (the only format so far).", metavar="FMT",
+                                               rich_help_panel=OUTPUT)] = "onnx",
     parquet_file: Annotated[list[str] | None, typer.Option(
-        "--parquet-file", "-f", help="Bars to check parity on (real windows, besides random ones); repeatable. "
-        "Default: random inputs only.")] = None,
+        "--parquet-file", "-f", help="Bars to check parity on, besides random inputs.", metavar="PATH",
+        rich_help_panel=DATA)] = None,
     threads: Threads = TD.num_threads,
 ) -> None:
-    """Export the forward pass to ONNX (scaled inputs in, scaled quantiles out) with a sidecar JSON describing the
-    inputs, scalers and calibration; fails (exit 1, nothing written) unless onnxruntime matches PyTorch to 1e-5."""
+    """Export the model's forward pass to ONNX.
+
+    Scaled inputs in, scaled quantiles out, with a sidecar JSON describing the inputs, scalers and calibration;
+    fails (exit 1, nothing written) unless onnxruntime matches PyTorch to 1e-5."""
     from foxhunt.export.onnx import export_onnx, require_onnx
     from foxhunt.export.parity import ParityError, real_cases
     from foxhunt.train.checkpoint import load_model
@@ -122,8 +140,11 @@ def export(
 
 
 @app.command("memory-report")
-def memory_report_cmd(run_dir: Annotated[Path, typer.Argument(help="A run directory with memory.jsonl.")]) -> None:
-    """Memory per phase (peak, growth) from a run's memory.jsonl; writes memory.png beside it."""
+def memory_report_cmd(run_dir: Annotated[Path, typer.Argument(help="A run directory with memory.jsonl.",
+                                                               metavar="RUN_DIR")]) -> None:
+    """Memory per phase (peak, growth) of a run.
+
+    From the run's memory.jsonl; writes memory.png beside it."""
     from foxhunt.evaluate.memory_report import memory_report
 
     table, png = memory_report(run_dir)

@@ -20,16 +20,24 @@ from foxhunt.model.config import ModelConfig
 from foxhunt.train.config import TrainConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
-DATA, MODEL, TRAINING, OUTPUT = "Data", "Model", "Training", "Output"
+# The panels of --help, in the order a command shows them (foxhunt.cli.help); options without one are "Options".
+DATA, MODEL, TRAINING, FORECASTS, BACKTEST, SEARCH, WORKERS, DEVICE, MEMORY, OUTPUT = (
+    "Data", "Model", "Training", "Forecasts", "Backtest", "Search", "Workers", "Device", "Memory", "Output")
+PANELS = (DATA, MODEL, TRAINING, FORECASTS, BACKTEST, SEARCH, WORKERS, DEVICE, MEMORY, OUTPUT)
 # Defaults live in the configuration dataclasses; the CLI shows the same values.
 DD, MD, TD = DataConfig(), ModelConfig(), TrainConfig()
 QUANTILES_DEFAULT = ",".join(f"{q:g}" for q in MD.quantiles)
 Group = tuple[inspect.Parameter, ...]
+# A value's placeholder in --help by its type: short, so that a flag and its help share a line at 80 columns.
+METAVARS: dict[Any, str] = {int: "N", float: "X", str: "TEXT", Path: "PATH"}
 
 
 def opt(name: str, kind: Any, default: Any, help: str, panel: str | None = None, *decls: str,
         **extra: Any) -> inspect.Parameter:
-    """One option as a signature parameter: `--name-with-dashes` unless `decls` name it."""
+    """One option as a signature parameter: `--name-with-dashes` unless `decls` name it; its help is one line at
+    80 columns (tests/cli/test_help_width.py), the longer story is in the docs."""
+    base = next((a for a in getattr(kind, "__args__", (kind,)) if a is not type(None)), kind)
+    extra.setdefault("metavar", METAVARS.get(getattr(base, "__origin__", base), "TEXT"))
     info = typer.Option(*decls, help=help, rich_help_panel=panel, **extra)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, info])
 
@@ -64,120 +72,101 @@ def attach(*groups: Group | object) -> Callable[[F], F]:
 
 
 DATA_OPTIONS: Group = (
-    opt("parquet_file", list[str] | None, None, "Bars: a parquet/CSV/DBN file, a directory or a glob; repeatable. "
-        "Default: the bundled ES sample.", DATA, "--parquet-file", "-f"),
-    opt("timestamp_col", str | None, None, "Time column (default: detected).", DATA),
-    opt("symbol_col", str | None, None, "Symbol column (default: detected).", DATA),
-    opt("timezone", str | None, None, "Time zone of naive timestamps, e.g. America/Chicago (default: UTC, refused "
-        "when many bars fall in the session halt).", DATA),
-    opt("calendar", str | None, None, "Market hours of every bar: a pandas-market-calendars name (extra: "
-        "calendars), or 24/7 (no extra), for the closed-bars check, the halt and the forecast grid; saved with the "
-        "run (default: per futures root, CME Globex).", DATA),
-    opt("since", str | None, None, "Read only bars at or after this ISO date/time (UTC when naive); hive date= "
-        "partitions before it are never opened.", DATA),
-    opt("until", str | None, None, "Read only bars before this ISO date/time (UTC when naive).", DATA),
-    opt("price_scale", float, DD.price_scale, "Divide every price by this (100: a file of integer cents). "
-        "Databento fixed-point prices are scaled without it.", DATA),
-    opt("contracts", str, DD.contracts, "auto | continuous | each.", DATA),
-    opt("adjust", str, DD.adjust, "Back-adjustment of continuous series: ratio | difference | none.", DATA),
-    opt("roll_confirm", int, DD.roll_confirm, "Sessions the next contract must out-trade the front before the "
-        "series rolls to it (1: the previous session's volume decides).", DATA),
-    opt("target", str, DD.target, "log_return | log_range | price_change (close_t - close_t-1 in price units; for "
-        "prices at or below zero).", DATA),
+    opt("parquet_file", list[str] | None, None, "Bars: parquet/CSV/DBN files, folders or globs.", DATA,
+        "--parquet-file", "-f", metavar="PATH", show_default="the bundled ES sample"),
+    opt("timestamp_col", str | None, None, "Time column.", DATA, metavar="NAME", show_default="detected"),
+    opt("symbol_col", str | None, None, "Symbol column.", DATA, metavar="NAME", show_default="detected"),
+    opt("timezone", str | None, None, "Zone of naive timestamps, e.g. America/Chicago.", DATA, metavar="TZ",
+        show_default="UTC"),
+    opt("calendar", str | None, None, "Market hours: an exchange calendar name or 24/7.", DATA, metavar="NAME",
+        show_default="by futures root"),
+    opt("since", str | None, None, "Read only bars at or after this ISO date/time.", DATA, metavar="DATE"),
+    opt("until", str | None, None, "Read only bars before this ISO date/time.", DATA, metavar="DATE"),
+    opt("price_scale", float, DD.price_scale, "Divide every price by this (100: integer cents).", DATA),
+    opt("contracts", str, DD.contracts, "Series: auto | continuous | each.", DATA, metavar="MODE"),
+    opt("adjust", str, DD.adjust, "Roll adjustment: ratio | difference | none.", DATA, metavar="MODE"),
+    opt("roll_confirm", int, DD.roll_confirm, "Roll when the next contract out-trades N sessions.", DATA),
+    opt("target", str, DD.target, "Target: log_return | log_range | price_change.", DATA, metavar="KIND"),
     opt("encoder_length", int, DD.encoder_length, "Encoder (look-back) bars.", DATA),
     opt("horizon", int, DD.horizon, "Forecast bars.", DATA),
-    opt("train_end", str | None, None, "ISO date: forecasts starting before it train; needs --val-end (the test "
-        "period's start) or --test-fraction 0 (no test period).", DATA),
-    opt("val_end", str | None, None, "ISO date: forecasts from --train-end to it validate; later ones are the test "
-        "split.", DATA),
-    opt("val_fraction", float, DD.val_fraction, "Without --train-end: the fraction of time before the test part "
-        "validates.", DATA),
-    opt("test_fraction", float, DD.test_fraction, "Without --train-end: the last fraction of time is the test "
-        "split, held out of training (0: train / validation only).", DATA),
-    opt("scaling", str, DD.scaling, "Target scaling: series (train std per series) | volatility (trailing "
-        "volatility units).", DATA),
-    opt("vol_estimator", str, DD.vol_estimator, "Trailing volatility from: returns (EWMA of r^2) | range (EWMA of "
-        "ln(H/L)^2, a sharper estimate).", DATA),
+    opt("train_end", str | None, None, "ISO date: training split ends (needs --val-end).", DATA,
+        metavar="DATE"),
+    opt("val_end", str | None, None, "ISO date: validation ends, the test split starts.", DATA, metavar="DATE"),
+    opt("val_fraction", float, DD.val_fraction, "Validation fraction of the time before the test.", DATA),
+    opt("test_fraction", float, DD.test_fraction, "Last fraction of time held out as test (0: none).", DATA),
+    opt("scaling", str, DD.scaling, "Target scaling: series | volatility.", DATA, metavar="MODE"),
+    opt("vol_estimator", str, DD.vol_estimator, "Trailing volatility from: returns | range.", DATA,
+        metavar="KIND"),
     opt("vol_halflife", float, DD.vol_halflife, "Halflife (bars) of the trailing volatility.", DATA),
-    opt("vol_features", bool, DD.vol_features, "Extra observed inputs: shocks in volatility units, fast/slow "
-        "volatility ratios.", DATA),
-    opt("seasonality", bool, DD.seasonality, "Intraday bars: the training period's volatility profile by time of "
-        "day as a known input, trailing volatility divided by it as an observed one (and in volatility scaling).",
+    opt("vol_features", bool, DD.vol_features, "Volatility shocks and fast/slow ratios as inputs.", DATA),
+    opt("seasonality", bool, DD.seasonality, "Time-of-day volatility profile as an input.", DATA),
+    opt("calendar_features", bool, DD.calendar_features, "Globex Equity session inputs (extra: calendars).",
         DATA),
-    opt("calendar_features", bool, DD.calendar_features, "CME Globex Equity session features (extra: calendars).",
-        DATA),
-    opt("fill_gaps", bool, DD.fill_gaps, "Intraday bars on a regular grid: a missing bar inside a session becomes "
-        "a zero-volume bar at the previous close, flagged as filled (never across the daily halt, a weekend or a "
-        "missing session).", DATA),
+    opt("fill_gaps", bool, DD.fill_gaps, "Fill missing intraday bars inside a session.", DATA),
 )
-FEATURES = opt("features", str | None, None, "A feature store written by `foxhunt prepare`: train from it, "
-               "memory-mapped, instead of reading the bars. Data options typed with it must equal the store's.", DATA)
+FEATURES = opt("features", str | None, None, "A store from `foxhunt prepare`: train from it.", DATA,
+               metavar="PATH")
 
 MODEL_OPTIONS: Group = (
     opt("hidden_size", int, MD.hidden_size, "Hidden size d.", MODEL),
     opt("attention_heads", int, MD.attention_heads, "Attention heads.", MODEL),
     opt("dropout", float, MD.dropout, "Dropout rate.", MODEL),
     opt("lstm_layers", int, MD.lstm_layers, "LSTM layers.", MODEL),
-    opt("quantiles", str, QUANTILES_DEFAULT, "Comma-separated quantiles.", MODEL),
-    opt("activation_checkpointing", bool, False, "Recompute VSN/GRN activations in backward (less memory, more "
-        "compute).", MODEL),
+    opt("quantiles", str, QUANTILES_DEFAULT, "Comma-separated quantiles.", MODEL, metavar="LIST"),
+    opt("activation_checkpointing", bool, False, "Recompute activations in backward: less memory.", MEMORY),
 )
 
 # The device and memory options of `train` and `plan-memory` (plan-memory plans for a 4 GiB budget by default).
-DEVICE = opt("device", str, "auto", "auto | cpu | cuda | cuda:N.", TRAINING)
-MEMORY_BUDGET = opt("memory_budget", str | None, None, "Memory budget, e.g. 4GiB (enforced on CUDA).", TRAINING)
-OPTIMIZER_STATE = opt("optimizer_state", str, "device", "device | cpu (keep AdamW moments in host memory).",
-                      TRAINING)
-PRECISION = opt("precision", str, TD.precision, "auto | 32 | bf16 | 16-mixed: autocast precision (auto: bf16 on "
-                "CUDA devices that support it, else 32).", TRAINING)
-MEMORY_OPTIONS: Group = (MEMORY_BUDGET.replace(default="4GiB"), DEVICE, OPTIMIZER_STATE, PRECISION)
+DEVICE_OPTION = opt("device", str, "auto", "auto | cpu | cuda | cuda:N.", DEVICE, metavar="DEVICE")
+MEMORY_BUDGET = opt("memory_budget", str | None, None, "Memory budget, e.g. 4GiB (enforced on CUDA).", MEMORY,
+                    metavar="SIZE")
+OPTIMIZER_STATE = opt("optimizer_state", str, "device", "device | cpu: where the AdamW moments live.", MEMORY,
+                      metavar="WHERE")
+PRECISION = opt("precision", str, TD.precision, "auto | 32 | bf16 | 16-mixed (autocast).", DEVICE, metavar="MODE")
+THREADS = opt("threads", int, TD.num_threads, "CPU threads for torch (0: torch's default).", DEVICE)
+MEMORY_OPTIONS: Group = (MEMORY_BUDGET.replace(default="4GiB"), DEVICE_OPTION, OPTIMIZER_STATE, PRECISION)
 
 TRAINING_OPTIONS: Group = (
     opt("epochs", int, TD.epochs, "Epochs.", TRAINING),
-    opt("batch_size", str, str(TD.batch_size), "Training batch size, or auto (needs --memory-budget); under "
-        "torchrun the global batch, a multiple of the number of ranks, split across them.", TRAINING),
-    opt("validation_batch_size", str, "auto", "Validation batch size, or auto: the largest that fits.", TRAINING),
+    opt("batch_size", str, str(TD.batch_size), "Batch size, or auto (needs --memory-budget).", TRAINING,
+        metavar="N"),
+    opt("validation_batch_size", str, "auto", "Validation batch, or auto: the largest that fits.", TRAINING,
+        metavar="N"),
     opt("learning_rate", float, TD.learning_rate, "Peak learning rate (AdamW).", TRAINING),
     opt("weight_decay", float, TD.weight_decay, "AdamW weight decay.", TRAINING),
     opt("grad_clip", float, TD.grad_clip, "Gradient-norm clip (0: off).", TRAINING),
     opt("warmup_fraction", float, TD.warmup_fraction, "Share of steps warming the LR up.", TRAINING),
     opt("patience", int, TD.patience, "Early stopping: epochs without improvement.", TRAINING),
-    DEVICE,
-    opt("use_gpu", bool, False, "Same as --device cuda.", TRAINING, "--use-gpu"),
+    DEVICE_OPTION,
+    opt("use_gpu", bool, False, "Same as --device cuda.", DEVICE, "--use-gpu"),
     opt("seed", int, 0, "Random seed (a CPU run repeats bit for bit).", TRAINING),
-    opt("seeds", int, 1, "Train N times, with seeds --seed, --seed + 1, ..., and keep the run with the lowest "
-        "validation loss; seeds.json in the run directory holds every seed's summary and the spread.", TRAINING),
-    opt("run_dir", str | None, None, "Run directory (default runs/<UTC time>).", OUTPUT),
-    opt("resume", bool, False, "Continue the run in --run-dir from its checkpoint.pt (the step it stopped at), "
-        "with its saved options and batch sizes (training flags given now, e.g. --epochs, override them).", OUTPUT),
-    opt("memory_log_every", int, 0, "A [MEMORY] record every N batches (0: phases only).", OUTPUT),
+    opt("seeds", int, 1, "Train N seeds from --seed; keep the best.", TRAINING),
+    opt("run_dir", str | None, None, "Run directory.", OUTPUT, metavar="PATH", show_default="runs/<UTC time>"),
+    opt("resume", bool, False, "Continue the run in --run-dir from its checkpoint.", OUTPUT),
+    opt("memory_log_every", int, 0, "[MEMORY] record every N batches (0: phases only).", MEMORY),
     MEMORY_BUDGET,
     OPTIMIZER_STATE,
     opt("max_train_batches", int, 0, "Cap training batches per epoch (0: all).", TRAINING),
-    opt("threads", int, TD.num_threads, "CPU threads for torch (0: torch's default).", TRAINING),
+    THREADS,
     PRECISION,
-    opt("window_run", int, TD.window_run, "Training batches are runs of N windows one horizon apart, which share "
-        "their bars' work (1: windows shuffled singly).", TRAINING),
-    opt("loss_weight", str, TD.loss_weight, "none | scale: each sample's pinball loss times its target scale, so "
-        "that volatility-scaled training minimises the raw-unit loss q-risk reports.", TRAINING),
-    opt("max_bad_steps", int, TD.max_bad_steps, "Stop after N training steps in a row with a non-finite loss or "
-        "gradient norm (each is skipped: no update).", TRAINING),
+    opt("window_run", int, TD.window_run, "Batches as runs of N windows one horizon apart.", TRAINING),
+    opt("loss_weight", str, TD.loss_weight, "none | scale: pinball loss times target scale.", TRAINING,
+        metavar="MODE"),
+    opt("max_bad_steps", int, TD.max_bad_steps, "Stop after N non-finite steps in a row.", TRAINING),
     opt("progress", bool, True, "Show a progress bar.", OUTPUT),
-    opt("checkpoint_every", int, TD.checkpoint_every, "Write checkpoint.pt every N optimizer steps (0: about every "
-        "10 minutes); always at each epoch end and on SIGINT/SIGTERM.", OUTPUT),
-    opt("deterministic", bool, TD.deterministic, "Deterministic CUDA kernels: a seeded GPU run repeats bit for bit, "
-        "somewhat slower (CPU runs always do).", TRAINING, "--deterministic"),
-    opt("track", list[str] | None, None, "Also log parameters, per-epoch metrics, memory records and the run's "
-        "files to mlflow and/or tensorboard (repeatable or comma-separated; extra: track). metrics.jsonl stays the "
-        "record.", OUTPUT, metavar="<name>"),
-    opt("track_uri", str | None, None, "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
-        "sqlite:///runs/mlflow.db).", OUTPUT, metavar="<uri>"),
+    opt("checkpoint_every", int, TD.checkpoint_every, "Checkpoint every N steps (0: about every 10 min).",
+        OUTPUT),
+    opt("deterministic", bool, TD.deterministic, "Deterministic CUDA kernels (slower, repeatable).", DEVICE,
+        "--deterministic"),
+    opt("track", list[str] | None, None, "Also log to mlflow | tensorboard (extra: track).", OUTPUT,
+        metavar="NAME"),
+    opt("track_uri", str | None, None, "MLflow tracking URI.", OUTPUT, metavar="URI",
+        show_default="$MLFLOW_TRACKING_URI"),
 )
 
 CONFIG = opt("config", Path | None, None, "TOML file supplying any option; flags override.", None, "--config")
 CONSOLE_OPTIONS: Group = (
-    opt("verbose", bool, False, "Also show the memory plan table, every [MEMORY] record and the full data summary "
-        "(train.log always holds them).", OUTPUT, "--verbose", "-v"),
+    opt("verbose", bool, False, "Also show the memory plan and every [MEMORY] line.", OUTPUT, "--verbose", "-v"),
     opt("quiet", bool, False, "Show only warnings, errors and the final line.", OUTPUT, "--quiet", "-q"),
 )
 CONSOLE_FLAGS = {p.name for p in CONSOLE_OPTIONS}
@@ -185,11 +174,15 @@ TRACK_FLAGS = {"track", "track_uri"}
 
 # Options of the commands that read a trained model (predict, evaluate, export).
 ParquetFile = alias(DATA_OPTIONS[0])
-Device = alias(DEVICE)
-Threads = Annotated[int, typer.Option(help="CPU threads for torch (0: torch's default).")]
-ModelDir = Annotated[Path, typer.Option("--model", help="A run directory written by `foxhunt train`.")]
-Start = Annotated[str | None, typer.Option(help="First forecast bar on or after this ISO date/time (UTC).")]
-End = Annotated[str | None, typer.Option(help="First forecast bar on or before this ISO date (inclusive).")]
-NoCalibration = Annotated[bool, typer.Option("--no-calibration", help="The model's own quantiles: skip the conformal "
-                                             "calibration fitted on the validation split after training.")]
+Device = alias(DEVICE_OPTION)
+Threads = alias(THREADS)
+ModelDir = Annotated[Path, typer.Option("--model", help="A run directory written by `foxhunt train`.",
+                                        metavar="PATH", rich_help_panel=MODEL)]
+Start = Annotated[str | None, typer.Option(help="First forecast bar on or after this ISO date/time.",
+                                           metavar="DATE", rich_help_panel=FORECASTS)]
+End = Annotated[str | None, typer.Option(help="First forecast bar on or before this ISO date.", metavar="DATE",
+                                         rich_help_panel=FORECASTS)]
+NoCalibration = Annotated[bool, typer.Option("--no-calibration", help="Use the model's own quantiles, uncalibrated.",
+                                             rich_help_panel=FORECASTS)]
+BatchSize = Annotated[int, typer.Option(help="Windows per forward pass.", metavar="N", rich_help_panel=FORECASTS)]
 ConfigFile = alias(CONFIG)

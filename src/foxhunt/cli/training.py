@@ -10,13 +10,16 @@ import typer
 
 from foxhunt.cli.app import app
 from foxhunt.cli.options import (
+    BACKTEST,
     CONFIG,
     CONSOLE_FLAGS,
     CONSOLE_OPTIONS,
     DATA_OPTIONS,
     FEATURES,
     MODEL_OPTIONS,
+    OUTPUT,
     OWN,
+    SEARCH,
     TRACK_FLAGS,
     TRAINING_OPTIONS,
     ConfigFile,
@@ -30,7 +33,9 @@ from foxhunt.errors import InputError
 @attach(DATA_OPTIONS[:1], (FEATURES,), DATA_OPTIONS[1:], MODEL_OPTIONS, TRAINING_OPTIONS, CONSOLE_OPTIONS,
         (CONFIG,), OWN)
 def train(ctx: typer.Context, **options: Any) -> None:
-    """Train a Temporal Fusion Transformer; writes the run directory (model, metrics, memory trace, checkpoint)."""
+    """Train a Temporal Fusion Transformer.
+
+    Writes the run directory: model, metrics, memory trace, checkpoint."""
     from foxhunt import settings
     from foxhunt.api.training import RunConfig, check_run_options, fit
 
@@ -88,29 +93,28 @@ def _train_options(ctx: typer.Context, config: Path | None, command: str) -> tup
 @app.command(context_settings=PASS_THROUGH)
 def backtest(
     ctx: typer.Context,
-    out_dir: Annotated[Path, typer.Option("--out-dir", help="Where the folds, forecasts.parquet, backtest.json and "
-                                          "report.html go; run again with the same options to resume.")],
-    folds: Annotated[int, typer.Option(help="Test periods, one after another, ending with the data.")] = 5,
-    test_length: Annotated[str, typer.Option(help="Each fold's test period: a count and a unit, min | h | d | w "
-                                             "(fixed spans ending just after the last bar) or mo | y (calendar "
-                                             "months / years; the last fold is the period holding the last bar).")]
-    = "1y",
-    val_length: Annotated[str | None, typer.Option(help="Each fold's validation period, just before its test "
-                                                   "period (epoch selection, calibration). Default: --test-length.")]
-    = None,
-    refit: Annotated[str, typer.Option(help="every: each fold trains its own model. once: fold 1 trains (on the "
-                                       "data before its validation period) and its model, with its calibration, "
-                                       "forecasts every later fold. K (a number): folds 1, 1+K, 1+2K, ... train; "
-                                       "each fold between uses the latest of those models.")] = "every",
-    window: Annotated[str, typer.Option(help="expanding: each fold trains on everything before its validation "
-                                        "period | rolling: on the --train-length before it.")] = "expanding",
-    train_length: Annotated[str | None, typer.Option(help="--window rolling: the training period's length (units "
-                                                     "as --test-length).")] = None,
-    jobs: Annotated[int, typer.Option(help="Train fold models in N processes at once, fewer when the memory plan "
-                                      "says they do not fit; the --threads are split between them.")] = 1,
+    out_dir: Annotated[Path, typer.Option("--out-dir", help="Folds, forecasts and report go here (resumable).",
+                                          metavar="PATH", rich_help_panel=OUTPUT)],
+    folds: Annotated[int, typer.Option(help="Test periods in a row, ending with the data.", metavar="N",
+                                       rich_help_panel=BACKTEST)] = 5,
+    test_length: Annotated[str, typer.Option(help="Each fold's test period: N min|h|d|w|mo|y.", metavar="SPAN",
+                                             rich_help_panel=BACKTEST)] = "1y",
+    val_length: Annotated[str | None, typer.Option(help="Each fold's validation period, before its test.",
+                                                   metavar="SPAN", rich_help_panel=BACKTEST,
+                                                   show_default="--test-length")] = None,
+    refit: Annotated[str, typer.Option(help="every | once | K: which folds train a model.", metavar="WHEN",
+                                       rich_help_panel=BACKTEST)] = "every",
+    window: Annotated[str, typer.Option(help="Training window: expanding | rolling.", metavar="MODE",
+                                        rich_help_panel=BACKTEST)] = "expanding",
+    train_length: Annotated[str | None, typer.Option(help="--window rolling: the training period's length.",
+                                                     metavar="SPAN", rich_help_panel=BACKTEST)] = None,
+    jobs: Annotated[int, typer.Option(help="Fold models trained at once, if memory allows.", metavar="N",
+                                      rich_help_panel=BACKTEST)] = 1,
     config: ConfigFile = None,
 ) -> None:
-    """Walk-forward backtest: each fold trains on the data before its validation and test periods (purged as in
+    """Walk-forward backtest: train, forecast and score per fold.
+
+    Each fold trains on the data before its validation and test periods (purged as in
     `train`), picks its epoch on validation and forecasts its test period; scores the model and every baseline of
     `evaluate` per fold and overall. Every other option is `foxhunt train`'s (--parquet-file, model and training
     flags), except --train-end, --val-end, --run-dir and --resume, which each fold sets."""
@@ -129,20 +133,24 @@ def backtest(
 @app.command(context_settings=PASS_THROUGH)
 def tune(
     ctx: typer.Context,
-    trials: Annotated[int, typer.Option(help="Trials in the study in total (finished or pruned, counting earlier "
-                                        "runs of the same study): run again to continue a killed search.")],
-    out_dir: Annotated[Path, typer.Option("--out-dir", help="Where trials/, study.db, best.toml, trials.csv and "
-                                          "summary.json go.")] = Path("tune"),
-    search: Annotated[Path | None, typer.Option(help="Search space TOML: one table per train option, with "
-                                                "choices = [...] or low, high (log, step). Default: the README's.")]
-    = None,
-    timeout: Annotated[float | None, typer.Option(help="Stop starting trials after this many seconds.")] = None,
-    storage: Annotated[str | None, typer.Option(help="Optuna storage URL, shared by processes or machines working "
-                                                "on one study. Default: sqlite:///OUT_DIR/study.db.")] = None,
-    study_name: Annotated[str, typer.Option(help="The study's name in the storage.")] = "foxhunt",
+    trials: Annotated[int, typer.Option(help="Trials in the study in total (run again to go on).", metavar="N",
+                                        rich_help_panel=SEARCH)],
+    out_dir: Annotated[Path, typer.Option("--out-dir", help="Where trials/, study.db, best.toml etc. go.",
+                                          metavar="PATH", rich_help_panel=OUTPUT)] = Path("tune"),
+    search: Annotated[Path | None, typer.Option(help="Search space TOML.", metavar="PATH", rich_help_panel=SEARCH,
+                                                show_default="the README's")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Stop starting trials after this many seconds.",
+                                                  metavar="S", rich_help_panel=SEARCH)] = None,
+    storage: Annotated[str | None, typer.Option(help="Optuna storage URL, shared across processes.", metavar="URL",
+                                                rich_help_panel=SEARCH,
+                                                show_default="sqlite:///OUT_DIR/study.db")] = None,
+    study_name: Annotated[str, typer.Option(help="The study's name in the storage.", metavar="NAME",
+                                            rich_help_panel=SEARCH)] = "foxhunt",
     config: ConfigFile = None,
 ) -> None:
-    """Hyperparameter search (Optuna, extra `tune`): TPE sampling, median pruning on each epoch's validation loss;
+    """Hyperparameter search with Optuna (extra: tune).
+
+    TPE sampling, median pruning on each epoch's validation loss;
     trials train and validate only, never on the test period. Writes best.toml (`foxhunt train --config best.toml`)
     and a table of trials with parameter importance. Every other option is `foxhunt train`'s: the fixed settings
     of every trial (--parquet-file, --train-end / --val-end or --test-fraction, --epochs, ...)."""
