@@ -53,7 +53,7 @@ def test_every_command_and_every_option_of_the_app_is_in_the_reference() -> None
             missing.append(f"heading {name}")
         section = text.split(f"## {name}\n", 1)[1].split("\n## ", 1)[0]
         for p in (p for p in cmd.params if not getattr(p, "hidden", False)):
-            flags = p.opts + p.secondary_opts if p.param_type_name == "option" else [p.name]
+            flags = p.opts + p.secondary_opts if p.param_type_name == "option" else [p.metavar or p.name]
             missing += [f"{name} {flag}" for flag in flags if flag not in section]
         first_line = (cmd.help or "").split("\n")[0].split("`")[0][:40]
         if first_line and first_line not in section.replace("\\", ""):
@@ -66,8 +66,8 @@ def test_options_are_grouped_by_help_panel_with_their_defaults() -> None:
     panels = [line for line in train.splitlines() if line.startswith("**") and line.endswith("**")]
     assert panels[0] == "**Options**" and {"**Data**", "**Model**", "**Training**"} <= set(panels)
     assert len(panels) == len(set(panels))
-    assert "| `--epochs <int>` | `3` | Epochs. |" in train.split("**Training**", 1)[1]
-    assert "| `--horizon <int>` | `5` |" in train.split("**Data**", 1)[1].split("**", 1)[0]
+    assert "| `--epochs N` | `3` | Epochs. |" in train.split("**Training**", 1)[1]
+    assert "| `--horizon N` | `5` |" in train.split("**Data**", 1)[1].split("**", 1)[0]
 
 
 def test_a_page_without_the_marker_is_left_unchanged() -> None:
@@ -118,4 +118,4 @@ def test_a_strict_mkdocs_build_of_the_reference_passes(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     html = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
     assert 'id="foxhunt-train"' in html
-    assert "<code>-f, --parquet-file &lt;list[str]&gt;</code>" in html and html.count("<table>") >= 12
+    assert "<code>-f, --parquet-file PATH</code>" in html and html.count("<table>") >= 12

@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from foxhunt.evaluate import baselines
+
 nbformat = pytest.importorskip("nbformat")  # the `docs` extra
 pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "docs" / "tutorial.ipynb"
-BASELINES = ["training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol"]
+BASELINES = list(baselines.BASELINES)  # every one: the sample is intraday
 BUDGET_S = 90  # the whole notebook on a 2-core CI machine (measured: about 30 s)
 
 # Appended to the executed copy only: reads the kernel's variables after the last cell, so the checks below look at
