@@ -1,4 +1,5 @@
-"""One tiny model for the whole folder: the README's "From Python" code, run once on the daily fixture."""
+"""One tiny model for the whole folder: the docs' "From Python" code (docs/production.md), run once on the daily
+fixture."""
 
 from __future__ import annotations
 
@@ -9,20 +10,22 @@ from typing import Any
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "production.md"
 
 
 def readme_python_blocks() -> list[str]:
-    """The ```python blocks of the README's "From Python" section, in order."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("### From Python", 1)[1]
-    section = re.split(r"\n##+ ", section, maxsplit=1)[0]
+    """The ```python blocks of docs/production.md's "From Python" section (its live-bars subsection included), in
+    order. The page's earlier block, which makes a daily file like the fixture, is not among them: here
+    `bars.parquet` is the fixture itself."""
+    text = PAGE.read_text(encoding="utf-8")
+    section = text.split("\n## From Python", 1)[1]
+    section = re.split(r"\n## ", section, maxsplit=1)[0]
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
 
 @pytest.fixture(scope="session")
 def readme_run(tmp_path_factory, daily_path) -> dict[str, Any]:
-    """The namespace after running the README's Python blocks in a directory where `bars.parquet` is the daily
+    """The namespace after running the page's Python blocks in a directory where `bars.parquet` is the daily
     fixture (two series, ES and NQ, 300 bars each): `run`, `fc`, `bars`, `live`, `raw`, `tail`, `forecast`, `arrays`."""
     cwd = tmp_path_factory.mktemp("readme")
     (cwd / "bars.parquet").symlink_to(daily_path)
@@ -30,7 +33,7 @@ def readme_run(tmp_path_factory, daily_path) -> dict[str, Any]:
     before = os.getcwd()
     os.chdir(cwd)
     try:
-        exec(compile("\n".join(readme_python_blocks()), str(README), "exec"), namespace)
+        exec(compile("\n".join(readme_python_blocks()), str(PAGE), "exec"), namespace)
     finally:
         os.chdir(before)
     return namespace

@@ -1,4 +1,5 @@
-"""The README's "From Python" section runs as written (on the daily fixture) and does what it says."""
+"""The docs' "From Python" section (docs/production.md) runs as written (on the daily fixture) and does what it
+says."""
 
 from __future__ import annotations
 

@@ -219,11 +219,11 @@ def test_without_optuna_one_line_names_the_extra(monkeypatch, capsys, tmp_path):
     assert "pip install 'foxhunt[tune]'" in err and len(err.splitlines()) == 1
 
 
-def test_the_readme_shows_the_default_space():
+def test_the_docs_show_the_default_space():
     import tomllib
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    block = readme.split("The default search space")[1].split("```toml")[1].split("```")[0]
+    page = (Path(__file__).resolve().parents[2] / "docs" / "forecasts.md").read_text(encoding="utf-8")
+    block = page.split("The default search space")[1].split("```toml")[1].split("```")[0]
     assert tomllib.loads(block) == tomllib.loads(DEFAULT_SPACE)
 
 

@@ -43,7 +43,7 @@ class DataConfig:
     # early stopping, so that `evaluate` scores a period no choice has seen. 0 keeps the old train / validation split.
     test_fraction: float = 0.2
     # Target scaling, trailing-volatility estimator and halflife: chosen on validation scores of the bundled ES sample
-    # and SPX daily (benchmarks/defaults_search.py, README "Does it beat simple baselines?"). Volatility units let the
+    # and SPX daily (benchmarks/defaults_search.py, docs/benchmarks.md "How the defaults were chosen"). Volatility units let the
     # model learn one shape of returns across regimes; the range (Parkinson) estimator is sharp enough for a 5-bar
     # halflife, which reacts to a volatility shock as fast as GARCH does. series scaling lost to GARCH-t on SPX.
     scaling: str = "volatility"  # series: per-series standardisation fitted on train | volatility: trailing-vol units

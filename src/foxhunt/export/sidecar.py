@@ -2,7 +2,7 @@
 
 Each input's name, dtype, shape (the batch axis named "batch") and the feature of every channel; the categorical
 codes; how each feature is computed and scaled (formulas in words, the fitted numbers per series); how to turn the
-output into the target's units and apply the calibration. docs/model-format.md walks through it.
+output into the target's units and apply the calibration. docs/reference/model-format.md walks through it.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def sidecar(lm: LoadedModel, run_dir: Path, model_file: str, specs: list[InputSp
                      "bar_spacing_ns": lm.transform.bar_spacing_ns,
                      "decoder_steps": "the known inputs at forecast step k are those of origin + k x bar_spacing_ns "
                                       "on the regular grid (skipping the daily halt and weekends intraday)"},
-        "features": {n: FEATURES.get(n, "see docs/model-format.md") for n in sorted(used)},
+        "features": {n: FEATURES.get(n, "see docs/reference/model-format.md") for n in sorted(used)},
         "scaling": scaling_words(lm, used),
         "calibration": calibration_words(lm),
         "parity": parity.to_dict(),

@@ -12,7 +12,7 @@ Units (`mode`):
   band in proportion to the volatility the window's scaler sees; with `--scaling volatility` the correction follows
   the regime (with `--scaling series` the scale is one per series, and the two modes agree);
 - "raw": scores and shifts in the target's own units, the same for every window.
-The default, "scaled", was chosen by measurement (benchmarks/calibration_modes.py, README "Calibrated quantiles"):
+The default, "scaled", was chosen by measurement (benchmarks/calibration_modes.py, docs/benchmarks.md "Calibration"):
 fitted on validation and scored on the later test split, both give the same result with `--scaling series` (one
 scale per series) and nearly the same for models already calibrated, but for volatility-scaled models that need a
 real correction the scaled shift held coverage (0.804 and 0.809 test p10-p90 against 0.815 and 0.856 raw, on the

@@ -172,7 +172,7 @@ def fit(
         model.train()
         gen = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
         # Runs of windows one horizon apart: they share most encoder bars, never a forecast bar (overlapping
-        # targets made batches of adjacent windows generalise worse; see the README). The order depends only on the
+        # targets made batches of adjacent windows generalise worse; see docs/model.md). The order depends only on the
         # seed and the epoch, so a resumed epoch rebuilds it and skips the batches already stepped.
         # Taken a batch at a time (data/dataset/run_order.py): the whole order of a 15M-window epoch would hold ~120 MB per
         # int64 copy, and `train_ids[order]` would read every page of a store's mapped split array.

@@ -13,7 +13,7 @@ A TOML file, one table per option (long flag names, dashes or underscores):
     [scaling]
     choices = ["series", "volatility"]   # categorical
 
-DEFAULT_SPACE is the one used without --search (it is in the README too). Options that choose the bars, the split
+DEFAULT_SPACE is the one used without --search (docs/forecasts.md shows it too; a test holds them equal). Options that choose the bars, the split
 or what the validation loss measures (FIXED) are refused: every trial is scored on the same validation period, in
 the same units, with the same test period held out."""
 

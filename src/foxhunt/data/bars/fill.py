@@ -4,7 +4,7 @@ Without it, bar k after an origin is whenever the k-th next trade happened: on a
 traded most windows' forecast spans are longer than their horizon, by a different amount each time. With it, every
 grid interval inside a session has a bar.
 
-The rule (stated in the README):
+The rule (stated in docs/model.md, "Filling gaps"):
 - The grid is the one the forecast steps use (`grid.future_timestamps`): every bar interval from the previous
   bar, off the session's closures: `--calendar`'s, else (America/Chicago) the CME daily halt (16:00-17:00 CT) and
   the weekend (Fri 16:00 - Sun 17:00 CT).

@@ -1,5 +1,5 @@
 """The out-of-core feature store: `foxhunt prepare` writes PreparedData once as memory-mappable `.npy` files and a
-JSON manifest; `foxhunt train --features STORE` maps them instead of reading the bars. docs/store-format.md.
+JSON manifest; `foxhunt train --features STORE` maps them instead of reading the bars. docs/reference/store-format.md.
 
 Names load on first use, so that `foxhunt prepare` can start its worker processes (store/executor.py) before this
 process imports polars and the rest.

@@ -2,7 +2,7 @@
 
 `.npy` (numpy's own format: a short header, then the raw C-ordered array) is read with `np.load(mmap_mode="c")`, so
 a tensor is a view of the mapped file: pages come in through the OS page cache as batches touch them and are never
-copied into the process's own memory. docs/store-format.md describes every file and manifest key.
+copied into the process's own memory. docs/reference/store-format.md describes every file and manifest key.
 """
 
 from __future__ import annotations
