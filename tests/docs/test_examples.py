@@ -14,7 +14,6 @@ tests/docs/data/sample_page.md.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -25,26 +24,9 @@ from tests.docs.pages import PAGE_TIMEOUT_S, REPO, report, run_page
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 SAMPLE = Path(__file__).with_name("data") / "sample_page.md"
-# Pages known not to run as written, by the sha256 of their text, and why: not run at all (the README's setup
-# lines would build a virtualenv and download torch). A page whose text changes is run again, so each entry
-# expires with the text it describes.
-NOT_YET = {
-    "README.md": ("ad91cfc673ecd195f318a6756efefb87cd04874ead33c6d0dc32126faba703d8",
-                  "the README before issue 35's rewrite: its tour reads files a clone does not have "
-                  "(ES_FUT_small.parquet, spx_daily.parquet, bars.parquet), its synopses hold [--start DATE] "
-                  "brackets, its setup lines install into a fresh virtualenv"),
-}
 
 
-def marks(page: Path) -> list[pytest.MarkDecorator]:
-    sha, why = NOT_YET.get(str(page.relative_to(REPO)), (None, ""))
-    if sha is None or hashlib.sha256(page.read_bytes()).hexdigest() != sha:
-        return []
-    return [pytest.mark.xfail(run=False, reason=why)]
-
-
-@pytest.mark.parametrize("page", [pytest.param(p, id=str(p.relative_to(REPO)), marks=marks(p))
-                                  for p in PAGES])
+@pytest.mark.parametrize("page", [pytest.param(p, id=str(p.relative_to(REPO))) for p in PAGES])
 def test_page_examples_run(page: Path, tmp_path: Path) -> None:
     found = blocks(page.read_text(encoding="utf-8"), str(page.relative_to(REPO)))  # a bad skip fails here
     if not any(b.skip is None for b in found):

@@ -39,7 +39,7 @@ def prepare(
     """Compute the features once into a memory-mapped store.
 
     It is read by `foxhunt train --features` (and predict, evaluate): the row tensors, window index, splits,
-    scalers, schema, data summary, roll table and what the baselines read (docs/store-format.md)."""
+    scalers, schema, data summary, roll table and what the baselines read (docs/reference/store-format.md)."""
     from foxhunt import settings
     from foxhunt.data.store.executor import may_piece, open_workers
 
