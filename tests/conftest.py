@@ -30,8 +30,9 @@ def daily_path(fixtures_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_flags() -> tuple[str, ...]:
-    """A tiny model and short windows, so every CLI test trains in seconds (session scope: module fixtures use it)."""
-    return ("--hidden-size", "8", "--attention-heads", "2", "--encoder-length", "16", "--horizon", "3",
+    """A tiny model and short windows, so every CLI test trains in seconds (session scope: module fixtures use it);
+    3 epochs, not --epochs auto (30 on the tiny fixtures), unless a test passes its own --epochs after these."""
+    return ("--epochs", "3", "--hidden-size", "8", "--attention-heads", "2", "--encoder-length", "16", "--horizon", "3",
             "--no-progress", "--threads", "1")
 
 

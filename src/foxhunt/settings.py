@@ -154,7 +154,7 @@ def train_config(v: Mapping[str, Any]) -> TrainConfig:
         device = "cuda" if device == AUTO else device
     budget = v.get("memory_budget")
     return TrainConfig(
-        epochs=int(v.get("epochs", _T.epochs)),
+        epochs=_opt_int_or_auto("--epochs", v.get("epochs", _T.epochs)),
         batch_size=_opt_int_or_auto("--batch-size", v.get("batch_size", _T.batch_size)),
         validation_batch_size=_opt_int_or_auto("--validation-batch-size", v.get("validation_batch_size", AUTO)),
         learning_rate=float(v.get("learning_rate", _T.learning_rate)),

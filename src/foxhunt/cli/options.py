@@ -42,6 +42,16 @@ def opt(name: str, kind: Any, default: Any, help: str, panel: str | None = None,
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, info])
 
 
+def int_or_auto(text: str) -> int | str:
+    """An option that takes a count or "auto" (--epochs), parsed to an int or "auto" as the config holds it."""
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a whole number or 'auto'") from None
+
+
 def alias(p: inspect.Parameter) -> Any:
     """The `Annotated[...]` of a shared option, for a command that declares it in its own signature."""
     return p.annotation
@@ -127,7 +137,8 @@ THREADS = opt("threads", int, TD.num_threads, "CPU threads for torch (0: torch's
 MEMORY_OPTIONS: Group = (MEMORY_BUDGET.replace(default="4GiB"), DEVICE_OPTION, OPTIMIZER_STATE, PRECISION)
 
 TRAINING_OPTIONS: Group = (
-    opt("epochs", int, TD.epochs, "Epochs.", TRAINING),
+    opt("epochs", Any, TD.epochs, "Epochs, or auto: 3-30 by data size.", TRAINING, metavar="N",
+        parser=int_or_auto),
     opt("batch_size", str, str(TD.batch_size), "Batch size, or auto (needs --memory-budget).", TRAINING,
         metavar="N"),
     opt("validation_batch_size", str, "auto", "Validation batch, or auto: the largest that fits.", TRAINING,

@@ -13,12 +13,23 @@ PRECISIONS = (AUTO, "32", "bf16", "16-mixed")  # what each means: train/precisio
 LOSS_WEIGHTS = ("none", "scale")
 
 
+# --epochs auto: as many epochs as show the model about AUTO_EPOCH_WINDOWS training windows, within
+# [MIN_AUTO_EPOCHS, MAX_AUTO_EPOCHS], with early stopping (patience) deciding inside that cap. Small real files need
+# many epochs and a large one few: a fixed 3 left S&P 500 daily ranges 6% behind what early stopping reaches
+# (benchmarks/RESULTS.md, "Epochs"), while the bundled sample's first run stays under a minute (6 epochs).
+AUTO_EPOCH_WINDOWS = 80_000
+MIN_AUTO_EPOCHS, MAX_AUTO_EPOCHS = 3, 30
+
+
+def auto_epochs(n_train_windows: int) -> int:
+    """The epoch cap of --epochs auto for `n_train_windows` training windows: ceil(AUTO_EPOCH_WINDOWS / n),
+    clipped to [MIN_AUTO_EPOCHS, MAX_AUTO_EPOCHS]."""
+    return min(MAX_AUTO_EPOCHS, max(MIN_AUTO_EPOCHS, -(-AUTO_EPOCH_WINDOWS // max(n_train_windows, 1))))
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    # 3 epochs (patience 3: every epoch runs, the best by validation is kept), checked on validation (issue 11,
-    # benchmarks/defaults_search.py): on SPX daily 6 or 10 epochs moved raw validation q-risk by -0.4% at p10 and
-    # +0.1% at p90, and on the bundled sample epochs 2-3 gain 0.1%; not worth doubling the default first run.
-    epochs: int = 3
+    epochs: int | str = AUTO  # an int, or "auto" (auto_epochs of the training windows; early stopping within)
     batch_size: int | str = 128  # an int or "auto" (largest that fits --memory-budget)
     validation_batch_size: int | str = AUTO  # validation needs no backward activations, so it can be larger
     learning_rate: float = 1e-3
@@ -45,12 +56,16 @@ class TrainConfig:
     checkpoint_every: int = 0  # a checkpoint every N optimizer steps (0: about every 10 minutes) and at each epoch end
     deterministic: bool = False  # deterministic CUDA kernels (CPU runs are deterministic already)
 
+    def epochs_for(self, n_train_windows: int) -> int:
+        """The number of epochs to train at most: --epochs, or auto_epochs of the training windows."""
+        return auto_epochs(n_train_windows) if self.epochs == AUTO else int(self.epochs)
+
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
             raise InputError(msg)
 
-        if self.epochs < 1:
-            bad(f"--epochs must be at least 1, got {self.epochs}")
+        if self.epochs != AUTO and (not isinstance(self.epochs, int) or self.epochs < 1):
+            bad(f"--epochs must be a positive integer or 'auto', got {self.epochs!r}")
         for flag, value in (("--batch-size", self.batch_size), ("--validation-batch-size", self.validation_batch_size)):
             if value != AUTO and (not isinstance(value, int) or value < 1):
                 bad(f"{flag} must be a positive integer or 'auto', got {value!r}")

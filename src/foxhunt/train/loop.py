@@ -26,7 +26,7 @@ from foxhunt.data.dataset.run_order import OrderedIds, RunOrder
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.errors import InputError
 from foxhunt.train.checkpoint import CHECKPOINT_FORMAT, save_checkpoint, state_to_cpu
-from foxhunt.train.config import TrainConfig
+from foxhunt.train.config import AUTO, AUTO_EPOCH_WINDOWS, MAX_AUTO_EPOCHS, MIN_AUTO_EPOCHS, TrainConfig
 from foxhunt.train.console import EpochMemory, MemoryWatch, validation_batches
 from foxhunt.train.ddp_step import DistributedStepper
 from foxhunt.train.distributed import SINGLE, Dist
@@ -103,8 +103,8 @@ def fit(
     dist: Dist = SINGLE,
     on_epoch: Callable[[dict[str, Any]], None] | None = None,
 ) -> FitState:
-    """Train for `cfg.epochs` (or until early stopping); `plan` (the memory plan's dict, if one was made) is what
-    the measured peaks are checked against. Under torchrun (`dist`) every rank runs this with the same global
+    """Train for `cfg.epochs` (TrainConfig.epochs_for) or until early stopping; `plan` (the memory plan's dict, if
+    one was made) is what the measured peaks are checked against. Under torchrun (`dist`) every rank runs this with the same global
     `batch_size`, steps on its shard of each batch and validates its shard of the validation windows; only rank 0
     writes metrics, weights and checkpoints, and every decision (stop, checkpoint, early stopping) is the same on
     all ranks because everything it depends on is reduced across them. `on_epoch(record)` sees each epoch's
@@ -114,7 +114,12 @@ def fit(
     n_batches = -(-len(train_ids) // batch_size)
     if cfg.max_train_batches:
         n_batches = min(n_batches, cfg.max_train_batches)
-    total_steps = n_batches * cfg.epochs
+    epochs = cfg.epochs_for(len(train_ids))  # the cap; early stopping may end the run sooner
+    if cfg.epochs == AUTO and dist.is_main:
+        log.info("epochs: auto, at most %d (about %s training windows in all, %d to %d epochs); early stopping "
+                 "after %d without improvement", epochs, f"{AUTO_EPOCH_WINDOWS:,}", MIN_AUTO_EPOCHS, MAX_AUTO_EPOCHS,
+                 cfg.patience, extra=SHOW)
+    total_steps = n_batches * epochs
     warmup = int(cfg.warmup_fraction * total_steps)
     stop = stop or StopRequest()
 
@@ -163,7 +168,7 @@ def fit(
         raise Interrupted(stop.signum, run.root, True, where)
 
     stop.deferred = True  # from here a signal stops at the next step boundary, with a checkpoint
-    for epoch in range(state.epoch + 1, cfg.epochs + 1):
+    for epoch in range(state.epoch + 1, epochs + 1):
         if state.bad_epochs >= cfg.patience:
             break
         tracker.record("epoch_start", epoch=epoch)
@@ -182,7 +187,7 @@ def fit(
         loss_sum = torch.tensor(state.epoch_loss_sum, dtype=torch.float64, device=device)
         seen, shown = state.epoch_seen, skip
         bad_steps.new_epoch(state.epoch_bad_steps)
-        with epoch_bar(epoch, cfg.epochs, n_batches, cfg.progress and show_progress() and dist.is_main) as bar:
+        with epoch_bar(epoch, epochs, n_batches, cfg.progress and show_progress() and dist.is_main) as bar:
             bar.update(skip, None, 0.0)
             for i, (batch, shard) in enumerate(dist.batches(data.windows, epoch_ids, batch_size), start=skip + 1):
                 set_lr(stepper.optimizer, warmup_cosine(state.global_step, total_steps, warmup, cfg.learning_rate))
@@ -239,7 +244,7 @@ def fit(
         state.history.append(record)
         if dist.is_main:
             append_jsonl(run.metrics, record)
-        log.info("%s  %s", format_epoch(record, cfg.epochs), memory.text(), extra=SHOW)
+        log.info("%s  %s", format_epoch(record, epochs), memory.text(), extra=SHOW)
         for warning in watch.warnings(epoch, memory, val_batch_size):
             log.warning(warning)
         save("epoch")
@@ -249,7 +254,7 @@ def fit(
         if agreed_stop_or_due(dist, stop):
             stop_here(f"the end of epoch {epoch}")
     stop.deferred = False
-    if state.bad_epochs >= cfg.patience and state.epoch < cfg.epochs:
+    if state.bad_epochs >= cfg.patience and state.epoch < epochs:
         log.info("early stopping: no validation improvement for %d epochs (best %.6f at epoch %d)",
                  cfg.patience, state.best_val_loss, state.best_epoch, extra=SHOW)
     return state
