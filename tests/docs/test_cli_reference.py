@@ -66,7 +66,7 @@ def test_options_are_grouped_by_help_panel_with_their_defaults() -> None:
     panels = [line for line in train.splitlines() if line.startswith("**") and line.endswith("**")]
     assert panels[0] == "**Options**" and {"**Data**", "**Model**", "**Training**"} <= set(panels)
     assert len(panels) == len(set(panels))
-    assert "| `--epochs N` | `3` | Epochs. |" in train.split("**Training**", 1)[1]
+    assert "| `--epochs N` | `auto` | Epochs, or auto: 3-30 by data size. |" in train.split("**Training**", 1)[1]
     assert "| `--horizon N` | `5` |" in train.split("**Data**", 1)[1].split("**", 1)[0]
 
 
