@@ -54,7 +54,8 @@ def merge(values: dict[str, Any], from_file: dict[str, Any], explicit: set[str])
     return out
 
 
-def _opt_int_or_auto(flag: str, value: Any) -> int | str:
+def int_or_auto(flag: str, value: Any) -> int | str:
+    """A count or "auto" (--epochs, --batch-size) as the config holds it: an int, or AUTO."""
     if value is None or str(value).lower() == AUTO:
         return AUTO
     try:
@@ -154,9 +155,9 @@ def train_config(v: Mapping[str, Any]) -> TrainConfig:
         device = "cuda" if device == AUTO else device
     budget = v.get("memory_budget")
     return TrainConfig(
-        epochs=_opt_int_or_auto("--epochs", v.get("epochs", _T.epochs)),
-        batch_size=_opt_int_or_auto("--batch-size", v.get("batch_size", _T.batch_size)),
-        validation_batch_size=_opt_int_or_auto("--validation-batch-size", v.get("validation_batch_size", AUTO)),
+        epochs=int_or_auto("--epochs", v.get("epochs", _T.epochs)),
+        batch_size=int_or_auto("--batch-size", v.get("batch_size", _T.batch_size)),
+        validation_batch_size=int_or_auto("--validation-batch-size", v.get("validation_batch_size", AUTO)),
         learning_rate=float(v.get("learning_rate", _T.learning_rate)),
         weight_decay=float(v.get("weight_decay", _T.weight_decay)),
         grad_clip=float(v.get("grad_clip", _T.grad_clip)),

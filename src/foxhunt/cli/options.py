@@ -16,7 +16,9 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from foxhunt.data.config import DataConfig
+from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
+from foxhunt.settings import int_or_auto
 from foxhunt.train.config import TrainConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,14 +44,13 @@ def opt(name: str, kind: Any, default: Any, help: str, panel: str | None = None,
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, info])
 
 
-def int_or_auto(text: str) -> int | str:
-    """An option that takes a count or "auto" (--epochs), parsed to an int or "auto" as the config holds it."""
-    if str(text).strip().lower() == "auto":
-        return "auto"
+def count_or_auto(text: str) -> int | str:
+    """--epochs' value parsed as settings.int_or_auto parses it from a config file, so a study or a saved run
+    holds 2, not "2"; a bad value is click's usage error (exit 2)."""
     try:
-        return int(text)
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a whole number or 'auto'") from None
+        return int_or_auto("--epochs", text)
+    except InputError as e:
+        raise typer.BadParameter(str(e)) from None
 
 
 def alias(p: inspect.Parameter) -> Any:
@@ -138,7 +139,7 @@ MEMORY_OPTIONS: Group = (MEMORY_BUDGET.replace(default="4GiB"), DEVICE_OPTION, O
 
 TRAINING_OPTIONS: Group = (
     opt("epochs", Any, TD.epochs, "Epochs, or auto: 3-30 by data size.", TRAINING, metavar="N",
-        parser=int_or_auto),
+        parser=count_or_auto),
     opt("batch_size", str, str(TD.batch_size), "Batch size, or auto (needs --memory-budget).", TRAINING,
         metavar="N"),
     opt("validation_batch_size", str, "auto", "Validation batch, or auto: the largest that fits.", TRAINING,
