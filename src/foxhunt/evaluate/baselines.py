@@ -347,7 +347,8 @@ def baseline_forecasts(
 
     `returns` (the series' log returns) is needed only for kind "garch_t" with target "log_range"; `profile` (the
     time-of-day profile at each row (n,) and at each origin's forecast steps (K, H)) for "seasonal_rolling_vol",
-    and for "har" on intraday bars, with `day` the bars in a day (har.day_bars). The training-quantile forecast is a read-only broadcast view of one (H, Q) table.
+    and for "har" on intraday bars, with `day` the bars in a day (har.day_bars). The training-quantile forecast is
+    a read-only broadcast view of one (H, Q) table.
     """
     if target_name not in ("log_return", "log_range", "price_change"):
         raise ValueError(f"unknown target {target_name!r}")

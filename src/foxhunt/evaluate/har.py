@@ -27,9 +27,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from foxhunt.data.util.clock import DAY_NS
 from foxhunt.errors import InputError
 
-NS_PER_DAY = 86_400 * 10**9
 WEEK, MONTH = 5, 22  # trading days in Corsi's weekly and monthly averages
 MIN_HAR_ROWS = 50  # fewer training rows with a next value cannot pin down the regression's 4-5 coefficients
 FLOOR = 0.01  # the lowest forecast, as a fraction of the measure's training mean
@@ -37,7 +37,7 @@ FLOOR = 0.01  # the lowest forecast, as a fraction of the measure's training mea
 
 def day_bars(spacing_ns: int, intraday: bool) -> int:
     """D, the bars in a day: 1 for daily bars; a day of the bar interval for intraday bars (1,440 minute bars)."""
-    return max(1, round(NS_PER_DAY / spacing_ns)) if intraday and spacing_ns > 0 else 1
+    return max(1, round(DAY_NS / spacing_ns)) if intraday and spacing_ns > 0 else 1
 
 
 def windows(day: int) -> tuple[int, ...]:

@@ -104,12 +104,12 @@ def fit(
     on_epoch: Callable[[dict[str, Any]], None] | None = None,
 ) -> FitState:
     """Train for `cfg.epochs` (TrainConfig.epochs_for) or until early stopping; `plan` (the memory plan's dict, if
-    one was made) is what the measured peaks are checked against. Under torchrun (`dist`) every rank runs this with the same global
-    `batch_size`, steps on its shard of each batch and validates its shard of the validation windows; only rank 0
-    writes metrics, weights and checkpoints, and every decision (stop, checkpoint, early stopping) is the same on
-    all ranks because everything it depends on is reduced across them. `on_epoch(record)` sees each epoch's
-    metrics.jsonl record once its checkpoint is written (a hyperparameter search prunes there: an exception it
-    raises ends the run, which stays resumable; experiment tracking, train/tracking.py, copies it)."""
+    one was made) is what the measured peaks are checked against. Under torchrun (`dist`) every rank runs this with
+    the same global `batch_size`, steps on its shard of each batch and validates its shard of the validation
+    windows; only rank 0 writes metrics, weights and checkpoints, and every decision (stop, checkpoint, early
+    stopping) is the same on all ranks because everything it depends on is reduced across them. `on_epoch(record)`
+    sees each epoch's metrics.jsonl record once its checkpoint is written (a hyperparameter search prunes there: an
+    exception it raises ends the run, which stays resumable; experiment tracking, train/tracking.py, copies it)."""
     train_ids, val_ids = data.splits["train"], data.splits["val"]
     n_batches = -(-len(train_ids) // batch_size)
     if cfg.max_train_batches:
