@@ -112,7 +112,21 @@ def _data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
         features=v.get("features") or None,
         since=v.get("since") or None,
         until=v.get("until") or None,
+        observed=column_list(v.get("observed")),
+        known=column_list(v.get("known")),
+        covariates=tuple(v.get("covariates") or ()) if not isinstance(v.get("covariates"), str)
+        else (v["covariates"],),
+        events=v.get("events") or None,
+        covariate_scaling=v.get("covariate_scaling", _D.covariate_scaling),
     )
+
+
+def column_list(value: Any) -> tuple[str, ...]:
+    """--observed / --known: "a,b" (a flag or a TOML string) or ["a", "b"] (a TOML list) as ("a", "b")."""
+    if not value:
+        return ()
+    parts = value.split(",") if isinstance(value, str) else [p for v in value for p in str(v).split(",")]
+    return tuple(p.strip() for p in parts if p.strip())
 
 
 def refuse_both_inputs() -> None:

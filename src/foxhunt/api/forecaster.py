@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collections.abc import Sequence
+
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -61,14 +63,18 @@ class Forecaster:
         self._state: StreamState | None = None  # made on first use: `foxhunt predict` never streams
 
     @classmethod
-    def load(cls, run_dir: str | Path, device: str | torch.device = "cpu", trace: bool = True) -> Forecaster:
+    def load(cls, run_dir: str | Path, device: str | torch.device = "cpu", trace: bool = True,
+             covariates: Sequence[str] | None = None, events: str | None = None) -> Forecaster:
         """Load the model package in `run_dir` (model.json, model.safetensors, the scalers inside model.json and
         calibration.json when it was fitted on these weights). No training data is read. `trace`: `update` runs
         the model with its weights folded for inference (model/inference/folded.py), compiled per batch size on first use
         (about a second): in onnxruntime when it is installed, else as a frozen TorchScript trace (a twentieth and
-        an eighth of the eager CPU time at batch 1, the same numbers to float rounding); False runs it eagerly."""
+        an eighth of the eager CPU time at batch 1, the same numbers to float rounding); False runs it eagerly.
+        `covariates`, `events`: a model trained with inputs of your own reads them from these files instead of the
+        training run's."""
         dev = torch.device(device)
-        return cls(load_model(run_dir, dev), dev, trace)
+        lm = _predict.with_sources(load_model(run_dir, dev), tuple(covariates) if covariates else None, events)
+        return cls(lm, dev, trace)
 
     # -- what the model is -------------------------------------------------------------------------------------
     @property

@@ -62,6 +62,9 @@ class StreamState:
     """Running state of every series seen: the EWMAs, the last bar and a ring of the last E input rows."""
 
     def __init__(self, transform: FittedTransform, encoder_length: int, horizon: int):
+        if transform.inputs:
+            raise InputError("Forecaster.update does not take the user's own inputs yet (--observed, --known, "
+                             "--events); forecast such a model with Forecaster.predict on its bars")
         self.tf, self.e, self.d = transform, encoder_length, horizon
         sc = transform.scalers
         self.ret, self.rng = move_columns(transform.target)

@@ -13,8 +13,10 @@ from foxhunt.cli.options import (
     FORECASTS,
     OUTPUT,
     BatchSize,
+    Covariates,
     Device,
     End,
+    Events,
     ModelDir,
     NoCalibration,
     ParquetFile,
@@ -42,6 +44,8 @@ def predict(
     device: Device = "cpu",
     threads: Threads = TD.num_threads,
     no_calibration: NoCalibration = False,
+    covariates: Covariates = None,
+    events: Events = None,
 ) -> None:
     """Write quantile forecasts for every origin.
 
@@ -52,7 +56,7 @@ def predict(
 
     paths = bars_or_store(parquet_file, features)
     set_threads(threads)
-    fc = Forecaster.load(model, resolve_device(device))
+    fc = Forecaster.load(model, resolve_device(device), covariates=covariates, events=events)
     origins, calibrated = fc.write_forecasts(paths, out, start, end, batch_size, calibrated=not no_calibration,
                                              features=features)
     typer.echo(f"wrote {origins * fc.horizon:,} {'calibrated' if calibrated else 'uncalibrated'} forecast rows "
@@ -77,6 +81,8 @@ def evaluate(
     device: Device = "cpu",
     threads: Threads = TD.num_threads,
     no_calibration: NoCalibration = False,
+    covariates: Covariates = None,
+    events: Events = None,
 ) -> None:
     """Score forecasts against the target and the baselines.
 
@@ -91,7 +97,8 @@ def evaluate(
     paths = bars_or_store(parquet_file, features)
     set_threads(threads)
     result = evaluate_run(model, paths, out_dir, start, end, batch_size, resolve_device(device), forecasts,
-                          calibrate=not no_calibration, features=features)
+                          calibrate=not no_calibration, features=features,
+                          covariates=tuple(covariates) if covariates else None, events=events)
     typer.echo(format_results(result, simulated=is_bundled_sample(paths)))
     typer.echo(f"wrote {out_dir / 'metrics.json'} and {out_dir / 'report.html'}")
 

@@ -23,9 +23,10 @@ from foxhunt.train.config import TrainConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 # The panels of --help, in the order a command shows them (foxhunt.cli.help); options without one are "Options".
-DATA, MODEL, TRAINING, FORECASTS, BACKTEST, SEARCH, WORKERS, DEVICE, MEMORY, OUTPUT = (
-    "Data", "Model", "Training", "Forecasts", "Backtest", "Search", "Workers", "Device", "Memory", "Output")
-PANELS = (DATA, MODEL, TRAINING, FORECASTS, BACKTEST, SEARCH, WORKERS, DEVICE, MEMORY, OUTPUT)
+DATA, INPUTS, MODEL, TRAINING, FORECASTS, BACKTEST, SEARCH, WORKERS, DEVICE, MEMORY, OUTPUT = (
+    "Data", "Your inputs", "Model", "Training", "Forecasts", "Backtest", "Search", "Workers", "Device", "Memory",
+    "Output")
+PANELS = (DATA, INPUTS, MODEL, TRAINING, FORECASTS, BACKTEST, SEARCH, WORKERS, DEVICE, MEMORY, OUTPUT)
 # Defaults live in the configuration dataclasses; the CLI shows the same values.
 DD, MD, TD = DataConfig(), ModelConfig(), TrainConfig()
 QUANTILES_DEFAULT = ",".join(f"{q:g}" for q in MD.quantiles)
@@ -115,6 +116,18 @@ DATA_OPTIONS: Group = (
         DATA),
     opt("fill_gaps", bool, DD.fill_gaps, "Fill missing intraday bars inside a session.", DATA),
 )
+# The user's own inputs (data/features/inputs.py): data options too, in a panel of their own.
+INPUT_OPTIONS: Group = (
+    opt("observed", str | None, None, "Columns known from their bar on, e.g. vix,flow.", INPUTS,
+        metavar="COLS"),
+    opt("known", str | None, None, "Columns known in advance (from --covariates).", INPUTS, metavar="COLS"),
+    opt("covariates", list[str] | None, None, "File, folder or glob of more columns (repeatable).", INPUTS,
+        metavar="PATH"),
+    opt("events", str | None, None, "Scheduled events (time, name): known inputs.", INPUTS, metavar="PATH"),
+    opt("covariate_scaling", str, DD.covariate_scaling, "Your real inputs: series | global | none.", INPUTS,
+        metavar="MODE"),
+)
+DATA_OPTIONS += INPUT_OPTIONS
 FEATURES = opt("features", str | None, None, "A store from `foxhunt prepare`: train from it.", DATA,
                metavar="PATH")
 
@@ -198,3 +211,8 @@ NoCalibration = Annotated[bool, typer.Option("--no-calibration", help="Use the m
                                              rich_help_panel=FORECASTS)]
 BatchSize = Annotated[int, typer.Option(help="Windows per forward pass.", metavar="N", rich_help_panel=FORECASTS)]
 ConfigFile = alias(CONFIG)
+Covariates = Annotated[list[str] | None, typer.Option(
+    help="Your --covariates files (repeatable).", metavar="PATH", rich_help_panel=INPUTS,
+    show_default="the training run's")]
+Events = Annotated[str | None, typer.Option(help="Your --events calendar.", metavar="PATH", rich_help_panel=INPUTS,
+                                            show_default="the model's")]

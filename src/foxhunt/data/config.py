@@ -13,6 +13,7 @@ ADJUST_MODES = ("ratio", "difference", "none")
 TARGETS = ("log_return", "log_range", "price_change")
 SCALINGS = ("series", "volatility")
 VOL_ESTIMATORS = ("returns", "range")
+COVARIATE_SCALINGS = ("series", "global", "none")
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,16 @@ class DataConfig:
     # outside them are never opened (read.py). Saved with the run, so that the run says which bars it saw.
     since: str | None = None
     until: str | None = None
+    # Your own inputs (data/features/inputs.py). `observed`: columns known up to and including their bar (of the bar
+    # files or of a --covariates file, joined as of each bar's time); `known`: columns known in advance for future
+    # times (of an unkeyed --covariates file, read at every forecast step); `covariates`: one entry per --covariates
+    # flag (a file, folder or glob); `events`: a calendar of scheduled events, each name becoming known inputs.
+    # Real inputs are standardized on the training rows: per series, over all of them (global), or not at all.
+    observed: tuple[str, ...] = ()
+    known: tuple[str, ...] = ()
+    covariates: tuple[str, ...] = ()
+    events: str | None = None
+    covariate_scaling: str = "series"
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -120,6 +131,12 @@ class DataConfig:
             bad(f"train_start {self.train_start} must come before --train-end {self.train_end}")
         if self.train_end and self.val_end and self.val_end <= self.train_end:
             bad(f"--val-end {self.val_end} must come after --train-end {self.train_end}")
+        if self.covariate_scaling not in COVARIATE_SCALINGS:
+            bad(f"--covariate-scaling {self.covariate_scaling!r} is not one of {', '.join(COVARIATE_SCALINGS)}")
+        if self.observed or self.known:
+            from foxhunt.data.features.inputs import check_names  # raises naming the flag and the column
+
+            check_names(self.observed, self.known)
 
     def check_test_period(self) -> None:
         """A new run's split must say whether it holds a test period. --test-fraction divides the time span only
@@ -138,13 +155,15 @@ class DataConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["paths"] = list(self.paths)
+        for key in ("paths", "observed", "known", "covariates"):
+            d[key] = list(d[key])
         return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> DataConfig:
         d = dict(d)  # a run saved before an option existed gets its default
-        d["paths"] = tuple(d.get("paths", ()))
+        for key in ("paths", "observed", "known", "covariates"):
+            d[key] = tuple(d.get(key, ()))
         # Runs saved before --roll-confirm rolled on the previous session's volume alone: rebuild their data that way.
         d.setdefault("roll_confirm", 1)
         # Runs saved before --test-fraction split train / validation only.

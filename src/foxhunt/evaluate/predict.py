@@ -104,6 +104,29 @@ def is_calibrated(path: Path) -> bool | None:
         return None
 
 
+def with_sources(lm: LoadedModel, covariates: tuple[str, ...] | None = None, events: str | None = None) -> LoadedModel:
+    """`lm` reading the user's inputs from these --covariates files and --events calendar instead of the training
+    run's (saved in its data options; the calendar itself in model.json); says which it uses."""
+    inputs = lm.transform.inputs
+    if not inputs:
+        if covariates or events:
+            raise InputError(f"--covariates / --events: the model {lm.meta.get('run_dir', '')} was trained without "
+                             "inputs of your own, so it has none to read; drop them")
+        return lm
+    cfg = lm.data_cfg
+    if covariates:
+        cfg = dataclasses.replace(cfg, covariates=tuple(covariates))
+    if events:
+        cfg = dataclasses.replace(cfg, events=events)
+    named = [*inputs["observed"], *inputs["known"]]
+    if named:
+        log.info("your inputs %s from %s%s", ", ".join(named), ", ".join(cfg.covariates) or "the bar files",
+                 "" if covariates else " (the training run's --covariates)")
+    if inputs.get("events"):
+        log.info("events from %s", events or "the calendar saved with the model (model.json)")
+    return dataclasses.replace(lm, data_cfg=cfg)
+
+
 def prediction_config(lm: LoadedModel, paths: tuple[str, ...]) -> DataConfig:
     """The model's own data options (columns, time zone, contracts, features) for bars at `paths`, without splits,
     without the training run's --since/--until (new bars past a training `until` are what a forecast needs) and

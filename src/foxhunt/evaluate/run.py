@@ -34,6 +34,7 @@ from foxhunt.evaluate.predict import (
     quantile_column,
     select_origins,
     store_for_model,
+    with_sources,
     write_forecasts,
 )
 from foxhunt.evaluate.report import data_note, write_report
@@ -51,13 +52,15 @@ log = logging.getLogger("foxhunt.evaluate")
 def evaluate_run(
     model_dir: Path, paths: tuple[str, ...], out_dir: Path, start: str | None = None, end: str | None = None,
     batch_size: int = 1024, device: torch.device | str = "cpu", forecasts: Path | None = None,
-    calibrate: bool = True, features: Path | None = None,
+    calibrate: bool = True, features: Path | None = None, covariates: tuple[str, ...] | None = None,
+    events: str | None = None,
 ) -> dict[str, Any]:
     """Score the model on the bars at `paths`, or on the windows of the feature store `features` (prepared with the
     model's data options: `store_for_model`), against every baseline on the same origins; write metrics.json,
-    interpretation.json and report.html into `out_dir`."""
+    interpretation.json and report.html into `out_dir`. `covariates`, `events`: the user's inputs read from these
+    instead of the training run's (predict.with_sources)."""
     device = torch.device(device)
-    lm = load_model(model_dir, device)
+    lm = with_sources(load_model(model_dir, device), covariates, events)
     if features is not None:
         data, where = store_for_model(lm, Path(features)), (f"feature store {features}",)
     else:

@@ -70,7 +70,7 @@ def scaling_words(lm: LoadedModel, used: set[str]) -> dict[str, Any]:
         "observed_inputs": "each observed input x of a bar is standardized with its series' training statistics: "
                            "(x - scalers.series[s][x].mean) / scalers.series[s][x].std (scalers.pooled for an "
                            "unseen series); NaN or infinite results become 0. "
-                           f"Standardized: {sorted(n for n in used if standardized(n))}; the others are fed as they are",
+                           f"Standardized: {sorted(n for n in used if standardized(n, t.scalers))}; the others are fed as they are",
         "target": "the model forecasts y_scaled = (y - center) / scale, center and scale taken at the forecast "
                   "origin (the last encoder bar); back in the target's units: y = q * scale + center",
         "center_scale": ("scaling 'series': center = scalers.series[s].target.center, scale = "
@@ -80,6 +80,27 @@ def scaling_words(lm: LoadedModel, used: set[str]) -> dict[str, Any]:
         "scalers": t.scalers,
         "not_standardized": sorted((set(FILL_OBSERVED) | {"roll"}) & used),
     }
+
+
+def user_words(lm: LoadedModel) -> dict[str, str]:
+    """How each of the user's own inputs (data/features/inputs.py) is fed, in words; `your_inputs` holds the
+    numbers (the known inputs' mean and std, the event calendar)."""
+    got = lm.transform.inputs or {}
+    src = got.get("sources", {})
+    words = {c: f"column {c} of {src.get(c, 'the bar files')} as of the bar: its last row stamped at or before the "
+                "bar's time (per series where the file has a symbol column); standardized like the other observed "
+                "inputs with scalers.series[s][" + c + "]" for c in got.get("observed", ())}
+    words.update({c: f"column {c} of {src.get(c, '?')} as of the time of the bar or forecast step (its last row at "
+                     "or before it), then (x - your_inputs.known_scalers[" + c + "].mean) / std"
+                  for c in got.get("known", ())})
+    cap = got.get("event_cap", 0)
+    for n in (got.get("events") or {}).get("names", ()):
+        words[f"{n}_until"] = (f"min(floor((e - t) / bar_spacing_ns), {cap}) / {cap}, e the first {n} event at or "
+                               "after the bar's start t (your_inputs.events); 1 when there is none")
+        words[f"{n}_since"] = (f"min(floor((t - e) / bar_spacing_ns), {cap}) / {cap}, e the last {n} event before "
+                               "the bar's start t; 1 when there is none")
+        words[f"{n}_in_bar"] = f"1 when a {n} event falls in [t, t + bar_spacing_ns), else 0"
+    return words
 
 
 def volatility_words(scalers: dict[str, Any], target: str) -> str:
@@ -158,7 +179,9 @@ def sidecar(lm: LoadedModel, run_dir: Path, model_file: str, specs: list[InputSp
                      "bar_spacing_ns": lm.transform.bar_spacing_ns,
                      "decoder_steps": "the known inputs at forecast step k are those of origin + k x bar_spacing_ns "
                                       "on the regular grid (skipping the daily halt and weekends intraday)"},
-        "features": {n: FEATURES.get(n, "see docs/reference/model-format.md") for n in sorted(used)},
+        "features": {n: FEATURES.get(n) or user_words(lm).get(n, "see docs/reference/model-format.md")
+                     for n in sorted(used)},
+        "your_inputs": lm.transform.inputs,
         "scaling": scaling_words(lm, used),
         "calibration": calibration_words(lm),
         "parity": parity.to_dict(),

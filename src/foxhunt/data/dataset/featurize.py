@@ -27,6 +27,7 @@ from foxhunt.data.dataset.windows import (
 )
 from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features.features import own_move_columns
+from foxhunt.data.features.inputs import KnownValues, known_names
 from foxhunt.data.features.known import DecoderKnown, StampKnown, stamp_known, stamp_rows, with_season
 from foxhunt.data.features.scaling import apply_scalers, observed_names, standardize
 from foxhunt.data.util import parallel
@@ -122,22 +123,33 @@ class Stamped:
     taken from `pending`, [stamp_known of the same timestamps] a caller computed meanwhile (popped: its arrays go
     once used)."""
 
-    def __init__(self, tf: FittedTransform, step: int, d: int, pending: list[StampKnown] | None = None):
-        self.tf, self.step, self.d, self.pending = tf, step, d, pending
+    def __init__(self, tf: FittedTransform, step: int, d: int, pending: list[StampKnown] | None = None,
+                 user: KnownValues | None = None):
+        self.tf, self.step, self.d, self.pending, self.user = tf, step, d, pending, user
 
     def __call__(self, ts: np.ndarray, out: np.ndarray) -> DecoderKnown:
         tf, season = self.tf, self.tf.scalers.get("season")
         sk = self.pending.pop() if self.pending else stamp_known(
             ts, self.step, self.d, tf.exchange_tz, tf.intraday, tf.calendar_features, season, grid=tf.grid)
-        sk = with_season(sk, season, tf.exchange_tz)
+        sk = with_user(with_season(sk, season, tf.exchange_tz), self.user)
         stamp_rows(sk, out)
         return DecoderKnown(cont=sk.table_cont, ts=sk.table, base=sk.base[sk.inverse],
                             index=None if sk.index is None else sk.index[sk.inverse])
 
 
+def with_user(sk: StampKnown, user: KnownValues | None) -> StampKnown:
+    """`sk` with the user's known inputs (inputs.known_values) of its timestamps after the calendar's columns."""
+    if user is None:
+        return sk
+    return dataclasses.replace(sk, table_cont=np.concatenate([sk.table_cont, user(sk.table)], axis=1),
+                               extra_cont=np.concatenate([sk.extra_cont, user(sk.extra_ts)], axis=1))
+
+
 def known_width(tf: FittedTransform) -> int:
-    """Kr: the calendar columns, and tod_vol with a seasonality profile (the known inputs stored per row)."""
-    return len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(tf.scalers.get("season"))
+    """Kr: the calendar columns, tod_vol with a seasonality profile and the user's known inputs (the known inputs
+    stored per row)."""
+    return (len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(tf.scalers.get("season"))
+            + len(known_names(tf.inputs)))
 
 
 def window_splits(

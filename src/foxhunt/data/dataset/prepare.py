@@ -30,6 +30,7 @@ from foxhunt.data.dataset.windows import (
     series_bounds,
 )
 from foxhunt.data.features.calendar import calendar_columns
+from foxhunt.data.features import inputs
 from foxhunt.data.features.features import move_columns, raw_features
 from foxhunt.data.features.known import stamp_known
 from foxhunt.data.features.scaling import fit_and_trail, observed_names
@@ -71,6 +72,12 @@ def prepare_from_bars(
     if for_prediction and transform is None:
         raise InputError("prediction needs the fitted transform saved with the model (model.json)")
     e, d = cfg.encoder_length, cfg.horizon
+    src = user_sources(cfg, transform)
+    dropped = 0
+    if src is not None and src.observed:  # joined before the rows are numbered: a bar without a value goes
+        joined, dropped = inputs.observe(loaded.bars, src)
+        loaded = LoadedBars(bars=joined, rolls=loaded.rolls, report=loaded.report)
+        del joined
     bars, names, sidx, ts_ns = sorted_bars(loaded.bars)
     check_log_target(bars, transform.target if transform else cfg.target)
     first, end = series_bounds(sidx)
@@ -93,9 +100,11 @@ def prepare_from_bars(
     # the last reference, as in prepare_data) are dropped before features, scalers and row tensors take memory.
     meta = LoadedBars(bars=loaded.bars.clear(), rolls=loaded.rolls, report=loaded.report)
     del loaded
-    bars = bars.select(c for c in bars.columns if c in FEATURE_INPUTS or ("own_close" not in bars.columns and c in PRICES))
+    user_obs = () if src is None else src.observed
+    bars = bars.select(c for c in bars.columns if c in FEATURE_INPUTS or c in user_obs
+                       or ("own_close" not in bars.columns and c in PRICES))
     fill_gaps = transform.scalers.get("fill_gaps", False) if transform else cfg.fill_gaps
-    keep = feature_columns(target, fill_gaps)
+    keep = [*feature_columns(target, fill_gaps), *user_obs]
     feats = raw_features(bars, cfg.adjust, target, columns=keep).select(keep)
     del bars
     # One chunk per column (the loader's frame may come in several): each of the fit, the scaling and the target
@@ -126,6 +135,12 @@ def prepare_from_bars(
             fill_gaps=cfg.fill_gaps,
             season_tz=cfg.exchange_tz if cfg.seasonality and intraday else None,
         )
+        fitted_inputs = None
+        if src is not None:
+            inputs.fit_observed(feats, names, sidx, train_mask & ~feats["first"].to_numpy(), src,
+                                cfg.covariate_scaling, scalers)
+            known_scalers = inputs.fit_known(src, ts_ns[train_mask], cfg.covariate_scaling)
+            fitted_inputs = inputs.fitted(src, cfg.covariate_scaling, known_scalers, event_cap=e + d)
         transform = FittedTransform(
             # the series with training rows: those the fit gave scalers of their own
             series_vocab=tuple(n for n in names if n in scalers["series"]),
@@ -137,6 +152,7 @@ def prepare_from_bars(
             exchange_tz=cfg.exchange_tz,
             bar_spacing_ns=spacing,
             session=run_session(cfg.calendar),
+            inputs=fitted_inputs,
         )
     release_freed_memory()  # the fit's freed temporaries go back before the row tensor takes its memory
     # The row tensor: known columns (filled by windowed_rows), then the observed inputs, standardized straight into it.
@@ -145,7 +161,8 @@ def prepare_from_bars(
     future = None
     if for_prediction:
         future = future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz, transform.grid)  # (S, d)
-    known = Stamped(transform, step, d, None if pending is None else pending.result())
+    user_known = None if src is None else inputs.known_values(transform.inputs, src, step)
+    known = Stamped(transform, step, d, None if pending is None else pending.result(), user_known)
     out = windowed_rows(rows, names, transform, e, d, cuts, train_start_ns(cfg), known, future)
     del rows, pending
     if not for_prediction:
@@ -154,6 +171,8 @@ def prepare_from_bars(
     windows = _tensors(out, names, known_width(transform), e, d)
     windows.check_codes(schema)
     summary = data_summary(meta, schema, out.facts, windows.series_names, cuts, for_prediction, out.roll_bars, spacing)
+    if src is not None:
+        summary["inputs"] = inputs.summary(src, dropped)
     return PreparedData(
         schema=schema,
         windows=windows,
@@ -163,6 +182,20 @@ def prepare_from_bars(
         rolls=list(meta.rolls),
         own_moves=out.own,
     )
+
+
+def user_sources(cfg: DataConfig, transform: FittedTransform | None) -> inputs.Sources | None:
+    """The user's inputs: those `cfg` declares for a new transform, the transform's own for a fitted one (its
+    covariates read from `cfg`'s files, its event calendar from the model unless `cfg` names an events file)."""
+    if transform is None:
+        observed, known, events, saved = cfg.observed, cfg.known, cfg.events, None
+    elif transform.inputs:
+        got = transform.inputs
+        observed, known, events, saved = tuple(got["observed"]), tuple(got["known"]), cfg.events, got["events"]
+    else:
+        return None
+    return inputs.load_sources(cfg.paths, observed, known, cfg.covariates, events, cfg.timestamp_col,
+                               cfg.symbol_col, cfg.timezone, saved_events=saved)
 
 
 def feature_columns(target: str, fill_gaps: bool) -> list[str]:
@@ -316,7 +349,8 @@ def _boxed(fn: Callable[..., Any], *args: Any) -> list:
 
 def feature_schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureSchema:
     season = ("tod_vol",) if tf.scalers.get("season") else ()
-    known = [*calendar_columns(tf.intraday, tf.calendar_features), *season, "relative_time"]
+    known = [*calendar_columns(tf.intraday, tf.calendar_features), *season, *inputs.known_names(tf.inputs),
+             "relative_time"]
     features = (
         Feature("series", Role.STATIC, Kind.CATEGORICAL, cardinality=len(tf.series_vocab) + 1),
         *(Feature(n, Role.KNOWN, Kind.CONTINUOUS) for n in known),

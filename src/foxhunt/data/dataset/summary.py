@@ -258,6 +258,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         )
     feats = s["features"]
     lines.append("features  " + " | ".join(f"{role}: {', '.join(feats[role]) or '-'}" for role in feats))
+    if s.get("inputs"):
+        from foxhunt.data.features.inputs import summary_lines
+
+        lines.extend(summary_lines(s["inputs"]))
     lines.append(
         f"target    {s['target']}, scaling {s['scaling']}, encoder {s['encoder_length']}, horizon {s['horizon']}"
         + (f", train cut {s['train_end'][:16]}" if s.get("train_end") else "")

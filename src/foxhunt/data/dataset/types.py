@@ -42,6 +42,8 @@ class FittedTransform:
     # `--calendar`'s session: the closures of the forecast grid (`grid`). None (no --calendar, or a model saved
     # before it): the zone's default, CME Globex Equity's in America/Chicago, none elsewhere.
     session: Session | None = None
+    # The user's own inputs (features/inputs.fitted): names, scaling, the event calendar. None: none declared.
+    inputs: dict | None = None
 
     @property
     def grid(self) -> Grid:
@@ -65,6 +67,7 @@ class FittedTransform:
             "bar_spacing_ns": self.bar_spacing_ns,
             # only with --calendar: a transform without one is saved as before it existed
             **({} if self.session is None else {"session": dataclasses.asdict(self.session)}),
+            **({} if self.inputs is None else {"inputs": self.inputs}),
         }
 
     @staticmethod

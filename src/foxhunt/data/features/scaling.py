@@ -69,7 +69,8 @@ def observed_names(scalers: dict) -> tuple[str, ...]:
     vol = VOL_OBSERVED if scalers.get("vol_features", False) else ()
     season = SEASON_OBSERVED if scalers.get("season") else ()
     base = PRICE_OBSERVED if scalers.get("units") == "price" else OBSERVED
-    return base + vol + season + (FILL_OBSERVED if scalers.get("fill_gaps", False) else ())
+    user = tuple(scalers.get("user_observed", ()))  # the user's own (inputs.fit_observed), last
+    return base + vol + season + (FILL_OBSERVED if scalers.get("fill_gaps", False) else ()) + user
 
 
 def ewma_alpha(halflife: float) -> float:
@@ -94,9 +95,11 @@ def ewm_range_scale(scaling: str, target: str, estimator: str) -> bool:
     return scaling == "volatility" and target == "log_range" and estimator == "returns"
 
 
-def standardized(name: str) -> bool:
-    """Whether an observed input is standardized per series (mean, std of its training rows) before the model."""
-    return name in STANDARDIZED or name in VOL_OBSERVED or name in SEASON_OBSERVED
+def standardized(name: str, scalers: dict | None = None) -> bool:
+    """Whether an observed input is standardized per series (mean, std of its training rows) before the model: one
+    of foxhunt's own, or one of the user's own inputs of `scalers` (inputs.fit_observed)."""
+    user = scalers.get("user_observed", ()) if scalers else ()
+    return name in STANDARDIZED or name in VOL_OBSERVED or name in SEASON_OBSERVED or name in user
 
 
 def _per_row(scalers: dict, names: list[str], sidx: np.ndarray, key: str, field: str) -> np.ndarray:
@@ -395,7 +398,7 @@ def standardize(
     cols = observed_names(scalers)
     obs = np.empty((len(sidx), len(cols)), dtype=np.float32) if out is None else out  # (N, Or)
     xs = [np.asarray(derived[c] if c in derived else feats[c].to_numpy(), dtype=np.float64) for c in cols]
-    scaled = [standardized(c) for c in cols]
+    scaled = [standardized(c, scalers) for c in cols]
     moments = [(_per_series(scalers, names, c, "mean"), _per_series(scalers, names, c, "std")) if z else None
                for c, z in zip(cols, scaled, strict=True)]
     runs = _runs(sidx)

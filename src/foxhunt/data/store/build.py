@@ -13,6 +13,7 @@ from foxhunt.data.io.discover import expand_sources
 from foxhunt.data.store.executor import LOCAL, MIN_ROWS, Workers, check_executor, may_piece, open_workers
 from foxhunt.data.store.pieces import PIECE_ROWS, plan_pieces
 from foxhunt.data.store.write import refuse_non_store, write_store
+from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
 
@@ -33,6 +34,12 @@ def prepare_store(
     sources = expand_sources(cfg.paths)  # listed once: walking a folder of daily files is not free
     with contextlib.ExitStack() as stack:
         pieced = workers > 0 or executor != LOCAL  # --workers 0: in memory, whoever opened workers
+        if pieced and (cfg.observed or cfg.known or cfg.events):
+            if executor != LOCAL:
+                raise InputError(f"--executor {executor}: a pieced prepare does not take --observed, --known or "
+                                 "--events yet; prepare such a store on one machine (drop --executor)")
+            log.info("your own inputs: the store is prepared in memory (the pieced prepare does not join them yet)")
+            pieced = False
         if pieced and pool is None:  # no process is started for a panel kept whole
             pool = stack.enter_context(open_workers(executor, workers if may_piece(cfg, min_rows, sources) else 1))
         pieces = plan_pieces(cfg, piece_rows, pool.size, min_rows, sources) if pieced else []

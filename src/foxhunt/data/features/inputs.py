@@ -1,0 +1,248 @@
+"""The user's own inputs: which columns a run takes, where each comes from, how it is scaled, and what a saved model
+keeps of them.
+
+- observed (--observed): a column of the bar files or of a --covariates file, joined to each bar as of its time
+  (covariates.asof_join: the last value stamped at or before the bar), standardized on the training rows, and
+  appended to the observed inputs after foxhunt's own (scaling.observed_names reads them from the scalers).
+- known (--known, --events): functions of a timestamp, the same for every series, read at the bars' own times and
+  at every forecast step after an origin (covariates.known_at, events.event_features), so the decoder sees what is
+  scheduled and never a later bar. They are appended to the known inputs after the calendar's.
+
+A model saves `fitted` (FittedTransform.inputs): the names, the scaling, the event calendar itself and the known
+inputs' mean and std, so forecasting takes no events file; known covariates are read again from the run's files
+(or the ones a forecast names), as their future values are what a forecast needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from foxhunt.data.features.covariates import (
+    CovariateTable,
+    asof_join,
+    coverage,
+    known_at,
+    pick,
+    read_bar_columns,
+    read_covariates,
+)
+from foxhunt.data.features.events import EventCalendar, event_columns, event_features, read_events
+from foxhunt.data.features.fitstats import moments_of, select, stats
+from foxhunt.errors import InputError
+
+# Column names a user input may not take: the loaded bars' own and foxhunt's inputs, which the joined column would
+# overwrite (or be confused with in an importance table).
+RESERVED = frozenset({
+    "series", "ts", "contract", "open", "high", "low", "close", "volume", "own_high", "own_low", "own_close",
+    "roll_log_ratio", "roll_gap", "filled", "first", "roll", "target", "log_return", "log_range", "log_volume",
+    "log_vol", "price_change", "price_range", "shock", "range_shock", "log_vol_fast", "log_vol_slow",
+    "log_vol_season", "tod_vol", "relative_time", "key",
+})
+MAX_BAD_FRACTION = 0.01  # more bars than this with a NaN, inf or missing user input stop the run
+
+
+def check_names(observed: Sequence[str], known: Sequence[str]) -> None:
+    """InputError unless the declared names are distinct, not foxhunt's own, and each in one role."""
+    for flag, names in (("--observed", observed), ("--known", known)):
+        for n in names:
+            if not n or n != n.strip():
+                raise InputError(f"{flag} {n!r}: not a column name; give names separated by commas, e.g. {flag} vix,rate")
+            if n in RESERVED:
+                raise InputError(f"{flag} {n}: the name is one of foxhunt's own columns or inputs; rename the column")
+        dup = sorted({n for n in names if list(names).count(n) > 1})
+        if dup:
+            raise InputError(f"{flag} names {dup[0]!r} twice; name each column once")
+    both = sorted(set(observed) & set(known))
+    if both:
+        raise InputError(f"{both[0]!r} is named by both --observed and --known; an input has one role")
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The declared inputs with their files read: the tables the observed columns join from and the known inputs'
+    sources (covariate tables, the event calendar)."""
+
+    observed: tuple[str, ...]
+    known: tuple[str, ...]  # known covariate columns (the events' columns come from `events`)
+    tables: dict[str, CovariateTable]  # column -> the table it is read from
+    events: EventCalendar | None
+
+    @property
+    def known_names(self) -> tuple[str, ...]:
+        return self.known + (event_columns(self.events) if self.events is not None else ())
+
+
+def declared(observed: Sequence[str], known: Sequence[str], events: str | None) -> bool:
+    return bool(observed or known or events)
+
+
+def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[str], covariates: Sequence[str],
+                 events: str | None, timestamp_col: str | None = None, symbol_col: str | None = None,
+                 timezone: str | None = None, saved_events: dict | None = None) -> Sources | None:
+    """Read what the declared inputs need: each --covariates entry as a table, the bar files' own columns for
+    observed names no covariate file has, and the events file (or the calendar a model saved). None: nothing
+    declared."""
+    if not declared(observed, known, events or saved_events):
+        return None
+    tables = [read_covariates([c], timezone=timezone) for c in covariates]
+    have = {c for t in tables for c in t.columns}
+    from_bars = [c for c in observed if c not in have]
+    for c in known:
+        if c not in have:
+            where = f" (the --covariates files hold {', '.join(sorted(have))})" if have else ""
+            raise InputError(f"--known {c}: no --covariates file has this column{where}; known inputs are read at "
+                             "forecast times, which bar files do not hold: put the column, with its future times, in "
+                             "a --covariates file")
+    if from_bars:
+        tables.append(read_bar_columns(paths, from_bars, timestamp_col=timestamp_col, symbol_col=symbol_col,
+                                       timezone=timezone))
+    chosen = pick(tables, [*observed, *known])
+    cal = read_events(events, timezone=timezone) if events else (
+        EventCalendar.from_dict(saved_events) if saved_events else None)
+    return Sources(observed=tuple(observed), known=tuple(known), tables=chosen, events=cal)
+
+
+def observe(bars: pl.DataFrame, src: Sources) -> tuple[pl.DataFrame, int]:
+    """`bars` (sorted by series, ts) with the observed columns joined as of each bar's time, and without the bars
+    where one is NaN, infinite or missing after the series' first value (their count is returned). InputError where
+    a series has no value at its first bar (the as-of join has nothing at or before it), or where more than
+    MAX_BAD_FRACTION of the bars would go."""
+    if not src.observed:
+        return bars, 0
+    tables = list(dict.fromkeys(src.tables[c] for c in src.observed))  # each table joined once
+    joined = asof_join(bars, tables, src.observed)
+    first = (pl.col("series") != pl.col("series").shift(1)).fill_null(True)
+    for c in src.observed:
+        lead = joined.filter(first & pl.col(c).is_null())
+        if lead.height:
+            row = lead.row(0, named=True)
+            t = src.tables[c]
+            start = t.frame["ts"].min()
+            raise InputError(f"--observed {c}: {t.source} has no value at or before the first bar of series "
+                             f"{row['series']} ({row['ts']:%Y-%m-%dT%H:%M:%SZ}); its first row is at "
+                             f"{start:%Y-%m-%dT%H:%M:%SZ}: pass --since {start:%Y-%m-%dT%H:%M:%S} or extend the file")
+    bad = pl.any_horizontal(~pl.col(c).is_finite().fill_null(False) for c in src.observed)
+    n_bad = int(joined.select(bad.sum()).item())
+    if n_bad > MAX_BAD_FRACTION * joined.height:
+        counts = joined.select(
+            (~pl.col(c).is_finite().fill_null(False)).sum().alias(c) for c in src.observed).row(0, named=True)
+        worst = max(counts, key=counts.get)
+        raise InputError(f"--observed {worst}: {counts[worst]:,} of {joined.height:,} bars have no finite value "
+                         f"(NaN, inf or none as of the bar); more than {MAX_BAD_FRACTION:.0%} of the bars would be "
+                         "dropped: fill or fix the column")
+    return (joined.filter(~bad) if n_bad else joined), n_bad
+
+
+def fit_observed(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, keep: np.ndarray, src: Sources,
+                 mode: str, scalers: dict) -> None:
+    """Add each observed user column's {mean, std} over rows where `keep` to `scalers` (in place), per series
+    ("series"; pooled for a series without training rows), the pooled values for every series ("global"), or 0 and
+    1 ("none"), and list them as `user_observed`, which scaling.observed_names appends after foxhunt's own."""
+    if not src.observed:
+        return
+    sel = select(keep, sidx, len(names))
+    mom: dict[str, np.ndarray] = {}
+    for c in src.observed:
+        mom.update(moments_of(feats[c].to_numpy().astype(np.float64).take(sel.at), sel, c))
+    per, pooled = stats(mom, src.observed, names, sel.n > 0)
+    for c in src.observed:
+        if mode == "none":
+            pooled[c] = {"mean": 0.0, "std": 1.0}
+        scalers["pooled"][c] = pooled[c]
+        for name, entry in scalers["series"].items():
+            entry[c] = per[name][c] if mode == "series" and name in per else pooled[c]
+    scalers["user_observed"] = list(src.observed)
+
+
+def fit_known(src: Sources, ts_train: np.ndarray, mode: str) -> dict[str, dict[str, float]]:
+    """{column: {mean, std}} of each known covariate over the training bars' times (`ts_train`, int64 ns): one
+    value per time for every series, so "series" scaling is the global one here; "none": 0 and 1."""
+    out = {}
+    if not src.known:
+        return out
+    values = known_at(ts_train, [src.tables[c] for c in src.known], src.known).astype(np.float64)  # (N, K)
+    for j, c in enumerate(src.known):
+        x = values[:, j]
+        x = x[np.isfinite(x)]
+        std = float(x.std(ddof=1)) if len(x) > 1 else 0.0
+        out[c] = ({"mean": 0.0, "std": 1.0} if mode == "none" else
+                  {"mean": float(x.mean()) if len(x) else 0.0, "std": std if np.isfinite(std) and std > 0 else 1.0})
+    return out
+
+
+def fitted(src: Sources, mode: str, known_scalers: dict, event_cap: int) -> dict:
+    """What a model keeps of its inputs (FittedTransform.inputs): JSON-able."""
+    return {
+        "observed": list(src.observed),
+        "known": list(src.known),
+        "known_names": list(src.known_names),
+        "covariate_scaling": mode,
+        "known_scalers": known_scalers,
+        "events": None if src.events is None else src.events.to_dict(),
+        "event_cap": int(event_cap),
+        "sources": {c: src.tables[c].source for c in (*src.observed, *src.known)},
+    }
+
+
+def known_names(inputs: dict | None) -> tuple[str, ...]:
+    """The user's known inputs of a fitted transform, in column order (after the calendar's)."""
+    return tuple(inputs.get("known_names", ())) if inputs else ()
+
+
+KnownValues = Callable[[np.ndarray], np.ndarray]
+
+
+def known_values(inputs: dict, src: Sources, step_ns: int) -> KnownValues | None:
+    """ts (U,) int64 ns -> (U, Ku) float32: the known covariates standardized with the fitted mean and std, then
+    the event features on the grid of `step_ns`; None without user known inputs."""
+    names = known_names(inputs)
+    if not names:
+        return None
+    scal = inputs["known_scalers"]
+    mean = np.array([scal[c]["mean"] for c in src.known], dtype=np.float64)
+    std = np.array([scal[c]["std"] for c in src.known], dtype=np.float64)
+    cap = int(inputs["event_cap"])
+
+    def values(ts: np.ndarray) -> np.ndarray:
+        out = np.empty((len(ts), len(names)), dtype=np.float32)  # (U, Ku)
+        k = len(src.known)
+        if k:
+            raw = known_at(ts, [src.tables[c] for c in src.known], src.known).astype(np.float64)  # (U, K)
+            out[:, :k] = np.nan_to_num((raw - mean) / std, nan=0.0, posinf=0.0, neginf=0.0)
+        if src.events is not None:
+            out[:, k:] = event_features(ts, step_ns, src.events, cap)
+        return out
+
+    return values
+
+
+def summary(src: Sources, dropped: int) -> dict:
+    """The data summary's account of the user's inputs (`foxhunt inspect`, the run's data.json): each column with
+    its role, kind, source, rows and first and last time; the events; the bars dropped for a missing value."""
+    cols = []
+    for role, names in (("observed", src.observed), ("known", src.known)):
+        for c, cov in zip(names, coverage([src.tables[c] for c in names], names), strict=True):
+            cols.append({"name": c, "role": role, "kind": "real", **cov})
+    events = None
+    if src.events is not None:
+        ev = src.events
+        events = {"source": ev.source, "names": list(ev.names), "columns": list(event_columns(ev)),
+                  "count": int(sum(len(t) for t in ev.times))}
+    return {"columns": cols, "events": events, "dropped_bars": int(dropped)}
+
+
+def summary_lines(s: dict) -> list[str]:
+    """`summary` as the lines `format_summary` prints, one per input."""
+    lines = [f"input     {c['name']}: {c['role']} {c['kind']} from {c['source']}, {c['rows']:,} rows "
+             f"{str(c['first'])[:16]} .. {str(c['last'])[:16]}" for c in s["columns"]]
+    if s.get("events"):
+        ev = s["events"]
+        lines.append(f"events    {ev['count']:,} events of {', '.join(ev['names'])} from {ev['source']}: known inputs "
+                     f"{', '.join(ev['columns'])}")
+    if s.get("dropped_bars"):
+        lines.append(f"dropped   {s['dropped_bars']:,} bars without a finite value of an --observed input")
+    return lines

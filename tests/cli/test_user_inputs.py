@@ -1,0 +1,138 @@
+"""Your own inputs end to end: train -> inspect -> predict -> evaluate -> export with an observed column of the bar
+files, an observed covariate file, a known covariate and an events file, on the generic daily fixture (ES and NQ);
+and the bad inputs that stop with one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from foxhunt.cli import main
+
+DAY = 86_400 * 10**9
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, daily_path) -> dict[str, Path]:
+    """The bars with a `flow` column, an unkeyed daily `vix` file (stamped at 21:00 UTC, after each bar's
+    midnight stamp: a bar sees the value of the day before), a known `holiday_eve` file running 30 days past the
+    bars, and an events file."""
+    folder = tmp_path_factory.mktemp("inputs")
+    bars = pl.read_parquet(daily_path)
+    rng = np.random.default_rng(0)
+    bars = bars.with_columns(flow=pl.Series(rng.normal(0, 1, bars.height)))
+    out = {"bars": folder / "bars.parquet"}
+    bars.write_parquet(out["bars"])
+    days = np.arange(int(bars["timestamp"].min().timestamp() * 1e9) - 5 * DAY,
+                     int(bars["timestamp"].max().timestamp() * 1e9) + 30 * DAY, DAY, dtype=np.int64)
+    vix = pl.DataFrame({"time": pl.Series(days + 21 * 3600 * 10**9).cast(pl.Datetime("ns", "UTC")),
+                        "vix": 15 + np.abs(rng.normal(0, 5, len(days)))})
+    out["vix"] = folder / "vix.csv"
+    vix.write_csv(out["vix"])
+    eve = pl.DataFrame({"date": pl.Series(days).cast(pl.Datetime("ns", "UTC")),
+                        "holiday_eve": (rng.random(len(days)) < 0.05).astype(float)})
+    out["eve"] = folder / "eve.parquet"
+    eve.write_parquet(out["eve"])
+    ev = pl.DataFrame({"time": pl.Series(days[::20] + 13 * 3600 * 10**9).cast(pl.Datetime("ns", "UTC")),
+                       "name": ["FOMC decision"] * len(days[::20])})
+    out["events"] = folder / "events.csv"
+    ev.write_csv(out["events"])
+    return out
+
+
+def flags(files: dict[str, Path]) -> list[str]:
+    return ["--parquet-file", str(files["bars"]), "--observed", "flow,vix", "--known", "holiday_eve",
+            "--covariates", str(files["vix"]), "--covariates", str(files["eve"]), "--events", str(files["events"])]
+
+
+@pytest.fixture(scope="module")
+def run(files, tiny_flags, tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("run") / "run"
+    assert main(["train", *flags(files), *tiny_flags, "--run-dir", str(run_dir)]) == 0
+    return run_dir
+
+
+EVENT_COLUMNS = ["fomc_decision_until", "fomc_decision_since", "fomc_decision_in_bar"]
+
+
+def test_the_model_saves_its_inputs_and_their_scaling(run):
+    meta = json.loads((run / "model.json").read_text())
+    tf = meta["transform"]
+    assert tf["inputs"]["observed"] == ["flow", "vix"] and tf["inputs"]["known"] == ["holiday_eve"]
+    assert tf["inputs"]["known_names"] == ["holiday_eve", *EVENT_COLUMNS]
+    assert tf["scalers"]["user_observed"] == ["flow", "vix"]
+    assert set(tf["scalers"]["series"]) == {"ES", "NQ"} and "vix" in tf["scalers"]["series"]["ES"]
+    known = [f["name"] for f in meta["schema"]["features"] if f["role"] == "known"]
+    observed = [f["name"] for f in meta["schema"]["features"] if f["role"] == "observed"]
+    assert known[-5:] == ["holiday_eve", *EVENT_COLUMNS, "relative_time"]
+    assert observed[-2:] == ["flow", "vix"]
+
+
+def test_inspect_lists_each_input_with_role_source_and_span(files, capsys):
+    assert main(["inspect", *flags(files)]) == 0
+    out = capsys.readouterr().out
+    assert "input     flow: observed real from" in out and "bars.parquet" in out
+    assert "input     vix: observed real from" in out and "input     holiday_eve: known real" in out
+    assert "events of fomc_decision" in out
+
+
+def test_predict_and_evaluate_use_the_saved_sources(run, files, tmp_path, capsys):
+    out = tmp_path / "fc.parquet"
+    assert main(["predict", "--model", str(run), "--parquet-file", str(files["bars"]), "--out", str(out)]) == 0
+    fc = pl.read_parquet(out)
+    assert fc.height > 0 and fc["p50"].is_finite().all()
+    assert main(["evaluate", "--model", str(run), "--parquet-file", str(files["bars"]), "--out-dir",
+                 str(tmp_path / "ev")]) == 0
+    interp = json.loads((tmp_path / "ev" / "interpretation.json").read_text())
+    names = json.dumps(interp)
+    assert "vix" in names and "holiday_eve" in names and "fomc_decision_until" in names
+
+
+def test_a_known_input_that_does_not_reach_the_forecast_steps_stops(run, files, tmp_path, capsys):
+    short = tmp_path / "eve_short.parquet"
+    eve = pl.read_parquet(files["eve"])
+    eve.filter(pl.col("date") <= pl.read_parquet(files["bars"])["timestamp"].max().dt.replace_time_zone("UTC")
+               ).write_parquet(short)
+    code = main(["predict", "--model", str(run), "--parquet-file", str(files["bars"]), "--out",
+                 str(tmp_path / "x.parquet"), "--covariates", str(files["vix"]), "--covariates", str(short)])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "holiday_eve" in err and "Traceback" not in err
+
+
+def test_export_describes_every_input(run, tmp_path):
+    pytest.importorskip("onnxruntime")
+    out = tmp_path / "m.onnx"
+    assert main(["export", "--model", str(run), "--out", str(out)]) == 0
+    side = json.loads(out.with_suffix(".onnx.json").read_text())
+    assert side["your_inputs"]["observed"] == ["flow", "vix"]
+    assert "as of the bar" in side["features"]["vix"]
+    assert "fomc_decision" in side["features"]["fomc_decision_until"]
+
+
+def test_update_says_it_does_not_take_user_inputs(run):
+    from foxhunt.api.forecaster import Forecaster
+    from foxhunt.errors import InputError
+
+    fc = Forecaster.load(run)
+    with pytest.raises(InputError, match="does not take the user's own inputs"):
+        fc.update({"series": "ES", "ts": "2024-12-10", "open": 1.0, "high": 1.0, "low": 1.0, "close": 1.0,
+                   "volume": 1})
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["--observed", "nope"], "nope"),
+    (["--observed", "close"], "foxhunt's own"),
+    (["--observed", "flow", "--known", "flow"], "both --observed and --known"),
+    (["--known", "flow"], "--known flow"),
+    (["--covariate-scaling", "rank"], "--covariate-scaling"),
+])
+def test_bad_inputs_stop_with_one_line(files, capsys, extra, needle):
+    code = main(["inspect", "--parquet-file", str(files["bars"]), "--covariates", str(files["vix"]), *extra])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("foxhunt: error:") and needle in err and "Traceback" not in err
