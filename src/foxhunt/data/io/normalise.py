@@ -157,12 +157,12 @@ def normalise(
 ) -> tuple[pl.DataFrame, str]:
     names = frame.columns
     found = find_columns(names, path, timestamp_col, symbol_col)
-    ts, kind = _parse_time(frame, found["time"], names, path, timestamp_col is None, timezone or "UTC")
+    ts, kind = parse_time(frame, found["time"], names, path, timestamp_col is None, timezone or "UTC")
     out = {"ts": ts}
     # Databento's OHLCV frames always carry rtype and instrument_id; only their integer prices are fixed-point.
     databento = found["rtype"] is not None and found["instrument_id"] is not None
     for c in VALUE_COLS:
-        out[c] = _numeric(frame.get_column(found[c]), path, found[c], fixed_point=databento and c in PRICE_COLS)
+        out[c] = numeric(frame.get_column(found[c]), path, found[c], fixed_point=databento and c in PRICE_COLS)
     if found["symbol"] is not None:
         out["symbol"], distinct = _stripped(frame.get_column(found["symbol"]).cast(pl.Utf8))
         if found["instrument_id"] is None and (distinct.is_null().any() or (distinct == "").any()):
@@ -198,7 +198,7 @@ def _stripped(symbol: pl.Series) -> tuple[pl.Series, pl.Series]:
     return symbol.str.strip_chars(), stripped
 
 
-def _parse_time(
+def parse_time(
     frame: pl.DataFrame, col: str, names: list[str], path: Path, joined_time: bool, timezone: str
 ) -> tuple[pl.Series, str]:
     """Any timestamp representation -> (Datetime("ns", "UTC"), "naive" | "aware" | "epoch" | "date").
@@ -279,8 +279,11 @@ def _raise_bad_time(bad: pl.Series, shown: pl.Series, path: Path, col: str) -> N
         )
 
 
-def _numeric(s: pl.Series, path: Path, col: str, fixed_point: bool) -> pl.Series:
-    """Numbers as Float64; text that is not a number raises naming the row.
+def numeric(
+    s: pl.Series, path: Path, col: str, fixed_point: bool, what: str = "prices and volume"
+) -> pl.Series:
+    """Numbers as Float64; text that is not a number raises naming the row (`what` the column holds, for the message:
+    user covariates read through here too, features/covariate_files.py).
 
     `fixed_point` (a Databento file's price column): integers are in units of 1e-9 and UNDEF_PRICE is null. Other
     integers are taken at face value, whatever their size.
@@ -297,7 +300,7 @@ def _numeric(s: pl.Series, path: Path, col: str, fixed_point: bool) -> pl.Series
             if bad.any():
                 i = int(bad.arg_max())
                 raise InputError(
-                    f"{path}: column {col!r} row {i + 1}: {text[i]!r} is not a number; prices and volume must be numeric"
+                    f"{path}: column {col!r} row {i + 1}: {text[i]!r} is not a number; {what} must be numeric"
                 )
             return out
     if s.dtype.is_integer():
@@ -310,7 +313,7 @@ def _numeric(s: pl.Series, path: Path, col: str, fixed_point: bool) -> pl.Series
     if s.dtype.is_numeric() or isinstance(s.dtype, pl.Decimal):
         return s.cast(pl.Float64)
     raise InputError(
-        f"{path}: column {col!r} has type {s.dtype}, not numeric; prices and volume must be numbers"
+        f"{path}: column {col!r} has type {s.dtype}, not numeric; {what} must be numbers"
     )
 
 

@@ -155,7 +155,7 @@ def _read_parquet_run(
     except Exception as e:  # polars raises several types for truncated or foreign files
         raise read_error(run[0], e) from None
     keys = [hive_keys(p, source.root) if source.root is not None else {} for p in run]
-    hive_symbol = _hive_symbol_key(keys[0], symbol_col)
+    hive_symbol = hive_symbol_key(keys[0], symbol_col)
     names = list(schema)
     own_symbol = match_column(names, symbol_col) if symbol_col is not None else symbol_column(names)
     if symbol_col is not None and own_symbol is not None:
@@ -224,7 +224,7 @@ def _scan_casts(schema: pl.Schema, found: dict[str, str | None]) -> dict[str, pl
     return {c: e for c, e in out.items() if roles.count(c) == 1}
 
 
-def _hive_symbol_key(keys: dict[str, str], symbol_col: str | None) -> str | None:
+def hive_symbol_key(keys: dict[str, str], symbol_col: str | None) -> str | None:
     """The hive key that names the symbol: the one --symbol-col names, else symbol / ticker / raw_symbol."""
     wanted = (symbol_col,) if symbol_col is not None else SYMBOL_CANDIDATES
     return next((k for w in wanted for k in keys if k.lower() == w.lower()), None)

@@ -1,0 +1,285 @@
+"""User inputs read from files: `--covariates` tables (a VIX close, a rate, an event flag) and extra columns of the bar
+files themselves, each as one `CovariateTable` that covariates.py joins to the bars as of each bar's time.
+
+A covariate file (parquet or CSV; a file, directory or glob, as for the bars) has a time column (the bar reader's
+names: ts_event, timestamp, datetime, date, time) and optionally a symbol column (symbol, ticker, raw_symbol) or a
+`root` column; every other column is a value, and must be numeric. Times are read exactly as the bar reader reads
+them (normalise.parse_time): naive times are wall-clock time in `timezone` (UTC when None), aware ones are converted to
+UTC, integers are epoch counts.
+
+A date-only file ("2024-03-01") is stamped at midnight of each date (UTC by default; in `timezone` when one is given,
+as for any naive time; a parquet Date column or YYYYMMDD integers always in UTC, as the bar reader reads them), so a
+day's value is used from that midnight on: a daily close stamped with its own date would reach bars of that day that traded before the close. The
+as-of join cannot guess when a value was published; stamp each row with the time it was known (a close at 16:00
+New York, a rate at its release), or with the next day's date.
+
+Within one key (or the whole file, without a symbol column) times must increase: a file out of order or with a repeated
+time stops with an error naming the row, rather than the join silently taking one of two values. An empty cell reads as
+NaN, like a "NaN" cell: a null in a table is left to mean "no row at or before the bar" (covariates.py), which the
+caller reports apart from non-finite values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from foxhunt.data.bars.symbols import resolve_symbols
+from foxhunt.data.io.discover import expand_paths, expand_sources
+from foxhunt.data.io.normalise import (
+    PRICE_COLS,
+    TIME_CANDIDATES,
+    find_columns,
+    match_column,
+    numeric,
+    parse_time,
+    symbol_column,
+)
+from foxhunt.data.io.partitions import hive_keys
+from foxhunt.data.io.read import hive_symbol_key
+from foxhunt.data.io.scan import read_error
+from foxhunt.errors import InputError
+
+KEY_COLUMNS = ("root",)  # besides the bar reader's symbol names: a table for every contract of a futures root
+RESERVED = ("ts", "key")  # the table's own column names
+WHAT = "every column besides the time and symbol columns is an input and"  # "... must be numeric"
+
+
+@dataclass(frozen=True)
+class CovariateTable:
+    """One source of user inputs, ready for the as-of join: what one `--covariates` flag names, or the bar files'
+    extra columns. Frozen: the join and the reports read it, nothing changes it after the checks in the readers."""
+
+    source: str  # what the user named, for messages
+    frame: pl.DataFrame  # "ts" Datetime("ns","UTC"), "key" Utf8 when keyed, then value columns (Float64); sorted by (key, ts)
+    keyed: bool  # True when the file had a symbol/root column (frame has "key")
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The value columns, in the file's order: the names --observed / --known may use."""
+        return tuple(c for c in self.frame.columns if c not in RESERVED)
+
+
+def read_covariates(
+    paths: Sequence[str], timestamp_col: str | None = None, timezone: str | None = None
+) -> CovariateTable:
+    """Every file `paths` names (one --covariates flag) as one table: the files are concatenated in path order and
+    must all have the same columns. Raises InputError for anything the user can fix (see the module docstring)."""
+    files = [p for p, _ in expand_paths(paths)]
+    parts = [_read_covariate_file(p, timestamp_col, timezone) for p in files]
+    first, layout = files[0], parts[0].columns[1:]  # after "row": ts, key when keyed, the values
+    for path, part in zip(files[1:], parts[1:], strict=True):
+        if part.columns[1:] != layout:
+            raise InputError(
+                f"{path}: columns {', '.join(part.columns[2:])} differ from {first}'s {', '.join(layout[1:])}; every"
+                " file of one --covariates source needs the same columns (and a symbol column in all or none)"
+            )
+    frame = pl.concat(
+        [p.with_columns(pl.lit(i, pl.UInt32).alias("file_idx")) for i, p in enumerate(parts)], how="vertical"
+    )
+    keyed = "key" in layout
+    _check_order(frame, files, keyed)
+    frame = frame.drop("file_idx", "row")
+    if keyed:
+        frame = frame.sort("key", "ts", maintain_order=True)
+    return CovariateTable(", ".join(paths), frame, keyed)
+
+
+def read_bar_columns(
+    paths: Sequence[str],
+    columns: Sequence[str],
+    timestamp_col: str | None = None,
+    symbol_col: str | None = None,
+    timezone: str | None = None,
+    price_scale: float = 1.0,
+) -> CovariateTable:
+    """(time, symbol, `columns`) of the bar files, keyed by each bar's raw symbol: the loaded bars' `contract`.
+
+    The time and symbol columns are found as the bar reader finds them (normalise.find_columns, hive `symbol=`
+    folders, the file name for files without a symbol); symbols missing beside an instrument_id are filled as the
+    loader fills them (bars/symbols.resolve_symbols). A column asked for matches up to case, as the bar reader's
+    columns do, and comes out under the name asked for. Rows are sorted by (symbol, ts) and a repeated time keeps
+    the last row read, as the loader treats duplicate bars. open/high/low/close come out as the bars' prices:
+    fixed-point Databento prices decoded and divided by `price_scale`. Empty cells are NaN, as in read_covariates.
+    DBN files carry no extra columns: an error.
+    """
+    frames = []
+    for source in expand_sources(paths):
+        for path in source.files:
+            hive = hive_keys(path, source.root) if source.root is not None else {}
+            frames.append(_read_bar_file(path, source.default_name, hive, columns, timestamp_col, symbol_col, timezone))
+    frame = pl.concat(frames, how="vertical")
+    if frame.get_column("symbol").null_count():
+        frame, _ = resolve_symbols(frame)
+    if price_scale != 1.0:
+        frame = frame.with_columns(pl.col(c) / price_scale for c in columns if c.lower() in PRICE_COLS)
+    frame = (
+        frame.select(pl.col("ts"), pl.col("symbol").alias("key"), *(pl.col(c).fill_null(np.nan) for c in columns))
+        .sort("key", "ts", maintain_order=True)
+        .unique(["key", "ts"], keep="last", maintain_order=True)
+    )
+    return CovariateTable(", ".join(paths), frame, keyed=True)
+
+
+def _read_covariate_file(path: Path, timestamp_col: str | None, timezone: str | None) -> pl.DataFrame:
+    """One covariate file -> row UInt32, ts, key (when it has one), value columns Float64."""
+    frame = _read_whole(path, None)
+    names = frame.columns
+    time_col = _time_column(names, path, timestamp_col)
+    joined = time_col.lower() == "date" and timestamp_col is None and match_column(names, "time") is not None
+    ts, _ = parse_time(frame, time_col, names, path, timestamp_col is None, timezone or "UTC")
+    key_col = symbol_column(names) or next((m for c in KEY_COLUMNS if (m := match_column(names, c))), None)
+    used = {time_col, key_col, match_column(names, "time") if joined else None, "__index_level_0__"}
+    values = [c for c in names if c not in used]
+    if not values:
+        raise InputError(f"{path}: no value columns besides the time and symbol columns; add the columns to use")
+    for c in values:
+        if c in RESERVED:
+            raise InputError(f"{path}: column {c!r} clashes with a name foxhunt uses for the table; rename it")
+    databento = match_column(names, "rtype") is not None and match_column(names, "instrument_id") is not None
+    out = [pl.Series("row", np.arange(frame.height, dtype=np.uint32)), ts.alias("ts")]
+    if key_col is not None:
+        out.append(_keys(frame.get_column(key_col), path, key_col))
+    for c in values:
+        fixed = databento and c.lower() in PRICE_COLS
+        out.append(numeric(frame.get_column(c), path, c, fixed_point=fixed, what=WHAT).fill_null(np.nan).alias(c))
+    return pl.DataFrame(out)
+
+
+def _read_bar_file(
+    path: Path, default_name: str, hive: dict[str, str], columns: Sequence[str], timestamp_col: str | None,
+    symbol_col: str | None, timezone: str | None,
+) -> pl.DataFrame:
+    """One bar file -> ts, symbol (null only where an instrument_id may name it), instrument_id Int64, `columns`."""
+    if path.name.lower().endswith((".dbn", ".dbn.zst")):
+        raise InputError(
+            f"{path}: a DBN file holds only the OHLCV fields, so it has no column {', '.join(columns)}; convert the bars to"
+            " parquet with that column, or give the values in a --covariates file"
+        )
+    names = _names(path)
+    own_symbol = match_column(names, symbol_col) if symbol_col is not None else symbol_column(names)
+    hive_symbol = hive_symbol_key(hive, symbol_col) if own_symbol is None else None
+    found = find_columns(names + ([hive_symbol] if hive_symbol else []), path, timestamp_col, symbol_col)
+    listing = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+    wanted = {}
+    for c in columns:
+        match = match_column(names, c)
+        if match is None:
+            raise InputError(
+                f"{path}: no column {c!r} for an input; found columns: {listing}; check the name, or give the values"
+                " in a --covariates file"
+            )
+        wanted[c] = match
+    extra = [found["symbol"] if own_symbol else None, found["instrument_id"], found["rtype"]]
+    if found["time"].lower() == "date" and timestamp_col is None and match_column(names, "time") is not None:
+        extra.append(match_column(names, "time"))
+    frame = _read_whole(path, list(dict.fromkeys(c for c in [found["time"], *extra, *wanted.values()] if c)))
+    ts, _ = parse_time(frame, found["time"], frame.columns, path, timestamp_col is None, timezone or "UTC")
+    if own_symbol is not None:
+        symbol = frame.get_column(found["symbol"]).cast(pl.Utf8).str.strip_chars()
+        symbol = symbol.set(symbol == "", None)
+    else:
+        symbol = pl.Series([hive.get(hive_symbol, default_name) if hive_symbol else default_name] * frame.height)
+    databento = found["rtype"] is not None and found["instrument_id"] is not None
+    ident = (
+        frame.get_column(found["instrument_id"]).cast(pl.Int64, strict=False)
+        if found["instrument_id"] is not None
+        else pl.Series([None] * frame.height, dtype=pl.Int64)
+    )
+    if symbol.null_count() and found["instrument_id"] is None:
+        i = int(symbol.is_null().arg_max())
+        raise InputError(f"{path}: column {found['symbol']!r} row {i + 1} is empty; give every row a symbol")
+    out = [ts.alias("ts"), symbol.cast(pl.Utf8).alias("symbol"), ident.alias("instrument_id")]
+    for c, src in wanted.items():
+        fixed = databento and src.lower() in PRICE_COLS
+        out.append(numeric(frame.get_column(src), path, src, fixed_point=fixed, what="input columns").alias(c))
+    return pl.DataFrame(out)
+
+
+def _names(path: Path) -> list[str]:
+    try:
+        if path.name.lower().endswith(".csv"):
+            return pl.read_csv(path, n_rows=0).columns
+        return list(pl.read_parquet_schema(path))
+    except Exception as e:  # polars raises several types for truncated or foreign files
+        raise read_error(path, e) from None
+
+
+def _read_whole(path: Path, columns: list[str] | None) -> pl.DataFrame:
+    """`columns` of one parquet or CSV file (None: all); CSV cells as text, so that a bad cell is named by its row."""
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: the file is empty (0 bytes); re-export or remove it")
+    name = path.name.lower()
+    if name.endswith((".dbn", ".dbn.zst")):
+        raise InputError(f"{path}: covariates are read from parquet or CSV; convert the DBN file with to_parquet()")
+    try:
+        if name.endswith(".csv"):
+            frame = pl.read_csv(path, columns=columns, infer_schema=False)
+        else:
+            frame = pl.read_parquet(path, columns=columns)
+    except Exception as e:
+        raise read_error(path, e) from None
+    if frame.height == 0:
+        raise InputError(f"{path}: the file has no rows; re-export it or leave it out")
+    return frame
+
+
+def _time_column(names: list[str], path: Path, timestamp_col: str | None) -> str:
+    """The time column: the one `timestamp_col` names, else the bar reader's candidates (or pandas' unnamed index)."""
+    listing = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+    if timestamp_col is not None:
+        found = match_column(names, timestamp_col)
+        if found is None:
+            raise InputError(f"{path}: no column {timestamp_col!r} (the time column asked for); found columns: {listing}")
+        return found
+    found = next((m for c in TIME_CANDIDATES if (m := match_column(names, c)) is not None), None)
+    if found is None and "__index_level_0__" in names:
+        found = "__index_level_0__"  # pandas wrote an unnamed DatetimeIndex
+    if found is None:
+        raise InputError(
+            f"{path}: no time column (looked for {', '.join(TIME_CANDIDATES)}); found columns: {listing};"
+            " rename the time column to one of these"
+        )
+    return found
+
+
+def _keys(s: pl.Series, path: Path, col: str) -> pl.Series:
+    keys = s.cast(pl.Utf8).str.strip_chars()
+    empty = keys.is_null() | (keys == "")
+    if empty.any():
+        i = int(empty.arg_max())
+        raise InputError(f"{path}: column {col!r} row {i + 1} is empty; give every row a symbol")
+    return keys.alias("key")
+
+
+def _check_order(frame: pl.DataFrame, files: list[Path], keyed: bool) -> None:
+    """Times strictly increasing within each key, in file order; the first row that breaks it is named."""
+    over = (lambda e: e.over("key")) if keyed else (lambda e: e)
+    checked = frame.select(
+        over(pl.col("ts").shift(1)).alias("prev_ts"),
+        over(pl.col("file_idx").shift(1)).alias("prev_file"),
+        over(pl.col("row").shift(1)).alias("prev_row"),
+    )
+    bad = (frame.get_column("ts") <= checked.get_column("prev_ts")).fill_null(False)
+    if not bad.any():
+        return
+    i = int(bad.arg_max())
+    row, prev = frame.row(i, named=True), checked.row(i, named=True)
+    where = f"{files[row['file_idx']]}: row {row['row'] + 1}"
+    other = f"row {prev['prev_row'] + 1}" + ("" if prev["prev_file"] == row["file_idx"] else f" of {files[prev['prev_file']]}")
+    whose = f" for {row['key']}" if keyed else ""
+    t, t0 = iso(row["ts"]), iso(prev["prev_ts"])
+    if row["ts"] == prev["prev_ts"]:
+        raise InputError(f"{where}: time {t}{whose} repeats ({other} has it too); remove the duplicate")
+    raise InputError(f"{where}: time {t}{whose} comes before {t0} ({other}); sort the file by time")
+
+
+def iso(t) -> str:
+    """A UTC time (datetime or int ns) as ISO 8601 with a Z ('2024-03-01T14:30:00Z'; fractions only when it has them)."""
+    ns = t if isinstance(t, (int, np.integer)) else pl.Series([t]).cast(pl.Datetime("ns", "UTC")).to_physical()[0]
+    unit = "s" if int(ns) % 1_000_000_000 == 0 else "ns"
+    return str(np.datetime64(int(ns), "ns").astype(f"datetime64[{unit}]")) + "Z"
