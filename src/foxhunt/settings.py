@@ -117,6 +117,7 @@ def _data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
         covariates=tuple(v.get("covariates") or ()) if not isinstance(v.get("covariates"), str)
         else (v["covariates"],),
         events=v.get("events") or None,
+        context=column_list(v.get("context")),
         covariate_scaling=v.get("covariate_scaling", _D.covariate_scaling),
     )
 

@@ -79,6 +79,8 @@ class DataConfig:
     known: tuple[str, ...] = ()
     covariates: tuple[str, ...] = ()
     events: str | None = None
+    # Cross-market context: each series also sees these series' own moves and volume (inputs.context_columns).
+    context: tuple[str, ...] = ()
     covariate_scaling: str = "series"
 
     def __post_init__(self) -> None:
@@ -155,14 +157,14 @@ class DataConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for key in ("paths", "observed", "known", "covariates"):
+        for key in ("paths", "observed", "known", "covariates", "context"):
             d[key] = list(d[key])
         return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> DataConfig:
         d = dict(d)  # a run saved before an option existed gets its default
-        for key in ("paths", "observed", "known", "covariates"):
+        for key in ("paths", "observed", "known", "covariates", "context"):
             d[key] = tuple(d.get(key, ()))
         # Runs saved before --roll-confirm rolled on the previous session's volume alone: rebuild their data that way.
         d.setdefault("roll_confirm", 1)

@@ -111,6 +111,8 @@ def prepare_from_bars(
     # reads its columns as numpy views then, where a column of two chunks is copied at every read. "target" is the
     # target's own column under another name: dropped first, as a rechunk would copy the two apart.
     feats = feats.drop("target").rechunk()
+    if src is not None:
+        feats = inputs.with_context(feats, names, sidx, ts_ns, src, target)
     # The known inputs depend on the timestamps and the grid alone: on a second thread they are computed while the
     # scalers are fitted and applied (serially they wait for windowed_rows, so as not to be held through the fit).
     step = (transform.bar_spacing_ns if transform is not None else 0) or spacing  # the model's bar interval
@@ -188,14 +190,16 @@ def user_sources(cfg: DataConfig, transform: FittedTransform | None) -> inputs.S
     """The user's inputs: those `cfg` declares for a new transform, the transform's own for a fitted one (its
     covariates read from `cfg`'s files, its event calendar from the model unless `cfg` names an events file)."""
     if transform is None:
-        observed, known, events, saved = cfg.observed, cfg.known, cfg.events, None
+        observed, known, events, saved, context = cfg.observed, cfg.known, cfg.events, None, cfg.context
     elif transform.inputs:
         got = transform.inputs
         observed, known, events, saved = tuple(got["observed"]), tuple(got["known"]), cfg.events, got["events"]
+        context = tuple(got.get("context", ()))
     else:
         return None
     return inputs.load_sources(cfg.paths, observed, known, cfg.covariates, events, cfg.timestamp_col,
-                               cfg.symbol_col, cfg.timezone, saved_events=saved)
+                               cfg.symbol_col, cfg.timezone, saved_events=saved, context=context,
+                               target=transform.target if transform else cfg.target)
 
 
 def feature_columns(target: str, fill_gaps: bool) -> list[str]:

@@ -31,6 +31,7 @@ from foxhunt.data.features.covariates import (
     read_covariates,
 )
 from foxhunt.data.features.events import EventCalendar, event_columns, event_features, read_events
+from foxhunt.data.features.features import move_columns
 from foxhunt.data.features.fitstats import moments_of, select, stats
 from foxhunt.errors import InputError
 
@@ -63,30 +64,44 @@ def check_names(observed: Sequence[str], known: Sequence[str]) -> None:
 
 @dataclass(frozen=True)
 class Sources:
-    """The declared inputs with their files read: the tables the observed columns join from and the known inputs'
-    sources (covariate tables, the event calendar)."""
+    """The declared inputs with their files read: the tables the observed columns join from, the context series
+    and the known inputs' sources (covariate tables, the event calendar)."""
 
     observed: tuple[str, ...]
     known: tuple[str, ...]  # known covariate columns (the events' columns come from `events`)
     tables: dict[str, CovariateTable]  # column -> the table it is read from
     events: EventCalendar | None
+    context: tuple[str, ...] = ()  # series names (--context)
+    context_columns: tuple[str, ...] = ()  # their inputs' names: NQ_log_return, ...
+
+    @property
+    def observed_names(self) -> tuple[str, ...]:
+        """Every observed input of the user's, in column order: the declared columns, then the context's."""
+        return self.observed + self.context_columns
 
     @property
     def known_names(self) -> tuple[str, ...]:
         return self.known + (event_columns(self.events) if self.events is not None else ())
 
 
-def declared(observed: Sequence[str], known: Sequence[str], events: str | None) -> bool:
-    return bool(observed or known or events)
+def declared(observed: Sequence[str], known: Sequence[str], events: str | None, context: Sequence[str] = ()) -> bool:
+    return bool(observed or known or events or context)
+
+
+def context_names(context: Sequence[str], target: str) -> tuple[str, ...]:
+    """The inputs each --context series gives every series: its own move, range and volume (features.py's, in
+    the target's units), named SERIES_column."""
+    return tuple(f"{c}_{col}" for c in context for col in (*move_columns(target), "log_volume"))
 
 
 def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[str], covariates: Sequence[str],
                  events: str | None, timestamp_col: str | None = None, symbol_col: str | None = None,
-                 timezone: str | None = None, saved_events: dict | None = None) -> Sources | None:
+                 timezone: str | None = None, saved_events: dict | None = None, context: Sequence[str] = (),
+                 target: str = "log_return") -> Sources | None:
     """Read what the declared inputs need: each --covariates entry as a table, the bar files' own columns for
     observed names no covariate file has, and the events file (or the calendar a model saved). None: nothing
     declared."""
-    if not declared(observed, known, events or saved_events):
+    if not declared(observed, known, events or saved_events, context):
         return None
     tables = [read_covariates([c], timezone=timezone) for c in covariates]
     have = {c for t in tables for c in t.columns}
@@ -103,7 +118,31 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
     chosen = pick(tables, [*observed, *known])
     cal = read_events(events, timezone=timezone) if events else (
         EventCalendar.from_dict(saved_events) if saved_events else None)
-    return Sources(observed=tuple(observed), known=tuple(known), tables=chosen, events=cal)
+    return Sources(observed=tuple(observed), known=tuple(known), tables=chosen, events=cal, context=tuple(context),
+                   context_columns=context_names(context, target))
+
+
+def with_context(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarray, src: Sources,
+                 target: str) -> pl.DataFrame:
+    """`feats` (raw features, rows sorted by series and time; `sidx` (N,) into `names`, `ts` (N,) int64 ns) with
+    each context series' inputs as of every row's time: the context series' last bar at or before it (its bar of
+    the same time included: both are known once their bars close), NaN before its first bar (0 once
+    standardized). InputError naming the series when a context series is not in the data."""
+    if not src.context:
+        return feats
+    cols = {}
+    for c in src.context:
+        if c not in names:
+            raise InputError(f"--context {c}: no such series in the data (it has {', '.join(names[:12])}); name one "
+                             "of them, or add its bars to --parquet-file")
+        rows = np.flatnonzero(sidx == names.index(c))  # (Nc,) sorted by time: one series' run
+        at = np.searchsorted(ts[rows], ts, side="right") - 1  # (N,) its last bar at or before each row
+        for col in (*move_columns(target), "log_volume"):
+            x = feats.get_column(col).to_numpy()[rows].astype(np.float64)
+            v = x[np.maximum(at, 0)]
+            v[at < 0] = np.nan
+            cols[f"{c}_{col}"] = v
+    return feats.with_columns(pl.Series(k, v) for k, v in cols.items())
 
 
 def observe(bars: pl.DataFrame, src: Sources) -> tuple[pl.DataFrame, int]:
@@ -113,7 +152,7 @@ def observe(bars: pl.DataFrame, src: Sources) -> tuple[pl.DataFrame, int]:
     MAX_BAD_FRACTION of the bars would go."""
     if not src.observed:
         return bars, 0
-    tables = list(dict.fromkeys(src.tables[c] for c in src.observed))  # each table joined once
+    tables = list({id(src.tables[c]): src.tables[c] for c in src.observed}.values())  # each table joined once
     joined = asof_join(bars, tables, src.observed)
     first = (pl.col("series") != pl.col("series").shift(1)).fill_null(True)
     for c in src.observed:
@@ -142,20 +181,22 @@ def fit_observed(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, keep: 
     """Add each observed user column's {mean, std} over rows where `keep` to `scalers` (in place), per series
     ("series"; pooled for a series without training rows), the pooled values for every series ("global"), or 0 and
     1 ("none"), and list them as `user_observed`, which scaling.observed_names appends after foxhunt's own."""
-    if not src.observed:
+    cols = src.observed_names
+    if not cols:
         return
-    sel = select(keep, sidx, len(names))
     mom: dict[str, np.ndarray] = {}
-    for c in src.observed:
-        mom.update(moments_of(feats[c].to_numpy().astype(np.float64).take(sel.at), sel, c))
-    per, pooled = stats(mom, src.observed, names, sel.n > 0)
-    for c in src.observed:
+    for c in cols:
+        x = feats[c].to_numpy().astype(np.float64)
+        sel = select(keep & np.isfinite(x), sidx, len(names))  # a context series' NaN before its first bar
+        mom.update(moments_of(x.take(sel.at), sel, c))
+    per, pooled = stats(mom, cols, names, select(keep, sidx, len(names)).n > 0)
+    for c in cols:
         if mode == "none":
             pooled[c] = {"mean": 0.0, "std": 1.0}
         scalers["pooled"][c] = pooled[c]
         for name, entry in scalers["series"].items():
             entry[c] = per[name][c] if mode == "series" and name in per else pooled[c]
-    scalers["user_observed"] = list(src.observed)
+    scalers["user_observed"] = list(cols)
 
 
 def fit_known(src: Sources, ts_train: np.ndarray, mode: str) -> dict[str, dict[str, float]]:
@@ -178,6 +219,7 @@ def fitted(src: Sources, mode: str, known_scalers: dict, event_cap: int) -> dict
     """What a model keeps of its inputs (FittedTransform.inputs): JSON-able."""
     return {
         "observed": list(src.observed),
+        "context": list(src.context),
         "known": list(src.known),
         "known_names": list(src.known_names),
         "covariate_scaling": mode,
@@ -223,7 +265,9 @@ def known_values(inputs: dict, src: Sources, step_ns: int) -> KnownValues | None
 def summary(src: Sources, dropped: int) -> dict:
     """The data summary's account of the user's inputs (`foxhunt inspect`, the run's data.json): each column with
     its role, kind, source, rows and first and last time; the events; the bars dropped for a missing value."""
-    cols = []
+    per_context = len(src.context_columns) // max(1, len(src.context))
+    cols = [{"name": n, "role": "observed", "kind": "real", "source": f"--context {src.context[i // per_context]}"}
+            for i, n in enumerate(src.context_columns)]
     for role, names in (("observed", src.observed), ("known", src.known)):
         for c, cov in zip(names, coverage([src.tables[c] for c in names], names), strict=True):
             cols.append({"name": c, "role": role, "kind": "real", **cov})
@@ -237,8 +281,9 @@ def summary(src: Sources, dropped: int) -> dict:
 
 def summary_lines(s: dict) -> list[str]:
     """`summary` as the lines `format_summary` prints, one per input."""
-    lines = [f"input     {c['name']}: {c['role']} {c['kind']} from {c['source']}, {c['rows']:,} rows "
-             f"{str(c['first'])[:16]} .. {str(c['last'])[:16]}" for c in s["columns"]]
+    lines = [f"input     {c['name']}: {c['role']} {c['kind']} from {c['source']}"
+             + (f", {c['rows']:,} rows {str(c['first'])[:16]} .. {str(c['last'])[:16]}" if "rows" in c else "")
+             for c in s["columns"]]
     if s.get("events"):
         ev = s["events"]
         lines.append(f"events    {ev['count']:,} events of {', '.join(ev['names'])} from {ev['source']}: known inputs "
