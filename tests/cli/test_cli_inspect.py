@@ -50,6 +50,17 @@ def test_sample_writes_databento_parquet(tmp_path, capsys):
     assert main(["sample", "--out", str(out)]) == 0
     bars = pl.read_parquet(out)
     assert bars.columns[-1] == "ts_event" and {"ESH4", "ESM4", "ESH4-ESM4"} <= set(bars["symbol"])
+    assert capsys.readouterr().out.splitlines() == [str(out)] and not (tmp_path / "es.events.parquet").exists()
+
+
+def test_sample_with_announcements_writes_the_events_beside_the_bars(tmp_path, capsys):
+    out = tmp_path / "es.parquet"
+    assert main(["sample", "--out", str(out), "--announcements"]) == 0
+    events = tmp_path / "es.events.parquet"
+    assert capsys.readouterr().out.splitlines() == [str(out), str(events)]
+    table = pl.read_parquet(events)
+    assert table.columns == ["ts", "name"] and set(table["name"]) == {"announcement"} and table.height == 8
+    assert pl.read_parquet(out).height > 80_000
 
 
 def test_plan_memory_prints_a_table_and_the_largest_batch(fixtures_dir, capsys):

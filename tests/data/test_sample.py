@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 from pathlib import Path
 
@@ -26,6 +27,15 @@ def table() -> pa.Table:
 
 @pytest.fixture(scope="module")
 def bars(table: pa.Table) -> pl.DataFrame:
+    return with_ct(table)
+
+
+@pytest.fixture(scope="module")
+def front(bars: pl.DataFrame) -> pl.DataFrame:
+    return front_month(bars)
+
+
+def with_ct(table: pa.Table) -> pl.DataFrame:
     """Bars with CT time and trade date (CT date of ts + 7 h) added."""
     ct = pl.col("ts_event").dt.convert_time_zone("America/Chicago")
     return pl.from_arrow(table).with_columns(
@@ -35,8 +45,7 @@ def bars(table: pa.Table) -> pl.DataFrame:
     )
 
 
-@pytest.fixture(scope="module")
-def front(bars: pl.DataFrame) -> pl.DataFrame:
+def front_month(bars: pl.DataFrame) -> pl.DataFrame:
     """ESH4 up to the roll date, ESM4 after, with 1-minute log returns inside one contract and session."""
     roll = dt.date(2024, 3, 7)
     is_front = ((pl.col("symbol") == "ESH4") & (pl.col("trade_date") <= roll)) | (
@@ -292,3 +301,122 @@ def test_unwritable_cache_is_an_input_error(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("FOXHUNT_CACHE_DIR", str(blocker / "cache"))
     with pytest.raises(InputError, match="FOXHUNT_CACHE_DIR"):
         sample.bundled_sample_path()
+
+
+# -- announcements (opt-in) -----------------------------------------------------------------------------------------
+
+DEFAULT_SHA256 = "e101eece197724c0d5a12acfe74ffcc8ef72bae0d32a3e3d02e5ac59b50cedba"  # the v2 generator, numpy 2
+
+
+def table_sha256(table: pa.Table) -> str:
+    h = hashlib.sha256(str(table.schema).encode())
+    for name in table.column_names:
+        for buf in table.column(name).combine_chunks().buffers():
+            if buf is not None:
+                h.update(bytes(buf))
+    return h.hexdigest()
+
+
+def test_default_sample_is_unchanged_by_the_announcements_option(table: pa.Table) -> None:
+    """Cached files and published figures rest on the default sample: adding the option changed none of its bytes.
+    (The hash was taken from the generator before the option existed; `table` is `generate_sample()`.)"""
+    assert table_sha256(table) == DEFAULT_SHA256
+    assert sample.generate_sample(announcements=False).equals(table, check_metadata=True)
+
+
+@pytest.fixture(scope="module")
+def announced() -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(front-month bars of the announcements sample with `ret`, ct_min and trade_date; its events in CT)."""
+    table = sample.generate_sample(announcements=True)
+    events = pl.from_arrow(sample.sample_events()).with_columns(
+        ct=pl.col("ts").dt.convert_time_zone("America/Chicago")
+    )
+    return front_month(with_ct(table)), events.with_columns(
+        day=pl.col("ct").dt.date(), ct_min=pl.col("ct").dt.hour().cast(pl.Int32) * 60 + pl.col("ct").dt.minute()
+    )
+
+
+def test_announcements_are_scheduled_irregularly(announced) -> None:
+    """About two a week, on distinct days of differing weekdays and clock times: not a time-of-day pattern."""
+    _, events = announced
+    assert events.schema["ts"] == pl.Datetime("ns", "UTC") and set(events["name"]) == {"announcement"}
+    weeks = events["day"].dt.week().value_counts()["count"].to_list()
+    assert weeks == [2] * 4  # four weeks in the span
+    assert events["day"].n_unique() == events.height
+    assert events["day"].dt.weekday().n_unique() >= 3 and events["ct_min"].n_unique() >= 2
+    assert set(events["ct_min"]) <= {7 * 60 + 30, 9 * 60, 13 * 60}
+    np.testing.assert_array_equal(events["ts"].cast(pl.Int64).to_numpy(), sample.announcement_times())
+
+
+def test_announcements_burst_beyond_their_clock_times(announced) -> None:
+    """The 10 minutes after an announcement move > 3x the same minutes on days without one: a calendar predicts
+    them, the clock does not."""
+    front_bars, events = announced
+    off_days = ~pl.col("trade_date").is_in(events["day"].to_list())
+    after, control = [], []
+    for day, m in zip(events["day"], events["ct_min"], strict=True):
+        window = (pl.col("ct_min") >= m) & (pl.col("ct_min") < m + 10)
+        after.append(front_bars.filter(window & (pl.col("trade_date") == day))["ret"].abs())
+        control.append(front_bars.filter(window & off_days)["ret"].abs())
+    burst, usual = pl.concat(after), pl.concat(control)
+    assert burst.len() >= 70  # each announcement minute and the 9 after it trade
+    assert burst.mean() > 3.0 * usual.mean()
+
+
+def test_announcements_move_only_prices(table: pa.Table) -> None:
+    """The same rows trade the same volumes, and prices move alike before the first announcement's calm: the
+    schedule draws from a stream of its own, so the option moves no random draw and only the calendar tells."""
+    other = sample.generate_sample(announcements=True)
+    for col in ("ts_event", "instrument_id", "symbol", "volume"):
+        assert other.column(col).equals(table.column(col))
+    ts = table.column("ts_event").cast(pa.int64()).to_numpy()
+    sel = (table.column("symbol").to_numpy(zero_copy_only=False) == "ESM4") & (
+        ts < sample.announcement_times()[0] - 20 * 60 * 10**9
+    )
+    change, change2 = (np.diff(t.column("close").to_numpy()[sel]) for t in (table, other))  # points per bar
+    apart = np.abs(change2 - change)  # the pinned end's slightly other trend moves a tick rounding now and then
+    assert sel.sum() > 1_000 and np.mean(apart < 1e-9) > 0.5 and apart.max() <= 0.25 + 1e-9
+    assert not other.column("close").equals(table.column("close"))
+
+
+def test_sample_events_read_as_an_event_calendar(tmp_path: Path) -> None:
+    from foxhunt.data.features.events import read_events
+
+    bars_path = tmp_path / "es.parquet"
+    path = sample.write_sample_events(sample.events_path(bars_path))
+    assert path == tmp_path / "es.events.parquet"
+    cal = read_events(str(path))
+    assert cal.names == ("announcement",)
+    np.testing.assert_array_equal(cal.times[0], sample.announcement_times())
+    assert sample.events_path("out/x") == Path("out/x.events.parquet")
+
+
+def test_bundled_variants_are_cached_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FOXHUNT_CACHE_DIR", str(tmp_path))
+    plain, announced_path = sample.bundled_sample_path(), sample.bundled_sample_path(announcements=True)
+    assert plain != announced_path and "announcements" in announced_path.name
+    assert sample.events_path(announced_path).is_file() and not sample.events_path(plain).exists()
+    assert table_sha256(pq.read_table(plain)) == DEFAULT_SHA256
+    assert not pq.read_table(announced_path).equals(pq.read_table(plain))
+
+
+def test_announcement_variance_by_hand() -> None:
+    from foxhunt.data.io import announcements as news
+
+    minute, at = news.MINUTE_NS, 10**15
+    ts = at + minute * np.array([-100, -15, -1, 0, 10, 1000])
+    want = [1.0, news.CALM, news.CALM, 1 + news.PEAK, 1 + news.PEAK * np.exp(-10 / news.DECAY_MIN), 1.0]
+    np.testing.assert_allclose(news.variance_multiplier(ts, np.array([at])), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(news.variance_multiplier(ts, np.array([], dtype=np.int64)), np.ones(6))
+
+
+def test_no_announcement_runs_into_a_close() -> None:
+    """Presidents' Day closes at 12:00 CT: a 13:00 announcement cannot fall on it, however often it is drawn."""
+    from foxhunt.data.io import announcements as news
+
+    day = dt.date(2024, 2, 19)
+    close = dt.datetime.combine(day, dt.time(12, 0), tzinfo=news.CT)
+    for seed in range(20):
+        for t in news.schedule(np.random.default_rng(seed), [(day, close)]):
+            at = dt.datetime.fromtimestamp(int(t) / 1e9, tz=news.CT)
+            assert at + dt.timedelta(minutes=news.AFTER_MIN) <= close

@@ -86,15 +86,23 @@ def inspect(
 
 
 @app.command()
-def sample(out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the sample parquet.",
-                                             metavar="PATH", rich_help_panel=OUTPUT)]) -> None:
+def sample(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the sample parquet.",
+                                      metavar="PATH", rich_help_panel=OUTPUT)],
+    announcements: Annotated[bool, typer.Option(
+        "--announcements", help="Add ~2 scheduled announcements a week with volatility bursts; their events file "
+        "(for --events) goes beside the bars as X.events.parquet.", rich_help_panel=OUTPUT)] = False,
+) -> None:
     """Write the bundled ES 1-minute sample to a parquet file.
 
-    It is in Databento's ohlcv-1m format."""
-    from foxhunt.data.io.sample import write_sample
+    It is in Databento's ohlcv-1m format. Prints the path written (with --announcements: the bars' path, then the
+    events file's)."""
+    from foxhunt.data.io.sample import events_path, write_sample, write_sample_events
 
-    path = write_sample(out)
+    path = write_sample(out, announcements=announcements)
     typer.echo(str(path))
+    if announcements:
+        typer.echo(str(write_sample_events(events_path(path))))
 
 
 

@@ -121,9 +121,7 @@ def find_columns(names: list[str], path: Path, timestamp_col: str | None, symbol
     if timestamp_col is not None:
         found["time"] = _required(names, timestamp_col, "--timestamp-col", path, listing)
     else:
-        found["time"] = next((m for c in TIME_CANDIDATES if (m := match_column(names, c)) is not None), None)
-        if found["time"] is None and "__index_level_0__" in names:
-            found["time"] = "__index_level_0__"  # pandas wrote an unnamed DatetimeIndex
+        found["time"] = time_column(names)
         if found["time"] is None:
             raise InputError(
                 f"{path}: no time column (looked for {', '.join(TIME_CANDIDATES)}); found columns: {listing};"
@@ -145,6 +143,23 @@ def find_columns(names: list[str], path: Path, timestamp_col: str | None, symbol
     found["instrument_id"] = match_column(names, "instrument_id")
     found["rtype"] = match_column(names, "rtype")
     return found
+
+
+def time_column(names: list[str]) -> str | None:
+    """The first of TIME_CANDIDATES among `names` (as the file spells it), else pandas' unnamed index, else None.
+
+    Shared with files that are not bars (the events calendar), so every file foxhunt reads finds its times alike."""
+    found = next((m for c in TIME_CANDIDATES if (m := match_column(names, c)) is not None), None)
+    if found is None and "__index_level_0__" in names:
+        found = "__index_level_0__"  # pandas wrote an unnamed DatetimeIndex
+    return found
+
+
+def parse_time(frame: pl.DataFrame, col: str, path: Path, timezone: str | None = None) -> pl.Series:
+    """Column `col` of `frame` as Datetime("ns", "UTC"), parsed exactly as bar files' times are (see `_parse_time`):
+    text, datetimes, dates or epoch counts; naive times are wall-clock in `timezone` (default UTC); a `date` column
+    with a `time` column beside it is joined. Bad or null values raise InputError naming the row."""
+    return _parse_time(frame, col, frame.columns, path, True, timezone or "UTC")[0]
 
 
 def normalise(

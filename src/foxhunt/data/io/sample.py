@@ -13,6 +13,10 @@ cached as parquet. It has the structure that the loader must handle in real file
   bumps in both volatility and volume, GARCH-like clustering across sessions, slow intraday volatility
   clustering and Student-t innovations. Every contract is one shared random walk plus a carry spread,
   so back-adjustment is meaningful.
+
+With `announcements=True` (`foxhunt sample --announcements`) about two scheduled announcements a week add a
+volatility burst, and `sample_events` lists them: the known answer for event-calendar inputs (announcements.py).
+The default sample does not change with the option's existence: its schedule draws from a stream of its own.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import pyarrow.parquet as pq
 
 from foxhunt.atomic import write_with
 from foxhunt.cache import cache_dir
+from foxhunt.data.io.announcements import EVENT_NAME, schedule, variance_multiplier
 from foxhunt.data.io.sample_path import DEFAULT_SEED, SAMPLE_PREFIX, SAMPLE_VERSION
 from foxhunt.errors import InputError
 
@@ -78,10 +83,11 @@ SCHEMA = pa.schema(
 )
 
 
-def generate_sample(seed: int = DEFAULT_SEED) -> pa.Table:
+def generate_sample(seed: int = DEFAULT_SEED, announcements: bool = False) -> pa.Table:
     """The sample as the table `DBNStore.to_parquet()` would store: ts_event last, pandas index metadata.
 
     Rows are sorted by (ts_event, instrument_id). The same seed gives the same table (for a given numpy).
+    `announcements` adds the volatility bursts of `sample_events(seed)`; every other draw stays the same.
     """
     rng_z, rng_x, rng_news, rng_gap, rng_spread, rng_noise, rng_hl, rng_vol = (
         np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(8)
@@ -96,6 +102,8 @@ def generate_sample(seed: int = DEFAULT_SEED) -> pa.Table:
     news = np.exp(NEWS_SD * rng_news.standard_normal(grid["session"][-1] + 1) - NEWS_SD**2 / 2)
     h = _session_variance(grid["session"], seas, burst * z, news)[grid["session"]]  # (n,)
     sigma = seas * np.sqrt(h) * burst  # (n,) points per minute
+    if announcements:  # on the price sd only: volume, like every random draw, is the default sample's
+        sigma = sigma * np.sqrt(variance_multiplier(grid["ts"], announcement_times(seed)))
 
     gap_sd = np.where(grid["after_weekend"], 12.0, 4.0) * grid["first"]  # reopening gaps, points
     jump = gap_sd * rng_gap.standard_normal(n) / ESM4_START  # log move while closed, before a bar opens
@@ -129,23 +137,63 @@ def generate_sample(seed: int = DEFAULT_SEED) -> pa.Table:
     return _to_table(parts)
 
 
-def write_sample(path: str | os.PathLike[str], seed: int = DEFAULT_SEED) -> Path:
+def write_sample(path: str | os.PathLike[str], seed: int = DEFAULT_SEED, announcements: bool = False) -> Path:
     """Write the sample as Databento-style parquet (row groups of 65,536, SNAPPY); atomic; returns the path."""
-    table = generate_sample(seed)
+    table = generate_sample(seed, announcements=announcements)
     write_with(
         path, lambda tmp: pq.write_table(table, tmp, row_group_size=ROW_GROUP_SIZE, compression="snappy")
     )
     return Path(path)
 
 
+def announcement_times(seed: int = DEFAULT_SEED) -> np.ndarray:
+    """(n,) sorted int64 ns UTC: the announcements of `generate_sample(seed, announcements=True)`.
+
+    Drawn from SeedSequence child 8 (the bars use 0-7), so the schedule changes no draw of the bars."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(9)[8])
+    return schedule(rng, [(day, _close(day)) for day in _trade_days()])
+
+
+def sample_events(seed: int = DEFAULT_SEED) -> pa.Table:
+    """The events file of the announcements sample: `ts` (timestamp ns UTC) and `name`, one row per announcement."""
+    ts = announcement_times(seed)
+    return pa.table({
+        "ts": pa.array(ts, pa.timestamp("ns", tz="UTC")),
+        "name": pa.array([EVENT_NAME] * ts.size, pa.string()),
+    })
+
+
+def write_sample_events(path: str | os.PathLike[str], seed: int = DEFAULT_SEED) -> Path:
+    """Write `sample_events(seed)` as parquet; atomic; returns the path."""
+    table = sample_events(seed)
+    write_with(path, lambda tmp: pq.write_table(table, tmp))
+    return Path(path)
+
+
+def events_path(bars_path: str | os.PathLike[str]) -> Path:
+    """Where the events file of a sample written to `bars_path` goes: X.parquet -> X.events.parquet beside it."""
+    p = Path(bars_path)
+    stem = p.name[: -len(".parquet")] if p.name.endswith(".parquet") else p.name
+    return p.with_name(f"{stem}.events.parquet")
+
+
+def _trade_days() -> list[dt.date]:
+    """The sample's trade dates: weekdays from FIRST_TRADE_DATE to LAST_TRADE_DATE, less HOLIDAYS."""
+    days = np.arange(np.datetime64(FIRST_TRADE_DATE), np.datetime64(LAST_TRADE_DATE) + 1)
+    return [d.item() for d in days[np.is_busday(days)] if d.item() not in HOLIDAYS]
+
+
+def _close(day: dt.date) -> dt.datetime:
+    return dt.datetime.combine(day, EARLY_CLOSES.get(day, dt.time(16, 0)), tzinfo=CT)
+
+
 def _session_grid() -> dict[str, np.ndarray]:
     """Every minute of every CME session in the span: UTC ns start, CT minute of day, session index, flags."""
-    days = np.arange(np.datetime64(FIRST_TRADE_DATE), np.datetime64(LAST_TRADE_DATE) + 1)
-    days = [d.item() for d in days[np.is_busday(days)] if d.item() not in HOLIDAYS]
+    days = _trade_days()
     ts, tod, session, first, after_weekend, trade_day = [], [], [], [], [], []
     for i, day in enumerate(days):  # a loop over ~25 sessions; each session's minutes are one arange
         opens = dt.datetime.combine(day - dt.timedelta(days=1), dt.time(17, 0), tzinfo=CT)
-        closes = dt.datetime.combine(day, EARLY_CLOSES.get(day, dt.time(16, 0)), tzinfo=CT)
+        closes = _close(day)
         m = np.arange(int((closes - opens).total_seconds()) // 60)
         ts.append(int(opens.timestamp()) * 10**9 + m * 60 * 10**9)
         tod.append((OPEN_MIN + m) % 1440)
@@ -344,16 +392,20 @@ def _pandas_metadata() -> dict:
     }
 
 
-def bundled_sample_path() -> Path:
+def bundled_sample_path(announcements: bool = False) -> Path:
     """The cached default sample, generated on first use into $FOXHUNT_CACHE_DIR or ~/.cache/foxhunt/.
 
     The file name carries the generator version and seed, so a changed generator never reuses an old
     file. Concurrent first uses are safe: each writes a temporary file and renames the same content into place.
+    The announcements variant has a name of its own (`_announcements`), its events file beside it (`events_path`).
     """
-    path = cache_dir() / f"{SAMPLE_PREFIX}{SAMPLE_VERSION}_seed{DEFAULT_SEED}.parquet"
-    if not path.is_file():
+    variant = "_announcements" if announcements else ""
+    path = cache_dir() / f"{SAMPLE_PREFIX}{SAMPLE_VERSION}_seed{DEFAULT_SEED}{variant}.parquet"
+    if not path.is_file() or (announcements and not events_path(path).is_file()):
         try:
-            write_sample(path, DEFAULT_SEED)
+            if announcements:
+                write_sample_events(events_path(path), DEFAULT_SEED)
+            write_sample(path, DEFAULT_SEED, announcements=announcements)
         except OSError as e:
             raise InputError(
                 f"cannot write the bundled sample to {path} ({e.strerror or e}); "
