@@ -59,7 +59,7 @@ def test_sample_with_announcements_writes_the_events_beside_the_bars(tmp_path, c
     events = tmp_path / "es.events.parquet"
     assert capsys.readouterr().out.splitlines() == [str(out), str(events)]
     table = pl.read_parquet(events)
-    assert table.columns == ["ts", "name"] and set(table["name"]) == {"announcement"} and table.height == 8
+    assert table.columns == ["ts", "name"] and set(table["name"]) == {"announcement"} and table.height == 16
     assert pl.read_parquet(out).height > 80_000
 
 

@@ -4,6 +4,7 @@ and the bad inputs that stop with one line and exit 2."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -95,8 +96,8 @@ def test_predict_and_evaluate_use_the_saved_sources(run, files, tmp_path, capsys
 def test_a_known_input_that_does_not_reach_the_forecast_steps_stops(run, files, tmp_path, capsys):
     short = tmp_path / "eve_short.parquet"
     eve = pl.read_parquet(files["eve"])
-    eve.filter(pl.col("date") <= pl.read_parquet(files["bars"])["timestamp"].max().dt.replace_time_zone("UTC")
-               ).write_parquet(short)
+    last = pl.read_parquet(files["bars"])["timestamp"].max().replace(tzinfo=dt.UTC)
+    eve.filter(pl.col("date") <= last).write_parquet(short)
     code = main(["predict", "--model", str(run), "--parquet-file", str(files["bars"]), "--out",
                  str(tmp_path / "x.parquet"), "--covariates", str(files["vix"]), "--covariates", str(short)])
     assert code == 2
@@ -112,6 +113,33 @@ def test_export_describes_every_input(run, tmp_path):
     assert side["your_inputs"]["observed"] == ["flow", "vix"]
     assert "as of the bar" in side["features"]["vix"]
     assert "fomc_decision" in side["features"]["fomc_decision_until"]
+
+
+def test_python_predict_on_a_frame_reads_the_covariate_files(files, tiny_flags, tmp_path):
+    """A model of covariate inputs (no bar-file column) forecasts a frame in memory like `foxhunt predict` does its
+    file; one that reads a bar-file column says a frame cannot give it."""
+    from foxhunt.api.forecaster import Forecaster
+
+    run_dir = tmp_path / "cov"
+    cov = ["--observed", "vix", "--known", "holiday_eve", "--covariates", str(files["vix"]), "--covariates",
+           str(files["eve"]), "--events", str(files["events"])]
+    assert main(["train", "--parquet-file", str(files["bars"]), *cov, *tiny_flags, "--run-dir", str(run_dir)]) == 0
+    frame = pl.read_parquet(files["bars"])
+    got = Forecaster.load(run_dir).predict(frame)
+    out = tmp_path / "fc.parquet"
+    assert main(["predict", "--model", str(run_dir), "--parquet-file", str(files["bars"]), "--out", str(out)]) == 0
+    fc = pl.read_parquet(out)
+    live = fc.filter(pl.col("origin") == pl.col("origin").max().over("symbol"))
+    np.testing.assert_allclose(got.sort("symbol", "horizon")["p50"].to_numpy(),
+                               live.sort("symbol", "horizon")["p50"].to_numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_python_predict_refuses_a_bar_file_column_it_cannot_read(run, files):
+    from foxhunt.api.forecaster import Forecaster
+    from foxhunt.errors import InputError
+
+    with pytest.raises(InputError, match="reads --observed flow from the bar files"):
+        Forecaster.load(run).predict(pl.read_parquet(files["bars"]))
 
 
 def test_update_says_it_does_not_take_user_inputs(run):

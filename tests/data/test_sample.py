@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from foxhunt.data.io import announcements as sample_announcements
 from foxhunt.data.io import sample
 from foxhunt.errors import InputError
 
@@ -337,11 +338,11 @@ def announced() -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def test_announcements_are_scheduled_irregularly(announced) -> None:
-    """About two a week, on distinct days of differing weekdays and clock times: not a time-of-day pattern."""
+    """Four a week, on distinct days of differing weekdays and clock times: not a time-of-day pattern."""
     _, events = announced
     assert events.schema["ts"] == pl.Datetime("ns", "UTC") and set(events["name"]) == {"announcement"}
     weeks = events["day"].dt.week().value_counts()["count"].to_list()
-    assert weeks == [2] * 4  # four weeks in the span
+    assert weeks == [sample_announcements.PER_WEEK] * 4  # four weeks in the span
     assert events["day"].n_unique() == events.height
     assert events["day"].dt.weekday().n_unique() >= 3 and events["ct_min"].n_unique() >= 2
     assert set(events["ct_min"]) <= {7 * 60 + 30, 9 * 60, 13 * 60}

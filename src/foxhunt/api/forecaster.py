@@ -9,11 +9,10 @@ can forecast on every bar. Both give the rows of `foxhunt predict`'s output for 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
@@ -27,6 +26,7 @@ from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.features.features import raw_features
 from foxhunt.data.io.read import read_frame
+from foxhunt.errors import InputError
 from foxhunt.evaluate import predict as _predict
 from foxhunt.model.calibration import Calibration
 from foxhunt.model.inference.traced import BatchForward, LiveForward, live_forward
@@ -111,11 +111,17 @@ class Forecaster:
         the grid knows, see data/bars/grid.future_timestamps), one column per quantile (calibrated unless `calibrated=False`),
         actual (null). Also restarts the `update` stream of these series from this history."""
         frame = as_polars(df)
+        inputs = self._lm.transform.inputs or {}
+        if inputs.get("bar_columns"):
+            raise InputError(f"Forecaster.predict: the model reads --observed {','.join(inputs['bar_columns'])} from "
+                             "the bar files, which a frame in memory does not give it; forecast from the files with "
+                             "`foxhunt predict` (or put the columns in a --covariates file)")
         cfg = _predict.prediction_config(self._lm, (FRAME_NAME,))
         raw, entry = read_frame(frame, FRAME_NAME, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale)
         loaded = load_raw(raw, [entry], cfg, self._lm.transform.bar_spacing_ns)
         data = _predict.prepare_loaded(self._lm, loaded, (FRAME_NAME,))
-        self._prime(loaded.bars, data)
+        if not inputs:  # the update stream does not take the user's own inputs yet (api/stream.py)
+            self._prime(loaded.bars, data)
         fc = _predict.Forecaster(self._lm, data, self._device, calibration=self._calibration(calibrated))
         ids = _predict.live_origins(data)
         tables = [_predict.forecast_table(fb, data.windows.series_names, self.quantiles) for fb in fc.iter(ids, 1024)]

@@ -90,8 +90,8 @@ def sample(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the sample parquet.",
                                       metavar="PATH", rich_help_panel=OUTPUT)],
     announcements: Annotated[bool, typer.Option(
-        "--announcements", help="Add ~2 scheduled announcements a week with volatility bursts; their events file "
-        "(for --events) goes beside the bars as X.events.parquet.", rich_help_panel=OUTPUT)] = False,
+        "--announcements", help="Add announced volatility bursts; X.events.parquet beside.",
+        rich_help_panel=OUTPUT)] = False,
 ) -> None:
     """Write the bundled ES 1-minute sample to a parquet file.
 

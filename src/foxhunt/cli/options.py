@@ -124,7 +124,7 @@ INPUT_OPTIONS: Group = (
     opt("covariates", list[str] | None, None, "File, folder or glob of more columns (repeatable).", INPUTS,
         metavar="PATH"),
     opt("events", str | None, None, "Scheduled events (time, name): known inputs.", INPUTS, metavar="PATH"),
-    opt("context", str | None, None, "Series whose moves every series also sees, e.g. NQ,ZN.", INPUTS,
+    opt("context", str | None, None, "Series every series also sees, e.g. NQ,ZN.", INPUTS,
         metavar="NAMES"),
     opt("covariate_scaling", str, DD.covariate_scaling, "Your real inputs: series | global | none.", INPUTS,
         metavar="MODE"),

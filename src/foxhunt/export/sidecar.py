@@ -94,7 +94,7 @@ def user_words(lm: LoadedModel) -> dict[str, str]:
                      "or before it), then (x - your_inputs.known_scalers[" + c + "].mean) / std"
                   for c in got.get("known", ())})
     cap = got.get("event_cap", 0)
-    for n in (got.get("events") or {}).get("names", ()):
+    for n in (got.get("events") or {}).get("events", {}):
         words[f"{n}_until"] = (f"min(floor((e - t) / bar_spacing_ns), {cap}) / {cap}, e the first {n} event at or "
                                "after the bar's start t (your_inputs.events); 1 when there is none")
         words[f"{n}_since"] = (f"min(floor((t - e) / bar_spacing_ns), {cap}) / {cap}, e the last {n} event before "

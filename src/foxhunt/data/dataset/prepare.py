@@ -29,8 +29,8 @@ from foxhunt.data.dataset.windows import (
     WindowedData,
     series_bounds,
 )
-from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features import inputs
+from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features.features import move_columns, raw_features
 from foxhunt.data.features.known import stamp_known
 from foxhunt.data.features.scaling import fit_and_trail, observed_names

@@ -104,7 +104,7 @@ def read_events(path: str, timezone: str | None = None) -> EventCalendar:
     times = frame.get_column(time_col)
     blank = times.is_null() | ((times.str.strip_chars() == "") if times.dtype == pl.String else False)
     _raise_empty(blank, p, time_col, "a time")
-    ts = parse_time(frame, time_col, p, timezone).cast(pl.Int64).to_numpy()  # (rows,) ns UTC
+    ts = parse_time(frame, time_col, names, p, True, timezone or "UTC")[0].cast(pl.Int64).to_numpy()  # (rows,) ns UTC
     slug_of = _slugs(raw, p, name_col)
     slugged = raw.replace_strict(slug_of, return_dtype=pl.Utf8).to_numpy()  # (rows,) one slug per row
     out = sorted(set(slug_of.values()))

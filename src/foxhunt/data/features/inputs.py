@@ -71,8 +71,13 @@ class Sources:
     known: tuple[str, ...]  # known covariate columns (the events' columns come from `events`)
     tables: dict[str, CovariateTable]  # column -> the table it is read from
     events: EventCalendar | None
+    from_bars: tuple[str, ...] = ()  # the observed columns read from the bar files themselves
     context: tuple[str, ...] = ()  # series names (--context)
     context_columns: tuple[str, ...] = ()  # their inputs' names: NQ_log_return, ...
+
+    def of(self, columns: Sequence[str]) -> list[CovariateTable]:
+        """The tables `columns` are read from, each once (a table holding two of them is one table)."""
+        return list({id(self.tables[c]): self.tables[c] for c in columns}.values())
 
     @property
     def observed_names(self) -> tuple[str, ...]:
@@ -118,7 +123,8 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
     chosen = pick(tables, [*observed, *known])
     cal = read_events(events, timezone=timezone) if events else (
         EventCalendar.from_dict(saved_events) if saved_events else None)
-    return Sources(observed=tuple(observed), known=tuple(known), tables=chosen, events=cal, context=tuple(context),
+    return Sources(observed=tuple(observed), known=tuple(known), tables=chosen, events=cal, from_bars=tuple(from_bars),
+                   context=tuple(context),
                    context_columns=context_names(context, target))
 
 
@@ -152,8 +158,7 @@ def observe(bars: pl.DataFrame, src: Sources) -> tuple[pl.DataFrame, int]:
     MAX_BAD_FRACTION of the bars would go."""
     if not src.observed:
         return bars, 0
-    tables = list({id(src.tables[c]): src.tables[c] for c in src.observed}.values())  # each table joined once
-    joined = asof_join(bars, tables, src.observed)
+    joined = asof_join(bars, src.of(src.observed), src.observed)
     first = (pl.col("series") != pl.col("series").shift(1)).fill_null(True)
     for c in src.observed:
         lead = joined.filter(first & pl.col(c).is_null())
@@ -205,7 +210,7 @@ def fit_known(src: Sources, ts_train: np.ndarray, mode: str) -> dict[str, dict[s
     out = {}
     if not src.known:
         return out
-    values = known_at(ts_train, [src.tables[c] for c in src.known], src.known).astype(np.float64)  # (N, K)
+    values = known_at(ts_train, src.of(src.known), src.known).astype(np.float64)  # (N, K)
     for j, c in enumerate(src.known):
         x = values[:, j]
         x = x[np.isfinite(x)]
@@ -219,6 +224,7 @@ def fitted(src: Sources, mode: str, known_scalers: dict, event_cap: int) -> dict
     """What a model keeps of its inputs (FittedTransform.inputs): JSON-able."""
     return {
         "observed": list(src.observed),
+        "bar_columns": list(src.from_bars),
         "context": list(src.context),
         "known": list(src.known),
         "known_names": list(src.known_names),
@@ -253,7 +259,7 @@ def known_values(inputs: dict, src: Sources, step_ns: int) -> KnownValues | None
         out = np.empty((len(ts), len(names)), dtype=np.float32)  # (U, Ku)
         k = len(src.known)
         if k:
-            raw = known_at(ts, [src.tables[c] for c in src.known], src.known).astype(np.float64)  # (U, K)
+            raw = known_at(ts, src.of(src.known), src.known).astype(np.float64)  # (U, K)
             out[:, :k] = np.nan_to_num((raw - mean) / std, nan=0.0, posinf=0.0, neginf=0.0)
         if src.events is not None:
             out[:, k:] = event_features(ts, step_ns, src.events, cap)
@@ -269,7 +275,7 @@ def summary(src: Sources, dropped: int) -> dict:
     cols = [{"name": n, "role": "observed", "kind": "real", "source": f"--context {src.context[i // per_context]}"}
             for i, n in enumerate(src.context_columns)]
     for role, names in (("observed", src.observed), ("known", src.known)):
-        for c, cov in zip(names, coverage([src.tables[c] for c in names], names), strict=True):
+        for c, cov in zip(names, coverage(src.of(names), names), strict=True):
             cols.append({"name": c, "role": role, "kind": "real", **cov})
     events = None
     if src.events is not None:

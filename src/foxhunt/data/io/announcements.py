@@ -1,7 +1,7 @@
 """Scheduled announcements for the bundled sample (`foxhunt sample --announcements`): when, and how they move vol.
 
 The sample's daily profile already has a 07:30 CT bump on every day, which time-of-day features learn. An
-announcement is different: about two a week on irregular weekdays, at one of a few clock times, each followed by a
+announcement is different: four a week on irregular weekdays, at one of a few clock times, each followed by a
 volatility burst. Which days carry one cannot be told from the clock, only from the calendar, so the option gives a
 known answer for the event-calendar inputs (`--events`): a model that reads the calendar forecasts the burst, one
 that does not cannot.
@@ -17,7 +17,7 @@ import numpy as np
 
 CT = ZoneInfo("America/Chicago")
 CLOCK_TIMES = (dt.time(7, 30), dt.time(9, 0), dt.time(13, 0))  # CT: data releases, a late morning, a Fed-style 13:00
-PER_WEEK = 2
+PER_WEEK = 4  # 16 in the sample: enough in each split for a model to learn the burst from the calendar
 PEAK = 30.0  # extra variance in the announcement minute: x31 variance, x5.6 sd, as in a CPI minute on ES
 DECAY_MIN = 10.0  # e-folding time of the extra variance, minutes: x12 after 10 minutes, x2.5 after 30
 CALM_MIN, CALM = 15, 0.5  # the quarter hour before: variance halved while the market waits

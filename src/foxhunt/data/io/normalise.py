@@ -155,13 +155,6 @@ def time_column(names: list[str]) -> str | None:
     return found
 
 
-def parse_time(frame: pl.DataFrame, col: str, path: Path, timezone: str | None = None) -> pl.Series:
-    """Column `col` of `frame` as Datetime("ns", "UTC"), parsed exactly as bar files' times are (see `_parse_time`):
-    text, datetimes, dates or epoch counts; naive times are wall-clock in `timezone` (default UTC); a `date` column
-    with a `time` column beside it is joined. Bad or null values raise InputError naming the row."""
-    return _parse_time(frame, col, frame.columns, path, True, timezone or "UTC")[0]
-
-
 def normalise(
     frame: pl.DataFrame,
     path: Path,
