@@ -6,9 +6,11 @@ events: the bundled sample with scheduled announcements (`foxhunt sample --annou
     whose forecast span holds an announcement, from `foxhunt predict` over the same period.
 nasdaq: S&P 500 daily bars 1999-2018 (test 2016-2018, as benchmarks/spx_experiment.py) with the NASDAQ composite's
     log return, log range and log volume on the same days (`arch.data.nasdaq`) as --observed covariates.
+context: the same, with NASDAQ's bars in the data as series NDX and `--context NDX`; scored on SPX alone.
 vix: S&P 500 daily bars 2014-2018 (the span `arch.data.vix` covers) with the VIX close as an --observed covariate.
 
-    python benchmarks/inputs_help.py events|nasdaq|vix [--seeds 0,1,2] [--out /tmp/inputs_help] [--target T]
+    python benchmarks/inputs_help.py events|nasdaq|context|vix [--seeds 0,1,2] [--out /tmp/inputs_help] [--target T]
+        [--both "--horizon 30"]
 
 Prints one table per experiment: q-risk at p10 / p50 / p90 with and without the inputs, per seed and the mean,
 and every baseline's on the same origins.
@@ -54,12 +56,16 @@ def train_and_score(name: str, files: list[str], extra: list[str], seed: int, ou
     return {"metrics": json.loads((ev / "metrics.json").read_text()), "run_dir": run_dir}
 
 
-def q_risks(m: dict) -> dict[str, list[float]]:
-    """{model or baseline: [p10, p50, p90] q-risk} of a metrics.json."""
+def q_risks(m: dict, series: str | None = None) -> dict[str, list[float]]:
+    """{model or baseline: [p10, p50, p90] q-risk} of a metrics.json, over all series or of the one named."""
     keys = ("0.1", "0.5", "0.9")
-    out = {"model": [m["model"]["overall"]["q_risk"][k] for k in keys]}
+
+    def block(v: dict) -> dict:
+        return v["overall"] if series is None else v["per_series"][series]
+
+    out = {"model": [block(m["model"])["q_risk"][k] for k in keys]}
     for b, v in m.get("baselines", {}).items():
-        out[b] = [v["overall"]["q_risk"][k] for k in keys]
+        out[b] = [block(v)["q_risk"][k] for k in keys]
     return out
 
 
@@ -96,7 +102,7 @@ def table(rows: dict[str, dict[str, list[list[float]]]], title: str) -> None:
             print(f"{label + ' ' + who:28s} {mean[0]:8.4f} {mean[1]:8.4f} {mean[2]:8.4f}   {seeds}")
 
 
-def events_experiment(seeds: list[int], out: Path, target: str) -> None:
+def events_experiment(seeds: list[int], out: Path, target: str, both: list[str]) -> None:
     sample = out / "sample.parquet"
     run(["sample", "--out", str(sample), "--announcements"])
     ev_path = sample.with_suffix(".events.parquet")
@@ -106,7 +112,7 @@ def events_experiment(seeds: list[int], out: Path, target: str) -> None:
     sub = {"plain": {}, "events": {}}
     for seed in seeds:
         for label, extra in (("plain", []), ("events", ["--events", str(ev_path)])):
-            got = train_and_score(label, files, extra, seed, out, target, [])
+            got = train_and_score(label, files, [*both, *extra], seed, out, target, [])
             for who, v in q_risks(got["metrics"]).items():
                 if label == "plain" or who == "model":
                     rows[label].setdefault(who, []).append(v)
@@ -126,19 +132,25 @@ def events_experiment(seeds: list[int], out: Path, target: str) -> None:
     table(sub, "events: q-risk on the windows whose forecast span holds an announcement (from predict)")
 
 
-def spx_with(name: str, covariates: pl.DataFrame, columns: list[str], seeds: list[int], out: Path, target: str,
-             split: list[str], bars: Path) -> None:
-    cov = out / f"{name}.parquet"
-    covariates.write_parquet(cov)
+def spx_with(name: str, covariates: pl.DataFrame | None, columns: list[str], seeds: list[int], out: Path,
+             target: str, split: list[str], bars: Path, series: str | None = None) -> None:
+    """Each seed with and without the inputs: `columns` of `covariates` as --observed, or with no covariates
+    `columns` as the flags themselves (--context NDX); scored over all series or on `series` alone."""
+    if covariates is not None:
+        cov = out / f"{name}.parquet"
+        covariates.write_parquet(cov)
+        flags = ["--observed", ",".join(columns), "--covariates", str(cov)]
+    else:
+        flags = columns
     files = ["--parquet-file", str(bars)]
     rows = {"plain": {}, name: {}}
     for seed in seeds:
-        for label, extra in (("plain", []), (name, ["--observed", ",".join(columns), "--covariates", str(cov)])):
+        for label, extra in (("plain", []), (name, flags)):
             got = train_and_score(f"{name}-{label}", files, extra, seed, out, target, split)
-            for who, v in q_risks(got["metrics"]).items():
+            for who, v in q_risks(got["metrics"], series).items():
                 if label == "plain" or who == "model":
                     rows[label].setdefault(who, []).append(v)
-            print(f"seed {seed} {label}: model p10/p50/p90 {q_risks(got['metrics'])['model']}", flush=True)
+            print(f"seed {seed} {label}: model p10/p50/p90 {q_risks(got['metrics'], series)['model']}", flush=True)
     table(rows, f"{name}: SPX q-risk on the test period ({target})")
 
 
@@ -154,6 +166,16 @@ def nasdaq_frame() -> pl.DataFrame:
     )
 
 
+def nasdaq_bars() -> pl.DataFrame:
+    """NASDAQ composite daily bars in the layout of the SPX fixture, symbol NDX."""
+    import arch.data.nasdaq
+
+    d = pl.from_pandas(arch.data.nasdaq.load().reset_index())
+    return d.select(pl.col("Date").cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").alias("timestamp"),
+                    pl.lit("NDX").alias("symbol"), *(pl.col(c.title()).alias(c) for c in
+                                                      ("open", "high", "low", "close", "volume")))
+
+
 def vix_frame() -> pl.DataFrame:
     import arch.data.vix
 
@@ -164,20 +186,29 @@ def vix_frame() -> pl.DataFrame:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("experiment", choices=("events", "nasdaq", "vix"))
+    p.add_argument("experiment", choices=("events", "nasdaq", "context", "vix"))
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--out", type=Path, default=Path("/tmp/inputs_help"))
     p.add_argument("--target", default=None, help="default: log_range for events, log_return for SPX")
+    p.add_argument("--both", default="", help="more flags for both runs of each seed, e.g. '--horizon 30'")
     a = p.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     seeds = [int(s) for s in a.seeds.split(",")]
-    out = a.out / a.experiment
+    both = a.both.split()
+    out = a.out / (a.experiment + "".join(both).replace("--", "_"))
     out.mkdir(parents=True, exist_ok=True)
     if a.experiment == "events":
-        events_experiment(seeds, out, a.target or "log_range")
+        events_experiment(seeds, out, a.target or "log_range", both)
     elif a.experiment == "nasdaq":
         spx_with("nasdaq", nasdaq_frame(), ["nq_log_return", "nq_log_range", "nq_log_volume"], seeds, out,
                  a.target or "log_return", ["--test-fraction", "0.15"], SPX)
+    elif a.experiment == "context":  # SPX and NDX as one panel, scored on SPX
+        bars = out / "spx_ndx.parquet"
+        spx = pl.read_parquet(SPX)
+        ndx = nasdaq_bars().cast(spx.schema)
+        pl.concat([spx, ndx]).write_parquet(bars)
+        spx_with("context", None, ["--context", "NDX"], seeds, out, a.target or "log_return",
+                 ["--test-fraction", "0.15"], bars, series="SPX")
     else:
         bars = out / "spx_2014.parquet"
         pl.read_parquet(SPX).filter(pl.col("timestamp") >= pl.datetime(2014, 1, 3, time_zone="UTC")).write_parquet(bars)

@@ -164,3 +164,27 @@ def test_bad_inputs_stop_with_one_line(files, capsys, extra, needle):
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("foxhunt: error:") and needle in err and "Traceback" not in err
+
+
+def test_a_config_file_declares_inputs_like_the_flags(files, tiny_flags, tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'[inputs]\nobserved = ["vix"]\ncovariates = ["{files["vix"]}"]\nevents = "{files["events"]}"\n'
+                   'covariate-scaling = "global"\n')
+    run_dir = tmp_path / "run"
+    assert main(["train", "--parquet-file", str(files["bars"]), "--config", str(cfg), *tiny_flags,
+                 "--run-dir", str(run_dir)]) == 0
+    got = json.loads((run_dir / "model.json").read_text())["transform"]["inputs"]
+    assert got["observed"] == ["vix"] and got["covariate_scaling"] == "global" and got["events"] is not None
+
+
+def test_a_store_keeps_the_inputs_and_trains_like_the_files(files, tiny_flags, tmp_path):
+    """`foxhunt prepare` with inputs (prepared in memory: the pieced build does not join them) writes the inputs
+    into the store's transform; a run trained from the store has them."""
+    store, run_dir = tmp_path / "store", tmp_path / "run"
+    cov = ["--observed", "vix", "--covariates", str(files["vix"]), "--events", str(files["events"])]
+    shape = ["--encoder-length", "16", "--horizon", "3"]
+    assert main(["prepare", "--parquet-file", str(files["bars"]), *cov, *shape, "--out", str(store)]) == 0
+    assert main(["train", "--features", str(store), *tiny_flags, "--run-dir", str(run_dir)]) == 0
+    got = json.loads((run_dir / "model.json").read_text())
+    assert got["transform"]["inputs"]["observed"] == ["vix"]
+    assert [f["name"] for f in got["schema"]["features"]][-1] == "vix"

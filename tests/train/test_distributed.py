@@ -179,3 +179,26 @@ def test_a_resume_onto_a_batch_smaller_than_the_ranks_gives_one_process_losses(u
     assert len(got) == 3
     for a, b in zip(ref, got, strict=True):
         assert_same_epoch(a, b)
+
+
+def test_two_ranks_with_inputs_of_your_own_give_the_losses_of_one_process(tmp_path, flags, daily_path):
+    """A covariate file, a known column and an events file under torchrun: every rank prepares the same inputs."""
+    import numpy as np
+    import polars as pl
+
+    days = pl.read_parquet(daily_path).select(pl.col("timestamp").unique().sort())
+    rng = np.random.default_rng(0)
+    span = pl.datetime_range(days["timestamp"].min(), days["timestamp"].max() + pl.duration(days=30), "1d",
+                             eager=True)
+    pl.DataFrame({"time": span, "vix": rng.normal(15, 3, len(span)), "flag": (rng.random(len(span)) < 0.1) * 1.0}
+                 ).write_csv(tmp_path / "cov.csv")
+    pl.DataFrame({"time": span[::25], "name": "release"}).write_csv(tmp_path / "events.csv")
+    own = ["--observed", "vix", "--known", "flag", "--covariates", str(tmp_path / "cov.csv"), "--events",
+           str(tmp_path / "events.csv"), "--epochs", "2", "--checkpoint-every", "0"]
+    single, ranks = tmp_path / "one", tmp_path / "two"
+    assert main(["train", *flags, *own, "--run-dir", str(single)]) == 0
+    done = torchrun([*flags, *own, "--run-dir", str(ranks)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    for a, b in zip(metrics(single), metrics(ranks), strict=True):
+        assert_same_epoch(a, b)
+    assert json.loads((ranks / "model.json").read_text())["transform"]["inputs"]["known"] == ["flag"]
