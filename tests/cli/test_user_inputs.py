@@ -142,14 +142,19 @@ def test_python_predict_refuses_a_bar_file_column_it_cannot_read(run, files):
         Forecaster.load(run).predict(pl.read_parquet(files["bars"]))
 
 
-def test_update_says_it_does_not_take_user_inputs(run):
+def test_update_takes_the_bars_observed_fields(run, files):
+    """flow comes from the bar files: a bar must carry it (vix, from a --covariates file, may be left out: it is
+    read from the file as of the bar's time); with it, the stream starts (no forecast before its encoder is full)."""
     from foxhunt.api.forecaster import Forecaster
     from foxhunt.errors import InputError
 
     fc = Forecaster.load(run)
-    with pytest.raises(InputError, match="does not take the user's own inputs"):
-        fc.update({"series": "ES", "ts": "2024-12-10", "open": 1.0, "high": 1.0, "low": 1.0, "close": 1.0,
-                   "volume": 1})
+    bar = pl.read_parquet(files["bars"]).filter(pl.col("symbol") == "ES").row(0, named=True)
+    with pytest.raises(InputError, match="the bar of 'ES' has no 'flow'; the model takes it as an observed input"):
+        fc.update({k: v for k, v in bar.items() if k != "flow"})
+    assert fc._stream.n.tolist() == [0]  # refused before the series moved
+    assert fc.update(bar).height == 0
+    assert fc._stream.n.tolist() == [1]
 
 
 @pytest.mark.parametrize(("extra", "needle"), [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -75,11 +75,13 @@ def _column(names: list[str], candidates: tuple[str, ...]) -> str | None:
 class StreamBars:
     """New bars for `update`, one per series: series names (B,), contracts (B,) (None when not given), times (B,)
     int ns UTC, open high low close volume (B, 5) floats and the --fill-gaps flag (B,): plain Python values, which
-    the stream's per-series arithmetic reads without numpy's per-element cost."""
+    the stream's per-series arithmetic reads without numpy's per-element cost. `observed` (B, Ou): the fields the
+    model takes as --observed inputs, as given (None where a bar has none); None for a model without them."""
 
     def __init__(self, names: list[str], contracts: list[str | None], ts_ns: list[int], ohlcv: list[list[float]],
-                 filled: list[bool]):
+                 filled: list[bool], observed: list[list[Any]] | None = None):
         self.names, self.contracts, self.ts_ns, self.ohlcv, self.filled = names, contracts, ts_ns, ohlcv, filled
+        self.observed = observed
 
 
 class _Keys:
@@ -108,10 +110,11 @@ def _keys(rec: Mapping[str, Any]) -> _Keys:
     return found
 
 
-def stream_bars(bar: Any, series_of: Mapping[str, str], only: str | None, timezone: str | None) -> StreamBars:
+def stream_bars(bar: Any, series_of: Mapping[str, str], only: str | None, timezone: str | None,
+                fields: Sequence[str] = ()) -> StreamBars:
     """`bar`: a dict (one bar) or a frame (one row per series) with a time column (ts_event, timestamp, ...),
-    open high low close volume, a symbol (the series' name or its current contract; optional with one series) and
-    optionally `filled`. `series_of` maps each series' current contract to the series; `only` is the one series a bar without a symbol
+    open high low close volume, a symbol (the series' name or its current contract; optional with one series),
+    optionally `filled`, and the model's --observed columns `fields` by their exact names. `series_of` maps each series' current contract to the series; `only` is the one series a bar without a symbol
     belongs to (None: several, so a symbol is required). Naive times are in `timezone` (None: UTC)."""
     if isinstance(bar, Mapping):
         records = [bar]
@@ -120,6 +123,7 @@ def stream_bars(bar: Any, series_of: Mapping[str, str], only: str | None, timezo
     if not records:
         raise InputError("update: no bar given; pass a dict or a frame with one row per series")
     names, contracts, times, values, filled = [], [], [], [], []
+    observed: list[list[Any]] | None = [] if fields else None
     for rec in records:  # one per series: a handful
         k = _keys(rec)
         if k.symbol is None and only is None:
@@ -139,7 +143,9 @@ def stream_bars(bar: Any, series_of: Mapping[str, str], only: str | None, timezo
         except (TypeError, ValueError):
             raise InputError(f"update: the bar of {symbol!r} has a price or volume that is not a number") from None
         filled.append(bool(rec[k.filled]) if k.filled is not None else False)
-    return StreamBars(names, contracts, times, values, filled)
+        if observed is not None:
+            observed.append([rec.get(f) for f in fields])
+    return StreamBars(names, contracts, times, values, filled, observed)
 
 
 def _series(symbol: str, series_of: Mapping[str, str]) -> tuple[str, str | None]:

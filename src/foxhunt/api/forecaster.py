@@ -20,6 +20,7 @@ import pyarrow as pa
 import torch
 
 from foxhunt.api.bars import FRAME_NAME, as_polars, parquet_tail, stream_bars
+from foxhunt.api.live_inputs import LiveInputs
 from foxhunt.api.stream import StreamState, parse_gap
 from foxhunt.data.bars.load import load_raw
 from foxhunt.data.dataset.batch import Batch
@@ -120,7 +121,7 @@ class Forecaster:
         raw, entry = read_frame(frame, FRAME_NAME, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale)
         loaded = load_raw(raw, [entry], cfg, self._lm.transform.bar_spacing_ns)
         data = _predict.prepare_loaded(self._lm, loaded, (FRAME_NAME,))
-        if not inputs:  # the update stream does not take the user's own inputs yet (api/stream.py)
+        if not inputs.get("context"):  # the update stream does not follow --context series (api/live_inputs.py)
             self._prime(loaded.bars, data)
         fc = _predict.Forecaster(self._lm, data, self._device, calibration=self._calibration(calibrated))
         ids = _predict.live_origins(data)
@@ -144,7 +145,14 @@ class Forecaster:
         A bar that comes more than 3 days after the bar the forecast grid expected next (weekends and the daily
         halt are not gaps) is said once, as a warning: the series' state is carried across the gap, as `predict`
         carries it on such a history. `max_gap` (a datetime.timedelta, or text like "36h", "3d") refuses, with
-        an InputError and the state untouched, a bar that comes more than that after the expected one."""
+        an InputError and the state untouched, a bar that comes more than that after the expected one.
+
+        A model trained with inputs of your own: the bar carries each --observed column by name (one the model read
+        from a --covariates file may be left out, and is read from that file as of the bar's time; a column of the
+        bar files must be given); the known covariates and events come from the model's covariate source (see
+        `load`) at the bar and at its forecast steps (api/live_inputs.py). A missing or non-finite field, or a step
+        a known file does not cover, is an InputError naming the column, with the state untouched. A --context
+        model does not stream: its `update` is an InputError."""
         live = self.update_arrays(bar, calibrated, max_gap)
         n = len(live.symbols)
         fb = _predict.ForecastBatch(
@@ -188,7 +196,9 @@ class Forecaster:
     @property
     def _stream(self) -> StreamState:
         if self._state is None:
-            self._state = StreamState(self._lm.transform, self.encoder_length, self.horizon)
+            tf = self._lm.transform
+            user = LiveInputs(tf, self._lm.data_cfg) if tf.inputs else None  # reads the covariate files once
+            self._state = StreamState(tf, self.encoder_length, self.horizon, user)
         return self._state
 
     def _calibration(self, calibrated: bool) -> Calibration | None:
@@ -196,16 +206,22 @@ class Forecaster:
 
     def _prime(self, bars: pl.DataFrame, data: PreparedData) -> None:
         w = data.windows
-        feats = raw_features(bars, self._lm.data_cfg.adjust, self._lm.transform.target)
         real = w.real  # (N + S*D,) the loaded bars, in their order; appended future rows are not
+        if int(real.sum()) != bars.height:  # bars dropped for a missing --observed value: prime from those kept
+            kept = pl.DataFrame({"series": [w.series_names[i] for i in w.series_idx[real].tolist()],
+                                 "ts": pl.Series(w.ts_ns[real].numpy()).cast(pl.Datetime("ns", "UTC"))})
+            bars = bars.join(kept.with_columns(pl.col("ts").cast(bars.schema["ts"])), on=["series", "ts"],
+                             how="semi", maintain_order="left")
+        feats = raw_features(bars, self._lm.data_cfg.adjust, self._lm.transform.target)
         self._stream.prime(feats, w.cont[real].numpy(), w.center[real].numpy(), w.scale[real].numpy())
 
     def _step(self, bar: Any, max_gap_ns: int | None = None) -> list[int]:
         """Parse `bar` and advance the stream; the state rows of its series (B,)."""
         st = self._stream
         only = st.names[0] if len(st.names) == 1 else None
-        b = stream_bars(bar, st.series_of, only, self._lm.data_cfg.timezone)
-        return st.step(b.names, b.contracts, b.ts_ns, b.ohlcv, b.filled, max_gap_ns)
+        fields = st.user.observed if st.user is not None else ()
+        b = stream_bars(bar, st.series_of, only, self._lm.data_cfg.timezone, fields)
+        return st.step(b.names, b.contracts, b.ts_ns, b.ohlcv, b.filled, max_gap_ns, b.observed)
 
     def live_inputs(self, rows: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The model's inputs for the live windows of stream rows `rows` (B,): series codes (B,), each window's own

@@ -10,8 +10,12 @@ one vectorized pass (polars' own `ewm_mean`, as scaling.py runs it) and `step` a
 from `KnownGrid` (api/known_grid.py), which computes them a span of the grid at a time. Tests hold `step` to
 `predict` on the same history.
 
+The user's own inputs (--observed, --known, --events) come from `LiveInputs` (api/live_inputs.py): a bar's
+observed fields are standardized with its series' scalers after foxhunt's own observed columns, and the known ones
+follow the calendar's, in the order of the prepared rows; a model without them does no extra work per bar.
+
 Legend: S series in the state, B series in one step, E encoder steps, F continuous input columns (known calendar
-columns, then observed ones, as `WindowedData.cont`), Kr known continuous columns.
+columns, the user's known ones, then observed ones, as `WindowedData.cont`), Kr known continuous columns.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 import polars as pl
 
 from foxhunt.api.known_grid import KnownGrid
+from foxhunt.api.live_inputs import LiveInputs
 from foxhunt.data.bars.load import bar_interval
 from foxhunt.data.dataset.types import UNKNOWN_SERIES, FittedTransform
 from foxhunt.data.features.features import RETURN_TARGETS, move_columns
@@ -61,11 +66,10 @@ _STATES = ("v", "v_fast", "v_slow", "v_season", "m", "m2")
 class StreamState:
     """Running state of every series seen: the EWMAs, the last bar and a ring of the last E input rows."""
 
-    def __init__(self, transform: FittedTransform, encoder_length: int, horizon: int):
-        if transform.inputs:
-            raise InputError("Forecaster.update does not take the user's own inputs yet (--observed, --known, "
-                             "--events); forecast such a model with Forecaster.predict on its bars")
+    def __init__(self, transform: FittedTransform, encoder_length: int, horizon: int,
+                 user: LiveInputs | None = None):
         self.tf, self.e, self.d = transform, encoder_length, horizon
+        self.user = user  # the user's own inputs (api/live_inputs.py); None: the model has none, no work per bar
         sc = transform.scalers
         self.ret, self.rng = move_columns(transform.target)
         self.observed = observed_names(sc)
@@ -75,8 +79,11 @@ class StreamState:
         self.range_est = self.estimator == "range"
         self.derived = vol_columns(sc)  # the trailing inputs `_advance` computes, in scaling.trailing's order
         self.hl = float(sc["halflife"])
-        self.n_known = len(known_columns(np.zeros(1, np.int64), transform.exchange_tz, transform.intraday,
-                                         transform.calendar_features, self.season))
+        # the calendar's known columns (and tod_vol), from the grid; then the user's known ones (`user`)
+        self.n_cal = len(known_columns(np.zeros(1, np.int64), transform.exchange_tz, transform.intraday,
+                                       transform.calendar_features, self.season))
+        self.n_known = self.n_cal + (user.n_known if user is not None else 0)
+        self.user_dec: dict[int, tuple[int, np.ndarray]] = {}  # row -> (origin, (D, Ku) its steps' user known)
         self.names: list[str] = []
         self.index: dict[str, int] = {}
         self.n = np.zeros(0, np.int64)  # (S,) bars seen
@@ -109,7 +116,7 @@ class StreamState:
     def _constants(self, names: list[str]) -> dict[tuple[str, str], np.ndarray]:
         """Every scaler `step` reads, (len(names),) each: looked up once per series, not once per bar."""
         keys = [(self.ret, "std"), ("range_k", "value"), ("target", "center"), ("target", "scale")]
-        keys += [(c, f) for c in self.observed if standardized(c) for f in ("mean", "std")]
+        keys += [(c, f) for c in self.observed if standardized(c, self.tf.scalers) for f in ("mean", "std")]
         return {k: self._const(names, *k) for k in keys}
 
     def _plans(self, first: int) -> None:
@@ -218,9 +225,11 @@ class StreamState:
 
     # -- one bar per series ------------------------------------------------------------------------------------
     def step(self, names: list[str], contracts: list[str | None], ts_ns: list[int], ohlcv: list[list[float]],
-             filled: list[bool], max_gap_ns: int | None = None) -> list[int]:
+             filled: list[bool], max_gap_ns: int | None = None,
+             observed: list[list[object]] | None = None) -> list[int]:
         """Append one bar to each series `names` (B,): times (B,) ns after the series' last bar, ohlcv (B, 5)
-        open high low close volume, filled (B,). Returns their state rows (B,). Every bar is checked before any
+        open high low close volume, filled (B,), and for a model with the user's inputs each bar's --observed
+        fields (B, Ou; None where a bar has no such field). Returns their state rows (B,). Every bar is checked before any
         series moves, so a refused call leaves the state as it was. A bar more than `max_gap_ns` after the bar
         the grid expected next (`gap_ns`) is refused; one more than `gap_warn_ns` after it is said once (a warning
         for the call): its series' state is carried across the gap, as `predict` would carry it on that history.
@@ -236,12 +245,35 @@ class StreamState:
         for i, r in enumerate(rows):
             self._check(r, names[i], contracts[i], ts_ns[i], ohlcv[i])
         self._check_gaps(rows, names, ts_ns, max_gap_ns)
+        user_obs, user_known = self._user_inputs(rows, names, contracts, ts_ns, observed)
         for i, r in enumerate(rows):
-            self._advance(r, ts_ns[i], ohlcv[i], filled[i])
+            self._advance(r, ts_ns[i], ohlcv[i], filled[i], None if user_obs is None else user_obs[i],
+                          None if user_known is None else user_known[i])
             if contracts[i] is not None and contracts[i] != self.contract[r]:
                 self.contract[r] = contracts[i]
                 self._series_of = None
         return rows
+
+    def _user_inputs(self, rows: list[int], names: list[str], contracts: list[str | None], ts_ns: list[int],
+                     observed: list[list[object]] | None) -> tuple[list[list[float]] | None, np.ndarray | None]:
+        """The user's inputs of a call's bars, read before any series moves (a refusal leaves the state as it was):
+        raw observed values (B, Ou) and the known ones of each bar's time (B, Ku); the known ones of each bar's D
+        forecast steps go to `user_dec`, which `decoder` reads. (None, None) for a model without them."""
+        user = self.user
+        if user is None:
+            return None, None
+        obs = None
+        if user.observed:
+            given = observed if observed is not None else [[None] * len(user.observed)] * len(rows)
+            held = [c if c is not None else self.contract[r] for c, r in zip(contracts, rows, strict=True)]
+            obs = user.observed_values(names, held, ts_ns, given)
+        if not user.n_known:
+            return obs, None
+        at = np.array([[ts, *self.known_grid.steps(ts, self.d)] for ts in ts_ns], dtype=np.int64)  # (B, 1 + D)
+        known = user.known_at(at.ravel()).reshape(len(rows), 1 + self.d, -1)  # (B, 1 + D, Ku)
+        for i, r in enumerate(rows):
+            self.user_dec[r] = (int(ts_ns[i]), known[i, 1:])
+        return obs, known[:, 0]
 
     def _check(self, r: int, name: str, contract: str | None, ts: int, ohlcv: list[float]) -> None:
         """One line naming the series and what is wrong with its bar: out of order, not finite, or a roll."""
@@ -296,9 +328,11 @@ class StreamState:
             out[i] = self.known_grid.steps(int(self.ts[r]), self.d)
         return out
 
-    def _advance(self, r: int, ts: int, ohlcv: list[float], filled: bool) -> None:
+    def _advance(self, r: int, ts: int, ohlcv: list[float], filled: bool, user_obs: list[float] | None = None,
+                 user_known: np.ndarray | None = None) -> None:
         """Step every EWMA of series r once (scaling.trailing's recursion) and write the bar's input row (known,
-        then observed, float32) into its ring, with its target center and scale."""
+        then observed, float32) into its ring, with its target center and scale. `user_obs` (Ou,) raw and
+        `user_known` (Ku,) standardized: the user's inputs of the bar (`_user_inputs`)."""
         c = self.const_rows[r]  # this series' scalers, Python floats
         first = bool(self.n[r] == 0)  # a series' first bar: no return, the EWMAs take their seeds
         _, high, low, close, volume = ohlcv
@@ -355,6 +389,8 @@ class StreamState:
             fl = VOL_FLOOR * t_s
             center, scale = m, math.sqrt(max(var, fl * fl))
         raw = {self.ret: ret, self.rng: x, "roll": 0.0, "filled": float(filled)}  # features.raw_features' names
+        if user_obs is not None:  # the user's observed columns, standardized below as training's
+            raw.update(zip(self.user.observed, user_obs, strict=True))  # type: ignore[union-attr]
         obs = []
         for col, mean, std in self.obs_plan[r]:  # a handful of columns
             v = derived[col] if col in derived else raw[col] if col != "log_volume" else float(np.log1p(volume))
@@ -363,7 +399,9 @@ class StreamState:
             obs.append(v if math.isfinite(v) else 0.0)
         slot = int(self.head[r])
         row = self.ring[r, slot]  # (F,) written at slot and slot + E: any E consecutive slots are a window
-        row[:self.n_known] = self.known_grid.known(ts)
+        row[:self.n_cal] = self.known_grid.known(ts)
+        if user_known is not None:
+            row[self.n_cal:self.n_known] = user_known
         row[self.n_known:] = obs
         self.ring[r, slot + self.e] = row
         self.head[r] = (slot + 1) % self.e
@@ -376,8 +414,18 @@ class StreamState:
         """(B, D, Kr) known inputs of the D forecast steps after the last bar of each series `rows`: the values of
         `decoder_features` (from the grid's spans, api/known_grid.py), written into `out` when given."""
         out = np.empty((len(rows), self.d, self.n_known), np.float32) if out is None else out
-        for i, r in enumerate(rows):
-            self.known_grid.decoder(int(self.ts[r]), out[i])
+        if self.user is None or not self.user.n_known:
+            for i, r in enumerate(rows):
+                self.known_grid.decoder(int(self.ts[r]), out[i])
+            return out
+        for i, r in enumerate(rows):  # the calendar's columns from the grid, then the user's known ones
+            ts = int(self.ts[r])
+            self.known_grid.decoder(ts, out[i, :, :self.n_cal])
+            cached = self.user_dec.get(r)
+            if cached is None or cached[0] != ts:  # a primed series: its steps' values not read yet
+                cached = (ts, self.user.known_at(np.array(self.known_grid.steps(ts, self.d), dtype=np.int64)))
+                self.user_dec[r] = cached
+            out[i, :, self.n_cal:] = cached[1]
         return out
 
     def ready(self, rows: list[int]) -> list[int]:

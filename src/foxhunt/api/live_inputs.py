@@ -1,0 +1,119 @@
+"""The user's own inputs (--observed, --known, --events) of bars given one at a time to `Forecaster.update`.
+
+Training joins them to whole histories (data/features/inputs.py); a live bar needs the same values at one time:
+
+- observed: the bar carries each --observed column by name, or, for a column the model read from a --covariates file
+  (not the bar files), may leave it out: the value is then the file's last row at or before the bar's time, as the
+  as-of join gives it (covariates.asof_join: a keyed file by the series' name, else by its contract).
+- known: the known covariates and the event features of the bar's time and of its forecast steps
+  (inputs.known_values, from the model's covariate source: the training run's --covariates, or the files
+  `Forecaster.load` names), the same function the prepared rows were filled with.
+
+`LiveInputs` reads the files once and answers a call's bars with one `known_values` call; its values are checked
+before the stream moves (a refused bar leaves the state as it was).
+
+Legend: B bars of one call, D forecast steps, Ou observed user columns, Ku known user columns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from foxhunt.data.config import DataConfig
+from foxhunt.data.dataset.types import FittedTransform
+from foxhunt.data.features import inputs
+from foxhunt.data.features.covariates import UTC_NS, CovariateTable
+from foxhunt.errors import InputError
+
+
+class _AsOf:
+    """A covariate table's column as of a time: its stamps and values, per key for a keyed table (read once)."""
+
+    def __init__(self, table: CovariateTable, column: str):
+        self.table, self.column = table, column
+        frame = table.frame
+        if table.keyed:
+            self.keys: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+            for (key,), part in frame.group_by("key"):
+                self.keys[str(key)] = _columns(part, column)
+        else:
+            self.all = _columns(frame, column)
+
+    def at(self, series: str, contract: str | None, ts: int) -> float | None:
+        """The last value stamped at or before ts for this bar (None: the file has none)."""
+        if self.table.keyed:
+            got = self.keys.get(series) or (self.keys.get(contract) if contract is not None else None)
+            if got is None:
+                return None
+        else:
+            got = self.all
+        stamps, values = got
+        i = int(np.searchsorted(stamps, ts, side="right")) - 1
+        return float(values[i]) if i >= 0 else None
+
+
+def _columns(frame: pl.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
+    part = frame.sort("ts")
+    return (part.get_column("ts").cast(UTC_NS).to_physical().to_numpy().astype(np.int64),
+            part.get_column(column).cast(pl.Float64).to_numpy())
+
+
+class LiveInputs:
+    """The user's inputs of a model's live bars: raw observed values (read from the bar or its covariate file) and
+    the standardized known values of the bars' times and forecast steps."""
+
+    def __init__(self, tf: FittedTransform, cfg: DataConfig):
+        got = tf.inputs or {}
+        if got.get("context"):
+            raise InputError(f"Forecaster.update does not take a --context model yet (it reads "
+                             f"{', '.join(got['context'])} as of each bar); forecast it with Forecaster.predict on "
+                             "the bars of every series")
+        self.observed: tuple[str, ...] = tuple(got.get("observed", ()))
+        self.bar_columns = frozenset(got.get("bar_columns", ()))
+        from_files = [c for c in self.observed if c not in self.bar_columns]
+        # The bar files' own columns come with each bar: only the covariate files and the calendar are read here.
+        src = inputs.load_sources(cfg.paths, from_files, tuple(got.get("known", ())), cfg.covariates, cfg.events,
+                                  cfg.timestamp_col, cfg.symbol_col, cfg.timezone, saved_events=got.get("events"),
+                                  target=tf.target)
+        self.n_known = len(inputs.known_names(got))
+        self.known = None if src is None else inputs.known_values(got, src, max(int(tf.bar_spacing_ns), 1))
+        self.files = {c: _AsOf(src.tables[c], c) for c in from_files} if src is not None else {}
+
+    def observed_values(self, names: Sequence[str], contracts: Sequence[str | None], ts_ns: Sequence[int],
+                        given: Sequence[Sequence[object]]) -> list[list[float]]:
+        """(B, Ou) raw observed values: each bar's own (`given`, None where the bar has no such field), else its
+        covariate file's as of the bar's time. InputError naming the series and the column when a bar has none
+        or a value is not a finite number (`predict` drops such a bar from a history)."""
+        out = []
+        for name, contract, ts, row in zip(names, contracts, ts_ns, given, strict=True):
+            vals = []
+            for col, v in zip(self.observed, row, strict=True):
+                if v is None:
+                    if col not in self.files:
+                        raise InputError(f"update: the bar of {name!r} has no {col!r}; the model takes it as an "
+                                         "observed input (--observed): pass it in the bar")
+                    v = self.files[col].at(name, contract, ts)
+                    if v is None:
+                        raise InputError(f"update: the bar of {name!r} has no {col!r}, and "
+                                         f"{self.files[col].table.source} has no value at or before "
+                                         f"{np.datetime64(int(ts), 'ns')}Z; pass it in the bar")
+                try:
+                    x = float(v)  # type: ignore[arg-type]
+                except (TypeError, ValueError):
+                    raise InputError(f"update: the bar of {name!r} has {col!r} = {v!r}, not a number") from None
+                if not math.isfinite(x):
+                    raise InputError(f"update: the bar of {name!r} has a non-finite {col!r} ({x}); predict drops "
+                                     "such a bar from a history: pass a finite value or leave the bar out")
+                vals.append(x)
+            out.append(vals)
+        return out
+
+    def known_at(self, ts_ns: np.ndarray) -> np.ndarray:
+        """(U, Ku) float32 standardized known covariates, then event features, at ts_ns (U,): InputError (one line
+        naming the column and the time) where a known covariate's file does not cover a time."""
+        assert self.known is not None
+        return self.known(np.asarray(ts_ns, dtype=np.int64))
