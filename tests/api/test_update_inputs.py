@@ -134,3 +134,22 @@ def test_a_context_model_forecasts_with_predict_and_refuses_update_in_one_line(d
     with pytest.raises(foxhunt.InputError, match="does not take a --context model yet") as err:
         fc.update(later)
     assert "\n" not in str(err.value)
+
+
+def test_update_continues_a_history_whose_bars_without_a_value_predict_dropped(run, bars, files, tmp_path):
+    """A vix row of NaN drops the bar it joins to (both series' bar of the next day) from the prepared history;
+    the stream is primed from the bars kept, so update still continues predict."""
+    holed = tmp_path / "vix_holed.parquet"
+    vix = pl.read_csv(files["vix"], try_parse_dates=True)
+    t = bars["timestamp"][150]  # the row a bar of the middle joins to: the last one at or before it
+    row = vix.filter(pl.col("time").dt.replace_time_zone(None) <= t).height - 1
+    vix.with_columns(vix=pl.when(pl.int_range(vix.height) == row).then(float("nan"))
+                     .otherwise(pl.col("vix"))).write_parquet(holed)
+    cov = [str(holed), str(files["eve"])]
+    n = bars.group_by("symbol").len()["len"].min()
+    fc, ref = foxhunt.Forecaster.load(run, trace=False, covariates=cov), foxhunt.Forecaster.load(run, trace=False,
+                                                                                                covariates=cov)
+    fc.predict(_rows(bars, n - 1).drop("vix"))
+    assert int(fc._stream.n.sum()) < 2 * (n - 1)  # bars were dropped
+    assert_same_forecasts(fc.update(_bar_of(bars, n - 1)).select(Q).to_numpy(),
+                          ref.predict(_rows(bars, n).drop("vix")).select(Q).to_numpy())
