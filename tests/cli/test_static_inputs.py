@@ -107,3 +107,11 @@ def test_categorical_names_static_columns_only(bars, tiny_flags, tmp_path, capsy
                  "--categorical", "tick_value", *tiny_flags, "--run-dir", str(tmp_path / "r")])
     assert code == 2
     assert "categorical observed/known inputs are not supported yet" in capsys.readouterr().err
+
+
+def test_a_text_column_named_observed_stops_naming_the_file_column_and_row(bars, tiny_flags, tmp_path, capsys):
+    code = main(["train", "--parquet-file", str(bars), "--observed", "sector", *tiny_flags, "--run-dir",
+                 str(tmp_path / "r")])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert str(bars) in err and "column 'sector' row 1: 'equity' is not a number" in err
