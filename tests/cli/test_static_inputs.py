@@ -115,3 +115,11 @@ def test_a_text_column_named_observed_stops_naming_the_file_column_and_row(bars,
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert str(bars) in err and "column 'sector' row 1: 'equity' is not a number" in err
+
+
+def test_a_keyed_covariate_file_gives_a_static_input_and_categorical_takes_its_numbers(bars, tmp_path, capsys):
+    tiers = tmp_path / "tiers.csv"
+    tiers.write_text("date,symbol,tier\n2020-01-01,ES,1\n2020-01-01,NQ,2\n")
+    assert main(["inspect", "--parquet-file", str(bars), "--static", "tier", "--covariates", str(tiers),
+                 "--categorical", "tier"]) == 0
+    assert f"input     tier: static categorical from {tiers}" in capsys.readouterr().out

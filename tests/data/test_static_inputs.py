@@ -155,3 +155,8 @@ def test_a_store_carries_the_static_inputs_and_an_older_store_reads_as_zero_widt
     (store / "manifest.json").write_text(json.dumps(manifest))
     old = open_store(store)
     assert old.windows.static_cont.shape == (w.n_rows, 0) and old.windows.batch(ids).static_cont.shape == (5, 0)
+
+
+def test_an_unkeyed_file_with_two_values_names_the_first_series():
+    with pytest.raises(InputError, match=r"series A has 2 values \(us, eu\)"):
+        values(table(None, region=["us", "eu", "us"]), ["region"])

@@ -87,7 +87,7 @@ class Sources:
     known: tuple[str, ...]  # known covariate columns (the events' columns come from `events`)
     tables: dict[str, CovariateTable]  # column -> the table it is read from
     events: EventCalendar | None
-    from_bars: tuple[str, ...] = ()  # the observed columns read from the bar files themselves
+    from_bars: tuple[str, ...] = ()  # the observed and static columns read from the bar files themselves
     context: tuple[str, ...] = ()  # series names (--context)
     context_columns: tuple[str, ...] = ()  # their inputs' names: NQ_log_return, ...
     static: tuple[str, ...] = ()  # --static columns

@@ -39,13 +39,10 @@ def series_values(bars: pl.DataFrame, names: list[str], columns: Sequence[str], 
                   kind: dict[str, str]) -> dict[str, list]:
     """{column: [the value of each series of `names`]} (text for a categorical column, float for a real one), read
     from `tables` for the series and contracts of `bars` (series, contract). InputError naming the column and the
-    series where a series has no value, or more than one."""
+    series where a series has no value, or more than one. One join and one group-by per column: O(rows)."""
     if not columns:
         return {}
     pairs = bars.select(pl.col("series").cast(pl.Utf8), pl.col("contract").cast(pl.Utf8)).unique()
-    contracts = {n: set() for n in names}
-    for s, k in pairs.iter_rows():
-        contracts.setdefault(s, set()).add(k)
     out = {}
     for c in columns:
         table = tables[c]
@@ -56,24 +53,29 @@ def series_values(bars: pl.DataFrame, names: list[str], columns: Sequence[str], 
             bad = frame.get_column(c)[0] if frame.height else None
             raise InputError(f"--static {c}: {table.source} holds text ({bad!r}) where the model reads a number; "
                              "give the column as numbers, as in training")
-        keys = set(frame.get_column("key").unique().to_list()) if table.keyed else set()
+        if table.keyed:  # a series' rows: those keyed by its name where the file names it, else by its contracts
+            keys = frame.get_column("key").unique().implode()
+            by_name = pl.DataFrame({"series": names}).filter(pl.col("series").is_in(keys))
+            lookup = pl.concat([by_name.with_columns(key=pl.col("series")),
+                                pairs.filter(~pl.col("series").is_in(by_name["series"].implode()))
+                                .rename({"contract": "key"})], how="vertical")
+            rows = lookup.join(frame, on="key", how="inner").select("series", c)
+        else:  # the same rows for every series: their distinct values (at most two) for each
+            rows = pl.DataFrame({"series": names}).join(frame.select(c).unique(maintain_order=True).head(2),
+                                                        how="cross")
+        distinct = rows.unique(maintain_order=True).group_by("series", maintain_order=True).agg(
+            pl.col(c).head(2).alias("values"), pl.len().alias("n"))
+        got = {s: (v, n) for s, v, n in distinct.iter_rows()}
         values = []
         for n in names:
-            if table.keyed:
-                want = [n] if n in keys else sorted(contracts.get(n, ()))
-                rows = frame.filter(pl.col("key").is_in(want)).get_column(c)
-            else:
-                rows = frame.get_column(c)
-            distinct = rows.unique(maintain_order=True).to_list()
-            if not distinct:
+            if n not in got:
                 raise InputError(f"--static {c}: {table.source} has no value for series {n} (by its name or its "
                                  "contracts); give every series a value")
-            if len(distinct) > 1:
-                raise InputError(f"--static {c}: series {n} has {len(distinct)} values ({_show(distinct[0])}, "
-                                 f"{_show(distinct[1])}); a static input has one value per series: use --observed for "
-                                 "a value that changes")
-            v = distinct[0]
-            values.append(_text(v) if kind[c] == "categorical" else float(v))
+            v, count = got[n]
+            if count > 1:
+                raise InputError(f"--static {c}: series {n} has {count} values ({_show(v[0])}, {_show(v[1])}); a "
+                                 "static input has one value per series: use --observed for a value that changes")
+            values.append(_text(v[0]) if kind[c] == "categorical" else float(v[0]))
         out[c] = values
     return out
 
