@@ -118,12 +118,14 @@ def _data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
         else (v["covariates"],),
         events=v.get("events") or None,
         context=column_list(v.get("context")),
+        static=column_list(v.get("static")),
+        categorical=column_list(v.get("categorical")),
         covariate_scaling=v.get("covariate_scaling", _D.covariate_scaling),
     )
 
 
 def column_list(value: Any) -> tuple[str, ...]:
-    """--observed / --known: "a,b" (a flag or a TOML string) or ["a", "b"] (a TOML list) as ("a", "b")."""
+    """--observed / --known / --static / --categorical: "a,b" (a flag or a TOML string) or ["a", "b"] (a TOML list) as ("a", "b")."""
     if not value:
         return ()
     parts = value.split(",") if isinstance(value, str) else [p for v in value for p in str(v).split(",")]

@@ -324,16 +324,29 @@ def test_a_repeated_time_in_a_keyed_file_names_the_key(tmp_path):
     assert "time 2024-03-01T00:00:00Z for ESM4 repeats" in fails(read_covariates, [str(path)])
 
 
-def test_text_in_a_value_column_names_the_row(tmp_path):
+def test_text_in_a_real_value_column_names_the_row(tmp_path):
     path = write(tmp_path / "vix.csv", "date,vix\n2024-03-01,14.5\n2024-03-02,n/a\n")
-    msg = fails(read_covariates, [str(path)])
+    msg = fails(read_covariates, [str(path)], real=["vix"])
     assert msg.startswith(f"{path}: column 'vix' row 2: 'n/a' is not a number")
+    assert "an --observed or --known input must be numeric" in msg
 
 
-def test_a_text_column_in_parquet_is_refused(tmp_path):
+def test_a_non_numeric_real_column_in_parquet_is_refused(tmp_path):
     path = tmp_path / "c.parquet"
     pl.DataFrame({"date": ["2024-03-01"], "note": [True]}).write_parquet(path)
-    assert "column 'note' has type Boolean, not numeric" in fails(read_covariates, [str(path)])
+    assert "column 'note' has type Boolean, not numeric" in fails(read_covariates, [str(path)], real=["note"])
+
+
+def test_a_text_column_not_declared_real_is_kept_as_text(tmp_path):
+    """A column that is not numbers (a sector name, a flag) is read as text, for a --static category; the numbers
+    beside it are numbers still, CSV text included."""
+    path = write(tmp_path / "s.csv", "date,symbol,sector,vix\n2024-03-01,ES, equity ,14.5\n2024-03-02,ES,,15\n")
+    table = read_covariates([str(path)])
+    assert table.frame.schema["sector"] == pl.Utf8 and table.frame.schema["vix"] == pl.Float64
+    assert table.frame["sector"].to_list() == ["equity", None]
+    parquet = tmp_path / "c.parquet"
+    pl.DataFrame({"date": ["2024-03-01"], "note": [True]}).write_parquet(parquet)
+    assert read_covariates([str(parquet)]).frame["note"].to_list() == ["true"]
 
 
 def test_no_time_column_lists_the_columns(tmp_path):

@@ -128,6 +128,9 @@ INPUT_OPTIONS: Group = (
         metavar="NAMES"),
     opt("covariate_scaling", str, DD.covariate_scaling, "Your real inputs: series | global | none.", INPUTS,
         metavar="MODE"),
+    opt("static", str | None, None, "Columns of one value per series, e.g. sector.", INPUTS, metavar="COLS"),
+    opt("categorical", str | None, None, "--static columns of numbers taken as categories.", INPUTS,
+        metavar="COLS"),
 )
 DATA_OPTIONS += INPUT_OPTIONS
 FEATURES = opt("features", str | None, None, "A store from `foxhunt prepare`: train from it.", DATA,

@@ -82,6 +82,10 @@ class DataConfig:
     # Cross-market context: each series also sees these series' own moves and volume (inputs.context_columns).
     context: tuple[str, ...] = ()
     covariate_scaling: str = "series"
+    # One value per series (features/static.py): a column of the bar files or of a keyed --covariates file;
+    # categorical when it is text or named in `categorical`, real (standardized over the training series) otherwise.
+    static: tuple[str, ...] = ()
+    categorical: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -135,10 +139,10 @@ class DataConfig:
             bad(f"--val-end {self.val_end} must come after --train-end {self.train_end}")
         if self.covariate_scaling not in COVARIATE_SCALINGS:
             bad(f"--covariate-scaling {self.covariate_scaling!r} is not one of {', '.join(COVARIATE_SCALINGS)}")
-        if self.observed or self.known:
+        if self.observed or self.known or self.static or self.categorical:
             from foxhunt.data.features.inputs import check_names  # raises naming the flag and the column
 
-            check_names(self.observed, self.known)
+            check_names(self.observed, self.known, self.static, self.categorical)
 
     def check_test_period(self) -> None:
         """A new run's split must say whether it holds a test period. --test-fraction divides the time span only
@@ -157,14 +161,14 @@ class DataConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for key in ("paths", "observed", "known", "covariates", "context"):
+        for key in ("paths", "observed", "known", "covariates", "context", "static", "categorical"):
             d[key] = list(d[key])
         return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> DataConfig:
         d = dict(d)  # a run saved before an option existed gets its default
-        for key in ("paths", "observed", "known", "covariates", "context"):
+        for key in ("paths", "observed", "known", "covariates", "context", "static", "categorical"):
             d[key] = tuple(d.get(key, ()))
         # Runs saved before --roll-confirm rolled on the previous session's volume alone: rebuild their data that way.
         d.setdefault("roll_confirm", 1)

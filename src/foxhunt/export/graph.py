@@ -6,7 +6,7 @@ per-window tensors, one per input group, and builds the model's `Batch` from the
 gets its own rows (`enc_index = arange(B * E)`), which the model computes exactly as it computes shared ones.
 
 Inputs (float32 continuous, int64 categorical codes; a group with no channel is left out of the graph):
-  static_cat    (B, Sc)        static categorical codes (the series code)
+  static_cat    (B, Sc)        static categorical codes (the series code, then --static categories)
   static_cont   (B, Sr)        static continuous
   encoder_cat   (B, E, Kc+Oc)  known, then observed categorical codes at the E encoder bars
   encoder_cont  (B, E, Kr+Or)  known continuous (calendar), then observed continuous (scaled) at the encoder bars

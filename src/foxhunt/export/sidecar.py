@@ -93,6 +93,13 @@ def user_words(lm: LoadedModel) -> dict[str, str]:
     words.update({c: f"column {c} of {src.get(c, '?')} as of the time of the bar or forecast step (its last row at "
                      "or before it), then (x - your_inputs.known_scalers[" + c + "].mean) / std"
                   for c in got.get("known", ())})
+    kinds = got.get("static_kinds", {})
+    for c in got.get("static", ()):
+        whose = (f"the one value of column {c} of {src.get(c, 'the bar files')} over the series' rows (per series by "
+                 "name, or by its contracts, where the file has a symbol column)")
+        words[c] = (f"{whose}; code = its index in your_inputs.static_vocab[{c}] + 1, 0 for a value not in it "
+                    "(static_cat, after the series code)" if kinds.get(c) == "categorical" else
+                    f"{whose}, then (x - your_inputs.static_scalers[{c}].mean) / std (static_cont)")
     cap = got.get("event_cap", 0)
     for n in (got.get("events") or {}).get("events", {}):
         words[f"{n}_until"] = (f"min(floor((e - t) / bar_spacing_ns), {cap}) / {cap}, e the first {n} event at or "

@@ -29,7 +29,7 @@ from foxhunt.data.dataset.windows import (
     WindowedData,
     series_bounds,
 )
-from foxhunt.data.features import inputs
+from foxhunt.data.features import inputs, static
 from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features.features import move_columns, raw_features
 from foxhunt.data.features.known import stamp_known
@@ -79,6 +79,8 @@ def prepare_from_bars(
         loaded = LoadedBars(bars=joined, rolls=loaded.rolls, report=loaded.report)
         del joined
     bars, names, sidx, ts_ns = sorted_bars(loaded.bars)
+    static_values = {} if src is None else static.series_values(bars, names, src.static, src.tables,
+                                                                 src.static_kinds or {})
     check_log_target(bars, transform.target if transform else cfg.target)
     first, end = series_bounds(sidx)
     check_length(names, end - first, e, d, for_prediction)
@@ -142,7 +144,9 @@ def prepare_from_bars(
             inputs.fit_observed(feats, names, sidx, train_mask & ~feats["first"].to_numpy(), src,
                                 cfg.covariate_scaling, scalers)
             known_scalers = inputs.fit_known(src, ts_ns[train_mask], cfg.covariate_scaling)
-            fitted_inputs = inputs.fitted(src, cfg.covariate_scaling, known_scalers, event_cap=e + d)
+            static_fit = static.fit(static_values, names, list(scalers["series"]), src.static_kinds or {})
+            fitted_inputs = inputs.fitted(src, cfg.covariate_scaling, known_scalers, event_cap=e + d,
+                                          static_fit=static_fit)
         transform = FittedTransform(
             # the series with training rows: those the fit gave scalers of their own
             series_vocab=tuple(n for n in names if n in scalers["series"]),
@@ -170,7 +174,8 @@ def prepare_from_bars(
     if not for_prediction:
         check_splits(out.split, cuts, cfg, ts_ns)
     schema = feature_schema(transform, e, d, cfg.adjust)
-    windows = _tensors(out, names, known_width(transform), e, d)
+    windows = _tensors(out, names, known_width(transform), e, d,
+                       static.arrays(transform.inputs, static_values, names) if static_values else None)
     windows.check_codes(schema)
     summary = data_summary(meta, schema, out.facts, windows.series_names, cuts, for_prediction, out.roll_bars, spacing)
     if src is not None:
@@ -191,15 +196,18 @@ def user_sources(cfg: DataConfig, transform: FittedTransform | None) -> inputs.S
     covariates read from `cfg`'s files, its event calendar from the model unless `cfg` names an events file)."""
     if transform is None:
         observed, known, events, saved, context = cfg.observed, cfg.known, cfg.events, None, cfg.context
+        static_cols, categorical = cfg.static, cfg.categorical
     elif transform.inputs:
         got = transform.inputs
         observed, known, events, saved = tuple(got["observed"]), tuple(got["known"]), cfg.events, got["events"]
         context = tuple(got.get("context", ()))
+        static_cols, categorical = tuple(got.get("static", ())), tuple(static.categorical_columns(got))
     else:
         return None
     return inputs.load_sources(cfg.paths, observed, known, cfg.covariates, events, cfg.timestamp_col,
                                cfg.symbol_col, cfg.timezone, saved_events=saved, context=context,
-                               target=transform.target if transform else cfg.target)
+                               target=transform.target if transform else cfg.target, static_cols=static_cols,
+                               categorical=categorical)
 
 
 def feature_columns(target: str, fill_gaps: bool) -> list[str]:
@@ -318,13 +326,22 @@ def check_splits(
         raise InputError(f"test split is empty: no window's first forecast bar is on or after {where}; {span}; {fix}")
 
 
-def _tensors(rows: SeriesRows, names: list[str], kr: int, e: int, d: int) -> WindowedData:
-    """`rows` as the WindowedData tensors (sharing the arrays)."""
+def _tensors(rows: SeriesRows, names: list[str], kr: int, e: int, d: int,
+             user_static: tuple[np.ndarray, np.ndarray] | None = None) -> WindowedData:
+    """`rows` as the WindowedData tensors (sharing the arrays). `user_static`: the series' (S, Sr) real and (S, Sc)
+    categorical static inputs (static.arrays), repeated over each series' rows after the series code."""
     import torch
 
+    codes = rows.codes[:, None]  # (N, 1): a view of the fresh (N,) codes
+    static_cont = np.zeros((len(rows.codes), 0), dtype=np.float32)
+    if user_static is not None:
+        cont, cat = user_static
+        codes = np.concatenate([codes, cat[rows.sidx]], axis=1)  # (N, 1 + Sc)
+        static_cont = cont[rows.sidx]  # (N, Sr)
     return WindowedData(
         cont=torch.from_numpy(rows.cont),
-        static_cat=torch.from_numpy(rows.codes[:, None]),  # (N, 1): a view of the fresh (N,) codes
+        static_cat=torch.from_numpy(codes),
+        static_cont=torch.from_numpy(static_cont),
         time_cat=torch.zeros(len(rows.codes), 0, dtype=torch.int64),
         target_raw=torch.from_numpy(rows.target),
         center=torch.from_numpy(rows.center),
@@ -355,8 +372,12 @@ def feature_schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureS
     season = ("tod_vol",) if tf.scalers.get("season") else ()
     known = [*calendar_columns(tf.intraday, tf.calendar_features), *season, *inputs.known_names(tf.inputs),
              "relative_time"]
+    vocab = (tf.inputs or {}).get("static_vocab", {})
     features = (
         Feature("series", Role.STATIC, Kind.CATEGORICAL, cardinality=len(tf.series_vocab) + 1),
+        *(Feature(n, Role.STATIC, Kind.CATEGORICAL, cardinality=len(vocab[n]) + 1)
+          for n in static.categorical_columns(tf.inputs)),
+        *(Feature(n, Role.STATIC, Kind.CONTINUOUS) for n in static.real_columns(tf.inputs)),
         *(Feature(n, Role.KNOWN, Kind.CONTINUOUS) for n in known),
         *(Feature(n, Role.OBSERVED, Kind.CONTINUOUS) for n in observed_names(tf.scalers)),
     )

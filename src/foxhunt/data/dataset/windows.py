@@ -51,7 +51,7 @@ class WindowedData:
     cont: (
         torch.Tensor
     )  # (N, F) float32: known continuous (calendar) columns, then observed continuous columns
-    static_cat: torch.Tensor  # (N, Sc) int64, constant within a series (the series code)
+    static_cat: torch.Tensor  # (N, Sc) int64, constant within a series: the series code, then --static categories
     time_cat: torch.Tensor  # (N, Kc + Oc) int64: known categorical, then observed categorical columns
     target_raw: torch.Tensor  # (N,) float32 in the target's own units; NaN on rows beyond the data
     center: torch.Tensor  # (N,) float32, the target center at each row (used at a window's origin)
@@ -71,9 +71,15 @@ class WindowedData:
     known_ts: torch.Tensor  # (U,) int64 the grid timestamps
     known_base: torch.Tensor  # (N,) int64 table row of step 1 of an origin at each row; step k at base + k - 1
     known_index: torch.Tensor | None = None  # (N, D) int32 table rows per step when the grid is not one lattice
+    # (N, Sr) float32 the user's real static inputs (features/static.py), constant within a series; None: none
+    # (zero-width, as for a store written before them)
+    static_cont: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         import torch
+
+        if self.static_cont is None:
+            self.static_cont = torch.zeros(self.static_cat.shape[0], 0)
 
         e, t = self.encoder_length, self.encoder_length + self.horizon
         self._steps = torch.arange(t, dtype=torch.int64)  # (T,)
@@ -135,7 +141,7 @@ class WindowedData:
         dec_cat = self.known_cat.index_select(0, dec_rows)  # (Rd, Kc)
         return Batch(
             static_cat=self.static_cat.index_select(0, origin),  # (B, Sc)
-            static_cont=torch.zeros(b, 0),
+            static_cont=self.static_cont.index_select(0, origin),  # (B, Sr)
             enc_cont=self.cont.index_select(0, enc_rows),  # (Re, Kr + Or)
             enc_cat=self.time_cat.index_select(0, enc_rows),  # (Re, Kc + Oc)
             enc_index=enc_index,

@@ -3,7 +3,9 @@ files themselves, each as one `CovariateTable` that covariates.py joins to the b
 
 A covariate file (parquet or CSV; a file, directory or glob, as for the bars) has a time column (the bar reader's
 names: ts_event, timestamp, datetime, date, time) and optionally a symbol column (symbol, ticker, raw_symbol) or a
-`root` column; every other column is a value, and must be numeric. Times are read exactly as the bar reader reads
+`root` column; every other column is a value: numbers (Float64; text whose every cell is a number, as any CSV
+column is, reads as numbers) or, where a column is not numbers, text (Utf8: a --static categorical input). Only a
+column in `real` (the --observed and --known inputs) must be numbers: a text one stops with the file, column and row. Times are read exactly as the bar reader reads
 them (normalise.parse_time): naive times are wall-clock time in `timezone` (UTC when None), aware ones are converted to
 UTC, integers are epoch counts.
 
@@ -21,7 +23,7 @@ caller reports apart from non-finite values.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +48,7 @@ from foxhunt.errors import InputError
 
 KEY_COLUMNS = ("root",)  # besides the bar reader's symbol names: a table for every contract of a futures root
 RESERVED = ("ts", "key")  # the table's own column names
-WHAT = "every column besides the time and symbol columns is an input and"  # "... must be numeric"
+WHAT = "an --observed or --known input"  # "... must be numeric"
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,8 @@ class CovariateTable:
     extra columns. Frozen: the join and the reports read it, nothing changes it after the checks in the readers."""
 
     source: str  # what the user named, for messages
-    frame: pl.DataFrame  # "ts" Datetime("ns","UTC"), "key" Utf8 when keyed, then value columns (Float64); sorted by (key, ts)
+    # "ts" Datetime("ns","UTC"), "key" Utf8 when keyed, then value columns (Float64, or Utf8 text); sorted by (key, ts)
+    frame: pl.DataFrame
     keyed: bool  # True when the file had a symbol/root column (frame has "key")
 
     @property
@@ -65,12 +68,14 @@ class CovariateTable:
 
 
 def read_covariates(
-    paths: Sequence[str], timestamp_col: str | None = None, timezone: str | None = None
+    paths: Sequence[str], timestamp_col: str | None = None, timezone: str | None = None,
+    real: Collection[str] = (),
 ) -> CovariateTable:
     """Every file `paths` names (one --covariates flag) as one table: the files are concatenated in path order and
-    must all have the same columns. Raises InputError for anything the user can fix (see the module docstring)."""
+    must all have the same columns. `real`: the columns that must be numbers. Raises InputError for anything the
+    user can fix (see the module docstring)."""
     files = [p for p, _ in expand_paths(paths)]
-    parts = [_read_covariate_file(p, timestamp_col, timezone) for p in files]
+    parts = _unified([_read_covariate_file(p, timestamp_col, timezone, real) for p in files])
     first, layout = files[0], parts[0].columns[1:]  # after "row": ts, key when keyed, the values
     for path, part in zip(files[1:], parts[1:], strict=True):
         if part.columns[1:] != layout:
@@ -96,12 +101,14 @@ def read_bar_columns(
     symbol_col: str | None = None,
     timezone: str | None = None,
     price_scale: float = 1.0,
+    real: Collection[str] = (),
 ) -> CovariateTable:
     """(time, symbol, `columns`) of the bar files, keyed by each bar's raw symbol: the loaded bars' `contract`.
 
     The time and symbol columns are found as the bar reader finds them (normalise.find_columns, hive `symbol=`
     folders, the file name for files without a symbol); symbols missing beside an instrument_id are filled as the
-    loader fills them (bars/symbols.resolve_symbols). A column asked for matches up to case, as the bar reader's
+    loader fills them (bars/symbols.resolve_symbols). A column is numbers or text as in read_covariates (those in
+    `real` must be numbers). A column asked for matches up to case, as the bar reader's
     columns do, and comes out under the name asked for. Rows are sorted by (symbol, ts) and a repeated time keeps
     the last row read, as the loader treats duplicate bars. open/high/low/close come out as the bars' prices:
     fixed-point Databento prices decoded and divided by `price_scale`. Empty cells are NaN, as in read_covariates.
@@ -111,22 +118,25 @@ def read_bar_columns(
     for source in expand_sources(paths):
         for path in source.files:
             hive = hive_keys(path, source.root) if source.root is not None else {}
-            frames.append(_read_bar_file(path, source.default_name, hive, columns, timestamp_col, symbol_col, timezone))
-    frame = pl.concat(frames, how="vertical")
+            frames.append(_read_bar_file(path, source.default_name, hive, columns, timestamp_col, symbol_col, timezone,
+                                         real))
+    frame = pl.concat(_unified(frames), how="vertical")
     if frame.get_column("symbol").null_count():
         frame, _ = resolve_symbols(frame)
     if price_scale != 1.0:
         frame = frame.with_columns(pl.col(c) / price_scale for c in columns if c.lower() in PRICE_COLS)
     frame = (
-        frame.select(pl.col("ts"), pl.col("symbol").alias("key"), *(pl.col(c).fill_null(np.nan) for c in columns))
+        frame.select(pl.col("ts"), pl.col("symbol").alias("key"),
+                     *(pl.col(c).fill_null(np.nan) if frame.schema[c] == pl.Float64 else pl.col(c) for c in columns))
         .sort("key", "ts", maintain_order=True)
         .unique(["key", "ts"], keep="last", maintain_order=True)
     )
     return CovariateTable(", ".join(paths), frame, keyed=True)
 
 
-def _read_covariate_file(path: Path, timestamp_col: str | None, timezone: str | None) -> pl.DataFrame:
-    """One covariate file -> row UInt32, ts, key (when it has one), value columns Float64."""
+def _read_covariate_file(path: Path, timestamp_col: str | None, timezone: str | None,
+                         real: Collection[str]) -> pl.DataFrame:
+    """One covariate file -> row UInt32, ts, key (when it has one), value columns Float64 (or Utf8 text)."""
     frame = _read_whole(path, None)
     names = frame.columns
     time_col = _time_column(names, path, timestamp_col)
@@ -146,13 +156,13 @@ def _read_covariate_file(path: Path, timestamp_col: str | None, timezone: str | 
         out.append(_keys(frame.get_column(key_col), path, key_col))
     for c in values:
         fixed = databento and c.lower() in PRICE_COLS
-        out.append(numeric(frame.get_column(c), path, c, fixed_point=fixed, what=WHAT).fill_null(np.nan).alias(c))
+        out.append(_values(frame.get_column(c), path, c, fixed, c in real).alias(c))
     return pl.DataFrame(out)
 
 
 def _read_bar_file(
     path: Path, default_name: str, hive: dict[str, str], columns: Sequence[str], timestamp_col: str | None,
-    symbol_col: str | None, timezone: str | None,
+    symbol_col: str | None, timezone: str | None, real: Collection[str],
 ) -> pl.DataFrame:
     """One bar file -> ts, symbol (null only where an instrument_id may name it), instrument_id Int64, `columns`."""
     if path.name.lower().endswith((".dbn", ".dbn.zst")):
@@ -196,8 +206,34 @@ def _read_bar_file(
     out = [ts.alias("ts"), symbol.cast(pl.Utf8).alias("symbol"), ident.alias("instrument_id")]
     for c, src in wanted.items():
         fixed = databento and src.lower() in PRICE_COLS
-        out.append(numeric(frame.get_column(src), path, src, fixed_point=fixed, what="input columns").alias(c))
+        out.append(_values(frame.get_column(src), path, src, fixed, c in real).alias(c))
     return pl.DataFrame(out)
+
+
+def _values(s: pl.Series, path: Path, col: str, fixed_point: bool, real: bool) -> pl.Series:
+    """A value column as numbers (Float64, empty cells NaN), or as text (Utf8, stripped, empty cells null) where it
+    is not numbers and `real` is False; InputError naming the file, column and row where a real one is not."""
+    try:
+        return numeric(s, path, col, fixed_point=fixed_point, what=WHAT).fill_null(np.nan)
+    except InputError:
+        if real:
+            raise
+    try:
+        text = s.cast(pl.Utf8).str.strip_chars()
+    except pl.exceptions.PolarsError:
+        raise InputError(f"{path}: column {col!r} has type {s.dtype}, neither numbers nor text; convert it or leave "
+                         "it out of the file") from None
+    return text.set(text == "", None)
+
+
+def _unified(parts: list[pl.DataFrame]) -> list[pl.DataFrame]:
+    """`parts` with a column that is text in one of them text in all (numbers written as text), so that they
+    concatenate: a column of numbers in one file and of words in another is a text column."""
+    text = {c for p in parts for c, t in p.schema.items() if t == pl.Utf8 and c not in ("key", "symbol")}
+    if not text:
+        return parts
+    return [p.with_columns(pl.col(c).cast(pl.Utf8) for c in text if c in p.columns and p.schema[c] != pl.Utf8)
+            for p in parts]
 
 
 def _names(path: Path) -> list[str]:

@@ -32,14 +32,14 @@ def pick(tables: Sequence[CovariateTable], columns: Sequence[str]) -> dict[str, 
     when no table has it (listing what the tables have) or when two do (an input must have one meaning)."""
     twice = next((c for i, c in enumerate(columns) if c in columns[:i]), None)
     if twice is not None:
-        raise InputError(f"input {twice!r} is named twice in --observed / --known; name each input once")
+        raise InputError(f"input {twice!r} is named twice in --observed / --known / --static; name each input once")
     out = {}
     for c in columns:
         having = [t for t in tables if c in t.columns]
         if not having:
             found = "; ".join(f"{t.source} has {_listing(t.columns)}" for t in tables) or "no table was given"
             raise InputError(
-                f"no input file has a column {c!r} (from --observed / --known); {found}; check the name (case"
+                f"no input file has a column {c!r} (from --observed / --known / --static); {found}; check the name (case"
                 " counts) or add the file with --covariates"
             )
         if len(having) > 1:

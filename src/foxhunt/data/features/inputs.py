@@ -4,6 +4,8 @@ keeps of them.
 - observed (--observed): a column of the bar files or of a --covariates file, joined to each bar as of its time
   (covariates.asof_join: the last value stamped at or before the bar), standardized on the training rows, and
   appended to the observed inputs after foxhunt's own (scaling.observed_names reads them from the scalers).
+- static (--static, --categorical): one value per series, of the bar files or a --covariates file (static.py),
+  real (standardized over the training series) or categorical (a vocabulary of the training series' values).
 - known (--known, --events): functions of a timestamp, the same for every series, read at the bars' own times and
   at every forecast step after an origin (covariates.known_at, events.event_features), so the decoder sees what is
   scheduled and never a later bar. They are appended to the known inputs after the calendar's.
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from foxhunt.data.features import static
 from foxhunt.data.features.covariates import (
     CovariateTable,
     asof_join,
@@ -46,9 +49,12 @@ RESERVED = frozenset({
 MAX_BAD_FRACTION = 0.01  # more bars than this with a NaN, inf or missing user input stop the run
 
 
-def check_names(observed: Sequence[str], known: Sequence[str]) -> None:
-    """InputError unless the declared names are distinct, not foxhunt's own, and each in one role."""
-    for flag, names in (("--observed", observed), ("--known", known)):
+def check_names(observed: Sequence[str], known: Sequence[str], static: Sequence[str] = (),
+                categorical: Sequence[str] = ()) -> None:
+    """InputError unless the declared names are distinct, not foxhunt's own, and each in one role; --categorical
+    names --static columns only."""
+    for flag, names in (("--observed", observed), ("--known", known), ("--static", static),
+                        ("--categorical", categorical)):
         for n in names:
             if not n or n != n.strip():
                 raise InputError(f"{flag} {n!r}: not a column name; give names separated by commas, e.g. {flag} vix,rate")
@@ -57,9 +63,19 @@ def check_names(observed: Sequence[str], known: Sequence[str]) -> None:
         dup = sorted({n for n in names if list(names).count(n) > 1})
         if dup:
             raise InputError(f"{flag} names {dup[0]!r} twice; name each column once")
-    both = sorted(set(observed) & set(known))
-    if both:
-        raise InputError(f"{both[0]!r} is named by both --observed and --known; an input has one role")
+    for (fa, a), (fb, b) in ((("--observed", observed), ("--known", known)),
+                             (("--observed", observed), ("--static", static)),
+                             (("--known", known), ("--static", static))):
+        both = sorted(set(a) & set(b))
+        if both:
+            raise InputError(f"{both[0]!r} is named by both {fa} and {fb}; an input has one role")
+    timed = sorted(set(categorical) & (set(observed) | set(known)))
+    if timed:
+        raise InputError(f"--categorical {timed[0]}: categorical observed/known inputs are not supported yet; only "
+                         "--static columns may be categorical")
+    loose = sorted(set(categorical) - set(static))
+    if loose:
+        raise InputError(f"--categorical {loose[0]}: not a --static column; name it in --static too")
 
 
 @dataclass(frozen=True)
@@ -71,9 +87,11 @@ class Sources:
     known: tuple[str, ...]  # known covariate columns (the events' columns come from `events`)
     tables: dict[str, CovariateTable]  # column -> the table it is read from
     events: EventCalendar | None
-    from_bars: tuple[str, ...] = ()  # the observed columns read from the bar files themselves
+    from_bars: tuple[str, ...] = ()  # the observed and static columns read from the bar files themselves
     context: tuple[str, ...] = ()  # series names (--context)
     context_columns: tuple[str, ...] = ()  # their inputs' names: NQ_log_return, ...
+    static: tuple[str, ...] = ()  # --static columns
+    static_kinds: dict[str, str] | None = None  # column -> "real" | "categorical" (static.kinds)
 
     def of(self, columns: Sequence[str]) -> list[CovariateTable]:
         """The tables `columns` are read from, each once (a table holding two of them is one table)."""
@@ -89,8 +107,9 @@ class Sources:
         return self.known + (event_columns(self.events) if self.events is not None else ())
 
 
-def declared(observed: Sequence[str], known: Sequence[str], events: str | None, context: Sequence[str] = ()) -> bool:
-    return bool(observed or known or events or context)
+def declared(observed: Sequence[str], known: Sequence[str], events: str | None, context: Sequence[str] = (),
+             static_cols: Sequence[str] = ()) -> bool:
+    return bool(observed or known or events or context or static_cols)
 
 
 def context_names(context: Sequence[str], target: str) -> tuple[str, ...]:
@@ -102,15 +121,17 @@ def context_names(context: Sequence[str], target: str) -> tuple[str, ...]:
 def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[str], covariates: Sequence[str],
                  events: str | None, timestamp_col: str | None = None, symbol_col: str | None = None,
                  timezone: str | None = None, saved_events: dict | None = None, context: Sequence[str] = (),
-                 target: str = "log_return") -> Sources | None:
+                 target: str = "log_return", static_cols: Sequence[str] = (),
+                 categorical: Sequence[str] = ()) -> Sources | None:
     """Read what the declared inputs need: each --covariates entry as a table, the bar files' own columns for
-    observed names no covariate file has, and the events file (or the calendar a model saved). None: nothing
-    declared."""
-    if not declared(observed, known, events or saved_events, context):
+    observed and static names no covariate file has, and the events file (or the calendar a model saved). None:
+    nothing declared. `categorical`: the static columns taken as categories whatever their type."""
+    if not declared(observed, known, events or saved_events, context, static_cols):
         return None
-    tables = [read_covariates([c], timezone=timezone) for c in covariates]
+    real = {*observed, *known}  # must be numbers; a static column of text is categorical
+    tables = [read_covariates([c], timezone=timezone, real=real) for c in covariates]
     have = {c for t in tables for c in t.columns}
-    from_bars = [c for c in observed if c not in have]
+    from_bars = [c for c in (*observed, *static_cols) if c not in have]
     for c in known:
         if c not in have:
             where = f" (the --covariates files hold {', '.join(sorted(have))})" if have else ""
@@ -119,13 +140,14 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
                              "a --covariates file")
     if from_bars:
         tables.append(read_bar_columns(paths, from_bars, timestamp_col=timestamp_col, symbol_col=symbol_col,
-                                       timezone=timezone))
-    chosen = pick(tables, [*observed, *known])
+                                       timezone=timezone, real=real))
+    chosen = pick(tables, [*observed, *known, *static_cols])
     cal = read_events(events, timezone=timezone) if events else (
         EventCalendar.from_dict(saved_events) if saved_events else None)
     return Sources(observed=tuple(observed), known=tuple(known), tables=chosen, events=cal, from_bars=tuple(from_bars),
                    context=tuple(context),
-                   context_columns=context_names(context, target))
+                   context_columns=context_names(context, target), static=tuple(static_cols),
+                   static_kinds=static.kinds(static_cols, chosen, categorical))
 
 
 def with_context(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarray, src: Sources,
@@ -220,9 +242,12 @@ def fit_known(src: Sources, ts_train: np.ndarray, mode: str) -> dict[str, dict[s
     return out
 
 
-def fitted(src: Sources, mode: str, known_scalers: dict, event_cap: int) -> dict:
-    """What a model keeps of its inputs (FittedTransform.inputs): JSON-able."""
+def fitted(src: Sources, mode: str, known_scalers: dict, event_cap: int, static_fit: dict | None = None) -> dict:
+    """What a model keeps of its inputs (FittedTransform.inputs): JSON-able. `static_fit`: static.fit's output."""
     return {
+        "static": list(src.static),
+        "static_kinds": dict(src.static_kinds or {}),
+        **(static_fit or {"static_scalers": {}, "static_vocab": {}}),
         "observed": list(src.observed),
         "bar_columns": list(src.from_bars),
         "context": list(src.context),
@@ -232,7 +257,7 @@ def fitted(src: Sources, mode: str, known_scalers: dict, event_cap: int) -> dict
         "known_scalers": known_scalers,
         "events": None if src.events is None else src.events.to_dict(),
         "event_cap": int(event_cap),
-        "sources": {c: src.tables[c].source for c in (*src.observed, *src.known)},
+        "sources": {c: src.tables[c].source for c in (*src.observed, *src.known, *src.static)},
     }
 
 
@@ -274,9 +299,11 @@ def summary(src: Sources, dropped: int) -> dict:
     per_context = len(src.context_columns) // max(1, len(src.context))
     cols = [{"name": n, "role": "observed", "kind": "real", "source": f"--context {src.context[i // per_context]}"}
             for i, n in enumerate(src.context_columns)]
-    for role, names in (("observed", src.observed), ("known", src.known)):
+    kinds = src.static_kinds or {}
+    for role, names in (("observed", src.observed), ("known", src.known), ("static", src.static)):
         for c, cov in zip(names, coverage(src.of(names), names), strict=True):
-            cols.append({"name": c, "role": role, "kind": "real", **cov})
+            cols.append({"name": c, "role": role, "kind": kinds.get(c, "real") if role == "static" else "real",
+                         **cov})
     events = None
     if src.events is not None:
         ev = src.events

@@ -34,10 +34,11 @@ def prepare_store(
     sources = expand_sources(cfg.paths)  # listed once: walking a folder of daily files is not free
     with contextlib.ExitStack() as stack:
         pieced = workers > 0 or executor != LOCAL  # --workers 0: in memory, whoever opened workers
-        if pieced and (cfg.observed or cfg.known or cfg.events or cfg.context):
+        if pieced and (cfg.observed or cfg.known or cfg.events or cfg.context or cfg.static):
             if executor != LOCAL:
-                raise InputError(f"--executor {executor}: a pieced prepare does not take --observed, --known or "
-                                 "--events yet; prepare such a store on one machine (drop --executor)")
+                raise InputError(f"--executor {executor}: a pieced prepare does not take your own inputs "
+                                 "(--observed, --known, --events, --context, --static) yet; prepare such a store on "
+                                 "one machine (drop --executor)")
             log.info("your own inputs: the store is prepared in memory (the pieced prepare does not join them yet)")
             pieced = False
         if pieced and pool is None:  # no process is started for a panel kept whole

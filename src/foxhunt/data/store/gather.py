@@ -60,7 +60,7 @@ class RowReader:
 
 
 # WindowedData fields that `batch` reads by row / by grid row; the others are passed through untouched (unread).
-ROW_FIELDS = ("cont", "static_cat", "time_cat", "target_raw", "center", "scale", "known_base")
+ROW_FIELDS = ("cont", "static_cat", "static_cont", "time_cat", "target_raw", "center", "scale", "known_base")
 GRID_FIELDS = ("known_cont", "known_cat")
 
 

@@ -12,7 +12,7 @@ VERSION = 1
 MANIFEST = "manifest.json"
 
 # WindowedData's tensors: name -> (dtype, number of dimensions). `known_index` is optional (absent when the forecast
-# grid is one lattice). Each is stored as `<name>.npy`.
+# grid is one lattice), and so is `static_cont` (a store without it reads as zero-width). Each is stored as `<name>.npy`.
 WINDOW_ARRAYS: dict[str, tuple[str, int]] = {
     "cont": ("float32", 2),  # (N, F)
     "static_cat": ("int64", 2),  # (N, Sc)
@@ -29,8 +29,9 @@ WINDOW_ARRAYS: dict[str, tuple[str, int]] = {
     "known_ts": ("int64", 1),  # (U,)
     "known_base": ("int64", 1),  # (N,)
     "known_index": ("int32", 2),  # (N, D), optional
+    "static_cont": ("float32", 2),  # (N, Sr): --static real inputs; absent from a store written before them
 }
-OPTIONAL = frozenset({"known_index"})
+OPTIONAL = frozenset({"known_index", "static_cont"})
 # PreparedData.own_moves: each contract's own moves the baselines read, (N,) float32 each, stored as `own_<name>.npy`
 # (features.own_move_columns: log_range, and log_return for a log_range target). A store without them (prepared
 # before foxhunt kept them) is read all the same; evaluate then leaves out the baselines that need them, saying why.

@@ -61,8 +61,8 @@ from foxhunt.errors import InputError, ResourceError
 
 log = logging.getLogger("foxhunt.data")
 
-ROW_ARRAYS = ("cont", "static_cat", "time_cat", "target_raw", "center", "scale", "ts_ns", "real", "series_idx",
-              "known_base")
+ROW_ARRAYS = ("cont", "static_cat", "static_cont", "time_cat", "target_raw", "center", "scale", "ts_ns", "real",
+              "series_idx", "known_base")
 
 
 def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], executor: Executor, workers: int,
@@ -191,7 +191,8 @@ def _map(executor: Executor, fn: Callable, jobs_args: list[tuple]) -> list:
 
 def _allocate(tmp: Path, rows: int, windows: int, width: int, d: int, target: str, index: bool) -> dict[str, dict]:
     """The empty arrays the jobs write rows into (sparse files made by open_memmap), with their manifest entries."""
-    shapes = {"cont": (rows, width), "static_cat": (rows, 1), "time_cat": (rows, 0), "starts": (windows,),
+    shapes = {"cont": (rows, width), "static_cat": (rows, 1), "static_cont": (rows, 0), "time_cat": (rows, 0),
+              "starts": (windows,),
               **({"known_index": (rows, d)} if index else {})}
     names = [*ROW_ARRAYS, "starts", *(("known_index",) if index else ()), *map(own_array, own_move_columns(target))]
     entries = {}
