@@ -123,3 +123,12 @@ def test_a_keyed_covariate_file_gives_a_static_input_and_categorical_takes_its_n
     assert main(["inspect", "--parquet-file", str(bars), "--static", "tier", "--covariates", str(tiers),
                  "--categorical", "tier"]) == 0
     assert f"input     tier: static categorical from {tiers}" in capsys.readouterr().out
+
+
+def test_update_refuses_a_static_model_in_one_line(run):
+    from foxhunt.api.forecaster import Forecaster
+    from foxhunt.errors import InputError
+
+    with pytest.raises(InputError, match="does not take a --static model yet"):
+        Forecaster.load(run).update({"series": "ES", "ts": "2024-12-10", "open": 1.0, "high": 1.0, "low": 1.0,
+                                     "close": 1.0, "volume": 1, "sector": "equity"})

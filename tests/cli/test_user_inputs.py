@@ -138,7 +138,7 @@ def test_python_predict_refuses_a_bar_file_column_it_cannot_read(run, files):
     from foxhunt.api.forecaster import Forecaster
     from foxhunt.errors import InputError
 
-    with pytest.raises(InputError, match="reads --observed flow from the bar files"):
+    with pytest.raises(InputError, match=r"reads flow \(--observed / --static\) from the bar files"):
         Forecaster.load(run).predict(pl.read_parquet(files["bars"]))
 
 

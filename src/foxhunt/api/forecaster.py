@@ -114,14 +114,15 @@ class Forecaster:
         frame = as_polars(df)
         inputs = self._lm.transform.inputs or {}
         if inputs.get("bar_columns"):
-            raise InputError(f"Forecaster.predict: the model reads --observed {','.join(inputs['bar_columns'])} from "
+            raise InputError(f"Forecaster.predict: the model reads {','.join(inputs['bar_columns'])} (--observed / "
+                             "--static) from "
                              "the bar files, which a frame in memory does not give it; forecast from the files with "
                              "`foxhunt predict` (or put the columns in a --covariates file)")
         cfg = _predict.prediction_config(self._lm, (FRAME_NAME,))
         raw, entry = read_frame(frame, FRAME_NAME, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale)
         loaded = load_raw(raw, [entry], cfg, self._lm.transform.bar_spacing_ns)
         data = _predict.prepare_loaded(self._lm, loaded, (FRAME_NAME,))
-        if not inputs.get("context"):  # the update stream does not follow --context series (api/live_inputs.py)
+        if not (inputs.get("context") or inputs.get("static")):  # update does not take these (api/live_inputs.py)
             self._prime(loaded.bars, data)
         fc = _predict.Forecaster(self._lm, data, self._device, calibration=self._calibration(calibrated))
         ids = _predict.live_origins(data)

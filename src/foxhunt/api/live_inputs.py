@@ -18,7 +18,7 @@ Legend: B bars of one call, D forecast steps, Ou observed user columns, Ku known
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import polars as pl
@@ -72,6 +72,9 @@ class LiveInputs:
             raise InputError(f"Forecaster.update does not take a --context model yet (it reads "
                              f"{', '.join(got['context'])} as of each bar); forecast it with Forecaster.predict on "
                              "the bars of every series")
+        if got.get("static"):
+            raise InputError(f"Forecaster.update does not take a --static model yet ({', '.join(got['static'])}); "
+                             "forecast it with Forecaster.predict on its bars")
         self.observed: tuple[str, ...] = tuple(got.get("observed", ()))
         self.bar_columns = frozenset(got.get("bar_columns", ()))
         from_files = [c for c in self.observed if c not in self.bar_columns]
@@ -111,6 +114,21 @@ class LiveInputs:
                 vals.append(x)
             out.append(vals)
         return out
+
+    def of_bars(self, names: Sequence[str], contracts: Sequence[str | None], ts_ns: Sequence[int],
+                observed: list[list[object]] | None, steps: Callable[[int], Sequence[int]],
+                ) -> tuple[list[list[float]] | None, np.ndarray | None]:
+        """A call's bars' raw observed values (B, Ou) (`observed_values`; `observed` None: none given) and the
+        known values (B, 1 + D, Ku) of each bar's time and its forecast steps (`steps(ts)`: the D grid times after
+        it); None for what the model does not take."""
+        obs = None
+        if self.observed:
+            given = observed if observed is not None else [[None] * len(self.observed)] * len(names)
+            obs = self.observed_values(names, contracts, ts_ns, given)
+        if not self.n_known:
+            return obs, None
+        at = np.array([[ts, *steps(ts)] for ts in ts_ns], dtype=np.int64)  # (B, 1 + D)
+        return obs, self.known_at(at.ravel()).reshape(len(names), at.shape[1], -1)
 
     def known_at(self, ts_ns: np.ndarray) -> np.ndarray:
         """(U, Ku) float32 standardized known covariates, then event features, at ts_ns (U,): InputError (one line

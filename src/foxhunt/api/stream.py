@@ -259,18 +259,12 @@ class StreamState:
         """The user's inputs of a call's bars, read before any series moves (a refusal leaves the state as it was):
         raw observed values (B, Ou) and the known ones of each bar's time (B, Ku); the known ones of each bar's D
         forecast steps go to `user_dec`, which `decoder` reads. (None, None) for a model without them."""
-        user = self.user
-        if user is None:
+        if self.user is None:
             return None, None
-        obs = None
-        if user.observed:
-            given = observed if observed is not None else [[None] * len(user.observed)] * len(rows)
-            held = [c if c is not None else self.contract[r] for c, r in zip(contracts, rows, strict=True)]
-            obs = user.observed_values(names, held, ts_ns, given)
-        if not user.n_known:
+        held = [c if c is not None else self.contract[r] for c, r in zip(contracts, rows, strict=True)]
+        obs, known = self.user.of_bars(names, held, ts_ns, observed, lambda ts: self.known_grid.steps(ts, self.d))
+        if known is None:
             return obs, None
-        at = np.array([[ts, *self.known_grid.steps(ts, self.d)] for ts in ts_ns], dtype=np.int64)  # (B, 1 + D)
-        known = user.known_at(at.ravel()).reshape(len(rows), 1 + self.d, -1)  # (B, 1 + D, Ku)
         for i, r in enumerate(rows):
             self.user_dec[r] = (int(ts_ns[i]), known[i, 1:])
         return obs, known[:, 0]
