@@ -134,12 +134,20 @@ def test_python_predict_on_a_frame_reads_the_covariate_files(files, tiny_flags, 
                                live.sort("symbol", "horizon")["p50"].to_numpy(), rtol=1e-5, atol=1e-7)
 
 
-def test_python_predict_refuses_a_bar_file_column_it_cannot_read(run, files):
+def test_python_predict_reads_a_bar_column_from_the_frame(run, files, tmp_path):
+    """A model of a bar-file column (`flow`) forecasts a frame in memory from the frame's own column, as
+    `foxhunt predict` does from the file's."""
     from foxhunt.api.forecaster import Forecaster
-    from foxhunt.errors import InputError
 
-    with pytest.raises(InputError, match=r"reads flow \(--observed / --static\) from the bar files"):
-        Forecaster.load(run).predict(pl.read_parquet(files["bars"]))
+    got = Forecaster.load(run).predict(pl.read_parquet(files["bars"]))
+    out = tmp_path / "fc.parquet"
+    assert main(["predict", "--model", str(run), "--parquet-file", str(files["bars"]), "--out", str(out)]) == 0
+    fc = pl.read_parquet(out)
+    live = fc.filter(pl.col("origin") == pl.col("origin").max().over("symbol"))
+    np.testing.assert_allclose(got.sort("symbol", "horizon")["p50"].to_numpy(),
+                               live.sort("symbol", "horizon")["p50"].to_numpy(), rtol=1e-5, atol=1e-7)
+    moved = pl.read_parquet(files["bars"]).with_columns(pl.col("flow") + 3.0)
+    assert not np.allclose(Forecaster.load(run).predict(moved)["p50"].to_numpy(), got["p50"].to_numpy())
 
 
 def test_update_takes_the_bars_observed_fields(run, files):

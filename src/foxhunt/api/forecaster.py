@@ -27,7 +27,6 @@ from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.features.features import raw_features
 from foxhunt.data.io.read import read_frame
-from foxhunt.errors import InputError
 from foxhunt.evaluate import predict as _predict
 from foxhunt.model.calibration import Calibration
 from foxhunt.model.inference.traced import BatchForward, LiveForward, live_forward
@@ -113,15 +112,10 @@ class Forecaster:
         actual (null). Also restarts the `update` stream of these series from this history."""
         frame = as_polars(df)
         inputs = self._lm.transform.inputs or {}
-        if inputs.get("bar_columns"):
-            raise InputError(f"Forecaster.predict: the model reads {','.join(inputs['bar_columns'])} (--observed / "
-                             "--static) from "
-                             "the bar files, which a frame in memory does not give it; forecast from the files with "
-                             "`foxhunt predict` (or put the columns in a --covariates file)")
         cfg = _predict.prediction_config(self._lm, (FRAME_NAME,))
         raw, entry = read_frame(frame, FRAME_NAME, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale)
         loaded = load_raw(raw, [entry], cfg, self._lm.transform.bar_spacing_ns)
-        data = _predict.prepare_loaded(self._lm, loaded, (FRAME_NAME,))
+        data = _predict.prepare_loaded(self._lm, loaded, (FRAME_NAME,), frame)  # its own columns: --observed ones
         if not (inputs.get("context") or inputs.get("static")):  # update does not take these (api/live_inputs.py)
             self._prime(loaded.bars, data)
         fc = _predict.Forecaster(self._lm, data, self._device, calibration=self._calibration(calibrated))

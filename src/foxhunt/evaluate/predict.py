@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -140,10 +141,12 @@ def prepare_for_model(lm: LoadedModel, paths: tuple[str, ...]) -> PreparedData:
     return prepare_loaded(lm, load_bars(prediction_config(lm, paths), lm.transform.bar_spacing_ns), paths)
 
 
-def prepare_loaded(lm: LoadedModel, loaded: LoadedBars, where: tuple[str, ...]) -> PreparedData:
-    """Loaded bars (from files or a frame in memory, named by `where` in errors) featurized with the model's
-    transform, every bar with a full encoder an origin; refused unless the features are the model's."""
-    data = prepare_from_bars(loaded, prediction_config(lm, where), transform=lm.transform, for_prediction=True)
+def prepare_loaded(lm: LoadedModel, loaded: LoadedBars, where: tuple[str, ...], frame: Any = None) -> PreparedData:
+    """Loaded bars (from files or a frame in memory, named by `where` in errors; `frame`: that frame, whose columns
+    stand for the bar files' own) featurized with the model's transform, every bar with a full encoder an origin;
+    refused unless the features are the model's."""
+    data = prepare_from_bars(loaded, prediction_config(lm, where), transform=lm.transform, for_prediction=True,
+                             bar_frame=None if frame is None else (where[0], frame))
     check_schema(lm, data, where)
     data.windows.check_codes(lm.schema, "the model's embedding table")  # the model's, not the data's own schema
     return data

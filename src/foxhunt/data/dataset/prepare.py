@@ -62,8 +62,10 @@ def prepare_from_bars(
     cfg: DataConfig,
     transform: FittedTransform | None = None,
     for_prediction: bool = False,
+    bar_frame: tuple[str, pl.DataFrame] | None = None,
 ) -> PreparedData:
-    """Featurize, scale, window and split `loaded.bars` (sorted by series, ts; see load.LoadedBars).
+    """Featurize, scale, window and split `loaded.bars` (sorted by series, ts; see load.LoadedBars). `bar_frame`:
+    (name, frame) when the bars came from a frame in memory: the user's bar-file columns are read from it.
 
     Raises InputError when no series has enough bars for one window, or when a split ends up empty.
     """
@@ -72,7 +74,7 @@ def prepare_from_bars(
     if for_prediction and transform is None:
         raise InputError("prediction needs the fitted transform saved with the model (model.json)")
     e, d = cfg.encoder_length, cfg.horizon
-    src = user_sources(cfg, transform)
+    src = user_sources(cfg, transform, bar_frame)
     dropped = 0
     if src is not None and src.observed:  # joined before the rows are numbered: a bar without a value goes
         joined, dropped = inputs.observe(loaded.bars, src)
@@ -191,7 +193,8 @@ def prepare_from_bars(
     )
 
 
-def user_sources(cfg: DataConfig, transform: FittedTransform | None) -> inputs.Sources | None:
+def user_sources(cfg: DataConfig, transform: FittedTransform | None,
+                 bar_frame: tuple[str, pl.DataFrame] | None = None) -> inputs.Sources | None:
     """The user's inputs: those `cfg` declares for a new transform, the transform's own for a fitted one (its
     covariates read from `cfg`'s files, its event calendar from the model unless `cfg` names an events file)."""
     if transform is None:
@@ -207,7 +210,7 @@ def user_sources(cfg: DataConfig, transform: FittedTransform | None) -> inputs.S
     return inputs.load_sources(cfg.paths, observed, known, cfg.covariates, events, cfg.timestamp_col,
                                cfg.symbol_col, cfg.timezone, saved_events=saved, context=context,
                                target=transform.target if transform else cfg.target, static_cols=static_cols,
-                               categorical=categorical)
+                               categorical=categorical, bar_frame=bar_frame)
 
 
 def feature_columns(target: str, fill_gaps: bool) -> list[str]:

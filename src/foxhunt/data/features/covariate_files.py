@@ -120,6 +120,22 @@ def read_bar_columns(
             hive = hive_keys(path, source.root) if source.root is not None else {}
             frames.append(_read_bar_file(path, source.default_name, hive, columns, timestamp_col, symbol_col, timezone,
                                          real))
+    return _bar_table(frames, columns, price_scale, ", ".join(paths))
+
+
+def frame_bar_columns(
+    frame: pl.DataFrame, name: str, columns: Sequence[str], timestamp_col: str | None = None,
+    symbol_col: str | None = None, timezone: str | None = None, price_scale: float = 1.0, real: Collection[str] = (),
+) -> CovariateTable:
+    """`read_bar_columns` of bars in memory (`Forecaster.predict` on a frame): the frame's columns, found as a
+    file's are; `name` stands for the path in messages and names the series of a frame without a symbol column."""
+    part = _bar_columns_of(frame, frame.columns, Path(name), name, {}, columns, timestamp_col, symbol_col, timezone,
+                           real)
+    return _bar_table([part], columns, price_scale, name)
+
+
+def _bar_table(frames: list[pl.DataFrame], columns: Sequence[str], price_scale: float, source: str) -> CovariateTable:
+    """The bar files' parts (`_bar_columns_of`) as one table keyed by raw symbol (see read_bar_columns)."""
     frame = pl.concat(_unified(frames), how="vertical")
     if frame.get_column("symbol").null_count():
         frame, _ = resolve_symbols(frame)
@@ -131,7 +147,7 @@ def read_bar_columns(
         .sort("key", "ts", maintain_order=True)
         .unique(["key", "ts"], keep="last", maintain_order=True)
     )
-    return CovariateTable(", ".join(paths), frame, keyed=True)
+    return CovariateTable(source, frame, keyed=True)
 
 
 def _read_covariate_file(path: Path, timestamp_col: str | None, timezone: str | None,
@@ -171,6 +187,16 @@ def _read_bar_file(
             " parquet with that column, or give the values in a --covariates file"
         )
     names = _names(path)
+    return _bar_columns_of(None, names, path, default_name, hive, columns, timestamp_col, symbol_col, timezone, real)
+
+
+def _bar_columns_of(
+    whole: pl.DataFrame | None, names: list[str], path: Path, default_name: str, hive: dict[str, str],
+    columns: Sequence[str], timestamp_col: str | None, symbol_col: str | None, timezone: str | None,
+    real: Collection[str],
+) -> pl.DataFrame:
+    """`_read_bar_file` of a file with columns `names` (read here; `whole`: the frame itself, for bars in
+    memory)."""
     own_symbol = match_column(names, symbol_col) if symbol_col is not None else symbol_column(names)
     hive_symbol = hive_symbol_key(hive, symbol_col) if own_symbol is None else None
     found = find_columns(names + ([hive_symbol] if hive_symbol else []), path, timestamp_col, symbol_col)
@@ -187,7 +213,8 @@ def _read_bar_file(
     extra = [found["symbol"] if own_symbol else None, found["instrument_id"], found["rtype"]]
     if found["time"].lower() == "date" and timestamp_col is None and match_column(names, "time") is not None:
         extra.append(match_column(names, "time"))
-    frame = _read_whole(path, list(dict.fromkeys(c for c in [found["time"], *extra, *wanted.values()] if c)))
+    keep = list(dict.fromkeys(c for c in [found["time"], *extra, *wanted.values()] if c))
+    frame = _read_whole(path, keep) if whole is None else whole.select(keep)
     ts, _ = parse_time(frame, found["time"], frame.columns, path, timestamp_col is None, timezone or "UTC")
     if own_symbol is not None:
         symbol = frame.get_column(found["symbol"]).cast(pl.Utf8).str.strip_chars()

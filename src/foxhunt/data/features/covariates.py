@@ -17,10 +17,17 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from foxhunt.data.features.covariate_files import CovariateTable, iso, read_bar_columns, read_covariates
+from foxhunt.data.features.covariate_files import (
+    CovariateTable,
+    frame_bar_columns,
+    iso,
+    read_bar_columns,
+    read_covariates,
+)
 from foxhunt.errors import InputError
 
-__all__ = ["CovariateTable", "asof_join", "coverage", "known_at", "pick", "read_bar_columns", "read_covariates"]
+__all__ = ["CovariateTable", "asof_join", "coverage", "frame_bar_columns", "known_at", "pick", "read_bar_columns",
+           "read_covariates"]
 
 UTC_NS = pl.Datetime("ns", "UTC")
 _ROW = "__foxhunt_row"

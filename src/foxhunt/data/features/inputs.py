@@ -28,6 +28,7 @@ from foxhunt.data.features.covariates import (
     CovariateTable,
     asof_join,
     coverage,
+    frame_bar_columns,
     known_at,
     pick,
     read_bar_columns,
@@ -122,10 +123,12 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
                  events: str | None, timestamp_col: str | None = None, symbol_col: str | None = None,
                  timezone: str | None = None, saved_events: dict | None = None, context: Sequence[str] = (),
                  target: str = "log_return", static_cols: Sequence[str] = (),
-                 categorical: Sequence[str] = ()) -> Sources | None:
+                 categorical: Sequence[str] = (), bar_frame: tuple[str, pl.DataFrame] | None = None
+                 ) -> Sources | None:
     """Read what the declared inputs need: each --covariates entry as a table, the bar files' own columns for
     observed and static names no covariate file has, and the events file (or the calendar a model saved). None:
-    nothing declared. `categorical`: the static columns taken as categories whatever their type."""
+    nothing declared. `categorical`: the static columns taken as categories whatever their type. `bar_frame`:
+    (name, frame) of bars in memory, whose own columns stand for the bar files'."""
     if not declared(observed, known, events or saved_events, context, static_cols):
         return None
     real = {*observed, *known}  # must be numbers; a static column of text is categorical
@@ -138,7 +141,10 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
             raise InputError(f"--known {c}: no --covariates file has this column{where}; known inputs are read at "
                              "forecast times, which bar files do not hold: put the column, with its future times, in "
                              "a --covariates file")
-    if from_bars:
+    if from_bars and bar_frame is not None:
+        tables.append(frame_bar_columns(bar_frame[1], bar_frame[0], from_bars, timestamp_col=timestamp_col,
+                                        symbol_col=symbol_col, timezone=timezone, real=real))
+    elif from_bars:
         tables.append(read_bar_columns(paths, from_bars, timestamp_col=timestamp_col, symbol_col=symbol_col,
                                        timezone=timezone, real=real))
     chosen = pick(tables, [*observed, *known, *static_cols])
