@@ -115,9 +115,20 @@ def test_export_describes_every_input(run, tmp_path):
     assert "fomc_decision" in side["features"]["fomc_decision_until"]
 
 
+def assert_live_forecasts_of_predict(got: pl.DataFrame, run: Path, bars: Path, tmp_path: Path) -> None:
+    """`got` (Forecaster.predict on a frame of `bars`) equals `foxhunt predict`'s forecasts from each series' last
+    bar on the file."""
+    out = tmp_path / "fc.parquet"
+    assert main(["predict", "--model", str(run), "--parquet-file", str(bars), "--out", str(out)]) == 0
+    fc = pl.read_parquet(out)
+    live = fc.filter(pl.col("origin") == pl.col("origin").max().over("symbol"))
+    np.testing.assert_allclose(got.sort("symbol", "horizon")["p50"].to_numpy(),
+                               live.sort("symbol", "horizon")["p50"].to_numpy(), rtol=1e-5, atol=1e-7)
+
+
 def test_python_predict_on_a_frame_reads_the_covariate_files(files, tiny_flags, tmp_path):
     """A model of covariate inputs (no bar-file column) forecasts a frame in memory like `foxhunt predict` does its
-    file; one that reads a bar-file column says a frame cannot give it."""
+    file."""
     from foxhunt.api.forecaster import Forecaster
 
     run_dir = tmp_path / "cov"
@@ -126,12 +137,7 @@ def test_python_predict_on_a_frame_reads_the_covariate_files(files, tiny_flags, 
     assert main(["train", "--parquet-file", str(files["bars"]), *cov, *tiny_flags, "--run-dir", str(run_dir)]) == 0
     frame = pl.read_parquet(files["bars"])
     got = Forecaster.load(run_dir).predict(frame)
-    out = tmp_path / "fc.parquet"
-    assert main(["predict", "--model", str(run_dir), "--parquet-file", str(files["bars"]), "--out", str(out)]) == 0
-    fc = pl.read_parquet(out)
-    live = fc.filter(pl.col("origin") == pl.col("origin").max().over("symbol"))
-    np.testing.assert_allclose(got.sort("symbol", "horizon")["p50"].to_numpy(),
-                               live.sort("symbol", "horizon")["p50"].to_numpy(), rtol=1e-5, atol=1e-7)
+    assert_live_forecasts_of_predict(got, run_dir, files["bars"], tmp_path)
 
 
 def test_python_predict_reads_a_bar_column_from_the_frame(run, files, tmp_path):
@@ -140,12 +146,7 @@ def test_python_predict_reads_a_bar_column_from_the_frame(run, files, tmp_path):
     from foxhunt.api.forecaster import Forecaster
 
     got = Forecaster.load(run).predict(pl.read_parquet(files["bars"]))
-    out = tmp_path / "fc.parquet"
-    assert main(["predict", "--model", str(run), "--parquet-file", str(files["bars"]), "--out", str(out)]) == 0
-    fc = pl.read_parquet(out)
-    live = fc.filter(pl.col("origin") == pl.col("origin").max().over("symbol"))
-    np.testing.assert_allclose(got.sort("symbol", "horizon")["p50"].to_numpy(),
-                               live.sort("symbol", "horizon")["p50"].to_numpy(), rtol=1e-5, atol=1e-7)
+    assert_live_forecasts_of_predict(got, run, files["bars"], tmp_path)
     moved = pl.read_parquet(files["bars"]).with_columns(pl.col("flow") + 3.0)
     assert not np.allclose(Forecaster.load(run).predict(moved)["p50"].to_numpy(), got["p50"].to_numpy())
 
