@@ -1,8 +1,8 @@
 """A pieced `foxhunt prepare` with your own inputs (store/declared.py): with an observed covariate (some bars
-dropped for a NaN), a known covariate, an events file and a real and a categorical static column, the store prepared
-series group by series group is the store prepared in memory, array for array and key for key, under per-series and
-global covariate scaling, locally and on a Dask cluster; the bad-bars rule judges the whole panel; --context is
-prepared in memory."""
+dropped for a NaN) and an observed column of the bar files, a known covariate, an events file and a real and a
+categorical static column, the store prepared series group by series group is the store prepared in memory, array
+for array and key for key, under per-series and global covariate scaling, locally and on a Dask cluster; the
+bad-bars rule judges the whole panel; --context is prepared in memory."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ MINUTE = 60 * 10**9
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory, fixtures_dir) -> dict:
-    """The ES 1-minute fixture's first six days as three roots, one parquet file per UTC day; a 10-minute `vix`
-    file with one NaN (its 10 minutes of bars are dropped), an hourly known `sched` file running 5 days past the bars,
-    an events file and a static file keyed by series (`tick` real, `sector` text)."""
+    """The ES 1-minute fixture's first six days as three roots with a `flow` column, one parquet file per UTC day; a
+    10-minute `vix` file with one NaN (its 10 minutes of bars are dropped), an hourly known `sched` file running 5
+    days past the bars, an events file and a static file keyed by series (`tick` real, `sector` text)."""
     folder = tmp_path_factory.mktemp("store_inputs")
     es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
     es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=6))
@@ -36,6 +36,7 @@ def files(tmp_path_factory, fixtures_dir) -> dict:
                               **{c: pl.col(c) * factor for c in ("open", "high", "low", "close")})
               for k, (root, factor) in enumerate(ROOTS.items())]
     frame = pl.concat(frames).sort("ts_event", "instrument_id").with_columns(day=pl.col("ts_event").dt.date())
+    frame = frame.with_columns(flow=pl.Series(np.random.default_rng(1).normal(0, 1, frame.height)))
     bars = folder / "bars"
     for (day,), part in frame.partition_by("day", as_dict=True, maintain_order=True).items():
         (bars / f"date={day}").mkdir(parents=True)
@@ -62,7 +63,7 @@ def files(tmp_path_factory, fixtures_dir) -> dict:
 
 def _config(files: dict, **options) -> DataConfig:
     return DataConfig(paths=(str(files["bars"]),), encoder_length=16, horizon=3, val_fraction=0.2,
-                      test_fraction=0.2, observed=("vix",), known=("sched",), events=str(files["events"]),
+                      test_fraction=0.2, observed=("vix", "flow"), known=("sched",), events=str(files["events"]),
                       covariates=(str(files["vix"]), str(files["sched"]), str(files["static"])),
                       static=("tick", "sector"), **options)
 
@@ -113,7 +114,8 @@ def test_a_store_with_your_inputs_prepared_in_pieces_is_the_one_prepared_in_memo
     assert got["known_names"][0] == "sched" and got["static_vocab"]["sector"] == ["equity", "tech"]
     assert pieces["arrays"]["static_cat"]["shape"][1] == 2 and pieces["arrays"]["static_cont"]["shape"][1] == 1
     scalers = pieces["transform"]["scalers"]
-    assert scalers["user_observed"] == ["vix"] and "vix" in scalers["series"]["YM"]
+    assert scalers["user_observed"] == ["vix", "flow"] and "vix" in scalers["series"]["YM"]
+    assert (scalers["series"]["ES"]["flow"] != scalers["series"]["NQ"]["flow"]) == (mode == "series")
 
 
 def test_a_store_with_your_inputs_prepared_on_a_dask_cluster_is_the_one_prepared_in_memory(files, wholes, tmp_path,
