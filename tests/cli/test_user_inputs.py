@@ -192,7 +192,7 @@ def test_a_config_file_declares_inputs_like_the_flags(files, tiny_flags, tmp_pat
 
 
 def test_a_store_keeps_the_inputs_and_trains_like_the_files(files, tiny_flags, tmp_path):
-    """`foxhunt prepare` with inputs (prepared in memory: the pieced build does not join them) writes the inputs
+    """`foxhunt prepare` with inputs (prepared in memory: a panel this small is not pieced) writes the inputs
     into the store's transform; a run trained from the store has them."""
     store, run_dir = tmp_path / "store", tmp_path / "run"
     cov = ["--observed", "vix", "--covariates", str(files["vix"]), "--events", str(files["events"])]

@@ -186,6 +186,18 @@ def observe(bars: pl.DataFrame, src: Sources) -> tuple[pl.DataFrame, int]:
     MAX_BAD_FRACTION of the bars would go."""
     if not src.observed:
         return bars, 0
+    joined, counts = join_observed(bars, src)
+    check_dropped(counts)
+    return joined, counts[DROPPED]
+
+
+DROPPED, BARS = "", " bars"  # join_observed's counts of the bars dropped and of all (no column's names)
+
+
+def join_observed(bars: pl.DataFrame, src: Sources) -> tuple[pl.DataFrame, dict[str, int]]:
+    """`observe`'s bars without judging how many went, and the counts of bars without a finite value: per column,
+    of any (DROPPED) and of all (BARS), as a piece of a panel sends them back, so that `check_dropped` judges the
+    whole panel's sums. The leading-value error is a series' own and is raised here."""
     joined = asof_join(bars, src.of(src.observed), src.observed)
     first = (pl.col("series") != pl.col("series").shift(1)).fill_null(True)
     for c in src.observed:
@@ -198,15 +210,20 @@ def observe(bars: pl.DataFrame, src: Sources) -> tuple[pl.DataFrame, int]:
                              f"{row['series']} ({row['ts']:%Y-%m-%dT%H:%M:%SZ}); its first row is at "
                              f"{start:%Y-%m-%dT%H:%M:%SZ}: pass --since {start:%Y-%m-%dT%H:%M:%S} or extend the file")
     bad = pl.any_horizontal(~pl.col(c).is_finite().fill_null(False) for c in src.observed)
-    n_bad = int(joined.select(bad.sum()).item())
-    if n_bad > MAX_BAD_FRACTION * joined.height:
-        counts = joined.select(
-            (~pl.col(c).is_finite().fill_null(False)).sum().alias(c) for c in src.observed).row(0, named=True)
-        worst = max(counts, key=counts.get)
-        raise InputError(f"--observed {worst}: {counts[worst]:,} of {joined.height:,} bars have no finite value "
+    counts = joined.select(*((~pl.col(c).is_finite().fill_null(False)).sum().alias(c) for c in src.observed),
+                           bad.sum().alias(DROPPED)).row(0, named=True)
+    counts = {k: int(v) for k, v in counts.items()} | {BARS: joined.height}
+    return (joined.filter(~bad) if counts[DROPPED] else joined), counts
+
+
+def check_dropped(counts: dict[str, int]) -> None:
+    """InputError naming the worst column where more than MAX_BAD_FRACTION of the bars would be dropped (`counts`:
+    join_observed's, or the sums of a panel's pieces')."""
+    if counts[DROPPED] > MAX_BAD_FRACTION * counts[BARS]:
+        worst = max((c for c in counts if c not in (DROPPED, BARS)), key=counts.get)
+        raise InputError(f"--observed {worst}: {counts[worst]:,} of {counts[BARS]:,} bars have no finite value "
                          f"(NaN, inf or none as of the bar); more than {MAX_BAD_FRACTION:.0%} of the bars would be "
                          "dropped: fill or fix the column")
-    return (joined.filter(~bad) if n_bad else joined), n_bad
 
 
 def fit_observed(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, keep: np.ndarray, src: Sources,
@@ -214,15 +231,30 @@ def fit_observed(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, keep: 
     """Add each observed user column's {mean, std} over rows where `keep` to `scalers` (in place), per series
     ("series"; pooled for a series without training rows), the pooled values for every series ("global"), or 0 and
     1 ("none"), and list them as `user_observed`, which scaling.observed_names appends after foxhunt's own."""
-    cols = src.observed_names
-    if not cols:
-        return
-    mom: dict[str, np.ndarray] = {}
+    if src.observed_names:
+        scale_observed(observed_moments(feats, names, sidx, keep, src.observed_names), names, src, mode, scalers)
+
+
+TRAINED = "user:rows"  # observed_moments' key of each series' training rows
+
+
+def observed_moments(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, keep: np.ndarray,
+                     cols: Sequence[str]) -> dict[str, np.ndarray]:
+    """The per-series moments (fitstats) `fit_observed` fits from: of each observed column `cols` over the rows where
+    `keep` and its value is finite (a context series' NaN before its first bar), and TRAINED. The moments of
+    consecutive series groups concatenate (fitstats.concat) into the panel's."""
+    mom = {TRAINED: select(keep, sidx, len(names)).n}
     for c in cols:
         x = feats[c].to_numpy().astype(np.float64)
-        sel = select(keep & np.isfinite(x), sidx, len(names))  # a context series' NaN before its first bar
+        sel = select(keep & np.isfinite(x), sidx, len(names))
         mom.update(moments_of(x.take(sel.at), sel, c))
-    per, pooled = stats(mom, cols, names, select(keep, sidx, len(names)).n > 0)
+    return mom
+
+
+def scale_observed(mom: dict[str, np.ndarray], names: list[str], src: Sources, mode: str, scalers: dict) -> None:
+    """`fit_observed` from `observed_moments`' `mom` of the series `names`."""
+    cols = src.observed_names
+    per, pooled = stats(mom, cols, names, mom[TRAINED] > 0)
     for c in cols:
         if mode == "none":
             pooled[c] = {"mean": 0.0, "std": 1.0}
@@ -235,16 +267,25 @@ def fit_observed(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, keep: 
 def fit_known(src: Sources, ts_train: np.ndarray, mode: str) -> dict[str, dict[str, float]]:
     """{column: {mean, std}} of each known covariate over the training bars' times (`ts_train`, int64 ns): one
     value per time for every series, so "series" scaling is the global one here; "none": 0 and 1."""
+    return fit_known_counted(src, *np.unique(ts_train, return_counts=True), mode)
+
+
+def fit_known_counted(src: Sources, stamps: np.ndarray, counts: np.ndarray, mode: str
+                      ) -> dict[str, dict[str, float]]:
+    """`fit_known` of the training bars' sorted distinct times `stamps` (T,), each `counts` (T,) bars: a panel's
+    pieces add up their counts, and each time's value is read once."""
     out = {}
     if not src.known:
         return out
-    values = known_at(ts_train, src.of(src.known), src.known).astype(np.float64)  # (N, K)
+    values = known_at(stamps, src.of(src.known), src.known).astype(np.float64)  # (T, K)
     for j, c in enumerate(src.known):
-        x = values[:, j]
-        x = x[np.isfinite(x)]
-        std = float(x.std(ddof=1)) if len(x) > 1 else 0.0
+        ok = np.isfinite(values[:, j])
+        x, w = values[ok, j], counts[ok].astype(np.float64)
+        n = float(w.sum())
+        mean = float(np.dot(w, x) / n) if n else 0.0
+        std = float(np.sqrt(np.dot(w, np.square(x - mean)) / (n - 1))) if n > 1 else 0.0
         out[c] = ({"mean": 0.0, "std": 1.0} if mode == "none" else
-                  {"mean": float(x.mean()) if len(x) else 0.0, "std": std if np.isfinite(std) and std > 0 else 1.0})
+                  {"mean": mean, "std": std if np.isfinite(std) and std > 0 else 1.0})
     return out
 
 

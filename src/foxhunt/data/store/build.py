@@ -25,21 +25,23 @@ def prepare_store(
     """Featurize, scale, window and split the bars of `cfg.paths` (as `foxhunt train` would) into the store `out`;
     returns its manifest. A panel of `min_rows` bars or more in several series groups of about `piece_rows` bars is
     prepared group by group on `workers` processes (store/pieced.py; 1: this one), with the same result; otherwise
-    (or with `workers` 0) in memory, then written. `executor`: `local`, or `dask://HOST:PORT` to run the pieces on
-    that Dask cluster's workers (store/executor.py; `out`'s folder must be one they all see). `pool`: the workers
-    (open_workers) when the caller opened them already, to have them import meanwhile."""
+    (or with `workers` 0, or --context, whose series read other pieces' rows) in memory, then written. `executor`:
+    `local`, or `dask://HOST:PORT` to run the pieces on that Dask cluster's workers (store/executor.py; `out`'s
+    folder must be one they all see). `pool`: the workers (open_workers) when the caller opened them already, to
+    have them import meanwhile."""
     out = Path(out)
     refuse_non_store(out)  # before the bars are read
     check_executor(executor)
     sources = expand_sources(cfg.paths)  # listed once: walking a folder of daily files is not free
     with contextlib.ExitStack() as stack:
         pieced = workers > 0 or executor != LOCAL  # --workers 0: in memory, whoever opened workers
-        if pieced and (cfg.observed or cfg.known or cfg.events or cfg.context or cfg.static):
+        if pieced and cfg.context:  # a series' context is other series' rows, which other pieces hold
             if executor != LOCAL:
-                raise InputError(f"--executor {executor}: a pieced prepare does not take your own inputs "
-                                 "(--observed, --known, --events, --context, --static) yet; prepare such a store on "
+                raise InputError(f"--executor {executor}: a pieced prepare does not take --context yet (each series "
+                                 "reads the context series' rows, held by another piece); prepare such a store on "
                                  "one machine (drop --executor)")
-            log.info("your own inputs: the store is prepared in memory (the pieced prepare does not join them yet)")
+            log.info("--context: the store is prepared in memory (each series reads the context series' rows, "
+                     "which the pieced prepare holds in other pieces)")
             pieced = False
         if pieced and pool is None:  # no process is started for a panel kept whole
             pool = stack.enter_context(open_workers(executor, workers if may_piece(cfg, min_rows, sources) else 1))

@@ -29,6 +29,7 @@ from foxhunt.data.dataset.prepare import feature_columns, sorted_bars, train_sta
 from foxhunt.data.dataset.summary import WindowFacts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import window_starts
+from foxhunt.data.features import inputs, static
 from foxhunt.data.features.features import raw_features
 from foxhunt.data.features.known import SharedGrid, sorted_distinct
 from foxhunt.data.features.scaling import own_scalers, trailing, train_moments, vol_moments
@@ -61,6 +62,8 @@ class Fit:
 
     mom: dict[str, np.ndarray]
     train_gaps: tuple[np.ndarray, np.ndarray]  # (values, counts)
+    user: dict[str, np.ndarray] | None = None  # the --observed columns' moments (inputs.observed_moments)
+    stamps: tuple[np.ndarray, np.ndarray] | None = None  # the training bars' distinct times, counts (--known)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class PieceLoaded:
     rolls: list[dict]
     gaps: tuple[np.ndarray, np.ndarray]  # (values, counts)
     fit: Fit
+    dropped: dict[str, int] | None = None  # inputs.join_observed's counts (--observed)
+    static: dict[str, list] | None = None  # static.series_values of its series (--static)
 
 
 @dataclass(frozen=True)
@@ -135,8 +140,11 @@ def read(cfg: DataConfig, chunk: int, first: int, sources: list[Source], route: 
     return out
 
 
-def load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], cuts: tuple) -> PieceLoaded:
-    """Load piece `k` from its chunks' spills as load_bars would, and spill its raw features for the later jobs."""
+def load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], cuts: tuple,
+         src: inputs.Sources | None = None) -> PieceLoaded:
+    """Load piece `k` from its chunks' spills as load_bars would, and spill its raw features for the later jobs.
+    `src`: the user's inputs, whose observed columns join the bars before their rows are numbered (as in
+    prepare_from_bars) and whose static values are read per series."""
     paths = [p for c in range(chunks) if (p := Path(spill) / f"raw-{c}-{k}.arrow").exists()]
     raw, distinct = _raw_frame([_read_spill(p) for p in paths])
     counts = np.bincount(raw.get_column("file_idx").to_numpy(), minlength=len(entries))
@@ -144,10 +152,17 @@ def load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], 
                       distinct=distinct)
     del raw
     _unlink(paths)
+    dropped = None
+    if src is not None and src.observed:
+        joined, dropped = inputs.join_observed(loaded.bars, src)
+        loaded = dataclasses.replace(loaded, bars=joined)
+        del joined
     bars, names, sidx, ts = sorted_bars(loaded.bars)
+    values = None if src is None else static.series_values(bars, names, src.static, src.tables,
+                                                           src.static_kinds or {})
     lengths = np.bincount(sidx, minlength=len(names))
     check_log_target(bars, cfg.target)
-    keep = feature_columns(cfg.target, cfg.fill_gaps)
+    keep = [*feature_columns(cfg.target, cfg.fill_gaps), *cfg.observed]
     feats = raw_features(bars, cfg.adjust, cfg.target, columns=keep).select(keep)
     del bars
     minute = minute_of_day(ts, cfg.exchange_tz).astype(np.uint16) if cfg.seasonality else None  # (N,) read twice
@@ -159,13 +174,13 @@ def load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], 
     share(Path(spill), f"stamps-{k}", sorted_distinct(ts))
     return PieceLoaded(names, lengths, len(window_starts(*_bounds(lengths), cfg.encoder_length + cfg.horizon)),
                        int(ts.min()), int(ts.max()), loaded.report, loaded.rolls, gaps,
-                       Fit(_moments(cfg, feats, len(names), sidx, ts, cuts, minute), train_gaps))
+                       _fit(cfg, feats, names, sidx, ts, cuts, minute, train_gaps), dropped, values)
 
 
 def fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple) -> Fit:
     """Piece `k`'s Fit under `cuts`, from its spilled features: where cleaning moved the cuts `load` expected."""
     feats, sidx, ts, minute = _spilled(cfg, spill, k, lengths)
-    return Fit(_moments(cfg, feats, len(names), sidx, ts, cuts, minute), gap_counts(ts, sidx, cuts[0])[1])
+    return _fit(cfg, feats, names, sidx, ts, cuts, minute, gap_counts(ts, sidx, cuts[0])[1])
 
 
 def trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
@@ -213,7 +228,13 @@ def _write(cfg: DataConfig, spill: str, names: list[str], sidx: np.ndarray, ts: 
                         shared_grid(spill).rows)
     del rows
     store, row0 = Path(place.store), place.row0
-    arrays = {"cont": out.cont, "static_cat": out.codes[:, None], "target_raw": out.target, "center": out.center,
+    codes, static_cont = out.codes[:, None], None
+    if (Path(spill) / f"{STATIC}cat.npy").exists():  # --static: (S, Sc) and (S, Sr) of the panel's series
+        at = out.sidx + place.series0
+        codes = np.concatenate([codes, shared(spill, f"{STATIC}cat")[at]], axis=1)  # (n, 1 + Sc)
+        static_cont = shared(spill, f"{STATIC}cont")[at]  # (n, Sr)
+    arrays = {"cont": out.cont, "static_cat": codes, "static_cont": static_cont, "target_raw": out.target,
+              "center": out.center,
               "scale": out.scale, "ts_ns": out.ts, "real": out.real, "series_idx": out.sidx + place.series0,
               "known_base": out.known.base, "known_index": out.known.index,
               **{own_array(c): v for c, v in out.own.items()}}
@@ -225,6 +246,7 @@ def _write(cfg: DataConfig, spill: str, names: list[str], sidx: np.ndarray, ts: 
 
 
 GRID = "grid-"  # the spill files of the panel's SharedGrid, one per field
+STATIC = "static-"  # the spill files of the panel's static inputs (static.arrays): static-cont, static-cat
 
 
 def share_grid(spill: Path, grid: SharedGrid) -> None:
@@ -312,6 +334,18 @@ def _pwrite(fd: int, data: np.ndarray, offset: int) -> None:
         done += os.pwrite(fd, view[done:], offset + done)
 
 
+def _fit(cfg: DataConfig, feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarray, cuts: tuple,
+         minute: np.ndarray | None, train_gaps: tuple) -> Fit:
+    """A piece's Fit under `cuts`, with its user inputs' statistics where the run declares them."""
+    mom = _moments(cfg, feats, len(names), sidx, ts, cuts, minute)
+    user = stamps = None
+    if cfg.observed:
+        user = inputs.observed_moments(feats, names, sidx, _training_rows(cfg, feats, ts, cuts), cfg.observed)
+    if cfg.known:  # as fit_known's: every bar of the training span, the series' first included
+        stamps = np.unique(ts[(ts < cuts[0]) & (ts >= train_start_ns(cfg))], return_counts=True)
+    return Fit(mom, train_gaps, user, stamps)
+
+
 def _moments(cfg: DataConfig, feats: pl.DataFrame, s: int, sidx: np.ndarray, ts: np.ndarray, cuts: tuple,
              minute: np.ndarray | None) -> dict[str, np.ndarray]:
     """scalers.train_moments of a piece's training rows under `cuts`."""
@@ -331,7 +365,7 @@ def _spilled(cfg: DataConfig, spill: str, k: int, lengths: np.ndarray
     spilled = _read_spill(Path(spill) / f"feats-{k}.arrow")
     minute = spilled.get_column(MINUTE).to_numpy() if MINUTE in spilled.columns else None
     feats = spilled.with_columns(pl.col("roll").cast(pl.Float64), pl.col(cfg.target).alias("target")).select(
-        feature_columns(cfg.target, cfg.fill_gaps))
+        *feature_columns(cfg.target, cfg.fill_gaps), *cfg.observed)
     sidx = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     return feats, sidx, feats.get_column("ts").dt.epoch("ns").to_numpy(), minute
 

@@ -14,6 +14,8 @@ the in-memory path fits from the same sums, so both give the same bits). The sta
    series' own statistics complete the scalers (scaling.own_scalers).
 4. write: the other pieces, with the whole panel's scalers.
 A piece is written by the per-series pipeline prepare_from_bars runs over the whole panel (dataset/featurize.py).
+The user's --observed, --known, --events and --static inputs are joined per piece and fitted here from what the
+pieces send back (store/declared.py); --context is prepared in memory (build.py).
 The data summary merges what the jobs saw of each piece's rows and windows (summary.WindowFacts); this process never
 imports torch.
 """
@@ -40,10 +42,11 @@ from foxhunt.data.bars.load import ROLL_REASONS, merge_reports
 from foxhunt.data.bars.sessions import run_session
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.featurize import known_width
-from foxhunt.data.dataset.prepare import check_length, check_splits, feature_schema, split_cuts
+from foxhunt.data.dataset.prepare import check_length, check_splits, feature_schema, split_cuts, user_sources
 from foxhunt.data.dataset.summary import data_summary, merge_facts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import SplitResult
+from foxhunt.data.features import inputs, static
 from foxhunt.data.features.features import own_move_columns
 from foxhunt.data.features.fitstats import concat
 from foxhunt.data.features.known import distinct_union, shared_grid
@@ -51,6 +54,7 @@ from foxhunt.data.features.scaling import add_vol_stats, first_scalers, observed
 from foxhunt.data.io.discover import Source
 from foxhunt.data.io.read import check_bar_sizes
 from foxhunt.data.store import jobs
+from foxhunt.data.store.declared import fit_declared, share_static, with_known
 from foxhunt.data.store.jobs import PieceLoaded, Place, share_grid, shared
 from foxhunt.data.store.layout import OWN_DTYPE, SPLITS, WINDOW_ARRAYS, own_array, split_file
 from foxhunt.data.store.pieces import PIECE_ROWS, Piece, route_of
@@ -102,7 +106,8 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     check_bar_sizes([x for r in reads for x in r.rtypes], [x for r in reads for x in r.spacings], files)
     entries = [e for r in reads for e in r.files]
     expected = split_cuts(cfg, np.array([min(r.lo for r in reads), max(r.hi for r in reads)]))
-    loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected)
+    src = user_sources(cfg, None)  # the user's inputs (not --context: build.py prepares those in memory)
+    loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected, src)
                                                           for k in range(len(pieces))])
     lap("load")
     names = [n for r in loads for n in r.names]
@@ -128,10 +133,12 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
         mom = {k: v for k, v in mom.items() if not k.startswith("season:")}
     scalers = first_scalers(mom, names, cfg.target, cfg.vol_halflife, cfg.vol_estimator, cfg.vol_features,
                             cfg.fill_gaps, season_tz)
+    fitted, static_values, dropped = (None, {}, 0) if src is None else fit_declared(cfg, src, loads, fits, names,
+                                                                                    scalers)
     transform = FittedTransform(  # its scalers are completed in place (add_vol_stats) before the pieces are written
         series_vocab=tuple(n for n, ok in zip(names, mom["rows"] > 0, strict=True) if ok), scalers=scalers,
         target=cfg.target, scaling=cfg.scaling, intraday=intraday, calendar_features=cfg.calendar_features,
-        exchange_tz=cfg.exchange_tz, bar_spacing_ns=spacing, session=run_session(cfg.calendar),
+        exchange_tz=cfg.exchange_tz, bar_spacing_ns=spacing, session=run_session(cfg.calendar), inputs=fitted,
     )
     rows, wins = (np.cumsum([0, *counts]) for counts in ([int(r.lengths.sum()) for r in loads],
                                                          [r.windows for r in loads]))
@@ -139,10 +146,14 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     origins = distinct_union([shared(spill, f"stamps-{k}") for k in range(len(loads))])  # (O,) every one
     grid = shared_grid(origins, spacing, d, cfg.exchange_tz, intraday, cfg.calendar_features, scalers.get("season"),
                        transform.grid)
+    if src is not None:
+        grid = with_known(grid, origins, fitted, src, spacing)
+        share_static(spill, fitted, static_values, names)
     share_grid(spill, grid)
     lap("grid")
     arrays = _allocate(tmp, int(rows[-1]), int(wins[-1]), known_width(transform) + len(observed_names(scalers)), d,
-                       cfg.target, grid.index is not None)
+                       cfg.target, grid.index is not None, static.real_columns(fitted),
+                       static.categorical_columns(fitted))
     for name, value in (("known_cont", grid.cont), ("known_cat", np.zeros((len(grid.ts), 0), dtype=np.int64)),
                         ("known_ts", grid.ts)):
         arrays[name] = save_array(tmp, f"{name}.npy", value)
@@ -164,6 +175,8 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     schema = feature_schema(transform, e, d, cfg.adjust)
     meta = SimpleNamespace(report=merge_reports([r.report for r in loads]), rolls=[x for r in loads for x in r.rolls])
     summary = data_summary(meta, schema, facts, names, cuts, False, sum(w.roll_bars for w in written), spacing)
+    if src is not None:
+        summary["inputs"] = inputs.summary(src, dropped)
     fields = {"encoder_length": e, "horizon": d, "n_known_cont": known_width(transform), "n_known_cat": 0,
               "series_names": names}
     order = [*WINDOW_ARRAYS, *(f"split_{s}" for s in SPLITS), *(own_array(c) for c in own_move_columns(cfg.target))]
@@ -189,9 +202,12 @@ def _map(executor: Executor, fn: Callable, jobs_args: list[tuple]) -> list:
     return [f.result() for f in futures]
 
 
-def _allocate(tmp: Path, rows: int, windows: int, width: int, d: int, target: str, index: bool) -> dict[str, dict]:
-    """The empty arrays the jobs write rows into (sparse files made by open_memmap), with their manifest entries."""
-    shapes = {"cont": (rows, width), "static_cat": (rows, 1), "static_cont": (rows, 0), "time_cat": (rows, 0),
+def _allocate(tmp: Path, rows: int, windows: int, width: int, d: int, target: str, index: bool, real: list[str],
+              cat: list[str]) -> dict[str, dict]:
+    """The empty arrays the jobs write rows into (sparse files made by open_memmap), with their manifest entries;
+    `real`, `cat`: the --static inputs of each kind (static_cont's columns, static_cat's after the series code)."""
+    shapes = {"cont": (rows, width), "static_cat": (rows, 1 + len(cat)), "static_cont": (rows, len(real)),
+              "time_cat": (rows, 0),
               "starts": (windows,),
               **({"known_index": (rows, d)} if index else {})}
     names = [*ROW_ARRAYS, "starts", *(("known_index",) if index else ()), *map(own_array, own_move_columns(target))]
