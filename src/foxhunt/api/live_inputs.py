@@ -75,6 +75,10 @@ class LiveInputs:
         if got.get("static"):
             raise InputError(f"Forecaster.update does not take a --static model yet ({', '.join(got['static'])}); "
                              "forecast it with Forecaster.predict on its bars")
+        timed = [*got.get("observed_cat", ()), *got.get("known_cat", ())]
+        if timed:
+            raise InputError(f"Forecaster.update does not take a model of categorical --observed / --known inputs "
+                             f"yet ({', '.join(timed)}); forecast it with Forecaster.predict on its bars")
         self.observed: tuple[str, ...] = tuple(got.get("observed", ()))
         self.bar_columns = frozenset(got.get("bar_columns", ()))
         from_files = [c for c in self.observed if c not in self.bar_columns]
