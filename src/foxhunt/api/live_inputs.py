@@ -85,7 +85,7 @@ class LiveInputs:
         # The bar files' own columns come with each bar: only the covariate files and the calendar are read here.
         src = inputs.load_sources(cfg.paths, from_files, tuple(got.get("known", ())), cfg.covariates, cfg.events,
                                   cfg.timestamp_col, cfg.symbol_col, cfg.timezone, saved_events=got.get("events"),
-                                  target=tf.target)
+                                  target=tf.target, fitted=True)  # a saved model's real inputs: numbers
         self.n_known = len(inputs.known_names(got))
         self.known = None if src is None else inputs.known_values(got, src, max(int(tf.bar_spacing_ns), 1))
         self.files = {c: _AsOf(src.tables[c], c) for c in from_files} if src is not None else {}

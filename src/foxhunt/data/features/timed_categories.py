@@ -78,6 +78,8 @@ def fit(src: Sources, observed: dict[str, pl.Series], train: np.ndarray, ts_trai
         values = known_values_at(ts_train, src.of(src.known_cat), src.known_cat)
         vocab.update({c: vocabulary(v) for c, v in zip(src.known_cat, values, strict=True)})
     for c, v in vocab.items():
+        log.info("%s: categorical, %d values in training (%s)", c, len(v), ", ".join(v[:SHOWN]) + (
+            ", ..." if len(v) > SHOWN else ""))
         if len(v) < 2:
             log.warning("%s: training saw %s; the model cannot learn from an input that does not change",
                         c, f"only the value {v[0]}" if v else "no value")
