@@ -102,19 +102,11 @@ def test_a_column_that_varies_within_a_series_stops_naming_it(bars, tiny_flags, 
     assert "--static sector: series ES has 2 values" in err and "use --observed" in err
 
 
-def test_categorical_names_static_columns_only(bars, tiny_flags, tmp_path, capsys):
-    code = main(["train", "--parquet-file", str(bars), "--observed", "tick_value", "--static", "sector",
-                 "--categorical", "tick_value", *tiny_flags, "--run-dir", str(tmp_path / "r")])
+def test_categorical_names_declared_columns_only(bars, tiny_flags, tmp_path, capsys):
+    code = main(["train", "--parquet-file", str(bars), "--static", "sector", "--categorical", "tick_value",
+                 *tiny_flags, "--run-dir", str(tmp_path / "r")])
     assert code == 2
-    assert "categorical observed/known inputs are not supported yet" in capsys.readouterr().err
-
-
-def test_a_text_column_named_observed_stops_naming_the_file_column_and_row(bars, tiny_flags, tmp_path, capsys):
-    code = main(["train", "--parquet-file", str(bars), "--observed", "sector", *tiny_flags, "--run-dir",
-                 str(tmp_path / "r")])
-    assert code == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert str(bars) in err and "column 'sector' row 1: 'equity' is not a number" in err
+    assert "--categorical tick_value: not a --static, --observed or --known column" in capsys.readouterr().err
 
 
 def test_a_keyed_covariate_file_gives_a_static_input_and_categorical_takes_its_numbers(bars, tmp_path, capsys):

@@ -91,8 +91,7 @@ def test_one_training_series_or_no_spread_scales_by_one(caplog):
 @pytest.mark.parametrize(("observed", "known", "static_cols", "categorical", "needle"), [
     (("a",), (), ("a",), (), "both --observed and --static"),
     ((), ("a",), ("a",), (), "both --known and --static"),
-    (("a",), (), ("s",), ("a",), "categorical observed/known inputs are not supported yet"),
-    ((), (), ("s",), ("t",), "--categorical t: not a --static column"),
+    ((), (), ("s",), ("t",), "--categorical t: not a --static, --observed or --known column"),
     ((), (), ("series",), (), "foxhunt's own"),
 ])
 def test_bad_static_names_stop(observed, known, static_cols, categorical, needle):

@@ -151,3 +151,14 @@ def test_context_is_prepared_in_memory_and_refused_on_a_cluster(files, wholes, t
         manifest = prepare_store(cfg, tmp_path / "b", piece_rows=1, workers=1, min_rows=0)
     assert "--context: the store is prepared in memory" in caplog.text
     assert manifest["transform"]["inputs"]["context"] == ["ES"]
+
+
+def test_categorical_observed_inputs_are_prepared_in_memory(files, tmp_path, caplog):
+    """A text --observed column (`sector` of the static file, as of each bar) gives codes the pieced build does not
+    write yet: the store is prepared in memory, says so, and holds the codes."""
+    cfg = DataConfig(**{**_config(files).__dict__, "observed": ("vix", "sector"), "static": ("tick",)})
+    with caplog.at_level(logging.INFO, logger="foxhunt.data"):
+        manifest = prepare_store(cfg, tmp_path / "s", piece_rows=1, workers=1, min_rows=0)
+    assert "categorical --observed / --known inputs: the store is prepared in memory" in caplog.text
+    assert manifest["transform"]["inputs"]["observed_cat"] == ["sector"]
+    assert manifest["arrays"]["time_cat"]["shape"][1] == 1

@@ -116,7 +116,8 @@ class Forecaster:
         raw, entry = read_frame(frame, FRAME_NAME, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale)
         loaded = load_raw(raw, [entry], cfg, self._lm.transform.bar_spacing_ns)
         data = _predict.prepare_loaded(self._lm, loaded, (FRAME_NAME,), frame)  # its own columns: --observed ones
-        if not (inputs.get("context") or inputs.get("static")):  # update does not take these (api/live_inputs.py)
+        # update does not take these (api/live_inputs.py)
+        if not (inputs.get("context") or inputs.get("static") or inputs.get("observed_cat") or inputs.get("known_cat")):
             self._prime(loaded.bars, data)
         fc = _predict.Forecaster(self._lm, data, self._device, calibration=self._calibration(calibrated))
         ids = _predict.live_origins(data)

@@ -75,13 +75,17 @@ class LiveInputs:
         if got.get("static"):
             raise InputError(f"Forecaster.update does not take a --static model yet ({', '.join(got['static'])}); "
                              "forecast it with Forecaster.predict on its bars")
+        timed = [*got.get("observed_cat", ()), *got.get("known_cat", ())]
+        if timed:
+            raise InputError(f"Forecaster.update does not take a model of categorical --observed / --known inputs "
+                             f"yet ({', '.join(timed)}); forecast it with Forecaster.predict on its bars")
         self.observed: tuple[str, ...] = tuple(got.get("observed", ()))
         self.bar_columns = frozenset(got.get("bar_columns", ()))
         from_files = [c for c in self.observed if c not in self.bar_columns]
         # The bar files' own columns come with each bar: only the covariate files and the calendar are read here.
         src = inputs.load_sources(cfg.paths, from_files, tuple(got.get("known", ())), cfg.covariates, cfg.events,
                                   cfg.timestamp_col, cfg.symbol_col, cfg.timezone, saved_events=got.get("events"),
-                                  target=tf.target)
+                                  target=tf.target, fitted=True)  # a saved model's real inputs: numbers
         self.n_known = len(inputs.known_names(got))
         self.known = None if src is None else inputs.known_values(got, src, max(int(tf.bar_spacing_ns), 1))
         self.files = {c: _AsOf(src.tables[c], c) for c in from_files} if src is not None else {}

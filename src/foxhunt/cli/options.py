@@ -129,7 +129,7 @@ INPUT_OPTIONS: Group = (
     opt("covariate_scaling", str, DD.covariate_scaling, "Your real inputs: series | global | none.", INPUTS,
         metavar="MODE"),
     opt("static", str | None, None, "Columns of one value per series, e.g. sector.", INPUTS, metavar="COLS"),
-    opt("categorical", str | None, None, "--static columns of numbers taken as categories.", INPUTS,
+    opt("categorical", str | None, None, "Input columns of numbers taken as categories.", INPUTS,
         metavar="COLS"),
 )
 DATA_OPTIONS += INPUT_OPTIONS

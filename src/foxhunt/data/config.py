@@ -84,6 +84,7 @@ class DataConfig:
     covariate_scaling: str = "series"
     # One value per series (features/static.py): a column of the bar files or of a keyed --covariates file;
     # categorical when it is text or named in `categorical`, real (standardized over the training series) otherwise.
+    # `categorical` may name --observed and --known columns too (features/timed_categories.py).
     static: tuple[str, ...] = ()
     categorical: tuple[str, ...] = ()
 

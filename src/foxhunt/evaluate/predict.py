@@ -119,7 +119,7 @@ def with_sources(lm: LoadedModel, covariates: tuple[str, ...] | None = None, eve
         cfg = dataclasses.replace(cfg, covariates=tuple(covariates))
     if events:
         cfg = dataclasses.replace(cfg, events=events)
-    named = [*inputs["observed"], *inputs["known"]]
+    named = [*inputs["observed"], *inputs.get("observed_cat", ()), *inputs["known"], *inputs.get("known_cat", ())]
     if named:
         log.info("your inputs %s from %s%s", ", ".join(named), ", ".join(cfg.covariates) or "the bar files",
                  "" if covariates else " (the training run's --covariates)")

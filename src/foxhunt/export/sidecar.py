@@ -100,6 +100,13 @@ def user_words(lm: LoadedModel) -> dict[str, str]:
         words[c] = (f"{whose}; code = its index in your_inputs.static_vocab[{c}] + 1, 0 for a value not in it "
                     "(static_cat, after the series code)" if kinds.get(c) == "categorical" else
                     f"{whose}, then (x - your_inputs.static_scalers[{c}].mean) / std (static_cont)")
+    for c in got.get("observed_cat", ()):
+        words[c] = (f"column {c} of {src.get(c, 'the bar files')} as of the bar (its last row at or before the bar's "
+                    f"time); code = its index in your_inputs.timed_vocab[{c}] + 1, 0 for a value not in it or no "
+                    "value (encoder_cat, after the known categorical inputs)")
+    for c in got.get("known_cat", ()):
+        words[c] = (f"column {c} of {src.get(c, '?')} as of the time of the bar or forecast step; code = its index "
+                    f"in your_inputs.timed_vocab[{c}] + 1, 0 for a value not in it (encoder_cat and decoder_cat)")
     cap = got.get("event_cap", 0)
     for n in (got.get("events") or {}).get("events", {}):
         words[f"{n}_until"] = (f"min(floor((e - t) / bar_spacing_ns), {cap}) / {cap}, e the first {n} event at or "

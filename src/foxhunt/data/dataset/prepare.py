@@ -29,7 +29,7 @@ from foxhunt.data.dataset.windows import (
     WindowedData,
     series_bounds,
 )
-from foxhunt.data.features import inputs, static
+from foxhunt.data.features import inputs, static, timed_categories
 from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features.features import move_columns, raw_features
 from foxhunt.data.features.known import stamp_known
@@ -76,11 +76,13 @@ def prepare_from_bars(
     e, d = cfg.encoder_length, cfg.horizon
     src = user_sources(cfg, transform, bar_frame)
     dropped = 0
-    if src is not None and src.observed:  # joined before the rows are numbered: a bar without a value goes
+    if src is not None and (src.observed or src.observed_cat):  # joined before the rows are numbered: a bar
+        # without a real value goes
         joined, dropped = inputs.observe(loaded.bars, src)
         loaded = LoadedBars(bars=joined, rolls=loaded.rolls, report=loaded.report)
         del joined
     bars, names, sidx, ts_ns = sorted_bars(loaded.bars)
+    observed_cat = {} if src is None else {c: bars.get_column(c) for c in src.observed_cat}  # (N,) each, as joined
     static_values = {} if src is None else static.series_values(bars, names, src.static, src.tables,
                                                                  src.static_kinds or {})
     check_log_target(bars, transform.target if transform else cfg.target)
@@ -147,8 +149,9 @@ def prepare_from_bars(
                                 cfg.covariate_scaling, scalers)
             known_scalers = inputs.fit_known(src, ts_ns[train_mask], cfg.covariate_scaling)
             static_fit = static.fit(static_values, names, list(scalers["series"]), src.static_kinds or {})
+            timed_vocab = timed_categories.fit(src, observed_cat, train_mask, ts_ns[train_mask])
             fitted_inputs = inputs.fitted(src, cfg.covariate_scaling, known_scalers, event_cap=e + d,
-                                          static_fit=static_fit)
+                                          static_fit=static_fit, timed_vocab=timed_vocab)
         transform = FittedTransform(
             # the series with training rows: those the fit gave scalers of their own
             series_vocab=tuple(n for n in names if n in scalers["series"]),
@@ -176,8 +179,12 @@ def prepare_from_bars(
     if not for_prediction:
         check_splits(out.split, cuts, cfg, ts_ns)
     schema = feature_schema(transform, e, d, cfg.adjust)
+    timed = None
+    if src is not None and (src.observed_cat or src.known_cat):
+        timed = timed_categories.arrays(transform.inputs, src, observed_cat, out.ts, out.real, out.known.ts)
+    del observed_cat
     windows = _tensors(out, names, known_width(transform), e, d,
-                       static.arrays(transform.inputs, static_values, names) if static_values else None)
+                       static.arrays(transform.inputs, static_values, names) if static_values else None, timed)
     windows.check_codes(schema)
     summary = data_summary(meta, schema, out.facts, windows.series_names, cuts, for_prediction, out.roll_bars, spacing)
     if src is not None:
@@ -204,13 +211,17 @@ def user_sources(cfg: DataConfig, transform: FittedTransform | None,
         got = transform.inputs
         observed, known, events, saved = tuple(got["observed"]), tuple(got["known"]), cfg.events, got["events"]
         context = tuple(got.get("context", ()))
-        static_cols, categorical = tuple(got.get("static", ())), tuple(static.categorical_columns(got))
+        static_cols = tuple(got.get("static", ()))
+        observed += tuple(timed_categories.observed_columns(got))
+        known += tuple(timed_categories.known_columns(got))
+        categorical = (*static.categorical_columns(got), *timed_categories.observed_columns(got),
+                       *timed_categories.known_columns(got))
     else:
         return None
     return inputs.load_sources(cfg.paths, observed, known, cfg.covariates, events, cfg.timestamp_col,
                                cfg.symbol_col, cfg.timezone, saved_events=saved, context=context,
                                target=transform.target if transform else cfg.target, static_cols=static_cols,
-                               categorical=categorical, bar_frame=bar_frame)
+                               categorical=categorical, bar_frame=bar_frame, fitted=transform is not None)
 
 
 def feature_columns(target: str, fill_gaps: bool) -> list[str]:
@@ -330,10 +341,15 @@ def check_splits(
 
 
 def _tensors(rows: SeriesRows, names: list[str], kr: int, e: int, d: int,
-             user_static: tuple[np.ndarray, np.ndarray] | None = None) -> WindowedData:
+             user_static: tuple[np.ndarray, np.ndarray] | None = None,
+             timed: tuple[np.ndarray, np.ndarray] | None = None) -> WindowedData:
     """`rows` as the WindowedData tensors (sharing the arrays). `user_static`: the series' (S, Sr) real and (S, Sc)
-    categorical static inputs (static.arrays), repeated over each series' rows after the series code."""
+    categorical static inputs (static.arrays), repeated over each series' rows after the series code. `timed`: the
+    (N, Kc + Oc) and (U, Kc) codes of the categorical known and observed inputs (timed_categories.arrays)."""
     import torch
+
+    if timed is None:
+        timed = (np.zeros((len(rows.codes), 0), dtype=np.int64), np.zeros((len(rows.known.ts), 0), dtype=np.int64))
 
     codes = rows.codes[:, None]  # (N, 1): a view of the fresh (N,) codes
     static_cont = np.zeros((len(rows.codes), 0), dtype=np.float32)
@@ -345,7 +361,7 @@ def _tensors(rows: SeriesRows, names: list[str], kr: int, e: int, d: int,
         cont=torch.from_numpy(rows.cont),
         static_cat=torch.from_numpy(codes),
         static_cont=torch.from_numpy(static_cont),
-        time_cat=torch.zeros(len(rows.codes), 0, dtype=torch.int64),
+        time_cat=torch.from_numpy(timed[0]),
         target_raw=torch.from_numpy(rows.target),
         center=torch.from_numpy(rows.center),
         scale=torch.from_numpy(rows.scale),
@@ -356,10 +372,10 @@ def _tensors(rows: SeriesRows, names: list[str], kr: int, e: int, d: int,
         encoder_length=e,
         horizon=d,
         n_known_cont=kr,
-        n_known_cat=0,
+        n_known_cat=timed[1].shape[1],
         series_names=tuple(names),
         known_cont=torch.from_numpy(rows.known.cont),
-        known_cat=torch.zeros(len(rows.known.ts), 0, dtype=torch.int64),
+        known_cat=torch.from_numpy(timed[1]),
         known_ts=torch.from_numpy(rows.known.ts),
         known_base=torch.from_numpy(rows.known.base),
         known_index=None if rows.known.index is None else torch.from_numpy(rows.known.index),
@@ -376,12 +392,17 @@ def feature_schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureS
     known = [*calendar_columns(tf.intraday, tf.calendar_features), *season, *inputs.known_names(tf.inputs),
              "relative_time"]
     vocab = (tf.inputs or {}).get("static_vocab", {})
+    timed = (tf.inputs or {}).get("timed_vocab", {})
     features = (
         Feature("series", Role.STATIC, Kind.CATEGORICAL, cardinality=len(tf.series_vocab) + 1),
         *(Feature(n, Role.STATIC, Kind.CATEGORICAL, cardinality=len(vocab[n]) + 1)
           for n in static.categorical_columns(tf.inputs)),
         *(Feature(n, Role.STATIC, Kind.CONTINUOUS) for n in static.real_columns(tf.inputs)),
+        *(Feature(n, Role.KNOWN, Kind.CATEGORICAL, cardinality=len(timed[n]) + 1)
+          for n in timed_categories.known_columns(tf.inputs)),
         *(Feature(n, Role.KNOWN, Kind.CONTINUOUS) for n in known),
+        *(Feature(n, Role.OBSERVED, Kind.CATEGORICAL, cardinality=len(timed[n]) + 1)
+          for n in timed_categories.observed_columns(tf.inputs)),
         *(Feature(n, Role.OBSERVED, Kind.CONTINUOUS) for n in observed_names(tf.scalers)),
     )
     extra = {

@@ -26,8 +26,8 @@ from foxhunt.data.features.covariate_files import (
 )
 from foxhunt.errors import InputError
 
-__all__ = ["CovariateTable", "asof_join", "coverage", "frame_bar_columns", "known_at", "pick", "read_bar_columns",
-           "read_covariates"]
+__all__ = ["CovariateTable", "asof_join", "coverage", "frame_bar_columns", "known_at", "known_values_at", "pick",
+           "read_bar_columns", "read_covariates"]
 
 UTC_NS = pl.Datetime("ns", "UTC")
 _ROW = "__foxhunt_row"
@@ -59,8 +59,8 @@ def pick(tables: Sequence[CovariateTable], columns: Sequence[str]) -> dict[str, 
 
 
 def asof_join(bars: pl.DataFrame, tables: Sequence[CovariateTable], columns: Sequence[str]) -> pl.DataFrame:
-    """`bars` (at least series, contract, ts; sorted by (series, ts)) plus one Float64 column per name in `columns`,
-    in that order, rows and height unchanged.
+    """`bars` (at least series, contract, ts; sorted by (series, ts)) plus one column per name in `columns`, in that
+    order, rows and height unchanged: Float64, or Utf8 for a text column (a categorical input).
 
     Each value is the providing table's last row with ts <= the bar's ts. A keyed table applies to a series whose
     name is one of its keys (all of that series' bars, whatever their contract), else to each bar's contract; a
@@ -93,7 +93,8 @@ def asof_join(bars: pl.DataFrame, tables: Sequence[CovariateTable], columns: Seq
         else:
             got = left.select("ts").join_asof(table.frame.select("ts", *cols), on="ts", strategy="backward")
         joined = joined.with_columns(got.select(cols))
-    values = joined.sort(_ROW).select(pl.col(c).cast(pl.Float64) for c in columns)
+    values = joined.sort(_ROW).select(pl.col(c) if joined.schema[c] == pl.Utf8 else pl.col(c).cast(pl.Float64)
+                                      for c in columns)
     return bars.with_columns(values)
 
 
@@ -121,10 +122,19 @@ def known_at(ts_ns: np.ndarray, tables: Sequence[CovariateTable], columns: Seque
     InputError naming the column and the earliest such time. A keyed table cannot give a known input: known inputs
     are the same for every series.
     """
+    out = np.empty((len(ts_ns), len(columns)), dtype=np.float32)  # (U, K)
+    for k, values in enumerate(known_values_at(ts_ns, tables, columns)):
+        out[:, k] = values.to_numpy()
+    return out
+
+
+def known_values_at(ts_ns: np.ndarray, tables: Sequence[CovariateTable], columns: Sequence[str]) -> list[pl.Series]:
+    """`known_at`'s values as the file holds them, one (U,) Series per column: Float64, or Utf8 for a text column
+    (a categorical known input); the same checks."""
     chosen = pick(tables, columns)
     ts = np.asarray(ts_ns, dtype=np.int64)  # (U,)
-    out = np.empty((ts.shape[0], len(columns)), dtype=np.float32)  # (U, K)
-    for k, c in enumerate(columns):
+    out = []
+    for c in columns:
         table = chosen[c]
         if table.keyed:
             raise InputError(
@@ -139,7 +149,7 @@ def known_at(ts_ns: np.ndarray, tables: Sequence[CovariateTable], columns: Seque
                 f"{table.source}: column {c!r} has no value at {iso(int(ts[outside].min()))} (its rows run"
                 f" {iso(int(stamps[0]))} .. {iso(int(stamps[-1]))}): extend the file to cover the forecast steps"
             )
-        out[:, k] = table.frame.get_column(c).to_numpy()[at]
+        out.append(table.frame.get_column(c).gather(at))
     return out
 
 

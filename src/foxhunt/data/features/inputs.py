@@ -3,12 +3,14 @@ keeps of them.
 
 - observed (--observed): a column of the bar files or of a --covariates file, joined to each bar as of its time
   (covariates.asof_join: the last value stamped at or before the bar), standardized on the training rows, and
-  appended to the observed inputs after foxhunt's own (scaling.observed_names reads them from the scalers).
+  appended to the observed inputs after foxhunt's own (scaling.observed_names reads them from the scalers). A
+  column of text (or one --categorical names) is categorical instead: coded by timed_categories.py.
 - static (--static, --categorical): one value per series, of the bar files or a --covariates file (static.py),
   real (standardized over the training series) or categorical (a vocabulary of the training series' values).
 - known (--known, --events): functions of a timestamp, the same for every series, read at the bars' own times and
   at every forecast step after an origin (covariates.known_at, events.event_features), so the decoder sees what is
-  scheduled and never a later bar. They are appended to the known inputs after the calendar's.
+  scheduled and never a later bar. They are appended to the known inputs after the calendar's; a categorical one
+  (text, or named by --categorical) is coded by timed_categories.py.
 
 A model saves `fitted` (FittedTransform.inputs): the names, the scaling, the event calendar itself and the known
 inputs' mean and std, so forecasting takes no events file; known covariates are read again from the run's files
@@ -53,7 +55,7 @@ MAX_BAD_FRACTION = 0.01  # more bars than this with a NaN, inf or missing user i
 def check_names(observed: Sequence[str], known: Sequence[str], static: Sequence[str] = (),
                 categorical: Sequence[str] = ()) -> None:
     """InputError unless the declared names are distinct, not foxhunt's own, and each in one role; --categorical
-    names --static columns only."""
+    names --static, --observed or --known columns only."""
     for flag, names in (("--observed", observed), ("--known", known), ("--static", static),
                         ("--categorical", categorical)):
         for n in names:
@@ -70,13 +72,10 @@ def check_names(observed: Sequence[str], known: Sequence[str], static: Sequence[
         both = sorted(set(a) & set(b))
         if both:
             raise InputError(f"{both[0]!r} is named by both {fa} and {fb}; an input has one role")
-    timed = sorted(set(categorical) & (set(observed) | set(known)))
-    if timed:
-        raise InputError(f"--categorical {timed[0]}: categorical observed/known inputs are not supported yet; only "
-                         "--static columns may be categorical")
-    loose = sorted(set(categorical) - set(static))
+    loose = sorted(set(categorical) - set(static) - set(observed) - set(known))
     if loose:
-        raise InputError(f"--categorical {loose[0]}: not a --static column; name it in --static too")
+        raise InputError(f"--categorical {loose[0]}: not a --static, --observed or --known column; name it in one of "
+                         "them too")
 
 
 @dataclass(frozen=True)
@@ -84,8 +83,8 @@ class Sources:
     """The declared inputs with their files read: the tables the observed columns join from, the context series
     and the known inputs' sources (covariate tables, the event calendar)."""
 
-    observed: tuple[str, ...]
-    known: tuple[str, ...]  # known covariate columns (the events' columns come from `events`)
+    observed: tuple[str, ...]  # the real observed columns
+    known: tuple[str, ...]  # the real known covariate columns (the events' columns come from `events`)
     tables: dict[str, CovariateTable]  # column -> the table it is read from
     events: EventCalendar | None
     from_bars: tuple[str, ...] = ()  # the observed and static columns read from the bar files themselves
@@ -93,6 +92,8 @@ class Sources:
     context_columns: tuple[str, ...] = ()  # their inputs' names: NQ_log_return, ...
     static: tuple[str, ...] = ()  # --static columns
     static_kinds: dict[str, str] | None = None  # column -> "real" | "categorical" (static.kinds)
+    observed_cat: tuple[str, ...] = ()  # the categorical observed columns (timed_categories.py)
+    known_cat: tuple[str, ...] = ()  # the categorical known columns
 
     def of(self, columns: Sequence[str]) -> list[CovariateTable]:
         """The tables `columns` are read from, each once (a table holding two of them is one table)."""
@@ -123,15 +124,17 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
                  events: str | None, timestamp_col: str | None = None, symbol_col: str | None = None,
                  timezone: str | None = None, saved_events: dict | None = None, context: Sequence[str] = (),
                  target: str = "log_return", static_cols: Sequence[str] = (),
-                 categorical: Sequence[str] = (), bar_frame: tuple[str, pl.DataFrame] | None = None
-                 ) -> Sources | None:
+                 categorical: Sequence[str] = (), bar_frame: tuple[str, pl.DataFrame] | None = None,
+                 fitted: bool = False) -> Sources | None:
     """Read what the declared inputs need: each --covariates entry as a table, the bar files' own columns for
     observed and static names no covariate file has, and the events file (or the calendar a model saved). None:
-    nothing declared. `categorical`: the static columns taken as categories whatever their type. `bar_frame`:
-    (name, frame) of bars in memory, whose own columns stand for the bar files'."""
+    nothing declared. `categorical`: the columns taken as categories whatever their type; a column of text is one
+    too, unless `fitted` (a saved model's inputs: `categorical` names its categorical columns, the other observed and
+    known ones must be numbers, as in training). `bar_frame`: (name, frame) of bars in memory, whose own columns
+    stand for the bar files'."""
     if not declared(observed, known, events or saved_events, context, static_cols):
         return None
-    real = {*observed, *known}  # must be numbers; a static column of text is categorical
+    real = {*observed, *known} - set(categorical) if fitted else set()  # must be numbers
     tables = [read_covariates([c], timezone=timezone, real=real) for c in covariates]
     have = {c for t in tables for c in t.columns}
     from_bars = [c for c in (*observed, *static_cols) if c not in have]
@@ -150,10 +153,16 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
     chosen = pick(tables, [*observed, *known, *static_cols])
     cal = read_events(events, timezone=timezone) if events else (
         EventCalendar.from_dict(saved_events) if saved_events else None)
-    return Sources(observed=tuple(observed), known=tuple(known), tables=chosen, events=cal, from_bars=tuple(from_bars),
-                   context=tuple(context),
+    timed = (*observed, *known)
+    kind = ({c: "categorical" if c in categorical else "real" for c in timed} if fitted
+            else static.kinds(timed, chosen, categorical))
+    return Sources(observed=tuple(c for c in observed if kind[c] == "real"),
+                   known=tuple(c for c in known if kind[c] == "real"), tables=chosen, events=cal,
+                   from_bars=tuple(from_bars), context=tuple(context),
                    context_columns=context_names(context, target), static=tuple(static_cols),
-                   static_kinds=static.kinds(static_cols, chosen, categorical))
+                   static_kinds=static.kinds(static_cols, chosen, categorical),
+                   observed_cat=tuple(c for c in observed if kind[c] == "categorical"),
+                   known_cat=tuple(c for c in known if kind[c] == "categorical"))
 
 
 def with_context(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarray, src: Sources,
@@ -181,10 +190,11 @@ def with_context(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np
 
 def observe(bars: pl.DataFrame, src: Sources) -> tuple[pl.DataFrame, int]:
     """`bars` (sorted by series, ts) with the observed columns joined as of each bar's time, and without the bars
-    where one is NaN, infinite or missing after the series' first value (their count is returned). InputError where
-    a series has no value at its first bar (the as-of join has nothing at or before it), or where more than
-    MAX_BAD_FRACTION of the bars would go."""
-    if not src.observed:
+    where a real one is NaN, infinite or missing after the series' first value (their count is returned). InputError
+    where a series has no real value at its first bar (the as-of join has nothing at or before it), or where more
+    than MAX_BAD_FRACTION of the bars would go. A categorical column's missing value is no reason to drop a bar: it
+    is coded 0 (timed_categories.py)."""
+    if not (src.observed or src.observed_cat):
         return bars, 0
     joined, counts = join_observed(bars, src)
     check_dropped(counts)
@@ -195,10 +205,13 @@ DROPPED, BARS = "", " bars"  # join_observed's counts of the bars dropped and of
 
 
 def join_observed(bars: pl.DataFrame, src: Sources) -> tuple[pl.DataFrame, dict[str, int]]:
-    """`observe`'s bars without judging how many went, and the counts of bars without a finite value: per column,
-    of any (DROPPED) and of all (BARS), as a piece of a panel sends them back, so that `check_dropped` judges the
-    whole panel's sums. The leading-value error is a series' own and is raised here."""
-    joined = asof_join(bars, src.of(src.observed), src.observed)
+    """`observe`'s bars without judging how many went, and the counts of bars without a finite real value: per
+    column, of any (DROPPED) and of all (BARS), as a piece of a panel sends them back, so that `check_dropped`
+    judges the whole panel's sums. The leading-value error is a series' own and is raised here."""
+    cols = src.observed + src.observed_cat
+    joined = asof_join(bars, src.of(cols), cols)
+    if not src.observed:
+        return joined, {DROPPED: 0, BARS: joined.height}
     first = (pl.col("series") != pl.col("series").shift(1)).fill_null(True)
     for c in src.observed:
         lead = joined.filter(first & pl.col(c).is_null())
@@ -289,13 +302,19 @@ def fit_known_counted(src: Sources, stamps: np.ndarray, counts: np.ndarray, mode
     return out
 
 
-def fitted(src: Sources, mode: str, known_scalers: dict, event_cap: int, static_fit: dict | None = None) -> dict:
-    """What a model keeps of its inputs (FittedTransform.inputs): JSON-able. `static_fit`: static.fit's output."""
+def fitted(src: Sources, mode: str, known_scalers: dict, event_cap: int, static_fit: dict | None = None,
+           timed_vocab: dict | None = None) -> dict:
+    """What a model keeps of its inputs (FittedTransform.inputs): JSON-able. `static_fit`: static.fit's output;
+    `timed_vocab`: timed_categories.fit's ("observed" and "known" list the real columns, "observed_cat" and
+    "known_cat" the categorical ones)."""
     return {
         "static": list(src.static),
         "static_kinds": dict(src.static_kinds or {}),
         **(static_fit or {"static_scalers": {}, "static_vocab": {}}),
         "observed": list(src.observed),
+        "observed_cat": list(src.observed_cat),
+        "known_cat": list(src.known_cat),
+        "timed_vocab": dict(timed_vocab or {}),
         "bar_columns": list(src.from_bars),
         "context": list(src.context),
         "known": list(src.known),
@@ -304,7 +323,8 @@ def fitted(src: Sources, mode: str, known_scalers: dict, event_cap: int, static_
         "known_scalers": known_scalers,
         "events": None if src.events is None else src.events.to_dict(),
         "event_cap": int(event_cap),
-        "sources": {c: src.tables[c].source for c in (*src.observed, *src.known, *src.static)},
+        "sources": {c: src.tables[c].source
+                    for c in (*src.observed, *src.observed_cat, *src.known, *src.known_cat, *src.static)},
     }
 
 
@@ -346,11 +366,11 @@ def summary(src: Sources, dropped: int) -> dict:
     per_context = len(src.context_columns) // max(1, len(src.context))
     cols = [{"name": n, "role": "observed", "kind": "real", "source": f"--context {src.context[i // per_context]}"}
             for i, n in enumerate(src.context_columns)]
-    kinds = src.static_kinds or {}
-    for role, names in (("observed", src.observed), ("known", src.known), ("static", src.static)):
+    kinds = {**(src.static_kinds or {}), **dict.fromkeys((*src.observed_cat, *src.known_cat), "categorical")}
+    for role, names in (("observed", src.observed + src.observed_cat), ("known", src.known + src.known_cat),
+                        ("static", src.static)):
         for c, cov in zip(names, coverage(src.of(names), names), strict=True):
-            cols.append({"name": c, "role": role, "kind": kinds.get(c, "real") if role == "static" else "real",
-                         **cov})
+            cols.append({"name": c, "role": role, "kind": kinds.get(c, "real"), **cov})
     events = None
     if src.events is not None:
         ev = src.events

@@ -51,8 +51,7 @@ def prepare_store(
 
             manifest = prepare_pieces(cfg, out, pieces, pool.executor, pool.size, sources)
             if manifest is not None:
-                return manifest
-            log.info("the symbols do not group into consecutive series: preparing the panel in memory")
+                return manifest  # else prepare_pieces said why the panel is prepared in memory
         if pool is not None:
             pool.executor.shutdown(wait=False, cancel_futures=True)  # its processes end while the panel is prepared
     return write_store(prepare_data(cfg), cfg, out)

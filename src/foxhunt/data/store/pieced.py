@@ -102,16 +102,21 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
                                        for c, (i0, i1) in enumerate(chunks)])
     lap("read")
     if not all(r.routed for r in reads):
+        log.info("a bar without a symbol: preparing the panel in memory")
         return None
     check_bar_sizes([x for r in reads for x in r.rtypes], [x for r in reads for x in r.spacings], files)
     entries = [e for r in reads for e in r.files]
     expected = split_cuts(cfg, np.array([min(r.lo for r in reads), max(r.hi for r in reads)]))
     src = user_sources(cfg, None)  # the user's inputs (not --context: build.py prepares those in memory)
+    if src is not None and (src.observed_cat or src.known_cat):  # their codes are not written in pieces yet
+        log.info("categorical --observed / --known inputs: the store is prepared in memory")
+        return None
     loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected, src)
                                                           for k in range(len(pieces))])
     lap("load")
     names = [n for r in loads for n in r.names]
     if names != sorted(set(names)):
+        log.info("the symbols do not group into consecutive series: preparing the panel in memory")
         return None
     for r in (r for load in loads for r in load.rolls):  # what load_raw logs in memory (the jobs are quiet)
         why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
