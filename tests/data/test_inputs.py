@@ -112,3 +112,17 @@ def test_context_takes_the_other_series_last_bar_at_or_before():
     np.testing.assert_array_equal(out["B_log_volume"].to_numpy(), [np.nan, 8.0, 8.0, 9.0, 8.0, 9.0])
     with pytest.raises(InputError, match="--context C: no such series"):
         inputs.with_context(feats, names, sidx, ts, inputs.Sources((), (), {}, None, context=("C",)), "log_return")
+
+
+def test_a_column_of_numbers_with_a_stray_text_cell_stops_naming_it():
+    """Mostly numbers and one "n/a": not silently a category per number."""
+    from foxhunt.data.features.static import kinds
+
+    frame = pl.DataFrame({"ts": pl.Series([0, H, 2 * H]).cast(pl.Datetime("ns", "UTC")), "vix": ["14.1", "n/a", "15.0"]})
+    tab = CovariateTable("vix.csv", frame, keyed=False)
+    with pytest.raises(InputError, match=r"vix.csv: column 'vix' holds numbers and some text \('n/a' at "
+                                         r"1970-01-01T01:00:00Z\).*--categorical"):
+        kinds(["vix"], {"vix": tab}, ())
+    assert kinds(["vix"], {"vix": tab}, ("vix",)) == {"vix": "categorical"}
+    words = CovariateTable("r.csv", frame.with_columns(pl.Series("vix", ["calm", "n/a", "busy"])), keyed=False)
+    assert kinds(["vix"], {"vix": words}, ()) == {"vix": "categorical"}

@@ -30,9 +30,25 @@ UNKNOWN = 0  # the code of a category unseen in training
 
 
 def kinds(columns: Sequence[str], tables: dict[str, CovariateTable], categorical: Sequence[str]) -> dict[str, str]:
-    """{column: "categorical" | "real"}: categorical when named in `categorical` or not numbers in its file."""
-    return {c: "categorical" if c in categorical or tables[c].frame.schema[c] != pl.Float64 else "real"
-            for c in columns}
+    """{column: "categorical" | "real"}: categorical when named in `categorical` or not numbers in its file. A
+    column of numbers with a few cells of text (a stray "n/a") is an InputError naming the first such cell rather
+    than a silent category per number: fix the cells, or name the column in --categorical."""
+    out = {}
+    for c in columns:
+        frame = tables[c].frame
+        if c in categorical or frame.schema[c] == pl.Float64:
+            out[c] = "categorical" if c in categorical else "real"
+            continue
+        text = frame.get_column(c).cast(pl.Utf8)
+        number = text.str.strip_chars().cast(pl.Float64, strict=False).is_not_null()  # (R,)
+        given = text.is_not_null()
+        if int(number.sum()) * 2 > int(given.sum()):  # mostly numbers
+            at = int((given & ~number).arg_max())
+            raise InputError(f"{tables[c].source}: column {c!r} holds numbers and some text ({text[at]!r} at "
+                             f"{frame['ts'][at]:%Y-%m-%dT%H:%M:%SZ}); fix those cells, or name the column in "
+                             "--categorical to take its values as categories")
+        out[c] = "categorical"
+    return out
 
 
 def series_values(bars: pl.DataFrame, names: list[str], columns: Sequence[str], tables: dict[str, CovariateTable],
