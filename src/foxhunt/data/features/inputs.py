@@ -7,9 +7,9 @@ keeps of them.
   column of text (or one --categorical names) is categorical instead: coded by timed_categories.py.
 - static (--static, --categorical): one value per series, of the bar files or a --covariates file (static.py),
   real (standardized over the training series) or categorical (a vocabulary of the training series' values).
-- known (--known, --events): functions of a timestamp, the same for every series, read at the bars' own times and
-  at every forecast step after an origin (covariates.known_at, events.event_features), so the decoder sees what is
-  scheduled and never a later bar. They are appended to the known inputs after the calendar's; a categorical one
+- known (--known, --events): functions of a timestamp (and, for events keyed to a series or contract, of the key
+  a series reads: events.key_of), read at the bars' own times and at every forecast step after an origin
+  (covariates.known_at, events.event_features), so the decoder sees what is scheduled and never a later bar. They are appended to the known inputs after the calendar's; a categorical one
   (text, or named by --categorical) is coded by timed_categories.py.
 
 A model saves `fitted` (FittedTransform.inputs): the names, the scaling, the event calendar itself and the known
