@@ -1,5 +1,6 @@
 """`Forecaster.update` with the user's own inputs: a model of an observed covariate (vix, from a --covariates file),
-a known covariate (holiday_eve) and an events file, on the generic daily fixture (ES and NQ). `predict` on the
+a known covariate (holiday_eve) and an events file (FOMC for every series, expiries keyed to ES), on the generic
+daily fixture (ES and NQ). `predict` on the
 history to bar k, then `update` with bars k+1 .. k+5 carrying vix, gives `predict` on the history to each of them,
 eager and traced; a bar may leave vix out (read from the model's file as of its time); what update cannot give
 stops with one line and the state untouched."""
@@ -35,8 +36,10 @@ def files(tmp_path_factory, daily_path) -> dict[str, Path]:
                   "vix": 15 + np.abs(rng.normal(0, 5, len(days)))}).write_csv(out["vix"])
     pl.DataFrame({"date": pl.Series(days).cast(pl.Datetime("ns", "UTC")),
                   "holiday_eve": (rng.random(len(days)) < 0.2).astype(float)}).write_parquet(out["eve"])
-    pl.DataFrame({"time": pl.Series(days[::20] + 13 * 3600 * 10**9).cast(pl.Datetime("ns", "UTC")),
-                  "name": ["FOMC decision"] * len(days[::20])}).write_csv(out["events"])
+    fomc, expiry = days[::20] + 13 * 3600 * 10**9, days[7::15] + 14 * 3600 * 10**9  # expiries: ES's alone
+    pl.DataFrame({"time": pl.Series(np.concatenate([fomc, expiry])).cast(pl.Datetime("ns", "UTC")),
+                  "name": ["FOMC decision"] * len(fomc) + ["expiry"] * len(expiry),
+                  "symbol": [""] * len(fomc) + ["ES"] * len(expiry)}).write_csv(out["events"])
     return out
 
 

@@ -7,7 +7,8 @@ Training joins them to whole histories (data/features/inputs.py); a live bar nee
   as-of join gives it (covariates.asof_join: a keyed file by the series' name, else by its contract).
 - known: the known covariates and the event features of the bar's time and of its forecast steps
   (inputs.known_values, from the model's covariate source: the training run's --covariates, or the files
-  `Forecaster.load` names), the same function the prepared rows were filled with.
+  `Forecaster.load` names), the same function the prepared rows were filled with; keyed events under the key the
+  bar's series and contract read (events.key_of), as prepared rows read theirs.
 
 `LiveInputs` reads the files once and answers a call's bars with one `known_values` call; its values are checked
 before the stream moves (a refused bar leaves the state as it was).
@@ -27,6 +28,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features import inputs
 from foxhunt.data.features.covariates import UTC_NS, CovariateTable
+from foxhunt.data.features.events import key_of
 from foxhunt.errors import InputError
 
 
@@ -89,6 +91,7 @@ class LiveInputs:
         self.n_known = len(inputs.known_names(got))
         self.known = None if src is None else inputs.known_values(got, src, max(int(tf.bar_spacing_ns), 1))
         self.files = {c: _AsOf(src.tables[c], c) for c in from_files} if src is not None else {}
+        self.events = None if src is None else src.events
 
     def observed_values(self, names: Sequence[str], contracts: Sequence[str | None], ts_ns: Sequence[int],
                         given: Sequence[Sequence[object]]) -> list[list[float]]:
@@ -132,10 +135,19 @@ class LiveInputs:
         if not self.n_known:
             return obs, None
         at = np.array([[ts, *steps(ts)] for ts in ts_ns], dtype=np.int64)  # (B, 1 + D)
-        return obs, self.known_at(at.ravel()).reshape(len(names), at.shape[1], -1)
+        keys = [self.key(n, c) for n, c in zip(names, contracts, strict=True)]
+        if not any(keys):  # every bar reads the unkeyed events: one call
+            return obs, self.known_at(at.ravel()).reshape(len(names), at.shape[1], -1)
+        return obs, np.stack([self.known_at(row, k) for row, k in zip(at, keys, strict=True)])
 
-    def known_at(self, ts_ns: np.ndarray) -> np.ndarray:
-        """(U, Ku) float32 standardized known covariates, then event features, at ts_ns (U,): InputError (one line
-        naming the column and the time) where a known covariate's file does not cover a time."""
+    def key(self, name: str, contract: str | None) -> str | None:
+        """The events' key a bar of series `name` holding `contract` reads (events.key_of; None: the unkeyed
+        events)."""
+        return None if self.events is None else key_of(self.events, name, contract)
+
+    def known_at(self, ts_ns: np.ndarray, key: str | None = None) -> np.ndarray:
+        """(U, Ku) float32 standardized known covariates, then event features under the events' `key`, at ts_ns
+        (U,): InputError (one line naming the column and the time) where a known covariate's file does not cover a
+        time."""
         assert self.known is not None
-        return self.known(np.asarray(ts_ns, dtype=np.int64))
+        return self.known(np.asarray(ts_ns, dtype=np.int64), key)

@@ -417,7 +417,8 @@ class StreamState:
             self.known_grid.decoder(ts, out[i, :, :self.n_cal])
             cached = self.user_dec.get(r)
             if cached is None or cached[0] != ts:  # a primed series: its steps' values not read yet
-                cached = (ts, self.user.known_at(np.array(self.known_grid.steps(ts, self.d), dtype=np.int64)))
+                cached = (ts, self.user.known_at(np.array(self.known_grid.steps(ts, self.d), dtype=np.int64),
+                                                 self.user.key(self.names[r], self.contract[r])))
                 self.user_dec[r] = cached
             out[i, :, self.n_cal:] = cached[1]
         return out

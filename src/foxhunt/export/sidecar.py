@@ -108,9 +108,12 @@ def user_words(lm: LoadedModel) -> dict[str, str]:
         words[c] = (f"column {c} of {src.get(c, '?')} as of the time of the bar or forecast step; code = its index "
                     f"in your_inputs.timed_vocab[{c}] + 1, 0 for a value not in it (encoder_cat and decoder_cat)")
     cap = got.get("event_cap", 0)
+    keyed = ("; a series' events are events[name] and keyed[key][name], key its name where keyed lists it, else the "
+             "contract it holds at the bar (at the origin for a forecast step)") if (got.get("events") or {}).get(
+        "keyed") else ""
     for n in (got.get("events") or {}).get("events", {}):
         words[f"{n}_until"] = (f"min(floor((e - t) / bar_spacing_ns), {cap}) / {cap}, e the first {n} event at or "
-                               "after the bar's start t (your_inputs.events); 1 when there is none")
+                               f"after the bar's start t (your_inputs.events{keyed}); 1 when there is none")
         words[f"{n}_since"] = (f"min(floor((t - e) / bar_spacing_ns), {cap}) / {cap}, e the last {n} event before "
                                "the bar's start t; 1 when there is none")
         words[f"{n}_in_bar"] = f"1 when a {n} event falls in [t, t + bar_spacing_ns), else 0"

@@ -21,7 +21,14 @@ from foxhunt.data.bars.load import LoadedBars, load_bars
 from foxhunt.data.bars.sessions import run_session
 from foxhunt.data.bars.validate import check_log_target
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.featurize import SeriesRows, Stamped, known_width, series_rows, windowed_rows
+from foxhunt.data.dataset.featurize import (
+    EVENT_KEY,
+    SeriesRows,
+    Stamped,
+    known_width,
+    series_rows,
+    windowed_rows,
+)
 from foxhunt.data.dataset.summary import EPOCH, data_summary, iso
 from foxhunt.data.dataset.types import UNKNOWN_SERIES, FittedTransform, PreparedData
 from foxhunt.data.dataset.windows import (
@@ -82,6 +89,7 @@ def prepare_from_bars(
         loaded = LoadedBars(bars=joined, rolls=loaded.rolls, report=loaded.report)
         del joined
     bars, names, sidx, ts_ns = sorted_bars(loaded.bars)
+    event_keys = inputs.event_keys(src, bars, strict=not for_prediction)  # (N,) or None: without keyed events
     observed_cat = {} if src is None else {c: bars.get_column(c) for c in src.observed_cat}  # (N,) each, as joined
     static_values = {} if src is None else static.series_values(bars, names, src.static, src.tables,
                                                                  src.static_kinds or {})
@@ -169,11 +177,14 @@ def prepare_from_bars(
     # The row tensor: known columns (filled by windowed_rows), then the observed inputs, standardized straight into it.
     rows = series_rows(feats, names, sidx, ts_ns, transform, trail)
     del feats, trail  # not read past here: gone before the row tensors are built
+    if event_keys is not None:
+        rows[EVENT_KEY] = event_keys
     future = None
     if for_prediction:
         future = future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz, transform.grid)  # (S, d)
     user_known = None if src is None else inputs.known_values(transform.inputs, src, step)
-    known = Stamped(transform, step, d, None if pending is None else pending.result(), user_known)
+    known = Stamped(transform, step, d, None if pending is None else pending.result(), user_known,
+                    () if src is None or src.events is None else src.events.keys)
     out = windowed_rows(rows, names, transform, e, d, cuts, train_start_ns(cfg), known, future)
     del rows, pending
     if not for_prediction:
