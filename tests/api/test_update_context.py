@@ -14,7 +14,9 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import foxhunt
+from foxhunt.api.live_context import LiveContext
 from foxhunt.cli import main
+from foxhunt.export.sidecar import user_words
 from tests.api.test_forecaster import Q, assert_same_forecasts
 
 NEW = 5  # bars per series given to update
@@ -46,11 +48,15 @@ def _bar_of(bars: pl.DataFrame, i: int) -> pl.DataFrame:
     return bars.group_by("symbol", maintain_order=True).agg(pl.all().get(i)).select(bars.columns)
 
 
-def test_the_model_reads_four_inputs_of_nq(run):
+def test_the_model_reads_four_inputs_of_nq(run, daily_path, capsys):
+    """model.json's scalers, the export sidecar's words and `foxhunt inspect` each name NQ_log_vol."""
     fc = foxhunt.Forecaster.load(run, trace=False)
     tf = fc._lm.transform
     assert tf.inputs["context"] == ["NQ"]
     assert tf.scalers["user_observed"] == ["NQ_log_return", "NQ_log_range", "NQ_log_volume", "NQ_log_vol"]
+    assert "log_vol input" in user_words(fc._lm)["NQ_log_vol"]
+    assert main(["inspect", str(daily_path), "--context", "NQ", "--encoder-length", "16", "--horizon", "3"]) == 0
+    assert "input     NQ_log_vol: observed real from --context NQ" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("trace", [False, True])
@@ -98,3 +104,23 @@ def test_a_context_series_the_stream_has_no_bar_of_stops_with_one_line(run, bars
     assert "\n" not in str(err.value)
     fc.update(_bar_of(bars, 0))  # with NQ's bar in the call: taken
     assert fc._stream.n.tolist() == [1, 1]
+
+
+def test_live_context_reads_the_last_record_at_or_before_and_0_before_the_first():
+    """NQ recorded at 10 and 30: rows at 5, 10, 20, 30 read none (0), 10's, 10's, 30's, standardized by each row's
+    plan ((x - mean) / std); a series that is not a context series is not recorded."""
+    observed = ["log_return", "NQ_log_return", "NQ_log_range", "NQ_log_volume", "NQ_log_vol"]
+    ctx = LiveContext(["NQ"], "log_return", observed, offset=2)
+    ctx.record("NQ", 10, (1.0, 2.0, 3.0, 4.0))
+    ctx.record("ES", 20, (9.0, 9.0, 9.0, 9.0))
+    ctx.record("NQ", 30, (5.0, 6.0, 7.0, 8.0))
+    e = 2
+    ring = np.full((4, 2 * e, 2 + len(observed)), -1.0, np.float32)  # (S, 2E, F)
+    head = np.ones(4, np.int64)  # each row's last input row at slot 0
+    plans = [[(c, 1.0, 2.0) for c in observed]] * 4
+    ctx.fill(ring, [0, 1, 2, 3], [5, 10, 20, 30], head, e, plans)
+    want = np.array([[0.0] * 4, [0.0, 0.5, 1.0, 1.5], [0.0, 0.5, 1.0, 1.5], [2.0, 2.5, 3.0, 3.5]], np.float32)
+    np.testing.assert_array_equal(ring[:, 0, 3:], want)
+    np.testing.assert_array_equal(ring[:, e, 3:], want)  # the ring's copy E slots on
+    assert (ring[:, 1, :] == -1.0).all() and (ring[:, 0, :3] == -1.0).all()  # nothing else written
+    assert ctx.times == {"NQ": [10, 30]}
