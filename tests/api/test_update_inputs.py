@@ -126,19 +126,6 @@ def test_a_known_covariate_that_does_not_cover_the_steps_stops_with_one_line(run
     assert fc._stream.n.tolist() == [0]  # refused before the series moved
 
 
-def test_a_context_model_forecasts_with_predict_and_refuses_update_in_one_line(daily_path, tiny_flags, tmp_path):
-    run_dir = tmp_path / "context"
-    assert main(["train", "--parquet-file", str(daily_path), "--context", "NQ", *tiny_flags, "--run-dir",
-                 str(run_dir)]) == 0
-    bars = pl.read_parquet(daily_path).sort("symbol", "timestamp")
-    fc = foxhunt.Forecaster.load(run_dir)
-    assert fc.predict(bars).height == 2 * fc.horizon  # predict does not start a stream for it
-    later = {**bars.row(-1, named=True), "timestamp": bars["timestamp"].max() + (bars["timestamp"][1] - bars["timestamp"][0])}
-    with pytest.raises(foxhunt.InputError, match="does not take a --context model yet") as err:
-        fc.update(later)
-    assert "\n" not in str(err.value)
-
-
 def test_update_continues_a_history_whose_bars_without_a_value_predict_dropped(run, bars, files, tmp_path):
     """A vix row of NaN drops the bar it joins to (both series' bar of the next day) from the prepared history;
     the stream is primed from the bars kept, so update still continues predict."""

@@ -20,8 +20,9 @@ import pyarrow as pa
 import torch
 
 from foxhunt.api.bars import FRAME_NAME, as_polars, parquet_tail, stream_bars
+from foxhunt.api.gaps import parse_gap
 from foxhunt.api.live_inputs import LiveInputs
-from foxhunt.api.stream import StreamState, parse_gap
+from foxhunt.api.stream import StreamState
 from foxhunt.data.bars.load import load_raw
 from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.types import PreparedData
@@ -117,7 +118,7 @@ class Forecaster:
         loaded = load_raw(raw, [entry], cfg, self._lm.transform.bar_spacing_ns)
         data = _predict.prepare_loaded(self._lm, loaded, (FRAME_NAME,), frame)  # its own columns: --observed ones
         # update does not take these (api/live_inputs.py)
-        if not (inputs.get("context") or inputs.get("static") or inputs.get("observed_cat") or inputs.get("known_cat")):
+        if not (inputs.get("static") or inputs.get("observed_cat") or inputs.get("known_cat")):
             self._prime(loaded.bars, data)
         fc = _predict.Forecaster(self._lm, data, self._device, calibration=self._calibration(calibrated))
         ids = _predict.live_origins(data)
@@ -148,7 +149,9 @@ class Forecaster:
         bar files must be given); the known covariates and events come from the model's covariate source (see
         `load`) at the bar and at its forecast steps (api/live_inputs.py). A missing or non-finite field, or a step
         a known file does not cover, is an InputError naming the column, with the state untouched. A --context
-        model does not stream: its `update` is an InputError."""
+        model reads each context series' inputs from the stream's own state of that series (its last bar at or
+        before the bar's time, one of the same call included: api/live_context.py), so its bars come through
+        `update` too; a context series the stream has no bar of is an InputError."""
         live = self.update_arrays(bar, calibrated, max_gap)
         n = len(live.symbols)
         fb = _predict.ForecastBatch(

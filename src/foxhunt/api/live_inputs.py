@@ -70,10 +70,6 @@ class LiveInputs:
 
     def __init__(self, tf: FittedTransform, cfg: DataConfig):
         got = tf.inputs or {}
-        if got.get("context"):
-            raise InputError(f"Forecaster.update does not take a --context model yet (it reads "
-                             f"{', '.join(got['context'])} as of each bar); forecast it with Forecaster.predict on "
-                             "the bars of every series")
         if got.get("static"):
             raise InputError(f"Forecaster.update does not take a --static model yet ({', '.join(got['static'])}); "
                              "forecast it with Forecaster.predict on its bars")

@@ -40,7 +40,7 @@ from foxhunt.data.features import inputs, static, timed_categories
 from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features.features import move_columns, raw_features
 from foxhunt.data.features.known import stamp_known
-from foxhunt.data.features.scaling import fit_and_trail, observed_names
+from foxhunt.data.features.scaling import fit_and_trail, observed_names, trailing
 from foxhunt.data.features.schema import Feature, FeatureSchema, Kind, Role
 from foxhunt.data.util import parallel
 from foxhunt.data.util.order import run_starts, sort_keys
@@ -125,8 +125,6 @@ def prepare_from_bars(
     # reads its columns as numpy views then, where a column of two chunks is copied at every read. "target" is the
     # target's own column under another name: dropped first, as a rechunk would copy the two apart.
     feats = feats.drop("target").rechunk()
-    if src is not None:
-        feats = inputs.with_context(feats, names, sidx, ts_ns, src, target)
     # The known inputs depend on the timestamps and the grid alone: on a second thread they are computed while the
     # scalers are fitted and applied (serially they wait for windowed_rows, so as not to be held through the fit).
     step = (transform.bar_spacing_ns if transform is not None else 0) or spacing  # the model's bar interval
@@ -153,6 +151,8 @@ def prepare_from_bars(
         )
         fitted_inputs = None
         if src is not None:
+            # after the trailing inputs: a context series gives its own log_vol
+            feats = inputs.with_context(feats, names, sidx, ts_ns, src, target, trail[0]["log_vol"])
             inputs.fit_observed(feats, names, sidx, train_mask & ~feats["first"].to_numpy(), src,
                                 cfg.covariate_scaling, scalers)
             known_scalers = inputs.fit_known(src, ts_ns[train_mask], cfg.covariate_scaling)
@@ -173,6 +173,9 @@ def prepare_from_bars(
             session=run_session(cfg.calendar),
             inputs=fitted_inputs,
         )
+    elif src is not None and src.context:  # a context series' log_vol is its trailing input: computed once, here
+        trail = trailing(feats, names, sidx, transform.scalers, target, scaling)
+        feats = inputs.with_context(feats, names, sidx, ts_ns, src, target, trail[0]["log_vol"])
     release_freed_memory()  # the fit's freed temporaries go back before the row tensor takes its memory
     # The row tensor: known columns (filled by windowed_rows), then the observed inputs, standardized straight into it.
     rows = series_rows(feats, names, sidx, ts_ns, transform, trail)

@@ -114,10 +114,15 @@ def declared(observed: Sequence[str], known: Sequence[str], events: str | None, 
     return bool(observed or known or events or context or static_cols)
 
 
+def context_inputs(target: str) -> tuple[str, ...]:
+    """The inputs of its own a --context series gives: its move, range and volume (features.py's, in the target's
+    units) and its trailing volatility (scaling.trailing's log_vol), in column order."""
+    return (*move_columns(target), "log_volume", "log_vol")
+
+
 def context_names(context: Sequence[str], target: str) -> tuple[str, ...]:
-    """The inputs each --context series gives every series: its own move, range and volume (features.py's, in
-    the target's units), named SERIES_column."""
-    return tuple(f"{c}_{col}" for c in context for col in (*move_columns(target), "log_volume"))
+    """The inputs each --context series gives every series (`context_inputs`), named SERIES_column."""
+    return tuple(f"{c}_{col}" for c in context for col in context_inputs(target))
 
 
 def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[str], covariates: Sequence[str],
@@ -166,11 +171,13 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
 
 
 def with_context(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarray, src: Sources,
-                 target: str) -> pl.DataFrame:
+                 target: str, log_vol: np.ndarray) -> pl.DataFrame:
     """`feats` (raw features, rows sorted by series and time; `sidx` (N,) into `names`, `ts` (N,) int64 ns) with
-    each context series' inputs as of every row's time: the context series' last bar at or before it (its bar of
-    the same time included: both are known once their bars close), NaN before its first bar (0 once
-    standardized). InputError naming the series when a context series is not in the data."""
+    each context series' inputs (`context_inputs`) as of every row's time: the context series' last bar at or before
+    it (its bar of the same time included: both are known once their bars close), NaN before its first bar (0 once
+    standardized). `log_vol` (N,): scaling.trailing's log_vol of every row, the series' own input, so a context
+    series' volatility is the one it sees itself. InputError naming the series when a context series is not in the
+    data."""
     if not src.context:
         return feats
     cols = {}
@@ -180,8 +187,8 @@ def with_context(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np
                              "of them, or add its bars to --parquet-file")
         rows = np.flatnonzero(sidx == names.index(c))  # (Nc,) sorted by time: one series' run
         at = np.searchsorted(ts[rows], ts, side="right") - 1  # (N,) its last bar at or before each row
-        for col in (*move_columns(target), "log_volume"):
-            x = feats.get_column(col).to_numpy()[rows].astype(np.float64)
+        for col in context_inputs(target):
+            x = (log_vol if col == "log_vol" else feats.get_column(col).to_numpy())[rows].astype(np.float64)
             v = x[np.maximum(at, 0)]
             v[at < 0] = np.nan
             cols[f"{c}_{col}"] = v
