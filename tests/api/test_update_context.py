@@ -124,3 +124,19 @@ def test_live_context_reads_the_last_record_at_or_before_and_0_before_the_first(
     np.testing.assert_array_equal(ring[:, e, 3:], want)  # the ring's copy E slots on
     assert (ring[:, 1, :] == -1.0).all() and (ring[:, 0, :3] == -1.0).all()  # nothing else written
     assert ctx.times == {"NQ": [10, 30]}
+
+
+def test_a_bar_older_than_the_records_kept_stops_before_it_reads_a_wrong_bar(monkeypatch):
+    """Once a context series' older records are let go, a bar from before the first kept one is refused in one
+    line (it would read no bar, or a wrong one); a bar within the records is read as before."""
+    import foxhunt.api.live_context as live_context
+
+    monkeypatch.setattr(live_context, "KEEP", 2)
+    observed = ["log_return", "NQ_log_return", "NQ_log_range", "NQ_log_volume", "NQ_log_vol"]
+    ctx = LiveContext(["NQ"], "log_return", observed, offset=2)
+    ctx.prime(["ES", "NQ"], np.array([0, 1, 1, 1]), np.array([5, 10, 20, 30]), [np.arange(4.0)] * 4)
+    assert ctx.times == {"NQ": [20, 30]} and ctx.trimmed == {"NQ"}
+    ctx.check({"ES", "NQ"}, [20, 25])  # within the records: taken
+    with pytest.raises(foxhunt.InputError, match="more than 2 of NQ's bars back") as err:
+        ctx.check({"ES", "NQ"}, [15])
+    assert "\n" not in str(err.value)

@@ -10,7 +10,8 @@ X then reads C's record at or before its time.
 A call's bars are stepped first and their context columns written after (`fill`): C's bar of the same time reaches
 X's bar whatever their order in the call, and two context series see each other's bar of that time, as in
 training. The last KEEP records of each context series are kept, so a series that lags C by fewer bars still reads
-the record of its own time.
+the record of its own time; a bar older than the records kept stops the call before the stream moves (`check`)
+rather than read a wrong bar.
 
 Legend: B bars of one call, E encoder steps, F continuous input columns of the stream's ring.
 """
@@ -44,6 +45,7 @@ class LiveContext:
         self.blank = {observed[j]: math.nan for j, _, _ in self.columns}  # what `_advance` writes before `fill`
         self.times: dict[str, list[int]] = {c: [] for c in self.series}
         self.values: dict[str, list[tuple[float, ...]]] = {c: [] for c in self.series}
+        self.trimmed: set[str] = set()  # context series whose older records were let go
 
     @staticmethod
     def of(tf: FittedTransform, observed: Sequence[str], offset: int) -> LiveContext | None:
@@ -51,13 +53,18 @@ class LiveContext:
         series = (tf.inputs or {}).get("context") or ()
         return LiveContext(series, tf.target, observed, offset) if series else None
 
-    def check(self, known: Container[str]) -> None:
+    def check(self, known: Container[str], ts_ns: Sequence[int] = ()) -> None:
         """InputError (one line) where a context series is not a series of the stream (`known`): its bars are
-        read from the stream, as predict reads them from the history."""
+        read from the stream, as predict reads them from the history; or where a bar of the call (`ts_ns`) is
+        older than the records kept of a context series (it would read a wrong bar)."""
         for c in self.series:
             if c not in known:
                 raise InputError(f"update: the model reads --context {c} as of each bar, and no bar of {c} was "
                                  f"given; pass {c}'s bars to update too (or predict on a history that has them)")
+            if c in self.trimmed and ts_ns and min(ts_ns) < self.times[c][0]:
+                raise InputError(f"update: a bar at {np.datetime64(int(min(ts_ns)), 'ns')}Z reads --context {c} "
+                                 f"as of its time, more than {KEEP:,} of {c}'s bars back; predict on the history "
+                                 "instead, or keep the series' bars closer in time")
 
     def prime(self, names: Sequence[str], sidx: np.ndarray, ts: np.ndarray, values: Sequence[np.ndarray]) -> None:
         """Restart the records of the context series among `names` from a history: `sidx` (N,) into `names`, rows
@@ -65,7 +72,10 @@ class LiveContext:
         for c in self.series:
             if c not in names:
                 continue
-            rows = np.flatnonzero(sidx == list(names).index(c))[-KEEP:]  # (Nc,) its last bars, in time order
+            rows = np.flatnonzero(sidx == list(names).index(c))  # (Nc,) its bars, in time order
+            if len(rows) > KEEP:
+                rows = rows[-KEEP:]
+                self.trimmed.add(c)
             self.times[c] = ts[rows].tolist()
             self.values[c] = list(zip(*(np.asarray(v, dtype=np.float64)[rows].tolist() for v in values), strict=True))
 
@@ -97,3 +107,4 @@ class LiveContext:
         for c in self.series:
             if len(self.times[c]) > 2 * KEEP:
                 del self.times[c][:-KEEP], self.values[c][:-KEEP]
+                self.trimmed.add(c)
