@@ -1,4 +1,4 @@
-"""The user's own inputs (--observed, --known, --events) of bars given one at a time to `Forecaster.update`.
+"""The user's own inputs (--observed, --known, --events, --static) of bars given one at a time to `Forecaster.update`.
 
 Training joins them to whole histories (data/features/inputs.py); a live bar needs the same values at one time:
 
@@ -8,6 +8,8 @@ Training joins them to whole histories (data/features/inputs.py); a live bar nee
 - known: the known covariates and the event features of the bar's time and of its forecast steps
   (inputs.known_values, from the model's covariate source: the training run's --covariates, or the files
   `Forecaster.load` names), the same function the prepared rows were filled with.
+
+- static and categorical inputs: coded by api/live_codes.py with the functions predict codes them with.
 
 `LiveInputs` reads the files once and answers a call's bars with one `known_values` call; its values are checked
 before the stream moves (a refused bar leaves the state as it was).
@@ -23,9 +25,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import polars as pl
 
+from foxhunt.api.live_codes import LiveCodes
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import FittedTransform
-from foxhunt.data.features import inputs
+from foxhunt.data.features import inputs, static
 from foxhunt.data.features.covariates import UTC_NS, CovariateTable
 from foxhunt.errors import InputError
 
@@ -63,8 +66,8 @@ def _columns(frame: pl.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 class LiveInputs:
-    """The user's inputs of a model's live bars: raw observed values (read from the bar or its covariate file) and
-    the standardized known values of the bars' times and forecast steps."""
+    """The user's inputs of a model's live bars: raw observed values (read from the bar or its covariate file), the
+    standardized known values of the bars' times and forecast steps, and (`codes`) the static and categorical ones."""
 
     def __init__(self, tf: FittedTransform, cfg: DataConfig):
         got = tf.inputs or {}
@@ -72,23 +75,28 @@ class LiveInputs:
             raise InputError(f"Forecaster.update does not take a --context model yet (it reads "
                              f"{', '.join(got['context'])} as of each bar); forecast it with Forecaster.predict on "
                              "the bars of every series")
-        if got.get("static"):
-            raise InputError(f"Forecaster.update does not take a --static model yet ({', '.join(got['static'])}); "
-                             "forecast it with Forecaster.predict on its bars")
-        timed = [*got.get("observed_cat", ()), *got.get("known_cat", ())]
-        if timed:
-            raise InputError(f"Forecaster.update does not take a model of categorical --observed / --known inputs "
-                             f"yet ({', '.join(timed)}); forecast it with Forecaster.predict on its bars")
         self.observed: tuple[str, ...] = tuple(got.get("observed", ()))
         self.bar_columns = frozenset(got.get("bar_columns", ()))
         from_files = [c for c in self.observed if c not in self.bar_columns]
+        observed_cat, known_cat = tuple(got.get("observed_cat", ())), tuple(got.get("known_cat", ()))
+        cat_files = [c for c in observed_cat if c not in self.bar_columns]
+        static_files = [c for c in got.get("static", ()) if c not in self.bar_columns]
         # The bar files' own columns come with each bar: only the covariate files and the calendar are read here.
-        src = inputs.load_sources(cfg.paths, from_files, tuple(got.get("known", ())), cfg.covariates, cfg.events,
-                                  cfg.timestamp_col, cfg.symbol_col, cfg.timezone, saved_events=got.get("events"),
-                                  target=tf.target, fitted=True)  # a saved model's real inputs: numbers
+        src = inputs.load_sources(cfg.paths, [*from_files, *cat_files], (*got.get("known", ()), *known_cat),
+                                  cfg.covariates, cfg.events, cfg.timestamp_col, cfg.symbol_col, cfg.timezone,
+                                  saved_events=got.get("events"), target=tf.target, static_cols=static_files,
+                                  categorical=(*observed_cat, *known_cat, *static.categorical_columns(got)),
+                                  fitted=True)  # a saved model's real inputs: numbers
         self.n_known = len(inputs.known_names(got))
         self.known = None if src is None else inputs.known_values(got, src, max(int(tf.bar_spacing_ns), 1))
         self.files = {c: _AsOf(src.tables[c], c) for c in from_files} if src is not None else {}
+        self.codes = LiveCodes(got, src, cfg.encoder_length) if (
+            got.get("static") or observed_cat or known_cat) else None
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The fields a bar may carry by name: the real --observed columns, then those `codes` reads."""
+        return self.observed + (self.codes.fields if self.codes is not None else ())
 
     def observed_values(self, names: Sequence[str], contracts: Sequence[str | None], ts_ns: Sequence[int],
                         given: Sequence[Sequence[object]]) -> list[list[float]]:
@@ -122,17 +130,23 @@ class LiveInputs:
     def of_bars(self, names: Sequence[str], contracts: Sequence[str | None], ts_ns: Sequence[int],
                 observed: list[list[object]] | None, steps: Callable[[int], Sequence[int]],
                 ) -> tuple[list[list[float]] | None, np.ndarray | None]:
-        """A call's bars' raw observed values (B, Ou) (`observed_values`; `observed` None: none given) and the
-        known values (B, 1 + D, Ku) of each bar's time and its forecast steps (`steps(ts)`: the D grid times after
-        it); None for what the model does not take."""
+        """A call's bars' raw observed values (B, Ou) (`observed_values`; `observed` (B, len(fields)), None: none
+        given) and the known values (B, 1 + D, Ku) of each bar's time and its forecast steps (`steps(ts)`: the D
+        grid times after it); None for what the model does not take. The bars' static and categorical codes are
+        read too, and kept (`codes`) once every value of the call is checked."""
+        given = observed if observed is not None else [[None] * len(self.fields)] * len(names)
         obs = None
         if self.observed:
-            given = observed if observed is not None else [[None] * len(self.observed)] * len(names)
-            obs = self.observed_values(names, contracts, ts_ns, given)
-        if not self.n_known:
+            obs = self.observed_values(names, contracts, ts_ns, [row[:len(self.observed)] for row in given])
+        if not (self.n_known or self.codes is not None):
             return obs, None
         at = np.array([[ts, *steps(ts)] for ts in ts_ns], dtype=np.int64)  # (B, 1 + D)
-        return obs, self.known_at(at.ravel()).reshape(len(names), at.shape[1], -1)
+        read = None if self.codes is None else self.codes.read(
+            names, contracts, ts_ns, [row[len(self.observed):] for row in given], at)
+        known = self.known_at(at.ravel()).reshape(len(names), at.shape[1], -1) if self.n_known else None
+        if read is not None:
+            self.codes.commit(read)  # type: ignore[union-attr]
+        return obs, known
 
     def known_at(self, ts_ns: np.ndarray) -> np.ndarray:
         """(U, Ku) float32 standardized known covariates, then event features, at ts_ns (U,): InputError (one line
