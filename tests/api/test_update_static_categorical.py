@@ -121,6 +121,16 @@ def test_update_of_categorical_observed_and_known_inputs_equals_predict(timed_ru
     _parity(timed_run, bars.drop("sector"), trace)
 
 
+@pytest.mark.parametrize("run", ["static_run", "timed_run"])
+def test_the_window_predict_primes_forecasts_what_predict_forecasts(run, bars, request):
+    """The stream's window of each series' last bar right after predict (its steps' known codes read then) is
+    predict's own live window."""
+    fc = foxhunt.Forecaster.load(request.getfixturevalue(run), trace=False)
+    want = fc.predict(bars).sort("symbol", "horizon")
+    q, _, _ = fc._forecast_rows([fc._stream.index[s] for s in ("ES", "NQ")], calibrated=True)  # (B, D, Q)
+    assert_same_forecasts(q.reshape(-1, len(Q)), want.select(Q).to_numpy())
+
+
 def test_the_static_inputs_enter_the_live_window_as_predict_codes_them(static_run, bars):
     fc = foxhunt.Forecaster.load(static_run, trace=False)
     fc.predict(bars)
