@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from foxhunt.api.stream import parse_gap
+from foxhunt.api.gaps import parse_gap
 from foxhunt.backtest.folds import Length, parse_length
 from foxhunt.errors import InputError
 

@@ -1,5 +1,6 @@
 """`Forecaster.update` with the user's own inputs: a model of an observed covariate (vix, from a --covariates file),
-a known covariate (holiday_eve) and an events file, on the generic daily fixture (ES and NQ). `predict` on the
+a known covariate (holiday_eve) and an events file (FOMC for every series, expiries keyed to ES), on the generic
+daily fixture (ES and NQ). `predict` on the
 history to bar k, then `update` with bars k+1 .. k+5 carrying vix, gives `predict` on the history to each of them,
 eager and traced; a bar may leave vix out (read from the model's file as of its time); what update cannot give
 stops with one line and the state untouched."""
@@ -35,8 +36,10 @@ def files(tmp_path_factory, daily_path) -> dict[str, Path]:
                   "vix": 15 + np.abs(rng.normal(0, 5, len(days)))}).write_csv(out["vix"])
     pl.DataFrame({"date": pl.Series(days).cast(pl.Datetime("ns", "UTC")),
                   "holiday_eve": (rng.random(len(days)) < 0.2).astype(float)}).write_parquet(out["eve"])
-    pl.DataFrame({"time": pl.Series(days[::20] + 13 * 3600 * 10**9).cast(pl.Datetime("ns", "UTC")),
-                  "name": ["FOMC decision"] * len(days[::20])}).write_csv(out["events"])
+    fomc, expiry = days[::20] + 13 * 3600 * 10**9, days[7::15] + 14 * 3600 * 10**9  # expiries: ES's alone
+    pl.DataFrame({"time": pl.Series(np.concatenate([fomc, expiry])).cast(pl.Datetime("ns", "UTC")),
+                  "name": ["FOMC decision"] * len(fomc) + ["expiry"] * len(expiry),
+                  "symbol": [""] * len(fomc) + ["ES"] * len(expiry)}).write_csv(out["events"])
     return out
 
 
@@ -121,19 +124,6 @@ def test_a_known_covariate_that_does_not_cover_the_steps_stops_with_one_line(run
         fc.update(bar)  # the bar is covered, its forecast steps are not
     assert "\n" not in str(err.value)
     assert fc._stream.n.tolist() == [0]  # refused before the series moved
-
-
-def test_a_context_model_forecasts_with_predict_and_refuses_update_in_one_line(daily_path, tiny_flags, tmp_path):
-    run_dir = tmp_path / "context"
-    assert main(["train", "--parquet-file", str(daily_path), "--context", "NQ", *tiny_flags, "--run-dir",
-                 str(run_dir)]) == 0
-    bars = pl.read_parquet(daily_path).sort("symbol", "timestamp")
-    fc = foxhunt.Forecaster.load(run_dir)
-    assert fc.predict(bars).height == 2 * fc.horizon  # predict does not start a stream for it
-    later = {**bars.row(-1, named=True), "timestamp": bars["timestamp"].max() + (bars["timestamp"][1] - bars["timestamp"][0])}
-    with pytest.raises(foxhunt.InputError, match="does not take a --context model yet") as err:
-        fc.update(later)
-    assert "\n" not in str(err.value)
 
 
 def test_update_continues_a_history_whose_bars_without_a_value_predict_dropped(run, bars, files, tmp_path):

@@ -38,8 +38,10 @@ def files(tmp_path_factory, daily_path) -> dict[str, Path]:
                         "holiday_eve": (rng.random(len(days)) < 0.05).astype(float)})
     out["eve"] = folder / "eve.parquet"
     eve.write_parquet(out["eve"])
-    ev = pl.DataFrame({"time": pl.Series(days[::20] + 13 * 3600 * 10**9).cast(pl.Datetime("ns", "UTC")),
-                       "name": ["FOMC decision"] * len(days[::20])})
+    fomc, expiry = days[::20] + 13 * 3600 * 10**9, days[7::15] + 14 * 3600 * 10**9  # expiries: ES's alone
+    ev = pl.DataFrame({"time": pl.Series(np.concatenate([fomc, expiry])).cast(pl.Datetime("ns", "UTC")),
+                       "name": ["FOMC decision"] * len(fomc) + ["expiry"] * len(expiry),
+                       "symbol": [""] * len(fomc) + ["ES"] * len(expiry)})
     out["events"] = folder / "events.csv"
     ev.write_csv(out["events"])
     return out
@@ -57,7 +59,8 @@ def run(files, tiny_flags, tmp_path_factory) -> Path:
     return run_dir
 
 
-EVENT_COLUMNS = ["fomc_decision_until", "fomc_decision_since", "fomc_decision_in_bar"]
+EVENT_COLUMNS = ["expiry_until", "expiry_since", "expiry_in_bar", "fomc_decision_until", "fomc_decision_since",
+                 "fomc_decision_in_bar"]
 
 
 def test_the_model_saves_its_inputs_and_their_scaling(run):
@@ -69,7 +72,10 @@ def test_the_model_saves_its_inputs_and_their_scaling(run):
     assert set(tf["scalers"]["series"]) == {"ES", "NQ"} and "vix" in tf["scalers"]["series"]["ES"]
     known = [f["name"] for f in meta["schema"]["features"] if f["role"] == "known"]
     observed = [f["name"] for f in meta["schema"]["features"] if f["role"] == "observed"]
-    assert known[-5:] == ["holiday_eve", *EVENT_COLUMNS, "relative_time"]
+    assert known[-8:] == ["holiday_eve", *EVENT_COLUMNS, "relative_time"]
+    events = tf["inputs"]["events"]  # the calendar, its keys kept
+    assert set(events["events"]) == {"expiry", "fomc_decision"} and events["events"]["expiry"] == []
+    assert list(events["keyed"]) == ["ES"] and len(events["keyed"]["ES"]["expiry"]) > 0
     assert observed[-2:] == ["flow", "vix"]
 
 
@@ -78,7 +84,7 @@ def test_inspect_lists_each_input_with_role_source_and_span(files, capsys):
     out = capsys.readouterr().out
     assert "input     flow: observed real from" in out and "bars.parquet" in out
     assert "input     vix: observed real from" in out and "input     holiday_eve: known real" in out
-    assert "events of fomc_decision" in out
+    assert "events of expiry, fomc_decision (keyed to ES)" in out
 
 
 def test_predict_and_evaluate_use_the_saved_sources(run, files, tmp_path, capsys):

@@ -177,8 +177,6 @@ def test_slug() -> None:
         ("time,name\n", "the events file has no rows"),
         ("when,name\n2024-03-01,cpi\n", "no time column \\(looked for ts_event, .*, ts\\); found columns: when, name"),
         ("time,what\n2024-03-01,cpi\n", "no event name column \\(looked for name, event\\); found columns: time, what"),
-        ("time,name,symbol\n2024-03-01,cpi,ES\n", "per-symbol events are not supported yet; drop the column"),
-        ("time,name,root\n2024-03-01,cpi,ES\n", "per-symbol events are not supported yet; drop the column"),
         ("time,name\n2024-03-01,cpi\n2024-03-02,\n", "column 'name' row 2 is empty; give every event a name"),
         ("time,name\n2024-03-01,cpi\n ,cpi\n", "column 'time' row 2 is empty; give every event a time"),
         ("time,name\n2024-03-01,cpi\nsoon,cpi\n", "column 'time' row 2: cannot parse timestamp 'soon'"),

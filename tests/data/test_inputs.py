@@ -99,19 +99,24 @@ def test_observe_drops_bars_without_a_finite_value_and_stops_past_one_percent():
 
 
 def test_context_takes_the_other_series_last_bar_at_or_before():
-    """B's bars at 1 h and 3 h; A's rows at 0, 1, 2, 3 h read B's 1 h bar from 1 h, its 3 h bar from 3 h."""
+    """B's bars at 1 h and 3 h; A's rows at 0, 1, 2, 3 h read B's 1 h bar from 1 h, its 3 h bar from 3 h: its
+    move, range, volume and the log_vol it is given (the trailing input of each row), never a later one's."""
     names = ["A", "B"]
     sidx = np.array([0, 0, 0, 0, 1, 1])
     ts = np.array([0, H, 2 * H, 3 * H, H, 3 * H], dtype=np.int64)
     feats = pl.DataFrame({"log_return": [0.0, 0.1, 0.2, 0.3, 5.0, 7.0], "log_range": [1.0] * 4 + [2.0, 3.0],
                           "log_volume": [0.0] * 4 + [8.0, 9.0]})
+    log_vol = np.array([-1.0, -2.0, -3.0, -4.0, -5.5, -6.5])
     src = inputs.Sources(observed=(), known=(), tables={}, events=None, context=("B",),
                          context_columns=inputs.context_names(("B",), "log_return"))
-    out = inputs.with_context(feats, names, sidx, ts, src, "log_return")
+    assert src.context_columns == ("B_log_return", "B_log_range", "B_log_volume", "B_log_vol")
+    out = inputs.with_context(feats, names, sidx, ts, src, "log_return", log_vol)
     np.testing.assert_array_equal(out["B_log_return"].to_numpy(), [np.nan, 5.0, 5.0, 7.0, 5.0, 7.0])
     np.testing.assert_array_equal(out["B_log_volume"].to_numpy(), [np.nan, 8.0, 8.0, 9.0, 8.0, 9.0])
+    np.testing.assert_array_equal(out["B_log_vol"].to_numpy(), [np.nan, -5.5, -5.5, -6.5, -5.5, -6.5])
     with pytest.raises(InputError, match="--context C: no such series"):
-        inputs.with_context(feats, names, sidx, ts, inputs.Sources((), (), {}, None, context=("C",)), "log_return")
+        inputs.with_context(feats, names, sidx, ts, inputs.Sources((), (), {}, None, context=("C",)), "log_return",
+                            log_vol)
 
 
 def test_a_column_of_numbers_with_a_stray_text_cell_stops_naming_it():

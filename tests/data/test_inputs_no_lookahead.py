@@ -222,3 +222,69 @@ def test_observed_columns_sit_last_and_are_scaled_on_training_rows(tmp_path, sca
         assert ent == sc["pooled"]["flow"] == sc["series"]["BBB"]["flow"]
     else:
         assert ent != sc["series"]["BBB"]["flow"]
+
+
+def context_bars(seed: int) -> pl.DataFrame:
+    """`raw_bars` with BBB's first 30 bars and every third one after gone: AAA's rows read BBB's last bar at or
+    before them, and none before BBB's first."""
+    bars = raw_bars(seed)
+    bbb = pl.int_range(pl.len()).over("symbol")
+    gone = (pl.col("symbol") == "BBB") & ((bbb < 30) | (bbb % 3 == 1))
+    return bars.filter(~gone)
+
+
+def test_context_log_vol_is_the_context_series_own_trailing_volatility_as_of_each_bar(tmp_path) -> None:
+    """AAA's BBB_log_vol (covariate scaling none: the raw value) is BBB's ln sigma by hand (the returns estimator:
+    sigma^2 an EWMA of r^2 seeded with BBB's training return variance, floored at 0.1 std) at BBB's last bar at or
+    before AAA's bar, and 0 (NaN, standardized) before BBB's first bar."""
+    bars = context_bars(11)
+    macro, flow, sched, events = covariates(11)
+    paths = write(tmp_path, "a", {"bars": bars, "macro": macro, "flow": flow, "sched": sched, "events": events})
+    p = prepare(paths, context=("BBB",), covariate_scaling="none", vol_estimator="returns")
+    assert p.transform.inputs["context"] == ["BBB"]
+    assert p.transform.scalers["user_observed"][-4:] == ["BBB_log_return", "BBB_log_range", "BBB_log_volume",
+                                                         "BBB_log_vol"]
+    b = bars.filter(pl.col("symbol") == "BBB").sort("ts_event")
+    b_ts = b["ts_event"].dt.epoch("ns").to_numpy()
+    close = b["close"].to_numpy()
+    r = np.concatenate([[0.0], np.log(close[1:] / close[:-1])])
+    sc = p.transform.scalers
+    std, a = sc["series"]["BBB"]["log_return"]["std"], 1.0 - 0.5 ** (1.0 / sc["halflife"])
+    v = np.empty(len(r))
+    v[0] = std**2
+    for i in range(1, len(r)):
+        v[i] = (1 - a) * v[i - 1] + a * r[i] ** 2
+    log_vol = np.log(np.maximum(np.sqrt(v), 0.1 * std))  # (Nb,)
+    w = p.windows
+    aaa = (w.series_idx == w.series_names.index("AAA")) & w.real
+    ts = w.ts_ns[aaa].numpy()
+    at = np.searchsorted(b_ts, ts, side="right") - 1  # BBB's last bar at or before each AAA bar
+    want = np.where(at >= 0, log_vol[np.maximum(at, 0)], 0.0)
+    assert (at < 0).any() and (b_ts[np.maximum(at, 0)] < ts).any()  # both cases are met
+    np.testing.assert_allclose(w.cont[aaa, -1].numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10**6), t_hours=st.integers(0, 5 * 24), scaling=st.sampled_from(["series", "none"]))
+def test_later_bars_of_a_context_series_change_nothing_up_to_t(tmp_path_factory, seed: int, t_hours: int,
+                                                               scaling: str) -> None:
+    """--context BBB: BBB's bars after t moved change no row or window up to t (BBB_log_vol included), and do
+    reach AAA's context columns after t."""
+    folder = tmp_path_factory.mktemp("context")
+    t_ns = int(np.datetime64(CUT, "ns").astype(np.int64)) + t_hours * HOUR
+    bars = context_bars(seed)
+    macro, flow, sched, events = covariates(seed)
+    later = pl.Series((bars["ts_event"].dt.epoch("ns").to_numpy() > t_ns) & (bars["symbol"] == "BBB").to_numpy())
+    noise = pl.Series(np.exp(np.random.default_rng(seed + 1).normal(0, 0.02, bars.height)))
+    moved = bars.with_columns(*[pl.when(later).then(pl.col(c) * noise * (1.002 if c == "high" else 1.0))
+                                .otherwise(pl.col(c)).alias(c) for c in ("open", "high", "low", "close")])
+    moved = moved.with_columns(high=pl.max_horizontal("open", "high", "low", "close"),
+                               low=pl.min_horizontal("open", "high", "low", "close"))  # returns and ranges move
+    frames = {"macro": macro, "flow": flow, "sched": sched, "events": events}
+    p = prepare(write(folder, "a", {"bars": bars, **frames}), context=("BBB",), covariate_scaling=scaling)
+    q = prepare(write(folder, "b", {"bars": moved, **frames}), context=("BBB",), covariate_scaling=scaling)
+    assert fitted(p) == fitted(q)
+    assert_upto_equal(p, q, t_ns)
+    w = p.windows
+    aaa_after = (w.series_idx == w.series_names.index("AAA")) & w.real & (w.ts_ns > t_ns)
+    assert not torch.equal(w.cont[aaa_after, -1], q.windows.cont[aaa_after, -1])  # BBB_log_vol

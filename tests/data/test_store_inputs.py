@@ -162,3 +162,16 @@ def test_categorical_observed_inputs_are_prepared_in_memory(files, tmp_path, cap
     assert "categorical --observed / --known inputs: the store is prepared in memory" in caplog.text
     assert manifest["transform"]["inputs"]["observed_cat"] == ["sector"]
     assert manifest["arrays"]["time_cat"]["shape"][1] == 1
+
+
+def test_keyed_events_are_prepared_in_memory(files, tmp_path, caplog):
+    """Events keyed to a series read a block of the known grid per key, which the pieces' shared grid does not hold
+    yet: the store is prepared in memory, says so, and keeps the keys."""
+    ev = pl.read_csv(files["events"])
+    keyed = tmp_path / "keyed.csv"
+    ev.with_columns(symbol=pl.Series(["ES", ""] * (ev.height // 2) + [""] * (ev.height % 2))).write_csv(keyed)
+    cfg = DataConfig(**{**_config(files).__dict__, "events": str(keyed)})
+    with caplog.at_level(logging.INFO, logger="foxhunt.data"):
+        manifest = prepare_store(cfg, tmp_path / "s", piece_rows=1, workers=1, min_rows=0)
+    assert "--events with a symbol column: the store is prepared in memory" in caplog.text
+    assert list(manifest["transform"]["inputs"]["events"]["keyed"]) == ["ES"]

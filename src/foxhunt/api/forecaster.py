@@ -20,8 +20,9 @@ import pyarrow as pa
 import torch
 
 from foxhunt.api.bars import FRAME_NAME, as_polars, parquet_tail, stream_bars
+from foxhunt.api.gaps import parse_gap
 from foxhunt.api.live_inputs import LiveInputs
-from foxhunt.api.stream import StreamState, parse_gap
+from foxhunt.api.stream import StreamState
 from foxhunt.data.bars.load import load_raw
 from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.types import PreparedData
@@ -111,13 +112,11 @@ class Forecaster:
         the grid knows, see data/bars/grid.future_timestamps), one column per quantile (calibrated unless `calibrated=False`),
         actual (null). Also restarts the `update` stream of these series from this history."""
         frame = as_polars(df)
-        inputs = self._lm.transform.inputs or {}
         cfg = _predict.prediction_config(self._lm, (FRAME_NAME,))
         raw, entry = read_frame(frame, FRAME_NAME, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale)
         loaded = load_raw(raw, [entry], cfg, self._lm.transform.bar_spacing_ns)
         data = _predict.prepare_loaded(self._lm, loaded, (FRAME_NAME,), frame)  # its own columns: --observed ones
-        if not inputs.get("context"):  # update does not take these (api/live_inputs.py)
-            self._prime(loaded.bars, data)
+        self._prime(loaded.bars, data)
         fc = _predict.Forecaster(self._lm, data, self._device, calibration=self._calibration(calibrated))
         ids = _predict.live_origins(data)
         tables = [_predict.forecast_table(fb, data.windows.series_names, self.quantiles) for fb in fc.iter(ids, 1024)]
@@ -149,8 +148,10 @@ class Forecaster:
         inputs are those `predict` gave the series (a series first seen here: its covariate file's value, or its
         first bar's field for a column of the bar files). Categories are coded with the model's vocabulary, a value
         unseen in training as 0 (said once). A missing or non-finite field, or a step a known file does not cover,
-        is an InputError naming the column, with the state untouched. A --context model does not stream: its
-        `update` is an InputError."""
+        is an InputError naming the column, with the state untouched. A --context model reads each context series'
+        inputs from the stream's own state of that series (its last bar at or before the bar's time, one of the
+        same call included: api/live_context.py), so its bars come through `update` too; a context series the
+        stream has no bar of is an InputError."""
         live = self.update_arrays(bar, calibrated, max_gap)
         n = len(live.symbols)
         fb = _predict.ForecastBatch(

@@ -7,7 +7,8 @@ Training joins them to whole histories (data/features/inputs.py); a live bar nee
   as-of join gives it (covariates.asof_join: a keyed file by the series' name, else by its contract).
 - known: the known covariates and the event features of the bar's time and of its forecast steps
   (inputs.known_values, from the model's covariate source: the training run's --covariates, or the files
-  `Forecaster.load` names), the same function the prepared rows were filled with.
+  `Forecaster.load` names), the same function the prepared rows were filled with; keyed events under the key the
+  bar's series and contract read (events.key_of), as prepared rows read theirs.
 
 - static and categorical inputs: coded by api/live_codes.py with the functions predict codes them with.
 
@@ -30,6 +31,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features import inputs, static
 from foxhunt.data.features.covariates import UTC_NS, CovariateTable
+from foxhunt.data.features.events import key_of
 from foxhunt.errors import InputError
 
 
@@ -71,10 +73,6 @@ class LiveInputs:
 
     def __init__(self, tf: FittedTransform, cfg: DataConfig):
         got = tf.inputs or {}
-        if got.get("context"):
-            raise InputError(f"Forecaster.update does not take a --context model yet (it reads "
-                             f"{', '.join(got['context'])} as of each bar); forecast it with Forecaster.predict on "
-                             "the bars of every series")
         self.observed: tuple[str, ...] = tuple(got.get("observed", ()))
         self.bar_columns = frozenset(got.get("bar_columns", ()))
         from_files = [c for c in self.observed if c not in self.bar_columns]
@@ -90,6 +88,7 @@ class LiveInputs:
         self.n_known = len(inputs.known_names(got))
         self.known = None if src is None else inputs.known_values(got, src, max(int(tf.bar_spacing_ns), 1))
         self.files = {c: _AsOf(src.tables[c], c) for c in from_files} if src is not None else {}
+        self.events = None if src is None else src.events
         self.codes = LiveCodes(got, src, cfg.encoder_length) if (
             got.get("static") or observed_cat or known_cat) else None
 
@@ -143,13 +142,26 @@ class LiveInputs:
         at = np.array([[ts, *steps(ts)] for ts in ts_ns], dtype=np.int64)  # (B, 1 + D)
         read = None if self.codes is None else self.codes.read(
             names, contracts, ts_ns, [row[len(self.observed):] for row in given], at)
-        known = self.known_at(at.ravel()).reshape(len(names), at.shape[1], -1) if self.n_known else None
+        known = self.known_of(names, contracts, at) if self.n_known else None
         if read is not None:
             self.codes.commit(read)  # type: ignore[union-attr]
         return obs, known
 
-    def known_at(self, ts_ns: np.ndarray) -> np.ndarray:
-        """(U, Ku) float32 standardized known covariates, then event features, at ts_ns (U,): InputError (one line
-        naming the column and the time) where a known covariate's file does not cover a time."""
+    def known_of(self, names: Sequence[str], contracts: Sequence[str | None], at: np.ndarray) -> np.ndarray:
+        """(B, 1 + D, Ku) the known values of each bar's times `at` (B, 1 + D), under its events' key."""
+        keys = [self.key(n, c) for n, c in zip(names, contracts, strict=True)]
+        if not any(keys):  # every bar reads the unkeyed events: one call
+            return self.known_at(at.ravel()).reshape(len(names), at.shape[1], -1)
+        return np.stack([self.known_at(row, k) for row, k in zip(at, keys, strict=True)])
+
+    def key(self, name: str, contract: str | None) -> str | None:
+        """The events' key a bar of series `name` holding `contract` reads (events.key_of; None: the unkeyed
+        events)."""
+        return None if self.events is None else key_of(self.events, name, contract)
+
+    def known_at(self, ts_ns: np.ndarray, key: str | None = None) -> np.ndarray:
+        """(U, Ku) float32 standardized known covariates, then event features under the events' `key`, at ts_ns
+        (U,): InputError (one line naming the column and the time) where a known covariate's file does not cover a
+        time."""
         assert self.known is not None
-        return self.known(np.asarray(ts_ns, dtype=np.int64))
+        return self.known(np.asarray(ts_ns, dtype=np.int64), key)

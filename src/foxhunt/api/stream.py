@@ -12,7 +12,8 @@ from `KnownGrid` (api/known_grid.py), which computes them a span of the grid at 
 
 The user's own inputs (--observed, --known, --events) come from `LiveInputs` (api/live_inputs.py): a bar's
 observed fields are standardized with its series' scalers after foxhunt's own observed columns, and the known ones
-follow the calendar's, in the order of the prepared rows; a model without them does no extra work per bar.
+follow the calendar's, in the order of the prepared rows; a model without them does no extra work per bar. A
+--context series' inputs are those this state computes for that series, as of each bar's time (api/live_context.py).
 
 Legend: S series in the state, B series in one step, E encoder steps, F continuous input columns (known calendar
 columns, the user's known ones, then observed ones, as `WindowedData.cont`), Kr known continuous columns.
@@ -20,14 +21,15 @@ columns, the user's known ones, then observed ones, as `WindowedData.cont`), Kr 
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import math
 
 import numpy as np
 import polars as pl
 
+from foxhunt.api.gaps import DAY_NS, duration, stamp
 from foxhunt.api.known_grid import KnownGrid
+from foxhunt.api.live_context import LiveContext
 from foxhunt.api.live_inputs import LiveInputs
 from foxhunt.data.bars.load import bar_interval
 from foxhunt.data.dataset.types import UNKNOWN_SERIES, FittedTransform
@@ -45,12 +47,10 @@ from foxhunt.data.features.scaling import (
     vol_columns,
 )
 from foxhunt.data.features.seasonality import profile_at
-from foxhunt.durations import MONTHS, UNIT_NS, read_duration
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.api")
 
-DAY_NS = 86_400 * 10**9
 # A bar this long after the one the grid expected next (the grid skips weekends and the daily halt, not holidays)
 # is said once: a holiday closes a session or two (at most a day past the grid; NYSE's longest closure since 1933,
 # after 9/11, was four sessions), so 3 days past it means a stale stream (a feed down, a state restored from
@@ -103,6 +103,7 @@ class StreamState:
         self.code = np.full(0, UNKNOWN_SERIES, dtype=np.int64)  # (S,) the model's series codes
         self.alpha = ewma_alpha(self.hl)
         self.known_grid = KnownGrid(transform, self.season)
+        self.context = LiveContext.of(transform, self.observed, self.n_known)  # --context series' records
         self._series_of: dict[str, str] | None = None
 
     # -- per-series constants ----------------------------------------------------------------------------------
@@ -161,6 +162,9 @@ class StreamState:
         for k in self.ewm.keys() & states.keys():
             self.ewm[k][rows] = states[k][last]
         self.vol[rows] = states["vol"][last]
+        if self.context is not None:  # the context series' inputs at each bar, as inputs.with_context reads them
+            self.context.prime(names, sidx, feats["ts"].dt.epoch("ns").to_numpy(), [
+                feats[self.ret], feats[self.rng], feats["log_volume"], np.log(states["vol"])])
         self.center[rows], self.scale[rows] = center[last], scale[last]
         back = np.arange(self.e)[::-1]  # rows last - E + 1 .. last, oldest first (a short series wraps, unread)
         take = np.clip(last[:, None] - back, 0, None)  # (S', E)
@@ -242,6 +246,8 @@ class StreamState:
             raise InputError("update: more than one bar for a series in one call; pass one bar per series, in time "
                              "order, one call per bar time")
         rows = self._rows_for(names).tolist()
+        if self.context is not None:
+            self.context.check(self.index)
         for i, r in enumerate(rows):
             self._check(r, names[i], contracts[i], ts_ns[i], ohlcv[i])
         self._check_gaps(rows, names, ts_ns, max_gap_ns)
@@ -252,6 +258,8 @@ class StreamState:
             if contracts[i] is not None and contracts[i] != self.contract[r]:
                 self.contract[r] = contracts[i]
                 self._series_of = None
+        if self.context is not None:  # once every bar of the call is in: a same-time context bar is read
+            self.context.fill(self.ring, rows, ts_ns, self.head, self.e, self.obs_plan)
         return rows
 
     def _user_inputs(self, rows: list[int], names: list[str], contracts: list[str | None], ts_ns: list[int],
@@ -300,10 +308,10 @@ class StreamState:
             if self.n[r] == 0:  # a series' first bar: nothing carried
                 continue
             gap, due = self.gap_ns(r, ts)
-            what = (f"the bar of {name!r} at {_stamp(ts)} comes {_duration(gap)} after the bar the grid expected "
-                    f"next ({_stamp(due)}; {bar_interval(self.known_grid.step)} bars)")
+            what = (f"the bar of {name!r} at {stamp(ts)} comes {duration(gap)} after the bar the grid expected "
+                    f"next ({stamp(due)}; {bar_interval(self.known_grid.step)} bars)")
             if max_gap_ns is not None and gap > max_gap_ns:
-                raise InputError(f"update: {what}, past max_gap {_duration(max_gap_ns)}; call predict(history) "
+                raise InputError(f"update: {what}, past max_gap {duration(max_gap_ns)}; call predict(history) "
                                  "with the bars in between to restart the series, or raise max_gap")
             if gap > self.gap_warn_ns:
                 over.append((gap, what))
@@ -382,12 +390,16 @@ class StreamState:
             var = step("m2", x * x, t_c * t_c + t_s * t_s) - m * m
             fl = VOL_FLOOR * t_s
             center, scale = m, math.sqrt(max(var, fl * fl))
-        raw = {self.ret: ret, self.rng: x, "roll": 0.0, "filled": float(filled)}  # features.raw_features' names
+        raw = {self.ret: ret, self.rng: x, "roll": 0.0, "filled": float(filled),  # features.raw_features' names
+               "log_volume": float(np.log1p(volume))}
+        if self.context is not None:  # inputs.context_inputs' order; the context columns are written by `fill`
+            self.context.record(self.names[r], ts, (ret, x, raw["log_volume"], logs[0]))
+            raw.update(self.context.blank)
         if user_obs is not None:  # the user's observed columns, standardized below as training's
             raw.update(zip(self.user.observed, user_obs, strict=True))  # type: ignore[union-attr]
         obs = []
         for col, mean, std in self.obs_plan[r]:  # a handful of columns
-            v = derived[col] if col in derived else raw[col] if col != "log_volume" else float(np.log1p(volume))
+            v = derived[col] if col in derived else raw[col]
             if std is not None:  # standardized
                 v = (v - mean) / std
             obs.append(v if math.isfinite(v) else 0.0)
@@ -417,7 +429,8 @@ class StreamState:
             self.known_grid.decoder(ts, out[i, :, :self.n_cal])
             cached = self.user_dec.get(r)
             if cached is None or cached[0] != ts:  # a primed series: its steps' values not read yet
-                cached = (ts, self.user.known_at(np.array(self.known_grid.steps(ts, self.d), dtype=np.int64)))
+                cached = (ts, self.user.known_at(np.array(self.known_grid.steps(ts, self.d), dtype=np.int64),
+                                                 self.user.key(self.names[r], self.contract[r])))
                 self.user_dec[r] = cached
             out[i, :, self.n_cal:] = cached[1]
         return out
@@ -458,40 +471,3 @@ def _floored(v: float, floor: float) -> float:
     """np.maximum(np.sqrt(v), floor) of floats: nan stays nan."""
     s = math.sqrt(v) if v >= 0 else math.nan
     return s if s >= floor or s != s else floor
-
-
-def _stamp(ts: int) -> str:
-    return f"{np.datetime64(int(ts) // 10**9, 's')}Z"
-
-
-def _duration(ns: int) -> str:
-    """A span for people: '277.0 days', '5.5 hours', '3 minutes', '40 seconds'."""
-    for unit, size in (("day", DAY_NS), ("hour", 3600 * 10**9), ("minute", 60 * 10**9)):
-        if ns >= size:
-            n = ns / size
-            text = f"{n:.0f}" if n == int(n) else f"{n:.1f}"
-            return f"{text} {unit}{'' if text == '1' else 's'}"
-    return f"{ns / 1e9:g} seconds"
-
-
-def parse_gap(value: object) -> int | None:
-    """`max_gap` as ns: a datetime.timedelta (pandas' Timedelta too), a numpy timedelta64, or text like "36h",
-    "3d", "2w", "90m" / "90min", "45s" (foxhunt/durations.py); None: no limit."""
-    if value is None:
-        return None
-    text = read_duration(value)
-    if isinstance(value, dt.timedelta):
-        ns = value // dt.timedelta(microseconds=1) * 1000
-    elif isinstance(value, np.timedelta64):
-        ns = int(value.astype("timedelta64[ns]").astype(np.int64))
-    elif text is not None and text[1] in MONTHS:
-        raise InputError(f"max_gap {value!r} is not a fixed duration (a month or a year has no one length); write "
-                         "days or weeks, e.g. '30d'")
-    elif text is not None:
-        ns = int(text[0] * UNIT_NS[text[1]])
-    else:
-        raise InputError(f"max_gap {value!r} is not a duration; pass a datetime.timedelta or text like '3d', '36h', "
-                         "'90m'")
-    if ns <= 0:
-        raise InputError(f"max_gap {value!r} must be positive")
-    return int(ns)

@@ -79,7 +79,7 @@ class DataConfig:
     known: tuple[str, ...] = ()
     covariates: tuple[str, ...] = ()
     events: str | None = None
-    # Cross-market context: each series also sees these series' own moves and volume (inputs.context_columns).
+    # Cross-market context: each series also sees these series' own moves, volume and log_vol (inputs.context_names).
     context: tuple[str, ...] = ()
     covariate_scaling: str = "series"
     # One value per series (features/static.py): a column of the bar files or of a keyed --covariates file;

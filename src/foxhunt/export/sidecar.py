@@ -18,6 +18,7 @@ from foxhunt.data.features.features import (
     RETURN_TARGETS,
     move_columns,
 )
+from foxhunt.data.features.inputs import context_inputs
 from foxhunt.data.features.scaling import VOL_FLOOR, standardized
 from foxhunt.export.graph import OUTPUT_NAME, InputSpec, positional_names, relative_time
 from foxhunt.export.parity import ParityResult
@@ -93,6 +94,11 @@ def user_words(lm: LoadedModel) -> dict[str, str]:
     words.update({c: f"column {c} of {src.get(c, '?')} as of the time of the bar or forecast step (its last row at "
                      "or before it), then (x - your_inputs.known_scalers[" + c + "].mean) / std"
                   for c in got.get("known", ())})
+    for c in got.get("context", ()):  # --context: the series' own inputs (context_inputs), its log_vol included
+        for col in context_inputs(lm.transform.target):
+            words[f"{c}_{col}"] = (f"series {c}'s own {col} input (before standardizing) at its last bar at or "
+                                   "before the bar's time (the same time included; none before its first bar: 0); "
+                                   f"standardized like the other observed inputs with scalers.series[s][{c}_{col}]")
     kinds = got.get("static_kinds", {})
     for c in got.get("static", ()):
         whose = (f"the one value of column {c} of {src.get(c, 'the bar files')} over the series' rows (per series by "
@@ -108,9 +114,12 @@ def user_words(lm: LoadedModel) -> dict[str, str]:
         words[c] = (f"column {c} of {src.get(c, '?')} as of the time of the bar or forecast step; code = its index "
                     f"in your_inputs.timed_vocab[{c}] + 1, 0 for a value not in it (encoder_cat and decoder_cat)")
     cap = got.get("event_cap", 0)
+    keyed = ("; a series' events are events[name] and keyed[key][name], key its name where keyed lists it, else the "
+             "contract it holds at the bar (at the origin for a forecast step)") if (got.get("events") or {}).get(
+        "keyed") else ""
     for n in (got.get("events") or {}).get("events", {}):
         words[f"{n}_until"] = (f"min(floor((e - t) / bar_spacing_ns), {cap}) / {cap}, e the first {n} event at or "
-                               "after the bar's start t (your_inputs.events); 1 when there is none")
+                               f"after the bar's start t (your_inputs.events{keyed}); 1 when there is none")
         words[f"{n}_since"] = (f"min(floor((t - e) / bar_spacing_ns), {cap}) / {cap}, e the last {n} event before "
                                "the bar's start t; 1 when there is none")
         words[f"{n}_in_bar"] = f"1 when a {n} event falls in [t, t + bar_spacing_ns), else 0"

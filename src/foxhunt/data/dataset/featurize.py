@@ -33,8 +33,10 @@ from foxhunt.data.features.scaling import apply_scalers, observed_names, standar
 from foxhunt.data.util import parallel
 
 OWN = "own_"  # the row key (and the store's file name) of an own move column: own_log_range, own_log_return
-# Fills the known columns (N, Kr) of rows at timestamps (N,) and gives their grid (known.DecoderKnown).
-KnownRows = Callable[[np.ndarray, np.ndarray], DecoderKnown]
+# Fills the known columns (N, Kr) of rows at timestamps (N,) under their events' keys ((N,) or None: `keyed`) and
+# gives their grid (known.DecoderKnown).
+KnownRows = Callable[[np.ndarray, np.ndarray, np.ndarray | None], DecoderKnown]
+EVENT_KEY = "event_key"  # the row array of each row's events key (events.row_keys), present with keyed events
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ def windowed_rows(rows: dict[str, np.ndarray], names: list[str], tf: FittedTrans
     planned = None if cuts is None else parallel.submit(
         window_splits, rows["ts"], first, end, e, d, cuts, train_start)
     cont = rows.pop("cont")  # (N, Kr + Or)
-    grid = known(rows["ts"], cont[:, :known_width(tf)])
+    grid = known(rows["ts"], cont[:, :known_width(tf)], rows.get(EVENT_KEY))
     release_freed_memory()  # the grid's and the calendar's temporaries, before the last row arrays
     codes = tf.code(names)[rows["sidx"]]  # (N,)
     if planned is None:
@@ -121,20 +123,52 @@ def windowed_rows(rows: dict[str, np.ndarray], names: list[str], tf: FittedTrans
 class Stamped:
     """KnownRows computed from the rows' own timestamps (known.stamp_known) on the grid of `step` under `tf`; or
     taken from `pending`, [stamp_known of the same timestamps] a caller computed meanwhile (popped: its arrays go
-    once used)."""
+    once used). `event_keys`: the events' keys (EventCalendar.keys) the rows' keys index."""
 
     def __init__(self, tf: FittedTransform, step: int, d: int, pending: list[StampKnown] | None = None,
-                 user: KnownValues | None = None):
+                 user: KnownValues | None = None, event_keys: tuple[str, ...] = ()):
         self.tf, self.step, self.d, self.pending, self.user = tf, step, d, pending, user
+        self.event_keys = event_keys
 
-    def __call__(self, ts: np.ndarray, out: np.ndarray) -> DecoderKnown:
+    def __call__(self, ts: np.ndarray, out: np.ndarray, keys: np.ndarray | None = None) -> DecoderKnown:
         tf, season = self.tf, self.tf.scalers.get("season")
         sk = self.pending.pop() if self.pending else stamp_known(
             ts, self.step, self.d, tf.exchange_tz, tf.intraday, tf.calendar_features, season, grid=tf.grid)
         sk = with_user(with_season(sk, season, tf.exchange_tz), self.user)
         stamp_rows(sk, out)
-        return DecoderKnown(cont=sk.table_cont, ts=sk.table, base=sk.base[sk.inverse],
+        grid = DecoderKnown(cont=sk.table_cont, ts=sk.table, base=sk.base[sk.inverse],
                             index=None if sk.index is None else sk.index[sk.inverse])
+        if keys is None or self.user is None:
+            return grid
+        return keyed(grid, ts, keys, out, self.user, self.event_keys, self.d)
+
+
+def keyed(grid: DecoderKnown, ts: np.ndarray, keys: np.ndarray, out: np.ndarray, user: KnownValues,
+          names: tuple[str, ...], d: int) -> DecoderKnown:
+    """`grid` (of the rows at `ts` (N,), its user columns those of the unkeyed events) with the rows under a key
+    (`keys` (N,) into `names`, -1: none) reading their key's events: in `out` (N, Kr) at their own times, and at
+    their forecast steps from a block of the grid of their own, appended to the table, to which their grid rows move.
+
+    A key's block is the span of table rows its rows' steps reach (a series' or a contract's time span), its user
+    columns computed under the key: the table grows by the keyed rows' spans, not by a copy per key. Every value
+    is still a function of a timestamp and the calendar: the steps of a block are the grid's own."""
+    ku = user(ts[:0]).shape[1]  # the user's known columns, the last of `out` and of the table
+    conts, stamps, size = [grid.cont], [grid.ts], len(grid.ts)
+    for g in np.unique(keys[keys >= 0]):  # a loop over the keys the rows hold
+        rows = np.flatnonzero(keys == g)  # (Ng,)
+        out[rows, -ku:] = user(ts[rows], names[g])
+        steps = (grid.base[rows], grid.base[rows] + (d - 1)) if grid.index is None else (
+            grid.index[rows].min(axis=1), grid.index[rows].max(axis=1))  # (Ng,) each row's first and last step
+        lo, hi = int(steps[0].min()), int(steps[1].max()) + 1
+        block = grid.cont[lo:hi].copy()  # (hi - lo, Kr)
+        block[:, -ku:] = user(grid.ts[lo:hi], names[g])
+        grid.base[rows] += size - lo
+        if grid.index is not None:
+            grid.index[rows] += size - lo
+        conts.append(block)
+        stamps.append(grid.ts[lo:hi])
+        size += hi - lo
+    return DecoderKnown(cont=np.concatenate(conts), ts=np.concatenate(stamps), base=grid.base, index=grid.index)
 
 
 def with_user(sk: StampKnown, user: KnownValues | None) -> StampKnown:
@@ -181,6 +215,8 @@ def extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: np
             new[fut_pos] = future_ns.ravel()
         elif key == "sidx":
             new[fut_pos] = np.repeat(np.arange(s), d)
+        elif key == EVENT_KEY:  # the steps after a series' last bar read the key it holds there
+            new[fut_pos] = np.repeat(arr[end - 1], d)
         else:
             new[fut_pos] = fill[key]
         out[key] = new

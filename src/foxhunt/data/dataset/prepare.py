@@ -21,7 +21,14 @@ from foxhunt.data.bars.load import LoadedBars, load_bars
 from foxhunt.data.bars.sessions import run_session
 from foxhunt.data.bars.validate import check_log_target
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.featurize import SeriesRows, Stamped, known_width, series_rows, windowed_rows
+from foxhunt.data.dataset.featurize import (
+    EVENT_KEY,
+    SeriesRows,
+    Stamped,
+    known_width,
+    series_rows,
+    windowed_rows,
+)
 from foxhunt.data.dataset.summary import EPOCH, data_summary, iso
 from foxhunt.data.dataset.types import UNKNOWN_SERIES, FittedTransform, PreparedData
 from foxhunt.data.dataset.windows import (
@@ -33,7 +40,7 @@ from foxhunt.data.features import inputs, static, timed_categories
 from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features.features import move_columns, raw_features
 from foxhunt.data.features.known import stamp_known
-from foxhunt.data.features.scaling import fit_and_trail, observed_names
+from foxhunt.data.features.scaling import fit_and_trail, observed_names, trailing
 from foxhunt.data.features.schema import Feature, FeatureSchema, Kind, Role
 from foxhunt.data.util import parallel
 from foxhunt.data.util.order import run_starts, sort_keys
@@ -82,6 +89,7 @@ def prepare_from_bars(
         loaded = LoadedBars(bars=joined, rolls=loaded.rolls, report=loaded.report)
         del joined
     bars, names, sidx, ts_ns = sorted_bars(loaded.bars)
+    event_keys = inputs.event_keys(src, bars, strict=not for_prediction)  # (N,) or None: without keyed events
     observed_cat = {} if src is None else {c: bars.get_column(c) for c in src.observed_cat}  # (N,) each, as joined
     static_values = {} if src is None else static.series_values(bars, names, src.static, src.tables,
                                                                  src.static_kinds or {})
@@ -117,8 +125,6 @@ def prepare_from_bars(
     # reads its columns as numpy views then, where a column of two chunks is copied at every read. "target" is the
     # target's own column under another name: dropped first, as a rechunk would copy the two apart.
     feats = feats.drop("target").rechunk()
-    if src is not None:
-        feats = inputs.with_context(feats, names, sidx, ts_ns, src, target)
     # The known inputs depend on the timestamps and the grid alone: on a second thread they are computed while the
     # scalers are fitted and applied (serially they wait for windowed_rows, so as not to be held through the fit).
     step = (transform.bar_spacing_ns if transform is not None else 0) or spacing  # the model's bar interval
@@ -145,6 +151,8 @@ def prepare_from_bars(
         )
         fitted_inputs = None
         if src is not None:
+            # after the trailing inputs: a context series gives its own log_vol
+            feats = inputs.with_context(feats, names, sidx, ts_ns, src, target, trail[0]["log_vol"])
             inputs.fit_observed(feats, names, sidx, train_mask & ~feats["first"].to_numpy(), src,
                                 cfg.covariate_scaling, scalers)
             known_scalers = inputs.fit_known(src, ts_ns[train_mask], cfg.covariate_scaling)
@@ -165,15 +173,21 @@ def prepare_from_bars(
             session=run_session(cfg.calendar),
             inputs=fitted_inputs,
         )
+    elif src is not None and src.context:  # a context series' log_vol is its trailing input: computed once, here
+        trail = trailing(feats, names, sidx, transform.scalers, target, scaling)
+        feats = inputs.with_context(feats, names, sidx, ts_ns, src, target, trail[0]["log_vol"])
     release_freed_memory()  # the fit's freed temporaries go back before the row tensor takes its memory
     # The row tensor: known columns (filled by windowed_rows), then the observed inputs, standardized straight into it.
     rows = series_rows(feats, names, sidx, ts_ns, transform, trail)
     del feats, trail  # not read past here: gone before the row tensors are built
+    if event_keys is not None:
+        rows[EVENT_KEY] = event_keys
     future = None
     if for_prediction:
         future = future_timestamps(ts_ns[end - 1], step, d, intraday, transform.exchange_tz, transform.grid)  # (S, d)
     user_known = None if src is None else inputs.known_values(transform.inputs, src, step)
-    known = Stamped(transform, step, d, None if pending is None else pending.result(), user_known)
+    known = Stamped(transform, step, d, None if pending is None else pending.result(), user_known,
+                    () if src is None or src.events is None else src.events.keys)
     out = windowed_rows(rows, names, transform, e, d, cuts, train_start_ns(cfg), known, future)
     del rows, pending
     if not for_prediction:

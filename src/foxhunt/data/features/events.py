@@ -8,9 +8,14 @@ lists (time, name) rows; each distinct name becomes three known inputs per bar (
     {name}_since   bars since its last occurrence, capped and scaled (1 when there was none)
     {name}_in_bar  1 when an occurrence falls inside the bar
 
-Each value is a function of the bar's start time alone, so one table serves every series and can be computed at
-the forecast grid's future times. The calendar travels in model.json (`EventCalendar.to_dict`), so a saved model
-forecasts without the file.
+Each value is a function of the bar's start time and the calendar alone, so it can be computed at the forecast
+grid's future times. A file with a `symbol` (or `root`) column keys its rows: a key equal to a series name applies to
+the whole series, one equal to a contract to that contract's bars (covariates.asof_join's rule, `row_keys`), and a
+row with an empty key to every series. A series then reads the calendar of its key (`EventCalendar.for_key`: the
+unkeyed rows and its key's); where no key applies, a name only keyed rows hold reads as no event (until and since
+at the cap, in_bar 0). The forecast steps of an origin read its key: the contract it holds at the origin. The
+calendar, keys included, travels in model.json (`EventCalendar.to_dict`), so a saved model forecasts without the
+file.
 """
 
 from __future__ import annotations
@@ -35,42 +40,76 @@ SUFFIXES = ("until", "since", "in_bar")
 class EventCalendar:
     """Distinct event names and, per name, when it happens. Times are sorted distinct int64 ns UTC, read-only.
 
-    Equality compares names and times, not `source`: the same calendar read from two paths is the same calendar.
+    Equality compares names, keys and times, not `source`: the same calendar read from two paths is the same calendar.
     """
 
     source: str  # the path, for messages
-    names: tuple[str, ...]  # distinct slugged event names, sorted
-    times: tuple[np.ndarray, ...]  # per name: (n_k,) sorted distinct int64 ns UTC
+    names: tuple[str, ...]  # distinct slugged event names, sorted (of the unkeyed and the keyed rows)
+    times: tuple[np.ndarray, ...]  # per name: (n_k,) sorted distinct int64 ns UTC of its unkeyed rows
+    keys: tuple[str, ...] = ()  # distinct keys (series or contract symbols), sorted
+    keyed: tuple[tuple[np.ndarray, ...], ...] = ()  # per key, per name: (n_jk,) the times of that key's rows
 
     def __post_init__(self) -> None:
         if len(self.names) != len(self.times) or list(self.names) != sorted(set(self.names)):
             raise ValueError("EventCalendar needs sorted distinct names, one times array per name")
-        frozen = []
-        for t in self.times:
-            t = np.array(t, dtype=np.int64)  # a copy: the caller's array stays theirs
-            if t.ndim != 1 or (t.size > 1 and not np.all(np.diff(t) > 0)):
-                raise ValueError("EventCalendar times must be 1-d, sorted and distinct")
-            t.setflags(write=False)
-            frozen.append(t)
-        object.__setattr__(self, "times", tuple(frozen))
+        if list(self.keys) != sorted(set(self.keys)) or len(self.keyed) != len(self.keys):
+            raise ValueError("EventCalendar needs sorted distinct keys, one times array per key and name")
+        object.__setattr__(self, "times", _frozen(self.times))
+        object.__setattr__(self, "keyed", tuple(_frozen(per, len(self.names)) for per in self.keyed))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, EventCalendar):
             return NotImplemented
-        return self.names == other.names and all(np.array_equal(a, b) for a, b in zip(self.times, other.times, strict=True))
+        return (self.names, self.keys) == (other.names, other.keys) and all(
+            np.array_equal(a, b) for a, b in zip((*self.times, *(t for per in self.keyed for t in per)),
+                                                 (*other.times, *(t for per in other.keyed for t in per)), strict=True))
 
     __hash__ = None  # type: ignore[assignment]  # holds arrays
 
+    def for_key(self, key: str | None) -> EventCalendar:
+        """The unkeyed calendar a series under `key` reads (None: no key applies): the same names, each with its
+        unkeyed times and the key's."""
+        if key is None or not self.keys:
+            return EventCalendar(self.source, self.names, self.times)
+        per = self.keyed[self.keys.index(key)]
+        return EventCalendar(self.source, self.names, tuple(np.union1d(a, b) for a, b in zip(self.times, per,
+                                                                                              strict=True)))
+
     def to_dict(self) -> dict:
-        """Plain JSON values (ints, exact to the nanosecond), saved in model.json so a model forecasts without the file."""
-        return {"source": self.source, "events": {n: [int(v) for v in t] for n, t in zip(self.names, self.times, strict=True)}}
+        """Plain JSON values (ints, exact to the nanosecond), saved in model.json so a model forecasts without the
+        file: {"source", "events": {name: unkeyed times}, and with keys "keyed": {key: {name: times}}}."""
+        out = {"source": self.source, "events": {n: _ints(t) for n, t in zip(self.names, self.times, strict=True)}}
+        if self.keys:
+            out["keyed"] = {k: {n: _ints(t) for n, t in zip(self.names, per, strict=True) if len(t)}
+                            for k, per in zip(self.keys, self.keyed, strict=True)}
+        return out
 
     @staticmethod
     def from_dict(d: dict) -> EventCalendar:
         """The inverse of `to_dict`."""
-        events = d["events"]
-        names = tuple(sorted(events))
-        return EventCalendar(str(d["source"]), names, tuple(np.array(events[n], dtype=np.int64) for n in names))
+        events, keyed = d["events"], d.get("keyed") or {}
+        names, keys = tuple(sorted(events)), tuple(sorted(keyed))
+        return EventCalendar(str(d["source"]), names, tuple(np.array(events[n], dtype=np.int64) for n in names), keys,
+                             tuple(tuple(np.array(keyed[k].get(n, ()), dtype=np.int64) for n in names) for k in keys))
+
+
+def _frozen(times: tuple[np.ndarray, ...], count: int | None = None) -> tuple[np.ndarray, ...]:
+    """Read-only int64 copies of `times` (the caller's arrays stay theirs); ValueError unless each is 1-d, sorted
+    and distinct (and, with `count`, there are that many)."""
+    if count is not None and len(times) != count:
+        raise ValueError("EventCalendar needs one times array per name for each key")
+    out = []
+    for t in times:
+        t = np.array(t, dtype=np.int64)
+        if t.ndim != 1 or (t.size > 1 and not np.all(np.diff(t) > 0)):
+            raise ValueError("EventCalendar times must be 1-d, sorted and distinct")
+        t.setflags(write=False)
+        out.append(t)
+    return tuple(out)
+
+
+def _ints(t: np.ndarray) -> list[int]:
+    return [int(v) for v in t]
 
 
 def read_events(path: str, timezone: str | None = None) -> EventCalendar:
@@ -95,10 +134,7 @@ def read_events(path: str, timezone: str | None = None) -> EventCalendar:
             f"{p}: no event name column (looked for {', '.join(NAME_CANDIDATES)}); found columns: {listing};"
             " add a `name` column saying which event each row is"
         )
-    if symbol_column(names) is not None or match_column(names, "root") is not None:
-        raise InputError(
-            f"{p}: per-symbol events are not supported yet; drop the column to apply every event to every series"
-        )
+    key_col = symbol_column(names) or match_column(names, "root")
     raw = frame.get_column(name_col).cast(pl.Utf8).str.strip_chars()
     _raise_empty(raw.is_null() | (raw == ""), p, name_col, "a name")
     times = frame.get_column(time_col)
@@ -108,7 +144,42 @@ def read_events(path: str, timezone: str | None = None) -> EventCalendar:
     slug_of = _slugs(raw, p, name_col)
     slugged = raw.replace_strict(slug_of, return_dtype=pl.Utf8).to_numpy()  # (rows,) one slug per row
     out = sorted(set(slug_of.values()))
-    return EventCalendar(str(p), tuple(out), tuple(np.unique(ts[slugged == n]) for n in out))
+    key = _keys(frame, key_col)  # (rows,) "" where the row applies to every series
+
+    def times(mask: np.ndarray) -> tuple[np.ndarray, ...]:
+        return tuple(np.unique(ts[mask & (slugged == n)]) for n in out)
+
+    keys = sorted(set(key) - {""})
+    return EventCalendar(str(p), tuple(out), times(key == ""), tuple(keys), tuple(times(key == k) for k in keys))
+
+
+def _keys(frame: pl.DataFrame, col: str | None) -> np.ndarray:
+    """(rows,) each row's key as text, stripped; "" for a row without one (or a file without the column)."""
+    if col is None:
+        return np.full(frame.height, "", dtype=object)
+    return frame.get_column(col).cast(pl.Utf8).str.strip_chars().fill_null("").to_numpy().astype(object)
+
+
+def key_of(cal: EventCalendar, series: str, contract: str | None) -> str | None:
+    """The key of `cal` a bar of series `series` holding `contract` reads, None where none applies: a key equal to
+    the series' name applies to all its bars, else one equal to the bar's contract (covariates.asof_join's rule)."""
+    if series in cal.keys:
+        return series
+    return contract if contract in cal.keys else None
+
+
+def row_keys(cal: EventCalendar, series: pl.Series, contract: pl.Series) -> np.ndarray | None:
+    """(N,) int32 each bar's key (`key_of`) as its index in cal.keys, -1 where none applies, for bars (N,) of
+    series `series` holding contract `contract`; None for a calendar without keys. `key_of` is asked once per
+    distinct (series, contract) pair: a few per series."""
+    if not cal.keys:
+        return None
+    bars = pl.DataFrame({"s": series.cast(pl.Utf8), "c": contract.cast(pl.Utf8).fill_null("")})
+    pairs = bars.unique(maintain_order=True)
+    code = [-1 if (k := key_of(cal, s, c or None)) is None else cal.keys.index(k) for s, c in pairs.iter_rows()]
+    pairs = pairs.with_columns(pl.Series("k", code, dtype=pl.Int32))
+    joined = bars.with_row_index("i").join(pairs, on=["s", "c"], how="left").sort("i")
+    return joined.get_column("k").to_numpy()
 
 
 def event_columns(cal: EventCalendar) -> tuple[str, ...]:

@@ -7,9 +7,9 @@ keeps of them.
   column of text (or one --categorical names) is categorical instead: coded by timed_categories.py.
 - static (--static, --categorical): one value per series, of the bar files or a --covariates file (static.py),
   real (standardized over the training series) or categorical (a vocabulary of the training series' values).
-- known (--known, --events): functions of a timestamp, the same for every series, read at the bars' own times and
-  at every forecast step after an origin (covariates.known_at, events.event_features), so the decoder sees what is
-  scheduled and never a later bar. They are appended to the known inputs after the calendar's; a categorical one
+- known (--known, --events): functions of a timestamp (and, for events keyed to a series or contract, of the key
+  a series reads: events.key_of), read at the bars' own times and at every forecast step after an origin
+  (covariates.known_at, events.event_features), so the decoder sees what is scheduled and never a later bar. They are appended to the known inputs after the calendar's; a categorical one
   (text, or named by --categorical) is coded by timed_categories.py.
 
 A model saves `fitted` (FittedTransform.inputs): the names, the scaling, the event calendar itself and the known
@@ -36,7 +36,7 @@ from foxhunt.data.features.covariates import (
     read_bar_columns,
     read_covariates,
 )
-from foxhunt.data.features.events import EventCalendar, event_columns, event_features, read_events
+from foxhunt.data.features.events import EventCalendar, event_columns, event_features, read_events, row_keys
 from foxhunt.data.features.features import move_columns
 from foxhunt.data.features.fitstats import moments_of, select, stats
 from foxhunt.errors import InputError
@@ -114,10 +114,15 @@ def declared(observed: Sequence[str], known: Sequence[str], events: str | None, 
     return bool(observed or known or events or context or static_cols)
 
 
+def context_inputs(target: str) -> tuple[str, ...]:
+    """The inputs of its own a --context series gives: its move, range and volume (features.py's, in the target's
+    units) and its trailing volatility (scaling.trailing's log_vol), in column order."""
+    return (*move_columns(target), "log_volume", "log_vol")
+
+
 def context_names(context: Sequence[str], target: str) -> tuple[str, ...]:
-    """The inputs each --context series gives every series: its own move, range and volume (features.py's, in
-    the target's units), named SERIES_column."""
-    return tuple(f"{c}_{col}" for c in context for col in (*move_columns(target), "log_volume"))
+    """The inputs each --context series gives every series (`context_inputs`), named SERIES_column."""
+    return tuple(f"{c}_{col}" for c in context for col in context_inputs(target))
 
 
 def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[str], covariates: Sequence[str],
@@ -166,11 +171,13 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
 
 
 def with_context(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarray, src: Sources,
-                 target: str) -> pl.DataFrame:
+                 target: str, log_vol: np.ndarray) -> pl.DataFrame:
     """`feats` (raw features, rows sorted by series and time; `sidx` (N,) into `names`, `ts` (N,) int64 ns) with
-    each context series' inputs as of every row's time: the context series' last bar at or before it (its bar of
-    the same time included: both are known once their bars close), NaN before its first bar (0 once
-    standardized). InputError naming the series when a context series is not in the data."""
+    each context series' inputs (`context_inputs`) as of every row's time: the context series' last bar at or before
+    it (its bar of the same time included: both are known once their bars close), NaN before its first bar (0 once
+    standardized). `log_vol` (N,): scaling.trailing's log_vol of every row, the series' own input, so a context
+    series' volatility is the one it sees itself. InputError naming the series when a context series is not in the
+    data."""
     if not src.context:
         return feats
     cols = {}
@@ -180,8 +187,8 @@ def with_context(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np
                              "of them, or add its bars to --parquet-file")
         rows = np.flatnonzero(sidx == names.index(c))  # (Nc,) sorted by time: one series' run
         at = np.searchsorted(ts[rows], ts, side="right") - 1  # (N,) its last bar at or before each row
-        for col in (*move_columns(target), "log_volume"):
-            x = feats.get_column(col).to_numpy()[rows].astype(np.float64)
+        for col in context_inputs(target):
+            x = (log_vol if col == "log_vol" else feats.get_column(col).to_numpy())[rows].astype(np.float64)
             v = x[np.maximum(at, 0)]
             v[at < 0] = np.nan
             cols[f"{c}_{col}"] = v
@@ -333,12 +340,13 @@ def known_names(inputs: dict | None) -> tuple[str, ...]:
     return tuple(inputs.get("known_names", ())) if inputs else ()
 
 
-KnownValues = Callable[[np.ndarray], np.ndarray]
+KnownValues = Callable[..., np.ndarray]  # (ts (U,), key: str | None = None) -> (U, Ku) float32
 
 
 def known_values(inputs: dict, src: Sources, step_ns: int) -> KnownValues | None:
-    """ts (U,) int64 ns -> (U, Ku) float32: the known covariates standardized with the fitted mean and std, then
-    the event features on the grid of `step_ns`; None without user known inputs."""
+    """(ts (U,) int64 ns, key) -> (U, Ku) float32: the known covariates standardized with the fitted mean and std,
+    then the event features on the grid of `step_ns` under the events' key `key` (events.key_of; None: the unkeyed
+    rows alone); None without user known inputs."""
     names = known_names(inputs)
     if not names:
         return None
@@ -346,15 +354,18 @@ def known_values(inputs: dict, src: Sources, step_ns: int) -> KnownValues | None
     mean = np.array([scal[c]["mean"] for c in src.known], dtype=np.float64)
     std = np.array([scal[c]["std"] for c in src.known], dtype=np.float64)
     cap = int(inputs["event_cap"])
+    calendars: dict[str | None, EventCalendar] = {}  # key -> the calendar its series read, made on first use
 
-    def values(ts: np.ndarray) -> np.ndarray:
+    def values(ts: np.ndarray, key: str | None = None) -> np.ndarray:
         out = np.empty((len(ts), len(names)), dtype=np.float32)  # (U, Ku)
         k = len(src.known)
         if k:
             raw = known_at(ts, src.of(src.known), src.known).astype(np.float64)  # (U, K)
             out[:, :k] = np.nan_to_num((raw - mean) / std, nan=0.0, posinf=0.0, neginf=0.0)
         if src.events is not None:
-            out[:, k:] = event_features(ts, step_ns, src.events, cap)
+            if key not in calendars:
+                calendars[key] = src.events.for_key(key)
+            out[:, k:] = event_features(ts, step_ns, calendars[key], cap)
         return out
 
     return values
@@ -375,7 +386,8 @@ def summary(src: Sources, dropped: int) -> dict:
     if src.events is not None:
         ev = src.events
         events = {"source": ev.source, "names": list(ev.names), "columns": list(event_columns(ev)),
-                  "count": int(sum(len(t) for t in ev.times))}
+                  "count": int(sum(len(t) for t in (*ev.times, *(t for per in ev.keyed for t in per)))),
+                  "keys": list(ev.keys)}
     return {"columns": cols, "events": events, "dropped_bars": int(dropped)}
 
 
@@ -386,8 +398,29 @@ def summary_lines(s: dict) -> list[str]:
              for c in s["columns"]]
     if s.get("events"):
         ev = s["events"]
-        lines.append(f"events    {ev['count']:,} events of {', '.join(ev['names'])} from {ev['source']}: known inputs "
-                     f"{', '.join(ev['columns'])}")
+        keyed = f" (keyed to {_listing(ev['keys'])})" if ev.get("keys") else ""
+        lines.append(f"events    {ev['count']:,} events of {', '.join(ev['names'])}{keyed} from {ev['source']}: known "
+                     f"inputs {', '.join(ev['columns'])}")
     if s.get("dropped_bars"):
         lines.append(f"dropped   {s['dropped_bars']:,} bars without a finite value of an --observed input")
     return lines
+
+
+def _listing(names: Sequence[str], most: int = 5) -> str:
+    return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "")
+
+
+def event_keys(src: Sources | None, bars: pl.DataFrame, strict: bool) -> np.ndarray | None:
+    """(N,) int32 the events' key each bar of `bars` (series, contract) reads (events.row_keys), -1 where none
+    applies; None without keyed events. `strict` (training): InputError when no key names a series or contract of
+    the bars, as a keyed covariate file's (covariates.asof_join): its events would read as none for every series,
+    inputs no model can learn from, and the likelier cause is symbols spelled another way. A forecast takes bars
+    of any series: a model's keys may name none of them."""
+    cal = None if src is None else src.events
+    keys = None if cal is None else row_keys(cal, bars.get_column("series"), bars.get_column("contract"))
+    if keys is not None and strict and not (keys >= 0).any():
+        series = sorted(set(bars.get_column("series").cast(pl.Utf8).unique().to_list()))
+        raise InputError(f"{cal.source}: no symbol in the events file names a series or contract of the bars (the file "
+                         f"has {_listing(cal.keys)}; the series are {_listing(series)}); use the series' names or "
+                         "their contract symbols, or leave the symbol empty to apply an event to every series")
+    return keys

@@ -333,8 +333,10 @@ class SharedGrid:
     ts: np.ndarray
     cont: np.ndarray
 
-    def rows(self, ts: np.ndarray, out: np.ndarray) -> DecoderKnown:
-        """Fill `out` (n, Kr) with the known inputs of rows at `ts` (n,), each one of the origins; their grid."""
+    def rows(self, ts: np.ndarray, out: np.ndarray, keys: np.ndarray | None = None) -> DecoderKnown:
+        """Fill `out` (n, Kr) with the known inputs of rows at `ts` (n,), each one of the origins; their grid.
+        `keys`: None, as a pieced store holds no keyed events (store/pieced.py prepares those in memory)."""
+        assert keys is None, "keyed events are prepared in memory"
         at = origin_rows(self.slots, self.origins, ts)  # (n,)
         take_rows(self.cal, at, out)
         return DecoderKnown(cont=self.cont, ts=self.ts, base=self.base[at],

@@ -111,6 +111,9 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     if src is not None and (src.observed_cat or src.known_cat):  # their codes are not written in pieces yet
         log.info("categorical --observed / --known inputs: the store is prepared in memory")
         return None
+    if src is not None and src.events is not None and src.events.keys:  # a grid block per key: not in pieces yet
+        log.info("--events with a symbol column: the store is prepared in memory")
+        return None
     loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected, src)
                                                           for k in range(len(pieces))])
     lap("load")
