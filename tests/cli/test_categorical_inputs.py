@@ -1,7 +1,8 @@
 """Categorical observed and known inputs end to end: train -> inspect -> predict -> evaluate -> export with a text
 `regime` column of the bar files (--observed) and a text `session_type` column of a covariate file running 30 days
 past the bars (--known), on the generic daily fixture (ES and NQ); a regime unseen in training gets code 0, said
-once; Forecaster.update refuses such a model in one line."""
+once; Forecaster.update continues predict's stream of such a model (parity:
+tests/api/test_update_static_categorical.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import polars as pl
 import pytest
 
 from foxhunt.cli import main
-from foxhunt.errors import InputError
 
 DAY = 86_400 * 10**9
 REGIMES = ("calm", "storm", "trend")
@@ -98,12 +98,12 @@ def test_export_writes_the_categorical_inputs_and_parity_passes(run, tmp_path):
     assert "timed_vocab" in side["features"]["regime"] and "timed_vocab" in side["features"]["session_type"]
 
 
-def test_predict_on_a_frame_takes_them_and_update_refuses_them_in_one_line(run, files):
+def test_predict_on_a_frame_takes_them_and_update_continues_it(run, files):
     from foxhunt.api.forecaster import Forecaster
 
     fc = Forecaster.load(run)
-    frame = pl.read_parquet(files["bars"])
-    got = fc.predict(frame)  # its own regime column; session_type from the training run's covariate file
-    assert got.height > 0 and got["p50"].is_finite().all()
-    with pytest.raises(InputError, match="categorical --observed / --known"):
-        fc.update(frame.filter(pl.col("symbol") == "ES").tail(1))
+    frame = pl.read_parquet(files["bars"]).sort("symbol", "timestamp")
+    got = fc.predict(frame.filter(pl.col("timestamp") < pl.col("timestamp").max().over("symbol")))  # its own regime column; session_type
+    assert got.height > 0 and got["p50"].is_finite().all()  # from the training run's covariate file
+    later = fc.update(frame.filter(pl.col("symbol") == "ES").tail(1))
+    assert later.height == fc.horizon and later["p50"].is_finite().all()

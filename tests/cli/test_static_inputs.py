@@ -117,10 +117,12 @@ def test_a_keyed_covariate_file_gives_a_static_input_and_categorical_takes_its_n
     assert f"input     tier: static categorical from {tiers}" in capsys.readouterr().out
 
 
-def test_update_refuses_a_static_model_in_one_line(run):
+def test_update_continues_predict_on_a_static_model(run, bars):
+    """Parity with predict: tests/api/test_update_static_categorical.py."""
     from foxhunt.api.forecaster import Forecaster
-    from foxhunt.errors import InputError
 
-    with pytest.raises(InputError, match="does not take a --static model yet"):
-        Forecaster.load(run).update({"series": "ES", "ts": "2024-12-10", "open": 1.0, "high": 1.0, "low": 1.0,
-                                     "close": 1.0, "volume": 1, "sector": "equity"})
+    fc = Forecaster.load(run)
+    frame = pl.read_parquet(bars).sort("symbol", "timestamp")
+    fc.predict(frame.filter(pl.col("timestamp") < pl.col("timestamp").max().over("symbol")))
+    later = fc.update(frame.filter(pl.col("symbol") == "ES").tail(1))
+    assert later.height == fc.horizon and later["p50"].is_finite().all()

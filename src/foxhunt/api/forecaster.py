@@ -30,7 +30,7 @@ from foxhunt.data.features.features import raw_features
 from foxhunt.data.io.read import read_frame
 from foxhunt.evaluate import predict as _predict
 from foxhunt.model.calibration import Calibration
-from foxhunt.model.inference.traced import BatchForward, LiveForward, live_forward
+from foxhunt.model.inference.traced import BatchForward, LiveCats, LiveForward, live_forward
 from foxhunt.train.checkpoint import LoadedModel, load_model
 
 # Bars of history per series that `predict_parquet` reads beyond the encoder: enough for the seed of the slowest
@@ -112,14 +112,11 @@ class Forecaster:
         the grid knows, see data/bars/grid.future_timestamps), one column per quantile (calibrated unless `calibrated=False`),
         actual (null). Also restarts the `update` stream of these series from this history."""
         frame = as_polars(df)
-        inputs = self._lm.transform.inputs or {}
         cfg = _predict.prediction_config(self._lm, (FRAME_NAME,))
         raw, entry = read_frame(frame, FRAME_NAME, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale)
         loaded = load_raw(raw, [entry], cfg, self._lm.transform.bar_spacing_ns)
         data = _predict.prepare_loaded(self._lm, loaded, (FRAME_NAME,), frame)  # its own columns: --observed ones
-        # update does not take these (api/live_inputs.py)
-        if not (inputs.get("static") or inputs.get("observed_cat") or inputs.get("known_cat")):
-            self._prime(loaded.bars, data)
+        self._prime(loaded.bars, data)
         fc = _predict.Forecaster(self._lm, data, self._device, calibration=self._calibration(calibrated))
         ids = _predict.live_origins(data)
         tables = [_predict.forecast_table(fb, data.windows.series_names, self.quantiles) for fb in fc.iter(ids, 1024)]
@@ -146,12 +143,15 @@ class Forecaster:
 
         A model trained with inputs of your own: the bar carries each --observed column by name (one the model read
         from a --covariates file may be left out, and is read from that file as of the bar's time; a column of the
-        bar files must be given); the known covariates and events come from the model's covariate source (see
-        `load`) at the bar and at its forecast steps (api/live_inputs.py). A missing or non-finite field, or a step
-        a known file does not cover, is an InputError naming the column, with the state untouched. A --context
-        model reads each context series' inputs from the stream's own state of that series (its last bar at or
-        before the bar's time, one of the same call included: api/live_context.py), so its bars come through
-        `update` too; a context series the stream has no bar of is an InputError."""
+        bar files must be given), a categorical one as its value (text); the known covariates and events come from
+        the model's covariate source (see `load`) at the bar and at its forecast steps (api/live_inputs.py). Static
+        inputs are those `predict` gave the series (a series first seen here: its covariate file's value, or its
+        first bar's field for a column of the bar files). Categories are coded with the model's vocabulary, a value
+        unseen in training as 0 (said once). A missing or non-finite field, or a step a known file does not cover,
+        is an InputError naming the column, with the state untouched. A --context model reads each context series'
+        inputs from the stream's own state of that series (its last bar at or before the bar's time, one of the
+        same call included: api/live_context.py), so its bars come through `update` too; a context series the
+        stream has no bar of is an InputError."""
         live = self.update_arrays(bar, calibrated, max_gap)
         n = len(live.symbols)
         fb = _predict.ForecastBatch(
@@ -213,12 +213,15 @@ class Forecaster:
                              how="semi", maintain_order="left")
         feats = raw_features(bars, self._lm.data_cfg.adjust, self._lm.transform.target)
         self._stream.prime(feats, w.cont[real].numpy(), w.center[real].numpy(), w.scale[real].numpy())
+        user = self._stream.user
+        if user is not None and user.codes is not None:  # static and categorical inputs, as predict coded them
+            user.codes.prime(w)
 
     def _step(self, bar: Any, max_gap_ns: int | None = None) -> list[int]:
         """Parse `bar` and advance the stream; the state rows of its series (B,)."""
         st = self._stream
         only = st.names[0] if len(st.names) == 1 else None
-        fields = st.user.observed if st.user is not None else ()
+        fields = st.user.fields if st.user is not None else ()
         b = stream_bars(bar, st.series_of, only, self._lm.data_cfg.timezone, fields)
         return st.step(b.names, b.contracts, b.ts_ns, b.ohlcv, b.filled, max_gap_ns, b.observed)
 
@@ -228,10 +231,20 @@ class Forecaster:
         st = self._stream
         return st.codes(rows), st.encoder(rows), st.decoder(rows)
 
+    def live_cats(self, rows: list[int]) -> LiveCats | None:
+        """The static and categorical inputs of the live windows of stream rows `rows` (api/live_codes.py); None
+        for a model without them (its forward takes the series codes and real rows only)."""
+        st = self._stream
+        codes = st.user.codes if st.user is not None else None
+        if codes is None:
+            return None
+        return codes.cats([st.names[r] for r in rows], st.ts[rows].tolist(), st.targets(rows))
+
     def batch(self, rows: list[int]) -> Batch:
         """`live_inputs` of stream rows `rows` as the model's Batch (no bar shared across windows)."""
         st = self._stream
-        b = BatchForward(self._eager, self.encoder_length, self.horizon, self._device).batch(*self.live_inputs(rows))
+        b = BatchForward(self._eager, self.encoder_length, self.horizon, self._device).batch(*self.live_inputs(rows),
+                                                                                            self.live_cats(rows))
         dev = self._device
         b.target_center = torch.from_numpy(st.center[rows].astype(np.float32)).to(dev)
         b.target_scale = torch.from_numpy(st.scale[rows].astype(np.float32)).to(dev)
@@ -245,7 +258,8 @@ class Forecaster:
         scale = st.scale[rows]
         if not rows:
             return np.zeros((0, self.horizon, len(self.quantiles)), np.float32), scale, st.ts[rows]
-        scaled = self._live(*self.live_inputs(rows))  # (B, D, Q)
+        cats = self.live_cats(rows)
+        scaled = self._live(*self.live_inputs(rows), *(() if cats is None else (cats,)))  # (B, D, Q)
         q = scaled * scale.astype(np.float32)[:, None, None] + st.center[rows].astype(np.float32)[:, None, None]
         q.sort(axis=-1)
         cal = self._calibration(calibrated)

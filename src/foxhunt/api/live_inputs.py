@@ -1,4 +1,4 @@
-"""The user's own inputs (--observed, --known, --events) of bars given one at a time to `Forecaster.update`.
+"""The user's own inputs (--observed, --known, --events, --static) of bars given one at a time to `Forecaster.update`.
 
 Training joins them to whole histories (data/features/inputs.py); a live bar needs the same values at one time:
 
@@ -9,6 +9,8 @@ Training joins them to whole histories (data/features/inputs.py); a live bar nee
   (inputs.known_values, from the model's covariate source: the training run's --covariates, or the files
   `Forecaster.load` names), the same function the prepared rows were filled with; keyed events under the key the
   bar's series and contract read (events.key_of), as prepared rows read theirs.
+
+- static and categorical inputs: coded by api/live_codes.py with the functions predict codes them with.
 
 `LiveInputs` reads the files once and answers a call's bars with one `known_values` call; its values are checked
 before the stream moves (a refused bar leaves the state as it was).
@@ -24,9 +26,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import polars as pl
 
+from foxhunt.api.live_codes import LiveCodes
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import FittedTransform
-from foxhunt.data.features import inputs
+from foxhunt.data.features import inputs, static
 from foxhunt.data.features.covariates import UTC_NS, CovariateTable
 from foxhunt.data.features.events import key_of
 from foxhunt.errors import InputError
@@ -65,29 +68,34 @@ def _columns(frame: pl.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 class LiveInputs:
-    """The user's inputs of a model's live bars: raw observed values (read from the bar or its covariate file) and
-    the standardized known values of the bars' times and forecast steps."""
+    """The user's inputs of a model's live bars: raw observed values (read from the bar or its covariate file), the
+    standardized known values of the bars' times and forecast steps, and (`codes`) the static and categorical ones."""
 
     def __init__(self, tf: FittedTransform, cfg: DataConfig):
         got = tf.inputs or {}
-        if got.get("static"):
-            raise InputError(f"Forecaster.update does not take a --static model yet ({', '.join(got['static'])}); "
-                             "forecast it with Forecaster.predict on its bars")
-        timed = [*got.get("observed_cat", ()), *got.get("known_cat", ())]
-        if timed:
-            raise InputError(f"Forecaster.update does not take a model of categorical --observed / --known inputs "
-                             f"yet ({', '.join(timed)}); forecast it with Forecaster.predict on its bars")
         self.observed: tuple[str, ...] = tuple(got.get("observed", ()))
         self.bar_columns = frozenset(got.get("bar_columns", ()))
         from_files = [c for c in self.observed if c not in self.bar_columns]
+        observed_cat, known_cat = tuple(got.get("observed_cat", ())), tuple(got.get("known_cat", ()))
+        cat_files = [c for c in observed_cat if c not in self.bar_columns]
+        static_files = [c for c in got.get("static", ()) if c not in self.bar_columns]
         # The bar files' own columns come with each bar: only the covariate files and the calendar are read here.
-        src = inputs.load_sources(cfg.paths, from_files, tuple(got.get("known", ())), cfg.covariates, cfg.events,
-                                  cfg.timestamp_col, cfg.symbol_col, cfg.timezone, saved_events=got.get("events"),
-                                  target=tf.target, fitted=True)  # a saved model's real inputs: numbers
+        src = inputs.load_sources(cfg.paths, [*from_files, *cat_files], (*got.get("known", ()), *known_cat),
+                                  cfg.covariates, cfg.events, cfg.timestamp_col, cfg.symbol_col, cfg.timezone,
+                                  saved_events=got.get("events"), target=tf.target, static_cols=static_files,
+                                  categorical=(*observed_cat, *known_cat, *static.categorical_columns(got)),
+                                  fitted=True)  # a saved model's real inputs: numbers
         self.n_known = len(inputs.known_names(got))
         self.known = None if src is None else inputs.known_values(got, src, max(int(tf.bar_spacing_ns), 1))
         self.files = {c: _AsOf(src.tables[c], c) for c in from_files} if src is not None else {}
         self.events = None if src is None else src.events
+        self.codes = LiveCodes(got, src, cfg.encoder_length) if (
+            got.get("static") or observed_cat or known_cat) else None
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The fields a bar may carry by name: the real --observed columns, then those `codes` reads."""
+        return self.observed + (self.codes.fields if self.codes is not None else ())
 
     def observed_values(self, names: Sequence[str], contracts: Sequence[str | None], ts_ns: Sequence[int],
                         given: Sequence[Sequence[object]]) -> list[list[float]]:
@@ -121,20 +129,30 @@ class LiveInputs:
     def of_bars(self, names: Sequence[str], contracts: Sequence[str | None], ts_ns: Sequence[int],
                 observed: list[list[object]] | None, steps: Callable[[int], Sequence[int]],
                 ) -> tuple[list[list[float]] | None, np.ndarray | None]:
-        """A call's bars' raw observed values (B, Ou) (`observed_values`; `observed` None: none given) and the
-        known values (B, 1 + D, Ku) of each bar's time and its forecast steps (`steps(ts)`: the D grid times after
-        it); None for what the model does not take."""
+        """A call's bars' raw observed values (B, Ou) (`observed_values`; `observed` (B, len(fields)), None: none
+        given) and the known values (B, 1 + D, Ku) of each bar's time and its forecast steps (`steps(ts)`: the D
+        grid times after it); None for what the model does not take. The bars' static and categorical codes are
+        read too, and kept (`codes`) once every value of the call is checked."""
+        given = observed if observed is not None else [[None] * len(self.fields)] * len(names)
         obs = None
         if self.observed:
-            given = observed if observed is not None else [[None] * len(self.observed)] * len(names)
-            obs = self.observed_values(names, contracts, ts_ns, given)
-        if not self.n_known:
+            obs = self.observed_values(names, contracts, ts_ns, [row[:len(self.observed)] for row in given])
+        if not (self.n_known or self.codes is not None):
             return obs, None
         at = np.array([[ts, *steps(ts)] for ts in ts_ns], dtype=np.int64)  # (B, 1 + D)
+        read = None if self.codes is None else self.codes.read(
+            names, contracts, ts_ns, [row[len(self.observed):] for row in given], at)
+        known = self.known_of(names, contracts, at) if self.n_known else None
+        if read is not None:
+            self.codes.commit(read)  # type: ignore[union-attr]
+        return obs, known
+
+    def known_of(self, names: Sequence[str], contracts: Sequence[str | None], at: np.ndarray) -> np.ndarray:
+        """(B, 1 + D, Ku) the known values of each bar's times `at` (B, 1 + D), under its events' key."""
         keys = [self.key(n, c) for n, c in zip(names, contracts, strict=True)]
         if not any(keys):  # every bar reads the unkeyed events: one call
-            return obs, self.known_at(at.ravel()).reshape(len(names), at.shape[1], -1)
-        return obs, np.stack([self.known_at(row, k) for row, k in zip(at, keys, strict=True)])
+            return self.known_at(at.ravel()).reshape(len(names), at.shape[1], -1)
+        return np.stack([self.known_at(row, k) for row, k in zip(at, keys, strict=True)])
 
     def key(self, name: str, contract: str | None) -> str | None:
         """The events' key a bar of series `name` holding `contract` reads (events.key_of; None: the unkeyed

@@ -49,12 +49,17 @@ def vocabulary(s: pl.Series) -> list[str]:
     return sorted(texts(s).drop_nulls().unique().to_list())
 
 
-def codes(s: pl.Series, vocab: Sequence[str], what: str) -> np.ndarray:
+def codes(s: pl.Series, vocab: Sequence[str], what: str, said: set[str] | None = None) -> np.ndarray:
     """(len(s),) int64 codes of `s` under `vocab`: index + 1, 0 for no value and for a value not in `vocab`. The
-    unseen values are counted and said once (`what` names the input: "--observed regime")."""
+    unseen values are counted and said once (`what` names the input: "--observed regime"). `said`: the unseen
+    values already said (updated): a live stream codes a bar at a time and says each value once, not once a bar."""
     t = texts(s)
     code = t.replace_strict(list(vocab), list(range(1, len(vocab) + 1)), default=UNKNOWN, return_dtype=pl.Int64)
     unseen = t.filter(t.is_not_null() & ~t.is_in(list(vocab)))
+    if said is not None:
+        new = unseen.filter(~unseen.is_in(list(said)))
+        said.update(new.to_list())
+        unseen = new
     if unseen.len():
         shown = unseen.unique(maintain_order=True).head(SHOWN).to_list()
         log.warning("%s: %d rows with a value unseen in training (%s) get the unknown code 0", what, unseen.len(),

@@ -92,9 +92,21 @@ class TracedForward:
             return None
 
 
+@dataclasses.dataclass(frozen=True)
+class LiveCats:
+    """A model's live inputs beyond the series code and the real rows: the user's static inputs and the categorical
+    time inputs (api/live_codes.py), for a model trained with --static or categorical --observed / --known."""
+
+    static_cat: np.ndarray  # (B, Sc) int64: the --static categories' codes, after the series code
+    static_cont: np.ndarray  # (B, Sr) float32: the real --static inputs, standardized
+    enc_cat: np.ndarray  # (B, E, Kc + Oc) int64: known, then observed categorical codes of the encoder rows
+    dec_cat: np.ndarray  # (B, D, Kc) int64: known categorical codes of the forecast steps
+
+
 # A live forward: series codes (B,) int64, encoder inputs (B, E, F) and decoder known inputs (B, D, Kr) float32 (the
-# rows of api/stream.py) -> scaled quantiles (B, D, Q) float32, numpy in and out.
-LiveForward = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+# rows of api/stream.py), and a LiveCats for a model with static or categorical inputs -> scaled quantiles (B, D, Q)
+# float32, numpy in and out.
+LiveForward = Callable[..., np.ndarray]
 
 
 class BatchForward:
@@ -110,7 +122,7 @@ class BatchForward:
         self.pos = ((torch.arange(e + d) - (e - 1)).float() / e).view(e + d, 1).to(self.device)  # (T, 1)
         self.fixed: dict[int, dict[str, torch.Tensor]] = {}
 
-    def batch(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray) -> Batch:
+    def batch(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray, cats: LiveCats | None = None) -> Batch:
         b, dev = len(codes), self.device
         if b not in self.fixed:
             e, d = self.e, self.d
@@ -126,13 +138,27 @@ class BatchForward:
                 "target_scale": torch.ones(b, device=dev),
                 "window": torch.arange(b, device=dev),
             }
-        return Batch(static_cat=torch.from_numpy(np.ascontiguousarray(codes).reshape(b, 1)).to(dev),  # (B, 1)
-                     enc_cont=torch.from_numpy(np.ascontiguousarray(enc).reshape(b * self.e, -1)).to(dev),  # (B*E, F)
-                     dec_cont=torch.from_numpy(np.ascontiguousarray(dec).reshape(b * self.d, -1)).to(dev),  # (B*D, Kr)
-                     **self.fixed[b])
+        batch = Batch(static_cat=torch.from_numpy(np.ascontiguousarray(codes).reshape(b, 1)).to(dev),  # (B, 1)
+                      enc_cont=torch.from_numpy(np.ascontiguousarray(enc).reshape(b * self.e, -1)).to(dev),  # (B*E, F)
+                      dec_cont=torch.from_numpy(np.ascontiguousarray(dec).reshape(b * self.d, -1)).to(dev),  # (B*D, Kr)
+                      **self.fixed[b])
+        return batch if cats is None else self._with_cats(batch, cats)
 
-    def __call__(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray) -> np.ndarray:
-        batch = self.batch(codes, enc, dec)
+    def _with_cats(self, batch: Batch, cats: LiveCats) -> Batch:
+        """`batch` with the static and categorical inputs of `cats` in place of the empty ones."""
+        b, dev = len(cats.static_cat), self.device
+
+        def t(a: np.ndarray, *shape: int) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a).reshape(*shape)).to(dev)
+
+        return dataclasses.replace(
+            batch, static_cat=torch.cat([batch.static_cat, t(cats.static_cat, b, -1)], dim=1),  # (B, 1 + Sc)
+            static_cont=t(cats.static_cont, b, -1),  # (B, Sr)
+            enc_cat=t(cats.enc_cat, b * self.e, -1),  # (B*E, Kc + Oc)
+            dec_cat=t(cats.dec_cat, b * self.d, -1))  # (B*D, Kc)
+
+    def __call__(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray, cats: LiveCats | None = None) -> np.ndarray:
+        batch = self.batch(codes, enc, dec, cats)
         with torch.inference_mode():
             return self.forward(batch).float().cpu().numpy()
 
@@ -196,7 +222,9 @@ class OnnxForward:
         self.sessions: dict[tuple, _Bound] = {}
         self.failed = not isinstance(self.model, InferenceTFT)
 
-    def __call__(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray) -> np.ndarray:
+    def __call__(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray, cats: LiveCats | None = None) -> np.ndarray:
+        if cats is not None:  # the exported graph takes codes and real rows only: the trace takes the rest
+            return self.fallback(codes, enc, dec, cats)
         if self.failed or len(codes) > self.LIVE_BATCH:
             return self.fallback(codes, enc, dec)
         key = (enc.shape, dec.shape)
