@@ -10,7 +10,11 @@ context: the same, with NASDAQ's bars in the data as series NDX and `--context N
 vix: S&P 500 daily bars 2014-2018 (the span `arch.data.vix` covers) with the VIX close as an --observed covariate.
 
     python benchmarks/inputs_help.py events|nasdaq|context|vix [--seeds 0,1,2] [--out /tmp/inputs_help] [--target T]
-        [--both "--horizon 30"]
+        [--both "--horizon 30"] [--per-week N]
+
+--per-week N (events): N announcements a week instead of the sample's 4, drawn from the week's (trade day, clock
+    time) slots by this script's own schedule (`denser_schedule`; the generator's option is unchanged): more bursts
+    to learn from and to score on, to tell whether a result is the calendar's or too few examples'.
 
 Prints one table per experiment: q-risk at p10 / p50 / p90 with and without the inputs, per seed and the mean,
 and every baseline's on the same origins.
@@ -184,6 +188,27 @@ def vix_frame() -> pl.DataFrame:
                     pl.col("vix").log().alias("log_vix"))
 
 
+def denser_schedule(per_week: int):
+    """A schedule for `foxhunt sample --announcements` with `per_week` announcements a week, drawn at random from
+    the week's (trade day, clock time) slots that leave the session AFTER_MIN minutes (the generator's rule), so a
+    day may hold two or three at different clock times."""
+    import datetime as dt
+
+    from foxhunt.data.io import announcements as news
+
+    def schedule(rng: np.random.Generator, sessions) -> np.ndarray:
+        weeks: dict[tuple[int, int], list[dt.datetime]] = {}
+        for day, close in sessions:
+            for t in news.CLOCK_TIMES:
+                at = dt.datetime.combine(day, t, tzinfo=news.CT)
+                if at + dt.timedelta(minutes=news.AFTER_MIN) <= close:
+                    weeks.setdefault(day.isocalendar()[:2], []).append(at)
+        picked = [slots[i] for slots in weeks.values() for i in rng.permutation(len(slots))[:per_week]]
+        return np.sort(np.array([int(at.timestamp()) * 10**9 for at in picked], dtype=np.int64))
+
+    return schedule
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("experiment", choices=("events", "nasdaq", "context", "vix"))
@@ -191,11 +216,16 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path("/tmp/inputs_help"))
     p.add_argument("--target", default=None, help="default: log_range for events, log_return for SPX")
     p.add_argument("--both", default="", help="more flags for both runs of each seed, e.g. '--horizon 30'")
+    p.add_argument("--per-week", type=int, default=None, help="events: announcements a week (default: the sample's)")
     a = p.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     seeds = [int(s) for s in a.seeds.split(",")]
     both = a.both.split()
-    out = a.out / (a.experiment + "".join(both).replace("--", "_"))
+    out = a.out / (a.experiment + "".join(both).replace("--", "_") + (f"_{a.per_week}a_week" if a.per_week else ""))
+    if a.per_week:
+        import foxhunt.data.io.sample as sample
+
+        sample.schedule = denser_schedule(a.per_week)  # what generate_sample calls: this process's sample only
     out.mkdir(parents=True, exist_ok=True)
     if a.experiment == "events":
         events_experiment(seeds, out, a.target or "log_range", both)

@@ -14,7 +14,7 @@ second / 2 beside it), and training's peak RSS < 25% of the store's size.
 Validation runs over every validation window after the slice of an epoch, so the store is prepared with a short
 validation period (--val-fraction 0.002): the training slice, not validation, is what is measured.
 Run: python benchmarks/store_20m.py [--rows 20000000] [--max-train-batches 50] [--workdir DIR] [--keep]
-     [--workers 2] [--prepare-only] [--skip-direct] [--repeat N]
+     [--workers 2] [--prepare-only] [--skip-direct] [--repeat N] [--inputs N]
 `foxhunt prepare` runs its series groups in worker processes (store/pieced.py): its CPU seconds include theirs,
 and its peak RSS is reported for the process alone and with its workers ("+workers").
 The machine may be shared: wall times then include waiting for the CPU; CPU seconds do not. On Linux the seconds
@@ -37,6 +37,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from foxhunt.allocator import POLARS_ALLOCATOR, polars_allocator_for
@@ -52,10 +53,11 @@ MODEL_FLAGS = ["--hidden-size", "16", "--attention-heads", "2", "--epochs", "1",
 ROWS_PER_GROUP = 6_000_000  # windows_2m's panel spans at most ~1,300 sessions of its four roots (~7M rows)
 
 
-def write_daily_panel(folder: Path, rows: int) -> int:
+def write_daily_panel(folder: Path, rows: int, inputs: int = 0) -> int:
     """About `rows` ohlcv-1m rows as hive partitions by UTC day; returns the number of rows written. Past
     ROWS_PER_GROUP rows the panel holds several groups of four roots, each group's roots renamed with a digit
-    (`ES1H2`: root ES1) and its instrument ids offset."""
+    (`ES1H2`: root ES1) and its instrument ids offset. `inputs`: that many extra real columns x1..xN (random walks
+    over the panel's rows), for `--observed`."""
     groups = -(-rows // ROWS_PER_GROUP)
     frames = []
     for g in range(groups):
@@ -69,11 +71,18 @@ def write_daily_panel(folder: Path, rows: int) -> int:
         frames.append(frame)
     frame = pl.concat(frames).sort("ts_event", "instrument_id").with_columns(date=pl.col("ts_event").dt.date())
     del frames
+    rng = np.random.default_rng(0)
+    frame = frame.with_columns(pl.Series(name, np.cumsum(rng.standard_normal(frame.height))) for name in
+                               input_names(inputs))
     for (day,), part in frame.partition_by("date", as_dict=True, maintain_order=True).items():
         target = folder / f"date={day}" / "part-0.parquet"
         target.parent.mkdir(parents=True, exist_ok=True)
         part.drop("date").write_parquet(target)
     return frame.height
+
+
+def input_names(inputs: int) -> list[str]:
+    return [f"x{i}" for i in range(1, inputs + 1)]
 
 
 # --- the measured child -----------------------------------------------------------------------------------------
@@ -252,25 +261,28 @@ def main() -> None:
     p.add_argument("--prepare-only", action="store_true", help="Measure `foxhunt prepare` alone.")
     p.add_argument("--repeat", type=int, default=1, help="Run `foxhunt prepare` this many times (each into a fresh "
                    "store): each run is listed, and the rates are the median run's.")
+    p.add_argument("--inputs", type=int, default=0, help="Add this many real columns to the bars and declare them "
+                   "--observed (what inputs of your own cost at scale); the panel is written to its own folder.")
     p.add_argument("--skip-direct", action="store_true", help="Do not train from the parquet directly (it needs "
                    "the memory of prepare).")
     a = p.parse_args()
     if a.repeat < 1:
         p.error("--repeat takes 1 or more")
     work = a.workdir or Path(tempfile.mkdtemp(prefix="store_20m."))
-    panel, store = work / "panel", work / "store"
+    panel, store = work / ("panel" if not a.inputs else f"panel-{a.inputs}-inputs"), work / "store"
+    declared = ["--observed", ",".join(input_names(a.inputs))] if a.inputs else []
     work.mkdir(parents=True, exist_ok=True)
     try:
         t0 = time.perf_counter()
-        rows = write_daily_panel(panel, a.rows) if not panel.exists() else pl.scan_parquet(
+        rows = write_daily_panel(panel, a.rows, a.inputs) if not panel.exists() else pl.scan_parquet(
             str(panel / "**" / "*.parquet")).select(pl.len()).collect().item()
         print(f"panel written in {time.perf_counter() - t0:.0f}s", flush=True)
         files = sum(1 for _ in panel.rglob("*.parquet"))
         preps = []
         for _ in range(a.repeat):
             shutil.rmtree(store, ignore_errors=True)  # each run writes a new store: none to replace (and delete)
-            preps.append(run_child(["prepare", "--parquet-file", str(panel), *DATA_FLAGS, "--workers", str(a.workers),
-                                    "--out", str(store)]))
+            preps.append(run_child(["prepare", "--parquet-file", str(panel), *DATA_FLAGS, *declared, "--workers",
+                                    str(a.workers), "--out", str(store)]))
             print(f"prepare: {preps[-1]}", flush=True)
         if a.prepare_only:
             report(rows, files, size_mb(panel), size_mb(store), preps, None, None)
@@ -278,7 +290,7 @@ def main() -> None:
         slice_flags = [*MODEL_FLAGS, "--max-train-batches", str(a.max_train_batches)]
         from_store = run_child(["train", "--features", str(store), *slice_flags, "--run-dir", str(work / "run-store")])
         print(f"train --features: {from_store}", flush=True)
-        direct = None if a.skip_direct else run_child(["train", "--parquet-file", str(panel), *DATA_FLAGS,
+        direct = None if a.skip_direct else run_child(["train", "--parquet-file", str(panel), *DATA_FLAGS, *declared,
                                                        *slice_flags, "--run-dir", str(work / "run-direct")])
         print(f"train --parquet-file: {direct}", flush=True)
         report(rows, files, size_mb(panel), size_mb(store), preps, from_store, direct)
