@@ -1,8 +1,10 @@
 """A pieced `foxhunt prepare` with your own inputs (store/declared.py): with an observed covariate (some bars
 dropped for a NaN) and an observed column of the bar files, a known covariate, an events file and a real and a
 categorical static column, the store prepared series group by series group is the store prepared in memory, array
-for array and key for key, under per-series and global covariate scaling, locally and on a Dask cluster; the
-bad-bars rule judges the whole panel; --context is prepared in memory."""
+for array and key for key, under per-series and global covariate scaling, locally and on a Dask cluster; so it is
+with a categorical observed and a categorical known column (values unseen in training said once, as in memory)
+and with events keyed to a series and to a contract; the bad-bars rule judges the whole panel; --context is
+prepared in memory."""
 
 from __future__ import annotations
 
@@ -27,7 +29,10 @@ MINUTE = 60 * 10**9
 def files(tmp_path_factory, fixtures_dir) -> dict:
     """The ES 1-minute fixture's first six days as three roots with a `flow` column, one parquet file per UTC day; a
     10-minute `vix` file with one NaN (its 10 minutes of bars are dropped), an hourly known `sched` file running 5
-    days past the bars, an events file and a static file keyed by series (`tick` real, `sector` text)."""
+    days past the bars, an events file and a static file keyed by series (`tick` real, `sector` text); a `regime`
+    file keyed by series (text; YM's last days read `panic`, which training never saw), an hourly `session` file
+    (text; `holiday` from the last day of bars on, unseen in training) and the events file with rows keyed to the
+    series ES and to NQ's contract NQH4."""
     folder = tmp_path_factory.mktemp("store_inputs")
     es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
     es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=6))
@@ -58,6 +63,21 @@ def files(tmp_path_factory, fixtures_dir) -> dict:
         out["events"])
     pl.DataFrame({"time": [stamps(60)[0]] * 3, "symbol": list(ROOTS), "tick": [0.25, 0.5, 1.0],
                   "sector": ["equity", "tech", "equity"]}).write_csv(out["static"])
+    t10, t60 = stamps(10), stamps(60)
+    late = int(ns.min()) + (int(ns.max()) - int(ns.min())) * 4 // 5  # in the test split
+    regime = pl.concat([pl.DataFrame({"time": t10, "symbol": root, "regime": rng.choice(["calm", "storm"], len(t10))})
+                        for root in ROOTS]).with_columns(
+        regime=pl.when((pl.col("symbol") == "YM") & (pl.col("time").dt.epoch("ns") >= late)).then(pl.lit("panic"))
+        .otherwise(pl.col("regime")))
+    session = np.where(t60.dt.hour().to_numpy() % 3 == 0, "thin", "full").astype(object)
+    session[t60.dt.epoch("ns").to_numpy() >= int(ns.max()) - 1440 * MINUTE] = "holiday"
+    out |= {"regime": folder / "regime.parquet", "session": folder / "session.parquet", "keyed": folder / "keyed.csv"}
+    regime.write_parquet(out["regime"])
+    pl.DataFrame({"time": t60, "session": session.tolist()}).write_parquet(out["session"])
+    times = t60[3::7]
+    pl.DataFrame({"time": times, "name": ["FOMC decision", "expiry", "roll"] * (len(times) // 3)
+                  + ["FOMC decision"] * (len(times) % 3),
+                  "symbol": ["", "ES", "NQH4"] * (len(times) // 3) + [""] * (len(times) % 3)}).write_csv(out["keyed"])
     return out
 
 
@@ -66,6 +86,19 @@ def _config(files: dict, **options) -> DataConfig:
                       test_fraction=0.2, observed=("vix", "flow"), known=("sched",), events=str(files["events"]),
                       covariates=(str(files["vix"]), str(files["sched"]), str(files["static"])),
                       static=("tick", "sector"), **options)
+
+
+def _categorical(files: dict, keyed: bool = False, categorical: bool = True) -> DataConfig:
+    """`_config` with the categorical observed `regime` and known `session` (`categorical`), and the keyed events
+    (`keyed`)."""
+    cfg = _config(files)
+    more = {"observed": (*cfg.observed, "regime"), "known": (*cfg.known, "session"),
+            "covariates": (*cfg.covariates, str(files["regime"]), str(files["session"]))} if categorical else {}
+    return DataConfig(**{**cfg.__dict__, **more, **({"events": str(files["keyed"])} if keyed else {})})
+
+
+def _unseen(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "unseen in training" in r.getMessage()]
 
 
 def _assert_same_store(a: tuple, b: tuple) -> None:
@@ -153,25 +186,58 @@ def test_context_is_prepared_in_memory_and_refused_on_a_cluster(files, wholes, t
     assert manifest["transform"]["inputs"]["context"] == ["ES"]
 
 
-def test_categorical_observed_inputs_are_prepared_in_memory(files, tmp_path, caplog):
-    """A text --observed column (`sector` of the static file, as of each bar) gives codes the pieced build does not
-    write yet: the store is prepared in memory, says so, and holds the codes."""
-    cfg = DataConfig(**{**_config(files).__dict__, "observed": ("vix", "sector"), "static": ("tick",)})
-    with caplog.at_level(logging.INFO, logger="foxhunt.data"):
-        manifest = prepare_store(cfg, tmp_path / "s", piece_rows=1, workers=1, min_rows=0)
-    assert "categorical --observed / --known inputs: the store is prepared in memory" in caplog.text
-    assert manifest["transform"]["inputs"]["observed_cat"] == ["sector"]
-    assert manifest["arrays"]["time_cat"]["shape"][1] == 1
+def test_categorical_inputs_prepared_in_pieces_are_the_ones_prepared_in_memory(files, tmp_path, monkeypatch, caplog):
+    """A categorical observed column (YM's `panic`, in its own piece, unseen in training) and a categorical known
+    column (`holiday`, unseen, at the last bars and on the grid past them): the pieces' codes and the grid's are the
+    in-memory ones, and the values unseen in training are said once per column with the panel's counts."""
+    cfg = _categorical(files)
+    with caplog.at_level(logging.WARNING, logger="foxhunt.data"):
+        whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+        said = _unseen(caplog)
+        caplog.clear()
+        pieces = _in_pieces(monkeypatch, cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
+    assert _unseen(caplog) == said and len(said) == 2
+    assert said[0].startswith("--known session: ") and "(holiday)" in said[0]
+    assert said[1].startswith("--observed regime: ") and "(panic)" in said[1]
+    got = pieces["transform"]["inputs"]
+    assert got["timed_vocab"] == {"regime": ["calm", "storm"], "session": ["full", "thin"]}
+    assert pieces["arrays"]["time_cat"]["shape"][1] == 2 and pieces["windows"]["n_known_cat"] == 1
+    time_cat = np.load(tmp_path / "pieces" / "time_cat.npy")
+    assert (time_cat > 0).any(axis=0).all() and (time_cat == 0).any(axis=0).all()
 
 
-def test_keyed_events_are_prepared_in_memory(files, tmp_path, caplog):
-    """Events keyed to a series read a block of the known grid per key, which the pieces' shared grid does not hold
-    yet: the store is prepared in memory, says so, and keeps the keys."""
-    ev = pl.read_csv(files["events"])
-    keyed = tmp_path / "keyed.csv"
-    ev.with_columns(symbol=pl.Series(["ES", ""] * (ev.height // 2) + [""] * (ev.height % 2))).write_csv(keyed)
+def test_keyed_events_prepared_in_pieces_are_the_ones_prepared_in_memory(files, tmp_path, monkeypatch):
+    """Events keyed to the series ES and to NQ's contract NQH4: the grid's table holds a block per key after the
+    panel's, and the pieces' rows read their key's, as in memory."""
+    cfg = _categorical(files, keyed=True, categorical=False)
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    pieces = _in_pieces(monkeypatch, cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
+    assert sorted(pieces["transform"]["inputs"]["events"]["keyed"]) == ["ES", "NQH4"]
+    ts = np.load(tmp_path / "pieces" / "known_ts.npy")
+    assert len(np.unique(ts)) < len(ts)  # the keys' blocks repeat the panel's steps
+
+
+def test_categorical_inputs_and_keyed_events_prepared_on_a_dask_cluster_are_the_ones_prepared_in_memory(
+        files, tmp_path, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    cfg = _categorical(files, keyed=True)
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as c:
+        address = "dask://" + c.scheduler_address.removeprefix("tcp://")
+        remote = _in_pieces(monkeypatch, cfg, tmp_path / "dask", piece_rows=1, workers=2, min_rows=0,
+                            executor=address)
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "dask", remote))
+
+
+def test_keyed_events_naming_no_series_stop_the_pieces_as_in_memory(files, tmp_path, monkeypatch):
+    """Keys that name no series or contract of the panel stop the pieced prepare with the in-memory one's line."""
+    keyed = tmp_path / "nowhere.csv"
+    pl.read_csv(files["keyed"]).with_columns(symbol=pl.lit("ZZ")).write_csv(keyed)
     cfg = DataConfig(**{**_config(files).__dict__, "events": str(keyed)})
-    with caplog.at_level(logging.INFO, logger="foxhunt.data"):
-        manifest = prepare_store(cfg, tmp_path / "s", piece_rows=1, workers=1, min_rows=0)
-    assert "--events with a symbol column: the store is prepared in memory" in caplog.text
-    assert list(manifest["transform"]["inputs"]["events"]["keyed"]) == ["ES"]
+    with pytest.raises(InputError) as in_memory:
+        prepare_store(cfg, tmp_path / "a", workers=0)
+    with pytest.raises(InputError) as pieced:
+        _in_pieces(monkeypatch, cfg, tmp_path / "b", piece_rows=1, workers=1, min_rows=0)
+    assert str(pieced.value) == str(in_memory.value) and "no symbol in the events file" in str(pieced.value)

@@ -145,13 +145,20 @@ def test_the_plan_weighs_the_symbols_of_evenly_spaced_files_by_their_share_of_th
     assert len(plan) == 3 and abs(sum(p.rows for p in plan) / rows - 1) < 0.2  # about all the bars
 
 
+@pytest.mark.parametrize("keyed", [False, True])
 def test_pieces_map_their_rows_onto_a_grid_that_is_not_one_lattice_as_in_memory(tmp_path, fixtures_dir,
-                                                                                   monkeypatch):
+                                                                                   monkeypatch, keyed):
     """NQ's bars 30 s after the others': the forecast steps of an origin are then not consecutive grid rows, and
-    the store keeps every step's row (known_index), which the pieces look up in the panel's tables."""
+    the store keeps every step's row (known_index), which the pieces look up in the panel's tables; with events
+    keyed to ES and to NQ's contract NQH4 (`keyed`), the keyed rows' steps move into their key's block."""
     es = pl.read_parquet(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
     es = es.filter(pl.col("ts_event") < pl.col("ts_event").min() + pl.duration(days=4))
     cfg = _config(_write_panel(es, tmp_path / "panel", {"NQ": 30}))
+    if keyed:
+        times = pl.datetime_range(es["ts_event"].min(), es["ts_event"].max(), "5h", eager=True)
+        pl.DataFrame({"time": times, "name": "expiry", "symbol": (["ES", "NQH4", ""] * len(times))[:len(times)]}
+                     ).write_csv(tmp_path / "events.csv")
+        cfg = dataclasses.replace(cfg, events=str(tmp_path / "events.csv"))
     whole = prepare_store(cfg, tmp_path / "whole", workers=0)
     pieces = _in_pieces(monkeypatch, cfg, tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
     assert "known_index" in pieces["arrays"]

@@ -149,26 +149,65 @@ def keyed(grid: DecoderKnown, ts: np.ndarray, keys: np.ndarray, out: np.ndarray,
     (`keys` (N,) into `names`, -1: none) reading their key's events: in `out` (N, Kr) at their own times, and at
     their forecast steps from a block of the grid of their own, appended to the table, to which their grid rows move.
 
-    A key's block is the span of table rows its rows' steps reach (a series' or a contract's time span), its user
-    columns computed under the key: the table grows by the keyed rows' spans, not by a copy per key. Every value
-    is still a function of a timestamp and the calendar: the steps of a block are the grid's own."""
-    ku = user(ts[:0]).shape[1]  # the user's known columns, the last of `out` and of the table
-    conts, stamps, size = [grid.cont], [grid.ts], len(grid.ts)
+    A key's block is the span of table rows its rows' steps reach (a series' or a contract's time span,
+    `key_spans`), its user columns computed under the key (`with_blocks`): the table grows by the keyed rows' spans,
+    not by a copy per key. Every value is still a function of a timestamp and the calendar: the steps of a block
+    are the grid's own."""
+    cont, stamps, shift = with_blocks(grid.cont, grid.ts, key_spans(grid, keys, d), user, names)
+    return move_keyed(DecoderKnown(cont=cont, ts=stamps, base=grid.base, index=grid.index), ts, keys, out, user,
+                      names, shift)
+
+
+def key_spans(grid: DecoderKnown, keys: np.ndarray, d: int) -> dict[int, tuple[int, int]]:
+    """{key: [first, end) of the table rows} the forecast steps of the rows under each key (`keys` (N,), -1: none)
+    reach. The steps grow with the origin: a pieced store takes a key's span from its first and last origins'
+    (known.SharedGrid.span)."""
+    spans = {}
     for g in np.unique(keys[keys >= 0]):  # a loop over the keys the rows hold
         rows = np.flatnonzero(keys == g)  # (Ng,)
-        out[rows, -ku:] = user(ts[rows], names[g])
         steps = (grid.base[rows], grid.base[rows] + (d - 1)) if grid.index is None else (
             grid.index[rows].min(axis=1), grid.index[rows].max(axis=1))  # (Ng,) each row's first and last step
-        lo, hi = int(steps[0].min()), int(steps[1].max()) + 1
-        block = grid.cont[lo:hi].copy()  # (hi - lo, Kr)
-        block[:, -ku:] = user(grid.ts[lo:hi], names[g])
-        grid.base[rows] += size - lo
-        if grid.index is not None:
-            grid.index[rows] += size - lo
+        spans[int(g)] = int(steps[0].min()), int(steps[1].max()) + 1
+    return spans
+
+
+def with_blocks(cont: np.ndarray, ts: np.ndarray, spans: dict[int, tuple[int, int]], user: KnownValues,
+                names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, dict[int, int]]:
+    """The grid table (`cont` (U, Kr), `ts` (U,)) with a block per key of `spans` appended in key order: its rows
+    [first, end), their user columns under the key (`names`); and how far each key's rows move (`move_keyed`)."""
+    ku = user(ts[:0]).shape[1]  # the user's known columns, the last of the table's
+    conts, stamps, size, shift = [cont], [ts], len(ts), {}
+    for g, (lo, hi) in sorted(spans.items()):
+        block = cont[lo:hi].copy()  # (hi - lo, Kr)
+        block[:, -ku:] = user(ts[lo:hi], names[g])
+        shift[g] = size - lo
         conts.append(block)
-        stamps.append(grid.ts[lo:hi])
+        stamps.append(ts[lo:hi])
         size += hi - lo
-    return DecoderKnown(cont=np.concatenate(conts), ts=np.concatenate(stamps), base=grid.base, index=grid.index)
+    return np.concatenate(conts), np.concatenate(stamps), shift
+
+
+def move_keyed(grid: DecoderKnown, ts: np.ndarray, keys: np.ndarray, out: np.ndarray, user: KnownValues,
+               names: tuple[str, ...], shift: dict[int, int]) -> DecoderKnown:
+    """`grid` with the rows under a key (`keys`) reading their key's events in `out` at their own times (`ts`)
+    and their grid rows moved by `shift` into their key's block (`with_blocks`), in place."""
+    ku = user(ts[:0]).shape[1]
+    for g in np.unique(keys[keys >= 0]):
+        rows = np.flatnonzero(keys == g)  # (Ng,)
+        out[rows, -ku:] = user(ts[rows], names[g])
+        grid.base[rows] += shift[int(g)]
+        if grid.index is not None:
+            grid.index[rows] += shift[int(g)]
+    return grid
+
+
+def moved(known: KnownRows, user: KnownValues, names: tuple[str, ...], shift: dict[int, int]) -> KnownRows:
+    """`known` (a pieced store's known.SharedGrid.rows, whose table holds the panel's keys' blocks: `with_blocks`)
+    with the rows under a key moved into their key's block (`move_keyed`)."""
+    def rows(ts: np.ndarray, out: np.ndarray, keys: np.ndarray | None = None) -> DecoderKnown:
+        grid = known(ts, out)
+        return grid if keys is None else move_keyed(grid, ts, keys, out, user, names, shift)
+    return rows
 
 
 def with_user(sk: StampKnown, user: KnownValues | None) -> StampKnown:

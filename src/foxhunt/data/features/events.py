@@ -182,6 +182,18 @@ def row_keys(cal: EventCalendar, series: pl.Series, contract: pl.Series) -> np.n
     return joined.get_column("k").to_numpy()
 
 
+def key_times(keys: np.ndarray, ts: np.ndarray, n: int) -> np.ndarray:
+    """(n, 2) int64 the first and last time of the rows (times `ts` (N,)) under each of `n` keys (`keys` (N,), as
+    `row_keys` gives them, -1: none); the largest and the smallest int64 for a key no row holds: the parts of a
+    panel's rows (its pieces) merge by a min and a max."""
+    out = np.empty((n, 2), dtype=np.int64)
+    out[:, 0], out[:, 1] = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    on = keys >= 0
+    np.minimum.at(out[:, 0], keys[on], ts[on])
+    np.maximum.at(out[:, 1], keys[on], ts[on])
+    return out
+
+
 def event_columns(cal: EventCalendar) -> tuple[str, ...]:
     """The known-input columns `event_features` returns, in its order: per name, until, since, in_bar."""
     return tuple(f"{n}_{s}" for n in cal.names for s in SUFFIXES)

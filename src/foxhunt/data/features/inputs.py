@@ -418,9 +418,15 @@ def event_keys(src: Sources | None, bars: pl.DataFrame, strict: bool) -> np.ndar
     of any series: a model's keys may name none of them."""
     cal = None if src is None else src.events
     keys = None if cal is None else row_keys(cal, bars.get_column("series"), bars.get_column("contract"))
-    if keys is not None and strict and not (keys >= 0).any():
-        series = sorted(set(bars.get_column("series").cast(pl.Utf8).unique().to_list()))
-        raise InputError(f"{cal.source}: no symbol in the events file names a series or contract of the bars (the file "
-                         f"has {_listing(cal.keys)}; the series are {_listing(series)}); use the series' names or "
-                         "their contract symbols, or leave the symbol empty to apply an event to every series")
+    if keys is not None and strict:
+        check_keyed(cal, bool((keys >= 0).any()), lambda: bars.get_column("series").cast(pl.Utf8).unique().to_list())
     return keys
+
+
+def check_keyed(cal: EventCalendar, any_keyed: bool, series: Callable[[], list[str]]) -> None:
+    """`event_keys`' check of training bars under `cal`'s keys, where `any_keyed` says whether a bar is under a key
+    (the pieces of a panel each say it of theirs); `series`: the bars' series names, asked where none is."""
+    if not any_keyed:
+        raise InputError(f"{cal.source}: no symbol in the events file names a series or contract of the bars (the file "
+                         f"has {_listing(cal.keys)}; the series are {_listing(sorted(set(series())))}); use the series' "
+                         "names or their contract symbols, or leave the symbol empty to apply an event to every series")

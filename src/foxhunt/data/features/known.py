@@ -335,12 +335,21 @@ class SharedGrid:
 
     def rows(self, ts: np.ndarray, out: np.ndarray, keys: np.ndarray | None = None) -> DecoderKnown:
         """Fill `out` (n, Kr) with the known inputs of rows at `ts` (n,), each one of the origins; their grid.
-        `keys`: None, as a pieced store holds no keyed events (store/pieced.py prepares those in memory)."""
-        assert keys is None, "keyed events are prepared in memory"
+        `keys`: None; rows under an events key move to their key's block apart (featurize.moved)."""
+        assert keys is None, "keyed rows: featurize.moved"
         at = origin_rows(self.slots, self.origins, ts)  # (n,)
         take_rows(self.cal, at, out)
         return DecoderKnown(cont=self.cont, ts=self.ts, base=self.base[at],
                             index=None if self.index is None else self.index[at])
+
+    def span(self, first: int, last: int, d: int) -> tuple[int, int]:
+        """[first, end) of the table rows the `d` forecast steps of the origins `first` .. `last` (two of them)
+        reach: from the first one's first step to the last one's last (the steps grow with the origin, as the
+        grid's table is sorted), featurize.key_spans' span of the rows of a key that hold those two times."""
+        a, b = origin_rows(self.slots, self.origins, np.array([first, last], dtype=np.int64))
+        if self.index is None:
+            return int(self.base[a]), int(self.base[b]) + d
+        return int(self.index[a].min()), int(self.index[b].max()) + 1
 
 
 def shared_grid(origins: np.ndarray, step: int, horizon: int, tz: str, intraday: bool, calendar_features: bool,

@@ -49,22 +49,50 @@ def vocabulary(s: pl.Series) -> list[str]:
     return sorted(texts(s).drop_nulls().unique().to_list())
 
 
-def codes(s: pl.Series, vocab: Sequence[str], what: str, said: set[str] | None = None) -> np.ndarray:
+Unseen = dict[str, tuple[int, list[str]]]  # what (the input) -> rows with a value unseen in training, the first ones
+
+
+def codes(s: pl.Series, vocab: Sequence[str], what: str, said: set[str] | None = None,
+          unseen: Unseen | None = None) -> np.ndarray:
     """(len(s),) int64 codes of `s` under `vocab`: index + 1, 0 for no value and for a value not in `vocab`. The
     unseen values are counted and said once (`what` names the input: "--observed regime"). `said`: the unseen
-    values already said (updated): a live stream codes a bar at a time and says each value once, not once a bar."""
+    values already said (updated): a live stream codes a bar at a time and says each value once, not once a bar.
+    `unseen`: where given, the unseen values are added to it and not said: a piece of a panel counts its rows, and
+    `tell` says the panel's sums once."""
     t = texts(s)
     code = t.replace_strict(list(vocab), list(range(1, len(vocab) + 1)), default=UNKNOWN, return_dtype=pl.Int64)
-    unseen = t.filter(t.is_not_null() & ~t.is_in(list(vocab)))
+    unseen_rows = t.filter(t.is_not_null() & ~t.is_in(list(vocab)))
     if said is not None:
-        new = unseen.filter(~unseen.is_in(list(said)))
+        new = unseen_rows.filter(~unseen_rows.is_in(list(said)))
         said.update(new.to_list())
-        unseen = new
-    if unseen.len():
-        shown = unseen.unique(maintain_order=True).head(SHOWN).to_list()
-        log.warning("%s: %d rows with a value unseen in training (%s) get the unknown code 0", what, unseen.len(),
-                    ", ".join(shown))
+        unseen_rows = new
+    if unseen_rows.len():
+        part = (unseen_rows.len(), unseen_rows.unique(maintain_order=True).head(SHOWN).to_list())
+        if unseen is None:
+            _say(what, *part)
+        else:
+            unseen[what] = _merged([unseen[what], part] if what in unseen else [part])
     return code.fill_null(UNKNOWN).to_numpy().astype(np.int64)
+
+
+def tell(inputs: dict, parts: Sequence[Unseen]) -> None:
+    """Say the unseen values of the `parts` (`codes`' counts of consecutive rows: the pieces of a panel, then its
+    grid) once per input, in the order `arrays` codes them: as `codes` says them over all the rows at once."""
+    for what in (*(f"--known {c}" for c in known_columns(inputs)), *(f"--observed {c}" for c in
+                                                                     observed_columns(inputs))):
+        if got := [p[what] for p in parts if what in p]:
+            _say(what, *_merged(got))
+
+
+def _merged(parts: list[tuple[int, list[str]]]) -> tuple[int, list[str]]:
+    """Counts of consecutive rows as one: the rows summed, the first SHOWN distinct values in order (each part's
+    first SHOWN hold them)."""
+    return sum(n for n, _ in parts), list(dict.fromkeys(v for _, shown in parts for v in shown))[:SHOWN]
+
+
+def _say(what: str, rows: int, shown: list[str]) -> None:
+    log.warning("%s: %d rows with a value unseen in training (%s) get the unknown code 0", what, rows,
+                ", ".join(shown))
 
 
 def observed_columns(inputs: dict | None) -> list[str]:
@@ -75,10 +103,22 @@ def known_columns(inputs: dict | None) -> list[str]:
     return list((inputs or {}).get("known_cat", ()))
 
 
+def seen(observed: dict[str, pl.Series], train: np.ndarray) -> dict[str, list[str]]:
+    """Each categorical observed column's vocabulary over its training rows (`observed` (N,) per column, `train` (N,)
+    bool): what a piece of a panel sends back, the panel's being the vocabulary of the pieces' together (`fit_seen`)."""
+    return {c: vocabulary(s.filter(pl.Series(train))) for c, s in observed.items()}
+
+
 def fit(src: Sources, observed: dict[str, pl.Series], train: np.ndarray, ts_train: np.ndarray) -> dict[str, list]:
     """{column: vocabulary}: each categorical observed column's over its training rows (`observed` (N,) per column,
     `train` (N,) bool), each categorical known column's as of the training bars' times `ts_train` (int64 ns)."""
-    vocab = {c: vocabulary(observed[c].filter(pl.Series(train))) for c in src.observed_cat}
+    return fit_seen(src, [seen(observed, train)], ts_train)
+
+
+def fit_seen(src: Sources, parts: Sequence[dict[str, list[str]]], ts_train: np.ndarray) -> dict[str, list]:
+    """`fit` from the `seen` vocabularies of the parts of the rows (the pieces of a panel) and the training bars'
+    times `ts_train` (or their distinct ones: a vocabulary is of the distinct values)."""
+    vocab = {c: vocabulary(pl.Series(c, [v for p in parts for v in p[c]], dtype=pl.Utf8)) for c in src.observed_cat}
     if src.known_cat:
         values = known_values_at(ts_train, src.of(src.known_cat), src.known_cat)
         vocab.update({c: vocabulary(v) for c, v in zip(src.known_cat, values, strict=True)})
@@ -92,20 +132,27 @@ def fit(src: Sources, observed: dict[str, pl.Series], train: np.ndarray, ts_trai
 
 
 def arrays(inputs: dict, src: Sources, observed: dict[str, pl.Series], ts: np.ndarray, real: np.ndarray,
-           grid_ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+           grid_ts: np.ndarray, unseen: Unseen | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(N, Kc + Oc) `time_cat` and (U, Kc) `known_cat` codes under the fitted `inputs`. Rows: timestamps `ts` (N,),
     `real` (N,) False on a prediction's appended rows (code 0: the encoder never reads them); `observed`: each
-    categorical observed column's joined values of the real rows, in order; `grid_ts` (U,): the forecast grid."""
+    categorical observed column's joined values of the real rows, in order; `grid_ts` (U,): the forecast grid.
+    `unseen`: as `codes`' (a piece of a panel, whose grid is coded apart: `known_codes`)."""
     vocab = inputs["timed_vocab"]
     kc, oc = known_columns(inputs), observed_columns(inputs)
     time_cat = np.zeros((len(ts), len(kc) + len(oc)), dtype=np.int64)  # (N, Kc + Oc)
-    known_cat = np.zeros((len(grid_ts), len(kc)), dtype=np.int64)  # (U, Kc)
-    if kc:  # the rows' times and the grid's at once: one warning per column
-        at = np.concatenate([ts[real], grid_ts])
-        n = int(real.sum())
-        for j, (c, v) in enumerate(zip(kc, known_values_at(at, src.of(kc), kc), strict=True)):
-            both = codes(v, vocab[c], f"--known {c}")
-            time_cat[real, j], known_cat[:, j] = both[:n], both[n:]
+    n = int(real.sum())
+    both = known_codes(inputs, src, np.concatenate([ts[real], grid_ts]), unseen)  # one warning per column
+    time_cat[real, :len(kc)], known_cat = both[:n], both[n:]
     for j, c in enumerate(oc):
-        time_cat[real, len(kc) + j] = codes(observed[c], vocab[c], f"--observed {c}")
+        time_cat[real, len(kc) + j] = codes(observed[c], vocab[c], f"--observed {c}", unseen=unseen)
     return time_cat, known_cat
+
+
+def known_codes(inputs: dict, src: Sources, at: np.ndarray, unseen: Unseen | None = None) -> np.ndarray:
+    """(len(at), Kc) the categorical known columns' codes as of the times `at` (`codes`' `unseen`)."""
+    kc = known_columns(inputs)
+    out = np.zeros((len(at), len(kc)), dtype=np.int64)
+    if kc:
+        for j, (c, v) in enumerate(zip(kc, known_values_at(at, src.of(kc), kc), strict=True)):
+            out[:, j] = codes(v, inputs["timed_vocab"][c], f"--known {c}", unseen=unseen)
+    return out

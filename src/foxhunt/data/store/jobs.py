@@ -24,12 +24,13 @@ from foxhunt.data.bars.grid import gap_counts
 from foxhunt.data.bars.load import load_raw
 from foxhunt.data.bars.validate import check_log_target
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.featurize import series_rows, windowed_rows
+from foxhunt.data.dataset.featurize import EVENT_KEY, moved, series_rows, windowed_rows
 from foxhunt.data.dataset.prepare import feature_columns, sorted_bars, train_start_ns
 from foxhunt.data.dataset.summary import WindowFacts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import window_starts
-from foxhunt.data.features import inputs, static
+from foxhunt.data.features import inputs, static, timed_categories
+from foxhunt.data.features.events import key_times
 from foxhunt.data.features.features import raw_features
 from foxhunt.data.features.known import SharedGrid, sorted_distinct
 from foxhunt.data.features.scaling import own_scalers, trailing, train_moments, vol_moments
@@ -41,7 +42,7 @@ from foxhunt.data.store.pieces import Route
 
 PIECE = "__piece"  # each bar's piece, beside the bars of a chunk
 CENTER, SCALE = "__center", "__scale"  # the target's center and scale beside the trailing inputs in a spill
-MINUTE = "__minute"  # each bar's minute of the day beside its raw features in a spill
+MINUTE, CAT, KEY = "__minute", "__cat:", "__key"  # a spill's side columns (Side): a minute, a category, a key
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Fit:
     train_gaps: tuple[np.ndarray, np.ndarray]  # (values, counts)
     user: dict[str, np.ndarray] | None = None  # the --observed columns' moments (inputs.observed_moments)
     stamps: tuple[np.ndarray, np.ndarray] | None = None  # the training bars' distinct times, counts (--known)
+    seen: dict[str, list[str]] | None = None  # categorical --observed: timed_categories.seen of its training rows
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class PieceLoaded:
     fit: Fit
     dropped: dict[str, int] | None = None  # inputs.join_observed's counts (--observed)
     static: dict[str, list] | None = None  # static.series_values of its series (--static)
+    keys: np.ndarray | None = None  # (G, 2) its rows' first and last time under each events key (events.key_times)
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,17 @@ class PieceWritten:
     splits: dict[str, np.ndarray]
     facts: WindowFacts
     roll_bars: int
+    unseen: timed_categories.Unseen | None = None  # its categorical inputs' values unseen in training (`tell`)
+
+
+@dataclass(frozen=True)
+class Side:
+    """A piece's columns spilled beside its raw features: each row's minute of the day (--seasonality), categorical
+    --observed values as joined, and events key (events.row_keys, with keyed --events)."""
+
+    minute: np.ndarray | None
+    cats: dict[str, pl.Series]
+    keys: np.ndarray | None
 
 
 @dataclass(frozen=True)
@@ -153,7 +167,7 @@ def load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], 
     del raw
     _unlink(paths)
     dropped = None
-    if src is not None and src.observed:
+    if src is not None and (src.observed or src.observed_cat):
         joined, dropped = inputs.join_observed(loaded.bars, src)
         loaded = dataclasses.replace(loaded, bars=joined)
         del joined
@@ -162,34 +176,38 @@ def load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], 
                                                            src.static_kinds or {})
     lengths = np.bincount(sidx, minlength=len(names))
     check_log_target(bars, cfg.target)
-    keep = [*feature_columns(cfg.target, cfg.fill_gaps), *cfg.observed]
+    keep = [*feature_columns(cfg.target, cfg.fill_gaps), *(() if src is None else src.observed)]
     feats = raw_features(bars, cfg.adjust, cfg.target, columns=keep).select(keep)
-    del bars
     minute = minute_of_day(ts, cfg.exchange_tz).astype(np.uint16) if cfg.seasonality else None  # (N,) read twice
+    side = Side(minute, {c: bars.get_column(c) for c in (() if src is None else src.observed_cat)},
+                inputs.event_keys(src, bars, strict=False))  # the panel is checked in `prepare` (declared.py)
+    del bars
     # Spilled without what reading it back restores exactly: `target` (a copy of its move column), `roll` as a bit.
-    _spill(feats.drop("target").with_columns(pl.col("roll").cast(pl.Boolean),
-                                             *(() if minute is None else (pl.Series(MINUTE, minute),))),
-           Path(spill) / f"feats-{k}.arrow")
+    _spill(feats.drop("target").with_columns(pl.col("roll").cast(pl.Boolean), *(
+        pl.Series(name, v) for name, v in ((MINUTE, side.minute), (KEY, side.keys)) if v is not None),
+        *(v.alias(CAT + c) for c, v in side.cats.items())), Path(spill) / f"feats-{k}.arrow")
     gaps, train_gaps = gap_counts(ts, sidx, cuts[0])
     share(Path(spill), f"stamps-{k}", sorted_distinct(ts))
     return PieceLoaded(names, lengths, len(window_starts(*_bounds(lengths), cfg.encoder_length + cfg.horizon)),
                        int(ts.min()), int(ts.max()), loaded.report, loaded.rolls, gaps,
-                       _fit(cfg, feats, names, sidx, ts, cuts, minute, train_gaps), dropped, values)
+                       _fit(cfg, feats, names, sidx, ts, cuts, side, train_gaps), dropped, values,
+                       None if side.keys is None else key_times(side.keys, ts, len(src.events.keys)))
 
 
 def fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple) -> Fit:
     """Piece `k`'s Fit under `cuts`, from its spilled features: where cleaning moved the cuts `load` expected."""
-    feats, sidx, ts, minute = _spilled(cfg, spill, k, lengths)
-    return _fit(cfg, feats, names, sidx, ts, cuts, minute, gap_counts(ts, sidx, cuts[0])[1])
+    feats, sidx, ts, side = _spilled(cfg, spill, k, lengths)
+    return _fit(cfg, feats, names, sidx, ts, cuts, side, gap_counts(ts, sidx, cuts[0])[1])
 
 
 def trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
-          transform: FittedTransform, place: Place) -> PieceTrailed:
+          transform: FittedTransform, place: Place, src: inputs.Sources | None = None) -> PieceTrailed:
     """Piece `k`'s trailing inputs under the first scalers (`transform`'s) and their statistics. When its series'
     own statistics complete the scalers (`own_scalers`), the piece is written now (`_write`); otherwise its trailing
-    inputs are spilled for `write`, which runs once the whole panel's statistics are in."""
+    inputs are spilled for `write`, which runs once the whole panel's statistics are in. `src`: the user's inputs."""
     scalers = transform.scalers
-    feats, sidx, ts, minute = _spilled(cfg, spill, k, lengths)
+    feats, sidx, ts, side = _spilled(cfg, spill, k, lengths)
+    minute = side.minute
     keep = _training_rows(cfg, feats, ts, cuts)  # (n,)
     if scalers.get("season") and scalers["season"]["tz"] != cfg.exchange_tz:
         minute = None  # the spilled minutes are in the exchange's zone: trailing computes the profile's own
@@ -201,39 +219,49 @@ def trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nda
         _spill(pl.DataFrame({**derived[0], CENTER: derived[1], SCALE: derived[2]}), Path(spill) / f"trail-{k}.arrow")
         return PieceTrailed(mom, None)
     written = _write(cfg, spill, names, sidx, ts, feats, derived, dataclasses.replace(transform, scalers=own), cuts,
-                     place)
+                     place, side, src)
     _unlink([Path(spill) / f"feats-{k}.arrow"])  # read for the last time
     return PieceTrailed(mom, written)
 
 
 def write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
-          transform: FittedTransform, place: Place) -> PieceWritten:
+          transform: FittedTransform, place: Place, src: inputs.Sources | None = None) -> PieceWritten:
     """Piece `k` written (`_write`) from its spilled features and trailing inputs with the whole panel's transform:
     the pieces `trail` could not write."""
-    feats, sidx, ts, _ = _spilled(cfg, spill, k, lengths)
+    feats, sidx, ts, side = _spilled(cfg, spill, k, lengths)
     spilled = _read_spill(Path(spill) / f"trail-{k}.arrow")
     derived = ({c: spilled.get_column(c).to_numpy() for c in spilled.columns if c not in (CENTER, SCALE)},
                spilled.get_column(CENTER).to_numpy(), spilled.get_column(SCALE).to_numpy())
     _unlink([Path(spill) / f"{name}-{k}.arrow" for name in ("trail", "feats")])  # mapped: readable until unmapped
-    return _write(cfg, spill, names, sidx, ts, feats, derived, transform, cuts, place)
+    return _write(cfg, spill, names, sidx, ts, feats, derived, transform, cuts, place, side, src)
 
 
 def _write(cfg: DataConfig, spill: str, names: list[str], sidx: np.ndarray, ts: np.ndarray, feats: pl.DataFrame,
-           derived: tuple, transform: FittedTransform, cuts: tuple, place: Place) -> PieceWritten:
+           derived: tuple, transform: FittedTransform, cuts: tuple, place: Place, side: Side,
+           src: inputs.Sources | None) -> PieceWritten:
     """Run the per-series pipeline (dataset/featurize.py) over a piece, as prepare_from_bars runs it over the panel,
-    with the panel's known grid (`share_grid`), and write its rows into the store at its place."""
+    with the panel's known grid (`share_grid`; its rows under an events key moved into their key's block, which
+    the grid's table holds), and write its rows and their categorical codes into the store at its place."""
     rows = series_rows(feats, names, sidx, ts, transform, derived)
     del feats, derived
-    out = windowed_rows(rows, names, transform, cfg.encoder_length, cfg.horizon, cuts, train_start_ns(cfg),
-                        shared_grid(spill).rows)
+    known = shared_grid(spill).rows
+    if side.keys is not None:
+        rows[EVENT_KEY] = side.keys
+        known = moved(known, inputs.known_values(transform.inputs, src, transform.bar_spacing_ns), src.events.keys,
+                      dict(enumerate(shared(spill, SHIFT).tolist())))
+    out = windowed_rows(rows, names, transform, cfg.encoder_length, cfg.horizon, cuts, train_start_ns(cfg), known)
     del rows
+    time_cat, unseen = None, {}
+    if src is not None and (src.observed_cat or src.known_cat):  # the grid's known codes are the panel's
+        time_cat = timed_categories.arrays(transform.inputs, src, side.cats, out.ts, out.real, out.ts[:0], unseen)[0]
     store, row0 = Path(place.store), place.row0
     codes, static_cont = out.codes[:, None], None
     if (Path(spill) / f"{STATIC}cat.npy").exists():  # --static: (S, Sc) and (S, Sr) of the panel's series
         at = out.sidx + place.series0
         codes = np.concatenate([codes, shared(spill, f"{STATIC}cat")[at]], axis=1)  # (n, 1 + Sc)
         static_cont = shared(spill, f"{STATIC}cont")[at]  # (n, Sr)
-    arrays = {"cont": out.cont, "static_cat": codes, "static_cont": static_cont, "target_raw": out.target,
+    arrays = {"cont": out.cont, "static_cat": codes, "static_cont": static_cont, "time_cat": time_cat,
+              "target_raw": out.target,
               "center": out.center,
               "scale": out.scale, "ts_ns": out.ts, "real": out.real, "series_idx": out.sidx + place.series0,
               "known_base": out.known.base, "known_index": out.known.index,
@@ -242,11 +270,13 @@ def _write(cfg: DataConfig, spill: str, names: list[str], sidx: np.ndarray, ts: 
         if value is not None:
             put(store / f"{name}.npy", row0, value)
     put(store / "starts.npy", place.win0, out.starts + row0)
-    return PieceWritten({name: out.split.ids[name] + place.win0 for name in SPLITS}, out.facts, out.roll_bars)
+    return PieceWritten({name: out.split.ids[name] + place.win0 for name in SPLITS}, out.facts, out.roll_bars,
+                        unseen)
 
 
 GRID = "grid-"  # the spill files of the panel's SharedGrid, one per field
 STATIC = "static-"  # the spill files of the panel's static inputs (static.arrays): static-cont, static-cat
+SHIFT = "key-shift"  # the spill file of how far each events key's rows move into its block (featurize.with_blocks)
 
 
 def share_grid(spill: Path, grid: SharedGrid) -> None:
@@ -335,15 +365,16 @@ def _pwrite(fd: int, data: np.ndarray, offset: int) -> None:
 
 
 def _fit(cfg: DataConfig, feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarray, cuts: tuple,
-         minute: np.ndarray | None, train_gaps: tuple) -> Fit:
+         side: Side, train_gaps: tuple) -> Fit:
     """A piece's Fit under `cuts`, with its user inputs' statistics where the run declares them."""
-    mom = _moments(cfg, feats, len(names), sidx, ts, cuts, minute)
+    mom = _moments(cfg, feats, len(names), sidx, ts, cuts, side.minute)
     user = stamps = None
-    if cfg.observed:
-        user = inputs.observed_moments(feats, names, sidx, _training_rows(cfg, feats, ts, cuts), cfg.observed)
-    if cfg.known:  # as fit_known's: every bar of the training span, the series' first included
-        stamps = np.unique(ts[(ts < cuts[0]) & (ts >= train_start_ns(cfg))], return_counts=True)
-    return Fit(mom, train_gaps, user, stamps)
+    if real := [c for c in cfg.observed if c in feats.columns]:  # the categorical ones are a Side's
+        user = inputs.observed_moments(feats, names, sidx, _training_rows(cfg, feats, ts, cuts), real)
+    span = (ts < cuts[0]) & (ts >= train_start_ns(cfg))  # as fit_known's: the series' first bars included
+    if cfg.known:
+        stamps = np.unique(ts[span], return_counts=True)
+    return Fit(mom, train_gaps, user, stamps, timed_categories.seen(side.cats, span) if side.cats else None)
 
 
 def _moments(cfg: DataConfig, feats: pl.DataFrame, s: int, sidx: np.ndarray, ts: np.ndarray, cuts: tuple,
@@ -359,15 +390,18 @@ def _training_rows(cfg: DataConfig, feats: pl.DataFrame, ts: np.ndarray, cuts: t
 
 
 def _spilled(cfg: DataConfig, spill: str, k: int, lengths: np.ndarray
-             ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray | None]:
+             ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, Side]:
     """Piece `k`'s spilled raw features (as raw_features gave them), each row's series index (N,), timestamp in ns
-    (N,) and minute of the day (N,) (None without --seasonality)."""
+    (N,) and its Side columns."""
     spilled = _read_spill(Path(spill) / f"feats-{k}.arrow")
-    minute = spilled.get_column(MINUTE).to_numpy() if MINUTE in spilled.columns else None
+    have = spilled.columns
+    side = Side(spilled.get_column(MINUTE).to_numpy() if MINUTE in have else None,
+                {c.removeprefix(CAT): spilled.get_column(c) for c in have if c.startswith(CAT)},
+                spilled.get_column(KEY).to_numpy() if KEY in have else None)
     feats = spilled.with_columns(pl.col("roll").cast(pl.Float64), pl.col(cfg.target).alias("target")).select(
-        *feature_columns(cfg.target, cfg.fill_gaps), *cfg.observed)
+        *feature_columns(cfg.target, cfg.fill_gaps), *(c for c in cfg.observed if c in have))
     sidx = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    return feats, sidx, feats.get_column("ts").dt.epoch("ns").to_numpy(), minute
+    return feats, sidx, feats.get_column("ts").dt.epoch("ns").to_numpy(), side
 
 
 def _raw_frame(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, pl.Series]:

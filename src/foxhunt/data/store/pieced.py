@@ -14,8 +14,8 @@ the in-memory path fits from the same sums, so both give the same bits). The sta
    series' own statistics complete the scalers (scaling.own_scalers).
 4. write: the other pieces, with the whole panel's scalers.
 A piece is written by the per-series pipeline prepare_from_bars runs over the whole panel (dataset/featurize.py).
-The user's --observed, --known, --events and --static inputs are joined per piece and fitted here from what the
-pieces send back (store/declared.py); --context is prepared in memory (build.py).
+The user's --observed, --known, --events and --static inputs, categorical or keyed ones too, are joined per piece
+and fitted here from what the pieces send back (store/declared.py); --context is prepared in memory (build.py).
 The data summary merges what the jobs saw of each piece's rows and windows (summary.WindowFacts); this process never
 imports torch.
 """
@@ -46,7 +46,7 @@ from foxhunt.data.dataset.prepare import check_length, check_splits, feature_sch
 from foxhunt.data.dataset.summary import data_summary, merge_facts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import SplitResult
-from foxhunt.data.features import inputs, static
+from foxhunt.data.features import inputs, static, timed_categories
 from foxhunt.data.features.features import own_move_columns
 from foxhunt.data.features.fitstats import concat
 from foxhunt.data.features.known import distinct_union, shared_grid
@@ -108,12 +108,6 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     entries = [e for r in reads for e in r.files]
     expected = split_cuts(cfg, np.array([min(r.lo for r in reads), max(r.hi for r in reads)]))
     src = user_sources(cfg, None)  # the user's inputs (not --context: build.py prepares those in memory)
-    if src is not None and (src.observed_cat or src.known_cat):  # their codes are not written in pieces yet
-        log.info("categorical --observed / --known inputs: the store is prepared in memory")
-        return None
-    if src is not None and src.events is not None and src.events.keys:  # a grid block per key: not in pieces yet
-        log.info("--events with a symbol column: the store is prepared in memory")
-        return None
     loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected, src)
                                                           for k in range(len(pieces))])
     lap("load")
@@ -154,26 +148,28 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     origins = distinct_union([shared(spill, f"stamps-{k}") for k in range(len(loads))])  # (O,) every one
     grid = shared_grid(origins, spacing, d, cfg.exchange_tz, intraday, cfg.calendar_features, scalers.get("season"),
                        transform.grid)
+    known_cat, unseen = np.zeros((len(grid.ts), 0), dtype=np.int64), {}  # (U, Kc)
     if src is not None:
-        grid = with_known(grid, origins, fitted, src, spacing)
+        grid, known_cat, unseen = with_known(spill, grid, origins, fitted, src, spacing, loads, d)
         share_static(spill, fitted, static_values, names)
     share_grid(spill, grid)
     lap("grid")
+    timed = len(timed_categories.known_columns(fitted)) + len(timed_categories.observed_columns(fitted))
     arrays = _allocate(tmp, int(rows[-1]), int(wins[-1]), known_width(transform) + len(observed_names(scalers)), d,
                        cfg.target, grid.index is not None, static.real_columns(fitted),
-                       static.categorical_columns(fitted))
-    for name, value in (("known_cont", grid.cont), ("known_cat", np.zeros((len(grid.ts), 0), dtype=np.int64)),
-                        ("known_ts", grid.ts)):
+                       static.categorical_columns(fitted), timed)
+    for name, value in (("known_cont", grid.cont), ("known_cat", known_cat), ("known_ts", grid.ts)):
         arrays[name] = save_array(tmp, f"{name}.npy", value)
     del grid, origins  # the jobs read the grid from its spill
     places = [Place(str(tmp), int(series0[k]), int(rows[k]), int(wins[k])) for k in range(len(loads))]
-    args = [(cfg, k, str(spill), r.names, r.lengths, cuts, transform, places[k]) for k, r in enumerate(loads)]
+    args = [(cfg, k, str(spill), r.names, r.lengths, cuts, transform, places[k], src) for k, r in enumerate(loads)]
     trails = _map(executor, jobs.trail, args)
     lap("trail")
     add_vol_stats(scalers, concat([t.mom for t in trails]), names, mom["rows"] > 0)  # the transform's, in place
     late = iter(_map(executor, jobs.write, [a for a, t in zip(args, trails, strict=True) if t.written is None]))
     written = [t.written or next(late) for t in trails]
     lap("write")
+    timed_categories.tell(fitted, [*(w.unseen for w in written), unseen])  # as the in-memory path says them, once
     facts = merge_facts([w.facts for w in written])
     split = SplitResult(ids={name: np.concatenate([w.splits[name] for w in written]) for name in SPLITS},
                         purged=facts.purged)
@@ -185,7 +181,8 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     summary = data_summary(meta, schema, facts, names, cuts, False, sum(w.roll_bars for w in written), spacing)
     if src is not None:
         summary["inputs"] = inputs.summary(src, dropped)
-    fields = {"encoder_length": e, "horizon": d, "n_known_cont": known_width(transform), "n_known_cat": 0,
+    fields = {"encoder_length": e, "horizon": d, "n_known_cont": known_width(transform),
+              "n_known_cat": known_cat.shape[1],
               "series_names": names}
     order = [*WINDOW_ARRAYS, *(f"split_{s}" for s in SPLITS), *(own_array(c) for c in own_move_columns(cfg.target))]
     manifest = manifest_of(cfg, {k: arrays[k] for k in order if k in arrays}, fields, schema, transform, summary,
@@ -211,11 +208,12 @@ def _map(executor: Executor, fn: Callable, jobs_args: list[tuple]) -> list:
 
 
 def _allocate(tmp: Path, rows: int, windows: int, width: int, d: int, target: str, index: bool, real: list[str],
-              cat: list[str]) -> dict[str, dict]:
+              cat: list[str], timed: int) -> dict[str, dict]:
     """The empty arrays the jobs write rows into (sparse files made by open_memmap), with their manifest entries;
-    `real`, `cat`: the --static inputs of each kind (static_cont's columns, static_cat's after the series code)."""
+    `real`, `cat`: the --static inputs of each kind (static_cont's columns, static_cat's after the series code);
+    `timed`: the categorical known and observed inputs (time_cat's columns)."""
     shapes = {"cont": (rows, width), "static_cat": (rows, 1 + len(cat)), "static_cont": (rows, len(real)),
-              "time_cat": (rows, 0),
+              "time_cat": (rows, timed),
               "starts": (windows,),
               **({"known_index": (rows, d)} if index else {})}
     names = [*ROW_ARRAYS, "starts", *(("known_index",) if index else ()), *map(own_array, own_move_columns(target))]
