@@ -19,6 +19,7 @@ inputs' mean and std, so forecasting takes no events file; known covariates are 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -107,6 +108,21 @@ class Sources:
     @property
     def known_names(self) -> tuple[str, ...]:
         return self.known + (event_columns(self.events) if self.events is not None else ())
+
+
+def restricted(src: Sources | None, keep: Callable[[str], bool]) -> Sources | None:
+    """`src` with each keyed table cut to the rows of the keys `keep` accepts: a piece of a panel joins its own
+    series' and contracts' keys only (asof_join reads no other), so a job is sent its share of a table rather than
+    all of it (the bar files' own columns are a table the size of the panel's bars)."""
+    if src is None:
+        return None
+    cut: dict[int, CovariateTable] = {}
+    for table in src.of(list(src.tables)):
+        if table.keyed:
+            keys = table.frame.get_column("key").unique()
+            mine = keys.filter(pl.Series([keep(k) for k in keys.to_list()], dtype=pl.Boolean))
+            cut[id(table)] = dataclasses.replace(table, frame=table.frame.filter(pl.col("key").is_in(mine.implode())))
+    return dataclasses.replace(src, tables={c: cut.get(id(t), t) for c, t in src.tables.items()})
 
 
 def declared(observed: Sequence[str], known: Sequence[str], events: str | None, context: Sequence[str] = (),

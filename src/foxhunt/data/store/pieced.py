@@ -108,8 +108,9 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     entries = [e for r in reads for e in r.files]
     expected = split_cuts(cfg, np.array([min(r.lo for r in reads), max(r.hi for r in reads)]))
     src = user_sources(cfg, None)  # the user's inputs (not --context: build.py prepares those in memory)
-    loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected, src)
-                                                          for k in range(len(pieces))])
+    shares = [inputs.restricted(src, lambda key, k=k: route.piece_of(key) == k) for k in range(len(pieces))]
+    loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected,
+                                                           shares[k]) for k in range(len(pieces))])
     lap("load")
     names = [n for r in loads for n in r.names]
     if names != sorted(set(names)):
@@ -162,7 +163,8 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
         arrays[name] = save_array(tmp, f"{name}.npy", value)
     del grid, origins  # the jobs read the grid from its spill
     places = [Place(str(tmp), int(series0[k]), int(rows[k]), int(wins[k])) for k in range(len(loads))]
-    args = [(cfg, k, str(spill), r.names, r.lengths, cuts, transform, places[k], src) for k, r in enumerate(loads)]
+    args = [(cfg, k, str(spill), r.names, r.lengths, cuts, transform, places[k], shares[k])
+            for k, r in enumerate(loads)]
     trails = _map(executor, jobs.trail, args)
     lap("trail")
     add_vol_stats(scalers, concat([t.mom for t in trails]), names, mom["rows"] > 0)  # the transform's, in place
