@@ -191,26 +191,25 @@ def check_context(context: Sequence[str], names: list[str]) -> None:
                              "of them, or add its bars to --parquet-file")
 
 
-Context = tuple[np.ndarray, dict[str, np.ndarray]]  # a context series' times (Nc,) and inputs {column: (Nc,) float64}
+def context_of(feats: pl.DataFrame, log_vol: np.ndarray, rows: np.ndarray, ts: np.ndarray, target: str
+               ) -> pl.DataFrame:
+    """A context series' rows `rows` (Nc,) of `feats` (one series' run, sorted by time): their times "ts" (int64 ns)
+    and its own inputs (`context_inputs`, float64), which `join_context` reads (a pieced prepare spills them from the
+    piece holding the series, for every piece to read)."""
+    return pl.DataFrame({"ts": ts[rows], **{
+        col: (log_vol if col == "log_vol" else feats.get_column(col).to_numpy())[rows].astype(np.float64)
+        for col in context_inputs(target)}})
 
 
-def context_of(feats: pl.DataFrame, log_vol: np.ndarray, rows: np.ndarray, ts: np.ndarray, target: str) -> Context:
-    """A context series' own inputs (`context_inputs`) of its rows `rows` (Nc,) of `feats` (one series' run, sorted
-    by time), with their times: what `join_context` reads (a pieced prepare spills it from the piece holding the
-    series, for the others to read)."""
-    return ts[rows], {col: (log_vol if col == "log_vol" else feats.get_column(col).to_numpy())[rows].astype(np.float64)
-                      for col in context_inputs(target)}
-
-
-def join_context(feats: pl.DataFrame, ts: np.ndarray, context: dict[str, Context]) -> pl.DataFrame:
+def join_context(feats: pl.DataFrame, ts: np.ndarray, context: dict[str, pl.DataFrame]) -> pl.DataFrame:
     """`feats` (rows at times `ts` (N,) int64 ns) with each context series' inputs `context` ({series: context_of})
     as of every row's time, named SERIES_column: the context series' last bar at or before it (its bar of the same
     time included: both are known once their bars close), NaN before its first bar (0 once standardized)."""
     cols = {}
-    for c, (times, values) in context.items():
-        at = np.searchsorted(times, ts, side="right") - 1  # (N,) its last bar at or before each row
-        for col, x in values.items():
-            v = x[np.maximum(at, 0)]
+    for c, own in context.items():
+        at = np.searchsorted(own.get_column("ts").to_numpy(), ts, side="right") - 1  # (N,) its last bar at or before
+        for col in own.columns[1:]:
+            v = own.get_column(col).to_numpy()[np.maximum(at, 0)]
             v[at < 0] = np.nan
             cols[f"{c}_{col}"] = v
     return feats.with_columns(pl.Series(k, v) for k, v in cols.items())

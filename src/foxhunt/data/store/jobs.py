@@ -203,8 +203,10 @@ def fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarr
 def trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
           transform: FittedTransform, place: Place, src: inputs.Sources | None = None) -> PieceTrailed:
     """Piece `k`'s trailing inputs under the first scalers (`transform`'s) and their statistics. When its series'
-    own statistics complete the scalers (`own_scalers`), the piece is written now (`_write`); otherwise its trailing
-    inputs are spilled for `write`, which runs once the whole panel's statistics are in. `src`: the user's inputs."""
+    own statistics complete the scalers (`own_scalers`) and the run has no --context, the piece is written now
+    (`_write`); otherwise its trailing inputs are spilled for `write`, which runs once the whole panel's statistics
+    are in. `src`: the user's inputs; the inputs of a --context series of the piece are spilled for every piece's
+    join (`_spilled`)."""
     scalers = transform.scalers
     feats, sidx, ts, side = _spilled(cfg, spill, k, lengths)
     minute = side.minute
@@ -216,9 +218,8 @@ def trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nda
     del keep
     for i, c in enumerate(src.context if src is not None else ()):  # its context series' inputs, for every piece
         if c in names:
-            times, values = inputs.context_of(feats, derived[0]["log_vol"], np.flatnonzero(sidx == names.index(c)),
-                                              ts, cfg.target)
-            _spill(pl.DataFrame({CONTEXT_TS: times, **values}), Path(spill) / f"{CONTEXT}{i}.arrow")
+            _spill(inputs.context_of(feats, derived[0]["log_vol"], np.flatnonzero(sidx == names.index(c)), ts,
+                                     cfg.target), Path(spill) / f"{CONTEXT}{i}.arrow")
     # with --context, the context columns' scalers need every piece's join (`context`): no piece is written yet
     own = None if src is not None and src.context else own_scalers(scalers, mom, names)
     if own is None:  # what `write` reads back depends on the first scalers only, fixed by now
@@ -291,7 +292,7 @@ def _write(cfg: DataConfig, spill: str, names: list[str], sidx: np.ndarray, ts: 
 GRID = "grid-"  # the spill files of the panel's SharedGrid, one per field
 STATIC = "static-"  # the spill files of the panel's static inputs (static.arrays): static-cont, static-cat
 SHIFT = "key-shift"  # the spill file of how far each events key's rows move into its block (featurize.with_blocks)
-CONTEXT, CONTEXT_TS = "context-", "__ts"  # the spill file of the I-th --context series' inputs, and its times' column
+CONTEXT = "context-"  # the spill file of the I-th --context series' inputs (inputs.context_of), one per series
 
 
 def share_grid(spill: Path, grid: SharedGrid) -> None:
@@ -418,10 +419,8 @@ def _spilled(cfg: DataConfig, spill: str, k: int, lengths: np.ndarray, src: inpu
     sidx = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     ts = feats.get_column("ts").dt.epoch("ns").to_numpy()
     if src is not None and src.context:
-        spilled = [_read_spill(Path(spill) / f"{CONTEXT}{i}.arrow") for i in range(len(src.context))]
-        feats = inputs.join_context(feats, ts, {c: (f.get_column(CONTEXT_TS).to_numpy(), {
-            col: f.get_column(col).to_numpy() for col in f.columns if col != CONTEXT_TS})
-            for c, f in zip(src.context, spilled, strict=True)})
+        feats = inputs.join_context(feats, ts, {c: _read_spill(Path(spill) / f"{CONTEXT}{i}.arrow")
+                                                for i, c in enumerate(src.context)})
     return feats, sidx, ts, side
 
 
