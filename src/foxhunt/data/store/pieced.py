@@ -157,9 +157,9 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     share_grid(spill, grid)
     lap("grid")
     timed = len(timed_categories.known_columns(fitted)) + len(timed_categories.observed_columns(fitted))
-    late = 0 if src is None else len(src.context_columns)  # fitted after `trail`: observed_names' last columns
-    arrays = _allocate(tmp, int(rows[-1]), int(wins[-1]), known_width(transform) + len(observed_names(scalers)) + late,
-                       d, cfg.target, grid.index is not None, static.real_columns(fitted),
+    context = 0 if src is None else len(src.context_columns)  # fitted after `trail`: observed_names' last columns
+    arrays = _allocate(tmp, int(rows[-1]), int(wins[-1]), known_width(transform) + len(observed_names(scalers))
+                       + context, d, cfg.target, grid.index is not None, static.real_columns(fitted),
                        static.categorical_columns(fitted), timed)
     for name, value in (("known_cont", grid.cont), ("known_cat", known_cat), ("known_ts", grid.ts)):
         arrays[name] = save_array(tmp, f"{name}.npy", value)
@@ -169,7 +169,7 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     trails = _map(executor, jobs.trail, args)
     lap("trail")
     add_vol_stats(scalers, concat([t.mom for t in trails]), names, mom["rows"] > 0)  # the transform's, in place
-    if late:  # --context: as inputs.fit_observed, after the observed columns
+    if context:  # --context: as inputs.fit_observed, after the observed columns
         joined = _map(executor, jobs.context, [(cfg, k, str(spill), r.names, r.lengths, cuts, src)
                                                for k, r in enumerate(loads)])
         inputs.scale_observed(concat(joined), names, src.context_columns, cfg.covariate_scaling, scalers)
