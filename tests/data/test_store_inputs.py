@@ -3,8 +3,8 @@ dropped for a NaN) and an observed column of the bar files, a known covariate, a
 categorical static column, the store prepared series group by series group is the store prepared in memory, array
 for array and key for key, under per-series and global covariate scaling, locally and on a Dask cluster; so it is
 with a categorical observed and a categorical known column (values unseen in training said once, as in memory)
-and with events keyed to a series and to a contract; the bad-bars rule judges the whole panel; --context is
-prepared in memory."""
+and with events keyed to a series and to a contract, and with --context series held by other pieces than the series
+reading them; the bad-bars rule judges the whole panel."""
 
 from __future__ import annotations
 
@@ -176,14 +176,66 @@ def test_the_bad_bars_rule_judges_the_whole_panel_of_the_pieces(files, tmp_path,
     assert str(pieced.value) == str(in_memory.value) and "more than 1% of the bars" in str(pieced.value)
 
 
-def test_context_is_prepared_in_memory_and_refused_on_a_cluster(files, wholes, tmp_path, caplog):
-    cfg = DataConfig(**{**_config(files).__dict__, "context": ("ES",)})
-    with pytest.raises(InputError, match="does not take --context"):
-        prepare_store(cfg, tmp_path / "a", executor="dask://127.0.0.1:9", min_rows=0, piece_rows=1)
-    with caplog.at_level(logging.INFO, logger="foxhunt.data"):
-        manifest = prepare_store(cfg, tmp_path / "b", piece_rows=1, workers=1, min_rows=0)
-    assert "--context: the store is prepared in memory" in caplog.text
-    assert manifest["transform"]["inputs"]["context"] == ["ES"]
+def _context(files: dict, context: tuple[str, ...], observed: bool = True, bars=None, **options) -> DataConfig:
+    """`_config` with --context `context` (without its observed columns unless `observed`; of the bars `bars`)."""
+    cfg = _config(files, **options)
+    return DataConfig(**{**cfg.__dict__, "context": context, **({} if observed else {"observed": ()}),
+                         **({} if bars is None else {"paths": (str(bars),)})})
+
+
+def _late_ym(files: dict, folder):
+    """The bars (a copy in `folder`) with YM's first day and every third of its other bars left out: YM starts a
+    day after ES and NQ, whose first bars read none of it, and not every series has a bar at each of its times."""
+    parts = sorted(files["bars"].glob("date=*/part-0.parquet"))
+    for i, part in enumerate(parts):
+        bars = pl.read_parquet(part)
+        ym = bars["symbol"].str.starts_with("YM")
+        drop = ym & ((i == 0) | (pl.int_range(bars.height, eager=True) % 3 == 0))
+        (folder / part.parent.name).mkdir(parents=True)
+        bars.filter(~drop).write_parquet(folder / part.parent.name / part.name)
+    return folder
+
+
+@pytest.mark.parametrize(("mode", "observed"), [("series", True), ("global", False)])
+def test_context_prepared_in_pieces_is_the_one_prepared_in_memory(files, tmp_path, monkeypatch, mode, observed):
+    """--context ES,YM on three pieces (ES, NQ, YM): each series reads ES's and YM's inputs, NQ's piece holding
+    neither; the context columns' scalers, under per-series and global scaling, after the observed ones or alone,
+    and every row are the in-memory ones."""
+    cfg = _context(files, ("ES", "YM"), observed, bars=_late_ym(files, tmp_path / "bars"), covariate_scaling=mode)
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    pieces = _in_pieces(monkeypatch, cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
+    scalers = pieces["transform"]["scalers"]
+    assert scalers["user_observed"] == [*(("vix", "flow") if observed else ()), "ES_log_return", "ES_log_range",
+                                        "ES_log_volume", "ES_log_vol", "YM_log_return", "YM_log_range",
+                                        "YM_log_volume", "YM_log_vol"]
+    same = scalers["series"]["ES"]["YM_log_vol"] == scalers["series"]["YM"]["YM_log_vol"]
+    assert same == (mode == "global")
+    ym = np.load(tmp_path / "pieces" / "cont.npy")[:, -4:]  # (N, 4) YM's inputs as each row reads them
+    ts, series = (np.load(tmp_path / "pieces" / f"{a}.npy") for a in ("ts_ns", "series_idx"))
+    before = ts < ts[series == 2].min()  # ES's and NQ's rows before YM's first bar: 0
+    assert before.sum() > 10 and (ym[before] == 0).all() and (ym[~before] != 0).any(axis=1).all()
+    assert pieces["transform"]["inputs"]["context"] == ["ES", "YM"]
+
+
+def test_context_prepared_on_a_dask_cluster_is_the_one_prepared_in_memory(files, tmp_path, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    cfg = _context(files, ("YM",))
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as c:
+        address = "dask://" + c.scheduler_address.removeprefix("tcp://")
+        remote = _in_pieces(monkeypatch, cfg, tmp_path / "dask", piece_rows=1, workers=2, min_rows=0,
+                            executor=address)
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "dask", remote))
+
+
+def test_a_context_series_not_in_the_data_stops_the_pieces_as_in_memory(files, tmp_path, monkeypatch):
+    cfg = _context(files, ("ZN",))
+    with pytest.raises(InputError) as in_memory:
+        prepare_store(cfg, tmp_path / "a", workers=0)
+    with pytest.raises(InputError) as pieced:
+        _in_pieces(monkeypatch, cfg, tmp_path / "b", piece_rows=1, workers=1, min_rows=0)
+    assert str(pieced.value) == str(in_memory.value) and "--context ZN: no such series" in str(pieced.value)
 
 
 def test_categorical_inputs_prepared_in_pieces_are_the_ones_prepared_in_memory(files, tmp_path, monkeypatch, caplog):

@@ -189,23 +189,43 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
 def with_context(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarray, src: Sources,
                  target: str, log_vol: np.ndarray) -> pl.DataFrame:
     """`feats` (raw features, rows sorted by series and time; `sidx` (N,) into `names`, `ts` (N,) int64 ns) with
-    each context series' inputs (`context_inputs`) as of every row's time: the context series' last bar at or before
-    it (its bar of the same time included: both are known once their bars close), NaN before its first bar (0 once
-    standardized). `log_vol` (N,): scaling.trailing's log_vol of every row, the series' own input, so a context
-    series' volatility is the one it sees itself. InputError naming the series when a context series is not in the
-    data."""
+    each context series' inputs (`context_of`) joined as of every row's time (`join_context`). `log_vol` (N,):
+    scaling.trailing's log_vol of every row, the series' own input, so a context series' volatility is the one it
+    sees itself. InputError naming the series when a context series is not in the data (`check_context`)."""
     if not src.context:
         return feats
-    cols = {}
-    for c in src.context:
+    check_context(src.context, names)
+    return join_context(feats, ts, {c: context_of(feats, log_vol, np.flatnonzero(sidx == names.index(c)), ts, target)
+                                    for c in src.context})
+
+
+def check_context(context: Sequence[str], names: list[str]) -> None:
+    """InputError naming the first --context series `context` that is not one of the panel's series `names`."""
+    for c in context:
         if c not in names:
             raise InputError(f"--context {c}: no such series in the data (it has {', '.join(names[:12])}); name one "
                              "of them, or add its bars to --parquet-file")
-        rows = np.flatnonzero(sidx == names.index(c))  # (Nc,) sorted by time: one series' run
-        at = np.searchsorted(ts[rows], ts, side="right") - 1  # (N,) its last bar at or before each row
-        for col in context_inputs(target):
-            x = (log_vol if col == "log_vol" else feats.get_column(col).to_numpy())[rows].astype(np.float64)
-            v = x[np.maximum(at, 0)]
+
+
+def context_of(feats: pl.DataFrame, log_vol: np.ndarray, rows: np.ndarray, ts: np.ndarray, target: str
+               ) -> pl.DataFrame:
+    """A context series' rows `rows` (Nc,) of `feats` (one series' run, sorted by time): their times "ts" (int64 ns)
+    and its own inputs (`context_inputs`, float64), which `join_context` reads (a pieced prepare spills them from the
+    piece holding the series, for every piece to read)."""
+    return pl.DataFrame({"ts": ts[rows], **{
+        col: (log_vol if col == "log_vol" else feats.get_column(col).to_numpy())[rows].astype(np.float64)
+        for col in context_inputs(target)}})
+
+
+def join_context(feats: pl.DataFrame, ts: np.ndarray, context: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """`feats` (rows at times `ts` (N,) int64 ns) with each context series' inputs `context` ({series: context_of})
+    as of every row's time, named SERIES_column: the context series' last bar at or before it (its bar of the same
+    time included: both are known once their bars close), NaN before its first bar (0 once standardized)."""
+    cols = {}
+    for c, own in context.items():
+        at = np.searchsorted(own.get_column("ts").to_numpy(), ts, side="right") - 1  # (N,) its last bar at or before
+        for col in own.columns[1:]:
+            v = own.get_column(col).to_numpy()[np.maximum(at, 0)]
             v[at < 0] = np.nan
             cols[f"{c}_{col}"] = v
     return feats.with_columns(pl.Series(k, v) for k, v in cols.items())
@@ -268,7 +288,8 @@ def fit_observed(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, keep: 
     ("series"; pooled for a series without training rows), the pooled values for every series ("global"), or 0 and
     1 ("none"), and list them as `user_observed`, which scaling.observed_names appends after foxhunt's own."""
     if src.observed_names:
-        scale_observed(observed_moments(feats, names, sidx, keep, src.observed_names), names, src, mode, scalers)
+        scale_observed(observed_moments(feats, names, sidx, keep, src.observed_names), names, src.observed_names, mode,
+                       scalers)
 
 
 TRAINED = "user:rows"  # observed_moments' key of each series' training rows
@@ -287,9 +308,10 @@ def observed_moments(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ke
     return mom
 
 
-def scale_observed(mom: dict[str, np.ndarray], names: list[str], src: Sources, mode: str, scalers: dict) -> None:
-    """`fit_observed` from `observed_moments`' `mom` of the series `names`."""
-    cols = src.observed_names
+def scale_observed(mom: dict[str, np.ndarray], names: list[str], cols: Sequence[str], mode: str,
+                   scalers: dict) -> None:
+    """`fit_observed` of the columns `cols` from `observed_moments`' `mom` of the series `names`, listed after those
+    `user_observed` lists already (a pieced prepare fits the --context columns last: store/declared.py)."""
     per, pooled = stats(mom, cols, names, mom[TRAINED] > 0)
     for c in cols:
         if mode == "none":
@@ -297,7 +319,7 @@ def scale_observed(mom: dict[str, np.ndarray], names: list[str], src: Sources, m
         scalers["pooled"][c] = pooled[c]
         for name, entry in scalers["series"].items():
             entry[c] = per[name][c] if mode == "series" and name in per else pooled[c]
-    scalers["user_observed"] = list(cols)
+    scalers["user_observed"] = [*scalers.get("user_observed", ()), *cols]
 
 
 def fit_known(src: Sources, ts_train: np.ndarray, mode: str) -> dict[str, dict[str, float]]:

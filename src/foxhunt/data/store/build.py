@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,6 @@ from foxhunt.data.io.discover import expand_sources
 from foxhunt.data.store.executor import LOCAL, MIN_ROWS, Workers, check_executor, may_piece, open_workers
 from foxhunt.data.store.pieces import PIECE_ROWS, plan_pieces
 from foxhunt.data.store.write import refuse_non_store, write_store
-from foxhunt.errors import InputError
-
-log = logging.getLogger("foxhunt.data")
 
 
 def prepare_store(
@@ -25,9 +21,8 @@ def prepare_store(
     """Featurize, scale, window and split the bars of `cfg.paths` (as `foxhunt train` would) into the store `out`;
     returns its manifest. A panel of `min_rows` bars or more in several series groups of about `piece_rows` bars is
     prepared group by group on `workers` processes (store/pieced.py; 1: this one), with the same result; otherwise
-    (or with `workers` 0, or --context, whose series read other pieces' rows) in memory, then written. `executor`:
-    `local`, or `dask://HOST:PORT` to run the pieces on that Dask cluster's workers (store/executor.py; `out`'s
-    folder must be one they all see). `pool`: the workers (open_workers) when the caller opened them already, to
+    (or with `workers` 0) in memory, then written. `executor`: `local`, or `dask://HOST:PORT` to run the pieces on
+    that Dask cluster's workers (store/executor.py; `out`'s folder must be one they all see). `pool`: the workers (open_workers) when the caller opened them already, to
     have them import meanwhile."""
     out = Path(out)
     refuse_non_store(out)  # before the bars are read
@@ -35,14 +30,6 @@ def prepare_store(
     sources = expand_sources(cfg.paths)  # listed once: walking a folder of daily files is not free
     with contextlib.ExitStack() as stack:
         pieced = workers > 0 or executor != LOCAL  # --workers 0: in memory, whoever opened workers
-        if pieced and cfg.context:  # a series' context is other series' rows, which other pieces hold
-            if executor != LOCAL:
-                raise InputError(f"--executor {executor}: a pieced prepare does not take --context yet (each series "
-                                 "reads the context series' rows, held by another piece); prepare such a store on "
-                                 "one machine (drop --executor)")
-            log.info("--context: the store is prepared in memory (each series reads the context series' rows, "
-                     "which the pieced prepare holds in other pieces)")
-            pieced = False
         if pieced and pool is None:  # no process is started for a panel kept whole
             pool = stack.enter_context(open_workers(executor, workers if may_piece(cfg, min_rows, sources) else 1))
         pieces = plan_pieces(cfg, piece_rows, pool.size, min_rows, sources) if pieced else []

@@ -1,4 +1,4 @@
-"""The user's own inputs (--observed, --known, --events, --static) in a pieced `foxhunt prepare`: fitted in the
+"""The user's own inputs (--observed, --known, --events, --static, --context) in a pieced `foxhunt prepare`: fitted in the
 `prepare` process from what the pieces send back, as prepare_from_bars fits them over the whole panel.
 
 - observed: each piece joins its bars' columns (jobs.load: inputs.join_observed) and sends back its bars without a
@@ -15,7 +15,10 @@
 - static: each piece reads its series' values; they are fitted over the panel's series here, and the (S, Sr) and
   (S, Sc) arrays spilled for the pieces' writes (jobs._write).
 
---context reads other series' rows, which another piece holds: such a store is prepared in memory (build.py).
+- context: each series reads a context series' inputs (its moves, volume and log_vol under the first scalers), which
+  the piece holding it spills in `trail` (inputs.context_of); each piece joins them as of its rows
+  (inputs.join_context) and sends back their moments (jobs.context), whose scalers store/pieced.py fits last, after
+  the trailing inputs', as prepare_from_bars does; so no piece is written before `write`.
 """
 
 from __future__ import annotations
@@ -42,11 +45,12 @@ def fit_declared(cfg: DataConfig, src: inputs.Sources, loads: list[PieceLoaded],
     bars have no finite observed value."""
     mode = cfg.covariate_scaling
     dropped = 0
+    inputs.check_context(src.context, names)
     if src.observed:
         counts = sum((Counter(r.dropped) for r in loads), Counter())
         inputs.check_dropped({k: counts[k] for k in (*src.observed, inputs.DROPPED, inputs.BARS)})
         dropped = counts[inputs.DROPPED]
-        inputs.scale_observed(concat([f.user for f in fits]), names, src, mode, scalers)
+        inputs.scale_observed(concat([f.user for f in fits]), names, src.observed, mode, scalers)
     if src.events is not None and src.events.keys:  # event_keys' check, of the whole panel
         inputs.check_keyed(src.events, any((r.keys[:, 0] <= r.keys[:, 1]).any() for r in loads), lambda: names)
     known_scalers, distinct = {}, np.zeros(0, dtype=np.int64)

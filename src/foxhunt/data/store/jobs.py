@@ -203,8 +203,10 @@ def fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarr
 def trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
           transform: FittedTransform, place: Place, src: inputs.Sources | None = None) -> PieceTrailed:
     """Piece `k`'s trailing inputs under the first scalers (`transform`'s) and their statistics. When its series'
-    own statistics complete the scalers (`own_scalers`), the piece is written now (`_write`); otherwise its trailing
-    inputs are spilled for `write`, which runs once the whole panel's statistics are in. `src`: the user's inputs."""
+    own statistics complete the scalers (`own_scalers`) and the run has no --context, the piece is written now
+    (`_write`); otherwise its trailing inputs are spilled for `write`, which runs once the whole panel's statistics
+    are in. `src`: the user's inputs; the inputs of a --context series of the piece are spilled for every piece's
+    join (`_spilled`)."""
     scalers = transform.scalers
     feats, sidx, ts, side = _spilled(cfg, spill, k, lengths)
     minute = side.minute
@@ -214,7 +216,12 @@ def trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nda
     derived = trailing(feats, names, sidx, scalers, cfg.target, cfg.scaling, minute=minute)  # (derived, center, scale)
     mom = vol_moments(derived[0], sidx, len(names), keep, scalers)
     del keep
-    own = own_scalers(scalers, mom, names)
+    for i, c in enumerate(src.context if src is not None else ()):  # its context series' inputs, for every piece
+        if c in names:
+            _spill(inputs.context_of(feats, derived[0]["log_vol"], np.flatnonzero(sidx == names.index(c)), ts,
+                                     cfg.target), Path(spill) / f"{CONTEXT}{i}.arrow")
+    # with --context, the context columns' scalers need every piece's join (`context`): no piece is written yet
+    own = None if src is not None and src.context else own_scalers(scalers, mom, names)
     if own is None:  # what `write` reads back depends on the first scalers only, fixed by now
         _spill(pl.DataFrame({**derived[0], CENTER: derived[1], SCALE: derived[2]}), Path(spill) / f"trail-{k}.arrow")
         return PieceTrailed(mom, None)
@@ -224,11 +231,19 @@ def trail(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.nda
     return PieceTrailed(mom, written)
 
 
+def context(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
+            src: inputs.Sources) -> dict[str, np.ndarray]:
+    """Piece `k`'s moments of the --context columns over its training rows (inputs.observed_moments), its rows
+    joined with the context series' inputs `trail` spilled."""
+    feats, sidx, ts, _ = _spilled(cfg, spill, k, lengths, src)
+    return inputs.observed_moments(feats, names, sidx, _training_rows(cfg, feats, ts, cuts), src.context_columns)
+
+
 def write(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple,
           transform: FittedTransform, place: Place, src: inputs.Sources | None = None) -> PieceWritten:
     """Piece `k` written (`_write`) from its spilled features and trailing inputs with the whole panel's transform:
     the pieces `trail` could not write."""
-    feats, sidx, ts, side = _spilled(cfg, spill, k, lengths)
+    feats, sidx, ts, side = _spilled(cfg, spill, k, lengths, src)
     spilled = _read_spill(Path(spill) / f"trail-{k}.arrow")
     derived = ({c: spilled.get_column(c).to_numpy() for c in spilled.columns if c not in (CENTER, SCALE)},
                spilled.get_column(CENTER).to_numpy(), spilled.get_column(SCALE).to_numpy())
@@ -277,6 +292,7 @@ def _write(cfg: DataConfig, spill: str, names: list[str], sidx: np.ndarray, ts: 
 GRID = "grid-"  # the spill files of the panel's SharedGrid, one per field
 STATIC = "static-"  # the spill files of the panel's static inputs (static.arrays): static-cont, static-cat
 SHIFT = "key-shift"  # the spill file of how far each events key's rows move into its block (featurize.with_blocks)
+CONTEXT = "context-"  # the spill file of the I-th --context series' inputs (inputs.context_of), one per series
 
 
 def share_grid(spill: Path, grid: SharedGrid) -> None:
@@ -389,10 +405,10 @@ def _training_rows(cfg: DataConfig, feats: pl.DataFrame, ts: np.ndarray, cuts: t
     return (ts < cuts[0]) & (ts >= train_start_ns(cfg)) & ~feats["first"].to_numpy()
 
 
-def _spilled(cfg: DataConfig, spill: str, k: int, lengths: np.ndarray
+def _spilled(cfg: DataConfig, spill: str, k: int, lengths: np.ndarray, src: inputs.Sources | None = None
              ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, Side]:
     """Piece `k`'s spilled raw features (as raw_features gave them), each row's series index (N,), timestamp in ns
-    (N,) and its Side columns."""
+    (N,) and its Side columns. `src` (once `trail` spilled the context series' inputs): its --context columns joined."""
     spilled = _read_spill(Path(spill) / f"feats-{k}.arrow")
     have = spilled.columns
     side = Side(spilled.get_column(MINUTE).to_numpy() if MINUTE in have else None,
@@ -401,7 +417,11 @@ def _spilled(cfg: DataConfig, spill: str, k: int, lengths: np.ndarray
     feats = spilled.with_columns(pl.col("roll").cast(pl.Float64), pl.col(cfg.target).alias("target")).select(
         *feature_columns(cfg.target, cfg.fill_gaps), *(c for c in cfg.observed if c in have))
     sidx = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    return feats, sidx, feats.get_column("ts").dt.epoch("ns").to_numpy(), side
+    ts = feats.get_column("ts").dt.epoch("ns").to_numpy()
+    if src is not None and src.context:
+        feats = inputs.join_context(feats, ts, {c: _read_spill(Path(spill) / f"{CONTEXT}{i}.arrow")
+                                                for i, c in enumerate(src.context)})
+    return feats, sidx, ts, side
 
 
 def _raw_frame(parts: list[pl.DataFrame]) -> tuple[pl.DataFrame, pl.Series]:

@@ -11,11 +11,13 @@ the in-memory path fits from the same sums, so both give the same bits). The sta
    cuts follow from the span of all pieces; `fit` gathers the statistics again only where cleaning moved them.
    Here: the first scalers, and the known-input grid over every distinct timestamp of the panel (SharedGrid).
 3. trail: each piece's trailing inputs and their statistics under the first scalers; the piece written where its
-   series' own statistics complete the scalers (scaling.own_scalers).
-4. write: the other pieces, with the whole panel's scalers.
+   series' own statistics complete the scalers (scaling.own_scalers) and the run has no --context.
+4. context (--context): each piece's rows joined with the context series' inputs, which `trail` spilled from the
+   pieces holding them, and their moments over its training rows; their scalers are fitted last.
+5. write: the other pieces, with the whole panel's scalers.
 A piece is written by the per-series pipeline prepare_from_bars runs over the whole panel (dataset/featurize.py).
-The user's --observed, --known, --events and --static inputs, categorical or keyed ones too, are joined per piece
-and fitted here from what the pieces send back (store/declared.py); --context is prepared in memory (build.py).
+The user's --observed, --known, --events, --static and --context inputs, categorical or keyed ones too, are joined
+per piece and fitted here from what the pieces send back (store/declared.py).
 The data summary merges what the jobs saw of each piece's rows and windows (summary.WindowFacts); this process never
 imports torch.
 """
@@ -107,7 +109,7 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     check_bar_sizes([x for r in reads for x in r.rtypes], [x for r in reads for x in r.spacings], files)
     entries = [e for r in reads for e in r.files]
     expected = split_cuts(cfg, np.array([min(r.lo for r in reads), max(r.hi for r in reads)]))
-    src = user_sources(cfg, None)  # the user's inputs (not --context: build.py prepares those in memory)
+    src = user_sources(cfg, None)  # the user's inputs
     shares = [inputs.restricted(src, lambda key, k=k: route.piece_of(key) == k) for k in range(len(pieces))]
     loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected,
                                                            shares[k]) for k in range(len(pieces))])
@@ -156,8 +158,9 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     share_grid(spill, grid)
     lap("grid")
     timed = len(timed_categories.known_columns(fitted)) + len(timed_categories.observed_columns(fitted))
-    arrays = _allocate(tmp, int(rows[-1]), int(wins[-1]), known_width(transform) + len(observed_names(scalers)), d,
-                       cfg.target, grid.index is not None, static.real_columns(fitted),
+    context = 0 if src is None else len(src.context_columns)  # fitted after `trail`: observed_names' last columns
+    arrays = _allocate(tmp, int(rows[-1]), int(wins[-1]), known_width(transform) + len(observed_names(scalers))
+                       + context, d, cfg.target, grid.index is not None, static.real_columns(fitted),
                        static.categorical_columns(fitted), timed)
     for name, value in (("known_cont", grid.cont), ("known_cat", known_cat), ("known_ts", grid.ts)):
         arrays[name] = save_array(tmp, f"{name}.npy", value)
@@ -168,6 +171,11 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     trails = _map(executor, jobs.trail, args)
     lap("trail")
     add_vol_stats(scalers, concat([t.mom for t in trails]), names, mom["rows"] > 0)  # the transform's, in place
+    if context:  # --context: as inputs.fit_observed, after the observed columns
+        joined = _map(executor, jobs.context, [(cfg, k, str(spill), r.names, r.lengths, cuts, shares[k])
+                                               for k, r in enumerate(loads)])
+        inputs.scale_observed(concat(joined), names, src.context_columns, cfg.covariate_scaling, scalers)
+        lap("context")
     late = iter(_map(executor, jobs.write, [a for a, t in zip(args, trails, strict=True) if t.written is None]))
     written = [t.written or next(late) for t in trails]
     lap("write")
