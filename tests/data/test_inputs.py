@@ -98,6 +98,23 @@ def test_observe_drops_bars_without_a_finite_value_and_stops_past_one_percent():
         inputs.observe(bars, inputs.Sources(observed=("a",), known=(), tables={"a": late}, events=None))
 
 
+def test_a_keyed_file_without_a_series_says_so_rather_than_suggest_since():
+    """A keyed file that holds the series' rows but only after its first bar suggests --since from the series' own
+    first row (not the file's); one without a row for the series (by name or contract) says that, as no --since
+    helps."""
+    two = [pl.DataFrame({"series": [s] * 3, "contract": [c] * 3,
+                         "ts": pl.Series([0, H, 2 * H]).cast(pl.Datetime("ns", "UTC"))}) for s, c in
+           (("S", "SH4"), ("T", "TH4"))]
+    bars = pl.concat(two)
+    late = table([0, 2 * H], keyed=True, key=["S", "T"], a=[1.0, 2.0])  # T's first row after its first bar
+    with pytest.raises(InputError, match="first bar of series T .*its first row is at 1970-01-01T02:00:00Z"):
+        inputs.observe(bars, inputs.Sources(observed=("a",), known=(), tables={"a": late}, events=None))
+    only_s = table([0], keyed=True, key=["S"], a=[1.0])
+    with pytest.raises(InputError, match="has no row for series T \\(by its name or its contract TH4\\); add") as err:
+        inputs.observe(bars, inputs.Sources(observed=("a",), known=(), tables={"a": only_s}, events=None))
+    assert "--since" not in str(err.value)
+
+
 def test_context_takes_the_other_series_last_bar_at_or_before():
     """B's bars at 1 h and 3 h; A's rows at 0, 1, 2, 3 h read B's 1 h bar from 1 h, its 3 h bar from 3 h: its
     move, range, volume and the log_vol it is given (the trailing input of each row), never a later one's."""

@@ -261,7 +261,11 @@ def join_observed(bars: pl.DataFrame, src: Sources) -> tuple[pl.DataFrame, dict[
         if lead.height:
             row = lead.row(0, named=True)
             t = src.tables[c]
-            start = t.frame["ts"].min()
+            rows = t.frame.filter(pl.col("key").is_in([row["series"], row.get("contract")])) if t.keyed else t.frame
+            if not rows.height:  # a keyed file without the series: no --since helps
+                raise InputError(f"--observed {c}: {t.source} has no row for series {row['series']} (by its name or "
+                                 f"its contract {row.get('contract')}); add the series' rows to the file")
+            start = rows["ts"].min()
             raise InputError(f"--observed {c}: {t.source} has no value at or before the first bar of series "
                              f"{row['series']} ({row['ts']:%Y-%m-%dT%H:%M:%SZ}); its first row is at "
                              f"{start:%Y-%m-%dT%H:%M:%SZ}: pass --since {start:%Y-%m-%dT%H:%M:%S} or extend the file")
