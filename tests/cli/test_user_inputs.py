@@ -208,3 +208,24 @@ def test_a_store_keeps_the_inputs_and_trains_like_the_files(files, tiny_flags, t
     got = json.loads((run_dir / "model.json").read_text())
     assert got["transform"]["inputs"]["observed"] == ["vix"]
     assert [f["name"] for f in got["schema"]["features"]][-1] == "vix"
+
+
+def test_a_backtest_with_inputs_gives_each_fold_train_then_predict(files, tiny_flags, tmp_path):
+    """`foxhunt backtest` takes the inputs like `train`: each fold's model saves them, and a fold's forecasts are
+    those of `train` then `predict` with the same inputs on the same dates (its covariates and calendar included)."""
+    common = [*flags(files), *tiny_flags, "--epochs", "1", "--seed", "3", "--quiet"]
+    out = tmp_path / "bt"
+    assert main(["backtest", "--out-dir", str(out), "--folds", "2", "--test-length", "60d", "--val-length", "60d",
+                 *common]) == 0
+    fold = json.loads((out / "fold-01" / "fold.json").read_text())
+    saved = json.loads((Path(fold["run_dir"]) / "model.json").read_text())["transform"]["inputs"]
+    assert saved["observed"] == ["flow", "vix"] and saved["known"] == ["holiday_eve"]
+    run = tmp_path / "run"
+    assert main(["train", *common, "--train-end", fold["val_start"], "--val-end", fold["test_start"],
+                 "--run-dir", str(run)]) == 0
+    pred = tmp_path / "pred.parquet"
+    assert main(["predict", "--model", str(run), "--parquet-file", str(files["bars"]), "--start", fold["test_start"],
+                 "--end", fold["test_end"], "--out", str(pred), "--threads", "1"]) == 0
+    expected = pl.read_parquet(pred)
+    assert expected.height > 0
+    assert pl.read_parquet(out / "fold-01" / "forecasts.parquet").equals(expected)
