@@ -229,3 +229,21 @@ def test_a_backtest_with_inputs_gives_each_fold_train_then_predict(files, tiny_f
     expected = pl.read_parquet(pred)
     assert expected.height > 0
     assert pl.read_parquet(out / "fold-01" / "forecasts.parquet").equals(expected)
+
+
+def test_a_tuning_study_takes_the_inputs_and_its_best_config_keeps_them(files, tiny_flags, tmp_path):
+    """`foxhunt tune` trains each trial with the inputs (fixed options of the study), and best.toml, a train config,
+    declares them as the flags did."""
+    pytest.importorskip("optuna")
+    from foxhunt.settings import load_config_file
+
+    (tmp_path / "space.toml").write_text("[dropout]\nchoices = [0.0]\n")
+    assert main(["tune", "--trials", "1", "--out-dir", str(tmp_path), "--search", str(tmp_path / "space.toml"),
+                 *flags(files), *tiny_flags, "--epochs", "1", "--quiet"]) == 0
+    values = load_config_file(tmp_path / "best.toml", {"observed", "known", "covariates", "events", "parquet_file",
+                                                       "dropout", "epochs", "hidden_size", "attention_heads",
+                                                       "encoder_length", "horizon", "progress", "threads"})
+    assert (values["observed"], values["known"], values["events"]) == ("flow,vix", "holiday_eve", str(files["events"]))
+    assert values["covariates"] == [str(files["vix"]), str(files["eve"])]
+    models = list(tmp_path.rglob("model.json"))
+    assert models and json.loads(models[0].read_text())["transform"]["inputs"]["known"] == ["holiday_eve"]
