@@ -8,6 +8,7 @@ reading them; the bad-bars rule judges the whole panel."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -16,6 +17,10 @@ import polars as pl
 import pytest
 
 from foxhunt.data.config import DataConfig
+from foxhunt.data.features import bar_pieces
+from foxhunt.data.features.covariate_files import held, merged
+from foxhunt.data.features.covariates import coverage, read_bar_columns
+from foxhunt.data.io.discover import expand_sources
 from foxhunt.data.store import build
 from foxhunt.data.store.build import prepare_store
 from foxhunt.data.store.pieces import plan_pieces
@@ -174,6 +179,78 @@ def test_the_bad_bars_rule_judges_the_whole_panel_of_the_pieces(files, tmp_path,
     with pytest.raises(InputError) as pieced:
         _in_pieces(monkeypatch, cfg, tmp_path / "b", piece_rows=1, workers=1, min_rows=0)
     assert str(pieced.value) == str(in_memory.value) and "more than 1% of the bars" in str(pieced.value)
+
+
+def _bar_inputs(files: dict, folder, numbers: range = range(4, 6), without: int | None = None) -> DataConfig:
+    """`_config` of the bars with more columns of their own, read as inputs: an observed `phase` (text, numbers in the
+    files `numbers`: a text column, theirs read as text too), a static `venue` (text) and `mult` (real), each
+    root's; the file `without` lacks `phase`."""
+    venue, mult = {"ES": "CME", "NQ": "CME", "YM": "CBOT"}, {"ES": 50.0, "NQ": 20.0, "YM": 5.0}
+    days = sorted(files["bars"].iterdir())
+    for i, day in enumerate(days):
+        part = pl.read_parquet(day / "part-0.parquet")
+        root = pl.col("symbol").str.slice(0, 2)
+        part = part.with_columns(
+            (pl.col("ts_event").dt.hour() % 3 + 1).cast(pl.Float64).alias("phase") if i in numbers else
+            pl.when(pl.col("ts_event").dt.hour() % 3 == 0).then(pl.lit("thin")).otherwise(pl.lit("full")).alias("phase"),
+            root.replace_strict(venue).alias("venue"), root.replace_strict(mult).alias("mult"))
+        (folder / day.name).mkdir(parents=True)
+        (part.drop("phase") if i == without else part).write_parquet(folder / day.name / "part-0.parquet")
+    cfg = _config(files)
+    return DataConfig(**{**cfg.__dict__, "paths": (str(folder),), "observed": (*cfg.observed, "phase"),
+                         "static": (*cfg.static, "venue", "mult")})
+
+
+def test_bar_file_columns_prepared_in_pieces_are_the_ones_prepared_in_memory(files, tmp_path, monkeypatch):
+    """The bar files' own columns, read by the pieces (features/bar_pieces.py): a real observed one (`flow`), a
+    categorical observed one (`phase`, numbers in the chunk of the last files, text in the other), a categorical
+    (`venue`) and a real (`mult`) static one; the summary reports their rows and times as in memory."""
+    cfg = _bar_inputs(files, tmp_path / "bars")
+    whole = prepare_store(cfg, tmp_path / "a", workers=0)
+    pieces = _in_pieces(monkeypatch, cfg, tmp_path / "b", piece_rows=1, workers=2, min_rows=0)
+    _assert_same_store((tmp_path / "a", whole), (tmp_path / "b", pieces))
+    got = pieces["transform"]["inputs"]
+    assert got["observed_cat"] == ["phase"] and got["static_kinds"] == {"tick": "real", "sector": "categorical",
+                                                                        "venue": "categorical", "mult": "real"}
+    assert got["static_vocab"]["venue"] == ["CBOT", "CME"]
+    assert got["bar_columns"] == ["flow", "phase", "venue", "mult"]
+    rows = {c["name"]: c for c in pieces["summary"]["inputs"]["columns"]}
+    assert rows["phase"]["rows"] == rows["venue"]["rows"] == 3 * 14536  # every bar's (the manifests are equal)
+
+
+def test_a_piece_reads_a_column_that_is_text_in_another_piece_as_text(tmp_path):
+    """A piece whose files hold a column as numbers reads it as text where another piece's files hold text, as the
+    whole table does (`empty_table`'s schema); the pieces' facts merge into the whole table's."""
+    t0 = np.datetime64("2024-03-01T14:30", "ns").astype(np.int64)
+    for name, symbol, phase in (("a", "ESH4", [1.0, 2.5]), ("b", "NQH4", ["thin", "2"])):
+        pl.DataFrame({"ts_event": pl.Series([t0, t0 + MINUTE]).cast(pl.Datetime("ns", "UTC")), "symbol": symbol,
+                      **{c: [1.0, 2.0] for c in ("open", "high", "low", "close", "volume")}, "phase": phase}).write_parquet(tmp_path / f"{name}.parquet")
+    paths = [str(tmp_path / "*.parquet")]
+    whole = read_bar_columns(paths, ["phase"])
+    chunks = [bar_pieces.chunk_columns([dataclasses.replace(source, files=[f])], ["phase"], None, None, None, ())
+              for source in expand_sources(paths) for f in source.files]
+    empty = bar_pieces.empty_table([c.clear() for c in chunks], ["phase"], whole.source)
+    tables = [bar_pieces.piece_table(empty, [c]) for c in chunks]
+    assert empty.frame.height == 0 and empty.frame.schema == whole.frame.schema
+    assert pl.concat([t.frame for t in tables]).equals(whole.frame)
+    assert tables[0].frame["phase"].to_list() == ["1.0", "2.5"]
+    assert merged([held(t) for t in tables]) == held(whole)
+    table = dataclasses.replace(empty, held=held(whole))
+    assert coverage([table], ["phase"]) == coverage([whole], ["phase"])
+
+
+@pytest.mark.parametrize(("numbers", "without", "says"), [(range(6), 3, "no column 'phase'"),
+                                                          (range(5), None, "holds numbers and some text")])
+def test_a_bad_bar_file_column_stops_the_pieces_as_in_memory(files, tmp_path, monkeypatch, numbers, without, says):
+    """A bar file without a declared column, and a column of mostly numbers with some text, stop the pieced prepare
+    with the in-memory prepare's one line."""
+    cfg = _bar_inputs(files, tmp_path / "bars", numbers, without)
+    with pytest.raises(InputError) as in_memory:
+        prepare_store(cfg, tmp_path / "a", workers=0)
+    with pytest.raises(InputError) as pieced:
+        _in_pieces(monkeypatch, cfg, tmp_path / "b", piece_rows=1, workers=2, min_rows=0)
+    assert str(pieced.value) == str(in_memory.value) and says in str(pieced.value)
+    assert "\n" not in str(pieced.value)
 
 
 def _context(files: dict, context: tuple[str, ...], observed: bool = True, bars=None, **options) -> DataConfig:

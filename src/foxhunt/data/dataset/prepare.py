@@ -215,9 +215,11 @@ def prepare_from_bars(
 
 
 def user_sources(cfg: DataConfig, transform: FittedTransform | None,
-                 bar_frame: tuple[str, pl.DataFrame] | None = None) -> inputs.Sources | None:
+                 bar_frame: tuple[str, pl.DataFrame] | None = None,
+                 bar_reader: inputs.BarReader | None = None) -> inputs.Sources | None:
     """The user's inputs: those `cfg` declares for a new transform, the transform's own for a fitted one (its
-    covariates read from `cfg`'s files, its event calendar from the model unless `cfg` names an events file)."""
+    covariates read from `cfg`'s files, its event calendar from the model unless `cfg` names an events file).
+    `bar_frame`, `bar_reader`: as inputs.load_sources takes them."""
     if transform is None:
         observed, known, events, saved, context = cfg.observed, cfg.known, cfg.events, None, cfg.context
         static_cols, categorical = cfg.static, cfg.categorical
@@ -235,7 +237,8 @@ def user_sources(cfg: DataConfig, transform: FittedTransform | None,
     return inputs.load_sources(cfg.paths, observed, known, cfg.covariates, events, cfg.timestamp_col,
                                cfg.symbol_col, cfg.timezone, saved_events=saved, context=context,
                                target=transform.target if transform else cfg.target, static_cols=static_cols,
-                               categorical=categorical, bar_frame=bar_frame, fitted=transform is not None)
+                               categorical=categorical, bar_frame=bar_frame, fitted=transform is not None,
+                               bar_reader=bar_reader)
 
 
 def feature_columns(target: str, fill_gaps: bool) -> list[str]:

@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 
 from foxhunt.data.bars.symbols import resolve_symbols
-from foxhunt.data.io.discover import expand_paths, expand_sources
+from foxhunt.data.io.discover import Source, expand_paths, expand_sources
 from foxhunt.data.io.normalise import (
     PRICE_COLS,
     TIME_CANDIDATES,
@@ -60,11 +60,73 @@ class CovariateTable:
     # "ts" Datetime("ns","UTC"), "key" Utf8 when keyed, then value columns (Float64, or Utf8 text); sorted by (key, ts)
     frame: pl.DataFrame
     keyed: bool  # True when the file had a symbol/root column (frame has "key")
+    held: Held | None = None  # a table whose rows the pieces of a prepare hold (`frame` empty): what is known of them
 
     @property
     def columns(self) -> tuple[str, ...]:
         """The value columns, in the file's order: the names --observed / --known may use."""
         return tuple(c for c in self.frame.columns if c not in RESERVED)
+
+
+@dataclass(frozen=True)
+class TextCells:
+    """What static.kinds judges a text column by: its cells that read as numbers, its non-empty cells, and (not a
+    text cell, key, time, value) of its first text cell in the table's (key, ts) order (of its first cell where no
+    cell is text)."""
+
+    numbers: int
+    given: int
+    first: tuple | None  # None: no cell
+
+
+@dataclass(frozen=True)
+class Held:
+    """The facts the `prepare` process reads of a table whose rows stay in the pieces (the bar files' own columns in
+    a pieced prepare), each piece's (`held`) merged (`merged`): its rows, least and greatest time (ns; for
+    `coverage`) and each text column's TextCells."""
+
+    rows: int
+    first: int
+    last: int
+    text: dict[str, TextCells]
+
+
+def extent(table: CovariateTable) -> tuple[int, int, int]:
+    """(rows, least time, greatest time) of `table`, times in ns UTC."""
+    if table.held is not None:
+        return table.held.rows, table.held.first, table.held.last
+    ts = table.frame.get_column("ts").cast(pl.Datetime("ns", "UTC")).to_physical()
+    return table.frame.height, int(ts.min()), int(ts.max())
+
+
+def text_cells(table: CovariateTable, c: str) -> TextCells:
+    """The TextCells of the text column `c` of `table`."""
+    if table.held is not None:
+        return table.held.text[c]
+    frame = table.frame
+    text = frame.get_column(c).cast(pl.Utf8)
+    number = text.str.strip_chars().cast(pl.Float64, strict=False).is_not_null()  # (R,)
+    given = text.is_not_null()
+    bad = given & ~number
+    at = int(bad.arg_max()) if frame.height else None
+    first = None if at is None else (not bad[at], frame["key"][at] if table.keyed else "", frame["ts"][at], text[at])
+    return TextCells(int(number.sum()), int(given.sum()), first)
+
+
+def held(table: CovariateTable) -> Held:
+    """The Held facts of `table` (a piece's share of a table)."""
+    rows, first, last = extent(table) if table.frame.height else (0, 0, 0)
+    return Held(rows, first, last, {c: text_cells(table, c) for c in table.columns if table.frame.schema[c] == pl.Utf8})
+
+
+def merged(parts: Sequence[Held]) -> Held:
+    """The Held facts of a table from those of its pieces (tables of distinct keys)."""
+    parts = [h for h in parts if h.rows]
+    text = {c: TextCells(sum(h.text[c].numbers for h in parts), sum(h.text[c].given for h in parts),
+                         min((h.text[c].first for h in parts if h.text[c].first is not None), default=None))
+            for c in (parts[0].text if parts else {})}
+    return Held(sum(h.rows for h in parts), min((h.first for h in parts), default=0),
+                max((h.last for h in parts), default=0), text)
 
 
 def read_covariates(
@@ -75,7 +137,7 @@ def read_covariates(
     must all have the same columns. `real`: the columns that must be numbers. Raises InputError for anything the
     user can fix (see the module docstring)."""
     files = [p for p, _ in expand_paths(paths)]
-    parts = _unified([_read_covariate_file(p, timestamp_col, timezone, real) for p in files])
+    parts = unified([_read_covariate_file(p, timestamp_col, timezone, real) for p in files])
     first, layout = files[0], parts[0].columns[1:]  # after "row": ts, key when keyed, the values
     for path, part in zip(files[1:], parts[1:], strict=True):
         if part.columns[1:] != layout:
@@ -114,13 +176,22 @@ def read_bar_columns(
     fixed-point Databento prices decoded and divided by `price_scale`. Empty cells are NaN, as in read_covariates.
     DBN files carry no extra columns: an error.
     """
+    frames = bar_parts(expand_sources(paths), columns, timestamp_col, symbol_col, timezone, real)
+    return bar_table(frames, columns, price_scale, ", ".join(paths))
+
+
+def bar_parts(sources: Sequence[Source], columns: Sequence[str], timestamp_col: str | None = None,
+              symbol_col: str | None = None, timezone: str | None = None, real: Collection[str] = ()
+              ) -> list[pl.DataFrame]:
+    """The files of `sources` (expand_sources') read one at a time into the parts `bar_table` makes one table of:
+    (ts, symbol, instrument_id, `columns`) each, in file order. A pieced prepare reads its chunks of files so."""
     frames = []
-    for source in expand_sources(paths):
+    for source in sources:
         for path in source.files:
             hive = hive_keys(path, source.root) if source.root is not None else {}
             frames.append(_read_bar_file(path, source.default_name, hive, columns, timestamp_col, symbol_col, timezone,
                                          real))
-    return _bar_table(frames, columns, price_scale, ", ".join(paths))
+    return frames
 
 
 def frame_bar_columns(
@@ -131,12 +202,12 @@ def frame_bar_columns(
     file's are; `name` stands for the path in messages and names the series of a frame without a symbol column."""
     part = _bar_columns_of(frame, frame.columns, Path(name), name, {}, columns, timestamp_col, symbol_col, timezone,
                            real)
-    return _bar_table([part], columns, price_scale, name)
+    return bar_table([part], columns, price_scale, name)
 
 
-def _bar_table(frames: list[pl.DataFrame], columns: Sequence[str], price_scale: float, source: str) -> CovariateTable:
-    """The bar files' parts (`_bar_columns_of`) as one table keyed by raw symbol (see read_bar_columns)."""
-    frame = pl.concat(_unified(frames), how="vertical")
+def bar_table(frames: list[pl.DataFrame], columns: Sequence[str], price_scale: float, source: str) -> CovariateTable:
+    """The bar files' parts (`bar_parts`) as one table keyed by raw symbol (see read_bar_columns)."""
+    frame = pl.concat(unified(frames), how="vertical")
     if frame.get_column("symbol").null_count():
         frame, _ = resolve_symbols(frame)
     if price_scale != 1.0:
@@ -253,7 +324,7 @@ def _values(s: pl.Series, path: Path, col: str, fixed_point: bool, real: bool) -
     return text.set(text == "", None)
 
 
-def _unified(parts: list[pl.DataFrame]) -> list[pl.DataFrame]:
+def unified(parts: list[pl.DataFrame]) -> list[pl.DataFrame]:
     """`parts` with a column that is text in one of them text in all (numbers written as text), so that they
     concatenate: a column of numbers in one file and of words in another is a text column."""
     text = {c for p in parts for c, t in p.schema.items() if t == pl.Utf8 and c not in ("key", "symbol")}

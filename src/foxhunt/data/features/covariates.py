@@ -19,6 +19,7 @@ import polars as pl
 
 from foxhunt.data.features.covariate_files import (
     CovariateTable,
+    extent,
     frame_bar_columns,
     iso,
     read_bar_columns,
@@ -159,10 +160,10 @@ def coverage(tables: Sequence[CovariateTable], columns: Sequence[str]) -> list[d
     out = []
     for c in columns:
         table = chosen[c]
-        ts = table.frame.get_column("ts").cast(UTC_NS).to_physical()
+        rows, first, last = extent(table)
         out.append({
-            "name": c, "source": table.source, "rows": table.frame.height, "first": iso(int(ts.min())),
-            "last": iso(int(ts.max())), "keyed": table.keyed,
+            "name": c, "source": table.source, "rows": rows, "first": iso(first), "last": iso(last),
+            "keyed": table.keyed,
         })
     return out
 

@@ -113,7 +113,7 @@ class Sources:
 def restricted(src: Sources | None, keep: Callable[[str], bool]) -> Sources | None:
     """`src` with each keyed table cut to the rows of the keys `keep` accepts: a piece of a panel joins its own
     series' and contracts' keys only (asof_join reads no other), so a job is sent its share of a table rather than
-    all of it (the bar files' own columns are a table the size of the panel's bars)."""
+    all of it."""
     if src is None:
         return None
     cut: dict[int, CovariateTable] = {}
@@ -141,18 +141,22 @@ def context_names(context: Sequence[str], target: str) -> tuple[str, ...]:
     return tuple(f"{c}_{col}" for c in context for col in context_inputs(target))
 
 
+BarReader = Callable[[list[str], set[str]], CovariateTable]  # (columns, those that must be numbers) -> their table
+
+
 def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[str], covariates: Sequence[str],
                  events: str | None, timestamp_col: str | None = None, symbol_col: str | None = None,
                  timezone: str | None = None, saved_events: dict | None = None, context: Sequence[str] = (),
                  target: str = "log_return", static_cols: Sequence[str] = (),
                  categorical: Sequence[str] = (), bar_frame: tuple[str, pl.DataFrame] | None = None,
-                 fitted: bool = False) -> Sources | None:
+                 fitted: bool = False, bar_reader: BarReader | None = None) -> Sources | None:
     """Read what the declared inputs need: each --covariates entry as a table, the bar files' own columns for
     observed and static names no covariate file has, and the events file (or the calendar a model saved). None:
     nothing declared. `categorical`: the columns taken as categories whatever their type; a column of text is one
     too, unless `fitted` (a saved model's inputs: `categorical` names its categorical columns, the other observed and
     known ones must be numbers, as in training). `bar_frame`: (name, frame) of bars in memory, whose own columns
-    stand for the bar files'."""
+    stand for the bar files'. `bar_reader`: reads the bar files' columns in place of read_bar_columns (a pieced
+    prepare reads them in its pieces: features/bar_pieces.py)."""
     if not declared(observed, known, events or saved_events, context, static_cols):
         return None
     real = {*observed, *known} - set(categorical) if fitted else set()  # must be numbers
@@ -168,6 +172,8 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
     if from_bars and bar_frame is not None:
         tables.append(frame_bar_columns(bar_frame[1], bar_frame[0], from_bars, timestamp_col=timestamp_col,
                                         symbol_col=symbol_col, timezone=timezone, real=real))
+    elif from_bars and bar_reader is not None:
+        tables.append(bar_reader(from_bars, real))
     elif from_bars:
         tables.append(read_bar_columns(paths, from_bars, timestamp_col=timestamp_col, symbol_col=symbol_col,
                                        timezone=timezone, real=real))

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from foxhunt.data.features.covariate_files import CovariateTable
+from foxhunt.data.features.covariate_files import CovariateTable, text_cells
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -39,13 +39,11 @@ def kinds(columns: Sequence[str], tables: dict[str, CovariateTable], categorical
         if c in categorical or frame.schema[c] == pl.Float64:
             out[c] = "categorical" if c in categorical else "real"
             continue
-        text = frame.get_column(c).cast(pl.Utf8)
-        number = text.str.strip_chars().cast(pl.Float64, strict=False).is_not_null()  # (R,)
-        given = text.is_not_null()
-        if int(number.sum()) * 2 > int(given.sum()):  # mostly numbers
-            at = int((given & ~number).arg_max())
-            raise InputError(f"{tables[c].source}: column {c!r} holds numbers and some text ({text[at]!r} at "
-                             f"{frame['ts'][at]:%Y-%m-%dT%H:%M:%SZ}); fix those cells, or name the column in "
+        cells = text_cells(tables[c], c)
+        if cells.numbers * 2 > cells.given:  # mostly numbers
+            _, _, ts, value = cells.first
+            raise InputError(f"{tables[c].source}: column {c!r} holds numbers and some text ({value!r} at "
+                             f"{ts:%Y-%m-%dT%H:%M:%SZ}); fix those cells, or name the column in "
                              "--categorical to take its values as categories")
         out[c] = "categorical"
     return out

@@ -7,10 +7,6 @@ sees, never shared memory. Rows go straight into the store's .npy files at the p
 from __future__ import annotations
 
 import dataclasses
-import errno
-import mmap
-import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +25,8 @@ from foxhunt.data.dataset.prepare import feature_columns, sorted_bars, train_sta
 from foxhunt.data.dataset.summary import WindowFacts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import window_starts
-from foxhunt.data.features import inputs, static, timed_categories
+from foxhunt.data.features import bar_pieces, covariate_files, inputs, static, timed_categories
+from foxhunt.data.features.covariate_files import Held
 from foxhunt.data.features.events import key_times
 from foxhunt.data.features.features import raw_features
 from foxhunt.data.features.known import SharedGrid, sorted_distinct
@@ -39,6 +36,7 @@ from foxhunt.data.io.discover import Source
 from foxhunt.data.io.read import median_spacings, read_bars, rtype_sets
 from foxhunt.data.store.layout import SPLITS, own_array
 from foxhunt.data.store.pieces import Route
+from foxhunt.data.store.put import put
 
 PIECE = "__piece"  # each bar's piece, beside the bars of a chunk
 CENTER, SCALE = "__center", "__scale"  # the target's center and scale beside the trailing inputs in a spill
@@ -55,6 +53,7 @@ class ChunkRead:
     routed: bool  # False when a bar has no symbol: the in-memory path then names the rows
     lo: int
     hi: int
+    columns: pl.DataFrame | None = None  # the bar files' declared columns without their rows (bar_pieces.py)
 
 
 @dataclass(frozen=True)
@@ -86,6 +85,7 @@ class PieceLoaded:
     dropped: dict[str, int] | None = None  # inputs.join_observed's counts (--observed)
     static: dict[str, list] | None = None  # static.series_values of its series (--static)
     keys: np.ndarray | None = None  # (G, 2) its rows' first and last time under each events key (events.key_times)
+    held: Held | None = None  # its share of the bar files' columns, as the `prepare` process reports them
 
 
 @dataclass(frozen=True)
@@ -127,17 +127,30 @@ class PieceTrailed:
     written: PieceWritten | None
 
 
-def read(cfg: DataConfig, chunk: int, first: int, sources: list[Source], route: Route, spill: str) -> ChunkRead:
+def read(cfg: DataConfig, chunk: int, first: int, sources: list[Source], route: Route, spill: str,
+         columns: tuple[str, ...] = (), real: frozenset[str] = frozenset()) -> ChunkRead:
     """Read the files of `sources` (the panel's from index `first` on) and spill their bars by piece (`route`) to
-    raw-CHUNK-PIECE.arrow, file_idx counted over the whole panel's files."""
+    raw-CHUNK-PIECE.arrow, file_idx counted over the whole panel's files; and their `columns` (the bar files'
+    columns the user's inputs read; `real`: those that must be numbers) to cols-CHUNK-PIECE.arrow."""
     raw, entries = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
                              sources=sources)
     rtypes = rtype_sets(raw, len(entries))
     spacings = [0] * len(entries) if all(rtypes) else median_spacings(raw, len(entries))
     ts, symbol = raw.get_column("ts").dt.epoch("ns"), raw.get_column("symbol")
-    out = ChunkRead(entries, rtypes, spacings, not symbol.null_count(), int(ts.min()), int(ts.max()))
+    cols = bar_pieces.chunk_columns(sources, columns, cfg.timestamp_col, cfg.symbol_col, cfg.timezone,
+                                    real) if columns else None
+    routed = not symbol.null_count() and (cols is None or not cols.get_column("symbol").null_count())
+    out = ChunkRead(entries, rtypes, spacings, routed, int(ts.min()), int(ts.max()), None if cols is None
+                    else cols.clear())
     if not out.routed:
         return out
+    if cols is not None:  # routed by symbol as the bars are
+        keys = cols.get_column("symbol").unique()
+        at = cols.get_column("symbol").replace_strict(keys, [route.piece_of(s) for s in keys], return_dtype=pl.Int64)
+        for (k,), part in cols.with_columns(at.alias(PIECE)).partition_by(PIECE, maintain_order=True,
+                                                                          include_key=False, as_dict=True).items():
+            _spill(part, Path(spill) / f"cols-{chunk}-{k}.arrow")
+        del cols
     # Routed through the codes of the symbols the plan saw (a few hundred categories, hashed once here) and spilled
     # as those codes; a chunk with symbols the plan's sample missed spills strings (`_raw_frame`).
     seen = list(route.pieces)
@@ -166,7 +179,12 @@ def load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], 
                       distinct=distinct)
     del raw
     _unlink(paths)
-    dropped = None
+    dropped, held = None, None
+    if (table := bar_pieces.bar_table_of(src)) is not None:  # its share of the bar files' columns (`read`)
+        paths = [p for c in range(chunks) if (p := Path(spill) / f"cols-{c}-{k}.arrow").exists()]
+        table = bar_pieces.piece_table(table, [_read_spill(p) for p in paths])
+        src, held = bar_pieces.with_table(src, table), covariate_files.held(table)
+        _unlink(paths)
     if src is not None and (src.observed or src.observed_cat):
         joined, dropped = inputs.join_observed(loaded.bars, src)
         loaded = dataclasses.replace(loaded, bars=joined)
@@ -191,7 +209,7 @@ def load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], 
     return PieceLoaded(names, lengths, len(window_starts(*_bounds(lengths), cfg.encoder_length + cfg.horizon)),
                        int(ts.min()), int(ts.max()), loaded.report, loaded.rolls, gaps,
                        _fit(cfg, feats, names, sidx, ts, cuts, side, train_gaps), dropped, values,
-                       None if side.keys is None else key_times(side.keys, ts, len(src.events.keys)))
+                       None if side.keys is None else key_times(side.keys, ts, len(src.events.keys)), held)
 
 
 def fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple) -> Fit:
@@ -306,78 +324,6 @@ def shared_grid(spill: str | Path) -> SharedGrid:
     """The SharedGrid `share_grid` spilled, its arrays mapped."""
     return SharedGrid(**{f.name: shared(spill, GRID + f.name) if (Path(spill) / f"{GRID}{f.name}.npy").exists()
                          else None for f in dataclasses.fields(SharedGrid)})
-
-
-def put(path: Path, row0: int, value: np.ndarray) -> None:
-    """Write `value` at row `row0` of the .npy array at `path` (made by open_memmap; cast to its dtype, as assigning
-    into the mapped array would). Its whole disk blocks go past the page cache (`_direct`): copying 2 GB of rows into
-    fresh page-cache pages, and waiting while the kernel throttles a process that dirties them faster than the disk
-    takes them, made a 20M-bar `prepare` 1.3-2x slower. The partial first and last blocks (shared with the
-    neighbouring pieces' rows), and everything where the file system refuses O_DIRECT, go through the page cache."""
-    array = np.load(path, mmap_mode="r")  # reads the header only
-    data = np.ascontiguousarray(value, dtype=array.dtype).reshape(-1).view(np.uint8)  # (bytes,)
-    offset = array.offset + row0 * int(np.prod(array.shape[1:], dtype=np.int64)) * array.dtype.itemsize
-    end = offset + len(data)
-    lo = min(-(-offset // ALIGN) * ALIGN, end)  # [lo, hi): the whole blocks of [offset, end)
-    hi = max(end // ALIGN * ALIGN, lo)
-    with open(path, "r+b", buffering=0) as f:
-        _pwrite(f.fileno(), data[: lo - offset], offset)
-        _pwrite(f.fileno(), data[hi - offset :], hi)
-        done = _direct(path, data[lo - offset : hi - offset], lo)
-        _pwrite(f.fileno(), data[lo - offset + done : hi - offset], lo + done)  # what did not go direct
-
-
-ALIGN = 4096  # a multiple of any device's logical block: offsets, lengths and the buffer of a direct write
-STAGE_BYTES = 64 << 20  # the page-aligned buffer a direct write copies through
-REFUSED = (errno.EINVAL, errno.EOPNOTSUPP)  # a file system that takes no O_DIRECT (tmpfs), or not these blocks
-
-
-def _direct(path: Path, blocks: np.ndarray, offset: int) -> int:
-    """Write the whole blocks `blocks` at the aligned `offset` with O_DIRECT; how many bytes went (0 where the file
-    system refuses it: the caller writes the rest through the page cache)."""
-    if not len(blocks) or not hasattr(os, "O_DIRECT"):
-        return 0
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
-    except OSError as e:
-        if e.errno in REFUSED:
-            return 0
-        raise
-    stage = _stage()
-    done = 0
-    try:
-        while done < len(blocks):
-            n = min(len(stage), len(blocks) - done)
-            stage[:n] = blocks[done : done + n].data
-            try:
-                wrote = os.pwrite(fd, memoryview(stage)[:n], offset + done)
-            except OSError as e:
-                if e.errno in REFUSED:
-                    return done
-                raise
-            done += wrote
-            if wrote < n:  # a short write (disk full, a signal): the rest through the page cache
-                return done
-    finally:
-        os.close(fd)
-    return done
-
-
-_THREAD = threading.local()
-
-
-def _stage() -> mmap.mmap:
-    """This thread's staging buffer for direct writes: anonymous memory (page-aligned), made once and reused, so that
-    its pages are faulted in once (a fresh one per write faulted in every byte written)."""
-    if getattr(_THREAD, "stage", None) is None:
-        _THREAD.stage = mmap.mmap(-1, STAGE_BYTES)
-    return _THREAD.stage
-
-
-def _pwrite(fd: int, data: np.ndarray, offset: int) -> None:
-    view, done = memoryview(data), 0
-    while done < len(view):
-        done += os.pwrite(fd, view[done:], offset + done)
 
 
 def _fit(cfg: DataConfig, feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarray, cuts: tuple,

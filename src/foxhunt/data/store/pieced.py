@@ -4,8 +4,9 @@ of store/jobs.py on a concurrent.futures Executor, and its rows are written stra
 
 What is fitted across series is fitted from statistics each piece sends back that add up exactly (data/features/fitstats.py;
 the in-memory path fits from the same sums, so both give the same bits). The stages, each a map over the executor:
-1. read: the files in chunks of consecutive files, each chunk's bars spilled by piece; their raw span gives the
-   split cuts to expect.
+1. read: the files in chunks of consecutive files, each chunk's bars spilled by piece, with the bar files' own
+   columns the user's inputs read (features/bar_pieces.py: this process holds none of their rows); the bars' raw
+   span gives the split cuts to expect.
 2. load: each piece's bars cleaned and rolled as load_bars would, its raw features and distinct timestamps
    spilled; its series, lengths, span, bar gaps and training statistics under the expected cuts come back. The
    cuts follow from the span of all pieces; `fit` gathers the statistics again only where cleaning moved them.
@@ -48,7 +49,8 @@ from foxhunt.data.dataset.prepare import check_length, check_splits, feature_sch
 from foxhunt.data.dataset.summary import data_summary, merge_facts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import SplitResult
-from foxhunt.data.features import inputs, static, timed_categories
+from foxhunt.data.features import bar_pieces, inputs, static, timed_categories
+from foxhunt.data.features.covariate_files import CovariateTable
 from foxhunt.data.features.features import own_move_columns
 from foxhunt.data.features.fitstats import concat
 from foxhunt.data.features.known import distinct_union, shared_grid
@@ -100,8 +102,16 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     files = [str(f) for f, _ in listed]
     route = route_of(pieces, cfg.contracts)
     chunks = _chunks(files, max(workers, -(-sum(p.rows for p in pieces) // PIECE_ROWS)))
-    reads = _map(executor, jobs.read, [(cfg, c, i0, _chunk_sources(listed[i0:i1]), route, str(spill))
-                                       for c, (i0, i1) in enumerate(chunks)])
+    reads: list[jobs.ChunkRead] = []
+
+    def read(columns: list[str], real: set[str]) -> CovariateTable | None:  # the bars, and their `columns`
+        reads[:] = _map(executor, jobs.read, [(cfg, c, i0, _chunk_sources(listed[i0:i1]), route, str(spill),
+                                               tuple(columns), frozenset(real)) for c, (i0, i1) in enumerate(chunks)])
+        return bar_pieces.empty_table([r.columns for r in reads], columns, ", ".join(cfg.paths)) if columns else None
+
+    src = user_sources(cfg, None, bar_reader=read)  # the user's inputs: the bar files' columns read in `read`
+    if not reads:
+        read([], set())
     lap("read")
     if not all(r.routed for r in reads):
         log.info("a bar without a symbol: preparing the panel in memory")
@@ -109,7 +119,6 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     check_bar_sizes([x for r in reads for x in r.rtypes], [x for r in reads for x in r.spacings], files)
     entries = [e for r in reads for e in r.files]
     expected = split_cuts(cfg, np.array([min(r.lo for r in reads), max(r.hi for r in reads)]))
-    src = user_sources(cfg, None)  # the user's inputs
     shares = [inputs.restricted(src, lambda key, k=k: route.piece_of(key) == k) for k in range(len(pieces))]
     loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected,
                                                            shares[k]) for k in range(len(pieces))])
@@ -121,6 +130,8 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     for r in (r for load in loads for r in load.rolls):  # what load_raw logs in memory (the jobs are quiet)
         why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
         log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why, r["gap"])
+    if bar_pieces.bar_table_of(src) is not None:  # what is reported and checked of the pieces' tables
+        src = bar_pieces.held_sources(src, [r.held for r in loads], cfg.categorical)
     e, d = cfg.encoder_length, cfg.horizon
     check_length(names, np.concatenate([r.lengths for r in loads]), e, d, False)
     span = np.array([min(r.lo for r in loads), max(r.hi for r in loads)], dtype=np.int64)
