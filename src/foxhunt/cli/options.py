@@ -123,7 +123,7 @@ INPUT_OPTIONS: Group = (
     opt("known", str | None, None, "Columns known in advance (from --covariates).", INPUTS, metavar="COLS"),
     opt("covariates", list[str] | None, None, "File, folder or glob of more columns (repeatable).", INPUTS,
         metavar="PATH"),
-    opt("events", str | None, None, "Scheduled events (time, name): known inputs.", INPUTS, metavar="PATH"),
+    opt("events", str | None, None, "Events (time, name[, symbol]): known inputs.", INPUTS, metavar="PATH"),
     opt("context", str | None, None, "Series every series also sees, e.g. NQ,ZN.", INPUTS,
         metavar="NAMES"),
     opt("covariate_scaling", str, DD.covariate_scaling, "Your real inputs: series | global | none.", INPUTS,
