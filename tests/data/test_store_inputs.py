@@ -156,14 +156,23 @@ def test_a_store_with_your_inputs_prepared_in_pieces_is_the_one_prepared_in_memo
     assert (scalers["series"]["ES"]["flow"] != scalers["series"]["NQ"]["flow"]) == (mode == "series")
 
 
-def test_a_store_with_your_inputs_prepared_on_a_dask_cluster_is_the_one_prepared_in_memory(files, wholes, tmp_path,
-                                                                                           monkeypatch):
+@pytest.fixture(scope="module")
+def dask():
+    """`dask://HOST:PORT` of a LocalCluster of 2 worker processes, one for the module's tests."""
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as c:
-        address = "dask://" + c.scheduler_address.removeprefix("tcp://")
-        remote = _in_pieces(monkeypatch, _config(files, covariate_scaling="series"), tmp_path / "dask",
-                            piece_rows=1, workers=2, min_rows=0, executor=address)
-    _assert_same_store(wholes["series"], (tmp_path / "dask", remote))
+        yield "dask://" + c.scheduler_address.removeprefix("tcp://")
+
+
+def _on_dask(monkeypatch, cfg: DataConfig, out, dask: str) -> tuple:
+    """The store of `cfg` prepared in pieces on the cluster `dask`: (folder, manifest)."""
+    return out, _in_pieces(monkeypatch, cfg, out, piece_rows=1, workers=2, min_rows=0, executor=dask)
+
+
+def test_a_store_with_your_inputs_prepared_on_a_dask_cluster_is_the_one_prepared_in_memory(files, wholes, tmp_path,
+                                                                                           monkeypatch, dask):
+    remote = _on_dask(monkeypatch, _config(files, covariate_scaling="series"), tmp_path / "dask", dask)
+    _assert_same_store(wholes["series"], remote)
 
 
 def test_the_bad_bars_rule_judges_the_whole_panel_of_the_pieces(files, tmp_path, monkeypatch):
@@ -295,15 +304,10 @@ def test_context_prepared_in_pieces_is_the_one_prepared_in_memory(files, tmp_pat
     assert pieces["transform"]["inputs"]["context"] == ["ES", "YM"]
 
 
-def test_context_prepared_on_a_dask_cluster_is_the_one_prepared_in_memory(files, tmp_path, monkeypatch):
-    distributed = pytest.importorskip("distributed")
+def test_context_prepared_on_a_dask_cluster_is_the_one_prepared_in_memory(files, tmp_path, monkeypatch, dask):
     cfg = _context(files, ("YM",))
     whole = prepare_store(cfg, tmp_path / "whole", workers=0)
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as c:
-        address = "dask://" + c.scheduler_address.removeprefix("tcp://")
-        remote = _in_pieces(monkeypatch, cfg, tmp_path / "dask", piece_rows=1, workers=2, min_rows=0,
-                            executor=address)
-    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "dask", remote))
+    _assert_same_store((tmp_path / "whole", whole), _on_dask(monkeypatch, cfg, tmp_path / "dask", dask))
 
 
 def test_a_context_series_not_in_the_data_stops_the_pieces_as_in_memory(files, tmp_path, monkeypatch):
@@ -349,15 +353,10 @@ def test_keyed_events_prepared_in_pieces_are_the_ones_prepared_in_memory(files, 
 
 
 def test_categorical_inputs_and_keyed_events_prepared_on_a_dask_cluster_are_the_ones_prepared_in_memory(
-        files, tmp_path, monkeypatch):
-    distributed = pytest.importorskip("distributed")
+        files, tmp_path, monkeypatch, dask):
     cfg = _categorical(files, keyed=True)
     whole = prepare_store(cfg, tmp_path / "whole", workers=0)
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as c:
-        address = "dask://" + c.scheduler_address.removeprefix("tcp://")
-        remote = _in_pieces(monkeypatch, cfg, tmp_path / "dask", piece_rows=1, workers=2, min_rows=0,
-                            executor=address)
-    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "dask", remote))
+    _assert_same_store((tmp_path / "whole", whole), _on_dask(monkeypatch, cfg, tmp_path / "dask", dask))
 
 
 def test_keyed_events_naming_no_series_stop_the_pieces_as_in_memory(files, tmp_path, monkeypatch):
