@@ -136,7 +136,22 @@ def test_a_bar_older_than_the_records_kept_stops_before_it_reads_a_wrong_bar(mon
     ctx = LiveContext(["NQ"], "log_return", observed, offset=2)
     ctx.prime(["ES", "NQ"], np.array([0, 1, 1, 1]), np.array([5, 10, 20, 30]), [np.arange(4.0)] * 4)
     assert ctx.times == {"NQ": [20, 30]} and ctx.trimmed == {"NQ"}
-    ctx.check({"ES", "NQ"}, [20, 25])  # within the records: taken
-    with pytest.raises(foxhunt.InputError, match="more than 2 of NQ's bars back") as err:
-        ctx.check({"ES", "NQ"}, [15])
+    ctx.check(["ES", "NQ"], [20, 25])  # within the records: taken
+    with pytest.raises(foxhunt.InputError, match="the bar of 'ES' at .* more than 2 of NQ's bars back") as err:
+        ctx.check(["ES"], [15])
     assert "\n" not in str(err.value)
+    ctx.prime(["ES", "NQ"], np.array([0, 1, 1]), np.array([5, 20, 30]), [np.arange(3.0)] * 4)  # a shorter history
+    assert ctx.trimmed == set()
+    ctx.check(["ES"], [15])  # before NQ's first bar: read as none (0), as predict reads it
+
+
+def test_a_refused_call_with_the_context_series_first_bar_leaves_it_unknown(run, bars):
+    """NQ's first bar in a call that is refused (ES's close is NaN) does not make NQ a series with bars: a
+    later call of ES alone is still refused for want of NQ's bars, not read as 0."""
+    fc = foxhunt.Forecaster.load(run, trace=False)
+    step = _bar_of(bars, 0)
+    with pytest.raises(foxhunt.InputError, match="missing or non-finite price"):
+        fc.update(step.with_columns(close=pl.when(pl.col("symbol") == "ES").then(float("nan")).otherwise(pl.col("close"))))
+    with pytest.raises(foxhunt.InputError, match="reads --context NQ as of each bar, and no bar of NQ"):
+        fc.update(step.filter(pl.col("symbol") == "ES").row(0, named=True))
+    fc.update(step)  # both bars: taken

@@ -152,3 +152,12 @@ def test_keys_that_name_no_series_or_contract_stop_training_in_one_line(tmp_path
                                          r"bars \(the file has YM, ZZ; the series are ES, NQ\)") as e:
         prepare(tmp_path, "time,name,symbol\n2024-01-10,cpi,YM\n2024-01-19,expiry,ZZ\n")
     assert "\n" not in str(e.value)
+
+
+def test_key_groups_are_each_keys_rows_in_order():
+    from foxhunt.data.dataset.featurize import key_groups
+
+    keys = np.array([2, -1, 0, 2, -1, 0, 0, 5], dtype=np.int32)
+    got = [(g, rows.tolist()) for g, rows in key_groups(keys)]
+    assert got == [(0, [2, 5, 6]), (2, [0, 3]), (5, [7])]
+    assert key_groups(np.full(3, -1, dtype=np.int32)) == [] and key_groups(np.zeros(0, dtype=np.int32)) == []

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Container, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from foxhunt.api.gaps import stamp
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features.inputs import context_inputs
 from foxhunt.errors import InputError
@@ -53,18 +54,19 @@ class LiveContext:
         series = (tf.inputs or {}).get("context") or ()
         return LiveContext(series, tf.target, observed, offset) if series else None
 
-    def check(self, known: Container[str], ts_ns: Sequence[int] = ()) -> None:
-        """InputError (one line) where a context series is not a series of the stream (`known`): its bars are
-        read from the stream, as predict reads them from the history; or where a bar of the call (`ts_ns`) is
-        older than the records kept of a context series (it would read a wrong bar)."""
+    def check(self, names: Sequence[str], ts_ns: Sequence[int] = ()) -> None:
+        """InputError (one line) where a context series has no bar in the stream's records nor in this call's bars
+        (`names`, at `ts_ns`): its bars are read from the stream, as predict reads them from the history; or where
+        a bar of the call is older than the records kept of a context series (it would read a wrong bar)."""
         for c in self.series:
-            if c not in known:
+            if not self.times[c] and c not in names:
                 raise InputError(f"update: the model reads --context {c} as of each bar, and no bar of {c} was "
                                  f"given; pass {c}'s bars to update too (or predict on a history that has them)")
             if c in self.trimmed and ts_ns and min(ts_ns) < self.times[c][0]:
-                raise InputError(f"update: a bar at {np.datetime64(int(min(ts_ns)), 'ns')}Z reads --context {c} "
-                                 f"as of its time, more than {KEEP:,} of {c}'s bars back; predict on the history "
-                                 "instead, or keep the series' bars closer in time")
+                at = int(np.argmin(ts_ns))
+                raise InputError(f"update: the bar of {names[at]!r} at {stamp(ts_ns[at])} reads --context {c} as of "
+                                 f"its time, more than {KEEP:,} of {c}'s bars back; forecast it with predict on the "
+                                 "history instead")
 
     def prime(self, names: Sequence[str], sidx: np.ndarray, ts: np.ndarray, values: Sequence[np.ndarray]) -> None:
         """Restart the records of the context series among `names` from a history: `sidx` (N,) into `names`, rows
@@ -73,6 +75,7 @@ class LiveContext:
             if c not in names:
                 continue
             rows = np.flatnonzero(sidx == list(names).index(c))  # (Nc,) its bars, in time order
+            self.trimmed.discard(c)
             if len(rows) > KEEP:
                 rows = rows[-KEEP:]
                 self.trimmed.add(c)

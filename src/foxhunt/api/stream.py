@@ -247,7 +247,7 @@ class StreamState:
                              "order, one call per bar time")
         rows = self._rows_for(names).tolist()
         if self.context is not None:
-            self.context.check(self.index, ts_ns)
+            self.context.check(names, ts_ns)
         for i, r in enumerate(rows):
             self._check(r, names[i], contracts[i], ts_ns[i], ohlcv[i])
         self._check_gaps(rows, names, ts_ns, max_gap_ns)
