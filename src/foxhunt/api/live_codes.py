@@ -10,7 +10,7 @@
   last row at or before the bar (covariates.asof_join, as predict joins it); no value at all is code 0, as predict
   codes a bar without one.
 - categorical known: the model's covariate file at the bar's time and its forecast steps
-  (covariates.known_values_at), coded as timed_categories.arrays codes them.
+  (timed_categories.known_codes, as timed_categories.arrays codes them).
 
 Codes are index + 1 in the saved vocabulary (timed_categories.codes); a value unseen in training is 0, said once
 per column and value for the stream (not once a bar). A call's codes are read first and kept only by `commit`,
@@ -31,7 +31,7 @@ import polars as pl
 
 from foxhunt.data.dataset.windows import WindowedData
 from foxhunt.data.features import static, timed_categories
-from foxhunt.data.features.covariates import UTC_NS, CovariateTable, asof_join, known_values_at
+from foxhunt.data.features.covariates import UTC_NS, CovariateTable, asof_join
 from foxhunt.data.features.inputs import Sources
 from foxhunt.errors import InputError
 from foxhunt.model.inference.traced import LiveCats
@@ -86,7 +86,8 @@ class LiveCodes:
         for s, name in enumerate(w.series_names):
             if end[s] == first[s]:
                 continue
-            self.rows[name] = deque(time_cat[max(first[s], end[s] - self.e):end[s]], maxlen=self.e)
+            # copies: views would keep predict's whole (N, Kc + Oc) array alive with the stream
+            self.rows[name] = deque(time_cat[max(first[s], end[s] - self.e):end[s]].copy(), maxlen=self.e)
             self.statics[name] = (static_cat[first[s]].copy(), static_cont[first[s]].copy())
             self.dec.pop(name, None)
 
@@ -100,13 +101,8 @@ class LiveCodes:
         oc_given = [list(row[:len(self.oc)]) for row in given]
         static_given = [list(row[len(self.oc):]) for row in given]
         time = np.zeros((b, len(self.kc) + len(self.oc)), np.int64)  # (B, Kc + Oc)
-        dec = np.zeros((b, at.shape[1] - 1, len(self.kc)), np.int64)  # (B, D, Kc)
-        if self.kc:
-            assert self.src is not None
-            for j, (c, v) in enumerate(zip(self.kc, known_values_at(at.ravel(), self.src.of(self.kc), self.kc),
-                                           strict=True)):
-                both = timed_categories.codes(v, self.vocab[c], f"--known {c}", self.said[c]).reshape(at.shape)
-                time[:, j], dec[:, :, j] = both[:, 0], both[:, 1:]
+        both = self._known(at.ravel()).reshape(b, at.shape[1], len(self.kc))  # (B, 1 + D, Kc)
+        time[:, :len(self.kc)], dec = both[:, 0], both[:, 1:]
         for j, c in enumerate(self.oc):
             values = self._observed(c, [row[j] for row in oc_given], names, contracts, ts_ns)
             time[:, len(self.kc) + j] = timed_categories.codes(values, self.vocab[c], f"--observed {c}", self.said[c])
@@ -167,22 +163,16 @@ class LiveCodes:
         for i, (name, ts) in enumerate(zip(names, origins, strict=True)):
             kept = self.dec.get(name)
             if kept is None or kept[0] != ts:
-                self.dec[name] = (int(ts), self._steps(steps[i]))
+                self.dec[name] = (int(ts), self._known(steps[i]))
         statics = [self.statics[n] for n in names]
         return LiveCats(static_cat=np.stack([s[0] for s in statics]).astype(np.int64),  # (B, Sc)
                         static_cont=np.stack([s[1] for s in statics]).astype(np.float32),  # (B, Sr)
                         enc_cat=np.stack([np.stack(self.rows[n]) for n in names]),  # (B, E, Kc + Oc)
                         dec_cat=np.stack([self.dec[n][1] for n in names]))  # (B, D, Kc)
 
-    def _steps(self, steps: np.ndarray) -> np.ndarray:
-        """(D, Kc) the known categorical codes of forecast steps `steps` (D,)."""
-        out = np.zeros((len(steps), len(self.kc)), np.int64)
-        if self.kc:
-            assert self.src is not None
-            for j, (c, v) in enumerate(zip(self.kc, known_values_at(steps, self.src.of(self.kc), self.kc),
-                                           strict=True)):
-                out[:, j] = timed_categories.codes(v, self.vocab[c], f"--known {c}", self.said[c])
-        return out
+    def _known(self, at: np.ndarray) -> np.ndarray:
+        """(len(at), Kc) the known categorical codes at the times `at`, each unseen value said once a stream."""
+        return timed_categories.known_codes(self.inputs, self.src, at, said=self.said)
 
 
 def _texts(column: str, values: Sequence[object], names: Sequence[str]) -> pl.Series:

@@ -148,11 +148,15 @@ def arrays(inputs: dict, src: Sources, observed: dict[str, pl.Series], ts: np.nd
     return time_cat, known_cat
 
 
-def known_codes(inputs: dict, src: Sources, at: np.ndarray, unseen: Unseen | None = None) -> np.ndarray:
-    """(len(at), Kc) the categorical known columns' codes as of the times `at` (`codes`' `unseen`)."""
+def known_codes(inputs: dict, src: Sources | None, at: np.ndarray, unseen: Unseen | None = None,
+                said: dict[str, set[str]] | None = None) -> np.ndarray:
+    """(len(at), Kc) the categorical known columns' codes as of the times `at` (`codes`' `unseen`, and its `said`
+    per column: a live stream's)."""
     kc = known_columns(inputs)
     out = np.zeros((len(at), len(kc)), dtype=np.int64)
     if kc:
+        assert src is not None
         for j, (c, v) in enumerate(zip(kc, known_values_at(at, src.of(kc), kc), strict=True)):
-            out[:, j] = codes(v, inputs["timed_vocab"][c], f"--known {c}", unseen=unseen)
+            out[:, j] = codes(v, inputs["timed_vocab"][c], f"--known {c}", None if said is None else said[c],
+                              unseen=unseen)
     return out
