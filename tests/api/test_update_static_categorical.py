@@ -184,6 +184,20 @@ def test_a_covariate_files_category_may_be_left_out_of_the_bar(timed_run, bars, 
     assert_frame_equal(read.update(step), given.update(step_with))
 
 
+def test_a_series_the_keyed_file_does_not_name_reads_code_0_whatever_the_call_holds(timed_run, bars):
+    """mood's file names ES and NQ only: YM's bar alone in a call, without mood, is coded 0 as predict on the panel
+    codes it (each bar looks up its own row; a join over the call's bars refused a call naming no key)."""
+    n = bars.group_by("symbol").len()["len"].min()
+    panel = pl.concat([bars, bars.filter(pl.col("symbol") == "NQ").with_columns(symbol=pl.lit("YM"))])
+    fc, ref = foxhunt.Forecaster.load(timed_run, trace=False), foxhunt.Forecaster.load(timed_run, trace=False)
+    fc.predict(_rows(panel, n - 1))
+    got = fc.update(_bar_of(panel, n - 1).filter(pl.col("symbol") == "YM").row(0, named=True))
+    want = ref.predict(_rows(panel, n)).filter(pl.col("symbol") == "YM")
+    assert_frame_equal(got.drop(Q), want.drop(Q))
+    assert_same_forecasts(got.select(Q).to_numpy(), want.select(Q).to_numpy())
+    assert fc.batch([fc._stream.index["YM"]]).enc_cat[-1, 2].item() == 0  # session_type, regime, mood
+
+
 def test_a_regime_unseen_in_training_is_code_0_said_once(timed_run, bars, caplog):
     n = bars.group_by("symbol").len()["len"].min()
     panic = bars.with_columns(regime=pl.when(pl.int_range(pl.len()).over("symbol") >= n - 3).then(pl.lit("panic"))

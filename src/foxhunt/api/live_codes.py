@@ -7,8 +7,8 @@
   covariate file (by its name or contract), or, for a column of the bar files, from the field of its first bar.
   A value unseen in training is code 0, a real one is standardized with the training series' mean and std.
 - categorical observed: the bar's field by name, else (a column the model read from a --covariates file) the file's
-  last row at or before the bar (covariates.asof_join, as predict joins it); no value at all is code 0, as predict
-  codes a bar without one.
+  last row at or before the bar (api/asof.py: the value predict's as-of join gives the bar, whichever other bars
+  share the call); no value at all is code 0, as predict codes a bar without one.
 - categorical known: the model's covariate file at the bar's time and its forecast steps
   (timed_categories.known_codes, as timed_categories.arrays codes them).
 
@@ -29,9 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from foxhunt.api.asof import AsOf
 from foxhunt.data.dataset.windows import WindowedData
 from foxhunt.data.features import static, timed_categories
-from foxhunt.data.features.covariates import UTC_NS, CovariateTable, asof_join
+from foxhunt.data.features.covariates import UTC_NS, CovariateTable
 from foxhunt.data.features.inputs import Sources
 from foxhunt.errors import InputError
 from foxhunt.model.inference.traced import LiveCats
@@ -62,6 +63,7 @@ class LiveCodes:
         bar_columns = set(inputs.get("bar_columns", ()))
         self.static_from_bars = [c for c in self.static if c in bar_columns]
         self.oc_from_files = {c for c in self.oc if c not in bar_columns}
+        self.files = {c: AsOf(src.tables[c], c, text=True) for c in self.oc_from_files} if src is not None else {}
         self.vocab: dict[str, list[str]] = inputs.get("timed_vocab", {})
         self.said: dict[str, set[str]] = {c: set() for c in (*self.kc, *self.oc)}
         self.rows: dict[str, deque[np.ndarray]] = {}  # series -> its last E rows' codes, (Kc + Oc,) each
@@ -124,15 +126,9 @@ class LiveCodes:
         if missing and column not in self.oc_from_files:
             raise InputError(f"update: the bar of {names[missing[0]]!r} has no {column!r}; the model takes it as an "
                              "observed input (--observed) of the bar files: pass it in the bar")
-        out = _texts(column, values, names)
-        if missing:
-            assert self.src is not None
-            bars = pl.DataFrame({"series": [names[i] for i in missing],
-                                 "contract": pl.Series([contracts[i] for i in missing], dtype=pl.Utf8),
-                                 "ts": pl.Series([int(ts_ns[i]) for i in missing]).cast(UTC_NS)})
-            joined = timed_categories.texts(asof_join(bars, self.src.of([column]), [column]).get_column(column))
-            out = out.scatter(missing, joined)
-        return out
+        for i in missing:  # the file's cell as of the bar, as predict's as-of join gives it
+            values[i] = self.files[column].at(names[i], contracts[i], int(ts_ns[i]))
+        return _texts(column, values, names)
 
     def _static_of(self, name: str, contract: str | None, given: list[object]) -> tuple[np.ndarray, np.ndarray]:
         """((Sc,), (Sr,)) the static inputs of a series first seen by `update`: static.series_values of the model's

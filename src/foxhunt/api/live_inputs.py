@@ -24,47 +24,14 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import polars as pl
 
+from foxhunt.api.asof import AsOf
 from foxhunt.api.live_codes import LiveCodes
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features import inputs, static
-from foxhunt.data.features.covariates import UTC_NS, CovariateTable
 from foxhunt.data.features.events import key_of
 from foxhunt.errors import InputError
-
-
-class _AsOf:
-    """A covariate table's column as of a time: its stamps and values, per key for a keyed table (read once)."""
-
-    def __init__(self, table: CovariateTable, column: str):
-        self.table, self.column = table, column
-        frame = table.frame
-        if table.keyed:
-            self.keys: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-            for (key,), part in frame.group_by("key"):
-                self.keys[str(key)] = _columns(part, column)
-        else:
-            self.all = _columns(frame, column)
-
-    def at(self, series: str, contract: str | None, ts: int) -> float | None:
-        """The last value stamped at or before ts for this bar (None: the file has none)."""
-        if self.table.keyed:
-            got = self.keys.get(series) or (self.keys.get(contract) if contract is not None else None)
-            if got is None:
-                return None
-        else:
-            got = self.all
-        stamps, values = got
-        i = int(np.searchsorted(stamps, ts, side="right")) - 1
-        return float(values[i]) if i >= 0 else None
-
-
-def _columns(frame: pl.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
-    part = frame.sort("ts")
-    return (part.get_column("ts").cast(UTC_NS).to_physical().to_numpy().astype(np.int64),
-            part.get_column(column).cast(pl.Float64).to_numpy())
 
 
 class LiveInputs:
@@ -87,7 +54,7 @@ class LiveInputs:
                                   fitted=True)  # a saved model's real inputs: numbers
         self.n_known = len(inputs.known_names(got))
         self.known = None if src is None else inputs.known_values(got, src, max(int(tf.bar_spacing_ns), 1))
-        self.files = {c: _AsOf(src.tables[c], c) for c in from_files} if src is not None else {}
+        self.files = {c: AsOf(src.tables[c], c) for c in from_files} if src is not None else {}
         self.events = None if src is None else src.events
         self.codes = LiveCodes(got, src, cfg.encoder_length) if (
             got.get("static") or observed_cat or known_cat) else None
