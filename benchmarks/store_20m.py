@@ -14,7 +14,7 @@ second / 2 beside it), and training's peak RSS < 25% of the store's size.
 Validation runs over every validation window after the slice of an epoch, so the store is prepared with a short
 validation period (--val-fraction 0.002): the training slice, not validation, is what is measured.
 Run: python benchmarks/store_20m.py [--rows 20000000] [--max-train-batches 50] [--workdir DIR] [--keep]
-     [--workers 2] [--prepare-only] [--skip-direct] [--repeat N] [--inputs N]
+     [--workers 2] [--prepare-only] [--skip-direct] [--repeat N] [--inputs N] [--flags '...']
 `foxhunt prepare` runs its series groups in worker processes (store/pieced.py): its CPU seconds include theirs,
 and its peak RSS is reported for the process alone and with its workers ("+workers").
 The machine may be shared: wall times then include waiting for the CPU; CPU seconds do not. On Linux the seconds
@@ -263,6 +263,7 @@ def main() -> None:
                    "store): each run is listed, and the rates are the median run's.")
     p.add_argument("--inputs", type=int, default=0, help="Add this many real columns to the bars and declare them "
                    "--observed (what inputs of your own cost at scale); the panel is written to its own folder.")
+    p.add_argument("--flags", default="", help="More data flags for prepare and train, e.g. '--context ES'.")
     p.add_argument("--skip-direct", action="store_true", help="Do not train from the parquet directly (it needs "
                    "the memory of prepare).")
     a = p.parse_args()
@@ -270,7 +271,7 @@ def main() -> None:
         p.error("--repeat takes 1 or more")
     work = a.workdir or Path(tempfile.mkdtemp(prefix="store_20m."))
     panel, store = work / ("panel" if not a.inputs else f"panel-{a.inputs}-inputs"), work / "store"
-    declared = ["--observed", ",".join(input_names(a.inputs))] if a.inputs else []
+    declared = (["--observed", ",".join(input_names(a.inputs))] if a.inputs else []) + a.flags.split()
     work.mkdir(parents=True, exist_ok=True)
     try:
         t0 = time.perf_counter()
