@@ -18,6 +18,7 @@ from foxhunt.api.live_context import LiveContext
 from foxhunt.cli import main
 from foxhunt.export.sidecar import user_words
 from tests.api.test_forecaster import Q, assert_same_forecasts
+from tests.api.test_update_inputs import same_as_predict
 
 NEW = 5  # bars per series given to update
 
@@ -72,11 +73,7 @@ def test_update_of_a_context_model_equals_predict_on_the_same_history(run, bars,
             got = pl.concat([stream.update(b) for b in reversed(list(step.iter_rows(named=True)))]).sort("symbol")
         else:  # one call, ES's bar before NQ's
             got = stream.update(step)
-        want = ref.predict(_rows(bars, i + 1))
-        assert got.height == want.height == 2 * stream.horizon
-        assert_frame_equal(got.drop(Q), want.drop(Q))
-        assert_same_forecasts(got.select(Q).to_numpy(), want.select(Q).to_numpy())
-        worst = max(worst, float(np.abs(got.select(Q).to_numpy() - want.select(Q).to_numpy()).max()))
+        worst = max(worst, same_as_predict(got, ref.predict(_rows(bars, i + 1)), 2 * stream.horizon))
     assert worst < 1e-6
 
 

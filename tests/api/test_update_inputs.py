@@ -73,6 +73,15 @@ def _bar_of(bars: pl.DataFrame, i: int) -> pl.DataFrame:
     return bars.group_by("symbol", maintain_order=True).agg(pl.all().get(i)).select(bars.columns)
 
 
+def same_as_predict(got: pl.DataFrame, want: pl.DataFrame, rows: int) -> float:
+    """Assert an update's forecast rows (`rows` of them) are predict's, up to float rounding; the largest quantile
+    difference, for the caller's bound over its steps."""
+    assert got.height == want.height == rows
+    assert_frame_equal(got.drop(Q), want.drop(Q))
+    assert_same_forecasts(got.select(Q).to_numpy(), want.select(Q).to_numpy())
+    return float(np.abs(got.select(Q).to_numpy() - want.select(Q).to_numpy()).max())
+
+
 @pytest.mark.parametrize("trace", [False, True])
 def test_update_with_inputs_equals_predict_on_the_same_history(run, bars, trace):
     n = bars.group_by("symbol").len()["len"].min()
@@ -83,11 +92,7 @@ def test_update_with_inputs_equals_predict_on_the_same_history(run, bars, trace)
     for i in range(k, n):
         step = _bar_of(bars, i)
         got = (pl.concat([stream.update(b) for b in step.iter_rows(named=True)]) if i % 2 else stream.update(step))
-        want = ref.predict(_rows(bars, i + 1).drop("vix"))
-        assert got.height == want.height == 2 * stream.horizon
-        assert_frame_equal(got.drop(Q), want.drop(Q))
-        assert_same_forecasts(got.select(Q).to_numpy(), want.select(Q).to_numpy())
-        worst = max(worst, float(np.abs(got.select(Q).to_numpy() - want.select(Q).to_numpy()).max()))
+        worst = max(worst, same_as_predict(got, ref.predict(_rows(bars, i + 1).drop("vix")), 2 * stream.horizon))
     assert worst < 1e-5
 
 
