@@ -9,6 +9,7 @@ can forecast on every bar. Both give the rows of `foxhunt predict`'s output for 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.features.features import raw_features
 from foxhunt.data.io.read import read_frame
 from foxhunt.evaluate import predict as _predict
+from foxhunt.evaluate.window import check_start, with_window
 from foxhunt.model.calibration import Calibration
 from foxhunt.model.inference.traced import BatchForward, LiveCats, LiveForward, live_forward
 from foxhunt.train.checkpoint import LoadedModel, load_model
@@ -65,17 +67,20 @@ class Forecaster:
 
     @classmethod
     def load(cls, run_dir: str | Path, device: str | torch.device = "cpu", trace: bool = True,
-             covariates: Sequence[str] | None = None, events: str | None = None) -> Forecaster:
+             covariates: Sequence[str] | None = None, events: str | None = None, since: str | None = None,
+             until: str | None = None) -> Forecaster:
         """Load the model package in `run_dir` (model.json, model.safetensors, the scalers inside model.json and
         calibration.json when it was fitted on these weights). No training data is read. `trace`: `update` runs
         the model with its weights folded for inference (model/inference/folded.py), compiled per batch size on first use
         (about a second): in onnxruntime when it is installed, else as a frozen TorchScript trace (a twentieth and
         an eighth of the eager CPU time at batch 1, the same numbers to float rounding); False runs it eagerly.
         `covariates`, `events`: a model trained with inputs of your own reads them from these files instead of the
-        training run's."""
+        training run's. `since`, `until` (ISO dates or times, UTC when naive): `predict` and `write_forecasts` read
+        the bars with since <= time < until; by default from the training run's --since (its inputs may start
+        there) to the newest bar, whatever its --until (evaluate/window.py)."""
         dev = torch.device(device)
         lm = _predict.with_sources(load_model(run_dir, dev), tuple(covariates) if covariates else None, events)
-        return cls(lm, dev, trace)
+        return cls(with_window(lm, since, until), dev, trace)
 
     # -- what the model is -------------------------------------------------------------------------------------
     @property
@@ -107,13 +112,15 @@ class Forecaster:
     def predict(self, df: Any, calibrated: bool = True) -> pl.DataFrame:
         """Forecast the latest window of every series in `df` (polars or pandas; the columns a bars file has: a time
         column, open high low close volume, optionally a symbol), read as `foxhunt predict` reads a file with the
-        model's own options. Returns `foxhunt predict`'s rows for each series' last bar: symbol, origin, horizon,
+        model's own options, within the data window of `load` (the training run's --since by default). Returns
+        `foxhunt predict`'s rows for each series' last bar: symbol, origin, horizon,
         target_time (the forecast grid's time of each step: the bars' spacing from the origin, skipping the closures
         the grid knows, see data/bars/grid.future_timestamps), one column per quantile (calibrated unless `calibrated=False`),
         actual (null). Also restarts the `update` stream of these series from this history."""
         frame = as_polars(df)
         cfg = _predict.prediction_config(self._lm, (FRAME_NAME,))
-        raw, entry = read_frame(frame, FRAME_NAME, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale)
+        raw, entry = read_frame(frame, FRAME_NAME, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
+                                since=cfg.since, until=cfg.until)
         loaded = load_raw(raw, [entry], cfg, self._lm.transform.bar_spacing_ns)
         data = _predict.prepare_loaded(self._lm, loaded, (FRAME_NAME,), frame)  # its own columns: --observed ones
         self._prime(loaded.bars, data)
@@ -126,8 +133,10 @@ class Forecaster:
 
     def predict_parquet(self, path: str | Path, calibrated: bool = True) -> pl.DataFrame:
         """`predict` on the tail of a parquet file in time order: only the last row groups, until each symbol has
-        `history_bars` rows (the forecast then equals one from the whole file to the EWMA seed's 1e-6)."""
-        frame = parquet_tail(path, self.history_bars, self._lm.data_cfg.symbol_col)
+        `history_bars` rows (the forecast then equals one from the whole file to the EWMA seed's 1e-6); the whole
+        file when `load` was given an `until`, whose last bars may lie anywhere in it."""
+        rows = self.history_bars if self._lm.data_cfg.until is None else sys.maxsize
+        frame = parquet_tail(path, rows, self._lm.data_cfg.symbol_col)
         return self.predict(frame, calibrated)
 
     def update(self, bar: Any, calibrated: bool = True, max_gap: Any = None) -> pl.DataFrame:
@@ -180,10 +189,13 @@ class Forecaster:
         [start, end] (ISO dates or times, UTC when naive), streamed to the parquet file `out` (atomic). Returns
         (origins, calibrated). `features`: read the windows of this feature store instead of `paths` (its origins
         only: no live one; see evaluate/predict.store_for_model)."""
-        data = (_predict.store_for_model(self._lm, features) if features is not None
-                else _predict.prepare_for_model(self._lm, paths))
-        ids = _predict.select_origins(data, _predict.parse_time(start, "--start"),
-                                      _predict.parse_time(end, "--end", end=True))
+        start_ns = _predict.parse_time(start, "--start")
+        if features is not None:
+            data = _predict.store_for_model(self._lm, features)
+        else:
+            data = _predict.prepare_for_model(self._lm, paths)  # within the data window of `load`
+            check_start(data, start_ns, start, self._lm)
+        ids = _predict.select_origins(data, start_ns, _predict.parse_time(end, "--end", end=True))
         cal = _predict.forecast_calibration(self._lm, calibrated)
         _predict.write_forecasts(self._lm, data, ids, out, batch_size, self._device, calibration=cal)
         return len(ids), cal is not None

@@ -30,6 +30,7 @@ from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
 from foxhunt.evaluate.report import data_note
 from foxhunt.evaluate.verdict import Verdict, verdict
+from foxhunt.evaluate.window import window_text
 from foxhunt.model.config import ModelConfig
 from foxhunt.train.config import TrainConfig
 
@@ -40,6 +41,9 @@ PLAN_FILE = "plan.json"
 def run_backtest(bt: BacktestConfig, data_cfg: DataConfig, model_cfg: ModelConfig,
                  train_cfg: TrainConfig) -> dict[str, Any]:
     loaded = load_bars(data_cfg)
+    window = window_text(data_cfg.since, data_cfg.until)
+    if window:
+        log.info("%s: every fold trains and is scored within them", window, extra=SHOW)
     ts = loaded.bars["ts"].dt.epoch("ns").to_numpy()
     folds = plan_folds(int(ts.min()), int(ts.max()), bt.folds, bt.test_length, bt.val_length, bt.refit,
                        bt.train_length)

@@ -20,8 +20,10 @@ from foxhunt.cli.options import (
     ModelDir,
     NoCalibration,
     ParquetFile,
+    Since,
     Start,
     Threads,
+    Until,
 )
 from foxhunt.cli.wiring import bars_or_store, set_threads
 from foxhunt.errors import InputError
@@ -38,6 +40,8 @@ def predict(
     parquet_file: ParquetFile = None,
     features: Annotated[Path | None, typer.Option(help="Forecast a `foxhunt prepare` store's windows.",
                                                   metavar="PATH", rich_help_panel=DATA)] = None,
+    since: Since = None,
+    until: Until = None,
     start: Start = None,
     end: End = None,
     batch_size: BatchSize = 1024,
@@ -50,13 +54,18 @@ def predict(
     """Write quantile forecasts for every origin.
 
     Every origin with a full encoder, including the live one after the last bar (from a feature store, its
-    windows' origins); calibrated on the validation split unless --no-calibration."""
+    windows' origins); calibrated on the validation split unless --no-calibration. Reads the bars from the model's
+    --since on (its inputs may start there), up to the last bar."""
     from foxhunt.api.forecaster import Forecaster
+    from foxhunt.evaluate.window import refuse_window
     from foxhunt.train.device import resolve_device
 
     paths = bars_or_store(parquet_file, features)
+    if features is not None:
+        refuse_window(since, until)
     set_threads(threads)
-    fc = Forecaster.load(model, resolve_device(device), covariates=covariates, events=events)
+    fc = Forecaster.load(model, resolve_device(device), covariates=covariates, events=events, since=since,
+                         until=until)
     origins, calibrated = fc.write_forecasts(paths, out, start, end, batch_size, calibrated=not no_calibration,
                                              features=features)
     typer.echo(f"wrote {origins * fc.horizon:,} {'calibrated' if calibrated else 'uncalibrated'} forecast rows "
@@ -71,6 +80,8 @@ def evaluate(
     parquet_file: ParquetFile = None,
     features: Annotated[Path | None, typer.Option(help="Score on a `foxhunt prepare` store's windows.",
                                                   metavar="PATH", rich_help_panel=DATA)] = None,
+    since: Since = None,
+    until: Until = None,
     start: Annotated[str | None, typer.Option(help="First forecast bar on or after this ISO date/time.",
                                               metavar="DATE", rich_help_panel=FORECASTS,
                                               show_default="after validation")] = None,
@@ -88,7 +99,7 @@ def evaluate(
 
     The realised target and the baselines on the same origins; writes a report. Without --start, scores only
     origins after the model's validation period when the bars reach past it (the calibration was fitted on that
-    period)."""
+    period). Reads the bars from the model's --since on, up to the last bar."""
     from foxhunt.data.io.sample_path import is_bundled_sample
     from foxhunt.evaluate.run import evaluate_run
     from foxhunt.evaluate.table import format_results
@@ -98,7 +109,8 @@ def evaluate(
     set_threads(threads)
     result = evaluate_run(model, paths, out_dir, start, end, batch_size, resolve_device(device), forecasts,
                           calibrate=not no_calibration, features=features,
-                          covariates=tuple(covariates) if covariates else None, events=events)
+                          covariates=tuple(covariates) if covariates else None, events=events, since=since,
+                          until=until)
     typer.echo(format_results(result, simulated=is_bundled_sample(paths)))
     typer.echo(f"wrote {out_dir / 'metrics.json'} and {out_dir / 'report.html'}")
 

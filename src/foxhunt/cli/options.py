@@ -8,6 +8,7 @@ options, and `backtest` / `tune` pass theirs through `train`'s parser. The comma
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +60,14 @@ def alias(p: inspect.Parameter) -> Any:
     return p.annotation
 
 
+def shown(p: inspect.Parameter, default: str) -> Any:
+    """`alias(p)` with another default shown in --help: a shared option whose default, in a command that reads a
+    trained model, comes from that model (the flag, help and panel stay the one declaration's)."""
+    info = copy.copy(p.annotation.__metadata__[0])
+    info.show_default = default
+    return Annotated[p.annotation.__origin__, info]
+
+
 OWN = object()  # in attach(...): where the command's own parameters go among the groups
 
 
@@ -83,6 +92,10 @@ def attach(*groups: Group | object) -> Callable[[F], F]:
     return decorate
 
 
+# The data window: train's, and (defaulting to the model's own) predict's, evaluate's and a backtest's.
+SINCE = opt("since", str | None, None, "Read only bars at or after this ISO date/time.", DATA, metavar="DATE")
+UNTIL = opt("until", str | None, None, "Read only bars before this ISO date/time.", DATA, metavar="DATE")
+
 DATA_OPTIONS: Group = (
     opt("parquet_file", list[str] | None, None, "Bars: parquet/CSV/DBN files, folders or globs.", DATA,
         "--parquet-file", "-f", metavar="PATH", show_default="the bundled ES sample"),
@@ -92,8 +105,8 @@ DATA_OPTIONS: Group = (
         show_default="UTC"),
     opt("calendar", str | None, None, "Market hours: an exchange calendar name or 24/7.", DATA, metavar="NAME",
         show_default="by futures root"),
-    opt("since", str | None, None, "Read only bars at or after this ISO date/time.", DATA, metavar="DATE"),
-    opt("until", str | None, None, "Read only bars before this ISO date/time.", DATA, metavar="DATE"),
+    SINCE,
+    UNTIL,
     opt("price_scale", float, DD.price_scale, "Divide every price by this (100: integer cents).", DATA),
     opt("contracts", str, DD.contracts, "Series: auto | continuous | each.", DATA, metavar="MODE"),
     opt("adjust", str, DD.adjust, "Roll adjustment: ratio | difference | none.", DATA, metavar="MODE"),
@@ -216,6 +229,9 @@ NoCalibration = Annotated[bool, typer.Option("--no-calibration", help="Use the m
                                              rich_help_panel=FORECASTS)]
 BatchSize = Annotated[int, typer.Option(help="Windows per forward pass.", metavar="N", rich_help_panel=FORECASTS)]
 ConfigFile = alias(CONFIG)
+# The bars read (predict, evaluate): from the model's own --since unless given; forecasts reach the newest bar.
+Since = shown(SINCE, "the model's")
+Until = shown(UNTIL, "the last bar")
 Covariates = Annotated[list[str] | None, typer.Option(
     help="Your --covariates files (repeatable).", metavar="PATH", rich_help_panel=INPUTS,
     show_default="the training run's")]

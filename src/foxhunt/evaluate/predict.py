@@ -32,6 +32,7 @@ from foxhunt.data.dataset.windows import id_chunks
 from foxhunt.data.features.schema import Kind, Role
 from foxhunt.errors import InputError, ResourceError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
+from foxhunt.evaluate.window import check_history, window_note
 from foxhunt.model.calibration import Calibration
 from foxhunt.train.calibrate import raw_quantiles
 from foxhunt.train.checkpoint import LoadedModel
@@ -129,23 +130,28 @@ def with_sources(lm: LoadedModel, covariates: tuple[str, ...] | None = None, eve
 
 
 def prediction_config(lm: LoadedModel, paths: tuple[str, ...]) -> DataConfig:
-    """The model's own data options (columns, time zone, contracts, features) for bars at `paths`, without splits,
-    without the training run's --since/--until (new bars past a training `until` are what a forecast needs) and
+    """The model's own data options (columns, time zone, contracts, features) for bars at `paths`, within its data
+    window (evaluate/window.py: the training run's --since / --until, or what `with_window` set), without splits and
     without its feature store (forecasts read the bars)."""
-    return dataclasses.replace(lm.data_cfg, paths=paths, train_end=None, val_end=None, since=None, until=None,
-                               features=None)
+    return dataclasses.replace(lm.data_cfg, paths=paths, train_end=None, val_end=None, features=None)
 
 
 def prepare_for_model(lm: LoadedModel, paths: tuple[str, ...]) -> PreparedData:
     """Bar files featurized exactly as the model's training data, every bar an origin (see `prepare_loaded`)."""
-    return prepare_loaded(lm, load_bars(prediction_config(lm, paths), lm.transform.bar_spacing_ns), paths)
+    cfg = prediction_config(lm, paths)
+    note = window_note(lm)
+    if note:
+        log.info("%s", note)
+    return prepare_loaded(lm, load_bars(cfg, lm.transform.bar_spacing_ns), paths)
 
 
 def prepare_loaded(lm: LoadedModel, loaded: LoadedBars, where: tuple[str, ...], frame: Any = None) -> PreparedData:
     """Loaded bars (from files or a frame in memory, named by `where` in errors; `frame`: that frame, whose columns
     stand for the bar files' own) featurized with the model's transform, every bar with a full encoder an origin;
     refused unless the features are the model's."""
-    data = prepare_from_bars(loaded, prediction_config(lm, where), transform=lm.transform, for_prediction=True,
+    cfg = prediction_config(lm, where)
+    check_history(loaded, lm)
+    data = prepare_from_bars(loaded, cfg, transform=lm.transform, for_prediction=True,
                              bar_frame=None if frame is None else (where[0], frame))
     check_schema(lm, data, where)
     data.windows.check_codes(lm.schema, "the model's embedding table")  # the model's, not the data's own schema

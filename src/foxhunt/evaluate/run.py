@@ -42,6 +42,7 @@ from foxhunt.evaluate.scored import Scored, from_batch, scored_windows
 from foxhunt.evaluate.scoring import SeriesScorer, Span, span_of
 from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines
 from foxhunt.evaluate.verdict import seed_spread, verdict
+from foxhunt.evaluate.window import check_start, refuse_window, window_note, with_window
 from foxhunt.model.tft import variable_names
 from foxhunt.train.checkpoint import LoadedModel, load_model
 from foxhunt.train.seeds import SEEDS_FILE
@@ -53,18 +54,25 @@ def evaluate_run(
     model_dir: Path, paths: tuple[str, ...], out_dir: Path, start: str | None = None, end: str | None = None,
     batch_size: int = 1024, device: torch.device | str = "cpu", forecasts: Path | None = None,
     calibrate: bool = True, features: Path | None = None, covariates: tuple[str, ...] | None = None,
-    events: str | None = None,
+    events: str | None = None, since: str | None = None, until: str | None = None,
 ) -> dict[str, Any]:
     """Score the model on the bars at `paths`, or on the windows of the feature store `features` (prepared with the
     model's data options: `store_for_model`), against every baseline on the same origins; write metrics.json,
     interpretation.json and report.html into `out_dir`. `covariates`, `events`: the user's inputs read from these
-    instead of the training run's (predict.with_sources)."""
+    instead of the training run's (predict.with_sources). `since`, `until`: the bars read (default: from the
+    model's --since to the newest bar; evaluate/window.py)."""
     device = torch.device(device)
     lm = with_sources(load_model(model_dir, device), covariates, events)
+    window: dict[str, str | None] = {"since": None, "until": None}  # the bars read: a store's are its own
+    read = None  # the report's line about them
     if features is not None:
+        refuse_window(since, until)
         data, where = store_for_model(lm, Path(features)), (f"feature store {features}",)
     else:
+        lm = with_window(lm, since, until)
+        window, read = {"since": lm.data_cfg.since, "until": lm.data_cfg.until}, window_note(lm)
         data, where = prepare_for_model(lm, paths), paths
+        check_start(data, parse_time(start, "--start"), start, lm)
     end_ns = parse_time(end, "--end", end=True)
     start_ns, scored_what = scoring_start(data, model_dir, parse_time(start, "--start"), end_ns, start)
     ids = select_origins(data, start_ns, end_ns)
@@ -95,7 +103,7 @@ def evaluate_run(
     claim = verdict_of(model_metrics, baseline_metrics, qs, applied, lm.transform.intraday, model_dir,
                        lm.schema.target, data.own_moves)
     period = {"first_origin": _iso(span.first_ns), "last_origin": _iso(span.last_ns), "origins": span.origins,
-              "scored": scored_what}
+              "scored": scored_what, **window}
     calibration = calibration_result(lm, applied, why_not, model_metrics, raw_metrics)
     result = {"verdict": claim, "model": model_metrics, "baselines": baseline_metrics, "skill": skills, "period": period,
               "target": lm.schema.target, "quantile_crossings": crossings, "model_dir": str(model_dir),
@@ -114,7 +122,8 @@ def evaluate_run(
                  baselines=baseline_metrics,
                  images=images(scorer.fans, qs, series_names, model_metrics, {**others, **baseline_metrics},
                                interpretation if forecasts is None else None, model_dir),
-                 notes=[*notes(lm, where, period, model_dir), calibration_note(calibration)])
+                 notes=[*notes(lm, where, period, model_dir), *([read] if read else []),
+                        calibration_note(calibration)])
     return result
 
 

@@ -268,17 +268,26 @@ def read_frame(
     symbol_col: str | None = None,
     timezone: str | None = None,
     price_scale: float = 1.0,
+    *,
+    since: str | None = None,
+    until: str | None = None,
 ) -> tuple[pl.DataFrame, dict]:
     """An in-memory frame with a file's columns (see the module doc) as one raw frame (RAW_SCHEMA) and its entry
-    of `read_bars`' file list, exactly as `read_bars` reads a file; `name` stands for the path in error messages and
-    names the series of a frame without a symbol column. Raises InputError like `read_bars`."""
+    of `read_bars`' file list, exactly as `read_bars` reads a file (within `since` / `until` too); `name` stands for
+    the path in error messages and names the series of a frame without a symbol column. Raises InputError like
+    `read_bars`."""
     if frame.height == 0:
         raise InputError(f"{name}: the frame has no rows; pass bars")
     out, kind = normalise(frame, Path(name), name, timestamp_col, symbol_col, timezone)
     if price_scale != 1.0:
         out = out.with_columns(pl.col(c) / price_scale for c in PRICE_COLS)
     out = out.with_columns(pl.lit(0, dtype=pl.UInt32).alias("file_idx"), _rows())
-    return out.select(list(RAW_SCHEMA)), {"path": name, "size_bytes": 0, "rows": frame.height, "timestamps": kind}
+    bounds = TimeBounds.parse(since, until)
+    if bounds.active:  # rows keep their numbers in the frame (`row`), as a file's bounded read keeps them
+        out = out.filter(bounds.mask())
+        if out.height == 0:
+            raise InputError(f"{name}: no bar lies within {_bounds_text(since, until)}; widen the range")
+    return out.select(list(RAW_SCHEMA)), {"path": name, "size_bytes": 0, "rows": out.height, "timestamps": kind}
 
 
 def check_bar_sizes(rtypes: list[set[int]], spacings: list[int], paths: list[str]) -> None:
