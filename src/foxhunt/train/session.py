@@ -19,7 +19,7 @@ from foxhunt.atomic import write_json
 from foxhunt.console import FINAL, SHOW
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.prepare import prepare_data
-from foxhunt.data.dataset.summary import format_summary
+from foxhunt.data.dataset.summary import contracts_text, format_summary
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.data.store import open_features
@@ -257,6 +257,8 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
 
     data = open_features(data_cfg) if data_cfg.features else prepare_data(data_cfg)  # a store is mapped, not read
     log.info(data_line(data.summary, data_cfg.paths), extra=SHOW)
+    if contracts_text(data.summary):  # what --contracts auto decided against the symbols' names: said by default
+        log.info("contracts: %s", contracts_text(data.summary), extra=SHOW)
     log.info("data summary:\n%s", format_summary(data.summary))
     write = write_json if dist.is_main else _write_nothing  # rank 0 alone writes the run directory
     write(run.data_summary, data.summary)

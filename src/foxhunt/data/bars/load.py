@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from foxhunt.data.bars.chains import keep_apart
 from foxhunt.data.bars.fill import fill_gaps
 from foxhunt.data.bars.rolls import FRONT_MISSING, INSTRUMENT_CHANGE, VOLUME
 from foxhunt.data.bars.series import build_series
@@ -80,7 +81,10 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
 
     report keys: files [{path, size_bytes, rows, timestamps}], rows_read, duplicates_dropped, nan_rows_dropped
     (missing or non-finite), inconsistent_rows_dropped (OHLC contradictions), rows_out_of_order, spreads_dropped,
-    contracts_kept, contracts_dropped, contracts_mode ("continuous" | "each" | "symbols"), adjust, roll_confirm,
+    symbols (distinct symbols once spreads are dropped), contracts_kept, contracts_dropped, contracts_mode
+    ("continuous" | "each" | "symbols"), roots_apart ({root: facts} of the roots whose symbols read as contracts but
+    are not one market's, each symbol then its own series: chains.roots_apart; {} unless --contracts auto kept some
+    apart), adjust, roll_confirm,
     rolls_by_reason {reason: count}, bar_interval ("1m", "1h", "1d", ...), sunday_stubs_merged, bars_filled (None
     without --fill-gaps), timezone (how timestamps were read), closed_share (share of intraday bars inside the session
     halt or weekend; None for daily bars), series {name: {rows, start, end, contracts}}.
@@ -140,6 +144,9 @@ def load_raw(
     # would one after the other.
     spaced = parallel.submit(_spacing, df.select(*INSTRUMENT, "ts"), runs, trim)
     df = parse_futures(df, cfg.exchange_tz, runs=runs)
+    # Symbols that read as contracts of a root but are not one market's (chains.py) are plain symbols from here on:
+    # decided before the checks, which treat futures (back-adjusted by a ratio) apart from other series.
+    df, apart = keep_apart(df, runs) if cfg.contracts == "auto" else (df, {})
     checked = parallel.submit(_checks, df.select(CHECKED), files, paths, cfg, runs, spaced, trim)
     # Row locators and ids are read by the checks only: build_series never sees them.
     df = df.drop("file_idx", "row", "instrument_id", "rtype", "by_instrument")
@@ -159,9 +166,11 @@ def load_raw(
         "rows_read": rows_read,
         **stats,
         "spreads_dropped": spread_rows,
+        "symbols": len(info["contracts_kept"]) + len(info["contracts_dropped"]),
         "contracts_kept": info["contracts_kept"],
         "contracts_dropped": dropped,
         "contracts_mode": info["contracts_mode"],
+        "roots_apart": apart,
         "adjust": cfg.adjust if info["contracts_mode"] == "continuous" else "none",
         "roll_confirm": cfg.roll_confirm,
         "rolls_by_reason": {k: sum(r["reason"] == k for r in rolls) for k in sorted({r["reason"] for r in rolls})},
@@ -286,7 +295,7 @@ def _grouped_summary(bars: pl.DataFrame) -> dict:
 
 
 SUMMED = ("rows_read", "nan_rows_dropped", "inconsistent_rows_dropped", "duplicates_dropped", "rows_out_of_order",
-          "spreads_dropped", "sunday_stubs_merged")
+          "spreads_dropped", "sunday_stubs_merged", "symbols")
 
 
 def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -302,6 +311,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             out[key] = sum(r[key] for r in reports)
     out["contracts_kept"] = [c for r in reports for c in r["contracts_kept"]]
     out["contracts_dropped"] = sorted({c for r in reports for c in r["contracts_dropped"]})
+    out["roots_apart"] = {k: v for r in reports for k, v in r.get("roots_apart", {}).items()}  # a root: one piece
     reasons = sorted({k for r in reports for k in r["rolls_by_reason"]})
     out["rolls_by_reason"] = {k: sum(r["rolls_by_reason"].get(k, 0) for r in reports) for k in reasons}
     out["series"] = {k: v for r in reports for k, v in r["series"].items()}

@@ -1,7 +1,8 @@
 """Series from symbols: front-contract selection, the roll table and back-adjustment (continuous contracts).
 
 Contract modes (`DataConfig.contracts`):
-- continuous (what `auto` picks when any symbol is an outright or a Databento continuous symbol): one series per root.
+- continuous (what `auto` picks when any symbol is an outright or a Databento continuous symbol; `auto` first reads the
+  symbols of a root that are not one market's contracts as plain symbols, chains.py): one series per root.
   The front contract of a trade date (the exchange-time date of ts + the root's session shift, sessions.py: a CME
   equity session that opens at 17:00 CT belongs to the next day) starts at the nearest expiry with data and moves
   only forward, at a session boundary: to the next contract in expiry order once it has out-traded the front for `roll_confirm` consecutive sessions (volumes

@@ -8,7 +8,9 @@ so the loader builds the series itself:
   negative, and never a series of their own.
 - A symbol is a futures outright when it reads ROOT + month code + 1-2 digit year (`ESH4`, `6EZ24`, `CLF5`). The
   decade of a one-digit year is decided per bar: the first year not before the bar's year that ends in that digit
-  (ESH4 traded in 2023 or 2024 expires 2024; ESH4 traded in 2014 is a different contract expiring 2014).
+  (ESH4 traded in 2023 or 2024 expires 2024; ESH4 traded in 2014 is a different contract expiring 2014). Whether the
+  outrights of a root are one market's contracts, and not vendor continuous series spelled like them (`CU0`), is
+  decided from their dates in chains.py.
 - Symbol fallback: when a Databento file has no symbol column (`map_symbols=False`), or a symbol that is not an
   outright maps to several instrument_ids (a parent like `ES.FUT` left unresolved, a continuous `ES.v.0` whose
   instrument changes at each roll), rows are grouped by instrument_id instead: the series is named `<instrument_id>`

@@ -142,6 +142,8 @@ def data_summary(
         "windows_with_gaps": facts.off_grid,
         "intraday": bool(schema.extra.get("intraday", False)),
         "series": series,
+        "symbols": report.get("symbols"),
+        "roots_apart": _plain(report.get("roots_apart") or {}),
         "contracts_kept": _plain(report.get("contracts_kept")),
         "contracts_dropped": _plain(report.get("contracts_dropped")),
         "rolls": [{k: _plain(v) for k, v in r.items()} for r in getattr(loaded, "rolls", [])],
@@ -221,6 +223,18 @@ def _checks_text(c: dict[str, Any]) -> str:
 CALENDAR_HINT_SHARE = 0.2
 
 
+def contracts_text(summary: dict[str, Any]) -> str | None:
+    """`45 symbols read as 45 series: ...`: what `--contracts auto` decided where it kept the symbols of a
+    root apart (bars/chains.py), and how to override it; None where it kept none apart."""
+    apart = summary.get("roots_apart")
+    if not apart:
+        return None
+    from foxhunt.data.bars.chains import decision_line
+
+    n = summary.get("symbols") or sum(len(v["symbols"]) for v in apart.values())
+    return decision_line(apart, n, len(summary["series"]))
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """A compact multi-line text: data, series, features, target, and one line per split."""
     s = summary
@@ -237,6 +251,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"data      {s['rows_read']:,} rows read, {s['rows']:,} used in {n_series} series, {s['bar_interval']} bars; "
         f"contracts kept {_count(s.get('contracts_kept'))}, dropped {_count(s.get('contracts_dropped'))}; {roll_text}",
     ]
+    contracts = contracts_text(s)
+    if contracts:
+        lines.append("contracts " + contracts)
     if s.get("checks"):
         lines.append("checks    " + _checks_text(s["checks"]))
     filled, gaps, n_windows = s.get("bars_filled"), s.get("windows_with_gaps", 0), sum(s["windows"].values())
