@@ -1,7 +1,7 @@
 """Latency of one live forecast and throughput at batch 256, per model size and inference backend.
 
     python benchmarks/latency.py [--hidden 16,160] [--backends eager,folded,trace,compile,onnx] [--bars 2000]
-                                 [--threads 2]
+                                 [--threads 2] [--sizes 42,1]
 
 Batch 1 is the streaming path a live system runs on every bar: `Forecaster.update(bar)` with a dict bar, i.e.
 parsing the bar, advancing the running state (trailing-volatility EWMAs, the ring of the last E input rows), the
@@ -14,6 +14,12 @@ as numpy arrays, as `update` hands them over; for the torch backends that includ
 "predict(df)" is the path without a running state, for comparison: the loader and feature pipeline of `predict` on
 the last `history_bars` bars, once per bar. Throughput is forward passes at batch 256 on consecutive windows of the
 sample (as `foxhunt predict` batches them: each distinct bar once), in windows per second.
+
+`--sizes 42,1` times instead calls with a changing number of series, as a live system whose series do not all have
+a bar at every time makes them: a panel of max(sizes) series (copies of the sample's, each under its own name, with
+its own bars), after `predict` on their history, then `update_arrays` calls cycling through the sizes (a dict bar for
+one series, a frame of one row per series otherwise), `--bars` calls of each; per size the first call (where a new
+size may cost an export or a trace) and p50 / p99 of the others. 42,1 is a single bar after every call of 42 series.
 
 Models: the default architecture (hidden 16) and hidden 160 (the TFT paper's size), default data options (encoder
 32, horizon 5, seasonality), untrained weights (seeded): latency does not depend on their values; a zero
@@ -121,9 +127,9 @@ class Traced(Backend):
 
 
 class LiveOnnx(Backend):
-    """onnxruntime on the folded inference model, exported in memory per batch size, inputs and output bound to
-    preallocated buffers (foxhunt.model.inference.traced.OnnxForward: what `Forecaster.update` runs when onnxruntime is
-    installed). Batches over 16 windows (batch 256 here) go to the trace."""
+    """onnxruntime on the folded inference model, exported in memory (batch 1, and a dynamic batch axis), inputs and
+    output bound to preallocated buffers (foxhunt.model.inference.traced.OnnxForward: what `Forecaster.update` runs when onnxruntime is
+    installed). `forward` (batch 256, from a Batch) is its trace's."""
 
     name = "ort"
 
@@ -239,6 +245,58 @@ def measure(run: Path, backend_name: str, hidden: int, bars: pl.DataFrame, n_bar
                percentiles(model_cpu)[0], rate, warm)
 
 
+@dataclass
+class SizeRow:
+    hidden: int
+    backend: str
+    size: int  # series per call
+    first: float  # ms, the first call of this size
+    p50: float  # ms wall, the other calls of this size
+    p99: float
+    cpu_p50: float  # ms CPU
+    cpu_p99: float
+
+
+def panel_of(bars: pl.DataFrame, n: int) -> tuple[pl.DataFrame, list[str]]:
+    """`n` copies of the sample's series, each under its own name with its prices scaled (a panel of n series)."""
+    names = [f"S{i:02d}" for i in range(n)]
+    prices = ("open", "high", "low", "close")
+    return pl.concat([bars.with_columns(pl.lit(name).alias("symbol"), *[pl.col(c) * (1 + i / 100) for c in prices])
+                      for i, name in enumerate(names)]), names
+
+
+def measure_sizes(run: Path, backend_name: str, hidden: int, bars: pl.DataFrame, sizes: list[int],
+                  calls: int) -> list[SizeRow]:
+    """`update_arrays` calls cycling through `sizes` series each (the module docstring), `calls` of each size."""
+    fc = foxhunt.Forecaster.load(run)
+    q, d = len(fc.quantiles), fc.horizon
+    fc._lm.calibration = Calibration("scaled", fc.quantiles, np.zeros((d, q)))  # counted, changes nothing
+    fc._live = BACKENDS[backend_name](fc._lm, run).live
+    need = fc.history_bars
+    panel, names = panel_of(bars.head(need + calls * len(sizes)), max(sizes))
+    fc.predict(panel.group_by("symbol", maintain_order=True).head(need))
+    rows = {n: iter(panel.filter(pl.col("symbol") == n).slice(need).to_dicts()) for n in names}
+    plan = [sizes[i % len(sizes)] for i in range(calls * len(sizes))]
+    bar_sets = [[next(rows[n]) for n in names[:size]] for size in plan]  # each series its own next bar
+    args = [b[0] if len(b) == 1 else pl.DataFrame(b) for b in bar_sets]
+    wall: dict[int, list[float]] = {s: [] for s in sizes}
+    cpu: dict[int, list[float]] = {s: [] for s in sizes}
+    for size, arg in zip(plan, args, strict=True):
+        w, c = time_calls(lambda arg=arg: fc.update_arrays(arg), 1)
+        wall[size] += w
+        cpu[size] += c
+    return [SizeRow(hidden, backend_name, s, wall[s][0], *percentiles(wall[s][1:]), *percentiles(cpu[s][1:]))
+            for s in sizes]
+
+
+def print_sizes(rows: list[SizeRow]) -> None:
+    print("\n| hidden | backend | series per call | first call ms | update_arrays p50 / p99 ms | CPU p50 / p99 ms |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r.hidden} | {r.backend} | {r.size} | {r.first:.1f} | {r.p50:.2f} / {r.p99:.2f} | "
+              f"{r.cpu_p50:.2f} / {r.cpu_p99:.2f} |")
+
+
 def predict_path(run: Path, bars: pl.DataFrame, n: int) -> tuple[float, float]:
     """p50 / p99 ms of `predict` on the last history_bars bars: the per-bar cost without a running state."""
     fc = foxhunt.Forecaster.load(run)
@@ -266,6 +324,7 @@ def main() -> None:
     ap.add_argument("--bars", type=int, default=2000, help="Timed update calls per model and backend.")
     ap.add_argument("--predict-calls", type=int, default=20, help="Timed predict(df) calls (the stateless path).")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sizes", default=None, help="Series per update call, cycled (e.g. 42,1): see the docstring.")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     sample = str(bundled_sample_path())
@@ -276,6 +335,16 @@ def main() -> None:
           f"{os.getloadavg()[0]:.1f} at start; bundled ES 1m sample, encoder {data_cfg.encoder_length}, "
           f"horizon {data_cfg.horizon}")
     rows, stateless = [], {}
+    if args.sizes:
+        sizes = [int(n) for n in args.sizes.split(",")]
+        with tempfile.TemporaryDirectory() as tmp:
+            for hidden in (int(h) for h in args.hidden.split(",")):
+                run = model_package(data, data_cfg, hidden, Path(tmp))
+                for name in args.backends.split(","):
+                    rows += measure_sizes(run, name, hidden, bars, sizes, args.bars)
+        print(f"load average {os.getloadavg()[0]:.1f} at the end")
+        print_sizes(rows)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         for hidden in (int(h) for h in args.hidden.split(",")):
             run = model_package(data, data_cfg, hidden, Path(tmp))

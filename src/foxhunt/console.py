@@ -6,7 +6,8 @@ decides what the person at the terminal sees. A record says how important it is 
 detail for `--verbose` (the memory plan table, every `[MEMORY]` record, the full data summary). Warnings and errors
 show at every verbosity, prefixed with their level and, on a terminal, in colour.
 
-Commands other than `foxhunt train` do not set a verbosity and show every INFO record, as they always have.
+-q and -v mean the same in every command that takes them; without either, the commands that do not train show every
+INFO record, as they always have (foxhunt.cli.wiring.set_verbosity).
 """
 
 from __future__ import annotations

@@ -145,3 +145,35 @@ def test_update_arrays_are_updates_rows_without_the_frame(run_dir, bars):
     assert live.quantiles.shape == (len(live.symbols), d, len(Q)) and live.quantiles.dtype == np.float32
     np.testing.assert_array_equal(live.quantiles.reshape(-1, len(Q)), want.select(Q).to_numpy())
     np.testing.assert_array_equal(live.origin_ns, want["origin"].dt.epoch("ns").to_numpy()[::d])
+
+
+def _copies(bars: pl.DataFrame, n: int) -> pl.DataFrame:
+    """`n` series made of the fixture's two, each under its own name with its prices scaled: a panel of n series."""
+    names = [f"S{i:02d}" for i in range(n)]
+    prices = ("open", "high", "low", "close")
+    return pl.concat([bars.filter(pl.col("symbol") == ("ES", "NQ")[i % 2]).with_columns(
+        pl.lit(name).alias("symbol"), *[pl.col(c) * (1 + i / 100) for c in prices]) for i, name in enumerate(names)])
+
+
+def test_update_stays_on_onnxruntime_when_the_number_of_series_changes(run_dir, bars, caplog):
+    """42 series in one call, then one, then five: every call on onnxruntime with the eager model's forecasts. A
+    trace made for the 42 used to leave inference tensors in the folded model, and the single-bar export then failed
+    ("Inference tensors cannot be saved for backward"): every later update ran the trace, at twice the latency. One
+    session serves every batch size above 1 (a dynamic batch axis), so a new count costs no export."""
+    from foxhunt.model.inference.traced import OnnxForward
+
+    pytest.importorskip("onnxruntime")
+    history, new = _history_and_new(_copies(bars, 42), 2)
+    fc, eager = foxhunt.Forecaster.load(run_dir), foxhunt.Forecaster.load(run_dir, trace=False)
+    fc.predict(history)
+    eager.predict(history)
+    names = history["symbol"].unique(maintain_order=True).to_list()
+    for i, which in ((0, names), (1, names[:1]), (1, names[1:6])):
+        step = new.filter(pl.col("symbol").is_in(which)).group_by("symbol", maintain_order=True).agg(
+            pl.all().get(i)).select(new.columns)
+        got = fc.update(step)
+        assert got.height == len(which) * fc.horizon
+        assert_same_forecast_rows(got, eager.update(step))
+    assert isinstance(fc._live, OnnxForward) and not fc._live.failed
+    assert set(fc._live.sessions) == {1, "batch"} and set(fc._live.bound) == {1, 5, 42}
+    assert "onnxruntime cannot run" not in caplog.text

@@ -1,6 +1,7 @@
 """What `foxhunt train` prints at each verbosity, captured in-process on a fixture (a few seconds a run): the default
 header, one line per epoch and the final lines; --verbose adds the plan table and the [MEMORY] records; --quiet keeps
-the final line and warnings; train.log holds everything whatever the console showed."""
+the final line and warnings (and in predict and evaluate, the result and warnings); train.log holds everything
+whatever the console showed."""
 
 from __future__ import annotations
 
@@ -68,6 +69,17 @@ def test_quiet_prints_only_the_final_line_and_warnings(tmp_path, fixtures_dir, c
     assert len(others(lines)) == 1 and others(lines)[0].startswith("best epoch 1: val_loss ")
     assert others(lines)[0].endswith(f"run directory {run}")
     assert "[MEMORY] phase=val_end" in log and PLAN_TABLE in log and "epoch 1/1  " in log
+    # -q means the same in the commands that use the run: no data or calibration lines, the result on stdout
+    model = ["--model", run, "--parquet-file", str(fixtures_dir / ES), "--threads", "1"]
+    predict = ["predict", *model, "--out", str(tmp_path / "f.parquet")]
+    assert main(predict) == 0
+    assert "calibrated forecasts: " in capsys.readouterr().err  # what -q hides
+    assert main([*predict, "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert others(err.splitlines()) == [] and out.startswith("wrote ")
+    assert main(["evaluate", *model, "--out-dir", str(tmp_path / "eval"), "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert others(err.splitlines()) == [] and "qrisk p10" in out and out.endswith("report.html\n")
 
 
 def test_an_injected_oom_is_a_highlighted_line_at_the_default_verbosity(tmp_path, fixtures_dir, capsys,

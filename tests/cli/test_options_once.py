@@ -8,7 +8,7 @@ import typer
 from typer.testing import CliRunner
 
 from foxhunt.cli import app
-from foxhunt.cli.options import DATA_OPTIONS, MODEL_OPTIONS
+from foxhunt.cli.options import CONSOLE_OPTIONS, DATA_OPTIONS, MODEL_OPTIONS, THREADS
 
 COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
 
@@ -17,8 +17,14 @@ def _definition(p):  # what a user sees of an option: its flags, default, help a
     return (p.name, tuple(p.opts), tuple(p.secondary_opts), p.default, p.help, getattr(p, "rich_help_panel", None))
 
 
+# -v / -q in every command that logs (backtest and tune take train's); sample and memory-report log nothing.
+LOGGING = ("train", "predict", "evaluate", "export", "prepare", "inspect", "plan-memory")
+
+
 @pytest.mark.parametrize(("group", "commands"), [(DATA_OPTIONS, ("train", "prepare", "inspect", "plan-memory")),
-                                                 (MODEL_OPTIONS, ("train", "plan-memory"))])
+                                                 (MODEL_OPTIONS, ("train", "plan-memory")),
+                                                 (CONSOLE_OPTIONS, LOGGING),
+                                                 ((THREADS,), ("train", "predict", "evaluate", "export", "plan-memory"))])
 def test_a_group_is_the_same_options_on_every_command(group, commands) -> None:
     names = {p.name for p in group}
     seen = []

@@ -96,20 +96,41 @@ def test_live_windows_give_the_models_forecasts_without_an_index():
             assert_matches_model(model, batch, fwd.model.live(codes, enc, dec))
 
 
+def live_windows(rng: np.random.Generator, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """b random live windows in the bars layout: series codes (B,), encoder rows (B, E, F), decoder rows (B, D, Kr)."""
+    return (rng.integers(0, 4, b),
+            rng.normal(size=(b, E, BARS_SIZES.known_cont - 1 + BARS_SIZES.observed_cont)).astype(np.float32),
+            rng.normal(size=(b, D, BARS_SIZES.known_cont - 1)).astype(np.float32))
+
+
 def test_onnxruntime_forward_gives_the_models_forecasts():
-    """What `Forecaster.update` runs when onnxruntime is installed: one session per batch size, on dense live windows
-    (codes, encoder rows, decoder rows) in numpy; larger batches go to the trace, with the same forecasts."""
+    """What `Forecaster.update` runs when onnxruntime is installed, on dense live windows (codes, encoder rows,
+    decoder rows) in numpy: a session for batch 1 and one with a dynamic batch axis for every larger batch, each
+    size bound to its own buffers."""
     pytest.importorskip("onnxruntime")
     model = tiny_model(BARS_SIZES).eval()
     fwd = live_forward(model, E, D, torch.device("cpu"))
     assert isinstance(fwd, OnnxForward)
     rng = np.random.default_rng(4)
-    for b in (1, 2, OnnxForward.LIVE_BATCH + 1):
-        codes = rng.integers(0, 4, b)
-        enc = rng.normal(size=(b, E, BARS_SIZES.known_cont - 1 + BARS_SIZES.observed_cont)).astype(np.float32)
-        dec = rng.normal(size=(b, D, BARS_SIZES.known_cont - 1)).astype(np.float32)
+    for b in (3, 1, 2, 17, 3):
+        codes, enc, dec = live_windows(rng, b)
         got = fwd(codes, enc, dec)
         assert got.shape == (b, D, 3) and got.dtype == np.float32
         assert_matches_model(model, fwd.fallback.batch(codes, enc, dec), torch.from_numpy(got))
         np.testing.assert_array_equal(fwd(codes, enc, dec), got)  # the bound buffers are reused, not stale
-    assert len(fwd.sessions) == 2 and not fwd.failed
+    assert set(fwd.sessions) == {1, "batch"} and set(fwd.bound) == {1, 2, 3, 17} and not fwd.failed
+
+
+def test_onnxruntime_exports_a_model_the_trace_folded_in_inference_mode():
+    """The trace folds the positional inputs on its first call, under inference_mode; the folded tensors must stay
+    ordinary ones, or the export that follows fails ("Inference tensors cannot be saved for backward") and every
+    later call falls back to the trace."""
+    pytest.importorskip("onnxruntime")
+    model = tiny_model(BARS_SIZES).eval()
+    fwd = live_forward(model, E, D, torch.device("cpu"))
+    rng = np.random.default_rng(6)
+    fwd.fallback(*live_windows(rng, 2))  # the trace first: what a batch with static or categorical inputs runs
+    codes, enc, dec = live_windows(rng, 1)
+    got = fwd(codes, enc, dec)
+    assert not fwd.failed and set(fwd.sessions) == {1}
+    assert_matches_model(model, fwd.fallback.batch(codes, enc, dec), torch.from_numpy(got))

@@ -59,7 +59,7 @@ class Forecaster:
         self._model = lm.model.eval()
         e, d = lm.data_cfg.encoder_length, lm.data_cfg.horizon
         # Scaled quantiles (B, D, Q) of the live windows (codes, encoder rows, decoder rows; model/inference/traced.py): the
-        # inference model in onnxruntime or as a frozen trace, compiled per batch size, or the eager training model;
+        # inference model in onnxruntime or as a frozen trace, compiled on first use, or the eager training model;
         # benchmarks swap in other backends (torch.compile, onnxruntime on the export) through a BatchForward.
         self._live: LiveForward = live_forward(self._model, e, d, device) if trace else BatchForward(
             self._eager, e, d, device)
@@ -71,9 +71,10 @@ class Forecaster:
              until: str | None = None) -> Forecaster:
         """Load the model package in `run_dir` (model.json, model.safetensors, the scalers inside model.json and
         calibration.json when it was fitted on these weights). No training data is read. `trace`: `update` runs
-        the model with its weights folded for inference (model/inference/folded.py), compiled per batch size on first use
-        (about a second): in onnxruntime when it is installed, else as a frozen TorchScript trace (a twentieth and
-        an eighth of the eager CPU time at batch 1, the same numbers to float rounding); False runs it eagerly.
+        the model with its weights folded for inference (model/inference/folded.py), compiled on first use (about a
+        second): in onnxruntime when it is installed (one graph for batch 1, one for any larger batch), else as a
+        frozen TorchScript trace per batch size (a twentieth and an eighth of the eager CPU time at batch 1, the
+        same numbers to float rounding); False runs it eagerly.
         `covariates`, `events`: a model trained with inputs of your own reads them from these files instead of the
         training run's. `since`, `until` (ISO dates or times, UTC when naive): `predict` and `write_forecasts` read
         the bars with since <= time < until; by default from the training run's --since (its inputs may start

@@ -17,6 +17,7 @@ import typer
 
 from foxhunt.allocator import process_settings
 from foxhunt.cli.help import PanelGroup, Typer
+from foxhunt.cli.usage import UsageError, shows_help, usage_line
 from foxhunt.errors import InputError, NonFiniteError, RankLost, ResourceError, WriteError
 
 # typer >= 0.20 vendors click; older versions use click itself. Either way this is click's base exception.
@@ -100,9 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.exit_code or 0)
     except typer.Abort:
         return 1
-    except ClickException as e:  # usage errors (unknown flag, bad value): click prints them itself
+    except UsageError as e:  # a bad value, an unknown or a missing option: foxhunt's one line, not click's three
+        if shows_help(e):
+            e.show()  # type: ignore[attr-defined]
+            return 2
+        return fail(f"error: {usage_line(e, args)}", e, 2)
+    except ClickException as e:  # the rest of click's own errors (none that foxhunt raises)
         e.show()
-        return int(getattr(e, "exit_code", 2) or 2)
+        return int(getattr(e, "exit_code", 1) or 1)
     except OSError as e:  # reading or writing outside the atomic writers (permissions, a vanished file)
         where = f"{e.filename}: " if e.filename else ""
         return fail(f"error: {where}{e.strerror or e}; check the path and its permissions", e, 1)

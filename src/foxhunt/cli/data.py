@@ -12,19 +12,21 @@ import typer
 from foxhunt.cli.app import app
 from foxhunt.cli.options import (
     CONFIG,
+    CONSOLE_OPTIONS,
     DATA_OPTIONS,
     MEMORY_OPTIONS,
     MODEL_OPTIONS,
     OUTPUT,
+    THREADS,
     WORKERS,
     ConfigFile,
     attach,
 )
-from foxhunt.cli.wiring import paths, values
+from foxhunt.cli.wiring import paths, set_threads, set_verbosity, values
 
 
 @app.command()
-@attach(DATA_OPTIONS)
+@attach(DATA_OPTIONS, CONSOLE_OPTIONS)
 def prepare(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", "-o", help="The feature store to write (a folder, replaced).",
@@ -44,6 +46,7 @@ def prepare(
     from foxhunt.data.store.executor import may_piece, open_workers
 
     v = values(ctx, config)
+    set_verbosity(v, every_info=True)
     cfg, workers = settings.data_config(v, paths(v)), int(v.get("workers", 2))
     executor = str(v.get("executor", "local"))
     # Started before the command's imports, so that its processes import while this one does; none for a panel
@@ -60,7 +63,7 @@ def prepare(
 
 
 @app.command()
-@attach(DATA_OPTIONS)
+@attach(DATA_OPTIONS, CONSOLE_OPTIONS)
 def inspect(
     ctx: typer.Context,
     files: Annotated[list[str] | None, typer.Argument(help="Files, folders or globs (default: the sample).",
@@ -77,6 +80,7 @@ def inspect(
     from foxhunt.data.dataset.summary import format_summary
 
     v = dict(ctx.params)
+    set_verbosity(v, every_info=True)
     v["parquet_file"] = (files or []) + (v["parquet_file"] or [])
     data = prepare_data(settings.data_config(v, paths(v)))
     if as_json:
@@ -107,7 +111,7 @@ def sample(
 
 
 @app.command("plan-memory")
-@attach(DATA_OPTIONS, MODEL_OPTIONS, MEMORY_OPTIONS, (CONFIG,))
+@attach(DATA_OPTIONS, MODEL_OPTIONS, MEMORY_OPTIONS, (THREADS,), CONSOLE_OPTIONS, (CONFIG,))
 def plan_memory_cmd(ctx: typer.Context, **options: Any) -> None:
     """Peak memory per batch size, and the largest that fits.
 
@@ -121,6 +125,8 @@ def plan_memory_cmd(ctx: typer.Context, **options: Any) -> None:
     from foxhunt.train.precision import resolve_precision
 
     v = values(ctx, options["config"])
+    set_verbosity(v, every_info=True)
+    set_threads(int(v["threads"]))
     data_cfg = settings.data_config(v, paths(v))
     model_cfg = settings.model_config(v, data_cfg)
     dev = resolve_device(v["device"])

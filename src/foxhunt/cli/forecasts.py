@@ -20,12 +20,14 @@ from foxhunt.cli.options import (
     ModelDir,
     NoCalibration,
     ParquetFile,
+    Quiet,
     Since,
     Start,
     Threads,
     Until,
+    Verbose,
 )
-from foxhunt.cli.wiring import bars_or_store, set_threads
+from foxhunt.cli.wiring import bars_or_store, set_threads, set_verbosity
 from foxhunt.errors import InputError
 from foxhunt.train.config import TrainConfig
 
@@ -50,6 +52,8 @@ def predict(
     no_calibration: NoCalibration = False,
     covariates: Covariates = None,
     events: Events = None,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
 ) -> None:
     """Write quantile forecasts for every origin.
 
@@ -60,6 +64,7 @@ def predict(
     from foxhunt.evaluate.window import refuse_window
     from foxhunt.train.device import resolve_device
 
+    set_verbosity({"verbose": verbose, "quiet": quiet}, every_info=True)
     paths = bars_or_store(parquet_file, features)
     if features is not None:
         refuse_window(since, until)
@@ -94,6 +99,8 @@ def evaluate(
     no_calibration: NoCalibration = False,
     covariates: Covariates = None,
     events: Events = None,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
 ) -> None:
     """Score forecasts against the target and the baselines.
 
@@ -105,6 +112,7 @@ def evaluate(
     from foxhunt.evaluate.table import format_results
     from foxhunt.train.device import resolve_device
 
+    set_verbosity({"verbose": verbose, "quiet": quiet}, every_info=True)
     paths = bars_or_store(parquet_file, features)
     set_threads(threads)
     result = evaluate_run(model, paths, out_dir, start, end, batch_size, resolve_device(device), forecasts,
@@ -127,6 +135,8 @@ def export(
         "--parquet-file", "-f", help="Bars to check parity on, besides random inputs.", metavar="PATH",
         rich_help_panel=DATA)] = None,
     threads: Threads = TD.num_threads,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
 ) -> None:
     """Export the model's forward pass to ONNX.
 
@@ -138,6 +148,7 @@ def export(
 
     if export_format != "onnx":
         raise InputError(f"--format {export_format!r} is not supported; use --format onnx")
+    set_verbosity({"verbose": verbose, "quiet": quiet}, every_info=True)
     require_onnx()  # a missing extra stops before the model is read
     set_threads(threads)
     lm = load_model(model, "cpu")

@@ -210,13 +210,14 @@ TRAINING_OPTIONS: Group = (
 CONFIG = opt("config", Path | None, None, "TOML file supplying any option; flags override.", None, "--config")
 CONSOLE_OPTIONS: Group = (
     opt("verbose", bool, False, "Also show the memory plan and every [MEMORY] line.", OUTPUT, "--verbose", "-v"),
-    opt("quiet", bool, False, "Show only warnings, errors and the final line.", OUTPUT, "--quiet", "-q"),
+    opt("quiet", bool, False, "Show only warnings, errors and the result.", OUTPUT, "--quiet", "-q"),
 )
 CONSOLE_FLAGS = {p.name for p in CONSOLE_OPTIONS}
 TRACK_FLAGS = {"track", "track_uri"}
 
 # Options of the commands that read a trained model (predict, evaluate, export).
 ParquetFile = alias(DATA_OPTIONS[0])
+Verbose, Quiet = (alias(p) for p in CONSOLE_OPTIONS)
 Device = alias(DEVICE_OPTION)
 Threads = alias(THREADS)
 ModelDir = Annotated[Path, typer.Option("--model", help="A run directory written by `foxhunt train`.",

@@ -25,13 +25,15 @@ def explicit(ctx: typer.Context) -> set[str]:
     return {k for k in ctx.params if (src := ctx.get_parameter_source(k)) is not None and src.name != "DEFAULT"}
 
 
-def set_verbosity(v: dict[str, Any]) -> None:
+def set_verbosity(v: dict[str, Any], every_info: bool = False) -> None:
+    """The console's verbosity from -v / -q, the same in every command. Without either, the training commands show
+    the NORMAL lines and the others (`every_info`) every INFO record, as they always have."""
     from foxhunt.console import NORMAL, QUIET, VERBOSE
     from foxhunt.console import set_verbosity as set_level
 
     if v.get("verbose") and v.get("quiet"):
         raise InputError("--verbose and --quiet contradict each other; pass one of them")
-    set_level(VERBOSE if v.get("verbose") else QUIET if v.get("quiet") else NORMAL)
+    set_level(VERBOSE if v.get("verbose") else QUIET if v.get("quiet") else None if every_info else NORMAL)
 
 
 def paths(v: dict[str, Any]) -> tuple[str, ...]:

@@ -273,10 +273,11 @@ class InferenceTFT(nn.Module):
                                        [m.known_cat, m.observed_cat])
             self.dec = FoldedSelection(m.decoder_vsn, g["dec_cont"], w_row[:kr], b_row[:kr], g["pos"], dec_pos,
                                        g["dec_cat"], [m.known_cat])
-        self._pos = pos_cont.clone()
-        t = pos_cont.shape[0]
-        # (D, 1, T) True where forecast step i (at position E + i) would see a later position: made once, not per call
-        self.future = torch.arange(t, device=pos_cont.device) > torch.arange(e, t, device=pos_cont.device).view(-1, 1, 1)
+            self._pos = pos_cont.clone()
+            t = pos_cont.shape[0]
+            # (D, 1, T) True where forecast step i (at position E + i) would see a later position: made once
+            self.future = torch.arange(t, device=pos_cont.device) > torch.arange(e, t, device=pos_cont.device).view(
+                -1, 1, 1)
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Scaled quantiles (B, D, Q) of `batch`."""

@@ -6,7 +6,8 @@ forecasts to float rounding), then traced, so the calls run without Python, and 
 in as constants: several times less CPU than the training model eagerly, measured by benchmarks/latency.py as the
 "trace" backend (figures in benchmarks/RESULTS.md). A trace is only valid for the shapes it was made with, so
 one is made per distinct set of input shapes, on first use (about a second); a live system asks for the same batch
-size on every bar. A model that cannot be traced runs eagerly (said once).
+size on every bar. A model that cannot be traced runs eagerly (said once). `OnnxForward` (onnxruntime, when
+installed) serves `update` without a compile per batch size: one graph for batch 1, one with a dynamic batch axis.
 """
 
 from __future__ import annotations
@@ -206,57 +207,75 @@ class _Bound:
 
 
 class OnnxForward:
-    """The live forward (see `LiveForward`) by onnxruntime running the inference model, exported in memory once per
-    batch size (about a second). The graph is `InferenceTFT.live` (129 nodes for the default model, no index
-    inputs), run sequentially on one intra-op thread with every graph optimization, its inputs and output bound to
-    preallocated buffers (less CPU than `session.run` with a dict of index inputs): at batch 1 it beats the
-    trace (benchmarks/RESULTS.md, latency). Larger batches (over LIVE_BATCH windows, where the trace is faster: the export of the embedding bag is a
-    loop) or anything it cannot do (no onnxruntime, an export that fails, said once) go to the trace."""
-
-    LIVE_BATCH = 16
+    """The live forward (see `LiveForward`) by onnxruntime running the inference model, exported in memory on first
+    use (about a second) as two sessions: one for batch 1, whose graph is `InferenceTFT.live` at one window (129
+    nodes for the default model, no index inputs), and one for every larger batch, the same forward with a dynamic
+    batch axis, so that a change in the number of series per call costs neither an export nor a trace. Each batch
+    size has its inputs and output bound to preallocated buffers (IOBinding, made once per size: microseconds), run
+    sequentially on one intra-op thread with every graph optimization: at batch 1 it beats the trace
+    (benchmarks/RESULTS.md, latency). A model whose live forward needs per-size constants (not `dense_ready`) gets a
+    session per batch size. Static or categorical inputs (`cats`), or anything onnxruntime cannot do (not installed,
+    an export that fails, said once), go to the trace, with the same forecasts."""
 
     def __init__(self, model: torch.nn.Module, encoder_length: int, horizon: int):
         self.trace = TracedForward(model)
         self.model = self.trace.model
         self.fallback = BatchForward(self.trace, encoder_length, horizon)
-        self.sessions: dict[tuple, _Bound] = {}
+        self.sessions: dict[int | str, Any] = {}  # 1, "batch" (dynamic axis) or a batch size -> InferenceSession
+        self.bound: dict[int, _Bound] = {}  # batch size -> its buffers, bound to its session
         self.failed = not isinstance(self.model, InferenceTFT)
 
     def __call__(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray, cats: LiveCats | None = None) -> np.ndarray:
         if cats is not None:  # the exported graph takes codes and real rows only: the trace takes the rest
             return self.fallback(codes, enc, dec, cats)
-        if self.failed or len(codes) > self.LIVE_BATCH:
+        if self.failed:
             return self.fallback(codes, enc, dec)
-        key = (enc.shape, dec.shape)
-        bound = self.sessions.get(key)
+        bound = self.bound.get(len(codes))
         if bound is None:
-            bound = self._export(codes, enc, dec)
-            if bound is None:
+            session = self._session(codes, enc, dec)
+            if session is None:
                 return self.fallback(codes, enc, dec)
-            self.sessions[key] = bound
+            bound = _Bound(session, *(np.ascontiguousarray(a) for a in (codes, enc, dec)),
+                           (len(codes), dec.shape[1], self.model.model.output.out_features))
+            self.bound[len(codes)] = bound
         return bound(codes, enc, dec)
 
-    def _export(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray) -> _Bound | None:
+    def _session(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray) -> Any:
+        """The session for this batch size, exported from these inputs when there is none yet (None: it failed)."""
+        b = len(codes)
+        known = self.sessions.get(1 if b == 1 else "batch", self.sessions.get(b))
+        if known is not None:
+            return known
+        batch = self.fallback.batch(codes, enc, dec)
+        with torch.no_grad(), torch.inference_mode(False):
+            self.model(batch)  # folds the weights outside the export; dense_ready from then on
+        key: int | str = 1 if b == 1 else "batch" if self.model.dense_ready() else b  # type: ignore[operator]
+        session = self._export(batch, codes, enc, dec, dynamic=key == "batch")
+        if session is not None:
+            self.sessions[key] = session
+        return session
+
+    def _export(self, batch: Batch, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray, dynamic: bool) -> Any:
+        """An onnxruntime session of `_LiveArgs` traced on these inputs; `dynamic`: with a batch axis of any size
+        (traced at two or more windows, so that no batch-1 shortcut of `InferenceTFT.live` is recorded)."""
         try:
             import onnxruntime as ort
 
-            batch = self.fallback.batch(codes, enc, dec)
             args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in (codes, enc, dec))
+            names = ["codes", "enc", "dec", "quantiles"]
             graph = io.BytesIO()
             with warnings.catch_warnings(), torch.no_grad(), torch.inference_mode(False):
                 warnings.simplefilter("ignore")  # exporter notices about shape-dependent Python: shapes are fixed
-                self.model(batch)  # folds the weights outside the export
                 torch.onnx.export(_LiveArgs(self.model, batch).eval(), args, graph, dynamo=False, opset_version=17,
-                                  input_names=["codes", "enc", "dec"], output_names=["quantiles"])
+                                  input_names=names[:3], output_names=names[3:],
+                                  dynamic_axes={n: {0: "batch"} for n in names} if dynamic else None)
             options = ort.SessionOptions()
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
             options.intra_op_num_threads = 1  # a hundred tiny ops: threads only wait for each other
             options.inter_op_num_threads = 1
             options.log_severity_level = 3  # errors only
-            session = ort.InferenceSession(graph.getvalue(), options, providers=["CPUExecutionProvider"])
-            return _Bound(session, *(np.ascontiguousarray(a) for a in (codes, enc, dec)),
-                          (len(codes), dec.shape[1], self.model.model.output.out_features))
+            return ort.InferenceSession(graph.getvalue(), options, providers=["CPUExecutionProvider"])
         except Exception as e:  # onnxruntime missing or an op it cannot take: the trace forecasts the same
             self.failed = True
             log.warning("onnxruntime cannot run the model (%s); using the TorchScript trace",
