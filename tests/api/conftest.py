@@ -39,31 +39,54 @@ def readme_run(tmp_path_factory, daily_path) -> dict[str, Any]:
     return namespace
 
 
-@pytest.fixture(scope="session")
-def intraday_run(tmp_path_factory) -> tuple[Path, Any]:
-    """(run directory, bars frame) of a tiny untrained model on the bundled 1-minute sample through Friday
-    2024-02-23 (every default option: the CME grid, the time-of-day profile), and those bars as a frame with the
-    columns a bars file has (one series, ES). The stream's inputs and the grid do not depend on the weights."""
-    import polars as pl
+def untrained_run(run: Path, cfg: Any) -> None:
+    """Save into `run` a tiny untrained model of the data `cfg` (a DataConfig) names: what a stream needs of a run
+    to compute its inputs and its grid, which do not depend on the weights."""
     import torch
 
-    from foxhunt.data.bars.load import load_bars
-    from foxhunt.data.config import DataConfig
     from foxhunt.data.dataset.prepare import prepare_data
-    from foxhunt.data.io.sample import bundled_sample_path
     from foxhunt.model.config import ModelConfig
     from foxhunt.model.tft import TemporalFusionTransformer
     from foxhunt.train.checkpoint import save_model_json, save_weights, state_to_cpu
 
-    run = tmp_path_factory.mktemp("intraday_run")
-    cfg = DataConfig(paths=(str(bundled_sample_path()),), until="2024-02-24")
     data = prepare_data(cfg)
     torch.manual_seed(0)
     mcfg = ModelConfig(hidden_size=4, attention_heads=1, encoder_length=cfg.encoder_length, horizon=cfg.horizon)
     model = TemporalFusionTransformer(data.schema.sizes, mcfg)
     save_model_json(run / "model.json", mcfg, data.schema, data.transform, cfg, sum(p.numel() for p in model.parameters()))
     save_weights(run / "model.safetensors", state_to_cpu(model))
+
+
+@pytest.fixture(scope="session")
+def intraday_run(tmp_path_factory) -> tuple[Path, Any]:
+    """(run directory, bars frame) of a tiny untrained model on the bundled 1-minute sample through Friday
+    2024-02-23 (every default option: the CME grid, the time-of-day profile), and those bars as a frame with the
+    columns a bars file has (one series, ES). The stream's inputs and the grid do not depend on the weights."""
+    import polars as pl
+
+    from foxhunt.data.bars.load import load_bars
+    from foxhunt.data.config import DataConfig
+    from foxhunt.data.io.sample import bundled_sample_path
+
+    run = tmp_path_factory.mktemp("intraday_run")
+    cfg = DataConfig(paths=(str(bundled_sample_path()),), until="2024-02-24")
+    untrained_run(run, cfg)
     bars = load_bars(cfg).bars.select(pl.col("ts").alias("ts_event"), pl.col("series").alias("symbol"),
                                       pl.col("own_close").alias("open"), pl.col("own_high").alias("high"),
                                       pl.col("own_low").alias("low"), pl.col("own_close").alias("close"), "volume")
     return run, bars
+
+
+@pytest.fixture(scope="session")
+def xnys_daily_run(tmp_path_factory, daily_path) -> tuple[Path, Any]:
+    """(run directory, bars frame) of a tiny untrained model on the daily fixture through Wednesday 2024-11-27 with
+    --calendar XNYS (its holidays saved with the model), and the fixture's bars as they are in the file."""
+    pytest.importorskip("pandas_market_calendars")
+    import polars as pl
+
+    from foxhunt.data.config import DataConfig
+
+    run = tmp_path_factory.mktemp("xnys_daily_run")
+    untrained_run(run, DataConfig(paths=(str(daily_path),), until="2024-11-28", calendar="XNYS", encoder_length=16,
+                                  horizon=3))
+    return run, pl.read_parquet(daily_path)

@@ -1,6 +1,7 @@
 """Live forecasts name the time of each step: `target_time` of a forecast beyond the data is the forecast grid's
 time of step k (the bar spacing from the origin, the CME halt and the weekend skipped for intraday bars, weekends
-for daily ones), from `foxhunt predict`, `Forecaster.predict` and `Forecaster.update` alike."""
+for daily ones, and --calendar's holidays), from `foxhunt predict`, `Forecaster.predict` and `Forecaster.update`
+alike."""
 
 from __future__ import annotations
 
@@ -75,3 +76,25 @@ def test_daily_steps_past_a_friday_origin_skip_the_weekend(readme_run, daily_pat
     got = fc.update({"symbol": "ES", "timestamp": "2024-12-09", "open": 6050.0, "high": 6070.0, "low": 6030.0,
                      "close": 6060.0, "volume": 1_000_000})
     assert _times(got) == [_utc(2024, 12, 10), _utc(2024, 12, 11), _utc(2024, 12, 12)]
+
+
+def test_daily_steps_skip_the_calendars_holiday_in_predict_and_the_stream(xnys_daily_run, tmp_path):
+    """A model trained with --calendar XNYS: from Wednesday 2024-11-27 the steps skip Thanksgiving (11-28), in
+    `foxhunt predict`, `Forecaster.predict` and, after Friday's bar, `Forecaster.update`, which agrees with
+    `predict` on the longer history."""
+    run, bars = xnys_daily_run
+    through = bars.filter(pl.col("timestamp") <= dt.datetime(2024, 11, 27))
+    path = tmp_path / "through.parquet"
+    through.write_parquet(path)
+    out = tmp_path / "f.parquet"
+    assert main(["predict", "--model", str(run), "-f", str(path), "--out", str(out), "--threads", "1"]) == 0
+    cli = pl.read_parquet(out).filter(pl.col("symbol") == "ES", pl.col("origin") == _utc(2024, 11, 27))
+    fc, ref = foxhunt.Forecaster.load(run), foxhunt.Forecaster.load(run)
+    api = fc.predict(through).filter(pl.col("symbol") == "ES")
+    for rows in (cli, api):
+        assert _times(rows) == [_utc(2024, 11, 29), _utc(2024, 12, 2), _utc(2024, 12, 3)]
+    friday = bars.filter(pl.col("symbol") == "ES", pl.col("timestamp") == dt.datetime(2024, 11, 29))
+    got = fc.update(friday.row(0, named=True)).filter(pl.col("symbol") == "ES")
+    assert _times(got) == [_utc(2024, 12, 2), _utc(2024, 12, 3), _utc(2024, 12, 4)]
+    want = ref.predict(pl.concat([through, friday])).filter(pl.col("symbol") == "ES")
+    assert _times(got) == _times(want)

@@ -30,7 +30,7 @@ from foxhunt.data.util import clock
 
 MIN = 60 * 10**9
 DAY = 1440 * MIN
-CT, ET = "America/Chicago", "America/New_York"
+CT, ET, SH = "America/Chicago", "America/New_York", "Asia/Shanghai"
 # sha256 of the grid below from the code before --calendar reached the grid (git archive of afdb987).
 BEFORE = "97ee7afba7cbb03a20dfa8e6a3e387c3165c0d0dda2d1f2ae7f444c0cf9312c8"
 
@@ -77,13 +77,19 @@ def test_the_cme_grid_by_hand_at_the_halt_the_weekend_and_both_dst_weekends():
         assert iso(future_timestamps(ns(origin), MIN, 2, True, CT)[0]) == want, origin
 
 
-def test_the_cme_calendar_by_name_is_the_default_grid():
+def test_the_cme_calendar_by_name_is_the_default_grid_less_its_holidays():
     pytest.importorskip("pandas_market_calendars")
     named, default = session_grid("CME Globex Equity", CT), default_grid(CT)
     assert np.array_equal(named.closed, default.closed) and np.array_equal(named.wait, default.wait)
     origins = year_of_origins()[::5]
-    assert np.array_equal(future_timestamps(origins, 5 * MIN, 6, True, CT, named),
-                          future_timestamps(origins, 5 * MIN, 6, True, CT))
+    got, plain = (future_timestamps(origins, 5 * MIN, 6, True, CT, g) for g in (named, None))
+    holiday = named.holiday(named.trade_day(plain.ravel())).reshape(plain.shape).any(axis=1)  # (O,)
+    assert 0 < holiday.sum() < len(origins) // 100  # New Year's Day and Christmas, 2024's full closures
+    assert np.array_equal(got[~holiday], plain[~holiday])
+    # Tue 2024-12-24 15:55 CST: the session of trade date 12-25 (opening 17:00 on the 24th) is closed; 12-26's
+    # opens 17:00 on the 25th
+    assert iso(future_timestamps(ns("2024-12-24T21:55"), 5 * MIN, 2, True, CT, named)[0]) == [
+        "2024-12-25T23:00", "2024-12-25T23:05"]
 
 
 def test_xnys_five_minute_bars_step_from_the_close_to_the_next_open():
@@ -106,6 +112,46 @@ def test_xnys_five_minute_bars_step_from_the_close_to_the_next_open():
     assert ((minute >= 570) & (minute < 960) & (weekday < 5)).all()
     assert on_grid(ns("2024-03-06T14:30", "2024-03-06T21:00", "2024-03-09T15:00"), True, ET, xnys).tolist() == [
         True, False, False]
+
+
+def test_a_sessions_holidays_are_skipped_by_daily_and_intraday_steps():
+    """A session's holidays, written by hand (no package): National Day week 2016 on a 09:30-15:00 Shanghai session.
+    Daily bars from Friday 09-30 step to Monday 10-10; 5-minute bars from 14:55 CST to the 10-10 09:30 open, from
+    a stamp inside the week too; the holidays are off the grid, the days around them on it."""
+    week = tuple(f"2016-10-0{d}" for d in range(3, 8))
+    grid = grid_of(sessions.Session("test", SH, 9 * 60 + 30, 15 * 60, open_day=0, holidays=week))
+
+    def daily(origin: str, n: int) -> list[str]:
+        return [t[:10] for t in iso(future_timestamps(ns(origin), DAY, n, False, "UTC", grid)[0])]
+
+    assert daily("2016-09-30", 5) == ["2016-10-10", "2016-10-11", "2016-10-12", "2016-10-13", "2016-10-14"]
+    assert daily("2016-09-29", 3) == ["2016-09-30", "2016-10-10", "2016-10-11"]
+    assert daily("2016-10-05", 1) == ["2016-10-10"]
+    assert on_grid(ns("2016-09-30", "2016-10-03", "2016-10-07", "2016-10-08", "2016-10-10"), False, "UTC",
+                   grid).tolist() == [True, False, False, False, True]
+    # intraday, in UTC: 14:55 CST is 06:55, the 09:30 CST open 01:30
+    assert iso(future_timestamps(ns("2016-09-30T06:55"), 5 * MIN, 3, True, SH, grid)[0]) == [
+        "2016-10-10T01:30", "2016-10-10T01:35", "2016-10-10T01:40"]
+    assert iso(future_timestamps(ns("2016-10-05T02:00"), 5 * MIN, 1, True, SH, grid)[0]) == ["2016-10-10T01:30"]
+    assert iso(future_timestamps(ns("2016-09-30T01:30"), 5 * MIN, 1, True, SH, grid)[0]) == ["2016-09-30T01:35"]
+    assert on_grid(ns("2016-09-30T06:50", "2016-10-04T02:00", "2016-10-10T01:30"), True, SH, grid).tolist() == [
+        True, False, True]
+
+
+def test_xshg_and_xnys_calendars_skip_their_holidays(xshg_days):
+    """--calendar's holidays come from pandas-market-calendars: every XSHG trading day of 2016-03 .. 2017-03
+    (hand-written, tests/data/conftest.py) steps to the next one, across Qingming, National Day week and the Spring
+    Festival; an XNYS 5-minute bar of the Wednesday before Thanksgiving steps to Friday's open."""
+    pytest.importorskip("pandas_market_calendars")
+    xshg = session_grid("XSHG", SH)
+    days = xshg_days.astype("datetime64[ns]").astype(np.int64)
+    assert np.array_equal(future_timestamps(days[:-1], DAY, 1, False, "UTC", xshg)[:, 0], days[1:])
+    assert [t[:10] for t in iso(future_timestamps(ns("2017-01-26"), DAY, 2, False, "UTC", xshg)[0])] == [
+        "2017-02-03", "2017-02-06"]
+    assert on_grid(days, False, "UTC", xshg).all()
+    xnys = session_grid("XNYS", ET)  # Wed 2024-11-27 15:55 EST -> Fri 11-29 09:30 EST
+    assert iso(future_timestamps(ns("2024-11-27T20:55"), 5 * MIN, 2, True, ET, xnys)[0]) == [
+        "2024-11-29T14:30", "2024-11-29T14:35"]
 
 
 def test_24_7_daily_bars_step_into_the_weekend_and_intraday_bars_never_jump():
@@ -131,6 +177,8 @@ def test_a_saved_session_gives_its_grid_back_without_the_package(monkeypatch):
     back = FittedTransform.from_dict(saved)
     assert back.session == tf.session and back.grid is grid_of(tf.session)
     assert iso(future_timestamps(ns("2024-03-06T20:55"), 5 * MIN, 1, True, ET, back.grid)[0]) == ["2024-03-07T14:30"]
+    assert "2024-11-28" in saved["session"]["holidays"]  # Thanksgiving, kept with the model
+    assert iso(future_timestamps(ns("2024-11-27T20:55"), 5 * MIN, 1, True, ET, back.grid)[0]) == ["2024-11-29T14:30"]
 
 
 def test_fill_gaps_fills_the_late_open_of_an_xnys_session_and_never_the_night():
@@ -152,11 +200,40 @@ def _summary(gaps: int, windows: int) -> dict:
             "encoder_length": 16, "horizon": 3, "ranges": {}, "purged": {}}
 
 
+def _gaps_line(summary: dict) -> str:
+    return next(line for line in format_summary(summary).splitlines() if line.startswith("gaps"))
+
+
 def test_the_gaps_line_names_calendar_when_many_windows_miss_bars():
-    many = next(line for line in format_summary(_summary(300, 1000)).splitlines() if line.startswith("gaps"))
-    few = next(line for line in format_summary(_summary(100, 1000)).splitlines() if line.startswith("gaps"))
+    many, few = _gaps_line(_summary(300, 1000)), _gaps_line(_summary(100, 1000))
     assert "--calendar" in many and "--fill-gaps" in many
     assert "--calendar" not in few
+
+
+def test_the_gaps_line_never_suggests_the_calendar_already_given():
+    line = _gaps_line({**_summary(1000, 1000), "calendar": "24/7"})
+    assert "(100%)" in line and "see --calendar" not in line and "sessions of --calendar 24/7" in line
+
+
+def _inspect(capsys, *args: str) -> dict:
+    assert main(["inspect", *args, "--encoder-length", "16", "--horizon", "5", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_inspect_counts_no_missing_bars_over_the_holidays_of_the_calendar(xshg_daily_file, capsys):
+    """XSHG's trading days: on the default grid (weekdays) every window whose forecast spans a holiday misses bars;
+    on XSHG's none does."""
+    pytest.importorskip("pandas_market_calendars")
+    default, xshg = (_inspect(capsys, str(xshg_daily_file), *flags) for flags in ([], ["--calendar", "XSHG"]))
+    assert default["windows_with_gaps"] > 0 and xshg["windows_with_gaps"] == 0
+
+
+def test_inspect_counts_windows_missing_bars_among_the_windows_of_the_splits(xshg_daily_file, capsys):
+    """On the 24/7 grid every window of weekday bars misses bars (5 weekdays always span a weekend): all of the
+    windows of the splits, not more (the purged ones are in no split)."""
+    always = _inspect(capsys, str(xshg_daily_file), "--calendar", "24/7")
+    assert sum(always["purged"].values()) > 0
+    assert always["windows_with_gaps"] == sum(always["windows"].values())
 
 
 def test_a_24_7_daily_model_forecasts_saturday(tiny, tmp_path):

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from foxhunt.data.bars.grid import gap_counts
 from foxhunt.data.bars.symbols import series_key
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import split_cuts
+from foxhunt.data.dataset.prepare import split_times
 from foxhunt.data.features.fitstats import column_moments, concat, pooled
 from foxhunt.data.features.known import origin_rows, origin_table
 from foxhunt.data.features.scaling import own_scalers
@@ -171,15 +171,15 @@ def test_pieces_are_fitted_again_when_cleaning_moves_the_expected_cuts(panel, wh
     process (workers=1), so that the expected cuts can be moved."""
     cuts, fits, refit = [], [], jobs.fit
 
-    def moved(cfg, span):
-        cuts.append(split_cuts(cfg, span))
+    def moved(cfg, lo, hi):
+        cuts.append(split_times(cfg, lo, hi))
         return (cuts[-1][0] - 1, cuts[-1][1]) if len(cuts) == 1 else cuts[-1]
 
     def fit(*args):
         fits.append(args[1])
         return refit(*args)
 
-    monkeypatch.setattr(pieced, "split_cuts", moved)
+    monkeypatch.setattr(pieced, "split_times", moved)
     monkeypatch.setattr(jobs, "fit", fit)
     pieces = _in_pieces(monkeypatch, _config(panel), tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
     assert len(cuts) == 2 and fits == [0, 1, 2]
@@ -412,3 +412,19 @@ def test_an_executor_that_is_not_one_or_does_not_answer_is_an_error_for_people(p
     pytest.importorskip("distributed")
     with pytest.raises(InputError, match="no Dask scheduler answers"):
         prepare_store(cfg, tmp_path / "b", executor="dask://127.0.0.1:9", min_rows=0, piece_rows=1)
+
+
+def test_a_daily_panel_on_the_xshg_calendar_in_pieces_is_the_one_in_memory(xshg_daily_file, xshg_days, tmp_path,
+                                                                           monkeypatch):
+    """Daily bars of three commodities on XSHG's trading days with --calendar XSHG: both paths cut on the same
+    trading day (the pieces find it among their own distinct times) and keep the same holiday grid, array for
+    array."""
+    pytest.importorskip("pandas_market_calendars")
+    cfg = DataConfig(paths=(str(xshg_daily_file),), calendar="XSHG", encoder_length=16, horizon=5)
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    pieces = _in_pieces(monkeypatch, cfg, tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
+    summary = whole["summary"]
+    for cut in (summary["train_end"], summary["val_end"]):  # a trading day's bar
+        assert cut.endswith("T00:00:00Z") and np.datetime64(cut[:10]) in xshg_days
+    assert summary["windows_with_gaps"] == 0 and "2016-10-03" in whole["transform"]["session"]["holidays"]

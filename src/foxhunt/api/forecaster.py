@@ -146,10 +146,11 @@ class Forecaster:
         (a series `predict` never saw starts from its first bar). A bar continues its series' contract: a roll needs
         `predict` on bars through it. `update_arrays` is the same forecast without building a frame.
 
-        A bar that comes more than 3 days after the bar the forecast grid expected next (weekends and the daily
-        halt are not gaps) is said once, as a warning: the series' state is carried across the gap, as `predict`
-        carries it on such a history. `max_gap` (a datetime.timedelta, or text like "36h", "3d") refuses, with
-        an InputError and the state untouched, a bar that comes more than that after the expected one.
+        A bar that comes more than 3 days after the bar the forecast grid expected next (weekends, the daily halt
+        and the holidays of the model's --calendar are not gaps) is said once, as a warning: the series' state is
+        carried across the gap, as `predict` carries it on such a history. `max_gap` (a datetime.timedelta, or
+        text like "36h", "3d") refuses, with an InputError and the state untouched, a bar that comes more than
+        that after the expected one.
 
         A model trained with inputs of your own: the bar carries each --observed column by name (one the model read
         from a --covariates file may be left out, and is read from that file as of the bar's time; a column of the

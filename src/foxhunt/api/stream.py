@@ -51,10 +51,10 @@ from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.api")
 
-# A bar this long after the one the grid expected next (the grid skips weekends and the daily halt, not holidays)
-# is said once: a holiday closes a session or two (at most a day past the grid; NYSE's longest closure since 1933,
-# after 9/11, was four sessions), so 3 days past it means a stale stream (a feed down, a state restored from
-# months ago), not a market closure. Bars coarser than daily: 3 of their own steps.
+# A bar this long after the one the grid expected next (the grid skips weekends and the daily halt, and holidays
+# only with --calendar) is said once: a holiday closes a session or two (at most a day past the grid; NYSE's longest
+# closure since 1933, after 9/11, was four sessions), so 3 days past it means a stale stream (a feed down, a state
+# restored from months ago), not a market closure. Bars coarser than daily: 3 of their own steps.
 GAP_WARN_NS = 3 * DAY_NS
 GAP_WARN_STEPS = 3
 
@@ -297,7 +297,8 @@ class StreamState:
 
     def gap_ns(self, r: int, ts: int) -> tuple[int, int]:
         """(ns from the bar the grid expected next after series r's last bar to a bar at ts (0 when not later),
-        that expected bar's time). Weekends and the daily halt are not gaps: the grid skips them."""
+        that expected bar's time). Weekends, the daily halt and --calendar's holidays are not gaps: the grid skips
+        them."""
         due = self.known_grid.steps(int(self.ts[r]), 1)[0]
         return max(0, ts - due), due
 

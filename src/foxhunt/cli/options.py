@@ -103,7 +103,7 @@ DATA_OPTIONS: Group = (
     opt("symbol_col", str | None, None, "Symbol column.", DATA, metavar="NAME", show_default="detected"),
     opt("timezone", str | None, None, "Zone of naive timestamps, e.g. America/Chicago.", DATA, metavar="TZ",
         show_default="UTC"),
-    opt("calendar", str | None, None, "Market hours: an exchange calendar name or 24/7.", DATA, metavar="NAME",
+    opt("calendar", str | None, None, "Sessions and holidays: a calendar name, or 24/7.", DATA, metavar="NAME",
         show_default="by futures root"),
     SINCE,
     UNTIL,

@@ -2,9 +2,11 @@
 forecast steps after an origin.
 
 The forecast grid (`future_timestamps`, `on_grid`) follows the run's session (`Grid`, from `--calendar`, saved with
-the model): its closed minutes of the week and, for daily bars, its weekdays. Without --calendar (and for a model
-saved before it) that is CME Globex Equity's in America/Chicago and none elsewhere (`default_grid`). --fill-gaps
-(fill.py) fills bars on this grid, and the known inputs of forecast steps (features/known.py) are taken on it.
+the model): its closed minutes of the week, its weekdays and its holidays (trade dates with no session: a daily
+forecast from Friday 2016-09-30 on XSHG steps to 10-10, past National Day week). Without --calendar (and for a
+model saved before it) that is CME Globex Equity's weekly closures in America/Chicago and none elsewhere, no
+holiday (`default_grid`). --fill-gaps (fill.py) fills bars on this grid, and the known inputs of forecast steps
+(features/known.py) are taken on it.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ class Grid:
     wait: (WEEK_MIN,) int64 minutes from each minute of the week to the next open one (0 where open): how far a
     closed candidate jumps. open_weekdays: (7,) bool, daily bars (UTC date, Monday 0): the weekdays with a session.
     shift_min: minutes from a wall-clock time to its trade date (`Session.shift_min`; --fill-gaps' sessions).
+    holidays: (H,) int64 sorted days since the epoch: trade dates on an open weekday with no session (a daily bar's
+    UTC date; an intraday bar's trade date, so its whole session is skipped). Empty without --calendar.
     Built once per session (`grid_of`); the CME Globex one is one such table, not a case of its own.
     """
 
@@ -69,6 +73,7 @@ class Grid:
     wait: np.ndarray
     open_weekdays: np.ndarray
     shift_min: int
+    holidays: np.ndarray
 
     @functools.cached_property
     def closes(self) -> bool:
@@ -78,7 +83,31 @@ class Grid:
     def trade_day(self, ts_ns: np.ndarray) -> np.ndarray:
         """Days since the epoch of the trade date of intraday bars at UTC ns `ts_ns`: the date of their wall clock
         moved by `shift_min` (CME: 7 h, so a Sunday-evening bar belongs to Monday)."""
-        return (local_ns(ts_ns, self.tz) + self.shift_min * MIN_NS) // DAY_NS
+        return self.wall_trade_day(local_ns(ts_ns, self.tz))
+
+    def wall_trade_day(self, wall: np.ndarray) -> np.ndarray:
+        """`trade_day` of wall-clock times `wall` (naive ns in `tz`)."""
+        return (wall + self.shift_min * MIN_NS) // DAY_NS
+
+    @functools.cached_property
+    def _holiday_table(self) -> np.ndarray:
+        """(holidays[-1] - holidays[0] + 1,) bool: a day-indexed table of the holidays, read by `holiday` at every
+        forecast step (one take, where a search of the sorted days cost half the grid's time)."""
+        table = np.zeros(int(self.holidays[-1] - self.holidays[0]) + 1, dtype=bool)
+        table[self.holidays - self.holidays[0]] = True
+        return table
+
+    def holiday(self, days: np.ndarray) -> np.ndarray:
+        """(same shape) bool: days since the epoch `days` that are holidays (trade dates with no session)."""
+        if not len(self.holidays):
+            return np.zeros(np.shape(days), dtype=bool)
+        table = self._holiday_table
+        at = days - self.holidays[0]
+        return table[np.clip(at, 0, len(table) - 1)] & (at >= 0) & (at < len(table))
+
+    def closed_day(self, days: np.ndarray) -> np.ndarray:
+        """(same shape) bool: days (daily bars' UTC dates) with no session: a weekday it never opens, a holiday."""
+        return ~self.open_weekdays[weekday(days)] | self.holiday(days)
 
 
 @functools.cache
@@ -92,9 +121,11 @@ def grid_of(session: Session) -> Grid:
     at = np.searchsorted(opens, minute)  # (WEEK_MIN,) the first open minute at or after each, wrapping the week
     wait = np.where(at < len(opens), opens[np.minimum(at, len(opens) - 1)], opens[0] + WEEK_MIN) - minute
     weekdays = np.isin(np.arange(7), session.weekdays)
-    for a in (closed, wait, weekdays):
+    holidays = np.array(session.holidays, dtype="datetime64[D]").astype(np.int64)  # (H,) sorted (sessions._holidays)
+    wait = wait.astype(np.int64)
+    for a in (closed, wait, weekdays, holidays):
         a.setflags(write=False)
-    return Grid(session.tz, closed, wait.astype(np.int64), weekdays, session.shift_min)
+    return Grid(session.tz, closed, wait, weekdays, session.shift_min, holidays)
 
 
 @functools.cache
@@ -104,7 +135,8 @@ def default_grid(exchange_tz: str) -> Grid:
     if exchange_tz == CME_EQUITY.tz:
         return grid_of(CME_EQUITY)
     always = grid_of(ALWAYS_OPEN)
-    return Grid(exchange_tz, always.closed, always.wait, grid_of(CME_EQUITY).open_weekdays, CME_EQUITY.shift_min)
+    return Grid(exchange_tz, always.closed, always.wait, grid_of(CME_EQUITY).open_weekdays, CME_EQUITY.shift_min,
+                always.holidays)
 
 
 def session_grid(calendar: str | None, exchange_tz: str) -> Grid:
@@ -116,21 +148,32 @@ def session_grid(calendar: str | None, exchange_tz: str) -> Grid:
 def on_grid(ts_ns: np.ndarray, intraday: bool, exchange_tz: str, grid: Grid | None = None) -> np.ndarray:
     """(N,) bool: True where a bar of the regular forecast grid may sit.
 
-    Daily bars: the weekdays (UTC date) the session opens. Intraday bars: outside its closures (`Grid.closed`,
-    wall-clock time in the grid's zone). `grid` None: `default_grid(exchange_tz)`. Holidays are not known here and
-    stay on it.
+    Daily bars: the days (UTC date) the session opens, its weekdays less its holidays. Intraday bars: outside its
+    closures (`Grid.closed`, wall-clock time in the grid's zone) and its holidays' sessions. `grid` None:
+    `default_grid(exchange_tz)`, which knows no holiday.
     """
     grid = grid or default_grid(exchange_tz)
     if not intraday:
-        return grid.open_weekdays[weekday(ts_ns // DAY_NS)]
-    if not grid.closes:
+        return ~grid.closed_day(ts_ns // DAY_NS)
+    if not _jumps(grid):
         return np.ones(ts_ns.shape, dtype=bool)
-    return ~_closed(local_ns(ts_ns.ravel(), grid.tz).reshape(ts_ns.shape), grid)
+    return ~_shut(local_ns(ts_ns.ravel(), grid.tz).reshape(ts_ns.shape), grid)
+
+
+def _jumps(grid: Grid) -> bool:
+    """Intraday steps of the grid may jump: it has closures or holidays."""
+    return grid.closes or len(grid.holidays) > 0
 
 
 def _closed(wall: np.ndarray, grid: Grid) -> np.ndarray:
     """The grid's closure at wall-clock times `wall` (naive ns), looked up by the minute of the week."""
     return grid.closed[_week_minute(wall)]
+
+
+def _shut(wall: np.ndarray, grid: Grid) -> np.ndarray:
+    """No session at wall-clock times `wall` (naive ns): a closure of the week, or the trade date a holiday."""
+    shut = _closed(wall, grid)
+    return shut | grid.holiday(grid.wall_trade_day(wall)) if len(grid.holidays) else shut
 
 
 def _week_minute(wall: np.ndarray) -> np.ndarray:
@@ -141,10 +184,14 @@ def _week_minute(wall: np.ndarray) -> np.ndarray:
 
 def _grid_resume(ts_ns: np.ndarray, wall: np.ndarray, grid: Grid) -> np.ndarray:
     """UTC ns of the next open minute of the grid at or after each closed instant (UTC `ts_ns`, wall clock `wall`):
-    the end of the halt or, over a weekend, the week's open, from the `wait` table. DST changes fall inside
-    closures (Sunday 02:00 for CME), so the offset is taken at a first guess of the resume time and applied once
-    more."""
+    the end of the halt or, over a weekend, the week's open, from the `wait` table; where that open's trade date
+    is a holiday, the start (open) of the trade date after it, which the caller checks again. DST changes fall
+    inside closures (Sunday 02:00 for CME), so the offset is taken at a first guess of the resume time and applied
+    once more."""
     resume_wall = (wall // MIN_NS + grid.wait[_week_minute(wall)]) * MIN_NS
+    if len(grid.holidays):
+        day = grid.wall_trade_day(resume_wall)
+        resume_wall = np.where(grid.holiday(day), (day + 1) * DAY_NS - grid.shift_min * MIN_NS, resume_wall)
     guess = resume_wall - (wall - ts_ns)
     return resume_wall - (local_ns(guess, grid.tz) - guess)
 
@@ -159,36 +206,39 @@ def future_timestamps(
     interval and the step index only, never on which later bars happen to exist.
 
     The grid: bars every `step_ns` (the training data's median spacing) from the origin, keeping those `on_grid`
-    (daily bars skip the weekdays the session never opens, intraday bars its closures: `grid`, the run's session;
-    None: `default_grid(exchange_tz)`, CME Globex in America/Chicago, none elsewhere). Coarser than daily: plain
-    multiples of the step. Vectorized over origins; one pass per step, an off-grid candidate jumps straight to the
-    first lattice point after the closure.
+    (daily bars skip the days the session does not open: weekdays it never opens and its holidays; intraday bars
+    its closures and its holidays' sessions: `grid`, the run's session; None: `default_grid(exchange_tz)`, CME
+    Globex's closures in America/Chicago, none elsewhere, no holiday). Coarser than daily: plain multiples of the
+    step. Vectorized over origins; one pass per step, an off-grid candidate jumps straight to the first lattice
+    point after the closure (after a holiday, the next trade date's open).
     """
     grid = grid or default_grid(exchange_tz)
     step = max(int(step_ns), 1)
     daily = not intraday and step < 1.5 * DAY_NS
     if daily:
         step = DAY_NS
-    closes = intraday and grid.closes
+    jumps = intraday and _jumps(grid)
     out = np.empty((len(last_ns), n), dtype=np.int64)  # (S, n)
     cur = np.asarray(last_ns, dtype=np.int64).copy()
     # UTC offset of each origin: it only changes inside a closure (DST switches on Sunday 02:00 for CME), where the
     # candidate is closed and jumps; the offset is then looked up again for those few.
-    offset = local_ns(cur, grid.tz) - cur if closes else None
+    offset = local_ns(cur, grid.tz) - cur if jumps else None
     for k in range(n):  # the horizon's steps, each vectorized over all origins
         cur = cur + step
         if daily:
-            off = ~grid.open_weekdays[weekday(cur // DAY_NS)]
-            while off.any():  # at most six times (twice for a Monday-Friday session)
+            off = grid.closed_day(cur // DAY_NS)
+            while off.any():  # twice for a weekend, up to the longest closure (a holiday week and its weekends)
                 cur[off] += step
-                off[off] = ~grid.open_weekdays[weekday(cur[off] // DAY_NS)]
-        elif closes:
-            off = np.flatnonzero(_closed(cur + offset, grid))
-            while len(off):  # the jump lands on the grid at once; the loop only re-checks it
+                off[off] = grid.closed_day(cur[off] // DAY_NS)
+        elif jumps:
+            if not grid.closes:  # holidays but no closure to hold the DST switches: each step's offset afresh
+                offset = local_ns(cur, grid.tz) - cur
+            off = np.flatnonzero(_shut(cur + offset, grid))
+            while len(off):  # the jump lands on the grid (after a holiday, the next trade date's open); re-checked
                 wait = _grid_resume(cur[off], cur[off] + offset[off], grid) - cur[off]
                 cur[off] += -(-np.maximum(wait, 1) // step) * step  # first lattice point at or after the resume
                 offset[off] = local_ns(cur[off], grid.tz) - cur[off]
-                off = off[_closed(cur[off] + offset[off], grid)]
+                off = off[_shut(cur[off] + offset[off], grid)]
         out[:, k] = cur
     return out
 

@@ -16,7 +16,7 @@ import importlib.util
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -41,6 +41,9 @@ class Session:
     open_day: int = -1  # relative to the trade date: -1, the evening before (CME Globex); 0 the same day (NYSE)
     close_day: int = 0  # 1: the next midnight (a 24-hour session)
     weekdays: tuple[int, ...] = (0, 1, 2, 3, 4)  # the trade dates' weekdays, Monday 0
+    # ISO dates of the trade dates on `weekdays` with no session (`--calendar`'s, as far as its calendar knows
+    # them); empty for the roots' sessions, which only the closed-bars check reads.
+    holidays: tuple[str, ...] = ()
 
     @property
     def shift_min(self) -> int:
@@ -114,8 +117,10 @@ def calendar_sessions() -> dict[str, Session] | None:
 
 
 def session_of(saved: dict) -> Session:
-    """A Session read back from JSON (its weekdays come back as a list; saved before they existed: Monday-Friday)."""
-    return Session(**{**saved, "weekdays": tuple(saved.get("weekdays", Session.weekdays))})
+    """A Session read back from JSON (its weekdays and holidays come back as lists; saved before they existed:
+    Monday-Friday, no holiday)."""
+    return Session(**{**saved, "weekdays": tuple(saved.get("weekdays", Session.weekdays)),
+                      "holidays": tuple(saved.get("holidays", ()))})
 
 
 def _package_key() -> str | None:
@@ -169,7 +174,18 @@ def _named_session(name: str) -> Session:
     if name not in mcal.get_calendar_names():
         raise InputError(f"--calendar {name!r} is not a pandas-market-calendars name (e.g. 24/7, CME Globex Equity, "
                          f"XNYS); list them with {CALENDAR_LIST}")
-    return _latest_session(name, mcal.get_calendar(name))
+    cal = mcal.get_calendar(name)
+    session = _latest_session(name, cal)
+    return replace(session, holidays=_holidays(cal, session.weekdays))
+
+
+def _holidays(cal: Any, weekdays: tuple[int, ...]) -> tuple[str, ...]:
+    """ISO dates of the calendar's holidays on its trading weekdays (regular and ad hoc closures: National Day
+    week for XSHG, 9/11 for XNYS), sorted: every one it knows, so that a model forecasts past them for as long as
+    the calendar knows them (rule-based ones to 2200; XSHG's published list to its last year)."""
+    days = np.unique(np.asarray(cal.holidays().holidays, dtype="datetime64[D]"))  # (H,)
+    on_weekday = np.isin((days.astype(np.int64) + 3) % 7, weekdays)  # 1970-01-01 was a Thursday
+    return tuple(np.datetime_as_string(days[on_weekday]).tolist())
 
 
 def _per_root(root: pl.Expr, field: str) -> pl.Expr:

@@ -110,7 +110,10 @@ def windowed_rows(rows: dict[str, np.ndarray], names: list[str], tf: FittedTrans
     else:
         starts, split = planned.result()
         del planned
-    gaps = parallel.submit(off_grid_windows, starts, rows["ts"], grid.ts, e, d, grid.base,
+    # Counted over the windows of the splits, which the summary counts, so that the count is a share of them:
+    # purged windows (and those before a rolling window's start) are in none.
+    used = starts if cuts is None else starts[np.concatenate(list(split.ids.values()))]
+    gaps = parallel.submit(off_grid_windows, used, rows["ts"], grid.ts, e, d, grid.base,
                            None if grid.index is None else grid.index[:, -1])
     facts = window_facts(rows["ts"], rows["real"], rows["sidx"], codes, starts, len(names), e, split, 0)
     facts = dataclasses.replace(facts, off_grid=gaps.result())

@@ -200,7 +200,8 @@ def prepare_from_bars(
     windows = _tensors(out, names, known_width(transform), e, d,
                        static.arrays(transform.inputs, static_values, names) if static_values else None, timed)
     windows.check_codes(schema)
-    summary = data_summary(meta, schema, out.facts, windows.series_names, cuts, for_prediction, out.roll_bars, spacing)
+    summary = data_summary(meta, schema, out.facts, windows.series_names, cuts, for_prediction, out.roll_bars, spacing,
+                           calendar=None if transform.session is None else transform.session.calendar)
     if src is not None:
         summary["inputs"] = inputs.summary(src, dropped)
     return PreparedData(
@@ -317,16 +318,45 @@ def train_start_ns(cfg: DataConfig) -> int:
     return _date_ns(cfg.train_start, "train_start") if cfg.train_start else np.iinfo(np.int64).min
 
 
-def split_cuts(cfg: DataConfig, ts_ns: np.ndarray) -> tuple[int, int | None]:
-    """(train cut, val cut) in ns UTC: from the dates, or by fractions of the global time span: the last
-    `test_fraction` is test (none when 0), the `val_fraction` before it validation, the rest train."""
+def split_cuts(cfg: DataConfig, ts_ns: np.ndarray | list[np.ndarray]) -> tuple[int, int | None]:
+    """(train cut, val cut) in ns UTC: the dates given, or `split_times`' fractions of the bars' span, each moved to
+    the first bar at or after it, so that daily bars are cut at a day and the summary's cut is a bar's time.
+    Moving a cut past no bar moves no row and no window across it: the splits and the purge are those of the
+    fraction's time. `ts_ns`: every bar's time (N,), or arrays that together hold them (a store's pieces' distinct
+    times, store/pieced.py)."""
+    parts = [ts_ns] if isinstance(ts_ns, np.ndarray) else [p for p in ts_ns if len(p)]
+    times = split_times(cfg, min(int(p.min()) for p in parts), max(int(p.max()) for p in parts))
+    if cfg.train_end:
+        return times
+    train_cut, val_cut = times
+    return bar_at_or_after(train_cut, parts), None if val_cut is None else bar_at_or_after(val_cut, parts)
+
+
+def split_times(cfg: DataConfig, lo: int, hi: int) -> tuple[int, int | None]:
+    """(train cut, val cut) in ns UTC before `split_cuts` puts them on bars: from the dates, or by fractions of the
+    time span [lo, hi]: the last `test_fraction` is test (none when 0), the `val_fraction` before it validation,
+    the rest train."""
     if cfg.train_end:
         val_cut = _date_ns(cfg.val_end, "--val-end") if cfg.val_end else None
         return _date_ns(cfg.train_end, "--train-end"), val_cut
-    lo, hi = int(ts_ns.min()), int(ts_ns.max())
     test = cfg.test_fraction
     val_cut = lo + int((hi - lo) * (1.0 - test)) if test > 0 else None
     return lo + int((hi - lo) * (1.0 - cfg.val_fraction - test)), val_cut
+
+
+CUT_CHUNK = 1 << 20  # bar times bar_at_or_after compares at a time (its temporaries: a few MB)
+
+
+def bar_at_or_after(t: int, parts: list[np.ndarray]) -> int:
+    """The least time at or after `t` in the arrays `parts` (any order); `t` itself when none is."""
+    best = None
+    for p in parts:
+        for lo in range(0, len(p), CUT_CHUNK):
+            chunk = np.asarray(p[lo : lo + CUT_CHUNK])
+            later = chunk[chunk >= t]
+            if len(later):
+                best = int(later.min()) if best is None else min(best, int(later.min()))
+    return t if best is None else best
 
 
 def check_splits(

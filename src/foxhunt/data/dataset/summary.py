@@ -115,8 +115,10 @@ def data_summary(
     for_prediction: bool,
     roll_bars: int,
     spacing_ns: int,
+    calendar: str | None = None,
 ) -> dict[str, Any]:
-    """Rows, series, contracts, rolls, windows per split, purged windows, split date ranges, features by role."""
+    """Rows, series, contracts, rolls, windows per split, purged windows, split date ranges, features by role.
+    `calendar`: the run's --calendar (None without it), whose sessions the forecast grid follows."""
     report = dict(getattr(loaded, "report", {}) or {})
     series = {}
     for i, name in enumerate(series_names):
@@ -140,6 +142,7 @@ def data_summary(
         "checks": {k: _plain(report.get(k)) for k in CHECKS if k in report},
         "bars_filled": report.get("bars_filled"),  # None: --fill-gaps was off
         "windows_with_gaps": facts.off_grid,
+        "calendar": calendar,
         "intraday": bool(schema.extra.get("intraday", False)),
         "series": series,
         "symbols": report.get("symbols"),
@@ -235,6 +238,13 @@ def contracts_text(summary: dict[str, Any]) -> str | None:
     return decision_line(apart, n, len(summary["series"]))
 
 
+def _calendar_hint(calendar: str | None) -> str:
+    """Why so many windows may miss bars: the grid's sessions. `--calendar` is suggested only when not given."""
+    if calendar is None:
+        return "; so many may mean the grid's sessions are not the market's: see --calendar NAME (e.g. 24/7, XNYS)"
+    return f"; so many may mean the market does not keep the sessions of --calendar {calendar} (its days or hours)"
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """A compact multi-line text: data, series, features, target, and one line per split."""
     s = summary
@@ -264,8 +274,7 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"gaps      {gaps:,} of {n_windows:,} windows ({100 * gaps / max(1, n_windows):.0f}%) miss bars in their "
             "forecast span, so step k is not k bar intervals ahead"
             + ("; see --fill-gaps" if s.get("intraday") and filled is None else "")
-            + ("; so many may mean the grid's sessions are not the market's: see --calendar NAME (e.g. 24/7, XNYS)"
-               if gaps > CALENDAR_HINT_SHARE * n_windows else "")
+            + (_calendar_hint(s.get("calendar")) if gaps > CALENDAR_HINT_SHARE * n_windows else "")
         )
     for name, info in s["series"].items():
         lines.append(

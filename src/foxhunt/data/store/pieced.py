@@ -45,7 +45,14 @@ from foxhunt.data.bars.load import ROLL_REASONS, merge_reports
 from foxhunt.data.bars.sessions import run_session
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.featurize import known_width
-from foxhunt.data.dataset.prepare import check_length, check_splits, feature_schema, split_cuts, user_sources
+from foxhunt.data.dataset.prepare import (
+    check_length,
+    check_splits,
+    feature_schema,
+    split_cuts,
+    split_times,
+    user_sources,
+)
 from foxhunt.data.dataset.summary import data_summary, merge_facts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import SplitResult
@@ -118,7 +125,7 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
         return None
     check_bar_sizes([x for r in reads for x in r.rtypes], [x for r in reads for x in r.spacings], files)
     entries = [e for r in reads for e in r.files]
-    expected = split_cuts(cfg, np.array([min(r.lo for r in reads), max(r.hi for r in reads)]))
+    expected = split_times(cfg, min(r.lo for r in reads), max(r.hi for r in reads))  # before cleaning, off bars
     shares = [inputs.restricted(src, lambda key, k=k: route.piece_of(key) == k) for k in range(len(pieces))]
     loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected,
                                                            shares[k]) for k in range(len(pieces))])
@@ -135,9 +142,11 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     e, d = cfg.encoder_length, cfg.horizon
     check_length(names, np.concatenate([r.lengths for r in loads]), e, d, False)
     span = np.array([min(r.lo for r in loads), max(r.hi for r in loads)], dtype=np.int64)
-    cuts = split_cuts(cfg, span)
+    # The cuts on the bars of every piece, as in memory; the fits under `expected` hold where the times before
+    # moving them onto bars did not move: no row lies between a time and the bar it moves to.
+    cuts = split_cuts(cfg, [shared(spill, f"stamps-{k}") for k in range(len(loads))])
     fits = [r.fit for r in loads]
-    if cuts != expected:
+    if split_times(cfg, int(span[0]), int(span[1])) != expected:
         log.debug("prepare in pieces: cleaning moved the ends of the span, the cuts with them: fitting again")
         fits = _map(executor, jobs.fit, [(cfg, k, str(spill), r.names, r.lengths, cuts) for k, r in enumerate(loads)])
     spacing = counted_median([f.train_gaps for f in fits]) or counted_median([r.gaps for r in loads])
@@ -199,7 +208,8 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
         arrays[f"split_{k}"] = save_array(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))
     schema = feature_schema(transform, e, d, cfg.adjust)
     meta = SimpleNamespace(report=merge_reports([r.report for r in loads]), rolls=[x for r in loads for x in r.rolls])
-    summary = data_summary(meta, schema, facts, names, cuts, False, sum(w.roll_bars for w in written), spacing)
+    summary = data_summary(meta, schema, facts, names, cuts, False, sum(w.roll_bars for w in written), spacing,
+                           calendar=cfg.calendar)
     if src is not None:
         summary["inputs"] = inputs.summary(src, dropped)
     fields = {"encoder_length": e, "horizon": d, "n_known_cont": known_width(transform),
