@@ -88,7 +88,7 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     Raises InputError for anything the user must fix.
     """
     raw, files = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
-                           since=cfg.since, until=cfg.until)
+                           since=cfg.since, until=cfg.until, date_format=cfg.date_format)
     return load_raw(raw, files, cfg, grid_step_ns, consume=True)
 
 

@@ -55,6 +55,7 @@ def read_bars(
     until: str | None = None,
     symbols: Sequence[str] | None = None,
     sources: Sequence[Source] | None = None,
+    date_format: str | None = None,
 ) -> tuple[pl.DataFrame, list[dict]]:
     """Read every file named by `paths` (files, directories or globs) as one raw frame.
 
@@ -64,7 +65,8 @@ def read_bars(
     the files read): store/pieced.py reads a panel once, in chunks of consecutive files, passing each chunk's files
     this way rather than walking a folder of thousands of daily files again for each chunk.
 
-    `timezone` is the zone of naive timestamps (None: UTC); `price_scale` divides every price (100: cents to dollars).
+    `timezone` is the zone of naive timestamps (None: UTC); `date_format` reads text times (times.py; None: ISO 8601);
+    `price_scale` divides every price (100: cents to dollars).
     `since` / `until` (ISO dates or times, UTC when naive) keep the bars with since <= ts < until: hive partitions
     dated outside them are never opened, and parquet row groups outside them are never decoded.
     Returns (frame with RAW_SCHEMA columns, files [{path, size_bytes, rows, timestamps}]) for every file opened, where
@@ -76,7 +78,7 @@ def read_bars(
     frames, files, rtypes, spacings = [], [], [], []
     for source in expand_sources(paths) if sources is None else sources:
         for run in _runs(source, bounds):
-            frame, entries = _read_run(run, source, bounds, timestamp_col, symbol_col, timezone, symbols)
+            frame, entries = _read_run(run, source, bounds, timestamp_col, symbol_col, timezone, symbols, date_format)
             run_rtypes = rtype_sets(frame, len(run))  # bar sizes are measured per run, while the run is small
             rtypes += run_rtypes
             spacings += median_spacings(frame, len(run)) if not all(run_rtypes) else [None] * len(run)
@@ -120,14 +122,15 @@ def _runs(source: Source, bounds: TimeBounds) -> list[list[Path]]:
 
 def _read_run(
     run: list[Path], source: Source, bounds: TimeBounds, timestamp_col: str | None, symbol_col: str | None,
-    timezone: str | None, symbols: Sequence[str] | None = None,
+    timezone: str | None, symbols: Sequence[str] | None = None, date_format: str | None = None,
 ) -> tuple[pl.DataFrame, list[dict]]:
     """One run as normalised columns with file_idx (within the run) and row; its entries of read_bars' file list."""
     if is_parquet(run[0]):
-        frame, kind, counts = _read_parquet_run(run, source, bounds, timestamp_col, symbol_col, timezone, symbols)
+        frame, kind, counts = _read_parquet_run(run, source, bounds, timestamp_col, symbol_col, timezone, symbols,
+                                                date_format)
     else:
         path = run[0]
-        frame, kind = read_file(path, source.default_name, timestamp_col, symbol_col, timezone)
+        frame, kind = read_file(path, source.default_name, timestamp_col, symbol_col, timezone, date_format)
         frame = frame.with_columns(pl.lit(0, dtype=pl.UInt32).alias("file_idx"), _rows())
         if bounds.active:
             frame = frame.filter(bounds.mask())
@@ -143,7 +146,7 @@ def _read_run(
 
 def _read_parquet_run(
     run: list[Path], source: Source, bounds: TimeBounds, timestamp_col: str | None, symbol_col: str | None,
-    timezone: str | None, symbols: Sequence[str] | None = None,
+    timezone: str | None, symbols: Sequence[str] | None = None, date_format: str | None = None,
 ) -> tuple[pl.DataFrame, str, list[int]]:
     """Parquet files of one layout through one lazy scan (scan.py); hive keys (partitions.py) add a symbol column
     where the files have none. Files whose columns differ are read one scan each."""
@@ -174,7 +177,8 @@ def _read_parquet_run(
     except Exception as e:
         if len(run) == 1:
             raise read_error(run[0], e) from None
-        parts = [_read_parquet_run([p], source, bounds, timestamp_col, symbol_col, timezone, symbols) for p in run]
+        parts = [_read_parquet_run([p], source, bounds, timestamp_col, symbol_col, timezone, symbols, date_format)
+                 for p in run]
         frame = pl.concat([f.with_columns(pl.lit(i, pl.UInt32).alias("file_idx")) for i, (f, _, _) in enumerate(parts)])
         return frame, parts[0][1], [n for _, _, c in parts for n in c]
     if not bounds.active and symbols is None and 0 in counts:
@@ -183,10 +187,10 @@ def _read_parquet_run(
         frame = align_chunks(_with_hive_symbol(frame, run, keys, hive_symbol, own_symbol), frame.get_column("row"))
     try:
         out, kind = normalise(frame.drop("file_idx", "row"), source.root or run[0], source.default_name,
-                               timestamp_col, symbol_col, timezone)
+                              timestamp_col, symbol_col, timezone, date_format)
     except InputError:
         for path in run:  # name the file and its own row: read the files one by one until one fails the same way
-            read_file(path, source.default_name, timestamp_col, symbol_col, timezone)
+            read_file(path, source.default_name, timestamp_col, symbol_col, timezone, date_format)
         raise
     out = align_chunks(out.with_columns(frame.get_column("file_idx"), frame.get_column("row")), frame.get_column("row"))
     del frame
@@ -268,13 +272,14 @@ def read_frame(
     symbol_col: str | None = None,
     timezone: str | None = None,
     price_scale: float = 1.0,
+    date_format: str | None = None,
 ) -> tuple[pl.DataFrame, dict]:
     """An in-memory frame with a file's columns (see the module doc) as one raw frame (RAW_SCHEMA) and its entry
     of `read_bars`' file list, exactly as `read_bars` reads a file; `name` stands for the path in error messages and
     names the series of a frame without a symbol column. Raises InputError like `read_bars`."""
     if frame.height == 0:
         raise InputError(f"{name}: the frame has no rows; pass bars")
-    out, kind = normalise(frame, Path(name), name, timestamp_col, symbol_col, timezone)
+    out, kind = normalise(frame, Path(name), name, timestamp_col, symbol_col, timezone, date_format)
     if price_scale != 1.0:
         out = out.with_columns(pl.col(c) / price_scale for c in PRICE_COLS)
     out = out.with_columns(pl.lit(0, dtype=pl.UInt32).alias("file_idx"), _rows())
