@@ -78,7 +78,8 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     `grid_step_ns`: the bar interval --fill-gaps fills to (a saved model's `bar_spacing_ns`, so that prediction
     fills to the grid the model was trained on); None measures it on these bars.
 
-    report keys: files [{path, size_bytes, rows, timestamps}], rows_read, duplicates_dropped, nan_rows_dropped
+    report keys: files [{path, size_bytes, rows, timestamps}], rows_read, duplicates_dropped (duplicates_conflicting
+    of them with other values than the bar kept), nan_rows_dropped
     (missing or non-finite), inconsistent_rows_dropped (OHLC contradictions), rows_out_of_order, spreads_dropped,
     contracts_kept, contracts_dropped, contracts_mode ("continuous" | "each" | "symbols"), adjust, roll_confirm,
     rolls_by_reason {reason: count}, bar_interval ("1m", "1h", "1d", ...), sunday_stubs_merged, bars_filled (None
@@ -286,7 +287,7 @@ def _grouped_summary(bars: pl.DataFrame) -> dict:
 
 
 SUMMED = ("rows_read", "nan_rows_dropped", "inconsistent_rows_dropped", "duplicates_dropped", "rows_out_of_order",
-          "spreads_dropped", "sunday_stubs_merged")
+          "spreads_dropped", "sunday_stubs_merged", "duplicates_conflicting")
 
 
 def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
