@@ -132,3 +132,17 @@ def test_inspect_takes_the_date_format_for_bars_and_says_what_to_pass_without_it
     assert main(["inspect", str(path), "--encoder-length", "8", "--horizon", "2", "--date-format", US, "--json"]) == 0
     series = json.loads(capsys.readouterr().out)["series"]["SPX"]
     assert (series["rows"], series["end"]) == (60, "2015-08-03T00:00:00Z")  # August 3, not March 8
+
+
+def test_the_format_suggested_for_times_with_an_offset_reads_them(tmp_path):
+    path = tmp_path / "offsets.csv"
+    path.write_text("timestamp,symbol,open,high,low,close,volume\n03/05/2015 10:00-05:00,A,1,1,1,1,1\n"
+                    "03/05/2015 10:01Z,A,1,1,1,1,1\n")
+    with pytest.raises(InputError) as e:
+        read_bars([str(path)])
+    fmt = "%m/%d/%Y %H:%M%#z"
+    assert f"or {fmt!r} (month first)" in str(e.value)
+    raw, files = read_bars([str(path)], date_format=data_config({"date_format": fmt}, ()).date_format)
+    assert raw["ts"].to_list() == [dt.datetime(2015, 3, 5, 15, 0, tzinfo=dt.UTC),
+                                   dt.datetime(2015, 3, 5, 10, 1, tzinfo=dt.UTC)]
+    assert files[0]["timestamps"] == "aware"

@@ -41,7 +41,8 @@ def check_date_format(fmt: str) -> None:
     """Refuse a --date-format that cannot read back the dates it writes (no date in it, unknown codes)."""
     sample = pl.Series([SAMPLE])
     try:
-        back = sample.dt.strftime(fmt).str.to_datetime(fmt, time_unit="ns", strict=False)
+        written = sample.dt.strftime(fmt.replace("%#z", "%z"))  # %#z only parses (Z, +hh:mm or +hhmm)
+        back = written.str.to_datetime(fmt, time_unit="ns", strict=False)
         ok = back.dt.date()[0] == SAMPLE.date()
     except Exception:  # polars raises several types for codes it does not know
         ok = False
@@ -127,12 +128,12 @@ def _suggested(match: re.Match, day_first: bool) -> str:
     """The --date-format of a date like `match`'s (its separator, year digits and time part)."""
     sep, year, rest = match.group(2), match.group(4), match.group(5)
     date = sep.join(("%d", "%m") if day_first else ("%m", "%d")) + sep + ("%Y" if len(year) == 4 else "%y")
-    offset = re.search(r"(Z|[+-]\d\d:?\d\d)$", rest)
+    offset = re.search(OFFSET, rest)
     clock = rest[: offset.start()] if offset else rest
     time = next((m.group(1) + f for r, f in TIME_FORMATS if (m := r.match(clock))), "" if not clock else None)
     if time is None:
         return date + " ..."  # a time of another shape: the user completes it
-    return date + time + ("%z" if offset else "")
+    return date + time + ("" if offset is None else "%#z")  # %#z reads Z as well as +hh:mm and +hhmm
 
 
 def _first_where(mask: pl.Series, values: pl.Series) -> tuple[int, str] | None:
