@@ -106,6 +106,7 @@ def _data_config(v: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
         seasonality=bool(v.get("seasonality", _D.seasonality)),
         calendar_features=bool(v.get("calendar_features", _D.calendar_features)),
         timezone=v.get("timezone") or None,
+        date_format=v.get("date_format") or None,
         calendar=v.get("calendar") or None,
         price_scale=float(v.get("price_scale", _D.price_scale)),
         fill_gaps=bool(v.get("fill_gaps", _D.fill_gaps)),

@@ -36,11 +36,14 @@ T0 = dt.datetime(2024, 3, 8, 12, 0, tzinfo=dt.UTC)  # the US DST change (2024-03
 
 
 def _messy(n: int = 3000, seed: int = 0) -> pl.DataFrame:
-    """Raw bars of three symbols (one with a null instrument id): duplicates, shuffled stretches, out-of-order rows."""
+    """Raw bars of three symbols (one with a null instrument id): duplicates, shuffled stretches, out-of-order rows.
+    A duplicate is the same bar again (its values follow from its symbol and minute): one with other values is a
+    conflict, which more than 1% of the rows make an error (test_duplicates.py)."""
     rng = np.random.default_rng(seed)
     sym = rng.choice(["ESH4", "NQH4", "ES"], n)
     minute = rng.integers(0, 6000, n)  # many (symbol, ts) repeats: duplicates
-    close = 100 + rng.standard_normal(n)
+    code = np.unique(sym, return_inverse=True)[1]
+    close = 100 + np.sin(minute + 2.0 * code)
     return pl.DataFrame(
         {
             "file_idx": np.zeros(n, np.uint32),
@@ -50,7 +53,7 @@ def _messy(n: int = 3000, seed: int = 0) -> pl.DataFrame:
             "high": close + 1,
             "low": close - 1,
             "close": close,
-            "volume": rng.integers(1, 100, n).astype(float),
+            "volume": ((minute * 31 + code * 7) % 99 + 1).astype(float),
             "symbol": sym,
             "instrument_id": [None if s == "ES" else 7 + (s == "NQH4") for s in sym],
             "rtype": [None] * n,
@@ -146,11 +149,12 @@ def test_dedup_and_out_of_order_by_hand():
         symbol=pl.Series(["A", "A", "A", "B", "A"]),
         instrument_id=pl.Series([1, 1, 1, 2, 1]),
         ts=pl.Series([T0 + dt.timedelta(minutes=m) for m in (3, 1, 2, 1, 1)]),
-        close=pl.Series([10.0, 11.0, 12.0, 13.0, 14.0]),
+        close=pl.Series([10.0, 14.0, 12.0, 13.0, 14.0]),
+        volume=pl.Series([1.0] * 5),
     ).with_columns(open=pl.col("close"), high=pl.col("close"), low=pl.col("close"))
     got, stats = clean_bars(df, ["f.parquet"])
-    # A at minute 1 is read twice: the later row (close 14) stays. In reading order A runs 3, 2, 1: two rows late.
-    assert got["close"].to_list() == [14.0, 12.0, 10.0, 13.0]
+    # A at minute 1 is read twice: the later row (row 4) stays. In reading order A runs 3, 2, 1: two rows late.
+    assert got["close"].to_list() == [14.0, 12.0, 10.0, 13.0] and got["row"].to_list() == [4, 2, 0, 3]
     assert (stats["duplicates_dropped"], stats["rows_out_of_order"]) == (1, 2)
 
 

@@ -113,7 +113,7 @@ def test_a_gather_readied_while_the_plan_is_found_gives_the_same_frame(threads, 
     assert all(mine.get_column(c).n_chunks() == 1 for c in ("open", "volume"))  # made one chunk in place
     got, duplicates, late = _sort_dedup(mine, sort_plan(*(mine.get_column(c) for c in ("symbol", "instrument_id", "ts"))),
                                         True, kinds)
-    assert got.equals(want, null_equal=True) and (duplicates, late) == (want_stats["duplicates_dropped"], 0)
+    assert got.equals(want, null_equal=True) and (duplicates.dropped, late) == (want_stats["duplicates_dropped"], 0)
 
 
 def test_heaps_are_trimmed_only_after_large_work_on_a_pool_thread(monkeypatch):

@@ -45,8 +45,8 @@ def _raw(rows: list[tuple]) -> pl.DataFrame:
 def test_duplicates_keep_last_and_out_of_order_rows_are_sorted_and_counted():
     raw = _raw(
         [
-            ("A", 4, 10.0, 1.0),
-            ("A", 4, 10.5, 2.0),  # duplicate of A day 4: the last one read is kept
+            ("A", 4, 10.5, 2.0),
+            ("A", 4, 10.5, 2.0),  # duplicate of A day 4 (the same bar): the last one read is kept
             ("A", 6, 12.0, 1.0),
             ("A", 5, 11.0, 1.0),  # out of order
             ("B", 4, 20.0, 1.0),
@@ -59,6 +59,7 @@ def test_duplicates_keep_last_and_out_of_order_rows_are_sorted_and_counted():
         "inconsistent_rows_dropped": 0,
         "duplicates_dropped": 1,
         "rows_out_of_order": 2,
+        "duplicates_conflicting": 0,
     }
     assert out.select("symbol", pl.col("ts").dt.day(), "close").rows() == [
         ("A", 4, 10.5),
@@ -67,6 +68,7 @@ def test_duplicates_keep_last_and_out_of_order_rows_are_sorted_and_counted():
         ("B", 3, 19.0),
         ("B", 4, 20.0),
     ]
+    assert out["row"][0] == 1
 
 
 def test_nan_rows_up_to_one_percent_are_dropped_and_counted():

@@ -51,7 +51,7 @@ class LiveInputs:
                                   cfg.covariates, cfg.events, cfg.timestamp_col, cfg.symbol_col, cfg.timezone,
                                   saved_events=got.get("events"), target=tf.target, static_cols=static_files,
                                   categorical=(*observed_cat, *known_cat, *static.categorical_columns(got)),
-                                  fitted=True)  # a saved model's real inputs: numbers
+                                  fitted=True, date_format=cfg.date_format)  # a saved model's real inputs: numbers
         self.n_known = len(inputs.known_names(got))
         self.known = None if src is None else inputs.known_values(got, src, max(int(tf.bar_spacing_ns), 1))
         self.files = {c: AsOf(src.tables[c], c) for c in from_files} if src is not None else {}

@@ -103,6 +103,8 @@ DATA_OPTIONS: Group = (
     opt("symbol_col", str | None, None, "Symbol column.", DATA, metavar="NAME", show_default="detected"),
     opt("timezone", str | None, None, "Zone of naive timestamps, e.g. America/Chicago.", DATA, metavar="TZ",
         show_default="UTC"),
+    opt("date_format", str | None, None, "How text times are written, e.g. %m/%d/%Y %H:%M.", DATA,
+        metavar="FORMAT", show_default="ISO 8601"),
     opt("calendar", str | None, None, "Sessions and holidays: a calendar name, or 24/7.", DATA, metavar="NAME",
         show_default="by futures root"),
     SINCE,

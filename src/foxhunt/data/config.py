@@ -59,6 +59,10 @@ class DataConfig:
     fill_gaps: bool = False  # intraday: missing grid bars inside a session become flagged zero-volume bars (fill.py)
     exchange_tz: str = "America/Chicago"  # with `calendar`: the calendar's zone
     timezone: str | None = None  # zone of naive timestamps (None: UTC, checked against the session grid)
+    # How text times of the bar, --covariates and --events files are written: a strftime format (%m/%d/%Y %H:%M).
+    # None: ISO 8601 or epoch counts; day and month side by side (03/05/2015) are refused rather than guessed.
+    # Saved with the run: predict and evaluate read the later files the same way.
+    date_format: str | None = None
     # A pandas-market-calendars name, or 24/7 (no package needed): every bar's session in the closed-bars check, and
     # (its zone) the exchange zone of the halt, the time-of-day inputs and the forecast grid. None: per root.
     calendar: str | None = None
@@ -111,6 +115,10 @@ class DataConfig:
                 ZoneInfo(self.timezone)
             except (ZoneInfoNotFoundError, ValueError):
                 bad(f"--timezone {self.timezone!r} is not a time zone; use an IANA name like America/Chicago or UTC")
+        if self.date_format is not None:
+            from foxhunt.data.io.times import check_date_format  # raises naming --date-format
+
+            check_date_format(self.date_format)
         if self.calendar is not None:
             from foxhunt.data.bars.sessions import calendar_session  # raises naming --calendar
 

@@ -58,7 +58,7 @@ FIXED = frozenset({
     # where the test period starts: the dates, the fractions of the time span, a rolling window's start
     "train_end", "val_end", "val_fraction", "test_fraction", "train_start",
     # which bars are read, hence the time span the fractions divide and the windows in each period
-    "parquet_file", "features", "since", "until", "timestamp_col", "symbol_col", "timezone", "calendar",
+    "parquet_file", "features", "since", "until", "timestamp_col", "symbol_col", "timezone", "date_format", "calendar",
     "contracts", "roll_confirm", "adjust", "fill_gaps",
     # what the validation q-risk measures: its target, units, forecast steps and quantiles
     "target", "price_scale", "horizon", "quantiles",

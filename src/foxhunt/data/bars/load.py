@@ -79,7 +79,8 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     `grid_step_ns`: the bar interval --fill-gaps fills to (a saved model's `bar_spacing_ns`, so that prediction
     fills to the grid the model was trained on); None measures it on these bars.
 
-    report keys: files [{path, size_bytes, rows, timestamps}], rows_read, duplicates_dropped, nan_rows_dropped
+    report keys: files [{path, size_bytes, rows, timestamps}], rows_read, duplicates_dropped (duplicates_conflicting
+    of them with other values than the bar kept), nan_rows_dropped
     (missing or non-finite), inconsistent_rows_dropped (OHLC contradictions), rows_out_of_order, spreads_dropped,
     symbols (distinct symbols once spreads are dropped), contracts_kept, contracts_dropped, contracts_mode
     ("continuous" | "each" | "symbols"), roots_apart ({root: facts} of the roots whose symbols read as contracts but
@@ -92,7 +93,7 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     Raises InputError for anything the user must fix.
     """
     raw, files = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
-                           since=cfg.since, until=cfg.until)
+                           since=cfg.since, until=cfg.until, date_format=cfg.date_format)
     return load_raw(raw, files, cfg, grid_step_ns, consume=True)
 
 
@@ -295,7 +296,7 @@ def _grouped_summary(bars: pl.DataFrame) -> dict:
 
 
 SUMMED = ("rows_read", "nan_rows_dropped", "inconsistent_rows_dropped", "duplicates_dropped", "rows_out_of_order",
-          "spreads_dropped", "sunday_stubs_merged", "symbols")
+          "spreads_dropped", "sunday_stubs_merged", "symbols", "duplicates_conflicting")
 
 
 def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:

@@ -5,6 +5,8 @@ Repaired (counted in the load report):
   with a missing or non-finite (NaN, inf) price or volume, and rows whose prices contradict each other (high below
   max(open, close) or low above min(open, close); high below low is one of these);
 - duplicate rows (same instrument and timestamp, as when downloads overlap) are dropped keeping the last one read;
+  those whose prices or volume differ from the row kept are a warning naming the first, and more than 1% of the rows
+  stop the run (duplicates.py);
 - rows out of time order within an instrument are sorted (the count is of rows that came earlier than a row before
   them);
 - Databento ohlcv-1d Sunday stubs (see `merge_sunday_stubs`).
@@ -25,6 +27,8 @@ from concurrent.futures import Future
 import numpy as np
 import polars as pl
 
+from foxhunt.data.bars import duplicates
+from foxhunt.data.bars.duplicates import Duplicates
 from foxhunt.data.util import heap, parallel
 from foxhunt.data.util.order import (
     Declined,
@@ -58,10 +62,11 @@ def clean_bars(
     """Drop bad/duplicate rows, check prices, sort by (symbol, instrument_id, ts).
 
     `df` has the read stage's columns (file_idx and row locate a row for messages; `files` maps file_idx to a path).
-    Returns (clean frame, {nan_rows_dropped, inconsistent_rows_dropped, duplicates_dropped, rows_out_of_order});
-    nan_rows_dropped counts every missing or non-finite (NaN, inf) row. `consume=True`: when the rows must be
-    reordered, `df`'s columns are dropped from it one by one as they are gathered (the input and the sorted copy
-    never both take memory); the caller must not read `df` afterwards. `plan`: `sort_plan` of df's instrument and
+    Returns (clean frame, {nan_rows_dropped, inconsistent_rows_dropped, duplicates_dropped, rows_out_of_order,
+    duplicates_conflicting}); nan_rows_dropped counts every missing or non-finite (NaN, inf) row, and
+    duplicates_conflicting the duplicates dropped whose values differ from the row kept (duplicates.py).
+    `consume=True`: when the rows must be reordered, `df`'s columns are dropped from it one by one as they are
+    gathered (the input and the sorted copy never both take memory); the caller must not read `df` afterwards. `plan`: `sort_plan` of df's instrument and
     ts columns, when the caller has started it (`submit_sort_plan`; pass the only reference to it).
     """
     n = df.height
@@ -114,14 +119,14 @@ def clean_bars(
     if plan_rows is None or df.height != n:
         plan_rows = None  # a stale plan's arrays go before the new plan's are made
         plan_rows = sort_plan(*_plan_columns(df))
-    df, duplicates, out_of_order = _sort_dedup(df, plan_rows, consume, kinds)
-    if duplicates or out_of_order:
-        log.info("dropped %d duplicate rows; sorted %d rows that were out of order", duplicates, out_of_order)
+    df, found, out_of_order = _sort_dedup(df, plan_rows, consume, kinds)
+    duplicates.tell(found, n, files, out_of_order)
     return df, {
         "nan_rows_dropped": int(n_nonfinite),
         "inconsistent_rows_dropped": int(n_inconsistent),
-        "duplicates_dropped": duplicates,
+        "duplicates_dropped": found.dropped,
         "rows_out_of_order": out_of_order,
+        "duplicates_conflicting": found.conflicting,
     }
 
 
@@ -177,8 +182,8 @@ def sort_plan(symbol: pl.Series, ident: pl.Series, ts: pl.Series, accept: Callab
 
 def _sort_dedup(
     df: pl.DataFrame, plan: SortPlan, consume: bool = False, kinds: dict[str, str] | None = None
-) -> tuple[pl.DataFrame, int, int]:
-    """(df sorted by instrument and ts without duplicates, duplicates dropped, rows out of order); `plan` is
+) -> tuple[pl.DataFrame, Duplicates, int]:
+    """(df sorted by instrument and ts without duplicates, what dropping them found, rows out of order); `plan` is
     `sort_plan` of df's rows, `kinds` `_column_kinds` of df when the caller has them.
 
     One stable sort: the rows of one (instrument, ts) stay in the order they were read and the last of them is kept.
@@ -198,9 +203,10 @@ def _sort_dedup(
         keys = [k[order] for k in keys]
     keep = ~same_as_next(keys)  # (N,) the last row read of each (instrument, ts)
     n = len(keep)
-    duplicates = int(n - keep.sum())
+    found = duplicates.find(df, order, keep)
+    dropped = found.dropped
     pos = np.arange(len(keep), dtype=np.int64) if order is None else order.astype(np.int64, copy=False)
-    rows = None if duplicates == 0 else np.flatnonzero(keep)
+    rows = None if dropped == 0 else np.flatnonzero(keep)
     del keep
     if rows is not None:
         keys, pos = [k[rows] for k in keys], pos[rows]
@@ -217,14 +223,14 @@ def _sort_dedup(
     elif order is not None:
         rows = order
     if rows is not None and consume:
-        return take_out(df, rows), duplicates, out_of_order
-    return gather(df, rows), duplicates, out_of_order
+        return take_out(df, rows), found, out_of_order
+    return gather(df, rows), found, out_of_order
 
 
 def _regrouped(
     df: pl.DataFrame, order: np.ndarray, ts: np.ndarray, counts: np.ndarray, consume: bool,
     kinds: dict[str, str] | None = None,
-) -> tuple[pl.DataFrame, int, int]:
+) -> tuple[pl.DataFrame, Duplicates, int]:
     """`_sort_dedup` for rows whose instruments were each read in time order (`order.grouped_order` found them so):
     no row is out of order, and only the columns that vary within an instrument are gathered.
 
@@ -240,9 +246,9 @@ def _regrouped(
     same[np.cumsum(counts)[:-1] - 1] = False  # pairs across two instruments
     keep = np.append(~same, True)  # (N,) the last row read of each (instrument, ts)
     del same
-    duplicates = int(len(keep) - keep.sum())
+    found = duplicates.find(df, order, keep)
     rows = order
-    if duplicates:
+    if found.dropped:
         counts = np.add.reduceat(keep, np.cumsum(counts) - counts).astype(np.int64)
         rows, ts = order[keep], ts[keep]
     del keep, order
@@ -266,7 +272,7 @@ def _regrouped(
         moved = df.select(rest)[taken]
     del taken
     out.update(repeated.result())
-    return pl.DataFrame([out[c] if c in out else moved.get_column(c) for c in names]), duplicates, 0
+    return pl.DataFrame([out[c] if c in out else moved.get_column(c) for c in names]), found, 0
 
 
 def _per_instrument(

@@ -239,7 +239,7 @@ def user_sources(cfg: DataConfig, transform: FittedTransform | None,
                                cfg.symbol_col, cfg.timezone, saved_events=saved, context=context,
                                target=transform.target if transform else cfg.target, static_cols=static_cols,
                                categorical=categorical, bar_frame=bar_frame, fitted=transform is not None,
-                               bar_reader=bar_reader)
+                               bar_reader=bar_reader, date_format=cfg.date_format)
 
 
 def feature_columns(target: str, fill_gaps: bool) -> list[str]:

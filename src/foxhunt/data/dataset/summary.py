@@ -26,6 +26,7 @@ CHECKS = (
     "nan_rows_dropped",
     "inconsistent_rows_dropped",
     "duplicates_dropped",
+    "duplicates_conflicting",
     "rows_out_of_order",
     "timezone",
     "closed_share",
@@ -205,8 +206,9 @@ def _checks_text(c: dict[str, Any]) -> str:
     """'dropped 2 missing/non-finite, 1 inconsistent (OHLC) and 0 duplicate rows, sorted 0; times read as ...'."""
     text = (
         f"dropped {c.get('nan_rows_dropped', 0):,} missing/non-finite, {c.get('inconsistent_rows_dropped', 0):,}"
-        f" inconsistent (OHLC) and {c.get('duplicates_dropped', 0):,} duplicate rows,"
-        f" sorted {c.get('rows_out_of_order', 0):,}"
+        f" inconsistent (OHLC) and {c.get('duplicates_dropped', 0):,} duplicate rows"
+        + (f" ({c['duplicates_conflicting']:,} with other values)" if c.get("duplicates_conflicting") else "")
+        + f", sorted {c.get('rows_out_of_order', 0):,}"
     )
     if c.get("timezone"):
         text += f"; times read as {c['timezone']}"

@@ -23,10 +23,12 @@ from foxhunt.data.io.discover import Source
 
 
 def chunk_columns(sources: Sequence[Source], columns: Sequence[str], timestamp_col: str | None,
-                  symbol_col: str | None, timezone: str | None, real: Collection[str]) -> pl.DataFrame:
+                  symbol_col: str | None, timezone: str | None, real: Collection[str],
+                  date_format: str | None = None) -> pl.DataFrame:
     """The `columns` of a chunk's files (`sources`: expand_sources' of just those files) as one frame of
     `bar_parts`' columns (ts, symbol, instrument_id, `columns`), in file order."""
-    return pl.concat(unified(bar_parts(sources, columns, timestamp_col, symbol_col, timezone, real)), how="vertical")
+    return pl.concat(unified(bar_parts(sources, columns, timestamp_col, symbol_col, timezone, real, date_format)),
+                     how="vertical")
 
 
 def empty_table(schemas: Sequence[pl.DataFrame], columns: Sequence[str], source: str) -> CovariateTable:

@@ -7,7 +7,7 @@ names: ts_event, timestamp, datetime, date, time) and optionally a symbol column
 column is, reads as numbers) or, where a column is not numbers, text (Utf8: a categorical input). Only a
 column in `real` (a saved model's real inputs) must be numbers: a text one stops with the file, column and row. Times are read exactly as the bar reader reads
 them (normalise.parse_time): naive times are wall-clock time in `timezone` (UTC when None), aware ones are converted to
-UTC, integers are epoch counts.
+UTC, integers are epoch counts, text is ISO 8601 or read by `date_format` (--date-format; data/io/times.py).
 
 A date-only file ("2024-03-01") is stamped at midnight of each date (UTC by default; in `timezone` when one is given,
 as for any naive time; a parquet Date column or YYYYMMDD integers always in UTC, as the bar reader reads them), so a
@@ -131,13 +131,13 @@ def merged(parts: Sequence[Held]) -> Held:
 
 def read_covariates(
     paths: Sequence[str], timestamp_col: str | None = None, timezone: str | None = None,
-    real: Collection[str] = (),
+    real: Collection[str] = (), date_format: str | None = None,
 ) -> CovariateTable:
     """Every file `paths` names (one --covariates flag) as one table: the files are concatenated in path order and
     must all have the same columns. `real`: the columns that must be numbers. Raises InputError for anything the
     user can fix (see the module docstring)."""
     files = [p for p, _ in expand_paths(paths)]
-    parts = unified([_read_covariate_file(p, timestamp_col, timezone, real) for p in files])
+    parts = unified([_read_covariate_file(p, timestamp_col, timezone, real, date_format) for p in files])
     first, layout = files[0], parts[0].columns[1:]  # after "row": ts, key when keyed, the values
     for path, part in zip(files[1:], parts[1:], strict=True):
         if part.columns[1:] != layout:
@@ -164,6 +164,7 @@ def read_bar_columns(
     timezone: str | None = None,
     price_scale: float = 1.0,
     real: Collection[str] = (),
+    date_format: str | None = None,
 ) -> CovariateTable:
     """(time, symbol, `columns`) of the bar files, keyed by each bar's raw symbol: the loaded bars' `contract`.
 
@@ -176,13 +177,13 @@ def read_bar_columns(
     fixed-point Databento prices decoded and divided by `price_scale`. Empty cells are NaN, as in read_covariates.
     DBN files carry no extra columns: an error.
     """
-    frames = bar_parts(expand_sources(paths), columns, timestamp_col, symbol_col, timezone, real)
+    frames = bar_parts(expand_sources(paths), columns, timestamp_col, symbol_col, timezone, real, date_format)
     return bar_table(frames, columns, price_scale, ", ".join(paths))
 
 
 def bar_parts(sources: Sequence[Source], columns: Sequence[str], timestamp_col: str | None = None,
-              symbol_col: str | None = None, timezone: str | None = None, real: Collection[str] = ()
-              ) -> list[pl.DataFrame]:
+              symbol_col: str | None = None, timezone: str | None = None, real: Collection[str] = (),
+              date_format: str | None = None) -> list[pl.DataFrame]:
     """The files of `sources` (expand_sources') read one at a time into the parts `bar_table` makes one table of:
     (ts, symbol, instrument_id, `columns`) each, in file order. A pieced prepare reads its chunks of files so."""
     frames = []
@@ -190,18 +191,19 @@ def bar_parts(sources: Sequence[Source], columns: Sequence[str], timestamp_col: 
         for path in source.files:
             hive = hive_keys(path, source.root) if source.root is not None else {}
             frames.append(_read_bar_file(path, source.default_name, hive, columns, timestamp_col, symbol_col, timezone,
-                                         real))
+                                         real, date_format))
     return frames
 
 
 def frame_bar_columns(
     frame: pl.DataFrame, name: str, columns: Sequence[str], timestamp_col: str | None = None,
     symbol_col: str | None = None, timezone: str | None = None, price_scale: float = 1.0, real: Collection[str] = (),
+    date_format: str | None = None,
 ) -> CovariateTable:
     """`read_bar_columns` of bars in memory (`Forecaster.predict` on a frame): the frame's columns, found as a
     file's are; `name` stands for the path in messages and names the series of a frame without a symbol column."""
     part = _bar_columns_of(frame, frame.columns, Path(name), name, {}, columns, timestamp_col, symbol_col, timezone,
-                           real)
+                           real, date_format)
     return bar_table([part], columns, price_scale, name)
 
 
@@ -222,13 +224,13 @@ def bar_table(frames: list[pl.DataFrame], columns: Sequence[str], price_scale: f
 
 
 def _read_covariate_file(path: Path, timestamp_col: str | None, timezone: str | None,
-                         real: Collection[str]) -> pl.DataFrame:
+                         real: Collection[str], date_format: str | None = None) -> pl.DataFrame:
     """One covariate file -> row UInt32, ts, key (when it has one), value columns Float64 (or Utf8 text)."""
     frame = _read_whole(path, None)
     names = frame.columns
     time_col = _time_column(names, path, timestamp_col)
     joined = time_col.lower() == "date" and timestamp_col is None and match_column(names, "time") is not None
-    ts, _ = parse_time(frame, time_col, names, path, timestamp_col is None, timezone or "UTC")
+    ts, _ = parse_time(frame, time_col, names, path, timestamp_col is None, timezone or "UTC", date_format)
     key_col = symbol_column(names) or next((m for c in KEY_COLUMNS if (m := match_column(names, c))), None)
     used = {time_col, key_col, match_column(names, "time") if joined else None, "__index_level_0__"}
     values = [c for c in names if c not in used]
@@ -249,7 +251,7 @@ def _read_covariate_file(path: Path, timestamp_col: str | None, timezone: str | 
 
 def _read_bar_file(
     path: Path, default_name: str, hive: dict[str, str], columns: Sequence[str], timestamp_col: str | None,
-    symbol_col: str | None, timezone: str | None, real: Collection[str],
+    symbol_col: str | None, timezone: str | None, real: Collection[str], date_format: str | None = None,
 ) -> pl.DataFrame:
     """One bar file -> ts, symbol (null only where an instrument_id may name it), instrument_id Int64, `columns`."""
     if path.name.lower().endswith((".dbn", ".dbn.zst")):
@@ -258,13 +260,14 @@ def _read_bar_file(
             " parquet with that column, or give the values in a --covariates file"
         )
     names = _names(path)
-    return _bar_columns_of(None, names, path, default_name, hive, columns, timestamp_col, symbol_col, timezone, real)
+    return _bar_columns_of(None, names, path, default_name, hive, columns, timestamp_col, symbol_col, timezone, real,
+                           date_format)
 
 
 def _bar_columns_of(
     whole: pl.DataFrame | None, names: list[str], path: Path, default_name: str, hive: dict[str, str],
     columns: Sequence[str], timestamp_col: str | None, symbol_col: str | None, timezone: str | None,
-    real: Collection[str],
+    real: Collection[str], date_format: str | None = None,
 ) -> pl.DataFrame:
     """`_read_bar_file` of a file with columns `names` (read here; `whole`: the frame itself, for bars in
     memory)."""
@@ -286,7 +289,8 @@ def _bar_columns_of(
         extra.append(match_column(names, "time"))
     keep = list(dict.fromkeys(c for c in [found["time"], *extra, *wanted.values()] if c))
     frame = _read_whole(path, keep) if whole is None else whole.select(keep)
-    ts, _ = parse_time(frame, found["time"], frame.columns, path, timestamp_col is None, timezone or "UTC")
+    ts, _ = parse_time(frame, found["time"], frame.columns, path, timestamp_col is None, timezone or "UTC",
+                       date_format)
     if own_symbol is not None:
         symbol = frame.get_column(found["symbol"]).cast(pl.Utf8).str.strip_chars()
         symbol = symbol.set(symbol == "", None)

@@ -112,13 +112,13 @@ def _ints(t: np.ndarray) -> list[int]:
     return [int(v) for v in t]
 
 
-def read_events(path: str, timezone: str | None = None) -> EventCalendar:
+def read_events(path: str, timezone: str | None = None, date_format: str | None = None) -> EventCalendar:
     """An events file (parquet, or CSV by its `.csv` suffix): a time column and a `name` (or `event`) column.
 
     Times are found and parsed as bar files' are (ts_event, timestamp, datetime, date, time, then `ts`; naive
-    times are wall-clock in `timezone`, default UTC). Names are slugged to [a-z0-9_] ("FOMC decision" ->
-    fomc_decision) so that they make column names. A (name, time) row given twice is kept once: a calendar exported
-    twice is still one calendar. Every problem is an InputError naming the file, column and row.
+    times are wall-clock in `timezone`, default UTC; text is ISO 8601 or read by `date_format`, --date-format).
+    Names are slugged to [a-z0-9_] ("FOMC decision" -> fomc_decision) so that they make column names. A (name, time)
+    row given twice is kept once: a calendar exported twice is still one calendar. Every problem is an InputError naming the file, column and row.
     """
     p = Path(path)
     frame = _read(p)
@@ -140,7 +140,8 @@ def read_events(path: str, timezone: str | None = None) -> EventCalendar:
     times = frame.get_column(time_col)
     blank = times.is_null() | ((times.str.strip_chars() == "") if times.dtype == pl.String else False)
     _raise_empty(blank, p, time_col, "a time")
-    ts = parse_time(frame, time_col, names, p, True, timezone or "UTC")[0].cast(pl.Int64).to_numpy()  # (rows,) ns UTC
+    ts = parse_time(frame, time_col, names, p, True, timezone or "UTC", date_format)[0]
+    ts = ts.cast(pl.Int64).to_numpy()  # (rows,) ns UTC
     slug_of = _slugs(raw, p, name_col)
     slugged = raw.replace_strict(slug_of, return_dtype=pl.Utf8).to_numpy()  # (rows,) one slug per row
     out = sorted(set(slug_of.values()))

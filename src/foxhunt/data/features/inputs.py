@@ -149,18 +149,20 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
                  timezone: str | None = None, saved_events: dict | None = None, context: Sequence[str] = (),
                  target: str = "log_return", static_cols: Sequence[str] = (),
                  categorical: Sequence[str] = (), bar_frame: tuple[str, pl.DataFrame] | None = None,
-                 fitted: bool = False, bar_reader: BarReader | None = None) -> Sources | None:
+                 fitted: bool = False, bar_reader: BarReader | None = None, date_format: str | None = None
+                 ) -> Sources | None:
     """Read what the declared inputs need: each --covariates entry as a table, the bar files' own columns for
     observed and static names no covariate file has, and the events file (or the calendar a model saved). None:
     nothing declared. `categorical`: the columns taken as categories whatever their type; a column of text is one
     too, unless `fitted` (a saved model's inputs: `categorical` names its categorical columns, the other observed and
     known ones must be numbers, as in training). `bar_frame`: (name, frame) of bars in memory, whose own columns
     stand for the bar files'. `bar_reader`: reads the bar files' columns in place of read_bar_columns (a pieced
-    prepare reads them in its pieces: features/bar_pieces.py)."""
+    prepare reads them in its pieces: features/bar_pieces.py). `timezone`, `date_format`: how every file's times
+    are read (normalise.parse_time)."""
     if not declared(observed, known, events or saved_events, context, static_cols):
         return None
     real = {*observed, *known} - set(categorical) if fitted else set()  # must be numbers
-    tables = [read_covariates([c], timezone=timezone, real=real) for c in covariates]
+    tables = [read_covariates([c], timezone=timezone, real=real, date_format=date_format) for c in covariates]
     have = {c for t in tables for c in t.columns}
     from_bars = [c for c in (*observed, *static_cols) if c not in have]
     for c in known:
@@ -171,14 +173,15 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
                              "a --covariates file")
     if from_bars and bar_frame is not None:
         tables.append(frame_bar_columns(bar_frame[1], bar_frame[0], from_bars, timestamp_col=timestamp_col,
-                                        symbol_col=symbol_col, timezone=timezone, real=real))
+                                        symbol_col=symbol_col, timezone=timezone, real=real,
+                                        date_format=date_format))
     elif from_bars and bar_reader is not None:
         tables.append(bar_reader(from_bars, real))
     elif from_bars:
         tables.append(read_bar_columns(paths, from_bars, timestamp_col=timestamp_col, symbol_col=symbol_col,
-                                       timezone=timezone, real=real))
+                                       timezone=timezone, real=real, date_format=date_format))
     chosen = pick(tables, [*observed, *known, *static_cols])
-    cal = read_events(events, timezone=timezone) if events else (
+    cal = read_events(events, timezone=timezone, date_format=date_format) if events else (
         EventCalendar.from_dict(saved_events) if saved_events else None)
     timed = (*observed, *known)
     kind = ({c: "categorical" if c in categorical else "real" for c in timed} if fitted

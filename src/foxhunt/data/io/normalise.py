@@ -20,7 +20,8 @@ Formats understood:
 - Generic OHLCV parquet or CSV: a time column (ts_event, timestamp, datetime, date, time; case-insensitive), open high
   low close volume (case-insensitive) and an optional symbol column. Naive timestamps are wall-clock time in
   `timezone` (`--timezone`, default UTC), aware ones are converted to UTC; integer timestamps are epoch counts (UTC)
-  whose unit (s, ms, us, ns) is read from their size.
+  whose unit (s, ms, us, ns) is read from their size. Text times are ISO 8601 or read by `--date-format`
+  (times.py).
   A CSV with separate `date` and `time` columns gets them joined.
 - A file without a symbol column is one series named after the file stem (for a directory or glob: after the folder),
   unless a hive `symbol=` folder above it names it (partitions.py).
@@ -34,6 +35,7 @@ import polars as pl
 
 from foxhunt.data.io.dbn import read_dbn
 from foxhunt.data.io.scan import read_error
+from foxhunt.data.io.times import from_epoch, localize, raise_bad_time, text_times
 from foxhunt.errors import InputError
 
 PRICE_COLS = ("open", "high", "low", "close")
@@ -54,7 +56,8 @@ RAW_SCHEMA = {
 
 
 def read_file(
-    path: Path, default_name: str, timestamp_col: str | None, symbol_col: str | None, timezone: str | None = None
+    path: Path, default_name: str, timestamp_col: str | None, symbol_col: str | None, timezone: str | None = None,
+    date_format: str | None = None,
 ) -> tuple[pl.DataFrame, str]:
     """Read one file into normalised columns (without file_idx/row); also how it wrote its times (see read_bars)."""
     if path.stat().st_size == 0:
@@ -68,7 +71,7 @@ def read_file(
         frame = _read_parquet(path, timestamp_col, symbol_col)
     if frame.height == 0:
         raise InputError(f"{path}: the file has no rows; re-export it or leave it out")
-    return normalise(frame, path, default_name, timestamp_col, symbol_col, timezone)
+    return normalise(frame, path, default_name, timestamp_col, symbol_col, timezone, date_format)
 
 
 def _read_parquet(path: Path, timestamp_col: str | None, symbol_col: str | None) -> pl.DataFrame:
@@ -162,10 +165,11 @@ def normalise(
     timestamp_col: str | None,
     symbol_col: str | None,
     timezone: str | None,
+    date_format: str | None = None,
 ) -> tuple[pl.DataFrame, str]:
     names = frame.columns
     found = find_columns(names, path, timestamp_col, symbol_col)
-    ts, kind = parse_time(frame, found["time"], names, path, timestamp_col is None, timezone or "UTC")
+    ts, kind = parse_time(frame, found["time"], names, path, timestamp_col is None, timezone or "UTC", date_format)
     out = {"ts": ts}
     # Databento's OHLCV frames always carry rtype and instrument_id; only their integer prices are fixed-point.
     databento = found["rtype"] is not None and found["instrument_id"] is not None
@@ -207,12 +211,16 @@ def _stripped(symbol: pl.Series) -> tuple[pl.Series, pl.Series]:
 
 
 def parse_time(
-    frame: pl.DataFrame, col: str, names: list[str], path: Path, joined_time: bool, timezone: str
+    frame: pl.DataFrame, col: str, names: list[str], path: Path, joined_time: bool, timezone: str,
+    date_format: str | None = None,
 ) -> tuple[pl.Series, str]:
     """Any timestamp representation -> (Datetime("ns", "UTC"), "naive" | "aware" | "epoch" | "date").
 
-    Naive times are wall-clock times in `timezone`; a naive time that does not exist there (the hour skipped when
-    daylight saving starts) or any null or bad text raises InputError naming the row.
+    Text is read by times.text_times (by `date_format` when given; a text `date` column joined with a `time` column
+    beside it when `joined_time`, a space between them); other types never need a format. Naive times are wall-clock
+    times in `timezone`; a naive time that does not exist there (the hour skipped when daylight saving starts), any
+    null or bad text, an ambiguous day/month order or a mix of naive and offset times raises InputError naming the
+    row.
     """
     s = frame.get_column(col)
     dtype = s.dtype
@@ -221,70 +229,21 @@ def parse_time(
         text = s.str.strip_chars()
         if time_col is not None:
             text = text + " " + frame.get_column(time_col).cast(pl.Utf8).str.strip_chars()
-        if text.str.contains(r"^\d+$").all():
-            out, kind = _from_epoch(text.cast(pl.Int64))
-        else:
-            aware = text.str.contains(r"(Z|[+-]\d\d:?\d\d)$").any()
-            kind = "aware" if aware else "naive"
-            try:
-                out = text.str.to_datetime(time_unit="ns", time_zone="UTC" if aware else None, strict=False)
-            except Exception:
-                out = pl.Series([None] * len(text), dtype=pl.Datetime("ns", "UTC" if aware else None))
-            _raise_bad_time(out.is_null() & text.is_not_null(), text, path, col)
-            if not aware:
-                out = _localize(out, text, timezone, path, col)
+        out, kind = text_times(text, path, col, timezone, date_format)
     elif isinstance(dtype, pl.Datetime):
         kind = "naive" if dtype.time_zone is None else "aware"
-        out = _localize(s, s, timezone, path, col) if kind == "naive" else s.dt.convert_time_zone("UTC")
+        out = localize(s, s, timezone, path, col) if kind == "naive" else s.dt.convert_time_zone("UTC")
     elif dtype == pl.Date:
         out, kind = s.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"), "date"
     elif dtype.is_integer():
-        out, kind = _from_epoch(s)
+        out, kind = from_epoch(s)
     else:
         raise InputError(
             f"{path}: column {col!r} has type {dtype}, not a timestamp; pass --timestamp-col or convert it"
         )
     out = out.cast(pl.Datetime("ns", "UTC"))
-    _raise_bad_time(out.is_null(), s, path, col)  # shown as text only on error: a 2M-row cast costs seconds
+    raise_bad_time(out.is_null(), s, path, col)  # shown as text only on error: a 2M-row cast costs seconds
     return out, kind
-
-
-def _localize(naive: pl.Series, shown: pl.Series, timezone: str, path: Path, col: str) -> pl.Series:
-    """Naive wall-clock times in `timezone` -> UTC; the earlier of two repeated (DST fall-back) times is taken."""
-    if timezone == "UTC":
-        return naive.dt.replace_time_zone("UTC")
-    local = naive.dt.replace_time_zone(timezone, ambiguous="earliest", non_existent="null")
-    gap = local.is_null() & naive.is_not_null()
-    if gap.any():
-        i = int(gap.arg_max())
-        raise InputError(
-            f"{path}: column {col!r} row {i + 1}: {shown.cast(pl.Utf8, strict=False)[i]} does not exist in {timezone} (the hour skipped when"
-            " daylight saving starts); check --timezone"
-        )
-    return local.dt.convert_time_zone("UTC")
-
-
-def _from_epoch(s: pl.Series) -> tuple[pl.Series, str]:
-    """Integer epoch counts; the unit follows from the magnitude (a 2020s date is ~1.6e9 s, ~1.6e18 ns).
-
-    Eight-digit values (19000101 .. 29991231) are YYYYMMDD dates, as many vendor exports write them: as epoch seconds
-    they would all fall in 1970.
-    """
-    s = s.cast(pl.Int64, strict=False)  # uint64 past int64 (UNDEF_TIMESTAMP) becomes null -> error
-    if s.min() is not None and 19_000_101 <= s.min() and s.max() <= 29_991_231:
-        return s.cast(pl.Utf8).str.to_datetime("%Y%m%d", time_unit="ns", time_zone="UTC", strict=False), "date"
-    mag = s.abs().median() or 0
-    unit = "ns" if mag > 1e17 else "us" if mag > 1e14 else "ms" if mag > 1e11 else "s"
-    return pl.from_epoch(s, time_unit=unit).dt.cast_time_unit("ns").dt.replace_time_zone("UTC"), "epoch"
-
-
-def _raise_bad_time(bad: pl.Series, shown: pl.Series, path: Path, col: str) -> None:
-    if bad.any():
-        i = int(bad.arg_max())
-        raise InputError(
-            f"{path}: column {col!r} row {i + 1}: cannot parse timestamp {shown.cast(pl.Utf8, strict=False)[i]!r};"
-            " use ISO 8601 (2024-03-08 14:30:00) or epoch nanoseconds"
-        )
 
 
 def numeric(

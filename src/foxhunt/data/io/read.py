@@ -8,6 +8,8 @@ that can hold bars in range. CSV and DBN files are read one by one.
 All files must hold bars of one size: Databento files are compared by `rtype`, others by their median bar spacing,
 and a mix (1-minute and daily files, whose daily bars would otherwise replace the midnight minute bars as
 "duplicates") stops with an error naming both files.
+Naive files beside files with a zone stop unless --timezone says where the naive ones were written, and naive
+intraday files that keep a stock market's local hours get a warning naming the zone (zones.py).
 
 All work is columnar.
 """
@@ -35,6 +37,7 @@ from foxhunt.data.io.normalise import (
 )
 from foxhunt.data.io.partitions import TimeBounds, hive_keys, partition_day
 from foxhunt.data.io.scan import align_chunks, read_error, scan_files
+from foxhunt.data.io.zones import check_zones, warn_local_hours
 from foxhunt.errors import InputError
 
 RTYPE_NAMES = {32: "ohlcv-1s", 33: "ohlcv-1m", 34: "ohlcv-1h", 35: "ohlcv-1d", 36: "ohlcv-eod"}
@@ -55,6 +58,7 @@ def read_bars(
     until: str | None = None,
     symbols: Sequence[str] | None = None,
     sources: Sequence[Source] | None = None,
+    date_format: str | None = None,
 ) -> tuple[pl.DataFrame, list[dict]]:
     """Read every file named by `paths` (files, directories or globs) as one raw frame.
 
@@ -64,7 +68,8 @@ def read_bars(
     the files read): store/pieced.py reads a panel once, in chunks of consecutive files, passing each chunk's files
     this way rather than walking a folder of thousands of daily files again for each chunk.
 
-    `timezone` is the zone of naive timestamps (None: UTC); `price_scale` divides every price (100: cents to dollars).
+    `timezone` is the zone of naive timestamps (None: UTC); `date_format` reads text times (times.py; None: ISO 8601);
+    `price_scale` divides every price (100: cents to dollars).
     `since` / `until` (ISO dates or times, UTC when naive) keep the bars with since <= ts < until: hive partitions
     dated outside them are never opened, and parquet row groups outside them are never decoded.
     Returns (frame with RAW_SCHEMA columns, files [{path, size_bytes, rows, timestamps}]) for every file opened, where
@@ -76,7 +81,7 @@ def read_bars(
     frames, files, rtypes, spacings = [], [], [], []
     for source in expand_sources(paths) if sources is None else sources:
         for run in _runs(source, bounds):
-            frame, entries = _read_run(run, source, bounds, timestamp_col, symbol_col, timezone, symbols)
+            frame, entries = _read_run(run, source, bounds, timestamp_col, symbol_col, timezone, symbols, date_format)
             run_rtypes = rtype_sets(frame, len(run))  # bar sizes are measured per run, while the run is small
             rtypes += run_rtypes
             spacings += median_spacings(frame, len(run)) if not all(run_rtypes) else [None] * len(run)
@@ -94,7 +99,10 @@ def read_bars(
         raise InputError(f"{files[0]['path']}: no bar lies within {_bounds_text(since, until)}; widen the range")
     if not all(rtypes) and None in spacings:  # Databento files beside generic ones: compare spacings of all
         spacings = median_spacings(raw, len(files))
-    check_bar_sizes(rtypes, [s or 0 for s in spacings], [f["path"] for f in files])
+    spacings = [s or 0 for s in spacings]
+    check_bar_sizes(rtypes, spacings, [f["path"] for f in files])
+    check_zones(files, timezone)
+    warn_local_hours(raw, files, spacings, timezone)
     return raw, files
 
 
@@ -120,14 +128,16 @@ def _runs(source: Source, bounds: TimeBounds) -> list[list[Path]]:
 
 def _read_run(
     run: list[Path], source: Source, bounds: TimeBounds, timestamp_col: str | None, symbol_col: str | None,
-    timezone: str | None, symbols: Sequence[str] | None = None,
+    timezone: str | None, symbols: Sequence[str] | None = None, date_format: str | None = None,
 ) -> tuple[pl.DataFrame, list[dict]]:
     """One run as normalised columns with file_idx (within the run) and row; its entries of read_bars' file list."""
     if is_parquet(run[0]):
-        frame, kind, counts = _read_parquet_run(run, source, bounds, timestamp_col, symbol_col, timezone, symbols)
+        frame, kinds, counts = _read_parquet_run(run, source, bounds, timestamp_col, symbol_col, timezone, symbols,
+                                                 date_format)
     else:
         path = run[0]
-        frame, kind = read_file(path, source.default_name, timestamp_col, symbol_col, timezone)
+        frame, kind = read_file(path, source.default_name, timestamp_col, symbol_col, timezone, date_format)
+        kinds = [kind]
         frame = frame.with_columns(pl.lit(0, dtype=pl.UInt32).alias("file_idx"), _rows())
         if bounds.active:
             frame = frame.filter(bounds.mask())
@@ -136,17 +146,18 @@ def _read_run(
         counts = [frame.height]
     entries = [
         {"path": str(p), "size_bytes": p.stat().st_size, "rows": n, "timestamps": kind}
-        for p, n in zip(run, counts, strict=True)
+        for p, n, kind in zip(run, counts, kinds, strict=True)
     ]
     return frame, entries
 
 
 def _read_parquet_run(
     run: list[Path], source: Source, bounds: TimeBounds, timestamp_col: str | None, symbol_col: str | None,
-    timezone: str | None, symbols: Sequence[str] | None = None,
-) -> tuple[pl.DataFrame, str, list[int]]:
+    timezone: str | None, symbols: Sequence[str] | None = None, date_format: str | None = None,
+) -> tuple[pl.DataFrame, list[str], list[int]]:
     """Parquet files of one layout through one lazy scan (scan.py); hive keys (partitions.py) add a symbol column
-    where the files have none. Files whose columns differ are read one scan each."""
+    where the files have none. Files whose columns differ (or their types: a zone in one file's times and none in
+    the next file's) are read one scan each. Returns (frame, how each file wrote its times, rows of each file)."""
     for path in run:
         if path.stat().st_size == 0:
             raise InputError(f"{path}: the file is empty (0 bytes); re-export or remove it")
@@ -174,26 +185,27 @@ def _read_parquet_run(
     except Exception as e:
         if len(run) == 1:
             raise read_error(run[0], e) from None
-        parts = [_read_parquet_run([p], source, bounds, timestamp_col, symbol_col, timezone, symbols) for p in run]
+        parts = [_read_parquet_run([p], source, bounds, timestamp_col, symbol_col, timezone, symbols, date_format)
+                 for p in run]
         frame = pl.concat([f.with_columns(pl.lit(i, pl.UInt32).alias("file_idx")) for i, (f, _, _) in enumerate(parts)])
-        return frame, parts[0][1], [n for _, _, c in parts for n in c]
+        return frame, [k for _, kinds, _ in parts for k in kinds], [n for _, _, c in parts for n in c]
     if not bounds.active and symbols is None and 0 in counts:
         raise InputError(f"{run[counts.index(0)]}: the file has no rows; re-export it or leave it out")
     if hive_symbol:
         frame = align_chunks(_with_hive_symbol(frame, run, keys, hive_symbol, own_symbol), frame.get_column("row"))
     try:
         out, kind = normalise(frame.drop("file_idx", "row"), source.root or run[0], source.default_name,
-                               timestamp_col, symbol_col, timezone)
+                              timestamp_col, symbol_col, timezone, date_format)
     except InputError:
         for path in run:  # name the file and its own row: read the files one by one until one fails the same way
-            read_file(path, source.default_name, timestamp_col, symbol_col, timezone)
+            read_file(path, source.default_name, timestamp_col, symbol_col, timezone, date_format)
         raise
     out = align_chunks(out.with_columns(frame.get_column("file_idx"), frame.get_column("row")), frame.get_column("row"))
     del frame
     if bounds.active:
         out = out.filter(bounds.mask())
         counts = np.bincount(out.get_column("file_idx").to_numpy(), minlength=len(run)).tolist()
-    return out, kind, counts
+    return out, [kind] * len(run), counts
 
 
 def _scan_casts(schema: pl.Schema, found: dict[str, str | None]) -> dict[str, pl.Expr]:
@@ -268,6 +280,7 @@ def read_frame(
     symbol_col: str | None = None,
     timezone: str | None = None,
     price_scale: float = 1.0,
+    date_format: str | None = None,
     *,
     since: str | None = None,
     until: str | None = None,
@@ -278,7 +291,7 @@ def read_frame(
     `read_bars`."""
     if frame.height == 0:
         raise InputError(f"{name}: the frame has no rows; pass bars")
-    out, kind = normalise(frame, Path(name), name, timestamp_col, symbol_col, timezone)
+    out, kind = normalise(frame, Path(name), name, timestamp_col, symbol_col, timezone, date_format)
     if price_scale != 1.0:
         out = out.with_columns(pl.col(c) / price_scale for c in PRICE_COLS)
     out = out.with_columns(pl.lit(0, dtype=pl.UInt32).alias("file_idx"), _rows())

@@ -133,12 +133,12 @@ def read(cfg: DataConfig, chunk: int, first: int, sources: list[Source], route: 
     raw-CHUNK-PIECE.arrow, file_idx counted over the whole panel's files; and their `columns` (the bar files'
     columns the user's inputs read; `real`: those that must be numbers) to cols-CHUNK-PIECE.arrow."""
     raw, entries = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
-                             sources=sources)
+                             sources=sources, date_format=cfg.date_format)
     rtypes = rtype_sets(raw, len(entries))
     spacings = [0] * len(entries) if all(rtypes) else median_spacings(raw, len(entries))
     ts, symbol = raw.get_column("ts").dt.epoch("ns"), raw.get_column("symbol")
     cols = bar_pieces.chunk_columns(sources, columns, cfg.timestamp_col, cfg.symbol_col, cfg.timezone,
-                                    real) if columns else None
+                                    real, cfg.date_format) if columns else None
     routed = not symbol.null_count() and (cols is None or not cols.get_column("symbol").null_count())
     out = ChunkRead(entries, rtypes, spacings, routed, int(ts.min()), int(ts.max()), None if cols is None
                     else cols.clear())

@@ -64,6 +64,7 @@ from foxhunt.data.features.known import distinct_union, shared_grid
 from foxhunt.data.features.scaling import add_vol_stats, first_scalers, observed_names
 from foxhunt.data.io.discover import Source
 from foxhunt.data.io.read import check_bar_sizes
+from foxhunt.data.io.zones import check_zones
 from foxhunt.data.store import jobs
 from foxhunt.data.store.declared import fit_declared, share_static, with_known
 from foxhunt.data.store.jobs import PieceLoaded, Place, share_grid, shared
@@ -125,6 +126,7 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
         return None
     check_bar_sizes([x for r in reads for x in r.rtypes], [x for r in reads for x in r.spacings], files)
     entries = [e for r in reads for e in r.files]
+    check_zones(entries, cfg.timezone)  # files of two chunks: each chunk's read checked its own
     expected = split_times(cfg, min(r.lo for r in reads), max(r.hi for r in reads))  # before cleaning, off bars
     shares = [inputs.restricted(src, lambda key, k=k: route.piece_of(key) == k) for k in range(len(pieces))]
     loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected,

@@ -1,0 +1,111 @@
+"""Duplicate bars (issue 43.7): copies of one bar are dropped with an info line naming their files; bars of one symbol
+and time with other values are a warning naming the first (symbol, time, both values, both files), and more than 1%
+of the rows stop the run, in memory, on both of the loader's sort paths and in a pieced prepare."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import numpy as np
+import polars as pl
+import pytest
+
+from foxhunt.cli import main
+from foxhunt.data.bars import validate
+from foxhunt.data.bars.load import load_bars
+from foxhunt.data.bars.validate import INSTRUMENT, clean_bars
+from foxhunt.data.config import DataConfig
+from foxhunt.data.store import build
+from foxhunt.data.store.build import prepare_store
+from foxhunt.data.store.executor import InProcess, Workers
+from foxhunt.errors import InputError
+from tests.data.test_load_fast_paths import _in_time_order, _messy
+
+T0 = dt.datetime(2024, 3, 4, 14, 30, tzinfo=dt.UTC)
+REGROUPED = validate._regrouped
+
+
+def _bars(symbol: str, n: int = 300, shift: float = 0.0) -> pl.DataFrame:
+    """`n` 1-minute bars of `symbol` from T0 (weekdays, inside CME's session), prices rising by 0.25 a bar."""
+    close = [100.0 + shift + 0.25 * i for i in range(n)]
+    return pl.DataFrame({"timestamp": [T0 + dt.timedelta(minutes=i) for i in range(n)], "symbol": symbol,
+                         "open": close, "high": [c + 0.5 for c in close], "low": [c - 0.5 for c in close],
+                         "close": close, "volume": 10.0})
+
+
+def _cfg(folder) -> DataConfig:
+    return DataConfig(paths=(str(folder),), encoder_length=8, horizon=2)
+
+
+def test_a_stray_copy_of_a_file_is_dropped_with_a_line_naming_both_files(tmp_path, caplog):
+    _bars("KO").write_parquet(tmp_path / "ko.parquet")
+    _bars("KO").write_parquet(tmp_path / "ko copy.parquet")
+    with caplog.at_level(logging.INFO, logger="foxhunt.data"):
+        loaded = load_bars(_cfg(tmp_path))
+    assert (loaded.report["duplicates_dropped"], loaded.report["duplicates_conflicting"]) == (300, 0)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert (f"dropped 300 duplicate rows (the first in {tmp_path / 'ko copy.parquet'} and {tmp_path / 'ko.parquet'})"
+            in caplog.text)
+
+
+def test_conflicting_duplicates_below_1_percent_warn_naming_the_first_and_keep_the_last_read(tmp_path, caplog):
+    _bars("KO").write_parquet(tmp_path / "a.parquet")
+    revised = _bars("KO", n=2).with_columns(close=pl.Series([100.0, 100.5]), high=pl.Series([100.5, 101.0]))
+    revised.write_parquet(tmp_path / "b.parquet")  # read after a.parquet: its values are kept
+    with caplog.at_level(logging.INFO, logger="foxhunt.data"):
+        loaded = load_bars(_cfg(tmp_path))
+    assert (loaded.report["duplicates_dropped"], loaded.report["duplicates_conflicting"]) == (2, 1)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning == (
+        "kept the last read of 1 duplicate bars whose values differ from another bar of the same symbol and time; the"
+        f" first: KO at 2024-03-04T14:31:00+00:00 has close 100.25 in {tmp_path / 'a.parquet'} data row 2 and 100.5 in"
+        f" {tmp_path / 'b.parquet'} data row 2 (kept; high differs too); check for a stray or outdated copy of a file")
+    assert loaded.bars.filter(pl.col("ts") == T0 + dt.timedelta(minutes=1))["close"].to_list() == [100.5]
+
+
+def test_conflicting_duplicates_above_1_percent_stop_with_one_line_and_status_2(tmp_path, capsys):
+    _bars("KO").write_parquet(tmp_path / "a.parquet")
+    _bars("KO", n=30, shift=1.0).write_parquet(tmp_path / "b.parquet")  # 30 of 330 rows: 9%
+    assert main(["inspect", str(tmp_path), "--encoder-length", "8", "--horizon", "2"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"foxhunt: error: {tmp_path / 'a.parquet'} data row 1: 30 of 330 rows (9.1%) repeat a bar"
+                           " of the same symbol and time with other values, more than the 1% kept with a warning;")
+    assert f"KO at 2024-03-04T14:30:00+00:00 has close 100.0 in {tmp_path / 'a.parquet'} data row 1 and 101.0" in last
+
+
+@pytest.mark.parametrize("in_time_order", [False, True], ids=["sorted by lexsort", "regrouped"])
+def test_both_sort_paths_count_conflicts_as_a_group_by_does(in_time_order, monkeypatch):
+    """The loader's two dedup paths (validate._sort_dedup, _regrouped) against a polars group-by of every
+    (instrument, ts): each dropped row whose close differs from the row kept (the last read) conflicts."""
+    regrouped = []
+    monkeypatch.setattr(validate, "_regrouped", lambda *a, **k: regrouped.append(1) or REGROUPED(*a, **k))
+    df = _messy(20_000)
+    if in_time_order:
+        df = _in_time_order(df)
+    rows = np.flatnonzero(np.arange(df.height) % 97 == 5)  # a few rows get another close: some are duplicates
+    close = df["close"].to_numpy().copy()
+    close[rows] += 1.0
+    df = df.with_columns(close=pl.Series(close), high=pl.Series(close) + 1, low=pl.Series(close) - 1,
+                         open=pl.Series(close))
+    keyed = df.group_by(INSTRUMENT + ("ts",), maintain_order=True).agg(pl.col("close"))  # each key's, in read order
+    want = int(keyed.select(pl.col("close").list.eval(pl.element() != pl.element().last()).list.sum()).sum().item())
+    assert 0 < want <= 0.01 * df.height  # the test hits the case, below the rows that stop a run
+    _, stats = clean_bars(df, ["f.parquet"])
+    assert stats["duplicates_conflicting"] == want
+    assert bool(regrouped) == in_time_order
+
+
+def test_a_pieced_prepare_stops_on_conflicts_in_a_piece_and_counts_fewer(tmp_path, monkeypatch):
+    """Two series, two pieces: each piece's load checks its own rows (a symbol's rows are all in one piece)."""
+    folder = tmp_path / "panel"
+    folder.mkdir()
+    for s in ("KO", "PEP"):
+        _bars(s).write_parquet(folder / f"{s.lower()}.parquet")
+    _bars("PEP", n=1, shift=1.0).write_parquet(folder / "pep_late.parquet")  # 1 of 601 rows
+    monkeypatch.setattr(build, "prepare_data", lambda cfg: pytest.fail("prepared in memory, not in pieces"))
+    manifest = prepare_store(_cfg(folder), tmp_path / "store", piece_rows=1, min_rows=0, pool=Workers(InProcess(), 2))
+    assert manifest["summary"]["checks"]["duplicates_conflicting"] == 1
+    _bars("PEP", n=20, shift=1.0).write_parquet(folder / "pep_late.parquet")  # 20 of 620 rows
+    with pytest.raises(InputError, match=r"pep.parquet data row 1: 20 of 320 rows \(6.2%\) repeat a bar"):
+        prepare_store(_cfg(folder), tmp_path / "store2", piece_rows=1, min_rows=0, pool=Workers(InProcess(), 2))
