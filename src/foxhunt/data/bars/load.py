@@ -22,6 +22,7 @@ from foxhunt.data.bars.sessions import check_session_grid
 from foxhunt.data.bars.symbols import FUTURES_RE, drop_spreads, parse_futures, resolve_symbols
 from foxhunt.data.bars.validate import (
     INSTRUMENT,
+    BadRows,
     check_ratio_adjust,
     clean_bars,
     merge_sunday_stubs,
@@ -66,11 +67,14 @@ class LoadedBars:
       for `roll_confirm` sessions; "front_missing": the front had no bars that session; "instrument_change": a
       Databento continuous file changed instrument_id)}].
     report: JSON-able summary of what loading did (see `load_bars`).
+    bad_rows: the bad rows dropped (validate.BadRows) when the caller judges them (`load_raw(judge=False)`: a piece
+      of a panel), else None.
     """
 
     bars: pl.DataFrame
     rolls: list[dict]
     report: dict
+    bad_rows: BadRows | None = None
 
 
 def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
@@ -98,7 +102,7 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
 
 def load_raw(
     raw: pl.DataFrame, files: list[dict], cfg: DataConfig, grid_step_ns: int | None = None, *, consume: bool = False,
-    distinct: pl.Series | None = None,
+    distinct: pl.Series | None = None, judge: bool = True,
 ) -> LoadedBars:
     """`load_bars` after reading: `raw` and `files` as `read.read_bars` returns them (or `read.read_frame` for a
     frame in memory), so that bars that never touch a file load exactly as a file's would.
@@ -108,6 +112,8 @@ def load_raw(
     175 MB); `raw` is then left without columns. `load_bars` reads its own frame and consumes it.
     `distinct`: raw's distinct symbols, when the caller has them without hashing every row's string (store/pieced.py
     reads its bars' symbols as codes).
+    `judge=False`: the share of bad rows is judged by the caller, over the whole panel, from `bad_rows` (see
+    validate.clean_bars): a piece's share is not the panel's.
     """
     paths = [f["path"] for f in files]
     rows_read = raw.height
@@ -133,7 +139,8 @@ def load_raw(
         )
     if plan and (not unchanged or spread_rows):
         plan.pop().result()  # stale: waited for, so that clean_bars' own plan does not run beside it
-    df, stats = clean_bars(df, paths, consume=True, plan=plan.pop() if plan else None)  # df is this function's own
+    df, stats = clean_bars(df, paths, consume=True, plan=plan.pop() if plan else None, judge=judge)  # df: its own
+    bad = stats.pop("bad_rows", None)
     heap.trim(trim)  # the plan's arrays, freed into the pool thread's heap where this one cannot reuse them
     df, stubs = merge_sunday_stubs(df)
     # (R,) the runs of one symbol (bars sorted by instrument): found once for every stage below that reads them
@@ -183,7 +190,7 @@ def load_raw(
     for r in rolls:
         why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
         log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why, r["gap"])
-    return LoadedBars(bars=bars, rolls=rolls, report=report)
+    return LoadedBars(bars=bars, rolls=rolls, report=report, bad_rows=bad)
 
 
 def _outrights(symbols: pl.Series) -> bool:

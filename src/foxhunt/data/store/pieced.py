@@ -43,6 +43,7 @@ import numpy as np
 from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS
 from foxhunt.data.bars.load import ROLL_REASONS, merge_reports
 from foxhunt.data.bars.sessions import run_session
+from foxhunt.data.bars.validate import AllRowsBad, BadRows, judge_bad_rows
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.featurize import known_width
 from foxhunt.data.dataset.prepare import check_length, check_splits, feature_schema, split_cuts, user_sources
@@ -114,19 +115,31 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
         read([], set())
     lap("read")
     if not all(r.routed for r in reads):
-        log.info("a bar without a symbol: preparing the panel in memory")
+        log.warning("a bar has no symbol, so the panel cannot be cut by series: preparing it in memory, where its "
+                    "memory is the whole panel's, not a piece's")
         return None
     check_bar_sizes([x for r in reads for x in r.rtypes], [x for r in reads for x in r.spacings], files)
     entries = [e for r in reads for e in r.files]
     expected = split_cuts(cfg, np.array([min(r.lo for r in reads), max(r.hi for r in reads)]))
     shares = [inputs.restricted(src, lambda key, k=k: route.piece_of(key) == k) for k in range(len(pieces))]
     loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected,
-                                                           shares[k]) for k in range(len(pieces))])
+                                                           shares[k]) for k in range(len(pieces))], keep=AllRowsBad)
     lap("load")
+    bad = BadRows.merge([r.bad if isinstance(r, AllRowsBad) else r.bad_rows for r in loads])
+    if bad.over():  # the 1% is the panel's, as in memory: it stops here, before a fallback reads the panel whole
+        judge_bad_rows(bad, files)
+    empty = next((k for k, r in enumerate(loads) if isinstance(r, AllRowsBad)), None)
+    if empty is not None:  # its series are dropped whole, as in memory; the other pieces' rows would shift
+        log.warning("every bar of the piece of %s is a bad row: preparing the panel in memory, where its memory is "
+                    "the whole panel's, not a piece's", ", ".join(pieces[empty].symbols))
+        return None
     names = [n for r in loads for n in r.names]
     if names != sorted(set(names)):
-        log.info("the symbols do not group into consecutive series: preparing the panel in memory")
+        at = next(i for i in range(1, len(names)) if names[i] <= names[i - 1])
+        log.warning("the pieces' series are not in name order (%s after %s): preparing the panel in memory, where "
+                    "its memory is the whole panel's, not a piece's", names[at], names[at - 1])
         return None
+    judge_bad_rows(bad, files)  # says once what the pieces dropped
     for r in (r for load in loads for r in load.rolls):  # what load_raw logs in memory (the jobs are quiet)
         why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
         log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why, r["gap"])
@@ -213,8 +226,9 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     return manifest
 
 
-def _map(executor: Executor, fn: Callable, jobs_args: list[tuple]) -> list:
-    """`[fn(*args) for args in jobs_args]` on `executor`; once every job has ended, the first error is raised."""
+def _map(executor: Executor, fn: Callable, jobs_args: list[tuple], keep: type[Exception] | None = None) -> list:
+    """`[fn(*args) for args in jobs_args]` on `executor`; once every job has ended, the first error is raised, but a
+    job that raises `keep` gives that exception as its result."""
     futures = [executor.submit(fn, *args) for args in jobs_args]
     wait(futures)
     for f in futures:
@@ -223,9 +237,9 @@ def _map(executor: Executor, fn: Callable, jobs_args: list[tuple]) -> list:
                                 "memory; from a script, the spawned workers also need its code under `if __name__ "
                                 "== '__main__':`): run with fewer --workers, or --workers 0 if the panel fits in "
                                 "memory") from f.exception()
-        if f.exception() is not None:
+        if f.exception() is not None and not (keep is not None and isinstance(f.exception(), keep)):
             raise f.exception()
-    return [f.result() for f in futures]
+    return [f.exception() or f.result() for f in futures]
 
 
 def _allocate(tmp: Path, rows: int, windows: int, width: int, d: int, target: str, index: bool, real: list[str],
