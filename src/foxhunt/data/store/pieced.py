@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from foxhunt.data.bars.chains import decision
 from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS
 from foxhunt.data.bars.load import ROLL_REASONS, merge_reports
 from foxhunt.data.bars.sessions import run_session
@@ -164,10 +165,12 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
                             cfg.fill_gaps, season_tz)
     fitted, static_values, dropped = (None, {}, 0) if src is None else fit_declared(cfg, src, loads, fits, names,
                                                                                     scalers)
+    report = merge_reports([r.report for r in loads])
     transform = FittedTransform(  # its scalers are completed in place (add_vol_stats) before the pieces are written
         series_vocab=tuple(n for n, ok in zip(names, mom["rows"] > 0, strict=True) if ok), scalers=scalers,
         target=cfg.target, scaling=cfg.scaling, intraday=intraday, calendar_features=cfg.calendar_features,
         exchange_tz=cfg.exchange_tz, bar_spacing_ns=spacing, session=run_session(cfg.calendar), inputs=fitted,
+        **decision(report, cfg.contracts),
     )
     rows, wins = (np.cumsum([0, *counts]) for counts in ([int(r.lengths.sum()) for r in loads],
                                                          [r.windows for r in loads]))
@@ -211,7 +214,7 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     for k in SPLITS:
         arrays[f"split_{k}"] = save_array(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))
     schema = feature_schema(transform, e, d, cfg.adjust)
-    meta = SimpleNamespace(report=merge_reports([r.report for r in loads]), rolls=[x for r in loads for x in r.rolls])
+    meta = SimpleNamespace(report=report, rolls=[x for r in loads for x in r.rolls])
     summary = data_summary(meta, schema, facts, names, cuts, False, sum(w.roll_bars for w in written), spacing)
     if src is not None:
         summary["inputs"] = inputs.summary(src, dropped)
