@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from foxhunt.cli import main
-from foxhunt.data.bars.chains import contract_spans, decision_line, roots_apart
+from foxhunt.data.bars.chains import contract_spans, decision, decision_line, roots_apart, roots_of_series
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.summary import contracts_text
@@ -30,11 +30,11 @@ STARTS = {"AG0": dt.date(2012, 5, 10), "SF0": dt.date(2014, 8, 8), "SM0": dt.dat
 FIRST, LAST = dt.date(2011, 7, 28), dt.date(2017, 7, 25)
 
 
-def panel(path: Path, symbols: tuple[str, ...] = tuple(LEVELS)) -> str:
-    """Daily bars on business days FIRST .. LAST (naive midnight timestamps, as the vendor's), each symbol a seeded
-    random walk from its own start."""
+def panel(path: Path, symbols: tuple[str, ...] = tuple(LEVELS), first: dt.date = FIRST, last: dt.date = LAST) -> str:
+    """Daily bars on business days `first` .. `last` (naive midnight timestamps, as the vendor's), each symbol a
+    seeded random walk from its own start."""
     rng = np.random.default_rng(0)
-    days = pl.date_range(FIRST, LAST, eager=True)
+    days = pl.date_range(first, last, eager=True)
     days = days.filter(days.dt.weekday() <= 5)
     frames = []
     for sym in symbols:
@@ -83,6 +83,25 @@ def test_contracts_continuous_rolls_them_as_contracts_of_a_root(cn):
     assert [(r["root"], r["from"], r["to"]) for r in lb.rolls] == [
         ("C", "CF0", "CU0"), ("S", "SF0", "SM0"), ("S", "SM0", "SN0")]
     assert lb.report["roots_apart"] == {} and lb.report["contracts_dropped"] == ["AG0"]
+
+
+def test_a_models_decision_overrules_the_dates_and_other_roots_are_decided_from_them(cn):
+    """A model's saved decision (FittedTransform.contract_roots) is applied whatever the dates say: C rolled, M kept
+    apart (no symbol of the panel reads as one of M's), A and S decided by the rule (apart)."""
+    lb = load_bars(DataConfig(paths=(cn,)), roots=(("M",), ("C",)))
+    assert sorted(lb.report["series"]) == ["AG0", "AU0", "C", "M0", "SF0", "SM0", "SN0"]
+    assert [(r["root"], r["from"], r["to"]) for r in lb.rolls] == [("C", "CF0", "CU0")]
+    assert sorted(lb.report["roots_apart"]) == ["A", "S"] and lb.report["roots_rolled"] == ["C"]
+    assert load_bars(DataConfig(paths=(cn,))).report["roots_rolled"] == []
+
+
+def test_a_model_saved_before_the_decision_reads_it_off_its_series_names():
+    assert roots_of_series(("AU0", "CF0", "CU0", "M0", "ES")) == (("A", "C"), ("ES", "M0"))
+    assert roots_of_series(("C", "S", "M0")) == ((), ("C", "M0", "S"))
+    assert decision({"roots_apart": {"C": {}}, "roots_rolled": ["ES"]}, "auto") == {
+        "roots_apart": ("C",), "roots_rolled": ("ES",)}
+    assert decision({"roots_apart": {"C": {}}, "roots_rolled": []}, "each") == {} == decision({}, "auto")
+    assert decision({"roots_apart": {}, "roots_rolled": []}, "auto") == {}  # no futures: the transform as before
 
 
 @pytest.mark.parametrize("name", ["es_fut_ohlcv1m_databento.parquet", "es_fut_ohlcv1h_databento.parquet",

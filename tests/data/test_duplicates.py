@@ -96,16 +96,24 @@ def test_both_sort_paths_count_conflicts_as_a_group_by_does(in_time_order, monke
     assert bool(regrouped) == in_time_order
 
 
-def test_a_pieced_prepare_stops_on_conflicts_in_a_piece_and_counts_fewer(tmp_path, monkeypatch):
-    """Two series, two pieces: each piece's load checks its own rows (a symbol's rows are all in one piece)."""
+def test_a_pieced_prepare_judges_conflicts_over_the_panel_as_in_memory(tmp_path, monkeypatch):
+    """Two series, two pieces: the 1% is the panel's, as in memory. 5 conflicting PEP bars are 1.6% of PEP's piece
+    but 0.8% of the panel: kept with a warning in both; 20 stop both with the same line (20 of 620 rows)."""
     folder = tmp_path / "panel"
     folder.mkdir()
     for s in ("KO", "PEP"):
         _bars(s).write_parquet(folder / f"{s.lower()}.parquet")
-    _bars("PEP", n=1, shift=1.0).write_parquet(folder / "pep_late.parquet")  # 1 of 601 rows
+    _bars("PEP", n=5, shift=1.0).write_parquet(folder / "pep_late.parquet")  # 5 of 605 rows
+    in_memory = prepare_store(_cfg(folder), tmp_path / "whole", workers=0)
     monkeypatch.setattr(build, "prepare_data", lambda cfg: pytest.fail("prepared in memory, not in pieces"))
     manifest = prepare_store(_cfg(folder), tmp_path / "store", piece_rows=1, min_rows=0, pool=Workers(InProcess(), 2))
-    assert manifest["summary"]["checks"]["duplicates_conflicting"] == 1
+    assert manifest["summary"]["checks"]["duplicates_conflicting"] == 5
+    assert in_memory["summary"]["checks"]["duplicates_conflicting"] == 5
     _bars("PEP", n=20, shift=1.0).write_parquet(folder / "pep_late.parquet")  # 20 of 620 rows
-    with pytest.raises(InputError, match=r"pep.parquet data row 1: 20 of 320 rows \(6.2%\) repeat a bar"):
+    monkeypatch.undo()
+    with pytest.raises(InputError) as whole:
+        prepare_store(_cfg(folder), tmp_path / "whole2", workers=0)
+    with pytest.raises(InputError) as pieces:
         prepare_store(_cfg(folder), tmp_path / "store2", piece_rows=1, min_rows=0, pool=Workers(InProcess(), 2))
+    assert str(pieces.value) == str(whole.value)
+    assert "20 of 620 rows (3.2%) repeat a bar" in str(whole.value)

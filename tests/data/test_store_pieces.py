@@ -4,6 +4,7 @@ worker processes is the store prepared in memory, array for array and key for ke
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -428,3 +429,91 @@ def test_a_daily_panel_on_the_xshg_calendar_in_pieces_is_the_one_in_memory(xshg_
     for cut in (summary["train_end"], summary["val_end"]):  # a trading day's bar
         assert cut.endswith("T00:00:00Z") and np.datetime64(cut[:10]) in xshg_days
     assert summary["windows_with_gaps"] == 0 and "2016-10-03" in whole["transform"]["session"]["holidays"]
+
+
+# A panel like the Chinese "main contract" one (bars/chains.py): AU0 reads as a contract of root A, CF0 and CU0 as
+# contracts of root C, but each is a market of its own, and the series names A0 < AU0 < C0 < CF0 < CS0 < CU0 do not
+# sort as their keys A < A0 < C < C0 < CS0 do.
+CN = {"A0": 4_000.0, "AU0": 300.0, "C0": 2_000.0, "CF0": 15_000.0, "CS0": 2_500.0, "CU0": 40_000.0, "M0": 3_000.0}
+
+
+def _cn_panel(path, bad: dict[str, int] | None = None):
+    """A year of daily bars (naive midnight stamps, as the vendor's) of each CN symbol, a seeded random walk; `bad`:
+    symbol -> how many of its bars, every 7th from its 10th, have a low above their close."""
+    rng = np.random.default_rng(3)
+    days = pl.date_range(dt.date(2014, 1, 1), dt.date(2014, 12, 31), eager=True)
+    days = days.filter(days.dt.weekday() <= 5).cast(pl.Datetime("us"))
+    frames = []
+    for symbol, level in CN.items():
+        close = level * np.exp(np.cumsum(rng.normal(0, 0.01, len(days))))
+        low = close * 0.99
+        low[10:10 + 7 * (bad or {}).get(symbol, 0):7] = close[10:10 + 7 * (bad or {}).get(symbol, 0):7] * 1.01
+        frames.append(pl.DataFrame({"timestamp": days, "symbol": symbol, "open": close, "high": close * 1.01,
+                                    "low": low, "close": close, "volume": rng.uniform(1e4, 2e4, len(days))}))
+    pl.concat(frames).sort("timestamp", "symbol").write_parquet(path)
+    return path
+
+
+def _daily(path) -> DataConfig:
+    return DataConfig(paths=(str(path),), encoder_length=16, horizon=3, val_fraction=0.2, test_fraction=0.2)
+
+
+def test_symbols_kept_apart_are_prepared_in_pieces_of_whole_name_ranges(tmp_path, monkeypatch):
+    """--contracts auto keeps AU0, CF0 and CU0 their own series: the pieces are made of the roots and symbols whose
+    names' ranges overlap (A .. AU0 holds A0; C .. CU0 holds C0 and CS0), so they stay in name order and the panel
+    is prepared in pieces, not in memory, into the store prepared in memory."""
+    cfg = _daily(_cn_panel(tmp_path / "cn.parquet"))
+    plan = plan_pieces(cfg, piece_rows=1, min_rows=0)
+    assert [sorted(p.symbols) for p in plan] == [["A0", "AU0"], ["C0", "CF0", "CS0", "CU0"], ["M0"]]
+    assert route_of(plan, cfg.contracts).first_keys == ("A", "C", "M0")
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    assert whole["windows"]["series_names"] == sorted(CN)
+    pieces = _in_pieces(monkeypatch, cfg, tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
+
+
+def test_pieces_out_of_name_order_are_prepared_in_memory_with_a_warning(tmp_path, monkeypatch, caplog):
+    """Pieces made key by key (as the plan made them before name ranges) come out of name order: the panel is then
+    prepared in memory, correctly, and one warning says that the memory bound is lost."""
+    cfg = _daily(_cn_panel(tmp_path / "cn.parquet"))
+    monkeypatch.setattr(pieces_module, "_groups", lambda by_key, contracts: [(k, [k]) for k in sorted(by_key)])
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    manifest = prepare_store(cfg, tmp_path / "fallback", piece_rows=1, workers=1, min_rows=0)
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "fallback", manifest))
+    said = [r for r in caplog.records if "name order" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"
+    assert "(A0 after AU0)" in said[0].getMessage() and "not a piece's" in said[0].getMessage()
+
+
+def test_the_share_of_bad_bars_is_judged_over_the_panel_in_pieces_as_in_memory(tmp_path, monkeypatch):
+    """6 bad bars of M0's 261 (2.3%) are 0.3% of the panel's 1,827: dropped, in pieces as in memory; 31 of
+    C0's (2.0% of the panel) stop both with the same line, naming the first bad bar read and the panel's share."""
+    cfg = _daily(_cn_panel(tmp_path / "cn.parquet", {"M0": 6}))
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    assert whole["summary"]["checks"]["inconsistent_rows_dropped"] == 6
+    pieces = _in_pieces(monkeypatch, cfg, tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
+    cfg = _daily(_cn_panel(tmp_path / "worse.parquet", {"M0": 6, "C0": 31}))
+    with pytest.raises(InputError) as in_memory:
+        prepare_store(cfg, tmp_path / "w1", workers=0)
+    with pytest.raises(InputError) as in_pieces:
+        _in_pieces(monkeypatch, cfg, tmp_path / "w2", piece_rows=1, workers=1, min_rows=0)
+    assert str(in_pieces.value) == str(in_memory.value)
+    assert "37 of 1827 rows (2.0%)" in str(in_memory.value) and "data row 73 (C0 at 2014-01-15" in str(in_memory.value)
+
+
+def test_a_piece_whose_bars_are_all_bad_is_prepared_in_memory_as_the_panel_is(tmp_path, monkeypatch, caplog):
+    """ZZ0's 15 bars all have a low above their close: 0.8% of the panel, dropped in memory with its series; its
+    piece would hold nothing, so the panel is prepared in memory, into the same store, with a warning."""
+    path = _cn_panel(tmp_path / "cn.parquet")
+    bars = pl.read_parquet(path)
+    zz = bars.filter(pl.col("symbol") == "M0").head(15).with_columns(symbol=pl.lit("ZZ0"), low=pl.col("close") * 1.02)
+    pl.concat([bars, zz]).write_parquet(path)
+    cfg = _daily(path)
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    assert "ZZ0" not in whole["windows"]["series_names"]
+    manifest = prepare_store(cfg, tmp_path / "fallback", piece_rows=1, workers=1, min_rows=0)
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "fallback", manifest))
+    said = [r.getMessage() for r in caplog.records if "every bar of the piece" in r.getMessage()]
+    assert said == ["every bar of the piece of ZZ0 is a bad row: preparing the panel in memory, where its memory is "
+                    "the whole panel's, not a piece's"]

@@ -122,7 +122,8 @@ class Forecaster:
         cfg = _predict.prediction_config(self._lm, (FRAME_NAME,))
         raw, entry = read_frame(frame, FRAME_NAME, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
                                 cfg.date_format, since=cfg.since, until=cfg.until)
-        loaded = load_raw(raw, [entry], cfg, self._lm.transform.bar_spacing_ns)
+        loaded = load_raw(raw, [entry], cfg, self._lm.transform.bar_spacing_ns,
+                          roots=self._lm.transform.contract_roots())
         data = _predict.prepare_loaded(self._lm, loaded, (FRAME_NAME,), frame)  # its own columns: --observed ones
         self._prime(loaded.bars, data)
         fc = _predict.Forecaster(self._lm, data, self._device, calibration=self._calibration(calibrated))

@@ -142,7 +142,7 @@ def prepare_for_model(lm: LoadedModel, paths: tuple[str, ...]) -> PreparedData:
     note = window_note(lm)
     if note:
         log.info("%s", note)
-    return prepare_loaded(lm, load_bars(cfg, lm.transform.bar_spacing_ns), paths)
+    return prepare_loaded(lm, load_bars(cfg, lm.transform.bar_spacing_ns, lm.transform.contract_roots()), paths)
 
 
 def prepare_loaded(lm: LoadedModel, loaded: LoadedBars, where: tuple[str, ...], frame: Any = None) -> PreparedData:
@@ -176,8 +176,11 @@ def store_for_model(lm: LoadedModel, store: Path) -> PreparedData:
 
 
 def _transform_text(transform: FittedTransform) -> str:
-    """A transform as canonical JSON: a model's and a store's both went through JSON, so equal fits give equal text."""
-    return json.dumps(transform.to_dict(), sort_keys=True)
+    """A transform as canonical JSON: a model's and a store's both went through JSON, so equal fits give equal text.
+    Without the contracts decision (roots_apart / roots_rolled): the series it gave are in the vocabulary, and a store
+    prepared before it was kept has none."""
+    fitted = {k: v for k, v in transform.to_dict().items() if k not in ("roots_apart", "roots_rolled")}
+    return json.dumps(fitted, sort_keys=True)
 
 
 def live_origins(data: PreparedData) -> torch.Tensor:

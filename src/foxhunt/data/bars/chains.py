@@ -21,30 +21,62 @@ each contract come from one pass over the bars' trade dates per run of one symbo
 Limits: a file of under about two years that ends near the expiries its continuous symbols read as (`CU0` bars of
 2019-2020) looks like a chain; `--contracts each` keeps every symbol its own series. `--contracts continuous` rolls
 the contracts of every root whatever the dates say.
+
+A model keeps what was decided on its training bars (FittedTransform.roots_apart / roots_rolled), and the bars it
+forecasts are read that way (`keep_apart`'s `apart` and `rolled`): three months of `CU0` bars of 2019, which alone
+would look like a chain, are still the copper series the model knows. Only a root the model never saw is decided
+from the bars read. A model saved before it kept the decision has it read off its series (`roots_of_series`).
 """
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import polars as pl
+
+from foxhunt.data.bars.symbols import FUTURES_RE
 
 NEAR_BEFORE = 24  # months before its expiry month from which a contract is near its expiry
 NEAR_AFTER = 3  # months after its expiry month up to which it is
 MIN_NEAR_SHARE = 0.5  # of a root's traded days with a contract near its expiry: below it, not one market
 
 
-def keep_apart(df: pl.DataFrame, runs: np.ndarray) -> tuple[pl.DataFrame, dict[str, dict]]:
+def keep_apart(df: pl.DataFrame, runs: np.ndarray, apart: tuple[str, ...] = (), rolled: tuple[str, ...] = ()
+               ) -> tuple[pl.DataFrame, dict[str, dict], list[str]]:
     """`df` (parsed bars: symbol, root, expiry, trade_date) with root and expiry cleared for the symbols of roots
-    whose contracts are not one market's (`roots_apart`), so that each of them is a series of its own; and
-    `roots_apart`'s entries. `runs` (R,): the first row of each run of one symbol."""
-    apart = roots_apart(contract_spans(df, runs))
-    if not apart:
-        return df, apart
-    out = pl.col("root").is_in(pl.Series(list(apart), dtype=pl.Utf8).implode())
+    whose contracts are not one market's (`roots_apart`), so that each of them is a series of its own;
+    `roots_apart`'s entries; and the roots left to roll, sorted. `runs` (R,): the first row of each run of one
+    symbol. `apart`, `rolled`: a model's decision (see the module docstring), which the dates do not overrule."""
+    spans = contract_spans(df, runs)
+    facts = roots_apart(spans, apart, rolled)
+    left = sorted(set(spans.get_column("root").to_list()) - set(facts))
+    if not facts:
+        return df, facts, left
+    out = pl.col("root").is_in(pl.Series(list(facts), dtype=pl.Utf8).implode())
     return df.with_columns(
         root=pl.when(out).then(None).otherwise(pl.col("root")),
         expiry=pl.when(out).then(None).otherwise(pl.col("expiry")),
-    ), apart
+    ), facts, left
+
+
+def decision(report: dict, contracts: str) -> dict[str, tuple[str, ...]]:
+    """FittedTransform's roots_apart and roots_rolled from the load report (load.load_bars) of a model's training
+    bars read with --contracts `contracts`; none unless `auto` decided on some root (bars without futures symbols
+    keep the transform they had before the decision was saved)."""
+    if contracts != "auto" or not (report.get("roots_apart") or report.get("roots_rolled")):
+        return {}
+    return {"roots_apart": tuple(sorted(report["roots_apart"])), "roots_rolled": tuple(report["roots_rolled"])}
+
+
+def roots_of_series(names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(roots apart, roots rolled) that `--contracts auto` took for a model whose series are `names` (saved before
+    the decision was): a series named like a contract (`CU0`) is a symbol kept apart, so its root was; a series of a
+    rolled root is named after the root, so every other name may be one (plain symbols among them roll nothing)."""
+    parsed = {n: re.match(FUTURES_RE, n) for n in names}
+    apart = {m.group(1) for m in parsed.values() if m is not None and re.search("[A-Z]", m.group(1))}
+    rolled = {n for n, m in parsed.items() if m is None or not re.search("[A-Z]", m.group(1))} - apart
+    return tuple(sorted(apart)), tuple(sorted(rolled))
 
 
 def contract_spans(df: pl.DataFrame, runs: np.ndarray) -> pl.DataFrame:
@@ -76,11 +108,12 @@ def contract_spans(df: pl.DataFrame, runs: np.ndarray) -> pl.DataFrame:
     )
 
 
-def roots_apart(spans: pl.DataFrame) -> dict[str, dict]:
+def roots_apart(spans: pl.DataFrame, apart: tuple[str, ...] = (), rolled: tuple[str, ...] = ()) -> dict[str, dict]:
     """{root: facts} of the roots of `spans` (contract_spans) whose contracts are not one market's (the rule of the
-    module docstring). facts: symbols, first and last (ISO trade dates), near_share (the share of the root's traded
-    days with a contract near its expiry), pair (the two symbols that trade side by side longest, or the one symbol)
-    and side_by_side_days (how long they do: their common days, or the one symbol's)."""
+    module docstring), where a model's decision does not say otherwise: those in `apart` are, those in `rolled` are
+    not, whatever their dates. facts: symbols, first and last (ISO trade dates), near_share (the share of the root's
+    traded days with a contract near its expiry), pair (the two symbols that trade side by side longest, or the one
+    symbol) and side_by_side_days (how long they do: their common days, or the one symbol's)."""
     if not spans.height:
         return {}
     near = spans.with_columns(
@@ -90,7 +123,8 @@ def roots_apart(spans: pl.DataFrame) -> dict[str, dict]:
     share = (
         _union_days(spans).join(_union_days(near).rename({"days": "near"}), on="root", how="left")
         .select("root", near_share=pl.col("near").fill_null(0) / pl.col("days"))
-        .filter(pl.col("near_share") < MIN_NEAR_SHARE)
+        .filter(pl.when(_among(apart)).then(True).when(_among(rolled)).then(False)
+                .otherwise(pl.col("near_share") < MIN_NEAR_SHARE))
     )
     if not share.height:
         return {}
@@ -138,6 +172,10 @@ def _union_days(spans: pl.DataFrame) -> pl.DataFrame:
         .group_by("root")
         .agg(days=(pl.col("last") - pl.col("first") + 1).sum())
     )
+
+
+def _among(roots: tuple[str, ...]) -> pl.Expr:
+    return pl.col("root").is_in(pl.Series(list(roots), dtype=pl.Utf8).implode())
 
 
 def _month_start(expiry: pl.Expr) -> pl.Expr:

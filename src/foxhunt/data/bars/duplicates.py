@@ -40,6 +40,20 @@ class Duplicates:
     first_conflict: tuple[dict, dict] | None = None  # (dropped row, kept row)
     first: tuple[dict, dict] | None = None
 
+    @staticmethod
+    def merge(parts: list[Duplicates]) -> Duplicates:
+        """The Duplicates of pieces of one panel together: counts summed, the first pair of each kind the earliest
+        read (by the dropped row's file_idx and row, file_idx counted over the panel's files)."""
+        def first(pairs: list[tuple[dict, dict] | None]) -> tuple[dict, dict] | None:
+            return min((p for p in pairs if p is not None), key=lambda p: (p[0]["file_idx"], p[0]["row"]),
+                       default=None)
+
+        return Duplicates(sum(p.dropped for p in parts), sum(p.conflicting for p in parts),
+                          first([p.first_conflict for p in parts]), first([p.first for p in parts]))
+
+    def over(self, rows: int) -> bool:
+        return self.conflicting > MAX_CONFLICT_FRACTION * rows
+
 
 def find(df: pl.DataFrame, order: np.ndarray | None, keep: np.ndarray) -> Duplicates:
     """The Duplicates of `df`'s rows whose sorted order is `order` (N,) (None: they are sorted) and whose kept rows
@@ -71,7 +85,7 @@ def find(df: pl.DataFrame, order: np.ndarray | None, keep: np.ndarray) -> Duplic
 def tell(found: Duplicates, rows: int, files: list[str], out_of_order: int) -> None:
     """Stop on more conflicting rows than MAX_CONFLICT_FRACTION of `rows` (the rows read), warn of fewer, and say in an
     info line what was dropped and sorted. `files`: the read stage's paths, by file_idx."""
-    if found.conflicting > MAX_CONFLICT_FRACTION * rows:
+    if found.over(rows):
         dropped, kept = found.first_conflict  # type: ignore[misc]
         raise InputError(
             f"{_place(dropped, files)}: {found.conflicting} of {rows} rows ({100 * found.conflicting / rows:.1f}%) repeat"

@@ -22,6 +22,7 @@ from foxhunt.data.bars.sessions import check_session_grid
 from foxhunt.data.bars.symbols import FUTURES_RE, drop_spreads, parse_futures, resolve_symbols
 from foxhunt.data.bars.validate import (
     INSTRUMENT,
+    BadRows,
     check_ratio_adjust,
     clean_bars,
     merge_sunday_stubs,
@@ -66,18 +67,26 @@ class LoadedBars:
       for `roll_confirm` sessions; "front_missing": the front had no bars that session; "instrument_change": a
       Databento continuous file changed instrument_id)}].
     report: JSON-able summary of what loading did (see `load_bars`).
+    bad_rows: the bad rows dropped (validate.BadRows) when the caller judges them (`load_raw(judge=False)`: a piece
+      of a panel), else None.
     """
 
     bars: pl.DataFrame
     rolls: list[dict]
     report: dict
+    bad_rows: BadRows | None = None
 
 
-def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
+Roots = tuple[tuple[str, ...], tuple[str, ...]]  # a model's (roots kept apart, roots rolled): chains.keep_apart
+
+
+def load_bars(cfg: DataConfig, grid_step_ns: int | None = None, roots: Roots | None = None) -> LoadedBars:
     """Read, clean, select contracts and back-adjust the files in `cfg.paths`.
 
     `grid_step_ns`: the bar interval --fill-gaps fills to (a saved model's `bar_spacing_ns`, so that prediction
-    fills to the grid the model was trained on); None measures it on these bars.
+    fills to the grid the model was trained on); None measures it on these bars. `roots`: what `--contracts auto`
+    decided on a saved model's training bars (FittedTransform.contract_roots), so that its bars are read into the
+    series it knows; None decides every root from these bars (chains.py).
 
     report keys: files [{path, size_bytes, rows, timestamps}], rows_read, duplicates_dropped (duplicates_conflicting
     of them with other values than the bar kept), nan_rows_dropped
@@ -85,7 +94,8 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     symbols (distinct symbols once spreads are dropped), contracts_kept, contracts_dropped, contracts_mode
     ("continuous" | "each" | "symbols"), roots_apart ({root: facts} of the roots whose symbols read as contracts but
     are not one market's, each symbol then its own series: chains.roots_apart; {} unless --contracts auto kept some
-    apart), adjust, roll_confirm,
+    apart), roots_rolled (the roots --contracts auto read as one market's contracts, sorted; [] in the other modes),
+    adjust, roll_confirm,
     rolls_by_reason {reason: count}, bar_interval ("1m", "1h", "1d", ...), sunday_stubs_merged, bars_filled (None
     without --fill-gaps), timezone (how timestamps were read), closed_share (share of intraday bars inside the session
     halt or weekend; None for daily bars), series {name: {rows, start, end, contracts}}.
@@ -94,12 +104,12 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None) -> LoadedBars:
     """
     raw, files = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
                            since=cfg.since, until=cfg.until, date_format=cfg.date_format)
-    return load_raw(raw, files, cfg, grid_step_ns, consume=True)
+    return load_raw(raw, files, cfg, grid_step_ns, consume=True, roots=roots)
 
 
 def load_raw(
     raw: pl.DataFrame, files: list[dict], cfg: DataConfig, grid_step_ns: int | None = None, *, consume: bool = False,
-    distinct: pl.Series | None = None,
+    distinct: pl.Series | None = None, judge: bool = True, roots: Roots | None = None,
 ) -> LoadedBars:
     """`load_bars` after reading: `raw` and `files` as `read.read_bars` returns them (or `read.read_frame` for a
     frame in memory), so that bars that never touch a file load exactly as a file's would.
@@ -109,6 +119,8 @@ def load_raw(
     175 MB); `raw` is then left without columns. `load_bars` reads its own frame and consumes it.
     `distinct`: raw's distinct symbols, when the caller has them without hashing every row's string (store/pieced.py
     reads its bars' symbols as codes).
+    `roots`: as `load_bars`'. `judge=False`: the share of bad rows is judged by the caller, over the whole panel, from `bad_rows` (see
+    validate.clean_bars): a piece's share is not the panel's.
     """
     paths = [f["path"] for f in files]
     rows_read = raw.height
@@ -134,7 +146,8 @@ def load_raw(
         )
     if plan and (not unchanged or spread_rows):
         plan.pop().result()  # stale: waited for, so that clean_bars' own plan does not run beside it
-    df, stats = clean_bars(df, paths, consume=True, plan=plan.pop() if plan else None)  # df is this function's own
+    df, stats = clean_bars(df, paths, consume=True, plan=plan.pop() if plan else None, judge=judge)  # df: its own
+    bad = stats.pop("bad_rows", None)
     heap.trim(trim)  # the plan's arrays, freed into the pool thread's heap where this one cannot reuse them
     df, stubs = merge_sunday_stubs(df)
     # (R,) the runs of one symbol (bars sorted by instrument): found once for every stage below that reads them
@@ -147,7 +160,7 @@ def load_raw(
     df = parse_futures(df, cfg.exchange_tz, runs=runs)
     # Symbols that read as contracts of a root but are not one market's (chains.py) are plain symbols from here on:
     # decided before the checks, which treat futures (back-adjusted by a ratio) apart from other series.
-    df, apart = keep_apart(df, runs) if cfg.contracts == "auto" else (df, {})
+    df, apart, rolled = keep_apart(df, runs, *(roots or ((), ()))) if cfg.contracts == "auto" else (df, {}, [])
     checked = parallel.submit(_checks, df.select(CHECKED), files, paths, cfg, runs, spaced, trim)
     # Row locators and ids are read by the checks only: build_series never sees them.
     df = df.drop("file_idx", "row", "instrument_id", "rtype", "by_instrument")
@@ -172,6 +185,7 @@ def load_raw(
         "contracts_dropped": dropped,
         "contracts_mode": info["contracts_mode"],
         "roots_apart": apart,
+        "roots_rolled": rolled,
         "adjust": cfg.adjust if info["contracts_mode"] == "continuous" else "none",
         "roll_confirm": cfg.roll_confirm,
         "rolls_by_reason": {k: sum(r["reason"] == k for r in rolls) for k in sorted({r["reason"] for r in rolls})},
@@ -184,7 +198,7 @@ def load_raw(
     for r in rolls:
         why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
         log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why, r["gap"])
-    return LoadedBars(bars=bars, rolls=rolls, report=report)
+    return LoadedBars(bars=bars, rolls=rolls, report=report, bad_rows=bad)
 
 
 def _outrights(symbols: pl.Series) -> bool:
@@ -313,6 +327,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     out["contracts_kept"] = [c for r in reports for c in r["contracts_kept"]]
     out["contracts_dropped"] = sorted({c for r in reports for c in r["contracts_dropped"]})
     out["roots_apart"] = {k: v for r in reports for k, v in r.get("roots_apart", {}).items()}  # a root: one piece
+    out["roots_rolled"] = sorted({k for r in reports for k in r.get("roots_rolled", [])})
     reasons = sorted({k for r in reports for k in r["rolls_by_reason"]})
     out["rolls_by_reason"] = {k: sum(r["rolls_by_reason"].get(k, 0) for r in reports) for k in reasons}
     out["series"] = {k: v for r in reports for k, v in r["series"].items()}

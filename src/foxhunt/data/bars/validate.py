@@ -20,9 +20,11 @@ math needs positive prices refuse them with the flag to change: `check_ratio_adj
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -57,7 +59,8 @@ SortPlan = tuple[list[np.ndarray], tuple | None]  # see sort_plan
 
 
 def clean_bars(
-    df: pl.DataFrame, files: list[str], consume: bool = False, plan: Future[SortPlan | None] | None = None
+    df: pl.DataFrame, files: list[str], consume: bool = False, plan: Future[SortPlan | None] | None = None,
+    judge: bool = True,
 ) -> tuple[pl.DataFrame, dict]:
     """Drop bad/duplicate rows, check prices, sort by (symbol, instrument_id, ts).
 
@@ -68,6 +71,9 @@ def clean_bars(
     `consume=True`: when the rows must be reordered, `df`'s columns are dropped from it one by one as they are
     gathered (the input and the sorted copy never both take memory); the caller must not read `df` afterwards. `plan`: `sort_plan` of df's instrument and
     ts columns, when the caller has started it (`submit_sort_plan`; pass the only reference to it).
+    `judge=False` (a piece of a panel, store/pieced.py): the bad rows are dropped without a word and stats also holds
+    `bad_rows` (BadRows), for the caller to judge over the whole panel (`judge_bad_rows`), as the panel read whole is;
+    AllRowsBad when no row is left.
     """
     n = df.height
     # The sort order reads only the instrument and ts columns: it is found on the second core while the checks
@@ -87,25 +93,14 @@ def clean_bars(
         n_nonfinite, n_inconsistent = 0, n - df.select(consistent.sum()).item()
     else:
         n_nonfinite, n_inconsistent = df.select(nonfinite.sum().alias("n"), inconsistent.sum().alias("i")).row(0)
-    if n_nonfinite + n_inconsistent > MAX_BAD_FRACTION * n:
-        if n_nonfinite >= n_inconsistent:
-            first = df.filter(nonfinite).row(0, named=True)
-            problem = f"{n_nonfinite} of {n} rows ({100 * n_nonfinite / n:.1f}%) have a missing or non-finite price"
-            problem += " or volume (NaN, inf)"
-        else:
-            first = df.filter(inconsistent).row(0, named=True)
-            problem = f"{_inconsistent(first)}; {n_inconsistent} of {n} rows ({100 * n_inconsistent / n:.1f}%) have"
-            problem += " OHLC prices that contradict each other"
-        others = f" ({n_nonfinite + n_inconsistent} bad rows in all)" if n_nonfinite and n_inconsistent else ""
-        raise InputError(
-            f"{_where(first, files)}: {problem}{others}, more than the 1% that is dropped; fix or re-export the data"
-        )
+    bad = BadRows(n, int(n_nonfinite), int(n_inconsistent))
+    if not judge or bad.over():  # the first bad rows name the problem: found only where a message may need them
+        bad = _with_first(bad, df, nonfinite, inconsistent)
+    if judge:
+        judge_bad_rows(bad, files)
+    elif n and n_nonfinite + n_inconsistent == n:
+        raise AllRowsBad(bad)
     if n_nonfinite or n_inconsistent:
-        log.warning(
-            "dropped %d rows with missing or non-finite values and %d rows with inconsistent OHLC prices",
-            n_nonfinite,
-            n_inconsistent,
-        )
         df = df.filter(~nonfinite & ~inconsistent)
     _check(df, pl.col("volume") < 0, files, lambda r: f"volume {r['volume']} is negative")
 
@@ -120,14 +115,94 @@ def clean_bars(
         plan_rows = None  # a stale plan's arrays go before the new plan's are made
         plan_rows = sort_plan(*_plan_columns(df))
     df, found, out_of_order = _sort_dedup(df, plan_rows, consume, kinds)
-    duplicates.tell(found, n, files, out_of_order)
-    return df, {
+    if judge:
+        duplicates.tell(found, n, files, out_of_order)
+    else:  # a piece: its duplicates are told with the panel's (store/pieced.py), as its bad rows are judged
+        bad = dataclasses.replace(bad, duplicates=found, out_of_order=out_of_order)
+    stats = {
         "nan_rows_dropped": int(n_nonfinite),
         "inconsistent_rows_dropped": int(n_inconsistent),
         "duplicates_dropped": found.dropped,
         "rows_out_of_order": out_of_order,
         "duplicates_conflicting": found.conflicting,
     }
+    return df, stats if judge else {**stats, "bad_rows": bad}
+
+
+@dataclass(frozen=True)
+class BadRows:
+    """The rows with a missing or non-finite value and those with contradicting OHLC prices among the `rows`
+    clean_bars checks, with the first of each kind in read order (the row's file_idx, row, symbol, ts and prices;
+    None where not looked for): what `judge_bad_rows` decides on. The 1% is of the panel's rows, so the counts of a
+    panel read in pieces are merged (`merge`) before they are judged."""
+
+    rows: int
+    nonfinite: int = 0
+    inconsistent: int = 0
+    first_nonfinite: dict | None = None
+    first_inconsistent: dict | None = None
+    duplicates: Duplicates = Duplicates()  # a piece's (clean_bars with judge=False), told over the panel's rows
+    out_of_order: int = 0
+
+    def over(self) -> bool:
+        return self.nonfinite + self.inconsistent > MAX_BAD_FRACTION * self.rows
+
+    @staticmethod
+    def merge(parts: list[BadRows]) -> BadRows:
+        """The BadRows of the rows of `parts` together (pieces of one panel, file_idx counted over its files)."""
+        def first(rows: list[dict | None]) -> dict | None:
+            return min((r for r in rows if r is not None), key=lambda r: (r["file_idx"], r["row"]), default=None)
+
+        return BadRows(sum(p.rows for p in parts), sum(p.nonfinite for p in parts),
+                       sum(p.inconsistent for p in parts), first([p.first_nonfinite for p in parts]),
+                       first([p.first_inconsistent for p in parts]),
+                       Duplicates.merge([p.duplicates for p in parts]), sum(p.out_of_order for p in parts))
+
+
+class AllRowsBad(Exception):
+    """Every row of a piece of a panel is bad (clean_bars with judge=False): nothing is left to load. Its caller
+    judges `bad` over the panel's rows."""
+
+    def __init__(self, bad: BadRows) -> None:
+        super().__init__(bad)  # pickled by its args: it comes back from a worker process
+        self.bad = bad
+
+
+def judge_bad_rows(bad: BadRows, files: list[str]) -> None:
+    """InputError naming the first bad row when more than MAX_BAD_FRACTION of the rows are bad (the export is
+    broken); otherwise one warning with the counts dropped, if any. `files` maps file_idx to a path."""
+    n, n_nonfinite, n_inconsistent = bad.rows, bad.nonfinite, bad.inconsistent
+    if bad.over():
+        if n_nonfinite >= n_inconsistent:
+            first = bad.first_nonfinite
+            problem = f"{n_nonfinite} of {n} rows ({100 * n_nonfinite / n:.1f}%) have a missing or non-finite price"
+            problem += " or volume (NaN, inf)"
+        else:
+            first = bad.first_inconsistent
+            problem = f"{_inconsistent(first)}; {n_inconsistent} of {n} rows ({100 * n_inconsistent / n:.1f}%) have"
+            problem += " OHLC prices that contradict each other"
+        others = f" ({n_nonfinite + n_inconsistent} bad rows in all)" if n_nonfinite and n_inconsistent else ""
+        raise InputError(
+            f"{_where(first, files)}: {problem}{others}, more than the 1% that is dropped; fix or re-export the data"
+        )
+    if n_nonfinite or n_inconsistent:
+        log.warning(
+            "dropped %d rows with missing or non-finite values and %d rows with inconsistent OHLC prices",
+            n_nonfinite,
+            n_inconsistent,
+        )
+
+
+def _with_first(bad: BadRows, df: pl.DataFrame, nonfinite: pl.Expr, inconsistent: pl.Expr) -> BadRows:
+    """`bad` with the first row of `df` (the read frame, in read order) of each kind it counts."""
+    def first(mask: pl.Expr, count: int) -> dict | None:
+        if not count:
+            return None
+        row = df.filter(mask).select("file_idx", "row", "symbol", "ts", *PRICES).row(0, named=True)
+        return {**row, "symbol": None if row["symbol"] is None else str(row["symbol"])}
+
+    return dataclasses.replace(bad, first_nonfinite=first(nonfinite, bad.nonfinite),
+                               first_inconsistent=first(inconsistent, bad.inconsistent))
 
 
 def _all_finite(df: pl.DataFrame) -> bool:

@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from foxhunt.allocator import release_freed_memory
+from foxhunt.data.bars.chains import decision
 from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS, future_timestamps, median_spacings_ns, session_grid
 from foxhunt.data.bars.load import LoadedBars, load_bars
 from foxhunt.data.bars.sessions import run_session
@@ -61,7 +62,8 @@ def prepare_data(
 ) -> PreparedData:
     """Load the bars named by `cfg.paths` and prepare them (see `prepare_from_bars`)."""
     step = transform.bar_spacing_ns if transform is not None else None  # --fill-gaps fills to the model's grid
-    return prepare_from_bars(load_bars(cfg, step), cfg, transform, for_prediction)
+    roots = transform.contract_roots() if transform is not None else None  # and reads the model's series
+    return prepare_from_bars(load_bars(cfg, step, roots), cfg, transform, for_prediction)
 
 
 def prepare_from_bars(
@@ -172,6 +174,7 @@ def prepare_from_bars(
             bar_spacing_ns=spacing,
             session=run_session(cfg.calendar),
             inputs=fitted_inputs,
+            **decision(meta.report, cfg.contracts),
         )
     elif src is not None and src.context:  # a context series' log_vol is its trailing input: computed once, here
         trail = trailing(feats, names, sidx, transform.scalers, target, scaling)

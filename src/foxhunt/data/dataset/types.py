@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from foxhunt.data.bars.chains import roots_of_series
 from foxhunt.data.bars.grid import Grid, default_grid, grid_of
 from foxhunt.data.bars.sessions import Session, session_of
 from foxhunt.data.dataset.windows import WindowedData
@@ -44,11 +45,24 @@ class FittedTransform:
     session: Session | None = None
     # The user's own inputs (features/inputs.fitted): names, scaling, the event calendar. None: none declared.
     inputs: dict | None = None
+    # What `--contracts auto` decided on the training bars (bars/chains.py): the roots whose symbols are each a series
+    # of their own, and those whose contracts roll into one series; the model's bars are read that way
+    # (`contract_roots`). None: another --contracts mode, or a model saved before the decision was kept.
+    roots_apart: tuple[str, ...] | None = None
+    roots_rolled: tuple[str, ...] | None = None
 
     @property
     def grid(self) -> Grid:
         """Where the forecast steps may sit (grid.future_timestamps)."""
         return default_grid(self.exchange_tz) if self.session is None else grid_of(self.session)
+
+    def contract_roots(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(roots kept apart, roots rolled) for reading bars for the model (load.load_bars' `roots`): the decision
+        saved with it, or, for a model saved before it was, the one its series' names show (chains.roots_of_series),
+        so that it reads its bars into the series it was trained on."""
+        if self.roots_apart is not None:
+            return self.roots_apart, self.roots_rolled or ()
+        return roots_of_series(self.series_vocab)
 
     def code(self, names: list[str]) -> np.ndarray:
         """Series codes for `names` (0 for a series unseen in training)."""
@@ -68,12 +82,17 @@ class FittedTransform:
             # only with --calendar: a transform without one is saved as before it existed
             **({} if self.session is None else {"session": dataclasses.asdict(self.session)}),
             **({} if self.inputs is None else {"inputs": self.inputs}),
+            **({} if self.roots_apart is None else {"roots_apart": list(self.roots_apart),
+                                                    "roots_rolled": list(self.roots_rolled or ())}),
         }
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> FittedTransform:
         d = dict(d)
         d["series_vocab"] = tuple(d["series_vocab"])
+        for key in ("roots_apart", "roots_rolled"):  # absent from a model saved before: contract_roots reads its series
+            if d.get(key) is not None:
+                d[key] = tuple(d[key])
         if d.get("session") is not None:
             d["session"] = session_of(d["session"])
         return FittedTransform(**d)

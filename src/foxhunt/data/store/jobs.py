@@ -18,7 +18,7 @@ import pyarrow.ipc
 
 from foxhunt.data.bars.grid import gap_counts
 from foxhunt.data.bars.load import load_raw
-from foxhunt.data.bars.validate import check_log_target
+from foxhunt.data.bars.validate import BadRows, check_log_target
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.featurize import EVENT_KEY, moved, series_rows, windowed_rows
 from foxhunt.data.dataset.prepare import feature_columns, sorted_bars, train_start_ns
@@ -86,6 +86,7 @@ class PieceLoaded:
     static: dict[str, list] | None = None  # static.series_values of its series (--static)
     keys: np.ndarray | None = None  # (G, 2) its rows' first and last time under each events key (events.key_times)
     held: Held | None = None  # its share of the bar files' columns, as the `prepare` process reports them
+    bad_rows: BadRows | None = None  # the bad rows it dropped, judged over the panel's (validate.judge_bad_rows)
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ def load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], 
     raw, distinct = _raw_frame([_read_spill(p) for p in paths])
     counts = np.bincount(raw.get_column("file_idx").to_numpy(), minlength=len(entries))
     loaded = load_raw(raw, [dict(e, rows=int(n)) for e, n in zip(entries, counts, strict=True)], cfg, consume=True,
-                      distinct=distinct)
+                      distinct=distinct, judge=False)  # the share of bad rows is the panel's: judged in `prepare`
     del raw
     _unlink(paths)
     dropped, held = None, None
@@ -209,7 +210,8 @@ def load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], 
     return PieceLoaded(names, lengths, len(window_starts(*_bounds(lengths), cfg.encoder_length + cfg.horizon)),
                        int(ts.min()), int(ts.max()), loaded.report, loaded.rolls, gaps,
                        _fit(cfg, feats, names, sidx, ts, cuts, side, train_gaps), dropped, values,
-                       None if side.keys is None else key_times(side.keys, ts, len(src.events.keys)), held)
+                       None if side.keys is None else key_times(side.keys, ts, len(src.events.keys)), held,
+                       loaded.bad_rows)
 
 
 def fit(cfg: DataConfig, k: int, spill: str, names: list[str], lengths: np.ndarray, cuts: tuple) -> Fit:

@@ -40,9 +40,12 @@ from typing import Any
 
 import numpy as np
 
+from foxhunt.data.bars import duplicates
+from foxhunt.data.bars.chains import decision
 from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS
 from foxhunt.data.bars.load import ROLL_REASONS, merge_reports
 from foxhunt.data.bars.sessions import run_session
+from foxhunt.data.bars.validate import AllRowsBad, BadRows, judge_bad_rows
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.featurize import known_width
 from foxhunt.data.dataset.prepare import (
@@ -122,7 +125,8 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
         read([], set())
     lap("read")
     if not all(r.routed for r in reads):
-        log.info("a bar without a symbol: preparing the panel in memory")
+        log.warning("a bar has no symbol, so the panel cannot be cut by series: preparing it in memory, where its "
+                    "memory is the whole panel's, not a piece's")
         return None
     check_bar_sizes([x for r in reads for x in r.rtypes], [x for r in reads for x in r.spacings], files)
     entries = [e for r in reads for e in r.files]
@@ -130,12 +134,26 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     expected = split_times(cfg, min(r.lo for r in reads), max(r.hi for r in reads))  # before cleaning, off bars
     shares = [inputs.restricted(src, lambda key, k=k: route.piece_of(key) == k) for k in range(len(pieces))]
     loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected,
-                                                           shares[k]) for k in range(len(pieces))])
+                                                           shares[k]) for k in range(len(pieces))], keep=AllRowsBad)
     lap("load")
+    bad = BadRows.merge([r.bad if isinstance(r, AllRowsBad) else r.bad_rows for r in loads])
+    if bad.over():  # the 1% is the panel's, as in memory: it stops here, before a fallback reads the panel whole
+        judge_bad_rows(bad, files)
+    if bad.duplicates.over(bad.rows):  # so is the 1% of conflicting duplicates
+        duplicates.tell(bad.duplicates, bad.rows, files, bad.out_of_order)
+    empty = next((k for k, r in enumerate(loads) if isinstance(r, AllRowsBad)), None)
+    if empty is not None:  # its series are dropped whole, as in memory; the other pieces' rows would shift
+        log.warning("every bar of the piece of %s is a bad row: preparing the panel in memory, where its memory is "
+                    "the whole panel's, not a piece's", ", ".join(pieces[empty].symbols))
+        return None
     names = [n for r in loads for n in r.names]
     if names != sorted(set(names)):
-        log.info("the symbols do not group into consecutive series: preparing the panel in memory")
+        at = next(i for i in range(1, len(names)) if names[i] <= names[i - 1])
+        log.warning("the pieces' series are not in name order (%s after %s): preparing the panel in memory, where "
+                    "its memory is the whole panel's, not a piece's", names[at], names[at - 1])
         return None
+    judge_bad_rows(bad, files)  # says once what the pieces dropped
+    duplicates.tell(bad.duplicates, bad.rows, files, bad.out_of_order)
     for r in (r for load in loads for r in load.rolls):  # what load_raw logs in memory (the jobs are quiet)
         why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
         log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why, r["gap"])
@@ -162,10 +180,12 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
                             cfg.fill_gaps, season_tz)
     fitted, static_values, dropped = (None, {}, 0) if src is None else fit_declared(cfg, src, loads, fits, names,
                                                                                     scalers)
+    report = merge_reports([r.report for r in loads])
     transform = FittedTransform(  # its scalers are completed in place (add_vol_stats) before the pieces are written
         series_vocab=tuple(n for n, ok in zip(names, mom["rows"] > 0, strict=True) if ok), scalers=scalers,
         target=cfg.target, scaling=cfg.scaling, intraday=intraday, calendar_features=cfg.calendar_features,
         exchange_tz=cfg.exchange_tz, bar_spacing_ns=spacing, session=run_session(cfg.calendar), inputs=fitted,
+        **decision(report, cfg.contracts),
     )
     rows, wins = (np.cumsum([0, *counts]) for counts in ([int(r.lengths.sum()) for r in loads],
                                                          [r.windows for r in loads]))
@@ -209,7 +229,7 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     for k in SPLITS:
         arrays[f"split_{k}"] = save_array(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))
     schema = feature_schema(transform, e, d, cfg.adjust)
-    meta = SimpleNamespace(report=merge_reports([r.report for r in loads]), rolls=[x for r in loads for x in r.rolls])
+    meta = SimpleNamespace(report=report, rolls=[x for r in loads for x in r.rolls])
     summary = data_summary(meta, schema, facts, names, cuts, False, sum(w.roll_bars for w in written), spacing,
                            calendar=cfg.calendar)
     if src is not None:
@@ -225,8 +245,9 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     return manifest
 
 
-def _map(executor: Executor, fn: Callable, jobs_args: list[tuple]) -> list:
-    """`[fn(*args) for args in jobs_args]` on `executor`; once every job has ended, the first error is raised."""
+def _map(executor: Executor, fn: Callable, jobs_args: list[tuple], keep: type[Exception] | None = None) -> list:
+    """`[fn(*args) for args in jobs_args]` on `executor`; once every job has ended, the first error is raised, but a
+    job that raises `keep` gives that exception as its result."""
     futures = [executor.submit(fn, *args) for args in jobs_args]
     wait(futures)
     for f in futures:
@@ -235,9 +256,9 @@ def _map(executor: Executor, fn: Callable, jobs_args: list[tuple]) -> list:
                                 "memory; from a script, the spawned workers also need its code under `if __name__ "
                                 "== '__main__':`): run with fewer --workers, or --workers 0 if the panel fits in "
                                 "memory") from f.exception()
-        if f.exception() is not None:
+        if f.exception() is not None and not (keep is not None and isinstance(f.exception(), keep)):
             raise f.exception()
-    return [f.result() for f in futures]
+    return [f.exception() or f.result() for f in futures]
 
 
 def _allocate(tmp: Path, rows: int, windows: int, width: int, d: int, target: str, index: bool, real: list[str],

@@ -7,6 +7,12 @@ the symbol itself; the pieces are consecutive in series-name order, so that the 
 the pieces' rows one after the other. Only parquet inputs whose files carry a symbol column can be routed by symbol; anything else is
 prepared in one piece.
 
+Under `--contracts auto` a root's symbols may instead be series of their own (bars/chains.py: `CF0` and `CU0` read as
+contracts of root `C`, but are cotton and copper), decided from the bars of the root, which one piece holds whole.
+Decided either way, a root's series are named within [least, greatest] of the root and its symbols (`C` .. `CU0`),
+a range that holds other keys' series too (`C0`, `CS0`): the roots and symbols whose ranges overlap make one group
+(`_groups`), and pieces are made of whole groups, so that they stay consecutive in series-name order.
+
 The plan weighs the series from the symbol column of at most PLAN_FILES files spread evenly over the panel, not of
 every file (counting all of them cost this process most of a second before any bar was read). The pieces' sizes
 are then estimates, and a symbol the sample missed (a spread traded on a few days) goes to
@@ -17,12 +23,13 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from foxhunt.data.bars.symbols import series_key
+from foxhunt.data.bars.symbols import SPREAD_RE, series_key
 from foxhunt.data.config import DataConfig
 from foxhunt.data.io.discover import Source, is_parquet
 from foxhunt.data.io.normalise import match_column, symbol_column
@@ -41,15 +48,16 @@ class Piece:
 
     symbols: tuple[str, ...]
     rows: int
+    first: str = ""  # the least name a series of the piece may take (the lower end of its first group's range)
 
 
 @dataclass(frozen=True)
 class Route:
     """Which piece each bar goes to, by its (stripped) symbol: those the plan saw by name, any other by its series
-    key, into the piece whose keys' range holds it (the pieces' keys rise piece by piece)."""
+    key, into the piece whose range of series names holds it (the pieces' ranges rise piece by piece)."""
 
     pieces: dict[str, int]  # symbol the plan saw -> its piece
-    first_keys: tuple[str, ...]  # (P,) each piece's least series key
+    first_keys: tuple[str, ...]  # (P,) each piece's least series name (Piece.first)
     contracts: str
 
     def piece_of(self, symbol: str) -> int:
@@ -61,7 +69,7 @@ class Route:
 def route_of(pieces: list[Piece], contracts: str) -> Route:
     """The Route of plan_pieces' `pieces` (more than one) for the --contracts mode `contracts`."""
     return Route({s.strip(): k for k, p in enumerate(pieces) for s in p.symbols},
-                 tuple(series_key(p.symbols[0], contracts) for p in pieces), contracts)
+                 tuple(p.first for p in pieces), contracts)
 
 
 def plan_pieces(cfg: DataConfig, piece_rows: int = PIECE_ROWS, workers: int = 2, min_rows: int = MIN_ROWS,
@@ -78,16 +86,35 @@ def plan_pieces(cfg: DataConfig, piece_rows: int = PIECE_ROWS, workers: int = 2,
     by_key: dict[str, list[tuple[str, int]]] = {}
     for symbol, n in counts:
         by_key.setdefault(series_key(symbol, cfg.contracts), []).append((symbol, n))
-    pieces, symbols, rows = [], [], 0
-    for key in sorted(by_key):
-        more = sum(n for _, n in by_key[key])
+    pieces, symbols, rows, first = [], [], 0, ""
+    for lower, keys in _groups(by_key, cfg.contracts):
+        more = sum(n for key in keys for _, n in by_key[key])
         if symbols and rows + more > piece_rows:
-            pieces.append(Piece(tuple(symbols), rows))
+            pieces.append(Piece(tuple(symbols), rows, first))
             symbols, rows = [], 0
-        symbols += [s for s, _ in by_key[key]]
+        first = lower if not symbols else first
+        symbols += [s for key in keys for s, _ in by_key[key]]
         rows += more
-    pieces.append(Piece(tuple(symbols), rows))
+    pieces.append(Piece(tuple(symbols), rows, first))
     return pieces
+
+
+def _groups(by_key: dict[str, list[tuple[str, int]]], contracts: str) -> list[tuple[str, list[str]]]:
+    """(least series name, series keys) of each group of `by_key`'s keys (series key -> its (symbol, bars)) whose
+    ranges of series names overlap, in name order. A key's range is [least, greatest] of the key and, under
+    `--contracts auto`, its symbols that are not spreads (each a series of its own if chains.py keeps them apart)."""
+    ranges = []
+    for key, members in by_key.items():
+        symbols = [s.strip() for s, _ in members] if contracts == "auto" else []
+        names = [key, *(s for s in symbols if not re.search(SPREAD_RE, s))]
+        ranges.append((min(names), max(names), key))
+    groups: list[tuple[str, str, list[str]]] = []  # (lower, upper, keys)
+    for lower, upper, key in sorted(ranges):
+        if groups and lower <= groups[-1][1]:
+            groups[-1] = (groups[-1][0], max(groups[-1][1], upper), [*groups[-1][2], key])
+        else:
+            groups.append((lower, upper, [key]))
+    return [(lower, keys) for lower, _, keys in groups]
 
 
 def _symbol_counts(cfg: DataConfig, sources: list[Source] | None) -> list[tuple[str, int]] | None:
