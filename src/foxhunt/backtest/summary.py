@@ -11,7 +11,8 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from foxhunt.atomic import atomic_path
-from foxhunt.evaluate.metrics import interval_pairs, pinball, skill
+from foxhunt.evaluate.metrics import interval_pairs, pinball
+from foxhunt.evaluate.paired import compare
 from foxhunt.evaluate.scored import score
 
 BASELINE_PREFIX = "baseline_"
@@ -37,13 +38,28 @@ def concat(folds: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 
 def metrics(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...], names: tuple[str, ...],
-            directional: bool) -> dict[str, Any]:
-    """{"model": result, "baselines": {name: result}, "skill": {name: {q: skill}}} on one set of origins."""
+            directional: bool, gaps: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """{"model": result, "baselines": {name: result}, "comparisons": {name: the model against it on the origins both
+    forecast (evaluate/paired.py)}, "skill": {name: {q: skill}} (the comparisons')} on one set of origins; `gaps`:
+    baseline -> series -> why it has no forecast there."""
     src = sources(arrays)
     res = {k: score(arrays["actual"], v, arrays["series"], quantiles, names, directional) for k, v in src.items()}
     model = res.pop("model")
-    return {"model": model, "baselines": res,
-            "skill": {k: skill(model["overall"]["q_risk"], m["overall"]["q_risk"]) for k, m in res.items()}}
+    pairs = {k: compare(arrays["series"], arrays["origin_ns"], arrays["actual"], arrays["model"], src[k], quantiles,
+                        names, (gaps or {}).get(k)) for k in res}
+    return {"model": model, "baselines": res, "comparisons": pairs, "skill": {k: c["skill"] for k, c in pairs.items()}}
+
+
+def merge_gaps(infos: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """The folds' `baseline_gaps` together: baseline -> series -> each fold's distinct reasons, joined."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for info in infos:
+        for k, by_series in (info.get("baseline_gaps") or {}).items():
+            for name, why in by_series.items():
+                seen = out.setdefault(k, {}).setdefault(name, [])
+                if why not in seen:
+                    seen.append(why)
+    return {k: {name: "; ".join(whys) for name, whys in v.items()} for k, v in out.items()}
 
 
 def monthly(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...]) -> dict[str, Any]:
