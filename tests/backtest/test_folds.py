@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from foxhunt.backtest.folds import iso, parse_length, parse_refit, plan_folds
+from foxhunt.backtest.folds import iso, parse_length, parse_refit, plan_folds, short_folds, short_line
 from foxhunt.errors import InputError
 
 
@@ -92,3 +92,16 @@ def test_jobs_are_cut_to_what_the_free_memory_holds(monkeypatch, daily_path):
     monkeypatch.setattr(jobs, "free_bytes", lambda _: int(3.5 * (device + host) / jobs.USABLE))
     assert jobs.jobs_that_fit(8, data, model, train) == 3
     assert jobs.jobs_that_fit(2, data, model, train) == 2
+
+
+def test_a_fold_much_shorter_than_the_others_is_named():
+    """Calendar years: the last fold is the part of 2017 the data reach into, 16 days against 365; named in one line
+    (the console's warning, and the report's notes through report_text) and in backtest.json."""
+    first, last = ns("2010-01-04"), ns("2017-01-17")
+    folds = plan_folds(first, last, 3, parse_length("1y", "--test-length"), parse_length("1y", "--val-length"), 1)
+    short = short_folds(folds, last)
+    assert short == [{"index": 3, "name": "fold-03", "days": 16.0, "others_days": 365.5}]
+    assert short_line(short) == ("fold-03 tests 16 days, under half the others' 365.5 (median): scores on so few "
+                                 "origins are noisy, read them with their p-values")
+    equal = plan_folds(first, last, 3, parse_length("60d", "--test-length"), parse_length("60d", "--val-length"), 1)
+    assert short_folds(equal, last) == []

@@ -18,7 +18,7 @@ import numpy as np
 from foxhunt.atomic import write_json
 from foxhunt.backtest import fold as fold_io
 from foxhunt.backtest.config import BacktestConfig
-from foxhunt.backtest.folds import Fold, iso, plan_folds
+from foxhunt.backtest.folds import Fold, iso, plan_folds, short_folds, short_line
 from foxhunt.backtest.jobs import jobs_that_fit
 from foxhunt.backtest.report import write_backtest_report
 from foxhunt.backtest.summary import around_rolls, concat, merge_gaps, metrics, monthly, write_forecasts
@@ -111,25 +111,6 @@ def overall_verdict(overall: dict[str, Any], qs: tuple[float, ...], n_folds: int
     series."""
     return verdict(overall["comparisons"], qs, who=f"Over the {n_folds} test period{'s' if n_folds != 1 else ''}, "
                                                    "the model")
-
-
-def short_folds(folds: list[Fold], last_ns: int) -> list[dict[str, Any]]:
-    """The folds whose test period is under half the median of the others' (a calendar `--test-length 1y` ends with
-    the part of a year the data reach into): their scores rest on far fewer origins."""
-    days = [((f.test_end if f.test_end is not None else last_ns + 1) - f.test_start) / 86_400e9 for f in folds]
-    out = []
-    for f, d in zip(folds, days, strict=True):
-        others = [x for g, x in zip(folds, days, strict=True) if g is not f]
-        if others and d < 0.5 * float(np.median(others)):
-            out.append({"index": f.index, "name": f.name, "days": round(d, 1),
-                        "others_days": round(float(np.median(others)), 1)})
-    return out
-
-
-def short_line(short: list[dict[str, Any]]) -> str:
-    """`fold-05 tests 17.0 days, under half the others' 365.0 (median): its scores rest on few origins`."""
-    return "; ".join(f"{s['name']} tests {s['days']:g} days, under half the others' {s['others_days']:g} (median)"
-                     for s in short) + ": scores on so few origins are noisy, read them with their p-values"
 
 
 def describe_backtest(cfg: dict[str, Any], infos: list[dict[str, Any]]) -> str:
