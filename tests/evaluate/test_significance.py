@@ -128,3 +128,31 @@ def test_a_comparison_is_made_on_the_rows_both_forecast():
     assert c["series_won"]["0.5"] == {"won": 1, "won_significant": 0, "lost_significant": 0, "of": 1}
     assert [h["pairs"] for h in c["per_horizon"]] == [2, 1]
     assert c["per_horizon"][1]["skill"]["0.5"] == pytest.approx(1 - 1 / 1.5)  # step 2: y = -2, model 1, base 1.5
+
+
+def test_a_series_in_chunks_is_the_series_at_once(monkeypatch):
+    """Long series are compared CHUNK origins at a time: the same result as all at once."""
+    from foxhunt.evaluate import paired
+
+    rng = np.random.default_rng(5)
+    y = rng.normal(size=(50, 3))
+    y[-2:, 1:] = np.nan  # the last origins' later steps unrealised
+    model, base = np.sort(rng.normal(size=(2, 50, 3, 3)), axis=-1)
+    base[:4] = np.nan  # no baseline forecast at the first origins
+    series, origin = np.repeat([0, 1], 25), np.tile(np.arange(25), 2)
+    whole = compare(series, origin, y, model, base, QS, ("A", "B"))
+    monkeypatch.setattr(paired, "CHUNK", 4)
+    chunked, whole = leaves(compare(series, origin, y, model, base, QS, ("A", "B"))), leaves(whole)
+    numbers = {k for k, v in whole.items() if isinstance(v, float)}
+    assert chunked.keys() == whole.keys() and {k: chunked[k] for k in whole if k not in numbers} == {
+        k: whole[k] for k in whole if k not in numbers}
+    assert [chunked[k] for k in sorted(numbers)] == pytest.approx([whole[k] for k in sorted(numbers)], rel=1e-12)
+
+
+def leaves(tree: object, path: str = "") -> dict:
+    """A nested result as {path: value}."""
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in leaves(sub, f"{path}/{key}").items()}
+    if isinstance(tree, list):
+        return {k: v for i, sub in enumerate(tree) for k, v in leaves(sub, f"{path}[{i}]").items()}
+    return {path: tree}

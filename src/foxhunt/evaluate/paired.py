@@ -35,6 +35,7 @@ from foxhunt.evaluate.metrics import pinball
 from foxhunt.evaluate.significance import DMTest, PooledDifferentials, dm_tests
 
 NO_HISTORY = "no forecast at these origins (too little history before them)"
+CHUNK = 65_536  # origins whose losses are held at once: (2, C, D, Q) float64, 16 MB at D = 5, Q = 3
 
 
 class Comparison:
@@ -54,30 +55,44 @@ class Comparison:
     def add_series(self, name: str, origin_ns: np.ndarray, actual: np.ndarray, model: np.ndarray,
                    baseline: np.ndarray, why: str | None = None) -> None:
         """One series' origins in time order: `actual` (K, D), `model` and `baseline` quantiles (K, D, Q) on the
-        target's scale. `why`: the reason the baseline has no forecast on this series, when it has none."""
+        target's scale. `why`: the reason the baseline has no forecast on this series, when it has none. The losses
+        are computed CHUNK origins at a time; what the series keeps is its differentials (K, Q), 24 bytes an origin
+        at Q = 3, for its own test."""
         if name in self.series or name in self.left:
             raise ValueError(f"series {name} was already added to this comparison")
-        y = np.asarray(actual, dtype=np.float64)  # (K, D)
-        model_ok = np.isfinite(y) & np.isfinite(model).all(axis=-1)  # (K, D) what the model is scored on
-        ok = model_ok & np.isfinite(baseline).all(axis=-1)  # (K, D) and the baseline too
-        paired = ok.any(axis=1)  # (K,)
-        left = int((model_ok.any(axis=1) & ~paired).sum())
+        D, Q = self.horizon, len(self.quantiles)
+        loss, abs_y, n = np.zeros((2, D, Q)), np.zeros(D), np.zeros(D, dtype=np.int64)  # this series' sums
+        left, ds, times = 0, [], []
+        for lo in range(0, len(actual), CHUNK):
+            part = slice(lo, lo + CHUNK)
+            y = np.asarray(actual[part], dtype=np.float64)  # (C, D)
+            scored = np.isfinite(y) & np.isfinite(model[part]).all(axis=-1)  # (C, D) what the model is scored on
+            ok = scored & np.isfinite(baseline[part]).all(axis=-1)  # (C, D) and the baseline too
+            paired = ok.any(axis=1)  # (C,)
+            left += int((scored.any(axis=1) & ~paired).sum())
+            if not paired.any():
+                continue
+            y0 = np.where(ok, y, 0.0)
+            losses = np.stack([np.where(ok[..., None], pinball(y0, np.where(ok[..., None], f[part], 0.0),
+                                                               self.quantiles), 0.0)
+                               for f in (model, baseline)])  # (2, C, D, Q)
+            loss += losses.sum(axis=1)
+            abs_y += np.abs(y0).sum(axis=0)
+            n += ok.sum(axis=0)
+            steps = ok.sum(axis=1)[paired]  # (C',) realised steps of each paired origin
+            ds.append((losses[0] - losses[1]).sum(axis=1)[paired] / steps[:, None])  # (C', Q) mean over them
+            times.append(np.asarray(origin_ns[part])[paired])
         if left:
             self.left[name] = (left, why or NO_HISTORY)
-        if not paired.any():
+        if not ds:
             return
-        y0 = np.where(ok, y, 0.0)
-        losses = np.stack([np.where(ok[..., None], pinball(y0, np.where(ok[..., None], f, 0.0), self.quantiles), 0.0)
-                           for f in (model, baseline)])  # (2, K, D, Q)
-        abs_y = np.abs(y0)  # (K, D)
-        self._h_loss += losses.sum(axis=1)
-        self._h_abs += abs_y.sum(axis=0)
-        self._h_n += ok.sum(axis=0)
-        steps = ok.sum(axis=1)[paired]  # (K',) realised steps of each paired origin
-        d = (losses[0] - losses[1]).sum(axis=1)[paired] / steps[:, None]  # (K', Q) mean over the realised steps
-        self.pooled.add(np.asarray(origin_ns)[paired], d)
-        sums = losses.sum(axis=(1, 2))  # (2, Q)
-        self.series[name] = {"origins": int(paired.sum()), "pairs": int(ok.sum()),
+        d = np.concatenate(ds)  # (K', Q)
+        self.pooled.add(np.concatenate(times), d)
+        self._h_loss += loss
+        self._h_abs += abs_y
+        self._h_n += n
+        sums = loss.sum(axis=1)  # (2, Q)
+        self.series[name] = {"origins": len(d), "pairs": int(n.sum()),
                              **self._qrisk(sums[0], sums[1], float(abs_y.sum())),
                              "dm": self._tests(dm_tests(d, self.horizon)), "_sums": (sums, float(abs_y.sum()))}
 
