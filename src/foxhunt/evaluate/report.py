@@ -256,7 +256,7 @@ def _baseline_list(baselines: Mapping[str, Any]) -> str:
         f"<li><b>{_e(name)}</b>: {_e(BASELINE_TEXT.get(name, 'see the notes above'))}</li>"
         for name in baselines
     )
-    return f"<p>Baselines, scored on the model's origins:</p><ul>{items}</ul>"
+    return f"<p>Baselines, each compared with the model on the origins both forecast:</p><ul>{items}</ul>"
 
 
 def _figure(caption: str, png: bytes) -> str:

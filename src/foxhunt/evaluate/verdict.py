@@ -120,11 +120,12 @@ def coverage(c: Mapping[str, Any]) -> str:
 
 
 def series_won(c: Mapping[str, Any], judged: Sequence[float]) -> str:
-    """`a lower q-risk in 12 of 16 series at p10 (5 significantly) and 14 of 16 at p90 (7 significantly)`."""
+    """`a lower q-risk in 12 of 16 series at p10 (5 significantly) and 14 of 16 at p90 (7 significantly)`; "" for a
+    single series, whose test is the pooled one."""
     parts = []
     for i, q in enumerate(judged):
         w = at(c.get("series_won"), q)
-        if w:
+        if w and w["of"] > 1:
             of = f" of {w['of']} series" if i == 0 else f" of {w['of']}"
             parts.append(f"{w['won']}{of} at {label(q)} ({w['won_significant']} significantly)")
     return "a lower q-risk in " + " and ".join(parts) if parts else ""
@@ -184,7 +185,8 @@ def validation_claim(comparisons: Mapping[str, Mapping[str, Any]], quantiles: Se
     if v.better:
         end = f"better than {'it' if n == 1 else f'all {n}'} (significantly at {' and '.join(map(label, judged))})"
     else:
-        lost = [b for b, by_q in v.outcome.items() if any(k != "better" for k in by_q.values())]
+        lost = sorted((b for b, by_q in v.outcome.items() if any(k != "better" for k in by_q.values())),
+                      key=lambda b: b != strongest)  # the strongest first: its figures are above
         end = "NOT better than " + "; ".join(b if b == strongest else figures(b, comparisons[b], judged)
                                              for b in lost)
     return (f"validation q-risk {mine} ({origins:,} origins); the strongest of {n} baseline{'' if n == 1 else 's'}, "
