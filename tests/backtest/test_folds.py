@@ -79,6 +79,25 @@ def test_around_rolls_pools_skill_by_origin_offset():
     assert got["skill"]["b"] == [1.0, 1.0, 1.0, 0.0, 1.0]
 
 
+def test_skill_by_month_and_around_rolls_is_on_the_rows_both_forecast():
+    """Origin 0 has no baseline forecast (too little history): the model's loss there (2.0) is left out of both
+    skills, as evaluate leaves it out; the baseline's own q-risk by month is on its own rows."""
+    from foxhunt.backtest.summary import around_rolls, monthly
+
+    day = 86_400 * 10**9
+    origin = np.arange(4) * day  # January 1970, one series; the roll's first trade date is day 2
+    y = np.ones((4, 1))
+    model = np.array([-3.0, 1.0, 0.0, 1.0])[:, None, None]  # losses at the median: 2.0, 0, 0.5, 0
+    base = np.array([np.nan, 0.0, 0.0, 0.0])[:, None, None]  # losses: -, 0.5, 0.5, 0.5
+    arrays = {"series": np.zeros(4, np.int64), "origin_ns": origin, "first_ns": origin + day, "actual": y,
+              "model": model, "baseline_b": base}
+    month = monthly(arrays, (0.5,))
+    assert month["skill"]["b"] == [pytest.approx(1 - 0.5 / 1.5)]  # not 1 - 2.5 / 1.5
+    assert month["qrisk"]["b"] == [pytest.approx(2 * 1.5 / 3)] and month["qrisk"]["model"] == [pytest.approx(2 * 2.5 / 4)]
+    rolls = around_rolls(arrays, (0.5,), ("ES",), [{"root": "ES", "trade_date": "1970-01-03"}], bars=2)
+    assert rolls["skill"]["b"] == [None, 1.0, 0.0, 1.0, None]  # offset -2 is origin 0: nothing to compare
+
+
 def test_jobs_are_cut_to_what_the_free_memory_holds(monkeypatch, daily_path):
     from foxhunt.backtest import jobs
     from foxhunt.data.config import DataConfig
