@@ -119,9 +119,14 @@ def judge_on_validation(data: PreparedData, data_cfg: DataConfig, quantiles: tup
 
 
 def _remember(key: tuple[Any, ...], fitted: Fitted) -> None:
+    """Cache `fitted`, the oldest entries out past CACHE_SIZE or CACHE_BYTES; one larger than that is not kept."""
+    def size(f: Fitted) -> int:
+        return sum(a.nbytes for a in f[0].values())
+
+    if size(fitted) > CACHE_BYTES:
+        return
     _FITTED[key] = fitted
-    while len(_FITTED) > 1 and (len(_FITTED) > CACHE_SIZE or sum(
-            f.nbytes for forecasts, _ in _FITTED.values() for f in forecasts.values()) > CACHE_BYTES):
+    while len(_FITTED) > CACHE_SIZE or sum(size(f) for f in _FITTED.values()) > CACHE_BYTES:
         _FITTED.popitem(last=False)
 
 
