@@ -9,8 +9,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from foxhunt.evaluate.verdict import describe
-
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 DOCS = REPO / "docs"
@@ -45,18 +43,23 @@ def test_the_training_time_is_one_number_throughout():
 
 
 def test_the_console_samples_final_claim_is_the_arithmetic_of_its_own_numbers():
-    final = (r"^best epoch \d: val_loss [\d.]+; validation q-risk p10 ([\d.]+) / p90 ([\d.]+) vs ([\d.]+) / "
-             r"([\d.]+) for (\w+), the strongest of (\d) baselines \(([^)]*)\)")
+    """The final line's skill against the strongest baseline is 1 - model / baseline of the q-risks it prints."""
+    final = (r"^best epoch \d: val_loss [\d.]+; validation q-risk p10 ([\d.]+) / p90 ([\d.]+) \([\d,]+ origins\); "
+             r"the strongest of (\d) baselines, (\w+): ([\d.]+) / ([\d.]+) against the model's ([\d.]+) / ([\d.]+) on "
+             r"[\d,]+ origins, \w+ at p10 \(q-risk ([\d.]+)% (lower|higher), p [=<] [\d.]+\), \w+ at p90 \(q-risk "
+             r"([\d.]+)% (lower|higher), p [=<] [\d.]+\)")
     for page in (CONSOLE, README):  # the README's trimmed copy keeps the final line whole
         line = re.search(final, page, re.MULTILINE)
         assert line, "a console sample has no final claim"
-        m10, m90, b10, b90 = (float(x) for x in line.groups()[:4])
-        assert line.group(7) == " / ".join(describe(1 - m / b) for m, b in ((m10, b10), (m90, b90)))
+        b10, b90, m10, m90 = (float(x) for x in line.groups()[4:8])
+        for m, b, size, way in ((m10, b10, *line.groups()[8:10]), (m90, b90, *line.groups()[10:12])):
+            assert (f"{abs(1 - m / b):.1%}", way) == (f"{size}%", "lower" if m < b else "higher")
 
 
 def test_the_verdict_example_is_within_the_sample_tables_seed_range():
     """The evaluate sentence quoted for the sample run is seed 0 of the sample's table in docs/benchmarks.md."""
-    said = re.search(r"garch_t, its q-risk is ([\d.]+)% lower\s+at p10, ([\d.]+)% lower at p90", FORECASTS)
+    said = re.search(r"garch_t, it is better at p10 \(q-risk ([\d.]+)% lower, p [^)]+\) and better at p90\s+\(q-risk "
+                     r"([\d.]+)% lower", FORECASTS)
     table = BENCHMARKS[BENCHMARKS.index("### The bundled sample (simulated)"):]
     model = re.search(r"\| foxhunt TFT, calibrated \(default\) \| [\d.]+ \(([\d.]+)-([\d.]+)\) \| [^|]+\| "
                       r"[\d.]+ \(([\d.]+)-([\d.]+)\)", table)

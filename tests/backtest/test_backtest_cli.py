@@ -87,7 +87,15 @@ def test_backtest_json_scores_model_and_baselines_on_the_same_origins(backtest):
         assert all(b["overall"]["n"] == n for b in m["baselines"].values())
         n_folds.append(n)
     assert result["overall"]["model"]["overall"]["n"] == sum(n_folds)
-    assert set(result["overall"]["skill"]) == set(result["overall"]["baselines"])
+    assert set(result["overall"]["skill"]) == set(result["overall"]["baselines"]) == set(result["overall"]["comparisons"])
+    # each comparison on the origins both forecast, per fold and overall, with its p-values and series counts
+    for name, c in result["overall"]["comparisons"].items():
+        per_fold = [f["metrics"]["comparisons"][name] for f in result["folds"]]
+        assert c["origins"] == sum(f["origins"] for f in per_fold) and c["skill"] == result["overall"]["skill"][name]
+        for k in ("0.1", "0.5", "0.9"):
+            assert 0 <= c["dm"][k]["p_value"] <= 1 and c["series_won"][k]["of"] == c["series"] == 2
+            assert c["dm"][k]["periods"] == c["origins"] // 2  # pooled per origin time: ES and NQ share dates
+    assert result["short_folds"] == []  # two folds of 60 days
     html = (out / "report.html").read_text()
     assert html.count("<img") >= 4 and "q-risk per fold" in html and "roll dates" in html
 
@@ -98,9 +106,7 @@ def test_the_report_opens_with_the_verdict_then_what_was_run(backtest, daily_pat
     out, _ = backtest
     result = json.loads((out / "backtest.json").read_text())
     overall = result["overall"]
-    want = verdict(overall["model"]["overall"]["q_risk"],
-                   {k: m["overall"]["q_risk"] for k, m in overall["baselines"].items()}, result["quantiles"],
-                   who="Over the 2 test periods, the model")
+    want = verdict(overall["comparisons"], result["quantiles"], who="Over the 2 test periods, the model")
     assert result["verdict"]["sentence"] == want.sentence and "baseline" in want.sentence
     html = (out / "report.html").read_text()
     assert html[html.index("</h1>"):].replace("\n", "").startswith(f'</h1><p class="claim">{escape(want.sentence)}</p><ul><li>'
@@ -156,3 +162,19 @@ def test_folds_trained_in_parallel_give_the_sequential_forecasts(backtest, tmp_p
     assert pl.read_parquet(par / "forecasts.parquet").equals(pl.read_parquet(out / "forecasts.parquet"))
     seq, both = (json.loads((d / "backtest.json").read_text()) for d in (out, par))
     assert [f["metrics"] for f in both["folds"]] == [f["metrics"] for f in seq["folds"]]
+
+
+def test_each_fold_line_judges_the_verdicts_quantiles_with_their_tests(backtest, daily_path):
+    """A fold's line gives the skill at p10 and p90 (the verdict's judged quantiles, not a mean over p10 / p50 / p90)
+    on the origins both forecast, with the Diebold-Mariano p-values; a short fold is named in the notes."""
+    out, _ = backtest
+    result = json.loads((out / "backtest.json").read_text())
+    _, notes = report_text({**result, "short_folds": [{"index": 2, "name": "fold-02", "days": 17.0,
+                                                        "others_days": 365.0}]}, (str(daily_path),))
+    assert notes[1].startswith("fold-02 tests 17 days, under half the others' 365 (median)")
+    for info, note in zip(result["folds"], notes[-2:], strict=True):
+        garch = info["metrics"]["comparisons"]["garch_t"]
+        p = [garch["dm"][k]["p_value"] for k in ("0.1", "0.9")]
+        want = (f"garch_t {garch['skill']['0.1']:+.3f} / {garch['skill']['0.9']:+.3f} (p "
+                + " / ".join("<0.001" if x < 0.001 else f"{x:.3f}" for x in p) + f") on {garch['origins']:,} origins")
+        assert " skill at p10 / p90 vs " in note and want in note, note

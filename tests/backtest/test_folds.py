@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from foxhunt.backtest.folds import iso, parse_length, parse_refit, plan_folds
+from foxhunt.backtest.folds import iso, parse_length, parse_refit, plan_folds, short_folds, short_line
 from foxhunt.errors import InputError
 
 
@@ -79,6 +79,25 @@ def test_around_rolls_pools_skill_by_origin_offset():
     assert got["skill"]["b"] == [1.0, 1.0, 1.0, 0.0, 1.0]
 
 
+def test_skill_by_month_and_around_rolls_is_on_the_rows_both_forecast():
+    """Origin 0 has no baseline forecast (too little history): the model's loss there (2.0) is left out of both
+    skills, as evaluate leaves it out; the baseline's own q-risk by month is on its own rows."""
+    from foxhunt.backtest.summary import around_rolls, monthly
+
+    day = 86_400 * 10**9
+    origin = np.arange(4) * day  # January 1970, one series; the roll's first trade date is day 2
+    y = np.ones((4, 1))
+    model = np.array([-3.0, 1.0, 0.0, 1.0])[:, None, None]  # losses at the median: 2.0, 0, 0.5, 0
+    base = np.array([np.nan, 0.0, 0.0, 0.0])[:, None, None]  # losses: -, 0.5, 0.5, 0.5
+    arrays = {"series": np.zeros(4, np.int64), "origin_ns": origin, "first_ns": origin + day, "actual": y,
+              "model": model, "baseline_b": base}
+    month = monthly(arrays, (0.5,))
+    assert month["skill"]["b"] == [pytest.approx(1 - 0.5 / 1.5)]  # not 1 - 2.5 / 1.5
+    assert month["qrisk"]["b"] == [pytest.approx(2 * 1.5 / 3)] and month["qrisk"]["model"] == [pytest.approx(2 * 2.5 / 4)]
+    rolls = around_rolls(arrays, (0.5,), ("ES",), [{"root": "ES", "trade_date": "1970-01-03"}], bars=2)
+    assert rolls["skill"]["b"] == [None, 1.0, 0.0, 1.0, None]  # offset -2 is origin 0: nothing to compare
+
+
 def test_jobs_are_cut_to_what_the_free_memory_holds(monkeypatch, daily_path):
     from foxhunt.backtest import jobs
     from foxhunt.data.config import DataConfig
@@ -92,3 +111,16 @@ def test_jobs_are_cut_to_what_the_free_memory_holds(monkeypatch, daily_path):
     monkeypatch.setattr(jobs, "free_bytes", lambda _: int(3.5 * (device + host) / jobs.USABLE))
     assert jobs.jobs_that_fit(8, data, model, train) == 3
     assert jobs.jobs_that_fit(2, data, model, train) == 2
+
+
+def test_a_fold_much_shorter_than_the_others_is_named():
+    """Calendar years: the last fold is the part of 2017 the data reach into, 16 days against 365; named in one line
+    (the console's warning, and the report's notes through report_text) and in backtest.json."""
+    first, last = ns("2010-01-04"), ns("2017-01-17")
+    folds = plan_folds(first, last, 3, parse_length("1y", "--test-length"), parse_length("1y", "--val-length"), 1)
+    short = short_folds(folds, last)
+    assert short == [{"index": 3, "name": "fold-03", "days": 16.0, "others_days": 365.5}]
+    assert short_line(short) == ("fold-03 tests 16 days, under half the others' 365.5 (median): scores on so few "
+                                 "origins are noisy, read them with their p-values")
+    equal = plan_folds(first, last, 3, parse_length("60d", "--test-length"), parse_length("60d", "--val-length"), 1)
+    assert short_folds(equal, last) == []

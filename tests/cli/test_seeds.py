@@ -107,7 +107,7 @@ def test_the_console_shows_each_seed_the_spread_and_the_claim_against_the_strong
     kept = next(s for s in record["seeds"] if s["seed"] == record["kept_seed"])
     assert final == [f"best epoch 1: val_loss {kept['val_loss']:.5f}; {kept['claim']}; run directory {run}"]
     # daily bars: the three baselines evaluate scores (no seasonal one), on validation
-    assert " the strongest of 4 baselines (" in kept["claim"] and kept["claim"].startswith("validation q-risk p10 ")
+    assert " the strongest of 4 baselines, " in kept["claim"] and kept["claim"].startswith("validation q-risk p10 ")
     assert f"  foxhunt evaluate --model {run} --out-dir {run / 'eval'} --parquet-file " in "\n".join(lines)
 
 

@@ -17,13 +17,15 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+import torch
 
 from foxhunt.cli import main
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.evaluate import series_baselines, validation
 from foxhunt.evaluate.baselines import BASELINES, baseline_forecasts
-from foxhunt.evaluate.scored import scored_windows
+from foxhunt.evaluate.metrics import q_risk
+from foxhunt.evaluate.paired import compare
 from foxhunt.evaluate.verdict import validation_claim
 
 QS = (0.1, 0.5, 0.9)
@@ -71,7 +73,7 @@ class Fits:
             return real(kind, **kw)
 
         mp.setattr(series_baselines, "baseline_forecasts", spy)
-        mp.setattr(validation, "_SCORED", OrderedDict())  # no baseline scores cached by an earlier run
+        mp.setattr(validation, "_FITTED", OrderedDict())  # no baseline forecasts cached by an earlier run
 
     def assert_fitted_on(self, want: dict[str, np.ndarray], scorings: int = 1) -> None:
         """Each baseline was fitted once per series and scoring, each time on exactly that series' `want` values."""
@@ -118,27 +120,26 @@ def trained(tmp_path_factory, tiny_flags, daily_path) -> tuple[Path, Fits]:
 def test_train_final_line_scores_baselines_fitted_on_the_training_bars_alone(trained, hand):
     run, fits = trained
     fits.assert_fitted_on(training_values(hand, ns(TRAIN_END)))
-    # the final line, worked out from the bars: every baseline fitted on the bars before TRAIN_END, scored on the
-    # validation windows, against the best epoch's validation q-risk
+    # the final line, worked out from the bars: every baseline fitted on the bars before TRAIN_END, compared on the
+    # validation windows with the best weights' forecasts
     saved = json.loads((run / "config.json").read_text())["data"]
     data = prepare_data(DataConfig.from_dict(saved))
-    w = data.windows
-    val = scored_windows(w, data.splits["val"], np.empty((len(data.splits["val"]), HORIZON, 0)))
-    expected, names = {}, w.series_names
+    val = validation.validation_forecasts(run, data, torch.device("cpu"))
+    names = data.windows.series_names
+    comparisons = {}
     for kind in (k for k in BASELINES if k in FITTED):  # in the order foxhunt scores them
-        actual, forecast = [], []
+        forecast = np.empty_like(val.quantiles, dtype=np.float64)
         for s, name in enumerate(names):
             ts, r = hand[name]
             pick = val.series == s
-            fc = baseline_forecasts(kind, target_name="log_return", target=r, train_mask=(ts < ns(TRAIN_END)),
-                                    origins=np.searchsorted(ts, val.origin_ns[pick]), horizon=HORIZON, quantiles=QS)
-            actual.append(val.actual[pick].reshape(-1))
-            forecast.append(np.asarray(fc).reshape(-1, len(QS)))
-        expected[kind] = qrisk(np.concatenate(actual), np.concatenate(forecast))
-    best = next(json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
-                if json.loads(line).get("best"))
+            forecast[pick] = baseline_forecasts(kind, target_name="log_return", target=r,
+                                                train_mask=(ts < ns(TRAIN_END)),
+                                                origins=np.searchsorted(ts, val.origin_ns[pick]), horizon=HORIZON,
+                                                quantiles=QS)
+        comparisons[kind] = compare(val.series, val.origin_ns, val.actual, val.quantiles, forecast, QS, names)
     final = next(line for line in (run / "train.log").read_text().splitlines() if "best epoch" in line)
-    assert validation_claim(best["val_qrisk"], expected, QS) in final
+    model = dict(zip(QS, q_risk(val.actual, val.quantiles, QS).tolist(), strict=True))
+    assert validation_claim(comparisons, QS, model, len(val)) in final
 
 
 def test_evaluate_fits_the_baselines_on_the_model_training_bars_alone(trained, hand, daily_path, tmp_path,

@@ -14,7 +14,6 @@ from foxhunt.evaluate.metrics import (
     pinball,
     q_risk,
     rankdata,
-    skill,
     spearman,
 )
 
@@ -102,12 +101,6 @@ def test_spearman_and_ranks():
 def test_interval_pairs_labels():
     assert interval_pairs([0.05, 0.1, 0.5, 0.9, 0.95]) == [(0, 4, "p5-p95"), (1, 3, "p10-p90")]
     assert interval_pairs([0.1, 0.5, 0.8]) == []
-
-
-def test_skill_accepts_json_keys():
-    s = skill({0.1: 0.45, 0.5: 0.9, 0.9: 0.5}, {"0.1": 0.5, "0.5": 1.0, "0.9": 0.0})
-    assert s[0.1] == pytest.approx(0.1) and s[0.5] == pytest.approx(0.1)
-    assert s[0.9] is None
 
 
 def test_accumulator_over_batches_equals_one_shot():

@@ -12,6 +12,7 @@ import pytest
 
 from foxhunt.evaluate import plots
 from foxhunt.evaluate.metrics import compute_metrics
+from foxhunt.evaluate.paired import compare
 from foxhunt.evaluate.report import write_report
 
 QS = [0.1, 0.5, 0.9]
@@ -27,11 +28,12 @@ def results():
     series = np.arange(300) % 2
     m = compute_metrics(y, model, QS, series)
     b = json.loads(json.dumps(compute_metrics(y, base, QS, series)))  # as read back from a metrics file
-    return m, {"rolling_vol": b}
+    c = json.loads(json.dumps(compare(series, np.arange(300) // 2, y, model, base, QS, ("0", "1"))))
+    return m, {"rolling_vol": b}, {"model": {"rolling_vol": c}}
 
 
 def test_every_plot_returns_png(results):
-    m, b = results
+    m, b, _ = results
     interp = {
         "static": {"series": 1.0},
         "encoder": {"log_return": 0.7, "hour": 0.3},
@@ -77,7 +79,7 @@ class _TagCheck(HTMLParser):
 
 
 def test_report_is_self_contained_html(tmp_path, results):
-    m, b = results
+    m, b, c = results
     images = {
         "calibration": plots.calibration_plot(QS, {"model": list(m["overall"]["calibration"].values())}),
         "q-risk by horizon": plots.qrisk_by_horizon(
@@ -87,7 +89,8 @@ def test_report_is_self_contained_html(tmp_path, results):
     }
     path = tmp_path / "out" / "report.html"
     write_report(
-        path, title="ES <daily> & co", metrics=m, baselines=b, images=images, notes=["target: log_return"]
+        path, title="ES <daily> & co", metrics=m, baselines=b, images=images, notes=["target: log_return"],
+        comparisons=c,
     )
     text = path.read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
@@ -96,20 +99,24 @@ def test_report_is_self_contained_html(tmp_path, results):
     assert [base64.b64decode(e) for e in embedded] == list(images.values())
     assert "ES &lt;daily&gt; &amp; co" in text and "attention &lt;by lag&gt;" in text
     assert 'src="http' not in text and "<link" not in text  # nothing to fetch
-    for words in ("q-risk", "coverage", "calibration", "hit rate", "Spearman", "skill", "target: log_return"):
+    for words in ("q-risk", "coverage", "calibration", "hit rate", "Spearman", "skill", "target: log_return",
+                  "Diebold-Mariano"):
         assert words in text
     check = _TagCheck()
     check.feed(text)
     assert check.errors == [] and check.stack == []
     assert check.count["table"] == 6  # overall, skill, by horizon (+skill), by series (+skill)
-    # skill of the model against the baseline at q = 0.5, as the table must print it
+    # skill of the model against the baseline at q = 0.5 (both cover every pair here), as the table must print it,
+    # with its p-value and the origins compared
     sk = 1 - m["overall"]["q_risk"][0.5] / b["rolling_vol"]["overall"]["q_risk"]["0.5"]
     assert (f"+{sk:.3f}" if sk > 0 else f"&minus;{abs(sk):.3f}") in text
+    p = c["model"]["rolling_vol"]["dm"]["0.5"]["p_value"]
+    assert ("<td>&lt;0.0001</td>" if p < 1e-4 else f"<td>{p:.4f}</td>") in text and "<td>300</td>" in text
     assert not list(tmp_path.joinpath("out").glob(".*tmp"))  # written atomically, no temp file left
 
 
 def test_report_without_baselines_or_images(tmp_path, results):
-    m, _ = results
+    m, _, _ = results
     path = tmp_path / "report.html"
     write_report(path, title="t", metrics={"tft": m}, baselines={}, images={}, notes=[])
     text = path.read_text()

@@ -1,5 +1,6 @@
 """SeriesScorer: the metrics of forecasts added batch by batch, baselines scored a series at a time, are those of
-scoring everything at once; each series keeps only its latest FAN_POINTS origins for the report."""
+scoring everything at once, and so are its comparisons of the model with each baseline on the rows both forecast;
+each series keeps only its latest FAN_POINTS origins for the report."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.prepare import prepare_data
+from foxhunt.evaluate.paired import compare
 from foxhunt.evaluate.scored import Scored, score, scored_windows
 from foxhunt.evaluate.scoring import FAN_POINTS, SeriesScorer, span_of
 from foxhunt.evaluate.series_baselines import baselines
@@ -61,15 +63,20 @@ def test_batch_by_batch_is_all_at_once(case, batch):
     scorer = SeriesScorer(data, QS, cut, raw=True)
     for a in range(0, len(scored), batch):  # pieces that end inside a series and span two
         scorer.add(scored.subset(slice(a, a + batch)))
-    model, raw, base = scorer.results()
+    got = scorer.results()
     keep = ~np.isnan(scored.actual).all(axis=1)
     ref = scored.subset(keep)
-    _close(model, score(ref.actual, ref.quantiles, ref.series, QS, names, True))
-    _close(raw, score(ref.actual, ref.raw, ref.series, QS, names, True))
-    expected = baselines(data, ref, cut, QS)
-    assert set(base) == set(expected) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har"}
+    _close(got.model, score(ref.actual, ref.quantiles, ref.series, QS, names, True))
+    _close(got.raw, score(ref.actual, ref.raw, ref.series, QS, names, True))
+    expected, why = baselines(data, ref, cut, QS)
+    assert set(got.baselines) == set(expected) == set(got.comparisons) == set(got.raw_comparisons) == {
+        "training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har"}
     for k, f in expected.items():
-        _close(base[k], score(ref.actual, f, ref.series, QS, names, True), k)
+        _close(got.baselines[k], score(ref.actual, f, ref.series, QS, names, True), k)
+        _close(got.comparisons[k], compare(ref.series, ref.origin_ns, ref.actual, ref.quantiles, f, QS, names,
+                                           why.get(k)), k)
+        _close(got.raw_comparisons[k], compare(ref.series, ref.origin_ns, ref.actual, ref.raw, f, QS, names,
+                                               why.get(k)), k)
     for s in np.unique(ref.series):
         latest = ref.subset(np.flatnonzero(ref.series == s)[-FAN_POINTS:])
         fan = scorer.fans[int(s)]

@@ -14,6 +14,7 @@ from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.data.features.features import raw_features
 from foxhunt.data.store.build import prepare_store
 from foxhunt.data.store.read import open_store
+from foxhunt.evaluate.scored import scored_windows
 from foxhunt.evaluate.validation import validation_baselines
 
 QS = (0.1, 0.5, 0.9)
@@ -41,20 +42,33 @@ def test_the_prepared_data_keep_each_contracts_own_moves_as_float32(both):
         np.testing.assert_array_equal(column, feats[name].to_numpy().astype(np.float32))
 
 
+def on_validation(data) -> dict[str, np.ndarray]:
+    """Each baseline's forecasts of the validation windows, as train's final line scores them."""
+    ids = data.splits["val"]
+    forecasts, _ = validation_baselines(data, scored_windows(data.windows, ids, np.empty((len(ids), 3, 0))), QS)
+    return forecasts
+
+
+def assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
 def test_validation_baselines_from_a_store_are_those_from_the_bars(both):
-    cfg, data, stored = both
-    from_bars = validation_baselines(data, cfg, QS)
+    _, data, stored = both
+    from_bars = on_validation(data)
     assert set(from_bars) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har"}
-    assert validation_baselines(stored, dataclasses.replace(cfg, features="store"), QS) == from_bars
+    assert_same(on_validation(stored), from_bars)
 
 
 def test_a_store_without_the_own_moves_scores_the_baselines_that_need_none(both, caplog):
     cfg, _, stored = both
     legacy = dataclasses.replace(stored, own_moves={})  # a store prepared before foxhunt kept them
-    scored = validation_baselines(legacy, cfg, QS)
+    scored = on_validation(legacy)
     left_out = {"seasonal_rolling_vol", "har", "garch_t"} if cfg.target == "log_range" else {"seasonal_rolling_vol", "har"}
     assert set(scored) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har"} - left_out
-    assert scored == {k: v for k, v in validation_baselines(stored, cfg, QS).items() if k not in left_out}
+    assert_same(scored, {k: v for k, v in on_validation(stored).items() if k not in left_out})
     said = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
     assert any("seasonal_rolling_vol left out: the feature store keeps no own_log_range" in m for m in said)
 

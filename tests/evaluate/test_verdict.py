@@ -1,5 +1,7 @@
-"""The sentence `foxhunt evaluate` opens with, and the clause `foxhunt train` ends with, on hand-made q-risks: a win,
-a loss to the strongest baseline, a loss to a weaker one, a tie, a missing GARCH baseline and the seed spread."""
+"""The sentence `foxhunt evaluate` opens with, and the clause `foxhunt train` ends with, on hand-made comparisons
+(q-risks of the model and a baseline on the rows both forecast, with the pooled Diebold-Mariano p-value): a win, a
+loss to the strongest baseline, a loss to a weaker one, a difference too small to be more than noise, a missing
+GARCH baseline and the seed spread."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import logging
 import os
 import shutil
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import settings as examples
@@ -18,108 +21,146 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.evaluate import run as evaluate_run
 from foxhunt.evaluate import series_baselines
-from foxhunt.evaluate.validation import data_key, judge_on_validation
-from foxhunt.evaluate.verdict import TIE, seed_spread, strongest_baseline, validation_claim, verdict
+from foxhunt.evaluate.scored import scored_windows
+from foxhunt.evaluate.significance import DMTest
+from foxhunt.evaluate.validation import claim_on_validation, data_key, judge_on_validation
+from foxhunt.evaluate.verdict import seed_spread, strongest_baseline, validation_claim, verdict
 
 QS = (0.1, 0.5, 0.9)
 qrisk = st.floats(0.05, 3.0)
 GARCH_HINT = "the arch package is not installed: pip install 'foxhunt[garch]'"
+RULE = "(Diebold-Mariano, 5% two-sided, on the origins both forecast)"
 
 
-def test_a_model_that_beats_every_baseline_is_called_better_against_the_strongest():
-    base = {"training_quantiles": {0.1: 0.60, 0.5: 1.0, 0.9: 0.62}, "rolling_vol": {0.1: 0.50, 0.5: 1.0, 0.9: 0.50},
-            "garch_t": {0.1: 0.48, 0.5: 1.0, 0.9: 0.49}}
-    v = verdict({0.1: 0.456, 0.5: 1.2, 0.9: 0.441}, base, QS, "The calibrated model")
+def comp(model: dict, base: dict, p: dict, origins: int = 1000, series: int = 4, won: int = 3, left: int = 0,
+         gone: tuple[str, ...] = ()) -> dict:
+    """A comparison (evaluate/paired.py's layout, after a JSON round trip): q-risks of the model and the baseline on
+    the rows both forecast, the pooled p-value, the series won."""
+    keys = {f"{q:g}": q for q in model}
+    dm = {}
+    for k, q in keys.items():
+        mean = model[q] - base[q]  # the sign of the loss differential: the model's minus the baseline's
+        dm[k] = DMTest(mean, mean / 0.01, p[q], 500, 4).to_dict()
+    return {"origins": origins, "series": series, "model_q_risk": {k: model[q] for k, q in keys.items()},
+            "baseline_q_risk": {k: base[q] for k, q in keys.items()},
+            "skill": {k: 1 - model[q] / base[q] for k, q in keys.items()}, "dm": dm,
+            "series_won": {k: {"won": won, "won_significant": 1, "lost_significant": 0, "of": series} for k in keys},
+            "left_out": {"origins": left, "series": list(gone), "reasons": {}, "origins_by_series": {}}}
+
+
+def test_a_model_significantly_better_than_every_baseline_is_called_better_against_the_strongest():
+    base = {"training_quantiles": comp({0.1: 0.456, 0.9: 0.441}, {0.1: 0.60, 0.9: 0.62}, {0.1: 1e-6, 0.9: 1e-6}),
+            "rolling_vol": comp({0.1: 0.456, 0.9: 0.441}, {0.1: 0.50, 0.9: 0.50}, {0.1: 0.001, 0.9: 0.002}),
+            "garch_t": comp({0.1: 0.456, 0.9: 0.441}, {0.1: 0.48, 0.9: 0.49}, {0.1: 0.012, 0.9: 0.0004},
+                            origins=950, series=3, won=2, left=50, gone=("NI0",))}
+    v = verdict(base, QS, "The calibrated model")
     assert v.strongest == "garch_t" and v.better and v.quantiles == (0.1, 0.9)
-    # 1 - 0.456 / 0.48 = 0.05, 1 - 0.441 / 0.49 = 0.10; the median (1.2, worse) is not judged
-    assert v.sentence == ("The calibrated model beats all 3 baselines at p10 and p90: against the strongest, "
-                          "garch_t, its q-risk is 5.0% lower at p10, 10.0% lower at p90.")
-    assert v.skill["garch_t"]["0.1"] == pytest.approx(0.05)
+    # 1 - 0.456 / 0.48 = 0.05, 1 - 0.441 / 0.49 = 0.10
+    assert v.sentence == (f"The calibrated model beats all 3 baselines at p10 and p90 {RULE}: against the strongest, "
+                          "garch_t, it is better at p10 (q-risk 5.0% lower, p = 0.012) and better at p90 (q-risk 10.0% "
+                          "lower, p < 0.001) on 950 origins of 3 series (1 series and 50 origins with no forecast of it "
+                          "left out), with a lower q-risk in 2 of 3 series at p10 (1 significantly) and 2 of 3 at p90 "
+                          "(1 significantly).")
+    assert v.skill["garch_t"]["0.1"] == pytest.approx(0.05) and v.p_value["garch_t"]["0.9"] == 0.0004
+    assert v.outcome["garch_t"] == {"0.1": "better", "0.9": "better"}
+
+
+def test_a_lower_qrisk_that_could_be_noise_is_level_not_a_win():
+    """5% lower at p10 but p = 0.21: not better. The old rule (more than a 0.1% tie) called it a win."""
+    base = {"garch_t": comp({0.1: 0.456, 0.9: 0.441}, {0.1: 0.48, 0.9: 0.49}, {0.1: 0.21, 0.9: 0.001})}
+    v = verdict(base, QS)
+    assert not v.better and v.outcome["garch_t"] == {"0.1": "level", "0.9": "better"}
+    assert v.sentence == (f"The model does not beat every baseline at p10 and p90 {RULE}: against the strongest, "
+                          "garch_t, it is level at p10 (q-risk 5.0% lower, p = 0.210) and better at p90 (q-risk 10.0% "
+                          "lower, p = 0.001) on 1,000 origins of 4 series, with a lower q-risk in 3 of 4 series at "
+                          "p10 (1 significantly) and 3 of 4 at p90 (1 significantly).")
 
 
 def test_a_loss_to_the_strongest_baseline_says_by_how_much_and_names_the_others_it_does_not_beat():
-    base = {"training_quantiles": {0.1: 0.584, 0.9: 0.595}, "rolling_vol": {0.1: 0.457, 0.9: 0.465},
-            "garch_t": {0.1: 0.52, 0.9: 0.48}}
-    v = verdict({0.1: 0.500, 0.5: 1.0, 0.9: 0.499}, base, QS)
-    # 0.500 / 0.457 = 1.094, 0.499 / 0.465 = 1.073; against garch_t: 0.500 < 0.52 wins, 0.499 / 0.48 = 1.040 loses
+    m = {0.1: 0.500, 0.9: 0.499}
+    base = {"training_quantiles": comp(m, {0.1: 0.584, 0.9: 0.595}, {0.1: 1e-5, 0.9: 1e-5}),
+            "rolling_vol": comp(m, {0.1: 0.457, 0.9: 0.465}, {0.1: 1e-5, 0.9: 0.03}),
+            "garch_t": comp(m, {0.1: 0.52, 0.9: 0.48}, {0.1: 0.04, 0.9: 0.2})}
+    v = verdict(base, QS)
+    # 0.500 / 0.457 = 1.094, 0.499 / 0.465 = 1.073; against garch_t: 0.500 < 0.52 wins, 0.499 / 0.48 = 1.040, p 0.2
     assert v.strongest == "rolling_vol" and not v.better
-    assert v.sentence == ("The model does not beat every baseline at p10 and p90: against the strongest, rolling_vol, "
-                          "its q-risk is 9.4% higher at p10, 7.3% higher at p90; nor does it beat garch_t (4.0% higher at p90).")
-
-
-def test_a_baseline_the_model_loses_to_at_both_quantiles_is_named_once():
-    base = {"seasonal_rolling_vol": {0.1: 0.444, 0.9: 0.455}, "rolling_vol": {0.1: 0.449, 0.9: 0.465},
-            "garch_t": {0.1: 0.449, 0.9: 0.460}}
-    v = verdict({0.1: 0.4661, 0.9: 0.4727}, base, QS)
-    # rolling_vol: 1 - 0.4661 / 0.449 = -3.8%, 1 - 0.4727 / 0.465 = -1.7%; garch_t: -3.8%, -2.8%
-    assert v.sentence == ("The model does not beat every baseline at p10 and p90: against the strongest, "
-                          "seasonal_rolling_vol, its q-risk is 5.0% higher at p10, 3.9% higher at p90; nor does it "
-                          "beat rolling_vol (3.8% higher at p10, 1.7% higher at p90); garch_t (3.8% higher at p10, "
-                          "2.8% higher at p90).")
+    assert v.sentence == (f"The model does not beat every baseline at p10 and p90 {RULE}: against the strongest, "
+                          "rolling_vol, it is worse at p10 (q-risk 9.4% higher, p < 0.001) and worse at p90 (q-risk "
+                          "7.3% higher, p = 0.030) on 1,000 origins of 4 series, with a lower q-risk in 3 of 4 series "
+                          "at p10 (1 significantly) and 3 of 4 at p90 (1 significantly); nor does it beat garch_t: "
+                          "level at p90 (q-risk 4.0% higher, p = 0.200).")
 
 
 def test_beating_the_strongest_is_not_enough_when_a_weaker_baseline_wins_one_quantile():
-    # garch_t has the lowest mean (0.49 against 0.495) but rolling_vol is lower at p90
-    base = {"garch_t": {0.1: 0.48, 0.9: 0.50}, "rolling_vol": {0.1: 0.52, 0.9: 0.47}}
-    v = verdict({0.1: 0.456, 0.9: 0.475}, base, QS, "The calibrated model")
-    assert v.strongest == "garch_t" and not v.better
-    assert v.sentence == ("The calibrated model does not beat every baseline at p10 and p90: it beats the strongest, "
-                          "garch_t (5.0% lower at p10, 5.0% lower at p90), but not rolling_vol (1.1% higher at p90).")
-
-
-def test_a_difference_that_rounds_to_nothing_is_a_tie_not_a_win():
-    base = {"garch_t": {0.1: 0.48, 0.9: 0.49}, "rolling_vol": {0.1: 0.55, 0.9: 0.56}}
-    v = verdict({0.1: 0.456, 0.9: 0.48952}, base, QS)  # p90: 1 - 0.48952 / 0.49 = 0.00098, under 0.1%
-    assert not v.better
-    assert v.sentence == ("The model does not beat every baseline at p10 and p90: against the strongest, garch_t, "
-                          "its q-risk is 5.0% lower at p10, level at p90 (within 0.1%).")
+    m = {0.1: 0.456, 0.9: 0.475}
+    base = {"garch_t": comp(m, {0.1: 0.48, 0.9: 0.50}, {0.1: 0.001, 0.9: 0.001}),
+            "rolling_vol": comp(m, {0.1: 0.52, 0.9: 0.47}, {0.1: 0.001, 0.9: 0.01})}
+    v = verdict(base, QS, "The calibrated model")
+    assert v.strongest == "garch_t" and not v.better  # mean skill 5.0% against garch_t, 5.7% against rolling_vol
+    assert v.sentence == (f"The calibrated model does not beat every baseline at p10 and p90 {RULE}: it beats the "
+                          "strongest, garch_t (better at p10 (q-risk 5.0% lower, p = 0.001) and better at p90 (q-risk "
+                          "5.0% lower, p = 0.001) on 1,000 origins of 4 series, with a lower q-risk in 3 of 4 series "
+                          "at p10 (1 significantly) and 3 of 4 at p90 (1 significantly)), but not rolling_vol: worse "
+                          "at p90 (q-risk 1.1% higher, p = 0.010).")
 
 
 def test_a_missing_garch_baseline_is_named_and_all_means_the_ones_scored(tmp_path, monkeypatch):
     monkeypatch.setattr(series_baselines, "garch_available", lambda: False)
-    model = {"overall": {"q_risk": {"0.1": 0.456, "0.5": 1.0, "0.9": 0.441}}}  # after a JSON round trip
-    base = {"training_quantiles": {"overall": {"q_risk": {"0.1": 0.60, "0.5": 1.0, "0.9": 0.62}}},
-            "rolling_vol": {"overall": {"q_risk": {"0.1": 0.48, "0.5": 1.0, "0.9": 0.49}}}}
-    v = evaluate_run.verdict_of(model, base, QS, applied=True, intraday=False, model_dir=tmp_path)
+    m = {0.1: 0.456, 0.9: 0.441}
+    base = json.loads(json.dumps({"training_quantiles": comp(m, {0.1: 0.60, 0.9: 0.62}, {0.1: 0.001, 0.9: 0.001}),
+                                  "rolling_vol": comp(m, {0.1: 0.48, 0.9: 0.49}, {0.1: 0.01, 0.9: 0.01})}))
+    v = evaluate_run.verdict_of(base, QS, applied=True, intraday=False, model_dir=tmp_path,
+                                unscored={"har": {"ES": "HAR baseline: only 39 training bars", "NQ": "HAR baseline: "
+                                                  "only 39 training bars"}})
     assert v["better"] and v["strongest"] == "rolling_vol" and v["seed_spread"] is None
-    assert v["sentence"] == ("The calibrated model beats all 2 baselines at p10 and p90: against the strongest, "
-                             f"rolling_vol, its q-risk is 5.0% lower at p10, 10.0% lower at p90; garch_t was not "
-                             f"scored ({GARCH_HINT}); har was not scored (it could not be fitted; see the warnings "
-                             "above).")
+    assert v["sentence"].startswith("The calibrated model beats all 2 baselines at p10 and p90")
+    assert v["sentence"].endswith(f"; garch_t was not scored ({GARCH_HINT}); har was not scored (HAR baseline: only "
+                                  "39 training bars).")
 
 
 def test_intraday_data_expects_the_seasonal_baseline_too(tmp_path, monkeypatch):
     monkeypatch.setattr(series_baselines, "garch_available", lambda: True)
-    model = {"overall": {"q_risk": {0.1: 0.5, 0.9: 0.5}}}
-    base = {"rolling_vol": {"overall": {"q_risk": {0.1: 0.6, 0.9: 0.6}}}}
-    v = evaluate_run.verdict_of(model, base, (0.1, 0.9), applied=False, intraday=True, model_dir=tmp_path)
+    base = {"rolling_vol": comp({0.1: 0.5, 0.9: 0.5}, {0.1: 0.6, 0.9: 0.6}, {0.1: 0.01, 0.9: 0.01})}
+    v = evaluate_run.verdict_of(base, (0.1, 0.9), applied=False, intraday=True, model_dir=tmp_path)
     assert v["sentence"].startswith("The model (uncalibrated) beats the only baseline at p10 and p90")
     for name in ("training_quantiles", "garch_t", "seasonal_rolling_vol", "har"):
         assert f"; {name} was not scored (it could not be fitted; see the warnings above)" in v["sentence"]
 
 
 def test_no_baseline_means_no_claim():
-    v = verdict({0.1: 0.5, 0.9: 0.5}, {}, QS, missing={"garch_t": GARCH_HINT})
+    v = verdict({}, QS, missing={"garch_t": GARCH_HINT})
     assert v.strongest is None and not v.better
     assert v.sentence == (f"No baseline could be scored at p10 and p90, so there is no claim to make; garch_t was not "
                           f"scored ({GARCH_HINT}).")
 
 
-def test_the_strongest_baseline_is_the_lowest_mean_of_the_outer_quantiles():
-    # a: (0.40 + 0.70) / 2 = 0.55, b: (0.50 + 0.56) / 2 = 0.53; a's better p10 and median do not decide
-    base = {"a": {0.1: 0.40, 0.5: 0.1, 0.9: 0.70}, "b": {0.1: 0.50, 0.5: 9.0, 0.9: 0.56}}
-    assert strongest_baseline(base, (0.1, 0.9)) == "b"
-    assert strongest_baseline({**base, "c": {0.1: 0.1}}, (0.1, 0.9)) == "b"  # one without p90 cannot be ranked
+def test_the_strongest_baseline_is_the_one_the_model_is_weakest_against():
+    # against a the model's skill is +0.2 at p10 and -0.3 at p90 (mean -0.05), against b -0.1 and 0.0 (-0.05 too:
+    # ties keep the first); c: -0.1 and -0.05
+    p = {0.1: 0.5, 0.9: 0.5}
+    base = {"a": comp({0.1: 0.8, 0.9: 1.3}, {0.1: 1.0, 0.9: 1.0}, p), "c": comp({0.1: 1.1, 0.9: 1.05}, {0.1: 1.0,
+                                                                                                      0.9: 1.0}, p)}
+    assert strongest_baseline(base, (0.1, 0.9)) == "c"
+    assert strongest_baseline({**base, "d": {"skill": {"0.1": -0.9}}}, (0.1, 0.9)) == "c"  # no p90: not ranked
 
 
-def test_trains_final_clause_names_the_strongest_and_both_quantiles():
-    base = {"training_quantiles": {"0.1": 0.60, "0.9": 0.62}, "garch_t": {"0.1": 0.48, "0.9": 0.49}}
-    assert validation_claim({"0.1": 0.456, "0.5": 1.0, "0.9": 0.441}, base, QS) == (
-        "validation q-risk p10 0.4560 / p90 0.4410 vs 0.4800 / 0.4900 for garch_t, the strongest of 2 baselines "
-        "(5.0% lower / 10.0% lower): better than all 2")
-    assert validation_claim({"0.1": 0.500, "0.9": 0.49952}, base, QS) == (
-        "validation q-risk p10 0.5000 / p90 0.4995 vs 0.4800 / 0.4900 for garch_t, the strongest of 2 baselines "
-        "(4.2% higher / 1.9% higher): NOT better than garch_t")
+def test_trains_final_clause_gives_the_figures_of_every_baseline_it_is_not_better_than():
+    m = {0.1: 0.456, 0.9: 0.441}
+    base = {"training_quantiles": comp(m, {0.1: 0.60, 0.9: 0.62}, {0.1: 0.001, 0.9: 0.001}),
+            "garch_t": comp(m, {0.1: 0.48, 0.9: 0.49}, {0.1: 0.003, 0.9: 0.0001}, origins=900)}
+    model = {"0.1": 0.457, "0.5": 1.0, "0.9": 0.440}  # on every validation origin
+    assert validation_claim(base, QS, model, 1000) == (
+        "validation q-risk p10 0.4570 / p90 0.4400 (1,000 origins); the strongest of 2 baselines, garch_t: 0.4800 / "
+        "0.4900 against the model's 0.4560 / 0.4410 on 900 origins, better at p10 (q-risk 5.0% lower, p = 0.003), "
+        "better at p90 (q-risk 10.0% lower, p < 0.001): better than all 2 (significantly at p10 and p90)")
+    base["har"] = comp({0.1: 0.47, 0.9: 0.44}, {0.1: 0.471, 0.9: 0.43}, {0.1: 0.8, 0.9: 0.04})
+    base["garch_t"] = comp(m, {0.1: 0.45, 0.9: 0.49}, {0.1: 0.3, 0.9: 0.0001})
+    assert validation_claim(base, QS, model, 1000) == (
+        "validation q-risk p10 0.4570 / p90 0.4400 (1,000 origins); the strongest of 3 baselines, har: 0.4710 / "
+        "0.4300 against the model's 0.4700 / 0.4400 on 1,000 origins, level at p10 (q-risk 0.2% lower, p = 0.800), "
+        "worse at p90 (q-risk 2.3% higher, p = 0.040): NOT better than har; garch_t: 0.4500 / 0.4900 against the "
+        "model's 0.4560 / 0.4410 on 1,000 origins, level at p10 (q-risk 1.3% higher, p = 0.300), better at p90 (q-risk "
+        "10.0% lower, p < 0.001)")
 
 
 def test_the_seed_spread_is_min_median_max_of_the_validation_qrisk(tmp_path, monkeypatch):
@@ -131,19 +172,21 @@ def test_the_seed_spread_is_min_median_max_of_the_validation_qrisk(tmp_path, mon
                                       "claim is for the kept seed")
     assert seed_spread({"seeds": seeds["seeds"][:1]}, QS) is None  # one seed: no spread to show
     (tmp_path / "seeds.json").write_text(json.dumps(seeds))
-    model = {"overall": {"q_risk": {0.1: 0.5, 0.9: 0.5}}}
-    v = evaluate_run.verdict_of(model, {}, QS, applied=True, intraday=False, model_dir=tmp_path)
+    v = evaluate_run.verdict_of({}, QS, applied=True, intraday=False, model_dir=tmp_path)
     assert v["seed_spread"] == seed_spread(seeds, QS)
 
 
 @examples(max_examples=40, deadline=None)
-@given(model=st.tuples(qrisk, qrisk), base=st.dictionaries(st.sampled_from(["a", "b", "c"]),
-                                                          st.tuples(qrisk, qrisk), min_size=1))
-def test_better_means_lower_than_every_baseline_at_both_quantiles_by_more_than_a_tie(model, base):
-    v = verdict(dict(zip((0.1, 0.9), model, strict=True)),
-                {k: dict(zip((0.1, 0.9), b, strict=True)) for k, b in base.items()}, QS)
-    assert v.better == all(m < b * (1 - TIE) for b_pair in base.values() for m, b in zip(model, b_pair, strict=True))
-    assert v.strongest == min(base, key=lambda k: sum(base[k]))
+@given(model=st.tuples(qrisk, qrisk), base=st.dictionaries(
+    st.sampled_from(["a", "b", "c"]), st.tuples(qrisk, qrisk, st.floats(0.0, 1.0), st.floats(0.0, 1.0)), min_size=1))
+def test_better_means_significantly_lower_than_every_baseline_at_both_quantiles(model, base):
+    comps = {k: comp(dict(zip((0.1, 0.9), model, strict=True)), {0.1: b[0], 0.9: b[1]}, {0.1: b[2], 0.9: b[3]})
+             for k, b in base.items()}
+    v = verdict(comps, QS)
+    assert v.better == all(m < b and p < 0.05 for b10, b90, p10, p90 in base.values()
+                           for m, b, p in zip(model, (b10, b90), (p10, p90), strict=True))
+    mean_skill = {k: (2 - model[0] / b[0] - model[1] / b[1]) / 2 for k, b in base.items()}
+    assert mean_skill[v.strongest] == min(mean_skill.values())
     assert v.sentence.startswith("The model beats " if v.better else "The model does not beat every baseline")
     assert v.strongest in v.sentence
 
@@ -161,22 +204,31 @@ def logged(caplog):
         logger.removeHandler(caplog.handler)
 
 
-def test_a_comparison_that_cannot_be_made_warns_and_never_fails_the_trained_run(logged):
-    assert judge_on_validation(object(), DataConfig(), QS, {"0.1": 0.5, "0.9": 0.5}) is None  # no prepared data
-    assert "the baselines could not be scored on validation (AttributeError: " in logged.text
+def test_a_comparison_that_cannot_be_made_warns_and_never_fails_the_trained_run(logged, tmp_path):
+    assert judge_on_validation(object(), DataConfig(), QS, tmp_path) is None  # no prepared data, no weights
+    assert "the baselines could not be scored on validation (" in logged.text
 
 
-def test_the_baselines_are_scored_once_per_data_and_again_for_a_rewritten_file(tmp_path, daily_path, logged):
+def test_the_baselines_are_fitted_once_per_data_and_again_for_a_rewritten_file(tmp_path, daily_path, logged):
     path = tmp_path / "bars.parquet"
     shutil.copy(daily_path, path)
     cfg = settings.data_config({"encoder_length": 16, "horizon": 3}, (str(path),))
     data = prepare_data(cfg)
-    first = judge_on_validation(data, cfg, QS, {"0.1": 0.5, "0.5": 1.0, "0.9": 0.5})
-    again = judge_on_validation(data, cfg, QS, {"0.1": 0.25, "0.5": 1.0, "0.9": 0.25})  # another seed, same data
+    ids = data.splits["val"]
+    n = len(ids)
+    zero = scored_windows(data.windows, ids, np.zeros((n, 3, 3)))  # two made-up models: a zero forecast ...
+    wide = scored_windows(data.windows, ids, np.broadcast_to(np.array([-0.02, 0.0, 0.02]), (n, 3, 3)))  # ... a band
+    first = claim_on_validation(data, cfg, QS, zero)
+    again = claim_on_validation(data, cfg, QS, wide)  # another seed, same data
     assert logged.text.count("baselines on validation (training_quantiles, rolling_vol") == 1
-    assert first is not None and first.startswith("validation q-risk p10 0.5000 / p90 0.5000 vs ")
-    assert again is not None and again.startswith("validation q-risk p10 0.2500 / p90 0.2500 vs ")
-    assert first.split(" vs ")[1].split(" (")[0] == again.split(" vs ")[1].split(" (")[0]  # the same baseline values
+    # a zero forecast's q-risk at p10 is 2 (0.1 sum of y > 0 + 0.9 sum of |y < 0|) / sum |y|, and the mirror at p90
+    y = zero.actual[np.isfinite(zero.actual)]
+    up, down = y[y > 0].sum(), -y[y < 0].sum()
+    p10, p90 = 2 * (0.1 * up + 0.9 * down) / (up + down), 2 * (0.9 * up + 0.1 * down) / (up + down)
+    assert first.startswith(f"validation q-risk p10 {p10:.4f} / p90 {p90:.4f} ({n:,} origins); the strongest of ")
+    assert again.startswith("validation q-risk p10 ") and again != first
+    theirs = [c.split(" against ")[0].split(": ")[-1] for c in (first, again)]
+    assert theirs[0] == theirs[1]  # the same baseline values
     key = data_key(data, cfg, QS)
-    os.utime(path, ns=(10**18, 10**18))  # the file rewritten in place: its baselines are scored afresh
+    os.utime(path, ns=(10**18, 10**18))  # the file rewritten in place: its baselines are fitted afresh
     assert data_key(data, cfg, QS) != key

@@ -5,7 +5,8 @@ Files in OUT_DIR/fold-NN/ (each written atomically; `fold.json` last, so a fold 
   forecasts.parquet its test period's forecasts in `foxhunt predict`'s schema;
   scored.npz        what was scored: series, origin_ns, first_ns (the first forecast bar), actual (K, D),
                     model (K, D, Q) and one (K, D, Q) per baseline;
-  fold.json         the fold's dates, the run that forecast it and its metrics.
+  fold.json         the fold's dates, the run that forecast it, the series each baseline could not forecast and
+                    why (`baseline_gaps`), and its metrics.
 """
 
 from __future__ import annotations
@@ -105,14 +106,16 @@ def score_fold(fold: Fold, paths: tuple[str, ...], out_dir: Path, batch_size: in
     first_ns = data.windows.ts_ns[torch.from_numpy(scored.origin_row + 1)].numpy()  # each first forecast bar
     arrays = {"series": scored.series, "origin_ns": scored.origin_ns, "first_ns": first_ns,
               "actual": scored.actual, "model": scored.quantiles}
+    gaps: dict[str, dict[str, str]] = {}
     if len(scored.origin_ns):
-        cut = baseline_cut(model_dir, int(scored.origin_ns.min()))
-        forecasts = baselines(data, scored, cut, lm.model_cfg.quantiles)
+        cut = baseline_cut(model_dir, int(first_ns.min()))
+        forecasts, gaps = baselines(data, scored, cut, lm.model_cfg.quantiles)
         arrays.update({f"baseline_{k}": v for k, v in forecasts.items()})
     write_with(here / "scored.npz", lambda p: _savez(p, arrays))
     info = {**fold.to_dict(), "run_dir": str(model_dir), "calibrated": cal is not None,
             "origins": int(len(scored.origin_ns)), "series_names": list(data.windows.series_names),
-            "quantiles": list(lm.model_cfg.quantiles), "target": lm.schema.target}
+            "quantiles": list(lm.model_cfg.quantiles), "target": lm.schema.target,
+            "baseline_gaps": {k: v for k, v in gaps.items() if v}}
     return info
 
 

@@ -11,6 +11,7 @@ targets overlap its test period.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -120,6 +121,25 @@ def plan_folds(first_ns: int, last_ns: int, folds: int, test_length: Length, val
                          + f" start before the data ({iso(first_ns)[:10]} .. {iso(last_ns)[:10]}) leaving no "
                          "training time; use fewer --folds or shorter lengths")
     return out
+
+
+def short_folds(folds: list[Fold], last_ns: int) -> list[dict[str, Any]]:
+    """The folds whose test period is under half the median of the others' (a calendar `--test-length 1y` ends with
+    the part of a year the data reach into): their scores rest on far fewer origins."""
+    days = [((f.test_end if f.test_end is not None else last_ns + 1) - f.test_start) / 86_400e9 for f in folds]
+    out = []
+    for f, d in zip(folds, days, strict=True):
+        others = [x for g, x in zip(folds, days, strict=True) if g is not f]
+        if others and d < 0.5 * float(np.median(others)):
+            out.append({"index": f.index, "name": f.name, "days": round(d, 1),
+                        "others_days": round(float(np.median(others)), 1)})
+    return out
+
+
+def short_line(short: list[dict[str, Any]]) -> str:
+    """`fold-05 tests 17.0 days, under half the others' 365.0 (median): its scores rest on few origins`."""
+    return "; ".join(f"{s['name']} tests {s['days']:g} days, under half the others' {s['others_days']:g} (median)"
+                     for s in short) + ": scores on so few origins are noisy, read them with their p-values"
 
 
 def iso(ns: int | None) -> str | None:

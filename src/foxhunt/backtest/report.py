@@ -79,7 +79,7 @@ def write_backtest_report(path: Path, result: dict[str, Any], claim: list[str], 
     }
     write_report(path, title=f"foxhunt backtest: {result['target']}, {len(result['folds'])} folds",
                  metrics={"model": overall["model"]}, baselines=overall["baselines"], images=images, notes=notes,
-                 claim=claim)
+                 claim=claim, comparisons={"model": overall["comparisons"]})
 
 
 def _qrisk_sum(m: dict[str, Any] | None) -> float | None:

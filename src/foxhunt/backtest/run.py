@@ -18,10 +18,10 @@ import numpy as np
 from foxhunt.atomic import write_json
 from foxhunt.backtest import fold as fold_io
 from foxhunt.backtest.config import BacktestConfig
-from foxhunt.backtest.folds import Fold, iso, plan_folds
+from foxhunt.backtest.folds import Fold, iso, plan_folds, short_folds, short_line
 from foxhunt.backtest.jobs import jobs_that_fit
 from foxhunt.backtest.report import write_backtest_report
-from foxhunt.backtest.summary import around_rolls, concat, metrics, monthly, write_forecasts
+from foxhunt.backtest.summary import around_rolls, concat, merge_gaps, metrics, monthly, write_forecasts
 from foxhunt.console import FINAL, SHOW
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
@@ -29,7 +29,7 @@ from foxhunt.data.features.features import RETURN_TARGETS
 from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
 from foxhunt.evaluate.report import data_note
-from foxhunt.evaluate.verdict import Verdict, verdict
+from foxhunt.evaluate.verdict import Verdict, at, judged_quantiles, label, p_short, verdict
 from foxhunt.evaluate.window import window_text
 from foxhunt.model.config import ModelConfig
 from foxhunt.train.config import TrainConfig
@@ -48,6 +48,9 @@ def run_backtest(bt: BacktestConfig, data_cfg: DataConfig, model_cfg: ModelConfi
     folds = plan_folds(int(ts.min()), int(ts.max()), bt.folds, bt.test_length, bt.val_length, bt.refit,
                        bt.train_length)
     _check_plan(bt, folds, data_cfg, model_cfg, train_cfg)
+    short = short_folds(folds, int(ts.max()))
+    if short:
+        log.warning("%s", short_line(short))
     for f in folds:
         log.info("%s: %s test %s .. %s, validation from %s, model of fold %d%s", f.name,
                  "train from the first bar," if f.train_start is None else f"train from {_day(f.train_start)},",
@@ -65,23 +68,24 @@ def run_backtest(bt: BacktestConfig, data_cfg: DataConfig, model_cfg: ModelConfi
         info["metrics"] = _metrics(arrays, info)
         write_json(fold_io.fold_dir(bt.out_dir, f) / "fold.json", info)
         log.info("%s: %s", f.name, _vs(info["metrics"]), extra=SHOW)
-    return combine(bt, folds, loaded.rolls, data_cfg.paths)
+    return combine(bt, folds, loaded.rolls, data_cfg.paths, short)
 
 
-def combine(bt: BacktestConfig, folds: list[Fold], rolls: list[dict[str, Any]],
-            paths: tuple[str, ...]) -> dict[str, Any]:
-    """forecasts.parquet, backtest.json and report.html from the finished folds."""
+def combine(bt: BacktestConfig, folds: list[Fold], rolls: list[dict[str, Any]], paths: tuple[str, ...],
+            short: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """forecasts.parquet, backtest.json and report.html from the finished folds; `short`: the folds much shorter
+    than the others (`short_folds`)."""
     infos = [fold_io.load_fold_json(bt.out_dir, f) for f in folds]
     arrays = concat([fold_io.load_scored(bt.out_dir, f) for f in folds])
     first = infos[-1]
     names, qs = tuple(first["series_names"]), tuple(first["quantiles"])
     write_forecasts([fold_io.fold_dir(bt.out_dir, f) / "forecasts.parquet" for f in folds],
                     bt.out_dir / "forecasts.parquet")
-    overall = _metrics(arrays, first)
+    overall = _metrics(arrays, {**first, "baseline_gaps": merge_gaps(infos)})
     claim = overall_verdict(overall, qs, len(folds))
     result = {
         "backtest": bt.to_dict(), "target": first["target"], "quantiles": list(qs), "verdict": claim.to_dict(),
-        "folds": infos, "overall": overall,
+        "folds": infos, "overall": overall, "short_folds": short or [],
         "by_month": monthly(arrays, qs), "around_rolls": around_rolls(arrays, qs, names, rolls),
     }
     write_json(bt.out_dir / "backtest.json", result)
@@ -98,17 +102,19 @@ def report_text(result: dict[str, Any], paths: tuple[str, ...]) -> tuple[list[st
     what was run, on which data, and each fold's scores) from backtest.json's content."""
     claim = [result["verdict"]["sentence"], *([SIMULATED] if is_bundled_sample(paths) else [])]
     infos = result["folds"]
-    notes = [describe_backtest(result["backtest"], infos), data_note(paths),
+    short = result.get("short_folds") or []
+    notes = [describe_backtest(result["backtest"], infos), *([short_line(short)] if short else []), data_note(paths),
              *(f"fold {i['index']}: test {i['test_start'][:10]} .. {(i['test_end'] or 'end')[:10]}, model of fold "
                f"{i['model_fold']}, {i['origins']:,} origins: {_vs(i['metrics'])}" for i in infos)]
     return claim, notes
 
 
 def overall_verdict(overall: dict[str, Any], qs: tuple[float, ...], n_folds: int) -> Verdict:
-    """evaluate's verdict (evaluate/verdict.py) on every fold's test origins together."""
-    return verdict(overall["model"]["overall"]["q_risk"],
-                   {k: m["overall"]["q_risk"] for k, m in overall["baselines"].items()}, qs,
-                   who=f"Over the {n_folds} test period{'s' if n_folds != 1 else ''}, the model")
+    """evaluate's verdict (evaluate/verdict.py) on every fold's test origins together: each baseline compared with the
+    model on the origins both forecast, the tests pooled over the series and the folds' test periods as one time
+    series."""
+    return verdict(overall["comparisons"], qs, who=f"Over the {n_folds} test period{'s' if n_folds != 1 else ''}, "
+                                                   "the model")
 
 
 def describe_backtest(cfg: dict[str, Any], infos: list[dict[str, Any]]) -> str:
@@ -129,18 +135,23 @@ def _day(ns: int | None) -> str:
 
 
 def _metrics(arrays: dict[str, np.ndarray], info: dict[str, Any]) -> dict[str, Any]:
-    return metrics(arrays, tuple(info["quantiles"]), tuple(info["series_names"]), info["target"] in RETURN_TARGETS)
+    return metrics(arrays, tuple(info["quantiles"]), tuple(info["series_names"]), info["target"] in RETURN_TARGETS,
+                   info.get("baseline_gaps"))
 
 
 def _vs(m: dict[str, Any]) -> str:
-    """'q-risk p10 0.5453 p50 0.9971 p90 0.4596; skill vs garch_t +0.012 ...' (skill: mean over quantiles)."""
-    q = " ".join(f"p{float(k) * 100:g} {v:.4f}" for k, v in m["model"]["overall"]["q_risk"].items() if v is not None)
+    """'q-risk p10 0.5453 p50 0.9971 p90 0.4596; skill at p10 / p90 (Diebold-Mariano p) vs garch_t +0.012 / -0.004
+    (p 0.031 / 0.412) on 250 origins, ...': the verdict's judged quantiles, on the origins both forecast."""
+    qrisk = m["model"]["overall"]["q_risk"]
+    q = " ".join(f"p{float(k) * 100:g} {v:.4f}" for k, v in qrisk.items() if v is not None)
+    judged = judged_quantiles([float(k) for k in qrisk])
     sk = []
-    for name, s in m["skill"].items():
-        vals = [v for v in s.values() if v is not None]
-        if vals:
-            sk.append(f"{name} {np.mean(vals):+.3f}")
-    return f"q-risk {q}; mean skill vs {', '.join(sk) or 'no baseline'}"
+    for name, c in m["comparisons"].items():
+        skills = [at(c["skill"], x) for x in judged]
+        if all(v is not None for v in skills):
+            ps = " / ".join(p_short((at(c["dm"], x) or {}).get("p_value")) for x in judged)
+            sk.append(f"{name} {' / '.join(f'{v:+.3f}' for v in skills)} (p {ps}) on {c['origins']:,} origins")
+    return f"q-risk {q}; skill at {' / '.join(map(label, judged))} vs {', '.join(sk) or 'no baseline'}"
 
 
 def _check_plan(bt: BacktestConfig, folds: list[Fold], data_cfg: DataConfig, model_cfg: ModelConfig,

@@ -11,7 +11,8 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from foxhunt.atomic import atomic_path
-from foxhunt.evaluate.metrics import interval_pairs, pinball, skill
+from foxhunt.evaluate.metrics import interval_pairs, pinball
+from foxhunt.evaluate.paired import compare
 from foxhunt.evaluate.scored import score
 
 BASELINE_PREFIX = "baseline_"
@@ -37,18 +38,52 @@ def concat(folds: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 
 def metrics(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...], names: tuple[str, ...],
-            directional: bool) -> dict[str, Any]:
-    """{"model": result, "baselines": {name: result}, "skill": {name: {q: skill}}} on one set of origins."""
+            directional: bool, gaps: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """{"model": result, "baselines": {name: result}, "comparisons": {name: the model against it on the origins both
+    forecast (evaluate/paired.py)}, "skill": {name: {q: skill}} (the comparisons')} on one set of origins; `gaps`:
+    baseline -> series -> why it has no forecast there."""
     src = sources(arrays)
     res = {k: score(arrays["actual"], v, arrays["series"], quantiles, names, directional) for k, v in src.items()}
     model = res.pop("model")
-    return {"model": model, "baselines": res,
-            "skill": {k: skill(model["overall"]["q_risk"], m["overall"]["q_risk"]) for k, m in res.items()}}
+    pairs = {k: compare(arrays["series"], arrays["origin_ns"], arrays["actual"], arrays["model"], src[k], quantiles,
+                        names, (gaps or {}).get(k)) for k in res}
+    return {"model": model, "baselines": res, "comparisons": pairs, "skill": {k: c["skill"] for k, c in pairs.items()}}
+
+
+def merge_gaps(infos: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """The folds' `baseline_gaps` together: baseline -> series -> each fold's distinct reasons, joined."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for info in infos:
+        for k, by_series in (info.get("baseline_gaps") or {}).items():
+            for name, why in by_series.items():
+                seen = out.setdefault(k, {}).setdefault(name, [])
+                if why not in seen:
+                    seen.append(why)
+    return {k: {name: "; ".join(whys) for name, whys in v.items()} for k, v in out.items()}
+
+
+def paired_losses(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...]) -> dict[str, np.ndarray]:
+    """For each baseline, the model's and its pinball loss per origin, (2, K), summed over the steps and quantiles
+    both forecast (evaluate/paired.py's rule): a skill by month or around a roll compares the same rows."""
+    qs = np.asarray(quantiles)
+    y = arrays["actual"]
+    ok_y = np.isfinite(y)  # (K, D)
+    y0 = np.where(ok_y, y, 0)
+    model = arrays["model"]
+    out = {}
+    for name, q in sources(arrays).items():
+        if name == "model":
+            continue
+        both = ok_y & np.isfinite(model).all(axis=-1) & np.isfinite(q).all(axis=-1)  # (K, D)
+        out[name] = np.stack([np.where(both[..., None], pinball(y0, np.where(both[..., None], f, 0), qs), 0)
+                              .sum(axis=(1, 2)) for f in (model, q)])  # (2, K)
+    return out
 
 
 def monthly(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...]) -> dict[str, Any]:
-    """By calendar month of the first forecast bar (the test periods' months): each source's q-risk summed over quantiles, its skill against each baseline
-    (1 - model / baseline) and the coverage of the outermost central interval."""
+    """By calendar month of the first forecast bar (the test periods' months): each source's q-risk summed over
+    quantiles, its skill against each baseline (1 - model / baseline, on the rows both forecast) and the coverage of
+    the outermost central interval."""
     qs = np.asarray(quantiles)
     y = arrays["actual"]
     ok_y = np.isfinite(y)
@@ -58,37 +93,30 @@ def monthly(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...]) -> dict
     out: dict[str, Any] = {"month": [str(k) for k in keys], "qrisk": {}, "coverage": {}, "skill": {},
                            "interval": pairs[0][2] if pairs else None,
                            "nominal": float(qs[pairs[0][1]] - qs[pairs[0][0]]) if pairs else None}
-    abs_y = np.bincount(inverse, np.where(ok_y, np.abs(y), 0).sum(axis=1), minlength=len(keys))
-    losses = {}
-    for name, q in sources(arrays).items():
+    for name, q in sources(arrays).items():  # each source's q-risk on the rows it forecasts
         ok = ok_y & np.isfinite(q).all(axis=-1)  # (K, D)
         loss = np.where(ok[..., None], pinball(np.where(ok_y, y, 0), q, qs), 0).sum(axis=(1, 2))  # (K,)
-        losses[name] = np.bincount(inverse, loss, minlength=len(keys))
-        out["qrisk"][name] = _ratio(2 * losses[name], abs_y)
+        abs_y = np.bincount(inverse, np.where(ok, np.abs(y), 0).sum(axis=1), minlength=len(keys))
+        out["qrisk"][name] = _ratio(2 * np.bincount(inverse, loss, minlength=len(keys)), abs_y)
         if pairs:
             lo, hi = pairs[0][0], pairs[0][1]
             inside = ok & (q[..., lo] <= y) & (y <= q[..., hi])  # (K, D)
             out["coverage"][name] = _ratio(np.bincount(inverse, inside.sum(axis=1), minlength=len(keys)),
                                            np.bincount(inverse, ok.sum(axis=1), minlength=len(keys)))
-    for name in losses:
-        if name != "model":
-            out["skill"][name] = [None if b is None or m is None or b == 0 else 1 - m / b
-                                  for m, b in zip(_ratio(losses["model"], abs_y), _ratio(losses[name], abs_y),
-                                                  strict=True)]
+    for name, (lm, lb) in paired_losses(arrays, quantiles).items():
+        m, b = np.bincount(inverse, lm, minlength=len(keys)), np.bincount(inverse, lb, minlength=len(keys))
+        out["skill"][name] = [None if bb == 0 else float(1 - mm / bb) for mm, bb in zip(m, b, strict=True)]
     return out
 
 
 def around_rolls(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...], names: tuple[str, ...],
                  rolls: list[dict[str, Any]], bars: int = ROLL_BARS) -> dict[str, Any]:
     """Skill against each baseline by origin offset from a roll (0: the first origin on or after the roll's first
-    trade date, in that series' origins), pooled over every roll inside the scored origins."""
-    qs = np.asarray(quantiles)
-    y = arrays["actual"]
-    ok_y = np.isfinite(y)
-    loss = {name: np.where(ok_y[..., None] & np.isfinite(q), pinball(np.where(ok_y, y, 0), q, qs), np.nan)
-            .sum(axis=(1, 2)) for name, q in sources(arrays).items()}  # (K,) per origin; NaN where a forecast is
+    trade date, in that series' origins), pooled over every roll inside the scored origins, on the rows both
+    forecast."""
+    pairs = paired_losses(arrays, quantiles)  # baseline -> (2, K)
     offsets = np.arange(-bars, bars + 1)
-    sums = {name: np.zeros(len(offsets)) for name in loss}
+    sums = {name: np.zeros((2, len(offsets))) for name in pairs}
     used = []
     for r in rolls:
         if r.get("root") not in names:
@@ -101,11 +129,11 @@ def around_rolls(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...], na
             continue  # the roll is not inside this series' scored origins
         pick = at + offsets
         inside = (pick >= 0) & (pick < len(rows))
-        for name in loss:
-            sums[name][inside] += np.nan_to_num(loss[name][rows[pick[inside]]])
+        for name, losses in pairs.items():
+            sums[name][:, inside] += losses[:, rows[pick[inside]]]
         used.append(str(r["trade_date"])[:10])
-    skills = {name: [None if b == 0 else float(1 - sums["model"][i] / b) for i, b in enumerate(sums[name])]
-              for name in sums if name != "model"}
+    skills = {name: [None if b == 0 else float(1 - m / b) for m, b in zip(*s, strict=True)]
+              for name, s in sums.items()}
     return {"offsets": offsets.tolist(), "rolls": used, "skill": skills}
 
 

@@ -20,7 +20,7 @@ size (result key `ic_sampled` says which), so memory stays bounded and the IC st
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -93,22 +93,6 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float | None:
     rb -= rb.mean()
     den = np.sqrt((ra * ra).sum() * (rb * rb).sum())
     return float((ra * rb).sum() / den) if den > 0 else None
-
-
-def skill(model_qrisk: Mapping[Any, Any], baseline_qrisk: Mapping[Any, Any]) -> dict[float, float | None]:
-    """Skill per quantile: 1 - qrisk_model / qrisk_baseline (> 0 means the model is better).
-
-    Keys may be floats or their JSON string forms ("0.5"); the result is keyed by float. None where either side is
-    missing or the baseline's q-risk is 0.
-    """
-    base = {float(k): v for k, v in baseline_qrisk.items()}
-    out: dict[float, float | None] = {}
-    for k, m in model_qrisk.items():
-        q = float(k)
-        b = base.get(q)
-        ok = m is not None and b is not None and np.isfinite(m) and np.isfinite(b) and b != 0
-        out[q] = float(1.0 - m / b) if ok else None
-    return out
 
 
 def compute_metrics(

@@ -15,7 +15,7 @@ from typing import Any
 
 from foxhunt.atomic import write_text
 from foxhunt.data.io.sample_path import is_bundled_sample
-from foxhunt.evaluate.metrics import skill
+from foxhunt.evaluate.paired import left_out_text
 
 
 def data_note(paths: Sequence[str]) -> str:
@@ -75,8 +75,23 @@ GLOSSARY = [
     (
         "skill",
         "1 &minus; q-risk(model) / q-risk(baseline) per quantile: above 0 the model is better (0.05 = 5% lower "
-        "loss), below 0 the baseline is better. Baselines are scored on exactly the model's origins and use only "
+        "loss), below 0 the baseline is better. Each is computed on the (origin, step) pairs both forecast: where a "
+        "baseline has no forecast (too little history to fit it, a series that starts after the training cut), the "
+        "model is left out too, and the origins and series left out are counted with the reason. Baselines use only "
         "data up to each origin.",
+    ),
+    (
+        "p (Diebold-Mariano)",
+        "the two-sided p-value of the Diebold-Mariano test that the model's and the baseline's mean pinball loss are "
+        "equal, per quantile: loss differentials per origin (averaged over its forecast steps), a Newey-West "
+        "(Bartlett) variance because forecasts of several steps overlap, Student's t. Pooled over the panel, the "
+        "differentials of all series at one origin time are summed into one term, since markets move together. "
+        "The verdict calls the model better or worse only where p &lt; 0.05, level otherwise.",
+    ),
+    (
+        "won",
+        "series where the model's q-risk is lower than the baseline's, out of the series compared, and in brackets "
+        "those where it is significantly lower (the test on that series alone, p &lt; 0.05).",
     ),
     ("n", "number of (origin, horizon) pairs scored."),
 ]
@@ -104,14 +119,17 @@ def write_report(
     images: Mapping[str, bytes],
     notes: Sequence[str] = (),
     claim: Sequence[str] = (),
+    comparisons: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
 ) -> None:
     """Write report.html atomically.
 
     metrics: one `MetricAccumulator.result()` (shown as "model") or {model name: result}; baselines: {name: result}
     on the same origins; images: {caption: PNG bytes}, each embedded as a base64 data URI; notes: plain-text lines
     (data, split, run settings) shown near the top; claim: the verdict (evaluate/verdict.py) and what it depends
-    on, the first thing a reader sees.
+    on, the first thing a reader sees; comparisons: {model name: {baseline: Comparison.result()}} (evaluate/paired.py),
+    the skill tables with their tests, on the pairs each model and baseline both forecast.
     """
+    comparisons = comparisons or {}
     models = {"model": metrics} if "overall" in metrics else dict(metrics)
     sources = {**models, **baselines}
     qs = _quantiles(sources)
@@ -122,25 +140,26 @@ def write_report(
         parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
     parts.append(_baseline_list(baselines))
     parts.append("<h2>Overall</h2>" + _metric_table("source", [(None, sources)], models, qs, full=True))
-    if baselines:
-        parts.append(
-            "<h2>Skill against the baselines</h2>"
-            + _skill_table("", [(None, {k: v["overall"] for k, v in sources.items()})], models, baselines, qs)
-        )
+    if comparisons:
+        parts.append("<h2>Skill against the baselines, with significance</h2>" + _comparison_table(comparisons, qs))
     horizon = max((len(r.get("per_horizon", [])) for r in sources.values()), default=0)
     if horizon:
         rows = [
             (h + 1, {k: _at(r.get("per_horizon", []), h) for k, r in sources.items()}) for h in range(horizon)
         ]
         parts.append("<h2>By horizon (bars ahead)</h2>" + _metric_table("h", rows, models, qs, blocks=True))
-        if baselines:
-            parts.append("<h3>Skill by horizon</h3>" + _skill_table("h", rows, models, baselines, qs))
+        if comparisons:
+            by_h = [(h + 1, {m: {b: _at(c.get("per_horizon", []), h) for b, c in by_b.items()}
+                             for m, by_b in comparisons.items()}) for h in range(horizon)]
+            parts.append("<h3>Skill by horizon</h3>" + _skill_table("h", by_h, qs))
     series = _series_keys(sources)
     if series:
         rows = [(s, {k: _series_block(r, s) for k, r in sources.items()}) for s in series]
         parts.append("<h2>By series</h2>" + _metric_table("series", rows, models, qs, blocks=True))
-        if baselines:
-            parts.append("<h3>Skill by series</h3>" + _skill_table("series", rows, models, baselines, qs))
+        if comparisons:
+            by_s = [(s, {m: {b: _series_block(c, s) for b, c in by_b.items()} for m, by_b in comparisons.items()})
+                    for s in series]
+            parts.append("<h3>Skill by series</h3>" + _skill_table("series", by_s, qs, tests=True))
     if images:
         parts.append("<h2>Figures</h2>" + "".join(_figure(cap, png) for cap, png in images.items()))
     parts.append(
@@ -193,28 +212,41 @@ def _metric_table(
     return _table(head, body, n_names=2 if blocks else 1)
 
 
-def _skill_table(
-    key_label: str,
-    rows: list[tuple[Any, Mapping[str, Any]]],
-    models: Mapping[str, Any],
-    baselines: Mapping[str, Any],
-    qs: list[float],
-) -> str:
-    """Skill of each model against each baseline per quantile; rows [(key, {source: metric block})]."""
-    keyed = bool(key_label)
-    head = ([key_label] if keyed else []) + ["model", "baseline"] + [f"skill {q:g}" for q in qs]
+def _comparison_table(comparisons: Mapping[str, Mapping[str, Mapping[str, Any]]], qs: list[float]) -> str:
+    """Each model against each baseline on the pairs both forecast: skill, pooled p-value and series won per
+    quantile, the origins and series compared, and what was left out and why."""
+    head = (["model", "baseline"] + [f"skill {q:g}" for q in qs] + [f"p {q:g}" for q in qs]
+            + [f"won {q:g}" for q in qs] + ["origins", "series", "left out"])
     body = []
-    for key, blocks in rows:
-        for m in models:
-            for b in baselines:
-                mb, bb = blocks.get(m), blocks.get(b)
-                if not mb or not bb:
+    for m, by_b in comparisons.items():
+        for b, c in by_b.items():
+            won = [_q(c.get("series_won"), q) or {} for q in qs]
+            cells = [_e(m), _e(b)] + [_signed(_q(c.get("skill"), q)) for q in qs]
+            cells += [_p((_q(c.get("dm"), q) or {}).get("p_value")) for q in qs]
+            cells += [f"{w['won']}/{w['of']} ({w['won_significant']})" if w else "&ndash;" for w in won]
+            left = left_out_text(c.get("left_out"))
+            cells += [f"{c.get('origins', 0):,}", str(c.get("series", "")),
+                      _e(f"{c['left_out']['origins']:,} origins: {left}") if left else "none"]
+            body.append(_tr(cells, n_names=2))
+    return _table(head, body, n_names=2)
+
+
+def _skill_table(key_label: str, rows: list[tuple[Any, Mapping[str, Mapping[str, Any]]]], qs: list[float],
+                 tests: bool = False) -> str:
+    """Skill of each model against each baseline per quantile (with the p-values when `tests`); rows
+    [(key, {model: {baseline: comparison block}})]."""
+    head = [key_label, "model", "baseline"] + [f"skill {q:g}" for q in qs] + ([f"p {q:g}" for q in qs] if tests else [])
+    body = []
+    for key, by_model in rows:
+        for m, by_b in by_model.items():
+            for b, block in by_b.items():
+                if not block:
                     continue
-                sk = skill(mb.get("q_risk") or {}, bb.get("q_risk") or {})
-                cells = ([_e(str(key))] if keyed else []) + [_e(m), _e(b)]
-                cells += [_signed(_q(sk, q)) for q in qs]
-                body.append(_tr(cells, n_names=len(head) - len(qs)))
-    return _table(head, body, n_names=len(head) - len(qs))
+                cells = [_e(str(key)), _e(m), _e(b)] + [_signed(_q(block.get("skill"), q)) for q in qs]
+                if tests:
+                    cells += [_p((_q(block.get("dm"), q) or {}).get("p_value")) for q in qs]
+                body.append(_tr(cells, n_names=3))
+    return _table(head, body, n_names=3)
 
 
 def _baseline_list(baselines: Mapping[str, Any]) -> str:
@@ -224,7 +256,7 @@ def _baseline_list(baselines: Mapping[str, Any]) -> str:
         f"<li><b>{_e(name)}</b>: {_e(BASELINE_TEXT.get(name, 'see the notes above'))}</li>"
         for name in baselines
     )
-    return f"<p>Baselines, scored on the model's origins:</p><ul>{items}</ul>"
+    return f"<p>Baselines, each compared with the model on the origins both forecast:</p><ul>{items}</ul>"
 
 
 def _figure(caption: str, png: bytes) -> str:
@@ -300,6 +332,10 @@ def _q(d: Mapping[Any, Any] | None, q: float) -> Any:
 
 def _num(v: Any, digits: int = 4) -> str:
     return "&ndash;" if v is None or v != v else f"{v:.{digits}f}"
+
+
+def _p(v: Any) -> str:
+    return "&ndash;" if v is None or v != v else "&lt;0.0001" if v < 1e-4 else f"{v:.4f}"
 
 
 def _signed(v: Any) -> str:

@@ -24,7 +24,6 @@ from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
-from foxhunt.evaluate.metrics import skill
 from foxhunt.evaluate.period import scoring_start
 from foxhunt.evaluate.predict import (
     forecast_calibration,
@@ -40,7 +39,7 @@ from foxhunt.evaluate.predict import (
 from foxhunt.evaluate.report import data_note, write_report
 from foxhunt.evaluate.scored import Scored, from_batch, scored_windows
 from foxhunt.evaluate.scoring import SeriesScorer, Span, span_of
-from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines
+from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines, first_forecast_ns
 from foxhunt.evaluate.verdict import seed_spread, verdict
 from foxhunt.evaluate.window import check_start, refuse_window, window_note, with_window
 from foxhunt.model.tft import variable_names
@@ -77,7 +76,7 @@ def evaluate_run(
     start_ns, scored_what = scoring_start(data, model_dir, parse_time(start, "--start"), end_ns, start)
     ids = select_origins(data, start_ns, end_ns)
     given = None if forecasts is None else read_forecasts(forecasts, data, ids, lm)
-    span = span_of(data, ids) if given is None else _span(given)
+    span = span_of(data, ids) if given is None else _span(given, data)
     if span is None:
         raise InputError("no origin in --start/--end has a realised target to score; evaluate on bars with a future")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -85,7 +84,7 @@ def evaluate_run(
     interp = InterpretationAccumulator(static, encoder, decoder, lm.schema.encoder_length, lm.schema.horizon)
     qs = lm.model_cfg.quantiles
     cal = forecast_calibration(lm, calibrate) if given is None else None
-    scorer = SeriesScorer(data, qs, baseline_cut(model_dir, span.first_ns), raw=cal is not None)
+    scorer = SeriesScorer(data, qs, baseline_cut(model_dir, span.first_forecast_ns), raw=cal is not None)
     if given is None:
         fc = write_forecasts(lm, data, ids, out_dir / "forecasts.parquet", batch_size, device, interp,
                              calibration=cal, consume=lambda fb: scorer.add(from_batch(fb, data)))
@@ -97,19 +96,21 @@ def evaluate_run(
         crossings, applied = None, is_calibrated(forecasts)
         why_not = f"{forecasts} holds {'uncalibrated' if applied is False else 'forecasts that do not say'}"
     del given
-    model_metrics, raw_metrics, baseline_metrics = scorer.results()
+    scored = scorer.results()
+    model_metrics, raw_metrics, baseline_metrics = scored.model, scored.raw, scored.baselines
     series_names = data.windows.series_names
-    skills = {k: skill(model_metrics["overall"]["q_risk"], m["overall"]["q_risk"]) for k, m in baseline_metrics.items()}
-    claim = verdict_of(model_metrics, baseline_metrics, qs, applied, lm.transform.intraday, model_dir,
-                       lm.schema.target, data.own_moves)
+    skills = {k: c["skill"] for k, c in scored.comparisons.items()}  # on the pairs both cover (evaluate/paired.py)
+    claim = verdict_of(scored.comparisons, qs, applied, lm.transform.intraday, model_dir, lm.schema.target,
+                       data.own_moves, scored.unscored)
     period = {"first_origin": _iso(span.first_ns), "last_origin": _iso(span.last_ns), "origins": span.origins,
               "scored": scored_what, **window}
     calibration = calibration_result(lm, applied, why_not, model_metrics, raw_metrics)
-    result = {"verdict": claim, "model": model_metrics, "baselines": baseline_metrics, "skill": skills, "period": period,
-              "target": lm.schema.target, "quantile_crossings": crossings, "model_dir": str(model_dir),
-              "calibration": calibration}
+    result = {"verdict": claim, "model": model_metrics, "baselines": baseline_metrics, "skill": skills,
+              "comparisons": scored.comparisons, "period": period, "target": lm.schema.target,
+              "quantile_crossings": crossings, "model_dir": str(model_dir), "calibration": calibration}
     if raw_metrics is not None:
         result["model_raw"] = raw_metrics
+        result["comparisons_raw"] = scored.raw_comparisons
     write_json(out_dir / "metrics.json", result)
     models = {"model": model_metrics, **({"model (raw)": raw_metrics} if raw_metrics is not None else {})}
     interpretation = interp.result()
@@ -120,6 +121,8 @@ def evaluate_run(
                  claim=[claim["sentence"], *([claim["seed_spread"]] if claim["seed_spread"] else []),
                         *([SIMULATED] if is_bundled_sample(where) else [])],
                  baselines=baseline_metrics,
+                 comparisons={"model": scored.comparisons, **({"model (raw)": scored.raw_comparisons}
+                                                             if scored.raw_comparisons is not None else {})},
                  images=images(scorer.fans, qs, series_names, model_metrics, {**others, **baseline_metrics},
                                interpretation if forecasts is None else None, model_dir),
                  notes=[*notes(lm, where, period, model_dir), *([read] if read else []),
@@ -186,17 +189,18 @@ def read_forecasts(path: Path, data: PreparedData, ids: torch.Tensor, lm: Loaded
     return scored_windows(w, torch.from_numpy(joined["window"].to_numpy().copy()), q)
 
 
-def verdict_of(model: dict[str, Any], base: dict[str, dict[str, Any]], qs: tuple[float, ...], applied: bool | None,
-               intraday: bool, model_dir: Path, target: str = "log_return",
-               own: Collection[str] | None = None) -> dict[str, Any]:
-    """metrics.json "verdict": the sentence the console and the report open with (evaluate/verdict.py), and the
-    seed spread when the run kept the best of several seeds (its seeds.json), since the claim depends on it. `target`
-    and `own` (the own move columns the data keep) say why a baseline is missing (`expected_baselines`)."""
+def verdict_of(comparisons: dict[str, dict[str, Any]], qs: tuple[float, ...], applied: bool | None,
+               intraday: bool, model_dir: Path, target: str = "log_return", own: Collection[str] | None = None,
+               unscored: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """metrics.json "verdict": the sentence the console and the report open with (evaluate/verdict.py) on the model's
+    `comparisons` with each baseline (evaluate/paired.py), and the seed spread when the run kept the best of several
+    seeds (its seeds.json), since the claim depends on it. `target` and `own` (the own move columns the data keep)
+    say why a baseline is missing (`expected_baselines`); `unscored`: the series' reasons of a baseline that
+    forecast none of them."""
     who = "The calibrated model" if applied else "The model (uncalibrated)" if applied is False else "The model"
-    missing = {k: why or "it could not be fitted; see the warnings above"
-               for k, why in expected_baselines(intraday, target, own).items() if k not in base}
-    out = verdict(model["overall"]["q_risk"], {k: m["overall"]["q_risk"] for k, m in base.items()}, qs, who,
-                  missing).to_dict()
+    missing = {k: why or unscored_reason((unscored or {}).get(k))
+               for k, why in expected_baselines(intraday, target, own).items() if k not in comparisons}
+    out = verdict(comparisons, qs, who, missing).to_dict()
     seeds = read_seeds(Path(model_dir))
     out["seed_spread"] = seed_spread(seeds, qs) if seeds else None
     return out
@@ -277,10 +281,21 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _span(given: Scored) -> Span | None:
+def unscored_reason(why: dict[str, str] | None) -> str:
+    """Why a baseline forecast no series: the series' reasons, the same one said once."""
+    reasons = sorted(set((why or {}).values()))
+    if not reasons:
+        return "it could not be fitted; see the warnings above"
+    return reasons[0] if len(reasons) == 1 else "; ".join(f"{s}: {r}" for s, r in sorted((why or {}).items()))
+
+
+def _span(given: Scored, data: PreparedData) -> Span | None:
     """The span of forecasts read from a file (those with a realised target)."""
-    on = given.origin_ns[~np.isnan(given.actual).all(axis=1)]
-    return Span(len(on), int(on.min()), int(on.max())) if len(on) else None
+    has = ~np.isnan(given.actual).all(axis=1)
+    on = given.origin_ns[has]
+    if not len(on):
+        return None
+    return Span(len(on), int(on.min()), int(on.max()), first_forecast_ns(data, given.origin_row[has]))
 
 
 def _iso(ns: int) -> str:

@@ -5,14 +5,18 @@ Evaluating a store's millions of origins must not hold all their forecasts: 4.6M
 quantiles are 550 MB of model quantiles (calibrated and raw) and 550 MB more for each baseline in float64. The
 origins come in window order (sorted by series, then time), so `SeriesScorer` updates the model's metric accumulators
 with each batch (evaluate/metrics.py: running sums, and a bounded sample of pairs for the IC) and keeps only the
-current series' origins and actuals (64 bytes an origin, no quantiles), until the next series starts. Then it fits
-and forecasts each baseline on that series, one at a time (evaluate/series_baselines.py), updates its accumulator and
-lets the forecasts go. What the report draws of the forecasts is each series' latest FAN_POINTS origins, kept as
-they pass.
+current series' origins, actuals and model quantiles (64 bytes an origin, and 60 more for each of the model's
+quantile sets at D = 5, Q = 3 in float32), until the next series starts. Then it fits and forecasts each baseline on
+that series, one at a time (evaluate/series_baselines.py), updates its accumulator and its comparison with the model
+on the pairs both cover (evaluate/paired.py: per series sums and the pooled differentials per origin time) and lets
+the forecasts go. The series' model quantiles are what the comparison pairs: at most one baseline's float64 forecasts
+(120 bytes an origin) are alive beside them. What the report draws of the forecasts is each series' latest
+FAN_POINTS origins, kept as they pass.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +25,7 @@ import numpy as np
 from foxhunt.data.dataset.windows import id_chunks
 from foxhunt.data.features.features import RETURN_TARGETS
 from foxhunt.evaluate.metrics import MetricAccumulator
+from foxhunt.evaluate.paired import Comparison
 from foxhunt.evaluate.scored import Scored, concat, metrics_of
 from foxhunt.evaluate.series_baselines import series_forecasts, series_inputs, usable_baselines
 
@@ -30,15 +35,18 @@ if TYPE_CHECKING:
     from foxhunt.data.dataset.types import PreparedData
 
 FAN_POINTS = 300  # origins shown in each series' fan chart (the most recent ones)
+MODEL, RAW = "model", "model (raw)"  # the forecasts compared with the baselines: as scored, and the model's own
 
 
 @dataclass(frozen=True)
 class Span:
-    """The origins that can be scored (those with a realised target): how many, the first and the last (ns)."""
+    """The origins that can be scored (those with a realised target): how many, the first and the last (ns), and the
+    earliest first forecast bar (ns), where the baselines' fit ends at the latest (series_baselines.fit_cut)."""
 
     origins: int
     first_ns: int
     last_ns: int
+    first_forecast_ns: int
 
 
 def span_of(data: PreparedData, ids: torch.Tensor) -> Span | None:
@@ -47,7 +55,7 @@ def span_of(data: PreparedData, ids: torch.Tensor) -> Span | None:
     forecasts."""
     import torch
 
-    w, n, first, last = data.windows, 0, None, None
+    w, n, first, last, forecast = data.windows, 0, None, None, None
     for part in id_chunks(ids):
         has = torch.isfinite(w.actual(part)).any(dim=1)  # (C,)
         on = w.origin_ns(part)[has]
@@ -55,7 +63,11 @@ def span_of(data: PreparedData, ids: torch.Tensor) -> Span | None:
             n += len(on)
             first = int(on.min()) if first is None else min(first, int(on.min()))
             last = int(on.max()) if last is None else max(last, int(on.max()))
-    return None if first is None or last is None else Span(n, first, last)
+            step1 = int(w.target_ns(part, extrapolated=True)[has, 0].min())  # the first forecast bars
+            forecast = step1 if forecast is None else min(forecast, step1)
+    if first is None or last is None or forecast is None:
+        return None
+    return Span(n, first, last, forecast)
 
 
 class SeriesScorer:
@@ -69,10 +81,13 @@ class SeriesScorer:
         self.raw = self._accumulator() if raw else None
         self.kinds = usable_baselines(data)
         self.base = {k: self._accumulator() for k in self.kinds}
+        self.pairs = {m: {k: Comparison(quantiles, data.windows.horizon) for k in self.kinds}
+                      for m in (MODEL, *((RAW,) if raw else ()))}  # model -> baseline -> the comparison
         self.forecast_any = dict.fromkeys(self.kinds, False)  # a baseline with no finite forecast is left out
+        self.why: dict[str, dict[str, str]] = {k: {} for k in self.kinds}  # baseline -> series -> why none
         self.fans: dict[int, Scored] = {}  # series -> its latest FAN_POINTS origins, quantiles included
         self._series: int | None = None
-        self._pending: list[Scored] = []  # the current series' origins and actuals (no quantiles)
+        self._pending: list[Scored] = []  # the current series' origins, actuals and model quantiles
 
     def _accumulator(self) -> MetricAccumulator:
         return MetricAccumulator(self.quantiles, self.data.windows.horizon, n_series=len(self.names))
@@ -96,33 +111,58 @@ class SeriesScorer:
                 self._series = s
             tail = part if s not in self.fans else concat([self.fans[s], part])
             self.fans[s] = _copy(tail.subset(slice(-FAN_POINTS, None)))
-            self._pending.append(_copy(Scored(part.series, part.origin_row, part.origin_ns,
-                                              np.empty((hi - lo, *part.quantiles.shape[1:2], 0)), part.actual)))
+            self._pending.append(_copy(part if self.raw is not None else dataclasses.replace(part, raw=None)))
 
     def _flush(self) -> None:
-        """Score every baseline on the current series' origins, one baseline at a time."""
+        """Score every baseline on the current series' origins, one baseline at a time, and compare it with the
+        model there."""
         if not self._pending:
             return
         run = concat(self._pending)
         self._pending = []
-        inputs = series_inputs(self.data, int(run.series[0]), self.cut)
+        name = self.names[int(run.series[0])]
+        inputs, none = series_inputs(self.data, int(run.series[0]), self.cut)
+        models = {MODEL: run.quantiles, RAW: run.raw}
         for k in self.kinds:
             if inputs is None:
-                forecasts = np.full((*run.actual.shape, len(self.quantiles)), np.nan)
+                forecasts, why = np.full((*run.actual.shape, len(self.quantiles)), np.nan), none
             else:
-                forecasts = series_forecasts(k, self.data, inputs, run, self.quantiles)  # (K_s, D, Q)
+                forecasts, why = series_forecasts(k, self.data, inputs, run, self.quantiles)  # (K_s, D, Q)
+            if why is not None:
+                self.why[k][name] = why
             self.forecast_any[k] |= bool(np.isfinite(forecasts).any())
             self.base[k].update(run.actual, forecasts, run.series)
+            for m, by_kind in self.pairs.items():
+                q = models[m]
+                if q is not None:
+                    by_kind[k].add_series(name, run.origin_ns, run.actual, q, forecasts, why)
             del forecasts
 
-    def results(self) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, dict[str, Any]]]:
-        """(the model's metrics, its own quantiles' when calibrated, each scored baseline's), once all is added."""
+    def results(self) -> Results:
+        """The model's metrics, its own quantiles' when calibrated, each scored baseline's and each comparison, once
+        all is added."""
         self._flush()
         model = metrics_of(self.model, self.names, self.directional)
         raw = None if self.raw is None else metrics_of(self.raw, self.names, self.directional)
-        base = {k: metrics_of(acc, self.names, self.directional) for k, acc in self.base.items()
-                if self.forecast_any[k]}
-        return model, raw, base
+        scored = [k for k in self.kinds if self.forecast_any[k]]
+        base = {k: metrics_of(self.base[k], self.names, self.directional) for k in scored}
+        pairs = {m: {k: by_kind[k].result() for k in scored} for m, by_kind in self.pairs.items()}
+        unscored = {k: self.why[k] for k in self.kinds if not self.forecast_any[k]}
+        return Results(model, raw, base, pairs[MODEL], pairs.get(RAW), unscored)
+
+
+@dataclass(frozen=True)
+class Results:
+    """What `SeriesScorer` scored: metric results (evaluate/metrics.py), comparisons (evaluate/paired.py) of the
+    model and of its raw quantiles with each scored baseline, and the baselines with no forecast anywhere, with each
+    series' reason."""
+
+    model: dict[str, Any]
+    raw: dict[str, Any] | None
+    baselines: dict[str, dict[str, Any]]
+    comparisons: dict[str, dict[str, Any]]
+    raw_comparisons: dict[str, dict[str, Any]] | None
+    unscored: dict[str, dict[str, str]]
 
 
 def _copy(s: Scored) -> Scored:

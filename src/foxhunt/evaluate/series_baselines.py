@@ -72,15 +72,15 @@ class SeriesInputs:
     train_mask: np.ndarray  # (n,) bool: finite target before the cut
 
 
-def series_inputs(data: PreparedData, s: int, cut: int) -> SeriesInputs | None:
-    """Series `s`'s inputs, fitted on rows before `cut` (ns); None (said) when fewer than 2 rows are."""
+def series_inputs(data: PreparedData, s: int, cut: int) -> tuple[SeriesInputs | None, str | None]:
+    """Series `s`'s inputs, fitted on rows before `cut` (ns); (None, why) (said) when fewer than 2 rows are."""
     w = data.windows
     sidx = w.series_idx.numpy()
     a, b = np.searchsorted(sidx, [s, s + 1])  # on a mapped store: a few pages read
     rows = a + np.flatnonzero(w.real.numpy()[a:b])  # (n,) the real rows come first in a series
     name = w.series_names[s]
     if len(rows) == 0:
-        return None
+        return None, "the series has no bars"
     target = w.target_raw.numpy()[rows].astype(np.float64)
     if data.schema.target in RETURN_TARGETS:
         target[0] = np.nan  # a series' first bar has no move (the prepared data hold 0 there): fit on none
@@ -89,18 +89,18 @@ def series_inputs(data: PreparedData, s: int, cut: int) -> SeriesInputs | None:
     w.release()
     train_mask = (ts < cut) & np.isfinite(target)
     if train_mask.sum() < 2:
-        log.warning("series %s: no bars before %s to fit baselines on; its baselines are left out", name,
-                    str(np.datetime64(int(cut), "ns").astype("datetime64[s]")) + "Z")
-        return None
+        why = f"no bars before {_iso(cut)} (the training cut) to fit on"
+        log.warning("series %s: %s; its baselines are left out", name, why)
+        return None, why
     if "log_return" in own:
         own["log_return"][0] = np.nan  # a series' first bar has no return
-    return SeriesInputs(name, int(rows[0]), target, ts, own, train_mask)
+    return SeriesInputs(name, int(rows[0]), target, ts, own, train_mask), None
 
 
 def series_forecasts(kind: str, data: PreparedData, inputs: SeriesInputs, scored: Scored,
-                     quantiles: tuple[float, ...]) -> np.ndarray:
-    """Baseline `kind`'s (K, D, Q) forecasts at the origins of `scored` (all of series `inputs`); NaN (said) where
-    it cannot be fitted on this series."""
+                     quantiles: tuple[float, ...]) -> tuple[np.ndarray, str | None]:
+    """Baseline `kind`'s (K, D, Q) forecasts at the origins of `scored` (all of series `inputs`); NaN, and why (said),
+    where it cannot be fitted on this series."""
     w, tf = data.windows, data.transform
     profile = None
     if kind == "seasonal_rolling_vol" or (kind == "har" and tf.intraday):
@@ -109,26 +109,34 @@ def series_forecasts(kind: str, data: PreparedData, inputs: SeriesInputs, scored
         return baseline_forecasts(kind, target_name=data.schema.target, target=inputs.target,
                                   train_mask=inputs.train_mask, origins=scored.origin_row - inputs.row0,
                                   horizon=w.horizon, quantiles=quantiles, returns=inputs.own.get("log_return"),
-                                  profile=profile, day=day_bars(tf.bar_spacing_ns, tf.intraday))
+                                  profile=profile, day=day_bars(tf.bar_spacing_ns, tf.intraday)), None
     except (InputError, ValueError) as e:
         log.warning("series %s: baseline %s left out (%s)", inputs.name, kind, e)
-        return np.full((len(scored), w.horizon, len(quantiles)), np.nan)
+        return np.full((len(scored), w.horizon, len(quantiles)), np.nan), _first_clause(str(e))
 
 
 def baselines(data: PreparedData, scored: Scored, cut: int, quantiles: tuple[float, ...],
-              only: Collection[str] | None = None) -> dict[str, np.ndarray]:
+              only: Collection[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, dict[str, str]]]:
     """Each baseline's (K, D, Q) on the scored origins, all at once (of `only` when given), fitted per series on
-    rows before `cut` (ns); those with no finite forecast are left out."""
+    rows before `cut` (ns), those with no finite forecast left out; and for each baseline, the series it could not
+    forecast with the reason."""
     kinds = usable_baselines(data, only)
     out = {k: np.full((*scored.actual.shape, len(quantiles)), np.nan) for k in kinds}
-    for s in range(len(data.windows.series_names)):  # a handful of series
+    why: dict[str, dict[str, str]] = {k: {} for k in kinds}
+    names = data.windows.series_names
+    for s in range(len(names)):  # a handful of series
         pick = np.flatnonzero(scored.series == s)
-        inputs = series_inputs(data, s, cut) if len(pick) else None
-        if inputs is None:
+        if not len(pick):
             continue
+        inputs, none = series_inputs(data, s, cut)
         for k in kinds:
-            out[k][pick] = series_forecasts(k, data, inputs, scored.subset(pick), quantiles)
-    return {k: v for k, v in out.items() if np.isfinite(v).any()}
+            if inputs is None:
+                why[k][names[s]] = str(none)
+                continue
+            out[k][pick], reason = series_forecasts(k, data, inputs, scored.subset(pick), quantiles)
+            if reason is not None:
+                why[k][names[s]] = reason
+    return {k: v for k, v in out.items() if np.isfinite(v).any()}, why
 
 
 def _season(log_range: np.ndarray, ts: np.ndarray, train_mask: np.ndarray, origin_ns: np.ndarray, horizon: int,
@@ -144,16 +152,42 @@ def _season(log_range: np.ndarray, ts: np.ndarray, train_mask: np.ndarray, origi
     return profile_at(ts, season), profile_at(grid, season)
 
 
-def baseline_cut(model_dir: Path, first_origin_ns: int) -> int:
-    """Baselines fit on the model's training period, and never past the first evaluated origin."""
+def baseline_cut(model_dir: Path, first_forecast_ns: int) -> int:
+    """`fit_cut` with the training cut saved in the run directory (data_summary.json)."""
     summary = Path(model_dir) / "data_summary.json"
     train_end = json.loads(summary.read_text()).get("train_end") if summary.exists() else None
-    return cut_before(train_end, first_origin_ns)
+    return fit_cut(train_end, first_forecast_ns)
 
 
-def cut_before(train_end: str | None, first_origin_ns: int) -> int:
-    """The end (ns, exclusive) of the rows baselines fit on: the training cut, never past the first scored origin."""
-    cut = first_origin_ns + 1
+def fit_cut(train_end: str | None, first_forecast_ns: int) -> int:
+    """The end (ns, exclusive) of the rows every baseline fits on, the one rule of `train`'s final line, `evaluate`
+    and `backtest`: the model's training cut, and never a bar that a scored window forecasts (`first_forecast_ns`,
+    the earliest first forecast bar scored).
+
+    A window belongs to the split of its first forecast bar, so validation's and every held-out window's forecast bars
+    lie at or after the training cut: the cut is the training cut, and a series fits on the same bars whichever
+    command scores it. An origin is no bound: one series' gap (a market closed for weeks) puts its first validation
+    origin weeks before the cut, and bounding by it moved every series' cut there. Only `evaluate --start` inside the
+    training period moves the cut earlier, to the first bar it scores."""
+    cut = int(first_forecast_ns)
     if train_end:
         cut = min(cut, int(np.datetime64(train_end.replace("+00:00", "").rstrip("Z"), "ns").astype(np.int64)))
     return cut
+
+
+def first_forecast_ns(data: PreparedData, origin_rows: np.ndarray) -> int:
+    """The earliest first forecast bar (ns) of origins at these global rows (each origin's next row)."""
+    w = data.windows
+    first = int(w.ts_ns.numpy()[np.asarray(origin_rows, dtype=np.int64) + 1].min())
+    w.release()
+    return first
+
+
+def _first_clause(text: str) -> str:
+    """An error's first clause, without its advice: "only 37 finite training returns ... (need >= 100)"."""
+    line = text.splitlines()[0] if text else "it could not be fitted"
+    return line.split("; ")[0]
+
+
+def _iso(ns: int) -> str:
+    return str(np.datetime64(int(ns), "ns").astype("datetime64[s]")) + "Z"

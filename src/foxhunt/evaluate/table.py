@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from foxhunt.evaluate.paired import left_out_text
+
 
 def _f(x: Any, width: int = 8, digits: int = 4) -> str:
     return f"{x:>{width}.{digits}f}" if isinstance(x, (int, float)) else f"{'-':>{width}}"
@@ -36,9 +38,8 @@ def format_results(result: dict[str, Any], simulated: bool = False) -> str:
     qs = [float(q) for q in model["quantiles"]]
     raw = {"model (raw)": result["model_raw"]} if result.get("model_raw") else {}
     sources = {"model": model, **raw, **result["baselines"]}
-    skills = result.get("skill") or {}
-    # the name column fits the longest name (a baseline's, or its `  vs NAME` in the skill rows), so every number sits
-    # under its heading whatever the names' length
+    comparisons = result.get("comparisons") or {}
+    skills = {k: c.get("skill") or {} for k, c in comparisons.items()}
     width = max([len("source"), *(len(k) for k in sources), *(len(f"  vs {k}") for k in skills)]) + 2
     qcols = "".join(f"{'qrisk p' + format(q * 100, 'g'):>12}" for q in qs)
     header = f"{'source':<{width}}{qcols}{'pinball':>10}{'MAE p50':>10}{'cover':>8}{'hit':>7}{'IC':>8}"
@@ -62,7 +63,29 @@ def format_results(result: dict[str, Any], simulated: bool = False) -> str:
         )
     if skills:
         lines.append("")
-        lines.append("skill of the model (1 - qrisk_model / qrisk_baseline; > 0 means the model is better)")
+        lines.append("skill of the model on the origins both forecast (1 - qrisk_model / qrisk_baseline; > 0 means the "
+                     "model is better); p: Diebold-Mariano, pooled over the series; won: series where the model's "
+                     "q-risk is lower (significantly: in brackets)")
+        lines.append(f"{'':<{width}}" + "".join(f"{'p' + format(q * 100, 'g'):>12}" for q in qs) + f"{'origins':>10}"
+                     f"{'series':>8}")
         for name, sk in skills.items():
-            lines.append(f"{'  vs ' + name:<{width}}" + "".join(_f(_get(sk, q), 12) for q in qs))
+            c = comparisons[name]
+            lines.append(f"{'  vs ' + name:<{width}}" + "".join(_f(_get(sk, q), 12) for q in qs)
+                         + f"{c['origins']:>10,}{c['series']:>8}")
+            lines.append(f"{'    p':<{width}}" + "".join(_p((_get(c['dm'], q) or {}).get('p_value')) for q in qs))
+            lines.append(f"{'    won':<{width}}" + "".join(_won(_get(c['series_won'], q)) for q in qs))
+        for name, c in comparisons.items():
+            left = left_out_text(c.get("left_out"))
+            if left:
+                lines.append(f"left out of the comparison with {name} ({c['left_out']['origins']:,} origins): {left}")
     return "\n".join(lines)
+
+
+def _p(p: float | None) -> str:
+    return f"{'<0.0001':>12}" if p is not None and p < 1e-4 else _f(p, 12)
+
+
+def _won(w: dict[str, int] | None) -> str:
+    """`12/16 (5)`: series where the model's q-risk is lower, of all compared, and (in brackets) those where it is
+    significantly lower."""
+    return f"{'-':>12}" if not w else f"{w['won']}/{w['of']} ({w['won_significant']})".rjust(12)

@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,9 +103,10 @@ def job_pids() -> list[int]:
         return [os.getpid()]
 
 
-# (prepared data, data config, quantiles, the best epoch's validation q-risk) -> the final line's comparison with the
-# baselines on validation. The CLI passes evaluate's (evaluate/validation.py): train never imports evaluate.
-Judge = Callable[[PreparedData, DataConfig, tuple[float, ...], Mapping[str, float]], str | None]
+# (prepared data, data config, quantiles, the run directory holding the best weights, the device) -> the final line's
+# comparison with the baselines on validation. The CLI passes evaluate's (evaluate/validation.py): train never imports
+# evaluate.
+Judge = Callable[[PreparedData, DataConfig, tuple[float, ...], Path, torch.device], str | None]
 
 
 @dataclass
@@ -339,8 +340,8 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
     if dist.is_main:
         best = best_record(state)
         judge = hooks.judge
-        claim = None if judge is None or best is None else judge(data, data_cfg, model_cfg.quantiles,
-                                                                 best["val_qrisk"])
+        claim = None if judge is None or best is None else judge(data, data_cfg, model_cfg.quantiles, run.root,
+                                                                 device)
         if hooks.final:
             final_lines(run, state, baseline, data_cfg, warnings, claim)
     return TrainResult(run, state, baseline, n_params, claim)
