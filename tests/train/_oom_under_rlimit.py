@@ -25,15 +25,16 @@ from foxhunt.cli import main
 from foxhunt.train.plan import measure_step_peak
 from foxhunt.train.telemetry import pin_host_allocator
 
-_real_fit = session.fit
+_real_trainer = session.Trainer
 
 
 def address_space() -> int:
     return int(re.search(r"VmSize:\s+(\d+)\s+kB", Path("/proc/self/status").read_text()).group(1)) * 1024
 
 
-def limited_fit(model, data, cfg, quantiles, run, device, tracker, injector, batch_size, *args, **kwargs):
-    q = torch.tensor(quantiles)
+def limited_trainer(setup, sizing, *args, **kwargs):
+    model, data, device, batch_size = setup.model, setup.data, setup.device, sizing.batch_size
+    q = torch.tensor(setup.quantiles)
     ids = data.splits["train"][:batch_size]
     model.train()
     with torch.random.fork_rng():  # the measurement must not change the run's random draws
@@ -46,7 +47,7 @@ def limited_fit(model, data, cfg, quantiles, run, device, tracker, injector, bat
     headroom = (full + half) // 2
     resource.setrlimit(resource.RLIMIT_AS, (address_space() + headroom, resource.RLIM_INFINITY))
     print(json.dumps({"full_peak": full, "half_peak": half, "headroom": headroom}), flush=True)
-    return _real_fit(model, data, cfg, quantiles, run, device, tracker, injector, batch_size, *args, **kwargs)
+    return _real_trainer(setup, sizing, *args, **kwargs)
 
 
 # Every block of 64 KiB or more gets its own mapping, returned on free: the address space then follows live tensors.
@@ -59,6 +60,6 @@ def unlimited_validate(*args, **kwargs):
     return _real_validate(*args, **kwargs)
 
 
-session.fit = limited_fit
+session.Trainer = limited_trainer
 loop.validate = unlimited_validate
 sys.exit(main(["train", *sys.argv[2:], "--run-dir", sys.argv[1]]))

@@ -107,8 +107,8 @@ def test_the_distributed_step_is_the_single_process_step(group, daily_path, tmp_
     from foxhunt.data.dataset.prepare import prepare_data
     from foxhunt.model.config import ModelConfig
     from foxhunt.model.tft import TemporalFusionTransformer
+    from foxhunt.train import faults
     from foxhunt.train.ddp_step import DistributedStepper
-    from foxhunt.train.faults import FaultInjector
     from foxhunt.train.optim import AdamW
     from foxhunt.train.step import TrainStepper
     from foxhunt.train.telemetry import MemoryTracker
@@ -123,11 +123,11 @@ def test_the_distributed_step_is_the_single_process_step(group, daily_path, tmp_
                                                                          encoder_length=16, horizon=3, dropout=0.0))
         model.register_parameter("unused", torch.nn.Parameter(torch.ones(3)))
         tracker = MemoryTracker(torch.device("cpu"), tmp_path / f"{kind}.jsonl", logging.getLogger("test"))
-        args = (model, AdamW(model.parameters(), lr=1e-2, weight_decay=1e-4), q, 1.0, torch.device("cpu"),
-                FaultInjector.from_env({"FOXHUNT_FAULT_INJECT": "oom@train:1"}), tracker)
+        args = (model, AdamW(model.parameters(), lr=1e-2, weight_decay=1e-4), q, 1.0, torch.device("cpu"), tracker)
         stepper = TrainStepper(*args) if kind == "single" else DistributedStepper(*args, dist=group, seed=0)
         torch.manual_seed(1)
-        loss = stepper.step(batch, 1, 1, (0, len(batch)))
+        with faults.armed("oom@train:1"):
+            loss = stepper.step(batch, 1, 1, (0, len(batch)))
         assert model.unused.grad is None
         results.append((loss, {k: v.clone() for k, v in model.state_dict().items()},
                         (tmp_path / f"{kind}.jsonl").read_text().count('"oom_retry"')))

@@ -26,7 +26,6 @@ from foxhunt.train import distributed, session
 from foxhunt.train.config import TrainConfig
 from foxhunt.train.console import EpochMemory, MemoryWatch
 from foxhunt.train.device import apply_memory_budget, resolve_device
-from foxhunt.train.faults import FaultInjector
 from foxhunt.train.oom import is_oom, release_memory
 from foxhunt.train.optim import AdamW, HostAdamW
 from foxhunt.train.plan import FRAGMENTATION, measure_step_peak, plan_memory, probe_batch
@@ -153,7 +152,7 @@ def cuda_stepper(tmp_path, monkeypatch, fails: int, precision: str = "32") -> tu
     torch.manual_seed(0)
     model = TemporalFusionTransformer(SIZES, CFG)
     opt = AdamW(list(model.parameters()), lr=1e-3, weight_decay=0.0)
-    stepper = TrainStepper(model, opt, torch.tensor(CFG.quantiles), 1.0, CUDA, FaultInjector(), tracker(tmp_path),
+    stepper = TrainStepper(model, opt, torch.tensor(CFG.quantiles), 1.0, CUDA, tracker(tmp_path),
                            precision=precision)
     failing = FailingStep(fails)
     monkeypatch.setattr(stepper, "_step", lambda batch, global_step: failing(stepper, batch))

@@ -1,4 +1,4 @@
-"""FOXHUNT_FAULT_INJECT: parsing, one-shot firing, and errors that name the variable and the bad token."""
+"""FOXHUNT_FAULT_INJECT: parsing, one-shot firing, errors that name the variable and the bad token, and the hook."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from foxhunt.errors import InputError
+from foxhunt.train import faults
 from foxhunt.train.faults import ENV_VAR, FaultInjector
 
 
@@ -96,3 +97,35 @@ def test_oom_fires_at_every_site_that_runs_the_model(site: str) -> None:
 def test_bad_new_tokens_say_what_is_wrong(spec: str, problem: str) -> None:
     with pytest.raises(InputError, match=problem):
         FaultInjector.from_env({ENV_VAR: spec})
+
+
+# -- the hook: `faults.at` at named points, armed for a block ----------------------------------------------------------
+
+
+def test_the_hook_fires_only_while_armed_and_puts_back_what_was_armed_before() -> None:
+    assert faults.at("train", 1) is None  # disarmed: every point passes
+    with faults.armed("nan@train:1,oom@val:1"):
+        with faults.armed("nan@train:2"):  # an inner pass sees its own faults only
+            assert faults.at("train", 1) is None and faults.at("val", 1) is None
+            assert faults.at("train", 2) == "nan"
+        assert faults.at("train", 1) == "nan"  # the outer pass's faults, as it left them
+        with pytest.raises(torch.OutOfMemoryError, match="oom@val:1"):
+            faults.at("val", 1)
+    assert faults.at("train", 1) is None
+
+
+def test_a_fault_that_ends_the_block_disarms_the_hook() -> None:
+    with pytest.raises(KeyboardInterrupt), faults.armed("kill@epoch:1,oom@train:5"):
+        faults.at("epoch", 1)
+    assert faults.at("train", 5) is None  # the unspent fault went with its pass
+
+
+def test_armed_without_a_spec_reads_the_variable_when_the_block_starts(monkeypatch) -> None:
+    monkeypatch.setenv(ENV_VAR, "nan@train:3")
+    with faults.armed():
+        monkeypatch.delenv(ENV_VAR)
+        assert faults.at("train", 3) == "nan"
+    monkeypatch.setenv(ENV_VAR, "oom@train:x")
+    with pytest.raises(InputError, match="bad token 'oom@train:x'"), faults.armed():
+        pass
+    assert faults.at("train", 3) is None

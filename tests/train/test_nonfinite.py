@@ -19,7 +19,8 @@ from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.errors import NonFiniteError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer
-from foxhunt.train.faults import ENV_VAR, FaultInjector
+from foxhunt.train import faults
+from foxhunt.train.faults import ENV_VAR
 from foxhunt.train.guard import check_finite
 from foxhunt.train.optim import AdamW
 from foxhunt.train.step import TrainStepper
@@ -126,12 +127,13 @@ def test_a_skipped_step_changes_neither_weights_nor_optimizer_state(fixtures_dir
                                                                      encoder_length=16, horizon=3, dropout=0.0))
     opt = AdamW(list(model.parameters()), lr=1e-2, weight_decay=1e-4)
     stepper = TrainStepper(model, opt, torch.tensor([0.1, 0.5, 0.9]), 1.0, torch.device("cpu"),
-                           FaultInjector.from_env({ENV_VAR: "nan@train:2"}), MemoryTracker("cpu", None, logging.getLogger("test")))
+                           MemoryTracker("cpu", None, logging.getLogger("test")))
     ids = data.splits["train"]
-    assert stepper.step(data.windows.batch(ids[:16]), 1, 1) is not None
-    weights = {k: v.clone() for k, v in model.state_dict().items()}
-    moments = [t.clone() for t in opt.exp_avg + opt.exp_avg_sq + opt.steps]
-    assert stepper.step(data.windows.batch(ids[16:32]), 2, 1) is None
+    with faults.armed("nan@train:2"):
+        assert stepper.step(data.windows.batch(ids[:16]), 1, 1) is not None
+        weights = {k: v.clone() for k, v in model.state_dict().items()}
+        moments = [t.clone() for t in opt.exp_avg + opt.exp_avg_sq + opt.steps]
+        assert stepper.step(data.windows.batch(ids[16:32]), 2, 1) is None
     loss, norm = stepper.last_bad
     assert loss != loss and norm != norm  # NaN: the loss and the gradients it made
     for k, v in model.state_dict().items():

@@ -16,12 +16,12 @@ from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.errors import ResourceError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer
-from foxhunt.train.faults import ENV_VAR, FaultInjector
+from foxhunt.train import faults
 from foxhunt.train.oom import is_oom
 from foxhunt.train.optim import AdamW, HostAdamW
 from foxhunt.train.step import TrainStepper
 from foxhunt.train.telemetry import MemoryTracker
-from foxhunt.train.validate import validate
+from foxhunt.train.validate import InTraining, validate
 
 CPU = torch.device("cpu")
 Q = [0.1, 0.5, 0.9]
@@ -82,7 +82,7 @@ class FailingModel(torch.nn.Module):
 
 def stepper_for(model, tmp_path) -> TrainStepper:
     opt = AdamW(list(model.parameters()), lr=1e-2, weight_decay=1e-4)
-    return TrainStepper(model, opt, torch.tensor(Q), 1.0, CPU, FaultInjector(), tracker(tmp_path))
+    return TrainStepper(model, opt, torch.tensor(Q), 1.0, CPU, tracker(tmp_path))
 
 
 def test_a_real_cpu_allocation_failure_climbs_the_ladder_and_frees_the_failed_attempt(data, tmp_path) -> None:
@@ -139,14 +139,15 @@ def test_validation_at_size_one_moves_the_optimizer_state_before_it_stops(data, 
         moved.append(True)
         return len(moved) == 1  # the first call moves it; after that there is nothing left to move
 
-    inj = FaultInjector.from_env({ENV_VAR: "oom@val:4x2"})  # batch 4 fails, and its retry
-    result = validate(predict, data.windows, ids, 1, Q, CPU, inj, tracker(tmp_path), 1, optimizer_to_host)
+    in_training = InTraining(tracker(tmp_path), 1, optimizer_to_host)
+    with faults.armed("oom@val:4x2"):  # batch 4 fails, and its retry
+        result = validate(predict, data.windows, ids, 1, Q, CPU, training=in_training)
     assert result.loss == pytest.approx(clean.loss, rel=1e-6) and result.n_samples == clean.n_samples
     assert phases(tmp_path) == ["oom_retry", "oom_optimizer_to_host"]
     assert moved == [True]
-    inj = FaultInjector.from_env({ENV_VAR: "oom@val:2x2"})  # nothing left to move: the next rung is the stop
-    with pytest.raises(ResourceError, match="after a retry; the largest validation batch that fitted in this run"):
-        validate(predict, data.windows, ids, 1, Q, CPU, inj, tracker(tmp_path), 1, optimizer_to_host)
+    with (faults.armed("oom@val:2x2"),  # nothing left to move: the next rung is the stop
+          pytest.raises(ResourceError, match="after a retry; the largest validation batch that fitted in this run")):
+        validate(predict, data.windows, ids, 1, Q, CPU, training=in_training)
     assert phases(tmp_path)[2:] == ["oom_retry", "oom_stop"]
 
 
@@ -157,7 +158,7 @@ def _steps(data, batches, micro_batch: int | None, loss_weight: str, tmp_path):
     sizes: list[int] = []
     model.register_forward_pre_hook(lambda module, args: sizes.append(len(args[0])))
     opt = AdamW(list(model.parameters()), lr=1e-2, weight_decay=1e-4)
-    stepper = TrainStepper(model, opt, torch.tensor(Q), 1.0, CPU, FaultInjector(), tracker(tmp_path), micro_batch,
+    stepper = TrainStepper(model, opt, torch.tensor(Q), 1.0, CPU, tracker(tmp_path), micro_batch,
                            loss_weight=loss_weight)
     losses = []
     for k, b in enumerate(batches, start=1):

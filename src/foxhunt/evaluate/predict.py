@@ -34,9 +34,9 @@ from foxhunt.errors import InputError, ResourceError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.evaluate.window import check_history, window_note
 from foxhunt.model.calibration import Calibration
+from foxhunt.train import faults
 from foxhunt.train.calibrate import raw_quantiles
 from foxhunt.train.checkpoint import LoadedModel
-from foxhunt.train.faults import FaultInjector
 from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory, rung
 
 log = logging.getLogger("foxhunt.evaluate")
@@ -235,16 +235,19 @@ class Forecaster:
     """
 
     def __init__(self, lm: LoadedModel, data: PreparedData, device: torch.device,
-                 interpretation: InterpretationAccumulator | None = None, injector: FaultInjector | None = None,
-                 calibration: Calibration | None = None):
+                 interpretation: InterpretationAccumulator | None = None, calibration: Calibration | None = None):
         self.lm, self.data, self.device, self.interp = lm, data, device, interpretation
         self.calibration = calibration
-        self.injector = injector if injector is not None else FaultInjector.from_env()
+        self.injected = faults.FaultInjector.from_env()  # `predict` faults (a test hook), armed while `iter` runs
         self.crossed = 0  # (origin, horizon) pairs whose raw quantiles were not in order
         self.pairs = 0
         self.batch_size: int | None = None  # the batch size in force at the end (smaller after an OOM)
 
     def iter(self, ids: torch.Tensor, batch_size: int) -> Iterator[ForecastBatch]:
+        with faults.armed(self.injected):
+            yield from self._iter(ids, batch_size)
+
+    def _iter(self, ids: torch.Tensor, batch_size: int) -> Iterator[ForecastBatch]:
         model = self.lm.model.eval()
         cursor, index, attempt, largest = 0, 0, 0, 0
         with torch.inference_mode():
@@ -253,7 +256,7 @@ class Forecaster:
                 chunk = ids[cursor : cursor + size]
                 fb = None
                 try:
-                    self.injector.check("predict", index + 1)
+                    faults.at("predict", index + 1)
                     fb = self._forecast(model, chunk)
                 except OOM_ERRORS as e:
                     if not is_oom(e):

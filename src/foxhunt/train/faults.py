@@ -16,14 +16,21 @@ A fault first fires at the check of its site with exactly INDEX, then on the nex
 climbing the out-of-memory ladder, and `nan@train:3x5` poisons steps 3 to 7. Once spent, a fault stays quiet.
 Under torchrun, FOXHUNT_FAULT_RANK=R arms the faults on rank R only (the RANK torchrun sets; other ranks get none).
 To add a kind or a site, add it to SITES_OF (and, for a kind that raises, to `_fire`).
+
+The hook: production code calls `at(SITE, INDEX)` at each named point, and nothing else about faults reaches it. The
+places that own a pass arm it for the pass with `armed()`: a training run's fit (train, val, epoch), the memory probe
+(probe), a prediction pass (predict), each from the variable as it is when they start, as separate runs in one
+process expect. Tests arm it the same way, with a spec: `with faults.armed("oom@train:1"): ...`. Disarmed, `at` is
+one comparison.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -91,6 +98,32 @@ class FaultInjector:
         if fault.remaining <= 0:
             del self._armed[key]
         return _fire(fault.kind, where, key[1])
+
+
+_armed: FaultInjector | None = None  # the hook's faults; None: disarmed (or nothing in FOXHUNT_FAULT_INJECT)
+
+
+def at(site: str, index: int) -> str | None:
+    """The hook at a named point: fire the armed fault due at (`site`, `index`), as `FaultInjector.check` does (raise
+    for oom and kill, return "nan" for nan); None when none is due or nothing is armed."""
+    if _armed is None:
+        return None
+    return _armed.check(site, index)
+
+
+@contextlib.contextmanager
+def armed(faults: FaultInjector | str | None = None) -> Iterator[None]:
+    """Arm the hook for the block with `faults` (a FaultInjector, a spec such as "oom@val:3x2", or None for
+    FOXHUNT_FAULT_INJECT), then put back what was armed before: a pass sees its own faults, never an earlier pass's
+    leftovers. A bad spec raises InputError before the block runs."""
+    global _armed
+    if not isinstance(faults, FaultInjector):
+        faults = FaultInjector.from_env() if faults is None else FaultInjector(parse_spec(faults), faults)
+    before, _armed = _armed, (faults if faults else None)
+    try:
+        yield
+    finally:
+        _armed = before
 
 
 def _fire(kind: str, where: str, index: int) -> str | None:

@@ -25,12 +25,12 @@ from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.run_order import OrderedIds, RunOrder
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.errors import InputError
+from foxhunt.train import faults
 from foxhunt.train.checkpoint import CHECKPOINT_FORMAT, save_checkpoint, state_to_cpu
 from foxhunt.train.config import AUTO, AUTO_EPOCH_WINDOWS, MAX_AUTO_EPOCHS, MIN_AUTO_EPOCHS, TrainConfig
 from foxhunt.train.console import EpochMemory, MemoryWatch, validation_batches
 from foxhunt.train.ddp_step import DistributedStepper
 from foxhunt.train.distributed import SINGLE, Dist
-from foxhunt.train.faults import FaultInjector
 from foxhunt.train.guard import BadSteps, check_finite
 from foxhunt.train.interrupt import Interrupted, StopRequest
 from foxhunt.train.optim import build_optimizer, set_lr, warmup_cosine
@@ -39,7 +39,7 @@ from foxhunt.train.progress import epoch_bar
 from foxhunt.train.run_dir import RunDir
 from foxhunt.train.step import TrainStepper
 from foxhunt.train.telemetry import MemoryTracker
-from foxhunt.train.validate import ValResult, validate
+from foxhunt.train.validate import InTraining, ValResult, validate
 
 log = logging.getLogger("foxhunt.train")
 
@@ -84,113 +84,166 @@ class CheckpointClock:
         self.last = time.monotonic()
 
 
-def fit(
-    model: torch.nn.Module,
-    data: PreparedData,
-    cfg: TrainConfig,
-    quantiles: list[float],
-    run: RunDir,
-    device: torch.device,
-    tracker: MemoryTracker,
-    injector: FaultInjector,
-    batch_size: int,
-    val_batch_size: int,
-    on_best: Any,  # callable(state_dict) -> None: writes model.safetensors (+ model.json)
-    resume: dict[str, Any] | None = None,
-    precision: str = "32",
-    stop: StopRequest | None = None,
-    plan: dict[str, Any] | None = None,
-    dist: Dist = SINGLE,
-    on_epoch: Callable[[dict[str, Any]], None] | None = None,
-) -> FitState:
-    """Train for `cfg.epochs` (TrainConfig.epochs_for) or until early stopping; `plan` (the memory plan's dict, if
-    one was made) is what the measured peaks are checked against. Under torchrun (`dist`) every rank runs this with
-    the same global `batch_size`, steps on its shard of each batch and validates its shard of the validation
-    windows; only rank 0 writes metrics, weights and checkpoints, and every decision (stop, checkpoint, early
-    stopping) is the same on all ranks because everything it depends on is reduced across them. `on_epoch(record)`
-    sees each epoch's metrics.jsonl record once its checkpoint is written (a hyperparameter search prunes there: an
-    exception it raises ends the run, which stays resumable; experiment tracking, train/tracking.py, copies it)."""
-    train_ids, val_ids = data.splits["train"], data.splits["val"]
-    n_batches = -(-len(train_ids) // batch_size)
-    if cfg.max_train_batches:
-        n_batches = min(n_batches, cfg.max_train_batches)
-    epochs = cfg.epochs_for(len(train_ids))  # the cap; early stopping may end the run sooner
-    if cfg.epochs == AUTO and dist.is_main:
-        log.info("epochs: auto, at most %d (about %s training windows in all, %d to %d epochs); early stopping "
-                 "after %d without improvement", epochs, f"{AUTO_EPOCH_WINDOWS:,}", MIN_AUTO_EPOCHS, MAX_AUTO_EPOCHS,
-                 cfg.patience, extra=SHOW)
-    total_steps = n_batches * epochs
-    warmup = int(cfg.warmup_fraction * total_steps)
-    stop = stop or StopRequest()
+@dataclass(frozen=True)
+class FitSetup:
+    """What stays fixed for the run: the model (on `device`), its data and training config, the quantiles it
+    forecasts, the run directory and the memory tracker."""
 
-    optimizer = build_optimizer(model, cfg.learning_rate, cfg.weight_decay, cfg.optimizer_state == "cpu", device)
-    state = FitState()
-    if resume is not None:
-        state = restore(resume, model, optimizer, device)
-        val_batch_size = state.val_batch_size or val_batch_size
-        if dist.is_main:
-            write_text(run.metrics, "".join(json.dumps(r) + "\n" for r in state.history))  # drop records past it
-        log.info("resuming at epoch %d, batch %d (step %d, best val loss %.6f at epoch %d)", state.epoch + 1,
-                 state.epoch_batches, state.global_step, state.best_val_loss, state.best_epoch, extra=SHOW)
-    q = torch.tensor(quantiles, dtype=torch.float32, device=device)
-    dist.broadcast_module(model)
-    extra: dict[str, Any] = {"dist": dist, "seed": cfg.seed} if dist.active else {}
-    stepper = (DistributedStepper if dist.active else TrainStepper)(
-        model, optimizer, q, cfg.grad_clip, device, injector, tracker, state.micro_batch, precision=precision,
-        loss_weight=cfg.loss_weight, **extra)
-    if resume is not None and stepper.scaler is not None and "scaler" in resume:
-        stepper.scaler.load_state_dict(resume["scaler"])
-    clock = CheckpointClock(cfg.checkpoint_every)
+    model: torch.nn.Module
+    data: PreparedData
+    cfg: TrainConfig
+    quantiles: list[float]
+    run: RunDir
+    device: torch.device
+    tracker: MemoryTracker
 
-    bad_steps = BadSteps(cfg.max_bad_steps, data.windows, run.metrics if dist.is_main else None)
-    bad_steps.in_row = state.bad_steps_in_row  # a resumed run counts on from where it stopped
-    watch = MemoryWatch(plan, batch_size // dist.world_size)  # the plan is one rank's
-    val_lo, val_hi = dist.shard(len(val_ids))  # this rank's validation windows: each counted once over the ranks
 
-    def predict(b: Batch) -> torch.Tensor:
-        with autocast(device, precision):
-            return model(b).quantiles
+@dataclass(frozen=True)
+class Sizing:
+    """What the memory plan and the ranks decide: the global training batch, the validation batch (the OOM ladder
+    may lower it during the run; FitState keeps the lower one), the autocast precision, the plan's dict (None when
+    none was made) that the measured peaks are checked against, and the ranks (under torchrun)."""
 
-    def save(where: str) -> None:
-        state.micro_batch, state.val_batch_size = stepper.micro_batch, val_batch_size
-        state.bad_steps_in_row = bad_steps.in_row
-        state.epoch_bad_steps = bad_steps.epoch_count if where == "step" else 0
-        if dist.is_main:  # the replicas are equal: one copy is the run's
-            ckpt = checkpoint_state(model, stepper.optimizer, state, device, stepper.scaler)
-            check_finite(ckpt["model"], "checkpoint.pt")  # non-finite weights are never saved
-            save_checkpoint(run.checkpoint, ckpt)
-            del ckpt
-        clock.reset()
-        tracker.record("checkpoint", epoch=state.epoch + (where == "step"), batch=state.epoch_batches or None)
+    batch_size: int
+    val_batch_size: int
+    precision: str = "32"
+    plan: dict[str, Any] | None = None
+    dist: Dist = SINGLE
 
-    def stop_here(where: str) -> None:
-        assert stop.signum is not None
-        raise Interrupted(stop.signum, run.root, True, where)
 
-    stop.deferred = True  # from here a signal stops at the next step boundary, with a checkpoint
-    for epoch in range(state.epoch + 1, epochs + 1):
-        if state.bad_epochs >= cfg.patience:
-            break
+@dataclass(frozen=True)
+class Callbacks:
+    """`on_best(state_dict)` writes model.safetensors (+ model.json) when validation improves (rank 0 only);
+    `on_epoch(record)` sees each epoch's metrics.jsonl record once its checkpoint is written (a hyperparameter search
+    prunes there: an exception it raises ends the run, which stays resumable; experiment tracking,
+    train/tracking.py, copies it)."""
+
+    on_best: Callable[[dict[str, torch.Tensor]], None]
+    on_epoch: Callable[[dict[str, Any]], None] | None = None
+
+
+class Trainer:
+    """Trains for `cfg.epochs` (TrainConfig.epochs_for) or until early stopping: `Trainer(...).fit()`.
+
+    Under torchrun (`sizing.dist`) every rank runs it with the same global batch size, steps on its shard of each
+    batch and validates its shard of the validation windows; only rank 0 writes metrics, weights and checkpoints, and
+    every decision (stop, checkpoint, early stopping) is the same on all ranks because everything it depends on is
+    reduced across them. `resume` is a loaded checkpoint.pt; `stop` the run's signal handler.
+    """
+
+    def __init__(self, setup: FitSetup, sizing: Sizing, callbacks: Callbacks,
+                 resume: dict[str, Any] | None = None, stop: StopRequest | None = None):
+        self.setup, self.sizing, self.callbacks = setup, sizing, callbacks
+        cfg, data, dist = setup.cfg, setup.data, sizing.dist
+        self.train_ids, self.val_ids = data.splits["train"], data.splits["val"]
+        self.n_batches = -(-len(self.train_ids) // sizing.batch_size)
+        if cfg.max_train_batches:
+            self.n_batches = min(self.n_batches, cfg.max_train_batches)
+        self.epochs = cfg.epochs_for(len(self.train_ids))  # the cap; early stopping may end the run sooner
+        if cfg.epochs == AUTO and dist.is_main:
+            log.info("epochs: auto, at most %d (about %s training windows in all, %d to %d epochs); early stopping "
+                     "after %d without improvement", self.epochs, f"{AUTO_EPOCH_WINDOWS:,}", MIN_AUTO_EPOCHS,
+                     MAX_AUTO_EPOCHS, cfg.patience, extra=SHOW)
+        self.total_steps = self.n_batches * self.epochs
+        self.warmup = int(cfg.warmup_fraction * self.total_steps)
+        self.stop = stop or StopRequest()
+        self.val_batch_size = sizing.val_batch_size
+        self.state, self.stepper = self._restore_and_step(resume)
+        self.clock = CheckpointClock(cfg.checkpoint_every)
+        self.bad_steps = BadSteps(cfg.max_bad_steps, data.windows, setup.run.metrics if dist.is_main else None)
+        self.bad_steps.in_row = self.state.bad_steps_in_row  # a resumed run counts on from where it stopped
+        self.watch = MemoryWatch(sizing.plan, sizing.batch_size // dist.world_size)  # the plan is one rank's
+        self.val_lo, self.val_hi = dist.shard(len(self.val_ids))  # this rank's windows: each counted once overall
+
+    def _restore_and_step(self, resume: dict[str, Any] | None) -> tuple[FitState, TrainStepper]:
+        """The progress to start from (a resumed run's, with its weights, optimizer, RNGs and validation batch size)
+        and the stepper."""
+        s, dist = self.setup, self.sizing.dist
+        optimizer = build_optimizer(s.model, s.cfg.learning_rate, s.cfg.weight_decay,
+                                    s.cfg.optimizer_state == "cpu", s.device)
+        state = FitState()
+        if resume is not None:
+            state = restore(resume, s.model, optimizer, s.device)
+            self.val_batch_size = state.val_batch_size or self.val_batch_size
+            if dist.is_main:
+                write_text(s.run.metrics, "".join(json.dumps(r) + "\n" for r in state.history))  # drop later ones
+            log.info("resuming at epoch %d, batch %d (step %d, best val loss %.6f at epoch %d)", state.epoch + 1,
+                     state.epoch_batches, state.global_step, state.best_val_loss, state.best_epoch, extra=SHOW)
+        q = torch.tensor(s.quantiles, dtype=torch.float32, device=s.device)
+        dist.broadcast_module(s.model)
+        extra: dict[str, Any] = {"dist": dist, "seed": s.cfg.seed} if dist.active else {}
+        stepper = (DistributedStepper if dist.active else TrainStepper)(
+            s.model, optimizer, q, s.cfg.grad_clip, s.device, s.tracker, state.micro_batch,
+            precision=self.sizing.precision, loss_weight=s.cfg.loss_weight, **extra)
+        if resume is not None and stepper.scaler is not None and "scaler" in resume:
+            stepper.scaler.load_state_dict(resume["scaler"])
+        return state, stepper
+
+    # -- the run ---------------------------------------------------------------------------------------------------
+    def fit(self) -> FitState:
+        """Run the epochs left; returns the progress (FitState.history holds every epoch's record)."""
+        state, patience = self.state, self.setup.cfg.patience
+        self.stop.deferred = True  # from here a signal stops at the next step boundary, with a checkpoint
+        for epoch in range(state.epoch + 1, self.epochs + 1):
+            if state.bad_epochs >= patience:
+                break
+            self._epoch(epoch)
+        self.stop.deferred = False
+        if state.bad_epochs >= patience and state.epoch < self.epochs:
+            log.info("early stopping: no validation improvement for %d epochs (best %.6f at epoch %d)",
+                     patience, state.best_val_loss, state.best_epoch, extra=SHOW)
+        return state
+
+    def _epoch(self, epoch: int) -> None:
+        """Train, validate, keep the weights if they are the best, write the epoch's record and checkpoint."""
+        tracker = self.setup.tracker
         tracker.record("epoch_start", epoch=epoch)
         tracker.take_peaks()  # the epoch's peaks start here
-        t0 = time.perf_counter() - state.epoch_seconds
-        model.train()
+        t0 = time.perf_counter() - self.state.epoch_seconds
+        loss_sum, seen = self._train_epoch(epoch, t0)
+        train_seconds = time.perf_counter() - t0
+        train_loss = loss_sum / max(1, seen)
+        lr = self.stepper.optimizer.param_groups[0]["lr"]
+        tracker.record("train_end", epoch=epoch)
+        val, memory = self._validate(epoch, tracker.take_peaks())
+        improved = self._keep_if_best(val.loss, epoch)
+        state = self.state
+        state.epoch = epoch
+        state.epoch_batches, state.epoch_loss_sum, state.epoch_seen, state.epoch_seconds = 0, 0.0, 0, 0.0
+        record = epoch_record(epoch, train_loss, val, lr, seen, train_seconds, time.perf_counter() - t0, improved)
+        record["bad_steps"] = self.bad_steps.epoch_count  # skipped non-finite batches
+        self._end_epoch(epoch, record, memory)
+
+    def _epoch_ids(self, epoch: int) -> OrderedIds:
+        """The windows of epoch `epoch` not stepped yet, in the epoch's order.
+
+        Runs of windows one horizon apart: they share most encoder bars, never a forecast bar (overlapping targets
+        made batches of adjacent windows generalise worse; see docs/model.md). The order depends only on the seed and
+        the epoch, so a resumed epoch rebuilds it and skips the batches already stepped. Taken a batch at a time
+        (data/dataset/run_order.py): the whole order of a 15M-window epoch would hold ~120 MB per int64 copy, and
+        `train_ids[order]` would read every page of a store's mapped split array."""
+        cfg, batch_size = self.setup.cfg, self.sizing.batch_size
         gen = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
-        # Runs of windows one horizon apart: they share most encoder bars, never a forecast bar (overlapping
-        # targets made batches of adjacent windows generalise worse; see docs/model.md). The order depends only on the
-        # seed and the epoch, so a resumed epoch rebuilds it and skips the batches already stepped.
-        # Taken a batch at a time (data/dataset/run_order.py): the whole order of a 15M-window epoch would hold ~120 MB per
-        # int64 copy, and `train_ids[order]` would read every page of a store's mapped split array.
-        order = RunOrder(len(train_ids), min(cfg.window_run, batch_size), gen, stride=data.windows.horizon)
-        skip = state.epoch_batches
-        epoch_ids = OrderedIds(train_ids, order, skip * batch_size, n_batches * batch_size)
-        loss_sum = torch.tensor(state.epoch_loss_sum, dtype=torch.float64, device=device)
+        order = RunOrder(len(self.train_ids), min(cfg.window_run, batch_size), gen,
+                         stride=self.setup.data.windows.horizon)
+        return OrderedIds(self.train_ids, order, self.state.epoch_batches * batch_size, self.n_batches * batch_size)
+
+    def _train_epoch(self, epoch: int, t0: float) -> tuple[float, int]:
+        """Step through the epoch's batches, from the first not stepped yet; returns (the loss summed over the
+        samples seen, the samples seen). Checkpoints when one is due and stops at a signal."""
+        s, state, dist, stop, clock = self.setup, self.state, self.sizing.dist, self.stop, self.clock
+        stepper, bad_steps, tracker, n_batches = self.stepper, self.bad_steps, s.tracker, self.n_batches
+        total_steps, warmup, peak_lr = self.total_steps, self.warmup, s.cfg.learning_rate
+        s.model.train()
+        epoch_ids, skip = self._epoch_ids(epoch), state.epoch_batches
+        loss_sum = torch.tensor(state.epoch_loss_sum, dtype=torch.float64, device=s.device)
         seen, shown = state.epoch_seen, skip
         bad_steps.new_epoch(state.epoch_bad_steps)
-        with epoch_bar(epoch, epochs, n_batches, cfg.progress and show_progress() and dist.is_main) as bar:
+        with epoch_bar(epoch, self.epochs, n_batches, s.cfg.progress and show_progress() and dist.is_main) as bar:
             bar.update(skip, None, 0.0)
-            for i, (batch, shard) in enumerate(dist.batches(data.windows, epoch_ids, batch_size), start=skip + 1):
-                set_lr(stepper.optimizer, warmup_cosine(state.global_step, total_steps, warmup, cfg.learning_rate))
+            batches = dist.batches(s.data.windows, epoch_ids, self.sizing.batch_size)
+            for i, (batch, shard) in enumerate(batches, start=skip + 1):
+                set_lr(stepper.optimizer, warmup_cosine(state.global_step, total_steps, warmup, peak_lr))
                 state.global_step += 1
                 loss = stepper.step(batch, state.global_step, epoch, shard)
                 if loss is None:  # non-finite: no update was made; NonFiniteError after --max-bad-steps in a row
@@ -202,62 +255,85 @@ def fit(
                 tracker.maybe_record("train_batch", epoch, i)
                 if i % 20 == 0 or i == n_batches:  # sync with the device only to show progress
                     bar.update(i - shown, float("nan") if loss is None else float(loss),
-                                seen / (time.perf_counter() - t0))
+                               seen / (time.perf_counter() - t0))
                     shown = i
                 if agreed_stop_or_due(dist, stop, i < n_batches and clock.due(state.global_step)):  # end: below
                     state.epoch_batches, state.epoch_loss_sum, state.epoch_seen = i, float(loss_sum), seen
                     state.epoch_seconds = time.perf_counter() - t0
-                    save("step")
+                    self._save("step")
                     if stop.requested:
-                        stop_here(f"step {state.global_step} (epoch {epoch}, batch {i}/{n_batches})")
-        train_seconds = time.perf_counter() - t0
-        train_loss = float(loss_sum) / max(1, seen)
-        lr = stepper.optimizer.param_groups[0]["lr"]
-        tracker.record("train_end", epoch=epoch)
-        train_peaks = tracker.take_peaks()
+                        self._stop_here(f"step {state.global_step} (epoch {epoch}, batch {i}/{n_batches})")
+        return float(loss_sum), seen
+
+    def _validate(self, epoch: int, train_peaks: Any) -> tuple[ValResult, EpochMemory]:
+        """This rank's share of the validation windows (the sums are added over the ranks), and the epoch's memory
+        (`train_peaks`: the training phase's)."""
+        s, stepper, tracker = self.setup, self.stepper, self.setup.tracker
+        model, device, precision = s.model, s.device, self.sizing.precision
+
+        def predict(b: Batch) -> torch.Tensor:
+            with autocast(device, precision):
+                return model(b).quantiles
 
         stepper.optimizer.zero_grad(set_to_none=True)  # the last step's gradients are not needed while validating
         model.eval()
         val_start = tracker.record("val_start", epoch=epoch)
         with tracker.rank_local():  # per-batch records and rungs are this rank's alone
-            val = validate(predict, data.windows, val_ids[val_lo:val_hi], val_batch_size, quantiles, device,
-                           injector, tracker, epoch, optimizer_to_host=stepper.optimizer_to_host, dist=dist,
-                           loss_weight=cfg.loss_weight)
-        val_batch_size = val.batch_size
+            val = validate(predict, s.data.windows, self.val_ids[self.val_lo : self.val_hi], self.val_batch_size,
+                           s.quantiles, device, s.cfg.loss_weight,
+                           InTraining(tracker, epoch, stepper.optimizer_to_host, self.sizing.dist))
+        self.val_batch_size = val.batch_size
         val_end = tracker.record("val_end", epoch=epoch)
-        memory = EpochMemory.measure(train_peaks, tracker.take_peaks(), val_start, val_end,
-                                     validation_batches(len(val_ids), val_batch_size))
+        return val, EpochMemory.measure(train_peaks, tracker.take_peaks(), val_start, val_end,
+                                        validation_batches(len(self.val_ids), self.val_batch_size))
 
-        improved = val.loss < state.best_val_loss
-        if improved:
-            state.best_val_loss, state.best_epoch, state.bad_epochs = val.loss, epoch, 0
-            if dist.is_main:
-                best_state = state_to_cpu(model)
-                check_finite(best_state, "model.safetensors")
-                on_best(best_state)
-        else:
+    # -- early stopping, records and checkpoints -------------------------------------------------------------------
+    def _keep_if_best(self, val_loss: float, epoch: int) -> bool:
+        """Whether `val_loss` is the best yet: then the weights go to `on_best` (rank 0), else one more epoch
+        without improvement counts towards --patience."""
+        state = self.state
+        if not val_loss < state.best_val_loss:  # a NaN loss is no improvement
             state.bad_epochs += 1
-        state.epoch = epoch
-        state.epoch_batches, state.epoch_loss_sum, state.epoch_seen, state.epoch_seconds = 0, 0.0, 0, 0.0
-        record = epoch_record(epoch, train_loss, val, lr, seen, train_seconds, time.perf_counter() - t0, improved)
-        record["bad_steps"] = bad_steps.epoch_count  # skipped non-finite batches
-        state.history.append(record)
-        if dist.is_main:
-            append_jsonl(run.metrics, record)
-        log.info("%s  %s", format_epoch(record, epochs), memory.text(), extra=SHOW)
-        for warning in watch.warnings(epoch, memory, val_batch_size):
+            return False
+        state.best_val_loss, state.best_epoch, state.bad_epochs = val_loss, epoch, 0
+        if self.sizing.dist.is_main:
+            best_state = state_to_cpu(self.setup.model)
+            check_finite(best_state, "model.safetensors")
+            self.callbacks.on_best(best_state)
+        return True
+
+    def _end_epoch(self, epoch: int, record: dict[str, Any], memory: EpochMemory) -> None:
+        """Append and show the epoch's record, checkpoint, call `on_epoch`, and stop if a signal came."""
+        self.state.history.append(record)
+        if self.sizing.dist.is_main:
+            append_jsonl(self.setup.run.metrics, record)
+        log.info("%s  %s", format_epoch(record, self.epochs), memory.text(), extra=SHOW)
+        for warning in self.watch.warnings(epoch, memory, self.val_batch_size):
             log.warning(warning)
-        save("epoch")
-        injector.check("epoch", epoch)  # test hook: simulate a run killed here
-        if on_epoch is not None:
-            on_epoch(record)
-        if agreed_stop_or_due(dist, stop):
-            stop_here(f"the end of epoch {epoch}")
-    stop.deferred = False
-    if state.bad_epochs >= cfg.patience and state.epoch < epochs:
-        log.info("early stopping: no validation improvement for %d epochs (best %.6f at epoch %d)",
-                 cfg.patience, state.best_val_loss, state.best_epoch, extra=SHOW)
-    return state
+        self._save("epoch")
+        faults.at("epoch", epoch)  # test hook: simulate a run killed here
+        if self.callbacks.on_epoch is not None:
+            self.callbacks.on_epoch(record)
+        if agreed_stop_or_due(self.sizing.dist, self.stop):
+            self._stop_here(f"the end of epoch {epoch}")
+
+    def _save(self, where: str) -> None:
+        """Write checkpoint.pt (rank 0) at the end of an epoch (`where` "epoch") or inside one ("step")."""
+        s, state, stepper, bad_steps = self.setup, self.state, self.stepper, self.bad_steps
+        state.micro_batch, state.val_batch_size = stepper.micro_batch, self.val_batch_size
+        state.bad_steps_in_row = bad_steps.in_row
+        state.epoch_bad_steps = bad_steps.epoch_count if where == "step" else 0
+        if self.sizing.dist.is_main:  # the replicas are equal: one copy is the run's
+            ckpt = checkpoint_state(s.model, stepper.optimizer, state, s.device, stepper.scaler)
+            check_finite(ckpt["model"], "checkpoint.pt")  # non-finite weights are never saved
+            save_checkpoint(s.run.checkpoint, ckpt)
+            del ckpt
+        self.clock.reset()
+        s.tracker.record("checkpoint", epoch=state.epoch + (where == "step"), batch=state.epoch_batches or None)
+
+    def _stop_here(self, where: str) -> None:
+        assert self.stop.signum is not None
+        raise Interrupted(self.stop.signum, self.setup.run.root, True, where)
 
 
 def agreed_stop_or_due(dist: Dist, stop: StopRequest, due: bool = False) -> bool:

@@ -31,7 +31,7 @@ from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.features.schema import InputSizes
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.loss import quantile_loss
-from foxhunt.train.faults import FaultInjector
+from foxhunt.train import faults
 from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory, rung
 from foxhunt.train.precision import activation_bytes, autocast
 
@@ -339,7 +339,6 @@ def measure_step_peak(
 
 def probe_per_sample(
     model: nn.Module, sizes: InputSizes, cfg: ModelConfig, device: torch.device, precision: str = "32",
-    injector: FaultInjector | None = None,
 ) -> tuple[float, float, tuple[int, int]] | None:
     """Measured (train, val) activation bytes per sample, from the step peaks at two batch sizes (PROBE_BATCHES, and
     the sizes used); None when even the smallest probe runs out of memory.
@@ -349,12 +348,11 @@ def probe_per_sample(
     batch sizes would fit). Leaves the model as it found it: its mode, its gradients and the RNG streams (dropout
     draws in the probe must not change the training run that follows).
     """
-    injector = injector if injector is not None else FaultInjector.from_env()
     batches, attempt = PROBE_BATCHES, 0
     while True:
         peaks = None
         try:
-            peaks = _probe_peaks(model, sizes, cfg, device, precision, batches, injector)
+            peaks = _probe_peaks(model, sizes, cfg, device, precision, batches)
         except OOM_ERRORS as e:
             if not is_oom(e):
                 raise
@@ -377,10 +375,10 @@ def probe_per_sample(
 
 def _probe_peaks(
     model: nn.Module, sizes: InputSizes, cfg: ModelConfig, device: torch.device, precision: str,
-    batches: tuple[int, int], injector: FaultInjector,
+    batches: tuple[int, int],
 ) -> dict[bool, list[int]]:
     """Step peaks {train: [at batches[0], at batches[1]], val: [...]}; the model's state is restored however it
-    ends. The injector's `probe` index counts the four measurements, 1-based."""
+    ends. The fault hook's `probe` index counts the four measurements, 1-based."""
     was_training = model.training
     grads = {p: p.grad for p in model.parameters()}
     q = torch.tensor(cfg.quantiles, device=device)
@@ -390,7 +388,7 @@ def _probe_peaks(
             for train in (True, False):
                 model.train(train)
                 for b in batches:
-                    injector.check("probe", len(peaks[True]) + len(peaks[False]) + 1)
+                    faults.at("probe", len(peaks[True]) + len(peaks[False]) + 1)
                     batch = probe_batch(sizes, cfg, b, device)
                     peaks[train].append(measure_step_peak(model, batch, q, device, train, precision))
                     for p in model.parameters():
@@ -450,7 +448,8 @@ def plan_memory(
         model_device = params[0].device if params else device
         if model_device.type != device.type:
             raise ValueError(f"plan_memory(probe=True) needs the model on {device}, it is on {model_device}")
-        measured = probe_per_sample(model, sizes, cfg, device, precision)
+        with faults.armed():  # the probe's own faults (`probe`), as FOXHUNT_FAULT_INJECT is now
+            measured = probe_per_sample(model, sizes, cfg, device, precision)
         if measured is None:
             how = "probe ran out of memory: analytic only"
         else:

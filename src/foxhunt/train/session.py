@@ -26,15 +26,15 @@ from foxhunt.data.store import open_features
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, variable_names
+from foxhunt.train import faults
 from foxhunt.train.calibrate import calibrate_run
 from foxhunt.train.checkpoint import load_checkpoint, save_model_json, save_weights
 from foxhunt.train.config import AUTO, TrainConfig
 from foxhunt.train.console import WarningCounter, data_line, next_commands, plan_line, vs_baseline
 from foxhunt.train.device import apply_memory_budget, resolve_device
 from foxhunt.train.distributed import Dist, console_of, init_from_env, teardown
-from foxhunt.train.faults import FaultInjector
 from foxhunt.train.interrupt import Interrupted, StopRequest
-from foxhunt.train.loop import FitState, fit
+from foxhunt.train.loop import Callbacks, FitSetup, FitState, Sizing, Trainer
 from foxhunt.train.plan import plan_memory
 from foxhunt.train.precision import resolve_precision
 from foxhunt.train.run_dir import RunDir, attach_log_file
@@ -131,7 +131,7 @@ class _Hooks:
 def train_run(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool = False,
               on_epoch: Callable[[dict[str, Any]], None] | None = None,
               tracking: TrackingConfig | None = None, judge: Judge | None = None, final: bool = True) -> TrainResult:
-    """One training run into `cfg.run_dir`. `on_epoch` sees each epoch's record (train/loop.py `fit`); `tracking`
+    """One training run into `cfg.run_dir`. `on_epoch` sees each epoch's record (train/loop.py `Callbacks`); `tracking`
     also copies the records to MLflow / TensorBoard (rank 0 only). `judge` compares the best epoch with the
     baselines for the final line (without one, it compares the validation loss with the training-set quantiles');
     `final=False` leaves the final lines to the caller (train/seeds.py prints them once, for the seed it keeps)."""
@@ -164,7 +164,7 @@ def _train_rank(data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, 
         if cfg.deterministic:
             use_deterministic_kernels(device)
         with stop:
-            return _train(run, data_cfg, model_cfg, cfg, device, precision, resume, stop, warnings, dist, hooks)
+            return _train(_Rank(data_cfg, model_cfg, cfg, device, dist, precision, resume), run, stop, warnings, hooks)
     except KeyboardInterrupt:  # a second signal, one before training started, or Ctrl-C outside the handlers
         raise Interrupted(stop.signum or signal.SIGINT, run.root, run.checkpoint.exists()) from None
     finally:
@@ -238,16 +238,29 @@ def _refuse_new_batch_mid_epoch(run: RunDir, checkpoint: dict[str, Any] | None, 
                          f"--batch-size {before} (or without --batch-size), not {batch_size}")
 
 
-def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
-           precision: str, resume: bool, stop: StopRequest, warnings: WarningCounter,
-           dist: Dist, hooks: _Hooks) -> TrainResult:
-    checkpoint = load_checkpoint(run.checkpoint) if resume else None  # a bad one stops before any work
+@dataclass(frozen=True)
+class _Rank:
+    """One rank's run as `_train` sees it: its three configs, its device, ranks and precision, and whether it
+    resumes the run in the run directory."""
+
+    data_cfg: DataConfig
+    model_cfg: ModelConfig
+    cfg: TrainConfig
+    device: torch.device
+    dist: Dist
+    precision: str
+    resume: bool
+
+
+def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, hooks: _Hooks) -> TrainResult:
+    data_cfg, model_cfg, cfg, device, dist = r.data_cfg, r.model_cfg, r.cfg, r.device, r.dist
+    checkpoint = load_checkpoint(run.checkpoint) if r.resume else None  # a bad one stops before any work
     tracker = MemoryTracker(device, run.memory if dist.is_main else None, logging.getLogger("foxhunt.memory"),
                             cfg.memory_log_every)
     if dist.active:
         tracker.reduce_max = dist.all_max  # rank 0's records: the maximum over the ranks
         log.info("%s", dist.notice("NCCL" if device.type == "cuda" else "gloo"), extra=SHOW)
-    injector = FaultInjector.from_env()
+    injector = faults.FaultInjector.from_env()  # a bad FOXHUNT_FAULT_INJECT stops here too; armed for the fit below
     log.info("run directory %s, device %s, torch %s", run.root, describe_device(device), torch.__version__,
              extra=SHOW)
     tracker.record("run_start")
@@ -255,65 +268,18 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
     if fraction is not None:
         log.info("[MEMORY] budget %.0f MiB enforced on %s (fraction %.4f of the card)", cfg.memory_budget / 2**20,
                  device, fraction)
-
-    data = open_features(data_cfg) if data_cfg.features else prepare_data(data_cfg)  # a store is mapped, not read
-    log.info(data_line(data.summary, data_cfg.paths), extra=SHOW)
-    if contracts_text(data.summary):  # what --contracts auto decided against the symbols' names: said by default
-        log.info("contracts: %s", contracts_text(data.summary), extra=SHOW)
-    log.info("data summary:\n%s", format_summary(data.summary))
-    write = write_json if dist.is_main else _write_nothing  # rank 0 alone writes the run directory
-    write(run.data_summary, data.summary)
-    write(run.rolls, data.rolls)
-    if len(data.splits["val"]) == 0:
-        raise InputError("the validation split is empty; lower --encoder-length/--horizon or move --train-end earlier")
-
+    data = _open_data(data_cfg, run, dist)
     model = TemporalFusionTransformer(data.schema.sizes, model_cfg).to(device)
     n_params = count_parameters(model)
     log.info("model: Temporal Fusion Transformer, %s parameters, hidden %d, heads %d, encoder %d, horizon %d, "
              "precision %s", f"{n_params:,}", model_cfg.hidden_size, model_cfg.attention_heads,
-             model_cfg.encoder_length, model_cfg.horizon, precision, extra=SHOW)
+             model_cfg.encoder_length, model_cfg.horizon, r.precision, extra=SHOW)
     tracker.record("model_built")
-
-    if precision != "32":
-        log.info("precision %s: autocast for the model, fp32 weights, optimizer state, quantile head and loss",
-                 precision)
-    saved = saved_batch_sizes(run, cfg) if resume else None
-    if saved is not None:
-        (batch_size, val_batch_size), plan = saved, json.loads(run.config.read_text(encoding="utf-8")).get("memory_plan")
-        log.info("batch size %d, validation batch size %d (as resolved when the run started)", *saved)
-    else:
-        batch_size, val_batch_size, plan = resolve_batch_sizes(model, data, model_cfg, cfg, device, precision)
-        if dist.active:
-            batch_size, val_batch_size = global_batch_sizes(dist, cfg, batch_size, val_batch_size,
-                                                            len(data.splits["train"]))
-        _refuse_new_batch_mid_epoch(run, checkpoint, batch_size)
-    dist.check_batch_size(batch_size)  # a run resumed on another number of ranks
-    if dist.active:
-        log.info("global batch %d: %d a rank", batch_size, batch_size // dist.world_size, extra=SHOW)
-    log.info(plan_line(plan, batch_size // dist.world_size, val_batch_size, saved=saved is not None), extra=SHOW)
-    baseline = validate(TrainingQuantiles(data.windows, data.splits["train"], list(model_cfg.quantiles)),
-                        data.windows, data.splits["val"], val_batch_size, list(model_cfg.quantiles), device,
-                        loss_weight=cfg.loss_weight)
-    log.info("baseline for the loss scale (training-set quantiles per series and horizon; the final line compares "
-             "with every baseline): val_loss %.5f  val_qrisk %s",
-             baseline.loss, " ".join(f"p{q * 100:g}={v:.4f}" for q, v in baseline.qrisk.items()), extra=SHOW)
-
-    config = {
-        "foxhunt_version": foxhunt.__version__,
-        "torch_version": torch.__version__,
-        "created_utc": dt.datetime.now(dt.UTC).isoformat(),
-        "device": str(device),
-        "data": data_cfg.to_dict(),
-        "model": model_cfg.to_dict(),
-        "train": cfg.to_dict(),
-        "resolved": {"batch_size": batch_size, "validation_batch_size": val_batch_size, "precision": precision},
-        "memory_plan": plan,
-        "n_params": n_params,
-        "data_fingerprint": data_fingerprint(data),
-        "baseline": {"name": "training_quantiles", "val_loss": baseline.loss,
-                     "val_qrisk": {f"{q:g}": v for q, v in baseline.qrisk.items()}},
-    }
-    write(run.config, config)
+    sizing = _sizing(r, run, model, data, checkpoint)
+    baseline = _baseline(data, model_cfg, cfg, sizing.val_batch_size, device)
+    config = _config_record(r, data, sizing, n_params, baseline)
+    if dist.is_main:  # rank 0 alone writes the run directory
+        write_json(run.config, config)
 
     def on_best(state: dict[str, torch.Tensor]) -> None:
         # model.json first: it is the same all run long, so a run killed between the two files leaves either no
@@ -325,11 +291,13 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
 
     tracked = start_tracking(hooks.tracking, run, config) if dist.is_main else None
     try:
-        state = fit(model, data, cfg, list(model_cfg.quantiles), run, device, tracker, injector, batch_size,
-                    val_batch_size, on_best, resume=checkpoint, precision=precision, stop=stop, plan=plan, dist=dist,
-                    on_epoch=_both(tracked.epoch if tracked is not None else None, hooks.on_epoch))
+        setup = FitSetup(model, data, cfg, list(model_cfg.quantiles), run, device, tracker)
+        callbacks = Callbacks(on_best, _both(tracked.epoch if tracked is not None else None, hooks.on_epoch))
+        with faults.armed(injector):
+            state = Trainer(setup, sizing, callbacks, resume=checkpoint, stop=stop).fit()
         if dist.is_main:  # the other ranks are done: calibration reads the saved best weights
-            log.info("%s", calibrate_run(run, data, device, state.val_batch_size or val_batch_size), extra=SHOW)
+            log.info("%s", calibrate_run(run, data, device, state.val_batch_size or sizing.val_batch_size),
+                     extra=SHOW)
     except BaseException:
         if tracked is not None:
             tracked.finish("FAILED")
@@ -345,6 +313,77 @@ def _train(run: RunDir, data_cfg: DataConfig, model_cfg: ModelConfig, cfg: Train
         if hooks.final:
             final_lines(run, state, baseline, data_cfg, warnings, claim)
     return TrainResult(run, state, baseline, n_params, claim)
+
+
+def _open_data(data_cfg: DataConfig, run: RunDir, dist: Dist) -> PreparedData:
+    """The prepared data (a store is mapped, not read), said on the console and summarised in the run directory."""
+    data = open_features(data_cfg) if data_cfg.features else prepare_data(data_cfg)
+    log.info(data_line(data.summary, data_cfg.paths), extra=SHOW)
+    if contracts_text(data.summary):  # what --contracts auto decided against the symbols' names: said by default
+        log.info("contracts: %s", contracts_text(data.summary), extra=SHOW)
+    log.info("data summary:\n%s", format_summary(data.summary))
+    write = write_json if dist.is_main else _write_nothing  # rank 0 alone writes the run directory
+    write(run.data_summary, data.summary)
+    write(run.rolls, data.rolls)
+    if len(data.splits["val"]) == 0:
+        raise InputError("the validation split is empty; lower --encoder-length/--horizon or move --train-end earlier")
+    return data
+
+
+def _sizing(r: _Rank, run: RunDir, model: torch.nn.Module, data: PreparedData,
+            checkpoint: dict[str, Any] | None) -> Sizing:
+    """The batch sizes: a resumed run's as resolved when it started, else the memory plan's (global under torchrun)."""
+    cfg, dist = r.cfg, r.dist
+    if r.precision != "32":
+        log.info("precision %s: autocast for the model, fp32 weights, optimizer state, quantile head and loss",
+                 r.precision)
+    saved = saved_batch_sizes(run, cfg) if r.resume else None
+    if saved is not None:
+        (batch_size, val_batch_size), plan = saved, json.loads(run.config.read_text(encoding="utf-8")).get("memory_plan")
+        log.info("batch size %d, validation batch size %d (as resolved when the run started)", *saved)
+    else:
+        batch_size, val_batch_size, plan = resolve_batch_sizes(model, data, r.model_cfg, cfg, r.device, r.precision)
+        if dist.active:
+            batch_size, val_batch_size = global_batch_sizes(dist, cfg, batch_size, val_batch_size,
+                                                            len(data.splits["train"]))
+        _refuse_new_batch_mid_epoch(run, checkpoint, batch_size)
+    dist.check_batch_size(batch_size)  # a run resumed on another number of ranks
+    if dist.active:
+        log.info("global batch %d: %d a rank", batch_size, batch_size // dist.world_size, extra=SHOW)
+    log.info(plan_line(plan, batch_size // dist.world_size, val_batch_size, saved=saved is not None), extra=SHOW)
+    return Sizing(batch_size, val_batch_size, r.precision, plan, dist)
+
+
+def _baseline(data: PreparedData, model_cfg: ModelConfig, cfg: TrainConfig, val_batch_size: int,
+              device: torch.device) -> ValResult:
+    """The training-set quantiles' validation loss: the loss scale the epochs' losses are read against."""
+    baseline = validate(TrainingQuantiles(data.windows, data.splits["train"], list(model_cfg.quantiles)),
+                        data.windows, data.splits["val"], val_batch_size, list(model_cfg.quantiles), device,
+                        loss_weight=cfg.loss_weight)
+    log.info("baseline for the loss scale (training-set quantiles per series and horizon; the final line compares "
+             "with every baseline): val_loss %.5f  val_qrisk %s",
+             baseline.loss, " ".join(f"p{q * 100:g}={v:.4f}" for q, v in baseline.qrisk.items()), extra=SHOW)
+    return baseline
+
+
+def _config_record(r: _Rank, data: PreparedData, sizing: Sizing, n_params: int, baseline: ValResult) -> dict[str, Any]:
+    """config.json: everything the run was made from and what it resolved, as plain values."""
+    return {
+        "foxhunt_version": foxhunt.__version__,
+        "torch_version": torch.__version__,
+        "created_utc": dt.datetime.now(dt.UTC).isoformat(),
+        "device": str(r.device),
+        "data": r.data_cfg.to_dict(),
+        "model": r.model_cfg.to_dict(),
+        "train": r.cfg.to_dict(),
+        "resolved": {"batch_size": sizing.batch_size, "validation_batch_size": sizing.val_batch_size,
+                     "precision": sizing.precision},
+        "memory_plan": sizing.plan,
+        "n_params": n_params,
+        "data_fingerprint": data_fingerprint(data),
+        "baseline": {"name": "training_quantiles", "val_loss": baseline.loss,
+                     "val_qrisk": {f"{q:g}": v for q, v in baseline.qrisk.items()}},
+    }
 
 
 def best_record(state: FitState) -> dict[str, Any] | None:

@@ -21,7 +21,7 @@ import torch
 from foxhunt.data.dataset.batch import Batch
 from foxhunt.errors import ResourceError
 from foxhunt.model.loss import quantile_loss, scale_weight
-from foxhunt.train.faults import FaultInjector
+from foxhunt.train import faults
 from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory, rung
 from foxhunt.train.optim import AdamW, HostAdamW
 from foxhunt.train.precision import autocast, grad_scaler
@@ -70,14 +70,13 @@ class TrainStepper:
         quantiles: torch.Tensor,  # (Q,) on the device
         grad_clip: float,
         device: torch.device,
-        injector: FaultInjector,
         tracker: MemoryTracker,
         micro_batch: int | None = None,
         precision: str = "32",
         loss_weight: str = "none",
     ):
         self.model, self.optimizer, self.quantiles = model, optimizer, quantiles
-        self.grad_clip, self.device, self.injector, self.tracker = grad_clip, device, injector, tracker
+        self.grad_clip, self.device, self.tracker = grad_clip, device, tracker
         self.micro_batch = micro_batch  # None: the whole batch at once
         self.precision = precision
         self.loss_weight = loss_weight  # "scale": each sample's loss times its target scale (model/loss.py)
@@ -116,7 +115,7 @@ class TrainStepper:
         self.optimizer.zero_grad(set_to_none=True)
         size = max(1, min(self.micro_batch or n, len(batch)))
         total = torch.zeros((), device=self.device)
-        poison = self.injector.check("train", global_step) == "nan"  # test hook (FOXHUNT_FAULT_INJECT)
+        poison = faults.at("train", global_step) == "nan"  # test hook (FOXHUNT_FAULT_INJECT)
         for start in range(0, len(batch), size):
             part = batch.slice(start, start + size).to(self.device, non_blocking=True)
             with autocast(self.device, self.precision):

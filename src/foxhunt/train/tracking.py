@@ -1,7 +1,7 @@
 """Optional experiment tracking (`foxhunt train --track mlflow,tensorboard`): a copy of the run's own records.
 
 metrics.jsonl and memory.jsonl stay the source of truth. A `Tracking` observer is fed by them: the training loop
-hands it each epoch's record right after appending it to metrics.jsonl (`fit(on_epoch=...)`), and it forwards the
+hands it each epoch's record right after appending it to metrics.jsonl (`Callbacks.on_epoch`), and it forwards the
 memory.jsonl lines written since its last look (no hook in the memory tracker). At the end it uploads the run's
 files (config, data summary, metrics, memory, calibration, log) as artifacts. A backend that fails (not installed,
 a tracking server down, a full disk) logs one warning and is switched off; training never stops for it.

@@ -16,8 +16,8 @@ from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.windows import WindowedData
 from foxhunt.errors import ResourceError
 from foxhunt.model.loss import pinball
+from foxhunt.train import faults
 from foxhunt.train.distributed import SINGLE, Dist
-from foxhunt.train.faults import FaultInjector
 from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory, rung
 from foxhunt.train.step import WHAT_WOULD_FIT
 from foxhunt.train.telemetry import MemoryTracker
@@ -78,6 +78,18 @@ class ValSums:
         return ValResult(loss, qrisk, self.count, batch_size)
 
 
+@dataclass(frozen=True)
+class InTraining:
+    """What validation inside a training run adds: the tracker and epoch its memory records and rungs go to, the
+    ladder's last rung (`optimizer_to_host` moves the optimizer state off the device and returns False when it
+    cannot) and the ranks whose sums are added. The default, outside a run: none of them."""
+
+    tracker: MemoryTracker | None = None
+    epoch: int | None = None
+    optimizer_to_host: Callable[[], bool] | None = None
+    dist: Dist = SINGLE
+
+
 def validate(
     predictor: Predictor,
     windows: WindowedData,
@@ -85,19 +97,15 @@ def validate(
     batch_size: int,
     quantiles: list[float],
     device: torch.device,
-    injector: FaultInjector | None = None,
-    tracker: MemoryTracker | None = None,
-    epoch: int | None = None,
-    optimizer_to_host: Callable[[], bool] | None = None,
-    dist: Dist = SINGLE,
     loss_weight: str = "none",
+    training: InTraining = InTraining(),
 ) -> ValResult:
     """Mean loss and q-risk of `predictor` over the windows `ids`, with the out-of-memory ladder (train/oom.py):
-    retry a failed batch once, then halve the batch down to 1, then (inside a training run) `optimizer_to_host`,
-    which moves the optimizer state off the device and returns False when it cannot; then stop. Activation
-    checkpointing is no rung here: inference keeps no activations for a backward pass. Under torchrun `ids` are
-    this rank's share and the sums are added over the ranks at the end (the one collective here, which every rank
-    reaches whatever its own out-of-memory rungs were)."""
+    retry a failed batch once, then halve the batch down to 1, then (inside a training run) `optimizer_to_host`;
+    then stop. Activation checkpointing is no rung here: inference keeps no activations for a backward pass. Under
+    torchrun `ids` are this rank's share and the sums are added over the ranks at the end (the one collective here,
+    which every rank reaches whatever its own out-of-memory rungs were)."""
+    tracker, epoch, optimizer_to_host = training.tracker, training.epoch, training.optimizer_to_host
     q = torch.tensor(quantiles, dtype=torch.float32, device=device)
     sums = ValSums(len(quantiles), loss_weight)
     cursor, index, attempt, largest = 0, 0, 0, 0
@@ -107,8 +115,7 @@ def validate(
             size = min(batch_size, len(ids) - cursor)
             failed = False
             try:
-                if injector is not None:
-                    injector.check("val", index + 1)
+                faults.at("val", index + 1)
                 batch = windows.batch(ids[cursor : cursor + size]).to(device, non_blocking=True)
                 sums.add(batch, predictor(batch), q)
                 del batch
@@ -147,7 +154,7 @@ def validate(
             index += 1
             if tracker is not None:
                 tracker.maybe_record("val_batch", epoch, index)
-    sums.all_reduce(dist)
+    sums.all_reduce(training.dist)
     return sums.result(quantiles, batch_size)
 
 
