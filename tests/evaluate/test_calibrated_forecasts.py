@@ -82,7 +82,7 @@ def test_evaluate_scores_held_out_origins_raw_and_calibrated(run, daily_path, tm
     assert m["model_raw"]["overall"]["n"] == m["model"]["overall"]["n"]
     assert "model (raw)" in console and "p10-p90 coverage: raw" in console
     html = (cal_dir / "report.html").read_text()
-    assert "model (raw)" in html and "calibration: scaled conformal shifts" in html
+    assert "model (raw)" in html and "calibration: fixed scaled conformal shifts" in html
 
     assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(raw_dir),
                  "--no-calibration"]) == 0

@@ -13,6 +13,7 @@ from foxhunt.cli.options import (
     FORECASTS,
     OUTPUT,
     BatchSize,
+    CalibrationMethod,
     Covariates,
     Device,
     End,
@@ -23,8 +24,9 @@ from foxhunt.cli.options import (
     Start,
     Threads,
 )
-from foxhunt.cli.wiring import bars_or_store, set_threads
+from foxhunt.cli.wiring import bars_or_store, calibration_method, set_threads
 from foxhunt.errors import InputError
+from foxhunt.model.calibration import DEFAULT_METHOD
 from foxhunt.train.config import TrainConfig
 
 TD = TrainConfig()
@@ -43,6 +45,7 @@ def predict(
     batch_size: BatchSize = 1024,
     device: Device = "cpu",
     threads: Threads = TD.num_threads,
+    calibration: CalibrationMethod = DEFAULT_METHOD,
     no_calibration: NoCalibration = False,
     covariates: Covariates = None,
     events: Events = None,
@@ -50,17 +53,17 @@ def predict(
     """Write quantile forecasts for every origin.
 
     Every origin with a full encoder, including the live one after the last bar (from a feature store, its
-    windows' origins); calibrated on the validation split unless --no-calibration."""
+    windows' origins); calibrated (--calibration) unless --no-calibration."""
     from foxhunt.api.forecaster import Forecaster
     from foxhunt.train.device import resolve_device
 
     paths = bars_or_store(parquet_file, features)
+    method = calibration_method(calibration, no_calibration)
     set_threads(threads)
-    fc = Forecaster.load(model, resolve_device(device), covariates=covariates, events=events)
-    origins, calibrated = fc.write_forecasts(paths, out, start, end, batch_size, calibrated=not no_calibration,
-                                             features=features)
-    typer.echo(f"wrote {origins * fc.horizon:,} {'calibrated' if calibrated else 'uncalibrated'} forecast rows "
-               f"({origins:,} origins) to {out}")
+    fc = Forecaster.load(model, resolve_device(device), covariates=covariates, events=events, calibration=method)
+    origins, applied = fc.write_forecasts(paths, out, start, end, batch_size, features=features)
+    how = "uncalibrated" if applied == "none" else f"calibrated ({applied} shifts)"
+    typer.echo(f"wrote {origins * fc.horizon:,} forecast rows ({origins:,} origins), {how}, to {out}")
 
 
 @app.command()
@@ -80,6 +83,7 @@ def evaluate(
     batch_size: BatchSize = 1024,
     device: Device = "cpu",
     threads: Threads = TD.num_threads,
+    calibration: CalibrationMethod = DEFAULT_METHOD,
     no_calibration: NoCalibration = False,
     covariates: Covariates = None,
     events: Events = None,
@@ -95,9 +99,10 @@ def evaluate(
     from foxhunt.train.device import resolve_device
 
     paths = bars_or_store(parquet_file, features)
+    method = calibration_method(calibration, no_calibration)
     set_threads(threads)
     result = evaluate_run(model, paths, out_dir, start, end, batch_size, resolve_device(device), forecasts,
-                          calibrate=not no_calibration, features=features,
+                          calibration=method, features=features,
                           covariates=tuple(covariates) if covariates else None, events=events)
     typer.echo(format_results(result, simulated=is_bundled_sample(paths)))
     typer.echo(f"wrote {out_dir / 'metrics.json'} and {out_dir / 'report.html'}")

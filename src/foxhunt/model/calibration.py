@@ -34,6 +34,10 @@ import numpy as np
 
 MODES = ("scaled", "raw")
 DEFAULT_MODE = "scaled"
+# Which calibration forecasts get (`--calibration`): the adaptive shifts of model/adaptive.py, the fixed ones fitted
+# here, or none. The default is chosen by benchmarks/calibration_modes.py (docs/benchmarks.md "Calibration").
+METHODS = ("adaptive", "fixed", "none")
+DEFAULT_METHOD = "fixed"
 MIN_WINDOWS = 20  # fewer validation windows than this give shifts too noisy to trust: no calibration is fitted
 
 
@@ -124,6 +128,11 @@ class Calibration:
     def apply(self, q_pred: np.ndarray, scale: np.ndarray) -> np.ndarray:
         """Calibrated forecasts (N, D, Q) from raw ones (N, D, Q) and each window's target scale (N,)."""
         return apply_shifts(q_pred, self.shifts, scale, self.mode)
+
+    def correct(self, q_pred: np.ndarray, scale: np.ndarray, at: Any = None) -> np.ndarray:
+        """`apply` under the name it shares with the adaptive Runner (model/adaptive.py); fixed shifts need no
+        origins `at`."""
+        return self.apply(q_pred, scale)
 
     @property
     def horizon(self) -> int:

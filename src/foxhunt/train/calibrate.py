@@ -1,5 +1,6 @@
 """After training: fit the conformal calibration (model/calibration.py) on the validation split with the best
-checkpoint's forecasts, write RUN_DIR/calibration.json and return the line that `train` prints at the end.
+checkpoint's forecasts, warm the adaptive state (model/adaptive.py) up through the validation period, write
+RUN_DIR/calibration.json and return the line that `train` prints at the end.
 
 The forecasts are made exactly as `foxhunt predict` makes them (the saved best weights, fp32, quantiles unscaled and
 sorted), so the shifts correct what users will see. calibration.json records the SHA-256 of model.safetensors: a
@@ -18,7 +19,8 @@ from foxhunt.atomic import write_json
 from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.dataset.windows import WindowedData
-from foxhunt.model.calibration import DEFAULT_MODE, MIN_WINDOWS, Calibration, outer_label
+from foxhunt.model.adaptive import AdaptiveCalibration, Origins, Rule, warm_up
+from foxhunt.model.calibration import DEFAULT_MODE, MIN_WINDOWS, Calibration, outer_label, scores
 from foxhunt.train.checkpoint import load_model, weights_digest
 from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory
 from foxhunt.train.run_dir import RunDir
@@ -69,8 +71,54 @@ def fit_calibration(run: RunDir, data: PreparedData, device: torch.device, batch
         "pairs": int(np.isfinite(y).sum()), "weights_sha256": weights_digest(run.weights),
     }
     cal = Calibration.fit(y, q, scale, lm.model_cfg.quantiles, mode, fitted_on)
-    write_json(run.calibration, cal.to_dict())
+    adaptive = fit_adaptive(cal, data, ids, (y, q, scale), lm.model, max(1, min(batch_size, MAX_BATCH)), device)
+    write_json(run.calibration, {**cal.to_dict(), "adaptive": adaptive.to_dict()})
     return cal
+
+
+def fit_adaptive(cal: Calibration, data: PreparedData, ids: torch.Tensor,
+                 val: tuple[np.ndarray, np.ndarray, np.ndarray], model: torch.nn.Module, batch_size: int,
+                 device: torch.device) -> AdaptiveCalibration:
+    """The adaptive rule from the validation scores `val` (actuals (N, D), raw forecasts (N, D, Q), scales (N,) of
+    windows `ids`), and each series' state warmed up from the fixed shifts through every origin of the validation
+    period: the validation windows, then those after each series' last one whose origin is still before the end of
+    validation (their later forecast bars purged them from the split; their origins' own bars are validation data)."""
+    w = data.windows
+    series = w.series_index(ids).numpy()  # (N,)
+    n_series = len(np.unique(series))
+    rule = Rule.fit(scores(val[0], val[1], val[2], cal.mode), cal.shifts, cal.quantiles, cal.mode,
+                    per_series=len(ids) / max(n_series, 1))
+    more = _after_validation(data, ids, series)
+    if len(more):
+        extra = forecast_windows(model, w, more, batch_size, device)
+        order = torch.argsort(torch.cat([ids, more]), stable=True)  # series, then time: ids are in window order
+        every = torch.cat([ids, more])[order]
+        q = np.concatenate([val[1], extra[1]])[order.numpy()]
+        scale = np.concatenate([val[2], extra[2]])[order.numpy()]
+    else:
+        every, q, scale = ids, val[1], val[2]
+    origins = Origins(w.series_index(every).numpy(), w.series_names, w.origin_ns(every).numpy(),
+                      w.origin_target(every).numpy().astype(np.float64))
+    fitted_on = {"origins": int(len(every)), "series": n_series, "per_series": round(len(ids) / max(n_series, 1), 1),
+                 "first_origin": _iso(origins.origin_ns.min()), "as_of": _iso(origins.origin_ns.max()),
+                 "weights_sha256": cal.fitted_on.get("weights_sha256")}
+    return warm_up(rule, origins, q, scale, fitted_on)
+
+
+def _after_validation(data: PreparedData, ids: torch.Tensor, series: np.ndarray) -> torch.Tensor:
+    """The windows after each series' last validation window whose origin is before the end of validation (at most
+    horizon + 1 per series: the purged ones and the first test window): empty without --val-end."""
+    end = data.summary.get("val_end")
+    if not end or not len(ids):
+        return ids[:0]
+    end_ns = int(np.datetime64(str(end).replace("+00:00", "").rstrip("Z"), "ns").astype(np.int64))
+    last = ids[np.r_[np.flatnonzero(series[1:] != series[:-1]), len(series) - 1]]  # (S,) each series' last window
+    w, d = data.windows, data.windows.horizon
+    cand = (last[:, None] + torch.arange(1, d + 2)[None]).reshape(-1)  # (S * (D + 1),)
+    owner = w.series_index(last).repeat_interleave(d + 1)  # (S * (D + 1),)
+    inside = cand < w.n_windows
+    cand, owner = cand[inside], owner[inside]
+    return cand[(w.series_index(cand) == owner) & (w.origin_ns(cand) < end_ns)]
 
 
 def calibration_line(cal: Calibration | None, n_val: int) -> str:
