@@ -131,3 +131,88 @@ def test_stale_or_broken_calibration(run, daily_path, tmp_path, capsys):
                  str(tmp_path / "x.parquet")]) == 2
     assert "calibration.json: not a foxhunt calibration" in capsys.readouterr().err
     assert not (tmp_path / "x.parquet").exists()
+
+
+def _adaptive(run):
+    return json.loads((run / "calibration.json").read_text())["adaptive"]
+
+
+def test_train_warms_the_adaptive_state_up_through_validation(run):
+    a = _adaptive(run)
+    assert set(a["series"]) == {"ES", "NQ"}
+    # each series' state is as of its last validation bar: the last bar before --val-end (Friday 2024-08-30)
+    as_of = {np.datetime64(s["as_of_ns"], "ns").astype("datetime64[D]") for s in a["series"].values()}
+    assert as_of == {np.datetime64("2024-08-30")} and a["fitted_on"]["as_of"].startswith("2024-08-30")
+    k = len(a["rule"]["grid"])
+    for s in a["series"].values():
+        w = np.asarray(s["weights"])
+        assert w.shape == (k, 3, 3) and np.allclose(w.sum(axis=0), 1) and np.asarray(s["shifts"]).shape == (k, 3, 3)
+    assert load_model(run).adaptive is not None
+
+
+def _predict(run, path, out, *flags):
+    assert main(["predict", "--model", str(run), "--parquet-file", str(path), "--out", str(out), *flags]) == 0
+    return pl.read_parquet(out)
+
+
+def test_predict_adaptive_continues_the_saved_state_from_any_start(run, daily_path, tmp_path, capsys):
+    whole = _predict(run, daily_path, tmp_path / "a.parquet", "--calibration", "adaptive")
+    assert _meta(tmp_path / "a.parquet")["calibration"]["method"] == "adaptive"
+    assert "calibrated (adaptive shifts)" in capsys.readouterr().out
+    fixed = _predict(run, daily_path, tmp_path / "f.parquet", "--calibration", "fixed")
+    assert _meta(tmp_path / "f.parquet")["calibration"]["method"] == "fixed"
+    as_of = pl.datetime(2024, 8, 30, time_zone="UTC")
+    # before the state's as_of (the model's own validation period) adaptive gives the fixed shifts; after, its own
+    before, after = pl.col("origin") < as_of, pl.col("origin") > as_of
+    assert whole.filter(before).equals(fixed.filter(before))
+    assert not np.allclose(whole.filter(after).select("p10", "p90").to_numpy(),
+                           fixed.filter(after).select("p10", "p90").to_numpy())
+    # a later --start forecasts the origins in between too (not written), so its rows are the whole run's
+    late = _predict(run, daily_path, tmp_path / "l.parquet", "--calibration", "adaptive", "--start", "2024-10-15")
+    assert "forecasting" in capsys.readouterr().err  # the lead-in, said once
+    assert late.height < whole.height and late.equals(whole.filter(pl.col("origin").is_in(late["origin"].implode())))
+
+
+def test_predict_adaptive_no_look_ahead(run, daily_path, tmp_path):
+    """The bars after t jittered (so their outcomes, and the forecasts from them, change): every forecast from an
+    origin at or before t is the same, calibrated by adaptive shifts that moved with each outcome up to t."""
+    bars = pl.read_parquet(daily_path)
+    t = np.datetime64("2024-10-31")
+    later = pl.col("timestamp") > pl.lit(t).cast(bars.schema["timestamp"])
+    noise = pl.Series(np.exp(np.random.default_rng(0).normal(0, 0.02, bars.height)))
+    jittered = bars.with_columns(*(pl.when(later).then(pl.col(c) * noise).otherwise(pl.col(c)) for c in
+                                   ("open", "high", "low", "close")))
+    jittered.write_parquet(tmp_path / "jittered.parquet")
+    a = _predict(run, daily_path, tmp_path / "a.parquet", "--calibration", "adaptive")
+    b = _predict(run, tmp_path / "jittered.parquet", tmp_path / "b.parquet", "--calibration", "adaptive")
+    upto = pl.col("origin") <= pl.lit(t).cast(pl.Datetime("ns", "UTC"))
+    assert a.filter(upto).drop("actual").equals(b.filter(upto).drop("actual"))
+    assert not a.filter(~upto).select("p10", "p50", "p90").equals(b.filter(~upto).select("p10", "p50", "p90"))
+
+
+def test_evaluate_says_which_calibration_ran(run, daily_path, tmp_path, capsys):
+    out = tmp_path / "e"
+    assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(out),
+                 "--calibration", "adaptive"]) == 0
+    console = capsys.readouterr().out
+    c = json.loads((out / "metrics.json").read_text())["calibration"]
+    assert c["applied"] is True and c["method"] == "adaptive" and c["adaptive"]["as_of"].startswith("2024-08-30")
+    assert "calibrated (adaptive shifts)" in console
+    assert "calibration: adaptive scaled conformal shifts per series" in (out / "report.html").read_text()
+    assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(tmp_path / "x"),
+                 "--calibration", "sometimes"]) == 2
+    assert "--calibration 'sometimes' is not one of adaptive, fixed, none" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_calibration_from_before_the_adaptive_state_gives_fixed_shifts_and_says_so(run, daily_path, tmp_path,
+                                                                                       capsys):
+    old = tmp_path / "old"
+    shutil.copytree(run, old)
+    cal = json.loads((old / "calibration.json").read_text())
+    del cal["adaptive"]
+    (old / "calibration.json").write_text(json.dumps(cal))
+    got = _predict(old, daily_path, tmp_path / "o.parquet", "--calibration", "adaptive")
+    assert "no adaptive state" in capsys.readouterr().err
+    assert _meta(tmp_path / "o.parquet")["calibration"]["method"] == "fixed"
+    assert got.equals(_predict(run, daily_path, tmp_path / "f.parquet", "--calibration", "fixed"))
