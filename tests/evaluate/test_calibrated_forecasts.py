@@ -167,10 +167,13 @@ def test_predict_adaptive_continues_the_saved_state_from_any_start(run, daily_pa
     assert whole.filter(before).equals(fixed.filter(before))
     assert not np.allclose(whole.filter(after).select("p10", "p90").to_numpy(),
                            fixed.filter(after).select("p10", "p90").to_numpy())
-    # a later --start forecasts the origins in between too (not written), so its rows are the whole run's
-    late = _predict(run, daily_path, tmp_path / "l.parquet", "--calibration", "adaptive", "--start", "2024-10-15")
-    assert "forecasting" in capsys.readouterr().err  # the lead-in, said once
-    assert late.height < whole.height and late.equals(whole.filter(pl.col("origin").is_in(late["origin"].implode())))
+    # a later --start forecasts the origins in between too (not written), so its rows are the whole run's; from
+    # as_of itself (evaluate's default start), the forecasts still waiting for outcomes then
+    for start in ("2024-10-15", VAL_END):
+        late = _predict(run, daily_path, tmp_path / "l.parquet", "--calibration", "adaptive", "--start", start)
+        assert "forecasting" in capsys.readouterr().err  # the lead-in, said once
+        assert late.height < whole.height
+        assert late.equals(whole.filter(pl.col("origin").is_in(late["origin"].implode())))
 
 
 def test_predict_adaptive_no_look_ahead(run, daily_path, tmp_path):

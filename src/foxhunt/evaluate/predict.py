@@ -400,8 +400,8 @@ def write_forecasts(
 
 def lead_in(data: PreparedData, ids: torch.Tensor, runner: Runner) -> torch.Tensor:
     """The windows an adaptive calibration forecasts before `ids` without writing them: for each series whose first
-    origin in `ids` comes after its state's as_of (the end of validation), its origins from D - 1 before as_of (the
-    forecasts still waiting for outcomes then) up to that first one. Found by bisection on window ids (a series'
+    origin in `ids` is at or after its state's as_of (the end of validation), its origins from D - 1 before as_of
+    (the forecasts still waiting for outcomes then) up to that first one. Found by bisection on window ids (a series'
     windows are consecutive ids, in time order), so a feature store's windows are not all read."""
     if not len(ids):
         return ids
@@ -411,7 +411,7 @@ def lead_in(data: PreparedData, ids: torch.Tensor, runner: Runner) -> torch.Tens
     parts = []
     for f, s in zip(firsts.tolist(), w.series_index(firsts).tolist(), strict=True):
         as_of = runner.as_of(w.series_names[s])
-        if as_of is None or _origin(w, f) <= as_of:
+        if as_of is None or _origin(w, f) < as_of:  # from as_of itself on, the forecasts waiting then are needed
             continue
         lo = _bisect(0, f, lambda i, s=s: int(w.series_index(torch.tensor([i]))[0]) >= s)  # the series' first window
         at = _bisect(lo, f, lambda i, t=as_of: _origin(w, i) >= t)  # its first window at or after as_of

@@ -118,7 +118,7 @@ def track(rule: Rule, shifts: np.ndarray, weights: np.ndarray, score: np.ndarray
     tau = np.asarray(rule.quantiles)
     u = np.where(ok, score, 0.0)[None] - shifts  # (K, D, Q)
     above = u > 0
-    w = weights * np.exp(-rule.rate * np.where(above, tau * u, (tau - 1) * u) / rule.loss_scale)
+    w = weights * np.exp(-rule.rate * pinball(u, tau) / rule.loss_scale)
     w = (1 - rule.share) * w / w.sum(axis=0) + rule.share / len(w)
     weights[...] = np.where(ok, w, weights)
     shifts += np.where(ok, rule.step * (above - (1 - tau)), 0.0)
