@@ -174,6 +174,13 @@ def test_predict_adaptive_continues_the_saved_state_from_any_start(run, daily_pa
         assert "forecasting" in capsys.readouterr().err  # the lead-in, said once
         assert late.height < whole.height
         assert late.equals(whole.filter(pl.col("origin").is_in(late["origin"].implode())))
+    # bars that start after the end of validation leave a gap the state cannot see: said, once
+    bars = pl.read_parquet(daily_path)
+    bars.filter(pl.col("timestamp") >= pl.lit(np.datetime64("2024-09-16")).cast(bars.schema["timestamp"])).write_parquet(
+        tmp_path / "later.parquet")
+    _predict(run, tmp_path / "later.parquet", tmp_path / "g.parquet", "--calibration", "adaptive")
+    err = capsys.readouterr().err
+    assert err.count("start after its state's last outcome (2024-08-30T00:00:00Z") == 1 and "1 more series" in err
 
 
 def test_predict_adaptive_no_look_ahead(run, daily_path, tmp_path):

@@ -408,16 +408,24 @@ def lead_in(data: PreparedData, ids: torch.Tensor, runner: Runner) -> torch.Tens
     w, d = data.windows, data.windows.horizon
     series = w.series_index(ids)  # (B,)
     firsts = ids[torch.cat([torch.ones(1, dtype=torch.bool), series[1:] != series[:-1]])]  # each series' first id
-    parts = []
+    parts, late = [], []
     for f, s in zip(firsts.tolist(), w.series_index(firsts).tolist(), strict=True):
         as_of = runner.as_of(w.series_names[s])
         if as_of is None or _origin(w, f) < as_of:  # from as_of itself on, the forecasts waiting then are needed
             continue
         lo = _bisect(0, f, lambda i, s=s: int(w.series_index(torch.tensor([i]))[0]) >= s)  # the series' first window
         at = _bisect(lo, f, lambda i, t=as_of: _origin(w, i) >= t)  # its first window at or after as_of
+        if _origin(w, lo) > as_of:
+            late.append((w.series_names[s], as_of))
         start = max(lo, at - (d - 1))
         if start < f:
             parts.append(torch.arange(start, f, dtype=torch.int64))
+    if late:
+        name, as_of = late[0]
+        more = f" (and {len(late) - 1} more series)" if len(late) > 1 else ""
+        log.warning("adaptive calibration: the bars of %s%s start after its state's last outcome (%sZ, the end of "
+                    "validation): the outcomes in between are not in its shifts; give bars from then on to follow "
+                    "them", name, more, np.datetime64(as_of, "ns").astype("datetime64[s]"))
     return torch.cat(parts) if parts else ids[:0]
 
 
