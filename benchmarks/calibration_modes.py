@@ -14,8 +14,9 @@ so the three rows are one model's forecasts. Datasets (../shared/data, skipped w
   sample  the bundled sample (simulated: never evidence).
 Beside the three evaluations, one pass over the same forecasts replays adaptive calibration with a single pooled state
 (every series' outcomes move one set of shifts, in time order; rate and share for the panel's validation outcomes)
-and with a state per series (which must equal evaluate's adaptive row); `dm p` is the Diebold-Mariano p-value of
-adaptive against fixed (mean pinball per origin, averaged over the panel at each time, Newey-West with D - 1 lags).
+and with a state per series (which must equal evaluate's adaptive row); `vs fixed` is adaptive's mean pinball loss
+relative to fixed's (below 0: adaptive is better) and `dm p` the Diebold-Mariano p-value of their difference (mean
+pinball per origin, averaged over the panel at each time, Newey-West with D - 1 lags).
 
 --units: the older question, which units the fixed shift should be in (raw or scaled), on trained runs' test splits.
 One CPU thread.
@@ -40,7 +41,7 @@ from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.evaluate.metrics import pinball, q_risk
 from foxhunt.evaluate.period import model_split
 from foxhunt.evaluate.predict import prepare_for_model
-from foxhunt.model.adaptive import AdaptiveCalibration, Origins, Rule, track
+from foxhunt.model.adaptive import GRID, AdaptiveCalibration, Origins, Rule, track
 from foxhunt.model.calibration import MODES, Calibration, coverage_summary, outer_label
 from foxhunt.train.calibrate import forecast_windows
 from foxhunt.train.checkpoint import load_model
@@ -111,9 +112,8 @@ def replay(run: Path, name: str) -> dict[str, dict]:
     for k, f in out.items():
         res[k] = {"q": list(q_risk(y[scored], f[scored], qs)),
                   "cover": coverage_summary(y[scored], f[scored], qs)[outer_label(qs)], "n": int(np.isfinite(y[scored]).sum())}
-    res["adaptive"]["dm_p"] = _dm(y[scored], out["fixed"][scored], out["adaptive"][scored], origin[scored], qs, d)
-    res["adaptive pooled"]["dm_p"] = _dm(y[scored], out["fixed"][scored], out["adaptive pooled"][scored],
-                                         origin[scored], qs, d)
+    for k in ("adaptive", "adaptive pooled"):
+        res[k]["dm_p"], res[k]["vs_fixed"] = _dm(y[scored], out["fixed"][scored], out[k][scored], origin[scored], qs, d)
     return res
 
 
@@ -134,24 +134,64 @@ def _pooled(rule: Rule, series, origin, yo, q, scale, d) -> np.ndarray:
     return out
 
 
-def _dm(y, a, b, origin, qs, d) -> float:
-    """Diebold-Mariano p-value of equal mean pinball loss, a against b: per origin the mean over steps and quantiles,
-    averaged over the series at each time; HAC (Newey-West) variance with D - 1 lags (forecasts overlap)."""
+def _dm(y, a, b, origin, qs, d) -> tuple[float, float]:
+    """Diebold-Mariano p-value of equal mean pinball loss, b against a (per origin the mean over steps and quantiles,
+    averaged over the series at each time; HAC (Newey-West) variance with D - 1 lags: forecasts overlap), and b's
+    mean pinball loss relative to a's (below 0: b is better)."""
     import statsmodels.api as sm
 
-    diff = np.nanmean(pinball(y, a, qs) - pinball(y, b, qs), axis=(1, 2))  # (K,)
+    la, lb = pinball(y, a, qs), pinball(y, b, qs)  # (K, D, Q)
+    diff = np.nanmean(lb - la, axis=(1, 2))  # (K,)
     times, inv = np.unique(origin, return_inverse=True)
     per_time = np.bincount(inv, diff) / np.bincount(inv)  # (T,)
     fit = sm.OLS(per_time, np.ones(len(times))).fit(cov_type="HAC", cov_kwds={"maxlags": max(d - 1, 0)})
-    return float(fit.pvalues[0])
+    return float(fit.pvalues[0]), float(np.nanmean(lb) / np.nanmean(la) - 1)
+
+
+TO_1_8 = (0.0, 1 / 256, 1 / 128, 1 / 64, 1 / 32, 1 / 16, 1 / 8)
+VARIANTS = {  # name -> (grid, rate multiplier): the rule as shipped (GRID), and what validation weighed it against
+    "adaptive": (GRID, 1.0), "grid to 1/8": (TO_1_8, 1.0), "grid to 1/8 x4": (TO_1_8, 4.0),
+    "grid to 1/8 x1/4": (TO_1_8, 0.25), "rate x4": (GRID, 4.0), "rate x1/4": (GRID, 0.25),
+    "one step 1/256": ((1 / 256,), 1.0), "one step 1/64": ((1 / 64,), 1.0), "one step 1/16": ((1 / 16,), 1.0),
+}
+
+
+def validation_study(run: Path) -> dict[str, dict]:
+    """The rule chosen on validation alone: the run's validation origins split at their middle time; the first half
+    plays validation (fixed shifts fitted on it, the adaptive state warmed up through it from them), the second half
+    is scored. Each variant of the rule against the first half's fixed shifts."""
+    lm = load_model(run, "cpu", calibration=False)
+    data = prepare_data(lm.data_cfg)
+    w, qs, d = data.windows, lm.model_cfg.quantiles, lm.model_cfg.horizon
+    ids = data.splits["val"]
+    y, q, scale, origin = forecast_windows(lm.model, w, ids, 1024, torch.device("cpu"))
+    series, yo = w.series_index(ids).numpy(), w.origin_target(ids).numpy().astype(np.float64)
+    first = w.target_ns(ids)[:, 0].numpy()
+    half = first < np.median(first)
+    cal = Calibration.fit(y[half], q[half], scale[half], qs)
+    n_series = len(np.unique(series[half]))
+    scores_h1 = (y[half][..., None] - q[half]) / scale[half][:, None, None]
+    out = {"none": q, "fixed": cal.apply(q, scale)}
+    for name, (grid, times) in VARIANTS.items():
+        rule = Rule.fit(scores_h1, cal.shifts, qs, cal.mode, per_series=half.sum() / n_series, grid=grid)
+        rule = dataclasses.replace(rule, rate=rule.rate * times)
+        out[name] = AdaptiveCalibration(rule, {}, {}).runner().correct(q, scale, Origins(series, w.series_names,
+                                                                                          origin, yo))
+    res = {}
+    for k, f in out.items():
+        res[k] = {"q": list(q_risk(y[~half], f[~half], qs)), "cover": coverage_summary(y[~half], f[~half], qs)[
+            outer_label(qs)], "n": int(np.isfinite(y[~half]).sum())}
+        if k not in ("none", "fixed"):
+            res[k]["dm_p"], res[k]["vs_fixed"] = _dm(y[~half], out["fixed"][~half], f[~half], origin[~half], qs, d)
+    return res
 
 
 def table(rows: list[tuple[str, int, str, dict]]) -> str:
     head = f"{'dataset':<8}{'seed':>5}  {'calibration':<17}{'qrisk p10':>10}{'qrisk p50':>10}{'qrisk p90':>10}" \
-           f"{'cover':>8}{'dm p':>8}{'pairs':>9}"
+           f"{'cover':>8}{'vs fixed':>10}{'dm p':>8}{'pairs':>9}"
     lines = [head, "-" * len(head)]
     for name, seed, method, r in rows:
-        dm = f"{r['dm_p']:>8.3f}" if r.get("dm_p") is not None else f"{'':>8}"
+        dm = f"{r['vs_fixed']:>+10.2%}{r['dm_p']:>8.3f}" if r.get("dm_p") is not None else f"{'':>18}"
         lines.append(f"{name:<8}{seed:>5}  {method:<17}" + "".join(f"{v:>10.4f}" for v in r["q"])
                      + f"{r['cover']:>8.3f}{dm}{r['n']:>9,}")
     return "\n".join(lines)
@@ -217,6 +257,7 @@ def main() -> int:
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--out", type=Path, default=Path("/tmp/calibration_modes"))
     p.add_argument("--units", nargs="+", metavar="RUN_DIR", help="compare the fixed shift's units on these runs")
+    p.add_argument("--validation", action="store_true", help="weigh the adaptive rule's variants on validation only")
     p.add_argument("--test-end", help="--units: score test windows ending before this date only")
     a = p.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -231,6 +272,10 @@ def main() -> int:
             run = train(name, seed, a.out)
             if run is None:
                 break
+            if a.validation:
+                replayed += [(name, seed, k, r) for k, r in validation_study(run).items()]
+                print(table(replayed[-len(VARIANTS) - 2:]), "\n", flush=True)
+                continue
             for method in METHODS:
                 r = evaluate(run, name, method)
                 assert r["method"] == method or method == "none", (run, method, r["method"])
@@ -238,6 +283,10 @@ def main() -> int:
             for method, r in replay(run, name).items():
                 replayed.append((name, seed, method, r))
             print(table(evaluated[-3:] + replayed[-4:]), "\n", flush=True)
+    if a.validation:
+        print("validation only: second half scored, the first half as validation (mean over seeds: seed -1)")
+        print(table(replayed + mean_rows(replayed)))
+        return 0
     print("foxhunt evaluate --calibration none | fixed | adaptive (held-out period; mean over seeds: seed -1)")
     print(table(evaluated + mean_rows(evaluated)))
     print("\nreplayed on the same forecasts: adaptive per series (= evaluate's) and one pooled state")

@@ -57,6 +57,16 @@ def test_two_steps_by_hand():
     np.testing.assert_array_equal(t.weights, before[1])
 
 
+def test_an_outlier_moves_the_weights_without_breaking_them():
+    """A score a million units away gives every expert a loss whose exp underflows: the weights must stay a
+    distribution (the best expert's loss is taken off first)."""
+    rule = _rule([0.0, 0.5])
+    t = rule.fresh()
+    track(rule, t.shifts, t.weights, np.array([[1e6, -1e6]]))
+    assert np.isfinite(t.weights).all() and np.allclose(t.weights.sum(axis=0), 1)
+    assert np.isfinite(t.shift()).all()
+
+
 def _by_hand(f, y, scale, eta, tau, d, scaled):
     """One expert, one quantile, as a plain loop: at bar n the outcome scores the forecast made h bars before for
     step h, and that horizon's shift c moves by eta (1[score > c] - (1 - tau)); the shift applied at n is c then."""

@@ -11,7 +11,7 @@ or below it. Its long-run share of outcomes below the shifted forecast is q what
 bound: off by at most (range of c + eta) / (eta T) over T outcomes).
 
 The step eta trades tracking against noise and a single validation year cannot tell which the next year needs
-(calm 2017 asks for none; 2018 needed a lot). So there is no single step: K trackers ("experts") with steps
+(calm 2017 asks for none; 2018 needed a lot). So there is no single step: K = 5 trackers ("experts") with steps
 eta_k = g_k x spread (g on the geometric grid GRID, 0 included: the fixed shift itself; spread = P90 - P10 of the
 validation scores of that quantile and horizon) run side by side, and the shift applied is their weighted mean, the
 weights learnt online from each expert's pinball loss by exponential weighting with fixed share (Herbster and Warmuth
@@ -43,7 +43,9 @@ from typing import Any
 
 import numpy as np
 
-GRID = (0.0, 1 / 256, 1 / 128, 1 / 64, 1 / 32, 1 / 16, 1 / 8)  # each expert's step, in units of the score spread
+# Each expert's step, in units of the score spread: 0 (the fixed shift) and 1/256 .. 1/32, chosen on validation alone
+# (benchmarks/calibration_modes.py --validation: over 1/256 .. 1/8 the two fastest added noise, the median's most).
+GRID = (0.0, 1 / 256, 1 / 128, 1 / 64, 1 / 32)
 NEVER = np.iinfo(np.int64).min  # as_of of a series without saved state: every outcome is new
 
 
@@ -118,7 +120,9 @@ def track(rule: Rule, shifts: np.ndarray, weights: np.ndarray, score: np.ndarray
     tau = np.asarray(rule.quantiles)
     u = np.where(ok, score, 0.0)[None] - shifts  # (K, D, Q)
     above = u > 0
-    w = weights * np.exp(-rule.rate * pinball(u, tau) / rule.loss_scale)
+    loss = pinball(u, tau) / rule.loss_scale  # (K, D, Q)
+    # less the best expert's loss, which the normalisation cancels: an outlier cannot underflow every weight to 0
+    w = weights * np.exp(-rule.rate * (loss - loss.min(axis=0)))
     w = (1 - rule.share) * w / w.sum(axis=0) + rule.share / len(w)
     weights[...] = np.where(ok, w, weights)
     shifts += np.where(ok, rule.step * (above - (1 - tau)), 0.0)
