@@ -11,7 +11,8 @@ so the three rows are one model's forecasts. Datasets (../shared/data, skipped w
           2017, test 2018: the issue-44 case where the fixed shifts fitted on calm 2017 failed in 2018);
   cn      45 Chinese commodity futures, daily 2011-2017, the automatic split;
   kopep   KO and PEP, 15-minute bars, the automatic split;
-  sample  the bundled sample (simulated: never evidence).
+  sample  the bundled sample (simulated: never evidence);
+  spx1618 (not by default) S&P 500 daily, --test-fraction 0.15: test 2016-2018, docs/benchmarks.md's table.
 Beside the three evaluations, one pass over the same forecasts replays adaptive calibration with a single pooled state
 (every series' outcomes move one set of shifts, in time order; rate and share for the panel's validation outcomes)
 and with a state per series (which must equal evaluate's adaptive row); `vs fixed` is adaptive's mean pinball loss
@@ -52,6 +53,7 @@ DATASETS = {
     "cn": (["cn_futures_daily.parquet"], []),
     "kopep": (["ko_pep_15min.parquet"], []),
     "sample": ([], []),  # the bundled sample: no --parquet-file
+    "spx1618": (["spx_daily.parquet"], ["--test-fraction", "0.15"]),  # docs/benchmarks.md's SPX table: test 2016-2018
 }
 METHODS = ("none", "fixed", "adaptive")
 
@@ -253,7 +255,7 @@ def _ns(iso: str) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--datasets", default=",".join(DATASETS))
+    p.add_argument("--datasets", default="spx,cn,kopep,sample")
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--out", type=Path, default=Path("/tmp/calibration_modes"))
     p.add_argument("--units", nargs="+", metavar="RUN_DIR", help="compare the fixed shift's units on these runs")

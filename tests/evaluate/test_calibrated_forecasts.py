@@ -46,7 +46,8 @@ def test_train_saves_the_calibration_with_its_fit(run):
 
 def test_predict_applies_the_shifts_and_says_so(run, daily_path, tmp_path):
     cal_out, raw_out = tmp_path / "cal.parquet", tmp_path / "raw.parquet"
-    assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(cal_out)]) == 0
+    assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(cal_out),
+                 "--calibration", "fixed"]) == 0
     assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(raw_out),
                  "--no-calibration"]) == 0
     assert _meta(cal_out)["calibrated"] is True and _meta(raw_out)["calibrated"] is False
@@ -76,13 +77,15 @@ def test_evaluate_scores_held_out_origins_raw_and_calibrated(run, daily_path, tm
     assert str(first)[:10] >= VAL_END and m["period"]["scored"].startswith("held out")
     c = m["calibration"]
     assert c["applied"] is True and c["mode"] == "scaled" and set(c["coverage"]) == {"raw", "calibrated"}
+    assert c["method"] == "adaptive" and c["adaptive"]["as_of"].startswith("2024-08-30")  # the default
     assert c["coverage"]["calibrated"]["p10-p90"] == m["model"]["overall"]["coverage"]["p10-p90"]
     assert c["coverage"]["raw"]["p10-p90"] == m["model_raw"]["overall"]["coverage"]["p10-p90"]
     assert set(c["coverage"]["raw"]["below"]) == {"0.1", "0.5", "0.9"}
     assert m["model_raw"]["overall"]["n"] == m["model"]["overall"]["n"]
     assert "model (raw)" in console and "p10-p90 coverage: raw" in console
     html = (cal_dir / "report.html").read_text()
-    assert "model (raw)" in html and "calibration: fixed scaled conformal shifts" in html
+    assert "model (raw)" in html and "calibration: adaptive scaled conformal shifts per series" in html
+    assert "calibrated (adaptive shifts)" in console
 
     assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(raw_dir),
                  "--no-calibration"]) == 0
@@ -203,12 +206,12 @@ def test_predict_adaptive_no_look_ahead(run, daily_path, tmp_path):
 def test_evaluate_says_which_calibration_ran(run, daily_path, tmp_path, capsys):
     out = tmp_path / "e"
     assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(out),
-                 "--calibration", "adaptive"]) == 0
+                 "--calibration", "fixed"]) == 0
     console = capsys.readouterr().out
     c = json.loads((out / "metrics.json").read_text())["calibration"]
-    assert c["applied"] is True and c["method"] == "adaptive" and c["adaptive"]["as_of"].startswith("2024-08-30")
-    assert "calibrated (adaptive shifts)" in console
-    assert "calibration: adaptive scaled conformal shifts per series" in (out / "report.html").read_text()
+    assert c["applied"] is True and c["method"] == "fixed" and "adaptive" not in c
+    assert "calibrated (fixed shifts)" in console
+    assert "calibration: fixed scaled conformal shifts fitted on validation" in (out / "report.html").read_text()
     assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(tmp_path / "x"),
                  "--calibration", "sometimes"]) == 2
     assert "--calibration 'sometimes' is not one of adaptive, fixed, none" in capsys.readouterr().err

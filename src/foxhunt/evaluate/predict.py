@@ -401,7 +401,8 @@ def write_forecasts(
 def lead_in(data: PreparedData, ids: torch.Tensor, runner: Runner) -> torch.Tensor:
     """The windows an adaptive calibration forecasts before `ids` without writing them: for each series whose first
     origin in `ids` is at or after its state's as_of (the end of validation), its origins from D - 1 before as_of
-    (the forecasts still waiting for outcomes then) up to that first one. Found by bisection on window ids (a series'
+    (the forecasts still waiting for outcomes then) up to that first one; for a series with no state, every origin
+    before its first one in `ids` (its state starts at its first origin). Found by bisection on window ids (a series'
     windows are consecutive ids, in time order), so a feature store's windows are not all read."""
     if not len(ids):
         return ids
@@ -411,9 +412,12 @@ def lead_in(data: PreparedData, ids: torch.Tensor, runner: Runner) -> torch.Tens
     parts, late = [], []
     for f, s in zip(firsts.tolist(), w.series_index(firsts).tolist(), strict=True):
         as_of = runner.as_of(w.series_names[s])
-        if as_of is None or _origin(w, f) < as_of:  # from as_of itself on, the forecasts waiting then are needed
+        if as_of is not None and _origin(w, f) < as_of:  # from as_of itself on, the forecasts waiting then are needed
             continue
         lo = _bisect(0, f, lambda i, s=s: int(w.series_index(torch.tensor([i]))[0]) >= s)  # the series' first window
+        if as_of is None:  # no saved state: it follows every outcome from its first origin
+            parts.append(torch.arange(lo, f, dtype=torch.int64))
+            continue
         at = _bisect(lo, f, lambda i, t=as_of: _origin(w, i) >= t)  # its first window at or after as_of
         if _origin(w, lo) > as_of:
             late.append((w.series_names[s], as_of))

@@ -35,9 +35,11 @@ import numpy as np
 MODES = ("scaled", "raw")
 DEFAULT_MODE = "scaled"
 # Which calibration forecasts get (`--calibration`): the adaptive shifts of model/adaptive.py, the fixed ones fitted
-# here, or none. The default is chosen by benchmarks/calibration_modes.py (docs/benchmarks.md "Calibration").
+# here, or none. Adaptive by measurement (benchmarks/calibration_modes.py, docs/benchmarks.md "Calibration"): against
+# the fixed shifts, mean pinball loss 2.5-3.3% lower on the S&P 500's 2018 (p10-p90 coverage 0.71 -> 0.76) and 0.8-1.0%
+# lower on 45 futures (Diebold-Mariano p < 0.001); 0.4% higher on KO/PEP 15-minute bars (p 0.11, 0.15).
 METHODS = ("adaptive", "fixed", "none")
-DEFAULT_METHOD = "fixed"
+DEFAULT_METHOD = "adaptive"
 MIN_WINDOWS = 20  # fewer validation windows than this give shifts too noisy to trust: no calibration is fitted
 
 
