@@ -16,8 +16,9 @@ so the three rows are one model's forecasts. Datasets (../shared/data, skipped w
 Beside the three evaluations, one pass over the same forecasts replays adaptive calibration with a single pooled state
 (every series' outcomes move one set of shifts, in time order; rate and share for the panel's validation outcomes)
 and with a state per series (which must equal evaluate's adaptive row); `vs fixed` is adaptive's mean pinball loss
-relative to fixed's (below 0: adaptive is better) and `dm p` the Diebold-Mariano p-value of their difference (mean
-pinball per origin, averaged over the panel at each time, Newey-West with D - 1 lags).
+relative to fixed's (below 0: adaptive is better) and `dm p` the Diebold-Mariano p-values of their difference, over
+all quantiles and then per quantile (mean pinball per origin, averaged over the panel at each time, Newey-West with
+D - 1 lags).
 
 --units: the older question, which units the fixed shift should be in (raw or scaled), on trained runs' test splits.
 One CPU thread.
@@ -136,18 +137,20 @@ def _pooled(rule: Rule, series, origin, yo, q, scale, d) -> np.ndarray:
     return out
 
 
-def _dm(y, a, b, origin, qs, d) -> tuple[float, float]:
-    """Diebold-Mariano p-value of equal mean pinball loss, b against a (per origin the mean over steps and quantiles,
-    averaged over the series at each time; HAC (Newey-West) variance with D - 1 lags: forecasts overlap), and b's
-    mean pinball loss relative to a's (below 0: b is better)."""
+def _dm(y, a, b, origin, qs, d) -> tuple[list[float], float]:
+    """Diebold-Mariano p-values of equal mean pinball loss, b against a, over all quantiles and then per quantile
+    (per origin the mean over steps (and quantiles), averaged over the series at each time; HAC (Newey-West)
+    variance with D - 1 lags: forecasts overlap), and b's mean pinball loss relative to a's (below 0: b is better)."""
     import statsmodels.api as sm
 
     la, lb = pinball(y, a, qs), pinball(y, b, qs)  # (K, D, Q)
-    diff = np.nanmean(lb - la, axis=(1, 2))  # (K,)
     times, inv = np.unique(origin, return_inverse=True)
-    per_time = np.bincount(inv, diff) / np.bincount(inv)  # (T,)
-    fit = sm.OLS(per_time, np.ones(len(times))).fit(cov_type="HAC", cov_kwds={"maxlags": max(d - 1, 0)})
-    return float(fit.pvalues[0]), float(np.nanmean(lb) / np.nanmean(la) - 1)
+    ps = []
+    for diff in (np.nanmean(lb - la, axis=(1, 2)), *np.nanmean(lb - la, axis=1).T):  # (K,) all, then each quantile
+        per_time = np.bincount(inv, diff) / np.bincount(inv)  # (T,)
+        fit = sm.OLS(per_time, np.ones(len(times))).fit(cov_type="HAC", cov_kwds={"maxlags": max(d - 1, 0)})
+        ps.append(float(fit.pvalues[0]))
+    return ps, float(np.nanmean(lb) / np.nanmean(la) - 1)
 
 
 TO_1_8 = (0.0, 1 / 256, 1 / 128, 1 / 64, 1 / 32, 1 / 16, 1 / 8)
@@ -190,10 +193,11 @@ def validation_study(run: Path) -> dict[str, dict]:
 
 def table(rows: list[tuple[str, int, str, dict]]) -> str:
     head = f"{'dataset':<8}{'seed':>5}  {'calibration':<17}{'qrisk p10':>10}{'qrisk p50':>10}{'qrisk p90':>10}" \
-           f"{'cover':>8}{'vs fixed':>10}{'dm p':>8}{'pairs':>9}"
+           f"{'cover':>8}{'vs fixed':>10}  {'dm p: all, by quantile':<24}{'pairs':>9}"
     lines = [head, "-" * len(head)]
     for name, seed, method, r in rows:
-        dm = f"{r['vs_fixed']:>+10.2%}{r['dm_p']:>8.3f}" if r.get("dm_p") is not None else f"{'':>18}"
+        dm = (f"{r['vs_fixed']:>+10.2%}  {' '.join(f'{p:.3f}' for p in r['dm_p']):<24}" if r.get("dm_p") is not None
+              else f"{'':>36}")
         lines.append(f"{name:<8}{seed:>5}  {method:<17}" + "".join(f"{v:>10.4f}" for v in r["q"])
                      + f"{r['cover']:>8.3f}{dm}{r['n']:>9,}")
     return "\n".join(lines)

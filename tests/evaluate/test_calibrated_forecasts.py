@@ -13,6 +13,7 @@ import pytest
 
 from foxhunt.cli import main
 from foxhunt.evaluate.predict import prepare_for_model, select_origins
+from foxhunt.model.calibration import DEFAULT_METHOD
 from foxhunt.train.checkpoint import load_model
 
 VAL_END = "2024-09-02"
@@ -77,15 +78,15 @@ def test_evaluate_scores_held_out_origins_raw_and_calibrated(run, daily_path, tm
     assert str(first)[:10] >= VAL_END and m["period"]["scored"].startswith("held out")
     c = m["calibration"]
     assert c["applied"] is True and c["mode"] == "scaled" and set(c["coverage"]) == {"raw", "calibrated"}
-    assert c["method"] == "adaptive" and c["adaptive"]["as_of"].startswith("2024-08-30")  # the default
+    assert c["method"] == DEFAULT_METHOD
     assert c["coverage"]["calibrated"]["p10-p90"] == m["model"]["overall"]["coverage"]["p10-p90"]
     assert c["coverage"]["raw"]["p10-p90"] == m["model_raw"]["overall"]["coverage"]["p10-p90"]
     assert set(c["coverage"]["raw"]["below"]) == {"0.1", "0.5", "0.9"}
     assert m["model_raw"]["overall"]["n"] == m["model"]["overall"]["n"]
     assert "model (raw)" in console and "p10-p90 coverage: raw" in console
     html = (cal_dir / "report.html").read_text()
-    assert "model (raw)" in html and "calibration: adaptive scaled conformal shifts per series" in html
-    assert "calibrated (adaptive shifts)" in console
+    assert "model (raw)" in html and f"calibration: {DEFAULT_METHOD} scaled conformal shifts" in html
+    assert f"calibrated ({DEFAULT_METHOD} shifts)" in console
 
     assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(raw_dir),
                  "--no-calibration"]) == 0
@@ -204,14 +205,18 @@ def test_predict_adaptive_no_look_ahead(run, daily_path, tmp_path):
 
 
 def test_evaluate_says_which_calibration_ran(run, daily_path, tmp_path, capsys):
+    other = "adaptive" if DEFAULT_METHOD == "fixed" else "fixed"  # the default's is checked above
     out = tmp_path / "e"
     assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(out),
-                 "--calibration", "fixed"]) == 0
+                 "--calibration", other]) == 0
     console = capsys.readouterr().out
     c = json.loads((out / "metrics.json").read_text())["calibration"]
-    assert c["applied"] is True and c["method"] == "fixed" and "adaptive" not in c
-    assert "calibrated (fixed shifts)" in console
-    assert "calibration: fixed scaled conformal shifts fitted on validation" in (out / "report.html").read_text()
+    assert c["applied"] is True and c["method"] == other and ("adaptive" in c) == (other == "adaptive")
+    assert f"calibrated ({other} shifts)" in console
+    note = {"fixed": "calibration: fixed scaled conformal shifts fitted on validation",
+            "adaptive": "calibration: adaptive scaled conformal shifts per series, started from those fitted on "
+                        "validation and moved by every outcome since (state as of 2024-08-30"}[other]
+    assert note in (out / "report.html").read_text()
     assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(tmp_path / "x"),
                  "--calibration", "sometimes"]) == 2
     assert "--calibration 'sometimes' is not one of adaptive, fixed, none" in capsys.readouterr().err
