@@ -141,12 +141,17 @@ def _adaptive(run):
     return json.loads((run / "calibration.json").read_text())["adaptive"]
 
 
+AS_OF = "2024-08-27"  # the last validation origin: its 3 forecast bars end Friday 2024-08-30, before --val-end
+
+
 def test_train_warms_the_adaptive_state_up_through_validation(run):
     a = _adaptive(run)
     assert set(a["series"]) == {"ES", "NQ"}
-    # each series' state is as of its last validation bar: the last bar before --val-end (Friday 2024-08-30)
+    # each series' state is as of its last validation origin (no window reaching past validation is ever gathered)
     as_of = {np.datetime64(s["as_of_ns"], "ns").astype("datetime64[D]") for s in a["series"].values()}
-    assert as_of == {np.datetime64("2024-08-30")} and a["fitted_on"]["as_of"].startswith("2024-08-30")
+    assert as_of == {np.datetime64(AS_OF)} and a["fitted_on"]["as_of"].startswith(AS_OF)
+    fixed = json.loads((run / "calibration.json").read_text())["fitted_on"]
+    assert a["fitted_on"]["origins"] == fixed["windows"] and fixed["last_origin"].startswith(AS_OF)
     k = len(a["rule"]["grid"])
     for s in a["series"].values():
         w = np.asarray(s["weights"])
@@ -165,7 +170,7 @@ def test_predict_adaptive_continues_the_saved_state_from_any_start(run, daily_pa
     assert "calibrated (adaptive shifts)" in capsys.readouterr().out
     fixed = _predict(run, daily_path, tmp_path / "f.parquet", "--calibration", "fixed")
     assert _meta(tmp_path / "f.parquet")["calibration"]["method"] == "fixed"
-    as_of = pl.datetime(2024, 8, 30, time_zone="UTC")
+    as_of = pl.datetime(2024, 8, 27, time_zone="UTC")
     # before the state's as_of (the model's own validation period) adaptive gives the fixed shifts; after, its own
     before, after = pl.col("origin") < as_of, pl.col("origin") > as_of
     assert whole.filter(before).equals(fixed.filter(before))
@@ -184,7 +189,7 @@ def test_predict_adaptive_continues_the_saved_state_from_any_start(run, daily_pa
         tmp_path / "later.parquet")
     _predict(run, tmp_path / "later.parquet", tmp_path / "g.parquet", "--calibration", "adaptive")
     err = capsys.readouterr().err
-    assert err.count("start after its state's last outcome (2024-08-30T00:00:00Z") == 1 and "1 more series" in err
+    assert err.count(f"start after its state's last outcome ({AS_OF}T00:00:00Z") == 1 and "1 more series" in err
 
 
 def test_predict_adaptive_no_look_ahead(run, daily_path, tmp_path):
@@ -215,7 +220,7 @@ def test_evaluate_says_which_calibration_ran(run, daily_path, tmp_path, capsys):
     assert f"calibrated ({other} shifts)" in console
     note = {"fixed": "calibration: fixed scaled conformal shifts fitted on validation",
             "adaptive": "calibration: adaptive scaled conformal shifts per series, started from those fitted on "
-                        "validation and moved by every outcome since (state as of 2024-08-30"}[other]
+                        f"validation and moved by every outcome since (state as of {AS_OF}"}[other]
     assert note in (out / "report.html").read_text()
     assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(tmp_path / "x"),
                  "--calibration", "sometimes"]) == 2

@@ -176,9 +176,9 @@ def calibration_words(lm: LoadedModel) -> dict[str, Any] | None:
 # What a live user of the graph does to keep adaptive shifts (model/adaptive.py), in words.
 ADAPTIVE_WORDS = (
     "adaptive shifts replace `shifts` with a state per series that every outcome moves. Start series s from "
-    "adaptive.series[s] (a series not there: every expert at rule.start, weights 1/K), as of as_of_ns, the last "
-    "validation bar: forecast every origin after it in bar order, the D - 1 before it too (their forecasts wait for "
-    "outcomes after it). At each bar t after as_of_ns, with y_t the target of bar t: for each step h = 1..D whose "
+    "adaptive.series[s], as of as_of_ns, its last validation origin: forecast every origin after it in bar order, "
+    "the D - 1 before it too (their forecasts wait for outcomes after it); a series not there starts at its first "
+    "origin with every expert at rule.start, weights 1/K. At each bar t after as_of_ns, with y_t the target of bar t: for each step h = 1..D whose "
     "origin t - h was forecast, take its raw forecasts f (unscaled, sorted) and that origin's scale, and for each "
     "quantile j with level tau: score = (y_t - f[h][j]) / scale when rule.mode is scaled (else y_t - f[h][j]); for "
     "each expert k with shift c = shifts[k][h][j] and weight w = weights[k][h][j]: u = score - c, loss = max(tau u, "

@@ -28,8 +28,8 @@ when their outcomes arrive. So the shift applied at origin t uses only outcomes 
 bar costs O(K D Q) whatever the history.
 
 Each series has its own state (a panel's markets differ; benchmarks/calibration_modes.py measures it against one
-pooled state). The saved state is as of the last validation bar (train/calibrate.py warms it up from the fixed
-shifts through the validation period); forecasts continue it from the bar after. Origins before that bar get the
+pooled state). The saved state is as of each series' last validation origin (train/calibrate.py warms it up from
+the fixed shifts through the validation windows); forecasts continue it from the bar after. Origins before that bar get the
 fixed shifts (the state's start: those origins were used to fit them). A series without a saved state starts from
 the fixed shifts at its first origin. Legend: N origins, K experts, D forecast steps, Q quantiles, S series.
 """
@@ -185,7 +185,7 @@ class Track:
 
 @dataclass(frozen=True)
 class AdaptiveCalibration:
-    """The rule and each series' state as of the end of validation (saved in calibration.json)."""
+    """The rule and each series' state as of its last validation origin (saved in calibration.json)."""
 
     rule: Rule
     series: dict[str, Track]

@@ -71,54 +71,27 @@ def fit_calibration(run: RunDir, data: PreparedData, device: torch.device, batch
         "pairs": int(np.isfinite(y).sum()), "weights_sha256": weights_digest(run.weights),
     }
     cal = Calibration.fit(y, q, scale, lm.model_cfg.quantiles, mode, fitted_on)
-    adaptive = fit_adaptive(cal, data, ids, (y, q, scale), lm.model, max(1, min(batch_size, MAX_BATCH)), device)
+    adaptive = fit_adaptive(cal, data, ids, (y, q, scale))
     write_json(run.calibration, {**cal.to_dict(), "adaptive": adaptive.to_dict()})
     return cal
 
 
 def fit_adaptive(cal: Calibration, data: PreparedData, ids: torch.Tensor,
-                 val: tuple[np.ndarray, np.ndarray, np.ndarray], model: torch.nn.Module, batch_size: int,
-                 device: torch.device) -> AdaptiveCalibration:
+                 val: tuple[np.ndarray, np.ndarray, np.ndarray]) -> AdaptiveCalibration:
     """The adaptive rule from the validation scores `val` (actuals (N, D), raw forecasts (N, D, Q), scales (N,) of
-    windows `ids`), and each series' state warmed up from the fixed shifts through every origin of the validation
-    period: the validation windows, then those after each series' last one whose origin is still before the end of
-    validation (their later forecast bars purged them from the split; their origins' own bars are validation data)."""
+    windows `ids`), and each series' state warmed up from the fixed shifts through its validation windows: as of
+    its last validation origin (D bars before the end of validation; forecasts carry it through the rest, whose
+    windows reach past validation and so are never gathered while training)."""
     w = data.windows
     series = w.series_index(ids).numpy()  # (N,)
     n_series = len(np.unique(series))
-    rule = Rule.fit(scores(val[0], val[1], val[2], cal.mode), cal.shifts, cal.quantiles, cal.mode,
-                    per_series=len(ids) / max(n_series, 1))
-    more = _after_validation(data, ids, series)
-    if len(more):
-        extra = forecast_windows(model, w, more, batch_size, device)
-        order = torch.argsort(torch.cat([ids, more]), stable=True)  # series, then time: ids are in window order
-        every = torch.cat([ids, more])[order]
-        q = np.concatenate([val[1], extra[1]])[order.numpy()]
-        scale = np.concatenate([val[2], extra[2]])[order.numpy()]
-    else:
-        every, q, scale = ids, val[1], val[2]
-    origins = Origins(w.series_index(every).numpy(), w.series_names, w.origin_ns(every).numpy(),
-                      w.origin_target(every).numpy().astype(np.float64))
-    fitted_on = {"origins": int(len(every)), "series": n_series, "per_series": round(len(ids) / max(n_series, 1), 1),
+    per_series = len(ids) / max(n_series, 1)
+    rule = Rule.fit(scores(val[0], val[1], val[2], cal.mode), cal.shifts, cal.quantiles, cal.mode, per_series)
+    origins = Origins(series, w.series_names, w.origin_ns(ids).numpy(), w.origin_target(ids).numpy().astype(np.float64))
+    fitted_on = {"origins": int(len(ids)), "series": n_series, "per_series": round(per_series, 1),
                  "first_origin": _iso(origins.origin_ns.min()), "as_of": _iso(origins.origin_ns.max()),
                  "weights_sha256": cal.fitted_on.get("weights_sha256")}
-    return warm_up(rule, origins, q, scale, fitted_on)
-
-
-def _after_validation(data: PreparedData, ids: torch.Tensor, series: np.ndarray) -> torch.Tensor:
-    """The windows after each series' last validation window whose origin is before the end of validation (at most
-    horizon + 1 per series: the purged ones and the first test window): empty without --val-end."""
-    end = data.summary.get("val_end")
-    if not end or not len(ids):
-        return ids[:0]
-    end_ns = int(np.datetime64(str(end).replace("+00:00", "").rstrip("Z"), "ns").astype(np.int64))
-    last = ids[np.r_[np.flatnonzero(series[1:] != series[:-1]), len(series) - 1]]  # (S,) each series' last window
-    w, d = data.windows, data.windows.horizon
-    cand = (last[:, None] + torch.arange(1, d + 2)[None]).reshape(-1)  # (S * (D + 1),)
-    owner = w.series_index(last).repeat_interleave(d + 1)  # (S * (D + 1),)
-    inside = cand < w.n_windows
-    cand, owner = cand[inside], owner[inside]
-    return cand[(w.series_index(cand) == owner) & (w.origin_ns(cand) < end_ns)]
+    return warm_up(rule, origins, val[1], val[2], fitted_on)
 
 
 def calibration_line(cal: Calibration | None, n_val: int) -> str:
