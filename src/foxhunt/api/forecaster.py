@@ -136,9 +136,8 @@ class Forecaster:
             self._runner.restart(data.windows.series_names)
         fc = _predict.Forecaster(self._lm, data, self._device, calibration=self._runner or self._calibration(calibrated))
         ids = _predict.live_origins(data)
-        tables = [_predict.forecast_table(fb if calibrated or fb.raw is None else dataclasses.replace(fb, quantiles=fb.raw,
-                                                                                                     raw=None),
-                                          data.windows.series_names, self.quantiles) for fb in fc.iter(ids, 1024)]
+        tables = [_predict.forecast_table(_as_asked(fb, calibrated), data.windows.series_names, self.quantiles)
+                  for fb in fc.iter(ids, 1024)]
         out = pl.from_arrow(pa.concat_tables(tables))
         assert isinstance(out, pl.DataFrame)
         return out
@@ -197,8 +196,8 @@ class Forecaster:
                         ) -> tuple[int, str]:
         """`foxhunt predict`: forecasts for every origin of the bar files `paths` whose first forecast bar lies in
         [start, end] (ISO dates or times, UTC when naive), streamed to the parquet file `out` (atomic). Returns
-        (origins, the calibration applied: "adaptive", "fixed" or "none"). `features`: read the windows of this feature store instead of `paths` (its origins
-        only: no live one; see evaluate/predict.store_for_model)."""
+        (origins, the calibration applied: "adaptive", "fixed" or "none"). `features`: read the windows of this
+        feature store instead of `paths` (its origins only: no live one; see evaluate/predict.store_for_model)."""
         data = (_predict.store_for_model(self._lm, features) if features is not None
                 else _predict.prepare_for_model(self._lm, paths))
         ids = _predict.select_origins(data, _predict.parse_time(start, "--start"),
@@ -289,3 +288,8 @@ class Forecaster:
         if cal is not None:
             q = cal.correct(q, scale).astype(np.float32)
         return q, scale, st.ts[rows]
+
+
+def _as_asked(fb: _predict.ForecastBatch, calibrated: bool) -> _predict.ForecastBatch:
+    """`fb`, or its model's own quantiles when the call asked for them (the adaptive state advanced all the same)."""
+    return fb if calibrated or fb.raw is None else dataclasses.replace(fb, quantiles=fb.raw, raw=None)
