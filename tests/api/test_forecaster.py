@@ -92,6 +92,26 @@ def test_update_equals_predict_on_the_same_history(run_dir, bars):
         assert not np.allclose(got.select(Q).to_numpy(), 0)
 
 
+def test_adaptive_update_bar_by_bar_is_predict_on_each_history(run_dir, bars):
+    """With adaptive calibration, `update` advances each series' shifts per bar (scoring the last D origins'
+    forecasts as their outcomes arrive) exactly as `predict` carries them through a history from the end of
+    validation: the calibrated forecasts of each update are predict's on that longer history. A call for the
+    model's own quantiles (calibrated=False) advances the shifts all the same."""
+    history, new = _history_and_new(bars, 6)
+    stream = foxhunt.Forecaster.load(run_dir, calibration="adaptive")
+    ref = foxhunt.Forecaster.load(run_dir, calibration="adaptive")
+    assert stream.calibration_method == "adaptive"
+    stream.predict(history)
+    for i in range(6):
+        step = new.group_by("symbol", maintain_order=True).agg(pl.all().get(i)).select(bars.columns)
+        seen = pl.concat([history, new.group_by("symbol", maintain_order=True).head(i + 1)])
+        raw = i == 2
+        got = stream.update(step, calibrated=not raw)
+        assert_same_forecast_rows(got, ref.predict(seen, calibrated=not raw))
+    fixed = foxhunt.Forecaster.load(run_dir, calibration="fixed").predict(seen)
+    assert not np.allclose(got.select(Q).to_numpy(), fixed.select(Q).to_numpy())  # the shifts moved since validation
+
+
 def test_a_cold_stream_forecasts_once_its_encoder_is_full_as_predict_does(run_dir, bars):
     es = bars.filter(pl.col("symbol") == "ES")
     fc, ref = foxhunt.Forecaster.load(run_dir, trace=False), foxhunt.Forecaster.load(run_dir)  # the eager model

@@ -21,6 +21,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.data.io.sample_path import DEFAULT_SEED, SAMPLE_VERSION, SIMULATED
 from foxhunt.evaluate.verdict import verdict
+from foxhunt.model.calibration import DEFAULT_METHOD
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +143,14 @@ def test_a_killed_backtest_resumes_at_the_first_unfinished_fold(backtest, capsys
     assert {p: p.stat().st_mtime_ns for p in (out / "fold-01").rglob("*") if p.is_file()} == first
     assert (out / "fold-02" / "fold.json").exists()
     assert pl.read_parquet(out / "forecasts.parquet").equals(before)  # the same seed trains the same fold 2
+
+
+def test_folds_say_which_calibration_they_applied_and_a_bad_one_is_refused(backtest, capsys):
+    out, argv = backtest
+    assert {f["calibration"] for f in folds(out)} == {DEFAULT_METHOD}
+    assert json.loads((out / "backtest.json").read_text())["backtest"]["calibration"] == DEFAULT_METHOD
+    assert main([*argv, "--calibration", "often"]) == 2
+    assert "--calibration 'often' is not one of adaptive, fixed, none" in capsys.readouterr().err
 
 
 def test_options_each_fold_sets_are_refused(backtest, capsys):

@@ -13,6 +13,7 @@ import pytest
 
 from foxhunt.cli import main
 from foxhunt.evaluate.predict import prepare_for_model, select_origins
+from foxhunt.model.calibration import DEFAULT_METHOD
 from foxhunt.train.checkpoint import load_model
 
 VAL_END = "2024-09-02"
@@ -46,7 +47,8 @@ def test_train_saves_the_calibration_with_its_fit(run):
 
 def test_predict_applies_the_shifts_and_says_so(run, daily_path, tmp_path):
     cal_out, raw_out = tmp_path / "cal.parquet", tmp_path / "raw.parquet"
-    assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(cal_out)]) == 0
+    assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(cal_out),
+                 "--calibration", "fixed"]) == 0
     assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(raw_out),
                  "--no-calibration"]) == 0
     assert _meta(cal_out)["calibrated"] is True and _meta(raw_out)["calibrated"] is False
@@ -76,13 +78,15 @@ def test_evaluate_scores_held_out_origins_raw_and_calibrated(run, daily_path, tm
     assert str(first)[:10] >= VAL_END and m["period"]["scored"].startswith("held out")
     c = m["calibration"]
     assert c["applied"] is True and c["mode"] == "scaled" and set(c["coverage"]) == {"raw", "calibrated"}
+    assert c["method"] == DEFAULT_METHOD
     assert c["coverage"]["calibrated"]["p10-p90"] == m["model"]["overall"]["coverage"]["p10-p90"]
     assert c["coverage"]["raw"]["p10-p90"] == m["model_raw"]["overall"]["coverage"]["p10-p90"]
     assert set(c["coverage"]["raw"]["below"]) == {"0.1", "0.5", "0.9"}
     assert m["model_raw"]["overall"]["n"] == m["model"]["overall"]["n"]
     assert "model (raw)" in console and "p10-p90 coverage: raw" in console
     html = (cal_dir / "report.html").read_text()
-    assert "model (raw)" in html and "calibration: scaled conformal shifts" in html
+    assert "model (raw)" in html and f"calibration: {DEFAULT_METHOD} scaled conformal shifts" in html
+    assert f"calibrated ({DEFAULT_METHOD} shifts)" in console
 
     assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(raw_dir),
                  "--no-calibration"]) == 0
@@ -131,3 +135,107 @@ def test_stale_or_broken_calibration(run, daily_path, tmp_path, capsys):
                  str(tmp_path / "x.parquet")]) == 2
     assert "calibration.json: not a foxhunt calibration" in capsys.readouterr().err
     assert not (tmp_path / "x.parquet").exists()
+
+
+def _adaptive(run):
+    return json.loads((run / "calibration.json").read_text())["adaptive"]
+
+
+AS_OF = "2024-08-27"  # the last validation origin: its 3 forecast bars end Friday 2024-08-30, before --val-end
+
+
+def test_train_warms_the_adaptive_state_up_through_validation(run):
+    a = _adaptive(run)
+    assert set(a["series"]) == {"ES", "NQ"}
+    # each series' state is as of its last validation origin (no window reaching past validation is ever gathered)
+    as_of = {np.datetime64(s["as_of_ns"], "ns").astype("datetime64[D]") for s in a["series"].values()}
+    assert as_of == {np.datetime64(AS_OF)} and a["fitted_on"]["as_of"].startswith(AS_OF)
+    fixed = json.loads((run / "calibration.json").read_text())["fitted_on"]
+    assert a["fitted_on"]["origins"] == fixed["windows"] and fixed["last_origin"].startswith(AS_OF)
+    k = len(a["rule"]["grid"])
+    for s in a["series"].values():
+        w = np.asarray(s["weights"])
+        assert w.shape == (k, 3, 3) and np.allclose(w.sum(axis=0), 1) and np.asarray(s["shifts"]).shape == (k, 3, 3)
+    assert load_model(run).adaptive is not None
+
+
+def _predict(run, path, out, *flags):
+    assert main(["predict", "--model", str(run), "--parquet-file", str(path), "--out", str(out), *flags]) == 0
+    return pl.read_parquet(out)
+
+
+def test_predict_adaptive_continues_the_saved_state_from_any_start(run, daily_path, tmp_path, capsys):
+    whole = _predict(run, daily_path, tmp_path / "a.parquet", "--calibration", "adaptive")
+    assert _meta(tmp_path / "a.parquet")["calibration"]["method"] == "adaptive"
+    assert "calibrated (adaptive shifts)" in capsys.readouterr().out
+    fixed = _predict(run, daily_path, tmp_path / "f.parquet", "--calibration", "fixed")
+    assert _meta(tmp_path / "f.parquet")["calibration"]["method"] == "fixed"
+    as_of = pl.datetime(2024, 8, 27, time_zone="UTC")
+    # before the state's as_of (the model's own validation period) adaptive gives the fixed shifts; after, its own
+    before, after = pl.col("origin") < as_of, pl.col("origin") > as_of
+    assert whole.filter(before).equals(fixed.filter(before))
+    assert not np.allclose(whole.filter(after).select("p10", "p90").to_numpy(),
+                           fixed.filter(after).select("p10", "p90").to_numpy())
+    # a later --start forecasts the origins in between too (not written), so its rows are the whole run's; from
+    # as_of itself (evaluate's default start), the forecasts still waiting for outcomes then
+    for start in ("2024-10-15", VAL_END):
+        late = _predict(run, daily_path, tmp_path / "l.parquet", "--calibration", "adaptive", "--start", start)
+        assert "forecasting" in capsys.readouterr().err  # the lead-in, said once
+        assert late.height < whole.height
+        assert late.equals(whole.filter(pl.col("origin").is_in(late["origin"].implode())))
+    # bars that start after the end of validation leave a gap the state cannot see: said, once
+    bars = pl.read_parquet(daily_path)
+    bars.filter(pl.col("timestamp") >= pl.lit(np.datetime64("2024-09-16")).cast(bars.schema["timestamp"])).write_parquet(
+        tmp_path / "later.parquet")
+    _predict(run, tmp_path / "later.parquet", tmp_path / "g.parquet", "--calibration", "adaptive")
+    err = capsys.readouterr().err
+    assert err.count(f"start after its state's last outcome ({AS_OF}T00:00:00Z") == 1 and "1 more series" in err
+
+
+def test_predict_adaptive_no_look_ahead(run, daily_path, tmp_path):
+    """The bars after t jittered (so their outcomes, and the forecasts from them, change): every forecast from an
+    origin at or before t is the same, calibrated by adaptive shifts that moved with each outcome up to t."""
+    bars = pl.read_parquet(daily_path)
+    t = np.datetime64("2024-10-31")
+    later = pl.col("timestamp") > pl.lit(t).cast(bars.schema["timestamp"])
+    noise = pl.Series(np.exp(np.random.default_rng(0).normal(0, 0.02, bars.height)))
+    jittered = bars.with_columns(*(pl.when(later).then(pl.col(c) * noise).otherwise(pl.col(c)) for c in
+                                   ("open", "high", "low", "close")))
+    jittered.write_parquet(tmp_path / "jittered.parquet")
+    a = _predict(run, daily_path, tmp_path / "a.parquet", "--calibration", "adaptive")
+    b = _predict(run, tmp_path / "jittered.parquet", tmp_path / "b.parquet", "--calibration", "adaptive")
+    upto = pl.col("origin") <= pl.lit(t).cast(pl.Datetime("ns", "UTC"))
+    assert a.filter(upto).drop("actual").equals(b.filter(upto).drop("actual"))
+    assert not a.filter(~upto).select("p10", "p50", "p90").equals(b.filter(~upto).select("p10", "p50", "p90"))
+
+
+def test_evaluate_says_which_calibration_ran(run, daily_path, tmp_path, capsys):
+    other = "adaptive" if DEFAULT_METHOD == "fixed" else "fixed"  # the default's is checked above
+    out = tmp_path / "e"
+    assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(out),
+                 "--calibration", other]) == 0
+    console = capsys.readouterr().out
+    c = json.loads((out / "metrics.json").read_text())["calibration"]
+    assert c["applied"] is True and c["method"] == other and ("adaptive" in c) == (other == "adaptive")
+    assert f"calibrated ({other} shifts)" in console
+    note = {"fixed": "calibration: fixed scaled conformal shifts fitted on validation",
+            "adaptive": "calibration: adaptive scaled conformal shifts per series, started from those fitted on "
+                        f"validation and moved by every outcome since (state as of {AS_OF}"}[other]
+    assert note in (out / "report.html").read_text()
+    assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(tmp_path / "x"),
+                 "--calibration", "sometimes"]) == 2
+    assert "--calibration 'sometimes' is not one of adaptive, fixed, none" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_calibration_from_before_the_adaptive_state_gives_fixed_shifts_and_says_so(run, daily_path, tmp_path,
+                                                                                       capsys):
+    old = tmp_path / "old"
+    shutil.copytree(run, old)
+    cal = json.loads((old / "calibration.json").read_text())
+    del cal["adaptive"]
+    (old / "calibration.json").write_text(json.dumps(cal))
+    got = _predict(old, daily_path, tmp_path / "o.parquet", "--calibration", "adaptive")
+    assert "no adaptive state" in capsys.readouterr().err
+    assert _meta(tmp_path / "o.parquet")["calibration"]["method"] == "fixed"
+    assert got.equals(_predict(run, daily_path, tmp_path / "f.parquet", "--calibration", "fixed"))

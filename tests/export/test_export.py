@@ -29,6 +29,7 @@ from foxhunt.export.parity import (  # noqa: E402
     real_cases,
     relative_error,
 )
+from foxhunt.model.adaptive import Origins  # noqa: E402
 from foxhunt.train.calibrate import raw_quantiles  # noqa: E402
 from foxhunt.train.checkpoint import load_model  # noqa: E402
 
@@ -111,6 +112,45 @@ def test_the_sidecar_alone_turns_the_output_into_calibrated_forecasts(exported, 
     center = np.array([t["center"] for t in target])[:, None, None]
     got = np.sort(q * scale + center, axis=-1) + np.asarray(side["calibration"]["shifts"])[None] * scale
     np.testing.assert_allclose(np.sort(got, axis=-1), want, rtol=1e-4, atol=1e-7)
+
+
+def test_the_sidecar_words_keep_adaptive_shifts_as_foxhunt_does(exported, data):
+    """Follow the sidecar's adaptive `how_to_update` in plain loops from its saved state, over every origin of one
+    series: the calibrated forecasts of the adaptive Runner (model/adaptive.py), to float rounding."""
+    run, out, _ = exported
+    side = json.loads(out.with_name("model.onnx.json").read_text())["calibration"]
+    lm = load_model(run)
+    w = data.windows
+    ids = data.splits["test"][w.series_index(data.splits["test"]) == 0]  # every origin of the first series
+    name = w.series_names[0]
+    batch = w.batch(ids)
+    with torch.inference_mode():
+        raw, _ = raw_quantiles(batch, lm.model(batch).quantiles)
+    raw, scale = raw.numpy().astype(np.float64), batch.target_scale.numpy().astype(np.float64)
+    origin, y = w.origin_ns(ids).numpy(), w.origin_target(ids).numpy().astype(np.float64)
+    want = lm.adaptive.runner().correct(raw, scale, Origins(np.zeros(len(ids), int), [name], origin, y))
+    a = side["adaptive"]
+    rule, state = a["rule"], a["series"][name]
+    c, wt = np.array(state["shifts"]), np.array(state["weights"])  # (K, D, Q)
+    k_, d_, q_ = c.shape
+    got = np.empty_like(raw)
+    for n in range(len(ids)):
+        if origin[n] > state["as_of_ns"]:
+            for h in range(d_):
+                if n - h - 1 < 0:
+                    continue
+                for j, tau in enumerate(rule["quantiles"]):
+                    score = (y[n] - raw[n - h - 1, h, j]) / scale[n - h - 1]  # mode "scaled"
+                    for k in range(k_):
+                        u = score - c[k, h, j]
+                        wt[k, h, j] *= np.exp(-rule["rate"] * max(tau * u, (tau - 1) * u) / rule["loss_scale"][h][j])
+                        c[k, h, j] += rule["step"][k][h][j] * ((1 if u > 0 else 0) - (1 - tau))
+                    wt[:, h, j] = (1 - rule["share"]) * wt[:, h, j] / wt[:, h, j].sum() + rule["share"] / k_
+        shift = np.array(rule["start"]) if origin[n] < state["as_of_ns"] else (wt * c).sum(axis=0)
+        got[n] = np.sort(raw[n] + shift * scale[n], axis=-1)
+    assert rule["mode"] == "scaled" and (origin > state["as_of_ns"]).sum() > 10
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    assert side["default_method"] in ("adaptive", "fixed")
 
 
 def test_relative_error_is_relative_above_one_scaled_unit_and_absolute_below():

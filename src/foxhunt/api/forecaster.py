@@ -9,6 +9,7 @@ can forecast on every bar. Both give the rows of `foxhunt predict`'s output for 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +32,8 @@ from foxhunt.data.features.features import raw_features
 from foxhunt.data.io.read import read_frame
 from foxhunt.evaluate import predict as _predict
 from foxhunt.evaluate.window import check_start, with_window
-from foxhunt.model.calibration import Calibration
+from foxhunt.model.adaptive import Origins, Runner
+from foxhunt.model.calibration import DEFAULT_METHOD, Calibration
 from foxhunt.model.inference.traced import BatchForward, LiveCats, LiveForward, live_forward
 from foxhunt.train.checkpoint import LoadedModel, load_model
 
@@ -54,8 +56,12 @@ class LiveForecast:
 class Forecaster:
     """A trained model and its feature pipeline, loaded once from a run directory (see `load`)."""
 
-    def __init__(self, lm: LoadedModel, device: torch.device, trace: bool = True):
+    def __init__(self, lm: LoadedModel, device: torch.device, trace: bool = True, calibration: str = DEFAULT_METHOD):
         self._lm, self._device = lm, device
+        self._method = calibration  # as asked for; `forecast_calibration` says when the run has less
+        self._cal = _predict.pick_calibration(lm, calibration)  # fixed shifts, the adaptive state, or none
+        # the adaptive shifts' running state, advanced by `predict` through each history and by every `update`
+        self._runner = self._cal if isinstance(self._cal, Runner) else None
         self._model = lm.model.eval()
         e, d = lm.data_cfg.encoder_length, lm.data_cfg.horizon
         # Scaled quantiles (B, D, Q) of the live windows (codes, encoder rows, decoder rows; model/inference/traced.py): the
@@ -68,7 +74,7 @@ class Forecaster:
     @classmethod
     def load(cls, run_dir: str | Path, device: str | torch.device = "cpu", trace: bool = True,
              covariates: Sequence[str] | None = None, events: str | None = None, since: str | None = None,
-             until: str | None = None) -> Forecaster:
+             until: str | None = None, calibration: str = DEFAULT_METHOD) -> Forecaster:
         """Load the model package in `run_dir` (model.json, model.safetensors, the scalers inside model.json and
         calibration.json when it was fitted on these weights). No training data is read. `trace`: `update` runs
         the model with its weights folded for inference (model/inference/folded.py), compiled on first use (about a
@@ -78,10 +84,13 @@ class Forecaster:
         `covariates`, `events`: a model trained with inputs of your own reads them from these files instead of the
         training run's. `since`, `until` (ISO dates or times, UTC when naive): `predict` and `write_forecasts` read
         the bars with since <= time < until; by default from the training run's --since (its inputs may start
-        there) to the newest bar, whatever its --until (evaluate/window.py)."""
+        there) to the newest bar, whatever its --until (evaluate/window.py). `calibration`: "adaptive" (shifts per
+        series that every outcome moves, carried from the end of validation through the histories `predict` is
+        given and every `update`), "fixed" (the shifts fitted on validation) or "none"; `calibrated=False` on a
+        call gives the model's own quantiles whatever it is."""
         dev = torch.device(device)
         lm = _predict.with_sources(load_model(run_dir, dev), tuple(covariates) if covariates else None, events)
-        return cls(with_window(lm, since, until), dev, trace)
+        return cls(with_window(lm, since, until), dev, trace, calibration)
 
     # -- what the model is -------------------------------------------------------------------------------------
     @property
@@ -98,8 +107,14 @@ class Forecaster:
 
     @property
     def calibration(self) -> Calibration | None:
-        """The conformal calibration applied by default (None: the run has none for these weights)."""
+        """The fixed conformal calibration fitted on validation (None: the run has none for these weights)."""
         return self._lm.calibration
+
+    @property
+    def calibration_method(self) -> str:
+        """The calibration calibrated forecasts get: "adaptive", "fixed" or "none" (what `load` asked for, or less
+        when the run lacks it)."""
+        return _predict.calibration_method(self._cal)
 
     @property
     def history_bars(self) -> int:
@@ -126,9 +141,12 @@ class Forecaster:
                           roots=self._lm.transform.contract_roots())
         data = _predict.prepare_loaded(self._lm, loaded, (FRAME_NAME,), frame)  # its own columns: --observed ones
         self._prime(loaded.bars, data)
-        fc = _predict.Forecaster(self._lm, data, self._device, calibration=self._calibration(calibrated))
+        if self._runner is not None:  # restarted with the stream, then carried through this history (lead_in)
+            self._runner.restart(data.windows.series_names)
+        fc = _predict.Forecaster(self._lm, data, self._device, calibration=self._runner or self._calibration(calibrated))
         ids = _predict.live_origins(data)
-        tables = [_predict.forecast_table(fb, data.windows.series_names, self.quantiles) for fb in fc.iter(ids, 1024)]
+        tables = [_predict.forecast_table(_as_asked(fb, calibrated), data.windows.series_names, self.quantiles)
+                  for fb in fc.iter(ids, 1024)]
         out = pl.from_arrow(pa.concat_tables(tables))
         assert isinstance(out, pl.DataFrame)
         return out
@@ -187,11 +205,11 @@ class Forecaster:
 
     def write_forecasts(self, paths: tuple[str, ...], out: Path, start: str | None = None, end: str | None = None,
                         batch_size: int = 1024, calibrated: bool = True, features: Path | None = None
-                        ) -> tuple[int, bool]:
+                        ) -> tuple[int, str]:
         """`foxhunt predict`: forecasts for every origin of the bar files `paths` whose first forecast bar lies in
         [start, end] (ISO dates or times, UTC when naive), streamed to the parquet file `out` (atomic). Returns
-        (origins, calibrated). `features`: read the windows of this feature store instead of `paths` (its origins
-        only: no live one; see evaluate/predict.store_for_model)."""
+        (origins, the calibration applied: "adaptive", "fixed" or "none"). `features`: read the windows of this
+        feature store instead of `paths` (its origins only: no live one; see evaluate/predict.store_for_model)."""
         start_ns = _predict.parse_time(start, "--start")
         if features is not None:
             data = _predict.store_for_model(self._lm, features)
@@ -199,9 +217,9 @@ class Forecaster:
             data = _predict.prepare_for_model(self._lm, paths)  # within the data window of `load`
             check_start(data, start_ns, start, self._lm)
         ids = _predict.select_origins(data, start_ns, _predict.parse_time(end, "--end", end=True))
-        cal = _predict.forecast_calibration(self._lm, calibrated)
+        cal = _predict.forecast_calibration(self._lm, self._method if calibrated else "none")
         _predict.write_forecasts(self._lm, data, ids, out, batch_size, self._device, calibration=cal)
-        return len(ids), cal is not None
+        return len(ids), _predict.calibration_method(cal)
 
     # -- internals -------------------------------------------------------------------------------------------
     def _eager(self, batch: Batch) -> torch.Tensor:
@@ -215,8 +233,8 @@ class Forecaster:
             self._state = StreamState(tf, self.encoder_length, self.horizon, user)
         return self._state
 
-    def _calibration(self, calibrated: bool) -> Calibration | None:
-        return self._lm.calibration if calibrated else None
+    def _calibration(self, calibrated: bool) -> Calibration | Runner | None:
+        return self._cal if calibrated else None
 
     def _prime(self, bars: pl.DataFrame, data: PreparedData) -> None:
         w = data.windows
@@ -277,7 +295,16 @@ class Forecaster:
         scaled = self._live(*self.live_inputs(rows), *(() if cats is None else (cats,)))  # (B, D, Q)
         q = scaled * scale.astype(np.float32)[:, None, None] + st.center[rows].astype(np.float32)[:, None, None]
         q.sort(axis=-1)
+        if self._runner is not None:  # advanced by every bar, whether this call wants calibrated forecasts or not
+            at = Origins(np.arange(len(rows)), [st.names[r] for r in rows], st.ts[rows], st.target[rows])
+            shifted = self._runner.correct(q, scale, at).astype(np.float32)
+            return (shifted if calibrated else q), scale, st.ts[rows]
         cal = self._calibration(calibrated)
         if cal is not None:
-            q = cal.apply(q, scale).astype(np.float32)
+            q = cal.correct(q, scale).astype(np.float32)
         return q, scale, st.ts[rows]
+
+
+def _as_asked(fb: _predict.ForecastBatch, calibrated: bool) -> _predict.ForecastBatch:
+    """`fb`, or its model's own quantiles when the call asked for them (the adaptive state advanced all the same)."""
+    return fb if calibrated or fb.raw is None else dataclasses.replace(fb, quantiles=fb.raw, raw=None)

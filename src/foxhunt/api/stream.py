@@ -94,6 +94,7 @@ class StreamState:
         self.ewm = {k: np.zeros(0) for k in _STATES}  # (S,) each
         self.center = np.zeros(0)  # (S,) target center / scale at the last bar (the origin's)
         self.scale = np.zeros(0)
+        self.target = np.zeros(0)  # (S,) the target of the last bar (float32 values, as the prepared rows hold it)
         # (S, 2E, F) each input row at slot j and j + E, so that the window head .. head + E - 1 is contiguous
         self.ring = np.zeros((0, 2 * encoder_length, self.n_known + len(self.observed)), np.float32)
         self.head = np.zeros(0, np.int64)  # (S,) ring slot of the next row
@@ -166,6 +167,7 @@ class StreamState:
             self.context.prime(names, sidx, feats["ts"].dt.epoch("ns").to_numpy(), [
                 feats[self.ret], feats[self.rng], feats["log_volume"], np.log(states["vol"])])
         self.center[rows], self.scale[rows] = center[last], scale[last]
+        self.target[rows] = feats["target"].cast(pl.Float32).to_numpy()[last]
         back = np.arange(self.e)[::-1]  # rows last - E + 1 .. last, oldest first (a short series wraps, unread)
         take = np.clip(last[:, None] - back, 0, None)  # (S', E)
         self.ring[rows] = np.concatenate([cont[take]] * 2, axis=1)  # (S', 2E, F)
@@ -218,6 +220,7 @@ class StreamState:
                                                                                                     self.center,
                                                                                                     self.head))
             self.scale = np.concatenate([self.scale, np.ones(m)])
+            self.target = np.concatenate([self.target, np.zeros(m)])
             self.ewm = {k: np.concatenate([v, np.zeros(m)]) for k, v in self.ewm.items()}
             self.ring = np.concatenate([self.ring, np.zeros((m, *self.ring.shape[1:]), np.float32)])
             more = self._constants(new)
@@ -415,6 +418,7 @@ class StreamState:
         self.n[r] += 1
         self.close[r], self.ts[r] = close, ts
         self.center[r], self.scale[r] = np.float32(center), np.float32(scale)
+        self.target[r] = np.float32(x if self.tf.target == "log_range" else ret)  # raw_features' target of the bar
 
     # -- the model's inputs ------------------------------------------------------------------------------------
     def decoder(self, rows: list[int], out: np.ndarray | None = None) -> np.ndarray:

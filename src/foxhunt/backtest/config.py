@@ -7,6 +7,7 @@ from pathlib import Path
 
 from foxhunt.backtest.folds import Length, parse_length, parse_refit
 from foxhunt.errors import InputError
+from foxhunt.model.calibration import DEFAULT_METHOD, METHODS
 
 WINDOWS = ("expanding", "rolling")
 
@@ -22,10 +23,13 @@ class BacktestConfig:
     train_length: Length | None = None  # rolling windows only
     jobs: int = 1
     predict_batch_size: int = 1024
+    calibration: str = DEFAULT_METHOD  # how each fold's forecasts are calibrated (model/calibration.METHODS)
 
     @staticmethod
     def parse(out_dir: Path, folds: int, refit: str, test_length: str, val_length: str | None, window: str,
-              train_length: str | None, jobs: int) -> BacktestConfig:
+              train_length: str | None, jobs: int, calibration: str = DEFAULT_METHOD) -> BacktestConfig:
+        if calibration not in METHODS:
+            raise InputError(f"--calibration {calibration!r} is not one of {', '.join(METHODS)}")
         if window not in WINDOWS:
             raise InputError(f"--window {window!r} is not one of {', '.join(WINDOWS)}")
         if (window == "rolling") != (train_length is not None):
@@ -38,9 +42,11 @@ class BacktestConfig:
         return BacktestConfig(
             out_dir=Path(out_dir), folds=folds, refit=parse_refit(refit), test_length=test,
             val_length=parse_length(val_length, "--val-length") if val_length else test, window=window,
-            train_length=parse_length(train_length, "--train-length") if train_length else None, jobs=jobs)
+            train_length=parse_length(train_length, "--train-length") if train_length else None, jobs=jobs,
+            calibration=calibration)
 
     def to_dict(self) -> dict[str, object]:
         return {"folds": self.folds, "refit": "once" if self.refit == 0 else "every" if self.refit == 1 else self.refit,
                 "test_length": str(self.test_length), "val_length": str(self.val_length), "window": self.window,
-                "train_length": None if self.train_length is None else str(self.train_length)}
+                "train_length": None if self.train_length is None else str(self.train_length),
+                "calibration": self.calibration}

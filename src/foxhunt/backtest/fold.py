@@ -26,6 +26,7 @@ from foxhunt.backtest.folds import Fold, iso
 from foxhunt.console import SHOW
 from foxhunt.data.config import DataConfig
 from foxhunt.evaluate.predict import (
+    calibration_method,
     forecast_calibration,
     prepare_for_model,
     select_origins,
@@ -33,6 +34,7 @@ from foxhunt.evaluate.predict import (
 )
 from foxhunt.evaluate.scored import gather
 from foxhunt.evaluate.series_baselines import baseline_cut, baselines
+from foxhunt.model.calibration import DEFAULT_METHOD
 from foxhunt.model.config import ModelConfig
 from foxhunt.train.checkpoint import load_model
 from foxhunt.train.config import TrainConfig
@@ -90,16 +92,17 @@ def train_fold(fold: Fold, data_cfg: DataConfig, model_cfg: ModelConfig, train_c
 
 
 def score_fold(fold: Fold, paths: tuple[str, ...], out_dir: Path, batch_size: int = 1024,
-               device: str = "cpu") -> dict[str, Any]:
-    """Forecast the fold's test period with its model (calibrated when the run has a calibration), score the model
-    and every baseline on the same origins, write the fold's files; returns fold.json's content."""
+               device: str = "cpu", calibration: str = DEFAULT_METHOD) -> dict[str, Any]:
+    """Forecast the fold's test period with its model (calibrated by `calibration` when the run has a calibration:
+    adaptive shifts carried from its validation through every later bar, or the fixed ones), score the model and
+    every baseline on the same origins, write the fold's files; returns fold.json's content."""
     here, model_dir = fold_dir(out_dir, fold), run_dir(out_dir, fold)
     dev = torch.device(device)
     lm = load_model(model_dir, dev)
     data = prepare_for_model(lm, paths)  # the bars are not kept: the baselines read the prepared data
     ids = select_origins(data, fold.test_start, fold.test_end)
     kept: list = []
-    cal = forecast_calibration(lm, True)
+    cal = forecast_calibration(lm, calibration)
     write_forecasts(lm, data, ids, here / "forecasts.parquet", batch_size, dev, calibration=cal, consume=kept.append)
     scored = gather(kept, data)
     scored = scored.subset(~np.isnan(scored.actual).all(axis=1))  # the live origin after the last bar has none
@@ -113,6 +116,7 @@ def score_fold(fold: Fold, paths: tuple[str, ...], out_dir: Path, batch_size: in
         arrays.update({f"baseline_{k}": v for k, v in forecasts.items()})
     write_with(here / "scored.npz", lambda p: _savez(p, arrays))
     info = {**fold.to_dict(), "run_dir": str(model_dir), "calibrated": cal is not None,
+            "calibration": calibration_method(cal),
             "origins": int(len(scored.origin_ns)), "series_names": list(data.windows.series_names),
             "quantiles": list(lm.model_cfg.quantiles), "target": lm.schema.target,
             "baseline_gaps": {k: v for k, v in gaps.items() if v}}

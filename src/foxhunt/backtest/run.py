@@ -63,7 +63,7 @@ def run_backtest(bt: BacktestConfig, data_cfg: DataConfig, model_cfg: ModelConfi
     for f in todo:
         model_fold = folds[f.model_fold - 1]
         fold_io.train_fold(model_fold, data_cfg, model_cfg, train_cfg, bt.out_dir)  # a no-op once trained
-        info = fold_io.score_fold(f, data_cfg.paths, bt.out_dir, bt.predict_batch_size)
+        info = fold_io.score_fold(f, data_cfg.paths, bt.out_dir, bt.predict_batch_size, calibration=bt.calibration)
         arrays = fold_io.load_scored(bt.out_dir, f)
         info["metrics"] = _metrics(arrays, info)
         write_json(fold_io.fold_dir(bt.out_dir, f) / "fold.json", info)

@@ -13,6 +13,7 @@ from foxhunt.cli.options import (
     FORECASTS,
     OUTPUT,
     BatchSize,
+    CalibrationMethod,
     Covariates,
     Device,
     End,
@@ -27,8 +28,9 @@ from foxhunt.cli.options import (
     Until,
     Verbose,
 )
-from foxhunt.cli.wiring import bars_or_store, set_threads, set_verbosity
+from foxhunt.cli.wiring import bars_or_store, calibration_method, set_threads, set_verbosity
 from foxhunt.errors import InputError
+from foxhunt.model.calibration import DEFAULT_METHOD
 from foxhunt.train.config import TrainConfig
 
 TD = TrainConfig()
@@ -49,6 +51,7 @@ def predict(
     batch_size: BatchSize = 1024,
     device: Device = "cpu",
     threads: Threads = TD.num_threads,
+    calibration: CalibrationMethod = DEFAULT_METHOD,
     no_calibration: NoCalibration = False,
     covariates: Covariates = None,
     events: Events = None,
@@ -58,7 +61,7 @@ def predict(
     """Write quantile forecasts for every origin.
 
     Every origin with a full encoder, including the live one after the last bar (from a feature store, its
-    windows' origins); calibrated on the validation split unless --no-calibration. Reads the bars from the model's
+    windows' origins); calibrated (--calibration) unless --no-calibration. Reads the bars from the model's
     --since on (its inputs may start there), up to the last bar."""
     from foxhunt.api.forecaster import Forecaster
     from foxhunt.evaluate.window import refuse_window
@@ -68,13 +71,13 @@ def predict(
     paths = bars_or_store(parquet_file, features)
     if features is not None:
         refuse_window(since, until)
+    method = calibration_method(calibration, no_calibration)
     set_threads(threads)
     fc = Forecaster.load(model, resolve_device(device), covariates=covariates, events=events, since=since,
-                         until=until)
-    origins, calibrated = fc.write_forecasts(paths, out, start, end, batch_size, calibrated=not no_calibration,
-                                             features=features)
-    typer.echo(f"wrote {origins * fc.horizon:,} {'calibrated' if calibrated else 'uncalibrated'} forecast rows "
-               f"({origins:,} origins) to {out}")
+                         until=until, calibration=method)
+    origins, applied = fc.write_forecasts(paths, out, start, end, batch_size, features=features)
+    how = "uncalibrated" if applied == "none" else f"calibrated ({applied} shifts)"
+    typer.echo(f"wrote {origins * fc.horizon:,} forecast rows ({origins:,} origins), {how}, to {out}")
 
 
 @app.command()
@@ -96,6 +99,7 @@ def evaluate(
     batch_size: BatchSize = 1024,
     device: Device = "cpu",
     threads: Threads = TD.num_threads,
+    calibration: CalibrationMethod = DEFAULT_METHOD,
     no_calibration: NoCalibration = False,
     covariates: Covariates = None,
     events: Events = None,
@@ -114,9 +118,10 @@ def evaluate(
 
     set_verbosity({"verbose": verbose, "quiet": quiet}, every_info=True)
     paths = bars_or_store(parquet_file, features)
+    method = calibration_method(calibration, no_calibration)
     set_threads(threads)
     result = evaluate_run(model, paths, out_dir, start, end, batch_size, resolve_device(device), forecasts,
-                          calibrate=not no_calibration, features=features,
+                          calibration=method, features=features,
                           covariates=tuple(covariates) if covariates else None, events=events, since=since,
                           until=until)
     typer.echo(format_results(result, simulated=is_bundled_sample(paths)))

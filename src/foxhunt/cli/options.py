@@ -18,6 +18,7 @@ import typer
 
 from foxhunt.data.config import DataConfig
 from foxhunt.errors import InputError
+from foxhunt.model.calibration import METHODS
 from foxhunt.model.config import ModelConfig
 from foxhunt.settings import int_or_auto
 from foxhunt.train.config import TrainConfig
@@ -230,6 +231,9 @@ End = Annotated[str | None, typer.Option(help="First forecast bar on or before t
                                          rich_help_panel=FORECASTS)]
 NoCalibration = Annotated[bool, typer.Option("--no-calibration", help="Use the model's own quantiles, uncalibrated.",
                                              rich_help_panel=FORECASTS)]
+CalibrationMethod = Annotated[str, typer.Option(
+    "--calibration", help=f"Quantile calibration: {' | '.join(METHODS)}.", metavar="HOW",
+    rich_help_panel=FORECASTS)]
 BatchSize = Annotated[int, typer.Option(help="Windows per forward pass.", metavar="N", rich_help_panel=FORECASTS)]
 ConfigFile = alias(CONFIG)
 # The bars read (predict, evaluate): from the model's own --since unless given; forecasts reach the newest bar.

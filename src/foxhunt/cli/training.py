@@ -22,11 +22,13 @@ from foxhunt.cli.options import (
     SEARCH,
     TRACK_FLAGS,
     TRAINING_OPTIONS,
+    CalibrationMethod,
     ConfigFile,
     attach,
 )
 from foxhunt.cli.wiring import explicit, paths, set_verbosity, values
 from foxhunt.errors import InputError
+from foxhunt.model.calibration import DEFAULT_METHOD
 
 
 @app.command()
@@ -110,6 +112,7 @@ def backtest(
                                                      metavar="SPAN", rich_help_panel=BACKTEST)] = None,
     jobs: Annotated[int, typer.Option(help="Fold models trained at once, if memory allows.", metavar="N",
                                       rich_help_panel=BACKTEST)] = 1,
+    calibration: CalibrationMethod = DEFAULT_METHOD,
     config: ConfigFile = None,
 ) -> None:
     """Walk-forward backtest: train, forecast and score per fold.
@@ -124,7 +127,7 @@ def backtest(
 
     v, _ = _train_options(ctx, config, "backtest")
     set_verbosity(v)
-    bt = BacktestConfig.parse(out_dir, folds, refit, test_length, val_length, window, train_length, jobs)
+    bt = BacktestConfig.parse(out_dir, folds, refit, test_length, val_length, window, train_length, jobs, calibration)
     train_cfg = settings.train_config(v)
     data_cfg = dataclasses.replace(settings.data_config(v, ()), paths=paths(v))
     run_backtest(bt, data_cfg, settings.model_config(v, data_cfg), train_cfg)

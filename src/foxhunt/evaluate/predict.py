@@ -1,10 +1,13 @@
 """Forecasts from a saved model on any bars file: one row per (series, origin, horizon).
 
 The model directory holds everything needed (architecture, weights, feature schema, scalers, and the calibration
-fitted after training); no training data is read. Forecasts are calibrated (model/calibration.py) unless
-`--no-calibration`; the parquet file says which in its key-value metadata ("foxhunt": {"calibrated": ...}). Forecasts stream: each batch is predicted, moved to the host and written to the parquet file before the next
-one is read, so device memory is flat however many origins there are. The file is written under a temporary name
-and renamed when complete.
+fitted after training); no training data is read. Forecasts are calibrated (`--calibration`: adaptive shifts that
+follow each outcome, model/adaptive.py, or the fixed ones of model/calibration.py) unless `--no-calibration`; the
+parquet file says which in its key-value metadata ("foxhunt": {"calibrated": ..., "calibration": {"method": ...}}).
+Adaptive shifts carry each series' state from the end of validation: origins from there to the first one asked for
+are forecast too, to advance it, and not written (`lead_in`). Forecasts stream: each batch is predicted, moved to the
+host and written to the parquet file before the next one is read, so device memory is flat however many origins
+there are. The file is written under a temporary name and renamed when complete.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from foxhunt.data.features.schema import Kind, Role
 from foxhunt.errors import InputError, ResourceError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.evaluate.window import check_history, window_note
-from foxhunt.model.calibration import Calibration
+from foxhunt.model.adaptive import Origins, Runner
+from foxhunt.model.calibration import METHODS, Calibration
 from foxhunt.train import faults
 from foxhunt.train.calibrate import raw_quantiles
 from foxhunt.train.checkpoint import LoadedModel
@@ -74,26 +78,52 @@ class ForecastBatch:
     raw: np.ndarray | None = None  # (B, D, Q) the model's own quantiles when `quantiles` are calibrated
 
 
-def forecast_calibration(lm: LoadedModel, enabled: bool) -> Calibration | None:
-    """The calibration to apply (None: the model's own quantiles), said once: which one, or why there is none."""
-    if not enabled:
-        log.info("--no-calibration: forecasts are the model's own quantiles")
+def pick_calibration(lm: LoadedModel, method: str) -> Calibration | Runner | None:
+    """`forecast_calibration` without a word: for `Forecaster.load`, which says nothing until asked."""
+    if method not in METHODS:
+        raise InputError(f"--calibration {method!r} is not one of {', '.join(METHODS)}")
+    if method == "none" or lm.calibration is None:
+        return None
+    return lm.adaptive.runner() if method == "adaptive" and lm.adaptive is not None else lm.calibration
+
+
+def forecast_calibration(lm: LoadedModel, method: str) -> Calibration | Runner | None:
+    """The calibration `method` (model/calibration.METHODS) to apply: the fixed shifts, a Runner of the adaptive
+    state, or None (the model's own quantiles); said once: which one, or why there is none. A run whose
+    calibration.json predates the adaptive state gets the fixed shifts, with a warning."""
+    picked = pick_calibration(lm, method)
+    if method == "none":
+        log.info("calibration none (--no-calibration): forecasts are the model's own quantiles")
         return None
     cal = lm.calibration
     if cal is None:
         log.warning("%s: forecasts are the model's own quantiles, not calibrated", lm.calibration_note or "no calibration")
         return None
     f = cal.fitted_on
-    log.info("calibrated forecasts: %s conformal shifts fitted on validation origins %s .. %s (%s windows)", cal.mode,
-             f.get("first_origin", "?"), f.get("last_origin", "?"), f"{f.get('windows', 0):,}")
+    if isinstance(picked, Runner):
+        log.info("calibrated forecasts: adaptive %s shifts per series, started from the fixed ones and followed "
+                 "through validation to %s; each later outcome moves them", cal.mode, picked.cal.fitted_on.get("as_of"))
+        return picked
+    if method == "adaptive":
+        log.warning("%s has no adaptive state (fitted before adaptive calibration): fixed shifts instead; retrain "
+                    "for adaptive ones", lm.meta.get("run_dir") or "calibration.json")
+    log.info("calibrated forecasts: fixed %s conformal shifts fitted on validation origins %s .. %s (%s windows)",
+             cal.mode, f.get("first_origin", "?"), f.get("last_origin", "?"), f"{f.get('windows', 0):,}")
     return cal
 
 
-def calibration_metadata(cal: Calibration | None) -> dict[bytes, bytes]:
+def calibration_method(cal: Calibration | Runner | None) -> str:
+    """Which calibration `forecast_calibration` gave: "adaptive", "fixed" or "none"."""
+    return "none" if cal is None else "adaptive" if isinstance(cal, Runner) else "fixed"
+
+
+def calibration_metadata(cal: Calibration | Runner | None) -> dict[bytes, bytes]:
     """Parquet key-value metadata saying whether the quantile columns are calibrated, and with what."""
-    info = {"calibrated": cal is not None}
-    if cal is not None:
-        info["calibration"] = {"mode": cal.mode, "fitted_on": cal.fitted_on}
+    info: dict[str, Any] = {"calibrated": cal is not None}
+    if isinstance(cal, Runner):
+        info["calibration"] = {"method": "adaptive", "mode": cal.mode, "fitted_on": cal.cal.fitted_on}
+    elif cal is not None:
+        info["calibration"] = {"method": "fixed", "mode": cal.mode, "fitted_on": cal.fitted_on}
     return {b"foxhunt": json.dumps(info).encode()}
 
 
@@ -235,7 +265,8 @@ class Forecaster:
     """
 
     def __init__(self, lm: LoadedModel, data: PreparedData, device: torch.device,
-                 interpretation: InterpretationAccumulator | None = None, calibration: Calibration | None = None):
+                 interpretation: InterpretationAccumulator | None = None,
+                 calibration: Calibration | Runner | None = None):
         self.lm, self.data, self.device, self.interp = lm, data, device, interpretation
         self.calibration = calibration
         self.injected = faults.FaultInjector.from_env()  # `predict` faults (a test hook), armed while `iter` runs
@@ -244,10 +275,19 @@ class Forecaster:
         self.batch_size: int | None = None  # the batch size in force at the end (smaller after an OOM)
 
     def iter(self, ids: torch.Tensor, batch_size: int) -> Iterator[ForecastBatch]:
+        """The forecasts of windows `ids` (each series' ones consecutive origins), batch by batch; with adaptive
+        calibration, after forecasting the lead-in that brings each series' state up to its first origin."""
         with faults.armed(self.injected):
-            yield from self._iter(ids, batch_size)
+            if isinstance(self.calibration, Runner):
+                lead = lead_in(self.data, ids, self.calibration)
+                if len(lead):
+                    log.info("adaptive calibration: forecasting %s origins from the end of validation up to the "
+                             "first one asked for, to advance the shifts through their outcomes", f"{len(lead):,}")
+                for _ in self._batches(lead, batch_size, lead=True):
+                    pass
+            yield from self._batches(ids, batch_size)
 
-    def _iter(self, ids: torch.Tensor, batch_size: int) -> Iterator[ForecastBatch]:
+    def _batches(self, ids: torch.Tensor, batch_size: int, lead: bool = False) -> Iterator[ForecastBatch]:
         model = self.lm.model.eval()
         cursor, index, attempt, largest = 0, 0, 0, 0
         with torch.inference_mode():
@@ -257,7 +297,7 @@ class Forecaster:
                 fb = None
                 try:
                     faults.at("predict", index + 1)
-                    fb = self._forecast(model, chunk)
+                    fb = self._forecast(model, chunk, lead)
                 except OOM_ERRORS as e:
                     if not is_oom(e):
                         raise
@@ -287,25 +327,30 @@ class Forecaster:
                             f"after a retry and batches halved down to 1; {fitted}; what would fit: a device with "
                             "more free memory (--device cpu uses host memory)")
 
-    def _forecast(self, model: torch.nn.Module, chunk: torch.Tensor) -> ForecastBatch:
+    def _forecast(self, model: torch.nn.Module, chunk: torch.Tensor, lead: bool = False) -> ForecastBatch:
+        """One batch's forecasts; `lead`: a lead-in batch, which only advances the adaptive state (no statistics)."""
         w = self.data.windows
         observed = self.data.schema.names(Role.OBSERVED, Kind.CONTINUOUS)
         fill_col = w.n_known_cont + observed.index("filled") if "filled" in observed else None
         batch = w.batch(chunk).to(self.device, non_blocking=True)
-        out = model(batch, return_interpretation=self.interp is not None)
+        interp = self.interp if not lead else None
+        out = model(batch, return_interpretation=interp is not None)
         q_t, crossed = raw_quantiles(batch, out.quantiles)  # (B, D, Q) target units, sorted; (B, D)
         q = q_t.cpu().numpy()
-        cal = None if self.calibration is None else self.calibration.apply(q, batch.target_scale.cpu().numpy())
+        series, origin_ns = w.series_index(chunk).numpy(), w.origin_ns(chunk).numpy()
+        at = Origins(series, w.series_names, origin_ns, w.origin_target(chunk).numpy().astype(np.float64))
+        cal = None if self.calibration is None else self.calibration.correct(q, batch.target_scale.cpu().numpy(), at)
         # Only a batch that got this far counts: a failed attempt must not leave half its statistics behind.
-        if self.interp is not None:
-            self.interp.update(out.static_weights, out.encoder_weights, out.decoder_weights, out.attention)
-        self.crossed += int(crossed.sum())
-        self.pairs += crossed.numel()
+        if interp is not None:
+            interp.update(out.static_weights, out.encoder_weights, out.decoder_weights, out.attention)
+        if not lead:
+            self.crossed += int(crossed.sum())
+            self.pairs += crossed.numel()
         del batch, out
         return ForecastBatch(
-            series=w.series_index(chunk).numpy(),
+            series=series,
             window=chunk.numpy(),
-            origin_ns=w.origin_ns(chunk).numpy(),
+            origin_ns=origin_ns,
             # beyond the data (the live forecast), the rows appended on the forecast grid: step k's time is known
             target_ns=w.target_ns(chunk, extrapolated=True).numpy(),
             quantiles=q if cal is None else cal.astype(np.float32),
@@ -337,7 +382,7 @@ def forecast_table(fb: ForecastBatch, names: tuple[str, ...], quantiles: tuple[f
 
 def write_forecasts(
     lm: LoadedModel, data: PreparedData, ids: torch.Tensor, out: Path, batch_size: int, device: torch.device,
-    interpretation: InterpretationAccumulator | None = None, calibration: Calibration | None = None,
+    interpretation: InterpretationAccumulator | None = None, calibration: Calibration | Runner | None = None,
     consume: Callable[[ForecastBatch], None] | None = None,
 ) -> Forecaster:
     """Predict `ids` and stream the rows into `out` (parquet, atomic), calibrated with `calibration` when given.
@@ -361,3 +406,53 @@ def write_forecasts(
         log.warning("quantiles crossed in %d of %d (origin, horizon) pairs (%.2f%%); sorted them", fc.crossed,
                     fc.pairs, 100 * fc.crossed / max(1, fc.pairs))
     return fc
+
+
+def lead_in(data: PreparedData, ids: torch.Tensor, runner: Runner) -> torch.Tensor:
+    """The windows an adaptive calibration forecasts before `ids` without writing them: for each series whose first
+    origin in `ids` is at or after its state's as_of (the end of validation), its origins from D - 1 before as_of
+    (the forecasts still waiting for outcomes then) up to that first one; for a series with no state, every origin
+    before its first one in `ids` (its state starts at its first origin). Found by bisection on window ids (a series'
+    windows are consecutive ids, in time order), so a feature store's windows are not all read."""
+    if not len(ids):
+        return ids
+    w, d = data.windows, data.windows.horizon
+    series = w.series_index(ids)  # (B,)
+    firsts = ids[torch.cat([torch.ones(1, dtype=torch.bool), series[1:] != series[:-1]])]  # each series' first id
+    parts, late = [], []
+    for f, s in zip(firsts.tolist(), w.series_index(firsts).tolist(), strict=True):
+        as_of = runner.as_of(w.series_names[s])
+        if as_of is not None and _origin(w, f) < as_of:  # from as_of itself on, the forecasts waiting then are needed
+            continue
+        lo = _bisect(0, f, lambda i, s=s: int(w.series_index(torch.tensor([i]))[0]) >= s)  # the series' first window
+        if as_of is None:  # no saved state: it follows every outcome from its first origin
+            parts.append(torch.arange(lo, f, dtype=torch.int64))
+            continue
+        at = _bisect(lo, f, lambda i, t=as_of: _origin(w, i) >= t)  # its first window at or after as_of
+        if _origin(w, lo) > as_of:
+            late.append((w.series_names[s], as_of))
+        start = max(lo, at - (d - 1))
+        if start < f:
+            parts.append(torch.arange(start, f, dtype=torch.int64))
+    if late:
+        name, as_of = late[0]
+        more = f" (and {len(late) - 1} more series)" if len(late) > 1 else ""
+        log.warning("adaptive calibration: the bars of %s%s start after its state's last outcome (%sZ, the end of "
+                    "validation): the outcomes in between are not in its shifts; give bars from then on to follow "
+                    "them", name, more, np.datetime64(as_of, "ns").astype("datetime64[s]"))
+    return torch.cat(parts) if parts else ids[:0]
+
+
+def _origin(w: Any, i: int) -> int:
+    return int(w.origin_ns(torch.tensor([i]))[0])
+
+
+def _bisect(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
+    """The smallest i in [lo, hi) with ok(i), or hi: ok is false, then true, along the range."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

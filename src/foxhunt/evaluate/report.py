@@ -36,9 +36,10 @@ BASELINE_TEXT = {
 GLOSSARY = [
     (
         "model, model (raw)",
-        "model: the forecasts as <code>foxhunt predict</code> writes them, calibrated by the conformal shifts fitted "
-        "on the model's validation split after training (unless --no-calibration); model (raw): the network's own "
-        "quantiles, before that correction, on the same origins.",
+        "model: the forecasts as <code>foxhunt predict</code> writes them, calibrated by conformal shifts fitted "
+        "on the model's validation split after training, fixed or adaptive (moved by every outcome since; the "
+        "calibration note says which), unless --no-calibration; model (raw): the network's own quantiles, before "
+        "that correction, on the same origins.",
     ),
     (
         "q-risk",

@@ -1,8 +1,9 @@
 """`foxhunt evaluate`: forecasts on bars the model may never have seen, scored against the baselines on exactly
 the same origins, with interpretation and a self-contained HTML report.
 
-Forecasts are calibrated (conformal shifts fitted on the validation split, model/calibration.py) unless
-`--no-calibration`; the model's own quantiles are scored beside them ("model_raw") so the change shows. By default
+Forecasts are calibrated (`--calibration`: adaptive shifts, model/adaptive.py, or the fixed conformal shifts of
+model/calibration.py) unless `--no-calibration`; the model's own quantiles are scored beside them ("model_raw") so
+the change shows. By default
 only origins after the model's validation period are scored (evaluate/period.py). The bars may be a feature store's
 windows (`--features`). Scores accumulate as the forecasts are written (evaluate/scoring.py), so memory holds one
 series' origins, not every forecast."""
@@ -26,6 +27,7 @@ from foxhunt.errors import InputError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.evaluate.period import scoring_start
 from foxhunt.evaluate.predict import (
+    calibration_method,
     forecast_calibration,
     is_calibrated,
     parse_time,
@@ -42,6 +44,7 @@ from foxhunt.evaluate.scoring import SeriesScorer, Span, span_of
 from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines, first_forecast_ns
 from foxhunt.evaluate.verdict import seed_spread, verdict
 from foxhunt.evaluate.window import check_start, refuse_window, window_note, with_window
+from foxhunt.model.calibration import DEFAULT_METHOD
 from foxhunt.model.tft import variable_names
 from foxhunt.train.checkpoint import LoadedModel, load_model
 from foxhunt.train.seeds import SEEDS_FILE
@@ -52,14 +55,14 @@ log = logging.getLogger("foxhunt.evaluate")
 def evaluate_run(
     model_dir: Path, paths: tuple[str, ...], out_dir: Path, start: str | None = None, end: str | None = None,
     batch_size: int = 1024, device: torch.device | str = "cpu", forecasts: Path | None = None,
-    calibrate: bool = True, features: Path | None = None, covariates: tuple[str, ...] | None = None,
+    calibration: str = DEFAULT_METHOD, features: Path | None = None, covariates: tuple[str, ...] | None = None,
     events: str | None = None, since: str | None = None, until: str | None = None,
 ) -> dict[str, Any]:
     """Score the model on the bars at `paths`, or on the windows of the feature store `features` (prepared with the
     model's data options: `store_for_model`), against every baseline on the same origins; write metrics.json,
-    interpretation.json and report.html into `out_dir`. `covariates`, `events`: the user's inputs read from these
-    instead of the training run's (predict.with_sources). `since`, `until`: the bars read (default: from the
-    model's --since to the newest bar; evaluate/window.py)."""
+    interpretation.json and report.html into `out_dir`. `calibration`: adaptive, fixed or none. `covariates`,
+    `events`: the user's inputs read from these instead of the training run's (predict.with_sources). `since`,
+    `until`: the bars read (default: from the model's --since to the newest bar; evaluate/window.py)."""
     device = torch.device(device)
     lm = with_sources(load_model(model_dir, device), covariates, events)
     window: dict[str, str | None] = {"since": None, "until": None}  # the bars read: a store's are its own
@@ -83,14 +86,14 @@ def evaluate_run(
     static, encoder, decoder = variable_names(lm.schema)  # the order of the model's weight columns
     interp = InterpretationAccumulator(static, encoder, decoder, lm.schema.encoder_length, lm.schema.horizon)
     qs = lm.model_cfg.quantiles
-    cal = forecast_calibration(lm, calibrate) if given is None else None
+    cal = forecast_calibration(lm, calibration) if given is None else None
     scorer = SeriesScorer(data, qs, baseline_cut(model_dir, span.first_forecast_ns), raw=cal is not None)
     if given is None:
         fc = write_forecasts(lm, data, ids, out_dir / "forecasts.parquet", batch_size, device, interp,
                              calibration=cal, consume=lambda fb: scorer.add(from_batch(fb, data)))
         crossings = {"crossed_pairs": fc.crossed, "pairs": fc.pairs}
         applied: bool | None = cal is not None
-        why_not = "--no-calibration" if not calibrate else lm.calibration_note
+        why_not = "--no-calibration" if calibration == "none" else lm.calibration_note
     else:
         scorer.add(given)
         crossings, applied = None, is_calibrated(forecasts)
@@ -104,10 +107,10 @@ def evaluate_run(
                        data.own_moves, scored.unscored)
     period = {"first_origin": _iso(span.first_ns), "last_origin": _iso(span.last_ns), "origins": span.origins,
               "scored": scored_what, **window}
-    calibration = calibration_result(lm, applied, why_not, model_metrics, raw_metrics)
+    calibrated = calibration_result(lm, applied, why_not, model_metrics, raw_metrics, calibration_method(cal))
     result = {"verdict": claim, "model": model_metrics, "baselines": baseline_metrics, "skill": skills,
               "comparisons": scored.comparisons, "period": period, "target": lm.schema.target,
-              "quantile_crossings": crossings, "model_dir": str(model_dir), "calibration": calibration}
+              "quantile_crossings": crossings, "model_dir": str(model_dir), "calibration": calibrated}
     if raw_metrics is not None:
         result["model_raw"] = raw_metrics
         result["comparisons_raw"] = scored.raw_comparisons
@@ -126,15 +129,15 @@ def evaluate_run(
                  images=images(scorer.fans, qs, series_names, model_metrics, {**others, **baseline_metrics},
                                interpretation if forecasts is None else None, model_dir),
                  notes=[*notes(lm, where, period, model_dir), *([read] if read else []),
-                        calibration_note(calibration)])
+                        calibration_note(calibrated)])
     return result
 
 
 def calibration_result(lm: LoadedModel, applied: bool | None, why_not: str | None, model: dict[str, Any],
-                       raw: dict[str, Any] | None) -> dict[str, Any]:
+                       raw: dict[str, Any] | None, method: str = "fixed") -> dict[str, Any]:
     """metrics.json "calibration": whether the scored forecasts are calibrated (None: a --forecasts file that does
-    not say) and else why not, the fit, and the outer-pair coverage and share below each quantile of the model raw
-    and calibrated."""
+    not say) and else why not, with which method (adaptive or fixed), the fit, and the outer-pair coverage and
+    share below each quantile of the model raw and calibrated."""
     def cover(m: dict[str, Any]) -> dict[str, Any]:
         o = m["overall"]
         return {**o["coverage"], "below": o["calibration"]}
@@ -142,7 +145,9 @@ def calibration_result(lm: LoadedModel, applied: bool | None, why_not: str | Non
     cal = lm.calibration
     out: dict[str, Any] = {"applied": applied}
     if applied and cal is not None:
-        out.update(mode=cal.mode, fitted_on=cal.fitted_on, validation_coverage=cal.coverage)
+        out.update(method=method, mode=cal.mode, fitted_on=cal.fitted_on, validation_coverage=cal.coverage)
+        if method == "adaptive" and lm.adaptive is not None:
+            out["adaptive"] = lm.adaptive.fitted_on
     elif not applied:
         out["not_applied"] = why_not
     if raw is not None:
@@ -157,10 +162,16 @@ def calibration_note(c: dict[str, Any]) -> str:
     cov = c["coverage"]
     label = next((k for k in next(iter(cov.values())) if k != "below"), None)
     shown = " -> ".join(f"{k} {v[label]:.3f}" for k, v in cov.items() if label and v.get(label) is not None)
+    if c["applied"] and c.get("method") == "adaptive":
+        a = c.get("adaptive", {})
+        return (f"calibration: adaptive {c.get('mode', '?')} conformal shifts per series, started from those fitted "
+                f"on validation and moved by every outcome since (state as of {a.get('as_of', '?')}); {label} "
+                f"coverage {shown}")
     if c["applied"]:
         f = c.get("fitted_on", {})
-        return (f"calibration: {c.get('mode', '?')} conformal shifts fitted on validation ({f.get('windows', 0):,} "
-                f"windows, {f.get('first_origin', '?')} to {f.get('last_origin', '?')}); {label} coverage {shown}")
+        return (f"calibration: fixed {c.get('mode', '?')} conformal shifts fitted on validation "
+                f"({f.get('windows', 0):,} windows, {f.get('first_origin', '?')} to {f.get('last_origin', '?')}); "
+                f"{label} coverage {shown}")
     return f"calibration: not applied ({c.get('not_applied')}); {label} coverage {shown}"
 
 

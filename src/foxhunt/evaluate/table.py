@@ -17,7 +17,8 @@ def _get(d: dict[Any, Any], q: float) -> Any:
 
 
 def coverage_line(cal: dict[str, Any]) -> str:
-    """'p10-p90 coverage: raw 0.612 -> calibrated 0.797 (nominal 0.80); share below p10 0.18 -> 0.10, ...'."""
+    """'calibrated (adaptive shifts); p10-p90 coverage: raw 0.612 -> calibrated 0.797 (nominal 0.80); share below p10
+    0.18 -> 0.10, ...'."""
     cov = cal["coverage"]
     label = next((k for k in next(iter(cov.values()), {}) if k != "below"), None)
     parts = []
@@ -28,7 +29,8 @@ def coverage_line(cal: dict[str, Any]) -> str:
     qs = list(next(iter(cov.values()), {}).get("below", {}))
     parts.append("share below " + ", ".join(
         f"p{float(q) * 100:g} " + " -> ".join(_f(v["below"].get(q), 0, 3).strip() for v in cov.values()) for q in qs))
-    state = "calibrated" if cal.get("applied") else f"not calibrated ({cal.get('not_applied')})"
+    how = f" ({cal['method']} shifts)" if cal.get("method") else ""
+    state = f"calibrated{how}" if cal.get("applied") else f"not calibrated ({cal.get('not_applied')})"
     return f"{state}; " + "; ".join(parts)
 
 

@@ -22,6 +22,7 @@ from foxhunt.data.features.inputs import context_inputs
 from foxhunt.data.features.scaling import VOL_FLOOR, standardized
 from foxhunt.export.graph import OUTPUT_NAME, InputSpec, positional_names, relative_time
 from foxhunt.export.parity import ParityResult
+from foxhunt.model.calibration import DEFAULT_METHOD
 from foxhunt.train.checkpoint import LoadedModel, weights_digest
 
 FORMAT_VERSION = 1
@@ -158,7 +159,7 @@ def calibration_words(lm: LoadedModel) -> dict[str, Any] | None:
         return None
     unit = "times the window's scale (the same scale that unscales the output)" if cal.mode == "scaled" else \
         "in the target's own units"
-    return {
+    out = {
         "mode": cal.mode,
         "shifts": cal.shifts.tolist(),  # (D, Q)
         "how_to_apply": "unscale the output (scaling.target), sort each horizon's Q values ascending (the model's "
@@ -166,6 +167,26 @@ def calibration_words(lm: LoadedModel) -> dict[str, Any] | None:
                         "ascending again. Skip the shifts to get the model's own quantiles",
         "fitted_on": cal.fitted_on,
     }
+    if lm.adaptive is not None:
+        out["default_method"] = DEFAULT_METHOD
+        out["adaptive"] = {**lm.adaptive.to_dict(), "how_to_update": ADAPTIVE_WORDS.format(unit=unit)}
+    return out
+
+
+# What a live user of the graph does to keep adaptive shifts (model/adaptive.py), in words.
+ADAPTIVE_WORDS = (
+    "adaptive shifts replace `shifts` with a state per series that every outcome moves. Start series s from "
+    "adaptive.series[s], as of as_of_ns, its last validation origin: forecast every origin after it in bar order, "
+    "the D - 1 before it too (their forecasts wait for outcomes after it); a series not there starts at its first "
+    "origin with every expert at rule.start, weights 1/K. At each bar t after as_of_ns, with y_t the target of bar t: for each step h = 1..D whose "
+    "origin t - h was forecast, take its raw forecasts f (unscaled, sorted) and that origin's scale, and for each "
+    "quantile j with level tau: score = (y_t - f[h][j]) / scale when rule.mode is scaled (else y_t - f[h][j]); for "
+    "each expert k with shift c = shifts[k][h][j] and weight w = weights[k][h][j]: u = score - c, loss = max(tau u, "
+    "(tau - 1) u) / rule.loss_scale[h][j], w = w exp(-rule.rate loss), c = c + rule.step[k][h][j] ((1 if u > 0 else "
+    "0) - (1 - tau)); then normalise w over k to sum 1 and set w = (1 - rule.share) w + rule.share / K. The shift "
+    "applied to origin t's quantile j at horizon h is sum over k of w c ({unit}); origins before as_of_ns take "
+    "rule.start. Then sort ascending, as with fixed shifts"
+)
 
 
 def sidecar(lm: LoadedModel, run_dir: Path, model_file: str, specs: list[InputSpec], parity: ParityResult,

@@ -1,5 +1,6 @@
 """After training: fit the conformal calibration (model/calibration.py) on the validation split with the best
-checkpoint's forecasts, write RUN_DIR/calibration.json and return the line that `train` prints at the end.
+checkpoint's forecasts, warm the adaptive state (model/adaptive.py) up through the validation period, write
+RUN_DIR/calibration.json and return the line that `train` prints at the end.
 
 The forecasts are made exactly as `foxhunt predict` makes them (the saved best weights, fp32, quantiles unscaled and
 sorted), so the shifts correct what users will see. calibration.json records the SHA-256 of model.safetensors: a
@@ -18,7 +19,8 @@ from foxhunt.atomic import write_json
 from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.dataset.windows import WindowedData
-from foxhunt.model.calibration import DEFAULT_MODE, MIN_WINDOWS, Calibration, outer_label
+from foxhunt.model.adaptive import AdaptiveCalibration, Origins, Rule, warm_up
+from foxhunt.model.calibration import DEFAULT_MODE, MIN_WINDOWS, Calibration, outer_label, scores
 from foxhunt.train.checkpoint import load_model, weights_digest
 from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory
 from foxhunt.train.run_dir import RunDir
@@ -69,8 +71,27 @@ def fit_calibration(run: RunDir, data: PreparedData, device: torch.device, batch
         "pairs": int(np.isfinite(y).sum()), "weights_sha256": weights_digest(run.weights),
     }
     cal = Calibration.fit(y, q, scale, lm.model_cfg.quantiles, mode, fitted_on)
-    write_json(run.calibration, cal.to_dict())
+    adaptive = fit_adaptive(cal, data, ids, (y, q, scale))
+    write_json(run.calibration, {**cal.to_dict(), "adaptive": adaptive.to_dict()})
     return cal
+
+
+def fit_adaptive(cal: Calibration, data: PreparedData, ids: torch.Tensor,
+                 val: tuple[np.ndarray, np.ndarray, np.ndarray]) -> AdaptiveCalibration:
+    """The adaptive rule from the validation scores `val` (actuals (N, D), raw forecasts (N, D, Q), scales (N,) of
+    windows `ids`), and each series' state warmed up from the fixed shifts through its validation windows: as of
+    its last validation origin (D bars before the end of validation; forecasts carry it through the rest, whose
+    windows reach past validation and so are never gathered while training)."""
+    w = data.windows
+    series = w.series_index(ids).numpy()  # (N,)
+    n_series = len(np.unique(series))
+    per_series = len(ids) / max(n_series, 1)
+    rule = Rule.fit(scores(val[0], val[1], val[2], cal.mode), cal.shifts, cal.quantiles, cal.mode, per_series)
+    origins = Origins(series, w.series_names, w.origin_ns(ids).numpy(), w.origin_target(ids).numpy().astype(np.float64))
+    fitted_on = {"origins": int(len(ids)), "series": n_series, "per_series": round(per_series, 1),
+                 "first_origin": _iso(origins.origin_ns.min()), "as_of": _iso(origins.origin_ns.max()),
+                 "weights_sha256": cal.fitted_on.get("weights_sha256")}
+    return warm_up(rule, origins, val[1], val[2], fitted_on)
 
 
 def calibration_line(cal: Calibration | None, n_val: int) -> str:

@@ -3,7 +3,8 @@
 - `model.safetensors` + `model.json`: the best weights and everything needed to forecast without the training data
   (architecture, feature schema, scalers, quantiles, data options).
 - `calibration.json`: conformal shifts per quantile and horizon, fitted on the validation split after training
-  (model/calibration.py, train/calibrate.py); loaded with the model when present and matching its weights.
+  (model/calibration.py, train/calibrate.py), and the adaptive state as of the end of validation
+  (model/adaptive.py, key "adaptive"); loaded with the model when present and matching its weights.
 - `checkpoint.pt`: the last state for resuming (weights, optimizer, step, epoch, the position inside the epoch, every
   RNG state, early-stopping state); only tensors and plain values, so it loads with `weights_only=True`.
 """
@@ -25,6 +26,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features.schema import FeatureSchema
 from foxhunt.errors import InputError
+from foxhunt.model.adaptive import AdaptiveCalibration
 from foxhunt.model.calibration import Calibration
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer
@@ -75,6 +77,7 @@ class LoadedModel:
     meta: dict[str, Any]
     calibration: Calibration | None = None
     calibration_note: str | None = None  # why there is no calibration (no file: a run from before calibration)
+    adaptive: AdaptiveCalibration | None = None  # the adaptive state (None: calibration.json from before it)
 
 
 def load_model(run_dir: str | Path, device: torch.device | str = "cpu", calibration: bool = True) -> LoadedModel:
@@ -113,19 +116,22 @@ def load_model(run_dir: str | Path, device: torch.device | str = "cpu", calibrat
     model.to(device).eval()
     lm = LoadedModel(model, model_cfg, schema, transform, data_cfg, meta)
     if calibration:
-        lm.calibration, lm.calibration_note = load_calibration(root, model_cfg)
+        lm.calibration, lm.calibration_note, lm.adaptive = load_calibration(root, model_cfg)
     return lm
 
 
-def load_calibration(root: Path, model_cfg: ModelConfig) -> tuple[Calibration | None, str | None]:
-    """(calibration, None), or (None, why not): no file (a run from before calibration, or too few validation
-    windows) or a file fitted on other weights (a resumed run stopped before it refitted). A file that cannot be
-    read is an InputError naming it."""
+def load_calibration(root: Path, model_cfg: ModelConfig
+                     ) -> tuple[Calibration | None, str | None, AdaptiveCalibration | None]:
+    """(calibration, None, adaptive state or None for a file from before it), or (None, why not, None): no file (a
+    run from before calibration, or too few validation windows) or a file fitted on other weights (a resumed run
+    stopped before it refitted). A file that cannot be read is an InputError naming it."""
     path = root / "calibration.json"
     if not path.exists():
-        return None, f"{root} has no calibration.json (trained before calibration, or too few validation windows)"
+        return None, f"{root} has no calibration.json (trained before calibration, or too few validation windows)", None
     try:
-        cal = Calibration.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        cal = Calibration.from_dict(saved)
+        adaptive = AdaptiveCalibration.from_dict(saved["adaptive"]) if "adaptive" in saved else None
     except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: not a foxhunt calibration ({type(e).__name__}); delete it to forecast without "
                          "calibration, or retrain") from e
@@ -134,8 +140,10 @@ def load_calibration(root: Path, model_cfg: ModelConfig) -> tuple[Calibration | 
                          f"has {list(model_cfg.quantiles)} and {model_cfg.horizon}; delete it or retrain")
     digest = cal.fitted_on.get("weights_sha256")
     if digest and digest != weights_digest(root / "model.safetensors"):
-        return None, f"{path} was fitted on other weights than model.safetensors (stale); ignored"
-    return cal, None
+        return None, f"{path} was fitted on other weights than model.safetensors (stale); ignored", None
+    if adaptive is not None and adaptive.rule.shape[1:] != cal.shifts.shape:
+        raise InputError(f"{path}: its adaptive state does not match its shifts; delete it or retrain")
+    return cal, None, adaptive
 
 
 def weights_digest(path: Path) -> str:

@@ -183,6 +183,11 @@ class WindowedData:
         """(B, D) raw (unscaled) target of the forecast bars; NaN beyond the data."""
         return self.target_raw[self._future(ids)]
 
+    def origin_target(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B,) raw target of each window's origin bar: the outcome known at the origin (adaptive calibration scores
+        the earlier origins' forecasts with it)."""
+        return self.target_raw[self._origin(ids)]
+
     def check_codes(self, schema: FeatureSchema, whose: str = "the data") -> None:
         """InputError unless every categorical code lies in [0, cardinality) of its feature in `schema`.
 

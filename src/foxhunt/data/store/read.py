@@ -144,6 +144,9 @@ class MappedWindows(WindowedData):
     def origin_ns(self, ids: torch.Tensor) -> torch.Tensor:
         return self._released(super().origin_ns(ids))
 
+    def origin_target(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._released(super().origin_target(ids))
+
     def target_ns(self, ids: torch.Tensor, extrapolated: bool = False) -> torch.Tensor:
         return self._released(super().target_ns(ids, extrapolated))
 
