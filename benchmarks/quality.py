@@ -3,15 +3,15 @@ seeds, against the baselines of `foxhunt evaluate` and pytorch-forecasting's TFT
 and appended to benchmarks/RESULTS.md.
 
     python benchmarks/quality.py [--datasets cn_futures_daily,spx_daily,ko_pep_15min,sample] [--seeds 3] [--quick]
-        [--train-args "--scaling series"] [--pf-python PATH | --no-pf] [--threads 2] [--workdir DIR]
-        [--record | --no-record] [-- any other `foxhunt train` option]
+        [--train-args "--scaling series"] [--pf-python PATH | --no-pf] [--pf-seeds N] [--threads 2]
+        [--workdir DIR] [--record | --no-record] [-- any other `foxhunt train` option]
 
 Datasets (real market data in ../shared/data, described in its README.md; a file missing there is skipped with a
 note, so the script runs in a clone):
 - cn_futures_daily: Chinese commodity futures, daily 2011-2017, one global model, the automatic split: `foxhunt
   train`, then `foxhunt evaluate` on the origins after validation;
-- spx_daily: S&P 500 daily, walk-forward, one fold a year 2014-2018: `foxhunt backtest --folds 5 --test-length 1y`
-  (each fold validated on the year before its test year, trained on everything before that);
+- spx_daily: S&P 500 daily, walk-forward, one fold a year 2014-2018: `foxhunt backtest --folds 5 --test-length 1y
+  --jobs 2` (each fold validated on the year before its test year, trained on everything before that);
 - ko_pep_15min: Coca-Cola and PepsiCo, 15-minute bars, the automatic split, bars read as New York time;
 - sample: the bundled ES sample. Simulated: its rows are shown apart and are never evidence.
 foxhunt runs with every option at its default, plus --train-args and whatever follows `--` (so that a candidate
@@ -30,11 +30,14 @@ rows, the model column swapped), so the baselines, tests and series counts come 
 evaluate keeps the forecasts whose (symbol, origin) are among its own origins and drops the rest, so the script
 checks that both sides were scored on the same number of pairs and notes any difference.
 
-Time on 2 quiet cores: the full run (3 seeds of both models on the three real datasets and the sample) is meant to
-fit in about 30 minutes, --quick in about 5. The choices that keep it there: foxhunt's own `--epochs auto` cap and
-pytorch-forecasting stopped inside the same cap with the same patience (3); pytorch-forecasting trains every
-backtest fold, each in one process per seed; --quick is one seed, `--epochs 2` for both models (no early stopping
-left to do) and the last 2 SPX folds (2017-2018).
+Time: the full run is sized for about 30 minutes on 2 quiet cores, --quick for about 5. The choices that keep it
+there: foxhunt's own `--epochs auto` cap, and pytorch-forecasting stopped inside the same cap with the same patience
+(3); the backtest trains two fold models at once (`--jobs 2`, a thread each: small models use two processes better
+than two threads); pytorch-forecasting trains a seed's backtest folds in one process, and runs on the first seed
+only of the simulated sample (--pf-seeds N: the first N seeds of every dataset); --quick is one seed, `--epochs 2`
+for both models (leaving early stopping nothing to do) and the last 2 SPX folds (2017-2018), and it appends nothing
+to RESULTS.md unless --record. Both models' processes get foxhunt's OpenMP setting (GOMP_SPINCOUNT): OpenMP's
+default long spinning slows small models many times over when other jobs share the cores.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class Dataset:
     flags: tuple[str, ...] = ()  # `foxhunt train` / `backtest` flags of this dataset
     folds: int = 0  # > 0: a walk-forward backtest of this many yearly folds
     simulated: bool = False
+    pf_seeds: int | None = None  # pytorch-forecasting on the first this many seeds (None: all), unless --pf-seeds
 
 
 DATASETS = {d.name: d for d in (
@@ -83,8 +87,9 @@ DATASETS = {d.name: d for d in (
     Dataset("spx_daily", "spx_daily.parquet", "S&P 500 daily, walk-forward, one fold a year", folds=5),
     Dataset("ko_pep_15min", "ko_pep_15min.parquet", "KO and PEP, 15-minute bars, automatic split",
             flags=("--timezone", "America/New_York")),
-    Dataset("sample", None, "the bundled ES sample, 1-minute bars (simulated)", simulated=True),
+    Dataset("sample", None, "the bundled ES sample, 1-minute bars (simulated)", simulated=True, pf_seeds=1),
 )}
+BACKTEST = ("--test-length", "1y", "--jobs", "2")  # yearly folds; two fold models train at once, a thread each
 QUICK_TRAIN = ("--epochs", "2")  # --quick: before --train-args, so that a typed --epochs wins
 QUICK_FOLDS = 2
 
@@ -99,6 +104,7 @@ class Settings:
     work: Path
     data_dir: Path
     pf_python: str | None
+    pf_seeds: int | None  # --pf-seeds: pytorch-forecasting on the first this many seeds of every dataset
     record: bool
     command: str
 
@@ -124,6 +130,8 @@ def parse_args(argv: list[str]) -> Settings:
     p.add_argument("--train-args", default="", help='extra `foxhunt train` flags, e.g. "--scaling series"')
     p.add_argument("--pf-python", help=f"python of the pytorch-forecasting venv (default {DEFAULT_PF_PYTHON})")
     p.add_argument("--no-pf", action="store_true", help="foxhunt alone")
+    p.add_argument("--pf-seeds", type=int, help="pytorch-forecasting on the first N seeds of every dataset (default: "
+                                                "all, but only the first on the simulated sample)")
     p.add_argument("--threads", type=int, default=2, help="torch threads for both models")
     p.add_argument("--workdir", type=Path, help="keep the runs here (default: a new temporary folder)")
     p.add_argument("--data-dir", type=Path, default=DATA, help=f"the development data (default {DATA})")
@@ -140,7 +148,7 @@ def parse_args(argv: list[str]) -> Settings:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     work = (a.workdir / stamp) if a.workdir else Path(tempfile.mkdtemp(prefix=f"foxhunt-quality-{stamp}-"))
     return Settings(tuple(DATASETS[n] for n in names), seeds, a.quick, (*shlex.split(a.train_args), *rest),
-                    a.threads, work, a.data_dir, pf_python, not a.quick if a.record is None else a.record,
+                    a.threads, work, a.data_dir, pf_python, a.pf_seeds, not a.quick if a.record is None else a.record,
                     shlex.join(["python", "benchmarks/quality.py", *argv]))
 
 
@@ -181,14 +189,14 @@ def foxhunt(argv: list[str], log_path: Path) -> Took:
     the command fails."""
     from foxhunt.cli import main
 
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0 = time.perf_counter(), time.process_time() + children_cpu()  # children: backtest --jobs' workers
     with open(log_path, "a", encoding="utf-8") as out, redirect_stdout(out), redirect_stderr(out):
         print(f"$ foxhunt {shlex.join(argv)}", flush=True)
         code = main(argv)
     if code != 0:
         tail = "\n".join(log_path.read_text(encoding="utf-8").splitlines()[-12:])
         raise SystemExit(f"foxhunt {argv[0]} exited {code} (log {log_path}):\n{tail}")
-    return Took(time.perf_counter() - t0, time.process_time() - c0)
+    return Took(time.perf_counter() - t0, time.process_time() + children_cpu() - c0)
 
 
 def read(path: Path) -> dict[str, Any]:
@@ -210,7 +218,7 @@ def backtest_command(ds: Dataset, seed: int, s: Settings, out_dir: Path) -> list
     """`foxhunt backtest`: yearly folds ending with the data (the last QUICK_FOLDS with --quick), each validated on
     the year before (the default --val-length), with every train flag of `train_command`."""
     folds = QUICK_FOLDS if s.quick else ds.folds
-    return ["backtest", "--folds", str(folds), "--test-length", "1y", "--out-dir", str(out_dir),
+    return ["backtest", "--folds", str(folds), *BACKTEST, "--out-dir", str(out_dir),
             *train_command(ds, seed, s, out_dir)[1:-2]]  # train's flags without --run-dir, which each fold sets
 
 
@@ -235,21 +243,23 @@ def fox_backtest(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
     n_params = read(Path(first["run_dir"]) / "config.json")["n_params"]
     span = f"{first['test_start'][:10]} .. {last['test_end'][:10] if last['test_end'] else 'the last bar'}"
     return score_of({**bt["overall"], "verdict": bt["verdict"]}, sum(f["origins"] for f in bt["folds"]), wall.wall,
-                    n_params, [f"{folds} yearly folds tested {span}; train s: the whole backtest"])
+                    n_params, [f"{folds} yearly folds tested {span}"])
 
 
 # ------------------------------------------------------------------------------------------ pytorch-forecasting
-def export_bars(run: Path, path: Path) -> Path:
+def export_bars(run: Path, path: Path, log_path: Path) -> Path:
     """The bars as the run's model reads them for forecasting (evaluate's own loading: series, rolls, time zone),
-    in the generic format pytorch-forecasting's side reads; written once per dataset."""
+    in the generic format pytorch-forecasting's side reads; written once per dataset (loading's console into
+    `log_path`)."""
     if path.exists():
         return path
     from foxhunt.data.bars.load import load_bars
     from foxhunt.evaluate.predict import prediction_config
     from foxhunt.train.checkpoint import load_model
 
-    lm = load_model(run, "cpu")
-    bars = load_bars(prediction_config(lm, lm.data_cfg.paths), lm.transform.bar_spacing_ns).bars
+    with open(log_path, "a", encoding="utf-8") as out, redirect_stderr(out):
+        lm = load_model(run, "cpu")
+        bars = load_bars(prediction_config(lm, lm.data_cfg.paths), lm.transform.bar_spacing_ns).bars
     bars.select(timestamp="ts", symbol="series", open="open", high="high", low="low", close="close",
                 volume="volume").write_parquet(path)
     return path
@@ -292,6 +302,7 @@ def pf_call(s: Settings, bars: Path, runs: list[dict[str, Any]], seed: int, out:
     if proc.returncode != 0 or not lines:
         tail = "\n".join((out / "pf.log").read_text(encoding="utf-8").splitlines()[-12:])
         raise SystemExit(f"pytorch-forecasting failed ({proc.returncode}): {shlex.join(cmd)}\n{tail}")
+    (out / "pf-result.json").write_text(lines[-1], encoding="utf-8")
     return json.loads(lines[-1])["runs"]
 
 
@@ -306,7 +317,7 @@ def pf_split(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
     """pytorch-forecasting on the run's split, scored by `foxhunt evaluate --forecasts` against the same run."""
     run = out / "run"
     summary, plan = read(run / "data_summary.json"), pf_plan(run)
-    bars = export_bars(run, out.parent / "bars.parquet")
+    bars = export_bars(run, out.parent / "bars.parquet", out / "foxhunt.log")
     spec = {**plan, "train_end": summary["train_end"], "val_end": summary["val_end"],
             "forecast_start": summary["val_end"], "out": str(out / "pf.parquet")}
     res = pf_call(s, bars, [spec], seed, out)[0]
@@ -315,7 +326,7 @@ def pf_split(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
     train_s = res["prep_s"] + res["fit_s"]
     log(f"  {PF} data + fit {Took(train_s, res['cpu_s'])}, evaluate --forecasts {eval_s}")
     m, fox = read(out / "pf-eval" / "metrics.json"), read(out / "eval" / "metrics.json")
-    notes = [size_note(plan["match_params"], res), "train s: data and Trainer.fit"]
+    notes = [size_note(plan["match_params"], res)]
     pairs = (m["model"]["overall"]["n"], fox["model"]["overall"]["n"])
     if pairs[0] != pairs[1]:
         notes.append(f"NOT the same rows: scored on {pairs[0]:,} (origin, step) pairs, foxhunt on {pairs[1]:,}")
@@ -344,7 +355,7 @@ def pf_backtest(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
 
     bt = read(out / "bt" / "backtest.json")
     folds = bt["folds"]
-    bars = export_bars(Path(folds[0]["run_dir"]), out.parent / "bars.parquet")
+    bars = export_bars(Path(folds[0]["run_dir"]), out.parent / "bars.parquet", out / "foxhunt.log")
     runs = [{**pf_plan(Path(f["run_dir"])), "train_end": f["val_start"], "val_end": f["test_start"],
              "forecast_start": f["test_start"], "forecast_end": f["test_end"],
              "out": str(out / f"pf-fold-{f['index']:02d}.parquet")} for f in folds]
@@ -359,7 +370,7 @@ def pf_backtest(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
     claim = overall_verdict(overall, qs, len(folds)).to_dict()
     train_s = sum(r["prep_s"] + r["fit_s"] for r in res)
     log(f"  {PF} {len(res)} folds, data + fit {Took(train_s, sum(r['cpu_s'] for r in res))}")
-    notes = [size_note(runs[0]["match_params"], res[0]), "train s: every fold's data and Trainer.fit"]
+    notes = [size_note(runs[0]["match_params"], res[0])]
     missing = int((np.isfinite(arrays["actual"]) & ~np.isfinite(arrays["model"]).all(axis=-1)).sum())
     if missing:
         notes.append(f"NOT the same rows: no forecast for {missing:,} (origin, step) pairs foxhunt was scored on")
@@ -368,6 +379,12 @@ def pf_backtest(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
 
 
 # --------------------------------------------------------------------------------------------------- the run
+def pf_seeds(ds: Dataset, s: Settings) -> tuple[int, ...]:
+    """The seeds pytorch-forecasting runs on for this dataset: --pf-seeds, or the dataset's own limit."""
+    n = s.pf_seeds if s.pf_seeds is not None else ds.pf_seeds
+    return s.seeds if n is None else s.seeds[:n]
+
+
 def run(s: Settings) -> tuple[list[Row], list[str]]:
     """Every dataset and seed, foxhunt then pytorch-forecasting; the rows and the notes (skips)."""
     rows: list[Row] = []
@@ -389,10 +406,14 @@ def run(s: Settings) -> tuple[list[Row], list[str]]:
             fox.scores.append((fox_backtest if ds.folds else fox_split)(ds, seed, s, out))
             probe = Path(read(out / "bt" / "backtest.json")["folds"][0]["run_dir"]) if ds.folds else out / "run"
             why = pf_unfit(probe)
-            if s.pf_python and why is None:
+            if s.pf_python and why is None and seed in pf_seeds(ds, s):
                 pf.scores.append((pf_backtest if ds.folds else pf_split)(ds, seed, s, out))
             elif why and why not in notes:
                 notes.append(f"{ds.name}: {why}")
+        chosen = pf_seeds(ds, s)
+        if s.pf_python and len(chosen) < len(s.seeds) and not any(n.startswith(f"{ds.name}: {PF} left") for n in notes):
+            which = f"seed {', '.join(map(str, chosen))} only" if chosen else "not run"
+            notes.append(f"{ds.name}: {PF} {which}, to keep the run's time (--pf-seeds N for more)")
         rows += [r for r in (fox, pf) if r.scores]
     return rows, notes
 
@@ -426,7 +447,9 @@ def report(s: Settings, rows: list[Row], notes: list[str], started: datetime, wa
              f"- foxhunt train options: {shlex.join(s.mode_args) or 'the defaults'}"
              + "".join(f"; {d.name} also {shlex.join(d.flags)}" for d in s.datasets if d.flags),
              "- columns: means over the seeds; a DM p-value is the largest over the seeds (two-sided test of equal "
-             "pinball loss, pooled over the panel); series won: against the best baseline, the range over the seeds",
+             "pinball loss, pooled over the panel); series won: against the best baseline, the range over the seeds; "
+             f"train s: the wall time of `foxhunt train` (the whole `foxhunt backtest`) and of {PF}'s data and "
+             "`Trainer.fit` (every fold's)",
              *(f"- {n}" for n in notes), "", tables(rows)]
     return "\n".join(lines)
 
@@ -447,6 +470,9 @@ def record(text: str, path: Path = RESULTS) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from foxhunt.allocator import process_settings
+
+    process_settings()  # foxhunt's OpenMP setting, here and in pytorch-forecasting's processes: the same waiting
     s = parse_args(list(sys.argv[1:] if argv is None else argv))
     s.work.mkdir(parents=True, exist_ok=True)
     log(f"runs in {s.work}; foxhunt options: {shlex.join(s.mode_args) or 'the defaults'}")

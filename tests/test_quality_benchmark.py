@@ -118,12 +118,21 @@ def test_train_options_pass_through(tmp_path):
     assert train[train.index("--seed") + 1] == "1" and train[-2:] == ["--run-dir", str(tmp_path / "run")]
     bt = quality.backtest_command(spx, 0, s, tmp_path / "bt")
     assert bt[:5] == ["backtest", "--folds", "2", "--test-length", "1y"] and "--run-dir" not in bt
-    assert "--scaling" in bt and "--hidden-size" in bt
+    assert "--scaling" in bt and "--hidden-size" in bt and bt[bt.index("--jobs") + 1] == "2"
     full = quality.parse_args(["--seeds", "0,4", "--data-dir", str(tmp_path), "--workdir", str(tmp_path / "w")])
     assert full.seeds == (0, 4) and full.record and full.mode_args == ()
     assert quality.backtest_command(spx, 0, full, tmp_path / "bt")[:3] == ["backtest", "--folds", "5"]
     sample = quality.train_command(quality.DATASETS["sample"], 0, full, tmp_path / "run")
     assert "--parquet-file" not in sample  # the bundled sample is train's default
+
+
+def test_pytorch_forecasting_seeds(tmp_path):
+    """Every seed of the real datasets, the first of the simulated sample; --pf-seeds N: the first N of every one."""
+    s = quality.parse_args(["--data-dir", str(tmp_path), "--workdir", str(tmp_path / "w")])
+    seeds = {name: quality.pf_seeds(ds, s) for name, ds in quality.DATASETS.items()}
+    assert seeds == {"cn_futures_daily": (0, 1, 2), "spx_daily": (0, 1, 2), "ko_pep_15min": (0, 1, 2), "sample": (0,)}
+    s = quality.parse_args(["--pf-seeds", "2", "--data-dir", str(tmp_path), "--workdir", str(tmp_path / "w")])
+    assert all(quality.pf_seeds(ds, s) == (0, 1) for ds in quality.DATASETS.values())
 
 
 def test_record_puts_the_newest_entry_first(tmp_path):
