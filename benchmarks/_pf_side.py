@@ -1,11 +1,13 @@
-"""The pytorch-forecasting side of vs_pytorch_forecasting.py, run with the pytorch-forecasting venv's python.
+"""The pytorch-forecasting side of vs_pytorch_forecasting.py, run with the pytorch-forecasting venv's python; its data
+and model builders are also quality.py's (_pf_forecast.py).
 
     python benchmarks/_pf_side.py --data BARS.parquet [--threads 2] [--epochs 3] [--profile | --count-only]
 
 Reads the bars parquet that the driver wrote (timestamp, symbol, open, high, low, close, volume) and builds
-a `TimeSeriesDataSet`: static categorical symbol; known categoricals day of week and month (strings);
-observed reals log return, log range ln(high/low) and log volume standardized per symbol on the training
-rows; target log return, GroupNormalizer per symbol; encoder 60, horizon 5. Fits the documented
+a `TimeSeriesDataSet`: static categorical symbol; known categoricals day of week and month (strings), and time of
+day for intraday bars; observed reals log return, log range ln(high/low) and log volume standardized per symbol on
+the training rows; target log return, GroupNormalizer per symbol; encoder 60, horizon 5; each series' bars counted on
+their own, windows split by the time of their first forecast bar. Fits the documented
 `TemporalFusionTransformer` with `Trainer.fit` and runs its forward loop over every window from --train-end
 on. Prints one JSON line (the last line on stdout); with --profile, a torch.profiler table instead. Imports
 nothing from foxhunt; the driver imports `count_flop` from here so that both sides are counted alike.

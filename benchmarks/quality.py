@@ -87,7 +87,7 @@ DATASETS = {d.name: d for d in (
     Dataset("spx_daily", "spx_daily.parquet", "S&P 500 daily, walk-forward, one fold a year", folds=5),
     Dataset("ko_pep_15min", "ko_pep_15min.parquet", "KO and PEP, 15-minute bars, automatic split",
             flags=("--timezone", "America/New_York")),
-    Dataset("sample", None, "the bundled ES sample, 1-minute bars (simulated)", simulated=True, pf_seeds=1),
+    Dataset("sample", None, "the bundled ES sample, 1-minute bars, simulated", simulated=True, pf_seeds=1),
 )}
 BACKTEST = ("--test-length", "1y", "--jobs", "2")  # yearly folds; two fold models train at once, a thread each
 QUICK_TRAIN = ("--epochs", "2")  # --quick: before --train-args, so that a typed --epochs wins
@@ -125,7 +125,8 @@ def parse_args(argv: list[str]) -> Settings:
         own[i : i + 2] = [f"--train-args={own[i + 1]}"]
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", default=",".join(DATASETS), help=f"comma-separated, of {', '.join(DATASETS)}")
-    p.add_argument("--seeds", help="a count (3: seeds 0, 1, 2) or a list (0,5); default 3, 1 with --quick")
+    p.add_argument("--seeds", help="a count (3: seeds 0, 1, 2) or a comma list (0,5; 7, for seed 7 alone); "
+                                   "default 3, 1 with --quick")
     p.add_argument("--quick", action="store_true", help="one seed, 2 epochs, 2 SPX folds: for iterating")
     p.add_argument("--train-args", default="", help='extra `foxhunt train` flags, e.g. "--scaling series"')
     p.add_argument("--pf-python", help=f"python of the pytorch-forecasting venv (default {DEFAULT_PF_PYTHON})")
@@ -133,7 +134,7 @@ def parse_args(argv: list[str]) -> Settings:
     p.add_argument("--pf-seeds", type=int, help="pytorch-forecasting on the first N seeds of every dataset (default: "
                                                 "all, but only the first on the simulated sample)")
     p.add_argument("--threads", type=int, default=2, help="torch threads for both models")
-    p.add_argument("--workdir", type=Path, help="keep the runs here (default: a new temporary folder)")
+    p.add_argument("--workdir", type=Path, help="the runs go into a new folder here (default: the temp folder)")
     p.add_argument("--data-dir", type=Path, default=DATA, help=f"the development data (default {DATA})")
     p.add_argument("--record", action=argparse.BooleanOptionalAction, default=None,
                    help=f"append the table to {RESULTS.relative_to(REPO)} (default: yes, but not with --quick)")
@@ -143,10 +144,16 @@ def parse_args(argv: list[str]) -> Settings:
     if unknown:
         p.error(f"--datasets: unknown {', '.join(unknown)}; choose from {', '.join(DATASETS)}")
     seeds_text = a.seeds or ("1" if a.quick else "3")
-    seeds = tuple(int(x) for x in seeds_text.split(",")) if "," in seeds_text else tuple(range(int(seeds_text)))
+    try:
+        seeds = (tuple(int(x) for x in seeds_text.split(",") if x.strip()) if "," in seeds_text
+                 else tuple(range(int(seeds_text))))
+    except ValueError:
+        seeds = ()
+    if not seeds or a.threads < 1:
+        p.error(f"--seeds {seeds_text!r} names no seed" if not seeds else "--threads must be at least 1")
     pf_python = None if a.no_pf else a.pf_python or (str(DEFAULT_PF_PYTHON) if DEFAULT_PF_PYTHON.exists() else None)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    work = (a.workdir / stamp) if a.workdir else Path(tempfile.mkdtemp(prefix=f"foxhunt-quality-{stamp}-"))
+    work = (a.workdir or Path(tempfile.gettempdir())) / f"foxhunt-quality-{stamp}-{os.getpid()}"  # made by main
     return Settings(tuple(DATASETS[n] for n in names), seeds, a.quick, (*shlex.split(a.train_args), *rest),
                     a.threads, work, a.data_dir, pf_python, a.pf_seeds, not a.quick if a.record is None else a.record,
                     shlex.join(["python", "benchmarks/quality.py", *argv]))
@@ -426,7 +433,7 @@ def git_commit() -> str:
     return head + (" with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
-def machine() -> str:
+def machine(load_at_start: float) -> str:
     cpu = platform.processor() or platform.machine()
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -435,22 +442,26 @@ def machine() -> str:
         pass
     import torch
 
-    return (f"{cpu}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end; Python "
-            f"{platform.python_version()}, torch {torch.__version__}")
+    return (f"{cpu}, {os.cpu_count()} cores, load average {load_at_start:.1f} at the start and "
+            f"{os.getloadavg()[0]:.1f} at the end; Python {platform.python_version()}, torch {torch.__version__}")
 
 
-def report(s: Settings, rows: list[Row], notes: list[str], started: datetime, wall: float) -> str:
+def report(s: Settings, rows: list[Row], notes: list[str], started: datetime, wall: float, load: float) -> str:
     mode = f"quick ({shlex.join(QUICK_TRAIN)}, {QUICK_FOLDS} SPX folds)" if s.quick else "full"
     head = (f"### {started:%Y-%m-%d %H:%M} UTC, commit {git_commit()}, {mode}, seeds "
             f"{', '.join(map(str, s.seeds))}; {wall / 60:.1f} min")
-    lines = [head, "", f"- command: `{s.command}`", f"- machine: {machine()}",
+    pf = (f"- {PF}: GroupNormalizer per symbol, early stopping on the validation loss within foxhunt's epoch cap "
+          "and patience, the best epoch kept, the hidden size with the closest parameter count, its own quantiles "
+          "(uncalibrated); every backtest fold; scored on foxhunt's rows by foxhunt's scorer") if s.pf_python else None
+    lines = [head, "", f"- command: `{s.command}`", f"- machine: {machine(load)}",
+             "- datasets: " + "; ".join(f"{d.name} ({d.about})" for d in s.datasets),
              f"- foxhunt train options: {shlex.join(s.mode_args) or 'the defaults'}"
              + "".join(f"; {d.name} also {shlex.join(d.flags)}" for d in s.datasets if d.flags),
              "- columns: means over the seeds; a DM p-value is the largest over the seeds (two-sided test of equal "
              "pinball loss, pooled over the panel); series won: against the best baseline, the range over the seeds; "
              f"train s: the wall time of `foxhunt train` (the whole `foxhunt backtest`) and of {PF}'s data and "
              "`Trainer.fit` (every fold's)",
-             *(f"- {n}" for n in notes), "", tables(rows)]
+             *([pf] if pf else []), *(f"- {n}" for n in notes), "", tables(rows)]
     return "\n".join(lines)
 
 
@@ -476,9 +487,9 @@ def main(argv: list[str] | None = None) -> int:
     s = parse_args(list(sys.argv[1:] if argv is None else argv))
     s.work.mkdir(parents=True, exist_ok=True)
     log(f"runs in {s.work}; foxhunt options: {shlex.join(s.mode_args) or 'the defaults'}")
-    started, t0 = datetime.now(UTC), time.perf_counter()
+    started, t0, load = datetime.now(UTC), time.perf_counter(), os.getloadavg()[0]
     rows, notes = run(s)
-    text = report(s, rows, notes, started, time.perf_counter() - t0)
+    text = report(s, rows, notes, started, time.perf_counter() - t0, load)
     print(text)
     if s.record and rows:
         record(text)

@@ -100,10 +100,13 @@ def test_absent_data_is_skipped_with_a_note(tmp_path, monkeypatch, capsys):
     assert "| dataset |" not in out  # no table without a dataset
 
 
-def test_unknown_dataset_is_refused(tmp_path, capsys):
+@pytest.mark.parametrize(("flags", "says"), [(["--datasets", "cn"], "unknown cn; choose from cn_futures_daily"),
+                                             (["--seeds", "0"], "--seeds '0' names no seed"),
+                                             (["--seeds", "x"], "--seeds 'x' names no seed")])
+def test_bad_options_are_refused(tmp_path, capsys, flags, says):
     with pytest.raises(SystemExit) as e:
-        quality.parse_args(["--datasets", "cn", "--workdir", str(tmp_path)])
-    assert e.value.code == 2 and "unknown cn; choose from cn_futures_daily" in capsys.readouterr().err
+        quality.parse_args([*flags, "--workdir", str(tmp_path)])
+    assert e.value.code == 2 and says in capsys.readouterr().err
 
 
 def test_train_options_pass_through(tmp_path):
@@ -121,6 +124,7 @@ def test_train_options_pass_through(tmp_path):
     assert "--scaling" in bt and "--hidden-size" in bt and bt[bt.index("--jobs") + 1] == "2"
     full = quality.parse_args(["--seeds", "0,4", "--data-dir", str(tmp_path), "--workdir", str(tmp_path / "w")])
     assert full.seeds == (0, 4) and full.record and full.mode_args == ()
+    assert quality.parse_args(["--seeds", "7,", "--workdir", str(tmp_path / "w")]).seeds == (7,)
     assert quality.backtest_command(spx, 0, full, tmp_path / "bt")[:3] == ["backtest", "--folds", "5"]
     sample = quality.train_command(quality.DATASETS["sample"], 0, full, tmp_path / "run")
     assert "--parquet-file" not in sample  # the bundled sample is train's default
