@@ -357,7 +357,7 @@ def aligned(arrays: dict[str, np.ndarray], names: list[str], path: Path) -> np.n
 def pf_backtest(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
     """pytorch-forecasting on every fold of the backtest, scored by the backtest's own summary on its rows."""
     from foxhunt.backtest.run import overall_verdict
-    from foxhunt.backtest.summary import concat, metrics
+    from foxhunt.backtest.summary import concat, merge_gaps, metrics
     from foxhunt.data.features.features import RETURN_TARGETS
 
     bt = read(out / "bt" / "backtest.json")
@@ -373,7 +373,7 @@ def pf_backtest(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
         parts.append({**arrays, "model": aligned(arrays, f["series_names"], Path(r["out"]))})
     arrays = concat(parts)
     qs, names = tuple(folds[-1]["quantiles"]), tuple(folds[-1]["series_names"])
-    overall = metrics(arrays, qs, names, folds[-1]["target"] in RETURN_TARGETS)
+    overall = metrics(arrays, qs, names, folds[-1]["target"] in RETURN_TARGETS, merge_gaps(folds))  # as backtest's
     claim = overall_verdict(overall, qs, len(folds)).to_dict()
     train_s = sum(r["prep_s"] + r["fit_s"] for r in res)
     log(f"  {PF} {len(res)} folds, data + fit {Took(train_s, sum(r['cpu_s'] for r in res))}")
