@@ -1,5 +1,6 @@
 """The table of benchmarks/quality.py: each model's scores on each dataset, read from foxhunt's own result files
-(`foxhunt evaluate`'s metrics.json, `foxhunt backtest`'s backtest.json), averaged over the seeds, as markdown.
+(`foxhunt evaluate`'s metrics.json, `foxhunt backtest`'s backtest.json), averaged over the seeds, as markdown; and
+its entry in benchmarks/RESULTS.md, with the commit and the machine.
 
 Everything is read, nothing recomputed: q-risk, the strongest baseline and the skill against it, the coverage, and,
 where the run wrote them, the Diebold-Mariano p-values and the series won (metrics.json `comparisons`: the model
@@ -8,14 +9,21 @@ against each baseline on the rows both forecast). A field the run did not write 
 
 from __future__ import annotations
 
+import os
+import platform
 import statistics
+import subprocess
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from foxhunt.evaluate.verdict import at, judged_quantiles, label
 
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "RESULTS.md"
+SECTION = "## `benchmarks/quality.py`: how good the forecasts are"
 QUANTILES = (0.1, 0.5, 0.9)
 DM_AGAINST = ("garch_t", "har")  # the baselines with a Diebold-Mariano column
 WON_AT = 0.9  # series won at this quantile
@@ -171,3 +179,43 @@ def tables(rows: Sequence[Row]) -> str:
     if notes:
         parts.append("\n".join(notes))
     return "\n\n".join(parts)
+
+
+def git_commit() -> str:
+    """The measured code: HEAD's short hash, and whether tracked files differ from it."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + (" with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def machine(load_at_start: float) -> str:
+    """The CPU, its cores, how busy they were (other jobs slow both models, and not equally), Python and torch."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    import torch
+
+    return (f"{cpu}, {os.cpu_count()} cores, load average {load_at_start:.1f} at the start and "
+            f"{os.getloadavg()[0]:.1f} at the end; Python {platform.python_version()}, torch {torch.__version__}")
+
+
+def record(text: str, path: Path = RESULTS) -> None:
+    """Put the entry at the top of the quality section of RESULTS.md, under its "**Current: ...**" line if it has
+    one (the section is made at the end of the file if absent)."""
+    body = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
+    if SECTION not in body:
+        body = body.rstrip("\n") + f"\n\n{SECTION}\n"
+    head = body.index(SECTION) + len(SECTION)
+    rest = body[head:].lstrip("\n")
+    if rest.startswith("**Current"):
+        current, _, rest = rest.partition("\n\n")
+        body = body[:head] + "\n\n" + current
+        head = len(body)
+    body = body[:head] + "\n\n" + text.rstrip("\n") + "\n" + ("\n" + rest if rest else "")
+    path.write_text(body, encoding="utf-8")

@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -60,14 +59,12 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _quality_table import PF, QUANTILES, Row, Score, score_of, tables  # noqa: E402
+from _quality_table import PF, QUANTILES, RESULTS, Row, Score, git_commit, machine, record, score_of, tables  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
-RESULTS = REPO / "benchmarks" / "RESULTS.md"
 DEFAULT_PF_PYTHON = REPO / ".venv-bench" / "bin" / "python"
 PF_FORECAST = Path(__file__).resolve().parent / "_pf_forecast.py"
-SECTION = "## `benchmarks/quality.py`: how good the forecasts are"
 SIZE_GAP = 0.15  # parameter counts further apart than this are noted
 
 
@@ -295,6 +292,10 @@ def pf_unfit(run: Path) -> str | None:
     return None
 
 
+class PFFailed(RuntimeError):
+    """pytorch-forecasting's process failed: noted in the table, foxhunt's rows kept."""
+
+
 def pf_call(s: Settings, bars: Path, runs: list[dict[str, Any]], seed: int, out: Path) -> list[dict[str, Any]]:
     """Train and forecast each run in one pytorch-forecasting process; each run's JSON."""
     spec = out / "pf-runs.json"
@@ -307,8 +308,9 @@ def pf_call(s: Settings, bars: Path, runs: list[dict[str, Any]], seed: int, out:
     log(f"  {PF} process {Took(time.perf_counter() - t0, children_cpu() - c0)}")
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
-        tail = "\n".join((out / "pf.log").read_text(encoding="utf-8").splitlines()[-12:])
-        raise SystemExit(f"pytorch-forecasting failed ({proc.returncode}): {shlex.join(cmd)}\n{tail}")
+        last = next((line for line in reversed((out / "pf.log").read_text(encoding="utf-8").splitlines())
+                     if line.strip()), "no output")
+        raise PFFailed(f"exit {proc.returncode}, {last.strip()} (log {out / 'pf.log'})")
     (out / "pf-result.json").write_text(lines[-1], encoding="utf-8")
     return json.loads(lines[-1])["runs"]
 
@@ -414,7 +416,11 @@ def run(s: Settings) -> tuple[list[Row], list[str]]:
             probe = Path(read(out / "bt" / "backtest.json")["folds"][0]["run_dir"]) if ds.folds else out / "run"
             why = pf_unfit(probe)
             if s.pf_python and why is None and seed in pf_seeds(ds, s):
-                pf.scores.append((pf_backtest if ds.folds else pf_split)(ds, seed, s, out))
+                try:
+                    pf.scores.append((pf_backtest if ds.folds else pf_split)(ds, seed, s, out))
+                except PFFailed as e:  # foxhunt's rows stand without it
+                    log(f"  {PF} failed: {e}")
+                    notes.append(f"{ds.name}: {PF} failed on seed {seed}: {e}")
             elif why and why not in notes:
                 notes.append(f"{ds.name}: {why}")
         chosen = pf_seeds(ds, s)
@@ -423,27 +429,6 @@ def run(s: Settings) -> tuple[list[Row], list[str]]:
             notes.append(f"{ds.name}: {PF} {which}, to keep the run's time (--pf-seeds N for more)")
         rows += [r for r in (fox, pf) if r.scores]
     return rows, notes
-
-
-def git_commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO).stdout.strip()
-
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + (" with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
-
-
-def machine(load_at_start: float) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    import torch
-
-    return (f"{cpu}, {os.cpu_count()} cores, load average {load_at_start:.1f} at the start and "
-            f"{os.getloadavg()[0]:.1f} at the end; Python {platform.python_version()}, torch {torch.__version__}")
 
 
 def report(s: Settings, rows: list[Row], notes: list[str], started: datetime, wall: float, load: float) -> str:
@@ -463,21 +448,6 @@ def report(s: Settings, rows: list[Row], notes: list[str], started: datetime, wa
              "`Trainer.fit` (every fold's)",
              *([pf] if pf else []), *(f"- {n}" for n in notes), "", tables(rows)]
     return "\n".join(lines)
-
-
-def record(text: str, path: Path = RESULTS) -> None:
-    """Put the entry at the top of the quality section of RESULTS.md, under its "**Current: ...**" line if it has
-    one (the section is made at the end of the file if absent)."""
-    body = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
-    if SECTION not in body:
-        body = body.rstrip("\n") + f"\n\n{SECTION}\n"
-    at = body.index(SECTION) + len(SECTION)
-    rest = body[at:].lstrip("\n")
-    if rest.startswith("**Current"):
-        current, _, rest = rest.partition("\n\n")
-        at, body = at + 2 + len(current), body[:at] + "\n\n" + current
-    body = body[:at] + "\n\n" + text.rstrip("\n") + "\n" + ("\n" + rest if rest else "")
-    path.write_text(body, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -142,12 +142,12 @@ def test_pytorch_forecasting_seeds(tmp_path):
 def test_record_puts_the_newest_entry_first(tmp_path):
     results = tmp_path / "RESULTS.md"
     results.write_text("# Benchmark results\n\n## Other\n\ntext\n")
-    quality.record("### first\n\ntable 1", results)
-    quality.record("### second\n\ntable 2", results)
+    table.record("### first\n\ntable 1", results)
+    table.record("### second\n\ntable 2", results)
     body = results.read_text()
-    assert body.index("## Other") < body.index(quality.SECTION) < body.index("### second") < body.index("### first")
-    results.write_text(f"# R\n\n{quality.SECTION}\n\n**Current: x.**\n\n### old\n\n## Next\n")
-    quality.record("### new", results)
+    assert body.index("## Other") < body.index(table.SECTION) < body.index("### second") < body.index("### first")
+    results.write_text(f"# R\n\n{table.SECTION}\n\n**Current: x.**\n\n### old\n\n## Next\n")
+    table.record("### new", results)
     body = results.read_text()
     assert body.index("**Current: x.**") < body.index("### new") < body.index("### old") < body.index("## Next")
 
@@ -193,3 +193,13 @@ def test_pf_bars_of_intraday_series_know_the_time_of_day(tmp_path):
                   "volume": 5.0}).to_parquet(tmp_path / "bars.parquet")
     df = _pf_side.features(str(tmp_path / "bars.parquet"), "2019-01-14T15:30:00Z")
     assert df["time_of_day"].tolist() == ["15:00", "15:15", "15:30", "15:45", "16:00"]
+
+
+def test_a_failed_pytorch_forecasting_process_is_a_note_not_a_stop(tmp_path):
+    """pf_call raises PFFailed, which run() turns into a note, with the last line of its log."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'ValueError: no windows left' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    s = quality.parse_args(["--pf-python", str(fake), "--workdir", str(tmp_path / "w")])
+    with pytest.raises(quality.PFFailed, match=r"exit 3, ValueError: no windows left \(log .*pf.log\)"):
+        quality.pf_call(s, tmp_path / "bars.parquet", [{"out": "x"}], 0, tmp_path)
