@@ -234,7 +234,8 @@ def fox_split(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
                       "--threads", str(s.threads)], logs)
     log(f"  foxhunt train {train_s}, evaluate {eval_s}")
     m = read(out / "eval" / "metrics.json")
-    return score_of(m, m["period"]["origins"], train_s.wall, read(run / "config.json")["n_params"])
+    return score_of(m, m["period"]["origins"], train_s.wall, read(run / "config.json")["n_params"],
+                    [epochs_note([fox_epochs(run)])])
 
 
 def fox_backtest(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
@@ -247,7 +248,8 @@ def fox_backtest(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
     n_params = read(Path(first["run_dir"]) / "config.json")["n_params"]
     span = f"{first['test_start'][:10]} .. {last['test_end'][:10] if last['test_end'] else 'the last bar'}"
     return score_of({**bt["overall"], "verdict": bt["verdict"]}, sum(f["origins"] for f in bt["folds"]), wall.wall,
-                    n_params, [f"{folds} yearly folds tested {span}"])
+                    n_params, [f"{folds} yearly folds tested {span}; "
+                               + epochs_note([fox_epochs(Path(f["run_dir"])) for f in bt["folds"]])])
 
 
 # ------------------------------------------------------------------------------------------ pytorch-forecasting
@@ -269,17 +271,36 @@ def export_bars(run: Path, path: Path, log_path: Path) -> Path:
     return path
 
 
-def pf_plan(run: Path) -> dict[str, Any]:
-    """What pytorch-forecasting takes from a foxhunt run: its size to match, shapes, batch, epoch cap, patience."""
+def epoch_cap(run: Path) -> int:
+    """The run's epoch cap: --epochs, or `--epochs auto`'s for its training windows (foxhunt's own rule)."""
     from foxhunt.train.config import auto_epochs
 
-    cfg, summary = read(run / "config.json"), read(run / "data_summary.json")
-    epochs = cfg["train"]["epochs"]
+    epochs = read(run / "config.json")["train"]["epochs"]
+    return auto_epochs(read(run / "data_summary.json")["windows"]["train"]) if epochs == "auto" else int(epochs)
+
+
+def fox_epochs(run: Path) -> tuple[int, int, int]:
+    """(epochs run, cap, best epoch) of a foxhunt run, from its metrics.jsonl."""
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
+    return len(lines), epoch_cap(run), max((r["epoch"] for r in lines if r.get("best")), default=0)
+
+
+def epochs_note(items: list[tuple[int, int, int]]) -> str:
+    """`stopped after 4 of at most 4 epochs, best 3`, or per fold `epochs run / at most (best) by fold: 7/23 (4), ...`."""
+    if len(items) == 1:
+        ran, cap, best = items[0]
+        return f"stopped after {ran} of at most {cap} epochs, best {best}"
+    return "epochs run / at most (best) by fold: " + ", ".join(f"{r}/{c} ({b})" for r, c, b in items)
+
+
+def pf_plan(run: Path) -> dict[str, Any]:
+    """What pytorch-forecasting takes from a foxhunt run: its size to match, shapes, batch, epoch cap, patience."""
+    cfg = read(run / "config.json")
     return {"match_params": cfg["n_params"], "encoder_length": cfg["model"]["encoder_length"],
             "horizon": cfg["model"]["horizon"], "heads": cfg["model"]["attention_heads"],
             "dropout": cfg["model"]["dropout"], "batch_size": cfg["resolved"]["batch_size"],
             "patience": cfg["train"]["patience"], "max_train_batches": cfg["train"]["max_train_batches"],
-            "epochs": auto_epochs(summary["windows"]["train"]) if epochs == "auto" else int(epochs)}
+            "epochs": epoch_cap(run)}
 
 
 def pf_unfit(run: Path) -> str | None:
@@ -315,10 +336,12 @@ def pf_call(s: Settings, bars: Path, runs: list[dict[str, Any]], seed: int, out:
     return json.loads(lines[-1])["runs"]
 
 
-def size_note(fox: int, pf: dict[str, Any]) -> str:
+def size_note(fox: int, runs: list[dict[str, Any]]) -> str:
+    """PF's size against foxhunt's, and its epochs (each fold's)."""
+    pf = runs[0]
     gap = pf["n_params"] / fox - 1
     text = (f"hidden {pf['hidden_size']}, {pf['n_params']:,} parameters against foxhunt's {fox:,} ({gap:+.0%}); "
-            f"stopped after {pf['epochs_run']} of at most {pf['epochs_cap']} epochs, best {pf['best_epoch']}")
+            + epochs_note([(r["epochs_run"], r["epochs_cap"], r["best_epoch"]) for r in runs]))
     return text + (f"; sizes more than {SIZE_GAP:.0%} apart" if abs(gap) > SIZE_GAP else "")
 
 
@@ -335,7 +358,7 @@ def pf_split(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
     train_s = res["prep_s"] + res["fit_s"]
     log(f"  {PF} data + fit {Took(train_s, res['cpu_s'])}, evaluate --forecasts {eval_s}")
     m, fox = read(out / "pf-eval" / "metrics.json"), read(out / "eval" / "metrics.json")
-    notes = [size_note(plan["match_params"], res)]
+    notes = [size_note(plan["match_params"], [res])]
     pairs = (m["model"]["overall"]["n"], fox["model"]["overall"]["n"])
     if pairs[0] != pairs[1]:
         notes.append(f"NOT the same rows: scored on {pairs[0]:,} (origin, step) pairs, foxhunt on {pairs[1]:,}")
@@ -379,7 +402,7 @@ def pf_backtest(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
     claim = overall_verdict(overall, qs, len(folds)).to_dict()
     train_s = sum(r["prep_s"] + r["fit_s"] for r in res)
     log(f"  {PF} {len(res)} folds, data + fit {Took(train_s, sum(r['cpu_s'] for r in res))}")
-    notes = [size_note(runs[0]["match_params"], res[0])]
+    notes = [size_note(runs[0]["match_params"], res)]
     missing = int((np.isfinite(arrays["actual"]) & ~np.isfinite(arrays["model"]).all(axis=-1)).sum())
     if missing:
         notes.append(f"NOT the same rows: no forecast for {missing:,} (origin, step) pairs foxhunt was scored on")

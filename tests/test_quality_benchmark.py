@@ -203,3 +203,21 @@ def test_a_failed_pytorch_forecasting_process_is_a_note_not_a_stop(tmp_path):
     s = quality.parse_args(["--pf-python", str(fake), "--workdir", str(tmp_path / "w")])
     with pytest.raises(quality.PFFailed, match=r"exit 3, ValueError: no windows left \(log .*pf.log\)"):
         quality.pf_call(s, tmp_path / "bars.parquet", [{"out": "x"}], 0, tmp_path)
+
+
+def test_epochs_of_a_run_and_the_cap_pytorch_forecasting_gets(tmp_path):
+    """`--epochs auto`'s cap is foxhunt's own for the run's training windows (80,000 / 21,921 -> 4)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({
+        "n_params": 40_210, "train": {"epochs": "auto", "patience": 3, "max_train_batches": 0},
+        "model": {"encoder_length": 32, "horizon": 5, "attention_heads": 4, "dropout": 0.1},
+        "resolved": {"batch_size": 128}}))
+    (run / "data_summary.json").write_text(json.dumps({"windows": {"train": 21_921}}))
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps({"epoch": e, "best": e in (1, 3)}) for e in (1, 2, 3, 4)))
+    assert quality.fox_epochs(run) == (4, 4, 3)
+    assert quality.pf_plan(run) == {"match_params": 40_210, "encoder_length": 32, "horizon": 5, "heads": 4,
+                                    "dropout": 0.1, "batch_size": 128, "patience": 3, "max_train_batches": 0,
+                                    "epochs": 4}
+    assert quality.epochs_note([(4, 4, 3)]) == "stopped after 4 of at most 4 epochs, best 3"
+    assert quality.epochs_note([(7, 23, 4), (5, 22, 2)]) == "epochs run / at most (best) by fold: 7/23 (4), 5/22 (2)"
