@@ -1,11 +1,13 @@
-"""The pytorch-forecasting side of vs_pytorch_forecasting.py, run with the pytorch-forecasting venv's python.
+"""The pytorch-forecasting side of vs_pytorch_forecasting.py, run with the pytorch-forecasting venv's python; its data
+and model builders are also quality.py's (_pf_forecast.py).
 
     python benchmarks/_pf_side.py --data BARS.parquet [--threads 2] [--epochs 3] [--profile | --count-only]
 
 Reads the bars parquet that the driver wrote (timestamp, symbol, open, high, low, close, volume) and builds
-a `TimeSeriesDataSet`: static categorical symbol; known categoricals day of week and month (strings);
-observed reals log return, log range ln(high/low) and log volume standardized per symbol on the training
-rows; target log return, GroupNormalizer per symbol; encoder 60, horizon 5. Fits the documented
+a `TimeSeriesDataSet`: static categorical symbol; known categoricals day of week and month (strings), and time of
+day for intraday bars; observed reals log return, log range ln(high/low) and log volume standardized per symbol on
+the training rows; target log return, GroupNormalizer per symbol; encoder 60, horizon 5; each series' bars counted on
+their own, windows split by the time of their first forecast bar. Fits the documented
 `TemporalFusionTransformer` with `Trainer.fit` and runs its forward loop over every window from --train-end
 on. Prints one JSON line (the last line on stdout); with --profile, a torch.profiler table instead. Imports
 nothing from foxhunt; the driver imports `count_flop` from here so that both sides are counted alike.
@@ -30,38 +32,101 @@ import torch
 QUANTILES = [0.1, 0.5, 0.9]
 
 
-def features(path: str, train_end: str) -> pd.DataFrame:
-    """One row per (symbol, trading day) with the model's inputs; each series' first bar (no return) is
-    dropped."""
+def utc(text: str) -> pd.Timestamp:
+    """An ISO date or datetime ("2014-01-01", "2015-03-02T09:36:00Z") as a UTC timestamp (UTC when naive)."""
+    t = pd.Timestamp(text)
+    return t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
+
+
+def features(path: str, train_end: str, future: int = 0) -> pd.DataFrame:
+    """One row per (symbol, bar) with the model's inputs; each series' first bar (no return) is dropped.
+
+    `time_idx` counts each series' own bars, so that a window is `encoder + horizon` consecutive bars of one series,
+    as foxhunt's windows are (a calendar index would put a missing day inside a window). Log volume is standardized
+    per symbol on the training rows (a symbol with none gets the pooled statistics). Intraday bars (two bars of one
+    series on one date) also get the time of day as a known categorical. `future`: placeholder rows appended to each
+    series after its last bar (`real` False: target 0, bar times continued at the series' median spacing) so that
+    the last origins get a forecast for every step; steps there have no actual and score nothing.
+    """
     df = pd.read_parquet(path).sort_values(["symbol", "timestamp"]).reset_index(drop=True)
+    df["timestamp"] = pd.to_datetime(df["timestamp"], utc=True)
+    df["symbol"] = df["symbol"].astype(str)
     g = df.groupby("symbol", sort=False)
     df["log_return"] = np.log(df["close"] / g["close"].shift(1))
     df["log_range"] = np.log(df["high"] / df["low"])
     df["log_volume"] = np.log1p(df["volume"])
-    train = df["timestamp"] < pd.Timestamp(train_end, tz="UTC")
+    train = df["timestamp"] < utc(train_end)
     stats = df[train].groupby("symbol")["log_volume"].agg(["mean", "std"])  # fitted on the training rows only
-    df["log_volume"] = (df["log_volume"] - df["symbol"].map(stats["mean"])) / df["symbol"].map(stats["std"])
+    mean = df["symbol"].map(stats["mean"]).fillna(df.loc[train, "log_volume"].mean())
+    std = df["symbol"].map(stats["std"]).where(lambda s: s > 0).fillna(df.loc[train, "log_volume"].std() or 1.0)
+    df["log_volume"] = ((df["log_volume"] - mean) / std).fillna(0.0)
     df = df.dropna(subset=["log_return"]).reset_index(drop=True)
-    # One time index for all series (the rank of the trading day): one min_prediction_idx splits every series.
-    days = np.sort(df["timestamp"].unique())
-    df["time_idx"] = np.searchsorted(days, df["timestamp"].to_numpy()).astype(np.int64)
-    df["symbol"] = df["symbol"].astype(str)
-    df["day_of_week"] = df["timestamp"].dt.dayofweek.astype(str)
+    df["real"] = True
+    if future:
+        df = pd.concat([df, placeholders(df, future)], ignore_index=True)
+        df = df.sort_values(["symbol", "timestamp"], kind="stable").reset_index(drop=True)
+    df["time_idx"] = df.groupby("symbol", sort=False).cumcount().astype(np.int64)
+    df["day_of_week"] = df["timestamp"].dt.day_of_week.astype(str)
     df["month"] = df["timestamp"].dt.month.astype(str)
+    if df.groupby(["symbol", df["timestamp"].dt.date]).size().max() > 1:
+        df["time_of_day"] = df["timestamp"].dt.strftime("%H:%M")
     return df
 
 
+def placeholders(df: pd.DataFrame, n: int) -> pd.DataFrame:
+    """`n` rows per symbol after its last bar, at its median bar spacing (weekends and nights are not skipped: the
+    rows only pad the decoder of the last origins, and the TFT's decoder attention is causal)."""
+    last = df.groupby("symbol", sort=False).tail(1)
+    step = df.groupby("symbol", sort=False)["timestamp"].diff().groupby(df["symbol"]).median()
+    rows = last.loc[last.index.repeat(n)].copy()
+    k = np.tile(np.arange(1, n + 1), len(last))
+    rows["timestamp"] = rows["timestamp"] + rows["symbol"].map(step).to_numpy() * k
+    rows[["log_return", "log_range", "log_volume"]] = 0.0
+    rows["real"] = False
+    return rows
+
+
+def origin_times(frame: pd.DataFrame, index: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(origin, first forecast bar) times of each window of a decoded index (symbol, time_idx_first_prediction);
+    the origin is NaT where it is a placeholder row."""
+    real = frame[frame["real"]]
+    at = pd.MultiIndex.from_arrays([index["symbol"].astype(str), index["time_idx_first_prediction"]])
+    first = frame.set_index(["symbol", "time_idx"])["timestamp"].reindex(at).to_numpy()
+    before = pd.MultiIndex.from_arrays([at.get_level_values(0), at.get_level_values(1) - 1])
+    origin = real.set_index(["symbol", "time_idx"])["timestamp"].reindex(before).to_numpy()
+    return origin, first
+
+
+def windows(training, frame: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp | None = None):
+    """`training`'s dataset over `frame`, kept to the windows whose origin is a real bar and whose first forecast
+    bar lies in [start, end): foxhunt's rule for validation and for scored origins."""
+    from pytorch_forecasting import TimeSeriesDataSet
+
+    ds = TimeSeriesDataSet.from_dataset(training, frame, stop_randomization=True)
+
+    def keep(index: pd.DataFrame) -> np.ndarray:
+        origin, first = origin_times(frame, index)
+        ok = ~pd.isna(origin) & (first >= start)
+        return ok & (first < end) if end is not None else ok
+
+    return ds.filter(keep)
+
+
 def datasets(df: pd.DataFrame, args: argparse.Namespace):
+    """(training, validation, forecast) datasets. Training windows end before --train-end (as foxhunt purges windows
+    that cross it); validation windows forecast from --train-end and end before --val-end; forecast windows start
+    at --forecast-start (default --train-end) and before --forecast-end."""
     from pytorch_forecasting import GroupNormalizer, TimeSeriesDataSet
+    from pytorch_forecasting.data.encoders import NaNLabelEncoder
 
     ts = df["timestamp"]
-    train_cut = pd.Timestamp(args.train_end, tz="UTC")
-    val_cut = pd.Timestamp(args.val_end, tz="UTC")
-    first_val_idx = int(df.loc[ts >= train_cut, "time_idx"].min())
-    gaps = df.groupby("symbol")["time_idx"].diff().dropna().gt(1).any()
-    # Training windows end before --train-end (as foxhunt purges windows that cross it).
+    train_cut, val_cut = utc(args.train_end), utc(args.val_end)
+    known = [c for c in ("day_of_week", "month", "time_of_day") if c in df.columns]
+    # A symbol or a calendar value the training rows never saw gets the encoders' "unknown" code (foxhunt's model
+    # forecasts a new series with its own unknown-series embedding); GroupNormalizer scales it by the median.
+    encoders = {c: NaNLabelEncoder(add_nan=True) for c in ("symbol", *known)}
     training = TimeSeriesDataSet(
-        df[ts < train_cut],
+        df[(ts < train_cut) & df["real"]],
         time_idx="time_idx",
         target="log_return",
         group_ids=["symbol"],
@@ -70,18 +135,15 @@ def datasets(df: pd.DataFrame, args: argparse.Namespace):
         max_prediction_length=args.horizon,
         min_prediction_length=args.horizon,
         static_categoricals=["symbol"],
-        time_varying_known_categoricals=["day_of_week", "month"],
+        time_varying_known_categoricals=known,
         time_varying_unknown_reals=["log_return", "log_range", "log_volume"],
         target_normalizer=GroupNormalizer(groups=["symbol"]),
-        allow_missing_timesteps=bool(gaps),
+        categorical_encoders=encoders,
     )
-    validation = TimeSeriesDataSet.from_dataset(
-        training, df[ts < val_cut], min_prediction_idx=first_val_idx, stop_randomization=True
-    )
-    forecast = TimeSeriesDataSet.from_dataset(
-        training, df, min_prediction_idx=first_val_idx, stop_randomization=True
-    )
-    return training, validation, forecast
+    validation = windows(training, df[(ts < val_cut) & df["real"]], train_cut)
+    start = utc(args.forecast_start) if getattr(args, "forecast_start", None) else train_cut
+    end = utc(args.forecast_end) if getattr(args, "forecast_end", None) else None
+    return training, validation, windows(training, df, start, end)
 
 
 class LoopTimer:
