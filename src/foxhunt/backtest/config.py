@@ -7,7 +7,7 @@ from pathlib import Path
 
 from foxhunt.backtest.folds import Length, parse_length, parse_refit
 from foxhunt.errors import InputError
-from foxhunt.model.calibration import DEFAULT_METHOD, METHODS
+from foxhunt.model.config import DEFAULT_METHOD, METHODS
 
 WINDOWS = ("expanding", "rolling")
 

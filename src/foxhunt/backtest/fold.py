@@ -34,8 +34,7 @@ from foxhunt.evaluate.predict import (
 )
 from foxhunt.evaluate.scored import gather
 from foxhunt.evaluate.series_baselines import baseline_cut, baselines
-from foxhunt.model.calibration import DEFAULT_METHOD
-from foxhunt.model.config import ModelConfig
+from foxhunt.model.config import DEFAULT_METHOD, ModelConfig
 from foxhunt.train.checkpoint import load_model
 from foxhunt.train.config import TrainConfig
 

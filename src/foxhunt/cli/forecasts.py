@@ -30,7 +30,7 @@ from foxhunt.cli.options import (
 )
 from foxhunt.cli.wiring import bars_or_store, calibration_method, set_threads, set_verbosity
 from foxhunt.errors import InputError
-from foxhunt.model.calibration import DEFAULT_METHOD
+from foxhunt.model.config import DEFAULT_METHOD
 from foxhunt.train.config import TrainConfig
 
 TD = TrainConfig()

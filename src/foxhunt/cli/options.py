@@ -18,8 +18,7 @@ import typer
 
 from foxhunt.data.config import DataConfig
 from foxhunt.errors import InputError
-from foxhunt.model.calibration import METHODS
-from foxhunt.model.config import ModelConfig
+from foxhunt.model.config import METHODS, ModelConfig
 from foxhunt.settings import int_or_auto
 from foxhunt.train.config import TrainConfig
 

@@ -28,7 +28,7 @@ from foxhunt.cli.options import (
 )
 from foxhunt.cli.wiring import explicit, paths, set_verbosity, values
 from foxhunt.errors import InputError
-from foxhunt.model.calibration import DEFAULT_METHOD
+from foxhunt.model.config import DEFAULT_METHOD
 
 
 @app.command()

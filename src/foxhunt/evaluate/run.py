@@ -44,7 +44,7 @@ from foxhunt.evaluate.scoring import SeriesScorer, Span, span_of
 from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines, first_forecast_ns
 from foxhunt.evaluate.verdict import seed_spread, verdict
 from foxhunt.evaluate.window import check_start, refuse_window, window_note, with_window
-from foxhunt.model.calibration import DEFAULT_METHOD
+from foxhunt.model.config import DEFAULT_METHOD
 from foxhunt.model.tft import variable_names
 from foxhunt.train.checkpoint import LoadedModel, load_model
 from foxhunt.train.seeds import SEEDS_FILE

@@ -5,7 +5,7 @@ The loader keeps the last row read of each (instrument, ts) (validate.py's sort)
 kept in every price and the volume (within REL_TOL, so that a CSV and a parquet copy of one bar agree) changes
 nothing; one that does not means one of two values was picked by file order. Conflicts are a warning naming the first
 (instrument and time, both values, both files and rows), and more than MAX_CONFLICT_FRACTION of the rows stop the run,
-as more than 1% bad rows do (validate.MAX_BAD_FRACTION).
+as more than 1% bad rows do (bad_rows.MAX_BAD_FRACTION).
 
 The check costs nothing without duplicates and reads only the dropped rows and their kept rows otherwise: the sort
 that found them says which row each repeats (`find`), so no group-by over every bar is needed.
@@ -27,7 +27,7 @@ log = logging.getLogger("foxhunt.data")
 VALUES = ("open", "high", "low", "close", "volume")
 SHOWN = ("close", "open", "high", "low", "volume")  # the order in which a conflict's differing values are named
 REL_TOL = 1e-9  # relative difference up to which two values are one (a price printed and read back)
-MAX_CONFLICT_FRACTION = 0.01  # as validate.MAX_BAD_FRACTION: more conflicting rows than this stop the run
+MAX_CONFLICT_FRACTION = 0.01  # as bad_rows.MAX_BAD_FRACTION: more conflicting rows than this stop the run
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from foxhunt.data.bars.bad_rows import BadRows
 from foxhunt.data.bars.chains import keep_apart
 from foxhunt.data.bars.fill import fill_gaps
 from foxhunt.data.bars.rolls import FRONT_MISSING, INSTRUMENT_CHANGE, VOLUME
@@ -22,7 +23,6 @@ from foxhunt.data.bars.sessions import check_session_grid
 from foxhunt.data.bars.symbols import FUTURES_RE, drop_spreads, parse_futures, resolve_symbols
 from foxhunt.data.bars.validate import (
     INSTRUMENT,
-    BadRows,
     check_ratio_adjust,
     clean_bars,
     merge_sunday_stubs,
@@ -67,7 +67,7 @@ class LoadedBars:
       for `roll_confirm` sessions; "front_missing": the front had no bars that session; "instrument_change": a
       Databento continuous file changed instrument_id)}].
     report: JSON-able summary of what loading did (see `load_bars`).
-    bad_rows: the bad rows dropped (validate.BadRows) when the caller judges them (`load_raw(judge=False)`: a piece
+    bad_rows: the bad rows dropped (bad_rows.BadRows) when the caller judges them (`load_raw(judge=False)`: a piece
       of a panel), else None.
     """
 

@@ -24,12 +24,12 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from foxhunt.data.bars import duplicates
+from foxhunt.data.bars.bad_rows import AllRowsBad, BadRows, judge_bad_rows, row_place
 from foxhunt.data.bars.duplicates import Duplicates
 from foxhunt.data.util import heap, parallel
 from foxhunt.data.util.order import (
@@ -52,7 +52,6 @@ log = logging.getLogger("foxhunt.data")
 PRICES = ("open", "high", "low", "close")
 VALUES = (*PRICES, "volume")
 INSTRUMENT = ("symbol", "instrument_id")  # one instrument; instrument_id is null for generic files
-MAX_BAD_FRACTION = 0.01
 RTYPE_OHLCV_1D = 35
 SUNDAY = 7  # polars weekday: Monday = 1
 SortPlan = tuple[list[np.ndarray], tuple | None]  # see sort_plan
@@ -127,70 +126,6 @@ def clean_bars(
         "duplicates_conflicting": found.conflicting,
     }
     return df, stats if judge else {**stats, "bad_rows": bad}
-
-
-@dataclass(frozen=True)
-class BadRows:
-    """The rows with a missing or non-finite value and those with contradicting OHLC prices among the `rows`
-    clean_bars checks, with the first of each kind in read order (the row's file_idx, row, symbol, ts and prices;
-    None where not looked for): what `judge_bad_rows` decides on. The 1% is of the panel's rows, so the counts of a
-    panel read in pieces are merged (`merge`) before they are judged."""
-
-    rows: int
-    nonfinite: int = 0
-    inconsistent: int = 0
-    first_nonfinite: dict | None = None
-    first_inconsistent: dict | None = None
-    duplicates: Duplicates = Duplicates()  # a piece's (clean_bars with judge=False), told over the panel's rows
-    out_of_order: int = 0
-
-    def over(self) -> bool:
-        return self.nonfinite + self.inconsistent > MAX_BAD_FRACTION * self.rows
-
-    @staticmethod
-    def merge(parts: list[BadRows]) -> BadRows:
-        """The BadRows of the rows of `parts` together (pieces of one panel, file_idx counted over its files)."""
-        def first(rows: list[dict | None]) -> dict | None:
-            return min((r for r in rows if r is not None), key=lambda r: (r["file_idx"], r["row"]), default=None)
-
-        return BadRows(sum(p.rows for p in parts), sum(p.nonfinite for p in parts),
-                       sum(p.inconsistent for p in parts), first([p.first_nonfinite for p in parts]),
-                       first([p.first_inconsistent for p in parts]),
-                       Duplicates.merge([p.duplicates for p in parts]), sum(p.out_of_order for p in parts))
-
-
-class AllRowsBad(Exception):
-    """Every row of a piece of a panel is bad (clean_bars with judge=False): nothing is left to load. Its caller
-    judges `bad` over the panel's rows."""
-
-    def __init__(self, bad: BadRows) -> None:
-        super().__init__(bad)  # pickled by its args: it comes back from a worker process
-        self.bad = bad
-
-
-def judge_bad_rows(bad: BadRows, files: list[str]) -> None:
-    """InputError naming the first bad row when more than MAX_BAD_FRACTION of the rows are bad (the export is
-    broken); otherwise one warning with the counts dropped, if any. `files` maps file_idx to a path."""
-    n, n_nonfinite, n_inconsistent = bad.rows, bad.nonfinite, bad.inconsistent
-    if bad.over():
-        if n_nonfinite >= n_inconsistent:
-            first = bad.first_nonfinite
-            problem = f"{n_nonfinite} of {n} rows ({100 * n_nonfinite / n:.1f}%) have a missing or non-finite price"
-            problem += " or volume (NaN, inf)"
-        else:
-            first = bad.first_inconsistent
-            problem = f"{_inconsistent(first)}; {n_inconsistent} of {n} rows ({100 * n_inconsistent / n:.1f}%) have"
-            problem += " OHLC prices that contradict each other"
-        others = f" ({n_nonfinite + n_inconsistent} bad rows in all)" if n_nonfinite and n_inconsistent else ""
-        raise InputError(
-            f"{_where(first, files)}: {problem}{others}, more than the 1% that is dropped; fix or re-export the data"
-        )
-    if n_nonfinite or n_inconsistent:
-        log.warning(
-            "dropped %d rows with missing or non-finite values and %d rows with inconsistent OHLC prices",
-            n_nonfinite,
-            n_inconsistent,
-        )
 
 
 def _with_first(bad: BadRows, df: pl.DataFrame, nonfinite: pl.Expr, inconsistent: pl.Expr) -> BadRows:
@@ -437,7 +372,7 @@ def _check(df: pl.DataFrame, cond: pl.Expr, files: list[str], what) -> None:
     if hit.height:
         r = hit.row(0, named=True)
         extra = f" ({hit.height} rows like this)" if hit.height > 1 else ""
-        raise InputError(f"{_where(r, files)}: {what(r)}{extra}; fix or remove the row")
+        raise InputError(f"{row_place(r, files)}: {what(r)}{extra}; fix or remove the row")
 
 
 def check_ratio_adjust(df: pl.DataFrame, files: list[str], where: pl.Expr | None = None) -> None:
@@ -452,7 +387,7 @@ def check_ratio_adjust(df: pl.DataFrame, files: list[str], where: pl.Expr | None
     if hit.height:
         r = hit.row(0, named=True)
         raise InputError(
-            f"{_where(r, files)}: {_nonpositive(r)} ({_rows(hit.height)} like this); --adjust ratio cannot back-adjust"
+            f"{row_place(r, files)}: {_nonpositive(r)} ({_rows(hit.height)} like this); --adjust ratio cannot back-adjust"
             " across it, use --adjust difference or --adjust none"
         )
 
@@ -489,18 +424,3 @@ def _rows(n: int, noun: str = "row") -> str:
 def _nonpositive(r: dict) -> str:
     col = min((c for c in (*PRICES, *OWN_PRICES) if c in r), key=lambda c: r[c])
     return f"{col} {r[col]} is not positive"
-
-
-def _inconsistent(r: dict) -> str:
-    """Why one row's OHLC prices contradict each other."""
-    if r["high"] < r["low"]:
-        return f"high {r['high']} is below low {r['low']}"
-    if r["high"] < max(r["open"], r["close"]):
-        return f"high {r['high']} is below max(open, close) {max(r['open'], r['close'])}"
-    return f"low {r['low']} is above min(open, close) {min(r['open'], r['close'])}"
-
-
-def _where(r: dict, files: list[str]) -> str:
-    """'file row N (SYMBOL at ISO-TS)' for one row of the read frame."""
-    ts = r["ts"].isoformat() if r["ts"] is not None else "?"
-    return f"{files[r['file_idx']]} data row {r['row'] + 1} ({r['symbol']} at {ts})"

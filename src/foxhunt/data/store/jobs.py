@@ -16,9 +16,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.ipc
 
+from foxhunt.data.bars.bad_rows import BadRows
 from foxhunt.data.bars.grid import gap_counts
 from foxhunt.data.bars.load import load_raw
-from foxhunt.data.bars.validate import BadRows, check_log_target
+from foxhunt.data.bars.validate import check_log_target
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.featurize import EVENT_KEY, moved, series_rows, windowed_rows
 from foxhunt.data.dataset.prepare import feature_columns, sorted_bars, train_start_ns

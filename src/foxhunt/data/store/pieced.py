@@ -41,11 +41,11 @@ from typing import Any
 import numpy as np
 
 from foxhunt.data.bars import duplicates
+from foxhunt.data.bars.bad_rows import AllRowsBad, BadRows, judge_bad_rows
 from foxhunt.data.bars.chains import decision
 from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS
 from foxhunt.data.bars.load import ROLL_REASONS, merge_reports
 from foxhunt.data.bars.sessions import run_session
-from foxhunt.data.bars.validate import AllRowsBad, BadRows, judge_bad_rows
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.featurize import known_width
 from foxhunt.data.dataset.prepare import (
