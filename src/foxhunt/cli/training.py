@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,58 +9,35 @@ import typer
 
 from foxhunt.cli.app import app
 from foxhunt.cli.options import (
-    BACKTEST,
+    CLI_ONLY,
     CONFIG,
     CONSOLE_FLAGS,
     CONSOLE_OPTIONS,
-    DATA_OPTIONS,
-    FEATURES,
     MODEL_OPTIONS,
-    OUTPUT,
     OWN,
-    SEARCH,
-    TRACK_FLAGS,
+    TRAIN_DATA_OPTIONS,
     TRAINING_OPTIONS,
     CalibrationMethod,
     ConfigFile,
     attach,
 )
-from foxhunt.cli.wiring import explicit, paths, set_verbosity, values
+from foxhunt.cli.wiring import given, paths, set_verbosity
 from foxhunt.errors import InputError
+from foxhunt.flags import BACKTEST, OUTPUT, SEARCH
 from foxhunt.model.config import DEFAULT_METHOD
 
 
 @app.command()
-@attach(DATA_OPTIONS[:1], (FEATURES,), DATA_OPTIONS[1:], MODEL_OPTIONS, TRAINING_OPTIONS, CONSOLE_OPTIONS,
-        (CONFIG,), OWN)
+@attach(TRAIN_DATA_OPTIONS, MODEL_OPTIONS, TRAINING_OPTIONS, CONSOLE_OPTIONS, (CONFIG,), OWN)
 def train(ctx: typer.Context, **options: Any) -> None:
     """Train a Temporal Fusion Transformer.
 
     Writes the run directory: model, metrics, memory trace, checkpoint."""
-    from foxhunt import settings
-    from foxhunt.api.training import RunConfig, check_run_options, fit
+    from foxhunt.api.training import fit
 
-    config = options["config"]
-    v = values(ctx, config)
+    v = given(ctx, options["config"])  # typed or in --config: the rest are the options' defaults
     set_verbosity(v)
-    if v.get("resume") and not v.get("run_dir"):
-        raise InputError("--resume needs --run-dir: the run to continue")
-    n_seeds = int(v.get("seeds", 1))
-    check_run_options(bool(v.get("resume")), n_seeds, v.get("track"), v.get("track_uri"))
-    train_cfg = settings.train_config(v)  # every flag is checked before any file is read
-    if v.get("resume"):  # the run's own configuration, with the training flags typed now on top (e.g. more epochs)
-        typed = explicit(ctx) - CONSOLE_FLAGS - TRACK_FLAGS  # neither the console nor tracking is the run
-        fit(RunConfig.resumed(v["run_dir"], train_cfg, typed), resume=True,  # run_dir: where it is now
-                  seeds=n_seeds, track=v.get("track"), track_uri=v.get("track_uri"))
-        return
-    if v.get("features"):  # the store's data options; ones typed or in --config must agree
-        from_file = set(settings.load_config_file(config, v.keys())) if config is not None else set()
-        data_cfg = settings.store_data_config(v, explicit(ctx) | from_file)
-    else:
-        data_cfg = dataclasses.replace(settings.data_config(v, ()), paths=paths(v))
-    model_cfg = settings.model_config(v, data_cfg)
-    fit(RunConfig(data_cfg, model_cfg, train_cfg), seeds=n_seeds,
-              track=v.get("track"), track_uri=v.get("track_uri"))
+    fit(**{k: x for k, x in v.items() if k not in CLI_ONLY})
 
 
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -70,26 +46,19 @@ NOT_PASSED = {"backtest": ("train_end", "val_end", "run_dir", "resume"), "tune":
 
 
 def _train_options(ctx: typer.Context, config: Path | None, command: str) -> tuple[dict[str, Any], set[str]]:
-    """The `foxhunt train` options among this command's extra arguments (parsed by train's own parser, so every
-    train flag means the same here), with --config filling what was not typed; and the names given either way."""
-    from foxhunt.settings import load_config_file, merge
-
+    """The `foxhunt train` options typed among this command's extra arguments (parsed by train's own parser, so
+    every train flag means the same here) or set in --config; and the names of all of train's options."""
     train_cmd = typer.main.get_command(app).commands["train"]  # type: ignore[attr-defined]
     sub = train_cmd.make_context(ctx.command_path, list(ctx.args))  # errors name this command
-    values = dict(sub.params)
-    given = explicit(sub)
-    if config is not None:
-        from_file = load_config_file(config, values.keys())
-        values = merge(values, from_file, given)
-        given |= set(from_file)
-    if "features" in given:
+    v = given(sub, config)
+    if "features" in v:
         raise InputError(f"--features is not supported by `foxhunt {command}`: its runs prepare their own splits; "
                          "pass the bars with --parquet-file")
     for name in NOT_PASSED[command]:
-        if name in given:
+        if name in v:
             raise InputError(f"--{name.replace('_', '-')} is set by `foxhunt {command}` for each run it starts; "
                              "drop it")
-    return values, given
+    return v, set(sub.params)
 
 
 @app.command(context_settings=PASS_THROUGH)
@@ -129,7 +98,7 @@ def backtest(
     set_verbosity(v)
     bt = BacktestConfig.parse(out_dir, folds, refit, test_length, val_length, window, train_length, jobs, calibration)
     train_cfg = settings.train_config(v)
-    data_cfg = dataclasses.replace(settings.data_config(v, ()), paths=paths(v))
+    data_cfg = settings.data_config(v, paths(v))
     run_backtest(bt, data_cfg, settings.model_config(v, data_cfg), train_cfg)
 
 
@@ -162,10 +131,10 @@ def tune(
     from foxhunt.tune.space import load_space
 
     import_optuna()  # the one-line install hint before anything else
-    v, given = _train_options(ctx, config, "tune")
+    v, known = _train_options(ctx, config, "tune")
     set_verbosity(v)
-    space = load_space(search, v.keys())
+    space = load_space(search, known)
+    train_cfg = settings.train_config(v)  # every fixed flag is checked before the first trial
     cfg = TuneConfig(out_dir=out_dir, trials=trials, timeout=timeout, storage=storage, study_name=study_name,
-                     seed=int(v.get("seed", 0)))
-    settings.train_config(v)  # every fixed flag is checked before the first trial
-    run_tune(cfg, space, v, paths(v), {k: v[k] for k in given - CONSOLE_FLAGS})
+                     seed=train_cfg.seed)
+    run_tune(cfg, space, v, paths(v), {k: x for k, x in v.items() if k not in CONSOLE_FLAGS})
