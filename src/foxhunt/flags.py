@@ -15,6 +15,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from foxhunt.errors import InputError
@@ -44,16 +45,17 @@ class Option:
     """An option as its field declares it: the help line and panel, and where the field's name and type do not
     say it, the value's placeholder in --help (`metavar`), the flag names (`flags`: a short alias, or a switch
     without a --no- form), the option's name (`name`: --threads for `num_threads`), a parser from what a flag or a
-    file holds to the field's value (`parse`, raising ValueError("what the value must be")), whether the flag
-    repeats, the default in words (`show_default`, where the field's is None) and a `switch`. `field`, `kind` and
-    `default` are the field's (filled in by `options`)."""
+    file holds to the field's value (`parse(value, flag)`, raising InputError naming the flag), how the default is
+    written as text (`text`), whether the flag repeats, the default in words (`show_default`, where the field's is
+    None) and a `switch`. `field`, `kind` and `default` are the field's (filled in by `options`)."""
 
     help: str
     panel: str
     metavar: str | None = None
     flags: tuple[str, ...] = ()
     name: str = ""
-    parse: Callable[[Any], Any] | None = None
+    parse: Callable[[Any, str], Any] | None = None
+    text: Callable[[Any], Any] | None = None
     repeat: bool = False
     show_default: str | None = None
     switch: Switch | None = None
@@ -66,8 +68,14 @@ class Option:
         return "--" + self.name.replace("_", "-")
 
     @property
+    def required(self) -> bool:
+        return self.default is dataclasses.MISSING
+
+    @property
     def text_default(self) -> Any:
         """The default as a flag or a config file writes it: a tuple as comma-separated text (None when empty)."""
+        if self.text is not None and not self.required:
+            return self.text(self.default)
         if isinstance(self.default, tuple):
             return ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in self.default) or None
         return self.default
@@ -77,15 +85,19 @@ class Option:
         None, and "" for a field whose default is None, is the default. A value that does not read is an InputError
         naming the flag: "--horizon must be an integer, got 'x'"."""
         if value is None or (isinstance(value, str) and value == "" and self.default is None):
+            if self.required:
+                raise InputError(f"{self.flag} is needed")
             return self.default
+        if self.parse is not None:
+            return self.parse(value, self.flag)
         try:
-            return (self.parse or reader(self.kind, self.repeat, self.text_default))(value)
+            return reader(self.kind, self.repeat, self.text_default)(value)
         except ValueError as e:
             raise InputError(f"{self.flag} must be {e}, got {value!r}") from None
 
 
 def option(default: Any, help: str, panel: str, **how: Any) -> Any:
-    """A dataclass field that is an option (see `Option` for `how`)."""
+    """A dataclass field that is an option (see `Option` for `how`); `dataclasses.MISSING` for one that is needed."""
     return dataclasses.field(default=default, metadata={KEY: Option(help, panel, **how)})
 
 
@@ -107,8 +119,8 @@ def read_fields(cls: type, values: typing.Mapping[str, Any]) -> dict[str, Any]:
     switch given applies to the option's value given beside it, or to its default."""
     out: dict[str, Any] = {}
     for o in options(cls):
-        if o.name in values:
-            out[o.field] = o.read(values[o.name])
+        if o.name in values or o.required:
+            out[o.field] = o.read(values.get(o.name))
         if o.switch is not None and values.get(o.switch.name) is not None:
             switch = dataclasses.replace(o, name=o.switch.name, kind=bool, parse=None, default=False)
             if switch.read(values[o.switch.name]):
@@ -133,8 +145,8 @@ def reader(kind: Any, repeat: bool = False, example: Any = None) -> Callable[[An
     if kind in (int, float):
         what = "an integer" if kind is int else "a number"
         return lambda v: _number(kind, v, what)
-    if kind is str:
-        return str
+    if kind in (str, Path):
+        return kind
     raise TypeError(f"no reader for options of type {kind}; give the option a parse= of its own")
 
 

@@ -62,7 +62,10 @@ def test_help_fits_80_columns(command: str) -> None:
 # and foxhunt.fit's keywords are all derived from the fields. The tests below fail when an option is written out a
 # second time anywhere, or when one of the three stops being derived.
 
-RUN_COMMANDS = ("train", "prepare", "inspect", "plan-memory")  # backtest and tune take train's through its parser
+# The configurations whose options each command takes (backtest and tune take train's through its parser too).
+RUN_COMMANDS = {"train": ("DataConfig", "ModelConfig", "TrainConfig", "SessionConfig"), "prepare": ("DataConfig",),
+                "inspect": ("DataConfig",), "plan-memory": ("DataConfig", "ModelConfig", "TrainConfig"),
+                "backtest": ("BacktestConfig",), "tune": ("TuneConfig",)}
 # A run command's options that configure nothing saved or trained: the command's own (where its output goes, how
 # it works) and the CLI's (-v / -q, --config). They stay declared in cli/.
 COMMAND_OWN = {"prepare": {"out", "workers", "executor"}, "inspect": {"files", "as_json"}}
@@ -71,7 +74,7 @@ CLI_OWN = {"verbose", "quiet", "config"}
 # or the bars to forecast or check (not to train from), the forward pass's batch, the files overriding the model's.
 OWN_MEANING = {("predict", "features"), ("predict", "batch_size"), ("predict", "covariates"), ("predict", "events"),
                ("evaluate", "features"), ("evaluate", "batch_size"), ("evaluate", "covariates"),
-               ("evaluate", "events"), ("export", "parquet_file")}
+               ("evaluate", "events"), ("evaluate", "out_dir"), ("export", "parquet_file")}
 # One non-default value for every option of a run: each must reach its own field (and nothing else).
 RUN_VALUES = {
     "parquet_file": ["a.parquet", "b/"], "timestamp_col": "ts", "symbol_col": "sym", "timezone": "America/New_York",
@@ -92,14 +95,18 @@ RUN_VALUES = {
 }
 
 
-def _declared():
+def _declared(*classes: str):
+    """{class name: its options} and their names, of these configurations (train's by default)."""
     from foxhunt import flags
+    from foxhunt.backtest.config import BacktestConfig
     from foxhunt.data.config import DataConfig
     from foxhunt.model.config import ModelConfig
     from foxhunt.train.config import SessionConfig, TrainConfig
+    from foxhunt.tune.config import TuneConfig
 
-    classes = (DataConfig, ModelConfig, TrainConfig, SessionConfig)
-    return {cls: flags.options(cls) for cls in classes}, flags.names(*classes)
+    known = {c.__name__: c for c in (DataConfig, ModelConfig, TrainConfig, SessionConfig, BacktestConfig, TuneConfig)}
+    chosen = [known[c] for c in classes or RUN_COMMANDS["train"]]
+    return {cls.__name__: flags.options(cls) for cls in chosen}, flags.names(*chosen)
 
 
 def _flags(values: dict) -> list[str]:
@@ -137,48 +144,52 @@ def passed_to_fit(monkeypatch):
     return calls
 
 
-def test_every_option_of_a_run_command_is_one_declared_field_or_the_commands_own() -> None:
-    declared, names = _declared()
+@pytest.mark.parametrize("command", sorted(RUN_COMMANDS))
+def test_every_option_of_a_run_command_is_one_declared_field_or_the_commands_own(command) -> None:
+    declared, names = _declared(*RUN_COMMANDS[command])
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
     by_name = {o.name: o for opts in declared.values() for o in opts}
-    for command in RUN_COMMANDS:
-        for p in COMMANDS[command].params:
-            if p.name in COMMAND_OWN.get(command, set()) | CLI_OWN:
-                continue
-            assert p.name in names, f"{command} --{p.name}: declared in cli/, not on a configuration field"
-            o = by_name.get(p.name)
-            if o is None:  # a switch: --use-gpu
-                continue
-            assert (p.help, p.rich_help_panel) == (o.help, o.panel), (command, p.name)
-            if (command, p.name) != ("plan-memory", "memory_budget"):  # plans for 4GiB unless told another
-                assert p.default == o.text_default, (command, p.name)
-    train = {p.name for p in COMMANDS["train"].params}
-    assert train - CLI_OWN == set(names)  # and every declared option is one of train's
+    params = {p.name: p for p in COMMANDS[command].params}
+    for name, p in params.items():
+        if name in COMMAND_OWN.get(command, set()) | CLI_OWN:
+            continue
+        assert name in names, f"{command} --{name}: declared in cli/, not on a configuration field"
+        o = by_name.get(name)
+        if o is None:  # a switch: --use-gpu
+            continue
+        assert (p.help, p.rich_help_panel, p.required) == (o.help, o.panel, o.required), (command, name)
+        if (command, name) != ("plan-memory", "memory_budget") and not o.required:  # plans for 4GiB by default
+            assert p.default == o.text_default, (command, name)
+    if command != "plan-memory":  # which takes some of the training options; only train reads a feature store
+        expected = set(names) - ({"features"} if command in ("prepare", "inspect") else set())
+        assert set(params) - CLI_OWN - COMMAND_OWN.get(command, set()) == expected
 
 
 def test_commands_reading_a_model_redeclare_only_the_flags_whose_meaning_is_theirs() -> None:
-    declared, names = _declared()
-    helps = {o.name: o.help for opts in declared.values() for o in opts}
+    declared, names = _declared(*{c for cs in RUN_COMMANDS.values() for c in cs})
+    helps: dict[str, set] = {}
+    for o in (o for opts in declared.values() for o in opts):
+        helps.setdefault(o.name, set()).add(o.help)
     for command in ("predict", "evaluate", "export"):
         for p in COMMANDS[command].params:
-            if p.name in helps and p.help != helps[p.name]:
+            if p.name in helps and p.help not in helps[p.name]:
                 assert (command, p.name) in OWN_MEANING, f"{command} --{p.name} declared again with its own help"
 
 
 def test_no_default_is_written_out_again() -> None:
     """A string default of a field appears in no module that derives options (a name that is also an option name,
-    like "device", is a name)."""
+    like "device", is a name; "foxhunt", tune's study name, is also the package's logger)."""
     import ast
     from pathlib import Path
 
     import foxhunt
 
-    declared, names = _declared()
+    declared, names = _declared(*{c for cs in RUN_COMMANDS.values() for c in cs})
     defaults = {o.text_default for opts in declared.values() for o in opts if isinstance(o.text_default, str)}
     src = Path(foxhunt.__file__).parent
     for path in ("settings.py", "api/training.py", "cli/options.py", "cli/training.py", "cli/data.py"):
         consts = [n.value for n in ast.walk(ast.parse((src / path).read_text())) if isinstance(n, ast.Constant)]
-        repeated = sorted({c for c in consts if isinstance(c, str) and c in defaults and c not in names})
+        repeated = sorted({c for c in consts if isinstance(c, str) and c in defaults - {"foxhunt"} and c not in names})
         assert not repeated, f"{path} writes out the defaults {repeated}"
 
 
@@ -210,6 +221,20 @@ def test_the_config_file_keys_are_the_long_flag_names(command, tmp_path) -> None
     assert set(load_config_file(cfg, (p.name for p in params))) == {p.name for p in params}
 
 
+def test_backtest_and_tune_read_their_own_options_and_trains_from_one_config_file(tmp_path, monkeypatch) -> None:
+    import foxhunt.backtest.run
+
+    seen = []
+    monkeypatch.setattr(foxhunt.backtest.run, "run_backtest", lambda *configs: seen.append(configs))
+    cfg = tmp_path / "bt.toml"
+    cfg.write_text('[backtest]\nfolds = 3\ntest-length = "6mo"\nrefit = "once"\n[train]\nepochs = 2\nhidden-size = 12\n')
+    assert main(["backtest", "--out-dir", str(tmp_path / "bt"), "--config", str(cfg), "--folds", "4",
+                 "--parquet-file", "x.parquet", "--threads", "1"]) == 0
+    (bt, data, model, train), = seen
+    assert (bt.folds, str(bt.test_length), str(bt.val_length), bt.refit) == (4, "6mo", "6mo", 0)
+    assert (data.paths, model.hidden_size, train.epochs, train.num_threads) == (("x.parquet",), 12, 2, 1)
+
+
 def test_fit_takes_exactly_the_declared_options() -> None:
     import inspect as py_inspect
 
@@ -232,7 +257,7 @@ def test_flags_a_config_file_and_keywords_build_the_same_run(tmp_path, passed_to
     from foxhunt.data.config import DataConfig
 
     declared, names = _declared()
-    session = {o.name for o in declared[next(c for c in declared if c.__name__ == "SessionConfig")]}
+    session = {o.name for o in declared["SessionConfig"]}
     assert set(RUN_VALUES) == set(names) - session - {"features", "use_gpu"}  # a store, --device cuda: below
     monkeypatch.setattr(DataConfig, "__post_init__", lambda self: None)  # the names above need no real files
     cfg = tmp_path / "run.toml"
@@ -264,8 +289,8 @@ def test_the_command_line_beats_the_file_which_beats_the_default(tmp_path, passe
     ({"horizon": "x"}, "--horizon must be an integer, got 'x'"),
     ({"batch_size": "big"}, "--batch-size must be a positive integer or 'auto', got 'big'"),
     ({"quantiles": "0.1,x"}, "--quantiles must be comma-separated numbers like 0.1,0.5,0.9, got '0.1,x'"),
-    ({"memory_budget": "lots"}, "--memory-budget must be a size like 4GiB, 512MiB, 4GB or a count of bytes, got "
-                                "'lots'"),
+    ({"memory_budget": "lots"}, "--memory-budget 'lots' is not understood; write e.g. 4GiB, 512MiB, 4GB or a count "
+                                "of bytes"),
     ({"use_gpu": True, "device": "cpu"}, "--use-gpu contradicts --device cpu; pass one of them"),
 ])
 def test_a_bad_value_is_the_same_line_from_a_flag_a_file_or_a_keyword(keywords, line, tmp_path, capsys) -> None:

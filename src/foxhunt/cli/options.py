@@ -19,11 +19,13 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from foxhunt.backtest.config import BacktestConfig
 from foxhunt.data.config import DataConfig
 from foxhunt.errors import InputError
 from foxhunt.flags import FORECASTS, INPUTS, MODEL, OUTPUT, Option, options
-from foxhunt.model.config import METHODS, ModelConfig
+from foxhunt.model.config import ModelConfig
 from foxhunt.train.config import SessionConfig, TrainConfig
+from foxhunt.tune.config import TuneConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 Group = tuple[inspect.Parameter, ...]
@@ -49,7 +51,8 @@ def declared(cls: type) -> Group:
         kind = flag_kind(o)
         if kind is Any:
             extra["parser"] = parser(o)
-        group.append(opt(o.name, kind, o.text_default, o.help, o.panel, *o.flags, **extra))
+        default = inspect.Parameter.empty if o.required else o.text_default
+        group.append(opt(o.name, kind, default, o.help, o.panel, *o.flags, **extra))
         if o.switch is not None:
             s = o.switch
             group.append(opt(s.name, bool, False, s.help, s.panel, "--" + s.name.replace("_", "-")))
@@ -128,6 +131,8 @@ MODEL_OPTIONS = declared(ModelConfig)
 TRAINING_OPTIONS = declared(TrainConfig) + declared(SessionConfig)
 _BY_NAME = {p.name: p for p in TRAIN_DATA_OPTIONS + TRAINING_OPTIONS}
 SINCE, UNTIL, DEVICE_OPTION, THREADS = (_BY_NAME[n] for n in ("since", "until", "device", "threads"))
+BACKTEST_OPTIONS = declared(BacktestConfig)
+TUNE_OPTIONS = declared(TuneConfig)
 # The device and memory options of `plan-memory`, which plans for a 4 GiB budget unless told another.
 MEMORY_OPTIONS: Group = (_BY_NAME["memory_budget"].replace(default="4GiB"), DEVICE_OPTION,
                          _BY_NAME["optimizer_state"], _BY_NAME["precision"])
@@ -153,9 +158,7 @@ End = Annotated[str | None, typer.Option(help="First forecast bar on or before t
                                          rich_help_panel=FORECASTS)]
 NoCalibration = Annotated[bool, typer.Option("--no-calibration", help="Use the model's own quantiles, uncalibrated.",
                                              rich_help_panel=FORECASTS)]
-CalibrationMethod = Annotated[str, typer.Option(
-    "--calibration", help=f"Quantile calibration: {' | '.join(METHODS)}.", metavar="HOW",
-    rich_help_panel=FORECASTS)]
+CalibrationMethod = alias(next(p for p in BACKTEST_OPTIONS if p.name == "calibration"))
 BatchSize = Annotated[int, typer.Option(help="Windows per forward pass.", metavar="N", rich_help_panel=FORECASTS)]
 ConfigFile = alias(CONFIG)
 # The bars read (predict, evaluate): from the model's own --since unless given; forecasts reach the newest bar.

@@ -32,26 +32,21 @@ def auto_epochs(n_train_windows: int) -> int:
     return min(MAX_AUTO_EPOCHS, max(MIN_AUTO_EPOCHS, -(-AUTO_EPOCH_WINDOWS // max(n_train_windows, 1))))
 
 
-def count_or_auto(value: Any) -> int | str:
+def count_or_auto(value: Any, flag: str) -> int | str:
     """--epochs, --batch-size, --validation-batch-size: a count, or AUTO."""
     if isinstance(value, str) and value.strip().lower() == AUTO:
         return AUTO
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError(f"a positive integer or {AUTO!r}")
     try:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError
         return int(value)
     except ValueError:
-        raise ValueError(f"a positive integer or {AUTO!r}") from None
+        raise InputError(f"{flag} must be a positive integer or {AUTO!r}, got {value!r}") from None
 
 
-def size(value: Any) -> int:
+def size(value: Any, flag: str) -> int:
     """--memory-budget: bytes, from a count or a size like 4GiB (parse_size)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    try:
-        return parse_size(str(value))
-    except InputError:
-        raise ValueError("a size like 4GiB, 512MiB, 4GB or a count of bytes") from None
+    return value if isinstance(value, int) and not isinstance(value, bool) else parse_size(str(value), flag)
 
 
 def on_gpu(device: str) -> str:
@@ -171,8 +166,8 @@ class TrainConfig:
         return TrainConfig(**d)
 
 
-def tracking_backends(value: Any) -> tuple[str, ...]:
-    """--track: names, repeated and/or comma-separated (mlflow,tensorboard)."""
+def tracking_backends(value: Any, flag: str) -> tuple[str, ...]:
+    """--track: names, repeated and/or comma-separated (mlflow,tensorboard); TrackingConfig.parse names the flag."""
     from foxhunt.train.tracking import TrackingConfig
 
     return TrackingConfig.parse(value).backends
