@@ -1,4 +1,4 @@
-"""Options declared once, on the fields of the configuration dataclasses (data/, model/, train/).
+"""Options declared once, on the fields of the configuration dataclasses (data/, model/, train/, backtest/, tune/).
 
 A field made with `option(...)` is an option wherever a run is described: a flag of the command line
 (`--name-with-dashes`: cli/options.py builds the typer options from this metadata), a key of a `--config` TOML file

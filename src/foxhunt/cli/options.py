@@ -1,10 +1,11 @@
 """The command line's options: those of the configurations, built from the declarations on their fields
 (foxhunt/flags.py), and the few that belong to the CLI alone (the console, --config, the inference commands').
 
-A group is the options of one configuration (data, model, training, console); `attach(...)` extends a command's
-signature with the groups it takes, so `train`, `prepare`, `inspect` and `plan-memory` show the very same data
-options, and `backtest` / `tune` pass theirs through `train`'s parser. The commands read the values from
-`ctx.params` and build the configurations with foxhunt.settings (with --config filling what was not typed).
+A group is the options of one configuration (data, model, training, backtest, tune) or the console's; `attach(...)`
+extends a command's signature with the groups it takes, so `train`, `prepare`, `inspect` and `plan-memory` show the
+very same data options, and `backtest` / `tune` take their own and pass train's through `train`'s parser. The
+commands read the values from `ctx.params` and build the configurations with foxhunt.settings (with --config
+filling what was not typed).
 """
 
 from __future__ import annotations
