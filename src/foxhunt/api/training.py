@@ -157,9 +157,10 @@ def _store_data_config(given: Mapping[str, Any]) -> DataConfig:
 
     if given.get("parquet_file"):
         refuse_both_inputs()
-    typed = settings.build(DataConfig, given)  # only the options given are compared: the store's split is its own
+    # Only the options given are compared (the store's split is its own), in the form the store saved them (lists).
+    typed = settings.build(DataConfig, given).to_dict()
     return store_data_config(Path(given["features"]),
-                             {o.field: getattr(typed, o.field) for o in flags.options(DataConfig) if o.name in given})
+                             {o.field: typed[o.field] for o in flags.options(DataConfig) if o.name in given})
 
 
 def refuse_both_inputs() -> None:
