@@ -16,13 +16,12 @@ from foxhunt.cli.options import (
     DATA_OPTIONS,
     MEMORY_OPTIONS,
     MODEL_OPTIONS,
-    OUTPUT,
     THREADS,
-    WORKERS,
     ConfigFile,
     attach,
 )
 from foxhunt.cli.wiring import paths, set_threads, set_verbosity, values
+from foxhunt.flags import OUTPUT, WORKERS
 
 
 @app.command()
