@@ -100,7 +100,7 @@ def check_batches(world: SimpleNamespace, tmp_path) -> None:
 
 
 def check_store(world: SimpleNamespace, tmp_path) -> None:
-    from foxhunt.data.store.build import prepare_store
+    from foxhunt.data.prepare.entry import prepare_store
 
     prepare_store(world.cfg, tmp_path / "store", workers=1)
     assert_same_windows(world, store_for_model(world.lm, tmp_path / "store"))

@@ -16,9 +16,9 @@ from foxhunt.data.bars import validate
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.bars.validate import INSTRUMENT, clean_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.store import build
-from foxhunt.data.store.build import prepare_store
-from foxhunt.data.store.executor import InProcess, Workers
+from foxhunt.data.prepare import entry as build
+from foxhunt.data.prepare.entry import prepare_store
+from foxhunt.data.prepare.executor import InProcess, Workers
 from foxhunt.errors import InputError
 from tests.data.test_load_fast_paths import _in_time_order, _messy
 

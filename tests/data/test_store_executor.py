@@ -10,9 +10,9 @@ import os
 import numpy as np
 import pytest
 
-from foxhunt.data.store.executor import InProcess, open_workers
-from foxhunt.data.store.jobs import put
-from foxhunt.data.store.pieced import _map
+from foxhunt.data.prepare.driver import _map
+from foxhunt.data.prepare.executor import InProcess, open_workers
+from foxhunt.data.prepare.stages import put
 from foxhunt.errors import ResourceError
 
 
@@ -46,7 +46,7 @@ def test_a_worker_that_dies_is_an_error_for_people_not_a_hang():
 def _modules_after_importing_the_jobs() -> tuple[bool, bool]:
     import sys
 
-    import foxhunt.data.store.jobs  # noqa: F401 - what a worker imports to run a piece's jobs
+    import foxhunt.data.prepare.stages  # noqa: F401 - what a worker imports to run a piece's jobs
 
     return "torch" in sys.modules, "polars" in sys.modules
 

@@ -17,13 +17,13 @@ import polars as pl
 import pytest
 
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import bar_pieces
 from foxhunt.data.features.covariate_files import held, merged
 from foxhunt.data.features.covariates import coverage, read_bar_columns
 from foxhunt.data.io.discover import expand_sources
-from foxhunt.data.store import build
-from foxhunt.data.store.build import prepare_store
-from foxhunt.data.store.pieces import plan_pieces
+from foxhunt.data.prepare import bar_columns as bar_pieces
+from foxhunt.data.prepare import entry as build
+from foxhunt.data.prepare.entry import prepare_store
+from foxhunt.data.prepare.plan import plan_pieces
 from foxhunt.errors import InputError
 
 ROOTS = {"ES": 1.0, "NQ": 3.7, "YM": 9.1}  # root -> price factor

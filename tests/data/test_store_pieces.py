@@ -24,12 +24,14 @@ from foxhunt.data.features.fitstats import column_moments, concat, pooled
 from foxhunt.data.features.known import origin_rows, origin_table
 from foxhunt.data.features.scaling import own_scalers
 from foxhunt.data.io.read import rtype_sets
-from foxhunt.data.store import build, jobs, pieced
-from foxhunt.data.store import pieces as pieces_module
-from foxhunt.data.store.build import prepare_store
-from foxhunt.data.store.executor import may_piece, open_workers
-from foxhunt.data.store.jobs import present
-from foxhunt.data.store.pieces import plan_pieces, plan_sample, route_of
+from foxhunt.data.prepare import driver as pieced
+from foxhunt.data.prepare import entry as build
+from foxhunt.data.prepare import plan as pieces_module
+from foxhunt.data.prepare import stages as jobs
+from foxhunt.data.prepare.entry import prepare_store
+from foxhunt.data.prepare.executor import may_piece, open_workers
+from foxhunt.data.prepare.plan import plan_pieces, plan_sample, route_of
+from foxhunt.data.prepare.stages import present
 from foxhunt.data.util.median import counted_median, value_counts
 from foxhunt.errors import InputError
 
@@ -258,7 +260,7 @@ def test_a_piece_of_daily_bars_in_an_intraday_panel_is_refused():
 def test_the_cli_can_start_the_prepare_worker_before_it_imports_polars():
     """`foxhunt prepare` starts its worker processes (executor.open_workers) before it imports the command's libraries, so
     that they import while it does: the CLI and the executor import no polars, numpy or torch."""
-    code = ("import sys; import foxhunt.cli, foxhunt.data.store.executor, foxhunt.settings; "
+    code = ("import sys; import foxhunt.cli, foxhunt.data.prepare.executor, foxhunt.settings; "
             "print(sorted(m for m in ('polars', 'numpy', 'torch', 'pyarrow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]"]
@@ -271,7 +273,7 @@ def test_prepare_in_pieces_never_imports_torch(panel, tmp_path):
         "import sys\n"
         "import foxhunt.cli, foxhunt.settings\n"
         "from foxhunt.data.config import DataConfig\n"
-        "from foxhunt.data.store.build import prepare_store\n"
+        "from foxhunt.data.prepare.entry import prepare_store\n"
         f"cfg = DataConfig(paths=({str(panel)!r},), encoder_length=16, horizon=3, val_fraction=0.2, test_fraction=0.2)\n"
         f"m = prepare_store(cfg, {str(tmp_path / 'store')!r}, piece_rows=1, workers=2, min_rows=0)\n"
         "print(len(m['windows']['series_names']), 'torch' in sys.modules)\n"

@@ -12,9 +12,9 @@ import pytest
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.io.read import read_bars
-from foxhunt.data.store import build
-from foxhunt.data.store.build import prepare_store
-from foxhunt.data.store.executor import InProcess, Workers
+from foxhunt.data.prepare import entry as build
+from foxhunt.data.prepare.entry import prepare_store
+from foxhunt.data.prepare.executor import InProcess, Workers
 from foxhunt.errors import InputError
 
 NY = "America/New_York"

@@ -43,7 +43,7 @@ def prepare(
     It is read by `foxhunt train --features` (and predict, evaluate): the row tensors, window index, splits,
     scalers, schema, data summary, roll table and what the baselines read (docs/reference/store-format.md)."""
     from foxhunt import settings
-    from foxhunt.data.store.executor import may_piece, open_workers
+    from foxhunt.data.prepare.executor import may_piece, open_workers
 
     v = values(ctx, config)
     set_verbosity(v, every_info=True)
@@ -52,7 +52,7 @@ def prepare(
     # Started before the command's imports, so that its processes import while this one does; none for a panel
     # prepared whole (small, or kept whole by an option: may_piece, from the files' sizes alone).
     with open_workers(executor, workers if may_piece(cfg) else min(workers, 1)) as pool:
-        from foxhunt.data.store import prepare_store
+        from foxhunt.data.prepare import prepare_store
 
         manifest = prepare_store(cfg, out, workers=workers, pool=pool, executor=executor)
     size = sum(f.stat().st_size for f in out.iterdir())

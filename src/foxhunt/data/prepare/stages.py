@@ -25,7 +25,7 @@ from foxhunt.data.dataset.prepare import feature_columns, sorted_bars, train_sta
 from foxhunt.data.dataset.summary import WindowFacts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import window_starts
-from foxhunt.data.features import bar_pieces, covariate_files, inputs, static, timed_categories
+from foxhunt.data.features import covariate_files, inputs, static, timed_categories
 from foxhunt.data.features.covariate_files import Held
 from foxhunt.data.features.events import key_times
 from foxhunt.data.features.features import raw_features
@@ -34,8 +34,9 @@ from foxhunt.data.features.scaling import own_scalers, trailing, train_moments, 
 from foxhunt.data.features.seasonality import minute_of_day
 from foxhunt.data.io.discover import Source
 from foxhunt.data.io.read import median_spacings, read_bars, rtype_sets
+from foxhunt.data.prepare import bar_columns
+from foxhunt.data.prepare.plan import Route
 from foxhunt.data.store.layout import SPLITS, own_array
-from foxhunt.data.store.pieces import Route
 from foxhunt.data.store.put import put
 
 PIECE = "__piece"  # each bar's piece, beside the bars of a chunk
@@ -53,7 +54,7 @@ class ChunkRead:
     routed: bool  # False when a bar has no symbol: the in-memory path then names the rows
     lo: int
     hi: int
-    columns: pl.DataFrame | None = None  # the bar files' declared columns without their rows (bar_pieces.py)
+    columns: pl.DataFrame | None = None  # the bar files' declared columns without their rows (bar_columns.py)
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def read(cfg: DataConfig, chunk: int, first: int, sources: list[Source], route: 
     rtypes = rtype_sets(raw, len(entries))
     spacings = [0] * len(entries) if all(rtypes) else median_spacings(raw, len(entries))
     ts, symbol = raw.get_column("ts").dt.epoch("ns"), raw.get_column("symbol")
-    cols = bar_pieces.chunk_columns(sources, columns, cfg.timestamp_col, cfg.symbol_col, cfg.timezone,
+    cols = bar_columns.chunk_columns(sources, columns, cfg.timestamp_col, cfg.symbol_col, cfg.timezone,
                                     real, cfg.date_format) if columns else None
     routed = not symbol.null_count() and (cols is None or not cols.get_column("symbol").null_count())
     out = ChunkRead(entries, rtypes, spacings, routed, int(ts.min()), int(ts.max()), None if cols is None
@@ -181,10 +182,10 @@ def load(cfg: DataConfig, k: int, spill: str, chunks: int, entries: list[dict], 
     del raw
     _unlink(paths)
     dropped, held = None, None
-    if (table := bar_pieces.bar_table_of(src)) is not None:  # its share of the bar files' columns (`read`)
+    if (table := bar_columns.bar_table_of(src)) is not None:  # its share of the bar files' columns (`read`)
         paths = [p for c in range(chunks) if (p := Path(spill) / f"cols-{c}-{k}.arrow").exists()]
-        table = bar_pieces.piece_table(table, [_read_spill(p) for p in paths])
-        src, held = bar_pieces.with_table(src, table), covariate_files.held(table)
+        table = bar_columns.piece_table(table, [_read_spill(p) for p in paths])
+        src, held = bar_columns.with_table(src, table), covariate_files.held(table)
         _unlink(paths)
     if src is not None and (src.observed or src.observed_cat):
         joined, dropped = inputs.join_observed(loaded.bars, src)

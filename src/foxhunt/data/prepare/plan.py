@@ -33,7 +33,7 @@ from foxhunt.data.bars.symbols import SPREAD_RE, series_key
 from foxhunt.data.config import DataConfig
 from foxhunt.data.io.discover import Source, is_parquet
 from foxhunt.data.io.normalise import match_column, symbol_column
-from foxhunt.data.store.executor import MIN_ROWS, keeps_whole, listed_files
+from foxhunt.data.prepare.executor import MIN_ROWS, keeps_whole, listed_files
 
 PIECE_ROWS = 2_000_000  # bars per piece: a worker's memory is that of preparing this many bars in memory
 # Files whose symbols the plan counts, evenly spaced (every file when there are no more): 64 daily files of a

@@ -5,7 +5,7 @@ of store/jobs.py on a concurrent.futures Executor, and its rows are written stra
 What is fitted across series is fitted from statistics each piece sends back that add up exactly (data/features/fitstats.py;
 the in-memory path fits from the same sums, so both give the same bits). The stages, each a map over the executor:
 1. read: the files in chunks of consecutive files, each chunk's bars spilled by piece, with the bar files' own
-   columns the user's inputs read (features/bar_pieces.py: this process holds none of their rows); the bars' raw
+   columns the user's inputs read (features/bar_columns.py: this process holds none of their rows); the bars' raw
    span gives the split cuts to expect.
 2. load: each piece's bars cleaned and rolled as load_bars would, its raw features and distinct timestamps
    spilled; its series, lengths, span, bar gaps and training statistics under the expected cuts come back. The
@@ -59,7 +59,7 @@ from foxhunt.data.dataset.prepare import (
 from foxhunt.data.dataset.summary import data_summary, merge_facts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import SplitResult
-from foxhunt.data.features import bar_pieces, inputs, static, timed_categories
+from foxhunt.data.features import inputs, static, timed_categories
 from foxhunt.data.features.covariate_files import CovariateTable
 from foxhunt.data.features.features import own_move_columns
 from foxhunt.data.features.fitstats import concat
@@ -68,11 +68,12 @@ from foxhunt.data.features.scaling import add_vol_stats, first_scalers, observed
 from foxhunt.data.io.discover import Source
 from foxhunt.data.io.read import check_bar_sizes
 from foxhunt.data.io.zones import check_zones
-from foxhunt.data.store import jobs
-from foxhunt.data.store.declared import fit_declared, share_static, with_known
-from foxhunt.data.store.jobs import PieceLoaded, Place, share_grid, shared
+from foxhunt.data.prepare import bar_columns
+from foxhunt.data.prepare import stages as jobs
+from foxhunt.data.prepare.declared import fit_declared, share_static, with_known
+from foxhunt.data.prepare.plan import PIECE_ROWS, Piece, route_of
+from foxhunt.data.prepare.stages import PieceLoaded, Place, share_grid, shared
 from foxhunt.data.store.layout import OWN_DTYPE, SPLITS, WINDOW_ARRAYS, own_array, split_file
-from foxhunt.data.store.pieces import PIECE_ROWS, Piece, route_of
 from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of, save_array
 from foxhunt.data.util.median import counted_median
 from foxhunt.data.util.parallel import serial
@@ -118,7 +119,7 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     def read(columns: list[str], real: set[str]) -> CovariateTable | None:  # the bars, and their `columns`
         reads[:] = _map(executor, jobs.read, [(cfg, c, i0, _chunk_sources(listed[i0:i1]), route, str(spill),
                                                tuple(columns), frozenset(real)) for c, (i0, i1) in enumerate(chunks)])
-        return bar_pieces.empty_table([r.columns for r in reads], columns, ", ".join(cfg.paths)) if columns else None
+        return bar_columns.empty_table([r.columns for r in reads], columns, ", ".join(cfg.paths)) if columns else None
 
     src = user_sources(cfg, None, bar_reader=read)  # the user's inputs: the bar files' columns read in `read`
     if not reads:
@@ -157,8 +158,8 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
     for r in (r for load in loads for r in load.rolls):  # what load_raw logs in memory (the jobs are quiet)
         why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
         log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why, r["gap"])
-    if bar_pieces.bar_table_of(src) is not None:  # what is reported and checked of the pieces' tables
-        src = bar_pieces.held_sources(src, [r.held for r in loads], cfg.categorical)
+    if bar_columns.bar_table_of(src) is not None:  # what is reported and checked of the pieces' tables
+        src = bar_columns.held_sources(src, [r.held for r in loads], cfg.categorical)
     e, d = cfg.encoder_length, cfg.horizon
     check_length(names, np.concatenate([r.lengths for r in loads]), e, d, False)
     span = np.array([min(r.lo for r in loads), max(r.hi for r in loads)], dtype=np.int64)

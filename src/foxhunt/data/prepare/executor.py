@@ -27,7 +27,7 @@ LOCAL = "local"
 DASK = "dask://"
 CONNECT_TIMEOUT_S = 10  # an address nobody answers at: an error for people after this long, not a hang
 QUIET = "foxhunt.data"  # the jobs log warnings only: the process that runs the pieces logs what they found
-JOBS = "foxhunt.data.store.jobs"
+JOBS = "foxhunt.data.prepare.stages"
 # Below this many bars (about 2 GB prepared in memory) the panel is prepared in memory: the pieced path costs more
 # CPU (a spawned worker imports polars and the rest, each piece's bars and features go through spills;
 # benchmarks/store_20m.py), which only the bounded memory pays for.

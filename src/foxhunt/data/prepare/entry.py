@@ -9,8 +9,8 @@ from typing import Any
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.data.io.discover import expand_sources
-from foxhunt.data.store.executor import LOCAL, MIN_ROWS, Workers, check_executor, may_piece, open_workers
-from foxhunt.data.store.pieces import PIECE_ROWS, plan_pieces
+from foxhunt.data.prepare.executor import LOCAL, MIN_ROWS, Workers, check_executor, may_piece, open_workers
+from foxhunt.data.prepare.plan import PIECE_ROWS, plan_pieces
 from foxhunt.data.store.write import refuse_non_store, write_store
 
 
@@ -34,7 +34,7 @@ def prepare_store(
             pool = stack.enter_context(open_workers(executor, workers if may_piece(cfg, min_rows, sources) else 1))
         pieces = plan_pieces(cfg, piece_rows, pool.size, min_rows, sources) if pieced else []
         if len(pieces) > 1:
-            from foxhunt.data.store.pieced import prepare_pieces
+            from foxhunt.data.prepare.driver import prepare_pieces
 
             manifest = prepare_pieces(cfg, out, pieces, pool.executor, pool.size, sources)
             if manifest is not None:

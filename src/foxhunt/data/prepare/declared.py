@@ -34,7 +34,7 @@ from foxhunt.data.dataset.featurize import with_blocks
 from foxhunt.data.features import inputs, static, timed_categories
 from foxhunt.data.features.fitstats import concat
 from foxhunt.data.features.known import SharedGrid
-from foxhunt.data.store.jobs import SHIFT, STATIC, Fit, PieceLoaded, share
+from foxhunt.data.prepare.stages import SHIFT, STATIC, Fit, PieceLoaded, share
 
 
 def fit_declared(cfg: DataConfig, src: inputs.Sources, loads: list[PieceLoaded], fits: list[Fit], names: list[str],
