@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import torch
 
-from foxhunt.data.dataset.prepare import prepare_data
+from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate.metrics import q_risk
 from foxhunt.model.calibration import MODES, Calibration, coverage_summary, outer_label
 from foxhunt.train.calibrate import forecast_windows

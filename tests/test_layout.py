@@ -134,7 +134,7 @@ def test_data_stages_import_only_upstream() -> None:
 
 
 def test_loading_a_model_does_not_import_the_loading_pipeline() -> None:
-    code = ("import sys, foxhunt.train.checkpoint; print(sorted(m for m in ('foxhunt.data.dataset.prepare', "
+    code = ("import sys, foxhunt.train.checkpoint; print(sorted(m for m in ('foxhunt.data.prepare.driver', "
             "'foxhunt.data.bars.load', 'foxhunt.data.io.read') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]"], out.stdout

@@ -27,8 +27,8 @@ import pytest
 import torch
 
 import foxhunt
-from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate.predict import _transform_text, live_origins, prepare_for_model, store_for_model
 from foxhunt.model.inference.folded import InferenceTFT
 from foxhunt.model.inference.traced import OnnxForward, TracedForward

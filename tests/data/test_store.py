@@ -14,8 +14,7 @@ import pytest
 import torch
 
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
-from foxhunt.data.prepare import prepare_store
+from foxhunt.data.prepare import prepare_data, prepare_store
 from foxhunt.data.store import (
     open_features,
     open_store,

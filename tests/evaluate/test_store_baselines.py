@@ -10,8 +10,8 @@ import pytest
 
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.data.features.features import raw_features
+from foxhunt.data.prepare import prepare_data
 from foxhunt.data.prepare.entry import prepare_store
 from foxhunt.data.store.read import open_store
 from foxhunt.evaluate.scored import scored_windows

@@ -76,8 +76,8 @@ def inspect(
 
     Rows, series, contracts, rolls and windows per split."""
     from foxhunt import settings
-    from foxhunt.data.dataset.prepare import prepare_data
     from foxhunt.data.dataset.summary import format_summary
+    from foxhunt.data.prepare import prepare_data
 
     v = dict(ctx.params)
     set_verbosity(v, every_info=True)
@@ -117,7 +117,7 @@ def plan_memory_cmd(ctx: typer.Context, **options: Any) -> None:
 
     For a training and a validation step."""
     from foxhunt import settings
-    from foxhunt.data.dataset.prepare import prepare_data
+    from foxhunt.data.prepare import prepare_data
     from foxhunt.model.tft import TemporalFusionTransformer
     from foxhunt.train.config import parse_size
     from foxhunt.train.device import resolve_device

@@ -1,83 +1,62 @@
-"""`foxhunt prepare` in pieces: each group of series (store/pieces.py) is loaded and featurized on its own by the jobs
-of store/jobs.py on a concurrent.futures Executor, and its rows are written straight into the store's arrays
-(allocated here with open_memmap); the panel is never in memory.
+"""The one pipeline that prepares a panel: featurize, fit the transform on the training rows, scale, window and
+split it, piece by piece, each stage a map of one job over the pieces on a concurrent.futures Executor, the rows
+written into a sink (sink.py: arrays in memory, or a store's files).
 
-What is fitted across series is fitted from statistics each piece sends back that add up exactly (data/features/fitstats.py;
-the in-memory path fits from the same sums, so both give the same bits). The stages, each a map over the executor:
-1. read: the files in chunks of consecutive files, each chunk's bars spilled by piece, with the bar files' own
-   columns the user's inputs read (features/bar_columns.py: this process holds none of their rows); the bars' raw
-   span gives the split cuts to expect.
-2. load: each piece's bars cleaned and rolled as load_bars would, its raw features and distinct timestamps
-   spilled; its series, lengths, span, bar gaps and training statistics under the expected cuts come back. The
-   cuts follow from the span of all pieces; `fit` gathers the statistics again only where cleaning moved them.
-   Here: the first scalers, and the known-input grid over every distinct timestamp of the panel (SharedGrid).
-3. trail: each piece's trailing inputs and their statistics under the first scalers; the piece written where its
-   series' own statistics complete the scalers (scaling.own_scalers) and the run has no --context.
-4. context (--context): each piece's rows joined with the context series' inputs, which `trail` spilled from the
-   pieces holding them, and their moments over its training rows; their scalers are fitted last.
-5. write: the other pieces, with the whole panel's scalers.
-A piece is written by the per-series pipeline prepare_from_bars runs over the whole panel (dataset/featurize.py).
-The user's --observed, --known, --events, --static and --context inputs, categorical or keyed ones too, are joined
-per piece and fitted here from what the pieces send back (store/declared.py).
-The data summary merges what the jobs saw of each piece's rows and windows (summary.WindowFacts); this process never
-imports torch.
+A piece is a group of whole series. A panel prepared in memory is one piece in this process (entry.py); a store
+larger than memory is cut into pieces (plan.py) whose jobs run on worker processes or a Dask cluster (executor.py)
+and hand each other their results through a spill folder (spill.py). Between the stages this process gathers what
+the jobs send back and decides what is the panel's:
+1. read (read_stage.py): where each piece's bars are; in pieces, the files read in chunks, spilled by piece.
+2. load (load_stage.py): each piece's bars joined, sorted and featurized; its series, lengths, bar gaps, distinct
+   times and the sums of its training rows come back. Here: the bad-rows rule over the panel, the split cuts, the
+   bar spacing, the first fit (fit.py) and the known grid over every distinct time (grid.py), computed beside the
+   trail stage when the pieces run in this process.
+3. trail (write_stage.py): each piece's trailing inputs and their sums; a piece whose scalers are complete is
+   written at once where its spills would otherwise be read again. Here: the trailing inputs' scalers.
+4. context (--context): each piece joined with the context series' inputs, and their sums; their scalers last.
+5. write: the other pieces' rows, windows and splits, with the whole panel's transform.
+With a saved model's transform nothing is fitted and nothing is split: every stage runs with the transform as
+given, each series gets `horizon` future rows so that its last bar is an origin too, and every window is a test
+window (`predict`). Nothing here imports torch: the memory sink does, at the end.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Callable
-from concurrent.futures import Executor, wait
-from concurrent.futures.process import BrokenProcessPool
-from pathlib import Path
+from concurrent.futures import Executor
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from foxhunt.data.bars import duplicates
-from foxhunt.data.bars.chains import decision
-from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS
+from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS, future_timestamps
 from foxhunt.data.bars.load import ROLL_REASONS, merge_reports
-from foxhunt.data.bars.sessions import run_session
 from foxhunt.data.bars.validate import AllRowsBad, BadRows, judge_bad_rows
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.featurize import known_width
-from foxhunt.data.dataset.prepare import (
-    check_length,
-    check_splits,
-    feature_schema,
-    split_cuts,
-    split_times,
-    user_sources,
-)
+from foxhunt.data.dataset.featurize import feature_schema, known_width
 from foxhunt.data.dataset.summary import data_summary, merge_facts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import SplitResult
 from foxhunt.data.features import inputs, static, timed_categories
-from foxhunt.data.features.covariate_files import CovariateTable
 from foxhunt.data.features.features import own_move_columns
-from foxhunt.data.features.fitstats import concat
-from foxhunt.data.features.known import distinct_union, shared_grid
-from foxhunt.data.features.scaling import add_vol_stats, first_scalers, observed_names
-from foxhunt.data.io.discover import Source
-from foxhunt.data.io.read import check_bar_sizes
-from foxhunt.data.io.zones import check_zones
+from foxhunt.data.features.scaling import observed_names
 from foxhunt.data.prepare import bar_columns
-from foxhunt.data.prepare import stages as jobs
-from foxhunt.data.prepare.declared import fit_declared, share_static, with_known
-from foxhunt.data.prepare.plan import PIECE_ROWS, Piece, route_of
-from foxhunt.data.prepare.stages import PieceLoaded, Place, share_grid, shared
-from foxhunt.data.store.layout import OWN_DTYPE, SPLITS, WINDOW_ARRAYS, own_array, split_file
-from foxhunt.data.store.write import filling, finish, make_tmp, manifest_of, save_array
+from foxhunt.data.prepare.executor import run_all
+from foxhunt.data.prepare.fit import complete, declared, first_transform
+from foxhunt.data.prepare.grid import PanelGrid, key_times, origins, panel_grid, share_grid, share_static
+from foxhunt.data.prepare.load_stage import PieceLoaded, fit, load
+from foxhunt.data.prepare.read_stage import Read
+from foxhunt.data.prepare.recipe import Recipe, recipe_of
+from foxhunt.data.prepare.sink import Sink
+from foxhunt.data.prepare.spill import Spill
+from foxhunt.data.prepare.splits import check_length, check_splits, split_cuts, split_times
+from foxhunt.data.prepare.write_stage import PieceSeries, Place, Writing, context, trail, write
+from foxhunt.data.store.layout import OWN_DTYPE, SPLITS, WINDOW_ARRAYS, own_array
+from foxhunt.data.util import parallel
 from foxhunt.data.util.median import counted_median
-from foxhunt.data.util.parallel import serial
-from foxhunt.errors import InputError, ResourceError
+from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
 
@@ -85,67 +64,92 @@ ROW_ARRAYS = ("cont", "static_cat", "static_cont", "time_cat", "target_raw", "ce
               "series_idx", "known_base")
 
 
-def prepare_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], executor: Executor, workers: int,
-                   sources: list[Source]) -> dict[str, Any] | None:
-    """Prepare `cfg` piece by piece into the store `out` on `executor` (of `workers` processes); returns its
-    manifest, or None when the pieces do not hold consecutive series (the caller then prepares in memory).
-    `sources`: expand_sources' list of `cfg.paths`."""
-    out = Path(out)
-    tmp = make_tmp(out)
-    spill = Path(tempfile.mkdtemp(prefix=f".{out.name}.pieces.", dir=out.parent))
-    try:
-        with filling(tmp, out), serial():  # the processes take the cores: each runs its stages in one thread
-            manifest = _prepare(cfg, out, tmp, spill, pieces, executor, workers, sources)
-        if manifest is None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return manifest
-    finally:
-        shutil.rmtree(spill, ignore_errors=True)
-
-
-def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Piece], executor: Executor,
-             workers: int, sources: list[Source]) -> dict[str, Any] | None:
+def run(cfg: DataConfig, read: Read, executor: Executor, spill: Spill, sink: Sink,
+        transform: FittedTransform | None = None) -> Any:
+    """Prepare the pieces `read` names (read_stage.py) on `executor`, handing results over through `spill`, into
+    `sink`; returns `sink.finish`'s result. `transform`: a saved model's, applied as it is (prediction); None: fitted
+    on the training rows. None (after a warning that says why) where the pieces cannot be prepared apart: the caller
+    prepares the panel as one piece."""
     t0 = time.perf_counter()
 
     def lap(stage: str) -> None:
-        log.debug("prepare in pieces: %s done at %.2f s", stage, time.perf_counter() - t0)
+        log.debug("prepare: %s done at %.2f s", stage, time.perf_counter() - t0)
 
-    listed = [(f, source) for source in sources for f in source.files]  # (file, its source), in order
-    files = [str(f) for f, _ in listed]
-    route = route_of(pieces, cfg.contracts)
-    chunks = _chunks(files, max(workers, -(-sum(p.rows for p in pieces) // PIECE_ROWS)))
-    reads: list[jobs.ChunkRead] = []
-
-    def read(columns: list[str], real: set[str]) -> CovariateTable | None:  # the bars, and their `columns`
-        reads[:] = _map(executor, jobs.read, [(cfg, c, i0, _chunk_sources(listed[i0:i1]), route, str(spill),
-                                               tuple(columns), frozenset(real)) for c, (i0, i1) in enumerate(chunks)])
-        return bar_columns.empty_table([r.columns for r in reads], columns, ", ".join(cfg.paths)) if columns else None
-
-    src = user_sources(cfg, None, bar_reader=read)  # the user's inputs: the bar files' columns read in `read`
-    if not reads:
-        read([], set())
-    lap("read")
-    if not all(r.routed for r in reads):
-        log.warning("a bar has no symbol, so the panel cannot be cut by series: preparing it in memory, where its "
-                    "memory is the whole panel's, not a piece's")
-        return None
-    check_bar_sizes([x for r in reads for x in r.rtypes], [x for r in reads for x in r.spacings], files)
-    entries = [e for r in reads for e in r.files]
-    check_zones(entries, cfg.timezone)  # files of two chunks: each chunk's read checked its own
-    expected = split_times(cfg, min(r.lo for r in reads), max(r.hi for r in reads))  # before cleaning, off bars
-    shares = [inputs.restricted(src, lambda key, k=k: route.piece_of(key) == k) for k in range(len(pieces))]
-    loads: list[PieceLoaded] = _map(executor, jobs.load, [(cfg, k, str(spill), len(chunks), entries, expected,
-                                                           shares[k]) for k in range(len(pieces))], keep=AllRowsBad)
+    fitting, e, d = transform is None, cfg.encoder_length, cfg.horizon
+    src = read.src
+    recipe = recipe_of(cfg, transform, src)
+    loads = run_all(executor, load, [(cfg, recipe, k, spill, read.spilled, read.expected, read.shares[k])
+                                     for k in range(len(read.pieces))], keep=AllRowsBad)
     lap("load")
-    bad = BadRows.merge([r.bad if isinstance(r, AllRowsBad) else r.bad_rows for r in loads])
-    if bad.over():  # the 1% is the panel's, as in memory: it stops here, before a fallback reads the panel whole
-        judge_bad_rows(bad, files)
-    if bad.duplicates.over(bad.rows):  # so is the 1% of conflicting duplicates
-        duplicates.tell(bad.duplicates, bad.rows, files, bad.out_of_order)
+    loads = _judged(cfg, read, loads)
+    if loads is None:
+        return None
+    if read.spilled is not None and bar_columns.bar_table_of(src) is not None:  # reported of the pieces' tables
+        src = bar_columns.held_sources(src, [r.held for r in loads], cfg.categorical)
+    names = [n for r in loads for n in r.names]
+    check_length(names, np.concatenate([r.lengths for r in loads]), e, d, not fitting)
+    span = np.array([min(r.lo for r in loads), max(r.hi for r in loads)], dtype=np.int64)
+    stamps = [spill.array(f"stamps-{k}") for k in range(len(loads))]
+    cuts = split_cuts(cfg, stamps) if fitting else None
+    fits = _fits(cfg, recipe, read, loads, executor, spill, cuts, span)
+    spacing, intraday = _spacing(loads, fits, transform)
+    report = loads[0].report if len(loads) == 1 else merge_reports([r.report for r in loads])
+    given = declared(src, loads, names, fitting)
+    if fitting:
+        transform = first_transform(cfg, names, fits, spacing, intraday, src, given.static_values, report)
+    step = transform.bar_spacing_ns or spacing  # the model's bar interval: the grid's step
+    future = None if fitting else future_timestamps(np.concatenate([r.last for r in loads]), step, d, intraday,
+                                                   transform.exchange_tz, transform.grid)  # (S, D)
+    keyed = src is not None and src.events is not None and bool(src.events.keys)
+    keys = key_times([r.keys for r in loads], [r.last_keys for r in loads], future) if keyed else None
+    # The known grid on a pool thread while the trail stage runs here; first, where the pieces read it from files.
+    pending = parallel.submit(panel_grid, origins(stamps, future), transform, step, d, src, keys)
+    del stamps
+    spill.drop(*(f"stamps-{k}" for k in range(len(loads))))  # read for the last time
+    share_static(spill, transform.inputs, given.static_values, names)
+    places = _places(loads, future, e, d)
+    sink.allocate(_row_shapes(transform, src, places[-1].row0, places[-1].win0, fitting))
+    unseen = None if spill.in_memory else _share(pending.result(), spill, sink, places[-1].row0, d)
+    lap("grid")
+    pieces = [PieceSeries(k, r.names, r.lengths) for k, r in enumerate(loads)]
+    writing = Writing(transform, cuts, step, sink)
+    trails = run_all(executor, trail, [(recipe, p, spill, cuts, writing, places[k], read.shares[k],
+                                        not spill.in_memory) for k, p in enumerate(pieces)])
+    lap("trail")
+    if unseen is None:
+        unseen = _share(pending.result(), spill, sink, places[-1].row0, d)
+    del pending
+    if fitting:
+        joined = None
+        if src is not None and src.context:  # as inputs.fit_observed, after the observed columns
+            joined = run_all(executor, context, [(recipe, p, spill, cuts, read.shares[k])
+                                                 for k, p in enumerate(pieces)])
+        transform = complete(transform, names, [t.mom for t in trails], joined, src, cfg.covariate_scaling)
+        writing = Writing(transform, cuts, step, sink)
+    late = iter(run_all(executor, write, [(recipe, p, spill, writing, places[k], read.shares[k])
+                                          for k, (p, t) in enumerate(zip(pieces, trails, strict=True))
+                                          if t.written is None]))
+    written = [t.written or next(late) for t in trails]
+    lap("write")
+    timed_categories.tell(transform.inputs, [*(w.unseen for w in written), unseen])  # said once, for the panel
+    return _finish(cfg, recipe, sink, transform, loads, written, report, names, cuts, span, spacing, src,
+                   given.dropped)
+
+
+def _judged(cfg: DataConfig, read: Read, loads: list[PieceLoaded | AllRowsBad]) -> list[PieceLoaded] | None:
+    """The loaded pieces, the bad rows and duplicates they dropped judged over the panel (when the pieces loaded
+    their bars: read_stage.piece_bars), and the rolls they found logged; None, with a warning, where the pieces
+    cannot be prepared apart: one's bars are all bad, or their series are not in name order."""
+    parts = [r.bad if isinstance(r, AllRowsBad) else r.bad_rows for r in loads]
+    bad = BadRows.merge(parts) if read.spilled is not None else None
+    if bad is not None and bad.over():  # the 1% is the panel's: it stops here, before a fallback reads it whole
+        judge_bad_rows(bad, read.files)
+    if bad is not None and bad.duplicates.over(bad.rows):  # so is the 1% of conflicting duplicates
+        duplicates.tell(bad.duplicates, bad.rows, read.files, bad.out_of_order)
     empty = next((k for k, r in enumerate(loads) if isinstance(r, AllRowsBad)), None)
-    if empty is not None:  # its series are dropped whole, as in memory; the other pieces' rows would shift
+    if empty is not None:  # its series are dropped whole, as in one piece; the other pieces' rows would shift
         log.warning("every bar of the piece of %s is a bad row: preparing the panel in memory, where its memory is "
-                    "the whole panel's, not a piece's", ", ".join(pieces[empty].symbols))
+                    "the whole panel's, not a piece's", ", ".join(read.pieces[empty].symbols))
         return None
     names = [n for r in loads for n in r.names]
     if names != sorted(set(names)):
@@ -153,137 +157,46 @@ def _prepare(cfg: DataConfig, out: Path, tmp: Path, spill: Path, pieces: list[Pi
         log.warning("the pieces' series are not in name order (%s after %s): preparing the panel in memory, where "
                     "its memory is the whole panel's, not a piece's", names[at], names[at - 1])
         return None
-    judge_bad_rows(bad, files)  # says once what the pieces dropped
-    duplicates.tell(bad.duplicates, bad.rows, files, bad.out_of_order)
-    for r in (r for load in loads for r in load.rolls):  # what load_raw logs in memory (the jobs are quiet)
-        why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
-        log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why, r["gap"])
-    if bar_columns.bar_table_of(src) is not None:  # what is reported and checked of the pieces' tables
-        src = bar_columns.held_sources(src, [r.held for r in loads], cfg.categorical)
-    e, d = cfg.encoder_length, cfg.horizon
-    check_length(names, np.concatenate([r.lengths for r in loads]), e, d, False)
-    span = np.array([min(r.lo for r in loads), max(r.hi for r in loads)], dtype=np.int64)
-    # The cuts on the bars of every piece, as in memory; the fits under `expected` hold where the times before
-    # moving them onto bars did not move: no row lies between a time and the bar it moves to.
-    cuts = split_cuts(cfg, [shared(spill, f"stamps-{k}") for k in range(len(loads))])
-    fits = [r.fit for r in loads]
-    if split_times(cfg, int(span[0]), int(span[1])) != expected:
-        log.debug("prepare in pieces: cleaning moved the ends of the span, the cuts with them: fitting again")
-        fits = _map(executor, jobs.fit, [(cfg, k, str(spill), r.names, r.lengths, cuts) for k, r in enumerate(loads)])
-    spacing = counted_median([f.train_gaps for f in fits]) or counted_median([r.gaps for r in loads])
-    intraday = spacing < DAILY_MIN_SPACING_NS
-    check_intraday(loads, intraday)
-    season_tz = cfg.exchange_tz if cfg.seasonality and intraday else None
-    mom = concat([f.mom for f in fits])
-    if season_tz is None:
-        mom = {k: v for k, v in mom.items() if not k.startswith("season:")}
-    scalers = first_scalers(mom, names, cfg.target, cfg.vol_halflife, cfg.vol_estimator, cfg.vol_features,
-                            cfg.fill_gaps, season_tz)
-    fitted, static_values, dropped = (None, {}, 0) if src is None else fit_declared(cfg, src, loads, fits, names,
-                                                                                    scalers)
-    report = merge_reports([r.report for r in loads])
-    transform = FittedTransform(  # its scalers are completed in place (add_vol_stats) before the pieces are written
-        series_vocab=tuple(n for n, ok in zip(names, mom["rows"] > 0, strict=True) if ok), scalers=scalers,
-        target=cfg.target, scaling=cfg.scaling, intraday=intraday, calendar_features=cfg.calendar_features,
-        exchange_tz=cfg.exchange_tz, bar_spacing_ns=spacing, session=run_session(cfg.calendar), inputs=fitted,
-        **decision(report, cfg.contracts),
-    )
-    rows, wins = (np.cumsum([0, *counts]) for counts in ([int(r.lengths.sum()) for r in loads],
-                                                         [r.windows for r in loads]))
-    series0 = np.cumsum([0, *(len(r.names) for r in loads)])
-    origins = distinct_union([shared(spill, f"stamps-{k}") for k in range(len(loads))])  # (O,) every one
-    grid = shared_grid(origins, spacing, d, cfg.exchange_tz, intraday, cfg.calendar_features, scalers.get("season"),
-                       transform.grid)
-    known_cat, unseen = np.zeros((len(grid.ts), 0), dtype=np.int64), {}  # (U, Kc)
-    if src is not None:
-        grid, known_cat, unseen = with_known(spill, grid, origins, fitted, src, spacing, loads, d)
-        share_static(spill, fitted, static_values, names)
-    share_grid(spill, grid)
-    lap("grid")
-    timed = len(timed_categories.known_columns(fitted)) + len(timed_categories.observed_columns(fitted))
-    context = 0 if src is None else len(src.context_columns)  # fitted after `trail`: observed_names' last columns
-    arrays = _allocate(tmp, int(rows[-1]), int(wins[-1]), known_width(transform) + len(observed_names(scalers))
-                       + context, d, cfg.target, grid.index is not None, static.real_columns(fitted),
-                       static.categorical_columns(fitted), timed)
-    for name, value in (("known_cont", grid.cont), ("known_cat", known_cat), ("known_ts", grid.ts)):
-        arrays[name] = save_array(tmp, f"{name}.npy", value)
-    del grid, origins  # the jobs read the grid from its spill
-    places = [Place(str(tmp), int(series0[k]), int(rows[k]), int(wins[k])) for k in range(len(loads))]
-    args = [(cfg, k, str(spill), r.names, r.lengths, cuts, transform, places[k], shares[k])
-            for k, r in enumerate(loads)]
-    trails = _map(executor, jobs.trail, args)
-    lap("trail")
-    add_vol_stats(scalers, concat([t.mom for t in trails]), names, mom["rows"] > 0)  # the transform's, in place
-    if context:  # --context: as inputs.fit_observed, after the observed columns
-        joined = _map(executor, jobs.context, [(cfg, k, str(spill), r.names, r.lengths, cuts, shares[k])
-                                               for k, r in enumerate(loads)])
-        inputs.scale_observed(concat(joined), names, src.context_columns, cfg.covariate_scaling, scalers)
-        lap("context")
-    late = iter(_map(executor, jobs.write, [a for a, t in zip(args, trails, strict=True) if t.written is None]))
-    written = [t.written or next(late) for t in trails]
-    lap("write")
-    timed_categories.tell(fitted, [*(w.unseen for w in written), unseen])  # as the in-memory path says them, once
-    facts = merge_facts([w.facts for w in written])
-    split = SplitResult(ids={name: np.concatenate([w.splits[name] for w in written]) for name in SPLITS},
-                        purged=facts.purged)
-    check_splits(split, cuts, cfg, span)
-    for k in SPLITS:
-        arrays[f"split_{k}"] = save_array(tmp, split_file(k), np.asarray(split.ids[k], dtype=np.int64))
-    schema = feature_schema(transform, e, d, cfg.adjust)
-    meta = SimpleNamespace(report=report, rolls=[x for r in loads for x in r.rolls])
-    summary = data_summary(meta, schema, facts, names, cuts, False, sum(w.roll_bars for w in written), spacing,
-                           calendar=cfg.calendar)
-    if src is not None:
-        summary["inputs"] = inputs.summary(src, dropped)
-    fields = {"encoder_length": e, "horizon": d, "n_known_cont": known_width(transform),
-              "n_known_cat": known_cat.shape[1],
-              "series_names": names}
-    order = [*WINDOW_ARRAYS, *(f"split_{s}" for s in SPLITS), *(own_array(c) for c in own_move_columns(cfg.target))]
-    manifest = manifest_of(cfg, {k: arrays[k] for k in order if k in arrays}, fields, schema, transform, summary,
-                           meta.rolls)  # in write_store's order
-    finish(tmp, out, manifest)
-    lap("finish")
-    return manifest
+    if bad is not None:
+        judge_bad_rows(bad, read.files)  # says once what the pieces dropped
+        duplicates.tell(bad.duplicates, bad.rows, read.files, bad.out_of_order)
+        for r in (r for load in loads for r in load.rolls):  # what load_raw logs of a panel loaded whole
+            why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
+            log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why,
+                     r["gap"])
+    return loads
 
 
-def _map(executor: Executor, fn: Callable, jobs_args: list[tuple], keep: type[Exception] | None = None) -> list:
-    """`[fn(*args) for args in jobs_args]` on `executor`; once every job has ended, the first error is raised, but a
-    job that raises `keep` gives that exception as its result."""
-    futures = [executor.submit(fn, *args) for args in jobs_args]
-    wait(futures)
-    for f in futures:
-        if isinstance(f.exception(), BrokenProcessPool):
-            raise ResourceError("a `prepare` worker process died before its piece was done (most often killed for "
-                                "memory; from a script, the spawned workers also need its code under `if __name__ "
-                                "== '__main__':`): run with fewer --workers, or --workers 0 if the panel fits in "
-                                "memory") from f.exception()
-        if f.exception() is not None and not (keep is not None and isinstance(f.exception(), keep)):
-            raise f.exception()
-    return [f.exception() or f.result() for f in futures]
+def _fits(cfg: DataConfig, recipe: Recipe, read: Read, loads: list[PieceLoaded], executor: Executor, spill: Spill,
+          cuts: tuple | None, span: np.ndarray) -> list:
+    """The pieces' Fits under the panel's `cuts`: those they sent back, which hold where the times before moving them
+    onto bars did not move (no row lies between a time and the bar it moves to), or fitted again where cleaning
+    moved the ends of the span the read stage expected them from."""
+    if cuts is None:
+        return []
+    if read.expected is None or split_times(cfg, int(span[0]), int(span[1])) == read.expected:
+        return [r.fit for r in loads]
+    log.debug("prepare: cleaning moved the ends of the span, the cuts with them: fitting again")
+    return run_all(executor, fit, [(recipe, k, spill, r.names, r.lengths, cuts) for k, r in enumerate(loads)])
 
 
-def _allocate(tmp: Path, rows: int, windows: int, width: int, d: int, target: str, index: bool, real: list[str],
-              cat: list[str], timed: int) -> dict[str, dict]:
-    """The empty arrays the jobs write rows into (sparse files made by open_memmap), with their manifest entries;
-    `real`, `cat`: the --static inputs of each kind (static_cont's columns, static_cat's after the series code);
-    `timed`: the categorical known and observed inputs (time_cat's columns)."""
-    shapes = {"cont": (rows, width), "static_cat": (rows, 1 + len(cat)), "static_cont": (rows, len(real)),
-              "time_cat": (rows, timed),
-              "starts": (windows,),
-              **({"known_index": (rows, d)} if index else {})}
-    names = [*ROW_ARRAYS, "starts", *(("known_index",) if index else ()), *map(own_array, own_move_columns(target))]
-    entries = {}
-    for name in names:
-        dtype, shape = WINDOW_ARRAYS[name][0] if name in WINDOW_ARRAYS else OWN_DTYPE, shapes.get(name, (rows,))
-        array = np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
-        del array  # the file stays, sparse: the jobs write its rows
-        entries[name] = {"file": f"{name}.npy", "dtype": dtype, "shape": list(shape)}
-    return entries
+def _spacing(loads: list[PieceLoaded], fits: list, transform: FittedTransform | None) -> tuple[int, bool]:
+    """The bar spacing (the median gap of the training rows, else of all rows) and whether the bars are intraday;
+    InputError where they are not of the kind of a saved model's bars, or of the panel's (a piece's)."""
+    spacing = counted_median([f.train_gaps for f in fits]) if fits else 0
+    spacing = spacing or counted_median([r.gaps for r in loads])
+    # One bar per series (prediction on a short file) gives no spacing: trust the model's.
+    intraday = transform.intraday if transform is not None and spacing == 0 else spacing < DAILY_MIN_SPACING_NS
+    if transform is not None and transform.intraday != intraday:
+        want, got = ("intraday", "daily") if transform.intraday else ("daily", "intraday")
+        raise InputError(f"the model was trained on {want} bars but these bars are {got}; load {want} bars")
+    if len(loads) > 1:
+        check_intraday(loads, intraday)
+    return spacing, intraday
 
 
 def check_intraday(loads: list[PieceLoaded], intraday: bool) -> None:
-    """Each piece's bars are of the panel's kind (intraday or daily) by their own median spacing, as
-    prepare_from_bars checks a piece against the transform."""
+    """Each piece's bars are of the panel's kind (intraday or daily) by their own median spacing."""
     for r in loads:
         own = counted_median([r.gaps])
         if own and (own < DAILY_MIN_SPACING_NS) != intraday:
@@ -292,21 +205,63 @@ def check_intraday(loads: list[PieceLoaded], intraday: bool) -> None:
                              f"{want}; prepare them apart")
 
 
-def _chunks(files: list[str], n: int) -> list[tuple[int, int]]:
-    """[first, end) of `n` (at most one per file) runs of consecutive files of about equal bytes."""
-    sizes = np.cumsum([os.path.getsize(f) for f in files])  # (F,)
-    n = max(1, min(n, len(files)))
-    ends = np.minimum(np.unique(np.searchsorted(sizes, sizes[-1] * np.arange(1, n + 1) / n, side="left") + 1),
-                      len(files))
-    bounds = np.unique(np.r_[0, ends])
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+def _places(loads: list[PieceLoaded], future: np.ndarray | None, e: int, d: int) -> list[Place]:
+    """Each piece's Place, and one past the last (the panel's rows and windows). A prediction's series get their
+    `future` (S, D) rows after their bars."""
+    extra = 0 if future is None else d
+    rows = np.cumsum([0, *(int(r.lengths.sum()) + extra * len(r.names) for r in loads)])
+    wins = np.cumsum([0, *(int(np.maximum(r.lengths + extra - (e + d), 0).sum()) for r in loads)])
+    series0 = np.cumsum([0, *(len(r.names) for r in loads)])
+    return [Place(int(series0[k]), int(rows[k]), int(wins[k]),
+                  None if future is None or k == len(loads) else future[series0[k]:series0[k + 1]])
+            for k in range(len(loads) + 1)]
 
 
-def _chunk_sources(listed: list[tuple[Path, Source]]) -> list[Source]:
-    """The Sources holding just the files of `listed` ((file, its source) of consecutive files), for read_bars."""
-    groups: list[tuple[Source, list[Path]]] = []
-    for path, source in listed:
-        if not groups or groups[-1][0] is not source:
-            groups.append((source, []))
-        groups[-1][1].append(path)
-    return [dataclasses.replace(source, files=files) for source, files in groups]
+def _row_shapes(transform: FittedTransform, src: inputs.Sources | None, rows: int, windows: int,
+                fitting: bool) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The row and window arrays the jobs write into: `rows` rows of the known columns, the observed inputs (the
+    --context columns, fitted last, among them) and the --static and categorical inputs; `windows` window starts."""
+    fitted = transform.inputs
+    context = len(src.context_columns) if fitting and src is not None else 0  # not yet in the first scalers
+    width = known_width(transform) + len(observed_names(transform.scalers)) + context
+    timed = len(timed_categories.known_columns(fitted)) + len(timed_categories.observed_columns(fitted))
+    shapes = {"cont": (rows, width), "static_cat": (rows, 1 + len(static.categorical_columns(fitted))),
+              "static_cont": (rows, len(static.real_columns(fitted))), "time_cat": (rows, timed),
+              "starts": (windows,)}
+    out = {name: (WINDOW_ARRAYS[name][0], shapes.get(name, (rows,))) for name in (*ROW_ARRAYS, "starts")}
+    return out | {own_array(c): (OWN_DTYPE, (rows,)) for c in own_move_columns(transform.target)}
+
+
+def _share(panel: PanelGrid, spill: Spill, sink: Sink, rows: int, d: int) -> timed_categories.Unseen:
+    """Hand the panel's known grid to the pieces (the spill) and to the sink (`rows`: the panel's, which keep each
+    forecast step's grid row where the grid is not one lattice); its values unseen in training."""
+    share_grid(spill, panel)
+    grid = panel.grid
+    if grid.index is not None:
+        sink.allocate({"known_index": (WINDOW_ARRAYS["known_index"][0], (rows, d))})
+    for name, value in (("known_cont", grid.cont), ("known_cat", panel.known_cat), ("known_ts", grid.ts)):
+        sink.save(name, value)
+    return panel.unseen
+
+
+def _finish(cfg: DataConfig, recipe: Recipe, sink: Sink, transform: FittedTransform, loads: list[PieceLoaded],
+            written: list, report: dict, names: list[str], cuts: tuple | None, span: np.ndarray, spacing: int,
+            src: inputs.Sources | None, dropped: int) -> Any:
+    """The splits, the schema and the data summary of the written pieces, and the sink's result."""
+    facts = merge_facts([w.facts for w in written])
+    split = SplitResult(ids={name: np.concatenate([w.splits[name] for w in written]) for name in SPLITS},
+                        purged=facts.purged)
+    if cuts is not None:
+        check_splits(split, cuts, cfg, span)
+    for k in SPLITS:
+        sink.save(f"split_{k}", np.asarray(split.ids[k], dtype=np.int64))
+    schema = feature_schema(transform, cfg.encoder_length, cfg.horizon, cfg.adjust)
+    rolls = [x for r in loads for x in r.rolls]
+    summary = data_summary(SimpleNamespace(report=report, rolls=rolls), schema, facts, names, cuts, recipe.prediction,
+                           sum(w.roll_bars for w in written), spacing,
+                           calendar=None if transform.session is None else transform.session.calendar)
+    if src is not None:
+        summary["inputs"] = inputs.summary(src, dropped)
+    fields = {"encoder_length": cfg.encoder_length, "horizon": cfg.horizon, "n_known_cont": known_width(transform),
+              "n_known_cat": len(timed_categories.known_columns(transform.inputs)), "series_names": tuple(names)}
+    return sink.finish(cfg, fields, schema, transform, summary, rolls)
