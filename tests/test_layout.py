@@ -151,3 +151,27 @@ def test_no_module_of_the_data_pipeline_waits_by_sleeping() -> None:
                 if name == "sleep":
                     sleeping.append(f"{path.relative_to(SRC)}:{node.lineno}")
     assert not sleeping, f"polling: {sleeping}"
+
+
+# Where each record of a prepared dataset may be made: built by the one pipeline (data/prepare: its sink makes the
+# dataset, its fit the transform), or read back from what it wrote (a store's files, a saved transform).
+MADE_IN = {
+    "PreparedData": {"foxhunt/data/prepare/sink.py", "foxhunt/data/store/read.py"},
+    "WindowedData": {"foxhunt/data/prepare/sink.py"},
+    "MappedWindows": {"foxhunt/data/store/read.py"},
+    "FittedTransform": {"foxhunt/data/prepare/fit.py", "foxhunt/data/dataset/types.py"},
+}
+
+
+def test_one_pipeline_builds_the_prepared_data() -> None:
+    """No function but the one pipeline's builds a prepared dataset or fits a transform: a second driver would be a
+    second place to pay for every new input."""
+    made = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = str(path.relative_to(SRC))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if name in MADE_IN and rel not in MADE_IN[name]:
+                    made.append(f"{rel}:{node.lineno} makes {name}")
+    assert not made, "prepared data made outside the pipeline: " + ", ".join(made)

@@ -308,7 +308,7 @@ def observed_moments(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ke
 def scale_observed(mom: dict[str, np.ndarray], names: list[str], cols: Sequence[str], mode: str,
                    scalers: dict) -> None:
     """`fit_observed` of the columns `cols` from `observed_moments`' `mom` of the series `names`, listed after those
-    `user_observed` lists already (a pieced prepare fits the --context columns last: store/declared.py)."""
+    `user_observed` lists already (a pieced prepare fits the --context columns last: prepare/fit.py)."""
     per, pooled = stats(mom, cols, names, mom[TRAINED] > 0)
     for c in cols:
         if mode == "none":
