@@ -29,7 +29,7 @@ from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features.features import own_move_columns
 from foxhunt.data.features.inputs import KnownValues, known_names
 from foxhunt.data.features.known import DecoderKnown
-from foxhunt.data.features.scaling import apply_scalers, observed_names, standardize
+from foxhunt.data.features.scaling import observed_names, standardize
 from foxhunt.data.features.schema import Feature, FeatureSchema, Kind, Role
 from foxhunt.data.util import parallel
 
@@ -62,17 +62,14 @@ class SeriesRows:
 
 
 def series_rows(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarray, tf: FittedTransform,
-                trail: tuple | None = None) -> dict[str, np.ndarray]:
-    """The row arrays of raw features `feats` (N rows; `sidx` (N,) into `names`, timestamps `ts` (N,)) under `tf`: the observed inputs
-    standardized straight into the last Or columns of "cont" (its first Kr, the known columns, are filled by
-    `windowed_rows`), the target, its center and scale, the own moves, and "roll_bars". `trail`: scaling.trailing's
-    output under `tf` when the caller has it (the fit computes it); else computed here."""
+                trail: tuple) -> dict[str, np.ndarray]:
+    """The row arrays of raw features `feats` (N rows; `sidx` (N,) into `names`, timestamps `ts` (N,)) under `tf`:
+    the observed inputs standardized straight into the last Or columns of "cont" (its first Kr, the known columns,
+    are filled by `windowed_rows`), the target, its center and scale, the own moves, and "roll_bars". `trail`:
+    scaling.trailing's output under `tf` (the trail stage's)."""
     kr = known_width(tf)
     cont = np.empty((len(sidx), kr + len(observed_names(tf.scalers))), dtype=np.float32)  # (N, Kr + Or)
-    if trail is None:
-        _, center, scale = apply_scalers(feats, names, sidx, tf.scalers, tf.target, tf.scaling, out=cont[:, kr:])
-    else:
-        _, center, scale = standardize(feats, names, sidx, tf.scalers, *trail, out=cont[:, kr:])
+    _, center, scale = standardize(feats, names, sidx, tf.scalers, *trail, out=cont[:, kr:])
     return {
         "cont": cont,
         "target": feats[tf.target].to_numpy().astype(np.float32),
