@@ -59,22 +59,22 @@ def test_origins_are_the_pieces_times_and_the_future_ones_sorted_and_distinct():
     assert origins([np.array([4, 8])], None).tolist() == [4, 8]
 
 
-def test_a_memory_sink_takes_a_whole_array_as_it_is_and_copies_the_rows_of_parts():
+def test_a_memory_sink_takes_its_one_pieces_arrays_as_they_are():
     sink = MemorySink()
     sink.allocate({"cont": ("float32", (4, 2)), "ts_ns": ("int64", (4,)), "time_cat": ("int64", (4, 0))})
     whole = np.arange(8, dtype=np.float32).reshape(4, 2)
     sink.put("cont", 0, whole)
-    assert sink.array("cont") is whole  # not copied: a panel of one piece
-    sink.put("ts_ns", 2, np.array([7, 8]))
-    sink.put("ts_ns", 0, np.array([5, 6]))
-    assert sink.array("ts_ns").tolist() == [5, 6, 7, 8]
+    assert sink.array("cont") is whole  # not copied
     read_only = np.arange(4)
     read_only.flags.writeable = False
-    other = MemorySink()
-    other.allocate({"ts_ns": ("int64", (4,))})
-    other.put("ts_ns", 0, read_only)
-    assert other.array("ts_ns").flags.writeable  # torch shares writable memory only
+    sink.put("ts_ns", 0, read_only)
+    assert sink.array("ts_ns").tolist() == [0, 1, 2, 3] and sink.array("ts_ns").flags.writeable  # torch's
     assert sink.array("time_cat").shape == (4, 0)  # nothing put: zeros of its shape
+    index = np.zeros((4, 3), dtype=np.int32)
+    sink.put("known_index", 0, index)  # sized by the grid: not allocated
+    assert sink.array("known_index") is index
+    with pytest.raises(AssertionError, match="one piece"):
+        sink.put("cont", 0, whole)
 
 
 @pytest.mark.parametrize("kind", ["folder", "memory"])

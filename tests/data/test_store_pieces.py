@@ -241,7 +241,8 @@ def test_rows_find_their_origin_through_the_lattice_table_as_by_binary_search():
         ts = rng.choice(origins, 3000)  # (n,)
         table = origin_table(origins)
         assert (table is None) == (origins is not minutes)
-        assert np.array_equal(origin_rows(table, None if table is not None else origins, ts),
+        lattice, slots = (None, None) if table is None else table
+        assert np.array_equal(origin_rows(lattice, slots, None if table is not None else origins, ts),
                               np.searchsorted(origins, ts))
 
 

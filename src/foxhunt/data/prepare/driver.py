@@ -102,23 +102,21 @@ def run(cfg: DataConfig, read: Read, executor: Executor, spill: Spill, sink: Sin
                                                    transform.exchange_tz, transform.grid)  # (S, D)
     keyed = src is not None and src.events is not None and bool(src.events.keys)
     keys = key_times([r.keys for r in loads], [r.last_keys for r in loads], future) if keyed else None
-    # The known grid on a pool thread while the trail stage runs here; first, where the pieces read it from files.
+    # The known grid: where the pieces read it from files, before they run; in memory, on a pool thread while the
+    # trail stage and the rows of the write stage run here (the write waits for it).
     pending = parallel.submit(panel_grid, origins(stamps, future), transform, step, d, src, keys)
     del stamps
     spill.drop(*(f"stamps-{k}" for k in range(len(loads))))  # read for the last time
     share_static(spill, transform.inputs, given.static_values, names)
     places = _places(loads, future, e, d)
     sink.allocate(_row_shapes(transform, src, places[-1].row0, places[-1].win0, fitting))
-    unseen = None if spill.in_memory else _share(pending.result(), spill, sink, places[-1].row0, d)
+    share_grid(spill, pending if spill.in_memory else _to_sink(pending.result(), sink, places[-1].row0, d))
     lap("grid")
     pieces = [PieceSeries(k, r.names, r.lengths) for k, r in enumerate(loads)]
     writing = Writing(transform, cuts, step, sink)
     trails = run_all(executor, trail, [(recipe, p, spill, cuts, writing, places[k], read.shares[k],
                                         not spill.in_memory) for k, p in enumerate(pieces)])
     lap("trail")
-    if unseen is None:
-        unseen = _share(pending.result(), spill, sink, places[-1].row0, d)
-    del pending
     if fitting:
         joined = None
         if src is not None and src.context:  # as inputs.fit_observed, after the observed columns
@@ -131,7 +129,9 @@ def run(cfg: DataConfig, read: Read, executor: Executor, spill: Spill, sink: Sin
                                           if t.written is None]))
     written = [t.written or next(late) for t in trails]
     lap("write")
-    timed_categories.tell(transform.inputs, [*(w.unseen for w in written), unseen])  # said once, for the panel
+    panel = _to_sink(pending.result(), sink) if spill.in_memory else pending.result()
+    del pending
+    timed_categories.tell(transform.inputs, [*(w.unseen for w in written), panel.unseen])  # once, for the panel
     return _finish(cfg, recipe, sink, transform, loads, written, report, names, cuts, span, spacing, src,
                    given.dropped)
 
@@ -232,16 +232,16 @@ def _row_shapes(transform: FittedTransform, src: inputs.Sources | None, rows: in
     return out | {own_array(c): (OWN_DTYPE, (rows,)) for c in own_move_columns(transform.target)}
 
 
-def _share(panel: PanelGrid, spill: Spill, sink: Sink, rows: int, d: int) -> timed_categories.Unseen:
-    """Hand the panel's known grid to the pieces (the spill) and to the sink (`rows`: the panel's, which keep each
-    forecast step's grid row where the grid is not one lattice); its values unseen in training."""
-    share_grid(spill, panel)
+def _to_sink(panel: PanelGrid, sink: Sink, rows: int | None = None, d: int = 0) -> PanelGrid:
+    """`panel`, its known grid saved to the sink; `rows`: the panel's, before the pieces write them (each row
+    keeps its forecast steps' grid rows where the grid is not one lattice); None: a piece that wrote its rows
+    already wrote those whole."""
     grid = panel.grid
-    if grid.index is not None:
+    if rows is not None and grid.index is not None:
         sink.allocate({"known_index": (WINDOW_ARRAYS["known_index"][0], (rows, d))})
     for name, value in (("known_cont", grid.cont), ("known_cat", panel.known_cat), ("known_ts", grid.ts)):
         sink.save(name, value)
-    return panel.unseen
+    return panel
 
 
 def _finish(cfg: DataConfig, recipe: Recipe, sink: Sink, transform: FittedTransform, loads: list[PieceLoaded],

@@ -13,6 +13,7 @@ span those reach; a piece moves its keyed rows into their key's block (featurize
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,9 +22,9 @@ from foxhunt.data.dataset.featurize import with_blocks
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features import inputs, static, timed_categories
 from foxhunt.data.features.known import SharedGrid, distinct_union, shared_grid, sorted_distinct
-from foxhunt.data.prepare.spill import Spill
+from foxhunt.data.prepare.spill import MemorySpill, Spill
 
-GRID = "grid-"  # the spills of the panel's SharedGrid, one per field
+GRID = "grid-"  # the spills of the panel's SharedGrid, one per field (a panel in memory: GRID, the PanelGrid)
 STATIC = "static-"  # the spills of the panel's static inputs (static.arrays): static-cont, static-cat
 SHIFT = "key-shift"  # the spill of how far each events key's rows move into its block (featurize.with_blocks)
 
@@ -68,9 +69,10 @@ def panel_grid(times: np.ndarray, transform: FittedTransform, step: int, d: int,
     known_cat, unseen, shift = np.zeros((len(grid.ts), 0), dtype=np.int64), {}, None  # (U, Kc)
     if src is not None:
         user = inputs.known_values(tf.inputs, src, step)
-        if user is not None:
-            grid = dataclasses.replace(grid, cal=np.concatenate([grid.cal, user(times)], axis=1),
-                                       cont=np.concatenate([grid.cont, user(grid.ts)], axis=1))
+        if user is not None:  # each value a function of its time alone: the origins' are the table's and extra's
+            user(times)  # read first, so that a time the files do not cover is named as of the bars' own times
+            grid = dataclasses.replace(grid, cont=np.concatenate([grid.cont, user(grid.ts)], axis=1),
+                                       extra=np.concatenate([grid.extra, user(grid.extra_ts)], axis=1))
         if keys is not None:
             first, last = keys
             spans = {int(g): grid.span(int(first[g]), int(last[g]), d) for g in np.flatnonzero(first <= last)}
@@ -81,8 +83,12 @@ def panel_grid(times: np.ndarray, transform: FittedTransform, step: int, d: int,
     return PanelGrid(grid, known_cat, unseen, shift)
 
 
-def share_grid(spill: Spill, panel: PanelGrid) -> None:
-    """Spill the panel's known grid for the pieces' writes (`spilled_grid`)."""
+def share_grid(spill: Spill, panel: PanelGrid | Future[PanelGrid]) -> None:
+    """Hand the panel's known grid to the pieces' writes (`spilled_grid`): spilled, or in memory held as it is (a
+    Future while it is computed: the write waits for it, so that it is computed beside the stages before)."""
+    if isinstance(spill, MemorySpill):
+        spill.hold(GRID, panel)
+        return
     for f in dataclasses.fields(panel.grid):
         if (value := getattr(panel.grid, f.name)) is not None:
             spill.put_array(GRID + f.name, value)
@@ -90,10 +96,15 @@ def share_grid(spill: Spill, panel: PanelGrid) -> None:
         spill.put_array(SHIFT, panel.shift)
 
 
-def spilled_grid(spill: Spill) -> SharedGrid:
-    """The SharedGrid `share_grid` spilled (mapped from a spill folder)."""
-    return SharedGrid(**{f.name: spill.array(GRID + f.name) if spill.has(GRID + f.name) else None
+def spilled_grid(spill: Spill) -> tuple[SharedGrid, np.ndarray | None]:
+    """The SharedGrid `share_grid` handed over (mapped from a spill folder) and how far each events key's rows
+    move (None without keys)."""
+    if isinstance(spill, MemorySpill):
+        panel = spill.get(GRID)
+        return panel.grid, panel.shift
+    grid = SharedGrid(**{f.name: spill.array(GRID + f.name) if spill.has(GRID + f.name) else None
                          for f in dataclasses.fields(SharedGrid)})
+    return grid, spill.array(SHIFT) if spill.has(SHIFT) else None
 
 
 def share_static(spill: Spill, fitted: dict | None, values: dict[str, list], names: list[str]) -> None:

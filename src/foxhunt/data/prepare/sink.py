@@ -40,6 +40,12 @@ class StoreSink:
             self.entries[name] = {"file": f"{name}.npy", "dtype": dtype, "shape": list(shape)}
 
     def put(self, name: str, row0: int, value: np.ndarray) -> None:
+        """Rows `value` of the array `name` from `row0` on; an array not allocated (known_index, sized by the grid,
+        which a panel of one piece computes beside its stages) is saved whole from its one piece."""
+        if name not in self.entries:
+            assert row0 == 0, f"{name}: not allocated, so written whole by one piece"
+            self.save(name, value)
+            return
         put(self.tmp / f"{name}.npy", row0, value)
 
     def save(self, name: str, value: np.ndarray) -> None:
@@ -57,8 +63,8 @@ class StoreSink:
 
 
 class MemorySink:
-    """Arrays in this process. A piece's rows that make a whole array (a panel of one piece) are taken as they are,
-    not copied; rows of a part of it go into an array allocated for them."""
+    """The arrays of a panel prepared as one piece in this process: each taken as the piece gives it, not copied
+    (a panel in memory is one piece: its rows are every array's)."""
 
     def __init__(self) -> None:
         self.shapes: Shapes = {}
@@ -68,17 +74,12 @@ class MemorySink:
         self.shapes.update(shapes)
 
     def put(self, name: str, row0: int, value: np.ndarray) -> None:
-        dtype, shape = self.shapes[name]
-        value = np.asarray(value, dtype=dtype)
-        if name not in self.arrays and row0 == 0 and value.shape == shape:
-            self.arrays[name] = value if value.flags.writeable else value.copy()  # torch shares writable memory only
-            return
-        if name not in self.arrays:
-            self.arrays[name] = np.empty(shape, dtype=dtype)
-        self.arrays[name][row0 : row0 + len(value)] = value
+        """The array `name` is `value`, cast to its dtype (known_index, sized by the grid, needs no allocation)."""
+        assert row0 == 0 and name not in self.arrays, f"{name}: a memory sink holds one piece's rows"
+        self.save(name, np.asarray(value, dtype=self.shapes[name][0]) if name in self.shapes else value)
 
     def save(self, name: str, value: np.ndarray) -> None:
-        self.arrays[name] = value if value.flags.writeable else value.copy()
+        self.arrays[name] = value if value.flags.writeable else value.copy()  # torch shares writable memory only
 
     def array(self, name: str) -> np.ndarray:
         """The array `name`: as put or saved; zeros of its shape when nothing was put (a width of 0)."""

@@ -10,6 +10,7 @@ nothing is written or copied. Either is handed to the jobs as an argument (a fol
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,12 @@ class MemorySpill:
             self.held.pop(name, None)
 
     def hold(self, name: str, value: Any) -> None:
+        """Hold `value` (or a Future of it, which a reader waits for: `get`)."""
         self.held[name] = value
+
+    def get(self, name: str) -> Any:
+        value = self.held[name]
+        return value.result() if isinstance(value, Future) else value
 
     def take(self, name: str) -> Any:
         return self.held.pop(name)

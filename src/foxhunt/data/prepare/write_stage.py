@@ -22,7 +22,7 @@ from foxhunt.data.dataset.summary import WindowFacts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features import inputs, timed_categories
 from foxhunt.data.features.scaling import own_scalers, trailing, vol_moments
-from foxhunt.data.prepare.grid import SHIFT, STATIC, spilled_grid
+from foxhunt.data.prepare.grid import STATIC, spilled_grid
 from foxhunt.data.prepare.load_stage import Side, spilled_features, training_rows
 from foxhunt.data.prepare.recipe import Recipe
 from foxhunt.data.prepare.sink import Sink
@@ -163,10 +163,11 @@ def _write(recipe: Recipe, spill: Spill, piece: PieceSeries, rows: dict[str, np.
     the panel's known grid (its rows under an events key moved into their key's block, which the grid's table
     holds), and write its rows and their categorical codes into the sink at its place."""
     transform, names, e, d = writing.transform, piece.names, recipe.encoder_length, recipe.horizon
-    known = spilled_grid(spill).rows
+    grid, shift = spilled_grid(spill)  # a panel in memory: waits here for its grid, computed meanwhile
+    known = grid.rows
     if side.keys is not None:
         known = moved(known, inputs.known_values(transform.inputs, src, writing.step), src.events.keys,
-                      dict(enumerate(spill.array(SHIFT).tolist())))
+                      dict(enumerate(shift.tolist())))
     out = windowed_rows(rows, names, transform, e, d, writing.cuts, recipe.train_start, known, place.future)
     del rows
     time_cat, unseen = None, {}
