@@ -110,7 +110,14 @@ def run(cfg: DataConfig, read: Read, executor: Executor, spill: Spill, sink: Sin
     share_static(spill, transform.inputs, given.static_values, names)
     places = _places(loads, future, e, d)
     sink.allocate(_row_shapes(transform, src, places[-1].row0, places[-1].win0, fitting))
-    share_grid(spill, pending if spill.in_memory else _to_sink(pending.result(), sink, places[-1].row0, d))
+    unseen = None  # the grid's categorical values unseen in training, once it is in the sink
+    if spill.in_memory:
+        share_grid(spill, pending)
+    else:
+        panel = _to_sink(pending.result(), sink, places[-1].row0, d)
+        share_grid(spill, panel)
+        unseen = panel.unseen
+        del panel, pending  # the pieces read it from the spill: not held here beside the splits
     lap("grid")
     pieces = [PieceSeries(k, r.names, r.lengths) for k, r in enumerate(loads)]
     writing = Writing(transform, cuts, step, sink)
@@ -129,9 +136,10 @@ def run(cfg: DataConfig, read: Read, executor: Executor, spill: Spill, sink: Sin
                                           if t.written is None]))
     written = [t.written or next(late) for t in trails]
     lap("write")
-    panel = _to_sink(pending.result(), sink) if spill.in_memory else pending.result()
-    del pending
-    timed_categories.tell(transform.inputs, [*(w.unseen for w in written), panel.unseen])  # once, for the panel
+    if unseen is None:
+        unseen = _to_sink(pending.result(), sink).unseen
+        del pending
+    timed_categories.tell(transform.inputs, [*(w.unseen for w in written), unseen])  # once, for the panel
     return _finish(cfg, recipe, sink, transform, loads, written, report, names, cuts, span, spacing, src,
                    given.dropped)
 
