@@ -47,8 +47,8 @@ class Score:
 
     qrisk: dict[float, float | None]  # quantile -> q-risk
     strongest: str | None  # the verdict's strongest baseline
-    skill: dict[str, dict[float, float | None]]  # baseline -> judged quantile -> 1 - model / baseline
-    dm: dict[str, dict[float, float | None]]  # baseline -> judged quantile -> Diebold-Mariano p-value
+    skill: dict[str, dict[float, float | None]]  # baseline -> quantile -> 1 - model / baseline
+    dm: dict[str, dict[float, float | None]]  # baseline -> quantile -> Diebold-Mariano p-value
     won: dict[str, tuple[int, int]]  # baseline -> (series won at WON_AT, series compared)
     coverage: float | None  # the outer interval's (p10-p90)
     origins: int
@@ -67,12 +67,11 @@ def score_of(result: Mapping[str, Any], origins: int, train_s: float | None = No
     """A Score from evaluate's metrics.json, or a backtest's `overall` with its `verdict` added."""
     model = result["model"]["overall"]
     qs = [float(q) for q in result["model"].get("quantiles", QUANTILES)]
-    judged = judged_quantiles(qs)
     comparisons = result.get("comparisons") or {}
     skills = result.get("skill") or {}
-    skill = {b: {q: at(comparisons.get(b, {}).get("skill") or skills.get(b), q) for q in judged}
+    skill = {b: {q: at(comparisons.get(b, {}).get("skill") or skills.get(b), q) for q in qs}
              for b in {*skills, *comparisons}}
-    dm = {b: {q: (entry(c.get("dm"), q) or {}).get("p_value") for q in judged} for b, c in comparisons.items()}
+    dm = {b: {q: (entry(c.get("dm"), q) or {}).get("p_value") for q in qs} for b, c in comparisons.items()}
     won = {}
     for b, c in comparisons.items():
         w = entry(c.get("series_won"), WON_AT)
@@ -176,28 +175,28 @@ def by_seed(rows: Sequence[Row]) -> str | None:
 
 def against_default(rows: Sequence[Row]) -> str | None:
     """Each calibration method against foxhunt's default on the same rows, dataset by dataset (None when no row has
-    that comparison): skill (> 0: the method is better), the Diebold-Mariano p-values (largest over the seeds), the
-    series won at p90 (range over the seeds), then, with several seeds, each seed's skill with its p-value."""
-    judged = judged_quantiles(QUANTILES)
+    that comparison), at every quantile (the median's cost counts too): skill (> 0: the method is better), the
+    Diebold-Mariano p-values (largest over the seeds), the series won at p90 (range over the seeds), then, with
+    several seeds, each seed's skill with its p-value."""
     compared = [r for r in rows if r.scores and all(VS_DEFAULT in x.skill for x in r.scores)]
     if not compared:
         return None
     body = []
     for r in compared:
         s = r.scores
-        skill = " / ".join(_pct(_mean([x.skill[VS_DEFAULT].get(q) for x in s])) for q in judged)
-        ps = [[x.dm.get(VS_DEFAULT, {}).get(q) for x in s] for q in judged]
+        skill = " / ".join(_pct(_mean([x.skill[VS_DEFAULT].get(q) for x in s])) for q in QUANTILES)
+        ps = [[x.dm.get(VS_DEFAULT, {}).get(q) for x in s] for q in QUANTILES]
         dm = " / ".join("-" if any(v is None for v in p) else _p(max(p)) for p in ps)
         won = [x.won[VS_DEFAULT] for x in s if VS_DEFAULT in x.won]
         lo, hi = (min(w for w, _ in won), max(w for w, _ in won)) if won else (0, 0)
         won_text = "-" if not won else f"{lo}/{won[0][1]}" if lo == hi else f"{lo}-{hi}/{won[0][1]}"
         seeds = [" / ".join(f"{_pct(x.skill[VS_DEFAULT].get(q))} ({_p(x.dm.get(VS_DEFAULT, {}).get(q))})"
-                            for q in judged) for x in s] if len(s) > 1 else []
+                            for q in QUANTILES) for x in s] if len(s) > 1 else []
         body.append([r.dataset + (" (simulated)" if r.simulated else ""), str(r.calibration), str(len(s)), skill,
                      dm, won_text, *seeds])
     width = max(len(b) for b in body)
     body = [b + ["-"] * (width - len(b)) for b in body]
-    q = " / ".join(map(label, judged))
+    q = " / ".join(map(label, QUANTILES))
     return markdown(body, ["dataset", "calibration", "seeds", f"skill vs {DEFAULT_METHOD} {q}",
                            f"DM p vs {DEFAULT_METHOD} {q}", f"series won {label(WON_AT)}",
                            *(f"seed {i + 1} skill (p) {q}" for i in range(width - 6))])

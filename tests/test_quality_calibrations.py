@@ -121,12 +121,13 @@ def test_split_dataset_one_evaluate_per_method_on_one_trained_run(tmp_path, monk
     assert adaptive.notes == () and adaptive.train_s == fixed.train_s == 10.0  # the same training
     want = 1 - qrisk(p["actual"], p["adaptive"]) / qrisk(p["actual"], p["fixed"])  # > 0: adaptive better
     assert want[0] > 0 and want[2] > 0
-    np.testing.assert_allclose([adaptive.skill[table.VS_DEFAULT][q] for q in (0.1, 0.9)], want[[0, 2]])
+    np.testing.assert_allclose([adaptive.skill[table.VS_DEFAULT][q] for q in QS], want)  # the median's too
     assert adaptive.dm[table.VS_DEFAULT][0.1] < 0.05 and adaptive.won[table.VS_DEFAULT] == (2, 2)
     text = table.tables(rows)
     assert "| cn_futures_daily | foxhunt, fixed calibration (default) |" in text
     calib = text.split("Calibration: each method against foxhunt's default (fixed)")[1]
-    assert f"| cn_futures_daily | adaptive | 2 | {100 * want[0]:+.1f}% / {100 * want[2]:+.1f}% |" in calib
+    assert f"| cn_futures_daily | adaptive | 2 | {' / '.join(f'{100 * w:+.1f}%' for w in want)} |" in calib
+    assert "skill vs fixed p10 / p50 / p90 | DM p vs fixed p10 / p50 / p90 |" in calib
     assert "| fixed |" not in calib
 
 
@@ -174,6 +175,6 @@ def test_backtest_other_methods_forecast_by_predict_and_scored_on_the_folds_rows
     base = qrisk(y, np.concatenate([p["baseline_garch_t"] for p in parts]))
     np.testing.assert_allclose(adaptive.skill["garch_t"][0.9], 1 - qrisk(y, f_adaptive)[2] / base[2])
     want = 1 - qrisk(y, f_adaptive) / qrisk(y, f_fixed)
-    np.testing.assert_allclose([adaptive.skill[table.VS_DEFAULT][q] for q in (0.1, 0.9)], want[[0, 2]])
+    np.testing.assert_allclose([adaptive.skill[table.VS_DEFAULT][q] for q in QS], want)
     assert fixed.notes[0].startswith("2 yearly folds tested 2017-01-01 .. the last bar; epochs run")
     assert adaptive.notes == () and adaptive.train_s == fixed.train_s == 30.0
