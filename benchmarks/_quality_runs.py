@@ -23,8 +23,8 @@ def export_bars(run: Path, path: Path, log_path: Path) -> Path:
     if path.exists():
         return path
     from foxhunt.data.bars.load import load_bars
-    from foxhunt.evaluate.predict import prediction_config
-    from foxhunt.train.checkpoint import load_model
+    from foxhunt.model.saved import load_model
+    from foxhunt.predict.origins import prediction_config
 
     with open(log_path, "a", encoding="utf-8") as out, redirect_stderr(out):
         lm = load_model(run, "cpu")

@@ -42,11 +42,11 @@ from foxhunt.cli import main as foxhunt
 from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate.metrics import pinball, q_risk
 from foxhunt.evaluate.period import model_split
-from foxhunt.evaluate.predict import prepare_for_model
 from foxhunt.model.adaptive import GRID, AdaptiveCalibration, Origins, Rule, track
 from foxhunt.model.calibration import MODES, Calibration, coverage_summary, outer_label
+from foxhunt.model.saved import load_model
+from foxhunt.predict.origins import prepare_for_model
 from foxhunt.train.calibrate import forecast_windows
-from foxhunt.train.checkpoint import load_model
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 DATASETS = {

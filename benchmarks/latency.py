@@ -63,8 +63,8 @@ from foxhunt.model.inference.traced import (
     TracedForward,
     inference_forward,
 )
+from foxhunt.model.saved import LoadedModel, save_model_json, save_weights, state_to_cpu
 from foxhunt.model.tft import TemporalFusionTransformer
-from foxhunt.train.checkpoint import LoadedModel, save_model_json, save_weights, state_to_cpu
 
 WARMUP = 50
 THROUGHPUT_SECONDS = 3.0

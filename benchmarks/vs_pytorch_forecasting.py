@@ -212,13 +212,14 @@ def run_measured(cmd: list[str], log_path: Path) -> tuple[float, float]:
 def fox_forward_rate(run_dir: Path, data: Path) -> float:
     """foxhunt's forecast loop alone, in this process, over the windows `foxhunt predict` forecasts (batch 1,024):
     the same thing pytorch-forecasting's forward loop is timed on (plus unscaling and sorting the quantiles)."""
-    from foxhunt.evaluate.predict import Forecaster, parse_time, prepare_for_model, select_origins
-    from foxhunt.train.checkpoint import load_model
+    from foxhunt.model.saved import load_model
+    from foxhunt.predict.origins import parse_time, prepare_for_model, select_origins
+    from foxhunt.predict.predictor import BatchPredictor
 
     lm = load_model(run_dir, "cpu")
     prepared = prepare_for_model(lm, (str(data),))
     ids = select_origins(prepared, parse_time(TRAIN_END, "--start"), None)
-    forecaster = Forecaster(lm, prepared, torch.device("cpu"))
+    forecaster = BatchPredictor(lm, prepared, torch.device("cpu"))
     t0 = time.perf_counter()
     n = sum(len(fb.window) for fb in forecaster.iter(ids, 1024))
     return n / (time.perf_counter() - t0)

@@ -15,6 +15,11 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 MAX_LINES = 500
 STAGES = ("util", "io", "bars", "features", "dataset", "store", "prepare")  # data/'s stages, upstream first
 HELPERS = ("data", "errors", "flags", "atomic", "lazy", "allocator", "cache", "durations")  # foxhunt.<these> data/ may import (and foxhunt)
+# The pipeline's packages, upstream first; a package imports only from its own tier and the tiers before it. predict/
+# (batch prediction from a saved model) sits after train/, whose out-of-memory rungs, fault hooks and raw quantiles
+# it runs with, and before evaluate/, which scores what it writes; the model it loads is model/saved.py's.
+LAYERS = (("data",), ("model",), ("train",), ("predict",), ("evaluate",), ("backtest", "export", "tune"), ("api",),
+          ("cli",))
 OVER_FOR_NOW: dict[str, str] = {}  # path under src/ -> why it may be over for now (an xfail, strict)
 
 
@@ -108,6 +113,20 @@ def test_no_import_cycle() -> None:
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
+def tier_of(name: str) -> int | None:
+    """The position of a module's package in LAYERS; None for foxhunt's top-level helpers."""
+    parts = name.split(".")
+    return next((i for i, tier in enumerate(LAYERS) if len(parts) > 1 and parts[1] in tier), None)
+
+
+def test_packages_import_only_upstream() -> None:
+    """data -> model -> train -> predict -> evaluate -> backtest, export, tune -> api -> cli: nothing imports a later
+    tier (a model reader that imported train/, say, would load training code to forecast)."""
+    wrong = [f"{name} -> {dep}" for name, deps in GRAPH.items() if (own := tier_of(name)) is not None
+             for dep in sorted(deps) if (other := tier_of(dep)) is not None and other > own]
+    assert not wrong, "imports against the layer order: " + ", ".join(wrong)
+
+
 def stage_of(name: str) -> int | None:
     """The position of a data module's stage in STAGES; None outside the stages (data/config.py, foxhunt.data)."""
     parts = name.split(".")
@@ -134,10 +153,30 @@ def test_data_stages_import_only_upstream() -> None:
 
 
 def test_loading_a_model_does_not_import_the_loading_pipeline() -> None:
-    code = ("import sys, foxhunt.train.checkpoint; print(sorted(m for m in ('foxhunt.data.prepare.driver', "
+    code = ("import sys, foxhunt.model.saved; print(sorted(m for m in ('foxhunt.data.prepare.driver', "
             "'foxhunt.data.bars.load', 'foxhunt.data.io.read') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]"], out.stdout
+
+
+def test_loading_or_exporting_a_model_imports_no_training_code() -> None:
+    """The model's saved form lives beside the model (model/saved.py): a reader of a model (export, the Python API,
+    predict) does not load train/ to read one."""
+    code = ("import sys, foxhunt.model.saved, foxhunt.export.onnx; "
+            "print(sorted(m for m in sys.modules if m.startswith('foxhunt.train')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]"], out.stdout
+
+
+def test_no_two_classes_share_a_name() -> None:
+    """One name, one class: two `Forecaster`s (the Python API's and batch prediction's) had readers guess which."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(f"{path.relative_to(SRC)}:{node.lineno}")
+    twins = {name: places for name, places in where.items() if len(places) > 1}
+    assert not twins, f"classes sharing a name: {twins}"
 
 
 def test_no_module_of_the_data_pipeline_waits_by_sleeping() -> None:

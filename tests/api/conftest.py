@@ -46,8 +46,8 @@ def untrained_run(run: Path, cfg: Any) -> None:
 
     from foxhunt.data.prepare import prepare_data
     from foxhunt.model.config import ModelConfig
+    from foxhunt.model.saved import save_model_json, save_weights, state_to_cpu
     from foxhunt.model.tft import TemporalFusionTransformer
-    from foxhunt.train.checkpoint import save_model_json, save_weights, state_to_cpu
 
     data = prepare_data(cfg)
     torch.manual_seed(0)

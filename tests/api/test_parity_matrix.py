@@ -3,7 +3,7 @@ is the reference, and each other form must give its inputs or its forecasts.
 
 On the README's tiny model (tests/api/conftest.py, trained once for the folder) and the daily fixture (ES, NQ):
 - batches: the windows `foxhunt train` builds (prepare_data: the scalers fitted again) equal the in-memory
-  pipeline's (evaluate/predict.prepare_for_model: the model's scalers), input for input;
+  pipeline's (predict/origins.prepare_for_model: the model's scalers), input for input;
 - store: the windows of a feature store (`foxhunt prepare`, read back memory-mapped) equal them too;
 - predict: `Forecaster.predict` gives the model's forecasts of the live windows;
 - update: the stream (api/stream.py, primed on all but the last bar, then one `update`) gives the live windows'
@@ -29,11 +29,11 @@ import torch
 import foxhunt
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.prepare import prepare_data
-from foxhunt.evaluate.predict import _transform_text, live_origins, prepare_for_model, store_for_model
 from foxhunt.model.inference.folded import InferenceTFT
 from foxhunt.model.inference.traced import OnnxForward, TracedForward
+from foxhunt.model.saved import load_model
+from foxhunt.predict.origins import _transform_text, live_origins, prepare_for_model, store_for_model
 from foxhunt.train.calibrate import raw_quantiles
-from foxhunt.train.checkpoint import load_model
 from tests.api.test_forecaster import Q, assert_same_forecasts
 from tests.model.test_inference import assert_matches_model
 

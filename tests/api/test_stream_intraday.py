@@ -13,8 +13,8 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.io.sample import bundled_sample_path
 from foxhunt.data.prepare import prepare_data
 from foxhunt.model.config import ModelConfig
+from foxhunt.model.saved import save_model_json, save_weights, state_to_cpu
 from foxhunt.model.tft import TemporalFusionTransformer
-from foxhunt.train.checkpoint import save_model_json, save_weights, state_to_cpu
 from tests.api.test_forecaster import assert_same_forecasts
 
 

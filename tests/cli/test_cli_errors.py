@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from foxhunt.cli import main
-from foxhunt.train import checkpoint as ckpt_module
+from foxhunt.model import saved as saved_module
+from foxhunt.train import resume as resume_module
 from foxhunt.train import session
 
 DAILY = "generic_ohlcv_daily.parquet"
@@ -103,7 +104,7 @@ def test_a_truncated_checkpoint_is_one_line_and_status_2(model, capsys):
 
 def test_a_checkpoint_from_a_newer_foxhunt_is_one_line_and_status_2(model, capsys):
     state = torch.load(model / "checkpoint.pt", weights_only=True)
-    torch.save({**state, "format": ckpt_module.CHECKPOINT_FORMAT + 1, "foxhunt_version": "99.0.0"},
+    torch.save({**state, "format": resume_module.CHECKPOINT_FORMAT + 1, "foxhunt_version": "99.0.0"},
                model / "checkpoint.pt")
     one_line(capsys, resume(model), 2, "checkpoint.pt", "99.0.0", "upgrade foxhunt")
 
@@ -130,9 +131,9 @@ def fill_disk(real):
 def test_a_full_disk_while_writing_is_status_1_and_leaves_nothing_that_looks_complete(
         tmp_path, tiny, fixtures_dir, monkeypatch, capsys, target):
     if target == "weights":
-        monkeypatch.setattr(ckpt_module, "save_file", fill_disk(ckpt_module.save_file))
+        monkeypatch.setattr(saved_module, "save_file", fill_disk(saved_module.save_file))
     else:
-        monkeypatch.setattr(ckpt_module.torch, "save", fill_disk(torch.save))
+        monkeypatch.setattr(resume_module.torch, "save", fill_disk(torch.save))
     run = tmp_path / "run"
     code = main(["train", *tiny, "--parquet-file", str(fixtures_dir / DAILY), "--epochs", "1", "--run-dir", str(run)])
     monkeypatch.undo()

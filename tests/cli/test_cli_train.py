@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 from foxhunt.cli import main
+from foxhunt.model.saved import load_model
 from foxhunt.model.tft import variable_names
-from foxhunt.train.checkpoint import load_model
 from foxhunt.train.precision import cpu_runs_bf16_lstm
 
 METRIC_KEYS = {"epoch", "train_loss", "val_loss", "val_qrisk", "lr", "samples_per_s", "seconds"}

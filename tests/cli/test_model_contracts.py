@@ -17,8 +17,8 @@ from foxhunt import Forecaster
 from foxhunt.cli import main
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.evaluate.predict import prepare_for_model
-from foxhunt.train.checkpoint import load_model
+from foxhunt.model.saved import load_model
+from foxhunt.predict.origins import prepare_for_model
 from tests.data.test_chains import panel
 
 SYMBOLS = ("CF0", "CU0")

@@ -14,8 +14,8 @@ import pytest
 
 from foxhunt import Forecaster
 from foxhunt.cli import main
-from foxhunt.evaluate.predict import prepare_for_model
-from foxhunt.train.checkpoint import load_model
+from foxhunt.model.saved import load_model
+from foxhunt.predict.origins import prepare_for_model
 
 SINCE = "2016-01-04"  # the SPX fixture runs 1999-01-04 .. 2018-12-31
 ENCODER = 16  # tiny_flags'
@@ -113,7 +113,7 @@ def test_the_python_api_reads_a_frame_from_the_models_since(run, spx_path):
 
 
 def test_the_window_line_names_who_chose_each_bound():
-    from foxhunt.evaluate.window import window_text
+    from foxhunt.predict.bar_range import window_text
 
     assert window_text(None, None) is None
     assert window_text(SINCE, None, SINCE) == f"reading bars since {SINCE} (the model's --since)"

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from foxhunt.cli import main
-from foxhunt.evaluate.predict import prepare_for_model, select_origins
 from foxhunt.model.calibration import DEFAULT_METHOD
-from foxhunt.train.checkpoint import load_model
+from foxhunt.model.saved import load_model
+from foxhunt.predict.origins import prepare_for_model, select_origins
 
 VAL_END = "2024-09-02"
 

@@ -12,8 +12,8 @@ import pytest
 from foxhunt.cli import main
 from foxhunt.data.features.schema import Kind
 from foxhunt.errors import InputError
-from foxhunt.evaluate.predict import prepare_for_model
-from foxhunt.train.checkpoint import load_model
+from foxhunt.model.saved import load_model
+from foxhunt.predict.origins import prepare_for_model
 from foxhunt.train.faults import ENV_VAR
 
 

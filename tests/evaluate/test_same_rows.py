@@ -29,8 +29,8 @@ from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate import validation
 from foxhunt.evaluate.metrics import q_risk
 from foxhunt.evaluate.paired import compare
-from foxhunt.evaluate.predict import quantile_column
 from foxhunt.evaluate.verdict import validation_claim
+from foxhunt.predict.parquet import quantile_column
 from tests.evaluate.test_baseline_cut import FITTED, Fits, hand_returns, ns, training_values
 
 QS = (0.1, 0.5, 0.9)

@@ -18,7 +18,6 @@ pytest.importorskip("onnxscript")
 
 from foxhunt.cli import main  # noqa: E402
 from foxhunt.data.features.schema import Kind, Role  # noqa: E402
-from foxhunt.evaluate.predict import prepare_for_model  # noqa: E402
 from foxhunt.export import onnx as onnx_export  # noqa: E402
 from foxhunt.export.graph import ExportedForward  # noqa: E402
 from foxhunt.export.parity import (  # noqa: E402
@@ -30,8 +29,9 @@ from foxhunt.export.parity import (  # noqa: E402
     relative_error,
 )
 from foxhunt.model.adaptive import Origins  # noqa: E402
+from foxhunt.model.saved import load_model  # noqa: E402
+from foxhunt.predict.origins import prepare_for_model  # noqa: E402
 from foxhunt.train.calibrate import raw_quantiles  # noqa: E402
-from foxhunt.train.checkpoint import load_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from foxhunt.cli import main
-from foxhunt.train.checkpoint import load_checkpoint
+from foxhunt.train.resume import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 RTOL = 1e-5

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from foxhunt.cli import main
 from foxhunt.train import loop, session
-from foxhunt.train.checkpoint import load_checkpoint
+from foxhunt.train.resume import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 WALL_CLOCK = ("seconds", "samples_per_s")
@@ -214,7 +214,7 @@ def test_the_same_weights_are_written_as_the_same_bytes(tmp_path):
     """model.safetensors of two runs with the same weights is the same file, so that its SHA-256 (which
     calibration.json and the ONNX sidecar record) is the same: safetensors writes its metadata from a hash map in
     an order that changes from call to call, which made 2 keys two files at random."""
-    from foxhunt.train.checkpoint import save_weights, weights_digest
+    from foxhunt.model.saved import save_weights, weights_digest
 
     torch.manual_seed(0)
     state = {f"block{i}.{name}": torch.randn(4, 3) for i in range(8) for name in ("weight", "bias")}
@@ -229,7 +229,7 @@ def test_the_same_weights_are_written_as_the_same_bytes(tmp_path):
 
 def test_a_failed_checkpoint_write_keeps_the_previous_one_whole(tmp_path, monkeypatch):
     from foxhunt.errors import WriteError
-    from foxhunt.train.checkpoint import save_checkpoint
+    from foxhunt.train.resume import save_checkpoint
 
     path = tmp_path / "checkpoint.pt"
     save_checkpoint(path, {"model": {}, "fit_state": json.dumps({"global_step": 4})})

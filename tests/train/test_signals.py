@@ -15,7 +15,7 @@ import pytest
 
 from foxhunt.cli import main
 from foxhunt.train import session
-from foxhunt.train.checkpoint import load_checkpoint
+from foxhunt.train.resume import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -30,12 +30,24 @@ from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.features.features import raw_features
 from foxhunt.data.io.read import read_frame
-from foxhunt.evaluate import predict as _predict
-from foxhunt.evaluate.window import check_start, with_window
 from foxhunt.model.adaptive import Origins, Runner
 from foxhunt.model.calibration import DEFAULT_METHOD, Calibration
 from foxhunt.model.inference.traced import BatchForward, LiveCats, LiveForward, live_forward
-from foxhunt.train.checkpoint import LoadedModel, load_model
+from foxhunt.model.saved import LoadedModel, load_model
+from foxhunt.predict.bar_range import check_start, with_window
+from foxhunt.predict.calibrated import calibration_method, forecast_calibration, pick_calibration
+from foxhunt.predict.origins import (
+    live_origins,
+    parse_time,
+    prediction_config,
+    prepare_for_model,
+    prepare_loaded,
+    select_origins,
+    store_for_model,
+    with_sources,
+)
+from foxhunt.predict.parquet import forecast_table, write_forecasts
+from foxhunt.predict.predictor import BatchPredictor, ForecastBatch
 
 # Bars of history per series that `predict_parquet` reads beyond the encoder: enough for the seed of the slowest
 # trailing-volatility EWMA to weigh less than 1e-6 (2^-20) in the forecast inputs.
@@ -59,7 +71,7 @@ class Forecaster:
     def __init__(self, lm: LoadedModel, device: torch.device, trace: bool = True, calibration: str = DEFAULT_METHOD):
         self._lm, self._device = lm, device
         self._method = calibration  # as asked for; `forecast_calibration` says when the run has less
-        self._cal = _predict.pick_calibration(lm, calibration)  # fixed shifts, the adaptive state, or none
+        self._cal = pick_calibration(lm, calibration)  # fixed shifts, the adaptive state, or none
         # the adaptive shifts' running state, advanced by `predict` through each history and by every `update`
         self._runner = self._cal if isinstance(self._cal, Runner) else None
         self._model = lm.model.eval()
@@ -84,12 +96,12 @@ class Forecaster:
         `covariates`, `events`: a model trained with inputs of your own reads them from these files instead of the
         training run's. `since`, `until` (ISO dates or times, UTC when naive): `predict` and `write_forecasts` read
         the bars with since <= time < until; by default from the training run's --since (its inputs may start
-        there) to the newest bar, whatever its --until (evaluate/window.py). `calibration`: "adaptive" (shifts per
+        there) to the newest bar, whatever its --until (predict/bar_range.py). `calibration`: "adaptive" (shifts per
         series that every outcome moves, carried from the end of validation through the histories `predict` is
         given and every `update`), "fixed" (the shifts fitted on validation) or "none"; `calibrated=False` on a
         call gives the model's own quantiles whatever it is."""
         dev = torch.device(device)
-        lm = _predict.with_sources(load_model(run_dir, dev), tuple(covariates) if covariates else None, events)
+        lm = with_sources(load_model(run_dir, dev), tuple(covariates) if covariates else None, events)
         return cls(with_window(lm, since, until), dev, trace, calibration)
 
     # -- what the model is -------------------------------------------------------------------------------------
@@ -114,7 +126,7 @@ class Forecaster:
     def calibration_method(self) -> str:
         """The calibration calibrated forecasts get: "adaptive", "fixed" or "none" (what `load` asked for, or less
         when the run lacks it)."""
-        return _predict.calibration_method(self._cal)
+        return calibration_method(self._cal)
 
     @property
     def history_bars(self) -> int:
@@ -134,18 +146,18 @@ class Forecaster:
         the grid knows, see data/bars/grid.future_timestamps), one column per quantile (calibrated unless `calibrated=False`),
         actual (null). Also restarts the `update` stream of these series from this history."""
         frame = as_polars(df)
-        cfg = _predict.prediction_config(self._lm, (FRAME_NAME,))
+        cfg = prediction_config(self._lm, (FRAME_NAME,))
         raw, entry = read_frame(frame, FRAME_NAME, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
                                 cfg.date_format, since=cfg.since, until=cfg.until)
         loaded = load_raw(raw, [entry], cfg, self._lm.transform.bar_spacing_ns,
                           roots=self._lm.transform.contract_roots())
-        data = _predict.prepare_loaded(self._lm, loaded, (FRAME_NAME,), frame)  # its own columns: --observed ones
+        data = prepare_loaded(self._lm, loaded, (FRAME_NAME,), frame)  # its own columns: --observed ones
         self._prime(loaded.bars, data)
         if self._runner is not None:  # restarted with the stream, then carried through this history (lead_in)
             self._runner.restart(data.windows.series_names)
-        fc = _predict.Forecaster(self._lm, data, self._device, calibration=self._runner or self._calibration(calibrated))
-        ids = _predict.live_origins(data)
-        tables = [_predict.forecast_table(_as_asked(fb, calibrated), data.windows.series_names, self.quantiles)
+        fc = BatchPredictor(self._lm, data, self._device, calibration=self._runner or self._calibration(calibrated))
+        ids = live_origins(data)
+        tables = [forecast_table(_as_asked(fb, calibrated), data.windows.series_names, self.quantiles)
                   for fb in fc.iter(ids, 1024)]
         out = pl.from_arrow(pa.concat_tables(tables))
         assert isinstance(out, pl.DataFrame)
@@ -184,12 +196,12 @@ class Forecaster:
         stream has no bar of is an InputError."""
         live = self.update_arrays(bar, calibrated, max_gap)
         n = len(live.symbols)
-        fb = _predict.ForecastBatch(
+        fb = ForecastBatch(
             series=np.arange(n), window=np.arange(n), origin_ns=live.origin_ns,
             target_ns=live.target_ns, quantiles=live.quantiles,
             actual=np.full((n, self.horizon), np.nan),
             filled=np.zeros((n, self.horizon), bool) if "filled" in self._stream.observed else None)
-        out = pl.from_arrow(_predict.forecast_table(fb, live.symbols, self.quantiles))
+        out = pl.from_arrow(forecast_table(fb, live.symbols, self.quantiles))
         assert isinstance(out, pl.DataFrame)
         return out
 
@@ -209,17 +221,17 @@ class Forecaster:
         """`foxhunt predict`: forecasts for every origin of the bar files `paths` whose first forecast bar lies in
         [start, end] (ISO dates or times, UTC when naive), streamed to the parquet file `out` (atomic). Returns
         (origins, the calibration applied: "adaptive", "fixed" or "none"). `features`: read the windows of this
-        feature store instead of `paths` (its origins only: no live one; see evaluate/predict.store_for_model)."""
-        start_ns = _predict.parse_time(start, "--start")
+        feature store instead of `paths` (its origins only: no live one; see predict/origins.store_for_model)."""
+        start_ns = parse_time(start, "--start")
         if features is not None:
-            data = _predict.store_for_model(self._lm, features)
+            data = store_for_model(self._lm, features)
         else:
-            data = _predict.prepare_for_model(self._lm, paths)  # within the data window of `load`
+            data = prepare_for_model(self._lm, paths)  # within the data window of `load`
             check_start(data, start_ns, start, self._lm)
-        ids = _predict.select_origins(data, start_ns, _predict.parse_time(end, "--end", end=True))
-        cal = _predict.forecast_calibration(self._lm, self._method if calibrated else "none")
-        _predict.write_forecasts(self._lm, data, ids, out, batch_size, self._device, calibration=cal)
-        return len(ids), _predict.calibration_method(cal)
+        ids = select_origins(data, start_ns, parse_time(end, "--end", end=True))
+        cal = forecast_calibration(self._lm, self._method if calibrated else "none")
+        write_forecasts(self._lm, data, ids, out, batch_size, self._device, calibration=cal)
+        return len(ids), calibration_method(cal)
 
     # -- internals -------------------------------------------------------------------------------------------
     def _eager(self, batch: Batch) -> torch.Tensor:
@@ -305,6 +317,6 @@ class Forecaster:
         return q, scale, st.ts[rows]
 
 
-def _as_asked(fb: _predict.ForecastBatch, calibrated: bool) -> _predict.ForecastBatch:
+def _as_asked(fb: ForecastBatch, calibrated: bool) -> ForecastBatch:
     """`fb`, or its model's own quantiles when the call asked for them (the adaptive state advanced all the same)."""
     return fb if calibrated or fb.raw is None else dataclasses.replace(fb, quantiles=fb.raw, raw=None)

@@ -25,17 +25,13 @@ from foxhunt.atomic import write_json, write_with
 from foxhunt.backtest.folds import Fold, iso
 from foxhunt.console import SHOW
 from foxhunt.data.config import DataConfig
-from foxhunt.evaluate.predict import (
-    calibration_method,
-    forecast_calibration,
-    prepare_for_model,
-    select_origins,
-    write_forecasts,
-)
 from foxhunt.evaluate.scored import gather
 from foxhunt.evaluate.series_baselines import baseline_cut, baselines
 from foxhunt.model.config import DEFAULT_METHOD, ModelConfig
-from foxhunt.train.checkpoint import load_model
+from foxhunt.model.saved import load_model
+from foxhunt.predict.calibrated import calibration_method, forecast_calibration
+from foxhunt.predict.origins import prepare_for_model, select_origins
+from foxhunt.predict.parquet import write_forecasts
 from foxhunt.train.config import TrainConfig
 
 log = logging.getLogger("foxhunt.backtest")

@@ -30,8 +30,8 @@ from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
 from foxhunt.evaluate.report import data_note
 from foxhunt.evaluate.verdict import Verdict, at, judged_quantiles, label, p_short, verdict
-from foxhunt.evaluate.window import window_text
 from foxhunt.model.config import ModelConfig
+from foxhunt.predict.bar_range import window_text
 from foxhunt.train.config import TrainConfig
 
 log = logging.getLogger("foxhunt.backtest")

@@ -62,7 +62,7 @@ def predict(
     windows' origins); calibrated (--calibration) unless --no-calibration. Reads the bars from the model's
     --since on (its inputs may start there), up to the last bar."""
     from foxhunt.api.forecaster import Forecaster
-    from foxhunt.evaluate.window import refuse_window
+    from foxhunt.predict.bar_range import refuse_window
     from foxhunt.train.device import resolve_device
 
     set_verbosity({"verbose": verbose, "quiet": quiet}, every_info=True)
@@ -147,7 +147,7 @@ def export(
     fails (exit 1, nothing written) unless onnxruntime matches PyTorch to 1e-5."""
     from foxhunt.export.onnx import export_onnx, require_onnx
     from foxhunt.export.parity import ParityError, real_cases
-    from foxhunt.train.checkpoint import load_model
+    from foxhunt.model.saved import load_model
 
     if export_format != "onnx":
         raise InputError(f"--format {export_format!r} is not supported; use --format onnx")
@@ -157,7 +157,7 @@ def export(
     lm = load_model(model, "cpu")
     real = None
     if parquet_file:
-        from foxhunt.evaluate.predict import prepare_for_model
+        from foxhunt.predict.origins import prepare_for_model
 
         real = real_cases(prepare_for_model(lm, tuple(parquet_file)))
     try:

@@ -26,27 +26,24 @@ from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.evaluate.period import scoring_start
-from foxhunt.evaluate.predict import (
-    calibration_method,
-    forecast_calibration,
-    is_calibrated,
-    parse_time,
-    prepare_for_model,
-    quantile_column,
-    select_origins,
-    store_for_model,
-    with_sources,
-    write_forecasts,
-)
 from foxhunt.evaluate.report import data_note, write_report
 from foxhunt.evaluate.scored import Scored, from_batch, scored_windows
 from foxhunt.evaluate.scoring import SeriesScorer, Span, span_of
 from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines, first_forecast_ns
 from foxhunt.evaluate.verdict import seed_spread, verdict
-from foxhunt.evaluate.window import check_start, refuse_window, window_note, with_window
 from foxhunt.model.config import DEFAULT_METHOD
+from foxhunt.model.saved import LoadedModel, load_model
 from foxhunt.model.tft import variable_names
-from foxhunt.train.checkpoint import LoadedModel, load_model
+from foxhunt.predict.bar_range import check_start, refuse_window, window_note, with_window
+from foxhunt.predict.calibrated import calibration_method, forecast_calibration
+from foxhunt.predict.origins import (
+    parse_time,
+    prepare_for_model,
+    select_origins,
+    store_for_model,
+    with_sources,
+)
+from foxhunt.predict.parquet import is_calibrated, quantile_column, write_forecasts
 from foxhunt.train.seeds import SEEDS_FILE
 
 log = logging.getLogger("foxhunt.evaluate")
@@ -62,7 +59,7 @@ def evaluate_run(
     model's data options: `store_for_model`), against every baseline on the same origins; write metrics.json,
     interpretation.json and report.html into `out_dir`. `calibration`: adaptive, fixed or none. `covariates`,
     `events`: the user's inputs read from these instead of the training run's (predict.with_sources). `since`,
-    `until`: the bars read (default: from the model's --since to the newest bar; evaluate/window.py)."""
+    `until`: the bars read (default: from the model's --since to the newest bar; predict/bar_range.py)."""
     device = torch.device(device)
     lm = with_sources(load_model(model_dir, device), covariates, events)
     window: dict[str, str | None] = {"since": None, "until": None}  # the bars read: a store's are its own

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from foxhunt.data.dataset.types import PreparedData
     from foxhunt.data.dataset.windows import WindowedData
-    from foxhunt.evaluate.predict import ForecastBatch
+    from foxhunt.predict.predictor import ForecastBatch
 
 
 @dataclass

@@ -51,8 +51,8 @@ _FITTED: OrderedDict[tuple[Any, ...], Fitted] = OrderedDict()
 def validation_forecasts(run_dir: Path, data: PreparedData, device: torch.device) -> Scored:
     """The best weights' raw forecasts of the validation windows (as predict makes them), with their actuals."""
     from foxhunt.evaluate.scored import scored_windows
+    from foxhunt.model.saved import load_model
     from foxhunt.train.calibrate import MAX_BATCH, forecast_windows
-    from foxhunt.train.checkpoint import load_model
 
     ids = data.splits["val"]
     lm = load_model(Path(run_dir), device, calibration=False)

@@ -39,7 +39,7 @@ from foxhunt.export.parity import (
     random_cases,
 )
 from foxhunt.export.sidecar import sidecar
-from foxhunt.train.checkpoint import LoadedModel
+from foxhunt.model.saved import LoadedModel
 
 log = logging.getLogger("foxhunt.export")
 INSTALL_HINT = "pip install 'foxhunt[onnx]'"

@@ -23,7 +23,7 @@ from foxhunt.data.features.scaling import VOL_FLOOR, standardized
 from foxhunt.export.graph import OUTPUT_NAME, InputSpec, positional_names, relative_time
 from foxhunt.export.parity import ParityResult
 from foxhunt.model.config import DEFAULT_METHOD
-from foxhunt.train.checkpoint import LoadedModel, weights_digest
+from foxhunt.model.saved import LoadedModel, weights_digest
 
 FORMAT_VERSION = 1
 

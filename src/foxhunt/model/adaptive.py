@@ -165,7 +165,7 @@ class Track:
 
     def saved(self) -> Track:
         """A copy without the pending forecasts: what calibration.json keeps. Forecasts after `as_of` recompute the
-        last D origins' forecasts up to it from the bars (evaluate/predict.lead_in), so the file holds no forecast."""
+        last D origins' forecasts up to it from the bars (predict/predictor.lead_in), so the file holds no forecast."""
         d = self.pending.shape[0]
         return Track(self.shifts.copy(), self.weights.copy(), self.as_of, np.full_like(self.pending, np.nan),
                      np.full(d, np.nan))

@@ -21,7 +21,7 @@ from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.dataset.windows import WindowedData
 from foxhunt.model.adaptive import AdaptiveCalibration, Origins, Rule, warm_up
 from foxhunt.model.calibration import DEFAULT_MODE, MIN_WINDOWS, Calibration, outer_label, scores
-from foxhunt.train.checkpoint import load_model, weights_digest
+from foxhunt.model.saved import load_model, weights_digest
 from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory
 from foxhunt.train.run_dir import RunDir
 

@@ -25,8 +25,8 @@ from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.run_order import OrderedIds, RunOrder
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.errors import InputError
+from foxhunt.model.saved import state_to_cpu
 from foxhunt.train import faults
-from foxhunt.train.checkpoint import CHECKPOINT_FORMAT, save_checkpoint, state_to_cpu
 from foxhunt.train.config import AUTO, AUTO_EPOCH_WINDOWS, MAX_AUTO_EPOCHS, MIN_AUTO_EPOCHS, TrainConfig
 from foxhunt.train.console import EpochMemory, MemoryWatch, validation_batches
 from foxhunt.train.ddp_step import DistributedStepper
@@ -36,6 +36,7 @@ from foxhunt.train.interrupt import Interrupted, StopRequest
 from foxhunt.train.optim import build_optimizer, set_lr, warmup_cosine
 from foxhunt.train.precision import autocast
 from foxhunt.train.progress import epoch_bar
+from foxhunt.train.resume import CHECKPOINT_FORMAT, save_checkpoint
 from foxhunt.train.run_dir import RunDir
 from foxhunt.train.step import TrainStepper
 from foxhunt.train.telemetry import MemoryTracker

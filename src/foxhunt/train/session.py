@@ -25,10 +25,10 @@ from foxhunt.data.prepare import prepare_data
 from foxhunt.data.store import open_features
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
+from foxhunt.model.saved import save_model_json, save_weights
 from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, variable_names
 from foxhunt.train import faults
 from foxhunt.train.calibrate import calibrate_run
-from foxhunt.train.checkpoint import load_checkpoint, save_model_json, save_weights
 from foxhunt.train.config import AUTO, TrainConfig
 from foxhunt.train.console import WarningCounter, data_line, next_commands, plan_line, vs_baseline
 from foxhunt.train.device import apply_memory_budget, resolve_device
@@ -37,6 +37,7 @@ from foxhunt.train.interrupt import Interrupted, StopRequest
 from foxhunt.train.loop import Callbacks, FitSetup, FitState, Sizing, Trainer
 from foxhunt.train.plan import plan_memory
 from foxhunt.train.precision import resolve_precision
+from foxhunt.train.resume import load_checkpoint
 from foxhunt.train.run_dir import RunDir, attach_log_file
 from foxhunt.train.telemetry import MemoryTracker
 from foxhunt.train.tracking import TrackingConfig, start_tracking

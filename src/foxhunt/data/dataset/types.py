@@ -1,7 +1,7 @@
 """What a prepared dataset is and what a saved model keeps of its preparation: `FittedTransform` (the series
 vocabulary, the scalers and the grid, saved in model.json) and `PreparedData` (the windows, splits and summary).
 
-They live apart from prepare.py so that loading a model (train/checkpoint.py) or a store (store/read.py) does not
+They live apart from prepare.py so that loading a model (model/saved.py) or a store (store/read.py) does not
 import the loading pipeline (bars/load.py, io/read.py).
 """
 

@@ -20,7 +20,7 @@ from foxhunt.data.bars.load import LoadedBars
 from foxhunt.data.dataset.summary import iso
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.errors import InputError
-from foxhunt.train.checkpoint import LoadedModel
+from foxhunt.model.saved import LoadedModel
 
 log = logging.getLogger("foxhunt.evaluate")
 MODELS = "the model's "

@@ -1,12 +1,13 @@
-"""What a run leaves behind, as plain data.
+"""A saved model, as plain data: what training writes and what every reader of a model (predict, evaluate,
+backtest, export, the Python API) loads, beside the model it rebuilds, so that loading one imports no training code.
 
 - `model.safetensors` + `model.json`: the best weights and everything needed to forecast without the training data
   (architecture, feature schema, scalers, quantiles, data options).
 - `calibration.json`: conformal shifts per quantile and horizon, fitted on the validation split after training
   (model/calibration.py, train/calibrate.py), and the adaptive state as of the end of validation
   (model/adaptive.py, key "adaptive"); loaded with the model when present and matching its weights.
-- `checkpoint.pt`: the last state for resuming (weights, optimizer, step, epoch, the position inside the epoch, every
-  RNG state, early-stopping state); only tensors and plain values, so it loads with `weights_only=True`.
+
+The state for resuming a run (`checkpoint.pt`) is training's own: train/resume.py.
 """
 
 from __future__ import annotations
@@ -30,9 +31,6 @@ from foxhunt.model.adaptive import AdaptiveCalibration
 from foxhunt.model.calibration import Calibration
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer
-
-# Format of checkpoint.pt: 1 per epoch only; 2 adds the position inside an epoch, the format and version keys.
-CHECKPOINT_FORMAT = 2
 
 
 def state_to_cpu(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -166,26 +164,3 @@ def _version_tuple(v: str) -> tuple[int, ...]:
         digits = "".join(ch for ch in p if ch.isdigit()) if not p.isdigit() else p
         parts.append(int(digits) if digits else 0)
     return tuple(parts)
-
-
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Written to a temporary file and renamed: the previous checkpoint stays whole until the new one is."""
-    write_with(path, lambda tmp: torch.save(state, tmp))
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise InputError(f"{path}: no checkpoint to resume from; start a new run without --resume")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a truncated or foreign file
-        raise InputError(f"{path}: unreadable checkpoint, truncated or not written by foxhunt "
-                         f"({type(e).__name__}); restore it or start a new run in another --run-dir") from e
-    if not isinstance(state, dict) or "fit_state" not in state or "model" not in state:
-        raise InputError(f"{path}: not a foxhunt checkpoint; restore it or start a new run in another --run-dir")
-    fmt = state.get("format", 1)
-    if not isinstance(fmt, int) or fmt > CHECKPOINT_FORMAT:
-        raise InputError(f"{path}: checkpoint format {fmt} written by foxhunt {state.get('foxhunt_version', '?')}, "
-                         f"newer than this foxhunt {foxhunt.__version__} reads (format {CHECKPOINT_FORMAT}); "
-                         "upgrade foxhunt to resume it")
-    return state

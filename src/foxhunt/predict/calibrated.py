@@ -1,0 +1,53 @@
+"""Which calibration forecasts get (model/calibration.METHODS): the adaptive state's shifts, the fixed ones, or the
+model's own quantiles, and the one line that says which and why."""
+
+from __future__ import annotations
+
+import logging
+
+from foxhunt.errors import InputError
+from foxhunt.model.adaptive import Runner
+from foxhunt.model.calibration import METHODS, Calibration
+from foxhunt.model.saved import LoadedModel
+
+log = logging.getLogger("foxhunt.evaluate")
+
+
+def pick_calibration(lm: LoadedModel, method: str) -> Calibration | Runner | None:
+    """`forecast_calibration` without a word: for `Forecaster.load`, which says nothing until asked."""
+    if method not in METHODS:
+        raise InputError(f"--calibration {method!r} is not one of {', '.join(METHODS)}")
+    if method == "none" or lm.calibration is None:
+        return None
+    return lm.adaptive.runner() if method == "adaptive" and lm.adaptive is not None else lm.calibration
+
+
+def forecast_calibration(lm: LoadedModel, method: str) -> Calibration | Runner | None:
+    """The calibration `method` (model/calibration.METHODS) to apply: the fixed shifts, a Runner of the adaptive
+    state, or None (the model's own quantiles); said once: which one, or why there is none. A run whose
+    calibration.json predates the adaptive state gets the fixed shifts, with a warning."""
+    picked = pick_calibration(lm, method)
+    if method == "none":
+        log.info("calibration none (--no-calibration): forecasts are the model's own quantiles")
+        return None
+    cal = lm.calibration
+    if cal is None:
+        log.warning("%s: forecasts are the model's own quantiles, not calibrated", lm.calibration_note or "no calibration")
+        return None
+    f = cal.fitted_on
+    if isinstance(picked, Runner):
+        log.info("calibrated forecasts: adaptive %s shifts per series, started from the fixed ones and followed "
+                 "through validation to %s; each later outcome moves them", cal.mode, picked.cal.fitted_on.get("as_of"))
+        return picked
+    if method == "adaptive":
+        log.warning("%s has no adaptive state (fitted before adaptive calibration): fixed shifts instead; retrain "
+                    "for adaptive ones", lm.meta.get("run_dir") or "calibration.json")
+    log.info("calibrated forecasts: fixed %s conformal shifts fitted on validation origins %s .. %s (%s windows)",
+             cal.mode, f.get("first_origin", "?"), f.get("last_origin", "?"), f"{f.get('windows', 0):,}")
+    return cal
+
+
+def calibration_method(cal: Calibration | Runner | None) -> str:
+    """Which calibration `forecast_calibration` gave: "adaptive", "fixed" or "none"."""
+    return "none" if cal is None else "adaptive" if isinstance(cal, Runner) else "fixed"
+
