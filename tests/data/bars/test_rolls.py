@@ -13,7 +13,7 @@ import pytest
 
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features.features import raw_features
+from foxhunt.data.features.bar_features import raw_features
 from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.errors import InputError
 
