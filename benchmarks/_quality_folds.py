@@ -50,7 +50,7 @@ def fold_result(arrays: dict[str, np.ndarray], folds: list[dict[str, Any]]) -> d
     quality.py's `score_of` reads it as it reads backtest.json."""
     from foxhunt.backtest.run import overall_verdict
     from foxhunt.backtest.summary import merge_gaps, metrics
-    from foxhunt.data.features.features import RETURN_TARGETS
+    from foxhunt.data.features.bar_features import RETURN_TARGETS
 
     qs, names = tuple(folds[-1]["quantiles"]), tuple(folds[-1]["series_names"])
     overall = metrics(arrays, qs, names, folds[-1]["target"] in RETURN_TARGETS, merge_gaps(folds))

@@ -17,7 +17,7 @@ import numpy as np
 
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features.features import raw_features
+from foxhunt.data.features.bar_features import raw_features
 from foxhunt.data.features.seasonality import fit_profile, minute_of_day, profile_at
 from foxhunt.data.io.sample import _seasonal_table, bundled_sample_path
 

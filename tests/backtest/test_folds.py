@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from foxhunt.backtest.config import parse_length, parse_refit
-from foxhunt.backtest.folds import iso, plan_folds, short_folds, short_line
+from foxhunt.backtest.fold_dates import iso, plan_folds, short_folds, short_line
 from foxhunt.errors import InputError
 
 

@@ -19,7 +19,7 @@ from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.model.saved import load_model
 from foxhunt.predict.origins import prepare_for_model
-from tests.data.test_chains import panel
+from tests.data.bars.test_chains import panel
 
 SYMBOLS = ("CF0", "CU0")
 

@@ -12,9 +12,9 @@ import torch
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import prepare_data
+from foxhunt.evaluate.accumulators import FAN_POINTS, SeriesScorer, span_of
 from foxhunt.evaluate.paired import compare
-from foxhunt.evaluate.scored import Scored, score, scored_windows
-from foxhunt.evaluate.scoring import FAN_POINTS, SeriesScorer, span_of
+from foxhunt.evaluate.scored_rows import Scored, score, scored_windows
 from foxhunt.evaluate.series_baselines import baselines
 
 QS = (0.1, 0.5, 0.9)

@@ -10,11 +10,11 @@ import pytest
 
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features.features import raw_features
+from foxhunt.data.features.bar_features import raw_features
 from foxhunt.data.prepare import prepare_data
 from foxhunt.data.prepare.entry import prepare_store
 from foxhunt.data.store.read import open_store
-from foxhunt.evaluate.scored import scored_windows
+from foxhunt.evaluate.scored_rows import scored_windows
 from foxhunt.evaluate.validation import validation_baselines
 
 QS = (0.1, 0.5, 0.9)

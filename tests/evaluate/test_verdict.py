@@ -21,7 +21,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate import run as evaluate_run
 from foxhunt.evaluate import series_baselines
-from foxhunt.evaluate.scored import scored_windows
+from foxhunt.evaluate.scored_rows import scored_windows
 from foxhunt.evaluate.significance import DMTest
 from foxhunt.evaluate.validation import claim_on_validation, data_key, judge_on_validation
 from foxhunt.evaluate.verdict import seed_spread, strongest_baseline, validation_claim, verdict

@@ -14,8 +14,8 @@ import pytest
 
 from foxhunt.data.features.scaling import fit_scalers, trailing
 from foxhunt.export.sidecar import scaling_words
-from tests.data.test_scaling import prep, synth
-from tests.data.test_seasonality import intraday
+from tests.data.features.test_scaling import prep, synth
+from tests.data.features.test_seasonality import intraday
 
 TZ = "America/Chicago"
 

@@ -1,4 +1,4 @@
-"""The lines a training run prints (train/console.py), against hand-computed plans and memory records: the plan as
+"""The lines a training run prints (train/console_lines.py), against hand-computed plans and memory records: the plan as
 one line, the epoch's memory, the warnings for growth across validation and for an exceeded plan, the final lines."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from foxhunt.train.console import (
+from foxhunt.train.console_lines import (
     EpochMemory,
     MemoryWatch,
     WarningCounter,

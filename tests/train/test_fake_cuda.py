@@ -24,7 +24,7 @@ from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer
 from foxhunt.train import distributed, session
 from foxhunt.train.config import TrainConfig
-from foxhunt.train.console import EpochMemory, MemoryWatch
+from foxhunt.train.console_lines import EpochMemory, MemoryWatch
 from foxhunt.train.device import apply_memory_budget, resolve_device
 from foxhunt.train.oom import is_oom, release_memory
 from foxhunt.train.optim import AdamW, HostAdamW

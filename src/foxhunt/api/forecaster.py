@@ -28,7 +28,7 @@ from foxhunt.api.stream import StreamState
 from foxhunt.data.bars.load import load_raw
 from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.types import PreparedData
-from foxhunt.data.features.features import raw_features
+from foxhunt.data.features.bar_features import raw_features
 from foxhunt.data.io.read import read_frame
 from foxhunt.model.adaptive import Origins, Runner
 from foxhunt.model.calibration import DEFAULT_METHOD, Calibration

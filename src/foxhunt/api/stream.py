@@ -1,6 +1,6 @@
 """The features of one new bar per series from a small running state: what `Forecaster.update` feeds the model.
 
-`data/features/features.py` and `data/features/scaling.py` compute every input column-wise over a whole history. Their trailing
+`data/features/bar_features.py` and `data/features/scaling.py` compute every input column-wise over a whole history. Their trailing
 volatilities are causal EWMAs with `adjust=False`, i.e. the recursion y_t = (1 - a) y_{t-1} + a x_t, seeded on a
 series' first bar: so the state after a bar is a handful of numbers per series, and the next bar's inputs follow from
 it in O(1), bit for bit the same recursion. `StreamState` keeps those numbers, the last close and contract, and a
@@ -33,7 +33,7 @@ from foxhunt.api.live_context import LiveContext
 from foxhunt.api.live_inputs import LiveInputs
 from foxhunt.data.bars.load import bar_interval
 from foxhunt.data.dataset.types import UNKNOWN_SERIES, FittedTransform
-from foxhunt.data.features.features import RETURN_TARGETS, move_columns
+from foxhunt.data.features.bar_features import RETURN_TARGETS, move_columns
 from foxhunt.data.features.known import known_columns
 from foxhunt.data.features.scaling import (
     FAST_SLOW,

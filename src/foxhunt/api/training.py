@@ -110,7 +110,7 @@ def fit(config: RunConfig | None = None, /, **options: Any) -> Run:
     session = settings.build(SessionConfig, options)
     run_options = {k: v for k, v in options.items() if k not in flags.names(SessionConfig)}
     if config is not None and run_options:
-        raise InputError(f"train: pass a RunConfig or options, not both (got {', '.join(sorted(run_options))})")
+        raise InputError(f"foxhunt.fit: pass a RunConfig or options, not both (got {', '.join(sorted(run_options))})")
     if config is None and session.resume:
         run_dir = run_options.pop("run_dir", None)
         if not run_dir:
@@ -146,7 +146,7 @@ def _check_names(given: Mapping[str, Any], classes: tuple[type, ...]) -> None:
     if unknown:
         close = difflib.get_close_matches(unknown[0], known, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        raise InputError(f"train: unknown option(s) {', '.join(unknown)}{hint}; use `foxhunt train`'s long option "
+        raise InputError(f"unknown option(s) {', '.join(unknown)}{hint}; use `foxhunt train`'s long option "
                          "names with underscores (e.g. hidden_size, parquet_file, epochs)")
 
 

@@ -16,16 +16,16 @@ from typing import Any
 import numpy as np
 
 from foxhunt.atomic import write_json
-from foxhunt.backtest import fold as fold_io
+from foxhunt.backtest import fold_run as fold_io
 from foxhunt.backtest.config import BacktestConfig
-from foxhunt.backtest.folds import Fold, iso, plan_folds, short_folds, short_line
+from foxhunt.backtest.fold_dates import Fold, iso, plan_folds, short_folds, short_line
 from foxhunt.backtest.jobs import jobs_that_fit
 from foxhunt.backtest.report import write_backtest_report
 from foxhunt.backtest.summary import around_rolls, concat, merge_gaps, metrics, monthly, write_forecasts
 from foxhunt.console import FINAL, SHOW
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features.features import RETURN_TARGETS
+from foxhunt.data.features.bar_features import RETURN_TARGETS
 from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
 from foxhunt.evaluate.report import data_note

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from foxhunt.atomic import atomic_path
 from foxhunt.evaluate.metrics import interval_pairs, pinball
 from foxhunt.evaluate.paired import compare
-from foxhunt.evaluate.scored import score
+from foxhunt.evaluate.scored_rows import score
 
 BASELINE_PREFIX = "baseline_"
 ROLL_BARS = 10  # origins shown before and after each roll date

@@ -8,7 +8,7 @@ turned a 0.7% win into a 6.9% loss), so every skill, test and verdict is made on
 actual is realised and both forecasts are finite, and the origins left out are counted per series with the reason.
 
 `Comparison` is fed one series at a time (`add_series`): `foxhunt evaluate` streams a store's millions of origins and
-holds one series' forecasts at a time (evaluate/scoring.py); `compare` feeds it from whole arrays (training's
+holds one series' forecasts at a time (evaluate/accumulators.py); `compare` feeds it from whole arrays (training's
 validation claim, a backtest's folds). What it keeps is per series and per horizon sums and the pooled differentials
 per origin time, never per origin.
 

@@ -5,7 +5,7 @@ Forecasts are calibrated (`--calibration`: adaptive shifts, model/adaptive.py, o
 model/calibration.py) unless `--no-calibration`; the model's own quantiles are scored beside them ("model_raw") so
 the change shows. By default
 only origins after the model's validation period are scored (evaluate/period.py). The bars may be a feature store's
-windows (`--features`). Scores accumulate as the forecasts are written (evaluate/scoring.py), so memory holds one
+windows (`--features`). Scores accumulate as the forecasts are written (evaluate/accumulators.py), so memory holds one
 series' origins, not every forecast."""
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from foxhunt.atomic import write_json
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
+from foxhunt.evaluate.accumulators import SeriesScorer, Span, span_of
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.evaluate.period import scoring_start
 from foxhunt.evaluate.report import data_note, write_report
-from foxhunt.evaluate.scored import Scored, from_batch, scored_windows
-from foxhunt.evaluate.scoring import SeriesScorer, Span, span_of
+from foxhunt.evaluate.scored_rows import Scored, from_batch, scored_windows
 from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines, first_forecast_ns
 from foxhunt.evaluate.verdict import seed_spread, verdict
 from foxhunt.model.config import DEFAULT_METHOD

@@ -18,12 +18,12 @@ import numpy as np
 
 from foxhunt.data.bars.grid import future_timestamps
 from foxhunt.data.dataset.types import FittedTransform, PreparedData
-from foxhunt.data.features.features import RETURN_TARGETS
+from foxhunt.data.features.bar_features import RETURN_TARGETS
 from foxhunt.data.features.seasonality import fit_profile, profile_at
 from foxhunt.errors import InputError
 from foxhunt.evaluate.baselines import BASELINES, INTRADAY_ONLY, baseline_forecasts, garch_available
 from foxhunt.evaluate.har import day_bars
-from foxhunt.evaluate.scored import Scored
+from foxhunt.evaluate.scored_rows import Scored
 
 log = logging.getLogger("foxhunt.evaluate")
 

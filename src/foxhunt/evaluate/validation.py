@@ -35,7 +35,7 @@ from foxhunt.evaluate.verdict import validation_claim
 if TYPE_CHECKING:
     import torch
 
-    from foxhunt.evaluate.scored import Scored
+    from foxhunt.evaluate.scored_rows import Scored
 
 log = logging.getLogger("foxhunt.evaluate")
 
@@ -50,7 +50,7 @@ _FITTED: OrderedDict[tuple[Any, ...], Fitted] = OrderedDict()
 
 def validation_forecasts(run_dir: Path, data: PreparedData, device: torch.device) -> Scored:
     """The best weights' raw forecasts of the validation windows (as predict makes them), with their actuals."""
-    from foxhunt.evaluate.scored import scored_windows
+    from foxhunt.evaluate.scored_rows import scored_windows
     from foxhunt.model.saved import load_model
     from foxhunt.train.calibrate import MAX_BATCH, forecast_windows
 

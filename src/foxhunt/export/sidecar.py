@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 import foxhunt
-from foxhunt.data.features.features import (
+from foxhunt.data.features.bar_features import (
     FILL_OBSERVED,
     RETURN_TARGETS,
     move_columns,
@@ -27,7 +27,7 @@ from foxhunt.model.saved import LoadedModel, weights_digest
 
 FORMAT_VERSION = 1
 
-# How each input is computed from bars, in words (data/features/calendar.py, data/features/features.py, data/features/scaling.py).
+# How each input is computed from bars, in words (data/features/calendar.py, data/features/bar_features.py, data/features/scaling.py).
 FEATURES = {
     "series": "series code: 1 + the series' index in series.vocabulary; 0 for a series unseen in training",
     "dow_sin": "sin(2 pi w / 7), w the weekday (Monday 0 .. Sunday 6) of the UTC date (daily bars) or of the trade "

@@ -13,7 +13,7 @@ from foxhunt.flags import MEMORY, MODEL, option
 # benchmarks/calibration_modes.py; docs/benchmarks.md): adaptive wins where validation misleads (45 futures: q-risk
 # p10 and p90 1.4% lower, p < 0.003 in 3 seeds; S&P 500 walk-forward p10 2.7% lower, p < 0.05; the S&P's 2018 after a calm 2017:
 # p10-p90 coverage 0.71 -> 0.76) but loses beyond noise where the fixed shifts were right (S&P 2016-2018: p90 +1.1%,
-# p < 0.01), so by issue 44's rule (win, and lose nowhere beyond noise) it is asked for, not assumed.
+# p < 0.01), so by the rule that chooses a default (win, and lose nowhere beyond noise) it is asked for, not assumed.
 METHODS = ("adaptive", "fixed", "none")
 DEFAULT_METHOD = "fixed"
 

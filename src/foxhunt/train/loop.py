@@ -28,7 +28,7 @@ from foxhunt.errors import InputError
 from foxhunt.model.saved import state_to_cpu
 from foxhunt.train import faults
 from foxhunt.train.config import AUTO, AUTO_EPOCH_WINDOWS, MAX_AUTO_EPOCHS, MIN_AUTO_EPOCHS, TrainConfig
-from foxhunt.train.console import EpochMemory, MemoryWatch, validation_batches
+from foxhunt.train.console_lines import EpochMemory, MemoryWatch, validation_batches
 from foxhunt.train.ddp_step import DistributedStepper
 from foxhunt.train.distributed import SINGLE, Dist
 from foxhunt.train.guard import BadSteps, check_finite

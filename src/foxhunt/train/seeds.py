@@ -32,7 +32,7 @@ from foxhunt.console import SHOW
 from foxhunt.data.config import DataConfig
 from foxhunt.model.config import ModelConfig
 from foxhunt.train.config import TrainConfig
-from foxhunt.train.console import WarningCounter
+from foxhunt.train.console_lines import WarningCounter
 from foxhunt.train.run_dir import RunDir, attach_log_file
 from foxhunt.train.session import Judge, TrainResult, best_record, final_lines, train_run
 

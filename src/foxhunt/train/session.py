@@ -30,7 +30,7 @@ from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, varia
 from foxhunt.train import faults
 from foxhunt.train.calibrate import calibrate_run
 from foxhunt.train.config import AUTO, TrainConfig
-from foxhunt.train.console import WarningCounter, data_line, next_commands, plan_line, vs_baseline
+from foxhunt.train.console_lines import WarningCounter, data_line, next_commands, plan_line, vs_baseline
 from foxhunt.train.device import apply_memory_budget, resolve_device
 from foxhunt.train.distributed import Dist, console_of, init_from_env, teardown
 from foxhunt.train.interrupt import Interrupted, StopRequest

@@ -25,8 +25,8 @@ from foxhunt.data.dataset.windows import (
     window_starts,
 )
 from foxhunt.data.features import static, timed_categories
+from foxhunt.data.features.bar_features import own_move_columns
 from foxhunt.data.features.calendar import calendar_columns
-from foxhunt.data.features.features import own_move_columns
 from foxhunt.data.features.inputs import KnownValues, known_names
 from foxhunt.data.features.known import DecoderKnown
 from foxhunt.data.features.scaling import observed_names, standardize

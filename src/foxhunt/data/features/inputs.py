@@ -26,6 +26,7 @@ import numpy as np
 import polars as pl
 
 from foxhunt.data.features import static
+from foxhunt.data.features.bar_features import move_columns
 from foxhunt.data.features.covariates import (
     CovariateTable,
     asof_join,
@@ -37,7 +38,6 @@ from foxhunt.data.features.covariates import (
     read_covariates,
 )
 from foxhunt.data.features.events import EventCalendar, event_columns, event_features, read_events, row_keys
-from foxhunt.data.features.features import move_columns
 from foxhunt.data.features.fitstats import moments_of, select, stats
 from foxhunt.errors import InputError
 

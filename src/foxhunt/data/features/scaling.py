@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from foxhunt.data.features.features import (
+from foxhunt.data.features.bar_features import (
     FILL_OBSERVED,
     OBSERVED,
     PRICE_OBSERVED,

@@ -40,7 +40,7 @@ from foxhunt.data.dataset.summary import data_summary, merge_facts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import SplitResult
 from foxhunt.data.features import inputs, static, timed_categories
-from foxhunt.data.features.features import own_move_columns
+from foxhunt.data.features.bar_features import own_move_columns
 from foxhunt.data.features.scaling import observed_names
 from foxhunt.data.prepare import bar_columns
 from foxhunt.data.prepare.executor import run_all

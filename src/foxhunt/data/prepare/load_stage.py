@@ -21,9 +21,9 @@ from foxhunt.data.bars.grid import gap_counts
 from foxhunt.data.bars.validate import check_log_target
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features import inputs, static, timed_categories
+from foxhunt.data.features.bar_features import move_columns, raw_features
 from foxhunt.data.features.covariate_files import Held
 from foxhunt.data.features.events import key_times
-from foxhunt.data.features.features import move_columns, raw_features
 from foxhunt.data.features.known import sorted_distinct
 from foxhunt.data.features.scaling import train_moments
 from foxhunt.data.features.seasonality import minute_of_day

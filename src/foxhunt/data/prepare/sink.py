@@ -16,7 +16,7 @@ import numpy as np
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import FittedTransform, PreparedData
 from foxhunt.data.dataset.windows import WindowedData
-from foxhunt.data.features.features import own_move_columns
+from foxhunt.data.features.bar_features import own_move_columns
 from foxhunt.data.features.schema import FeatureSchema
 from foxhunt.data.store.layout import OPTIONAL, SPLITS, WINDOW_ARRAYS, own_array
 from foxhunt.data.store.put import put

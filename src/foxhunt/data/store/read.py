@@ -21,7 +21,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.types import FittedTransform, PreparedData
 from foxhunt.data.dataset.windows import WindowedData
-from foxhunt.data.features.features import own_move_columns
+from foxhunt.data.features.bar_features import own_move_columns
 from foxhunt.data.features.schema import FeatureSchema
 from foxhunt.data.store.fingerprint import refuse_other_options, shaping_options, warn_if_inputs_changed
 from foxhunt.data.store.gather import RowReader, pread_batch

@@ -15,7 +15,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.io.read import read_bars
 from foxhunt.errors import InputError
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 ES_1M = FIXTURES / "es_fut_ohlcv1m_databento.parquet"
 ES_DBN = FIXTURES / "es_fut_ohlcv1m_databento.dbn.zst"
 KEY = ["symbol", "instrument_id", "ts"]

@@ -28,7 +28,7 @@ from foxhunt.data.features.covariates import (
 )
 from foxhunt.errors import InputError
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 NS = pl.Datetime("ns", "UTC")
 
 

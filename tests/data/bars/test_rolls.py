@@ -13,7 +13,7 @@ import pytest
 
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features.features import raw_features
+from foxhunt.data.features.bar_features import raw_features
 from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.errors import InputError
 
@@ -213,7 +213,7 @@ def test_backwardated_market_gives_finite_targets_in_prepared_windows(tmp_path):
 def test_fixture_difference_returns_equal_ratio_returns():
     """On the 1-minute ES fixture `difference` used to change 16,588 bars' returns; now every --adjust gives the
     same returns and ranges."""
-    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "es_fut_ohlcv1m_databento.parquet"
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "es_fut_ohlcv1m_databento.parquet"
     got = {
         a: raw_features(load_bars(DataConfig(paths=(str(fixture),), adjust=a)).bars, a, "log_return")
         for a in ("difference", "ratio", "none")

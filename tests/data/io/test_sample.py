@@ -17,7 +17,7 @@ from foxhunt.data.io import announcements as sample_announcements
 from foxhunt.data.io import sample
 from foxhunt.errors import InputError
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 OUTRIGHTS = ("ESH4", "ESM4", "ESU4")
 
 

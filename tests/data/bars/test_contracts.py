@@ -15,7 +15,7 @@ from foxhunt.data.bars.symbols import drop_spreads, parse_futures, resolve_symbo
 from foxhunt.data.config import DataConfig
 from foxhunt.errors import InputError
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 ES_1M = FIXTURES / "es_fut_ohlcv1m_databento.parquet"
 UTC = dt.UTC
 CT = "America/Chicago"

@@ -16,7 +16,7 @@ from foxhunt.data.features.scaling import apply_scalers, fit_scalers
 from foxhunt.data.features.schema import Kind, Role
 from foxhunt.data.features.seasonality import MINUTES, fit_profile, minute_of_day, profile_at, smooth_circular
 from foxhunt.data.prepare import prepare_from_bars
-from tests.data.test_scaling import prep, synth
+from tests.data.features.test_scaling import prep, synth
 
 MIN = 60 * 10**9
 DAY = 1440 * MIN

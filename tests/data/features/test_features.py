@@ -7,7 +7,7 @@ import math
 import polars as pl
 import pytest
 
-from foxhunt.data.features.features import raw_features
+from foxhunt.data.features.bar_features import raw_features
 
 
 def bars(rows: list[tuple]) -> pl.DataFrame:

@@ -18,7 +18,7 @@ from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.summary import contracts_text
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 # A panel like the Chinese "main contract" one: continuous symbols whose first letter is shared (C: CF0 cotton and CU0
 # copper; S: SF0, SM0, SN0; A: AG0 silver from 2012 and AU0 gold), next to symbols that read as no contract (M0).
 LEVELS = {"AG0": 4_000.0, "AU0": 300.0, "CF0": 15_000.0, "CU0": 40_000.0, "M0": 3_000.0, "SF0": 6_000.0,

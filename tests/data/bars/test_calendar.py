@@ -16,7 +16,7 @@ from foxhunt.data.util import clock
 from foxhunt.data.util.clock import local_ns
 from foxhunt.errors import InputError
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 CT = "America/Chicago"
 MIN = 60 * 10**9
 

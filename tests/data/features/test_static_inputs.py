@@ -110,7 +110,7 @@ def test_bar_columns_keep_text_and_refuse_it_only_for_a_real_input(tmp_path):
 
 
 def test_batch_gives_the_static_inputs_at_each_origin():
-    from tests.data.test_windows import E, make_windowed
+    from tests.data.dataset.test_windows import E, make_windowed
 
     w = make_windowed([12, 9])
     w.static_cont = w.series_idx[:, None].float() * torch.tensor([[1.0, -2.0]])  # (N, 2): constant per series

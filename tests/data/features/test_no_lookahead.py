@@ -27,7 +27,7 @@ from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.types import PreparedData
-from foxhunt.data.features.features import raw_features
+from foxhunt.data.features.bar_features import raw_features
 from foxhunt.data.features.scaling import apply_scalers, fit_scalers
 from foxhunt.data.prepare import prepare_from_bars
 

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from foxhunt.data.dataset.windows import id_chunks
-from foxhunt.data.features.features import RETURN_TARGETS
+from foxhunt.data.features.bar_features import RETURN_TARGETS
 from foxhunt.evaluate.metrics import MetricAccumulator
 from foxhunt.evaluate.paired import Comparison
-from foxhunt.evaluate.scored import Scored, concat, metrics_of
+from foxhunt.evaluate.scored_rows import Scored, concat, metrics_of
 from foxhunt.evaluate.series_baselines import series_forecasts, series_inputs, usable_baselines
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from foxhunt.data.io.discover import expand_paths
 from foxhunt.data.io.read import read_bars
 from foxhunt.errors import InputError
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 ES_1M = FIXTURES / "es_fut_ohlcv1m_databento.parquet"
 ES_RAW = FIXTURES / "es_fut_ohlcv1m_databento_raw.parquet"
 VALUES = ["open", "high", "low", "close", "volume"]

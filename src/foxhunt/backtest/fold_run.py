@@ -22,10 +22,10 @@ import numpy as np
 import torch
 
 from foxhunt.atomic import write_json, write_with
-from foxhunt.backtest.folds import Fold, iso
+from foxhunt.backtest.fold_dates import Fold, iso
 from foxhunt.console import SHOW
 from foxhunt.data.config import DataConfig
-from foxhunt.evaluate.scored import gather
+from foxhunt.evaluate.scored_rows import gather
 from foxhunt.evaluate.series_baselines import baseline_cut, baselines
 from foxhunt.model.config import DEFAULT_METHOD, ModelConfig
 from foxhunt.model.saved import load_model

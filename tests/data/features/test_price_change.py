@@ -17,7 +17,7 @@ import pytest
 from foxhunt.cli import main
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features.features import PRICE_OBSERVED, raw_features
+from foxhunt.data.features.bar_features import PRICE_OBSERVED, raw_features
 from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.errors import InputError
 

@@ -19,7 +19,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import entry, prepare_store
 from foxhunt.data.prepare.executor import InProcess, Workers
 from foxhunt.errors import InputError
-from tests.data.test_load_fast_paths import _in_time_order, _messy
+from tests.data.io.test_load_fast_paths import _in_time_order, _messy
 
 T0 = dt.datetime(2024, 3, 4, 14, 30, tzinfo=dt.UTC)
 REGROUPED = validate._regrouped

@@ -18,7 +18,7 @@ from foxhunt.data.bars.symbols import (
     trade_date,
 )
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features.features import raw_features
+from foxhunt.data.features.bar_features import raw_features
 from foxhunt.data.features.known import DecoderKnown, decoder_known, decoder_timestamps, known_columns
 from foxhunt.data.features.scaling import apply_scalers, fit_scalers, standardize, trailing
 from foxhunt.data.prepare import prepare_from_bars

@@ -10,7 +10,7 @@ import pytest
 from foxhunt.data.bars import grid
 from foxhunt.data.dataset.summary import _real_rows
 from foxhunt.data.features import known, scaling
-from foxhunt.data.features.features import OBSERVED, raw_features
+from foxhunt.data.features.bar_features import OBSERVED, raw_features
 from foxhunt.data.features.fitstats import season_moments
 from foxhunt.data.features.known import take_rows
 from foxhunt.data.features.scaling import fit_scalers

@@ -14,7 +14,7 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.io.normalise import RAW_SCHEMA
 from foxhunt.errors import InputError
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 UTC = dt.UTC
 NAN = float("nan")
 

@@ -14,7 +14,7 @@ from foxhunt.data.io.read import read_bars
 from foxhunt.data.util import heap, parallel
 from foxhunt.data.util.order import Declined
 from foxhunt.errors import InputError
-from tests.data.test_load_fast_paths import _clean_reference, _in_time_order, _messy
+from tests.data.io.test_load_fast_paths import _clean_reference, _in_time_order, _messy
 
 
 @pytest.fixture(params=["1", "2"])

@@ -18,7 +18,7 @@ from foxhunt.data.features.schema import Kind, Role
 from foxhunt.data.prepare import prepare_data, prepare_from_bars
 from foxhunt.errors import InputError
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DAY = 86400 * 10**9
 
 

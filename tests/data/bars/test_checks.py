@@ -20,7 +20,7 @@ from foxhunt.data.io.read import read_bars
 from foxhunt.errors import InputError
 from foxhunt.settings import data_config
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 ES_1M = FIXTURES / "es_fut_ohlcv1m_databento.parquet"
 ES_1D = FIXTURES / "es_fut_ohlcv1d_databento.parquet"
 DAILY = FIXTURES / "generic_ohlcv_daily.parquet"

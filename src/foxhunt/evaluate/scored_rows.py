@@ -1,6 +1,6 @@
 """Scored forecasts: the origins scored, their actuals and the model's quantiles, and their metrics.
 
-`Scored` is what `foxhunt evaluate` scores; `evaluate/scoring.py` scores it a series at a time, `score` in one go
+`Scored` is what `foxhunt evaluate` scores; `evaluate/accumulators.py` scores it a series at a time, `score` in one go
 (training's validation claim, the backtest's folds).
 """
 

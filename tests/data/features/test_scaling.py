@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from foxhunt.data.features.features import OBSERVED, VOL_OBSERVED, raw_features
+from foxhunt.data.features.bar_features import OBSERVED, VOL_OBSERVED, raw_features
 from foxhunt.data.features.fitstats import moments_of, select, sums
 from foxhunt.data.features.scaling import VOL_FLOOR, apply_scalers, fit_scalers, observed_names
 
