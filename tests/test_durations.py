@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from foxhunt.api.gaps import parse_gap
 from foxhunt.backtest.config import Length, parse_length
+from foxhunt.durations import parse_gap
 from foxhunt.errors import InputError
 
 S = 10**9

@@ -6,8 +6,8 @@ On the README's tiny model (tests/api/conftest.py, trained once for the folder) 
   pipeline's (predict/origins.prepare_for_model: the model's scalers), input for input;
 - store: the windows of a feature store (`foxhunt prepare`, read back memory-mapped) equal them too;
 - predict: `Forecaster.predict` gives the model's forecasts of the live windows;
-- update: the stream (api/stream.py, primed on all but the last bar, then one `update`) gives the live windows'
-  inputs and forecasts;
+- update: the stream (data/features/bar_features_live.py, primed on all but the last bar, then one `update`) gives
+  the live windows' inputs and forecasts;
 - folded, trace, onnx: model/inference/ (the folded weights, their frozen trace, onnxruntime on the dense live
   windows) give the training model's forecasts of the same live batch.
 Tolerances are those of the tests each form had on its own: exact for the inputs of the batch pipelines, float32

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 import foxhunt
-from foxhunt.api.gaps import parse_gap
+from foxhunt.durations import parse_gap
 from foxhunt.errors import InputError
 
 FRIDAY = dt.datetime(2024, 2, 23, 21, 59, tzinfo=dt.UTC)  # 15:59 CT, the last bar before the weekend

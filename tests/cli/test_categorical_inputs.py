@@ -2,7 +2,7 @@
 `regime` column of the bar files (--observed) and a text `session_type` column of a covariate file running 30 days
 past the bars (--known), on the generic daily fixture (ES and NQ); a regime unseen in training gets code 0, said
 once; Forecaster.update continues predict's stream of such a model (parity:
-tests/api/test_update_static_categorical.py)."""
+tests/data/features/test_codes_live.py)."""
 
 from __future__ import annotations
 

@@ -118,7 +118,7 @@ def test_a_keyed_covariate_file_gives_a_static_input_and_categorical_takes_its_n
 
 
 def test_update_continues_predict_on_a_static_model(run, bars):
-    """Parity with predict: tests/api/test_update_static_categorical.py."""
+    """Parity with predict: tests/data/features/test_codes_live.py."""
     from foxhunt.api.forecaster import Forecaster
 
     fc = Forecaster.load(run)

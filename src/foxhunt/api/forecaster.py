@@ -2,7 +2,7 @@
 
 `predict` runs the loader and the feature pipeline of `foxhunt predict` on a frame in memory (no file is written or
 read) and forecasts the live window of each series. It also (re)starts each of those series' stream: `update` then
-appends one bar per series to a small running state (api/stream.py: the trailing-volatility EWMAs and a ring of the
+appends one bar per series to a small running state (data/features/bar_features_live.py: the trailing-volatility EWMAs and a ring of the
 last E input rows) and forecasts from it without polars, the loader or any pass over the history, so a live system
 can forecast on every bar. Both give the rows of `foxhunt predict`'s output for the live origins.
 """
@@ -22,14 +22,14 @@ import pyarrow as pa
 import torch
 
 from foxhunt.api.bars import FRAME_NAME, as_polars, parquet_tail, stream_bars
-from foxhunt.api.gaps import parse_gap
-from foxhunt.api.live_inputs import LiveInputs
-from foxhunt.api.stream import StreamState
 from foxhunt.data.bars.load import load_raw
 from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.features.bar_features import raw_features
+from foxhunt.data.features.bar_features_live import StreamState
+from foxhunt.data.features.inputs_live import LiveInputs
 from foxhunt.data.io.read import read_frame
+from foxhunt.durations import parse_gap
 from foxhunt.model.adaptive import Origins, Runner
 from foxhunt.model.calibration import DEFAULT_METHOD, Calibration
 from foxhunt.model.inference.traced import BatchForward, LiveCats, LiveForward, live_forward
@@ -186,13 +186,13 @@ class Forecaster:
         A model trained with inputs of your own: the bar carries each --observed column by name (one the model read
         from a --covariates file may be left out, and is read from that file as of the bar's time; a column of the
         bar files must be given), a categorical one as its value (text); the known covariates and events come from
-        the model's covariate source (see `load`) at the bar and at its forecast steps (api/live_inputs.py). Static
+        the model's covariate source (see `load`) at the bar and at its forecast steps (data/features/inputs_live.py). Static
         inputs are those `predict` gave the series (a series first seen here: its covariate file's value, or its
         first bar's field for a column of the bar files). Categories are coded with the model's vocabulary, a value
         unseen in training as 0 (said once). A missing or non-finite field, or a step a known file does not cover,
         is an InputError naming the column, with the state untouched. A --context model reads each context series'
         inputs from the stream's own state of that series (its last bar at or before the bar's time, one of the
-        same call included: api/live_context.py), so its bars come through `update` too; a context series the
+        same call included: data/features/context_live.py), so its bars come through `update` too; a context series the
         stream has no bar of is an InputError."""
         live = self.update_arrays(bar, calibrated, max_gap)
         n = len(live.symbols)
@@ -277,7 +277,7 @@ class Forecaster:
         return st.codes(rows), st.encoder(rows), st.decoder(rows)
 
     def live_cats(self, rows: list[int]) -> LiveCats | None:
-        """The static and categorical inputs of the live windows of stream rows `rows` (api/live_codes.py); None
+        """The static and categorical inputs of the live windows of stream rows `rows` (data/features/codes_live.py); None
         for a model without them (its forward takes the series codes and real rows only)."""
         st = self._stream
         codes = st.user.codes if st.user is not None else None

@@ -16,7 +16,7 @@ import polars as pl
 
 from foxhunt.allocator import release_freed_memory
 from foxhunt.data.dataset.summary import WindowFacts, window_facts
-from foxhunt.data.dataset.types import UNKNOWN_SERIES, FittedTransform
+from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import (
     SplitResult,
     assign_splits,
@@ -30,7 +30,7 @@ from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features.inputs import KnownValues, known_names
 from foxhunt.data.features.known import DecoderKnown
 from foxhunt.data.features.scaling import observed_names, standardize
-from foxhunt.data.features.schema import Feature, FeatureSchema, Kind, Role
+from foxhunt.data.features.schema import UNKNOWN_SERIES, Feature, FeatureSchema, Kind, Role
 from foxhunt.data.util import parallel
 
 OWN = "own_"  # the row key (and the store's file name) of an own move column: own_log_range, own_log_return

@@ -17,15 +17,10 @@ from foxhunt.data.bars.chains import roots_of_series
 from foxhunt.data.bars.grid import Grid, default_grid, grid_of
 from foxhunt.data.bars.sessions import Session, session_of
 from foxhunt.data.dataset.windows import WindowedData
-from foxhunt.data.features.schema import FeatureSchema
+from foxhunt.data.features.schema import UNKNOWN_SERIES, FeatureSchema
 
 if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes (data/prepare) never need it
     import torch
-
-
-# Code of a series not in the training vocabulary: it gets embedding row 0 and the pooled scalers (fitted on all
-# training rows). Row 0 is only trained if the trainer masks series codes; otherwise it stays at its initial value.
-UNKNOWN_SERIES = 0
 
 
 @dataclass(frozen=True)

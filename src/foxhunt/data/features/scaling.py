@@ -80,7 +80,7 @@ def ewma_alpha(halflife: float) -> float:
 
 def seeded_ewm(x: pl.Expr, seed: pl.Expr, halflife: float) -> pl.Expr:
     """The causal EWMA every trailing input runs (y_t = (1 - a) y_t-1 + a x_t, the first row of a series holding
-    `seed`), not yet windowed by series: `trailing` and the live stream's priming (api/stream.py) both build on it."""
+    `seed`), not yet windowed by series: `trailing` and the live stream's priming (data/features/bar_features_live.py) both build on it."""
     return pl.when(pl.col("first")).then(seed).otherwise(x).ewm_mean(alpha=ewma_alpha(halflife), adjust=False)
 
 

@@ -10,6 +10,10 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+# Code of a series not in the training vocabulary: it gets embedding row 0 and the pooled scalers (fitted on all
+# training rows). Row 0 is only trained if the trainer masks series codes; otherwise it stays at its initial value.
+UNKNOWN_SERIES = 0
+
 
 class Role(StrEnum):
     STATIC = "static"  # constant per series (e.g. series identity)

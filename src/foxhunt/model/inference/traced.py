@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.features.codes_live import LiveCats
 from foxhunt.model.inference.folded import InferenceTFT, supported
 from foxhunt.model.tft import TemporalFusionTransformer
 
@@ -93,20 +94,9 @@ class TracedForward:
             return None
 
 
-@dataclasses.dataclass(frozen=True)
-class LiveCats:
-    """A model's live inputs beyond the series code and the real rows: the user's static inputs and the categorical
-    time inputs (api/live_codes.py), for a model trained with --static or categorical --observed / --known."""
-
-    static_cat: np.ndarray  # (B, Sc) int64: the --static categories' codes, after the series code
-    static_cont: np.ndarray  # (B, Sr) float32: the real --static inputs, standardized
-    enc_cat: np.ndarray  # (B, E, Kc + Oc) int64: known, then observed categorical codes of the encoder rows
-    dec_cat: np.ndarray  # (B, D, Kc) int64: known categorical codes of the forecast steps
-
-
 # A live forward: series codes (B,) int64, encoder inputs (B, E, F) and decoder known inputs (B, D, Kr) float32 (the
-# rows of api/stream.py), and a LiveCats for a model with static or categorical inputs -> scaled quantiles (B, D, Q)
-# float32, numpy in and out.
+# rows of data/features/bar_features_live.py), and a LiveCats for a model with static or categorical inputs -> scaled
+# quantiles (B, D, Q) float32, numpy in and out.
 LiveForward = Callable[..., np.ndarray]
 
 

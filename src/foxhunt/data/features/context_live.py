@@ -4,7 +4,7 @@ Training joins a context series C's inputs (data/features/inputs.context_inputs:
 log_vol) to every bar of every series as of the bar's time: C's last bar at or before it, the same-time bar
 included, NaN (0 once standardized) before C's first bar (inputs.with_context). C is a series of the model and goes
 on forecasting itself, so its live bars come through `update` too: the stream computes C's inputs as it steps C
-(api/stream.py, the same recursion as the batch pipeline) and records them here, with their times. A bar of series
+(bar_features_live.py, the same recursion as the batch pipeline) and records them here, with their times. A bar of series
 X then reads C's record at or before its time.
 
 A call's bars are stepped first and their context columns written after (`fill`): C's bar of the same time reaches
@@ -21,13 +21,16 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from foxhunt.api.gaps import stamp
-from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features.inputs import context_inputs
+from foxhunt.durations import stamp
 from foxhunt.errors import InputError
+
+if TYPE_CHECKING:
+    from foxhunt.data.dataset.types import FittedTransform
 
 KEEP = 4096  # records kept per context series (trimmed when twice as many)
 

@@ -1,14 +1,14 @@
 """The known inputs and the forecast grid of a live stream's timestamps, computed a span at a time.
 
-Both are functions of a timestamp alone (data/features/known.py, data/features/calendar.py), but each call into them converts time
+Both are functions of a timestamp alone (known.py, calendar.py), but each call into them converts time
 zones and builds a handful of numpy arrays: about 300 us per bar for the new bar's inputs and the new forecast step.
 `KnownGrid` calls them once per span of SPAN grid points instead (one trading day of 1-minute bars) and answers a
 bar from two dicts: the known-input row of a timestamp and the grid step after it. A span is the lattice
 t, t + step, ..., t + (SPAN - 1) step from the first timestamp that missed, each point's next grid step
 (`future_timestamps(., step, 1)`, vectorized over the span) and the known inputs of all of them (`known_columns`):
-the same functions on the same timestamps, so the same numbers (tests/api/test_known_grid.py holds them bit for bit
-to single-timestamp calls). Walking the grid one step at a time from a point gives what `future_timestamps` gives
-for D steps from it (tests/api/test_live_decoder_grid.py). A bar off the lattice starts a new span. The current and
+the same functions on the same timestamps, so the same numbers (tests/data/features/test_known_live.py holds them bit
+for bit to single-timestamp calls). Walking the grid one step at a time from a point gives what `future_timestamps`
+gives for D steps from it (the same test file). A bar off the lattice starts a new span. The current and
 the previous span are kept: memory stays bounded in a process that runs for months.
 
 Legend: N points of a span, Kr known continuous columns, D forecast steps.
@@ -16,12 +16,16 @@ Legend: N points of a span, Kr known continuous columns, D forecast steps.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from foxhunt.data.bars.grid import future_timestamps
-from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features.known import known_columns
 from foxhunt.data.features.seasonality import profile_at
+
+if TYPE_CHECKING:
+    from foxhunt.data.dataset.types import FittedTransform
 
 SPAN = 1440  # grid points per span: a day of 1-minute bars, a few years of daily ones (about 1 ms to compute)
 

@@ -1,17 +1,18 @@
-"""The live stream's span cache of known inputs (api/known_grid.py): bit for bit what the data layer gives for each
-timestamp alone, and the forecast grid of `future_timestamps`, across halts, weekends, DST switches and --calendar's
-holidays."""
+"""The live stream's span cache of known inputs (data/features/known_live.py): bit for bit what the data layer
+(known.py, the batch form) gives for each timestamp alone, and the forecast grid of `future_timestamps`, across halts, weekends, DST switches and --calendar's
+holidays; and the stream's shortcut for the next origin's grid (bar_features_live.py `StreamState.decoder`): when a
+bar lands on the previous origin's first forecast step, the next grid is the old one's tail plus one step."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from foxhunt.api.known_grid import KnownGrid
 from foxhunt.data.bars.grid import future_timestamps
 from foxhunt.data.bars.sessions import calendar_session
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features.known import known_columns
+from foxhunt.data.features.known_live import KnownGrid
 from foxhunt.data.features.seasonality import profile_at
 
 MIN_NS = 60 * 10**9
@@ -46,3 +47,22 @@ def test_spans_give_each_timestamps_own_known_inputs_and_grid(start, step_ns, in
         grid.decoder(ts, out)
         want = known_columns(steps, tz, intraday, False, season)
         np.testing.assert_array_equal(out, np.stack(list(want.values()), -1).astype(np.float32))
+
+
+@pytest.mark.parametrize(("start", "step_ns", "intraday", "tz"), [
+    ("2024-03-08T20:00", MIN_NS, True, "America/Chicago"),  # the Friday halt, the weekend and the DST switch
+    ("2024-11-01T20:55", 5 * MIN_NS, True, "America/Chicago"),  # 5-minute bars, DST ends
+    ("2024-03-06T00:00", 24 * 60 * MIN_NS, False, "UTC"),  # daily bars over weekends
+])
+def test_the_next_origins_grid_is_the_last_grid_shifted_by_one_step(start, step_ns, intraday, tz):
+    d = 5
+    origin = np.array([np.datetime64(start, "ns").astype(np.int64)])
+    grid = future_timestamps(origin, step_ns, d, intraday, tz)[0]  # (D,)
+    crossed = 0
+    for _ in range(400):  # the stream: each new bar is the last forecast's first step
+        shifted = np.append(grid[1:], future_timestamps(grid[-1:], step_ns, 1, intraday, tz)[0])
+        direct = future_timestamps(grid[:1], step_ns, d, intraday, tz)[0]
+        np.testing.assert_array_equal(shifted, direct)
+        crossed += int(np.diff(direct).max() > step_ns)
+        grid = direct
+    assert crossed  # the walk did cross closed time

@@ -10,7 +10,7 @@ Training joins them to whole histories (data/features/inputs.py); a live bar nee
   `Forecaster.load` names), the same function the prepared rows were filled with; keyed events under the key the
   bar's series and contract read (events.key_of), as prepared rows read theirs.
 
-- static and categorical inputs: coded by api/live_codes.py with the functions predict codes them with.
+- static and categorical inputs: coded by data/features/codes_live.py with the functions predict codes them with.
 
 `LiveInputs` reads the files once and answers a call's bars with one `known_values` call; its values are checked
 before the stream moves (a refused bar leaves the state as it was).
@@ -22,16 +22,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from foxhunt.api.asof import AsOf
-from foxhunt.api.live_codes import LiveCodes
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features import inputs, static
+from foxhunt.data.features.codes_live import LiveCodes
+from foxhunt.data.features.covariates_live import AsOf
 from foxhunt.data.features.events import key_of
 from foxhunt.errors import InputError
+
+if TYPE_CHECKING:
+    from foxhunt.data.dataset.types import FittedTransform
 
 
 class LiveInputs:

@@ -14,11 +14,11 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import foxhunt
-from foxhunt.api.live_context import LiveContext
 from foxhunt.cli import main
+from foxhunt.data.features.context_live import LiveContext
 from foxhunt.export.sidecar import user_words
 from tests.api.test_forecaster import Q, assert_same_forecasts
-from tests.api.test_update_inputs import same_as_predict
+from tests.data.features.test_inputs_live import same_as_predict
 
 NEW = 5  # bars per series given to update
 
@@ -126,7 +126,7 @@ def test_live_context_reads_the_last_record_at_or_before_and_0_before_the_first(
 def test_a_bar_older_than_the_records_kept_stops_before_it_reads_a_wrong_bar(monkeypatch):
     """Once a context series' older records are let go, a bar from before the first kept one is refused in one
     line (it would read no bar, or a wrong one); a bar within the records is read as before."""
-    import foxhunt.api.live_context as live_context
+    import foxhunt.data.features.context_live as live_context
 
     monkeypatch.setattr(live_context, "KEEP", 2)
     observed = ["log_return", "NQ_log_return", "NQ_log_range", "NQ_log_volume", "NQ_log_vol"]

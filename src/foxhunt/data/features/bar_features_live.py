@@ -1,19 +1,19 @@
 """The features of one new bar per series from a small running state: what `Forecaster.update` feeds the model.
 
-`data/features/bar_features.py` and `data/features/scaling.py` compute every input column-wise over a whole history. Their trailing
-volatilities are causal EWMAs with `adjust=False`, i.e. the recursion y_t = (1 - a) y_{t-1} + a x_t, seeded on a
-series' first bar: so the state after a bar is a handful of numbers per series, and the next bar's inputs follow from
-it in O(1), bit for bit the same recursion. `StreamState` keeps those numbers, the last close and contract, and a
-ring buffer of the last E input rows (what the encoder reads) for every series; `prime` fills it from a history in
-one vectorized pass (polars' own `ewm_mean`, as scaling.py runs it) and `step` advances it by one bar per series
-(float arithmetic per series, no polars, no pass over bars). The known inputs of a bar and of its forecast steps come
-from `KnownGrid` (api/known_grid.py), which computes them a span of the grid at a time. Tests hold `step` to
-`predict` on the same history.
+The batch forms beside it, bar_features.py and scaling.py, compute every input column-wise over a whole history. Their
+trailing volatilities are causal EWMAs with `adjust=False`, i.e. the recursion y_t = (1 - a) y_{t-1} + a x_t, seeded
+on a series' first bar: so the state after a bar is a handful of numbers per series, and the next bar's inputs follow
+from it in O(1), bit for bit the same recursion. `StreamState` keeps those numbers, the last close and contract, and a
+ring buffer of the last E input rows (what the encoder reads) for every series; `prime` fills it from a history in one
+vectorized pass (polars' own `ewm_mean`, as scaling.py runs it) and `step` advances it by one bar per series (float
+arithmetic per series, no polars, no pass over bars). The known inputs of a bar and of its forecast steps come from
+`KnownGrid` (known_live.py), which computes them a span of the grid at a time. Tests hold `step` to `predict` on the
+same history (tests/data/features/test_bar_features_live.py, and every `update` test in tests/api).
 
-The user's own inputs (--observed, --known, --events) come from `LiveInputs` (api/live_inputs.py): a bar's
+The user's own inputs (--observed, --known, --events) come from `LiveInputs` (inputs_live.py): a bar's
 observed fields are standardized with its series' scalers after foxhunt's own observed columns, and the known ones
 follow the calendar's, in the order of the prepared rows; a model without them does no extra work per bar. A
---context series' inputs are those this state computes for that series, as of each bar's time (api/live_context.py).
+--context series' inputs are those this state computes for that series, as of each bar's time (context_live.py).
 
 Legend: S series in the state, B series in one step, E encoder steps, F continuous input columns (known calendar
 columns, the user's known ones, then observed ones, as `WindowedData.cont`), Kr known continuous columns.
@@ -23,18 +23,17 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
-from foxhunt.api.gaps import DAY_NS, duration, stamp
-from foxhunt.api.known_grid import KnownGrid
-from foxhunt.api.live_context import LiveContext
-from foxhunt.api.live_inputs import LiveInputs
 from foxhunt.data.bars.load import bar_interval
-from foxhunt.data.dataset.types import UNKNOWN_SERIES, FittedTransform
 from foxhunt.data.features.bar_features import RETURN_TARGETS, move_columns
+from foxhunt.data.features.context_live import LiveContext
+from foxhunt.data.features.inputs_live import LiveInputs
 from foxhunt.data.features.known import known_columns
+from foxhunt.data.features.known_live import KnownGrid
 from foxhunt.data.features.scaling import (
     FAST_SLOW,
     VOL_FLOOR,
@@ -46,8 +45,13 @@ from foxhunt.data.features.scaling import (
     variance_proxy,
     vol_columns,
 )
+from foxhunt.data.features.schema import UNKNOWN_SERIES
 from foxhunt.data.features.seasonality import profile_at
+from foxhunt.durations import DAY_NS, duration, stamp
 from foxhunt.errors import InputError
+
+if TYPE_CHECKING:
+    from foxhunt.data.dataset.types import FittedTransform
 
 log = logging.getLogger("foxhunt.api")
 
@@ -69,7 +73,7 @@ class StreamState:
     def __init__(self, transform: FittedTransform, encoder_length: int, horizon: int,
                  user: LiveInputs | None = None):
         self.tf, self.e, self.d = transform, encoder_length, horizon
-        self.user = user  # the user's own inputs (api/live_inputs.py); None: the model has none, no work per bar
+        self.user = user  # the user's own inputs (inputs_live.py); None: the model has none, no work per bar
         sc = transform.scalers
         self.ret, self.rng = move_columns(transform.target)
         self.observed = observed_names(sc)
@@ -423,7 +427,7 @@ class StreamState:
     # -- the model's inputs ------------------------------------------------------------------------------------
     def decoder(self, rows: list[int], out: np.ndarray | None = None) -> np.ndarray:
         """(B, D, Kr) known inputs of the D forecast steps after the last bar of each series `rows`: the values of
-        `decoder_features` (from the grid's spans, api/known_grid.py), written into `out` when given."""
+        `decoder_features` (from the grid's spans, data/features/known_live.py), written into `out` when given."""
         out = np.empty((len(rows), self.d, self.n_known), np.float32) if out is None else out
         if self.user is None or not self.user.n_known:
             for i, r in enumerate(rows):

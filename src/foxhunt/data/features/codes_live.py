@@ -7,7 +7,7 @@
   covariate file (by its name or contract), or, for a column of the bar files, from the field of its first bar.
   A value unseen in training is code 0, a real one is standardized with the training series' mean and std.
 - categorical observed: the bar's field by name, else (a column the model read from a --covariates file) the file's
-  last row at or before the bar (api/asof.py: the value predict's as-of join gives the bar, whichever other bars
+  last row at or before the bar (covariates_live.py: the value predict's as-of join gives the bar, whichever other bars
   share the call); no value at all is code 0, as predict codes a bar without one.
 - categorical known: the model's covariate file at the bar's time and its forecast steps
   (timed_categories.known_codes, as timed_categories.arrays codes them).
@@ -25,19 +25,32 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
-from foxhunt.api.asof import AsOf
-from foxhunt.data.dataset.windows import WindowedData
 from foxhunt.data.features import static, timed_categories
 from foxhunt.data.features.covariates import UTC_NS, CovariateTable
+from foxhunt.data.features.covariates_live import AsOf
 from foxhunt.data.features.inputs import Sources
 from foxhunt.errors import InputError
-from foxhunt.model.inference.traced import LiveCats
+
+if TYPE_CHECKING:
+    from foxhunt.data.dataset.windows import WindowedData
 
 UPDATE = "update"  # the source a bar's own fields are named by in static.series_values' messages
+
+
+@dataclass(frozen=True)
+class LiveCats:
+    """A model's live inputs beyond the series code and the real rows: the user's static inputs and the categorical
+    time inputs (`LiveCodes.cats`), for a model trained with --static or categorical --observed / --known."""
+
+    static_cat: np.ndarray  # (B, Sc) int64: the --static categories' codes, after the series code
+    static_cont: np.ndarray  # (B, Sr) float32: the real --static inputs, standardized
+    enc_cat: np.ndarray  # (B, E, Kc + Oc) int64: known, then observed categorical codes of the encoder rows
+    dec_cat: np.ndarray  # (B, D, Kc) int64: known categorical codes of the forecast steps
 
 
 @dataclass(frozen=True)
