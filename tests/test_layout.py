@@ -1,6 +1,6 @@
 """The layout is the architecture: no source file over 500 lines, no import cycle, data/'s stages import only from
-themselves and the stages before them, nothing in data/ waits by polling, and loading a model does not import the
-loading pipeline."""
+themselves and the stages before them, nothing in data/ waits by polling, loading a model does not import the
+loading pipeline, and tests/ mirrors the packages."""
 
 from __future__ import annotations
 
@@ -214,3 +214,15 @@ def test_one_pipeline_builds_the_prepared_data() -> None:
                 if name in MADE_IN and rel not in MADE_IN[name]:
                     made.append(f"{rel}:{node.lineno} makes {name}")
     assert not made, "prepared data made outside the pipeline: " + ", ".join(made)
+
+
+TESTS = SRC.parent / "tests"
+NOT_PACKAGES = {"fixtures", "docs"}  # tests/ folders that test no one package: the fixture files, the docs pages
+
+
+def test_tests_mirror_the_packages() -> None:
+    """A test of data/bars/ lives in tests/data/bars/: the folder a test sits in says what it tests."""
+    strays = [str(d.relative_to(TESTS)) for d in sorted(TESTS.rglob("*"))
+              if d.is_dir() and d.name != "__pycache__" and d.relative_to(TESTS).parts[0] not in NOT_PACKAGES
+              and not (SRC / "foxhunt" / d.relative_to(TESTS)).is_dir()]
+    assert not strays, f"tests/ folders with no package of that path under src/foxhunt: {strays}"
