@@ -25,7 +25,6 @@ from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
 from foxhunt.evaluate.accumulators import SeriesScorer, Span, span_of
-from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.evaluate.period import scoring_start
 from foxhunt.evaluate.report import data_note, write_report
 from foxhunt.evaluate.scored_rows import Scored, from_batch, scored_windows
@@ -36,6 +35,7 @@ from foxhunt.model.saved import LoadedModel, load_model
 from foxhunt.model.tft import variable_names
 from foxhunt.predict.bar_range import check_start, refuse_window, window_note, with_window
 from foxhunt.predict.calibrated import calibration_method, forecast_calibration
+from foxhunt.predict.interpretation import InterpretationAccumulator
 from foxhunt.predict.origins import (
     parse_time,
     prepare_for_model,

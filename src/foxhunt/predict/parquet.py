@@ -8,7 +8,7 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -20,10 +20,8 @@ from foxhunt.data.dataset.types import PreparedData
 from foxhunt.model.adaptive import Runner
 from foxhunt.model.calibration import Calibration
 from foxhunt.model.saved import LoadedModel
+from foxhunt.predict.interpretation import InterpretationAccumulator
 from foxhunt.predict.predictor import BatchPredictor, ForecastBatch
-
-if TYPE_CHECKING:
-    from foxhunt.evaluate.interpretation import InterpretationAccumulator
 
 log = logging.getLogger("foxhunt.evaluate")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,12 +19,10 @@ from foxhunt.errors import ResourceError
 from foxhunt.model.adaptive import Origins, Runner
 from foxhunt.model.calibration import Calibration
 from foxhunt.model.saved import LoadedModel
+from foxhunt.predict.interpretation import InterpretationAccumulator
 from foxhunt.train import faults
 from foxhunt.train.calibrate import raw_quantiles
 from foxhunt.train.oom import OOM_ERRORS, is_oom, release_memory, rung
-
-if TYPE_CHECKING:
-    from foxhunt.evaluate.interpretation import InterpretationAccumulator
 
 log = logging.getLogger("foxhunt.evaluate")
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from foxhunt.evaluate.interpretation import InterpretationAccumulator
+from foxhunt.predict.interpretation import InterpretationAccumulator
 
 # E = 2 encoder steps, D = 2 forecast steps, T = 4. attention[b, d, p]; step d sits at position E + d = 2 + d.
 ATTN = np.array(
