@@ -2,9 +2,9 @@
 
 `predict` runs the loader and the feature pipeline of `foxhunt predict` on a frame in memory (no file is written or
 read) and forecasts the live window of each series. It also (re)starts each of those series' stream: `update` then
-appends one bar per series to a small running state (data/features/bar_features_live.py: the trailing-volatility EWMAs and a ring of the
-last E input rows) and forecasts from it without polars, the loader or any pass over the history, so a live system
-can forecast on every bar. Both give the rows of `foxhunt predict`'s output for the live origins.
+appends one bar per series to a small running state (data/features/bar_features_live.py: the trailing-volatility EWMAs
+and a ring of the last E input rows) and forecasts from it without polars, the loader or any pass over the history, so
+a live system can forecast on every bar. Both give the rows of `foxhunt predict`'s output for the live origins.
 """
 
 from __future__ import annotations
