@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from foxhunt.data.bars.chains import roots_of_series
 from foxhunt.data.bars.grid import Grid, default_grid, grid_of
 from foxhunt.data.bars.sessions import Session, session_of
 from foxhunt.data.config import DataConfig
@@ -91,11 +90,9 @@ class FittedTransform:
 
     def contract_roots(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(roots kept apart, roots rolled) for reading bars for the model (load.load_bars' `roots`): the decision
-        saved with it, or, where none was taken, the one its series' names show (chains.roots_of_series), so that
+        saved with it (none where none was taken: bars without futures roots, or another --contracts mode), so that
         it reads its bars into the series it was trained on."""
-        if self.roots_apart is not None:
-            return self.roots_apart, self.roots_rolled or ()
-        return roots_of_series(self.series_vocab)
+        return self.roots_apart or (), self.roots_rolled or ()
 
     def code(self, names: list[str]) -> np.ndarray:
         """Series codes for `names` (0 for a series unseen in training)."""
