@@ -2,9 +2,9 @@
 
 Before, the grid chose its closures by the time zone alone (CME's halt and weekend in America/Chicago, none
 elsewhere; daily bars always skipped Saturday and Sunday), so with --calendar XNYS a forecast from 15:55 ET stepped
-to 16:00 ET, into the night, and daily bars of a 24/7 market never forecast a Saturday. Without --calendar (and for
-every model saved before it) the grid must stay exactly what it was: a hash of today's outputs over a year of
-origins, computed with the code before this change, holds it bit for bit."""
+to 16:00 ET, into the night, and daily bars of a 24/7 market never forecast a Saturday. Without --calendar the grid
+must stay exactly what it was: a hash of today's outputs over a year of origins, computed with the code before this
+change, holds it bit for bit."""
 
 from __future__ import annotations
 

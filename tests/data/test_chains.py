@@ -200,4 +200,4 @@ def test_the_line_for_one_symbol_and_for_a_summary_without_a_decision():
         " its name reads as, so it is not a futures contract; --contracts continuous reads them as contracts, one"
         " series per root")
     assert contracts_text({"series": {"ES": {}}, "roots_apart": {}}) is None
-    assert contracts_text({"series": {"ES": {}}}) is None  # a summary saved before the decision existed
+    assert contracts_text({"series": {"ES": {}}}) is None  # a summary without a decision
