@@ -46,7 +46,7 @@ def main() -> int:
     for bw in BANDWIDTHS:
         season = fit_profile(ts, rng_proxy, train, "America/Chicago", bw)
         p = profile_at(ts[val], season)
-        lp = np.log(np.asarray(season["profile"])[traded])
+        lp = np.log(np.asarray(season.profile)[traded])
         lt = np.log(truth[traded])
         err = (lp - lp.mean()) - (lt - lt.mean())
         print(f"{bw:>16g}{qlike(rng_proxy[val], p):>14.5f}{qlike(r2[val] / r2[train].mean(), p):>14.5f}"

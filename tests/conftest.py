@@ -55,3 +55,19 @@ def _isolated_env(tmp_path_factory, monkeypatch):
     """The bundled sample is generated once per session into a temporary cache (never $HOME); no injected faults."""
     monkeypatch.setenv("FOXHUNT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "foxhunt-cache"))
     monkeypatch.delenv("FOXHUNT_FAULT_INJECT", raising=False)
+
+
+@pytest.fixture(scope="session")
+def bare_transform():
+    """Make a FittedTransform of series ("ES",) with unit scalers, fitted under DataConfig(**`data`) (the zone, the
+    calendar...): for tests of what the forecast grid and the calendar inputs read. Keywords: the transform's fields."""
+    from foxhunt.data.config import DataConfig
+    from foxhunt.data.dataset.types import FittedTransform
+    from foxhunt.data.features.fitted import Scalers, SeriesScalers
+
+    def make(data: dict | None = None, **fields) -> FittedTransform:
+        scalers = Scalers({}, SeriesScalers({}, 0.0, 1.0, 1.0))
+        return FittedTransform(**{"series_vocab": ("ES",), "scalers": scalers, "data": DataConfig(**(data or {})),
+                                  **fields})
+
+    return make

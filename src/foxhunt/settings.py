@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from foxhunt.data.config import DataConfig
+from foxhunt.data.dataset.saved_format import check_format
 from foxhunt.errors import InputError
 from foxhunt.flags import options, read_fields
 from foxhunt.model.config import ModelConfig
@@ -90,9 +91,10 @@ def resumed_configs(run_dir: Path, values: Mapping[str, Any]) -> tuple[DataConfi
         raise InputError(f"{path}: not found; --resume needs the --run-dir of a run started by `foxhunt train`")
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
+        check_format(path, saved, "it cannot be resumed; train again in a new --run-dir")
         data, model = DataConfig.from_dict(saved["data"]), ModelConfig.from_dict(saved["model"])
         train = TrainConfig.from_dict(saved["train"])
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise InputError(f"{path}: not a foxhunt run configuration ({e}); start a new run instead") from e
     for cfg in (data, model):
         given = read_fields(type(cfg), values)

@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from foxhunt.cli import main
+from foxhunt.data.dataset.saved_format import FORMAT_VERSION
 from foxhunt.model import saved as saved_module
+from foxhunt.model.saved import load_model
 from foxhunt.train import resume as resume_module
 from foxhunt.train import session
 
@@ -64,8 +66,13 @@ def predict(model: Path, fixtures_dir: Path, out: Path, *extra: str) -> int:
         (lambda m: (m / "model.json").write_text(json.dumps({**json.loads((m / "model.json").read_text()),
                                                              "foxhunt_version": "99.0.0"})),
          ["foxhunt 99.0.0", "upgrade foxhunt"]),
+        (lambda m: _resave(m / "model.json", lambda d: d.pop("format_version")),
+         ["model.json: no format_version", f"reads format {FORMAT_VERSION} only", "retrain"]),
+        (lambda m: _resave(m / "model.json", lambda d: d.update(format_version=FORMAT_VERSION - 1)),
+         [f"model.json: format_version {FORMAT_VERSION - 1}", "retrain"]),
     ],
-    ids=["empty-dir", "a-file", "half-written", "weights-cut-short", "json-cut-short", "newer-foxhunt"],
+    ids=["empty-dir", "a-file", "half-written", "weights-cut-short", "json-cut-short", "newer-foxhunt",
+         "format-removed", "format-older"],
 )
 def test_a_bad_model_directory_is_one_line_and_status_2(model, tmp_path, fixtures_dir, capsys, damage, needles):
     damage(model)
@@ -76,6 +83,27 @@ def test_a_bad_model_directory_is_one_line_and_status_2(model, tmp_path, fixture
                  str(tmp_path / "ev"), "--threads", "1"])
     one_line(capsys, code, 2, *needles)
     assert not (tmp_path / "ev" / "metrics.json").exists()
+
+
+def _resave(path: Path, change) -> None:
+    """Rewrite the JSON file `path` after `change` (a function of its object, in place)."""
+    saved = json.loads(path.read_text())
+    change(saved)
+    path.write_text(json.dumps(saved))
+
+
+def test_a_current_run_loads_and_its_model_json_round_trips_exactly(trained):
+    """The run just trained is of this format and loads; its transform and data options are written back as read."""
+    saved = json.loads((trained / "model.json").read_text())
+    assert saved["format_version"] == FORMAT_VERSION
+    lm = load_model(trained)
+    assert json.loads(json.dumps(lm.transform.to_dict())) == saved["transform"]
+    assert json.loads(json.dumps(lm.data_cfg.to_dict())) == saved["data"]
+
+
+def test_a_run_of_another_format_is_not_resumed(model, capsys):
+    _resave(model / "config.json", lambda d: d.pop("format_version"))
+    one_line(capsys, resume(model), 2, "config.json: no format_version", "train again")
 
 
 def test_features_that_do_not_match_the_model_are_named(model, tmp_path, fixtures_dir, capsys):

@@ -74,23 +74,22 @@ def test_forecasts_predicted_from_the_store_are_scored_as_evaluate_scores_them(r
         assert got["model"]["overall"]["q_risk"][q] == pytest.approx(v, rel=1e-9)
 
 
-def test_a_store_prepared_before_the_own_moves_is_scored_without_the_seasonal_baseline(runs):
-    legacy = runs / "legacy"
-    shutil.copytree(runs / "store", legacy)
-    (legacy / "own_log_range.npy").unlink()
-    manifest = json.loads((legacy / "manifest.json").read_text())
+def test_a_store_missing_an_array_of_its_format_is_refused(runs, capsys):
+    """Every store of this format keeps the own moves the baselines read: a manifest without one is not scored
+    with baselines left out, but refused in one line."""
+    damaged = runs / "damaged"
+    shutil.copytree(runs / "store", damaged)
+    manifest = json.loads((damaged / "manifest.json").read_text())
     del manifest["arrays"]["own_log_range"]
-    (legacy / "manifest.json").write_text(json.dumps(manifest))
-    out = runs / "on-legacy"
-    assert main(["evaluate", "--model", str(runs / "store-run"), "--features", str(legacy), "--end", END,
-                 "--out-dir", str(out), "--threads", "1"]) == 0
-    got, full = metrics(out), metrics(runs / "on-store")
-    assert set(got["baselines"]) == {"training_quantiles", "rolling_vol", "garch_t"}
-    assert got["baselines"] == {k: v for k, v in full["baselines"].items() if k not in ("seasonal_rolling_vol", "har")}
-    legacy_why = ("(the feature store keeps no own_log_range, as stores prepared by an earlier foxhunt do not: run "
-                  "`foxhunt prepare` again, or evaluate on the bars)")
-    assert got["verdict"]["sentence"].endswith(
-        f"; seasonal_rolling_vol was not scored {legacy_why}; har was not scored {legacy_why}.")
+    (damaged / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    out = runs / "on-damaged"
+    code = main(["evaluate", "--model", str(runs / "store-run"), "--features", str(damaged), "--end", END,
+                 "--out-dir", str(out), "--threads", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and not (out / "metrics.json").exists()
+    assert err.endswith(f"{damaged / 'manifest.json'}: no entry for the array 'own_log_range'; run `foxhunt prepare` "
+                        "again")
 
 
 def test_evaluate_refuses_both_inputs_and_a_store_prepared_otherwise(runs, fixtures_dir, capsys):

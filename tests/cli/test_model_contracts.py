@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import shutil
 from pathlib import Path
 
 import polars as pl
@@ -54,33 +53,3 @@ def test_the_decision_is_saved_with_the_model_and_read_by_predict_and_the_python
     assert prepare_for_model(load_model(run), (months,)).windows.series_names == SYMBOLS  # export's parity data
 
 
-def test_a_model_saved_before_the_decision_was_kept_reads_its_series_from_their_names(run, months, tmp_path):
-    """model.json without roots_apart / roots_rolled (saved before them): the series it was trained on, CF0 and CU0,
-    name contracts of C, so C is kept apart; one trained when C was rolled, with a series C, rolls it."""
-    old = tmp_path / "old"
-    shutil.copytree(run, old)
-    meta = json.loads((old / "model.json").read_text())
-    for key in ("roots_apart", "roots_rolled"):
-        del meta["transform"][key]
-    (old / "model.json").write_text(json.dumps(meta))
-    lm = load_model(old)
-    assert lm.transform.roots_apart is None and lm.transform.contract_roots() == (("C",), ())
-    assert prepare_for_model(lm, (months,)).windows.series_names == SYMBOLS
-    rolled = lm.transform.__class__.from_dict({**meta["transform"], "series_vocab": ["C", "M0"]})
-    assert rolled.contract_roots() == ((), ("C", "M0"))
-
-
-def test_a_store_prepared_before_the_decision_was_kept_still_serves_the_model(run, tmp_path, tiny_flags):
-    """`predict --features STORE` compares the store's transform with the model's: a store of the training bars
-    prepared before the decision was kept (no roots_apart / roots_rolled) has the same series, and is the model's."""
-    bars = json.loads((run / "data_summary.json").read_text())["files"][0]["path"]
-    store = tmp_path / "store"
-    assert main(["prepare", "-f", bars, "--encoder-length", "16", "--horizon", "3", "--out", str(store)]) == 0
-    manifest = json.loads((store / "manifest.json").read_text())
-    assert (manifest["transform"]["roots_apart"], manifest["transform"]["roots_rolled"]) == (["C"], [])
-    for key in ("roots_apart", "roots_rolled"):
-        del manifest["transform"][key]
-    (store / "manifest.json").write_text(json.dumps(manifest))
-    out = tmp_path / "fc.parquet"
-    assert main(["predict", "--model", str(run), "--features", str(store), "--out", str(out)]) == 0
-    assert sorted(pl.read_parquet(out)["symbol"].unique()) == list(SYMBOLS)

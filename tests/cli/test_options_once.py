@@ -312,11 +312,12 @@ def test_resuming_takes_training_options_and_refuses_other_data_or_model_options
     import json
 
     import foxhunt
+    from foxhunt.data.dataset.saved_format import FORMAT_VERSION
 
     run = tmp_path / "run"
     run.mkdir()
     saved = foxhunt.RunConfig.from_options(parquet_file="a.parquet", hidden_size=8, encoder_length=16)
-    (run / "config.json").write_text(json.dumps(saved.to_dict()))
+    (run / "config.json").write_text(json.dumps({**saved.to_dict(), "format_version": FORMAT_VERSION}))
     cfg = foxhunt.RunConfig.resumed(run, epochs=3, threads=2, use_gpu=True, hidden_size=8, encoder_length=16,
                                     parquet_file="a.parquet")
     assert (cfg.training.epochs, cfg.training.num_threads, cfg.training.device) == (3, 2, "cuda")

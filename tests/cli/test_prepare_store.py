@@ -4,6 +4,7 @@ options, resumable; `foxhunt predict --features`: the same forecasts as from the
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +70,19 @@ def test_other_data_options_are_refused_with_one_line_and_status_2(runs, tiny, c
                    "--horizon 3; drop --horizon to use the store as prepared, or run `foxhunt prepare` with "
                    "--horizon 7 into a new store")
     assert not (runs / "refused" / "checkpoint.pt").exists()
+
+
+def test_a_store_of_another_format_is_refused_with_one_line_and_status_2(runs, tiny, capsys):
+    old = Path(shutil.copytree(runs / "store", runs / "old-store"))
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["format_version"]  # as a store of an earlier foxhunt
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    code = main(["train", *tiny, "--features", str(old), "--run-dir", str(runs / "old-run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and not (runs / "old-run" / "checkpoint.pt").exists()
+    assert err.startswith(f"foxhunt: error: {old / 'manifest.json'}: no format_version (written by foxhunt ")
+    assert err.endswith("prepare the store again with this foxhunt (`foxhunt prepare`)")
 
 
 def test_list_options_given_with_the_stores_own_values_are_accepted(runs):

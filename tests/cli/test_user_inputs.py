@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from foxhunt.cli import main
+from foxhunt.model.saved import load_model
 
 DAY = 86_400 * 10**9
 
@@ -67,7 +68,7 @@ def test_the_model_saves_its_inputs_and_their_scaling(run):
     meta = json.loads((run / "model.json").read_text())
     tf = meta["transform"]
     assert tf["inputs"]["observed"] == ["flow", "vix"] and tf["inputs"]["known"] == ["holiday_eve"]
-    assert tf["inputs"]["known_names"] == ["holiday_eve", *EVENT_COLUMNS]
+    assert load_model(run).transform.inputs.known_names == ("holiday_eve", *EVENT_COLUMNS)
     assert tf["scalers"]["user_observed"] == ["flow", "vix"]
     assert set(tf["scalers"]["series"]) == {"ES", "NQ"} and "vix" in tf["scalers"]["series"]["ES"]
     known = [f["name"] for f in meta["schema"]["features"] if f["role"] == "known"]
@@ -193,8 +194,9 @@ def test_a_config_file_declares_inputs_like_the_flags(files, tiny_flags, tmp_pat
     run_dir = tmp_path / "run"
     assert main(["train", "--parquet-file", str(files["bars"]), "--config", str(cfg), *tiny_flags,
                  "--run-dir", str(run_dir)]) == 0
-    got = json.loads((run_dir / "model.json").read_text())["transform"]["inputs"]
-    assert got["observed"] == ["vix"] and got["covariate_scaling"] == "global" and got["events"] is not None
+    meta = json.loads((run_dir / "model.json").read_text())
+    got = meta["transform"]["inputs"]
+    assert got["observed"] == ["vix"] and meta["data"]["covariate_scaling"] == "global" and got["events"] is not None
 
 
 def test_a_store_keeps_the_inputs_and_trains_like_the_files(files, tiny_flags, tmp_path):

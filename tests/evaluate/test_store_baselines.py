@@ -3,8 +3,6 @@ them as the bars do: the same numbers, bit for bit, for a returns and a range ta
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -60,15 +58,3 @@ def test_validation_baselines_from_a_store_are_those_from_the_bars(both):
     from_bars = on_validation(data)
     assert set(from_bars) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har"}
     assert_same(on_validation(stored), from_bars)
-
-
-def test_a_store_without_the_own_moves_scores_the_baselines_that_need_none(both, caplog):
-    cfg, _, stored = both
-    legacy = dataclasses.replace(stored, own_moves={})  # a store prepared before foxhunt kept them
-    scored = on_validation(legacy)
-    left_out = {"seasonal_rolling_vol", "har", "garch_t"} if cfg.target == "log_range" else {"seasonal_rolling_vol", "har"}
-    assert set(scored) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har"} - left_out
-    assert_same(scored, {k: v for k, v in on_validation(stored).items() if k not in left_out})
-    said = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
-    assert any("seasonal_rolling_vol left out: the feature store keeps no own_log_range" in m for m in said)
-

@@ -12,9 +12,10 @@ import numpy as np
 import polars as pl
 import pytest
 
+from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features.scaling import fit_scalers, trailing
 from foxhunt.export.sidecar import scaling_words
-from tests.data.features.test_scaling import prep, synth
+from tests.data.features.test_scaling import opts, prep, synth
 from tests.data.features.test_seasonality import intraday
 
 TZ = "America/Chicago"
@@ -76,13 +77,13 @@ def test_the_volatility_recipe_rebuilds_every_bars_scale(bars, target, estimator
     frame = intraday(n_days=3) if bars == "intraday" else synth(120)
     feats, names, sidx = prep(frame, target)
     train = np.arange(len(sidx)) < int(0.7 * len(sidx))
-    scalers = fit_scalers(feats, names, sidx, train, target, halflife=5.0, estimator=estimator, season_tz=season_tz)
-    lm = SimpleNamespace(transform=SimpleNamespace(scaling="volatility", scalers=scalers),
-                         schema=SimpleNamespace(target=target))
+    cfg = opts(target, "volatility", vol_halflife=5.0, vol_estimator=estimator)
+    scalers = fit_scalers(feats, names, sidx, train, cfg, season_tz)
+    lm = SimpleNamespace(transform=FittedTransform(tuple(names), scalers, cfg), schema=SimpleNamespace(target=target))
     side = json.loads(json.dumps(scaling_words(lm, set())))  # what another language reads
     words = side["center_scale"]
     assert "0.5^(1 / scalers.halflife)" in words and ("p(t)" in words) == (season_tz is not None)
     assert ("sqrt(k)" in words) == (target == "log_range")
-    _, center, scale = trailing(feats, names, sidx, scalers, target, "volatility")
+    _, center, scale = trailing(feats, names, sidx, scalers, cfg)
     np.testing.assert_array_equal(center, 0.0)
     np.testing.assert_allclose(rebuilt(side, feats, names, sidx, target), scale, rtol=1e-9)

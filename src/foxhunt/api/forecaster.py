@@ -132,8 +132,8 @@ class Forecaster:
     def history_bars(self) -> int:
         """Bars per series `predict_parquet` reads: the encoder, the first bar (no return) and the warm-up that
         makes the trailing volatility's starting value negligible (its slowest halflife x SEED_HALFLIVES)."""
-        sc = self._lm.transform.scalers
-        slowest = float(sc["halflife"]) * (4.0 if sc.get("vol_features", False) else 1.0)
+        cfg = self._lm.transform.data
+        slowest = float(cfg.vol_halflife) * (4.0 if cfg.vol_features else 1.0)
         return self.encoder_length + 1 + int(np.ceil(slowest * SEED_HALFLIVES))
 
     # -- forecasts -------------------------------------------------------------------------------------------
@@ -241,7 +241,7 @@ class Forecaster:
     def _stream(self) -> StreamState:
         if self._state is None:
             tf = self._lm.transform
-            user = LiveInputs(tf, self._lm.data_cfg) if tf.inputs else None  # reads the covariate files once
+            user = LiveInputs(tf, self._lm.data_cfg) if tf.inputs is not None else None  # reads the files once
             self._state = StreamState(tf, self.encoder_length, self.horizon, user)
         return self._state
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -198,15 +198,13 @@ class DataConfig:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> DataConfig:
-        d = dict(d)  # a run saved before an option existed gets its default
+        """The inverse of `to_dict`, of a file of this foxhunt's format (saved_format.check_format, done by the
+        reader first): every option is there, or KeyError (an option is never guessed); an unknown one is a
+        TypeError."""
+        missing = [f.name for f in fields(DataConfig) if f.name not in d]
+        if missing:
+            raise KeyError(f"data options {', '.join(missing)} missing")
+        d = dict(d)
         for key in ("paths", "observed", "known", "covariates", "context", "static", "categorical"):
-            d[key] = tuple(d.get(key, ()))
-        # Runs saved before --roll-confirm rolled on the previous session's volume alone: rebuild their data that way.
-        d.setdefault("roll_confirm", 1)
-        # Runs saved before --test-fraction split train / validation only.
-        d.setdefault("test_fraction", 0.0)
-        d.setdefault("seasonality", False)  # and without a time-of-day profile
-        # Runs saved before an option existed used the old defaults (series scaling, EWMA of r^2, halflife 20)
-        for key, old in (("scaling", "series"), ("vol_estimator", "returns"), ("vol_halflife", 20.0)):
-            d.setdefault(key, old)
+            d[key] = tuple(d[key])
         return DataConfig(**d)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +99,7 @@ def evaluate_run(
     model_metrics, raw_metrics, baseline_metrics = scored.model, scored.raw, scored.baselines
     series_names = data.windows.series_names
     skills = {k: c["skill"] for k, c in scored.comparisons.items()}  # on the pairs both cover (evaluate/paired.py)
-    claim = verdict_of(scored.comparisons, qs, applied, lm.transform.intraday, model_dir, lm.schema.target,
-                       data.own_moves, scored.unscored)
+    claim = verdict_of(scored.comparisons, qs, applied, lm.transform.intraday, model_dir, scored.unscored)
     period = {"first_origin": _iso(span.first_ns), "last_origin": _iso(span.last_ns), "origins": span.origins,
               "scored": scored_what, **window}
     calibrated = calibration_result(lm, applied, why_not, model_metrics, raw_metrics, calibration_method(cal))
@@ -198,16 +196,14 @@ def read_forecasts(path: Path, data: PreparedData, ids: torch.Tensor, lm: Loaded
 
 
 def verdict_of(comparisons: dict[str, dict[str, Any]], qs: tuple[float, ...], applied: bool | None,
-               intraday: bool, model_dir: Path, target: str = "log_return", own: Collection[str] | None = None,
-               unscored: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+               intraday: bool, model_dir: Path, unscored: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """metrics.json "verdict": the sentence the console and the report open with (evaluate/verdict.py) on the model's
     `comparisons` with each baseline (evaluate/paired.py), and the seed spread when the run kept the best of several
-    seeds (its seeds.json), since the claim depends on it. `target` and `own` (the own move columns the data keep)
-    say why a baseline is missing (`expected_baselines`); `unscored`: the series' reasons of a baseline that
-    forecast none of them."""
+    seeds (its seeds.json), since the claim depends on it. `expected_baselines` says why a baseline is missing;
+    `unscored`: the series' reasons of a baseline that forecast none of them."""
     who = "The calibrated model" if applied else "The model (uncalibrated)" if applied is False else "The model"
     missing = {k: why or unscored_reason((unscored or {}).get(k))
-               for k, why in expected_baselines(intraday, target, own).items() if k not in comparisons}
+               for k, why in expected_baselines(intraday).items() if k not in comparisons}
     out = verdict(comparisons, qs, who, missing).to_dict()
     seeds = read_seeds(Path(model_dir))
     out["seed_spread"] = seed_spread(seeds, qs) if seeds else None

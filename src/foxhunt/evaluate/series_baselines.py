@@ -27,24 +27,13 @@ from foxhunt.evaluate.scored_rows import Scored
 
 log = logging.getLogger("foxhunt.evaluate")
 
-# The own move column (features.own_move_columns) a baseline reads, by (baseline, target); "*": any target.
-NEEDS = {("seasonal_rolling_vol", "*"): "log_range", ("garch_t", "log_range"): "log_return"}
-INTRADAY_NEEDS = {"har": "log_range"}  # the time-of-day profile, fitted on the own log range
-
-
-def expected_baselines(intraday: bool, target: str = "log_return",
-                       own: Collection[str] | None = None) -> dict[str, str | None]:
-    """The baselines this data calls for, each with the reason it cannot be scored here (None: it can). `own`: the
-    own move columns the data keep (None: all; a feature store prepared before foxhunt kept them has none)."""
+def expected_baselines(intraday: bool) -> dict[str, str | None]:
+    """The baselines this data calls for, each with the reason it cannot be scored here (None: it can)."""
     out: dict[str, str | None] = {}
     for k in BASELINES:
         if k in INTRADAY_ONLY and not intraday:
             continue
-        column = NEEDS.get((k, target), NEEDS.get((k, "*"))) or (INTRADAY_NEEDS.get(k) if intraday else None)
-        if own is not None and column is not None and column not in own:
-            out[k] = (f"the feature store keeps no own_{column}, as stores prepared by an earlier foxhunt do not: "
-                      "run `foxhunt prepare` again, or evaluate on the bars")
-        elif k == "garch_t" and not garch_available():
+        if k == "garch_t" and not garch_available():
             out[k] = "the arch package is not installed: pip install 'foxhunt[garch]'"
         else:
             out[k] = None
@@ -53,7 +42,7 @@ def expected_baselines(intraday: bool, target: str = "log_return",
 
 def usable_baselines(data: PreparedData, only: Collection[str] | None = None) -> list[str]:
     """The baselines (of `only` when given) that can be scored on `data`; each one that cannot is said once."""
-    expected = expected_baselines(data.transform.intraday, data.schema.target, data.own_moves)
+    expected = expected_baselines(data.transform.intraday)
     for k, why in expected.items():
         if why is not None and (only is None or k in only):
             log.warning("baseline %s left out: %s", k, why)

@@ -3,6 +3,10 @@
 Each input's name, dtype, shape (the batch axis named "batch") and the feature of every channel; the categorical
 codes; how each feature is computed and scaled (formulas in words, the fitted numbers per series); how to turn the
 output into the target's units and apply the calibration. docs/reference/model-format.md walks through it.
+
+Its `scaling.scalers` and `your_inputs` are a public layout (format_version 1): the fitted records (fitted.py) with
+the options they were fitted under written back in (`scalers_json`, `inputs_json`), as a reader of the sidecar alone
+needs them; model.json keeps those options once, in its "data".
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 import torch
 
 import foxhunt
+from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features.bar_features import (
     FILL_OBSERVED,
     RETURN_TARGETS,
@@ -66,6 +71,27 @@ def _input(spec: InputSpec, cards: dict[str, int]) -> dict[str, Any]:
     return out
 
 
+def scalers_json(tf: FittedTransform) -> dict[str, Any]:
+    """`scaling.scalers`: {"halflife", "estimator", "vol_features", "fill_gaps", "units" ("price" for a
+    price_change target only), "series", "pooled", "season" (with a profile only), "user_observed" (with the user's
+    observed inputs only)}, each series' {input: {mean, std}, "target": {center, scale}, "range_k": {value}}."""
+    cfg, fitted = tf.data, tf.scalers.to_dict()
+    return {"halflife": float(cfg.vol_halflife), "estimator": cfg.vol_estimator, "vol_features": cfg.vol_features,
+            "fill_gaps": cfg.fill_gaps, **({"units": "price"} if cfg.target == "price_change" else {}),
+            "series": fitted["series"], "pooled": fitted["pooled"],
+            **({"season": fitted["season"]} if fitted["season"] is not None else {}),
+            **({"user_observed": fitted["user_observed"]} if fitted["user_observed"] else {})}
+
+
+def inputs_json(tf: FittedTransform) -> dict[str, Any] | None:
+    """`your_inputs`: the fitted inputs (FittedInputs.to_dict) with "known_names" (the real known columns, then
+    the events'), "covariate_scaling" and "event_cap" (the steps at which the event features saturate)."""
+    if tf.inputs is None:
+        return None
+    return {**tf.inputs.to_dict(), "known_names": list(tf.inputs.known_names),
+            "covariate_scaling": tf.data.covariate_scaling, "event_cap": tf.event_cap}
+
+
 def scaling_words(lm: LoadedModel, used: set[str]) -> dict[str, Any]:
     t = lm.transform
     return {
@@ -77,9 +103,9 @@ def scaling_words(lm: LoadedModel, used: set[str]) -> dict[str, Any]:
                   "origin (the last encoder bar); back in the target's units: y = q * scale + center",
         "center_scale": ("scaling 'series': center = scalers.series[s].target.center, scale = "
                          "scalers.series[s].target.scale, the same for every window of a series"
-                         if t.scaling == "series" else volatility_words(t.scalers, lm.schema.target)),
+                         if t.scaling == "series" else volatility_words(t, lm.schema.target)),
         "mode": t.scaling,
-        "scalers": t.scalers,
+        "scalers": scalers_json(t),
         "not_standardized": sorted((set(FILL_OBSERVED) | {"roll"}) & used),
     }
 
@@ -87,38 +113,40 @@ def scaling_words(lm: LoadedModel, used: set[str]) -> dict[str, Any]:
 def user_words(lm: LoadedModel) -> dict[str, str]:
     """How each of the user's own inputs (data/features/inputs.py) is fed, in words; `your_inputs` holds the
     numbers (the known inputs' mean and std, the event calendar)."""
-    got = lm.transform.inputs or {}
-    src = got.get("sources", {})
+    got = lm.transform.inputs
+    if got is None:
+        return {}
+    src = got.sources
     words = {c: f"column {c} of {src.get(c, 'the bar files')} as of the bar: its last row stamped at or before the "
                 "bar's time (per series where the file has a symbol column); standardized like the other observed "
-                "inputs with scalers.series[s][" + c + "]" for c in got.get("observed", ())}
+                "inputs with scalers.series[s][" + c + "]" for c in got.observed}
     words.update({c: f"column {c} of {src.get(c, '?')} as of the time of the bar or forecast step (its last row at "
                      "or before it), then (x - your_inputs.known_scalers[" + c + "].mean) / std"
-                  for c in got.get("known", ())})
-    for c in got.get("context", ()):  # --context: the series' own inputs (context_inputs), its log_vol included
+                  for c in got.known})
+    for c in got.context:  # --context: the series' own inputs (context_inputs), its log_vol included
         for col in context_inputs(lm.transform.target):
             words[f"{c}_{col}"] = (f"series {c}'s own {col} input (before standardizing) at its last bar at or "
                                    "before the bar's time (the same time included; none before its first bar: 0); "
                                    f"standardized like the other observed inputs with scalers.series[s][{c}_{col}]")
-    kinds = got.get("static_kinds", {})
-    for c in got.get("static", ()):
+    kinds = got.static_kinds
+    for c in got.static:
         whose = (f"the one value of column {c} of {src.get(c, 'the bar files')} over the series' rows (per series by "
                  "name, or by its contracts, where the file has a symbol column)")
         words[c] = (f"{whose}; code = its index in your_inputs.static_vocab[{c}] + 1, 0 for a value not in it "
                     "(static_cat, after the series code)" if kinds.get(c) == "categorical" else
                     f"{whose}, then (x - your_inputs.static_scalers[{c}].mean) / std (static_cont)")
-    for c in got.get("observed_cat", ()):
+    for c in got.observed_cat:
         words[c] = (f"column {c} of {src.get(c, 'the bar files')} as of the bar (its last row at or before the bar's "
                     f"time); code = its index in your_inputs.timed_vocab[{c}] + 1, 0 for a value not in it or no "
                     "value (encoder_cat, after the known categorical inputs)")
-    for c in got.get("known_cat", ()):
+    for c in got.known_cat:
         words[c] = (f"column {c} of {src.get(c, '?')} as of the time of the bar or forecast step; code = its index "
                     f"in your_inputs.timed_vocab[{c}] + 1, 0 for a value not in it (encoder_cat and decoder_cat)")
-    cap = got.get("event_cap", 0)
+    cap = lm.transform.event_cap
     keyed = ("; a series' events are events[name] and keyed[key][name], key its name where keyed lists it, else the "
-             "contract it holds at the bar (at the origin for a forecast step)") if (got.get("events") or {}).get(
-        "keyed") else ""
-    for n in (got.get("events") or {}).get("events", {}):
+             "contract it holds at the bar (at the origin for a forecast step)") if got.events is not None and (
+        got.events.keys) else ""
+    for n in got.events.names if got.events is not None else ():
         words[f"{n}_until"] = (f"min(floor((e - t) / bar_spacing_ns), {cap}) / {cap}, e the first {n} event at or "
                                f"after the bar's start t (your_inputs.events{keyed}); 1 when there is none")
         words[f"{n}_since"] = (f"min(floor((t - e) / bar_spacing_ns), {cap}) / {cap}, e the last {n} event before "
@@ -127,14 +155,14 @@ def user_words(lm: LoadedModel) -> dict[str, str]:
     return words
 
 
-def volatility_words(scalers: dict[str, Any], target: str) -> str:
+def volatility_words(tf: FittedTransform, target: str) -> str:
     """The exact recipe of data/scaling.trailing's center and scale for volatility scaling, in this model's terms:
     a reader in another language rebuilds the scale at the origin from these words and the scaler numbers alone
     (tests/export/test_sidecar_scaling.py does so in numpy)."""
     ret, rng = move_columns(target)
-    est = scalers.get("estimator", "returns")
+    est = tf.data.vol_estimator
     proxy = f"{ret}_t^2" if est == "returns" else f"k * {rng}_t^2 (k = scalers.series[s].range_k.value)"
-    season = bool(scalers.get("season"))
+    season = tf.scalers.season is not None
     words = (f"scaling 'volatility' ({est} estimator). Per series s, over its bars in time order: "
              f"v_t = {proxy}{' / p(t)^2' if season else ''}, where a series' first bar takes "
              f"v_0 = std^2 (std = scalers.series[s].{ret}.std); m_0 = v_0, m_t = (1 - a) m_(t-1) + a v_t with "
@@ -225,7 +253,7 @@ def sidecar(lm: LoadedModel, run_dir: Path, model_file: str, specs: list[InputSp
                                       "on the regular grid (skipping the daily halt and weekends intraday)"},
         "features": {n: FEATURES.get(n) or user_words(lm).get(n, "see docs/reference/model-format.md")
                      for n in sorted(used)},
-        "your_inputs": lm.transform.inputs,
+        "your_inputs": inputs_json(lm.transform),
         "scaling": scaling_words(lm, used),
         "calibration": calibration_words(lm),
         "parity": parity.to_dict(),

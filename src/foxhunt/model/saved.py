@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 import foxhunt
 from foxhunt.atomic import write_json, write_with
 from foxhunt.data.config import DataConfig
+from foxhunt.data.dataset.saved_format import FORMAT_VERSION, check_format
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features.schema import FeatureSchema
 from foxhunt.errors import InputError
@@ -52,6 +53,7 @@ def save_model_json(
     write_json(
         path,
         {
+            "format_version": FORMAT_VERSION,
             "foxhunt_version": foxhunt.__version__,
             "model": model_cfg.to_dict(),
             "input_sizes": schema.sizes.to_dict(),
@@ -83,7 +85,7 @@ def load_model(run_dir: str | Path, device: torch.device | str = "cpu", calibrat
     `calibration`, RUN_DIR/calibration.json too when it is there and was fitted on these weights.
 
     Every way a directory can fail to be a usable model (not a run, a run that has not finished an epoch, a file cut
-    short or from a newer foxhunt) is an InputError naming the file and what to do."""
+    short, from an older run format or a newer foxhunt) is an InputError naming the file and what to do."""
     root = Path(run_dir)
     meta_path, weights_path = root / "model.json", root / "model.safetensors"
     if root.exists() and not root.is_dir():
@@ -98,10 +100,12 @@ def load_model(run_dir: str | Path, device: torch.device | str = "cpu", calibrat
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         check_version(meta_path, meta.get("foxhunt_version"))
+        check_format(meta_path, meta, "retrain the model with this foxhunt (`foxhunt train`) and point --model at "
+                                      "the new run")
         model_cfg = ModelConfig.from_dict(meta["model"])
         schema = FeatureSchema.from_dict(meta["schema"])
-        transform = FittedTransform.from_dict(meta["transform"])
         data_cfg = DataConfig.from_dict(meta["data"])
+        transform = FittedTransform.from_dict(meta["transform"], data_cfg)
     except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as e:
         raise InputError(f"{meta_path}: not a foxhunt model description ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}); retrain or point --model elsewhere") from e

@@ -15,7 +15,7 @@ import torch
 
 from foxhunt.data.bars.load import LoadedBars, load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.types import FittedTransform, PreparedData
+from foxhunt.data.dataset.types import FEATURIZING, FittedTransform, PreparedData
 from foxhunt.data.dataset.windows import id_chunks
 from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.errors import InputError
@@ -44,7 +44,7 @@ def with_sources(lm: LoadedModel, covariates: tuple[str, ...] | None = None, eve
     """`lm` reading the user's inputs from these --covariates files and --events calendar instead of the training
     run's (saved in its data options; the calendar itself in model.json); says which it uses."""
     inputs = lm.transform.inputs
-    if not inputs:
+    if inputs is None:
         if covariates or events:
             raise InputError(f"--covariates / --events: the model {lm.meta.get('run_dir', '')} was trained without "
                              "inputs of your own, so it has none to read; drop them")
@@ -54,11 +54,11 @@ def with_sources(lm: LoadedModel, covariates: tuple[str, ...] | None = None, eve
         cfg = dataclasses.replace(cfg, covariates=tuple(covariates))
     if events:
         cfg = dataclasses.replace(cfg, events=events)
-    named = [*inputs["observed"], *inputs.get("observed_cat", ()), *inputs["known"], *inputs.get("known_cat", ())]
+    named = [*inputs.observed, *inputs.observed_cat, *inputs.known, *inputs.known_cat]
     if named:
         log.info("your inputs %s from %s%s", ", ".join(named), ", ".join(cfg.covariates) or "the bar files",
                  "" if covariates else " (the training run's --covariates)")
-    if inputs.get("events"):
+    if inputs.events is not None:
         log.info("events from %s", events or "the calendar saved with the model (model.json)")
     return dataclasses.replace(lm, data_cfg=cfg)
 
@@ -110,11 +110,12 @@ def store_for_model(lm: LoadedModel, store: Path) -> PreparedData:
 
 
 def _transform_text(transform: FittedTransform) -> str:
-    """A transform as canonical JSON: a model's and a store's both went through JSON, so equal fits give equal text.
-    Without the contracts decision (roots_apart / roots_rolled): the series it gave are in the vocabulary, and a store
-    prepared before it was kept has none."""
+    """A transform and the options it featurizes by (types.FEATURIZING) as canonical JSON: a model's and a store's
+    both went through JSON, so equal fits give equal text. Without the contracts decision (roots_apart /
+    roots_rolled): the series it gave are in the vocabulary."""
     fitted = {k: v for k, v in transform.to_dict().items() if k not in ("roots_apart", "roots_rolled")}
-    return json.dumps(fitted, sort_keys=True)
+    options = {k: getattr(transform.data, k) for k in FEATURIZING}
+    return json.dumps({**fitted, "options": options}, sort_keys=True)
 
 
 def live_origins(data: PreparedData) -> torch.Tensor:

@@ -158,11 +158,8 @@ class TrainConfig:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> TrainConfig:
-        d = dict(d)
-        d.setdefault("window_run", 1)  # runs saved before the option existed shuffled windows singly
-        d.setdefault("loss_weight", "none")  # and weighed every sample alike
-        # fields added later (checkpoint_every, deterministic) take their defaults; unknown ones (a newer foxhunt)
-        # are a TypeError the caller reports
+        """The inverse of `to_dict`, of a config.json of this foxhunt's format (saved_format.check_format, first); an unknown key
+        is a TypeError the caller reports."""
         return TrainConfig(**d)
 
 

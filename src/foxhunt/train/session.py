@@ -18,6 +18,7 @@ import foxhunt
 from foxhunt.atomic import write_json
 from foxhunt.console import FINAL, SHOW
 from foxhunt.data.config import DataConfig
+from foxhunt.data.dataset.saved_format import FORMAT_VERSION
 from foxhunt.data.dataset.summary import contracts_text, format_summary
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
@@ -370,6 +371,7 @@ def _baseline(data: PreparedData, model_cfg: ModelConfig, cfg: TrainConfig, val_
 def _config_record(r: _Rank, data: PreparedData, sizing: Sizing, n_params: int, baseline: ValResult) -> dict[str, Any]:
     """config.json: everything the run was made from and what it resolved, as plain values."""
     return {
+        "format_version": FORMAT_VERSION,
         "foxhunt_version": foxhunt.__version__,
         "torch_version": torch.__version__,
         "created_utc": dt.datetime.now(dt.UTC).isoformat(),

@@ -2,9 +2,9 @@
 
 Before, the grid chose its closures by the time zone alone (CME's halt and weekend in America/Chicago, none
 elsewhere; daily bars always skipped Saturday and Sunday), so with --calendar XNYS a forecast from 15:55 ET stepped
-to 16:00 ET, into the night, and daily bars of a 24/7 market never forecast a Saturday. Without --calendar (and for
-every model saved before it) the grid must stay exactly what it was: a hash of today's outputs over a year of
-origins, computed with the code before this change, holds it bit for bit."""
+to 16:00 ET, into the night, and daily bars of a 24/7 market never forecast a Saturday. Without --calendar the grid
+must stay exactly what it was: a hash of today's outputs over a year of origins, computed with the code before this
+change, holds it bit for bit."""
 
 from __future__ import annotations
 
@@ -58,10 +58,9 @@ def grid_hash(grid_of_zone) -> str:
     return h.hexdigest()
 
 
-def test_without_a_calendar_the_grid_is_bit_identical_to_before():
+def test_without_a_calendar_the_grid_is_bit_identical_to_before(bare_transform):
     assert grid_hash(lambda tz: None) == BEFORE  # no grid: the zone's default
-    old_model = {"series_vocab": ["ES"], "scalers": {}, "exchange_tz": CT}  # model.json before --calendar
-    assert grid_hash(lambda tz: FittedTransform.from_dict({**old_model, "exchange_tz": tz}).grid) == BEFORE
+    assert grid_hash(lambda tz: bare_transform({"exchange_tz": tz}).grid) == BEFORE  # a model without --calendar
     assert grid_hash(lambda tz: session_grid(None, tz)) == BEFORE
 
 
@@ -166,15 +165,15 @@ def test_24_7_daily_bars_step_into_the_weekend_and_intraday_bars_never_jump():
     assert on_grid(origins, True, "UTC", always).all() and on_grid(origins, False, "UTC", always).all()
 
 
-def test_a_saved_session_gives_its_grid_back_without_the_package(monkeypatch):
+def test_a_saved_session_gives_its_grid_back_without_the_package(monkeypatch, bare_transform):
     pytest.importorskip("pandas_market_calendars")
-    tf = FittedTransform(series_vocab=("AAPL",), scalers={}, intraday=True, exchange_tz=ET, bar_spacing_ns=5 * MIN,
-                         session=sessions.calendar_session("XNYS"))
+    tf = bare_transform({"exchange_tz": ET}, intraday=True, bar_spacing_ns=5 * MIN,
+                        session=sessions.calendar_session("XNYS"))
     saved = json.loads(json.dumps(tf.to_dict()))
     assert saved["session"]["calendar"] == "XNYS"
-    assert "session" not in dataclasses.replace(tf, session=None).to_dict()  # without --calendar: as before
+    assert dataclasses.replace(tf, session=None).to_dict()["session"] is None  # without --calendar
     monkeypatch.setitem(sys.modules, "pandas_market_calendars", None)  # predicting where it is not installed
-    back = FittedTransform.from_dict(saved)
+    back = FittedTransform.from_dict(saved, tf.data)
     assert back.session == tf.session and back.grid is grid_of(tf.session)
     assert iso(future_timestamps(ns("2024-03-06T20:55"), 5 * MIN, 1, True, ET, back.grid)[0]) == ["2024-03-07T14:30"]
     assert "2024-11-28" in saved["session"]["holidays"]  # Thanksgiving, kept with the model
@@ -280,7 +279,7 @@ def test_a_store_prepared_in_pieces_keeps_the_calendar_grid(fixtures_dir, tmp_pa
     assert np.array_equal(grid, np.load(tmp_path / "whole" / whole["arrays"]["known_ts"]["file"]))
     assert _in_cme_halt(grid).any()  # 24/7: the grid runs through 16:00-17:00 CT
     default = prepare_store(dataclasses.replace(cfg, calendar=None, exchange_tz=CT), tmp_path / "default", workers=0)
-    assert "session" not in default["transform"]
+    assert default["transform"]["session"] is None
     assert not _in_cme_halt(np.load(tmp_path / "default" / default["arrays"]["known_ts"]["file"])).any()
 
 

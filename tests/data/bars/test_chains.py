@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from foxhunt.cli import main
-from foxhunt.data.bars.chains import contract_spans, decision, decision_line, roots_apart, roots_of_series
+from foxhunt.data.bars.chains import contract_spans, decision, decision_line, roots_apart
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.summary import contracts_text
@@ -95,13 +95,11 @@ def test_a_models_decision_overrules_the_dates_and_other_roots_are_decided_from_
     assert load_bars(DataConfig(paths=(cn,))).report["roots_rolled"] == []
 
 
-def test_a_model_saved_before_the_decision_reads_it_off_its_series_names():
-    assert roots_of_series(("AU0", "CF0", "CU0", "M0", "ES")) == (("A", "C"), ("ES", "M0"))
-    assert roots_of_series(("C", "S", "M0")) == ((), ("C", "M0", "S"))
+def test_the_decision_a_model_keeps_is_auto_s_alone():
     assert decision({"roots_apart": {"C": {}}, "roots_rolled": ["ES"]}, "auto") == {
         "roots_apart": ("C",), "roots_rolled": ("ES",)}
     assert decision({"roots_apart": {"C": {}}, "roots_rolled": []}, "each") == {} == decision({}, "auto")
-    assert decision({"roots_apart": {}, "roots_rolled": []}, "auto") == {}  # no futures: the transform as before
+    assert decision({"roots_apart": {}, "roots_rolled": []}, "auto") == {}  # no futures: nothing decided
 
 
 @pytest.mark.parametrize("name", ["es_fut_ohlcv1m_databento.parquet", "es_fut_ohlcv1h_databento.parquet",
@@ -202,4 +200,4 @@ def test_the_line_for_one_symbol_and_for_a_summary_without_a_decision():
         " its name reads as, so it is not a futures contract; --contracts continuous reads them as contracts, one"
         " series per root")
     assert contracts_text({"series": {"ES": {}}, "roots_apart": {}}) is None
-    assert contracts_text({"series": {"ES": {}}}) is None  # a summary saved before the decision existed
+    assert contracts_text({"series": {"ES": {}}}) is None  # a summary without a decision

@@ -153,10 +153,11 @@ def test_unknown_timezone_is_refused():
         DataConfig(timezone="Mars/Olympus")
 
 
-def test_old_saved_data_config_without_the_new_options_still_loads():
+def test_a_saved_data_config_without_an_option_is_refused_not_defaulted():
     saved = DataConfig().to_dict()
     del saved["timezone"], saved["price_scale"]
-    assert DataConfig.from_dict(saved) == DataConfig()
+    with pytest.raises(KeyError, match="timezone, price_scale"):
+        DataConfig.from_dict(saved)
 
 
 def _write(frame: pl.DataFrame, path: Path) -> Path:

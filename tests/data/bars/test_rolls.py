@@ -102,13 +102,11 @@ def test_jumps_past_a_next_contract_that_does_not_trade(tmp_path):
     assert [(r["trade_date"], r["to"], r["reason"]) for r in lb.rolls] == [("2024-03-11", "ESU4", "volume")]
 
 
-def test_roll_confirm_is_validated_and_old_saved_configs_default_to_one_session():
+def test_roll_confirm_is_validated_and_saved():
     with pytest.raises(InputError, match="--roll-confirm must be at least 1"):
         DataConfig(roll_confirm=0)
     saved = DataConfig(roll_confirm=3).to_dict()
     assert DataConfig.from_dict(saved).roll_confirm == 3
-    del saved["roll_confirm"]  # a run saved before the option: it rolled on the previous session's volume alone
-    assert DataConfig.from_dict(saved).roll_confirm == 1
 
 
 # --- 2. the front stops trading --------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import torch
 from foxhunt.data.features import inputs, timed_categories
 from foxhunt.data.features.covariate_files import CovariateTable
 from foxhunt.data.features.covariates import asof_join, known_values_at
+from foxhunt.data.features.fitted import FittedInputs
 
 UTC_NS = pl.Datetime("ns", "UTC")
 
@@ -61,8 +62,8 @@ def test_arrays_code_the_rows_and_the_grid_under_the_training_vocabulary(caplog)
     session = unkeyed([0, 15, 30], session_type=["full", "half", "holiday"])
     src = inputs.Sources(observed=(), known=(), tables={"session_type": session, "regime": session}, events=None,
                          observed_cat=("regime",), known_cat=("session_type",))
-    fitted = {"observed_cat": ["regime"], "known_cat": ["session_type"],
-              "timed_vocab": {"regime": ["calm", "storm"], "session_type": ["full", "half"]}}
+    fitted = FittedInputs(observed_cat=("regime",), known_cat=("session_type",),
+                          timed_vocab={"regime": ("calm", "storm"), "session_type": ("full", "half")})
     observed = {"regime": pl.Series("regime", ["storm", None, "calm"])}  # the real rows' joined values
     ts, real = np.array([0, 10, 20, 30]), np.array([True, True, True, False])
     with caplog.at_level(logging.WARNING, logger="foxhunt.data"):
@@ -80,7 +81,7 @@ def test_fit_reads_the_observed_training_rows_and_the_known_values_at_the_traini
                          observed_cat=("regime",), known_cat=("session_type",))
     observed = {"regime": pl.Series(["storm", "calm", "panic"])}
     got = timed_categories.fit(src, observed, np.array([True, True, False]), np.array([0, 20]))
-    assert got == {"regime": ["calm", "storm"], "session_type": ["full", "half"]}
+    assert got == {"regime": ("calm", "storm"), "session_type": ("full", "half")}
 
 
 def test_categorical_names_an_observed_or_known_column():
@@ -99,7 +100,7 @@ def test_prepared_data_carry_the_codes_through_a_store(daily_path, tmp_path):
     cfg = DataConfig(paths=(str(bars),), encoder_length=16, horizon=3, observed=("regime",))
     data = prepare_data(cfg)
     w = data.windows
-    assert data.transform.inputs["timed_vocab"] == {"regime": ["down", "up"]}
+    assert data.transform.inputs.timed_vocab == {"regime": ("down", "up")}
     assert w.time_cat.shape == (w.n_rows, 1) and w.known_cat.shape[1] == 0 and w.n_known_cat == 0
     want = b.sort("symbol", "timestamp").select((pl.col("close") > pl.col("open")).cast(pl.Int64) + 1)
     assert w.time_cat[:, 0].tolist() == want.to_series().to_list()

@@ -137,10 +137,10 @@ def test_the_static_inputs_enter_the_live_window_as_predict_codes_them(static_ru
     rows = [fc._stream.index[s] for s in ("ES", "NQ")]
     b = fc.batch(rows)
     got = fc._lm.transform.inputs
-    tick = got["static_scalers"]["tick_value"]
+    tick = got.static_scalers["tick_value"]
     assert b.static_cat[:, 1].tolist() == [1, 2]  # equity, tech: index + 1 in the saved vocabulary
     np.testing.assert_allclose(b.static_cont[:, 0].numpy(),
-                               (np.array([12.5, 5.0]) - tick["mean"]) / tick["std"], rtol=1e-6)
+                               (np.array([12.5, 5.0]) - tick.mean) / tick.std, rtol=1e-6)
 
 
 def test_a_series_first_seen_by_update_gets_what_predict_gives_it(static_run, bars):

@@ -53,8 +53,8 @@ def test_the_model_reads_four_inputs_of_nq(run, daily_path, capsys):
     """model.json's scalers, the export sidecar's words and `foxhunt inspect` each name NQ_log_vol."""
     fc = foxhunt.Forecaster.load(run, trace=False)
     tf = fc._lm.transform
-    assert tf.inputs["context"] == ["NQ"]
-    assert tf.scalers["user_observed"] == ["NQ_log_return", "NQ_log_range", "NQ_log_volume", "NQ_log_vol"]
+    assert tf.inputs.context == ("NQ",)
+    assert tf.scalers.user_observed == ("NQ_log_return", "NQ_log_range", "NQ_log_volume", "NQ_log_vol")
     assert "log_vol input" in user_words(fc._lm)["NQ_log_vol"]
     assert main(["inspect", str(daily_path), "--context", "NQ", "--encoder-length", "16", "--horizon", "3"]) == 0
     assert "input     NQ_log_vol: observed real from --context NQ" in capsys.readouterr().out

@@ -10,6 +10,7 @@ import pytest
 from foxhunt.data.features import inputs
 from foxhunt.data.features.covariate_files import CovariateTable
 from foxhunt.data.features.events import EventCalendar
+from foxhunt.data.features.fitted import Moments, Scalers, SeriesScalers
 from foxhunt.errors import InputError
 
 H = 3600 * 10**9
@@ -43,17 +44,16 @@ def test_fit_observed_per_series_global_and_none():
     feats = pl.DataFrame({"x": x})
     src = inputs.Sources(observed=("x",), known=(), tables={}, events=None)
     got = {}
+    unit = SeriesScalers({}, 0.0, 1.0, 1.0)
     for mode in ("series", "global", "none"):
-        scalers = {"series": {"A": {}, "B": {}}, "pooled": {}}
-        inputs.fit_observed(feats, ["A", "B"], sidx, keep, src, mode, scalers)
-        got[mode] = scalers
+        got[mode] = inputs.fit_observed(feats, ["A", "B"], sidx, keep, src, mode, Scalers({"A": unit, "B": unit}, unit))
     s = got["series"]
-    assert s["user_observed"] == ["x"]
-    assert s["series"]["A"]["x"] == pytest.approx({"mean": 2.0, "std": 1.0})
-    assert s["series"]["B"]["x"] == pytest.approx({"mean": 15.0, "std": np.std([10, 20], ddof=1)})
-    assert s["pooled"]["x"]["mean"] == pytest.approx(7.2)
-    assert got["global"]["series"]["A"]["x"] == got["global"]["pooled"]["x"] == s["pooled"]["x"]
-    assert got["none"]["series"]["B"]["x"] == {"mean": 0.0, "std": 1.0}
+    assert s.user_observed == ("x",)
+    assert s.series["A"].moments["x"] == Moments(pytest.approx(2.0), pytest.approx(1.0))
+    assert s.series["B"].moments["x"] == Moments(pytest.approx(15.0), pytest.approx(np.std([10, 20], ddof=1)))
+    assert s.pooled.moments["x"].mean == pytest.approx(7.2)
+    assert got["global"].series["A"].moments["x"] == got["global"].pooled.moments["x"] == s.pooled.moments["x"]
+    assert got["none"].series["B"].moments["x"] == Moments(0.0, 1.0)
 
 
 def test_known_values_scale_covariates_then_add_events():
@@ -61,9 +61,9 @@ def test_known_values_scale_covariates_then_add_events():
     tab = table([0, 2 * H, 10 * H], sched=[1.0, 3.0, 5.0])
     cal = EventCalendar(source="e.csv", names=("cpi",), times=(np.array([int(3.5 * H)], dtype=np.int64),))
     src = inputs.Sources(observed=(), known=("sched",), tables={"sched": tab}, events=cal)
-    fitted = inputs.fitted(src, "series", {"sched": {"mean": 2.0, "std": 1.0}}, event_cap=4)
-    assert inputs.known_names(fitted) == ("sched", "cpi_until", "cpi_since", "cpi_in_bar")
-    values = inputs.known_values(fitted, src, H)
+    fitted = inputs.fit_inputs(src, {"sched": Moments(2.0, 1.0)})
+    assert fitted.known_names == ("sched", "cpi_until", "cpi_since", "cpi_in_bar")
+    values = inputs.known_values(fitted, src, H, 4)
     got = values(np.array([0, H, 3 * H, 4 * H], dtype=np.int64))
     np.testing.assert_allclose(got[:, 0], [-1.0, -1.0, 1.0, 1.0])  # as of each time: 1, 1, 3, 3
     np.testing.assert_allclose(got[:, 1], [0.75, 0.5, 0.0, 1.0])  # floor(3.5, 2.5, 0.5 h) / 4; none after: 1

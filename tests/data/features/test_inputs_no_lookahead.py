@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.features.fitted import Moments
 from foxhunt.data.prepare import prepare_from_bars
 
 HOUR = 3600 * 10**9
@@ -214,14 +215,14 @@ def test_observed_columns_sit_last_and_are_scaled_on_training_rows(tmp_path, sca
     paths = write(tmp_path, "a", {"bars": bars, "macro": macro, "flow": flow, "sched": sched, "events": events})
     p = prepare(paths, covariate_scaling=scaling)
     sc = p.transform.scalers
-    assert sc["user_observed"] == ["macro", "flow"]
-    ent = sc["series"]["AAA"]["flow"]
+    assert sc.user_observed == ("macro", "flow")
+    ent = sc.series["AAA"].moments["flow"]
     if scaling == "none":
-        assert ent == {"mean": 0.0, "std": 1.0}
+        assert ent == Moments(0.0, 1.0)
     elif scaling == "global":
-        assert ent == sc["pooled"]["flow"] == sc["series"]["BBB"]["flow"]
+        assert ent == sc.pooled.moments["flow"] == sc.series["BBB"].moments["flow"]
     else:
-        assert ent != sc["series"]["BBB"]["flow"]
+        assert ent != sc.series["BBB"].moments["flow"]
 
 
 def context_bars(seed: int) -> pl.DataFrame:
@@ -241,15 +242,15 @@ def test_context_log_vol_is_the_context_series_own_trailing_volatility_as_of_eac
     macro, flow, sched, events = covariates(11)
     paths = write(tmp_path, "a", {"bars": bars, "macro": macro, "flow": flow, "sched": sched, "events": events})
     p = prepare(paths, context=("BBB",), covariate_scaling="none", vol_estimator="returns")
-    assert p.transform.inputs["context"] == ["BBB"]
-    assert p.transform.scalers["user_observed"][-4:] == ["BBB_log_return", "BBB_log_range", "BBB_log_volume",
-                                                         "BBB_log_vol"]
+    assert p.transform.inputs.context == ("BBB",)
+    assert p.transform.scalers.user_observed[-4:] == ("BBB_log_return", "BBB_log_range", "BBB_log_volume",
+                                                      "BBB_log_vol")
     b = bars.filter(pl.col("symbol") == "BBB").sort("ts_event")
     b_ts = b["ts_event"].dt.epoch("ns").to_numpy()
     close = b["close"].to_numpy()
     r = np.concatenate([[0.0], np.log(close[1:] / close[:-1])])
     sc = p.transform.scalers
-    std, a = sc["series"]["BBB"]["log_return"]["std"], 1.0 - 0.5 ** (1.0 / sc["halflife"])
+    std, a = sc.series["BBB"].moments["log_return"].std, 1.0 - 0.5 ** (1.0 / p.transform.data.vol_halflife)
     v = np.empty(len(r))
     v[0] = std**2
     for i in range(1, len(r)):

@@ -92,7 +92,7 @@ def test_each_series_reads_its_own_events_at_its_bars_and_forecast_steps(tmp_pat
     p = prepare(tmp_path)
     w = p.windows
     kr = w.n_known_cont
-    assert p.transform.inputs["known_names"][-3:] == ["expiry_until", "expiry_since", "expiry_in_bar"]
+    assert p.transform.inputs.known_names[-3:] == ("expiry_until", "expiry_since", "expiry_in_bar")
     names = np.asarray(w.series_names)[w.series_idx.numpy()]
     ts = w.ts_ns.numpy()
     ev = (w.cont[:, kr - 6 : kr].numpy() * np.tile(IN_BARS, 2)).round(4)  # (N, 6) cpi's three, then expiry's, in bars

@@ -54,7 +54,7 @@ def assert_decoder_from_origin(p: PreparedData, ids: torch.Tensor) -> None:
     """The batch's known inputs at forecast steps == the calendar of the grid after each origin, computed anew."""
     w, tf = p.windows, p.transform
     want = decoder_features(w.origin_ns(ids).numpy(), tf.bar_spacing_ns, w.horizon, tf.exchange_tz, tf.intraday,
-                            tf.calendar_features, tf.scalers.get("season"))  # (B, D, Kr)
+                            tf.calendar_features, tf.scalers.season)  # (B, D, Kr)
     got = w.batch(ids).dense()["known_cont"][:, w.encoder_length :, : w.n_known_cont]  # (B, D, Kr)
     assert torch.equal(got, torch.from_numpy(want))
 

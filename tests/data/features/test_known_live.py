@@ -10,10 +10,9 @@ import pytest
 
 from foxhunt.data.bars.grid import future_timestamps
 from foxhunt.data.bars.sessions import calendar_session
-from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features.known import known_columns
 from foxhunt.data.features.known_live import KnownGrid
-from foxhunt.data.features.seasonality import profile_at
+from foxhunt.data.features.seasonality import Season, profile_at
 
 MIN_NS = 60 * 10**9
 DAY_NS = 1440 * MIN_NS
@@ -26,13 +25,13 @@ DAY_NS = 1440 * MIN_NS
     ("2016-08-01T00:00", DAY_NS, False, "UTC", 16, "XSHG"),  # and the Mid-Autumn and National Day holidays
     ("2024-11-26T14:30", 5 * MIN_NS, True, "America/New_York", 64, "XNYS"),  # Thanksgiving's closed session
 ])
-def test_spans_give_each_timestamps_own_known_inputs_and_grid(start, step_ns, intraday, tz, span, calendar):
-    season = {"profile": np.linspace(0.5, 2.0, 1440).tolist(), "tz": tz} if intraday else None
+def test_spans_give_each_timestamps_own_known_inputs_and_grid(start, step_ns, intraday, tz, span, calendar,
+                                                              bare_transform):
+    season = Season(tz, 3.0, tuple(np.linspace(0.5, 2.0, 1440).tolist())) if intraday else None
     if calendar is not None:
         pytest.importorskip("pandas_market_calendars")
     session = None if calendar is None else calendar_session(calendar)
-    tf = FittedTransform(series_vocab=("ES",), scalers={}, intraday=intraday, exchange_tz=tz, bar_spacing_ns=step_ns,
-                         session=session)
+    tf = bare_transform({"exchange_tz": tz}, intraday=intraday, bar_spacing_ns=step_ns, session=session)
     grid = KnownGrid(tf, season, span=span)  # small spans: the walk below starts several
     d = 5
     ts = int(np.datetime64(start, "ns").astype(np.int64))
@@ -41,7 +40,7 @@ def test_spans_give_each_timestamps_own_known_inputs_and_grid(start, step_ns, in
         ts = future_timestamps(np.array([ts]), step_ns, 1 + i % 3, intraday, tz, tf.grid)[0, -1] + (7 if i == 150 else 0)
         want = known_columns(np.array([ts]), tz, intraday, False, season)
         np.testing.assert_array_equal(grid.known(ts), np.array([v[0] for v in want.values()], np.float32))
-        if season:
+        if season is not None:
             assert grid.profile(ts) == profile_at(np.array([ts]), season)[0]
         steps = future_timestamps(np.array([ts]), step_ns, d, intraday, tz, tf.grid)[0]  # (D,)
         grid.decoder(ts, out)

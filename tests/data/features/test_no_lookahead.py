@@ -238,15 +238,16 @@ def test_features_and_trailing_scaling_are_causal(
     names = ["ESM4", "IDX"]
     sidx = np.searchsorted(names, bars["series"].to_numpy())
     feats = raw_features(bars, adjust, target)
-    scalers = fit_scalers(feats, names, sidx, np.ones(len(sidx), dtype=bool), target, halflife=5.0,
-                          estimator=estimator, vol_features=vol_features)
+    cfg = DataConfig(target=target, scaling=scaling, vol_halflife=5.0, vol_estimator=estimator,
+                     vol_features=vol_features)
+    scalers = fit_scalers(feats, names, sidx, np.ones(len(sidx), dtype=bool), cfg)
     other = raw_features(moved, adjust, target)
     keep = bars["ts"].dt.epoch("ns").to_numpy() <= t_ns
     for c in ("log_return", "log_range", "log_volume", "roll", "target"):
         np.testing.assert_array_equal(other[c].to_numpy()[keep], feats[c].to_numpy()[keep])
         if c != "roll":
             assert (other[c].to_numpy()[~keep] != feats[c].to_numpy()[~keep]).any(), c
-    a = apply_scalers(feats, names, sidx, scalers, target, scaling)
-    b = apply_scalers(other, names, sidx, scalers, target, scaling)
+    a = apply_scalers(feats, names, sidx, scalers, cfg)
+    b = apply_scalers(other, names, sidx, scalers, cfg)
     for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x[keep], y[keep])

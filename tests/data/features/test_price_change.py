@@ -76,7 +76,7 @@ def test_prepare_negative_prices_with_price_change_gives_finite_inputs(tmp_path,
     observed = p.schema.names(*_observed_cont())
     assert tuple(observed[: len(PRICE_OBSERVED)]) == PRICE_OBSERVED  # no log of a price among the inputs
     assert not any(n in observed for n in ("log_return", "log_range"))
-    assert p.transform.scalers["units"] == "price"
+    assert p.transform.data.target == "price_change"  # the inputs in price units follow from the target
     assert np.isfinite(w.cont.numpy()).all()
     assert np.isfinite(w.target_raw.numpy()).all() and (w.scale.numpy() > 0).all()
     center = w.center.numpy()

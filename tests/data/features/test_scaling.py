@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import polars as pl
 import pytest
 
+from foxhunt.data.config import DataConfig
 from foxhunt.data.features.bar_features import OBSERVED, VOL_OBSERVED, raw_features
 from foxhunt.data.features.fitstats import moments_of, select, sums
 from foxhunt.data.features.scaling import VOL_FLOOR, apply_scalers, fit_scalers, observed_names
+from foxhunt.errors import InputError
 
 DAY = 86400 * 10**9
+
+
+def opts(target: str = "log_return", scaling: str = "series", **kw) -> DataConfig:
+    """The options scalers are fitted and applied under: the returns estimator, halflife 20, no vol features unless
+    `kw` says otherwise."""
+    return DataConfig(**{"target": target, "scaling": scaling, "vol_estimator": "returns", "vol_halflife": 20.0,
+                         "seasonality": False, **kw})
 
 
 def synth(n: int, names: tuple[str, ...] = ("A", "B"), seed: int = 0) -> pl.DataFrame:
@@ -48,14 +59,14 @@ def test_series_scalers_are_train_statistics_and_ignore_later_rows() -> None:
     bars = synth(60)
     feats, names, sidx = prep(bars)
     train = bars["ts"].dt.epoch("ns").to_numpy() < 40 * DAY
-    sc = fit_scalers(feats, names, sidx, train, "log_return")
+    sc = fit_scalers(feats, names, sidx, train, opts())
     for name in names:
         rows = (bars["series"].to_numpy() == name) & train & ~feats["first"].to_numpy()
         r = feats["log_return"].to_numpy()[rows]
         assert rows.sum() == 39  # the first row of each series has no return
-        assert sc["series"][name]["log_return"]["mean"] == pytest.approx(r.mean())
-        assert sc["series"][name]["log_return"]["std"] == pytest.approx(r.std(ddof=1))
-        assert sc["series"][name]["target"] == {"center": 0.0, "scale": pytest.approx(r.std(ddof=1))}
+        assert sc.series[name].moments["log_return"].mean == pytest.approx(r.mean())
+        assert sc.series[name].moments["log_return"].std == pytest.approx(r.std(ddof=1))
+        assert (sc.series[name].center, sc.series[name].scale) == (0.0, pytest.approx(r.std(ddof=1)))
     # Changing every row at or after the cut changes nothing that was fitted.
     later = bars["ts"].dt.epoch("ns").to_numpy() >= 40 * DAY
     bumped = bars.with_columns(
@@ -64,39 +75,38 @@ def test_series_scalers_are_train_statistics_and_ignore_later_rows() -> None:
             for c in ("high", "close", "volume")
         ]
     )
-    assert fit_scalers(*prep(bumped), train, "log_return") == sc
+    assert fit_scalers(*prep(bumped), train, opts()) == sc
 
 
 def test_unseen_series_falls_back_to_pooled_scalers() -> None:
     bars = synth(30)
     feats, names, sidx = prep(bars)
     train = np.ones(len(sidx), dtype=bool)
-    sc = fit_scalers(feats, names, sidx, train, "log_return")
+    sc = fit_scalers(feats, names, sidx, train, opts())
     r = feats["log_return"].to_numpy()[~feats["first"].to_numpy()]
-    assert sc["pooled"]["log_return"]["std"] == pytest.approx(r.std(ddof=1))
+    assert sc.pooled.moments["log_return"].std == pytest.approx(r.std(ddof=1))
     renamed = prep(bars.with_columns(pl.col("series").replace({"B": "NEW"})))
-    obs, center, scale = apply_scalers(*renamed, sc, "log_return", "series")
+    obs, center, scale = apply_scalers(*renamed, sc, opts())
     new = renamed[0]["series"].to_numpy() == "NEW"
-    assert np.allclose(scale[new], sc["pooled"]["target"]["scale"])
+    assert np.allclose(scale[new], sc.pooled.scale)
     j = OBSERVED.index("log_return")
-    want = (renamed[0]["log_return"].to_numpy() - sc["pooled"]["log_return"]["mean"]) / sc["pooled"][
-        "log_return"
-    ]["std"]
+    pooled = sc.pooled.moments["log_return"]
+    want = (renamed[0]["log_return"].to_numpy() - pooled.mean) / pooled.std
     np.testing.assert_allclose(obs[new, j], want[new], rtol=1e-5, atol=1e-6)
 
 
 def test_observed_inputs_standardized_per_series() -> None:
     bars = synth(50)
     feats, names, sidx = prep(bars)
-    sc = fit_scalers(feats, names, sidx, np.ones(len(sidx), dtype=bool), "log_return")
-    obs, center, scale = apply_scalers(feats, names, sidx, sc, "log_return", "series")
+    sc = fit_scalers(feats, names, sidx, np.ones(len(sidx), dtype=bool), opts())
+    obs, center, scale = apply_scalers(feats, names, sidx, sc, opts())
     a = bars["series"].to_numpy() == "A"
     for c in ("log_return", "log_range", "log_volume"):
-        m, s = sc["series"]["A"][c]["mean"], sc["series"]["A"][c]["std"]
+        m, s = sc.series["A"].moments[c].mean, sc.series["A"].moments[c].std
         want = (feats[c].to_numpy()[a] - m) / s
         np.testing.assert_allclose(obs[a, OBSERVED.index(c)], want, rtol=1e-5, atol=1e-6)
     assert np.all(center == 0.0)
-    assert np.allclose(scale[a], sc["series"]["A"]["target"]["scale"])
+    assert np.allclose(scale[a], sc.series["A"].scale)
 
 
 def naive_ewm(x: np.ndarray, seed: float, halflife: float) -> np.ndarray:
@@ -113,34 +123,34 @@ def test_volatility_scale_is_a_seeded_causal_ewma() -> None:
     bars = synth(80)
     feats, names, sidx = prep(bars)
     train = bars["ts"].dt.epoch("ns").to_numpy() < 50 * DAY
-    sc = fit_scalers(feats, names, sidx, train, "log_return")
-    obs, center, scale = apply_scalers(feats, names, sidx, sc, "log_return", "volatility")
+    sc = fit_scalers(feats, names, sidx, train, opts())
+    obs, center, scale = apply_scalers(feats, names, sidx, sc, opts(scaling="volatility"))
     for name in names:
         rows = bars["series"].to_numpy() == name
-        s = sc["series"][name]["log_return"]["std"]
+        s = sc.series[name].moments["log_return"].std
         r = feats["log_return"].to_numpy()[rows]
-        vol = np.maximum(np.sqrt(naive_ewm(r**2, s**2, sc["halflife"])), VOL_FLOOR * s)
+        vol = np.maximum(np.sqrt(naive_ewm(r**2, s**2, opts().vol_halflife)), VOL_FLOOR * s)
         np.testing.assert_allclose(scale[rows], vol, rtol=1e-5)
         assert np.all(center[rows] == 0.0)
         j = OBSERVED.index("log_vol")
-        lv = sc["series"][name]["log_vol"]
-        np.testing.assert_allclose(obs[rows, j], (np.log(vol) - lv["mean"]) / lv["std"], rtol=1e-4, atol=1e-5)
+        lv = sc.series[name].moments["log_vol"]
+        np.testing.assert_allclose(obs[rows, j], (np.log(vol) - lv.mean) / lv.std, rtol=1e-4, atol=1e-5)
 
 
 def test_volatility_scaling_of_log_range_uses_trailing_mean_and_std() -> None:
     bars = synth(60)
     feats, names, sidx = prep(bars, target="log_range")
-    sc = fit_scalers(feats, names, sidx, np.ones(len(sidx), dtype=bool), "log_range")
-    _, center, scale = apply_scalers(feats, names, sidx, sc, "log_range", "volatility")
+    sc = fit_scalers(feats, names, sidx, np.ones(len(sidx), dtype=bool), opts("log_range"))
+    _, center, scale = apply_scalers(feats, names, sidx, sc, opts("log_range", "volatility"))
     rows = bars["series"].to_numpy() == "A"
-    t = sc["series"]["A"]["target"]
-    assert t["center"] == pytest.approx(sc["series"]["A"]["log_range"]["mean"])
+    t = sc.series["A"]
+    assert t.center == pytest.approx(sc.series["A"].moments["log_range"].mean)
     x = feats["log_range"].to_numpy()[rows]
-    m = naive_ewm(x, t["center"], sc["halflife"])
-    q = naive_ewm(x**2, t["center"] ** 2 + t["scale"] ** 2, sc["halflife"])
+    m = naive_ewm(x, t.center, opts().vol_halflife)
+    q = naive_ewm(x**2, t.center ** 2 + t.scale ** 2, opts().vol_halflife)
     np.testing.assert_allclose(center[rows], m, rtol=1e-5)
     np.testing.assert_allclose(
-        scale[rows], np.sqrt(np.maximum(q - m**2, (VOL_FLOOR * t["scale"]) ** 2)), rtol=1e-4
+        scale[rows], np.sqrt(np.maximum(q - m**2, (VOL_FLOOR * t.scale) ** 2)), rtol=1e-4
     )
 
 
@@ -149,10 +159,10 @@ def test_volatility_floor() -> None:
         pl.when(pl.col("ts").dt.epoch("ns") >= 20 * DAY).then(100.0).otherwise(pl.col("close")).alias("close")
     )  # flat prices after day 20: 200 zero returns decay the EWMA far below the floor
     feats, names, sidx = prep(bars)
-    sc = fit_scalers(feats, names, sidx, bars["ts"].dt.epoch("ns").to_numpy() < 20 * DAY, "log_return")
-    _, _, scale = apply_scalers(feats, names, sidx, sc, "log_return", "volatility")
+    sc = fit_scalers(feats, names, sidx, bars["ts"].dt.epoch("ns").to_numpy() < 20 * DAY, opts())
+    _, _, scale = apply_scalers(feats, names, sidx, sc, opts(scaling="volatility"))
     last = bars["series"].to_numpy() == "A"
-    assert scale[last][-1] == pytest.approx(VOL_FLOOR * sc["series"]["A"]["log_return"]["std"], rel=1e-5)
+    assert scale[last][-1] == pytest.approx(VOL_FLOOR * sc.series["A"].moments["log_return"].std, rel=1e-5)
 
 
 def test_series_with_too_few_training_rows_borrows_the_pooled_std() -> None:
@@ -161,10 +171,10 @@ def test_series_with_too_few_training_rows_borrows_the_pooled_std() -> None:
     feats, names, sidx = prep(bars)
     day = bars["ts"].dt.epoch("ns").to_numpy() // DAY
     train = (bars["series"].to_numpy() == "A") | (day < 2)  # B has rows 0 (no return) and 1 in training
-    sc = fit_scalers(feats, names, sidx, train, "log_return")
-    assert sc["series"]["B"]["log_return"]["std"] == sc["pooled"]["log_return"]["std"] < 0.1
-    assert sc["series"]["B"]["target"]["scale"] == sc["pooled"]["log_return"]["std"]
-    assert sc["series"]["B"]["log_return"]["mean"] == pytest.approx(feats["log_return"][30 + 1])
+    sc = fit_scalers(feats, names, sidx, train, opts())
+    assert sc.series["B"].moments["log_return"].std == sc.pooled.moments["log_return"].std < 0.1
+    assert sc.series["B"].scale == sc.pooled.moments["log_return"].std
+    assert sc.series["B"].moments["log_return"].mean == pytest.approx(feats["log_return"][30 + 1])
 
 
 def test_range_estimator_is_an_ewma_of_scaled_squared_ranges() -> None:
@@ -172,22 +182,22 @@ def test_range_estimator_is_an_ewma_of_scaled_squared_ranges() -> None:
     bars = synth(80)
     feats, names, sidx = prep(bars)
     train = bars["ts"].dt.epoch("ns").to_numpy() < 50 * DAY
-    sc = fit_scalers(feats, names, sidx, train, "log_return", halflife=5.0, estimator="range")
-    assert sc["halflife"] == 5.0 and sc["estimator"] == "range" and sc["vol_features"] is False
-    obs, center, scale = apply_scalers(feats, names, sidx, sc, "log_return", "volatility")
+    ranged = opts(scaling="volatility", vol_halflife=5.0, vol_estimator="range")
+    sc = fit_scalers(feats, names, sidx, train, ranged)
+    obs, center, scale = apply_scalers(feats, names, sidx, sc, ranged)
     assert obs.shape[1] == len(OBSERVED)
     for name in names:
         rows = bars["series"].to_numpy() == name
         fit = rows & train & ~feats["first"].to_numpy()
         r, x = feats["log_return"].to_numpy(), feats["log_range"].to_numpy()
         k = np.mean(r[fit] ** 2) / np.mean(x[fit] ** 2)
-        assert sc["series"][name]["range_k"]["value"] == pytest.approx(k)
-        s = sc["series"][name]["log_return"]["std"]
+        assert sc.series[name].range_k == pytest.approx(k)
+        s = sc.series[name].moments["log_return"].std
         vol = np.maximum(np.sqrt(naive_ewm(k * x[rows] ** 2, s**2, 5.0)), VOL_FLOOR * s)
         np.testing.assert_allclose(scale[rows], vol, rtol=1e-5)
         assert np.all(center[rows] == 0.0)
         # log_range as the target: a scale model, center 0 and the trailing RMS range.
-        _, c2, s2 = apply_scalers(feats, names, sidx, sc, "log_range", "volatility")
+        _, c2, s2 = apply_scalers(feats, names, sidx, sc, replace(ranged, target="log_range"))
         assert np.all(c2[rows] == 0.0)
         np.testing.assert_allclose(s2[rows], vol / np.sqrt(k), rtol=1e-5)
 
@@ -196,16 +206,15 @@ def test_vol_features_are_shocks_in_units_of_the_volatility_known_before_them() 
     bars = synth(60)
     feats, names, sidx = prep(bars)
     hl = 8.0
-    sc = fit_scalers(
-        feats, names, sidx, np.ones(len(sidx), bool), "log_return", halflife=hl, vol_features=True
-    )
-    obs, _, scale = apply_scalers(feats, names, sidx, sc, "log_return", "volatility")
-    cols = observed_names(sc)
+    cfg = opts(scaling="volatility", vol_halflife=hl, vol_features=True)
+    sc = fit_scalers(feats, names, sidx, np.ones(len(sidx), bool), cfg)
+    obs, _, scale = apply_scalers(feats, names, sidx, sc, cfg)
+    cols = observed_names(sc, cfg)
     assert cols == OBSERVED + VOL_OBSERVED and obs.shape[1] == len(cols)
     rows = bars["series"].to_numpy() == "B"
-    s = sc["series"]["B"]["log_return"]["std"]
+    s = sc.series["B"].moments["log_return"].std
     r, x = feats["log_return"].to_numpy()[rows], feats["log_range"].to_numpy()[rows]
-    k = sc["series"]["B"]["range_k"]["value"]
+    k = sc.series["B"].range_k
 
     def vol(h: float) -> np.ndarray:
         return np.maximum(np.sqrt(naive_ewm(r**2, s**2, h)), VOL_FLOOR * s)
@@ -218,33 +227,16 @@ def test_vol_features_are_shocks_in_units_of_the_volatility_known_before_them() 
         "log_vol_slow": np.log(vol(hl * 4) / vol(hl)),
     }
     for c, raw in want.items():
-        m, sd = sc["series"]["B"][c]["mean"], sc["series"]["B"][c]["std"]
+        m, sd = sc.series["B"].moments[c].mean, sc.series["B"].moments[c].std
         # Standardized with the statistics of the training rows (all rows but each series' first here).
         assert m == pytest.approx(raw[1:].mean()) and sd == pytest.approx(raw[1:].std(ddof=1))
         np.testing.assert_allclose(obs[rows, cols.index(c)], (raw - m) / sd, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(scale[rows], vol(hl), rtol=1e-5)
 
 
-def test_scalers_saved_before_the_vol_options_still_apply() -> None:
-    """A model saved before `estimator`, `vol_features` and `range_k` existed featurizes exactly as it did."""
-    bars = synth(40)
-    feats, names, sidx = prep(bars)
-    sc = fit_scalers(feats, names, sidx, np.ones(len(sidx), bool), "log_return")
-    old = {k: v for k, v in sc.items() if k not in ("estimator", "vol_features")}
-    old["series"] = {n: {k: v for k, v in e.items() if k != "range_k"} for n, e in sc["series"].items()}
-    old["pooled"] = {k: v for k, v in sc["pooled"].items() if k != "range_k"}
-    for a, b in zip(
-        apply_scalers(feats, names, sidx, sc, "log_return", "volatility"),
-        apply_scalers(feats, names, sidx, old, "log_return", "volatility"),
-        strict=True,
-    ):
-        np.testing.assert_array_equal(a, b)
-
-
 def test_unknown_estimator_is_refused() -> None:
-    feats, names, sidx = prep(synth(10))
-    with pytest.raises(ValueError, match="estimator"):
-        fit_scalers(feats, names, sidx, np.ones(len(sidx), bool), "log_return", estimator="garch")
+    with pytest.raises(InputError, match="--vol-estimator"):
+        opts(vol_estimator="garch")
 
 
 def test_series_sums_are_each_runs_own_and_bincounts_for_ungrouped_rows() -> None:

@@ -14,9 +14,16 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.features.scaling import apply_scalers, fit_scalers
 from foxhunt.data.features.schema import Kind, Role
-from foxhunt.data.features.seasonality import MINUTES, fit_profile, minute_of_day, profile_at, smooth_circular
+from foxhunt.data.features.seasonality import (
+    MINUTES,
+    Season,
+    fit_profile,
+    minute_of_day,
+    profile_at,
+    smooth_circular,
+)
 from foxhunt.data.prepare import prepare_from_bars
-from tests.data.features.test_scaling import prep, synth
+from tests.data.features.test_scaling import opts, prep, synth
 
 MIN = 60 * 10**9
 DAY = 1440 * MIN
@@ -27,7 +34,7 @@ def test_raw_profile_is_the_root_of_the_mean_proxy_per_minute_over_the_overall_m
     ts = np.array([0, DAY, MIN, 2 * DAY + MIN])
     proxy = np.array([1.0, 3.0, 4.0, 1000.0])
     season = fit_profile(ts, proxy, np.array([True, True, True, False]), "UTC", bandwidth=0.0)
-    p = np.asarray(season["profile"])
+    p = np.asarray(season.profile)
     assert len(p) == MINUTES
     assert p[0] == pytest.approx(math.sqrt(2 / (8 / 3)))
     assert p[1] == pytest.approx(math.sqrt(4 / (8 / 3)))
@@ -52,7 +59,7 @@ def test_profile_follows_the_exchange_clock_across_dst() -> None:
     winter = int(np.datetime64("2024-03-08T14:30", "ns").astype(np.int64))
     summer = int(np.datetime64("2024-03-11T13:30", "ns").astype(np.int64))
     assert minute_of_day(np.array([winter, summer]), "America/Chicago").tolist() == [510, 510]
-    season = {"tz": "America/Chicago", "profile": np.arange(MINUTES, dtype=float).tolist()}
+    season = Season("America/Chicago", 3.0, tuple(np.arange(MINUTES, dtype=float).tolist()))
     assert profile_at(np.array([[winter, summer]]), season).tolist() == [[510.0, 510.0]]
 
 
@@ -76,8 +83,8 @@ def intraday(n_days: int = 6, seed: int = 0) -> pl.DataFrame:
 def test_prepared_intraday_data_carry_the_profile_as_known_and_observed_inputs() -> None:
     cfg = DataConfig(encoder_length=10, horizon=3, exchange_tz="UTC", test_fraction=0.0)
     p = prepare_from_bars(LoadedBars(intraday(), [], {}), cfg)
-    season = p.transform.scalers["season"]
-    prof = np.asarray(season["profile"])
+    season = p.transform.scalers.season
+    prof = np.asarray(season.profile)
     busy, calm = prof[14 * 60 + 10 : 14 * 60 + 50].mean(), np.r_[prof[: 13 * 60], prof[16 * 60 :]].mean()
     assert busy / calm == pytest.approx(3.0, rel=0.2)  # the 3x volatility hour, recovered from 4 training days
     known = names(p, Role.KNOWN)
@@ -92,26 +99,27 @@ def test_prepared_intraday_data_carry_the_profile_as_known_and_observed_inputs()
     bars = intraday()
     later = bars["ts"].dt.epoch("ns") >= int(bars["ts"].dt.epoch("ns").max() * 0.81)
     bumped = bars.with_columns(pl.when(later).then(pl.col("high") * 1.01).otherwise(pl.col("high")).alias("high"))
-    assert prepare_from_bars(LoadedBars(bumped, [], {}), cfg).transform.scalers["season"] == season
+    assert prepare_from_bars(LoadedBars(bumped, [], {}), cfg).transform.scalers.season == season
 
 
 def test_daily_bars_and_no_seasonality_have_no_profile() -> None:
     p = prepare_from_bars(LoadedBars(synth(200), [], {}), DataConfig(encoder_length=10, horizon=3))
-    assert "season" not in p.transform.scalers
+    assert p.transform.scalers.season is None
     assert "tod_vol" not in names(p, Role.KNOWN)
     cfg = DataConfig(encoder_length=10, horizon=3, exchange_tz="UTC", seasonality=False)
     q = prepare_from_bars(LoadedBars(intraday(), [], {}), cfg)
-    assert "season" not in q.transform.scalers and "log_vol_season" not in names(q, Role.OBSERVED)
+    assert q.transform.scalers.season is None and "log_vol_season" not in names(q, Role.OBSERVED)
 
 
 def test_a_flat_profile_leaves_volatility_scaling_and_the_trailing_volatility_unchanged() -> None:
     # daily bars all sit at minute 0 of the UTC day: the fitted profile is 1 everywhere
     feats, names, sidx = prep(synth(80))
     train = np.ones(len(sidx), bool)
-    sc = fit_scalers(feats, names, sidx, train, "log_return")
-    flat = fit_scalers(feats, names, sidx, train, "log_return", season_tz="UTC")
-    assert flat["season"]["profile"] == pytest.approx([1.0] * MINUTES)
-    obs, _, scale = apply_scalers(feats, names, sidx, sc, "log_return", "volatility")
-    obs_f, _, scale_f = apply_scalers(feats, names, sidx, flat, "log_return", "volatility")
+    cfg = opts(scaling="volatility")
+    sc = fit_scalers(feats, names, sidx, train, cfg)
+    flat = fit_scalers(feats, names, sidx, train, cfg, season_tz="UTC")
+    assert flat.season.profile == pytest.approx([1.0] * MINUTES)
+    obs, _, scale = apply_scalers(feats, names, sidx, sc, cfg)
+    obs_f, _, scale_f = apply_scalers(feats, names, sidx, flat, cfg)
     np.testing.assert_allclose(scale_f, scale, rtol=1e-6)
     np.testing.assert_allclose(obs_f[:, -1], obs[:, 3], rtol=1e-5, atol=1e-6)  # log_vol_season == log_vol

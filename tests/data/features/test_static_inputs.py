@@ -14,6 +14,7 @@ import torch
 
 from foxhunt.data.features import inputs, static
 from foxhunt.data.features.covariate_files import CovariateTable, read_bar_columns
+from foxhunt.data.features.fitted import FittedInputs, Moments
 from foxhunt.errors import InputError
 
 BARS = pl.DataFrame({"series": ["A", "A", "B", "B", "C"], "contract": ["AH4", "AM4", "BH4", "BH4", "CZ4"]})
@@ -68,9 +69,10 @@ def test_fit_scales_real_values_over_the_training_series_and_codes_their_categor
     vals = {"tick": [1.0, 3.0, 5.0], "sector": ["y", "x", "z"]}
     kind = {"tick": "real", "sector": "categorical"}
     fit = static.fit(vals, NAMES, ["A", "B"], kind)
-    assert fit["static_vocab"] == {"sector": ["x", "y"]}
-    assert fit["static_scalers"]["tick"] == pytest.approx({"mean": 2.0, "std": 2**0.5})
-    fitted = {"static": ["sector", "tick"], "static_kinds": kind, **fit}
+    assert fit.vocab == {"sector": ("x", "y")}
+    assert fit.scalers["tick"] == Moments(2.0, pytest.approx(2**0.5))
+    fitted = FittedInputs(static=("sector", "tick"), static_kinds=kind, static_scalers=fit.scalers,
+                          static_vocab=fit.vocab)
     with caplog.at_level(logging.WARNING, logger="foxhunt.data"):
         cont, codes = static.arrays(fitted, vals, NAMES)
     np.testing.assert_allclose(cont[:, 0], [-1 / 2**0.5, 1 / 2**0.5, 3 / 2**0.5], rtol=1e-6)
@@ -81,10 +83,8 @@ def test_fit_scales_real_values_over_the_training_series_and_codes_their_categor
 
 def test_one_training_series_or_no_spread_scales_by_one(caplog):
     with caplog.at_level(logging.WARNING, logger="foxhunt.data"):
-        assert static.fit({"t": [4.0, 9.0, 1.0]}, NAMES, ["A"], {"t": "real"})["static_scalers"]["t"] == {
-            "mean": 4.0, "std": 1.0}
-        assert static.fit({"t": [4.0, 4.0, 1.0]}, NAMES, ["A", "B"], {"t": "real"})["static_scalers"]["t"] == {
-            "mean": 4.0, "std": 1.0}
+        assert static.fit({"t": [4.0, 9.0, 1.0]}, NAMES, ["A"], {"t": "real"}).scalers["t"] == Moments(4.0, 1.0)
+        assert static.fit({"t": [4.0, 4.0, 1.0]}, NAMES, ["A", "B"], {"t": "real"}).scalers["t"] == Moments(4.0, 1.0)
     assert any("cannot learn" in r.getMessage() for r in caplog.records)  # the same value for every series
 
 
@@ -121,12 +121,9 @@ def test_batch_gives_the_static_inputs_at_each_origin():
     assert make_windowed([10]).batch(torch.tensor([0])).static_cont.shape == (1, 0)  # none: zero-width
 
 
-def test_a_store_carries_the_static_inputs_and_an_older_store_reads_as_zero_width(daily_path, tmp_path):
+def test_a_store_carries_the_static_inputs(daily_path, tmp_path):
     """Prepared in memory from bars with a text and a numeric static column, written, mapped back: the static
-    tensors and a pread batch equal the prepared ones; a store without static_cont (written before it) opens with
-    a zero-width one."""
-    import json
-
+    tensors and a pread batch equal the prepared ones."""
     from foxhunt.data.config import DataConfig
     from foxhunt.data.prepare import prepare_data
     from foxhunt.data.store import open_store, write_store
@@ -149,11 +146,6 @@ def test_a_store_carries_the_static_inputs_and_an_older_store_reads_as_zero_widt
     assert torch.equal(back.windows.static_cont, w.static_cont) and torch.equal(back.windows.static_cat, w.static_cat)
     ids = data.splits["val"][:5]
     assert torch.equal(back.windows.batch(ids).static_cont, w.batch(ids).static_cont)
-    manifest = json.loads((store / "manifest.json").read_text())
-    del manifest["arrays"]["static_cont"]
-    (store / "manifest.json").write_text(json.dumps(manifest))
-    old = open_store(store)
-    assert old.windows.static_cont.shape == (w.n_rows, 0) and old.windows.batch(ids).static_cont.shape == (5, 0)
 
 
 def test_an_unkeyed_file_with_two_values_names_the_first_series():

@@ -109,7 +109,6 @@ def test_the_format_is_saved_with_the_run_and_comes_back_for_later_files():
     cfg = data_config({"date_format": US}, ("spx.csv",))
     assert cfg.date_format == US
     assert DataConfig.from_dict(cfg.to_dict()).date_format == US
-    assert DataConfig.from_dict({k: v for k, v in cfg.to_dict().items() if k != "date_format"}).date_format is None
 
 
 def test_a_column_mixing_naive_and_offset_times_says_so(tmp_path):

@@ -21,7 +21,9 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.features.bar_features import raw_features
 from foxhunt.data.features.known import DecoderKnown, decoder_known, decoder_timestamps, known_columns
 from foxhunt.data.features.scaling import apply_scalers, fit_scalers, standardize, trailing
+from foxhunt.data.features.seasonality import Season
 from foxhunt.data.prepare import prepare_from_bars
+from tests.data.features.test_scaling import opts
 
 MIN = 60 * 10**9
 CT = "America/Chicago"
@@ -38,7 +40,7 @@ def _stamps(offset_ns: int = 0) -> np.ndarray:
     return np.concatenate([a, b])
 
 
-def _decoder_known_reference(ts: np.ndarray, step: int, d: int, season: dict | None) -> DecoderKnown:
+def _decoder_known_reference(ts: np.ndarray, step: int, d: int, season: Season | None) -> DecoderKnown:
     """decoder_known as it was: the grid of every bar, np.unique, every step of every origin checked."""
     grid = decoder_timestamps(ts, step, d, True, CT)  # (N, D)
     table = np.unique(grid)
@@ -52,7 +54,7 @@ def _decoder_known_reference(ts: np.ndarray, step: int, d: int, season: dict | N
 @pytest.mark.parametrize("offset_ns", [0, 17])
 def test_decoder_known_once_per_distinct_timestamp_matches_every_bar(offset_ns):
     ts = _stamps(offset_ns)
-    season = {"tz": CT, "bandwidth": 3.0, "profile": list(np.linspace(0.5, 1.5, 1440))}
+    season = Season(CT, 3.0, tuple(np.linspace(0.5, 1.5, 1440).tolist()))
     got, want = decoder_known(ts, MIN, 5, CT, True, False, season), _decoder_known_reference(ts, MIN, 5, season)
     assert (got.index is None) == (offset_ns == 0)
     for field in ("cont", "ts", "base", "index"):
@@ -77,7 +79,7 @@ def test_row_calendar_once_per_distinct_timestamp_matches_every_row():
     bars = _bars(_stamps())
     p = prepare_from_bars(LoadedBars(bars, [], {}), DataConfig(encoder_length=10, horizon=5, val_fraction=0.3))
     w, tf = p.windows, p.transform
-    cal = known_columns(w.ts_ns.numpy(), tf.exchange_tz, tf.intraday, tf.calendar_features, tf.scalers.get("season"))
+    cal = known_columns(w.ts_ns.numpy(), tf.exchange_tz, tf.intraday, tf.calendar_features, tf.scalers.season)
     want = np.stack(list(cal.values()), axis=-1).astype(np.float32)  # (N, Kr) row by row, as _windowed did
     assert w.n_known_cont == want.shape[1] == 6  # 5 calendar columns and tod_vol
     assert np.array_equal(w.cont[:, : w.n_known_cont].numpy(), want)
@@ -88,7 +90,7 @@ def test_row_calendar_once_per_distinct_timestamp_matches_every_row():
     [
         ("log_return", "volatility", {"season_tz": CT}),
         ("log_range", "volatility", {"vol_features": True}),
-        ("log_range", "series", {"estimator": "range", "vol_features": True}),
+        ("log_range", "series", {"vol_estimator": "range", "vol_features": True}),
     ],
 )
 def test_the_trailing_inputs_standardize_as_apply_scalers(target, scaling, kw):
@@ -97,10 +99,11 @@ def test_the_trailing_inputs_standardize_as_apply_scalers(target, scaling, kw):
     names = ["ES", "NQ"]
     sidx = (bars["series"] == "NQ").to_numpy().astype(np.int64)
     train = np.arange(len(sidx)) % 900 < 600
-    scalers = fit_scalers(feats, names, sidx, train, target, halflife=5.0, **kw)
-    trail = trailing(feats, names, sidx, scalers, target, scaling)  # as the trail stage hands them to the write
-    got, want = standardize(feats, names, sidx, scalers, *trail), apply_scalers(feats, names, sidx, scalers, target,
-                                                                                scaling)
+    season_tz = kw.pop("season_tz", None)
+    cfg = opts(target, scaling, vol_halflife=5.0, **kw)
+    scalers = fit_scalers(feats, names, sidx, train, cfg, season_tz)
+    trail = trailing(feats, names, sidx, scalers, cfg)  # as the trail stage hands them to the write
+    got, want = standardize(feats, names, sidx, scalers, cfg, *trail), apply_scalers(feats, names, sidx, scalers, cfg)
     assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
     # The per-series statistics are the name group-by's, to float rounding (fitstats.py sums each series' run of
     # rows by itself, so that a panel fitted in pieces gets the same bits; polars sums in its own order).
@@ -108,8 +111,8 @@ def test_the_trailing_inputs_standardize_as_apply_scalers(target, scaling, kw):
     by_name = feats.filter(pl.Series(keep)).group_by("series").agg(
         m=pl.col("log_volume").mean(), s=pl.col("log_volume").std())
     for name, m, s in by_name.iter_rows():
-        got = scalers["series"][name]["log_volume"]
-        assert np.allclose([got["mean"], got["std"]], [m, s], rtol=1e-12, atol=0)
+        got = scalers.series[name].moments["log_volume"]
+        assert np.allclose([got.mean, got.std], [m, s], rtol=1e-12, atol=0)
 
 
 def _raw(symbols: list[str]) -> pl.DataFrame:

@@ -12,30 +12,36 @@ from foxhunt.data.dataset.summary import _real_rows
 from foxhunt.data.features import known, scaling
 from foxhunt.data.features.bar_features import OBSERVED, raw_features
 from foxhunt.data.features.fitstats import season_moments
+from foxhunt.data.features.fitted import Moments, Scalers, SeriesScalers
 from foxhunt.data.features.known import take_rows
 from foxhunt.data.features.scaling import fit_scalers
+from foxhunt.data.features.seasonality import Season
 from foxhunt.data.util import clock
+from tests.data.features.test_scaling import opts
 
 MIN = 60 * 10**9
 CT = "America/Chicago"
 
 
-def _scalers(names: list[str]) -> dict:
+def _scalers(names: list[str]) -> Scalers:
     rng = np.random.default_rng(1)
-    entry = {c: {"mean": float(rng.normal()), "std": float(rng.uniform(0.5, 2))} for c in OBSERVED}
-    per = {n: {c: {"mean": float(rng.normal()), "std": float(rng.uniform(0.5, 2))} for c in OBSERVED}
-           for n in names[:-1]}  # the last series is unseen: the pooled scalers
-    return {"series": per, "pooled": entry}
+
+    def entry() -> SeriesScalers:
+        return SeriesScalers({c: Moments(float(rng.normal()), float(rng.uniform(0.5, 2))) for c in OBSERVED},
+                             0.0, 1.0, 1.0)
+
+    pooled = entry()
+    return Scalers({n: entry() for n in names[:-1]}, pooled)  # the last series is unseen: the pooled scalers
 
 
-def _plain(feats: pl.DataFrame, derived: dict, names: list[str], sidx: np.ndarray, sc: dict) -> np.ndarray:
+def _plain(feats: pl.DataFrame, derived: dict, names: list[str], sidx: np.ndarray, sc: Scalers) -> np.ndarray:
     """standardize as it was: per-row copies of the mean and std, np.nan_to_num, then float32."""
     cols = []
-    for c in scaling.observed_names(sc):
+    for c in scaling.observed_names(sc, opts()):
         x = derived[c] if c in derived else feats[c].to_numpy()
         if c != "roll":
-            table = [sc["series"].get(n, sc["pooled"])[c] for n in names]
-            x = (x - np.array([t["mean"] for t in table])[sidx]) / np.array([t["std"] for t in table])[sidx]
+            table = [sc.of(n).moments[c] for n in names]
+            x = (x - np.array([t.mean for t in table])[sidx]) / np.array([t.std for t in table])[sidx]
         cols.append(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32))
     return np.stack(cols, axis=1)
 
@@ -55,10 +61,10 @@ def test_standardize_by_runs_and_pieces_is_the_per_row_formula(order, monkeypatc
     derived = {"log_vol": np.where(np.arange(n) % 17 == 0, -np.inf, rng.normal(size=n))}
     sc = _scalers(names)
     want = _plain(feats, derived, names, sidx, sc)
-    got, _, _ = scaling.standardize(feats, names, sidx, sc, derived, np.zeros(n), np.ones(n))
+    got, _, _ = scaling.standardize(feats, names, sidx, sc, opts(), derived, np.zeros(n), np.ones(n))
     assert got.dtype == np.float32 and np.array_equal(got, want)
     out = np.full((n, 2 + want.shape[1]), 7.0, dtype=np.float32)  # written into columns of a wider array
-    scaling.standardize(feats, names, sidx, sc, derived, np.zeros(n), np.ones(n), out=out[:, 2:])
+    scaling.standardize(feats, names, sidx, sc, opts(), derived, np.zeros(n), np.ones(n), out=out[:, 2:])
     assert np.array_equal(out[:, 2:], want) and (out[:, :2] == 7.0).all()
 
 
@@ -78,7 +84,7 @@ def test_local_ns_table_of_the_span_is_the_runs_of_quarter_hours(monkeypatch):
 
 def test_known_cont_in_chunks_is_known_columns(monkeypatch):
     ts = np.sort(np.random.default_rng(3).choice(10**6, 1000, replace=False)) * MIN + 1_700_000_000 * 10**9
-    season = {"tz": CT, "bandwidth": 3.0, "profile": list(np.linspace(0.5, 1.5, 1440))}
+    season = Season(CT, 3.0, tuple(np.linspace(0.5, 1.5, 1440).tolist()))
     want = np.stack(list(known.known_columns(ts, CT, True, False, season).values()), axis=-1).astype(np.float32)
     monkeypatch.setattr(known, "CHUNK_ROWS", 64)
     got = known.known_cont(np.concatenate([ts[::2], ts[1::2]]), CT, True, False, season)  # any order
@@ -133,10 +139,11 @@ def test_trailing_series_by_series_is_the_window_over_series(monkeypatch):
     })
     feats = raw_features(bars, "ratio", "log_range")
     names, sidx = ["A", "B", "C"], np.repeat(np.arange(3), [250, 200, 150])
-    sc = fit_scalers(feats, names, sidx, np.arange(n) % 200 < 150, "log_range", 5.0, "returns", vol_features=True)
-    by_run = scaling.trailing(feats, names, sidx, sc, "log_range", "volatility")
+    cfg = opts("log_range", "volatility", vol_halflife=5.0, vol_features=True)
+    sc = fit_scalers(feats, names, sidx, np.arange(n) % 200 < 150, cfg)
+    by_run = scaling.trailing(feats, names, sidx, sc, cfg)
     monkeypatch.setattr(scaling, "RUNS_SLICED", 0)  # polars windows over the series column
-    over = scaling.trailing(feats, names, sidx, sc, "log_range", "volatility")
+    over = scaling.trailing(feats, names, sidx, sc, cfg)
     assert by_run[0].keys() == over[0].keys() and len(by_run[0]) == 5
     assert all(np.array_equal(by_run[0][c], over[0][c], equal_nan=True) for c in by_run[0])
     assert np.array_equal(by_run[1], over[1]) and np.array_equal(by_run[2], over[2])

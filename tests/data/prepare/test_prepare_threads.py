@@ -14,11 +14,12 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset import featurize, types
 from foxhunt.data.dataset.windows import assign_splits, window_starts
 from foxhunt.data.features import fitstats, known
+from foxhunt.data.features.seasonality import Season
 from foxhunt.data.prepare import prepare_from_bars
 
 MIN = 60 * 10**9
 CT = "America/Chicago"
-SEASON = {"tz": CT, "bandwidth": 3.0, "profile": list(np.linspace(0.5, 1.5, 1440))}
+SEASON = Season(CT, 3.0, tuple(np.linspace(0.5, 1.5, 1440).tolist()))
 
 
 def _minutes_apart(n: int, seed: int) -> np.ndarray:
@@ -64,7 +65,7 @@ def test_two_threads_prepare_the_bits_of_one(seasonality, extra, monkeypatch):
     one = prepare_from_bars(LoadedBars(bars, [], {}), cfg)
     monkeypatch.setenv("FOXHUNT_DATA_THREADS", "2")
     two = prepare_from_bars(LoadedBars(bars, [], {}), cfg)
-    assert bool(one.transform.scalers.get("season")) == seasonality
+    assert (one.transform.scalers.season is not None) == seasonality
     assert one.transform.to_dict() == two.transform.to_dict() and one.summary == two.summary
     a, b = _arrays(one), _arrays(two)
     assert a.keys() == b.keys()

@@ -147,7 +147,7 @@ def test_a_store_with_your_inputs_prepared_in_pieces_is_the_one_prepared_as_one_
     _assert_same_store(whole, (tmp_path / "pieces", pieces))
     got = pieces["transform"]["inputs"]
     assert pieces["summary"]["inputs"]["dropped_bars"] > 0  # the NaN's bars went, in each piece
-    assert got["known_names"][0] == "sched" and got["static_vocab"]["sector"] == ["equity", "tech"]
+    assert got["known"][0] == "sched" and got["static_vocab"]["sector"] == ["equity", "tech"]
     assert pieces["arrays"]["static_cat"]["shape"][1] == 2 and pieces["arrays"]["static_cont"]["shape"][1] == 1
     scalers = pieces["transform"]["scalers"]
     assert scalers["user_observed"] == ["vix", "flow"] and "vix" in scalers["series"]["YM"]

@@ -301,21 +301,25 @@ def test_pieces_are_written_by_the_trail_jobs_or_after_them_alike(panel, whole, 
 
 
 def test_own_scalers_are_the_panels_for_the_pieces_series_or_none_where_pooled_values_are_read():
-    from foxhunt.data.features.scaling import add_vol_stats
+    from foxhunt.data.features.fitted import Moments, Scalers, SeriesScalers
+    from foxhunt.data.features.scaling import with_vol_stats
 
-    first = {"vol_features": False, "series": {"A": {"x": 1}, "B": {"x": 2}, "C": {"x": 3}}, "pooled": {"x": 0}}
+    def entry(x: float) -> SeriesScalers:
+        return SeriesScalers({"x": Moments(x, 1.0)}, 0.0, 1.0, 1.0)
+
+    cfg = DataConfig(vol_features=False)
+    first = Scalers({"A": entry(1), "B": entry(2), "C": entry(3)}, entry(0))
     mom = {"log_vol:n": np.array([5, 4, 6]), "log_vol:mean": np.array([0.5, -0.2, 0.1]),
            "log_vol:m2": np.array([2.0, 1.5, 3.0])}
-    panel = {**first, "series": {k: dict(v) for k, v in first["series"].items()}, "pooled": dict(first["pooled"])}
-    add_vol_stats(panel, mom, ["A", "B", "C"], np.ones(3, dtype=bool))
+    panel = with_vol_stats(first, cfg, mom, ["A", "B", "C"], np.ones(3, dtype=bool))
     piece = {k: v[1:] for k, v in mom.items()}  # the piece of series B and C
-    own = own_scalers(first, piece, ["B", "C"])
-    assert own["series"]["B"] == panel["series"]["B"] and own["series"]["C"] == panel["series"]["C"]
-    assert own["series"]["A"] == {"x": 1} and first["series"]["B"] == {"x": 2}  # the first scalers are untouched
-    assert own_scalers(first, piece, ["B", "D"]) is None  # D has no training rows: pooled values
+    own = own_scalers(first, cfg, piece, ["B", "C"])
+    assert own.series["B"] == panel.series["B"] and own.series["C"] == panel.series["C"]
+    assert own.series["A"] == entry(1) and first.series["B"] == entry(2)  # the first scalers are untouched
+    assert own_scalers(first, cfg, piece, ["B", "D"]) is None  # D has no training rows: pooled values
     for n, m2 in (([1, 6], [0.0, 3.0]), ([4, 6], [0.0, 3.0])):  # one row, a constant: the pooled std is read
         bad = {**piece, "log_vol:n": np.array(n), "log_vol:m2": np.array(m2)}
-        assert own_scalers(first, bad, ["B", "C"]) is None
+        assert own_scalers(first, cfg, bad, ["B", "C"]) is None
 
 
 @pytest.mark.parametrize("options", [{"vol_features": True, "scaling": "volatility"},

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from foxhunt.data.config import DataConfig
+from foxhunt.data.dataset.saved_format import FORMAT_VERSION
 from foxhunt.data.prepare import prepare_data, prepare_store
 from foxhunt.data.store import (
     open_features,
@@ -54,7 +55,7 @@ def test_every_prepared_field_round_trips_exactly(prepared):
         assert getattr(back.windows, name) == getattr(data.windows, name), name
     assert {k: _bits(v) for k, v in back.splits.items()} == {k: _bits(v) for k, v in data.splits.items()}
     assert back.schema == data.schema
-    assert back.transform == data.transform
+    assert back.transform == dataclasses.replace(data.transform, data=dataclasses.replace(cfg, features=str(store)))
     assert back.summary == data.summary
     assert back.rolls == data.rolls and back.rolls  # the roll table, ESH4 -> ESM4
     assert back.own_moves.keys() == data.own_moves.keys() == {"log_range"}
@@ -167,9 +168,26 @@ def test_prepare_replaces_a_store_but_nothing_else(prepared, tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "manifest.json").write_text(json.dumps({"format": "other"}))
-    with pytest.raises(InputError, match="not a foxhunt-feature-store version 1"):
+    with pytest.raises(InputError, match="not a foxhunt-feature-store manifest"):
         open_store(bad)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary directory left
+
+
+@pytest.mark.parametrize("change", [lambda m: m.pop("format_version"), lambda m: m.update(format_version=1)],
+                         ids=["removed", "older"])
+def test_a_store_of_another_format_is_refused_in_one_line(prepared, tmp_path, change):
+    _, _, store = prepared
+    other = Path(shutil.copytree(store, tmp_path / "other"))
+    manifest = json.loads((other / "manifest.json").read_text())
+    assert manifest["format_version"] == FORMAT_VERSION
+    change(manifest)
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError) as e:
+        open_store(other)
+    found = "no format_version" if "format_version" not in manifest else "format_version 1"
+    assert str(e.value).startswith(f"{other / 'manifest.json'}: {found} (written by foxhunt ")
+    assert str(e.value).endswith("prepare the store again with this foxhunt (`foxhunt prepare`)")
+    assert "\n" not in str(e.value)
 
 
 def test_a_changed_input_file_warns_and_the_store_still_opens(daily_path, tmp_path, caplog):

@@ -25,17 +25,13 @@ the contracts of every root whatever the dates say.
 A model keeps what was decided on its training bars (FittedTransform.roots_apart / roots_rolled), and the bars it
 forecasts are read that way (`keep_apart`'s `apart` and `rolled`): three months of `CU0` bars of 2019, which alone
 would look like a chain, are still the copper series the model knows. Only a root the model never saw is decided
-from the bars read. A model saved before it kept the decision has it read off its series (`roots_of_series`).
+from the bars read.
 """
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import polars as pl
-
-from foxhunt.data.bars.symbols import FUTURES_RE
 
 NEAR_BEFORE = 24  # months before its expiry month from which a contract is near its expiry
 NEAR_AFTER = 3  # months after its expiry month up to which it is
@@ -63,20 +59,10 @@ def keep_apart(df: pl.DataFrame, runs: np.ndarray, apart: tuple[str, ...] = (), 
 def decision(report: dict, contracts: str) -> dict[str, tuple[str, ...]]:
     """FittedTransform's roots_apart and roots_rolled from the load report (load.load_bars) of a model's training
     bars read with --contracts `contracts`; none unless `auto` decided on some root (bars without futures symbols
-    keep the transform they had before the decision was saved)."""
+    decide nothing)."""
     if contracts != "auto" or not (report.get("roots_apart") or report.get("roots_rolled")):
         return {}
     return {"roots_apart": tuple(sorted(report["roots_apart"])), "roots_rolled": tuple(report["roots_rolled"])}
-
-
-def roots_of_series(names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(roots apart, roots rolled) that `--contracts auto` took for a model whose series are `names` (saved before
-    the decision was): a series named like a contract (`CU0`) is a symbol kept apart, so its root was; a series of a
-    rolled root is named after the root, so every other name may be one (plain symbols among them roll nothing)."""
-    parsed = {n: re.match(FUTURES_RE, n) for n in names}
-    apart = {m.group(1) for m in parsed.values() if m is not None and re.search("[A-Z]", m.group(1))}
-    rolled = {n for n, m in parsed.items() if m is None or not re.search("[A-Z]", m.group(1))} - apart
-    return tuple(sorted(apart)), tuple(sorted(rolled))
 
 
 def contract_spans(df: pl.DataFrame, runs: np.ndarray) -> pl.DataFrame:

@@ -3,9 +3,8 @@ forecast steps after an origin.
 
 The forecast grid (`future_timestamps`, `on_grid`) follows the run's session (`Grid`, from `--calendar`, saved with
 the model): its closed minutes of the week, its weekdays and its holidays (trade dates with no session: a daily
-forecast from Friday 2016-09-30 on XSHG steps to 10-10, past National Day week). Without --calendar (and for a
-model saved before it) that is CME Globex Equity's weekly closures in America/Chicago and none elsewhere, no
-holiday (`default_grid`). --fill-gaps (fill.py) fills bars on this grid, and the known inputs of forecast steps
+forecast from Friday 2016-09-30 on XSHG steps to 10-10, past National Day week). Without --calendar that is CME
+Globex Equity's weekly closures in America/Chicago and none elsewhere, no holiday (`default_grid`). --fill-gaps (fill.py) fills bars on this grid, and the known inputs of forecast steps
 (features/known.py) are taken on it.
 """
 
@@ -101,7 +100,7 @@ class Grid:
 
 @functools.cache
 def grid_of(session: Session) -> Grid:
-    """The forecast grid of a session (`--calendar`'s, or CME Globex Equity's for a model saved before it)."""
+    """The forecast grid of a session (`--calendar`'s, or CME Globex Equity's: `default_grid`)."""
     if not session.weekdays:
         raise InputError(f"calendar {session.calendar!r} has no trading weekday: no forecast grid")
     closed = closed_minutes(session, close_open=False)  # (WEEK_MIN,)
@@ -119,8 +118,8 @@ def grid_of(session: Session) -> Grid:
 
 @functools.cache
 def default_grid(exchange_tz: str) -> Grid:
-    """The grid without `--calendar` (and of every model saved before it): CME Globex Equity's in America/Chicago,
-    no closure in any other zone (intraday); daily bars skip Saturday and Sunday either way."""
+    """The grid without `--calendar`: CME Globex Equity's in America/Chicago, no closure in any other zone
+    (intraday); daily bars skip Saturday and Sunday either way."""
     if exchange_tz == CME_EQUITY.tz:
         return grid_of(CME_EQUITY)
     always = grid_of(ALWAYS_OPEN)

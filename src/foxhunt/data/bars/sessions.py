@@ -116,11 +116,9 @@ def calendar_sessions() -> dict[str, Session] | None:
     return sessions
 
 
-def session_of(saved: dict) -> Session:
-    """A Session read back from JSON (its weekdays and holidays come back as lists; saved before they existed:
-    Monday-Friday, no holiday)."""
-    return Session(**{**saved, "weekdays": tuple(saved.get("weekdays", Session.weekdays)),
-                      "holidays": tuple(saved.get("holidays", ()))})
+def session_of(saved: dict[str, Any]) -> Session:
+    """A Session read back from JSON (`dataclasses.asdict`'s: its weekdays and holidays come back as lists)."""
+    return Session(**{**saved, "weekdays": tuple(saved["weekdays"]), "holidays": tuple(saved["holidays"])})
 
 
 def _package_key() -> str | None:

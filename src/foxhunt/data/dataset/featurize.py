@@ -29,7 +29,7 @@ from foxhunt.data.features.bar_features import own_move_columns
 from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features.inputs import KnownValues, known_names
 from foxhunt.data.features.known import DecoderKnown
-from foxhunt.data.features.scaling import observed_names, standardize
+from foxhunt.data.features.scaling import standardize
 from foxhunt.data.features.schema import UNKNOWN_SERIES, Feature, FeatureSchema, Kind, Role
 from foxhunt.data.util import parallel
 
@@ -68,8 +68,8 @@ def series_rows(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.
     are filled by `windowed_rows`), the target, its center and scale, the own moves, and "roll_bars". `trail`:
     scaling.trailing's output under `tf` (the trail stage's)."""
     kr = known_width(tf)
-    cont = np.empty((len(sidx), kr + len(observed_names(tf.scalers))), dtype=np.float32)  # (N, Kr + Or)
-    _, center, scale = standardize(feats, names, sidx, tf.scalers, *trail, out=cont[:, kr:])
+    cont = np.empty((len(sidx), kr + len(tf.observed_names)), dtype=np.float32)  # (N, Kr + Or)
+    _, center, scale = standardize(feats, names, sidx, tf.scalers, tf.data, *trail, out=cont[:, kr:])
     return {
         "cont": cont,
         "target": feats[tf.target].to_numpy().astype(np.float32),
@@ -175,7 +175,7 @@ def moved(known: KnownRows, user: KnownValues, names: tuple[str, ...], shift: di
 def known_width(tf: FittedTransform) -> int:
     """Kr: the calendar columns, tod_vol with a seasonality profile and the user's known inputs (the known inputs
     stored per row)."""
-    return (len(calendar_columns(tf.intraday, tf.calendar_features)) + bool(tf.scalers.get("season"))
+    return (len(calendar_columns(tf.intraday, tf.calendar_features)) + (tf.scalers.season is not None)
             + len(known_names(tf.inputs)))
 
 
@@ -217,11 +217,11 @@ def extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: np
 
 
 def feature_schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureSchema:
-    season = ("tod_vol",) if tf.scalers.get("season") else ()
+    season = ("tod_vol",) if tf.scalers.season is not None else ()
     known = [*calendar_columns(tf.intraday, tf.calendar_features), *season, *known_names(tf.inputs),
              "relative_time"]
-    vocab = (tf.inputs or {}).get("static_vocab", {})
-    timed = (tf.inputs or {}).get("timed_vocab", {})
+    vocab = tf.inputs.static_vocab if tf.inputs is not None else {}
+    timed = tf.inputs.timed_vocab if tf.inputs is not None else {}
     features = (
         Feature("series", Role.STATIC, Kind.CATEGORICAL, cardinality=len(tf.series_vocab) + 1),
         *(Feature(n, Role.STATIC, Kind.CATEGORICAL, cardinality=len(vocab[n]) + 1)
@@ -232,12 +232,12 @@ def feature_schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureS
         *(Feature(n, Role.KNOWN, Kind.CONTINUOUS) for n in known),
         *(Feature(n, Role.OBSERVED, Kind.CATEGORICAL, cardinality=len(timed[n]) + 1)
           for n in timed_categories.observed_columns(tf.inputs)),
-        *(Feature(n, Role.OBSERVED, Kind.CONTINUOUS) for n in observed_names(tf.scalers)),
+        *(Feature(n, Role.OBSERVED, Kind.CONTINUOUS) for n in tf.observed_names),
     )
     extra = {
         "scaling": tf.scaling,
-        "vol_halflife": tf.scalers["halflife"],
-        "vol_estimator": tf.scalers.get("estimator", "returns"),
+        "vol_halflife": float(tf.data.vol_halflife),
+        "vol_estimator": tf.data.vol_estimator,
         "intraday": tf.intraday,
         "calendar_features": tf.calendar_features,
         "exchange_tz": tf.exchange_tz,

@@ -1,7 +1,8 @@
 """What a prepared dataset is and what a saved model keeps of its preparation: `FittedTransform` (the series
-vocabulary, the scalers and the grid, saved in model.json) and `PreparedData` (the windows, splits and summary).
+vocabulary, the scalers, the user's inputs and the grid, saved in model.json and a store's manifest) and
+`PreparedData` (the windows, splits and summary).
 
-They live apart from prepare.py so that loading a model (model/saved.py) or a store (store/read.py) does not
+They live apart from data/prepare so that loading a model (model/saved.py) or a store (store/read.py) does not
 import the loading pipeline (bars/load.py, io/read.py).
 """
 
@@ -13,38 +14,70 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from foxhunt.data.bars.chains import roots_of_series
 from foxhunt.data.bars.grid import Grid, default_grid, grid_of
 from foxhunt.data.bars.sessions import Session, session_of
+from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.windows import WindowedData
+from foxhunt.data.features.fitted import FittedInputs, Scalers
+from foxhunt.data.features.scaling import observed_names
 from foxhunt.data.features.schema import UNKNOWN_SERIES, FeatureSchema
 
 if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes (data/prepare) never need it
     import torch
 
 
+# The DataConfig options a transform featurizes by (its properties; the scalers' and the inputs' readers): two
+# transforms featurize bars alike when these and their fitted values are equal.
+FEATURIZING = ("target", "scaling", "vol_halflife", "vol_estimator", "vol_features", "fill_gaps", "exchange_tz",
+               "calendar_features", "covariate_scaling", "encoder_length", "horizon")
+
+
 @dataclass(frozen=True)
 class FittedTransform:
-    """Everything needed to featurize new data exactly as in training; saved (as `to_dict`) in model.json."""
+    """Everything needed to featurize new data exactly as in training. Saved (`to_dict`) in model.json and a
+    store's manifest; the options it was fitted under are `data`, saved once beside it (model.json's "data", the
+    store's "data_options") and given back to `from_dict`."""
 
     series_vocab: tuple[str, ...]  # code = index + 1; 0 = unknown series
-    scalers: dict  # see scaling.py: per-series and pooled {mean, std} per feature and the target center/scale
-    target: str = "log_return"
-    scaling: str = "series"
+    scalers: Scalers
+    data: DataConfig  # the options it was fitted under: the target, the scaling, the trailing volatility's, ...
     intraday: bool = False  # which calendar features exist (time of day vs month)
-    calendar_features: bool = False
-    exchange_tz: str = "America/Chicago"
     bar_spacing_ns: int = 0  # median bar spacing in training: the step of the forecast grid (known.py)
-    # `--calendar`'s session: the closures of the forecast grid (`grid`). None (no --calendar, or a model saved
-    # before it): the zone's default, CME Globex Equity's in America/Chicago, none elsewhere.
+    # `--calendar`'s session: the closures of the forecast grid (`grid`). None (no --calendar): the zone's
+    # default, CME Globex Equity's in America/Chicago, none elsewhere.
     session: Session | None = None
-    # The user's own inputs (features/inputs.fitted): names, scaling, the event calendar. None: none declared.
-    inputs: dict | None = None
+    inputs: FittedInputs | None = None  # the user's own inputs (features/inputs.fit_inputs); None: none declared
     # What `--contracts auto` decided on the training bars (bars/chains.py): the roots whose symbols are each a series
     # of their own, and those whose contracts roll into one series; the model's bars are read that way
-    # (`contract_roots`). None: another --contracts mode, or a model saved before the decision was kept.
+    # (`contract_roots`). None: another --contracts mode, or bars without futures roots (nothing decided).
     roots_apart: tuple[str, ...] | None = None
     roots_rolled: tuple[str, ...] | None = None
+
+    @property
+    def target(self) -> str:
+        return self.data.target
+
+    @property
+    def scaling(self) -> str:
+        return self.data.scaling
+
+    @property
+    def calendar_features(self) -> bool:
+        return self.data.calendar_features
+
+    @property
+    def exchange_tz(self) -> str:
+        return self.data.exchange_tz
+
+    @property
+    def event_cap(self) -> int:
+        """Steps at which the event features saturate (events.event_features): the window's length."""
+        return self.data.encoder_length + self.data.horizon
+
+    @property
+    def observed_names(self) -> tuple[str, ...]:
+        """The observed continuous inputs in batch column order (scaling.observed_names)."""
+        return observed_names(self.scalers, self.data)
 
     @property
     def grid(self) -> Grid:
@@ -53,11 +86,9 @@ class FittedTransform:
 
     def contract_roots(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(roots kept apart, roots rolled) for reading bars for the model (load.load_bars' `roots`): the decision
-        saved with it, or, for a model saved before it was, the one its series' names show (chains.roots_of_series),
-        so that it reads its bars into the series it was trained on."""
-        if self.roots_apart is not None:
-            return self.roots_apart, self.roots_rolled or ()
-        return roots_of_series(self.series_vocab)
+        saved with it (none where none was taken: bars without futures roots, or another --contracts mode), so that
+        it reads its bars into the series it was trained on."""
+        return self.roots_apart or (), self.roots_rolled or ()
 
     def code(self, names: list[str]) -> np.ndarray:
         """Series codes for `names` (0 for a series unseen in training)."""
@@ -65,32 +96,31 @@ class FittedTransform:
         return np.array([index.get(n, UNKNOWN_SERIES) for n in names], dtype=np.int64)
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON, every key present (null where there is none); without `data`, which is saved beside it."""
         return {
             "series_vocab": list(self.series_vocab),
-            "scalers": self.scalers,
-            "target": self.target,
-            "scaling": self.scaling,
+            "scalers": self.scalers.to_dict(),
             "intraday": self.intraday,
-            "calendar_features": self.calendar_features,
-            "exchange_tz": self.exchange_tz,
             "bar_spacing_ns": self.bar_spacing_ns,
-            # only with --calendar: a transform without one is saved as before it existed
-            **({} if self.session is None else {"session": dataclasses.asdict(self.session)}),
-            **({} if self.inputs is None else {"inputs": self.inputs}),
-            **({} if self.roots_apart is None else {"roots_apart": list(self.roots_apart),
-                                                    "roots_rolled": list(self.roots_rolled or ())}),
+            "session": None if self.session is None else dataclasses.asdict(self.session),
+            "inputs": None if self.inputs is None else self.inputs.to_dict(),
+            "roots_apart": None if self.roots_apart is None else list(self.roots_apart),
+            "roots_rolled": None if self.roots_rolled is None else list(self.roots_rolled),
         }
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> FittedTransform:
-        d = dict(d)
-        d["series_vocab"] = tuple(d["series_vocab"])
-        for key in ("roots_apart", "roots_rolled"):  # absent from a model saved before: contract_roots reads its series
-            if d.get(key) is not None:
-                d[key] = tuple(d[key])
-        if d.get("session") is not None:
-            d["session"] = session_of(d["session"])
-        return FittedTransform(**d)
+    def from_dict(d: dict[str, Any], data: DataConfig) -> FittedTransform:
+        """The inverse of `to_dict`, fitted under `data` (the DataConfig saved beside it)."""
+
+        def names(key: str) -> tuple[str, ...] | None:
+            return None if d[key] is None else tuple(d[key])
+
+        return FittedTransform(
+            series_vocab=tuple(d["series_vocab"]), scalers=Scalers.from_dict(d["scalers"]), data=data,
+            intraday=bool(d["intraday"]), bar_spacing_ns=int(d["bar_spacing_ns"]),
+            session=None if d["session"] is None else session_of(d["session"]),
+            inputs=None if d["inputs"] is None else FittedInputs.from_dict(d["inputs"]),
+            roots_apart=names("roots_apart"), roots_rolled=names("roots_rolled"))
 
 
 @dataclass

@@ -39,7 +39,6 @@ from foxhunt.data.features.scaling import (
     VOL_FLOOR,
     ewm_range_scale,
     ewma_alpha,
-    observed_names,
     seeded_ewm,
     standardized,
     variance_proxy,
@@ -74,15 +73,15 @@ class StreamState:
                  user: LiveInputs | None = None):
         self.tf, self.e, self.d = transform, encoder_length, horizon
         self.user = user  # the user's own inputs (inputs_live.py); None: the model has none, no work per bar
-        sc = transform.scalers
+        sc, cfg = transform.scalers, transform.data
         self.ret, self.rng = move_columns(transform.target)
-        self.observed = observed_names(sc)
-        self.season = sc.get("season") or None
-        self.vol_features = bool(sc.get("vol_features", False))
-        self.estimator = sc.get("estimator", "returns")
+        self.observed = transform.observed_names
+        self.season = sc.season
+        self.vol_features = cfg.vol_features
+        self.estimator = cfg.vol_estimator
         self.range_est = self.estimator == "range"
-        self.derived = vol_columns(sc)  # the trailing inputs `_advance` computes, in scaling.trailing's order
-        self.hl = float(sc["halflife"])
+        self.derived = vol_columns(sc, cfg)  # the trailing inputs `_advance` computes, in scaling.trailing's order
+        self.hl = float(cfg.vol_halflife)
         # the calendar's known columns (and tod_vol), from the grid; then the user's known ones (`user`)
         self.n_cal = len(known_columns(np.zeros(1, np.int64), transform.exchange_tz, transform.intraday,
                                        transform.calendar_features, self.season))
@@ -113,11 +112,11 @@ class StreamState:
 
     # -- per-series constants ----------------------------------------------------------------------------------
     def _const(self, names: list[str], key: str, field: str) -> np.ndarray:
-        """(len(names),) scalers[series][key][field] (pooled for a series unseen in training)."""
-        sc = self.tf.scalers
-        if key == "range_k" and "range_k" not in sc["pooled"]:
-            return np.ones(len(names))
-        return np.array([sc["series"].get(n, sc["pooled"])[key][field] for n in names], dtype=np.float64)
+        """(len(names),) scalers of each series (pooled for a series unseen in training): an input's mean or std
+        (`key` its name), or ("target", "center" | "scale"), ("range_k", "value")."""
+        own = {("target", "center"): lambda s: s.center, ("target", "scale"): lambda s: s.scale,
+               ("range_k", "value"): lambda s: s.range_k}
+        return self.tf.scalers.per_series(names, own.get((key, field)) or (lambda s: getattr(s.moments[key], field)))
 
     def _constants(self, names: list[str]) -> dict[tuple[str, str], np.ndarray]:
         """Every scaler `step` reads, (len(names),) each: looked up once per series, not once per bar."""
@@ -184,7 +183,7 @@ class StreamState:
         k = self._const(names, "range_k", "value")[sidx]
         df = pl.DataFrame({"g": sidx, "first": feats["first"], "r": feats[self.ret], "x": feats[self.rng],
                            "r_std": r_std, "t_c": t_c, "t_s": t_s, "k": k})
-        if self.season:
+        if self.season is not None:
             df = df.with_columns(pl.Series("p2", profile_at(feats["ts"].dt.epoch("ns").to_numpy(), self.season) ** 2))
         def ewm(x: pl.Expr, seed: pl.Expr, hl: float) -> pl.Expr:
             return seeded_ewm(x, seed, hl).over("g")
@@ -195,7 +194,7 @@ class StreamState:
         if self.vol_features:
             exprs += [ewm(proxy, seed, self.hl / FAST_SLOW).alias("v_fast"),
                       ewm(proxy, seed, self.hl * FAST_SLOW).alias("v_slow")]
-        if self.season:
+        if self.season is not None:
             exprs.append(ewm(proxy / pl.col("p2"), seed, self.hl).alias("v_season"))
         if self._ewm_range_scale():
             exprs += [ewm(pl.col("x"), pl.col("t_c"), self.hl).alias("m"),
@@ -369,7 +368,7 @@ class StreamState:
         self.vol[r] = vol
         logs = [vol]  # log_vol, then (seasonality) log_vol_season, then (vol features) the fast and slow ratios
         sig_scale = vol
-        if self.season:
+        if self.season is not None:
             p = self.known_grid.profile(ts)
             p2 = p * p
             vs = _floored(step("v_season", proxy / p2, seed), floor)
@@ -383,7 +382,7 @@ class StreamState:
         values = [logs[0]]  # in `self.derived` (scaling.vol_columns) order
         if self.vol_features:
             values += [_div(ret, before), _div(math.sqrt(k) * x, before), logs[-2], logs[-1]]
-        if self.season:
+        if self.season is not None:
             values.append(logs[1])
         derived = dict(zip(self.derived, values, strict=True))
         if self.tf.scaling == "series":

@@ -33,6 +33,7 @@ import polars as pl
 from foxhunt.data.features import static, timed_categories
 from foxhunt.data.features.covariates import UTC_NS, CovariateTable
 from foxhunt.data.features.covariates_live import AsOf
+from foxhunt.data.features.fitted import FittedInputs
 from foxhunt.data.features.inputs import Sources
 from foxhunt.errors import InputError
 
@@ -67,17 +68,17 @@ class _Read:
 class LiveCodes:
     """Per series of the stream: its static inputs, the codes of its last E rows and of its forecast steps."""
 
-    def __init__(self, inputs: dict, src: Sources | None, encoder_length: int):
-        self.inputs, self.src, self.e = inputs, src, encoder_length
-        self.kc = timed_categories.known_columns(inputs)
-        self.oc = timed_categories.observed_columns(inputs)
-        self.static = list(inputs.get("static", ()))
-        self.kinds: dict[str, str] = dict(inputs.get("static_kinds", {}))
-        bar_columns = set(inputs.get("bar_columns", ()))
+    def __init__(self, fitted: FittedInputs, src: Sources | None, encoder_length: int):
+        self.fitted, self.src, self.e = fitted, src, encoder_length
+        self.kc = timed_categories.known_columns(fitted)
+        self.oc = timed_categories.observed_columns(fitted)
+        self.static = list(fitted.static)
+        self.kinds: dict[str, str] = dict(fitted.static_kinds)
+        bar_columns = set(fitted.bar_columns)
         self.static_from_bars = [c for c in self.static if c in bar_columns]
         self.oc_from_files = {c for c in self.oc if c not in bar_columns}
         self.files = {c: AsOf(src.tables[c], c, text=True) for c in self.oc_from_files} if src is not None else {}
-        self.vocab: dict[str, list[str]] = inputs.get("timed_vocab", {})
+        self.vocab: dict[str, tuple[str, ...]] = fitted.timed_vocab
         self.said: dict[str, set[str]] = {c: set() for c in (*self.kc, *self.oc)}
         self.rows: dict[str, deque[np.ndarray]] = {}  # series -> its last E rows' codes, (Kc + Oc,) each
         self.statics: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # series -> ((Sc,) codes, (Sr,) values)
@@ -162,7 +163,7 @@ class LiveCodes:
                 tables[c] = self.src.tables[c]
         bars = pl.DataFrame({"series": [name], "contract": [contract if contract is not None else name]})
         values = static.series_values(bars, [name], self.static, tables, self.kinds)
-        cont, cat = static.arrays(self.inputs, values, [name])  # (1, Sr), (1, Sc)
+        cont, cat = static.arrays(self.fitted, values, [name])  # (1, Sr), (1, Sc)
         return cat[0], cont[0]
 
     # -- the model's inputs ------------------------------------------------------------------------------------
@@ -181,7 +182,7 @@ class LiveCodes:
 
     def _known(self, at: np.ndarray) -> np.ndarray:
         """(len(at), Kc) the known categorical codes at the times `at`, each unseen value said once a stream."""
-        return timed_categories.known_codes(self.inputs, self.src, at, said=self.said)
+        return timed_categories.known_codes(self.fitted, self.src, at, said=self.said)
 
 
 def _texts(column: str, values: Sequence[object], names: Sequence[str]) -> pl.Series:

@@ -41,10 +41,8 @@ class LiveContext:
     def __init__(self, series: Sequence[str], target: str, observed: Sequence[str], offset: int):
         self.series = tuple(series)
         cols = context_inputs(target)
-        # (observed index, series, index into context_inputs) of each context column the model reads; an older
-        # model's columns are fewer (no log_vol), and only those are written
-        self.columns = [(observed.index(f"{c}_{col}"), c, k) for c in self.series for k, col in enumerate(cols)
-                        if f"{c}_{col}" in observed]
+        # (observed index, series, index into context_inputs) of each context column the model reads
+        self.columns = [(observed.index(f"{c}_{col}"), c, k) for c in self.series for k, col in enumerate(cols)]
         self.offset = offset  # ring column of observed input 0 (after the known ones)
         self.blank = {observed[j]: math.nan for j, _, _ in self.columns}  # what `_advance` writes before `fill`
         self.times: dict[str, list[int]] = {c: [] for c in self.series}
@@ -54,7 +52,7 @@ class LiveContext:
     @staticmethod
     def of(tf: FittedTransform, observed: Sequence[str], offset: int) -> LiveContext | None:
         """The context of a --context model (None for a model without one)."""
-        series = (tf.inputs or {}).get("context") or ()
+        series = tf.inputs.context if tf.inputs is not None else ()
         return LiveContext(series, tf.target, observed, offset) if series else None
 
     def check(self, names: Sequence[str], ts_ns: Sequence[int] = ()) -> None:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from foxhunt.data.features.seasonality import MINUTES, minute_of_day, profile_from_sums
+from foxhunt.data.features.fitted import Moments
+from foxhunt.data.features.seasonality import MINUTES, Season, minute_of_day, profile_from_sums
 
 
 def _safe(x: float | None, default: float) -> float:
@@ -119,22 +120,20 @@ def _std(n: int, m2: float) -> float | None:
 
 
 def stats(mom: dict[str, np.ndarray], cols: tuple[str, ...], names: list[str], present: np.ndarray
-          ) -> tuple[dict, dict]:
-    """Per-series ({name: {col: {mean, std}}} for series where `present`) and pooled {mean, std} of `cols`.
+          ) -> tuple[dict[str, dict[str, Moments]], dict[str, Moments]]:
+    """Per-series ({name: {col: Moments}} for series where `present`) and pooled {col: Moments} of `cols`.
 
     Where a series' std is undefined or zero (one training row, a constant column) the pooled value is used, and 1
     where that is undefined too; a mean over no row is 0."""
     pool = {}
     for c in cols:
         n, mean, m2 = pooled(mom[f"{c}:n"], mom[f"{c}:mean"], mom[f"{c}:m2"])
-        pool[c] = {"mean": float(mean) if n else 0.0, "std": _safe(_std(n, m2), 1.0)}
+        pool[c] = Moments(float(mean) if n else 0.0, _safe(_std(n, m2), 1.0))
     per = {}
     for i in np.flatnonzero(present):
         per[names[i]] = {
-            c: {
-                "mean": float(mom[f"{c}:mean"][i]) if mom[f"{c}:n"][i] else 0.0,
-                "std": _safe(_std(int(mom[f"{c}:n"][i]), float(mom[f"{c}:m2"][i])), pool[c]["std"]),
-            }
+            c: Moments(float(mom[f"{c}:mean"][i]) if mom[f"{c}:n"][i] else 0.0,
+                       _safe(_std(int(mom[f"{c}:n"][i]), float(mom[f"{c}:m2"][i])), pool[c].std))
             for c in cols
         }
     return per, pool
@@ -192,7 +191,7 @@ def season_moments(ts_ns: np.ndarray, log_range: np.ndarray, valid: np.ndarray, 
     return {**sq, "season:sums": by_cell, "season:counts": counts}
 
 
-def season_profile(mom: dict[str, np.ndarray], tz: str) -> dict:
+def season_profile(mom: dict[str, np.ndarray], tz: str) -> Season:
     """The seasonality profile (seasonality.profile_from_sums) of the per-series minute sums, added in order."""
     sums, counts = np.zeros(MINUTES), np.zeros(MINUTES)
     for row_s, row_c in zip(mom["season:sums"], mom["season:counts"], strict=True):  # series in order

@@ -12,9 +12,9 @@ keeps of them.
   (covariates.known_at, events.event_features), so the decoder sees what is scheduled and never a later bar. They are appended to the known inputs after the calendar's; a categorical one
   (text, or named by --categorical) is coded by timed_categories.py.
 
-A model saves `fitted` (FittedTransform.inputs): the names, the scaling, the event calendar itself and the known
-inputs' mean and std, so forecasting takes no events file; known covariates are read again from the run's files
-(or the ones a forecast names), as their future values are what a forecast needs.
+A model saves `fit_inputs`' FittedInputs (fitted.py; FittedTransform.inputs): the names, the event calendar itself
+and the known inputs' mean and std, so forecasting takes no events file; known covariates are read again from the
+run's files (or the ones a forecast names), as their future values are what a forecast needs.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from foxhunt.data.features.covariates import (
 )
 from foxhunt.data.features.events import EventCalendar, event_columns, event_features, read_events, row_keys
 from foxhunt.data.features.fitstats import moments_of, select, stats
+from foxhunt.data.features.fitted import FittedInputs, Moments, Scalers
 from foxhunt.errors import InputError
 
 # Column names a user input may not take: the loaded bars' own and foxhunt's inputs, which the joined column would
@@ -47,7 +48,7 @@ RESERVED = frozenset({
     "series", "ts", "contract", "open", "high", "low", "close", "volume", "own_high", "own_low", "own_close",
     "roll_log_ratio", "roll_gap", "filled", "first", "roll", "target", "log_return", "log_range", "log_volume",
     "log_vol", "price_change", "price_range", "shock", "range_shock", "log_vol_fast", "log_vol_slow",
-    "log_vol_season", "tod_vol", "relative_time", "key",
+    "log_vol_season", "tod_vol", "relative_time", "key", "range_k",
 })
 MAX_BAD_FRACTION = 0.01  # more bars than this with a NaN, inf or missing user input stop the run
 
@@ -130,7 +131,7 @@ BarReader = Callable[[list[str], set[str]], CovariateTable]  # (columns, those t
 
 def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[str], covariates: Sequence[str],
                  events: str | None, timestamp_col: str | None = None, symbol_col: str | None = None,
-                 timezone: str | None = None, saved_events: dict | None = None, context: Sequence[str] = (),
+                 timezone: str | None = None, saved_events: EventCalendar | None = None, context: Sequence[str] = (),
                  target: str = "log_return", static_cols: Sequence[str] = (),
                  categorical: Sequence[str] = (), bar_frame: tuple[str, pl.DataFrame] | None = None,
                  fitted: bool = False, bar_reader: BarReader | None = None, date_format: str | None = None
@@ -165,8 +166,7 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
         tables.append(read_bar_columns(paths, from_bars, timestamp_col=timestamp_col, symbol_col=symbol_col,
                                        timezone=timezone, real=real, date_format=date_format))
     chosen = pick(tables, [*observed, *known, *static_cols])
-    cal = read_events(events, timezone=timezone, date_format=date_format) if events else (
-        EventCalendar.from_dict(saved_events) if saved_events else None)
+    cal = read_events(events, timezone=timezone, date_format=date_format) if events else saved_events
     timed = (*observed, *known)
     kind = ({c: "categorical" if c in categorical else "real" for c in timed} if fitted
             else static.kinds(timed, chosen, categorical))
@@ -280,13 +280,14 @@ def check_dropped(counts: dict[str, int]) -> None:
 
 
 def fit_observed(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, keep: np.ndarray, src: Sources,
-                 mode: str, scalers: dict) -> None:
-    """Add each observed user column's {mean, std} over rows where `keep` to `scalers` (in place), per series
-    ("series"; pooled for a series without training rows), the pooled values for every series ("global"), or 0 and
-    1 ("none"), and list them as `user_observed`, which scaling.observed_names appends after foxhunt's own."""
-    if src.observed_names:
-        scale_observed(observed_moments(feats, names, sidx, keep, src.observed_names), names, src.observed_names, mode,
-                       scalers)
+                 mode: str, scalers: Scalers) -> Scalers:
+    """`scalers` with each observed user column's {mean, std} over rows where `keep`, per series ("series"; pooled
+    for a series without training rows), the pooled values for every series ("global"), or 0 and 1 ("none"),
+    listed as `user_observed`, which scaling.observed_names appends after foxhunt's own."""
+    if not src.observed_names:
+        return scalers
+    return scale_observed(observed_moments(feats, names, sidx, keep, src.observed_names), names, src.observed_names,
+                          mode, scalers)
 
 
 TRAINED = "user:rows"  # observed_moments' key of each series' training rows
@@ -306,27 +307,24 @@ def observed_moments(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ke
 
 
 def scale_observed(mom: dict[str, np.ndarray], names: list[str], cols: Sequence[str], mode: str,
-                   scalers: dict) -> None:
+                   scalers: Scalers) -> Scalers:
     """`fit_observed` of the columns `cols` from `observed_moments`' `mom` of the series `names`, listed after those
     `user_observed` lists already (a pieced prepare fits the --context columns last: prepare/fit.py)."""
-    per, pooled = stats(mom, cols, names, mom[TRAINED] > 0)
-    for c in cols:
-        if mode == "none":
-            pooled[c] = {"mean": 0.0, "std": 1.0}
-        scalers["pooled"][c] = pooled[c]
-        for name, entry in scalers["series"].items():
-            entry[c] = per[name][c] if mode == "series" and name in per else pooled[c]
-    scalers["user_observed"] = [*scalers.get("user_observed", ()), *cols]
+    per, pooled = stats(mom, tuple(cols), names, mom[TRAINED] > 0)
+    if mode == "none":
+        pooled = dict.fromkeys(cols, Moments(0.0, 1.0))
+    own = {name: {c: per[name][c] if mode == "series" and name in per else pooled[c] for c in cols}
+           for name in scalers.series}
+    return scalers.with_moments(own, pooled, tuple(cols))
 
 
-def fit_known(src: Sources, ts_train: np.ndarray, mode: str) -> dict[str, dict[str, float]]:
+def fit_known(src: Sources, ts_train: np.ndarray, mode: str) -> dict[str, Moments]:
     """{column: {mean, std}} of each known covariate over the training bars' times (`ts_train`, int64 ns): one
     value per time for every series, so "series" scaling is the global one here; "none": 0 and 1."""
     return fit_known_counted(src, *np.unique(ts_train, return_counts=True), mode)
 
 
-def fit_known_counted(src: Sources, stamps: np.ndarray, counts: np.ndarray, mode: str
-                      ) -> dict[str, dict[str, float]]:
+def fit_known_counted(src: Sources, stamps: np.ndarray, counts: np.ndarray, mode: str) -> dict[str, Moments]:
     """`fit_known` of the training bars' sorted distinct times `stamps` (T,), each `counts` (T,) bars: a panel's
     pieces add up their counts, and each time's value is read once."""
     out = {}
@@ -339,56 +337,43 @@ def fit_known_counted(src: Sources, stamps: np.ndarray, counts: np.ndarray, mode
         n = float(w.sum())
         mean = float(np.dot(w, x) / n) if n else 0.0
         std = float(np.sqrt(np.dot(w, np.square(x - mean)) / (n - 1))) if n > 1 else 0.0
-        out[c] = ({"mean": 0.0, "std": 1.0} if mode == "none" else
-                  {"mean": mean, "std": std if np.isfinite(std) and std > 0 else 1.0})
+        out[c] = Moments(0.0, 1.0) if mode == "none" else Moments(mean, std if np.isfinite(std) and std > 0 else 1.0)
     return out
 
 
-def fitted(src: Sources, mode: str, known_scalers: dict, event_cap: int, static_fit: dict | None = None,
-           timed_vocab: dict | None = None) -> dict:
-    """What a model keeps of its inputs (FittedTransform.inputs): JSON-able. `static_fit`: static.fit's output;
-    `timed_vocab`: timed_categories.fit's ("observed" and "known" list the real columns, "observed_cat" and
-    "known_cat" the categorical ones)."""
-    return {
-        "static": list(src.static),
-        "static_kinds": dict(src.static_kinds or {}),
-        **(static_fit or {"static_scalers": {}, "static_vocab": {}}),
-        "observed": list(src.observed),
-        "observed_cat": list(src.observed_cat),
-        "known_cat": list(src.known_cat),
-        "timed_vocab": dict(timed_vocab or {}),
-        "bar_columns": list(src.from_bars),
-        "context": list(src.context),
-        "known": list(src.known),
-        "known_names": list(src.known_names),
-        "covariate_scaling": mode,
-        "known_scalers": known_scalers,
-        "events": None if src.events is None else src.events.to_dict(),
-        "event_cap": int(event_cap),
-        "sources": {c: src.tables[c].source
-                    for c in (*src.observed, *src.observed_cat, *src.known, *src.known_cat, *src.static)},
-    }
+def fit_inputs(src: Sources, known_scalers: dict[str, Moments], static_fit: static.StaticFit | None = None,
+               timed_vocab: dict[str, tuple[str, ...]] | None = None) -> FittedInputs:
+    """What a model keeps of its inputs (FittedTransform.inputs). `known_scalers`: fit_known_counted's;
+    `static_fit`: static.fit's; `timed_vocab`: timed_categories.fit's ("observed" and "known" list the real
+    columns, "observed_cat" and "known_cat" the categorical ones)."""
+    fit = static_fit or static.StaticFit({}, {})
+    return FittedInputs(
+        observed=src.observed, known=src.known, static=src.static, static_kinds=dict(src.static_kinds or {}),
+        static_scalers=fit.scalers, static_vocab=fit.vocab, observed_cat=src.observed_cat, known_cat=src.known_cat,
+        timed_vocab=dict(timed_vocab or {}), bar_columns=src.from_bars, context=src.context,
+        known_scalers=known_scalers, events=src.events,
+        sources={c: src.tables[c].source
+                 for c in (*src.observed, *src.observed_cat, *src.known, *src.known_cat, *src.static)},
+    )
 
 
-def known_names(inputs: dict | None) -> tuple[str, ...]:
+def known_names(fitted: FittedInputs | None) -> tuple[str, ...]:
     """The user's known inputs of a fitted transform, in column order (after the calendar's)."""
-    return tuple(inputs.get("known_names", ())) if inputs else ()
+    return fitted.known_names if fitted is not None else ()
 
 
 KnownValues = Callable[..., np.ndarray]  # (ts (U,), key: str | None = None) -> (U, Ku) float32
 
 
-def known_values(inputs: dict, src: Sources, step_ns: int) -> KnownValues | None:
+def known_values(fitted: FittedInputs | None, src: Sources, step_ns: int, cap: int) -> KnownValues | None:
     """(ts (U,) int64 ns, key) -> (U, Ku) float32: the known covariates standardized with the fitted mean and std,
-    then the event features on the grid of `step_ns` under the events' key `key` (events.key_of; None: the unkeyed
-    rows alone); None without user known inputs."""
-    names = known_names(inputs)
-    if not names:
+    then the event features on the grid of `step_ns`, capped at `cap` steps (encoder plus forecast steps), under
+    the events' key `key` (events.key_of; None: the unkeyed rows alone); None without user known inputs."""
+    names = known_names(fitted)
+    if fitted is None or not names:
         return None
-    scal = inputs["known_scalers"]
-    mean = np.array([scal[c]["mean"] for c in src.known], dtype=np.float64)
-    std = np.array([scal[c]["std"] for c in src.known], dtype=np.float64)
-    cap = int(inputs["event_cap"])
+    mean = np.array([fitted.known_scalers[c].mean for c in src.known], dtype=np.float64)
+    std = np.array([fitted.known_scalers[c].std for c in src.known], dtype=np.float64)
     calendars: dict[str | None, EventCalendar] = {}  # key -> the calendar its series read, made on first use
 
     def values(ts: np.ndarray, key: str | None = None) -> np.ndarray:

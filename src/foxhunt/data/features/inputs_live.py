@@ -31,6 +31,7 @@ from foxhunt.data.features import inputs, static
 from foxhunt.data.features.codes_live import LiveCodes
 from foxhunt.data.features.covariates_live import AsOf
 from foxhunt.data.features.events import key_of
+from foxhunt.data.features.fitted import FittedInputs
 from foxhunt.errors import InputError
 
 if TYPE_CHECKING:
@@ -42,25 +43,25 @@ class LiveInputs:
     standardized known values of the bars' times and forecast steps, and (`codes`) the static and categorical ones."""
 
     def __init__(self, tf: FittedTransform, cfg: DataConfig):
-        got = tf.inputs or {}
-        self.observed: tuple[str, ...] = tuple(got.get("observed", ()))
-        self.bar_columns = frozenset(got.get("bar_columns", ()))
+        got = tf.inputs or FittedInputs()
+        self.observed: tuple[str, ...] = got.observed
+        self.bar_columns = frozenset(got.bar_columns)
         from_files = [c for c in self.observed if c not in self.bar_columns]
-        observed_cat, known_cat = tuple(got.get("observed_cat", ())), tuple(got.get("known_cat", ()))
+        observed_cat, known_cat = got.observed_cat, got.known_cat
         cat_files = [c for c in observed_cat if c not in self.bar_columns]
-        static_files = [c for c in got.get("static", ()) if c not in self.bar_columns]
+        static_files = [c for c in got.static if c not in self.bar_columns]
         # The bar files' own columns come with each bar: only the covariate files and the calendar are read here.
-        src = inputs.load_sources(cfg.paths, [*from_files, *cat_files], (*got.get("known", ()), *known_cat),
+        src = inputs.load_sources(cfg.paths, [*from_files, *cat_files], (*got.known, *known_cat),
                                   cfg.covariates, cfg.events, cfg.timestamp_col, cfg.symbol_col, cfg.timezone,
-                                  saved_events=got.get("events"), target=tf.target, static_cols=static_files,
+                                  saved_events=got.events, target=tf.target, static_cols=static_files,
                                   categorical=(*observed_cat, *known_cat, *static.categorical_columns(got)),
                                   fitted=True, date_format=cfg.date_format)  # a saved model's real inputs: numbers
-        self.n_known = len(inputs.known_names(got))
-        self.known = None if src is None else inputs.known_values(got, src, max(int(tf.bar_spacing_ns), 1))
+        self.n_known = len(got.known_names)
+        self.known = None if src is None else inputs.known_values(got, src, max(int(tf.bar_spacing_ns), 1),
+                                                                  tf.event_cap)
         self.files = {c: AsOf(src.tables[c], c) for c in from_files} if src is not None else {}
         self.events = None if src is None else src.events
-        self.codes = LiveCodes(got, src, cfg.encoder_length) if (
-            got.get("static") or observed_cat or known_cat) else None
+        self.codes = LiveCodes(got, src, cfg.encoder_length) if (got.static or observed_cat or known_cat) else None
 
     @property
     def fields(self) -> tuple[str, ...]:

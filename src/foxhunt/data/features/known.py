@@ -23,7 +23,7 @@ import numpy as np
 from foxhunt.allocator import release_freed_memory
 from foxhunt.data.bars.grid import Grid, future_timestamps
 from foxhunt.data.features.calendar import calendar_at, calendar_columns
-from foxhunt.data.features.seasonality import profile_at, profile_of_minute, wall_minute
+from foxhunt.data.features.seasonality import Season, profile_at, profile_of_minute, wall_minute
 from foxhunt.data.util.clock import local_ns
 
 CHUNK_CELLS = 1 << 24  # grid timestamps (origins x steps) computed at a time: at most 128 MiB of int64 at once
@@ -54,21 +54,21 @@ def decoder_timestamps(origin_ns: np.ndarray, step_ns: int, horizon: int, intrad
 
 
 def known_columns(
-    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None = None,
+    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: Season | None = None,
 ) -> dict[str, np.ndarray]:
     """The known continuous inputs of timestamps `ts_ns`: the calendar, then (with a fitted time-of-day profile,
     seasonality.py) `tod_vol`, the log relative volatility of the profile at each timestamp."""
     wall = local_ns(ts_ns, exchange_tz) if intraday else None  # once, for the calendar and the profile
     cal = calendar_at(ts_ns, wall, sessions)
-    if season:
-        same = wall is not None and season["tz"] == exchange_tz
+    if season is not None:
+        same = wall is not None and season.tz == exchange_tz
         cal["tod_vol"] = np.log(profile_of_minute(wall_minute(wall), season) if same else profile_at(ts_ns, season))
     return cal
 
 
 def decoder_features(
     origin_ns: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool, sessions: bool,
-    season: dict | None = None, grid: Grid | None = None,
+    season: Season | None = None, grid: Grid | None = None,
 ) -> np.ndarray:
     """(M, D, Kr) float32 known inputs of the D forecast steps of each origin, straight from the definition.
 
@@ -81,7 +81,7 @@ def decoder_features(
 
 def decoder_known(
     ts_ns: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool, sessions: bool,
-    season: dict | None = None, grid: Grid | None = None,
+    season: Season | None = None, grid: Grid | None = None,
 ) -> DecoderKnown:
     """The decoder's known inputs for every bar `ts_ns` (N,) as an origin, deduplicated (see the module doc).
 
@@ -93,7 +93,7 @@ def decoder_known(
 
 def distinct_decoder_known(
     origins: np.ndarray, inverse: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool,
-    sessions: bool, season: dict | None = None, grid: Grid | None = None,
+    sessions: bool, season: Season | None = None, grid: Grid | None = None,
 ) -> DecoderKnown:
     """`decoder_known` of the bars `origins[inverse]`, given their distinct timestamps (see `distinct`)."""
     table, base, index = decoder_grid(origins, step_ns, horizon, exchange_tz, intraday, grid)
@@ -129,11 +129,11 @@ def decoder_grid(
 
 
 def known_cont(
-    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None = None,
+    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: Season | None = None,
 ) -> np.ndarray:
     """(U, Kr) float32 `known_columns` of timestamps `ts_ns` (U,), computed CHUNK_ROWS at a time so that the
     float64 columns stay small. Each value is a function of its own timestamp: any order, any chunking."""
-    kr = len(calendar_columns(intraday, sessions)) + bool(season)
+    kr = len(calendar_columns(intraday, sessions)) + (season is not None)
     cont = np.empty((len(ts_ns), kr), dtype=np.float32)  # (U, Kr)
     for lo in range(0, len(ts_ns), CHUNK_ROWS):
         sl = slice(lo, min(lo + CHUNK_ROWS, len(ts_ns)))
@@ -280,7 +280,7 @@ class SharedGrid:
 
 
 def shared_grid(origins: np.ndarray, step: int, horizon: int, tz: str, intraday: bool, calendar_features: bool,
-                season: dict | None, grid: Grid) -> SharedGrid:
+                season: Season | None, grid: Grid) -> SharedGrid:
     """The SharedGrid of sorted distinct `origins` (O,): every timestamp of the panel. An origin is nearly always a
     grid point of an earlier one, so the origins take their known inputs from the grid's table; only those no
     forecast step lands on (the first one at least) have rows of their own. Functions of the times, the grid step

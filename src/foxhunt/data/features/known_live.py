@@ -22,7 +22,7 @@ import numpy as np
 
 from foxhunt.data.bars.grid import future_timestamps
 from foxhunt.data.features.known import known_columns
-from foxhunt.data.features.seasonality import profile_at
+from foxhunt.data.features.seasonality import Season, profile_at
 
 if TYPE_CHECKING:
     from foxhunt.data.dataset.types import FittedTransform
@@ -41,7 +41,7 @@ class KnownGrid:
     """Known inputs (float32, as the ring and the decoder store them), the time-of-day profile and the next grid
     step of timestamps (int ns UTC), from spans computed on first use."""
 
-    def __init__(self, transform: FittedTransform, season: dict | None, span: int = SPAN):
+    def __init__(self, transform: FittedTransform, season: Season | None, span: int = SPAN):
         self.tf, self.season, self.span = transform, season, span
         self.step = max(int(transform.bar_spacing_ns), 1)
         self.cur: _Span | None = None
@@ -65,7 +65,7 @@ class KnownGrid:
         known = np.empty((len(points), len(cols)), dtype=np.float32)  # (M, Kr)
         for j, col in enumerate(cols.values()):  # a handful of columns
             known[:, j] = col
-        profile = profile_at(points, self.season) if self.season else None
+        profile = profile_at(points, self.season) if self.season is not None else None
         span = _Span(dict(zip(points.tolist(), range(len(points)), strict=True)),
                      dict(zip(lattice.tolist(), nxt.tolist(), strict=True)), known, profile)
         self.old, self.cur = self.cur, span

@@ -1,12 +1,12 @@
 """Scalers fitted on the training rows only, and their per-row application.
 
-`fit_scalers` returns plain JSON-able values (saved in the model's FittedTransform):
-    {"halflife": float, "estimator": "returns" | "range", "vol_features": bool, "fill_gaps": bool,
-     "series": {name: {feature: {"mean", "std"}, ..., "target": {"center", "scale"}, "range_k": {"value"}}},
-     "pooled": {same, over all training rows}}     # fallback for a series unseen in training
+`fit_scalers` returns a `Scalers` (fitted.py, saved in the model's FittedTransform): per series, each standardized
+input's mean and std, the target's center and scale and range_k; the same pooled over all training rows (for a
+series unseen in training); the time-of-day profile. The options it was fitted under (the halflife, the estimator,
+--vol-features, --fill-gaps, the target) are the DataConfig's: every function here that reads them takes it.
 Observed features are standardized per series in both scaling modes. The trailing volatility sigma_t is a causal
-EWMA (halflife `halflife` bars, rows up to and including t) of a per-bar variance proxy, seeded with the training
-return variance and floored at VOL_FLOOR x the train std:
+EWMA (halflife `vol_halflife` bars, rows up to and including t) of a per-bar variance proxy, seeded with the
+training return variance and floored at VOL_FLOOR x the train std:
 - estimator "returns": the proxy is r_t^2 (RiskMetrics);
 - estimator "range": the proxy is k ln(H/L)_t^2, k = mean(r^2) / mean(ln(H/L)^2) on the training rows, so sigma stays
   in return units. A bar's range carries several times the information about its variance that its close-to-close
@@ -20,10 +20,10 @@ The target's (center, scale) per row:
   model, because a range is positive and proportional to volatility, its shape nearly fixed (see garch_range).
 With target "price_change" (prices that may be zero or negative) every "return" and "range" above is in price units
 (price_change, price_range; features.PRICE_OBSERVED), so sigma_t is the trailing volatility of price changes, in price
-units, and the target is centered at 0 like log_return; scalers then carry "units": "price".
+units, and the target is centered at 0 like log_return.
 The trailing volatility is also an observed input (`log_vol` = ln sigma_t, then standardized). With `vol_features`
 four more inputs describe the recent shocks in units of the volatility known before them (see VOL_OBSERVED).
-Intraday, with a time-of-day profile p(t) (seasonality.py, fitted on the training rows, saved as "season"): the
+Intraday, with a time-of-day profile p(t) (seasonality.py, fitted on the training rows, `Scalers.season`): the
 deseasonalized volatility s_t is the same EWMA of proxy / p^2 (a busy open no longer reads as a volatility shock that
 takes a halflife to decay), `log_vol_season` = ln s_t is one more input, and volatility scaling uses s_t p(t), the
 volatility expected for the bar's time of day.
@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from foxhunt.data.config import DataConfig
 from foxhunt.data.features.bar_features import (
     FILL_OBSERVED,
     OBSERVED,
@@ -54,23 +55,22 @@ from foxhunt.data.features.fitstats import (
     squares_of,
     stats,
 )
+from foxhunt.data.features.fitted import Moments, Scalers, SeriesScalers
 from foxhunt.data.features.seasonality import MINUTES, minute_of_day, profile_of_minute
 from foxhunt.data.util import parallel
 from foxhunt.data.util.runs import value_runs
 
-VOL_HALFLIFE = 20.0
 VOL_FLOOR = 0.1
-ESTIMATORS = ("returns", "range")
 FAST_SLOW = 4.0  # log_vol_fast / log_vol_slow use halflife / 4 and halflife * 4
 
 
-def observed_names(scalers: dict) -> tuple[str, ...]:
-    """Observed continuous inputs in batch column order for these scalers."""
-    vol = VOL_OBSERVED if scalers.get("vol_features", False) else ()
-    season = SEASON_OBSERVED if scalers.get("season") else ()
-    base = PRICE_OBSERVED if scalers.get("units") == "price" else OBSERVED
-    user = tuple(scalers.get("user_observed", ()))  # the user's own (inputs.fit_observed), last
-    return base + vol + season + (FILL_OBSERVED if scalers.get("fill_gaps", False) else ()) + user
+def observed_names(scalers: Scalers, cfg: DataConfig) -> tuple[str, ...]:
+    """Observed continuous inputs in batch column order for these scalers, fitted under `cfg`."""
+    vol = VOL_OBSERVED if cfg.vol_features else ()
+    season = SEASON_OBSERVED if scalers.season is not None else ()
+    base = PRICE_OBSERVED if cfg.target == "price_change" else OBSERVED  # inputs in price units
+    user = scalers.user_observed  # the user's own (inputs.fit_observed), last
+    return base + vol + season + (FILL_OBSERVED if cfg.fill_gaps else ()) + user
 
 
 def ewma_alpha(halflife: float) -> float:
@@ -95,21 +95,11 @@ def ewm_range_scale(scaling: str, target: str, estimator: str) -> bool:
     return scaling == "volatility" and target == "log_range" and estimator == "returns"
 
 
-def standardized(name: str, scalers: dict | None = None) -> bool:
+def standardized(name: str, scalers: Scalers | None = None) -> bool:
     """Whether an observed input is standardized per series (mean, std of its training rows) before the model: one
     of foxhunt's own, or one of the user's own inputs of `scalers` (inputs.fit_observed)."""
-    user = scalers.get("user_observed", ()) if scalers else ()
+    user = scalers.user_observed if scalers is not None else ()
     return name in STANDARDIZED or name in VOL_OBSERVED or name in SEASON_OBSERVED or name in user
-
-
-def _per_row(scalers: dict, names: list[str], sidx: np.ndarray, key: str, field: str) -> np.ndarray:
-    """(N,) value scalers[series][key][field] of each row's series (pooled for a series unseen in training)."""
-    return _per_series(scalers, names, key, field)[sidx]
-
-
-def _per_series(scalers: dict, names: list[str], key: str, field: str) -> np.ndarray:
-    """(S,) value scalers[series][key][field] of each series in `names` (pooled for one unseen in training)."""
-    return np.array([scalers["series"].get(n, scalers["pooled"])[key][field] for n in names], dtype=np.float64)
 
 
 def _sorted(sidx: np.ndarray) -> bool:
@@ -117,35 +107,23 @@ def _sorted(sidx: np.ndarray) -> bool:
     return bool(np.all(sidx[1:] >= sidx[:-1]))
 
 
-def fit_scalers(
-    feats: pl.DataFrame,
-    names: list[str],
-    sidx: np.ndarray,
-    train_mask: np.ndarray,
-    target: str,
-    halflife: float = VOL_HALFLIFE,
-    estimator: str = "returns",
-    vol_features: bool = False,
-    fill_gaps: bool = False,
-    season_tz: str | None = None,
-) -> dict:
-    """Fit on rows where `train_mask` is true (ts before the train cut), excluding each series' first row: the
-    steps the stages of data/prepare take over a panel's pieces (`train_moments`, `first_scalers`, `trailing`,
-    `vol_moments`, `add_vol_stats`), over the one frame `feats`.
+def fit_scalers(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, train_mask: np.ndarray, cfg: DataConfig,
+                season_tz: str | None = None) -> Scalers:
+    """Fit on rows where `train_mask` is true (ts before the train cut), excluding each series' first row, under
+    `cfg`'s target and volatility options: the steps the stages of data/prepare take over a panel's pieces
+    (`train_moments`, `first_scalers`, `trailing`, `vol_moments`, `with_vol_stats`), over the one frame `feats`.
 
     `names[sidx[i]]` is the series of row i (rows sorted by series, ts). `season_tz` (intraday bars only): fit the
     time-of-day volatility profile in that exchange zone (see seasonality.py); None: no profile.
     """
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"volatility estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
     keep = train_mask & ~feats["first"].to_numpy()
     kept = select(keep, sidx, len(names))  # the training rows, for both passes of sums
-    mom = train_moments(feats, sidx, len(names), keep, target, season_tz, kept=kept)
-    scalers = first_scalers(mom, names, target, halflife, estimator, vol_features, fill_gaps, season_tz)
+    mom = train_moments(feats, sidx, len(names), keep, cfg.target, season_tz, kept=kept)
+    scalers = first_scalers(mom, names, cfg.target, season_tz)
     # log_vol (and the vol features) are seeded from the return std just fitted: a second pass over the same rows.
-    derived = trailing(feats, names, sidx, scalers, target, "series")[0]
-    add_vol_stats(scalers, vol_moments(derived, sidx, len(names), keep, scalers, kept=kept), names, mom["rows"] > 0)
-    return scalers
+    derived = trailing(feats, names, sidx, scalers, cfg)[0]
+    return with_vol_stats(scalers, cfg, vol_moments(derived, sidx, len(names), keep, scalers, cfg, kept=kept), names,
+                          mom["rows"] > 0)
 
 
 def train_moments(
@@ -179,81 +157,65 @@ def train_moments(
     return mom
 
 
-def first_scalers(
-    mom: dict[str, np.ndarray], names: list[str], target: str, halflife: float, estimator: str,
-    vol_features: bool, fill_gaps: bool, season_tz: str | None,
-) -> dict:
-    """The scalers of `train_moments` (all but the trailing inputs' standardization: `add_vol_stats`)."""
+def first_scalers(mom: dict[str, np.ndarray], names: list[str], target: str, season_tz: str | None) -> Scalers:
+    """The scalers of `train_moments` (all but the trailing inputs' standardization: `with_vol_stats`)."""
     ret, rng = move_columns(target)
     present = mom["rows"] > 0  # series with training rows get their own entry
     per, pooled = stats(mom, (ret, rng, "log_volume"), names, present)
     per_k, pooled_k = range_k(mom, ret, rng, names, present)
-    scalers = {
-        "halflife": float(halflife),
-        "estimator": estimator,
-        "vol_features": bool(vol_features),
-        "fill_gaps": bool(fill_gaps),
-        **({"units": "price"} if target == "price_change" else {}),  # inputs in price units (PRICE_OBSERVED)
-        "series": per,
-        "pooled": pooled,
-    }
-    for name, entry in per.items():
-        entry["range_k"] = {"value": per_k[name]}
-    pooled["range_k"] = {"value": pooled_k}
-    for entry in (*per.values(), pooled):
-        t = entry[target]
-        entry["target"] = {"center": 0.0 if target in RETURN_TARGETS else t["mean"], "scale": t["std"]}
-    if season_tz is not None:
-        scalers["season"] = season_profile(mom, season_tz)
-    return scalers
+
+    def entry(moments: dict[str, Moments], k: float) -> SeriesScalers:
+        t = moments[target]
+        return SeriesScalers(moments, 0.0 if target in RETURN_TARGETS else t.mean, t.std, k)
+
+    return Scalers({name: entry(m, per_k[name]) for name, m in per.items()}, entry(pooled, pooled_k),
+                   season_profile(mom, season_tz) if season_tz is not None else None)
 
 
-def vol_columns(scalers: dict) -> tuple[str, ...]:
+def vol_columns(scalers: Scalers, cfg: DataConfig) -> tuple[str, ...]:
     """The trailing inputs standardized per series: log_vol, the vol features, log_vol_season."""
-    vol = VOL_OBSERVED if scalers.get("vol_features", False) else ()
-    return ("log_vol", *vol, *(SEASON_OBSERVED if scalers.get("season") else ()))
+    vol = VOL_OBSERVED if cfg.vol_features else ()
+    return ("log_vol", *vol, *(SEASON_OBSERVED if scalers.season is not None else ()))
 
 
 def vol_moments(
-    derived: dict[str, np.ndarray], sidx: np.ndarray, s: int, keep: np.ndarray, scalers: dict,
+    derived: dict[str, np.ndarray], sidx: np.ndarray, s: int, keep: np.ndarray, scalers: Scalers, cfg: DataConfig,
     *, kept: Selected | None = None,
 ) -> dict[str, np.ndarray]:
     """The per-series sufficient statistics of `trailing`'s inputs (`derived`) over rows where `keep` (`kept`:
     select(keep, sidx, s), when the caller has it). The columns' sums are independent: one per thread."""
     kept = select(keep, sidx, s) if kept is None else kept
-    parts = parallel.map_threads(lambda c: moments_of(derived[c].take(kept.at), kept, c), vol_columns(scalers))
+    parts = parallel.map_threads(lambda c: moments_of(derived[c].take(kept.at), kept, c), vol_columns(scalers, cfg))
     return {k: v for part in parts for k, v in part.items()}
 
 
-def add_vol_stats(scalers: dict, mom: dict[str, np.ndarray], names: list[str], present: np.ndarray) -> None:
-    """Complete `first_scalers` in place with the trailing inputs' {mean, std} of `vol_moments`."""
-    per_vol, pooled_vol = stats(mom, vol_columns(scalers), names, present)
-    for name, entry in scalers["series"].items():
-        entry.update(per_vol[name])
-    scalers["pooled"].update(pooled_vol)
+def with_vol_stats(scalers: Scalers, cfg: DataConfig, mom: dict[str, np.ndarray], names: list[str],
+                   present: np.ndarray) -> Scalers:
+    """`first_scalers` completed with the trailing inputs' {mean, std} of `vol_moments`."""
+    per_vol, pooled_vol = stats(mom, vol_columns(scalers, cfg), names, present)
+    return scalers.with_moments(per_vol, pooled_vol)
 
 
 def trailing(
-    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, target: str, scaling: str,
+    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: Scalers, cfg: DataConfig,
     *, minute: np.ndarray | None = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """({name: (N,)} derived inputs: log_vol and, with vol_features, VOL_OBSERVED), target center and scale (N,).
+    """({name: (N,)} derived inputs: log_vol and, with vol_features, VOL_OBSERVED), target center and scale (N,),
+    under `cfg`'s target, scaling and volatility options.
 
     `minute`: each row's minute of the day in the profile's zone (seasonality.minute_of_day), when the caller has it."""
-    estimator = scalers.get("estimator", "returns")
+    target, scaling, estimator = cfg.target, cfg.scaling, cfg.vol_estimator
     ret, rng = move_columns(target)
-    # Older models have no range_k; they use the "returns" estimator and no vol features, so 1 is never read.
-    has_k = "range_k" in scalers["pooled"]
     tables = {  # (S,) each series' scalars, as per-row columns of the frame the expressions run on
-        "r_std": _per_series(scalers, names, ret, "std"),
-        "t_center": _per_series(scalers, names, "target", "center"),
-        "t_scale": _per_series(scalers, names, "target", "scale"),
-        "k": _per_series(scalers, names, "range_k", "value") if has_k else np.ones(len(names)),
+        "r_std": scalers.per_series(names, lambda s: s.moments[ret].std),
+        "t_center": scalers.per_series(names, lambda s: s.center),
+        "t_scale": scalers.per_series(names, lambda s: s.scale),
+        "k": scalers.per_series(names, lambda s: s.range_k),
     }
-    season = scalers.get("season")
-    if season:  # the profile squared at each bar, and its root: looked up by minute, each op on the 1440 values
+    season = scalers.season
+    if season is not None:  # the profile squared at each bar, and its root: looked up by minute, on the 1440 values
         if minute is None:
-            minute = minute_of_day(feats["ts"].dt.epoch("ns").to_numpy(), season["tz"])  # (N,)
+            minute = minute_of_day(feats["ts"].dt.epoch("ns").to_numpy(), season.tz)  # (N,)
         table2 = profile_of_minute(np.arange(MINUTES), season) ** 2  # (MINUTES,)
         p2 = table2[minute]
     else:
@@ -273,7 +235,7 @@ def trailing(
         return df.with_columns(g.set_sorted() if _sorted(sidx) else g,
                                *(pl.Series(c, t[sidx]) for c, t in tables.items() if c in used))
 
-    halflife = scalers["halflife"]
+    halflife = cfg.vol_halflife
     r_std_e, t_center_e, t_scale_e, k_e = pl.col("r_std"), pl.col("t_center"), pl.col("t_scale"), pl.col("k")
 
     def over(e: pl.Expr) -> pl.Expr:  # a window expression within each series
@@ -289,7 +251,7 @@ def trailing(
 
     vol = sigma(halflife)
     exprs = [vol.alias("vol")]
-    if season:  # the same EWMA on the deseasonalized proxy, floored alike
+    if season is not None:  # the same EWMA on the deseasonalized proxy, floored alike
         ds = ewm(proxy / pl.col("p2"), r_std_e**2).sqrt()
         exprs += [pl.max_horizontal(ds, VOL_FLOOR * r_std_e).alias("vol_season")]
     if ewm_range_scale(scaling, target, estimator):
@@ -300,7 +262,7 @@ def trailing(
             m.alias("center"),
             pl.max_horizontal(var, (VOL_FLOOR * t_scale_e) ** 2).sqrt().alias("scale"),
         ]
-    if scalers.get("vol_features", False):
+    if cfg.vol_features:
         before = over(vol.shift(1))  # sigma known before bar t: the shock is measured against it
         before = pl.when(pl.col("first")).then(r_std_e).otherwise(before)
         exprs += [
@@ -327,7 +289,7 @@ def trailing(
     p2 = None
     sig = out.pop("vol")
     log_vol = np.log(sig)
-    if season:  # the volatility expected at the bar: the deseasonalized one times the profile at its time of day
+    if season is not None:  # the volatility expected at the bar: the deseasonalized one times the profile at its time of day
         vol_season = out.pop("vol_season")
         log_vol_season = np.log(vol_season)
         del sig
@@ -345,38 +307,39 @@ def trailing(
     else:
         center, scale = out["center"], out["scale"]
     derived = {"log_vol": log_vol}
-    if scalers.get("vol_features", False):
+    if cfg.vol_features:
         derived.update({c: out[c] for c in VOL_OBSERVED})
-    if season:
+    if season is not None:
         derived["log_vol_season"] = log_vol_season
     return derived, center, scale
 
 
 def apply_scalers(
-    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, target: str, scaling: str,
+    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: Scalers, cfg: DataConfig,
     out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Observed inputs (N, len(observed_names)) float32 standardized per series, and the target center, scale (N,).
 
     `out`: a (N, len(observed_names)) float32 array (e.g. columns of the row tensor) to write the inputs into."""
-    derived, center, scale = trailing(feats, names, sidx, scalers, target, scaling)
-    return standardize(feats, names, sidx, scalers, derived, center, scale, out=out)
+    derived, center, scale = trailing(feats, names, sidx, scalers, cfg)
+    return standardize(feats, names, sidx, scalers, cfg, derived, center, scale, out=out)
 
 
 def standardize(
-    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: dict, derived: dict[str, np.ndarray],
-    center: np.ndarray, scale: np.ndarray, out: np.ndarray | None = None,
+    feats: pl.DataFrame, names: list[str], sidx: np.ndarray, scalers: Scalers, cfg: DataConfig,
+    derived: dict[str, np.ndarray], center: np.ndarray, scale: np.ndarray, out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`apply_scalers` given `trailing`'s output (`derived`, `center`, `scale`) for these scalers.
 
     Rows sorted by series (a run each, as prepare has them) are standardized run by run with the series' scalars:
     the same float64 operations as with per-row copies of the mean and std, without building them. All columns of
     PIECE_ROWS rows are written before the next rows: a strided column of `out` is written while in cache."""
-    cols = observed_names(scalers)
+    cols = observed_names(scalers, cfg)
     obs = np.empty((len(sidx), len(cols)), dtype=np.float32) if out is None else out  # (N, Or)
     xs = [np.asarray(derived[c] if c in derived else feats[c].to_numpy(), dtype=np.float64) for c in cols]
     scaled = [standardized(c, scalers) for c in cols]
-    moments = [(_per_series(scalers, names, c, "mean"), _per_series(scalers, names, c, "std")) if z else None
+    moments = [(scalers.per_series(names, lambda s, c=c: s.moments[c].mean),
+                scalers.per_series(names, lambda s, c=c: s.moments[c].std)) if z else None
                for c, z in zip(cols, scaled, strict=True)]
     runs = _runs(sidx)
     if runs is None:  # rows not grouped by series: per-row copies of the scalars
@@ -420,13 +383,13 @@ def _pieces(runs: list[tuple[int, int, int | None]]) -> list[tuple[int, int, int
     return [(a, min(a + PIECE_ROWS, hi), i) for lo, hi, i in runs for a in range(lo, hi, PIECE_ROWS)]
 
 
-def own_scalers(scalers: dict, mom: dict[str, np.ndarray], names: list[str]) -> dict | None:
+def own_scalers(scalers: Scalers, cfg: DataConfig, mom: dict[str, np.ndarray], names: list[str]) -> Scalers | None:
     """The first `scalers` completed with the trailing inputs' statistics of the piece's series `names` alone (`mom`:
     their vol_moments), which are what add_vol_stats gives those series from the whole panel's: each series' mean
     and std are its own. None where a series would read pooled values, which need every piece: one without training
     rows, or a trailing input whose std is undefined or zero (fitstats.stats)."""
-    cols = vol_columns(scalers)
-    if not all(n in scalers["series"] for n in names):
+    cols = vol_columns(scalers, cfg)
+    if not all(n in scalers.series for n in names):
         return None
     for c in cols:
         n, m2 = mom[f"{c}:n"], mom[f"{c}:m2"]
@@ -435,7 +398,4 @@ def own_scalers(scalers: dict, mom: dict[str, np.ndarray], names: list[str]) -> 
         if not np.all((n > 1) & np.isfinite(std) & (std > 0)):
             return None
     per, _ = stats(mom, cols, names, np.ones(len(names), dtype=bool))
-    own = {**scalers, "series": {**scalers["series"]}}
-    for name in names:
-        own["series"][name] = {**scalers["series"][name], **per[name]}
-    return own
+    return scalers.with_moments(per)

@@ -15,11 +15,14 @@ multiplies the profile back in for the time being forecast. foxhunt does the sam
 - `profile_at` reads it at any timestamp: a function of the clock alone, so it is a known-future input and the
   decoder's value comes from the origin's grid (known.py), never from later bars.
 
-The fitted profile is plain JSON (a list of 1440 floats and the zone), saved with the scalers in model.json, so
+The fitted profile (`Season`: the zone, the bandwidth and 1440 floats) is saved with the scalers in model.json, so
 `predict` computes exactly the training values. Daily bars have no time of day: there is no profile.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +30,22 @@ from foxhunt.data.util.clock import DAY_NS, MIN_NS, local_ns
 
 MINUTES = 24 * 60
 BANDWIDTH_MIN = 3.0  # Gaussian kernel sd in minutes: the best held-out fit within 1% (see the module doc)
+
+
+@dataclass(frozen=True)
+class Season:
+    """A fitted time-of-day profile: relative volatility at each minute of the day in zone `tz`."""
+
+    tz: str
+    bandwidth: float  # the kernel's sd in minutes it was smoothed with
+    profile: tuple[float, ...]  # (MINUTES,)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tz": self.tz, "bandwidth": self.bandwidth, "profile": list(self.profile)}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Season:
+        return Season(str(d["tz"]), float(d["bandwidth"]), tuple(float(x) for x in d["profile"]))
 
 
 def minute_of_day(ts_ns: np.ndarray, tz: str) -> np.ndarray:
@@ -60,12 +79,12 @@ def smooth_circular(sums: np.ndarray, counts: np.ndarray, bandwidth: float) -> n
 
 def fit_profile(
     ts_ns: np.ndarray, proxy: np.ndarray, train_mask: np.ndarray, tz: str, bandwidth: float = BANDWIDTH_MIN
-) -> dict:
-    """The relative volatility profile by minute of the day, fitted where `train_mask` holds, as plain JSON.
+) -> Season:
+    """The relative volatility profile by minute of the day, fitted where `train_mask` holds.
 
     `proxy` (N,) is a per-bar variance proxy already in units of its series' training variance (non-finite rows are
-    skipped). Returns {"tz", "bandwidth", "profile": 1440 floats}, mean-variance-normalized: sqrt(smoothed mean
-    proxy at the minute / overall mean proxy); minutes the kernel cannot reach get 1.
+    skipped). The profile is mean-variance-normalized: sqrt(smoothed mean proxy at the minute / overall mean proxy);
+    minutes the kernel cannot reach get 1.
     """
     keep = np.asarray(train_mask, dtype=bool) & np.isfinite(proxy)
     minute = minute_of_day(np.asarray(ts_ns)[keep], tz)
@@ -74,22 +93,22 @@ def fit_profile(
     return profile_from_sums(sums, counts, tz, bandwidth)
 
 
-def profile_from_sums(sums: np.ndarray, counts: np.ndarray, tz: str, bandwidth: float = BANDWIDTH_MIN) -> dict:
+def profile_from_sums(sums: np.ndarray, counts: np.ndarray, tz: str, bandwidth: float = BANDWIDTH_MIN) -> Season:
     """`fit_profile` from the proxy's sums and counts by minute of the day (MINUTES,): these add up over any
     split of the rows, so a panel fitted in pieces gets the profile of the whole."""
     overall = sums.sum() / counts.sum() if counts.sum() > 0 and sums.sum() > 0 else 1.0
     rel = smooth_circular(sums, counts, bandwidth) / overall
     profile = np.sqrt(np.where(np.isfinite(rel) & (rel > 0), rel, 1.0))
-    return {"tz": tz, "bandwidth": float(bandwidth), "profile": [float(x) for x in profile]}
+    return Season(tz, float(bandwidth), tuple(float(x) for x in profile))
 
 
-def profile_at(ts_ns: np.ndarray, season: dict) -> np.ndarray:
+def profile_at(ts_ns: np.ndarray, season: Season) -> np.ndarray:
     """(shape of ts_ns) float64 relative volatility of the fitted profile `season` at each timestamp."""
     ts = np.asarray(ts_ns, dtype=np.int64)
-    return profile_of_minute(minute_of_day(ts.ravel(), season["tz"]), season).reshape(ts.shape)
+    return profile_of_minute(minute_of_day(ts.ravel(), season.tz), season).reshape(ts.shape)
 
 
-def profile_of_minute(minute: np.ndarray, season: dict) -> np.ndarray:
+def profile_of_minute(minute: np.ndarray, season: Season) -> np.ndarray:
     """(N,) float64 relative volatility of the fitted profile `season` at minutes of the day `minute` (N,) in its
     zone."""
-    return np.asarray(season["profile"], dtype=np.float64)[minute]
+    return np.asarray(season.profile, dtype=np.float64)[minute]

@@ -9,7 +9,7 @@ with two values for one series stops the run: a value that changes is an --obser
 A column of text (or one named by --categorical) is categorical: its vocabulary is the values of the series with
 training rows, code = index + 1, and 0 for a value training never saw (counted and said once). Any other is real:
 standardized with the mean and std over the training series (one value each; std 1 for fewer than two series or
-no spread). A model saves both (inputs.fitted), so prediction codes and scales exactly as training did.
+no spread). A model saves both (fitted.FittedInputs), so prediction codes and scales exactly as training did.
 
 Legend: S series, Sr real static inputs, Sc categorical ones.
 """
@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from foxhunt.data.features.covariate_files import CovariateTable, text_cells
+from foxhunt.data.features.fitted import FittedInputs, Moments
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -94,9 +96,17 @@ def series_values(bars: pl.DataFrame, names: list[str], columns: Sequence[str], 
     return out
 
 
-def fit(values: dict[str, list], names: list[str], trained: Sequence[str], kind: dict[str, str]) -> dict:
-    """{"static_scalers": {real column: {mean, std}}, "static_vocab": {categorical column: [values]}} over the
-    series of `names` in `trained` (those with training rows)."""
+@dataclass(frozen=True)
+class StaticFit:
+    """The static inputs' fit: each real column's Moments over the training series, each categorical one's
+    vocabulary (code = index + 1)."""
+
+    scalers: dict[str, Moments]
+    vocab: dict[str, tuple[str, ...]]
+
+
+def fit(values: dict[str, list], names: list[str], trained: Sequence[str], kind: dict[str, str]) -> StaticFit:
+    """The StaticFit of the static `values` of the series `names` over those in `trained` (with training rows)."""
     train = [i for i, n in enumerate(names) if n in set(trained)]
     scalers, vocab = {}, {}
     for c, v in values.items():
@@ -105,36 +115,36 @@ def fit(values: dict[str, list], names: list[str], trained: Sequence[str], kind:
             log.warning("--static %s: every training series has the value %s; the model cannot learn from an input "
                         "no series differs in", c, _show(x[0]))
         if kind[c] == "categorical":
-            vocab[c] = sorted(set(x))
+            vocab[c] = tuple(sorted(set(x)))
             continue
         a = np.asarray(x, dtype=np.float64)
         std = float(a.std(ddof=1)) if len(a) > 1 else 0.0
-        scalers[c] = {"mean": float(a.mean()) if len(a) else 0.0, "std": std if np.isfinite(std) and std > 0 else 1.0}
-    return {"static_scalers": scalers, "static_vocab": vocab}
+        scalers[c] = Moments(float(a.mean()) if len(a) else 0.0, std if np.isfinite(std) and std > 0 else 1.0)
+    return StaticFit(scalers, vocab)
 
 
-def real_columns(inputs: dict | None) -> list[str]:
+def real_columns(fitted: FittedInputs | None) -> list[str]:
     """The fitted real static inputs, in the order of `--static` (the schema's and the tensor's)."""
-    got = inputs or {}
-    return [c for c in got.get("static", ()) if got["static_kinds"][c] == "real"]
+    return [] if fitted is None else [c for c in fitted.static if fitted.static_kinds[c] == "real"]
 
 
-def categorical_columns(inputs: dict | None) -> list[str]:
-    got = inputs or {}
-    return [c for c in got.get("static", ()) if got["static_kinds"][c] == "categorical"]
+def categorical_columns(fitted: FittedInputs | None) -> list[str]:
+    return [] if fitted is None else [c for c in fitted.static if fitted.static_kinds[c] == "categorical"]
 
 
-def arrays(inputs: dict | None, values: dict[str, list], names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def arrays(fitted: FittedInputs | None, values: dict[str, list], names: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(S, Sr) float32 standardized real values and (S, Sc) int64 codes of the series `names` under the fitted
-    `inputs`. A value unseen in training gets code 0: counted, and said once per column."""
-    real, cat = real_columns(inputs), categorical_columns(inputs)
+    inputs. A value unseen in training gets code 0: counted, and said once per column."""
+    real, cat = real_columns(fitted), categorical_columns(fitted)
     cont = np.zeros((len(names), len(real)), dtype=np.float32)
     codes = np.zeros((len(names), len(cat)), dtype=np.int64)
+    if fitted is None:
+        return cont, codes
     for j, c in enumerate(real):
-        s = inputs["static_scalers"][c]
-        cont[:, j] = (np.asarray(values[c], dtype=np.float64) - s["mean"]) / s["std"]
+        s = fitted.static_scalers[c]
+        cont[:, j] = (np.asarray(values[c], dtype=np.float64) - s.mean) / s.std
     for j, c in enumerate(cat):
-        index = {v: i + 1 for i, v in enumerate(inputs["static_vocab"][c])}
+        index = {v: i + 1 for i, v in enumerate(fitted.static_vocab[c])}
         codes[:, j] = [index.get(v, UNKNOWN) for v in values[c]]
         unseen = [n for n, code in zip(names, codes[:, j], strict=True) if code == UNKNOWN]
         if unseen:

@@ -5,7 +5,7 @@ Its vocabulary is the values training saw: an observed column's values at the ba
 of each bar, covariates.asof_join), a known column's values as of the training bars' times (covariates.
 known_values_at). Code = index + 1; 0 for a value training never saw (counted, said once per column) and for no
 value at all (an observed column with no row at or before a bar: the bar keeps its place, with code 0). A model
-saves the vocabularies (FittedTransform.inputs "timed_vocab"), so prediction codes exactly as training did.
+saves the vocabularies (FittedInputs.timed_vocab), so prediction codes exactly as training did.
 
 The codes go where the model reads them (dataset/windows.py): `time_cat` (N, Kc + Oc), the known columns as of each
 row's own time then the observed ones, for the encoder; `known_cat` (U, Kc), the known columns as of each time of
@@ -26,6 +26,7 @@ import polars as pl
 from foxhunt.data.features.covariates import known_values_at
 
 if TYPE_CHECKING:
+    from foxhunt.data.features.fitted import FittedInputs
     from foxhunt.data.features.inputs import Sources
 
 log = logging.getLogger("foxhunt.data")
@@ -75,11 +76,11 @@ def codes(s: pl.Series, vocab: Sequence[str], what: str, said: set[str] | None =
     return code.fill_null(UNKNOWN).to_numpy().astype(np.int64)
 
 
-def tell(inputs: dict, parts: Sequence[Unseen]) -> None:
+def tell(fitted: FittedInputs | None, parts: Sequence[Unseen]) -> None:
     """Say the unseen values of the `parts` (`codes`' counts of consecutive rows: the pieces of a panel, then its
     grid) once per input, in the order `arrays` codes them: as `codes` says them over all the rows at once."""
-    for what in (*(f"--known {c}" for c in known_columns(inputs)), *(f"--observed {c}" for c in
-                                                                     observed_columns(inputs))):
+    for what in (*(f"--known {c}" for c in known_columns(fitted)), *(f"--observed {c}" for c in
+                                                                     observed_columns(fitted))):
         if got := [p[what] for p in parts if what in p]:
             _say(what, *_merged(got))
 
@@ -95,12 +96,12 @@ def _say(what: str, rows: int, shown: list[str]) -> None:
                 ", ".join(shown))
 
 
-def observed_columns(inputs: dict | None) -> list[str]:
-    return list((inputs or {}).get("observed_cat", ()))
+def observed_columns(fitted: FittedInputs | None) -> list[str]:
+    return [] if fitted is None else list(fitted.observed_cat)
 
 
-def known_columns(inputs: dict | None) -> list[str]:
-    return list((inputs or {}).get("known_cat", ()))
+def known_columns(fitted: FittedInputs | None) -> list[str]:
+    return [] if fitted is None else list(fitted.known_cat)
 
 
 def seen(observed: dict[str, pl.Series], train: np.ndarray) -> dict[str, list[str]]:
@@ -109,19 +110,21 @@ def seen(observed: dict[str, pl.Series], train: np.ndarray) -> dict[str, list[st
     return {c: vocabulary(s.filter(pl.Series(train))) for c, s in observed.items()}
 
 
-def fit(src: Sources, observed: dict[str, pl.Series], train: np.ndarray, ts_train: np.ndarray) -> dict[str, list]:
+def fit(src: Sources, observed: dict[str, pl.Series], train: np.ndarray, ts_train: np.ndarray
+        ) -> dict[str, tuple[str, ...]]:
     """{column: vocabulary}: each categorical observed column's over its training rows (`observed` (N,) per column,
     `train` (N,) bool), each categorical known column's as of the training bars' times `ts_train` (int64 ns)."""
     return fit_seen(src, [seen(observed, train)], ts_train)
 
 
-def fit_seen(src: Sources, parts: Sequence[dict[str, list[str]]], ts_train: np.ndarray) -> dict[str, list]:
+def fit_seen(src: Sources, parts: Sequence[dict[str, list[str]]], ts_train: np.ndarray) -> dict[str, tuple[str, ...]]:
     """`fit` from the `seen` vocabularies of the parts of the rows (the pieces of a panel) and the training bars'
     times `ts_train` (or their distinct ones: a vocabulary is of the distinct values)."""
-    vocab = {c: vocabulary(pl.Series(c, [v for p in parts for v in p[c]], dtype=pl.Utf8)) for c in src.observed_cat}
+    vocab = {c: tuple(vocabulary(pl.Series(c, [v for p in parts for v in p[c]], dtype=pl.Utf8)))
+             for c in src.observed_cat}
     if src.known_cat:
         values = known_values_at(ts_train, src.of(src.known_cat), src.known_cat)
-        vocab.update({c: vocabulary(v) for c, v in zip(src.known_cat, values, strict=True)})
+        vocab.update({c: tuple(vocabulary(v)) for c, v in zip(src.known_cat, values, strict=True)})
     for c, v in vocab.items():
         log.info("%s: categorical, %d values in training (%s)", c, len(v), ", ".join(v[:SHOWN]) + (
             ", ..." if len(v) > SHOWN else ""))
@@ -131,32 +134,32 @@ def fit_seen(src: Sources, parts: Sequence[dict[str, list[str]]], ts_train: np.n
     return vocab
 
 
-def arrays(inputs: dict, src: Sources, observed: dict[str, pl.Series], ts: np.ndarray, real: np.ndarray,
+def arrays(fitted: FittedInputs, src: Sources, observed: dict[str, pl.Series], ts: np.ndarray, real: np.ndarray,
            grid_ts: np.ndarray, unseen: Unseen | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(N, Kc + Oc) `time_cat` and (U, Kc) `known_cat` codes under the fitted `inputs`. Rows: timestamps `ts` (N,),
+    """(N, Kc + Oc) `time_cat` and (U, Kc) `known_cat` codes under the `fitted` inputs. Rows: timestamps `ts` (N,),
     `real` (N,) False on a prediction's appended rows (code 0: the encoder never reads them); `observed`: each
     categorical observed column's joined values of the real rows, in order; `grid_ts` (U,): the forecast grid.
     `unseen`: as `codes`' (a piece of a panel, whose grid is coded apart: `known_codes`)."""
-    vocab = inputs["timed_vocab"]
-    kc, oc = known_columns(inputs), observed_columns(inputs)
+    vocab = fitted.timed_vocab
+    kc, oc = known_columns(fitted), observed_columns(fitted)
     time_cat = np.zeros((len(ts), len(kc) + len(oc)), dtype=np.int64)  # (N, Kc + Oc)
     n = int(real.sum())
-    both = known_codes(inputs, src, np.concatenate([ts[real], grid_ts]), unseen)  # one warning per column
+    both = known_codes(fitted, src, np.concatenate([ts[real], grid_ts]), unseen)  # one warning per column
     time_cat[real, :len(kc)], known_cat = both[:n], both[n:]
     for j, c in enumerate(oc):
         time_cat[real, len(kc) + j] = codes(observed[c], vocab[c], f"--observed {c}", unseen=unseen)
     return time_cat, known_cat
 
 
-def known_codes(inputs: dict, src: Sources | None, at: np.ndarray, unseen: Unseen | None = None,
+def known_codes(fitted: FittedInputs | None, src: Sources | None, at: np.ndarray, unseen: Unseen | None = None,
                 said: dict[str, set[str]] | None = None) -> np.ndarray:
     """(len(at), Kc) the categorical known columns' codes as of the times `at` (`codes`' `unseen`, and its `said`
     per column: a live stream's)."""
-    kc = known_columns(inputs)
+    kc = known_columns(fitted)
     out = np.zeros((len(at), len(kc)), dtype=np.int64)
     if kc:
-        assert src is not None
+        assert src is not None and fitted is not None
         for j, (c, v) in enumerate(zip(kc, known_values_at(at, src.of(kc), kc), strict=True)):
-            out[:, j] = codes(v, inputs["timed_vocab"][c], f"--known {c}", None if said is None else said[c],
+            out[:, j] = codes(v, fitted.timed_vocab[c], f"--known {c}", None if said is None else said[c],
                               unseen=unseen)
     return out

@@ -41,7 +41,6 @@ from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import SplitResult
 from foxhunt.data.features import inputs, static, timed_categories
 from foxhunt.data.features.bar_features import own_move_columns
-from foxhunt.data.features.scaling import observed_names
 from foxhunt.data.prepare import bar_columns
 from foxhunt.data.prepare.executor import run_all
 from foxhunt.data.prepare.fit import complete, declared, first_transform
@@ -129,7 +128,7 @@ def run(cfg: DataConfig, read: Read, executor: Executor, spill: Spill, sink: Sin
         if src is not None and src.context:  # as inputs.fit_observed, after the observed columns
             joined = run_all(executor, context, [(recipe, p, spill, cuts, read.shares[k])
                                                  for k, p in enumerate(pieces)])
-        transform = complete(transform, names, [t.mom for t in trails], joined, src, cfg.covariate_scaling)
+        transform = complete(transform, names, [t.mom for t in trails], joined, src)
         writing = Writing(transform, cuts, step, sink)
     late = iter(run_all(executor, write, [(recipe, p, spill, writing, places[k], read.shares[k])
                                           for k, (p, t) in enumerate(zip(pieces, trails, strict=True))
@@ -231,7 +230,7 @@ def _row_shapes(transform: FittedTransform, src: inputs.Sources | None, rows: in
     --context columns, fitted last, among them) and the --static and categorical inputs; `windows` window starts."""
     fitted = transform.inputs
     context = len(src.context_columns) if fitting and src is not None else 0  # not yet in the first scalers
-    width = known_width(transform) + len(observed_names(transform.scalers)) + context
+    width = known_width(transform) + len(transform.observed_names) + context
     timed = len(timed_categories.known_columns(fitted)) + len(timed_categories.observed_columns(fitted))
     shapes = {"cont": (rows, width), "static_cat": (rows, 1 + len(static.categorical_columns(fitted))),
               "static_cont": (rows, len(static.real_columns(fitted))), "time_cat": (rows, timed),

@@ -31,7 +31,8 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features import inputs, static, timed_categories
 from foxhunt.data.features.fitstats import concat
-from foxhunt.data.features.scaling import add_vol_stats, first_scalers
+from foxhunt.data.features.fitted import FittedInputs, Scalers
+from foxhunt.data.features.scaling import first_scalers, with_vol_stats
 from foxhunt.data.prepare.load_stage import Fit, PieceLoaded
 
 
@@ -70,44 +71,43 @@ def first_transform(cfg: DataConfig, names: list[str], fits: list[Fit], spacing:
     mom = concat([f.mom for f in fits])
     if season_tz is None:
         mom = {k: v for k, v in mom.items() if not k.startswith("season:")}
-    scalers = first_scalers(mom, names, cfg.target, cfg.vol_halflife, cfg.vol_estimator, cfg.vol_features,
-                            cfg.fill_gaps, season_tz)
-    fitted = None if src is None else _fit_declared(cfg, src, fits, names, scalers, values)
+    scalers = first_scalers(mom, names, cfg.target, season_tz)
+    fitted = None
+    if src is not None:
+        scalers, fitted = _fit_declared(cfg, src, fits, names, scalers, values)
     return FittedTransform(
         # the series with training rows: those the fit gave scalers of their own
         series_vocab=tuple(n for n, ok in zip(names, mom["rows"] > 0, strict=True) if ok), scalers=scalers,
-        target=cfg.target, scaling=cfg.scaling, intraday=intraday, calendar_features=cfg.calendar_features,
-        exchange_tz=cfg.exchange_tz, bar_spacing_ns=spacing, session=run_session(cfg.calendar), inputs=fitted,
+        data=cfg, intraday=intraday, bar_spacing_ns=spacing, session=run_session(cfg.calendar), inputs=fitted,
         **decision(report, cfg.contracts),
     )
 
 
 def complete(transform: FittedTransform, names: list[str], trailed: list[dict[str, np.ndarray]],
-             context: list[dict[str, np.ndarray]] | None, src: inputs.Sources | None, mode: str) -> FittedTransform:
+             context: list[dict[str, np.ndarray]] | None, src: inputs.Sources | None) -> FittedTransform:
     """`transform` with the trailing inputs' scalers of the pieces' sums `trailed` (scaling.vol_moments), then the
     --context columns' of `context` (inputs.observed_moments; None without --context), listed after the observed
     ones as inputs.fit_observed lists them."""
-    first = transform.scalers
-    scalers = {**first, "series": {n: dict(v) for n, v in first["series"].items()}, "pooled": dict(first["pooled"])}
-    add_vol_stats(scalers, concat(trailed), names, np.isin(names, transform.series_vocab))
+    cfg = transform.data
+    scalers = with_vol_stats(transform.scalers, cfg, concat(trailed), names, np.isin(names, transform.series_vocab))
     if context is not None and src is not None:
-        inputs.scale_observed(concat(context), names, src.context_columns, mode, scalers)
+        scalers = inputs.scale_observed(concat(context), names, src.context_columns, cfg.covariate_scaling, scalers)
     return dataclasses.replace(transform, scalers=scalers)
 
 
-def _fit_declared(cfg: DataConfig, src: inputs.Sources, fits: list[Fit], names: list[str], scalers: dict,
-                  values: dict[str, list]) -> dict:
-    """The fitted inputs (FittedTransform.inputs) of the pieces' `fits`, the observed columns' scalers added to
-    `scalers` (in place)."""
+def _fit_declared(cfg: DataConfig, src: inputs.Sources, fits: list[Fit], names: list[str], scalers: Scalers,
+                  values: dict[str, list]) -> tuple[Scalers, FittedInputs]:
+    """`scalers` with the observed columns' added, and the fitted inputs (FittedTransform.inputs), of the pieces'
+    `fits`."""
     mode = cfg.covariate_scaling
     if src.observed:
-        inputs.scale_observed(concat([f.user for f in fits]), names, src.observed, mode, scalers)
+        scalers = inputs.scale_observed(concat([f.user for f in fits]), names, src.observed, mode, scalers)
     known_scalers, distinct = {}, np.zeros(0, dtype=np.int64)
     if src.known or src.known_cat:
         stamps = np.concatenate([f.stamps[0] for f in fits])
         distinct, at = np.unique(stamps, return_inverse=True)
         counts = np.bincount(at, weights=np.concatenate([f.stamps[1] for f in fits])).astype(np.int64)
         known_scalers = inputs.fit_known_counted(src, distinct, counts, mode) if src.known else {}
-    static_fit = static.fit(values, names, list(scalers["series"]), src.static_kinds or {})
-    return inputs.fitted(src, mode, known_scalers, event_cap=cfg.encoder_length + cfg.horizon, static_fit=static_fit,
-                         timed_vocab=timed_categories.fit_seen(src, [f.seen or {} for f in fits], distinct))
+    static_fit = static.fit(values, names, list(scalers.series), src.static_kinds or {})
+    return scalers, inputs.fit_inputs(src, known_scalers, static_fit=static_fit,
+                                      timed_vocab=timed_categories.fit_seen(src, [f.seen or {} for f in fits], distinct))

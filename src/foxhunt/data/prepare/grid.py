@@ -21,6 +21,7 @@ import numpy as np
 from foxhunt.data.dataset.featurize import with_blocks
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features import inputs, static, timed_categories
+from foxhunt.data.features.fitted import FittedInputs
 from foxhunt.data.features.known import SharedGrid, distinct_union, shared_grid, sorted_distinct
 from foxhunt.data.prepare.spill import MemorySpill, Spill
 
@@ -64,11 +65,10 @@ def panel_grid(times: np.ndarray, transform: FittedTransform, step: int, d: int,
     """The PanelGrid of the panel's distinct `times` under `transform` on the grid of `step`; `keys`: the events
     keys' first and last times (`key_times`), with keyed events."""
     tf = transform
-    grid = shared_grid(times, step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, tf.scalers.get("season"),
-                       tf.grid)
+    grid = shared_grid(times, step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, tf.scalers.season, tf.grid)
     known_cat, unseen, shift = np.zeros((len(grid.ts), 0), dtype=np.int64), {}, None  # (U, Kc)
     if src is not None:
-        user = inputs.known_values(tf.inputs, src, step)
+        user = inputs.known_values(tf.inputs, src, step, tf.event_cap)
         if user is not None:  # each value a function of its time alone: the origins' are the table's and extra's
             user(times)  # read first, so that a time the files do not cover is named as of the bars' own times
             grid = dataclasses.replace(grid, cont=np.concatenate([grid.cont, user(grid.ts)], axis=1),
@@ -107,7 +107,7 @@ def spilled_grid(spill: Spill) -> tuple[SharedGrid, np.ndarray | None]:
     return grid, spill.array(SHIFT) if spill.has(SHIFT) else None
 
 
-def share_static(spill: Spill, fitted: dict | None, values: dict[str, list], names: list[str]) -> None:
+def share_static(spill: Spill, fitted: FittedInputs | None, values: dict[str, list], names: list[str]) -> None:
     """Spill the panel's static inputs (static.arrays: (S, Sr) real, (S, Sc) codes) for the pieces' writes."""
     if not values:
         return

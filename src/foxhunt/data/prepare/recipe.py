@@ -1,6 +1,7 @@
-"""What the stages of a run read of its options: the DataConfig's when the transform is fitted now, the saved
-transform's when it is a model's (then nothing is fitted and every bar is a forecast origin: `predict`), so that a
-model's data are featurized exactly as its training data were, whatever the options of the run that forecasts.
+"""What the stages of a run read of its options: the run's DataConfig's when the transform is fitted now, the ones
+a saved transform was fitted under (its `data`) when it is a model's (then nothing is fitted and every bar is a
+forecast origin: `predict`), so that a model's data are featurized exactly as its training data were, whatever the
+options of the run that forecasts.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import polars as pl
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import FittedTransform
-from foxhunt.data.features import inputs, static, timed_categories
+from foxhunt.data.features import inputs, static
 from foxhunt.data.prepare.splits import train_start_ns
 
 
@@ -45,9 +46,9 @@ def recipe_of(cfg: DataConfig, transform: FittedTransform | None, src: inputs.So
         return Recipe(True, cfg.target, cfg.scaling, cfg.fill_gaps, cfg.adjust, cfg.encoder_length, cfg.horizon,
                       train_start_ns(cfg), cfg.exchange_tz if cfg.seasonality else None, cfg.exchange_tz, observed,
                       bool(cfg.known))
-    return Recipe(False, transform.target, transform.scaling, bool(transform.scalers.get("fill_gaps", False)),
-                  cfg.adjust, cfg.encoder_length, cfg.horizon, train_start_ns(cfg), None, transform.exchange_tz,
-                  observed)
+    fitted = transform.data
+    return Recipe(False, fitted.target, fitted.scaling, fitted.fill_gaps, cfg.adjust, cfg.encoder_length, cfg.horizon,
+                  train_start_ns(cfg), None, fitted.exchange_tz, observed)
 
 
 def user_sources(cfg: DataConfig, transform: FittedTransform | None,
@@ -59,15 +60,11 @@ def user_sources(cfg: DataConfig, transform: FittedTransform | None,
     if transform is None:
         observed, known, events, saved, context = cfg.observed, cfg.known, cfg.events, None, cfg.context
         static_cols, categorical = cfg.static, cfg.categorical
-    elif transform.inputs:
+    elif transform.inputs is not None:
         got = transform.inputs
-        observed, known, events, saved = tuple(got["observed"]), tuple(got["known"]), cfg.events, got["events"]
-        context = tuple(got.get("context", ()))
-        static_cols = tuple(got.get("static", ()))
-        observed += tuple(timed_categories.observed_columns(got))
-        known += tuple(timed_categories.known_columns(got))
-        categorical = (*static.categorical_columns(got), *timed_categories.observed_columns(got),
-                       *timed_categories.known_columns(got))
+        observed, known = got.observed + got.observed_cat, got.known + got.known_cat
+        events, saved, context, static_cols = cfg.events, got.events, got.context, got.static
+        categorical = (*static.categorical_columns(got), *got.observed_cat, *got.known_cat)
     else:
         return None
     return inputs.load_sources(cfg.paths, observed, known, cfg.covariates, events, cfg.timestamp_col,

@@ -90,15 +90,16 @@ def trail(recipe: Recipe, piece: PieceSeries, spill: Spill, cuts: tuple | None, 
     complete: its series' own statistics complete them, or the transform is a saved model's, and the run has no
     --context (whose scalers need every piece's join); otherwise its trailing inputs are spilled for `write`.
     `src`: the user's inputs; the inputs of a --context series of the piece are spilled for every piece's join."""
-    scalers, names = writing.transform.scalers, piece.names
+    tf, names = writing.transform, piece.names
+    scalers = tf.scalers
     feats, sidx, ts, side = spilled_features(recipe, spill, piece.k, piece.lengths)
     minute = side.minute
-    if scalers.get("season") and scalers["season"]["tz"] != recipe.season_tz:
+    if scalers.season is not None and scalers.season.tz != recipe.season_tz:
         minute = None  # the spilled minutes are in the exchange's zone: trailing computes the profile's own
-    derived = trailing(feats, names, sidx, scalers, recipe.target, recipe.scaling, minute=minute)  # (derived, c, s)
+    derived = trailing(feats, names, sidx, scalers, tf.data, minute=minute)  # (derived, center, scale)
     mom = None
     if cuts is not None and recipe.fitting:
-        mom = vol_moments(derived[0], sidx, len(names), training_rows(recipe, feats, ts, cuts), scalers)
+        mom = vol_moments(derived[0], sidx, len(names), training_rows(recipe, feats, ts, cuts), scalers, tf.data)
     for i, c in enumerate(src.context if src is not None else ()):  # its context series' inputs, for every piece
         if c in names:
             spill.put_frame(f"{CONTEXT}{i}", inputs.context_of(feats, derived[0]["log_vol"],
@@ -106,7 +107,7 @@ def trail(recipe: Recipe, piece: PieceSeries, spill: Spill, cuts: tuple | None, 
                                                                recipe.target))
     own = None
     if early and not (src is not None and src.context):
-        own = own_scalers(scalers, mom, names) if recipe.fitting else scalers
+        own = own_scalers(scalers, tf.data, mom, names) if recipe.fitting else scalers
     if own is None:  # what `write` reads back depends on the first scalers only, fixed by now
         spill.put_columns(f"trail-{piece.k}", {**derived[0], CENTER: derived[1], SCALE: derived[2]})
         return PieceTrailed(mom, None)
@@ -166,12 +167,13 @@ def _write(recipe: Recipe, spill: Spill, piece: PieceSeries, rows: dict[str, np.
     grid, shift = spilled_grid(spill)  # a panel in memory: waits here for its grid, computed meanwhile
     known = grid.rows
     if side.keys is not None:
-        known = moved(known, inputs.known_values(transform.inputs, src, writing.step), src.events.keys,
-                      dict(enumerate(shift.tolist())))
+        user = inputs.known_values(transform.inputs, src, writing.step, transform.event_cap)
+        known = moved(known, user, src.events.keys, dict(enumerate(shift.tolist())))
     out = windowed_rows(rows, names, transform, e, d, writing.cuts, recipe.train_start, known, place.future)
     del rows
     time_cat, unseen = None, {}
-    if src is not None and (src.observed_cat or src.known_cat):  # the grid's known codes are the panel's
+    if src is not None and transform.inputs is not None and (src.observed_cat or src.known_cat):
+        # the grid's known codes are the panel's
         time_cat = timed_categories.arrays(transform.inputs, src, side.cats, out.ts, out.real, out.ts[:0], unseen)[0]
     codes, static_cont = out.codes[:, None], None  # (n, 1): a view of the fresh codes
     if spill.has(f"{STATIC}cat"):  # --static: (S, Sc) and (S, Sr) of the panel's series

@@ -8,11 +8,12 @@ copied into the process's own memory. docs/reference/store-format.md describes e
 from __future__ import annotations
 
 FORMAT = "foxhunt-feature-store"
-VERSION = 1
+# Its manifest's "format_version" is saved_format.FORMAT_VERSION: every array below is written (but known_index),
+# the transform's every key, the options once in "data_options". A store of another format is refused.
 MANIFEST = "manifest.json"
 
 # WindowedData's tensors: name -> (dtype, number of dimensions). `known_index` is optional (absent when the forecast
-# grid is one lattice), and so is `static_cont` (a store without it reads as zero-width). Each is stored as `<name>.npy`.
+# grid is one lattice). Each is stored as `<name>.npy`.
 WINDOW_ARRAYS: dict[str, tuple[str, int]] = {
     "cont": ("float32", 2),  # (N, F)
     "static_cat": ("int64", 2),  # (N, Sc)
@@ -29,12 +30,11 @@ WINDOW_ARRAYS: dict[str, tuple[str, int]] = {
     "known_ts": ("int64", 1),  # (U,)
     "known_base": ("int64", 1),  # (N,)
     "known_index": ("int32", 2),  # (N, D), optional
-    "static_cont": ("float32", 2),  # (N, Sr): --static real inputs; absent from a store written before them
+    "static_cont": ("float32", 2),  # (N, Sr): --static real inputs (N x 0 without them)
 }
-OPTIONAL = frozenset({"known_index", "static_cont"})
+OPTIONAL = frozenset({"known_index"})
 # PreparedData.own_moves: each contract's own moves the baselines read, (N,) float32 each, stored as `own_<name>.npy`
-# (features.own_move_columns: log_range, and log_return for a log_range target). A store without them (prepared
-# before foxhunt kept them) is read all the same; evaluate then leaves out the baselines that need them, saying why.
+# (features.own_move_columns: log_range, and log_return for a log_range target).
 OWN_DTYPE = "float32"
 SPLITS = ("train", "val", "test")  # window ids, stored as `split_<name>.npy` (int64)
 

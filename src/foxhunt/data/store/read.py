@@ -19,6 +19,7 @@ import numpy as np
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.dataset.saved_format import check_format
 from foxhunt.data.dataset.types import FittedTransform, PreparedData
 from foxhunt.data.dataset.windows import WindowedData
 from foxhunt.data.features.bar_features import own_move_columns
@@ -30,7 +31,6 @@ from foxhunt.data.store.layout import (
     MANIFEST,
     OPTIONAL,
     SPLITS,
-    VERSION,
     WINDOW_ARRAYS,
     WINDOW_FIELDS,
     own_array,
@@ -44,7 +44,8 @@ T = TypeVar("T")
 
 
 def read_manifest(store: Path) -> dict[str, Any]:
-    """The store's manifest.json; InputError (one line) when `store` is not a foxhunt feature store of this version."""
+    """The store's manifest.json; InputError (one line) when `store` is not a foxhunt feature store of this format
+    (saved_format.FORMAT_VERSION): another is to be prepared again."""
     path = Path(store) / MANIFEST
     if not path.is_file():
         raise InputError(f"--features {store}: no {MANIFEST} there; give a directory written by `foxhunt prepare`")
@@ -52,9 +53,9 @@ def read_manifest(store: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: not readable JSON ({e}); run `foxhunt prepare` again") from None
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise InputError(f"{path}: not a {FORMAT} version {VERSION} (found {manifest.get('format')} version "
-                         f"{manifest.get('version')}); run `foxhunt prepare` with this foxhunt")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise InputError(f"{path}: not a {FORMAT} manifest; give a directory written by `foxhunt prepare`")
+    check_format(path, manifest, "prepare the store again with this foxhunt (`foxhunt prepare`)")
     return manifest
 
 
@@ -62,9 +63,13 @@ def store_data_config(store: Path, given: Mapping[str, Any]) -> DataConfig:
     """The DataConfig a store was prepared with (its parquet paths included, `features` pointing at it), after
     refusing any option in `given` (field name -> value typed now) that differs from the store's."""
     manifest = read_manifest(store)
-    saved = manifest["data_options"]
-    refuse_other_options(store, saved, given)
-    return DataConfig.from_dict({**saved, "paths": manifest["paths"], "features": str(store)})
+    refuse_other_options(store, manifest["data_options"], given)
+    return manifest_config(store, manifest)
+
+
+def manifest_config(store: Path, manifest: Mapping[str, Any]) -> DataConfig:
+    """The DataConfig the store was prepared with, as its manifest records it (`features` pointing at it)."""
+    return DataConfig.from_dict({**manifest["data_options"], "paths": manifest["paths"], "features": str(store)})
 
 
 def open_features(cfg: DataConfig) -> PreparedData:
@@ -94,8 +99,8 @@ def open_store(store: Path, manifest: dict[str, Any] | None = None) -> PreparedD
     fields["series_names"] = tuple(fields["series_names"])
     windows = MappedWindows(**tensors, **{k: fields[k] for k in WINDOW_FIELDS})
     splits = {name: _mapped(store, arrays[f"split_{name}"]) for name in SPLITS}
-    own = {name: _mapped(store, arrays[own_array(name)]) for name in own_move_columns(manifest["transform"]["target"])
-           if own_array(name) in arrays}
+    cfg = manifest_config(store, manifest)
+    own = {name: _mapped(store, _entry(store, arrays, own_array(name))) for name in own_move_columns(cfg.target)}
     windows.maps = [*maps.values(), *splits.values(), *own.values()]  # their pages are let go with the rest
     windows.readers = {name: RowReader(store / arrays[name]["file"], array) for name, array in maps.items()}
     weakref.finalize(windows, _close, list(windows.readers.values()))
@@ -103,7 +108,7 @@ def open_store(store: Path, manifest: dict[str, Any] | None = None) -> PreparedD
         schema=FeatureSchema.from_dict(manifest["schema"]),
         windows=windows,
         splits={name: torch.from_numpy(array) for name, array in splits.items()},
-        transform=FittedTransform.from_dict(manifest["transform"]),
+        transform=FittedTransform.from_dict(manifest["transform"], cfg),
         summary=manifest["summary"],
         rolls=list(manifest.get("rolls", [])),
         own_moves=own,
@@ -169,6 +174,13 @@ class MappedWindows(WindowedData):
             backing = getattr(array, "_mmap", None)
             if backing is not None and len(backing):
                 backing.madvise(mmap.MADV_DONTNEED)
+
+
+def _entry(store: Path, arrays: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """The manifest's entry of the array `name`; InputError where it has none."""
+    if name not in arrays:
+        raise InputError(f"{store / MANIFEST}: no entry for the array {name!r}; run `foxhunt prepare` again")
+    return arrays[name]
 
 
 def _mapped(store: Path, entry: Mapping[str, Any]) -> np.ndarray:

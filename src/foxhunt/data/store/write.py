@@ -21,6 +21,7 @@ import numpy as np
 import foxhunt
 from foxhunt.atomic import fsync, json_default, umask
 from foxhunt.data.config import DataConfig
+from foxhunt.data.dataset.saved_format import FORMAT_VERSION
 from foxhunt.data.dataset.types import FittedTransform, PreparedData
 from foxhunt.data.features.schema import FeatureSchema
 from foxhunt.data.store.fingerprint import input_fingerprint, shaping_options
@@ -29,7 +30,6 @@ from foxhunt.data.store.layout import (
     MANIFEST,
     OPTIONAL,
     SPLITS,
-    VERSION,
     WINDOW_ARRAYS,
     WINDOW_FIELDS,
     own_array,
@@ -112,7 +112,7 @@ def manifest_of(cfg: DataConfig, arrays: dict[str, Any], windows: dict[str, Any]
     (`window_fields`), schema, transform, data summary and roll table."""
     return {
         "format": FORMAT,
-        "version": VERSION,
+        "format_version": FORMAT_VERSION,
         "foxhunt_version": foxhunt.__version__,
         "created_utc": dt.datetime.now(dt.UTC).isoformat(),
         "data_options": shaping_options(cfg),
