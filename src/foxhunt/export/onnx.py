@@ -7,9 +7,13 @@ keeps LSTM as the ONNX LSTM operator and the attention's causal mask as constant
 variable-selection networks sum weighted per-bar terms with `F.embedding_bag`, which onnxscript translates into an
 ONNX `Loop` over bags, over 10x slower than PyTorch (benchmarks/RESULTS.md). The model only calls it with fixed-size
 bags (2-D indices), so `fixed_size_bags` translates it into Gather, Mul and a ReduceSum over a reshape, parity
-unchanged. onnxscript's graph optimizer
-is off (`optimize=False`): on this graph it left the same operators and cost a quarter of the export time;
-onnxruntime optimizes the graph when it loads it anyway.
+unchanged. onnxscript's graph optimizer is off (`optimize=False`): on this graph it left the same operators and cost a
+quarter of the export time; onnxruntime optimizes the graph when it loads it anyway.
+
+`Forecaster.update` exports its own graph (model/inference/traced.py: the folded model on live windows, with the
+TorchScript exporter, on its first call). One exporter for both was measured (benchmarks/onnx_exporters.py, figures
+in benchmarks/RESULTS.md): the dynamo exporter makes the live graph 19-47% slower per batch-1 forecast and its first
+call wait seconds instead of a fraction of one; the TorchScript one cannot take this graph (above).
 """
 
 from __future__ import annotations
