@@ -162,6 +162,7 @@ def model_config(v: Mapping[str, Any], data: DataConfig) -> ModelConfig:
         encoder_length=data.encoder_length,
         horizon=data.horizon,
         activation_checkpointing=bool(v.get("activation_checkpointing", False)),
+        quantile_head=str(v.get("quantile_head", _M.quantile_head)),
     )
 
 

@@ -18,7 +18,7 @@ import typer
 
 from foxhunt.data.config import DataConfig
 from foxhunt.errors import InputError
-from foxhunt.model.config import METHODS, ModelConfig
+from foxhunt.model.config import HEADS, METHODS, ModelConfig
 from foxhunt.settings import int_or_auto
 from foxhunt.train.config import TrainConfig
 
@@ -157,6 +157,8 @@ MODEL_OPTIONS: Group = (
     opt("dropout", float, MD.dropout, "Dropout rate.", MODEL),
     opt("lstm_layers", int, MD.lstm_layers, "LSTM layers.", MODEL),
     opt("quantiles", str, QUANTILES_DEFAULT, "Comma-separated quantiles.", MODEL, metavar="LIST"),
+    opt("quantile_head", str, MD.quantile_head, f"{' | '.join(HEADS)}: tied cannot cross.", MODEL,
+        metavar="KIND"),
     opt("activation_checkpointing", bool, False, "Recompute activations in backward: less memory.", MEMORY),
 )
 

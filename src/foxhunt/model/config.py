@@ -15,6 +15,9 @@ from foxhunt.errors import InputError
 # shifts were right (S&P 2016-2018: p90 +1.1%, p < 0.01), so it is asked for, not assumed.
 METHODS = ("adaptive", "fixed", "none")
 DEFAULT_METHOD = "fixed"
+# The quantile head (model/quantile_head.py): independent linear maps, or the median plus softplus gaps (tied: cannot
+# cross). A model saved before the option reads as independent (`from_dict`).
+HEADS = ("independent", "tied")
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class ModelConfig:
     encoder_length: int = 32
     horizon: int = 5
     activation_checkpointing: bool = False  # recompute VSN/GRN activations in backward to save memory
+    quantile_head: str = "independent"
 
     def __post_init__(self) -> None:
         if self.hidden_size < 1:
@@ -37,6 +41,8 @@ class ModelConfig:
             raise InputError(f"--dropout must be in [0, 1), got {self.dropout}")
         if self.lstm_layers < 1:
             raise InputError(f"--lstm-layers must be at least 1, got {self.lstm_layers}")
+        if self.quantile_head not in HEADS:
+            raise InputError(f"--quantile-head must be one of {' | '.join(HEADS)}, got {self.quantile_head!r}")
         qs = self.quantiles
         if not qs or any(not 0.0 < q < 1.0 for q in qs) or list(qs) != sorted(set(qs)):
             raise InputError(
@@ -52,4 +58,5 @@ class ModelConfig:
     def from_dict(d: dict[str, Any]) -> ModelConfig:
         d = dict(d)
         d["quantiles"] = tuple(float(q) for q in d["quantiles"])
+        d.setdefault("quantile_head", "independent")  # saved before the option: the only head there was
         return ModelConfig(**d)
