@@ -5,6 +5,10 @@ its entry in benchmarks/RESULTS.md, with the commit and the machine.
 Everything is read, nothing recomputed: q-risk, the strongest baseline and the skill against it, the coverage, and,
 where the run wrote them, the Diebold-Mariano p-values and the series won (metrics.json `comparisons`: the model
 against each baseline on the rows both forecast). A field the run did not write shows as "-".
+
+foxhunt has one row per calibration method, the same trained models calibrated differently; a method other than
+foxhunt's default also carries its comparison with the default's forecasts on the same rows (one more entry of
+`comparisons`, VS_DEFAULT), shown in a table of its own: the before / after a change of the default is decided by.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from foxhunt.evaluate.verdict import at, judged_quantiles, label
+from foxhunt.model.config import DEFAULT_METHOD
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "RESULTS.md"
@@ -28,6 +33,12 @@ QUANTILES = (0.1, 0.5, 0.9)
 DM_AGAINST = ("garch_t", "har")  # the baselines with a Diebold-Mariano column
 WON_AT = 0.9  # series won at this quantile
 PF = "pytorch-forecasting"
+VS_DEFAULT = "default calibration"  # a calibration row's comparison with the default method's forecasts
+
+
+def fox_label(method: str) -> str:
+    """foxhunt's row for a calibration method, foxhunt's default marked."""
+    return f"foxhunt, {method} calibration" + (" (default)" if method == DEFAULT_METHOD else "")
 
 
 @dataclass(frozen=True)
@@ -36,8 +47,8 @@ class Score:
 
     qrisk: dict[float, float | None]  # quantile -> q-risk
     strongest: str | None  # the verdict's strongest baseline
-    skill: dict[str, dict[float, float | None]]  # baseline -> judged quantile -> 1 - model / baseline
-    dm: dict[str, dict[float, float | None]]  # baseline -> judged quantile -> Diebold-Mariano p-value
+    skill: dict[str, dict[float, float | None]]  # baseline -> quantile -> 1 - model / baseline
+    dm: dict[str, dict[float, float | None]]  # baseline -> quantile -> Diebold-Mariano p-value
     won: dict[str, tuple[int, int]]  # baseline -> (series won at WON_AT, series compared)
     coverage: float | None  # the outer interval's (p10-p90)
     origins: int
@@ -56,12 +67,11 @@ def score_of(result: Mapping[str, Any], origins: int, train_s: float | None = No
     """A Score from evaluate's metrics.json, or a backtest's `overall` with its `verdict` added."""
     model = result["model"]["overall"]
     qs = [float(q) for q in result["model"].get("quantiles", QUANTILES)]
-    judged = judged_quantiles(qs)
     comparisons = result.get("comparisons") or {}
     skills = result.get("skill") or {}
-    skill = {b: {q: at(comparisons.get(b, {}).get("skill") or skills.get(b), q) for q in judged}
+    skill = {b: {q: at(comparisons.get(b, {}).get("skill") or skills.get(b), q) for q in qs}
              for b in {*skills, *comparisons}}
-    dm = {b: {q: (entry(c.get("dm"), q) or {}).get("p_value") for q in judged} for b, c in comparisons.items()}
+    dm = {b: {q: (entry(c.get("dm"), q) or {}).get("p_value") for q in qs} for b, c in comparisons.items()}
     won = {}
     for b, c in comparisons.items():
         w = entry(c.get("series_won"), WON_AT)
@@ -81,6 +91,7 @@ class Row:
     model: str
     scores: list[Score] = field(default_factory=list)
     simulated: bool = False
+    calibration: str | None = None  # foxhunt's rows: the calibration method
 
     @property
     def strongest(self) -> str | None:
@@ -162,8 +173,38 @@ def by_seed(rows: Sequence[Row]) -> str | None:
                                                         for i in range(seeds))])
 
 
+def against_default(rows: Sequence[Row]) -> str | None:
+    """Each calibration method against foxhunt's default on the same rows, dataset by dataset (None when no row has
+    that comparison), at every quantile (the median's cost counts too): skill (> 0: the method is better), the
+    Diebold-Mariano p-values (largest over the seeds), the series won at p90 (range over the seeds), then, with
+    several seeds, each seed's skill with its p-value."""
+    compared = [r for r in rows if r.scores and all(VS_DEFAULT in x.skill for x in r.scores)]
+    if not compared:
+        return None
+    body = []
+    for r in compared:
+        s = r.scores
+        skill = " / ".join(_pct(_mean([x.skill[VS_DEFAULT].get(q) for x in s])) for q in QUANTILES)
+        ps = [[x.dm.get(VS_DEFAULT, {}).get(q) for x in s] for q in QUANTILES]
+        dm = " / ".join("-" if any(v is None for v in p) else _p(max(p)) for p in ps)
+        won = [x.won[VS_DEFAULT] for x in s if VS_DEFAULT in x.won]
+        lo, hi = (min(w for w, _ in won), max(w for w, _ in won)) if won else (0, 0)
+        won_text = "-" if not won else f"{lo}/{won[0][1]}" if lo == hi else f"{lo}-{hi}/{won[0][1]}"
+        seeds = [" / ".join(f"{_pct(x.skill[VS_DEFAULT].get(q))} ({_p(x.dm.get(VS_DEFAULT, {}).get(q))})"
+                            for q in QUANTILES) for x in s] if len(s) > 1 else []
+        body.append([r.dataset + (" (simulated)" if r.simulated else ""), str(r.calibration), str(len(s)), skill,
+                     dm, won_text, *seeds])
+    width = max(len(b) for b in body)
+    body = [b + ["-"] * (width - len(b)) for b in body]
+    q = " / ".join(map(label, QUANTILES))
+    return markdown(body, ["dataset", "calibration", "seeds", f"skill vs {DEFAULT_METHOD} {q}",
+                           f"DM p vs {DEFAULT_METHOD} {q}", f"series won {label(WON_AT)}",
+                           *(f"seed {i + 1} skill (p) {q}" for i in range(width - 6))])
+
+
 def tables(rows: Sequence[Row]) -> str:
-    """The real datasets' table, the seed-by-seed skill, then the simulated sample's table apart."""
+    """The real datasets' table, the seed-by-seed skill, the calibration methods against the default, then the
+    simulated sample's table apart."""
     real = [r for r in rows if not r.simulated and r.scores]
     simulated = [r for r in rows if r.simulated and r.scores]
     parts = []
@@ -175,6 +216,11 @@ def tables(rows: Sequence[Row]) -> str:
     if simulated:
         parts += ["The bundled sample (simulated: shows that the model learns what was built in; never evidence):",
                   markdown([cells(r) for r in simulated], header())]
+    calibration = against_default(real + simulated)
+    if calibration:
+        parts += [f"Calibration: each method against foxhunt's default ({DEFAULT_METHOD}) on the same forecasts' rows "
+                  "(skill > 0: the method is better; evaluate's paired Diebold-Mariano test, pooled over the panel; "
+                  "the same trained models):", calibration]
     notes = [f"- {r.dataset}, {r.model}: {n}" for r in rows for n in dict.fromkeys(n for s in r.scores for n in s.notes)]
     if notes:
         parts.append("\n".join(notes))

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from foxhunt.cli import main as foxhunt
-from foxhunt.data.dataset.prepare import prepare_data
+from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate.metrics import pinball, q_risk
 from foxhunt.evaluate.period import model_split
 from foxhunt.evaluate.predict import prepare_for_model

@@ -51,9 +51,9 @@ import foxhunt
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.batch import Batch
-from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.io.sample import bundled_sample_path
+from foxhunt.data.prepare import prepare_data
 from foxhunt.model.calibration import Calibration
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.inference.traced import (

@@ -3,8 +3,8 @@ seeds, against the baselines of `foxhunt evaluate` and pytorch-forecasting's TFT
 and appended to benchmarks/RESULTS.md.
 
     python benchmarks/quality.py [--datasets cn_futures_daily,spx_daily,ko_pep_15min,sample] [--seeds 3] [--quick]
-        [--train-args "--scaling series"] [--pf-python PATH | --no-pf] [--pf-seeds N] [--threads 2]
-        [--workdir DIR] [--record | --no-record] [-- any other `foxhunt train` option]
+        [--calibrations fixed,adaptive] [--train-args "--scaling series"] [--pf-python PATH | --no-pf]
+        [--pf-seeds N] [--threads 2] [--workdir DIR] [--record | --no-record] [-- any other `foxhunt train` option]
 
 Datasets (real market data in ../shared/data, described in its README.md; a file missing there is skipped with a
 note, so the script runs in a clone):
@@ -17,6 +17,11 @@ note, so the script runs in a clone):
 foxhunt runs with every option at its default, plus --train-args and whatever follows `--` (so that a candidate
 change is one flag away), with seeds 0..N-1, in-process as a user types the commands; every number is read from the
 runs' metrics.json and backtest.json.
+
+Calibration (--calibrations, default fixed,adaptive; none too): one foxhunt row per method, all of them the same
+trained models calibrated at forecast time (`evaluate --calibration M`; each backtest fold's model forecast on its
+test year by `predict --calibration M`, scored on the backtest's rows as pytorch-forecasting's folds are), and each
+method compared with foxhunt's default on the same rows by evaluate's paired test: the table under the main one.
 
 pytorch-forecasting runs from its own virtualenv (--pf-python; default REPO/.venv-bench/bin/python; skipped with a
 note when absent): the TFT of benchmarks/_pf_side.py on the bars exactly as foxhunt loaded them (the same series and
@@ -58,8 +63,24 @@ from typing import Any
 
 import numpy as np
 
+from foxhunt.model.config import DEFAULT_METHOD, METHODS
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _quality_table import PF, QUANTILES, RESULTS, Row, Score, git_commit, machine, record, score_of, tables  # noqa: E402
+from _quality_folds import aligned, fold_arrays, fold_result, forecast_arrays, missing_pairs, versus  # noqa: E402
+from _quality_runs import epochs_note, export_bars, fox_epochs, pf_plan, pf_unfit, read  # noqa: E402
+from _quality_table import (  # noqa: E402
+    PF,
+    RESULTS,
+    VS_DEFAULT,
+    Row,
+    Score,
+    fox_label,
+    git_commit,
+    machine,
+    record,
+    score_of,
+    tables,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
@@ -89,6 +110,7 @@ DATASETS = {d.name: d for d in (
 BACKTEST = ("--test-length", "1y", "--jobs", "2")  # yearly folds; two fold models train at once, a thread each
 QUICK_TRAIN = ("--epochs", "2")  # --quick: before --train-args, so that a typed --epochs wins
 QUICK_FOLDS = 2
+CALIBRATIONS = ("fixed", "adaptive")  # --calibrations' default: today's default and the candidate
 
 
 @dataclass(frozen=True)
@@ -97,6 +119,7 @@ class Settings:
     seeds: tuple[int, ...]
     quick: bool
     train_args: tuple[str, ...]  # --train-args, then what follows `--`
+    calibrations: tuple[str, ...]  # foxhunt's rows: each calibration method on the same trained models
     threads: int
     work: Path
     data_dir: Path
@@ -125,6 +148,9 @@ def parse_args(argv: list[str]) -> Settings:
     p.add_argument("--seeds", help="a count (3: seeds 0, 1, 2) or a comma list (0,5; 7, for seed 7 alone); "
                                    "default 3, 1 with --quick")
     p.add_argument("--quick", action="store_true", help="one seed, 2 epochs, 2 SPX folds: for iterating")
+    p.add_argument("--calibrations", default=",".join(CALIBRATIONS),
+                   help=f"foxhunt's rows: these calibration methods (of {', '.join(METHODS)}) on the same models, "
+                        f"each compared with the default ({DEFAULT_METHOD})")
     p.add_argument("--train-args", default="", help='extra `foxhunt train` flags, e.g. "--scaling series"')
     p.add_argument("--pf-python", help=f"python of the pytorch-forecasting venv (default {DEFAULT_PF_PYTHON})")
     p.add_argument("--no-pf", action="store_true", help="foxhunt alone")
@@ -140,6 +166,9 @@ def parse_args(argv: list[str]) -> Settings:
     unknown = [n for n in names if n not in DATASETS]
     if unknown:
         p.error(f"--datasets: unknown {', '.join(unknown)}; choose from {', '.join(DATASETS)}")
+    methods = tuple(dict.fromkeys(m.strip() for m in a.calibrations.split(",") if m.strip()))
+    if not methods or any(m not in METHODS for m in methods):
+        p.error(f"--calibrations {a.calibrations!r}: choose from {', '.join(METHODS)}")
     seeds_text = a.seeds or ("1" if a.quick else "3")
     try:
         seeds = (tuple(int(x) for x in seeds_text.split(",") if x.strip()) if "," in seeds_text
@@ -151,7 +180,7 @@ def parse_args(argv: list[str]) -> Settings:
     pf_python = None if a.no_pf else a.pf_python or (str(DEFAULT_PF_PYTHON) if DEFAULT_PF_PYTHON.exists() else None)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     work = (a.workdir or Path(tempfile.gettempdir())) / f"foxhunt-quality-{stamp}-{os.getpid()}"  # made by main
-    return Settings(tuple(DATASETS[n] for n in names), seeds, a.quick, (*shlex.split(a.train_args), *rest),
+    return Settings(tuple(DATASETS[n] for n in names), seeds, a.quick, (*shlex.split(a.train_args), *rest), methods,
                     a.threads, work, a.data_dir, pf_python, a.pf_seeds, not a.quick if a.record is None else a.record,
                     shlex.join(["python", "benchmarks/quality.py", *argv]))
 
@@ -203,10 +232,6 @@ def foxhunt(argv: list[str], log_path: Path) -> Took:
     return Took(time.perf_counter() - t0, time.process_time() + children_cpu() - c0)
 
 
-def read(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def files(ds: Dataset, s: Settings) -> list[str]:
     path = data_path(ds, s.data_dir)
     return [] if path is None else ["--parquet-file", str(path)]
@@ -226,93 +251,94 @@ def backtest_command(ds: Dataset, seed: int, s: Settings, out_dir: Path) -> list
             *train_command(ds, seed, s, out_dir)[1:-2]]  # train's flags without --run-dir, which each fold sets
 
 
-def fox_split(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
-    """`foxhunt train` then `foxhunt evaluate` (the origins after validation)."""
+def eval_dir(out: Path, method: str) -> Path:
+    """Where `foxhunt evaluate --calibration method` writes (metrics.json, forecasts.parquet)."""
+    return out / f"eval-{method}"
+
+
+def fox_split(ds: Dataset, seed: int, s: Settings, out: Path) -> dict[str, Score]:
+    """`foxhunt train`, then `foxhunt evaluate --calibration M` (the origins after validation) for each method;
+    each method's Score, compared with the default method's forecasts on the same rows."""
     run, logs = out / "run", out / "foxhunt.log"
     train_s = foxhunt(train_command(ds, seed, s, run), logs)
-    eval_s = foxhunt(["evaluate", "--model", str(run), *files(ds, s), "--out-dir", str(out / "eval"),
-                      "--threads", str(s.threads)], logs)
-    log(f"  foxhunt train {train_s}, evaluate {eval_s}")
-    m = read(out / "eval" / "metrics.json")
-    return score_of(m, m["period"]["origins"], train_s.wall, read(run / "config.json")["n_params"],
-                    [epochs_note([fox_epochs(run)])])
+    results = {}
+    for method in s.calibrations:
+        eval_s = foxhunt(["evaluate", "--model", str(run), *files(ds, s), "--calibration", method, "--out-dir",
+                          str(eval_dir(out, method)), "--threads", str(s.threads)], logs)
+        log(f"  foxhunt {'train ' + str(train_s) + ', ' if not results else ''}evaluate --calibration {method} "
+            f"{eval_s}")
+        results[method] = read(eval_dir(out, method) / "metrics.json")
+    forecasts = {m: eval_dir(out, m) / "forecasts.parquet" for m in s.calibrations}
+    arrays, names = forecast_arrays(forecasts[s.calibrations[0]])
+    models = {m: arrays["model"] if k == 0 else aligned(arrays, names, forecasts[m])
+              for k, m in enumerate(s.calibrations)}
+    notes = {s.calibrations[0]: [epochs_note([fox_epochs(run)])]}
+    first_pairs = results[s.calibrations[0]]["model"]["overall"]["n"]
+    for m in s.calibrations[1:]:
+        pairs = results[m]["model"]["overall"]["n"]
+        if pairs != first_pairs:
+            notes[m] = [f"NOT the same rows: scored on {pairs:,} (origin, step) pairs, {s.calibrations[0]} on "
+                        f"{first_pairs:,}"]
+    n_params = read(run / "config.json")["n_params"]
+    return {m: score_of(against_default(results[m], m, {**arrays, "model": models[m]}, names, models),
+                        results[m]["period"]["origins"], train_s.wall, n_params, notes.get(m, []))
+            for m in s.calibrations}
 
 
-def fox_backtest(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
-    """`foxhunt backtest` (`backtest_command`), read from its backtest.json."""
-    wall = foxhunt(backtest_command(ds, seed, s, out / "bt"), out / "foxhunt.log")
-    bt = read(out / "bt" / "backtest.json")
-    folds = len(bt["folds"])
-    log(f"  foxhunt backtest ({folds} folds) {wall}")
-    first, last = bt["folds"][0], bt["folds"][-1]
-    n_params = read(Path(first["run_dir"]) / "config.json")["n_params"]
-    span = f"{first['test_start'][:10]} .. {last['test_end'][:10] if last['test_end'] else 'the last bar'}"
-    return score_of({**bt["overall"], "verdict": bt["verdict"]}, sum(f["origins"] for f in bt["folds"]), wall.wall,
-                    n_params, [f"{folds} yearly folds tested {span}; "
-                               + epochs_note([fox_epochs(Path(f["run_dir"])) for f in bt["folds"]])])
+def against_default(result: dict[str, Any], method: str, arrays: dict[str, np.ndarray], names: list[str],
+                    models: dict[str, np.ndarray]) -> dict[str, Any]:
+    """`result` with the method's forecasts (`arrays`) compared with the default method's (`models`) on the same
+    rows, as one more entry of its `comparisons` (VS_DEFAULT); as it was for the default itself, or without it."""
+    if method == DEFAULT_METHOD or DEFAULT_METHOD not in models:
+        return result
+    return {**result, "comparisons": {**result.get("comparisons", {}),
+                                      VS_DEFAULT: versus(arrays, names, models[DEFAULT_METHOD])}}
 
 
-# ------------------------------------------------------------------------------------------ pytorch-forecasting
-def export_bars(run: Path, path: Path, log_path: Path) -> Path:
-    """The bars as the run's model reads them for forecasting (evaluate's own loading: series, rolls, time zone),
-    in the generic format pytorch-forecasting's side reads; written once per dataset (loading's console into
-    `log_path`)."""
-    if path.exists():
-        return path
-    from foxhunt.data.bars.load import load_bars
-    from foxhunt.evaluate.predict import prediction_config
-    from foxhunt.train.checkpoint import load_model
-
-    with open(log_path, "a", encoding="utf-8") as out, redirect_stderr(out):
-        lm = load_model(run, "cpu")
-        bars = load_bars(prediction_config(lm, lm.data_cfg.paths), lm.transform.bar_spacing_ns).bars
-    bars.select(timestamp="ts", symbol="series", open="open", high="high", low="low", close="close",
-                volume="volume").write_parquet(path)
+def predict_fold(ds: Dataset, s: Settings, fold: dict[str, Any], method: str, out: Path) -> Path:
+    """A backtest fold's saved model forecast on its test year with `method` (`foxhunt predict`); the parquet."""
+    path = out / "calibration" / f"fold-{fold['index']:02d}-{method}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    end = ["--end", fold["test_end"]] if fold["test_end"] else []
+    foxhunt(["predict", "--model", fold["run_dir"], *files(ds, s), "--start", fold["test_start"], *end,
+             "--calibration", method, "--threads", str(s.threads), "--out", str(path)], out / "foxhunt.log")
     return path
 
 
-def epoch_cap(run: Path) -> int:
-    """The run's epoch cap: --epochs, or `--epochs auto`'s for its training windows (foxhunt's own rule)."""
-    from foxhunt.train.config import auto_epochs
-
-    epochs = read(run / "config.json")["train"]["epochs"]
-    return auto_epochs(read(run / "data_summary.json")["windows"]["train"]) if epochs == "auto" else int(epochs)
-
-
-def fox_epochs(run: Path) -> tuple[int, int, int]:
-    """(epochs run, cap, best epoch) of a foxhunt run, from its metrics.jsonl."""
-    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
-    return len(lines), epoch_cap(run), max((r["epoch"] for r in lines if r.get("best")), default=0)
-
-
-def epochs_note(items: list[tuple[int, int, int]]) -> str:
-    """`stopped after 4 of at most 4 epochs, best 3`, or per fold `epochs run / at most (best) by fold: 7/23 (4), ...`."""
-    if len(items) == 1:
-        ran, cap, best = items[0]
-        return f"stopped after {ran} of at most {cap} epochs, best {best}"
-    return "epochs run / at most (best) by fold: " + ", ".join(f"{r}/{c} ({b})" for r, c, b in items)
-
-
-def pf_plan(run: Path) -> dict[str, Any]:
-    """What pytorch-forecasting takes from a foxhunt run: its size to match, shapes, batch, epoch cap, patience."""
-    cfg = read(run / "config.json")
-    return {"match_params": cfg["n_params"], "encoder_length": cfg["model"]["encoder_length"],
-            "horizon": cfg["model"]["horizon"], "heads": cfg["model"]["attention_heads"],
-            "dropout": cfg["model"]["dropout"], "batch_size": cfg["resolved"]["batch_size"],
-            "patience": cfg["train"]["patience"], "max_train_batches": cfg["train"]["max_train_batches"],
-            "epochs": epoch_cap(run)}
-
-
-def pf_unfit(run: Path) -> str | None:
-    """Why pytorch-forecasting's side cannot forecast what this run forecasts, or None."""
-    cfg = read(run / "config.json")
-    if cfg["data"]["target"] != "log_return":
-        return f"pytorch-forecasting left out: its side forecasts log returns, this run {cfg['data']['target']}"
-    if tuple(cfg["model"]["quantiles"]) != QUANTILES:
-        return "pytorch-forecasting left out: its side forecasts p10, p50, p90 only"
-    return None
+def fox_backtest(ds: Dataset, seed: int, s: Settings, out: Path) -> dict[str, Score]:
+    """`foxhunt backtest` (`backtest_command`), read from its backtest.json for the method it ran; each other
+    method's forecasts of every fold's test year (`predict_fold`, no training) scored by the backtest's summary on
+    its rows; each method's Score."""
+    wall = foxhunt(backtest_command(ds, seed, s, out / "bt"), out / "foxhunt.log")
+    bt = read(out / "bt" / "backtest.json")
+    folds = bt["folds"]
+    log(f"  foxhunt backtest ({len(folds)} folds) {wall}")
+    ran = {f["calibration"] for f in folds}
+    results, arrays, notes = {}, {}, {}
+    for m in s.calibrations:
+        if ran == {m}:
+            arrays[m], results[m] = fold_arrays(out / "bt", folds), {**bt["overall"], "verdict": bt["verdict"]}
+            continue
+        t0 = time.perf_counter()
+        arrays[m] = fold_arrays(out / "bt", folds, [predict_fold(ds, s, f, m, out) for f in folds])
+        results[m] = fold_result(arrays[m], folds)
+        log(f"  foxhunt predict --calibration {m}, {len(folds)} folds: {time.perf_counter() - t0:.0f} s")
+        missing = missing_pairs(arrays[m])
+        if missing:
+            notes[m] = [f"NOT the same rows: no forecast for {missing:,} (origin, step) pairs the backtest scored"]
+    first, last = folds[0], folds[-1]
+    n_params = read(Path(first["run_dir"]) / "config.json")["n_params"]
+    span = f"{first['test_start'][:10]} .. {last['test_end'][:10] if last['test_end'] else 'the last bar'}"
+    notes.setdefault(s.calibrations[0], []).insert(0, f"{len(folds)} yearly folds tested {span}; " + epochs_note(
+        [fox_epochs(Path(f["run_dir"])) for f in folds]))
+    names = folds[-1]["series_names"]
+    models = {m: a["model"] for m, a in arrays.items()}
+    origins = sum(f["origins"] for f in folds)
+    return {m: score_of(against_default(results[m], m, arrays[m], names, models), origins, wall.wall, n_params,
+                        notes.get(m, [])) for m in s.calibrations}
 
 
+# ------------------------------------------------------------------------------------------ pytorch-forecasting
 class PFFailed(RuntimeError):
     """pytorch-forecasting's process failed: noted in the table, foxhunt's rows kept."""
 
@@ -357,7 +383,7 @@ def pf_split(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
                       str(out / "pf-eval"), "--threads", str(s.threads)], out / "foxhunt.log")
     train_s = res["prep_s"] + res["fit_s"]
     log(f"  {PF} data + fit {Took(train_s, res['cpu_s'])}, evaluate --forecasts {eval_s}")
-    m, fox = read(out / "pf-eval" / "metrics.json"), read(out / "eval" / "metrics.json")
+    m, fox = read(out / "pf-eval" / "metrics.json"), read(eval_dir(out, s.calibrations[0]) / "metrics.json")
     notes = [size_note(plan["match_params"], [res])]
     pairs = (m["model"]["overall"]["n"], fox["model"]["overall"]["n"])
     if pairs[0] != pairs[1]:
@@ -365,49 +391,22 @@ def pf_split(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
     return score_of(m, m["period"]["origins"], train_s, res["n_params"], notes)
 
 
-def aligned(arrays: dict[str, np.ndarray], names: list[str], path: Path) -> np.ndarray:
-    """A forecasts parquet on a backtest fold's scored rows: (K, D, Q), NaN where it has no forecast."""
-    import polars as pl
-
-    keys = pl.DataFrame({"symbol": np.asarray(names, dtype=object)[arrays["series"]].tolist(),
-                         "origin_ns": arrays["origin_ns"], "row": np.arange(len(arrays["origin_ns"]))})
-    cols = [f"p{q * 100:g}" for q in QUANTILES]
-    fc = pl.read_parquet(path).with_columns(pl.col("origin").dt.epoch("ns").alias("origin_ns"))
-    hit = fc.join(keys, on=["symbol", "origin_ns"], how="inner")
-    out = np.full((*arrays["actual"].shape, len(cols)), np.nan)  # (K, D, Q)
-    out[hit["row"].to_numpy(), hit["horizon"].to_numpy() - 1] = hit.select(cols).to_numpy()
-    return out
-
-
 def pf_backtest(ds: Dataset, seed: int, s: Settings, out: Path) -> Score:
     """pytorch-forecasting on every fold of the backtest, scored by the backtest's own summary on its rows."""
-    from foxhunt.backtest.run import overall_verdict
-    from foxhunt.backtest.summary import concat, merge_gaps, metrics
-    from foxhunt.data.features.features import RETURN_TARGETS
-
-    bt = read(out / "bt" / "backtest.json")
-    folds = bt["folds"]
+    folds = read(out / "bt" / "backtest.json")["folds"]
     bars = export_bars(Path(folds[0]["run_dir"]), out.parent / "bars.parquet", out / "foxhunt.log")
     runs = [{**pf_plan(Path(f["run_dir"])), "train_end": f["val_start"], "val_end": f["test_start"],
              "forecast_start": f["test_start"], "forecast_end": f["test_end"],
              "out": str(out / f"pf-fold-{f['index']:02d}.parquet")} for f in folds]
     res = pf_call(s, bars, runs, seed, out)
-    parts = []
-    for f, r in zip(folds, res, strict=True):
-        arrays = dict(np.load(out / "bt" / f"fold-{f['index']:02d}" / "scored.npz"))
-        parts.append({**arrays, "model": aligned(arrays, f["series_names"], Path(r["out"]))})
-    arrays = concat(parts)
-    qs, names = tuple(folds[-1]["quantiles"]), tuple(folds[-1]["series_names"])
-    overall = metrics(arrays, qs, names, folds[-1]["target"] in RETURN_TARGETS, merge_gaps(folds))  # as backtest's
-    claim = overall_verdict(overall, qs, len(folds)).to_dict()
+    arrays = fold_arrays(out / "bt", folds, [Path(r["out"]) for r in res])
     train_s = sum(r["prep_s"] + r["fit_s"] for r in res)
     log(f"  {PF} {len(res)} folds, data + fit {Took(train_s, sum(r['cpu_s'] for r in res))}")
     notes = [size_note(runs[0]["match_params"], res)]
-    missing = int((np.isfinite(arrays["actual"]) & ~np.isfinite(arrays["model"]).all(axis=-1)).sum())
+    missing = missing_pairs(arrays)
     if missing:
         notes.append(f"NOT the same rows: no forecast for {missing:,} (origin, step) pairs foxhunt was scored on")
-    return score_of({**overall, "verdict": claim}, sum(f["origins"] for f in folds), train_s, res[0]["n_params"],
-                    notes)
+    return score_of(fold_result(arrays, folds), sum(f["origins"] for f in folds), train_s, res[0]["n_params"], notes)
 
 
 # --------------------------------------------------------------------------------------------------- the run
@@ -430,12 +429,14 @@ def run(s: Settings) -> tuple[list[Row], list[str]]:
             notes.append(skip)
             log(skip)
             continue
-        fox, pf = Row(ds.name, "foxhunt", simulated=ds.simulated), Row(ds.name, PF, simulated=ds.simulated)
+        fox = {m: Row(ds.name, fox_label(m), simulated=ds.simulated, calibration=m) for m in s.calibrations}
+        pf = Row(ds.name, PF, simulated=ds.simulated)
         for seed in s.seeds:
             out = s.work / ds.name / f"seed-{seed}"
             out.mkdir(parents=True, exist_ok=True)
             log(f"{ds.name}, seed {seed} ({out})")
-            fox.scores.append((fox_backtest if ds.folds else fox_split)(ds, seed, s, out))
+            for m, score in (fox_backtest if ds.folds else fox_split)(ds, seed, s, out).items():
+                fox[m].scores.append(score)
             probe = Path(read(out / "bt" / "backtest.json")["folds"][0]["run_dir"]) if ds.folds else out / "run"
             why = pf_unfit(probe)
             if s.pf_python and why is None and seed in pf_seeds(ds, s):
@@ -450,7 +451,7 @@ def run(s: Settings) -> tuple[list[Row], list[str]]:
         if s.pf_python and len(chosen) < len(s.seeds) and not any(n.startswith(f"{ds.name}: {PF} left") for n in notes):
             which = f"seed {', '.join(map(str, chosen))} only" if chosen else "not run"
             notes.append(f"{ds.name}: {PF} {which}, to keep the run's time (--pf-seeds N for more)")
-        rows += [r for r in (fox, pf) if r.scores]
+        rows += [r for r in (*fox.values(), pf) if r.scores]
     return rows, notes
 
 
@@ -469,6 +470,9 @@ def report(s: Settings, rows: list[Row], notes: list[str], started: datetime, wa
              "pinball loss, pooled over the panel); series won: against the best baseline, the range over the seeds; "
              f"train s: the wall time of `foxhunt train` (the whole `foxhunt backtest`) and of {PF}'s data and "
              "`Trainer.fit` (every fold's)",
+             f"- foxhunt calibration: {', '.join(s.calibrations)}, each on the same trained models (`evaluate "
+             "--calibration M`; SPX: each fold's model forecast on its test year by `predict --calibration M` and "
+             f"scored by the backtest's summary on its rows); {DEFAULT_METHOD} is foxhunt's default",
              *([pf] if pf else []), *(f"- {n}" for n in notes), "", tables(rows)]
     return "\n".join(lines)
 

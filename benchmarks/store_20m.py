@@ -15,7 +15,7 @@ Validation runs over every validation window after the slice of an epoch, so the
 validation period (--val-fraction 0.002): the training slice, not validation, is what is measured.
 Run: python benchmarks/store_20m.py [--rows 20000000] [--max-train-batches 50] [--workdir DIR] [--keep]
      [--workers 2] [--prepare-only] [--skip-direct] [--repeat N] [--inputs N] [--flags '...']
-`foxhunt prepare` runs its series groups in worker processes (store/pieced.py): its CPU seconds include theirs,
+`foxhunt prepare` runs its series groups in worker processes (data/prepare): its CPU seconds include theirs,
 and its peak RSS is reported for the process alone and with its workers ("+workers").
 The machine may be shared: wall times then include waiting for the CPU; CPU seconds do not. On Linux the seconds
 the hypervisor gave other guests (steal) and the cores sat waiting for the disk (iowait) during `prepare` are

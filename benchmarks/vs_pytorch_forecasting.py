@@ -143,7 +143,7 @@ def fox_configs(data: Path, hidden: int, fox_args: list[str]):  # -> (DataConfig
 
 def match_hidden(data: Path, target: int, fox_args: list[str]) -> tuple[int, int]:
     """The multiple of 4 in 16..96 whose foxhunt parameter count is closest to `target`; (hidden, count)."""
-    from foxhunt.data.dataset.prepare import prepare_data
+    from foxhunt.data.prepare import prepare_data
     from foxhunt.model.tft import TemporalFusionTransformer, count_parameters
 
     sizes = prepare_data(fox_configs(data, 16, fox_args)[0]).schema.sizes
@@ -158,7 +158,7 @@ def fox_model_from_run(run_dir: Path):  # -> (model, PreparedData, ModelConfig)
     not loaded: FLOP and profiles depend on shapes only, and a run trained just before a concurrent change to
     the model code would not load."""
     from foxhunt.data.config import DataConfig
-    from foxhunt.data.dataset.prepare import prepare_data
+    from foxhunt.data.prepare import prepare_data
     from foxhunt.model.config import ModelConfig
     from foxhunt.model.tft import TemporalFusionTransformer
 
@@ -456,7 +456,7 @@ def profile(args: argparse.Namespace, data: Path) -> None:
     if args.run_dir:
         model, prepared, model_cfg = fox_model_from_run(Path(args.run_dir))
     else:  # the model `foxhunt train` would build here; no need to train it first
-        from foxhunt.data.dataset.prepare import prepare_data
+        from foxhunt.data.prepare import prepare_data
         from foxhunt.model.tft import TemporalFusionTransformer
 
         fox_args = shlex.split(args.fox_args)

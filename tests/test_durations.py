@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from foxhunt.api.gaps import parse_gap
-from foxhunt.backtest.folds import Length, parse_length
+from foxhunt.backtest.config import Length, parse_length
 from foxhunt.errors import InputError
 
 S = 10**9

@@ -13,8 +13,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 MAX_LINES = 500
-STAGES = ("util", "io", "bars", "features", "dataset", "store")  # data/'s stages, upstream first
-HELPERS = ("data", "errors", "atomic", "lazy", "allocator", "cache", "durations")  # foxhunt.<these> data/ may import (and foxhunt)
+STAGES = ("util", "io", "bars", "features", "dataset", "store", "prepare")  # data/'s stages, upstream first
+HELPERS = ("data", "errors", "flags", "atomic", "lazy", "allocator", "cache", "durations")  # foxhunt.<these> data/ may import (and foxhunt)
 OVER_FOR_NOW: dict[str, str] = {}  # path under src/ -> why it may be over for now (an xfail, strict)
 
 
@@ -134,7 +134,7 @@ def test_data_stages_import_only_upstream() -> None:
 
 
 def test_loading_a_model_does_not_import_the_loading_pipeline() -> None:
-    code = ("import sys, foxhunt.train.checkpoint; print(sorted(m for m in ('foxhunt.data.dataset.prepare', "
+    code = ("import sys, foxhunt.train.checkpoint; print(sorted(m for m in ('foxhunt.data.prepare.driver', "
             "'foxhunt.data.bars.load', 'foxhunt.data.io.read') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]"], out.stdout
@@ -151,3 +151,27 @@ def test_no_module_of_the_data_pipeline_waits_by_sleeping() -> None:
                 if name == "sleep":
                     sleeping.append(f"{path.relative_to(SRC)}:{node.lineno}")
     assert not sleeping, f"polling: {sleeping}"
+
+
+# Where each record of a prepared dataset may be made: built by the one pipeline (data/prepare: its sink makes the
+# dataset, its fit the transform), or read back from what it wrote (a store's files, a saved transform).
+MADE_IN = {
+    "PreparedData": {"foxhunt/data/prepare/sink.py", "foxhunt/data/store/read.py"},
+    "WindowedData": {"foxhunt/data/prepare/sink.py"},
+    "MappedWindows": {"foxhunt/data/store/read.py"},
+    "FittedTransform": {"foxhunt/data/prepare/fit.py", "foxhunt/data/dataset/types.py"},
+}
+
+
+def test_one_pipeline_builds_the_prepared_data() -> None:
+    """No function but the one pipeline's builds a prepared dataset or fits a transform: a second driver would be a
+    second place to pay for every new input."""
+    made = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = str(path.relative_to(SRC))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if name in MADE_IN and rel not in MADE_IN[name]:
+                    made.append(f"{rel}:{node.lineno} makes {name}")
+    assert not made, "prepared data made outside the pipeline: " + ", ".join(made)

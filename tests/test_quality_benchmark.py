@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _pf_side  # noqa: E402
+import _quality_folds as folds  # noqa: E402
+import _quality_runs as runs  # noqa: E402
 import _quality_table as table  # noqa: E402
 import quality  # noqa: E402
 
@@ -160,7 +162,7 @@ def test_forecasts_aligned_on_a_folds_rows(tmp_path):
                   "horizon": pl.Series([r[2] for r in rows], dtype=pl.Int16),
                   **{c: [r[3] + k / 10 for r in rows] for k, c in enumerate(("p10", "p50", "p90"))},
                   }).write_parquet(tmp_path / "pf.parquet")
-    q = quality.aligned(arrays, ["A", "B"], tmp_path / "pf.parquet")  # (K, D, Q)
+    q = folds.aligned(arrays, ["A", "B"], tmp_path / "pf.parquet")  # (K, D, Q)
     assert q.shape == (3, 2, 3)
     np.testing.assert_allclose(q[0], [[1.0, 1.1, 1.2], [2.0, 2.1, 2.2]])
     assert np.isnan(q[1]).all()  # A at 20: no forecast, and B at 30 is no row of the fold
@@ -215,9 +217,9 @@ def test_epochs_of_a_run_and_the_cap_pytorch_forecasting_gets(tmp_path):
         "resolved": {"batch_size": 128}}))
     (run / "data_summary.json").write_text(json.dumps({"windows": {"train": 21_921}}))
     (run / "metrics.jsonl").write_text("\n".join(json.dumps({"epoch": e, "best": e in (1, 3)}) for e in (1, 2, 3, 4)))
-    assert quality.fox_epochs(run) == (4, 4, 3)
-    assert quality.pf_plan(run) == {"match_params": 40_210, "encoder_length": 32, "horizon": 5, "heads": 4,
+    assert runs.fox_epochs(run) == (4, 4, 3)
+    assert runs.pf_plan(run) == {"match_params": 40_210, "encoder_length": 32, "horizon": 5, "heads": 4,
                                     "dropout": 0.1, "batch_size": 128, "patience": 3, "max_train_batches": 0,
                                     "epochs": 4}
-    assert quality.epochs_note([(4, 4, 3)]) == "stopped after 4 of at most 4 epochs, best 3"
-    assert quality.epochs_note([(7, 23, 4), (5, 22, 2)]) == "epochs run / at most (best) by fold: 7/23 (4), 5/22 (2)"
+    assert runs.epochs_note([(4, 4, 3)]) == "stopped after 4 of at most 4 epochs, best 3"
+    assert runs.epochs_note([(7, 23, 4), (5, 22, 2)]) == "epochs run / at most (best) by fold: 7/23 (4), 5/22 (2)"

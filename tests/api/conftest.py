@@ -44,7 +44,7 @@ def untrained_run(run: Path, cfg: Any) -> None:
     to compute its inputs and its grid, which do not depend on the weights."""
     import torch
 
-    from foxhunt.data.dataset.prepare import prepare_data
+    from foxhunt.data.prepare import prepare_data
     from foxhunt.model.config import ModelConfig
     from foxhunt.model.tft import TemporalFusionTransformer
     from foxhunt.train.checkpoint import save_model_json, save_weights, state_to_cpu

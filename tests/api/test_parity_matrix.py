@@ -31,8 +31,8 @@ import pytest
 import torch
 
 import foxhunt
-from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate.predict import _transform_text, live_origins, prepare_for_model, store_for_model
 from foxhunt.model.inference.folded import InferenceTFT
 from foxhunt.model.inference.traced import OnnxForward, TracedForward
@@ -126,7 +126,7 @@ def check_batches(world: SimpleNamespace, tmp_path) -> None:
 
 
 def check_store(world: SimpleNamespace, tmp_path) -> None:
-    from foxhunt.data.store.build import prepare_store
+    from foxhunt.data.prepare.entry import prepare_store
 
     prepare_store(world.cfg, tmp_path / "store", workers=1)
     assert_same_windows(world, store_for_model(world.lm, tmp_path / "store"))

@@ -10,8 +10,8 @@ import torch
 import foxhunt
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.data.io.sample import bundled_sample_path
+from foxhunt.data.prepare import prepare_data
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer
 from foxhunt.train.checkpoint import save_model_json, save_weights, state_to_cpu

@@ -37,7 +37,7 @@ def test_options_are_checked_once_with_errors_naming_them():
     cfg = foxhunt.RunConfig.from_options(parquet_file="x.parquet")
     with pytest.raises(foxhunt.InputError, match="not both"):
         foxhunt.fit(cfg, epochs=2)
-    with pytest.raises(foxhunt.InputError, match="resume=True needs run_dir"):
+    with pytest.raises(foxhunt.InputError, match="--resume needs --run-dir"):
         foxhunt.fit(resume=True, epochs=2)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.data = DataConfig()  # type: ignore[misc]

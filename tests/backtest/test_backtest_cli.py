@@ -18,8 +18,8 @@ from foxhunt.backtest.report import write_backtest_report
 from foxhunt.backtest.run import report_text
 from foxhunt.cli import main
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.data.io.sample_path import DEFAULT_SEED, SAMPLE_VERSION, SIMULATED
+from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate.verdict import verdict
 from foxhunt.model.calibration import DEFAULT_METHOD
 

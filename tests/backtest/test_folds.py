@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from foxhunt.backtest.folds import iso, parse_length, parse_refit, plan_folds, short_folds, short_line
+from foxhunt.backtest.config import parse_length, parse_refit
+from foxhunt.backtest.folds import iso, plan_folds, short_folds, short_line
 from foxhunt.errors import InputError
 
 

@@ -71,6 +71,15 @@ def test_other_data_options_are_refused_with_one_line_and_status_2(runs, tiny, c
     assert not (runs / "refused" / "checkpoint.pt").exists()
 
 
+def test_list_options_given_with_the_stores_own_values_are_accepted(runs):
+    """--observed, --context, ... are lists in the store's manifest and tuples in a DataConfig: the same values
+    given again (a --config file shared by prepare and train) are the store's, not other ones."""
+    import foxhunt
+
+    cfg = foxhunt.RunConfig.from_options(features=str(runs / "store"), observed="", context=[], horizon=3)
+    assert (cfg.data.observed, cfg.data.context, cfg.data.features) == ((), (), str(runs / "store"))
+
+
 def test_prepare_says_what_it_wrote_and_parquet_with_features_is_refused(runs, tiny, daily_path, capsys):
     capsys.readouterr()
     code = main(["train", *tiny, "--features", str(runs / "store"), "--parquet-file", str(daily_path)])

@@ -10,7 +10,7 @@ import pytest
 
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_from_bars
+from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -25,7 +25,7 @@ from foxhunt.data.bars.grid import default_grid, future_timestamps, grid_of, on_
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.summary import format_summary
 from foxhunt.data.dataset.types import FittedTransform
-from foxhunt.data.store import prepare_store
+from foxhunt.data.prepare import prepare_store
 from foxhunt.data.util import clock
 
 MIN = 60 * 10**9

@@ -89,7 +89,7 @@ def test_categorical_names_an_observed_or_known_column():
 
 def test_prepared_data_carry_the_codes_through_a_store(daily_path, tmp_path):
     from foxhunt.data.config import DataConfig
-    from foxhunt.data.dataset.prepare import prepare_data
+    from foxhunt.data.prepare import prepare_data
     from foxhunt.data.store import open_store, write_store
 
     bars = tmp_path / "bars.parquet"

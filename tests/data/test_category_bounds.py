@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.data.features.schema import Feature, Kind, Role
+from foxhunt.data.prepare import prepare_data
 from foxhunt.errors import InputError
 from foxhunt.model.layers import CategoricalEmbedding
 

@@ -16,9 +16,8 @@ from foxhunt.data.bars import validate
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.bars.validate import INSTRUMENT, clean_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.store import build
-from foxhunt.data.store.build import prepare_store
-from foxhunt.data.store.executor import InProcess, Workers
+from foxhunt.data.prepare import entry, prepare_store
+from foxhunt.data.prepare.executor import InProcess, Workers
 from foxhunt.errors import InputError
 from tests.data.test_load_fast_paths import _in_time_order, _messy
 
@@ -105,7 +104,7 @@ def test_a_pieced_prepare_judges_conflicts_over_the_panel_as_in_memory(tmp_path,
         _bars(s).write_parquet(folder / f"{s.lower()}.parquet")
     _bars("PEP", n=5, shift=1.0).write_parquet(folder / "pep_late.parquet")  # 5 of 605 rows
     in_memory = prepare_store(_cfg(folder), tmp_path / "whole", workers=0)
-    monkeypatch.setattr(build, "prepare_data", lambda cfg: pytest.fail("prepared in memory, not in pieces"))
+    monkeypatch.setattr(entry, "given", lambda *args: pytest.fail("prepared as one piece, not in pieces"))
     manifest = prepare_store(_cfg(folder), tmp_path / "store", piece_rows=1, min_rows=0, pool=Workers(InProcess(), 2))
     assert manifest["summary"]["checks"]["duplicates_conflicting"] == 5
     assert in_memory["summary"]["checks"]["duplicates_conflicting"] == 5

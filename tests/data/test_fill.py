@@ -14,7 +14,7 @@ from foxhunt.cli import main
 from foxhunt.data.bars.fill import fill_gaps
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data, prepare_from_bars
+from foxhunt.data.prepare import prepare_data, prepare_from_bars
 from foxhunt.settings import data_config
 
 MIN = 60 * 10**9

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_from_bars
 from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.prepare import prepare_from_bars
 
 HOUR = 3600 * 10**9
 DAY = 24 * HOUR

@@ -15,9 +15,9 @@ import torch
 
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_from_bars
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.features.events import EventCalendar, event_features, key_of, read_events, row_keys
+from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.errors import InputError
 
 DAY = 86_400 * 10**9

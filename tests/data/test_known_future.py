@@ -17,9 +17,9 @@ import torch
 
 from foxhunt.data.bars.load import LoadedBars, load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_from_bars
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.features.known import decoder_features, decoder_known, distinct_union, sorted_distinct
+from foxhunt.data.prepare import prepare_from_bars
 
 SEC = 10**9
 CT = "America/Chicago"

@@ -16,9 +16,10 @@ from foxhunt.data.bars.sessions import closed_share
 from foxhunt.data.bars.symbols import parse_futures, trade_date
 from foxhunt.data.bars.validate import INSTRUMENT, clean_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import _series_index, sorted_bars
 from foxhunt.data.io.normalise import RAW_SCHEMA
 from foxhunt.data.io.read import read_bars
+from foxhunt.data.prepare.load_stage import series_index as _series_index
+from foxhunt.data.prepare.load_stage import sorted_bars
 from foxhunt.data.util.order import (
     combined,
     grouped_order,

@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.batch import Batch
-from foxhunt.data.dataset.prepare import prepare_from_bars
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.features.features import raw_features
 from foxhunt.data.features.scaling import apply_scalers, fit_scalers
+from foxhunt.data.prepare import prepare_from_bars
 
 HOUR = 3600 * 10**9
 DAY = 24 * HOUR

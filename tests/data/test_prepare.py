@@ -12,10 +12,10 @@ import torch
 
 from foxhunt.data.bars.load import LoadedBars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data, prepare_from_bars
 from foxhunt.data.dataset.summary import format_summary
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features.schema import Kind, Role
+from foxhunt.data.prepare import prepare_data, prepare_from_bars
 from foxhunt.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -18,10 +18,10 @@ from foxhunt.data.bars.symbols import (
     trade_date,
 )
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_from_bars
 from foxhunt.data.features.features import raw_features
 from foxhunt.data.features.known import DecoderKnown, decoder_known, decoder_timestamps, known_columns
-from foxhunt.data.features.scaling import apply_scalers, fit_and_trail, fit_scalers, standardize
+from foxhunt.data.features.scaling import apply_scalers, fit_scalers, standardize, trailing
+from foxhunt.data.prepare import prepare_from_bars
 
 MIN = 60 * 10**9
 CT = "America/Chicago"
@@ -91,14 +91,14 @@ def test_row_calendar_once_per_distinct_timestamp_matches_every_row():
         ("log_range", "series", {"estimator": "range", "vol_features": True}),
     ],
 )
-def test_fit_and_trail_is_fit_then_apply(target, scaling, kw):
+def test_the_trailing_inputs_standardize_as_apply_scalers(target, scaling, kw):
     bars = _bars(_stamps())
     feats = raw_features(bars, "ratio", target)
     names = ["ES", "NQ"]
     sidx = (bars["series"] == "NQ").to_numpy().astype(np.int64)
     train = np.arange(len(sidx)) % 900 < 600
-    scalers, trail = fit_and_trail(feats, names, sidx, train, target, scaling, halflife=5.0, **kw)
-    assert scalers == fit_scalers(feats, names, sidx, train, target, halflife=5.0, **kw)
+    scalers = fit_scalers(feats, names, sidx, train, target, halflife=5.0, **kw)
+    trail = trailing(feats, names, sidx, scalers, target, scaling)  # as the trail stage hands them to the write
     got, want = standardize(feats, names, sidx, scalers, *trail), apply_scalers(feats, names, sidx, scalers, target,
                                                                                 scaling)
     assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))

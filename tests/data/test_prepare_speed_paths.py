@@ -170,18 +170,6 @@ def test_closed_by_minute_of_the_week_is_the_weekday_formula():
     assert np.array_equal(grid._closed(wall, grid.default_grid("America/Chicago")), halt | weekend)
 
 
-def test_median_spacings_of_all_and_train_rows_are_two_medians():
-    rng = np.random.default_rng(8)
-    sidx = np.repeat(np.arange(3), [300, 1, 200])
-    ts = np.concatenate([np.sort(rng.choice(5000, n, replace=False)) * MIN for n in (300, 1, 200)])
-    ts[5] = ts[4]  # a zero gap is no spacing
-    cut = int(np.median(ts))
-    before = ts < cut
-    got = grid.median_spacings_ns(ts, sidx, cut)
-    assert got == (grid.median_spacing_ns(ts, sidx), grid.median_spacing_ns(ts[before], sidx[before]))
-    assert grid.median_spacings_ns(ts, sidx, int(ts.min()))[1] == 0
-
-
 def test_train_moments_with_the_callers_minutes_are_those_without():
     rng = np.random.default_rng(10)
     n = 900

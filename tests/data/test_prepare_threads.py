@@ -1,5 +1,5 @@
-"""Preparing on two threads gives the bits of preparing on one: the known inputs computed ahead of the fit (their
-seasonality column filled in once the profile is fitted), and the outputs of prepare_from_bars either way."""
+"""Preparing on two threads gives the bits of preparing on one: the known grid computed beside the trail stage, and
+the outputs of prepare_from_bars either way."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import polars as pl
 import pytest
 import torch
 
+from foxhunt.data.bars.grid import default_grid
 from foxhunt.data.bars.load import LoadedBars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset import featurize, types
-from foxhunt.data.dataset.prepare import prepare_from_bars
 from foxhunt.data.dataset.windows import assign_splits, window_starts
 from foxhunt.data.features import fitstats, known
-from foxhunt.data.features.seasonality import minute_of_day
+from foxhunt.data.prepare import prepare_from_bars
 
 MIN = 60 * 10**9
 CT = "America/Chicago"
@@ -23,21 +23,6 @@ SEASON = {"tz": CT, "bandwidth": 3.0, "profile": list(np.linspace(0.5, 1.5, 1440
 
 def _minutes_apart(n: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(10**6, n, replace=False)) * MIN + 1_700_000_000 * 10**9
-
-
-@pytest.mark.parametrize("tz", [CT, "Europe/London"])
-def test_minutes_then_season_column_is_known_cont_with_the_season(tz, monkeypatch):
-    ts = _minutes_apart(1000, 3)
-    season = {**SEASON, "tz": tz}
-    want = known.known_cont(ts, CT, True, False, season)
-    monkeypatch.setattr(known, "CHUNK_ROWS", 64)
-    got = known.known_cont(ts, CT, True, False, minutes=True)
-    assert got.shape == want.shape and np.array_equal(got[:, -1], minute_of_day(ts, CT))
-    known.season_column(got, ts, season, CT)
-    assert np.array_equal(got, want)
-    # daily bars, or a season already given: no minutes column
-    assert np.array_equal(known.known_cont(ts, CT, False, False, minutes=True), known.known_cont(ts, CT, False, False))
-    assert np.array_equal(known.known_cont(ts, CT, True, False, season, minutes=True), want)
 
 
 def test_distinct_as_int32_is_distinct():
@@ -124,20 +109,26 @@ def test_season_moments_given_the_squares_are_those_computed():
 
 
 @pytest.mark.parametrize("season", [None, SEASON])
-def test_stamp_rows_are_the_known_inputs_of_each_bars_timestamp(season):
+def test_the_shared_grids_rows_are_the_known_inputs_of_each_bars_timestamp(season, monkeypatch):
+    """Rows take their known inputs from the grid's table, or (a time no forecast step lands on) from the grid's
+    rows of their own, a chunk of rows at a time: each the value known_cont gives the time."""
     rng = np.random.default_rng(7)
     start = int(np.datetime64("2024-03-04T14:30", "ns").astype(np.int64))
     ts = np.concatenate([start + np.sort(rng.choice(3000, n, replace=False)) * MIN for n in (2000, 1500)])
     ts[100] += 17 * 10**9  # a stamp off the minute grid: no forecast grid lands on it
-    sk = known.stamp_known(ts, MIN, 3, CT, True, False, season, minutes=season is None)
-    assert len(sk.extra_ts) >= 2  # the first stamp and the one off the grid
-    sk = known.with_season(sk, SEASON, CT)
-    out = np.zeros((len(ts), 9), dtype=np.float32)
-    known.stamp_rows(sk, out[:, 1:7])
-    want = known.known_cont(ts, CT, True, False, SEASON)  # (N, Kr) straight from the definition
-    assert np.array_equal(out[:, 1:7], want) and not out[:, [0, 7, 8]].any()
+    grid = known.shared_grid(known.sorted_distinct(ts), MIN, 3, CT, True, False, season, default_grid(CT))
+    assert len(grid.extra_ts) >= 2  # the first stamp and the one off the grid
+    monkeypatch.setattr(known, "CHUNK_ROWS", 512)
+    width = 5 + (season is not None)
+    out = np.zeros((len(ts), width + 3), dtype=np.float32)
+    got = grid.rows(ts, out[:, 1:1 + width])
+    want = known.known_cont(ts, CT, True, False, season)  # (N, Kr) straight from the definition
+    assert np.array_equal(out[:, 1:1 + width], want) and not out[:, [0, width + 1, width + 2]].any()
     # the grid's table: its own known inputs, whichever stamps it shares with the bars
-    assert np.array_equal(sk.table_cont, known.known_cont(sk.table, CT, True, False, SEASON))
+    assert np.array_equal(grid.cont, known.known_cont(grid.ts, CT, True, False, season))
+    # each row's forecast steps: the grid's times after it
+    rows = got.base[:, None] + np.arange(3) if got.index is None else got.index
+    assert np.array_equal(grid.ts[rows], known.decoder_timestamps(ts, MIN, 3, True, CT))
 
 
 def test_take_rows_via_an_index_is_the_composed_gather(monkeypatch):

@@ -17,8 +17,8 @@ import pytest
 from foxhunt.cli import main
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_from_bars
 from foxhunt.data.features.features import PRICE_OBSERVED, raw_features
+from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.errors import InputError
 
 # CLK0 (the front) falls through zero; volume moves to CLM0 on 04-21, so with --roll-confirm 1 the series rolls on

@@ -13,8 +13,8 @@ import pytest
 
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_from_bars
 from foxhunt.data.features.features import raw_features
+from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.errors import InputError
 
 IID = {"ESH4": 4001, "ESM4": 4002, "ESU4": 4003}

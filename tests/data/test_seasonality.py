@@ -11,11 +11,11 @@ import pytest
 
 from foxhunt.data.bars.load import LoadedBars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_from_bars
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.features.scaling import apply_scalers, fit_scalers
 from foxhunt.data.features.schema import Kind, Role
 from foxhunt.data.features.seasonality import MINUTES, fit_profile, minute_of_day, profile_at, smooth_circular
+from foxhunt.data.prepare import prepare_from_bars
 from tests.data.test_scaling import prep, synth
 
 MIN = 60 * 10**9

@@ -8,8 +8,8 @@ import numpy as np
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.featurize import window_splits
-from foxhunt.data.dataset.prepare import split_cuts, split_times
 from foxhunt.data.dataset.windows import series_bounds
+from foxhunt.data.prepare.splits import split_cuts, split_times
 
 
 def ns(*days: str) -> np.ndarray:

@@ -128,7 +128,7 @@ def test_a_store_carries_the_static_inputs_and_an_older_store_reads_as_zero_widt
     import json
 
     from foxhunt.data.config import DataConfig
-    from foxhunt.data.dataset.prepare import prepare_data
+    from foxhunt.data.prepare import prepare_data
     from foxhunt.data.store import open_store, write_store
 
     bars = tmp_path / "bars.parquet"

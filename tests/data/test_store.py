@@ -14,11 +14,10 @@ import pytest
 import torch
 
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
+from foxhunt.data.prepare import prepare_data, prepare_store
 from foxhunt.data.store import (
     open_features,
     open_store,
-    prepare_store,
     read_manifest,
     store_data_config,
     write_store,

@@ -1,4 +1,4 @@
-"""store/executor.py and the jobs' plumbing: jobs come back in order on any executor, the first error is raised once
+"""prepare/executor.py and the jobs' plumbing: jobs come back in order on any executor, the first error is raised once
 every job has ended, a worker process needs no torch, and `put` writes rows where assigning into the mapped array
 puts them."""
 
@@ -10,9 +10,9 @@ import os
 import numpy as np
 import pytest
 
-from foxhunt.data.store.executor import InProcess, open_workers
-from foxhunt.data.store.jobs import put
-from foxhunt.data.store.pieced import _map
+from foxhunt.data.prepare.executor import InProcess, open_workers
+from foxhunt.data.prepare.executor import run_all as _map
+from foxhunt.data.store.put import put
 from foxhunt.errors import ResourceError
 
 
@@ -46,7 +46,9 @@ def test_a_worker_that_dies_is_an_error_for_people_not_a_hang():
 def _modules_after_importing_the_jobs() -> tuple[bool, bool]:
     import sys
 
-    import foxhunt.data.store.jobs  # noqa: F401 - what a worker imports to run a piece's jobs
+    import foxhunt.data.prepare.load_stage  # noqa: F401 - what a worker imports to run a piece's jobs
+    import foxhunt.data.prepare.read_stage  # noqa: F401
+    import foxhunt.data.prepare.write_stage  # noqa: F401
 
     return "torch" in sys.modules, "polars" in sys.modules
 

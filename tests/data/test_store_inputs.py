@@ -1,10 +1,10 @@
-"""A pieced `foxhunt prepare` with your own inputs (store/declared.py): with an observed covariate (some bars
-dropped for a NaN) and an observed column of the bar files, a known covariate, an events file and a real and a
-categorical static column, the store prepared series group by series group is the store prepared in memory, array
-for array and key for key, under per-series and global covariate scaling, locally and on a Dask cluster; so it is
-with a categorical observed and a categorical known column (values unseen in training said once, as in memory)
-and with events keyed to a series and to a contract, and with --context series held by other pieces than the series
-reading them; the bad-bars rule judges the whole panel."""
+"""Your own inputs in pieces (prepare/fit.py, grid.py, read_stage.py): with an observed covariate (some bars dropped
+for a NaN) and an observed column of the bar files, a known covariate, an events file and a real and a categorical
+static column, the store prepared series group by series group is the store of the panel as one piece, array for
+array and key for key, under per-series and global covariate scaling, locally and on a Dask cluster; so it is with
+a categorical observed and a categorical known column (values unseen in training said once, with the panel's
+counts) and with events keyed to a series and to a contract, and with --context series held by other pieces than
+the series reading them; the bad-bars rule judges the whole panel."""
 
 from __future__ import annotations
 
@@ -17,13 +17,11 @@ import polars as pl
 import pytest
 
 from foxhunt.data.config import DataConfig
-from foxhunt.data.features import bar_pieces
 from foxhunt.data.features.covariate_files import held, merged
 from foxhunt.data.features.covariates import coverage, read_bar_columns
 from foxhunt.data.io.discover import expand_sources
-from foxhunt.data.store import build
-from foxhunt.data.store.build import prepare_store
-from foxhunt.data.store.pieces import plan_pieces
+from foxhunt.data.prepare import bar_columns, entry, prepare_store
+from foxhunt.data.prepare.plan import plan_pieces
 from foxhunt.errors import InputError
 
 ROOTS = {"ES": 1.0, "NQ": 3.7, "YM": 9.1}  # root -> price factor
@@ -113,19 +111,19 @@ def _assert_same_store(a: tuple, b: tuple) -> None:
     a_manifest.pop("created_utc"), b_manifest.pop("created_utc")
     assert b_manifest["transform"] == a_manifest["transform"]
     assert json.dumps(b_manifest, sort_keys=True) == json.dumps(a_manifest, sort_keys=True)
-    for name, entry in a_manifest["arrays"].items():
-        x, y = np.load(a_dir / entry["file"]), np.load(b_dir / entry["file"])
+    for name, array in a_manifest["arrays"].items():
+        x, y = np.load(a_dir / array["file"]), np.load(b_dir / array["file"])
         assert x.dtype == y.dtype and x.shape == y.shape, name
         assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name
 
 
 def _in_pieces(monkeypatch, cfg: DataConfig, out, **options) -> dict:
-    """prepare_store in pieces, failing the test where it falls back to the in-memory path."""
-    def in_memory(cfg):
-        raise AssertionError("prepared in memory, not in pieces")
+    """prepare_store in pieces, failing the test where it falls back to one piece (entry.given)."""
+    def one_piece(*args, **kwargs):
+        raise AssertionError("prepared as one piece, not in pieces")
 
     with monkeypatch.context() as patched:
-        patched.setattr(build, "prepare_data", in_memory)
+        patched.setattr(entry, "given", one_piece)
         return prepare_store(cfg, out, **options)
 
 
@@ -140,7 +138,7 @@ def wholes(files, tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize(("mode", "workers"), [("series", 2), ("global", 1)])
-def test_a_store_with_your_inputs_prepared_in_pieces_is_the_one_prepared_in_memory(files, wholes, tmp_path,
+def test_a_store_with_your_inputs_prepared_in_pieces_is_the_one_prepared_as_one_piece(files, wholes, tmp_path,
                                                                                    monkeypatch, mode, workers):
     cfg = _config(files, covariate_scaling=mode)
     assert len(plan_pieces(cfg, piece_rows=1, min_rows=0)) == 3
@@ -169,12 +167,6 @@ def _on_dask(monkeypatch, cfg: DataConfig, out, dask: str) -> tuple:
     return out, _in_pieces(monkeypatch, cfg, out, piece_rows=1, workers=2, min_rows=0, executor=dask)
 
 
-def test_a_store_with_your_inputs_prepared_on_a_dask_cluster_is_the_one_prepared_in_memory(files, wholes, tmp_path,
-                                                                                           monkeypatch, dask):
-    remote = _on_dask(monkeypatch, _config(files, covariate_scaling="series"), tmp_path / "dask", dask)
-    _assert_same_store(wholes["series"], remote)
-
-
 def test_the_bad_bars_rule_judges_the_whole_panel_of_the_pieces(files, tmp_path, monkeypatch):
     """A `vix` file of mostly NaN stops the pieced prepare with the in-memory prepare's one line."""
     vix = pl.read_parquet(files["vix"])
@@ -183,11 +175,11 @@ def test_the_bad_bars_rule_judges_the_whole_panel_of_the_pieces(files, tmp_path,
         bad)
     cfg = _config(files)
     cfg = DataConfig(**{**cfg.__dict__, "covariates": (str(bad), *cfg.covariates[1:])})
-    with pytest.raises(InputError) as in_memory:
+    with pytest.raises(InputError) as one_piece:
         prepare_store(cfg, tmp_path / "a", workers=0)
     with pytest.raises(InputError) as pieced:
         _in_pieces(monkeypatch, cfg, tmp_path / "b", piece_rows=1, workers=1, min_rows=0)
-    assert str(pieced.value) == str(in_memory.value) and "more than 1% of the bars" in str(pieced.value)
+    assert str(pieced.value) == str(one_piece.value) and "more than 1% of the bars" in str(pieced.value)
 
 
 def _bar_inputs(files: dict, folder, numbers: range = range(4, 6), without: int | None = None) -> DataConfig:
@@ -210,10 +202,10 @@ def _bar_inputs(files: dict, folder, numbers: range = range(4, 6), without: int 
                          "static": (*cfg.static, "venue", "mult")})
 
 
-def test_bar_file_columns_prepared_in_pieces_are_the_ones_prepared_in_memory(files, tmp_path, monkeypatch):
-    """The bar files' own columns, read by the pieces (features/bar_pieces.py): a real observed one (`flow`), a
+def test_bar_file_columns_prepared_in_pieces_are_the_ones_prepared_as_one_piece(files, tmp_path, monkeypatch):
+    """The bar files' own columns, read by the pieces (features/bar_columns.py): a real observed one (`flow`), a
     categorical observed one (`phase`, numbers in the chunk of the last files, text in the other), a categorical
-    (`venue`) and a real (`mult`) static one; the summary reports their rows and times as in memory."""
+    (`venue`) and a real (`mult`) static one; the summary reports their rows and times as in one piece."""
     cfg = _bar_inputs(files, tmp_path / "bars")
     whole = prepare_store(cfg, tmp_path / "a", workers=0)
     pieces = _in_pieces(monkeypatch, cfg, tmp_path / "b", piece_rows=1, workers=2, min_rows=0)
@@ -236,10 +228,10 @@ def test_a_piece_reads_a_column_that_is_text_in_another_piece_as_text(tmp_path):
                       **{c: [1.0, 2.0] for c in ("open", "high", "low", "close", "volume")}, "phase": phase}).write_parquet(tmp_path / f"{name}.parquet")
     paths = [str(tmp_path / "*.parquet")]
     whole = read_bar_columns(paths, ["phase"])
-    chunks = [bar_pieces.chunk_columns([dataclasses.replace(source, files=[f])], ["phase"], None, None, None, ())
+    chunks = [bar_columns.chunk_columns([dataclasses.replace(source, files=[f])], ["phase"], None, None, None, ())
               for source in expand_sources(paths) for f in source.files]
-    empty = bar_pieces.empty_table([c.clear() for c in chunks], ["phase"], whole.source)
-    tables = [bar_pieces.piece_table(empty, [c]) for c in chunks]
+    empty = bar_columns.empty_table([c.clear() for c in chunks], ["phase"], whole.source)
+    tables = [bar_columns.piece_table(empty, [c]) for c in chunks]
     assert empty.frame.height == 0 and empty.frame.schema == whole.frame.schema
     assert pl.concat([t.frame for t in tables]).equals(whole.frame)
     assert tables[0].frame["phase"].to_list() == ["1.0", "2.5"]
@@ -250,15 +242,15 @@ def test_a_piece_reads_a_column_that_is_text_in_another_piece_as_text(tmp_path):
 
 @pytest.mark.parametrize(("numbers", "without", "says"), [(range(6), 3, "no column 'phase'"),
                                                           (range(5), None, "holds numbers and some text")])
-def test_a_bad_bar_file_column_stops_the_pieces_as_in_memory(files, tmp_path, monkeypatch, numbers, without, says):
+def test_a_bad_bar_file_column_stops_the_pieces_as_in_one_piece(files, tmp_path, monkeypatch, numbers, without, says):
     """A bar file without a declared column, and a column of mostly numbers with some text, stop the pieced prepare
     with the in-memory prepare's one line."""
     cfg = _bar_inputs(files, tmp_path / "bars", numbers, without)
-    with pytest.raises(InputError) as in_memory:
+    with pytest.raises(InputError) as one_piece:
         prepare_store(cfg, tmp_path / "a", workers=0)
     with pytest.raises(InputError) as pieced:
         _in_pieces(monkeypatch, cfg, tmp_path / "b", piece_rows=1, workers=2, min_rows=0)
-    assert str(pieced.value) == str(in_memory.value) and says in str(pieced.value)
+    assert str(pieced.value) == str(one_piece.value) and says in str(pieced.value)
     assert "\n" not in str(pieced.value)
 
 
@@ -283,7 +275,7 @@ def _late_ym(files: dict, folder):
 
 
 @pytest.mark.parametrize(("mode", "observed"), [("series", True), ("global", False)])
-def test_context_prepared_in_pieces_is_the_one_prepared_in_memory(files, tmp_path, monkeypatch, mode, observed):
+def test_context_prepared_in_pieces_is_the_one_prepared_as_one_piece(files, tmp_path, monkeypatch, mode, observed):
     """--context ES,YM on three pieces (ES, NQ, YM): each series reads ES's and YM's inputs, NQ's piece holding
     neither; the context columns' scalers, under per-series and global scaling, after the observed ones or alone,
     and every row are the in-memory ones."""
@@ -304,22 +296,16 @@ def test_context_prepared_in_pieces_is_the_one_prepared_in_memory(files, tmp_pat
     assert pieces["transform"]["inputs"]["context"] == ["ES", "YM"]
 
 
-def test_context_prepared_on_a_dask_cluster_is_the_one_prepared_in_memory(files, tmp_path, monkeypatch, dask):
-    cfg = _context(files, ("YM",))
-    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
-    _assert_same_store((tmp_path / "whole", whole), _on_dask(monkeypatch, cfg, tmp_path / "dask", dask))
-
-
-def test_a_context_series_not_in_the_data_stops_the_pieces_as_in_memory(files, tmp_path, monkeypatch):
+def test_a_context_series_not_in_the_data_stops_the_pieces_as_in_one_piece(files, tmp_path, monkeypatch):
     cfg = _context(files, ("ZN",))
-    with pytest.raises(InputError) as in_memory:
+    with pytest.raises(InputError) as one_piece:
         prepare_store(cfg, tmp_path / "a", workers=0)
     with pytest.raises(InputError) as pieced:
         _in_pieces(monkeypatch, cfg, tmp_path / "b", piece_rows=1, workers=1, min_rows=0)
-    assert str(pieced.value) == str(in_memory.value) and "--context ZN: no such series" in str(pieced.value)
+    assert str(pieced.value) == str(one_piece.value) and "--context ZN: no such series" in str(pieced.value)
 
 
-def test_categorical_inputs_prepared_in_pieces_are_the_ones_prepared_in_memory(files, tmp_path, monkeypatch, caplog):
+def test_categorical_inputs_prepared_in_pieces_are_the_ones_prepared_as_one_piece(files, tmp_path, monkeypatch, caplog):
     """A categorical observed column (YM's `panic`, in its own piece, unseen in training) and a categorical known
     column (`holiday`, unseen, at the last bars and on the grid past them): the pieces' codes and the grid's are the
     in-memory ones, and the values unseen in training are said once per column with the panel's counts."""
@@ -340,9 +326,9 @@ def test_categorical_inputs_prepared_in_pieces_are_the_ones_prepared_in_memory(f
     assert (time_cat > 0).any(axis=0).all() and (time_cat == 0).any(axis=0).all()
 
 
-def test_keyed_events_prepared_in_pieces_are_the_ones_prepared_in_memory(files, tmp_path, monkeypatch):
+def test_keyed_events_prepared_in_pieces_are_the_ones_prepared_as_one_piece(files, tmp_path, monkeypatch):
     """Events keyed to the series ES and to NQ's contract NQH4: the grid's table holds a block per key after the
-    panel's, and the pieces' rows read their key's, as in memory."""
+    panel's, and the pieces' rows read their key's, as in one piece."""
     cfg = _categorical(files, keyed=True, categorical=False)
     whole = prepare_store(cfg, tmp_path / "whole", workers=0)
     pieces = _in_pieces(monkeypatch, cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
@@ -352,20 +338,21 @@ def test_keyed_events_prepared_in_pieces_are_the_ones_prepared_in_memory(files, 
     assert len(np.unique(ts)) < len(ts)  # the keys' blocks repeat the panel's steps
 
 
-def test_categorical_inputs_and_keyed_events_prepared_on_a_dask_cluster_are_the_ones_prepared_in_memory(
-        files, tmp_path, monkeypatch, dask):
-    cfg = _categorical(files, keyed=True)
+def test_every_kind_of_input_prepared_on_a_dask_cluster_is_the_one_piece_store(files, tmp_path, monkeypatch, dask):
+    """Categorical observed and known columns, events keyed to a series and a contract, real and categorical static
+    columns and a --context series, on a cluster's 2 worker processes."""
+    cfg = dataclasses.replace(_categorical(files, keyed=True), context=("YM",))
     whole = prepare_store(cfg, tmp_path / "whole", workers=0)
     _assert_same_store((tmp_path / "whole", whole), _on_dask(monkeypatch, cfg, tmp_path / "dask", dask))
 
 
-def test_keyed_events_naming_no_series_stop_the_pieces_as_in_memory(files, tmp_path, monkeypatch):
+def test_keyed_events_naming_no_series_stop_the_pieces_as_in_one_piece(files, tmp_path, monkeypatch):
     """Keys that name no series or contract of the panel stop the pieced prepare with the in-memory one's line."""
     keyed = tmp_path / "nowhere.csv"
     pl.read_csv(files["keyed"]).with_columns(symbol=pl.lit("ZZ")).write_csv(keyed)
     cfg = DataConfig(**{**_config(files).__dict__, "events": str(keyed)})
-    with pytest.raises(InputError) as in_memory:
+    with pytest.raises(InputError) as one_piece:
         prepare_store(cfg, tmp_path / "a", workers=0)
     with pytest.raises(InputError) as pieced:
         _in_pieces(monkeypatch, cfg, tmp_path / "b", piece_rows=1, workers=1, min_rows=0)
-    assert str(pieced.value) == str(in_memory.value) and "no symbol in the events file" in str(pieced.value)
+    assert str(pieced.value) == str(one_piece.value) and "no symbol in the events file" in str(pieced.value)

@@ -1,5 +1,6 @@
-"""`foxhunt prepare` in pieces (store/pieced.py, store/jobs.py): a store prepared series group by series group in 2
-worker processes is the store prepared in memory, array for array and key for key; the fitted statistics merge exactly."""
+"""The pipeline in pieces (data/prepare): a store prepared series group by series group on 2 worker processes, in
+this process or on a Dask cluster, is the store of the panel prepared as one piece, array for array and key for
+key: the stages' results merge exactly (the fit's sums, the grid's times, the bad rows, the reports, the facts)."""
 
 from __future__ import annotations
 
@@ -19,17 +20,16 @@ from hypothesis import strategies as st
 from foxhunt.data.bars.grid import gap_counts
 from foxhunt.data.bars.symbols import series_key
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import split_times
 from foxhunt.data.features.fitstats import column_moments, concat, pooled
 from foxhunt.data.features.known import origin_rows, origin_table
 from foxhunt.data.features.scaling import own_scalers
 from foxhunt.data.io.read import rtype_sets
-from foxhunt.data.store import build, jobs, pieced
-from foxhunt.data.store import pieces as pieces_module
-from foxhunt.data.store.build import prepare_store
-from foxhunt.data.store.executor import may_piece, open_workers
-from foxhunt.data.store.jobs import present
-from foxhunt.data.store.pieces import plan_pieces, plan_sample, route_of
+from foxhunt.data.prepare import driver, entry, prepare_store, read_stage, write_stage
+from foxhunt.data.prepare import plan as pieces_module
+from foxhunt.data.prepare.executor import may_piece, open_workers
+from foxhunt.data.prepare.plan import plan_pieces, plan_sample, route_of
+from foxhunt.data.prepare.read_stage import present
+from foxhunt.data.prepare.splits import split_times
 from foxhunt.data.util.median import counted_median, value_counts
 from foxhunt.errors import InputError
 
@@ -78,21 +78,21 @@ def _assert_same_store(a: tuple, b: tuple) -> None:
     a_manifest, b_manifest = dict(a_manifest), dict(b_manifest)
     a_manifest.pop("created_utc"), b_manifest.pop("created_utc")
     assert json.dumps(b_manifest, sort_keys=True) == json.dumps(a_manifest, sort_keys=True)
-    for name, entry in a_manifest["arrays"].items():
-        x, y = np.load(a_dir / entry["file"]), np.load(b_dir / entry["file"])
+    for name, array in a_manifest["arrays"].items():
+        x, y = np.load(a_dir / array["file"]), np.load(b_dir / array["file"])
         assert x.dtype == y.dtype and x.shape == y.shape, name
         assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name
 
 
 def _in_pieces(monkeypatch, cfg: DataConfig, out, **options) -> dict:
-    """prepare_store(cfg, out, **options), failing the test where it falls back to the in-memory path
-    (build.prepare_data): a store compared with the in-memory one must have been prepared in pieces, or the test
-    compares the in-memory store with itself."""
-    def in_memory(cfg):
-        raise AssertionError("prepared in memory, not in pieces")
+    """prepare_store(cfg, out, **options), failing the test where it falls back to one piece (entry.given): a store
+    compared with the one of one piece must have been prepared in pieces, or the test compares that store with
+    itself."""
+    def one_piece(*args, **kwargs):
+        raise AssertionError("prepared as one piece, not in pieces")
 
     with monkeypatch.context() as patched:
-        patched.setattr(build, "prepare_data", in_memory)
+        patched.setattr(entry, "given", one_piece)
         return prepare_store(cfg, out, **options)
 
 
@@ -170,7 +170,7 @@ def test_pieces_are_fitted_again_when_cleaning_moves_the_expected_cuts(panel, wh
     """The cuts expected from the raw bars' span (the training statistics are gathered under them as the pieces
     load) differ from the cleaned bars' here: the statistics are gathered again under the true cuts. In this
     process (workers=1), so that the expected cuts can be moved."""
-    cuts, fits, refit = [], [], jobs.fit
+    cuts, fits, refit = [], [], driver.fit
 
     def moved(cfg, lo, hi):
         cuts.append(split_times(cfg, lo, hi))
@@ -180,8 +180,9 @@ def test_pieces_are_fitted_again_when_cleaning_moves_the_expected_cuts(panel, wh
         fits.append(args[1])
         return refit(*args)
 
-    monkeypatch.setattr(pieced, "split_times", moved)
-    monkeypatch.setattr(jobs, "fit", fit)
+    monkeypatch.setattr(read_stage, "split_times", moved)
+    monkeypatch.setattr(driver, "split_times", moved)
+    monkeypatch.setattr(driver, "fit", fit)
     pieces = _in_pieces(monkeypatch, _config(panel), tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
     assert len(cuts) == 2 and fits == [0, 1, 2]
     _assert_same_store(whole, (tmp_path / "pieces", pieces))
@@ -205,7 +206,7 @@ def test_workers_0_prepares_in_memory_even_with_the_workers_the_cli_opened(panel
     """`foxhunt prepare --workers 0` opens its (in-process) workers before it plans, as every `prepare` does: the
     panel is still prepared whole, in memory, not in pieces."""
     called = []
-    monkeypatch.setattr(build, "plan_pieces", lambda *args, **kwargs: called.append(args) or [])
+    monkeypatch.setattr(entry, "plan_pieces", lambda *args, **kwargs: called.append(args) or [])
     with open_workers("local", 0) as pool:
         manifest = prepare_store(_config(panel), tmp_path / "store", piece_rows=1, workers=0, min_rows=0, pool=pool)
     assert called == []
@@ -240,7 +241,8 @@ def test_rows_find_their_origin_through_the_lattice_table_as_by_binary_search():
         ts = rng.choice(origins, 3000)  # (n,)
         table = origin_table(origins)
         assert (table is None) == (origins is not minutes)
-        assert np.array_equal(origin_rows(table, None if table is not None else origins, ts),
+        lattice, slots = (None, None) if table is None else table
+        assert np.array_equal(origin_rows(lattice, slots, None if table is not None else origins, ts),
                               np.searchsorted(origins, ts))
 
 
@@ -250,15 +252,15 @@ def test_a_piece_of_daily_bars_in_an_intraday_panel_is_refused():
     def load(gaps, name):
         return SimpleNamespace(gaps=gaps, names=[name])
 
-    pieced.check_intraday([load(minute, "ES"), load((day[0][:0], day[1][:0]), "NQ")], True)  # no gap: not judged
+    driver.check_intraday([load(minute, "ES"), load((day[0][:0], day[1][:0]), "NQ")], True)  # no gap: not judged
     with pytest.raises(InputError, match="YM .. YM hold daily bars"):
-        pieced.check_intraday([load(minute, "ES"), load(day, "YM")], True)
+        driver.check_intraday([load(minute, "ES"), load(day, "YM")], True)
 
 
 def test_the_cli_can_start_the_prepare_worker_before_it_imports_polars():
     """`foxhunt prepare` starts its worker processes (executor.open_workers) before it imports the command's libraries, so
     that they import while it does: the CLI and the executor import no polars, numpy or torch."""
-    code = ("import sys; import foxhunt.cli, foxhunt.data.store.executor, foxhunt.settings; "
+    code = ("import sys; import foxhunt.cli, foxhunt.data.prepare.executor, foxhunt.settings; "
             "print(sorted(m for m in ('polars', 'numpy', 'torch', 'pyarrow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]"]
@@ -271,7 +273,7 @@ def test_prepare_in_pieces_never_imports_torch(panel, tmp_path):
         "import sys\n"
         "import foxhunt.cli, foxhunt.settings\n"
         "from foxhunt.data.config import DataConfig\n"
-        "from foxhunt.data.store.build import prepare_store\n"
+        "from foxhunt.data.prepare.entry import prepare_store\n"
         f"cfg = DataConfig(paths=({str(panel)!r},), encoder_length=16, horizon=3, val_fraction=0.2, test_fraction=0.2)\n"
         f"m = prepare_store(cfg, {str(tmp_path / 'store')!r}, piece_rows=1, workers=2, min_rows=0)\n"
         "print(len(m['windows']['series_names']), 'torch' in sys.modules)\n"
@@ -284,15 +286,15 @@ def test_prepare_in_pieces_never_imports_torch(panel, tmp_path):
 def test_pieces_are_written_by_the_trail_jobs_or_after_them_alike(panel, whole, tmp_path, monkeypatch, own):
     """A piece's trail job writes the piece when its series' own statistics complete the scalers; otherwise a write
     job does, with the whole panel's scalers. Either way the store is the one prepared in memory."""
-    written, original = [], jobs.write
+    written, original = [], driver.write
 
     def write(*args):
-        written.append(args[1])
+        written.append(args[1].k)
         return original(*args)
 
-    monkeypatch.setattr(jobs, "write", write)
+    monkeypatch.setattr(driver, "write", write)
     if not own:
-        monkeypatch.setattr(jobs, "own_scalers", lambda *args: None)
+        monkeypatch.setattr(write_stage, "own_scalers", lambda *args: None)
     pieces = _in_pieces(monkeypatch, _config(panel), tmp_path / "pieces", piece_rows=1, workers=1, min_rows=0)
     assert written == ([] if own else [0, 1, 2])
     _assert_same_store(whole, (tmp_path / "pieces", pieces))

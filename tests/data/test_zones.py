@@ -12,9 +12,8 @@ import pytest
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.io.read import read_bars
-from foxhunt.data.store import build
-from foxhunt.data.store.build import prepare_store
-from foxhunt.data.store.executor import InProcess, Workers
+from foxhunt.data.prepare import entry, prepare_store
+from foxhunt.data.prepare.executor import InProcess, Workers
 from foxhunt.errors import InputError
 
 NY = "America/New_York"
@@ -66,7 +65,7 @@ def test_a_pieced_prepare_checks_the_files_of_all_its_chunks(mixed, tmp_path, mo
     """Two chunks, one file each: no chunk's read sees the mix, the prepare process does (in pieces: the in-memory
     path, which would name the mix too, fails the test)."""
     cfg = DataConfig(paths=(str(mixed),), encoder_length=8, horizon=2)
-    monkeypatch.setattr(build, "prepare_data", lambda cfg: pytest.fail("prepared in memory, not in pieces"))
+    monkeypatch.setattr(entry, "given", lambda *args: pytest.fail("prepared as one piece, not in pieces"))
     with pytest.raises(InputError, match="pep.parquet has naive times, read as UTC, but .*ko.parquet carries"):
         prepare_store(cfg, tmp_path / "store", piece_rows=1, min_rows=0, pool=Workers(InProcess(), 2))
 

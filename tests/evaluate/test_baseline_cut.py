@@ -21,7 +21,7 @@ import torch
 
 from foxhunt.cli import main
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
+from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate import series_baselines, validation
 from foxhunt.evaluate.baselines import BASELINES, baseline_forecasts
 from foxhunt.evaluate.metrics import q_risk

@@ -25,7 +25,7 @@ import torch
 
 from foxhunt.cli import main
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
+from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate import validation
 from foxhunt.evaluate.metrics import q_risk
 from foxhunt.evaluate.paired import compare

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
+from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate.paired import compare
 from foxhunt.evaluate.scored import Scored, score, scored_windows
 from foxhunt.evaluate.scoring import FAN_POINTS, SeriesScorer, span_of

@@ -10,9 +10,9 @@ import pytest
 
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.data.features.features import raw_features
-from foxhunt.data.store.build import prepare_store
+from foxhunt.data.prepare import prepare_data
+from foxhunt.data.prepare.entry import prepare_store
 from foxhunt.data.store.read import open_store
 from foxhunt.evaluate.scored import scored_windows
 from foxhunt.evaluate.validation import validation_baselines

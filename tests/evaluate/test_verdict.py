@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from foxhunt import settings
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
+from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate import run as evaluate_run
 from foxhunt.evaluate import series_baselines
 from foxhunt.evaluate.scored import scored_windows

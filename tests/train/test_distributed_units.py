@@ -104,7 +104,7 @@ def test_the_distributed_step_is_the_single_process_step(group, daily_path, tmp_
     import logging
 
     from foxhunt.data.config import DataConfig
-    from foxhunt.data.dataset.prepare import prepare_data
+    from foxhunt.data.prepare import prepare_data
     from foxhunt.model.config import ModelConfig
     from foxhunt.model.tft import TemporalFusionTransformer
     from foxhunt.train import faults
@@ -162,7 +162,7 @@ def test_an_empty_shard_is_a_batch_of_no_windows(fixtures_dir, tmp_path):
     import dataclasses
 
     from foxhunt.data.config import DataConfig
-    from foxhunt.data.dataset.prepare import prepare_data
+    from foxhunt.data.prepare import prepare_data
     from foxhunt.data.store import open_store, write_store
     from foxhunt.train.guard import describe_batch
 

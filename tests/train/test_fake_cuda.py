@@ -17,8 +17,8 @@ import torch.distributed as tdist
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.batch import Batch
-from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.data.features.schema import InputSizes
+from foxhunt.data.prepare import prepare_data
 from foxhunt.errors import InputError, RankLost, ResourceError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 import foxhunt.train.loop as loop
 from foxhunt.cli import main
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
+from foxhunt.data.prepare import prepare_data
 from foxhunt.errors import NonFiniteError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer

@@ -13,7 +13,7 @@ import torch
 
 from foxhunt.cli import main
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
+from foxhunt.data.prepare import prepare_data
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer
 from foxhunt.train.plan import measure_step_peak

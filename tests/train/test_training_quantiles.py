@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
+from foxhunt.data.prepare import prepare_data
 from foxhunt.train.validate import TrainingQuantiles, _column_quantiles
 
 Q = [0.1, 0.5, 0.9]

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from foxhunt.data.bars.symbols import FUTURES_RE
 from foxhunt.data.io.normalise import SYMBOL_CANDIDATES, TIME_CANDIDATES, VALUE_COLS
+from foxhunt.data.io.times import text_times
 from foxhunt.errors import InputError
 
 FRAME_NAME = "<DataFrame>"  # stands for a path in the loader's messages about a frame in memory
@@ -111,11 +112,12 @@ def _keys(rec: Mapping[str, Any]) -> _Keys:
 
 
 def stream_bars(bar: Any, series_of: Mapping[str, str], only: str | None, timezone: str | None,
-                fields: Sequence[str] = ()) -> StreamBars:
+                fields: Sequence[str] = (), date_format: str | None = None) -> StreamBars:
     """`bar`: a dict (one bar) or a frame (one row per series) with a time column (ts_event, timestamp, ...),
     open high low close volume, a symbol (the series' name or its current contract; optional with one series),
     optionally `filled`, and the model's --observed columns `fields` by their exact names. `series_of` maps each series' current contract to the series; `only` is the one series a bar without a symbol
-    belongs to (None: several, so a symbol is required). Naive times are in `timezone` (None: UTC)."""
+    belongs to (None: several, so a symbol is required). Naive times are in `timezone` (None: UTC); text times are
+    read by the model's --date-format when it was given (data/io/times.py, as the files were), else as ISO 8601."""
     if isinstance(bar, Mapping):
         records = [bar]
     else:
@@ -134,7 +136,7 @@ def stream_bars(bar: Any, series_of: Mapping[str, str], only: str | None, timezo
         contracts.append(contract)
         if k.time is None:
             raise InputError(f"update: the bar of {symbol!r} has no time ({', '.join(TIME_CANDIDATES)}); add 'ts_event'")
-        times.append(_ns(rec[k.time], timezone, symbol))
+        times.append(_ns(rec[k.time], timezone, symbol, date_format))
         if k.missing is not None:
             raise InputError(f"update: the bar of {symbol!r} has no {k.missing!r}; a bar needs "
                              f"{', '.join(VALUE_COLS)}")
@@ -162,7 +164,7 @@ def _series(symbol: str, series_of: Mapping[str, str]) -> tuple[str, str | None]
     return symbol, symbol
 
 
-def _ns(value: Any, timezone: str | None, symbol: str) -> int:
+def _ns(value: Any, timezone: str | None, symbol: str, date_format: str | None = None) -> int:
     """A bar time (datetime, pandas Timestamp, numpy datetime64, ISO text or epoch ns) as int ns UTC; naive times
     are wall-clock times in `timezone` (None: UTC), as the loader reads them."""
     if type(value).__module__.startswith("pandas"):  # a pandas Timestamp: exact to the nanosecond
@@ -173,6 +175,10 @@ def _ns(value: Any, timezone: str | None, symbol: str) -> int:
         if timezone is None:
             return int(value.astype(np.int64))
         value = value.astype("datetime64[us]").item()
+    if isinstance(value, str) and date_format is not None:
+        read, _ = text_times(pl.Series([value.strip()]), Path(f"update: the bar of {symbol!r}"), "time",
+                             timezone or "UTC", date_format)
+        return int(read.dt.epoch("ns")[0])
     if isinstance(value, str):
         try:
             value = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))

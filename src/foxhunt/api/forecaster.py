@@ -255,7 +255,7 @@ class Forecaster:
         st = self._stream
         only = st.names[0] if len(st.names) == 1 else None
         fields = st.user.fields if st.user is not None else ()
-        b = stream_bars(bar, st.series_of, only, self._lm.data_cfg.timezone, fields)
+        b = stream_bars(bar, st.series_of, only, self._lm.data_cfg.timezone, fields, self._lm.data_cfg.date_format)
         return st.step(b.names, b.contracts, b.ts_ns, b.ohlcv, b.filled, max_gap_ns, b.observed)
 
     def live_inputs(self, rows: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

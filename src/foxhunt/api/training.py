@@ -1,13 +1,16 @@
-"""`foxhunt.RunConfig` and `foxhunt.train`: what `foxhunt train` does, callable from Python.
+"""`foxhunt.RunConfig` and `foxhunt.fit`: what `foxhunt train` does, callable from Python.
 
-`RunConfig` composes the three option dataclasses the CLI builds (data, model, training), each validated when it
-is made; `RunConfig.from_options` takes the CLI's long option names (`hidden_size=8`, `parquet_file=...`) and
-builds them exactly as the flags do (settings.py), so a notebook and a shell command describe a run the same way.
+`RunConfig` composes the three option dataclasses (data, model, training), each validated when it is made;
+`RunConfig.from_options` and `fit` take the CLI's long option names (`hidden_size=8`, `parquet_file=...`): the
+options declared on the fields of those dataclasses and of `SessionConfig` (foxhunt/flags.py), read as the flags
+are (settings.py), so a notebook and a shell command describe a run the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
 import json
 import logging
 from collections.abc import Mapping
@@ -15,15 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from foxhunt import settings
+from foxhunt import flags, settings
 from foxhunt.data.config import DataConfig
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
-from foxhunt.train.config import TrainConfig
+from foxhunt.train.config import SessionConfig, TrainConfig
 
 if TYPE_CHECKING:
     from foxhunt.api.forecaster import Forecaster
-    from foxhunt.train.tracking import TrackingConfig
+
+CONFIGS = (DataConfig, ModelConfig, TrainConfig)  # what a run is; SessionConfig: how `fit` runs it
 
 
 @dataclass(frozen=True)
@@ -50,18 +54,20 @@ class RunConfig:
         `threads`, ...), each defaulting as the flag does; `parquet_file` may be one path or several (default: the
         bundled ES sample). `features="STORE"` trains from a store written by `foxhunt prepare` instead, with the
         data options it was prepared with (any given here must be the same)."""
-        _check_names(options)
-        if options.get("features"):  # a feature store: its own data options; ones given here must agree
-            data = settings.store_data_config(options, options)
+        _check_names(options, CONFIGS)
+        training = settings.train_config(options)  # every option is checked before any file is read
+        if options.get("features"):
+            data = _store_data_config(options)
         else:
             data = settings.data_config(options, data_paths(options.get("parquet_file")))
-        return RunConfig(data, settings.model_config(options, data), settings.train_config(options))
+        return RunConfig(data, settings.model_config(options, data), training)
 
     @staticmethod
-    def resumed(run_dir: str | Path, training: TrainConfig, changed: set[str]) -> RunConfig:
-        """The configuration saved in `run_dir` (a run to continue), with the training options named in `changed`
-        (flag names) taken from `training`; data and model options cannot change."""
-        data, model, train_cfg = settings.resumed_configs(Path(run_dir), training, changed)
+    def resumed(run_dir: str | Path, **options: Any) -> RunConfig:
+        """The configuration saved in `run_dir` (a run to continue), with the training options given here on top;
+        data and model options given must be the run's."""
+        _check_names(options, CONFIGS)
+        data, model, train_cfg = settings.resumed_configs(Path(run_dir), options)
         return RunConfig(data, model, dataclasses.replace(train_cfg, run_dir=str(run_dir)))
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,35 +92,37 @@ class Run:
         return Forecaster.load(self.run_dir, device)
 
 
-def fit(config: RunConfig | None = None, /, *, resume: bool = False, seeds: int = 1,
-          track: str | list[str] | None = None, track_uri: str | None = None, **options: Any) -> Run:
+def fit(config: RunConfig | None = None, /, **options: Any) -> Run:
     """Train a Temporal Fusion Transformer, as `foxhunt train` does, and return the run.
 
     Pass a `RunConfig`, or `foxhunt train`'s options as keywords (`foxhunt.fit(parquet_file="bars.parquet",
-    epochs=5)`). `resume=True` continues the run in `run_dir` from its checkpoint with its saved options (training
-    options given now, e.g. `epochs`, override them; a config for resuming comes from `RunConfig.resumed`).
+    epochs=5)`; `inspect.signature(foxhunt.fit)` lists them all). `resume=True` continues the run in `run_dir`
+    from its checkpoint with its saved options (training options given now, e.g. `epochs`, override them).
     `seeds=N` trains N seeds from the config's seed and keeps the best by validation loss (`seeds.json` holds them
-    all); `track="mlflow,tensorboard"` (and `track_uri`) also logs the run there. The final line compares the best
-    epoch with every evaluate baseline on validation. Raises foxhunt.errors.InputError for bad options or data."""
+    all); `track="mlflow,tensorboard"` (and `track_uri`) also logs the run there. With a `RunConfig`, only these
+    session options may be given beside it. The final line compares the best epoch with every evaluate baseline on
+    validation. Raises foxhunt.errors.InputError for bad options or data."""
     from foxhunt.evaluate.validation import judge_on_validation
     from foxhunt.train.seeds import train_seeds
     from foxhunt.train.session import best_record, train_run
-    tracking = check_run_options(resume, seeds, track, track_uri)
 
-    if config is not None and options:
-        raise InputError(f"train: pass a RunConfig or options, not both (got {', '.join(sorted(options))})")
-    if config is None and resume:
-        _check_names(options)
-        if not options.get("run_dir"):
-            raise InputError("train: resume=True needs run_dir=..., the run to continue")
-        config = RunConfig.resumed(options["run_dir"], settings.train_config(options), set(options) - {"run_dir"})
+    _check_names(options, (*CONFIGS, SessionConfig))
+    session = settings.build(SessionConfig, options)
+    run_options = {k: v for k, v in options.items() if k not in flags.names(SessionConfig)}
+    if config is not None and run_options:
+        raise InputError(f"train: pass a RunConfig or options, not both (got {', '.join(sorted(run_options))})")
+    if config is None and session.resume:
+        run_dir = run_options.pop("run_dir", None)
+        if not run_dir:
+            raise InputError("--resume needs --run-dir (run_dir=...): the run to continue")
+        config = RunConfig.resumed(run_dir, **run_options)
     elif config is None:
-        config = RunConfig.from_options(**options)
-    if seeds > 1:
-        result = train_seeds(config.data, config.model, config.training, seeds, judge_on_validation)
+        config = RunConfig.from_options(**run_options)
+    if session.seeds > 1:
+        result = train_seeds(config.data, config.model, config.training, session.seeds, judge_on_validation)
     else:
-        result = train_run(config.data, config.model, config.training, resume=resume, judge=judge_on_validation,
-                           tracking=tracking)
+        result = train_run(config.data, config.model, config.training, resume=session.resume,
+                           judge=judge_on_validation, tracking=session.tracking)
     best = best_record(result.state)
     return Run(run_dir=Path(result.run.root).resolve(), best_epoch=result.state.best_epoch,
                best_val_loss=float(best["val_loss"]) if best else float("nan"),
@@ -122,37 +130,43 @@ def fit(config: RunConfig | None = None, /, *, resume: bool = False, seeds: int 
                metrics=tuple(json.loads(json.dumps(r)) for r in result.state.history))
 
 
-def check_run_options(resume: bool, seeds: int, track: str | list[str] | None,
-                      track_uri: str | None) -> TrackingConfig:
-    """The tracking asked for, once the run-level options are known to go together (before any file is read)."""
-    from foxhunt.train.tracking import TrackingConfig
-
-    tracking = TrackingConfig.parse(track, track_uri)
-    if seeds < 1:
-        raise InputError(f"--seeds {seeds}: give the number of trainings to run, 1 or more")
-    if seeds > 1 and resume:
-        raise InputError("--resume with --seeds is not supported; resume the kept run (--run-dir RUN --resume, "
-                         "without --seeds) or a stopped seed's own run (--run-dir RUN/seeds/seed-S --resume)")
-    if seeds > 1 and tracking.backends:
-        raise InputError("--track with --seeds is not supported; track a single-seed run (--seed S)")
-    return tracking
+# The keywords `fit` takes, for help() and inspect.signature: every option of the four dataclasses.
+fit.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [inspect.Parameter("config", inspect.Parameter.POSITIONAL_ONLY, default=None, annotation="RunConfig | None"),
+     *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+       for cls in (*CONFIGS, SessionConfig) for o in flags.options(cls)
+       for name, default in ((o.name, o.text_default), *([(o.switch.name, False)] if o.switch else [])))],
+    return_annotation="Run")
 
 
-def _check_names(options: Mapping[str, Any]) -> None:
+def _check_names(given: Mapping[str, Any], classes: tuple[type, ...]) -> None:
     """Unknown option names are a typo, not a default: name them."""
-    known = _train_option_names()
-    unknown = sorted(set(options) - known)
+    known = flags.names(*classes)
+    unknown = sorted(set(given) - set(known))
     if unknown:
-        raise InputError(f"train: unknown option(s) {', '.join(unknown)}; use `foxhunt train`'s long option names "
-                         "with underscores (e.g. hidden_size, parquet_file, epochs)")
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise InputError(f"train: unknown option(s) {', '.join(unknown)}{hint}; use `foxhunt train`'s long option "
+                         "names with underscores (e.g. hidden_size, parquet_file, epochs)")
 
 
-def _train_option_names() -> set[str]:
-    """`foxhunt train`'s option names that settings.py reads into the three configurations."""
-    data = {f.name for f in dataclasses.fields(DataConfig)} - {"paths", "exchange_tz"} | {"parquet_file"}
-    model = {f.name for f in dataclasses.fields(ModelConfig)} - {"encoder_length", "horizon"}
-    training = {f.name for f in dataclasses.fields(TrainConfig)} - {"num_threads"} | {"threads", "use_gpu"}
-    return data | model | training
+def _store_data_config(given: Mapping[str, Any]) -> DataConfig:
+    """`features=STORE`: the data options the store was prepared with; a data option given must equal the
+    store's, and the bars cannot be named as well (the store records its files)."""
+    from foxhunt.data.store import store_data_config
+
+    if given.get("parquet_file"):
+        refuse_both_inputs()
+    # Only the options given are compared (the store's split is its own), in the form the store saved them (lists).
+    typed = settings.build(DataConfig, given).to_dict()
+    return store_data_config(Path(given["features"]),
+                             {o.field: typed[o.field] for o in flags.options(DataConfig) if o.name in given})
+
+
+def refuse_both_inputs() -> None:
+    """The one line for --parquet-file typed beside --features (train, predict, evaluate)."""
+    raise InputError("--parquet-file and --features both name the data; pass one (the feature store records the "
+                     "files it was prepared from)")
 
 
 def data_paths(files: Any) -> tuple[str, ...]:

@@ -15,65 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from foxhunt.durations import MONTHS, UNIT_NS, read_duration
+from foxhunt.backtest.config import Length
 from foxhunt.errors import InputError
-
-
-@dataclass(frozen=True)
-class Length:
-    """A span of time: `n` fixed units (s, min, h, d, w) or `n` calendar months / years (mo, y)."""
-
-    n: int
-    unit: str
-
-    def __str__(self) -> str:
-        return f"{self.n}{self.unit}"
-
-    @property
-    def calendar(self) -> bool:
-        return self.unit in MONTHS
-
-    def back(self, t_ns: int, times: int = 1) -> int:
-        """`t_ns` moved `times` spans into the past (calendar units keep the offset inside the month)."""
-        if not self.calendar:
-            return t_ns - times * self.n * UNIT_NS[self.unit]
-        month = np.datetime64(int(t_ns), "ns").astype("datetime64[M]")
-        offset = t_ns - int(month.astype("datetime64[ns]").astype(np.int64))
-        moved = month - np.timedelta64(times * self.n * MONTHS[self.unit], "M")
-        return int(moved.astype("datetime64[ns]").astype(np.int64)) + offset
-
-    def anchor(self, last_ns: int) -> int:
-        """The first unit boundary after the last bar: where the last test period ends (calendar: the start of the
-        period holding the last bar, from which the folds count back whole periods)."""
-        if self.calendar:
-            unit = "Y" if self.unit == "y" else "M"
-            return int(np.datetime64(int(last_ns), "ns").astype(f"datetime64[{unit}]").astype("datetime64[ns]")
-                       .astype(np.int64))
-        step = UNIT_NS["d"] if self.unit in ("d", "w") else UNIT_NS[self.unit]
-        return (last_ns // step + 1) * step
-
-
-def parse_length(text: str, flag: str) -> Length:
-    """A whole count of a unit of foxhunt/durations.py, but `m`: minutes there, months to many here."""
-    read = read_duration(str(text))
-    if read is not None and read[1] == "m":
-        raise InputError(f"{flag} {text!r} is ambiguous; write {read[0]:g}min for minutes or {read[0]:g}mo for months")
-    if read is None or read[0] < 1 or read[0] != int(read[0]):
-        raise InputError(f"{flag} {text!r} is not a length; write a positive whole count and a unit: 90min, 6h, 30d, "
-                         "4w, 3mo or 1y")
-    return Length(int(read[0]), read[1])
-
-
-def parse_refit(text: str) -> int:
-    """every -> 1, once -> 0 (never again), K -> K: a model is trained at folds 1, 1 + K, 1 + 2K, ..."""
-    t = str(text).strip().lower()
-    if t == "every":
-        return 1
-    if t == "once":
-        return 0
-    if t.isdigit() and int(t) >= 1:
-        return int(t)
-    raise InputError(f"--refit {text!r} is not every, once or a positive number of folds (e.g. 2)")
 
 
 @dataclass(frozen=True)

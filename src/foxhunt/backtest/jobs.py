@@ -10,7 +10,7 @@ import psutil
 import torch
 
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
+from foxhunt.data.prepare import prepare_data
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer
 from foxhunt.train.config import AUTO, TrainConfig

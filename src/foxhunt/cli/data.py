@@ -16,13 +16,12 @@ from foxhunt.cli.options import (
     DATA_OPTIONS,
     MEMORY_OPTIONS,
     MODEL_OPTIONS,
-    OUTPUT,
     THREADS,
-    WORKERS,
     ConfigFile,
     attach,
 )
 from foxhunt.cli.wiring import paths, set_threads, set_verbosity, values
+from foxhunt.flags import OUTPUT, WORKERS
 
 
 @app.command()
@@ -43,7 +42,7 @@ def prepare(
     It is read by `foxhunt train --features` (and predict, evaluate): the row tensors, window index, splits,
     scalers, schema, data summary, roll table and what the baselines read (docs/reference/store-format.md)."""
     from foxhunt import settings
-    from foxhunt.data.store.executor import may_piece, open_workers
+    from foxhunt.data.prepare.executor import may_piece, open_workers
 
     v = values(ctx, config)
     set_verbosity(v, every_info=True)
@@ -52,7 +51,7 @@ def prepare(
     # Started before the command's imports, so that its processes import while this one does; none for a panel
     # prepared whole (small, or kept whole by an option: may_piece, from the files' sizes alone).
     with open_workers(executor, workers if may_piece(cfg) else min(workers, 1)) as pool:
-        from foxhunt.data.store import prepare_store
+        from foxhunt.data.prepare import prepare_store
 
         manifest = prepare_store(cfg, out, workers=workers, pool=pool, executor=executor)
     size = sum(f.stat().st_size for f in out.iterdir())
@@ -76,8 +75,8 @@ def inspect(
 
     Rows, series, contracts, rolls and windows per split."""
     from foxhunt import settings
-    from foxhunt.data.dataset.prepare import prepare_data
     from foxhunt.data.dataset.summary import format_summary
+    from foxhunt.data.prepare import prepare_data
 
     v = dict(ctx.params)
     set_verbosity(v, every_info=True)
@@ -117,7 +116,7 @@ def plan_memory_cmd(ctx: typer.Context, **options: Any) -> None:
 
     For a training and a validation step."""
     from foxhunt import settings
-    from foxhunt.data.dataset.prepare import prepare_data
+    from foxhunt.data.prepare import prepare_data
     from foxhunt.model.tft import TemporalFusionTransformer
     from foxhunt.train.config import parse_size
     from foxhunt.train.device import resolve_device

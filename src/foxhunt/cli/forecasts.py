@@ -9,9 +9,6 @@ import typer
 
 from foxhunt.cli.app import app
 from foxhunt.cli.options import (
-    DATA,
-    FORECASTS,
-    OUTPUT,
     BatchSize,
     CalibrationMethod,
     Covariates,
@@ -30,6 +27,7 @@ from foxhunt.cli.options import (
 )
 from foxhunt.cli.wiring import bars_or_store, calibration_method, set_threads, set_verbosity
 from foxhunt.errors import InputError
+from foxhunt.flags import DATA, FORECASTS, OUTPUT
 from foxhunt.model.config import DEFAULT_METHOD
 from foxhunt.train.config import TrainConfig
 

@@ -1,5 +1,5 @@
-"""`--help` that reads at 80 columns: click's plain help, with each command's options in the panels options.py
-gives them.
+"""`--help` that reads at 80 columns: click's plain help, with each command's options in the panels their
+declarations give them.
 
 typer's rich help draws every panel as a table of five columns (flag, short flag, `--no-` flag, short `--no-`
 flag, type) before the text: at 80 columns the `--no-calendar-features` column alone leaves the text ~20
@@ -7,7 +7,7 @@ characters and cuts long flags with "…". click's definition list puts a flag t
 its own instead, so the help is plain click (app.py) and this module adds what plain click lacks:
 
 - the panels: typer's plain help lists every option under "Options"; PanelCommand writes one section per
-  `rich_help_panel`, in the order of options.PANELS (a panel not declared there is an error), then "Options"
+  `rich_help_panel`, in the order of flags.PANELS (a panel not declared there is an error), then "Options"
   for the few without one (--config, --help);
 - wrapping that never breaks a word at its hyphens (click's does: `--parquet-` / `file`), so a flag in a
   sentence is whole on one line;
@@ -27,7 +27,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from foxhunt.cli.options import PANELS
+from foxhunt.flags import PANELS
 
 FLAG_COLUMN = 24  # the longest flag with its metavar that shares a line with its help (--validation-batch-size N)
 SPACING = 2

@@ -20,6 +20,15 @@ def values(ctx: typer.Context, config: Path | None) -> dict[str, Any]:
     return merge(given, load_config_file(config, given.keys()), explicit(ctx))
 
 
+def given(ctx: typer.Context, config: Path | None) -> dict[str, Any]:
+    """The options typed on the command line or set in --config (typed ones win): what a command passes on, the
+    rest taking the defaults their fields declare."""
+    from foxhunt.settings import load_config_file
+
+    typed = {k: ctx.params[k] for k in explicit(ctx)}
+    return typed if config is None else {**load_config_file(config, ctx.params.keys()), **typed}
+
+
 def explicit(ctx: typer.Context) -> set[str]:
     """The options typed on the command line (not defaults)."""
     return {k for k in ctx.params if (src := ctx.get_parameter_source(k)) is not None and src.name != "DEFAULT"}
@@ -48,7 +57,7 @@ def bars_or_store(parquet_file: list[str] | None, features: Path | None) -> tupl
     if features is None:
         return paths({"parquet_file": parquet_file})
     if parquet_file:
-        from foxhunt.settings import refuse_both_inputs
+        from foxhunt.api.training import refuse_both_inputs
 
         refuse_both_inputs()
     return ()

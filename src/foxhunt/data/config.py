@@ -7,6 +7,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from foxhunt.errors import InputError
+from foxhunt.flags import DATA, INPUTS, option
 
 CONTRACT_MODES = ("auto", "continuous", "each")
 ADJUST_MODES = ("ratio", "difference", "none")
@@ -18,79 +19,100 @@ COVARIATE_SCALINGS = ("series", "global", "none")
 
 @dataclass(frozen=True)
 class DataConfig:
-    paths: tuple[str, ...] = ()  # files, directories or globs; read as one dataset
-    timestamp_col: str | None = None  # override time-column detection
-    symbol_col: str | None = None  # override symbol-column detection
-    contracts: str = "auto"  # auto | continuous | each
-    adjust: str = "ratio"  # ratio | difference | none (back-adjustment of continuous series)
+    """Each field with `option(...)` is an option of `foxhunt train` (and prepare, inspect, plan-memory, backtest,
+    tune), a `--config` key and a `foxhunt.fit` keyword, declared here once (foxhunt/flags.py)."""
+
+    # Files, directories or globs; read as one dataset.
+    paths: tuple[str, ...] = option((), "Bars: parquet/CSV/DBN files, folders or globs.", DATA, name="parquet_file",
+                                    flags=("--parquet-file", "-f"), metavar="PATH", repeat=True,
+                                    show_default="the bundled ES sample")
+    # A feature store written by `foxhunt prepare` (data/store): the prepared data are mapped from it instead of
+    # being computed from `paths` (the files it was prepared from). Does not shape the data.
+    features: str | None = option(None, "A store from `foxhunt prepare`: train from it.", DATA, metavar="PATH")
+    timestamp_col: str | None = option(None, "Time column.", DATA, metavar="NAME", show_default="detected")
+    symbol_col: str | None = option(None, "Symbol column.", DATA, metavar="NAME", show_default="detected")
+    # Zone of naive timestamps (None: UTC, checked against the session grid).
+    timezone: str | None = option(None, "Zone of naive timestamps, e.g. America/Chicago.", DATA, metavar="TZ",
+                                  show_default="UTC")
+    # How text times of the bar, --covariates and --events files are written: a strftime format (%m/%d/%Y %H:%M).
+    # None: ISO 8601 or epoch counts; day and month side by side (03/05/2015) are refused rather than guessed.
+    # Saved with the run: predict and evaluate read the later files the same way.
+    date_format: str | None = option(None, "How text times are written, e.g. %m/%d/%Y %H:%M.", DATA,
+                                     metavar="FORMAT", show_default="ISO 8601")
+    # A pandas-market-calendars name, or 24/7 (no package needed): every bar's session in the closed-bars check, and
+    # (its zone) the exchange zone of the halt, the time-of-day inputs and the forecast grid. None: per root.
+    calendar: str | None = option(None, "Sessions and holidays: a calendar name, or 24/7.", DATA, metavar="NAME",
+                                  show_default="by futures root")
+    # ISO dates or times (UTC when naive): only bars with since <= ts < until are read, and hive partitions dated
+    # outside them are never opened (read.py). Saved with the run, so that the run says which bars it saw.
+    since: str | None = option(None, "Read only bars at or after this ISO date/time.", DATA, metavar="DATE")
+    until: str | None = option(None, "Read only bars before this ISO date/time.", DATA, metavar="DATE")
+    price_scale: float = option(1.0, "Divide every price by this (100: integer cents).", DATA)
+    contracts: str = option("auto", "Series: auto | continuous | each.", DATA, metavar="MODE")
+    # Back-adjustment of continuous series.
+    adjust: str = option("ratio", "Roll adjustment: ratio | difference | none.", DATA, metavar="MODE")
     # Sessions the next contract must out-trade the front before the series rolls to it. 2, because a single
     # session's lead is what one block trade or a spread's legs can make, while a roll that real volume has made holds:
     # waiting one more session costs at most one session on the old contract, which still trades heavily in roll week
     # (on the ES fixture the lead starts on the CME roll date, Thu 03-07, and the series rolls on Mon 03-11, four
     # sessions before expiry). 1 is the plain previous-session-volume rule.
-    roll_confirm: int = 2
-    target: str = "log_return"  # log_return | log_range | price_change (close_t - close_t-1: prices <= 0 allowed)
-    encoder_length: int = 32
-    horizon: int = 5
-    train_end: str | None = None  # ISO date: first forecast bar before it -> train
-    val_end: str | None = (
-        None  # ISO date: first forecast bar before it (and >= train_end) -> validation, else test
-    )
+    roll_confirm: int = option(2, "Roll when the next contract out-trades N sessions.", DATA)
+    # price_change is close_t - close_t-1: prices <= 0 allowed.
+    target: str = option("log_return", "Target: log_return | log_range | price_change.", DATA, metavar="KIND")
+    encoder_length: int = option(32, "Encoder (look-back) bars.", DATA)
+    horizon: int = option(5, "Forecast bars.", DATA)
+    # ISO dates: forecasts whose first bar is before train_end train; before val_end (and from train_end) validate;
+    # the rest are the test period.
+    train_end: str | None = option(None, "ISO date: training split ends (needs --val-end).", DATA, metavar="DATE")
+    val_end: str | None = option(None, "ISO date: validation ends, the test split starts.", DATA, metavar="DATE")
     # ISO date: a rolling window's start (`foxhunt backtest --window rolling`): windows forecasting from before it
     # do not train and the scalers are fitted from it on. No flag of its own; None: from the first bar.
     train_start: str | None = None
-    val_fraction: float = 0.2  # used when train_end is not given: the fraction of time before the test part validates
+    # Used when train_end is not given: the fraction of time before the test part that validates.
+    val_fraction: float = option(0.2, "Validation fraction of the time before the test.", DATA)
     # Used when train_end is not given: the last fraction of time is the test split, held out of training and of
     # early stopping, so that `evaluate` scores a period no choice has seen. 0 keeps the old train / validation split.
-    test_fraction: float = 0.2
+    test_fraction: float = option(0.2, "Last fraction of time held out as test (0: none).", DATA)
     # Target scaling, trailing-volatility estimator and halflife: chosen on validation scores of the bundled ES sample
     # and SPX daily (benchmarks/defaults_search.py, docs/benchmarks.md "How the defaults were chosen"). Volatility units let the
     # model learn one shape of returns across regimes; the range (Parkinson) estimator is sharp enough for a 5-bar
     # halflife, which reacts to a volatility shock as fast as GARCH does. series scaling lost to GARCH-t on SPX.
-    scaling: str = "volatility"  # series: per-series standardisation fitted on train | volatility: trailing-vol units
-    vol_halflife: float = 5.0  # bars: halflife of the trailing-volatility EWMA (scaling and the log_vol input)
-    vol_estimator: str = "range"  # returns: EWMA of r^2 | range: EWMA of ln(H/L)^2 (in return units)
-    vol_features: bool = False  # extra inputs: shocks in volatility units, fast/slow volatility ratios
+    # series: per-series standardisation fitted on train | volatility: trailing-volatility units.
+    scaling: str = option("volatility", "Target scaling: series | volatility.", DATA, metavar="MODE")
+    # returns: EWMA of r^2 | range: EWMA of ln(H/L)^2 (in return units).
+    vol_estimator: str = option("range", "Trailing volatility from: returns | range.", DATA, metavar="KIND")
+    # Bars: halflife of the trailing-volatility EWMA (scaling and the log_vol input).
+    vol_halflife: float = option(5.0, "Halflife (bars) of the trailing volatility.", DATA)
+    # Extra inputs: shocks in volatility units, fast/slow volatility ratios.
+    vol_features: bool = option(False, "Volatility shocks and fast/slow ratios as inputs.", DATA)
     # Intraday bars: the training period's volatility profile by minute of the day (seasonality.py) as a known input
     # (`tod_vol`), trailing volatility divided by it as an observed one, and volatility scaling by their product.
     # Ignored for daily bars (no time of day).
-    seasonality: bool = True
-    calendar_features: bool = False  # CME Globex Equity session features (needs the `calendars` extra)
-    fill_gaps: bool = False  # intraday: missing grid bars inside a session become flagged zero-volume bars (fill.py)
-    exchange_tz: str = "America/Chicago"  # with `calendar`: the calendar's zone
-    timezone: str | None = None  # zone of naive timestamps (None: UTC, checked against the session grid)
-    # How text times of the bar, --covariates and --events files are written: a strftime format (%m/%d/%Y %H:%M).
-    # None: ISO 8601 or epoch counts; day and month side by side (03/05/2015) are refused rather than guessed.
-    # Saved with the run: predict and evaluate read the later files the same way.
-    date_format: str | None = None
-    # A pandas-market-calendars name, or 24/7 (no package needed): every bar's session in the closed-bars check, and
-    # (its zone) the exchange zone of the halt, the time-of-day inputs and the forecast grid. None: per root.
-    calendar: str | None = None
-    price_scale: float = 1.0  # every price is divided by it (100: a generic file of integer cents)
-    # A feature store written by `foxhunt prepare` (data/store): the prepared data are mapped from it instead of
-    # being computed from `paths` (the files it was prepared from). Does not shape the data.
-    features: str | None = None
-    # ISO dates or times (UTC when naive): only bars with since <= ts < until are read, and hive partitions dated
-    # outside them are never opened (read.py). Saved with the run, so that the run says which bars it saw.
-    since: str | None = None
-    until: str | None = None
+    seasonality: bool = option(True, "Time-of-day volatility profile as an input.", DATA)
+    # CME Globex Equity session features (needs the `calendars` extra).
+    calendar_features: bool = option(False, "Globex Equity session inputs (extra: calendars).", DATA)
+    # Intraday: missing grid bars inside a session become flagged zero-volume bars (fill.py).
+    fill_gaps: bool = option(False, "Fill missing intraday bars inside a session.", DATA)
+    exchange_tz: str = "America/Chicago"  # with `calendar`: the calendar's zone (derived, no flag)
     # Your own inputs (data/features/inputs.py). `observed`: columns known up to and including their bar (of the bar
     # files or of a --covariates file, joined as of each bar's time); `known`: columns known in advance for future
     # times (of an unkeyed --covariates file, read at every forecast step); `covariates`: one entry per --covariates
     # flag (a file, folder or glob); `events`: a calendar of scheduled events, each name becoming known inputs.
     # Real inputs are standardized on the training rows: per series, over all of them (global), or not at all.
-    observed: tuple[str, ...] = ()
-    known: tuple[str, ...] = ()
-    covariates: tuple[str, ...] = ()
-    events: str | None = None
+    observed: tuple[str, ...] = option((), "Columns known from their bar on, e.g. vix,flow.", INPUTS, metavar="COLS")
+    known: tuple[str, ...] = option((), "Columns known in advance (from --covariates).", INPUTS, metavar="COLS")
+    covariates: tuple[str, ...] = option((), "File, folder or glob of more columns (repeatable).", INPUTS,
+                                         metavar="PATH", repeat=True)
+    events: str | None = option(None, "Events (time, name[, symbol]): known inputs.", INPUTS, metavar="PATH")
     # Cross-market context: each series also sees these series' own moves, volume and log_vol (inputs.context_names).
-    context: tuple[str, ...] = ()
-    covariate_scaling: str = "series"
+    context: tuple[str, ...] = option((), "Series every series also sees, e.g. NQ,ZN.", INPUTS, metavar="NAMES")
+    covariate_scaling: str = option("series", "Your real inputs: series | global | none.", INPUTS, metavar="MODE")
     # One value per series (features/static.py): a column of the bar files or of a keyed --covariates file;
     # categorical when it is text or named in `categorical`, real (standardized over the training series) otherwise.
     # `categorical` may name --observed and --known columns too (features/timed_categories.py).
-    static: tuple[str, ...] = ()
-    categorical: tuple[str, ...] = ()
+    static: tuple[str, ...] = option((), "Columns of one value per series, e.g. sector.", INPUTS, metavar="COLS")
+    categorical: tuple[str, ...] = option((), "Input columns of numbers taken as categories.", INPUTS,
+                                          metavar="COLS")
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:

@@ -29,10 +29,10 @@ import torch
 from foxhunt.atomic import atomic_path
 from foxhunt.data.bars.load import LoadedBars, load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_from_bars
 from foxhunt.data.dataset.types import FittedTransform, PreparedData
 from foxhunt.data.dataset.windows import id_chunks
 from foxhunt.data.features.schema import Kind, Role
+from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.errors import InputError, ResourceError
 from foxhunt.evaluate.interpretation import InterpretationAccumulator
 from foxhunt.evaluate.window import check_history, window_note

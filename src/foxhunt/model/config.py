@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from foxhunt.errors import InputError
+from foxhunt.flags import MEMORY, MODEL, option
 
 # Which calibration forecasts get (`--calibration`): the adaptive shifts of model/adaptive.py, the fixed ones of
 # model/calibration.py, or none. Fixed by measurement (benchmarks/calibration_modes.py, docs/benchmarks.md
@@ -22,15 +23,19 @@ HEADS = ("independent", "tied")
 
 @dataclass(frozen=True)
 class ModelConfig:
-    hidden_size: int = 16
-    attention_heads: int = 4
-    dropout: float = 0.1
-    lstm_layers: int = 1
-    quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
-    encoder_length: int = 32
-    horizon: int = 5
-    activation_checkpointing: bool = False  # recompute VSN/GRN activations in backward to save memory
-    quantile_head: str = "independent"
+    """Each field with `option(...)` is an option of `foxhunt train` (and plan-memory, backtest, tune), a `--config`
+    key and a `foxhunt.fit` keyword, declared here once (foxhunt/flags.py). The window's lengths are the data's."""
+
+    hidden_size: int = option(16, "Hidden size d.", MODEL)
+    attention_heads: int = option(4, "Attention heads.", MODEL)
+    dropout: float = option(0.1, "Dropout rate.", MODEL)
+    lstm_layers: int = option(1, "LSTM layers.", MODEL)
+    quantiles: tuple[float, ...] = option((0.1, 0.5, 0.9), "Comma-separated quantiles.", MODEL, metavar="LIST")
+    quantile_head: str = option("independent", f"{' | '.join(HEADS)}: tied cannot cross.", MODEL, metavar="KIND")
+    encoder_length: int = 32  # DataConfig.encoder_length (RunConfig checks they agree)
+    horizon: int = 5  # DataConfig.horizon
+    # Recompute VSN/GRN activations in backward to save memory.
+    activation_checkpointing: bool = option(False, "Recompute activations in backward: less memory.", MEMORY)
 
     def __post_init__(self) -> None:
         if self.hidden_size < 1:

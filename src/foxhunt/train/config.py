@@ -1,12 +1,17 @@
-"""Training options, validated once at the edge and saved whole in config.json and the checkpoint."""
+"""Training options, validated once at the edge: the run's (TrainConfig, saved whole in config.json and the
+checkpoint) and the session's (SessionConfig: seeds, resume, tracking; not saved)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foxhunt.errors import InputError
+from foxhunt.flags import DEVICE, MEMORY, OUTPUT, TRAINING, Switch, option
+
+if TYPE_CHECKING:
+    from foxhunt.train.tracking import TrackingConfig
 
 AUTO = "auto"
 PRECISIONS = (AUTO, "32", "bf16", "16-mixed")  # what each means: train/precision.py
@@ -27,34 +32,82 @@ def auto_epochs(n_train_windows: int) -> int:
     return min(MAX_AUTO_EPOCHS, max(MIN_AUTO_EPOCHS, -(-AUTO_EPOCH_WINDOWS // max(n_train_windows, 1))))
 
 
+def count_or_auto(value: Any, flag: str) -> int | str:
+    """--epochs, --batch-size, --validation-batch-size: a count, or AUTO."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    try:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError
+        return int(value)
+    except ValueError:
+        raise InputError(f"{flag} must be a positive integer or {AUTO!r}, got {value!r}") from None
+
+
+def size(value: Any, flag: str) -> int:
+    """--memory-budget: bytes, from a count or a size like 4GiB (parse_size)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else parse_size(str(value), flag)
+
+
+def on_gpu(device: str) -> str:
+    """--use-gpu: cuda, or the CUDA device --device names."""
+    if device == AUTO:
+        return "cuda"
+    if not device.startswith("cuda"):
+        raise InputError(f"--use-gpu contradicts --device {device}; pass one of them")
+    return device
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int | str = AUTO  # an int, or "auto" (auto_epochs of the training windows; early stopping within)
-    batch_size: int | str = 128  # an int or "auto" (largest that fits --memory-budget)
-    validation_batch_size: int | str = AUTO  # validation needs no backward activations, so it can be larger
-    learning_rate: float = 1e-3
-    weight_decay: float = 1e-4
-    grad_clip: float = 1.0
-    warmup_fraction: float = 0.05  # share of all optimizer steps spent warming the learning rate up
-    patience: int = 3  # epochs without validation improvement before stopping
-    device: str = AUTO  # auto | cpu | cuda
-    seed: int = 0
-    run_dir: str | None = None  # default runs/<UTC time>
-    memory_log_every: int = 0  # a [MEMORY] record every N train/val batches (0: phase boundaries only)
-    memory_budget: int | None = None  # bytes; on CUDA enforced with set_per_process_memory_fraction
-    optimizer_state: str = "device"  # device | cpu (AdamW moments kept in host memory)
-    max_train_batches: int = 0  # cap on training batches per epoch (0: all); for quick looks at huge files
-    num_threads: int = 0  # torch CPU threads (0: torch's default)
-    precision: str = AUTO  # one of PRECISIONS
-    window_run: int = 16  # training batches are runs of this many windows one horizon apart (1: shuffled singly)
-    max_bad_steps: int = 5  # non-finite (skipped) training steps in a row before the run stops
-    progress: bool = True
+    """Each field with `option(...)` is an option of `foxhunt train` (and backtest, tune; plan-memory takes the
+    memory and device ones), a `--config` key and a `foxhunt.fit` keyword, declared here once (foxhunt/flags.py)."""
+
+    # An int, or "auto" (auto_epochs of the training windows; early stopping within).
+    epochs: int | str = option(AUTO, "Epochs, or auto: 3-30 by data size.", TRAINING, metavar="N",
+                               parse=count_or_auto)
+    # An int or "auto" (the largest that fits --memory-budget).
+    batch_size: int | str = option(128, "Batch size, or auto (needs --memory-budget).", TRAINING, metavar="N",
+                                   parse=count_or_auto)
+    # Validation needs no backward activations, so it can be larger.
+    validation_batch_size: int | str = option(AUTO, "Validation batch, or auto: the largest that fits.", TRAINING,
+                                              metavar="N", parse=count_or_auto)
+    learning_rate: float = option(1e-3, "Peak learning rate (AdamW).", TRAINING)
+    weight_decay: float = option(1e-4, "AdamW weight decay.", TRAINING)
+    grad_clip: float = option(1.0, "Gradient-norm clip (0: off).", TRAINING)
+    # Share of all optimizer steps spent warming the learning rate up.
+    warmup_fraction: float = option(0.05, "Share of steps warming the LR up.", TRAINING)
+    # Epochs without validation improvement before stopping.
+    patience: int = option(3, "Early stopping: epochs without improvement.", TRAINING)
+    device: str = option(AUTO, "auto | cpu | cuda | cuda:N.", DEVICE, metavar="DEVICE",
+                         switch=Switch("use_gpu", "Same as --device cuda.", DEVICE, on_gpu))
+    seed: int = option(0, "Random seed (a CPU run repeats bit for bit).", TRAINING)
+    run_dir: str | None = option(None, "Run directory.", OUTPUT, metavar="PATH", show_default="runs/<UTC time>")
+    # A [MEMORY] record every N train/val batches (0: phase boundaries only).
+    memory_log_every: int = option(0, "[MEMORY] record every N batches (0: phases only).", MEMORY)
+    # Bytes; on CUDA enforced with set_per_process_memory_fraction.
+    memory_budget: int | None = option(None, "Memory budget, e.g. 4GiB (enforced on CUDA).", MEMORY,
+                                       metavar="SIZE", parse=size)
+    # Where the AdamW moments live: device | cpu (host memory).
+    optimizer_state: str = option("device", "device | cpu: where the AdamW moments live.", MEMORY, metavar="WHERE")
+    # Cap on training batches per epoch (0: all); for quick looks at huge files.
+    max_train_batches: int = option(0, "Cap training batches per epoch (0: all).", TRAINING)
+    num_threads: int = option(0, "CPU threads for torch (0: torch's default).", DEVICE, name="threads")
+    precision: str = option(AUTO, "auto | 32 | bf16 | 16-mixed (autocast).", DEVICE, metavar="MODE")  # PRECISIONS
+    # Training batches are runs of this many windows one horizon apart (1: shuffled singly).
+    window_run: int = option(16, "Batches as runs of N windows one horizon apart.", TRAINING)
     # none: every sample's scaled pinball counts alike | scale: times its target scale (mean 1 per batch), so that
     # with volatility scaling the loss is the raw-unit pinball that q-risk reports (model/loss.py). On SPX daily
     # validation both gave the same raw q-risk to 0.1% (p10 0.5233 / 0.5229, p90 0.4509 / 0.4510): "none" stays
-    loss_weight: str = "none"
-    checkpoint_every: int = 0  # a checkpoint every N optimizer steps (0: about every 10 minutes) and at each epoch end
-    deterministic: bool = False  # deterministic CUDA kernels (CPU runs are deterministic already)
+    loss_weight: str = option("none", "none | scale: pinball loss times target scale.", TRAINING, metavar="MODE")
+    # Non-finite (skipped) training steps in a row before the run stops.
+    max_bad_steps: int = option(5, "Stop after N non-finite steps in a row.", TRAINING)
+    progress: bool = option(True, "Show a progress bar.", OUTPUT)
+    # A checkpoint every N optimizer steps (0: about every 10 minutes) and at each epoch end.
+    checkpoint_every: int = option(0, "Checkpoint every N steps (0: about every 10 min).", OUTPUT)
+    # Deterministic CUDA kernels (CPU runs are deterministic already).
+    deterministic: bool = option(False, "Deterministic CUDA kernels (slower, repeatable).", DEVICE,
+                                 flags=("--deterministic",))
 
     def epochs_for(self, n_train_windows: int) -> int:
         """The number of epochs to train at most: --epochs, or auto_epochs of the training windows."""
@@ -111,6 +164,42 @@ class TrainConfig:
         # fields added later (checkpoint_every, deterministic) take their defaults; unknown ones (a newer foxhunt)
         # are a TypeError the caller reports
         return TrainConfig(**d)
+
+
+def tracking_backends(value: Any, flag: str) -> tuple[str, ...]:
+    """--track: names, repeated and/or comma-separated (mlflow,tensorboard); TrackingConfig.parse names the flag."""
+    from foxhunt.train.tracking import TrackingConfig
+
+    return TrackingConfig.parse(value).backends
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """How a training session runs, beside what the run is (the three configs) and not saved with it: the seeds it
+    trains, whether it resumes, where it is also tracked. Options of `foxhunt train` and keywords of `foxhunt.fit`,
+    declared here once; validated together, before any file is read."""
+
+    seeds: int = option(1, "Train N seeds from --seed; keep the best.", TRAINING)
+    resume: bool = option(False, "Continue the run in --run-dir from its checkpoint.", OUTPUT)
+    track: tuple[str, ...] = option((), "Also log to mlflow | tensorboard (extra: track).", OUTPUT, metavar="NAME",
+                                    repeat=True, parse=tracking_backends)
+    track_uri: str | None = option(None, "MLflow tracking URI.", OUTPUT, metavar="URI",
+                                   show_default="$MLFLOW_TRACKING_URI")
+
+    def __post_init__(self) -> None:
+        if self.seeds < 1:
+            raise InputError(f"--seeds {self.seeds}: give the number of trainings to run, 1 or more")
+        if self.seeds > 1 and self.resume:
+            raise InputError("--resume with --seeds is not supported; resume the kept run (--run-dir RUN --resume, "
+                             "without --seeds) or a stopped seed's own run (--run-dir RUN/seeds/seed-S --resume)")
+        if self.seeds > 1 and self.track:
+            raise InputError("--track with --seeds is not supported; track a single-seed run (--seed S)")
+
+    @property
+    def tracking(self) -> TrackingConfig:
+        from foxhunt.train.tracking import TrackingConfig
+
+        return TrackingConfig(self.track, self.track_uri)
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)

@@ -18,10 +18,10 @@ import foxhunt
 from foxhunt.atomic import write_json
 from foxhunt.console import FINAL, SHOW
 from foxhunt.data.config import DataConfig
-from foxhunt.data.dataset.prepare import prepare_data
 from foxhunt.data.dataset.summary import contracts_text, format_summary
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
+from foxhunt.data.prepare import prepare_data
 from foxhunt.data.store import open_features
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig

@@ -17,39 +17,19 @@ import json
 import logging
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from foxhunt import settings
 from foxhunt.console import FINAL, SHOW
 from foxhunt.errors import InputError, NonFiniteError, ResourceError
+from foxhunt.tune.config import TuneConfig
 from foxhunt.tune.output import write_outputs
 from foxhunt.tune.space import Param
 
 log = logging.getLogger("foxhunt.tune")
 HEARTBEAT_S = 60  # a trial whose process stopped beating for 2 heartbeats (killed) is marked failed
 MISSING = "foxhunt tune needs Optuna: pip install 'foxhunt[tune]'"
-
-
-@dataclass(frozen=True)
-class TuneConfig:
-    out_dir: Path
-    trials: int  # in the study in total (finished or pruned), counting earlier runs of the same study
-    timeout: float | None = None  # seconds for this process
-    storage: str | None = None  # an Optuna storage URL; default sqlite:///OUT_DIR/study.db
-    study_name: str = "foxhunt"
-    seed: int = 0  # the sampler's, plus the number of trials in the study when this process starts
-
-    def __post_init__(self) -> None:
-        if self.trials < 1:
-            raise InputError(f"--trials must be at least 1, got {self.trials}")
-        if self.timeout is not None and self.timeout <= 0:
-            raise InputError(f"--timeout must be positive seconds, got {self.timeout}")
-
-    @property
-    def storage_url(self) -> str:
-        return self.storage or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
 
 
 def import_optuna() -> Any:

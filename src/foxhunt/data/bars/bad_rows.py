@@ -1,6 +1,6 @@
 """Bad rows of a read frame, judged: rows with a missing or non-finite price or volume, and rows whose prices
 contradict each other, are dropped with one warning unless more than MAX_BAD_FRACTION of the panel's rows are bad
-(then the export is broken and the run stops, naming the first). A panel read in pieces (store/pieced.py) merges its
+(then the export is broken and the run stops, naming the first). A panel read in pieces (prepare/driver.py) merges its
 pieces' counts before they are judged, so the 1% is the panel's in pieces as in memory."""
 
 from __future__ import annotations

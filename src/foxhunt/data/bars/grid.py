@@ -27,19 +27,8 @@ DAILY_MIN_SPACING_NS = 20 * 3600 * 10**9  # median bar spacing at or above this:
 
 def median_spacing_ns(ts_ns: np.ndarray, series_idx: np.ndarray) -> int:
     """Median gap between consecutive bars of the same series (rows sorted by series, ts); 0 if none."""
-    return median_spacings_ns(ts_ns, series_idx)[0]
-
-
-def median_spacings_ns(ts_ns: np.ndarray, series_idx: np.ndarray, cut_ns: int | None = None) -> tuple[int, int]:
-    """`median_spacing_ns` of all rows and of the rows before `cut_ns` (0 without it), from one pass of gaps.
-
-    Rows sorted by (series, ts): a series' rows before the cut are a prefix of its rows, so two consecutive ones of
-    them are consecutive rows, and their gaps are the gaps whose later bar is before the cut."""
-    same = series_idx[1:] == series_idx[:-1]
     gaps = np.diff(ts_ns)  # (N - 1,)
-    use = same & (gaps > 0)
-    spacing = median_gap(gaps[use])
-    return spacing, 0 if cut_ns is None else median_gap(gaps[use & (ts_ns[1:] < cut_ns)])
+    return median_gap(gaps[(series_idx[1:] == series_idx[:-1]) & (gaps > 0)])
 
 
 def trade_day(ts_ns: np.ndarray, intraday: bool, tz: str) -> np.ndarray:

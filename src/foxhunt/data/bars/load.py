@@ -117,8 +117,8 @@ def load_raw(
     `consume=True` hands `raw` over: its columns are dropped from it in place once the first stage has read them,
     so that the caller's reference does not keep the file's bars alive beside every later stage's output (2M bars:
     175 MB); `raw` is then left without columns. `load_bars` reads its own frame and consumes it.
-    `distinct`: raw's distinct symbols, when the caller has them without hashing every row's string (store/pieced.py
-    reads its bars' symbols as codes).
+    `distinct`: raw's distinct symbols, when the caller has them without hashing every row's string
+    (prepare/read_stage.py reads its bars' symbols as codes).
     `roots`: as `load_bars`'. `judge=False`: the share of bad rows is judged by the caller, over the whole panel, from `bad_rows` (see
     validate.clean_bars): a piece's share is not the panel's.
     """

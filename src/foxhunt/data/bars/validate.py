@@ -70,7 +70,7 @@ def clean_bars(
     `consume=True`: when the rows must be reordered, `df`'s columns are dropped from it one by one as they are
     gathered (the input and the sorted copy never both take memory); the caller must not read `df` afterwards. `plan`: `sort_plan` of df's instrument and
     ts columns, when the caller has started it (`submit_sort_plan`; pass the only reference to it).
-    `judge=False` (a piece of a panel, store/pieced.py): the bad rows are dropped without a word and stats also holds
+    `judge=False` (a piece of a panel, data/prepare): the bad rows are dropped without a word and stats also holds
     `bad_rows` (BadRows), for the caller to judge over the whole panel (`judge_bad_rows`), as the panel read whole is;
     AllRowsBad when no row is left.
     """
@@ -116,7 +116,7 @@ def clean_bars(
     df, found, out_of_order = _sort_dedup(df, plan_rows, consume, kinds)
     if judge:
         duplicates.tell(found, n, files, out_of_order)
-    else:  # a piece: its duplicates are told with the panel's (store/pieced.py), as its bad rows are judged
+    else:  # a piece: its duplicates are told with the panel's (prepare/driver.py), as its bad rows are judged
         bad = dataclasses.replace(bad, duplicates=found, out_of_order=out_of_order)
     stats = {
         "nan_rows_dropped": int(n_nonfinite),

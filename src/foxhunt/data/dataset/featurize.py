@@ -1,7 +1,6 @@
 """The per-series pipeline with a fitted transform: from whole series' raw features to the rows, windows, splits and
-known inputs a model reads. prepare_from_bars runs it once over the panel, after fitting; a pieced `foxhunt prepare`
-(store/jobs.py) runs it over each piece with the panel's transform, split cuts and known grid, so both give the same
-rows bit for bit. It needs no torch: prepare_from_bars makes the tensors.
+known inputs a model reads, and their schema. The write stage of data/prepare runs it over each piece of a panel
+with the panel's transform, split cuts and known grid (one piece for a panel in memory). It needs no torch.
 
 Legend: N rows, S series, W windows, Kr known columns stored per row, Or observed inputs, U grid rows, D steps.
 """
@@ -17,7 +16,7 @@ import polars as pl
 
 from foxhunt.allocator import release_freed_memory
 from foxhunt.data.dataset.summary import WindowFacts, window_facts
-from foxhunt.data.dataset.types import FittedTransform
+from foxhunt.data.dataset.types import UNKNOWN_SERIES, FittedTransform
 from foxhunt.data.dataset.windows import (
     SplitResult,
     assign_splits,
@@ -25,11 +24,13 @@ from foxhunt.data.dataset.windows import (
     series_bounds,
     window_starts,
 )
+from foxhunt.data.features import static, timed_categories
 from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features.features import own_move_columns
 from foxhunt.data.features.inputs import KnownValues, known_names
-from foxhunt.data.features.known import DecoderKnown, StampKnown, stamp_known, stamp_rows, with_season
-from foxhunt.data.features.scaling import apply_scalers, observed_names, standardize
+from foxhunt.data.features.known import DecoderKnown
+from foxhunt.data.features.scaling import observed_names, standardize
+from foxhunt.data.features.schema import Feature, FeatureSchema, Kind, Role
 from foxhunt.data.util import parallel
 
 OWN = "own_"  # the row key (and the store's file name) of an own move column: own_log_range, own_log_return
@@ -61,17 +62,14 @@ class SeriesRows:
 
 
 def series_rows(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarray, tf: FittedTransform,
-                trail: tuple | None = None) -> dict[str, np.ndarray]:
-    """The row arrays of raw features `feats` (N rows; `sidx` (N,) into `names`, timestamps `ts` (N,)) under `tf`: the observed inputs
-    standardized straight into the last Or columns of "cont" (its first Kr, the known columns, are filled by
-    `windowed_rows`), the target, its center and scale, the own moves, and "roll_bars". `trail`: scaling.trailing's
-    output under `tf` when the caller has it (the fit computes it); else computed here."""
+                trail: tuple) -> dict[str, np.ndarray]:
+    """The row arrays of raw features `feats` (N rows; `sidx` (N,) into `names`, timestamps `ts` (N,)) under `tf`:
+    the observed inputs standardized straight into the last Or columns of "cont" (its first Kr, the known columns,
+    are filled by `windowed_rows`), the target, its center and scale, the own moves, and "roll_bars". `trail`:
+    scaling.trailing's output under `tf` (the trail stage's)."""
     kr = known_width(tf)
     cont = np.empty((len(sidx), kr + len(observed_names(tf.scalers))), dtype=np.float32)  # (N, Kr + Or)
-    if trail is None:
-        _, center, scale = apply_scalers(feats, names, sidx, tf.scalers, tf.target, tf.scaling, out=cont[:, kr:])
-    else:
-        _, center, scale = standardize(feats, names, sidx, tf.scalers, *trail, out=cont[:, kr:])
+    _, center, scale = standardize(feats, names, sidx, tf.scalers, *trail, out=cont[:, kr:])
     return {
         "cont": cont,
         "target": feats[tf.target].to_numpy().astype(np.float32),
@@ -123,56 +121,6 @@ def windowed_rows(rows: dict[str, np.ndarray], names: list[str], tf: FittedTrans
                       roll_bars=roll_bars)
 
 
-class Stamped:
-    """KnownRows computed from the rows' own timestamps (known.stamp_known) on the grid of `step` under `tf`; or
-    taken from `pending`, [stamp_known of the same timestamps] a caller computed meanwhile (popped: its arrays go
-    once used). `event_keys`: the events' keys (EventCalendar.keys) the rows' keys index."""
-
-    def __init__(self, tf: FittedTransform, step: int, d: int, pending: list[StampKnown] | None = None,
-                 user: KnownValues | None = None, event_keys: tuple[str, ...] = ()):
-        self.tf, self.step, self.d, self.pending, self.user = tf, step, d, pending, user
-        self.event_keys = event_keys
-
-    def __call__(self, ts: np.ndarray, out: np.ndarray, keys: np.ndarray | None = None) -> DecoderKnown:
-        tf, season = self.tf, self.tf.scalers.get("season")
-        sk = self.pending.pop() if self.pending else stamp_known(
-            ts, self.step, self.d, tf.exchange_tz, tf.intraday, tf.calendar_features, season, grid=tf.grid)
-        sk = with_user(with_season(sk, season, tf.exchange_tz), self.user)
-        stamp_rows(sk, out)
-        grid = DecoderKnown(cont=sk.table_cont, ts=sk.table, base=sk.base[sk.inverse],
-                            index=None if sk.index is None else sk.index[sk.inverse])
-        if keys is None or self.user is None:
-            return grid
-        return keyed(grid, ts, keys, out, self.user, self.event_keys, self.d)
-
-
-def keyed(grid: DecoderKnown, ts: np.ndarray, keys: np.ndarray, out: np.ndarray, user: KnownValues,
-          names: tuple[str, ...], d: int) -> DecoderKnown:
-    """`grid` (of the rows at `ts` (N,), its user columns those of the unkeyed events) with the rows under a key
-    (`keys` (N,) into `names`, -1: none) reading their key's events: in `out` (N, Kr) at their own times, and at
-    their forecast steps from a block of the grid of their own, appended to the table, to which their grid rows move.
-
-    A key's block is the span of table rows its rows' steps reach (a series' or a contract's time span,
-    `key_spans`), its user columns computed under the key (`with_blocks`): the table grows by the keyed rows' spans,
-    not by a copy per key. Every value is still a function of a timestamp and the calendar: the steps of a block
-    are the grid's own."""
-    cont, stamps, shift = with_blocks(grid.cont, grid.ts, key_spans(grid, keys, d), user, names)
-    return move_keyed(DecoderKnown(cont=cont, ts=stamps, base=grid.base, index=grid.index), ts, keys, out, user,
-                      names, shift)
-
-
-def key_spans(grid: DecoderKnown, keys: np.ndarray, d: int) -> dict[int, tuple[int, int]]:
-    """{key: [first, end) of the table rows} the forecast steps of the rows under each key (`keys` (N,), -1: none)
-    reach. The steps grow with the origin: a pieced store takes a key's span from its first and last origins'
-    (known.SharedGrid.span)."""
-    spans = {}
-    for g, rows in key_groups(keys):  # a loop over the keys the rows hold
-        steps = (grid.base[rows], grid.base[rows] + (d - 1)) if grid.index is None else (
-            grid.index[rows].min(axis=1), grid.index[rows].max(axis=1))  # (Ng,) each row's first and last step
-        spans[g] = int(steps[0].min()), int(steps[1].max()) + 1
-    return spans
-
-
 def key_groups(keys: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """[(key, its rows (Ng,), ascending)] of the rows under a key (`keys` (N,), -1: none), from one stable sort:
     a scan of every row per key took seconds with hundreds of contract keys on tens of millions of rows."""
@@ -216,20 +164,12 @@ def move_keyed(grid: DecoderKnown, ts: np.ndarray, keys: np.ndarray, out: np.nda
 
 
 def moved(known: KnownRows, user: KnownValues, names: tuple[str, ...], shift: dict[int, int]) -> KnownRows:
-    """`known` (a pieced store's known.SharedGrid.rows, whose table holds the panel's keys' blocks: `with_blocks`)
-    with the rows under a key moved into their key's block (`move_keyed`)."""
+    """`known` (the panel's known.SharedGrid.rows, whose table holds the keys' blocks: `with_blocks`) with the rows
+    under a key moved into their key's block (`move_keyed`)."""
     def rows(ts: np.ndarray, out: np.ndarray, keys: np.ndarray | None = None) -> DecoderKnown:
         grid = known(ts, out)
         return grid if keys is None else move_keyed(grid, ts, keys, out, user, names, shift)
     return rows
-
-
-def with_user(sk: StampKnown, user: KnownValues | None) -> StampKnown:
-    """`sk` with the user's known inputs (inputs.known_values) of its timestamps after the calendar's columns."""
-    if user is None:
-        return sk
-    return dataclasses.replace(sk, table_cont=np.concatenate([sk.table_cont, user(sk.table)], axis=1),
-                               extra_cont=np.concatenate([sk.extra_cont, user(sk.extra_ts)], axis=1))
 
 
 def known_width(tf: FittedTransform) -> int:
@@ -274,3 +214,34 @@ def extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: np
             new[fut_pos] = fill[key]
         out[key] = new
     return out
+
+
+def feature_schema(tf: FittedTransform, e: int, d: int, adjust: str) -> FeatureSchema:
+    season = ("tod_vol",) if tf.scalers.get("season") else ()
+    known = [*calendar_columns(tf.intraday, tf.calendar_features), *season, *known_names(tf.inputs),
+             "relative_time"]
+    vocab = (tf.inputs or {}).get("static_vocab", {})
+    timed = (tf.inputs or {}).get("timed_vocab", {})
+    features = (
+        Feature("series", Role.STATIC, Kind.CATEGORICAL, cardinality=len(tf.series_vocab) + 1),
+        *(Feature(n, Role.STATIC, Kind.CATEGORICAL, cardinality=len(vocab[n]) + 1)
+          for n in static.categorical_columns(tf.inputs)),
+        *(Feature(n, Role.STATIC, Kind.CONTINUOUS) for n in static.real_columns(tf.inputs)),
+        *(Feature(n, Role.KNOWN, Kind.CATEGORICAL, cardinality=len(timed[n]) + 1)
+          for n in timed_categories.known_columns(tf.inputs)),
+        *(Feature(n, Role.KNOWN, Kind.CONTINUOUS) for n in known),
+        *(Feature(n, Role.OBSERVED, Kind.CATEGORICAL, cardinality=len(timed[n]) + 1)
+          for n in timed_categories.observed_columns(tf.inputs)),
+        *(Feature(n, Role.OBSERVED, Kind.CONTINUOUS) for n in observed_names(tf.scalers)),
+    )
+    extra = {
+        "scaling": tf.scaling,
+        "vol_halflife": tf.scalers["halflife"],
+        "vol_estimator": tf.scalers.get("estimator", "returns"),
+        "intraday": tf.intraday,
+        "calendar_features": tf.calendar_features,
+        "exchange_tz": tf.exchange_tz,
+        "unknown_series_code": UNKNOWN_SERIES,
+        "adjust": adjust,
+    }
+    return FeatureSchema(features=features, target=tf.target, encoder_length=e, horizon=d, extra=extra)

@@ -1,7 +1,7 @@
 """The data summary: a JSON-able dict saved with each run (data_summary.json) and its short text form.
 
-Built once in `prepare_from_bars` (from WindowFacts of all its windows) or by the pieced store (from those of each
-piece, merged); `format_summary` is what the CLI prints and `foxhunt inspect` shows.
+Built once by the pipeline (data/prepare) from the WindowFacts of each piece, merged; `format_summary` is what the
+CLI prints and `foxhunt inspect` shows.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def _interval(spacing_ns: int) -> str:
 @dataclass(frozen=True)
 class WindowFacts:
     """What the summary reads of the rows and windows, as counts and extremes that merge over consecutive groups of
-    series (`merge_facts`): the in-memory path takes them from all its windows at once, the pieced store
-    (store/pieced.py) from each piece as it writes it, without the panel's arrays or torch.
+    series (`merge_facts`): the pipeline (data/prepare) takes them from each piece as it writes it, without the
+    panel's arrays or torch.
 
     Per series (S,): real rows, first and last real timestamp, static code, windows. Per split: windows, (first, last)
     timestamp of the first forecast bar (None without a window), purged windows. `off_grid`: off_grid_windows."""

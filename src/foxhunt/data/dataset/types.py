@@ -19,7 +19,7 @@ from foxhunt.data.bars.sessions import Session, session_of
 from foxhunt.data.dataset.windows import WindowedData
 from foxhunt.data.features.schema import FeatureSchema
 
-if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes (store/pieced.py) never need it
+if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes (data/prepare) never need it
     import torch
 
 

@@ -23,7 +23,7 @@ from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.features.schema import FeatureSchema, Kind, Role
 from foxhunt.errors import InputError
 
-if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes (store/pieced.py) never need it
+if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes (data/prepare) never need it
     import torch
 
 OFF_GRID_CHUNK = 1 << 16  # windows whose forecast grid off_grid checks at a time (its temporaries: 2.5 MB)

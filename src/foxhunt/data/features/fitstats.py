@@ -1,12 +1,12 @@
 """The scalers' statistics as per-series sufficient statistics that merge exactly across pieces of a panel.
 
-Every number `scaling.fit_and_trail` fits on the training rows is a function of per-series sums: counts, means and
+Every number `scaling.fit_scalers` fits on the training rows is a function of per-series sums: counts, means and
 sums of squared deviations (two passes within the series: as accurate as a direct std), sums of squares (range_k,
 the seasonality's per-series scale) and sums by minute of the day (the seasonality profile). A series' sums depend
 on its own rows alone, in row order (`sums`: a pairwise sum over its run of rows), and the pooled values are merged
 from the per-series ones in series order (Chan et al.'s exact pairwise update for the variance). So a panel prepared
-series group by series group (store/pieces.py) gets bit-for-bit the scalers of the panel prepared at once, and both
-paths run this code. Nothing here is a quantile: no statistic needs a sample or a second pass over other series.
+series group by series group (data/prepare, plan.py) gets bit-for-bit the scalers of the panel prepared as one
+piece. Nothing here is a quantile: no statistic needs a sample or a second pass over other series.
 
 A "moments" dict maps a key to a (S,) or (S, M) array over the series of one panel or piece; the arrays of pieces
 holding consecutive series concatenate (`concat`) into those of the whole.

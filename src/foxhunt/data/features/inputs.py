@@ -19,7 +19,6 @@ inputs' mean and std, so forecasting takes no events file; known covariates are 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -110,21 +109,6 @@ class Sources:
         return self.known + (event_columns(self.events) if self.events is not None else ())
 
 
-def restricted(src: Sources | None, keep: Callable[[str], bool]) -> Sources | None:
-    """`src` with each keyed table cut to the rows of the keys `keep` accepts: a piece of a panel joins its own
-    series' and contracts' keys only (asof_join reads no other), so a job is sent its share of a table rather than
-    all of it."""
-    if src is None:
-        return None
-    cut: dict[int, CovariateTable] = {}
-    for table in src.of(list(src.tables)):
-        if table.keyed:
-            keys = table.frame.get_column("key").unique()
-            mine = keys.filter(pl.Series([keep(k) for k in keys.to_list()], dtype=pl.Boolean))
-            cut[id(table)] = dataclasses.replace(table, frame=table.frame.filter(pl.col("key").is_in(mine.implode())))
-    return dataclasses.replace(src, tables={c: cut.get(id(t), t) for c, t in src.tables.items()})
-
-
 def declared(observed: Sequence[str], known: Sequence[str], events: str | None, context: Sequence[str] = (),
              static_cols: Sequence[str] = ()) -> bool:
     return bool(observed or known or events or context or static_cols)
@@ -157,7 +141,7 @@ def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[
     too, unless `fitted` (a saved model's inputs: `categorical` names its categorical columns, the other observed and
     known ones must be numbers, as in training). `bar_frame`: (name, frame) of bars in memory, whose own columns
     stand for the bar files'. `bar_reader`: reads the bar files' columns in place of read_bar_columns (a pieced
-    prepare reads them in its pieces: features/bar_pieces.py). `timezone`, `date_format`: how every file's times
+    prepare reads them in its pieces: prepare/bar_columns.py). `timezone`, `date_format`: how every file's times
     are read (normalise.parse_time)."""
     if not declared(observed, known, events or saved_events, context, static_cols):
         return None
@@ -324,7 +308,7 @@ def observed_moments(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ke
 def scale_observed(mom: dict[str, np.ndarray], names: list[str], cols: Sequence[str], mode: str,
                    scalers: dict) -> None:
     """`fit_observed` of the columns `cols` from `observed_moments`' `mom` of the series `names`, listed after those
-    `user_observed` lists already (a pieced prepare fits the --context columns last: store/declared.py)."""
+    `user_observed` lists already (a pieced prepare fits the --context columns last: prepare/fit.py)."""
     per, pooled = stats(mom, cols, names, mom[TRAINED] > 0)
     for c in cols:
         if mode == "none":

@@ -23,7 +23,7 @@ import numpy as np
 from foxhunt.allocator import release_freed_memory
 from foxhunt.data.bars.grid import Grid, future_timestamps
 from foxhunt.data.features.calendar import calendar_at, calendar_columns
-from foxhunt.data.features.seasonality import MINUTES, profile_at, profile_of_minute, wall_minute
+from foxhunt.data.features.seasonality import profile_at, profile_of_minute, wall_minute
 from foxhunt.data.util.clock import local_ns
 
 CHUNK_CELLS = 1 << 24  # grid timestamps (origins x steps) computed at a time: at most 128 MiB of int64 at once
@@ -55,16 +55,12 @@ def decoder_timestamps(origin_ns: np.ndarray, step_ns: int, horizon: int, intrad
 
 def known_columns(
     ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None = None,
-    *, minutes: bool = False,
 ) -> dict[str, np.ndarray]:
     """The known continuous inputs of timestamps `ts_ns`: the calendar, then (with a fitted time-of-day profile,
-    seasonality.py) `tod_vol`, the log relative volatility of the profile at each timestamp. `minutes` (intraday,
-    no profile yet): in tod_vol's place the minute of the day in `exchange_tz` (see `known_cont`)."""
+    seasonality.py) `tod_vol`, the log relative volatility of the profile at each timestamp."""
     wall = local_ns(ts_ns, exchange_tz) if intraday else None  # once, for the calendar and the profile
     cal = calendar_at(ts_ns, wall, sessions)
-    if minutes and wall is not None and not season:
-        cal["tod_vol"] = wall_minute(wall)
-    elif season:
+    if season:
         same = wall is not None and season["tz"] == exchange_tz
         cal["tod_vol"] = np.log(profile_of_minute(wall_minute(wall), season) if same else profile_at(ts_ns, season))
     return cal
@@ -134,36 +130,17 @@ def decoder_grid(
 
 def known_cont(
     ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None = None,
-    minutes: bool = False,
 ) -> np.ndarray:
     """(U, Kr) float32 `known_columns` of timestamps `ts_ns` (U,), computed CHUNK_ROWS at a time so that the
-    float64 columns stay small. Each value is a function of its own timestamp: any order, any chunking.
-
-    `minutes` (intraday, no `season`): one more column, where tod_vol goes, holding each timestamp's minute of the day
-    in `exchange_tz` (exact in float32), for `season_column` to turn into tod_vol once the profile is fitted."""
-    minutes = minutes and intraday and not season
-    kr = len(calendar_columns(intraday, sessions)) + bool(season or minutes)
+    float64 columns stay small. Each value is a function of its own timestamp: any order, any chunking."""
+    kr = len(calendar_columns(intraday, sessions)) + bool(season)
     cont = np.empty((len(ts_ns), kr), dtype=np.float32)  # (U, Kr)
     for lo in range(0, len(ts_ns), CHUNK_ROWS):
         sl = slice(lo, min(lo + CHUNK_ROWS, len(ts_ns)))
-        cols = known_columns(ts_ns[sl], exchange_tz, intraday, sessions, season, minutes=minutes)
+        cols = known_columns(ts_ns[sl], exchange_tz, intraday, sessions, season)
         for j, col in enumerate(cols.values()):
             cont[sl, j] = col
     return cont
-
-
-def season_column(cont: np.ndarray, ts_ns: np.ndarray, season: dict, exchange_tz: str) -> None:
-    """Replace the minutes that `known_cont(..., minutes=True)` left in the last column of `cont` (U, Kr) with
-    tod_vol of the profile `season`, the value `known_columns` gives the timestamps `ts_ns` (U,) under it: the log
-    of the profile at the minute, each of the 1440 logs taken once."""
-    col = cont[:, -1]  # (U,) strided
-    if season["tz"] != exchange_tz:  # the profile's own zone: minutes of the exchange's are no use
-        col[...] = np.log(profile_at(ts_ns, season))
-        return
-    log_profile = np.log(profile_of_minute(np.arange(MINUTES), season))  # (MINUTES,)
-    for lo in range(0, len(col), CHUNK_ROWS):
-        part = col[lo : lo + CHUNK_ROWS]
-        part[...] = log_profile[part.astype(np.intp)]
 
 
 def distinct(ts_ns: np.ndarray, dtype: type = np.intp) -> tuple[np.ndarray, np.ndarray]:
@@ -225,72 +202,6 @@ def distinct_union(parts: list[np.ndarray]) -> np.ndarray:
     return lo + np.flatnonzero(marked) * max(step, 1)
 
 
-@dataclass(frozen=True)
-class StampKnown:
-    """The known inputs of the bars' own timestamps and of the forecast grid after each (`stamp_known`): functions
-    of the timestamps, the grid step and the calendar settings alone, so they can be computed before the scalers.
-
-    A bar's timestamp is nearly always a grid point of an earlier one, so the bars take their known inputs from the
-    grid's table; only the stamps no grid lands on (the first one at least) have rows of their own.
-    inverse: (N,) each bar's distinct stamp; row: (O,) int32 each stamp's row in the table, or U + its row in extra.
-    table, base, index: the grid (known.decoder_grid); table_cont: (U, Kr) float32 known inputs of its timestamps.
-    extra_ts: (E,) the stamps not in the table; extra_cont: (E, Kr) their known inputs.
-    minutes: the last column of table_cont and extra_cont holds the minute of the day, not yet tod_vol
-    (`with_season`)."""
-
-    inverse: np.ndarray
-    row: np.ndarray
-    table: np.ndarray
-    base: np.ndarray
-    index: np.ndarray | None
-    table_cont: np.ndarray
-    extra_ts: np.ndarray
-    extra_cont: np.ndarray
-    minutes: bool = False
-
-
-def stamp_known(
-    ts_ns: np.ndarray, step: int, d: int, exchange_tz: str, intraday: bool, sessions: bool, season: dict | None,
-    minutes: bool = False, grid: Grid | None = None,
-) -> StampKnown:
-    """The known inputs of bars at `ts_ns` (N,) and of the `d` grid steps after each (see StampKnown). `minutes`
-    (no `season` yet, one to be fitted): tod_vol's column holds the minute of the day until `with_season`. `grid`:
-    the run's session (FittedTransform.grid; None: the zone's default)."""
-    # Calendar inputs are a function of the timestamp: computed once per distinct one (series share most of them).
-    stamps, inverse = distinct(ts_ns, np.int32 if len(ts_ns) < 2**31 else np.intp)  # (O,), (N,)
-    table, base, index = decoder_grid(stamps, step, d, exchange_tz, intraday, grid)  # (U,), (O,), (O, D) | None
-    cal = functools.partial(known_cont, exchange_tz=exchange_tz, intraday=intraday, sessions=sessions, season=season,
-                            minutes=minutes)
-    table_cont = cal(table)  # (U, Kr): after the grid, whose temporaries are the larger
-    at = base - 1  # (O,) a stamp in the table sits right before the grid's first step after it
-    found = (at >= 0) & (table[np.maximum(at, 0)] == stamps) if len(table) else np.zeros(len(stamps), dtype=bool)
-    missing = np.flatnonzero(~found)  # (E,)
-    row = at.astype(np.int64 if len(table) + len(missing) >= 2**31 else np.int32)
-    row[missing] = len(table) + np.arange(len(missing))
-    known = StampKnown(inverse=inverse, row=row, table=table, base=base, index=index, table_cont=table_cont,
-                       extra_ts=stamps[missing], extra_cont=cal(stamps[missing]),
-                       minutes=minutes and intraday and not season)
-    release_freed_memory()  # the grid's temporaries: on a pool thread, the fit's trims may have come before them
-    return known
-
-
-def with_season(known: StampKnown, season: dict | None, exchange_tz: str) -> StampKnown:
-    """`known` with tod_vol of the fitted profile `season` in place of the minutes it held (in place)."""
-    if known.minutes:
-        season_column(known.table_cont, known.table, season, exchange_tz)
-        season_column(known.extra_cont, known.extra_ts, season, exchange_tz)
-    return known
-
-
-def stamp_rows(known: StampKnown, out: np.ndarray) -> None:
-    """out[i] = the known inputs (Kr,) of bar i's timestamp, into `out` (N, Kr) (columns of the row tensor)."""
-    take_rows(known.table_cont, known.inverse, out, via=known.row)  # the stamps past the table clipped, then:
-    u = len(known.table)
-    if len(known.extra_ts):
-        at = np.flatnonzero((known.row >= u)[known.inverse])  # (M,) the bars at a stamp not in the table
-        out[at] = known.extra_cont[known.row[known.inverse[at]] - u]
-
-
 TAKE_ROWS = 1 << 16  # rows take_rows gathers into a contiguous buffer before copying them into place
 
 
@@ -318,35 +229,51 @@ def take_rows(src: np.ndarray, idx: np.ndarray, out: np.ndarray, via: np.ndarray
 @dataclass(frozen=True)
 class SharedGrid:
     """The known-future grid over every distinct timestamp of a panel (`shared_grid`), for rows that look theirs up
-    by timestamp: the pieces of a panel, which share most of their timestamps, so that the grid is computed once.
-    Each value is a function of its own timestamp (known_cont), so computing them over all of them gives every row
-    its bits.
+    by timestamp: each piece of a panel (data/prepare), the pieces sharing most of their timestamps, so that the
+    grid is computed once. Each value is a function of its own timestamp (known_cont), so computing them over all of
+    them gives every row its bits.
 
-    cal: (O, Kr) each origin's own known inputs; base: (O,), index: (O, D) or None, its grid rows (DecoderKnown's);
-    slots: the origins' origin_table, or None (then `origins` (O,) is searched); ts: (U,), cont: (U, Kr) the grid."""
+    ts: (U,), cont: (U, Kr) the grid's table; row: (O,) each origin's row in it, or -1 - its row in `extra` (E, Kr),
+    the known inputs of the origins no forecast step lands on (at `extra_ts` (E,)); base: (O,), index: (O, D) or
+    None, each origin's grid rows (DecoderKnown's); lattice, slots: the origins' origin_table, or None (then
+    `origins` (O,) is searched)."""
 
-    cal: np.ndarray
-    base: np.ndarray
-    index: np.ndarray | None
-    slots: np.ndarray | None
-    origins: np.ndarray | None
     ts: np.ndarray
     cont: np.ndarray
+    row: np.ndarray
+    extra_ts: np.ndarray
+    extra: np.ndarray
+    base: np.ndarray
+    index: np.ndarray | None
+    lattice: np.ndarray | None
+    slots: np.ndarray | None
+    origins: np.ndarray | None
 
     def rows(self, ts: np.ndarray, out: np.ndarray, keys: np.ndarray | None = None) -> DecoderKnown:
         """Fill `out` (n, Kr) with the known inputs of rows at `ts` (n,), each one of the origins; their grid.
         `keys`: None; rows under an events key move to their key's block apart (featurize.moved)."""
         assert keys is None, "keyed rows: featurize.moved"
-        at = origin_rows(self.slots, self.origins, ts)  # (n,)
-        take_rows(self.cal, at, out)
-        return DecoderKnown(cont=self.cont, ts=self.ts, base=self.base[at],
-                            index=None if self.index is None else self.index[at])
+        base = np.empty(len(ts), dtype=self.base.dtype)  # (n,)
+        index = None if self.index is None else np.empty((len(ts), self.index.shape[1]), dtype=self.index.dtype)
+        for lo in range(0, len(ts), CHUNK_ROWS):  # CHUNK_ROWS rows at a time: no (n,) temporaries beside the rows
+            sl = slice(lo, lo + CHUNK_ROWS)
+            at = origin_rows(self.lattice, self.slots, self.origins, ts[sl])  # (c,)
+            row = self.row[at]  # (c,)
+            take_rows(self.cont, row, out[sl])  # an origin of `extra` takes row 0 here, then its own:
+            apart = np.flatnonzero(row < 0)
+            if len(apart):
+                out[sl][apart] = self.extra[-1 - row[apart]]
+            np.take(self.base, at, out=base[sl])
+            if index is not None:
+                np.take(self.index, at, axis=0, out=index[sl])
+        return DecoderKnown(cont=self.cont, ts=self.ts, base=base, index=index)
 
     def span(self, first: int, last: int, d: int) -> tuple[int, int]:
         """[first, end) of the table rows the `d` forecast steps of the origins `first` .. `last` (two of them)
         reach: from the first one's first step to the last one's last (the steps grow with the origin, as the
-        grid's table is sorted), featurize.key_spans' span of the rows of a key that hold those two times."""
-        a, b = origin_rows(self.slots, self.origins, np.array([first, last], dtype=np.int64))
+        grid's table is sorted): the span of the rows of an events key whose first and last times are those two
+        (prepare/grid.py)."""
+        a, b = origin_rows(self.lattice, self.slots, self.origins, np.array([first, last], dtype=np.int64))
         if self.index is None:
             return int(self.base[a]), int(self.base[b]) + d
         return int(self.index[a].min()), int(self.index[b].max()) + 1
@@ -354,22 +281,34 @@ class SharedGrid:
 
 def shared_grid(origins: np.ndarray, step: int, horizon: int, tz: str, intraday: bool, calendar_features: bool,
                 season: dict | None, grid: Grid) -> SharedGrid:
-    """The SharedGrid of sorted distinct `origins` (O,): every timestamp of the panel."""
-    sk = stamp_known(origins, step, horizon, tz, intraday, calendar_features, season, grid=grid)
-    at_origin = np.empty((len(origins), sk.table_cont.shape[1]), dtype=np.float32)  # (O, Kr)
-    stamp_rows(sk, at_origin)  # origins are distinct: each its own row
-    slots = origin_table(origins)
-    return SharedGrid(cal=at_origin, base=sk.base, index=sk.index, slots=slots,
-                      origins=origins if slots is None else None, ts=sk.table, cont=sk.table_cont)
+    """The SharedGrid of sorted distinct `origins` (O,): every timestamp of the panel. An origin is nearly always a
+    grid point of an earlier one, so the origins take their known inputs from the grid's table; only those no
+    forecast step lands on (the first one at least) have rows of their own. Functions of the times, the grid step
+    and the calendar settings alone."""
+    table, base, index = decoder_grid(origins, step, horizon, tz, intraday, grid)  # (U,), (O,), (O, D) | None
+    cal = functools.partial(known_cont, exchange_tz=tz, intraday=intraday, sessions=calendar_features, season=season)
+    cont = cal(table)  # (U, Kr): after the grid, whose temporaries are the larger
+    at = base - 1  # (O,) an origin in the table sits right before the grid's first step after it
+    found = (at >= 0) & (table[np.maximum(at, 0)] == origins) if len(table) else np.zeros(len(origins), dtype=bool)
+    missing = np.flatnonzero(~found)  # (E,)
+    row = at.astype(np.int64 if max(len(table), len(missing)) >= 2**31 else np.int32)
+    row[missing] = -1 - np.arange(len(missing))
+    lattice = origin_table(origins)
+    out = SharedGrid(ts=table, cont=cont, row=row, extra_ts=origins[missing], extra=cal(origins[missing]), base=base,
+                     index=index, lattice=None if lattice is None else lattice[0],
+                     slots=None if lattice is None else lattice[1], origins=origins if lattice is None else None)
+    release_freed_memory()  # the grid's temporaries: on a pool thread, the stages' trims may have come before them
+    return out
 
 
 SLOTS_PER_ORIGIN = 8  # a lattice table of more slots than this per origin (and 1M) is not built: searchsorted then
 
 
-def origin_table(origins: np.ndarray) -> np.ndarray | None:
-    """[first, step, origin index of each lattice point first + i * step or -1] for sorted distinct `origins`, so
-    that a timestamp finds its origin with a subtraction, a division and a take (`origin_rows`) rather than a binary
-    search over all origins; None when the lattice (their greatest common spacing) is too fine for their span."""
+def origin_table(origins: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """((first, step) int64, (size,) the origin index of each lattice point first + i * step or -1) for sorted
+    distinct `origins`, so that a timestamp finds its origin with a subtraction, a division and a take
+    (`origin_rows`) rather than a binary search over all origins; None when the lattice (their greatest common
+    spacing) is too fine for their span."""
     if not len(origins):
         return None
     offset = origins - origins[0]  # (O,)
@@ -377,16 +316,15 @@ def origin_table(origins: np.ndarray) -> np.ndarray | None:
     size = int(offset[-1] // step) + 1
     if size > SLOTS_PER_ORIGIN * len(origins) + (1 << 20):
         return None
-    table = np.full(size + 2, -1, dtype=np.int64)  # (2 + size,)
-    table[:2] = origins[0], step
-    table[2 + offset // step] = np.arange(len(origins))
-    return table
+    slots = np.full(size, -1, dtype=np.int32 if len(origins) < 2**31 else np.int64)  # (size,)
+    slots[offset // step] = np.arange(len(origins))
+    return np.array([origins[0], step], dtype=np.int64), slots
 
 
-def origin_rows(table: np.ndarray | None, origins: np.ndarray | None, ts: np.ndarray) -> np.ndarray:
+def origin_rows(lattice: np.ndarray | None, slots: np.ndarray | None, origins: np.ndarray | None, ts: np.ndarray
+                ) -> np.ndarray:
     """(n,) the index among the origins of each timestamp `ts` (n,), every one of them an origin: through the
-    `origin_table` where there is one, else by binary search in `origins`."""
-    if table is not None:
-        return table[2:][(ts - table[0]) // table[1]]
+    `origin_table` (`lattice`, `slots`) where there is one, else by binary search in `origins`."""
+    if slots is not None:
+        return slots[(ts - lattice[0]) // lattice[1]]
     return np.searchsorted(origins, ts)
-

@@ -129,46 +129,23 @@ def fit_scalers(
     fill_gaps: bool = False,
     season_tz: str | None = None,
 ) -> dict:
-    """Fit on rows where `train_mask` is true (ts before the train cut), excluding each series' first row.
+    """Fit on rows where `train_mask` is true (ts before the train cut), excluding each series' first row: the
+    steps the stages of data/prepare take over a panel's pieces (`train_moments`, `first_scalers`, `trailing`,
+    `vol_moments`, `add_vol_stats`), over the one frame `feats`.
 
     `names[sidx[i]]` is the series of row i (rows sorted by series, ts). `season_tz` (intraday bars only): fit the
     time-of-day volatility profile in that exchange zone (see seasonality.py); None: no profile.
     """
-    return fit_and_trail(
-        feats, names, sidx, train_mask, target, "series", halflife, estimator, vol_features, fill_gaps, season_tz
-    )[0]
-
-
-def fit_and_trail(
-    feats: pl.DataFrame,
-    names: list[str],
-    sidx: np.ndarray,
-    train_mask: np.ndarray,
-    target: str,
-    scaling: str,
-    halflife: float = VOL_HALFLIFE,
-    estimator: str = "returns",
-    vol_features: bool = False,
-    fill_gaps: bool = False,
-    season_tz: str | None = None,
-) -> tuple[dict, tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]:
-    """`fit_scalers`, and `trailing`'s output under `scaling` for these scalers: fitting needs the trailing inputs
-    (their standardization) and applying needs them again, the same values, so `standardize` takes them from here
-    rather than running the EWMAs a second time."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"volatility estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
     keep = train_mask & ~feats["first"].to_numpy()
-    # Intraday with a profile: each bar's minute of the day, once for the profile's sums and the trailing inputs.
-    minute = None if season_tz is None else minute_of_day(feats["ts"].dt.epoch("ns").to_numpy(), season_tz).astype(
-        np.int16)  # (N,) 0..1439: int16 keeps it small while it is held
     kept = select(keep, sidx, len(names))  # the training rows, for both passes of sums
-    mom = train_moments(feats, sidx, len(names), keep, target, season_tz, minute=minute, kept=kept)
+    mom = train_moments(feats, sidx, len(names), keep, target, season_tz, kept=kept)
     scalers = first_scalers(mom, names, target, halflife, estimator, vol_features, fill_gaps, season_tz)
     # log_vol (and the vol features) are seeded from the return std just fitted: a second pass over the same rows.
-    trail = trailing(feats, names, sidx, scalers, target, scaling, minute=minute)
-    del minute
-    add_vol_stats(scalers, vol_moments(trail[0], sidx, len(names), keep, scalers, kept=kept), names, mom["rows"] > 0)
-    return scalers, trail
+    derived = trailing(feats, names, sidx, scalers, target, "series")[0]
+    add_vol_stats(scalers, vol_moments(derived, sidx, len(names), keep, scalers, kept=kept), names, mom["rows"] > 0)
+    return scalers
 
 
 def train_moments(

@@ -63,9 +63,9 @@ def read_bars(
     """Read every file named by `paths` (files, directories or globs) as one raw frame.
 
     `symbols`: keep only the bars whose symbol column holds one of these values (pushed into the parquet scan;
-    store/pieces.py reads a panel series group by series group this way); None keeps all.
+    prepare/plan.py reads a panel series group by series group this way); None keeps all.
     `sources`: the files to read, as `expand_sources(paths)` lists them, when the caller has them (file_idx counts
-    the files read): store/pieced.py reads a panel once, in chunks of consecutive files, passing each chunk's files
+    the files read): prepare/read_stage.py reads a panel once, in chunks of consecutive files, passing each chunk's files
     this way rather than walking a folder of thousands of daily files again for each chunk.
 
     `timezone` is the zone of naive timestamps (None: UTC); `date_format` reads text times (times.py; None: ISO 8601);

@@ -1,7 +1,8 @@
-"""The out-of-core feature store: `foxhunt prepare` writes PreparedData once as memory-mappable `.npy` files and a
-JSON manifest; `foxhunt train --features STORE` maps them instead of reading the bars. docs/reference/store-format.md.
+"""Stage 5, the out-of-core feature store: the format `foxhunt prepare` writes (memory-mappable `.npy` files and a
+JSON manifest, docs/reference/store-format.md), read back mapped by `foxhunt train --features STORE` instead of the
+bars. The pipeline that prepares the data into it is data/prepare.
 
-Names load on first use, so that `foxhunt prepare` can start its worker processes (store/executor.py) before this
+Names load on first use, so that `foxhunt prepare` can start its worker processes (prepare/executor.py) before this
 process imports polars and the rest.
 """
 
@@ -12,15 +13,14 @@ from typing import TYPE_CHECKING
 from foxhunt.lazy import lazy_names
 
 if TYPE_CHECKING:
-    from foxhunt.data.store.build import prepare_store
     from foxhunt.data.store.read import open_features, open_store, read_manifest, store_data_config
     from foxhunt.data.store.write import write_store
 
-__all__ = ["open_features", "open_store", "prepare_store", "read_manifest", "store_data_config", "write_store"]
+__all__ = ["open_features", "open_store", "read_manifest", "store_data_config", "write_store"]
 
-_LAZY = {"prepare_store": "foxhunt.data.store.build", "open_features": "foxhunt.data.store.read",
-         "open_store": "foxhunt.data.store.read", "read_manifest": "foxhunt.data.store.read",
-         "store_data_config": "foxhunt.data.store.read", "write_store": "foxhunt.data.store.write"}
+_LAZY = {"open_features": "foxhunt.data.store.read", "open_store": "foxhunt.data.store.read",
+         "read_manifest": "foxhunt.data.store.read", "store_data_config": "foxhunt.data.store.read",
+         "write_store": "foxhunt.data.store.write"}
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), __all__)

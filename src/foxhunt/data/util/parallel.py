@@ -2,7 +2,7 @@
 
 numpy's loops on large arrays and polars' queries release the GIL, so two threads over independent parts of a
 stage use the second core that a single process otherwise leaves idle. Where processes already fill the cores
-(`foxhunt prepare` in pieces: store/executor.py), the same code runs in the calling thread: in a worker process for good
+(`foxhunt prepare` in pieces: prepare/executor.py), the same code runs in the calling thread: in a worker process for good
 (`serial_process`), in this one while it takes jobs too (`serial`). A pool thread never splits its own work again.
 
 `FOXHUNT_DATA_THREADS` sets the number of threads (1: all serial); the default is the cores this process may use,

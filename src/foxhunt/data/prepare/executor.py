@@ -1,7 +1,8 @@
-"""Where a pieced `foxhunt prepare` runs its jobs: a standard concurrent.futures Executor. `local` is a
-ProcessPoolExecutor of `--workers` spawned processes on this machine (one: this process itself); `dask://HOST:PORT`
-is a Dask cluster's (`Client.get_executor`), so that a panel larger than one machine's cores is prepared on many.
-The jobs write the store's rows and their spills themselves: the store's folder must be one every worker sees.
+"""Where the pipeline runs its jobs: a standard concurrent.futures Executor, and `run_all`, the map of one stage's
+jobs over it. `local` is a ProcessPoolExecutor of `--workers` spawned processes on this machine (one: this process
+itself, `InProcess`, which also runs the one piece of a panel prepared in memory); `dask://HOST:PORT` is a Dask
+cluster's (`Client.get_executor`), so that a panel larger than one machine's cores is prepared on many. The jobs
+write the store's rows and their spills themselves: the store's folder must be one every worker sees.
 
 Nothing here imports polars or numpy: the CLI opens the executor first, so that its processes import the jobs'
 libraries while this one imports its own, and asks `may_piece` (the files' sizes alone) whether to start any.
@@ -14,20 +15,21 @@ import logging
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from foxhunt.data.config import DataConfig
 from foxhunt.data.io.discover import Source, expand_sources, is_parquet
-from foxhunt.errors import InputError
+from foxhunt.errors import InputError, ResourceError
 
 LOCAL = "local"
 DASK = "dask://"
 CONNECT_TIMEOUT_S = 10  # an address nobody answers at: an error for people after this long, not a hang
 QUIET = "foxhunt.data"  # the jobs log warnings only: the process that runs the pieces logs what they found
-JOBS = "foxhunt.data.store.jobs"
+JOBS = ("foxhunt.data.prepare.read_stage", "foxhunt.data.prepare.load_stage", "foxhunt.data.prepare.write_stage")
 # Below this many bars (about 2 GB prepared in memory) the panel is prepared in memory: the pieced path costs more
 # CPU (a spawned worker imports polars and the rest, each piece's bars and features go through spills;
 # benchmarks/store_20m.py), which only the bounded memory pays for.
@@ -95,7 +97,8 @@ def _start() -> None:
 
     serial_process()
     logging.getLogger(QUIET).setLevel(logging.WARNING)
-    __import__(JOBS)
+    for module in JOBS:
+        __import__(module)
 
 
 @contextlib.contextmanager
@@ -116,6 +119,22 @@ def _dask(spec: str) -> Iterator[Workers]:
         yield Workers(client.get_executor(pure=False), max(threads, 1))
     finally:
         client.close()
+
+
+def run_all(executor: Executor, fn: Callable, jobs_args: list[tuple], keep: type[Exception] | None = None) -> list:
+    """`[fn(*args) for args in jobs_args]` on `executor`; once every job has ended, the first error is raised, but a
+    job that raises `keep` gives that exception as its result."""
+    futures = [executor.submit(fn, *args) for args in jobs_args]
+    wait(futures)
+    for f in futures:
+        if isinstance(f.exception(), BrokenProcessPool):
+            raise ResourceError("a `prepare` worker process died before its piece was done (most often killed for "
+                                "memory; from a script, the spawned workers also need its code under `if __name__ "
+                                "== '__main__':`): run with fewer --workers, or --workers 0 if the panel fits in "
+                                "memory") from f.exception()
+        if f.exception() is not None and not (keep is not None and isinstance(f.exception(), keep)):
+            raise f.exception()
+    return [f.exception() or f.result() for f in futures]
 
 
 def may_piece(cfg: DataConfig, min_rows: int = MIN_ROWS, sources: list[Source] | None = None) -> bool:

@@ -1,7 +1,7 @@
 """Plan a panel's preparation in pieces: groups of consecutive series, each read on its own.
 
 Series are independent once the things fitted across series are known (the split cuts, the pooled scalers, the
-seasonality profile, the vocabulary: store/pieced.py), so a piece is a set of symbols whose bars make whole series.
+seasonality profile, the vocabulary: fit.py), so a piece is a set of symbols whose bars make whole series.
 A symbol's series is its futures root (bars/symbols.series_key: `ESH4` -> `ES`, spreads with their first leg), or
 the symbol itself; the pieces are consecutive in series-name order, so that the store's rows (sorted by series) are
 the pieces' rows one after the other. Only parquet inputs whose files carry a symbol column can be routed by symbol; anything else is
@@ -33,7 +33,7 @@ from foxhunt.data.bars.symbols import SPREAD_RE, series_key
 from foxhunt.data.config import DataConfig
 from foxhunt.data.io.discover import Source, is_parquet
 from foxhunt.data.io.normalise import match_column, symbol_column
-from foxhunt.data.store.executor import MIN_ROWS, keeps_whole, listed_files
+from foxhunt.data.prepare.executor import MIN_ROWS, keeps_whole, listed_files
 
 PIECE_ROWS = 2_000_000  # bars per piece: a worker's memory is that of preparing this many bars in memory
 # Files whose symbols the plan counts, evenly spaced (every file when there are no more): 64 daily files of a
