@@ -9,7 +9,7 @@ the backtest's own for a walk-forward dataset), joined on (symbol, origin, horiz
 dataset, one row: each model's q-risk at p10 / p50 / p90 on those rows (the mean over the seeds), the skill 1 -
 candidate / reference, the Diebold-Mariano p-value (two-sided, HAC, pooled over the panel; the largest over the seeds,
 so a value under 0.05 is significant in every seed, its direction the skill's), the series where the candidate's p90
-q-risk is lower (the range over the seeds); under it the skill and p-value seed by seed. Why: the quality table
+q-risk is lower (the range over the seeds); the skill and p-value seed by seed at each quantile. Why: the quality table
 compares each model with the baselines, not with the other model; two models can both be "level with GARCH-t" and
 still differ significantly on the same rows.
 """
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     cand, ref = a.names.split(",")
     print(f"| dataset | seeds | {cand} q-risk p10 / p50 / p90 | {ref} q-risk p10 / p50 / p90 | skill p10 / p50 / p90 "
-          f"| DM p p10 / p50 / p90 | series won p90 | seed by seed: skill p10 / p90 (p) |")
+          f"| DM p p10 / p50 / p90 | series won p90 | seed by seed: skill p10 / p50 / p90 (p) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for ds in sorted(p.name for p in a.candidate.iterdir() if p.is_dir() and (a.reference / p.name).is_dir()):
         results = []
@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         worst = " / ".join(p_text(max((r["dm"][q]["p_value"] or 1.0) for r in results)) for q in KEYS)
         won = [r["series_won"]["0.9"]["won"] for r in results]
         won_text = f"{min(won)}-{max(won)}" if min(won) != max(won) else f"{won[0]}"
-        each = ", ".join(f"{r['skill']['0.1']:+.1%} ({p_text(r['dm']['0.1']['p_value'])}) / {r['skill']['0.9']:+.1%} "
-                         f"({p_text(r['dm']['0.9']['p_value'])})" for r in results)
+        each = ", ".join(" / ".join(f"{r['skill'][q]:+.1%} ({p_text(r['dm'][q]['p_value'])})" for q in KEYS)
+                         for r in results)
         print(f"| {ds} | {len(results)} | {mean(results, 'model_q_risk')} | {mean(results, 'baseline_q_risk')} "
               f"| {skill} | {worst} "
               f"| {won_text}/{results[0]['series_won']['0.9']['of']} | {each} |")

@@ -39,3 +39,4 @@ def test_two_work_folders_compared_row_for_row(tmp_path, capsys):
     cells = out[2].split(" | ")
     assert cells[2] == "0.2000 / 1.0000 / 0.2000" and cells[3] == "0.6000 / 1.0000 / 0.6000"
     assert cells[4] == "+66.7% / +0.0% / +66.7%" and cells[6] == "2/2"
+    assert cells[7].startswith("+66.7% (") and cells[7].count(" / ") == 2  # seed 0's skill at p10, p50 and p90
