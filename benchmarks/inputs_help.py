@@ -110,12 +110,11 @@ def burst_rows(fc: pl.DataFrame, events: np.ndarray, step_ns: int, minutes: floa
 def levels(rows: dict[str, list[list[float]]], title: str) -> None:
     """The mean forecast p10 / p50 / p90 (and the mean actual) per run, each the mean over the seeds."""
     print(f"\n{title}")
-    print(f"{'':28s} {'p10':>8s} {'p50':>8s} {'p90':>8s} {'actual':>8s}   per seed p10")
+    print(f"{'':28s} {'p10':>10s} {'p50':>10s} {'p90':>10s} {'actual':>10s}   per seed p10")
     for label, vals in rows.items():
         arr = np.array(vals)  # (seeds, 4)
-        mean = arr.mean(axis=0)
-        seeds = "  ".join(f"{v[0]:.4f}" for v in arr)
-        print(f"{label:28s} {mean[0]:8.4f} {mean[1]:8.4f} {mean[2]:8.4f} {mean[3]:8.4f}   {seeds}")
+        seeds = "  ".join(f"{v[0]:.4g}" for v in arr)
+        print(f"{label:28s} " + " ".join(f"{m:10.4g}" for m in arr.mean(axis=0)) + f"   {seeds}")
 
 
 def table(rows: dict[str, dict[str, list[list[float]]]], title: str) -> None:
