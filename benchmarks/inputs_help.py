@@ -3,7 +3,9 @@
 events: the bundled sample with scheduled announcements (`foxhunt sample --announcements`, volatility bursts at
     irregular announced times) trained with and without `--events` (the announcements file written beside it), each
     seed scored on the test period (`foxhunt evaluate`: the model and every baseline), and q-risk on the windows
-    whose forecast span holds an announcement, from `foxhunt predict` over the same period.
+    whose forecast span holds an announcement, from `foxhunt predict` over the same period; and the mean forecast
+    p10 / p50 / p90 on the burst's own bars (from an announcement to DECAY_MIN minutes after): a calendar model
+    should raise every quantile there, p10 too.
 nasdaq: S&P 500 daily bars 1999-2018 (test 2016-2018, as benchmarks/spx_experiment.py) with the NASDAQ composite's
     log return, log range and log volume on the same days (`arch.data.nasdaq`) as --observed covariates.
 context: the same, with NASDAQ's bars in the data as series NDX and `--context NDX`; scored on SPX alone.
@@ -34,6 +36,7 @@ import numpy as np
 import polars as pl
 
 from foxhunt.cli import main as foxhunt
+from foxhunt.data.io import announcements as news
 
 SPX = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "spx_daily.parquet"
 QUANTILES = ("p10", "p50", "p90")
@@ -95,6 +98,25 @@ def announcement_windows(fc: pl.DataFrame, events: np.ndarray, step_ns: int) -> 
     return fc.join(keys, on=["symbol", "origin"], how="semi")
 
 
+def burst_rows(fc: pl.DataFrame, events: np.ndarray, step_ns: int, minutes: float) -> pl.DataFrame:
+    """The rows whose target bar [target_time, target_time + step) holds an announcement or starts less than
+    `minutes` after one: the bars of the volatility burst."""
+    t = fc["target_time"].dt.epoch("ns").to_numpy()
+    last = np.searchsorted(events, t + step_ns, side="left") - 1  # the last announcement before the bar's end
+    since = t - events[np.maximum(last, 0)]  # ns; negative where it falls inside the bar
+    return fc.filter(pl.Series((last >= 0) & (since < minutes * 60 * 10**9)))
+
+
+def levels(rows: dict[str, list[list[float]]], title: str) -> None:
+    """The mean forecast p10 / p50 / p90 (and the mean actual) per run, each the mean over the seeds."""
+    print(f"\n{title}")
+    print(f"{'':28s} {'p10':>10s} {'p50':>10s} {'p90':>10s} {'actual':>10s}   per seed p10")
+    for label, vals in rows.items():
+        arr = np.array(vals)  # (seeds, 4)
+        seeds = "  ".join(f"{v[0]:.4g}" for v in arr)
+        print(f"{label:28s} " + " ".join(f"{m:10.4g}" for m in arr.mean(axis=0)) + f"   {seeds}")
+
+
 def table(rows: dict[str, dict[str, list[list[float]]]], title: str) -> None:
     print(f"\n{title}")
     print(f"{'':28s} {'p10':>8s} {'p50':>8s} {'p90':>8s}   per seed (p10 / p90)")
@@ -114,6 +136,7 @@ def events_experiment(seeds: list[int], out: Path, target: str, both: list[str])
     files = ["--parquet-file", str(sample)]
     rows = {"plain": {}, "events": {}}
     sub = {"plain": {}, "events": {}}
+    level = {"plain": [], "events": []}
     for seed in seeds:
         for label, extra in (("plain", []), ("events", ["--events", str(ev_path)])):
             got = train_and_score(label, files, [*both, *extra], seed, out, target, [])
@@ -130,10 +153,14 @@ def events_experiment(seeds: list[int], out: Path, target: str, both: list[str])
             hit = announcement_windows(fc, events, int(step))
             sub[label].setdefault("model", []).append(q_risk_rows(hit))
             sub[label].setdefault("model, all windows", []).append(q_risk_rows(fc))
+            burst = burst_rows(fc, events, int(step), news.DECAY_MIN)
+            level[label].append(burst.select(pl.mean(*QUANTILES, "actual")).row(0))
             print(f"seed {seed} {label}: {hit.select('symbol', 'origin').unique().height:,} announcement windows "
                   f"of {fc.select('symbol', 'origin').unique().height:,}", flush=True)
     table(rows, f"events: q-risk on the test period ({target}), metrics.json")
     table(sub, "events: q-risk on the windows whose forecast span holds an announcement (from predict)")
+    levels(level, f"events: the mean forecast on the burst's bars (from an announcement to {news.DECAY_MIN:g} "
+                  f"minutes after), {burst.height:,} rows a seed")
 
 
 def spx_with(name: str, covariates: pl.DataFrame | None, columns: list[str], seeds: list[int], out: Path,
@@ -194,7 +221,6 @@ def denser_schedule(per_week: int):
     day may hold two or three at different clock times."""
     import datetime as dt
 
-    from foxhunt.data.io import announcements as news
 
     def schedule(rng: np.random.Generator, sessions) -> np.ndarray:
         weeks: dict[tuple[int, int], list[dt.datetime]] = {}

@@ -10,6 +10,7 @@ On the README's tiny model (tests/api/conftest.py, trained once for the folder) 
   the live windows' inputs and forecasts;
 - folded, trace, onnx: model/inference/ (the folded weights, their frozen trace, onnxruntime on the dense live
   windows) give the training model's forecasts of the same live batch.
+The forecast forms run again with the tied quantile head (`--quantile-head tied`), on the same weights.
 Tolerances are those of the tests each form had on its own: exact for the inputs of the batch pipelines, float32
 rounding of the forecasts (tests/api/test_forecaster.py) for predict and update, and of the forward
 (tests/model/test_inference.py) for the inference forms.
@@ -18,7 +19,10 @@ rounding of the forecasts (tests/api/test_forecaster.py) for predict and update,
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -40,8 +44,30 @@ from tests.model.test_inference import assert_matches_model
 
 @pytest.fixture(scope="module")
 def world(readme_run, daily_path) -> SimpleNamespace:
+    return make_world(readme_run["run"].run_dir, daily_path)
+
+
+def with_model_json(run_dir: Path, dest: Path, change: Callable[[dict], None], calibration: bool = True) -> Path:
+    """A copy of the run in `dest` whose model.json's "model" is changed by `change`, without calibration.json
+    unless `calibration`."""
+    shutil.copytree(run_dir, dest, ignore=None if calibration else shutil.ignore_patterns("calibration.json"))
+    meta = json.loads((dest / "model.json").read_text())
+    change(meta["model"])
+    (dest / "model.json").write_text(json.dumps(meta))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def tied_world(readme_run, daily_path, tmp_path_factory) -> SimpleNamespace:
+    """The same weights read by the tied quantile head (model/quantile_head.py: the same parameters): a model whose
+    forecasts every form must reproduce through the tied head's own arithmetic."""
+    run = with_model_json(Path(readme_run["run"].run_dir), tmp_path_factory.mktemp("tied") / "run",
+                          lambda m: m.update(quantile_head="tied"), calibration=False)  # fitted on the other head
+    return make_world(run, daily_path)
+
+
+def make_world(run_dir: Path, daily_path: Path) -> SimpleNamespace:
     """The model, the bars, the in-memory pipeline's data and its live batch with the training model's forecasts."""
-    run_dir = readme_run["run"].run_dir
     lm = load_model(run_dir)
     memory = prepare_for_model(lm, (str(daily_path),))
     live = live_origins(memory)  # (S,) each series' window at its last bar
@@ -163,3 +189,23 @@ FORMS: dict[str, Callable[[SimpleNamespace, object], None]] = {
 @pytest.mark.parametrize("form", list(FORMS))
 def test_every_form_gives_the_in_memory_pipelines_windows_and_the_models_forecasts(form, world, tmp_path):
     FORMS[form](world, tmp_path)
+
+
+@pytest.mark.parametrize("form", [f for f in FORMS if f not in ("batches", "store")])  # the head is not in them
+def test_every_form_gives_a_tied_heads_forecasts(form, tied_world, world, tmp_path):
+    assert tied_world.lm.model_cfg.quantile_head == "tied"
+    assert (np.diff(tied_world.scaled.numpy(), axis=-1) >= 0).all()  # in order before any sorting
+    assert not np.allclose(tied_world.scaled.numpy(), world.scaled.numpy(), atol=1e-3)  # not the other head's
+    FORMS[form](tied_world, tmp_path)
+
+
+def test_a_model_saved_before_the_quantile_head_option_forecasts_as_it_did(world, tmp_path):
+    """model.json without `quantile_head` (written before the option) reads as the independent head, the only one
+    there was, and gives the same forecasts, calibrated ones included, bit for bit."""
+    old = with_model_json(Path(world.run_dir), tmp_path / "old", lambda m: m.pop("quantile_head"))
+    lm = load_model(old)
+    assert lm.model_cfg.quantile_head == "independent" and type(lm.model.output) is torch.nn.Linear
+    with torch.inference_mode():
+        torch.testing.assert_close(lm.model(world.batch).quantiles, world.scaled, rtol=0, atol=0)
+    want = foxhunt.Forecaster.load(world.run_dir).predict(world.bars)
+    assert want.equals(foxhunt.Forecaster.load(old).predict(world.bars))

@@ -149,6 +149,7 @@ def test_use_gpu_without_a_gpu_is_a_one_line_error(tmp_path, tiny, fixtures_dir,
         (["--window-run", "0"], "--window-run"),
         (["--precision", "fp8"], "--precision"),
         (["--precision", "16-mixed"], "16-mixed needs a CUDA device"),  # on the CPU that runs the tests
+        (["--quantile-head", "sorted"], "--quantile-head must be one of independent | tied"),
     ],
 )
 def test_bad_input_stops_with_one_line_and_status_2(tmp_path, tiny, fixtures_dir, capsys, args, needle):
@@ -202,3 +203,18 @@ def test_bf16_and_single_window_runs_train_end_to_end(tmp_path, tiny, fixtures_d
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["resolved"]["precision"] == precision and cfg["train"]["window_run"] == 1
     assert (run / "model.safetensors").exists()
+
+
+def test_tied_quantile_head_end_to_end(tmp_path, tiny, daily_path, capsys):
+    """`train --quantile-head tied` with five quantiles saves the head in model.json; `evaluate` finds no crossed
+    (origin, horizon) pair in the model's own quantiles after one epoch (the independent head, trained so, crossed
+    in all 366)."""
+    code, run = train(tmp_path, tiny, "--parquet-file", str(daily_path), "--epochs", "1", "--quantile-head", "tied",
+                      "--quantiles", "0.05,0.25,0.5,0.75,0.95")
+    assert code == 0
+    assert json.loads((run / "model.json").read_text())["model"]["quantile_head"] == "tied"
+    out = tmp_path / "eval"
+    assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(out)]) == 0
+    crossings = json.loads((out / "metrics.json").read_text())["quantile_crossings"]
+    assert crossings["pairs"] > 0 and crossings["crossed_pairs"] == 0
+    assert "crossed" not in capsys.readouterr().err

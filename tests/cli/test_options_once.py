@@ -86,7 +86,7 @@ RUN_VALUES = {
     "covariates": ["c1.csv", "c2.csv"], "events": "ev.csv", "context": "NQ,ZN", "covariate_scaling": "global",
     "static": "sector", "categorical": "sector,hol",
     "hidden_size": 24, "attention_heads": 3, "dropout": 0.2, "lstm_layers": 2, "quantiles": "0.05,0.5,0.95",
-    "activation_checkpointing": True,
+    "quantile_head": "tied", "activation_checkpointing": True,
     "epochs": 7, "batch_size": 64, "validation_batch_size": 256, "learning_rate": 0.002, "weight_decay": 0.001,
     "grad_clip": 0.5, "warmup_fraction": 0.1, "patience": 4, "device": "cpu", "seed": 3, "run_dir": "runs/x",
     "memory_log_every": 10, "memory_budget": "2GiB", "optimizer_state": "cpu", "max_train_batches": 9, "threads": 2,

@@ -94,6 +94,25 @@ def test_onnx_matches_pytorch_on_random_and_real_windows_at_batch_1_and_256(expo
         assert relative_error(got.numpy(), want.numpy()) <= MAX_RELATIVE_ERROR
 
 
+def test_a_tied_quantile_head_exports_with_parity(exported, data, tmp_path):
+    """The tied head (model/quantile_head.py; here the exported run's weights read by it: the same parameters) in
+    the graph: `foxhunt export` checks parity on random and real windows itself; its output is in order."""
+    run = tmp_path / "tied"
+    shutil.copytree(exported[0], run, ignore=shutil.ignore_patterns("calibration.json"))
+    meta = json.loads((run / "model.json").read_text())
+    meta["model"]["quantile_head"] = "tied"
+    (run / "model.json").write_text(json.dumps(meta))
+    out = tmp_path / "tied.onnx"
+    assert main(["export", "--model", str(run), "--out", str(out), "--threads", "1"]) == 0
+    side = json.loads(out.with_name("tied.onnx.json").read_text())
+    assert side["quantile_head"] == "tied" and side["parity"]["max_relative_error"] <= MAX_RELATIVE_ERROR
+    batch = data.windows.batch(data.splits["test"][-256:])
+    with torch.inference_mode():
+        want = load_model(run).model(batch).quantiles
+    got = onnx_export.onnx_runtime_model(out)(batch)
+    assert relative_error(got.numpy(), want.numpy()) <= MAX_RELATIVE_ERROR and (got.diff(dim=-1) >= 0).all()
+
+
 def test_the_sidecar_alone_turns_the_output_into_calibrated_forecasts(exported, data):
     """Unscale with the sidecar's per-series scalers and apply its shifts as it says, in numpy: the same forecasts
     as `foxhunt predict` makes (train/calibrate.raw_quantiles, then Calibration.apply)."""

@@ -38,26 +38,32 @@ def assert_matches_model(model: TemporalFusionTransformer, batch: Batch, got: to
     assert (got - ref).abs().max().item() <= 1e-6 or (got.double() - exact).abs().max().item() <= own_error
 
 
+# Both quantile heads (model/quantile_head.py); the tied one with four quantiles, its centre (0.5) not in the middle.
+HEADS = {"independent": {}, "tied": {"quantile_head": "tied", "quantiles": (0.05, 0.1, 0.5, 0.9)}}
+
+
 @pytest.mark.parametrize("sizes", [FULL_SIZES, BARS_SIZES])
 @pytest.mark.parametrize("layers", [1, 2])
-def test_inference_model_equals_training_model(sizes: InputSizes, layers: int) -> None:
+@pytest.mark.parametrize("head", list(HEADS))
+def test_inference_model_equals_training_model(sizes: InputSizes, layers: int, head: str) -> None:
     """Batch 1 and a batch of several series (each window its own rows), and windows that share bars; with static
     continuous and categorical time inputs (FULL_SIZES) and in the bars layout (static contexts as a code table)."""
-    model = tiny_model(sizes, lstm_layers=layers).eval()
+    model = tiny_model(sizes, lstm_layers=layers, **HEADS[head]).eval()
     fast = InferenceTFT(model)
     assert (fast.code_table is not None) == (sizes is BARS_SIZES)
     shared, dense = overlapping_batches(sizes, [0, 2, 3, 9], n_rows=20)
     for batch in (synthetic_batch(sizes, 1, E, D, seed=1), synthetic_batch(sizes, 6, E, D, seed=2), shared, dense):
         with torch.inference_mode():
             got = fast(batch)
-        assert got.shape == (len(batch), D, 3)
+        assert got.shape == (len(batch), D, len(model.cfg.quantiles))
         assert_matches_model(model, batch, got)
 
 
-def test_traced_forward_runs_the_inference_model_and_refolds_new_positions() -> None:
+@pytest.mark.parametrize("head", list(HEADS))
+def test_traced_forward_runs_the_inference_model_and_refolds_new_positions(head: str) -> None:
     """What `Forecaster.update` runs (a frozen trace of InferenceTFT) gives the model's forecasts; new positional
     inputs are folded in again rather than served stale."""
-    model = tiny_model(BARS_SIZES).eval()
+    model = tiny_model(BARS_SIZES, **HEADS[head]).eval()
     traced = TracedForward(model)
     assert isinstance(traced.model, InferenceTFT)
     batch = synthetic_batch(BARS_SIZES, 1, E, D, seed=3)
@@ -79,10 +85,11 @@ def test_large_batches_sum_over_variables_with_an_embedding_bag(monkeypatch):
             assert_matches_model(model, batch, InferenceTFT(model)(batch))
 
 
-def test_live_windows_give_the_models_forecasts_without_an_index():
+@pytest.mark.parametrize("head", list(HEADS))
+def test_live_windows_give_the_models_forecasts_without_an_index(head: str):
     """`InferenceTFT.live` (dense windows, each its own rows: what onnxruntime runs for `update`) forecasts what the
     training model forecasts on the same windows as a Batch, at batch 1 and for several series."""
-    model = tiny_model(BARS_SIZES).eval()
+    model = tiny_model(BARS_SIZES, **HEADS[head]).eval()
     fwd = live_forward(model, E, D, torch.device("cpu"))
     rng = np.random.default_rng(5)
     for b in (1, 3):
@@ -103,19 +110,20 @@ def live_windows(rng: np.random.Generator, b: int) -> tuple[np.ndarray, np.ndarr
             rng.normal(size=(b, D, BARS_SIZES.known_cont - 1)).astype(np.float32))
 
 
-def test_onnxruntime_forward_gives_the_models_forecasts():
+@pytest.mark.parametrize("head", list(HEADS))
+def test_onnxruntime_forward_gives_the_models_forecasts(head: str):
     """What `Forecaster.update` runs when onnxruntime is installed, on dense live windows (codes, encoder rows,
     decoder rows) in numpy: a session for batch 1 and one with a dynamic batch axis for every larger batch, each
     size bound to its own buffers."""
     pytest.importorskip("onnxruntime")
-    model = tiny_model(BARS_SIZES).eval()
+    model = tiny_model(BARS_SIZES, **HEADS[head]).eval()
     fwd = live_forward(model, E, D, torch.device("cpu"))
     assert isinstance(fwd, OnnxForward)
     rng = np.random.default_rng(4)
     for b in (3, 1, 2, 17, 3):
         codes, enc, dec = live_windows(rng, b)
         got = fwd(codes, enc, dec)
-        assert got.shape == (b, D, 3) and got.dtype == np.float32
+        assert got.shape == (b, D, len(model.cfg.quantiles)) and got.dtype == np.float32
         assert_matches_model(model, fwd.fallback.batch(codes, enc, dec), torch.from_numpy(got))
         np.testing.assert_array_equal(fwd(codes, enc, dec), got)  # the bound buffers are reused, not stale
     assert set(fwd.sessions) == {1, "batch"} and set(fwd.bound) == {1, 2, 3, 17} and not fwd.failed

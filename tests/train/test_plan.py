@@ -21,6 +21,7 @@ from foxhunt.train.plan import (
     calibration,
     plan_memory,
     probe_batch,
+    stages,
 )
 
 SIZES = InputSizes(
@@ -145,7 +146,16 @@ def test_live_tensor_bytes_counts_storages_alive_at_once() -> None:
     assert (live.current, live.peak) == (0, 8000)
 
 
-@pytest.mark.parametrize("kw", [{}, {"activation_checkpointing": True}, {"lstm_layers": 2}, {"dropout": 0.0}])
+def test_the_tied_head_keeps_its_linear_outputs() -> None:
+    """Per forecast step the output stage keeps Q more elements with the tied head (its linear outputs z, which
+    softplus saves for its backward), D = 4 steps, Q = 3."""
+    tied, independent = (stages(SIZES, config(quantile_head=h), "cpu", 4)[-1] for h in ("tied", "independent"))
+    assert tied.name == "output" and tied.saved - independent.saved == 4 * 3
+    assert (tied.grad, tied.live) == (independent.grad, independent.live)
+
+
+@pytest.mark.parametrize("kw", [{}, {"activation_checkpointing": True}, {"lstm_layers": 2}, {"dropout": 0.0},
+                                {"quantile_head": "tied"}])
 def test_probe_agrees_with_the_analytic_model(kw: dict[str, object]) -> None:
     """The analytic counts follow the real TFT: measured/analytic bytes per sample stay near 1 on CPU."""
     cfg = config(**kw)

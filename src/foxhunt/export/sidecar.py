@@ -190,8 +190,9 @@ def calibration_words(lm: LoadedModel) -> dict[str, Any] | None:
     out = {
         "mode": cal.mode,
         "shifts": cal.shifts.tolist(),  # (D, Q)
-        "how_to_apply": "unscale the output (scaling.target), sort each horizon's Q values ascending (the model's "
-                        f"own quantiles may cross), add shifts[h][j] {unit} to quantile j at horizon h, sort "
+        "how_to_apply": "unscale the output (scaling.target), sort each horizon's Q values ascending (an "
+                        "independent quantile_head's may cross), add shifts[h][j] "
+                        f"{unit} to quantile j at horizon h, sort "
                         "ascending again. Skip the shifts to get the model's own quantiles",
         "fitted_on": cal.fitted_on,
     }
@@ -244,6 +245,7 @@ def sidecar(lm: LoadedModel, run_dir: Path, model_file: str, specs: list[InputSp
         "encoder_length": cfg.encoder_length,
         "horizon": cfg.horizon,
         "quantiles": list(cfg.quantiles),
+        "quantile_head": cfg.quantile_head,  # tied: the output is in order (model/quantile_head.py)
         "target": schema.target,
         "series": {"vocabulary": list(lm.transform.series_vocab), "unknown_code": 0,
                    "codes": {name: i + 1 for i, name in enumerate(lm.transform.series_vocab)}},

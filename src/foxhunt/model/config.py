@@ -16,6 +16,9 @@ from foxhunt.flags import MEMORY, MODEL, option
 # p < 0.01), so by the rule that chooses a default (win, and lose nowhere beyond noise) it is asked for, not assumed.
 METHODS = ("adaptive", "fixed", "none")
 DEFAULT_METHOD = "fixed"
+# The quantile head (model/quantile_head.py): independent linear maps, or the median plus softplus gaps (tied: cannot
+# cross). A model saved before the option reads as independent (`from_dict`).
+HEADS = ("independent", "tied")
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class ModelConfig:
     dropout: float = option(0.1, "Dropout rate.", MODEL)
     lstm_layers: int = option(1, "LSTM layers.", MODEL)
     quantiles: tuple[float, ...] = option((0.1, 0.5, 0.9), "Comma-separated quantiles.", MODEL, metavar="LIST")
+    quantile_head: str = option("independent", f"{' | '.join(HEADS)}: tied cannot cross.", MODEL, metavar="KIND")
     encoder_length: int = 32  # DataConfig.encoder_length (RunConfig checks they agree)
     horizon: int = 5  # DataConfig.horizon
     # Recompute VSN/GRN activations in backward to save memory.
@@ -42,6 +46,8 @@ class ModelConfig:
             raise InputError(f"--dropout must be in [0, 1), got {self.dropout}")
         if self.lstm_layers < 1:
             raise InputError(f"--lstm-layers must be at least 1, got {self.lstm_layers}")
+        if self.quantile_head not in HEADS:
+            raise InputError(f"--quantile-head must be one of {' | '.join(HEADS)}, got {self.quantile_head!r}")
         qs = self.quantiles
         if not qs or any(not 0.0 < q < 1.0 for q in qs) or list(qs) != sorted(set(qs)):
             raise InputError(
@@ -57,4 +63,5 @@ class ModelConfig:
     def from_dict(d: dict[str, Any]) -> ModelConfig:
         d = dict(d)
         d["quantiles"] = tuple(float(q) for q in d["quantiles"])
+        d.setdefault("quantile_head", "independent")  # saved before the option: the only head there was
         return ModelConfig(**d)

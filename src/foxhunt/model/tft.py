@@ -6,7 +6,7 @@ Data flow for one batch (B samples, E encoder steps, D forecast steps, T = E + D
   observed + known[:E] -> encoder VSN(c_s) -> encoder LSTM from (c_h, c_c) ─┐
   known[E:]            -> decoder VSN(c_s) -> decoder LSTM from encoder state ┴-> gated skip (φ̃, B,T,H)
   φ̃ -> static enrichment GRN(c_e) -> θ (B,T,H) -> causal interpretable attention with queries at the D forecast steps
-    -> gated skip -> position-wise GRN -> gated skip over the whole temporal block -> Linear(H, Q) -> (B, D, Q)
+    -> gated skip -> position-wise GRN -> gated skip over the whole temporal block -> quantile head -> (B, D, Q)
 
 The encoder and decoder VSNs do their per-variable work once per distinct bar of the batch and gather it into windows
 (model/selection.py, data/dataset/batch.py); the result is the same as per (window, position).
@@ -18,7 +18,9 @@ Variable order of the interpretation weights (what `variable_names` returns):
 
 Deliberate choices where the paper is silent: with `lstm_layers > 1` the LSTMs apply dropout between layers (as
 pytorch-forecasting does), and the initial state (c_h, c_c) is repeated for every layer. A group with no inputs (no
-static inputs, no known inputs) is replaced by a learned constant embedding, so every shape stays the same.
+static inputs, no known inputs) is replaced by a learned constant embedding, so every shape stays the same. The
+quantile head is the paper's linear map per quantile, or (`--quantile-head tied`) the median plus softplus gaps, which
+cannot cross (model/quantile_head.py).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from foxhunt.model.layers import (
     GatedResidualNetwork,
     StackedGRN,
 )
+from foxhunt.model.quantile_head import quantile_head
 from foxhunt.model.selection import Terms, VariableSelectionNetwork, merge
 
 
@@ -110,7 +113,7 @@ class TemporalFusionTransformer(nn.Module):
         self.post_attention = GateAddNorm(h, h, p)
         self.positionwise = GatedResidualNetwork(h, h, h, p)
         self.pre_output = GateAddNorm(h, h, 0.0)  # the paper's final skip has no dropout
-        self.output = nn.Linear(h, len(cfg.quantiles))  # one linear map per quantile, fused
+        self.output = quantile_head(h, cfg.quantiles, cfg.quantile_head)  # (..., H) -> (..., Q)
         self._group_cache: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
 
     # -- helpers -----------------------------------------------------------------------------------------------------

@@ -189,6 +189,7 @@ def stages(sizes: InputSizes, cfg: ModelConfig, device_type: str, elem_bytes: in
     m = 0.0 if cfg.dropout == 0 else (1.0 if device_type == "cpu" else 1.0 / elem_bytes)
     idx = 8 / elem_bytes  # an int64 index in activation elements
     n_cat = (len(sizes.static_cat), len(sizes.known_cat), len(sizes.observed_cat))
+    head = 4 if cfg.quantile_head == "tied" else 3  # per quantile; tied: its linear outputs too, saved by softplus
 
     def grn(d_in: float, d_h: float, d_out: float, drop: float = m) -> float:
         # input, ELU input and output, dropout mask and output, GLU input (2 d_out), LayerNorm input and its 2 stats
@@ -233,7 +234,7 @@ def stages(sizes: InputSizes, cfg: ModelConfig, device_type: str, elem_bytes: in
         Stage("attention", attention, 2 * t * h + 2 * n * d * t, 4 * t * h + 3 * n * d * t),
         Stage("post_attention", d * gate_add_norm(h), 2 * d * h, 6 * d * h),
         Stage("positionwise", d * grn(h, h, h), 2 * d * h, 6 * d * h, ckpt_saved=d * h),
-        Stage("output", d * (gate_add_norm(h, 0.0) + h + 3 * len(cfg.quantiles)), 2 * d * h, 4 * d * h),
+        Stage("output", d * (gate_add_norm(h, 0.0) + h + head * len(cfg.quantiles)), 2 * d * h, 4 * d * h),
     ]  # fmt: skip
 
 
