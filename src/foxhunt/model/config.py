@@ -17,7 +17,7 @@ from foxhunt.flags import MEMORY, MODEL, option
 METHODS = ("adaptive", "fixed", "none")
 DEFAULT_METHOD = "fixed"
 # The quantile head (model/quantile_head.py): independent linear maps, or the median plus softplus gaps (tied: cannot
-# cross). A model saved before the option reads as independent (`from_dict`).
+# cross); the default is chosen by benchmarks/versus.py (docs/benchmarks.md): level, so independent.
 HEADS = ("independent", "tied")
 
 
@@ -63,5 +63,4 @@ class ModelConfig:
     def from_dict(d: dict[str, Any]) -> ModelConfig:
         d = dict(d)
         d["quantiles"] = tuple(float(q) for q in d["quantiles"])
-        d.setdefault("quantile_head", "independent")  # saved before the option: the only head there was
         return ModelConfig(**d)
