@@ -174,21 +174,10 @@ def _no_direct(path: object, blocks: object, offset: object) -> int:
     return 0
 
 
-def _mapped_batch(windows: object, readers: object, ids: object) -> object:
-    """read.pread_batch's stand-in: the batch gathered by indexing the mapped arrays, not with preadv."""
-    from foxhunt.data.dataset.windows import WindowedData
-
-    return WindowedData.batch(windows, ids)
-
-
 # name -> the (module, attribute, stand-in) each switches off; an attribute may be a class's ("Class.method")
 TRICKS: dict[str, tuple[tuple[str, str, Callable[..., object]], ...]] = {
     # store/put.py: the rows' whole blocks written with O_DIRECT through a staging buffer
     "direct": (("foxhunt.data.store.put", "_direct", _no_direct),),
-    # store/gather.py: a batch of a store read with preadv instead of indexing the mapping
-    "pread": (("foxhunt.data.store.read", "pread_batch", _mapped_batch),),
-    # store/read.py: MappedWindows unmaps the store's pages each read mapped in (madvise MADV_DONTNEED)
-    "madvise": (("foxhunt.data.store.read", "MappedWindows.release", _nothing),),
     # every malloc_trim (allocator.release_freed_memory does nothing without glibc)
     "trim": (("foxhunt.allocator", "glibc", _nothing),),
     # util/heap.py's trims after a pool thread's work
