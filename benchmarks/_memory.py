@@ -178,14 +178,8 @@ def _no_direct(path: object, blocks: object, offset: object) -> int:
 TRICKS: dict[str, tuple[tuple[str, str, Callable[..., object]], ...]] = {
     # store/put.py: the rows' whole blocks written with O_DIRECT through a staging buffer
     "direct": (("foxhunt.data.store.put", "_direct", _no_direct),),
-    # every malloc_trim (allocator.release_freed_memory does nothing without glibc)
-    "trim": (("foxhunt.allocator", "glibc", _nothing),),
-    # util/heap.py's trims after a pool thread's work
-    "heap": (("foxhunt.data.util.heap", "trim", _nothing),),
-    # each other malloc_trim apart: after the known grid, before a piece's row arrays, before the windowed rows
-    "trim-grid": (("foxhunt.data.features.known", "release_freed_memory", _nothing),),
-    "trim-rows": (("foxhunt.data.prepare.write_stage", "release_freed_memory", _nothing),),
-    "trim-window": (("foxhunt.data.dataset.featurize", "release_freed_memory", _nothing),),
+    # dataset/featurize.py: malloc_trim before the windowed rows (the one trim left: allocator.release_freed_memory)
+    "trim": (("foxhunt.data.dataset.featurize", "release_freed_memory", _nothing),),
 }
 
 

@@ -38,7 +38,8 @@ REFUSED = (errno.EINVAL, errno.EOPNOTSUPP)  # a file system that takes no O_DIRE
 
 def _direct(path: Path, blocks: np.ndarray, offset: int) -> int:
     """Write the whole blocks `blocks` at the aligned `offset` with O_DIRECT; how many bytes went (0 where the file
-    system refuses it: the caller writes the rest through the page cache)."""
+    system refuses it: the caller writes the rest through the page cache). 2 GiB of rows: 2.3 s wall and 0.5 s CPU
+    against 8.5-11.6 s and 4.3-4.6 s through the page cache, which also held the 2 GiB dirty (RESULTS.md)."""
     if not len(blocks) or not hasattr(os, "O_DIRECT"):
         return 0
     try:
