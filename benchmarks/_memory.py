@@ -178,8 +178,11 @@ def _no_direct(path: object, blocks: object, offset: object) -> int:
 TRICKS: dict[str, tuple[tuple[str, str, Callable[..., object]], ...]] = {
     # store/put.py: the rows' whole blocks written with O_DIRECT through a staging buffer
     "direct": (("foxhunt.data.store.put", "_direct", _no_direct),),
-    # dataset/featurize.py: malloc_trim before the windowed rows (the one trim left: allocator.release_freed_memory)
-    "trim": (("foxhunt.data.dataset.featurize", "release_freed_memory", _nothing),),
+    # the malloc_trims left (allocator.release_freed_memory): after the known grid, before the windowed rows
+    "trim-grid": (("foxhunt.data.features.known", "release_freed_memory", _nothing),),
+    "trim-window": (("foxhunt.data.dataset.featurize", "release_freed_memory", _nothing),),
+    "trim": (("foxhunt.data.features.known", "release_freed_memory", _nothing),
+             ("foxhunt.data.dataset.featurize", "release_freed_memory", _nothing)),
 }
 
 

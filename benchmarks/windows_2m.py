@@ -271,7 +271,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="measure this many times (the stage table is the median "
                     "run's)")
     ap.add_argument("--without", nargs="*", default=[], metavar="TRICKS", help="also measure with these memory tricks "
-                    f"switched off, one set per word (names: {', '.join(TRICKS)}; 'trim+heap' switches two off), "
+                    f"switched off, one set per word (names: {', '.join(TRICKS)}; 'trim-grid+trim-window' switches two off), "
                     "alternating with the default run by run; a table of medians follows")
     ap.add_argument("--measure", nargs=2, metavar=("FILE", "SMALL"), help=argparse.SUPPRESS)  # the child process
     args = ap.parse_args()

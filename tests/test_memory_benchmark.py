@@ -29,7 +29,7 @@ def test_a_switch_of_a_name_that_is_gone_fails_loudly() -> None:
         _memory.target("foxhunt.data.store.put", "_gone")
     with pytest.raises(SystemExit, match="no trick named 'nope'"):
         _memory.names("direct,nope")
-    assert _memory.names("direct+trim, trim") == ["direct", "trim", "trim"]
+    assert _memory.names("direct+trim-grid, trim") == ["direct", "trim-grid", "trim"]
 
 
 def test_the_cgroup_file_on_v1_and_v2(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from foxhunt.allocator import release_freed_memory
 from foxhunt.data.bars.grid import Grid, future_timestamps
 from foxhunt.data.features.calendar import calendar_at, calendar_columns
 from foxhunt.data.features.seasonality import profile_at, profile_of_minute, wall_minute
@@ -296,6 +297,7 @@ def shared_grid(origins: np.ndarray, step: int, horizon: int, tz: str, intraday:
     out = SharedGrid(ts=table, cont=cont, row=row, extra_ts=origins[missing], extra=cal(origins[missing]), base=base,
                      index=index, lattice=None if lattice is None else lattice[0],
                      slots=None if lattice is None else lattice[1], origins=origins if lattice is None else None)
+    release_freed_memory()  # the grid's temporaries (what it saves: allocator.py)
     return out
 
 
