@@ -4,14 +4,17 @@ A Databento-style parquet of 1-minute futures bars (four CME equity roots, quart
 of overlap, rows sorted by time as Databento writes them) is written first; a fresh process then runs `load_bars` and
 `prepare_from_bars` on it, as `foxhunt train` does, and reports for every stage its wall time, its CPU time (all
 threads of the process: what the stage costs whatever else runs on the machine) and its peak RSS above the RSS
-before loading (Linux VmHWM, reset before each stage through /proc/self/clear_refs). Issue 9's targets, each
-printed with PASS or MISS:
+before loading (Linux VmHWM, reset before each stage through /proc/self/clear_refs), with its peak RssAnon (the
+process's own memory, without the mapped file pages RSS also counts; sampled every 20 ms, benchmarks/_memory.py) and
+the rise of the cgroup's memory.current (page cache included) over the whole load. Issue 9's targets, each printed
+with PASS or MISS:
 - peak RSS while loading and windowing at most 2x the final tensors above the interpreter and libraries (the RSS
   after a warm-up run on a small file, which also imports everything loaded lazily);
 - at least 1,000,000 rows/s (judged on wall time; rows per CPU second over 2 cores is printed beside it, as the
   rate an idle 2-core machine would reach).
 The reference for the window index is what a per-window copy would hold (W x T x F floats): it must stay O(rows x F).
-Run: python benchmarks/windows_2m.py [--rows 2000000] [--encoder-length 64] [--horizon 5]
+Run: python benchmarks/windows_2m.py [--rows 2000000] [--encoder-length 64] [--horizon 5] [--file F] [--repeat N]
+     [--without TRICKS ...]   (--without: the memory tricks switched off, alternating with the default run)
 Numbers on a machine shared with other work vary by tens of percent; compare runs made side by side.
 """
 
@@ -30,6 +33,9 @@ import numpy as np
 import polars as pl
 
 from foxhunt.allocator import POLARS_ALLOCATOR, hand_back_freed_pages
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _memory import TRICKS, WITHOUT, Peaks, names, status, switch_off  # noqa: E402
 
 ROOTS = {"ES": 4000.0, "NQ": 15000.0, "YM": 35000.0, "RTY": 2000.0}
 MONTHS = {3: "H", 6: "M", 9: "U", 12: "Z"}
@@ -102,8 +108,8 @@ def write_futures_file(path: Path, rows: int, seed: int = 0) -> None:
 
 def _status() -> tuple[float, float]:
     """(VmRSS, VmHWM) of this process in MiB."""
-    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+    got = status()
+    return got["VmRSS"], got["VmHWM"]
 
 
 def _reset_peak() -> None:
@@ -111,11 +117,13 @@ def _reset_peak() -> None:
 
 
 class Stages:
-    """Wraps the pipeline's stage functions in their modules' namespaces: time and peak RSS of each call."""
+    """Wraps the pipeline's stage functions in their modules' namespaces: time and peak RSS and RssAnon of each
+    call (RssAnon sampled every 20 ms by `sampler`)."""
 
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, float, float, float, float, float]] = []  # name, RSS before, peak, after, s, cpu s
-        self.peak = 0.0
+    def __init__(self, sampler: Peaks) -> None:
+        self.rows: list[tuple[str, float, float, float, float, float, float]] = []  # name, RSS before, peak, after,
+        self.peak = 0.0  # s, cpu s, RssAnon peak
+        self.sampler = sampler
 
     def hook(self, module, *names: str) -> None:
         for name in names:
@@ -125,12 +133,14 @@ class Stages:
         def wrapped(*args, **kwargs):
             self.peak = max(self.peak, _status()[1])  # whatever ran between stages
             _reset_peak()
+            self.sampler.mark()
             before, t0, c0 = _status()[0], time.perf_counter(), time.process_time()
             out = fn(*args, **kwargs)
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             after, peak = _status()
+            anon = self.sampler.mark()["RssAnon"]
             self.peak = max(self.peak, peak)
-            self.rows.append((name, before, peak, after, seconds, cpu))
+            self.rows.append((name, before, peak, after, seconds, cpu, anon))
             _reset_peak()
             return out
 
@@ -144,13 +154,15 @@ def measure(path: str, small: str, encoder_length: int, horizon: int, batch_size
     from foxhunt.data.config import DataConfig
     from foxhunt.data.prepare import driver, entry, load_stage, write_stage
 
+    off = switch_off()
     cfg = DataConfig(paths=(path,), encoder_length=encoder_length, horizon=horizon, scaling="volatility",
                      adjust="ratio")
     entry.prepare_data(DataConfig(**{**cfg.to_dict(), "paths": (small,)}))  # warm-up: lazy imports, calendars
     import gc
 
     gc.collect()
-    stages = Stages()
+    sampler = Peaks(tree=False)
+    stages = Stages(sampler)
     stages.hook(load, "read_bars", "resolve_symbols", "drop_spreads", "clean_bars", "merge_sunday_stubs",
                 "parse_futures", "check_session_grid", "check_ratio_adjust", "build_series", "_series_summary",
                 "bar_interval")
@@ -161,12 +173,14 @@ def measure(path: str, small: str, encoder_length: int, horizon: int, batch_size
     stages.hook(driver, "complete")
     stages.hook(write_stage, "series_rows", "windowed_rows")
     stages.hook(driver, "data_summary")
-    base = _status()[0]
+    base = status()
     _reset_peak()
+    sampler.start()
     t0, c0 = time.perf_counter(), time.process_time()
     data = entry.prepare_data(cfg)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    peak = max(stages.peak, _status()[1])
+    got = sampler.stop()
+    peak = max(stages.peak, _status()[1], got["VmRSS"])
     w = data.windows
     tensors = sum(t.element_size() * t.nelement() for t in vars(w).values() if isinstance(t, torch.Tensor))
     per_window = w.n_windows * (cfg.window_length * w.cont.shape[1] * 4 + cfg.horizon * 4)
@@ -179,8 +193,11 @@ def measure(path: str, small: str, encoder_length: int, horizon: int, batch_size
         w.batch(ids)
         times.append(time.perf_counter() - t1)
     return {
+        "without": off,
         "rows_read": data.summary.get("rows_read") or pl.scan_parquet(path).select(pl.len()).collect().item(),
-        "rows_used": w.n_rows, "windows": w.n_windows, "seconds": seconds, "cpu_seconds": cpu, "base_mb": base, "peak_mb": peak,
+        "rows_used": w.n_rows, "windows": w.n_windows, "seconds": seconds, "cpu_seconds": cpu,
+        "base_mb": base["VmRSS"], "peak_mb": peak, "base_anon_mb": base["RssAnon"], "peak_anon_mb": got["RssAnon"],
+        "cgroup_start_mb": got["cgroup_start"], "cgroup_peak_mb": got["cgroup"],
         "tensors_mb": tensors / 2**20, "per_window_mb": per_window / 2**20, "batch_ms": 1e3 * float(np.median(times)),
         "threads": torch.get_num_threads(), "stages": stages.rows,
     }
@@ -194,20 +211,27 @@ def report(m: dict, rows_file: int) -> None:
     """
     above = m["peak_mb"] - m["base_mb"]
     ratio = above / m["tensors_mb"]
+    anon_above = m["peak_anon_mb"] - m["base_anon_mb"]
     rate = rows_file / m["seconds"]
     cpu_rate = rows_file / (m["cpu_seconds"] / 2)
     print(f"{'stage':<20} {'wall s':>7} {'cpu s':>6} {'RSS before':>11} {'peak':>7} {'peak-before':>12} {'RSS after':>10}"
-          "  (MiB)")
-    for name, before, peak, after, s, cpu in m["stages"]:
-        print(f"{name:<20} {s:7.2f} {cpu:6.2f} {before:11,.0f} {peak:7,.0f} {peak - before:12,.0f} {after:10,.0f}")
+          f" {'RssAnon peak':>12}  (MiB)")
+    for name, before, peak, after, s, cpu, anon in m["stages"]:
+        print(f"{name:<20} {s:7.2f} {cpu:6.2f} {before:11,.0f} {peak:7,.0f} {peak - before:12,.0f} {after:10,.0f}"
+              f" {anon:12,.0f}")
+    cgroup = ("unreadable" if m["cgroup_peak_mb"] is None else
+              f"{m['cgroup_peak_mb'] - m['cgroup_start_mb']:,.0f} MiB above its start (page cache included)")
     rows = [
         ("rows in the file / used", f"{rows_file:,} / {m['rows_used']:,}"),
         ("windows (all splits)", f"{m['windows']:,}"),
         ("load_bars + prepare_from_bars", f"{m['seconds']:.2f} s wall, {m['cpu_seconds']:.2f} s CPU"),
         ("rows/s on wall time (target >= 1,000,000)", f"{rate:,.0f}  {'PASS' if rate >= 1e6 else 'MISS'}"),
         ("rows/s on CPU time / 2 cores", f"{cpu_rate:,.0f}  {'PASS' if cpu_rate >= 1e6 else 'MISS'}"),
-        ("RSS: interpreter + libraries", f"{m['base_mb']:,.0f} MiB"),
+        ("RSS: interpreter + libraries", f"{m['base_mb']:,.0f} MiB (RssAnon {m['base_anon_mb']:,.0f})"),
         ("peak RSS while loading", f"{m['peak_mb']:,.0f} MiB ({above:,.0f} above the libraries)"),
+        ("peak RssAnon while loading", f"{m['peak_anon_mb']:,.0f} MiB ({anon_above:,.0f} above the libraries, "
+                                       f"{anon_above / m['tensors_mb']:.2f}x the tensors)"),
+        ("the cgroup's memory.current", cgroup),
         ("final tensors", f"{m['tensors_mb']:,.0f} MiB"),
         ("peak above libraries / tensors (target <= 2)", f"{ratio:.2f}x  {'PASS' if ratio <= 2 else 'MISS'}"),
         ("per-window copies would hold", f"{m['per_window_mb']:,.0f} MiB "
@@ -220,6 +244,23 @@ def report(m: dict, rows_file: int) -> None:
         print(f"{k:<{width}}  {v}")
 
 
+def compare(runs: dict[str, list[dict]]) -> None:
+    """One line per set of tricks switched off (`runs`: without -> measurements): the medians of wall and CPU
+    seconds, and of the peaks above the interpreter and libraries (MiB)."""
+    print(f"\n{'without':<12} {'runs':>4} {'wall s':>7} {'cpu s':>6} {'RSS+':>6} {'RssAnon+':>8} {'cgroup+':>8} "
+          f"{'RSS+/tensors':>12}  (medians; MiB above the RSS before loading)")
+    for without, ms in runs.items():
+        def med(f, ms: list[dict] = ms) -> float:
+            return float(np.median([f(m) for m in ms]))
+
+        rises = [m["cgroup_peak_mb"] - m["cgroup_start_mb"] for m in ms if m["cgroup_peak_mb"] is not None]
+        rise = f"{np.median(rises):8,.0f}" if rises else f"{'-':>8}"
+        print(f"{without or '(none)':<12} {len(ms):4d} {med(lambda m: m['seconds']):7.2f} "
+              f"{med(lambda m: m['cpu_seconds']):6.2f} {med(lambda m: m['peak_mb'] - m['base_mb']):6,.0f} "
+              f"{med(lambda m: m['peak_anon_mb'] - m['base_anon_mb']):8,.0f} {rise} "
+              f"{med(lambda m: (m['peak_mb'] - m['base_mb']) / m['tensors_mb']):11.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
@@ -227,12 +268,20 @@ def main() -> None:
     ap.add_argument("--horizon", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--file", help="measure this file instead of writing one")
+    ap.add_argument("--repeat", type=int, default=1, help="measure this many times (the stage table is the median "
+                    "run's)")
+    ap.add_argument("--without", nargs="*", default=[], metavar="TRICKS", help="also measure with these memory tricks "
+                    f"switched off, one set per word (names: {', '.join(TRICKS)}; 'trim-grid+trim-window' switches two off), "
+                    "alternating with the default run by run; a table of medians follows")
     ap.add_argument("--measure", nargs=2, metavar=("FILE", "SMALL"), help=argparse.SUPPRESS)  # the child process
     args = ap.parse_args()
     if args.measure:
         m = measure(*args.measure, args.encoder_length, args.horizon, args.batch_size)
         print(json.dumps(m))
         return
+    for spec in args.without:
+        names(spec)  # SystemExit naming a trick that is not one
+    runs: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.file) if args.file else Path(tmp) / "bars_1m.parquet"
         if not args.file:
@@ -244,10 +293,22 @@ def main() -> None:
                str(args.encoder_length), "--horizon", str(args.horizon), "--batch-size", str(args.batch_size)]
         # polars' allocator as `foxhunt train` sets it (foxhunt/allocator.py); not this process's, where polars has
         # written its own default into the variable
-        env = {k: v for k, v in os.environ.items() if k != POLARS_ALLOCATOR}
+        env = {k: v for k, v in os.environ.items() if k not in (POLARS_ALLOCATOR, WITHOUT)}
         hand_back_freed_pages(env)
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout  # fresh: clean RSS
-        report(json.loads(out.strip().splitlines()[-1]), rows_file)
+        for _ in range(args.repeat):
+            for without in ["", *args.without]:
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True,
+                                     env={**env, WITHOUT: without}).stdout  # a fresh process: clean RSS
+                m = json.loads(out.strip().splitlines()[-1])
+                runs.setdefault(without, []).append(m)
+                if args.repeat > 1 or args.without:
+                    print(f"without {without or '(none)'}: {m['seconds']:.2f} s wall, {m['cpu_seconds']:.2f} s CPU, "
+                          f"peak RSS +{m['peak_mb'] - m['base_mb']:,.0f} MiB, RssAnon "
+                          f"+{m['peak_anon_mb'] - m['base_anon_mb']:,.0f} MiB", flush=True)
+    default = runs[""]
+    report(sorted(default, key=lambda m: m["seconds"])[len(default) // 2], rows_file)
+    if args.without:
+        compare(runs)
 
 
 if __name__ == "__main__":

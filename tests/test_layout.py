@@ -196,8 +196,7 @@ def test_no_module_of_the_data_pipeline_waits_by_sleeping() -> None:
 # dataset, its fit the transform), or read back from what it wrote (a store's files, a saved transform).
 MADE_IN = {
     "PreparedData": {"foxhunt/data/prepare/sink.py", "foxhunt/data/store/read.py"},
-    "WindowedData": {"foxhunt/data/prepare/sink.py"},
-    "MappedWindows": {"foxhunt/data/store/read.py"},
+    "WindowedData": {"foxhunt/data/prepare/sink.py", "foxhunt/data/store/read.py"},
     "FittedTransform": {"foxhunt/data/prepare/fit.py", "foxhunt/data/dataset/types.py"},
 }
 

@@ -1,5 +1,5 @@
 """How freed memory goes back to the kernel: polars' allocator, chosen per command before polars loads, and glibc's
-heap, trimmed between the stages of loading.
+heap, trimmed after the known grid (features/known.py) and before the windowed rows (dataset/featurize.py).
 
 polars allocates through its own jemalloc, which it sets to keep freed pages for 0.5-1 s before handing them back
 (polars/__init__.py appends `_RJEM_MALLOC_CONF` to its own setting; jemalloc reads it once, when polars loads).
@@ -78,7 +78,9 @@ def glibc() -> Any | None:
 
 
 def release_freed_memory() -> None:
-    """Hand the C heap's freed memory back to the kernel (glibc's malloc_trim; elsewhere nothing).
+    """Hand the C heap's freed memory back to the kernel (glibc's malloc_trim; elsewhere nothing): after the known
+    grid and before the windowed rows, 12-19 MiB of RssAnon at the peak of 2M bars (benchmarks/RESULTS.md, the
+    memory tricks).
 
     glibc serves blocks below its mmap threshold from the heap, and it raises that threshold (up to 32 MiB) each
     time a large block is freed, so the (N,) temporaries of fitting stay resident once freed and the row tensor

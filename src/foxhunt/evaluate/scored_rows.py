@@ -53,7 +53,6 @@ def from_batch(fb: ForecastBatch, data: PreparedData) -> Scored:
 
     w = data.windows
     origin_row = (w.starts[torch.from_numpy(fb.window)] + w.encoder_length - 1).numpy()
-    w.release()
     return Scored(fb.series, origin_row, fb.origin_ns, fb.quantiles, fb.actual, fb.raw)
 
 
@@ -65,7 +64,6 @@ def gather(kept: list[ForecastBatch], data: PreparedData) -> Scored:
 def scored_windows(w: WindowedData, ids: torch.Tensor, quantiles: np.ndarray) -> Scored:
     """The windows `ids` with their (K, D, Q) `quantiles` (Q may be 0: baselines alone are scored there)."""
     origin_row = (w.starts[ids] + w.encoder_length - 1).numpy()
-    w.release()
     return Scored(w.series_index(ids).numpy(), origin_row, w.origin_ns(ids).numpy(), quantiles,
                   w.actual(ids).numpy().astype(np.float64))
 

@@ -2,8 +2,8 @@
 
 A series' inputs are its target and its contracts' own moves (`PreparedData.own_moves`: each contract's own log
 range, and returns for a range target, computed as the model's features are: adjusted closes would carry later roll
-gaps). Rows are sorted by series, then time, so a series' rows are one slice, read and let go (a feature store's
-pages) a series at a time. The baselines' arithmetic is evaluate/baselines.py's.
+gaps). Rows are sorted by series, then time, so a series' rows are one slice, read (a feature store's pages) a
+series at a time. The baselines' arithmetic is evaluate/baselines.py's.
 """
 
 from __future__ import annotations
@@ -75,7 +75,6 @@ def series_inputs(data: PreparedData, s: int, cut: int) -> tuple[SeriesInputs | 
         target[0] = np.nan  # a series' first bar has no move (the prepared data hold 0 there): fit on none
     ts = w.ts_ns.numpy()[rows]
     own = {c: v[rows].astype(np.float64) for c, v in data.own_moves.items()}
-    w.release()
     train_mask = (ts < cut) & np.isfinite(target)
     if train_mask.sum() < 2:
         why = f"no bars before {_iso(cut)} (the training cut) to fit on"
@@ -166,10 +165,7 @@ def fit_cut(train_end: str | None, first_forecast_ns: int) -> int:
 
 def first_forecast_ns(data: PreparedData, origin_rows: np.ndarray) -> int:
     """The earliest first forecast bar (ns) of origins at these global rows (each origin's next row)."""
-    w = data.windows
-    first = int(w.ts_ns.numpy()[np.asarray(origin_rows, dtype=np.int64) + 1].min())
-    w.release()
-    return first
+    return int(data.windows.ts_ns.numpy()[np.asarray(origin_rows, dtype=np.int64) + 1].min())
 
 
 def _first_clause(text: str) -> str:

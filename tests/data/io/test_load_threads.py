@@ -11,7 +11,7 @@ from foxhunt.data.bars import load, series
 from foxhunt.data.bars.validate import _ready_to_gather, _sort_dedup, clean_bars, sort_plan, submit_sort_plan
 from foxhunt.data.config import DataConfig
 from foxhunt.data.io.read import read_bars
-from foxhunt.data.util import heap, parallel
+from foxhunt.data.util import parallel
 from foxhunt.data.util.order import Declined
 from foxhunt.errors import InputError
 from tests.data.io.test_load_fast_paths import _clean_reference, _in_time_order, _messy
@@ -114,14 +114,6 @@ def test_a_gather_readied_while_the_plan_is_found_gives_the_same_frame(threads, 
     got, duplicates, late = _sort_dedup(mine, sort_plan(*(mine.get_column(c) for c in ("symbol", "instrument_id", "ts"))),
                                         True, kinds)
     assert got.equals(want, null_equal=True) and (duplicates.dropped, late) == (want_stats["duplicates_dropped"], 0)
-
-
-def test_heaps_are_trimmed_only_after_large_work_on_a_pool_thread(monkeypatch):
-    monkeypatch.setenv(parallel.ENV, "2")
-    assert heap.trims(heap.TRIM_ROWS) and not heap.trims(heap.TRIM_ROWS - 1)
-    assert parallel.submit(heap.trims, heap.TRIM_ROWS).result() is False  # a pool thread does not decide it
-    monkeypatch.setenv(parallel.ENV, "1")
-    assert not heap.trims(10 * heap.TRIM_ROWS)  # one thread: one heap, nothing to hand back early
 
 
 def test_a_plan_declined_by_its_symbols_test_leaves_clean_bars_its_own(threads):

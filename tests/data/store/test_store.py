@@ -74,53 +74,16 @@ def test_arrays_stay_mapped_from_the_store_files(prepared):
     assert _bits(open_store(store).windows.cont) != _bits(back.windows.cont)
 
 
-def _mapped_kib(path: Path) -> int:
-    """Resident KiB of this process's mappings of `path` (/proc/self/smaps)."""
-    total, inside = 0, False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        if "-" in line.split(" ", 1)[0]:  # a mapping's header line
-            inside = line.endswith(str(path.resolve()))
-        elif inside and line.startswith("Rss:"):
-            total += int(line.split()[1])
-    return total
-
-
-def test_a_batch_lets_go_of_the_store_pages_it_mapped_in(prepared):
-    _, data, store = prepared
-    w = open_store(store).windows
-    assert float(w.cont.sum()) == pytest.approx(float(data.windows.cont.sum()))  # every page of cont read
-    assert _mapped_kib(store / "cont.npy") > 0
-    batch = w.batch(data.splits["train"][:5])
-    assert _mapped_kib(store / "cont.npy") == 0  # unmapped: the pages stay in the OS page cache only
-    assert _bits(batch.enc_cont) == _bits(data.windows.batch(data.splits["train"][:5]).enc_cont)
-
-
 @pytest.mark.parametrize("grid", ["known_index", "known_base"])
-def test_a_batch_is_read_without_mapping_the_store_and_equals_the_prepared_batch(prepared, grid):
+def test_a_batch_of_the_store_equals_the_prepared_batch(prepared, grid):
     _, data, store = prepared
     back, want = open_store(store), data.windows
     if grid == "known_base":  # the grid as one lattice: forecast steps at base + k
         back.windows.known_index, want = None, dataclasses.replace(want, known_index=None)
-    back.windows.release()
-    back.windows.release = lambda: None  # type: ignore[method-assign]  # pages a batch mapped would stay mapped
     for ids in (data.splits["train"][[40, 3, 41, 200, 3, 90]], data.splits["val"], data.splits["test"][::7]):
         batch, expected = back.windows.batch(ids), want.batch(ids)
         for field in dataclasses.fields(batch):
             assert _bits(getattr(batch, field.name)) == _bits(getattr(expected, field.name)), field.name
-    assert sum(_mapped_kib(store / f"{name}.npy") for name in WINDOW_ARRAYS) == 0
-
-
-def test_reads_by_window_and_the_split_arrays_let_go_of_their_pages(prepared):
-    _, data, store = prepared
-    back = open_store(store)
-    w, train = back.windows, back.splits["train"]
-    assert int(train.sum()) == int(data.splits["train"].sum())  # every page of the split read
-    assert _mapped_kib(store / "split_train.npy") > 0
-    ids = data.splits["train"][:9]
-    code, actual = w.series_code(train[:9]), w.actual(train[:9])
-    assert _mapped_kib(store / "split_train.npy") == 0 and _mapped_kib(store / "static_cat.npy") == 0
-    assert _mapped_kib(store / "target_raw.npy") == 0
-    assert torch.equal(code, data.windows.series_code(ids)) and _bits(actual) == _bits(data.windows.actual(ids))
 
 
 def test_the_manifest_records_the_options_and_input_files(prepared, fixtures_dir):

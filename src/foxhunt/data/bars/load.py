@@ -30,7 +30,7 @@ from foxhunt.data.bars.validate import (
 )
 from foxhunt.data.config import DataConfig
 from foxhunt.data.io.read import read_bars
-from foxhunt.data.util import heap, parallel
+from foxhunt.data.util import parallel
 from foxhunt.data.util.median import exact_median
 from foxhunt.data.util.order import run_starts
 from foxhunt.data.util.runs import changes, run_lengths, run_starts_of
@@ -126,7 +126,7 @@ def load_raw(
     rows_read = raw.height
     # How clean_bars will sort the rows, found on the second core meanwhile: it holds when the stages before it
     # leave the instrument columns and the rows as they are (the usual file).
-    threaded, trim = parallel.threads() > 1, heap.trims(raw.height)
+    threaded = parallel.threads() > 1
     # It gives up early on a Databento file with spreads or other symbols that the stages before may drop; it is
     # handed over by pop(), so that no reference here keeps its arrays alive.
     plan = [submit_sort_plan(raw, _outrights)] if threaded else []
@@ -148,7 +148,6 @@ def load_raw(
         plan.pop().result()  # stale: waited for, so that clean_bars' own plan does not run beside it
     df, stats = clean_bars(df, paths, consume=True, plan=plan.pop() if plan else None, judge=judge)  # df: its own
     bad = stats.pop("bad_rows", None)
-    heap.trim(trim)  # the plan's arrays, freed into the pool thread's heap where this one cannot reuse them
     df, stubs = merge_sunday_stubs(df)
     # (R,) the runs of one symbol (bars sorted by instrument): found once for every stage below that reads them
     runs = run_starts_of(df.get_column("symbol"))
@@ -156,12 +155,12 @@ def load_raw(
     # parses the futures symbols, the checks while build_series picks the contracts (build_series waits for them
     # before it gathers the series: until then they hold the columns they read). Their errors come first, as they
     # would one after the other.
-    spaced = parallel.submit(_spacing, df.select(*INSTRUMENT, "ts"), runs, trim)
+    spaced = parallel.submit(spacing_ns, df.select(*INSTRUMENT, "ts"), runs)
     df = parse_futures(df, cfg.exchange_tz, runs=runs)
     # Symbols that read as contracts of a root but are not one market's (chains.py) are plain symbols from here on:
     # decided before the checks, which treat futures (back-adjusted by a ratio) apart from other series.
     df, apart, rolled = keep_apart(df, runs, *(roots or ((), ()))) if cfg.contracts == "auto" else (df, {}, [])
-    checked = parallel.submit(_checks, df.select(CHECKED), files, paths, cfg, runs, spaced, trim)
+    checked = parallel.submit(_checks, df.select(CHECKED), files, paths, cfg, runs, spaced)
     # Row locators and ids are read by the checks only: build_series never sees them.
     df = df.drop("file_idx", "row", "instrument_id", "rtype", "by_instrument")
     try:
@@ -172,7 +171,6 @@ def load_raw(
         raise
     del df
     step, grid = checked.result()
-    heap.trim(trim)  # the sorted ts the plan made (the parsed bars' column until now), freed into the pool's heap
     bars, filled = fill_gaps(bars, cfg.exchange_tz, grid_step_ns, cfg.calendar) if cfg.fill_gaps else (bars, None)
     dropped = sorted(set(info["contracts_dropped"]) | set(spread_symbols))
     report = {
@@ -206,22 +204,14 @@ def _outrights(symbols: pl.Series) -> bool:
     return bool(symbols.str.contains(FUTURES_RE).all())
 
 
-def _spacing(df: pl.DataFrame, runs: np.ndarray, trim: bool = False) -> float | None:
-    """`spacing_ns`; `trim`: hand the C heap's freed memory back at the end (see heap.py)."""
-    step = spacing_ns(df, runs)
-    heap.trim(trim)
-    return step
-
-
 def _checks(df: pl.DataFrame, files: list[dict], paths: list[str], cfg: DataConfig, runs: np.ndarray,
-            spaced: Future[float | None], trim: bool = False) -> tuple[float | None, dict]:
+            spaced: Future[float | None]) -> tuple[float | None, dict]:
     """The checks of parsed bars that only read them: (bar spacing in ns, from `spaced`; `check_session_grid`'s
-    report entries); raises InputError for bars a user must fix. `trim`: as `_spacing`'s."""
+    report entries); raises InputError for bars a user must fix."""
     step = spaced.result()
     grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step, runs=runs, calendar=cfg.calendar)
     if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
         check_ratio_adjust(df, paths, where=pl.col("root").is_not_null())
-    heap.trim(trim)
     return step, grid
 
 

@@ -32,7 +32,7 @@ import polars as pl
 
 from foxhunt.data.bars.rolls import CONTINUOUS_RE, ContractIndex, continuous_file_rolls, pick_fronts
 from foxhunt.data.bars.symbols import PRICES
-from foxhunt.data.util import heap, parallel
+from foxhunt.data.util import parallel
 from foxhunt.data.util.order import gather, runs_order, same_as_next, sort_keys, stable_order
 from foxhunt.data.util.runs import distinct, run_lengths, run_starts_of
 from foxhunt.errors import InputError
@@ -316,7 +316,6 @@ def _front_bars(fut: pl.DataFrame, rows: np.ndarray, keys: list[np.ndarray], seg
     first, rolled = made.result()
     bars = _adjusted(pl.concat([first, *parts], how="horizontal"), rolled, adjust)
     del rolled
-    heap.trim(heap.trims(len(rows)))  # the factor, made on the pool thread: freed into its heap (heap.py)
     return bars
 
 

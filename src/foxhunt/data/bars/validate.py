@@ -31,7 +31,7 @@ import polars as pl
 from foxhunt.data.bars import duplicates
 from foxhunt.data.bars.bad_rows import AllRowsBad, BadRows, judge_bad_rows, row_place
 from foxhunt.data.bars.duplicates import Duplicates
-from foxhunt.data.util import heap, parallel
+from foxhunt.data.util import parallel
 from foxhunt.data.util.order import (
     Declined,
     combined,
@@ -152,19 +152,16 @@ def submit_sort_plan(df: pl.DataFrame, accept: Callable[[pl.Series], bool] | Non
     """`sort_plan` of `df`'s instrument and ts columns, found on a pool thread (`parallel.submit`); it holds the
     columns, not `df`, so that `df` may lose them meanwhile. `accept`: see `sort_plan` (the future then gives
     None where it declines)."""
-    return parallel.submit(_trimmed_plan, heap.trims(df.height), accept, *_plan_columns(df))
+    return parallel.submit(_plan, accept, *_plan_columns(df))
 
 
-def _trimmed_plan(trim: bool, accept: Callable[[pl.Series], bool] | None, symbol: pl.Series, ident: pl.Series,
-                  ts: pl.Series) -> SortPlan | None:
-    """`sort_plan`, None where `accept` declines; `trim` (on a pool thread): its temporaries then go back to the
-    kernel at once, as freed into that thread's C heap the caller's allocations (the gather that follows) could
-    not reuse them (heap.py)."""
+def _plan(accept: Callable[[pl.Series], bool] | None, symbol: pl.Series, ident: pl.Series,
+          ts: pl.Series) -> SortPlan | None:
+    """`sort_plan`, None where `accept` declines."""
     try:
         plan = sort_plan(symbol, ident, ts, accept)
     except Declined:
         plan = None
-    heap.trim(trim)
     return plan
 
 

@@ -99,7 +99,7 @@ def windowed_rows(rows: dict[str, np.ndarray], names: list[str], tf: FittedTrans
         window_splits, rows["ts"], first, end, e, d, cuts, train_start)
     cont = rows.pop("cont")  # (N, Kr + Or)
     grid = known(rows["ts"], cont[:, :known_width(tf)], rows.get(EVENT_KEY))
-    release_freed_memory()  # the grid's and the calendar's temporaries, before the last row arrays
+    release_freed_memory()  # the grid's and the calendar's temporaries, before the last row arrays (what it saves: allocator.py)
     codes = tf.code(names)[rows["sidx"]]  # (N,)
     if planned is None:
         starts = window_starts(first, end, e + d)

@@ -87,9 +87,6 @@ class WindowedData:
         # TFT relative time index: position -E+1 .. D (0 at the origin), divided by E.
         self._rel = ((self._steps - (e - 1)).float() / e).view(1, t, 1)  # (1, T, 1)
 
-    def release(self) -> None:
-        """Let go of the store pages a read mapped in (MappedWindows); tensors in memory have none."""
-
     @property
     def n_windows(self) -> int:
         return int(self.starts.shape[0])

@@ -297,7 +297,7 @@ def shared_grid(origins: np.ndarray, step: int, horizon: int, tz: str, intraday:
     out = SharedGrid(ts=table, cont=cont, row=row, extra_ts=origins[missing], extra=cal(origins[missing]), base=base,
                      index=index, lattice=None if lattice is None else lattice[0],
                      slots=None if lattice is None else lattice[1], origins=origins if lattice is None else None)
-    release_freed_memory()  # the grid's temporaries: on a pool thread, the stages' trims may have come before them
+    release_freed_memory()  # the grid's temporaries (what it saves: allocator.py)
     return out
 
 

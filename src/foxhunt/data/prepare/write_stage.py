@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from foxhunt.allocator import release_freed_memory
 from foxhunt.data.dataset.featurize import EVENT_KEY, moved, series_rows, windowed_rows
 from foxhunt.data.dataset.summary import WindowFacts
 from foxhunt.data.dataset.types import FittedTransform
@@ -151,7 +150,6 @@ def _rows(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarra
           derived: tuple, side: Side) -> dict[str, np.ndarray]:
     """The piece's row arrays (featurize.series_rows) of its raw features and trailing inputs `derived`, with each
     row's events key; the caller drops its features once they are made."""
-    release_freed_memory()  # the fit's freed temporaries go back before the row arrays take their memory
     rows = series_rows(feats, names, sidx, ts, transform, derived)
     if side.keys is not None:
         rows[EVENT_KEY] = side.keys

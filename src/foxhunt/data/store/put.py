@@ -38,7 +38,9 @@ REFUSED = (errno.EINVAL, errno.EOPNOTSUPP)  # a file system that takes no O_DIRE
 
 def _direct(path: Path, blocks: np.ndarray, offset: int) -> int:
     """Write the whole blocks `blocks` at the aligned `offset` with O_DIRECT; how many bytes went (0 where the file
-    system refuses it: the caller writes the rest through the page cache)."""
+    system refuses it: the caller writes the rest through the page cache). 2 GiB of rows: 2.0 s wall and 0.5 s CPU
+    against 4.0-5.0 s and 3.7-4.9 s (and 2 GiB of dirty page cache) without it, for its 64 MiB staging buffer
+    (benchmarks/store_put.py)."""
     if not len(blocks) or not hasattr(os, "O_DIRECT"):
         return 0
     try:

@@ -1,3 +1,3 @@
-"""Shared low-level helpers of every data stage: runs of equal values, the exact median, threads, the
-allocator hand-back, sort orders and wall-clock time (clock.py).
+"""Shared low-level helpers of every data stage: runs of equal values, the exact median, threads, sort orders and
+wall-clock time (clock.py).
 """
