@@ -101,6 +101,15 @@ def option(default: Any, help: str, panel: str, **how: Any) -> Any:
     return dataclasses.field(default=default, metadata={KEY: Option(help, panel, **how)})
 
 
+def again(cls: type, name: str, **changes: Any) -> Any:
+    """A field that is the option `name` of the dataclass `cls` once more: its help, panel and flags stay that one
+    declaration's; `changes` give another `default` or another `show_default` (a command reading a trained model
+    takes the model's --since), or drop its `switch`."""
+    o = next(o for o in options(cls) if o.name == name)
+    default = changes.pop("default", o.default)
+    return dataclasses.field(default=default, metadata={KEY: dataclasses.replace(o, **changes)})
+
+
 @functools.cache
 def options(cls: type) -> tuple[Option, ...]:
     """The options declared on the fields of the dataclass `cls`, in field order."""

@@ -176,6 +176,77 @@ def test_commands_reading_a_model_redeclare_only_the_flags_whose_meaning_is_thei
                 assert (command, p.name) in OWN_MEANING, f"{command} --{p.name} declared again with its own help"
 
 
+# predict and evaluate: their options are the fields of their records (predict/config.py, evaluate/config.py), but
+# for the bars (train's --parquet-file), torch's threads and -v / -q, which they take as train declares them.
+FORECAST_SHARED = {"parquet_file", "threads"} | CLI_OWN
+
+
+def _forecast_config(command: str) -> type:
+    from foxhunt.evaluate.config import EvaluateConfig
+    from foxhunt.predict.config import PredictConfig
+
+    return {"predict": PredictConfig, "evaluate": EvaluateConfig}[command]
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_every_option_of_predict_and_evaluate_is_a_field_of_their_record(command) -> None:
+    from foxhunt import flags
+
+    declared = {o.name: o for o in flags.options(_forecast_config(command))}
+    params = {p.name: p for p in COMMANDS[command].params}
+    assert set(params) - FORECAST_SHARED == set(declared)
+    for name, o in declared.items():
+        p = params[name]
+        assert (p.help, p.rich_help_panel, p.required) == (o.help, o.panel, o.required), (command, name)
+        assert o.required or p.default == o.text_default, (command, name)
+    train, _ = _declared()
+    trains = {o.name: o for opts in train.values() for o in opts}
+    for name in ("since", "until", "device"):  # the training run's options again, the model's by default
+        assert declared[name].help == trains[name].help
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_predict_and_evaluate_build_their_record_from_the_command_line(command, monkeypatch, tmp_path) -> None:
+    """What was typed reaches the record's fields, read as a config's options are; the rest are its defaults."""
+    from pathlib import Path
+
+    import foxhunt.api.forecaster
+    import foxhunt.evaluate.run
+
+    seen = []
+
+    def stop(*args, **kw):
+        seen.append(args)
+        raise typer.Exit(0)
+
+    monkeypatch.setattr(foxhunt.evaluate.run, "evaluate_run", stop)
+    monkeypatch.setattr(foxhunt.api.forecaster.Forecaster, "load", lambda *a, **kw: stop(kw))
+    cls = _forecast_config(command)
+    out = ["--out", "f.parquet"] if command == "predict" else ["--out-dir", "o"]
+    assert main([command, "--model", "m", *out, "-f", "a.parquet", "--start", "2024-01-02", "--batch-size", "8",
+                 "--calibration", "adaptive", "--no-calibration", "--covariates", "c1.csv", "--covariates", "c2.csv",
+                 "--threads", "1"]) == 0
+    if command == "evaluate":
+        cfg, paths = seen[0]
+        assert paths == ("a.parquet",)
+        assert cfg == cls(model=Path("m"), out_dir=Path("o"), start="2024-01-02", batch_size=8,
+                          calibration="adaptive", no_calibration=True, covariates=("c1.csv", "c2.csv"))
+        assert (cfg.method, cfg.device, cfg.since, cfg.features) == ("none", "cpu", None, None)
+    else:
+        assert seen[0][0] == {"covariates": ("c1.csv", "c2.csv"), "events": None, "since": None, "until": None,
+                           "calibration": "none"}
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_a_store_with_since_is_refused_before_a_model_is_read(command, tmp_path, capsys) -> None:
+    out = ["--out", str(tmp_path / "f.parquet")] if command == "predict" else ["--out-dir", str(tmp_path / "o")]
+    code = main([command, "--model", str(tmp_path / "no-model"), *out, "--features", str(tmp_path / "store"),
+                 "--since", "2024-01-01"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--since / --until bound the bars read" in err, err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "f.parquet").exists()
+
+
 def test_no_default_is_written_out_again() -> None:
     """A string default of a field appears in no module that derives options (a name that is also an option name,
     like "device", is a name; "foxhunt", tune's study name, is also the package's logger)."""

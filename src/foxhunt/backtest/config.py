@@ -10,8 +10,8 @@ from typing import Any
 
 from foxhunt.durations import MONTHS, UNIT_NS, read_duration
 from foxhunt.errors import InputError
-from foxhunt.flags import BACKTEST, FORECASTS, OUTPUT, option
-from foxhunt.model.config import DEFAULT_METHOD, METHODS
+from foxhunt.flags import BACKTEST, OUTPUT, again, option
+from foxhunt.predict.config import ForecastConfig, check_method
 
 WINDOWS = ("expanding", "rolling")
 
@@ -103,14 +103,12 @@ class BacktestConfig:
     train_length: Length | None = option(None, "--window rolling: the training period's length.", BACKTEST,
                                          metavar="SPAN", parse=parse_length)
     jobs: int = option(1, "Fold models trained at once, if memory allows.", BACKTEST)
-    # How each fold's forecasts are calibrated (model/config.py METHODS); predict and evaluate take the same flag.
-    calibration: str = option(DEFAULT_METHOD, f"Quantile calibration: {' | '.join(METHODS)}.", FORECASTS,
-                              metavar="HOW", flags=("--calibration",))
+    # How each fold's forecasts are calibrated: predict's and evaluate's flag (predict/config.py).
+    calibration: str = again(ForecastConfig, "calibration")
     predict_batch_size: int = 1024
 
     def __post_init__(self) -> None:
-        if self.calibration not in METHODS:
-            raise InputError(f"--calibration {self.calibration!r} is not one of {', '.join(METHODS)}")
+        check_method(self.calibration)
         if self.window not in WINDOWS:
             raise InputError(f"--window {self.window!r} is not one of {', '.join(WINDOWS)}")
         if (self.window == "rolling") != (self.train_length is not None):

@@ -3,128 +3,84 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from foxhunt.cli.app import app
 from foxhunt.cli.options import (
-    BatchSize,
-    CalibrationMethod,
-    Covariates,
-    Device,
-    End,
-    Events,
+    CONSOLE_OPTIONS,
+    EVALUATE_OPTIONS,
+    PARQUET_FILE,
+    PREDICT_OPTIONS,
+    THREADS,
     ModelDir,
-    NoCalibration,
-    ParquetFile,
     Quiet,
-    Since,
-    Start,
     Threads,
-    Until,
     Verbose,
+    attach,
 )
-from foxhunt.cli.wiring import bars_or_store, calibration_method, set_threads, set_verbosity
+from foxhunt.cli.wiring import bars_or_store, given, set_threads, set_verbosity
 from foxhunt.errors import InputError
-from foxhunt.flags import DATA, FORECASTS, OUTPUT
-from foxhunt.model.config import DEFAULT_METHOD
+from foxhunt.flags import DATA, OUTPUT
 from foxhunt.train.config import TrainConfig
 
 TD = TrainConfig()
 
 
 @app.command()
-def predict(
-    model: ModelDir,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Forecasts parquet to write.", metavar="PATH",
-                                      rich_help_panel=OUTPUT)],
-    parquet_file: ParquetFile = None,
-    features: Annotated[Path | None, typer.Option(help="Forecast a `foxhunt prepare` store's windows.",
-                                                  metavar="PATH", rich_help_panel=DATA)] = None,
-    since: Since = None,
-    until: Until = None,
-    start: Start = None,
-    end: End = None,
-    batch_size: BatchSize = 1024,
-    device: Device = "cpu",
-    threads: Threads = TD.num_threads,
-    calibration: CalibrationMethod = DEFAULT_METHOD,
-    no_calibration: NoCalibration = False,
-    covariates: Covariates = None,
-    events: Events = None,
-    verbose: Verbose = False,
-    quiet: Quiet = False,
-) -> None:
+@attach((PARQUET_FILE,), PREDICT_OPTIONS, (THREADS,), CONSOLE_OPTIONS)
+def predict(ctx: typer.Context, **options: Any) -> None:
     """Write quantile forecasts for every origin.
 
     Every origin with a full encoder, including the live one after the last bar (from a feature store, its
     windows' origins); calibrated (--calibration) unless --no-calibration. Reads the bars from the model's
     --since on (its inputs may start there), up to the last bar."""
     from foxhunt.api.forecaster import Forecaster
-    from foxhunt.predict.bar_range import refuse_window
+    from foxhunt.predict.config import PredictConfig
     from foxhunt.train.device import resolve_device
 
-    set_verbosity({"verbose": verbose, "quiet": quiet}, every_info=True)
-    paths = bars_or_store(parquet_file, features)
-    if features is not None:
-        refuse_window(since, until)
-    method = calibration_method(calibration, no_calibration)
-    set_threads(threads)
-    fc = Forecaster.load(model, resolve_device(device), covariates=covariates, events=events, since=since,
-                         until=until, calibration=method)
-    origins, applied = fc.write_forecasts(paths, out, start, end, batch_size, features=features)
+    cfg, paths = _forecast_options(ctx, PredictConfig)
+    fc = Forecaster.load(cfg.model, resolve_device(cfg.device), covariates=cfg.covariates, events=cfg.events,
+                         since=cfg.since, until=cfg.until, calibration=cfg.method)
+    origins, applied = fc.write_forecasts(paths, cfg.out, cfg.start, cfg.end, cfg.batch_size, features=cfg.features)
     how = "uncalibrated" if applied == "none" else f"calibrated ({applied} shifts)"
-    typer.echo(f"wrote {origins * fc.horizon:,} forecast rows ({origins:,} origins), {how}, to {out}")
+    typer.echo(f"wrote {origins * fc.horizon:,} forecast rows ({origins:,} origins), {how}, to {cfg.out}")
 
 
 @app.command()
-def evaluate(
-    model: ModelDir,
-    out_dir: Annotated[Path, typer.Option("--out-dir", help="Where metrics.json, report.html etc. go.",
-                                          metavar="PATH", rich_help_panel=OUTPUT)],
-    parquet_file: ParquetFile = None,
-    features: Annotated[Path | None, typer.Option(help="Score on a `foxhunt prepare` store's windows.",
-                                                  metavar="PATH", rich_help_panel=DATA)] = None,
-    since: Since = None,
-    until: Until = None,
-    start: Annotated[str | None, typer.Option(help="First forecast bar on or after this ISO date/time.",
-                                              metavar="DATE", rich_help_panel=FORECASTS,
-                                              show_default="after validation")] = None,
-    end: End = None,
-    forecasts: Annotated[Path | None, typer.Option(help="Score these forecasts instead of predicting.",
-                                                   metavar="PATH", rich_help_panel=FORECASTS)] = None,
-    batch_size: BatchSize = 1024,
-    device: Device = "cpu",
-    threads: Threads = TD.num_threads,
-    calibration: CalibrationMethod = DEFAULT_METHOD,
-    no_calibration: NoCalibration = False,
-    covariates: Covariates = None,
-    events: Events = None,
-    verbose: Verbose = False,
-    quiet: Quiet = False,
-) -> None:
+@attach((PARQUET_FILE,), EVALUATE_OPTIONS, (THREADS,), CONSOLE_OPTIONS)
+def evaluate(ctx: typer.Context, **options: Any) -> None:
     """Score forecasts against the target and the baselines.
 
     The realised target and the baselines on the same origins; writes a report. Without --start, scores only
     origins after the model's validation period when the bars reach past it (the calibration was fitted on that
     period). Reads the bars from the model's --since on, up to the last bar."""
     from foxhunt.data.io.sample_path import is_bundled_sample
+    from foxhunt.evaluate.config import EvaluateConfig
     from foxhunt.evaluate.run import evaluate_run
     from foxhunt.evaluate.table import format_results
-    from foxhunt.train.device import resolve_device
 
-    set_verbosity({"verbose": verbose, "quiet": quiet}, every_info=True)
-    paths = bars_or_store(parquet_file, features)
-    method = calibration_method(calibration, no_calibration)
-    set_threads(threads)
-    result = evaluate_run(model, paths, out_dir, start, end, batch_size, resolve_device(device), forecasts,
-                          calibration=method, features=features,
-                          covariates=tuple(covariates) if covariates else None, events=events, since=since,
-                          until=until)
+    cfg, paths = _forecast_options(ctx, EvaluateConfig)
+    result = evaluate_run(cfg, paths)
     typer.echo(format_results(result, simulated=is_bundled_sample(paths)))
-    typer.echo(f"wrote {out_dir / 'metrics.json'} and {out_dir / 'report.html'}")
+    typer.echo(f"wrote {cfg.out_dir / 'metrics.json'} and {cfg.out_dir / 'report.html'}")
 
+
+C = TypeVar("C")
+
+
+def _forecast_options(ctx: typer.Context, cls: type[C]) -> tuple[C, tuple[str, ...]]:
+    """predict's or evaluate's record of its options, validated, and the bar paths (none with --features); the
+    console's verbosity and torch's threads set."""
+    from foxhunt import settings
+
+    v = given(ctx, None)  # typed: the rest are the fields' defaults
+    set_verbosity(v, every_info=True)
+    paths = bars_or_store(v.get("parquet_file"), v.get("features"))
+    cfg = settings.build(cls, v)
+    set_threads(ctx.params["threads"])
+    return cfg, paths
 
 
 @app.command()

@@ -10,7 +10,6 @@ filling what was not typed).
 
 from __future__ import annotations
 
-import copy
 import inspect
 import types
 import typing
@@ -23,8 +22,10 @@ import typer
 from foxhunt.backtest.config import BacktestConfig
 from foxhunt.data.config import DataConfig
 from foxhunt.errors import InputError
-from foxhunt.flags import FORECASTS, INPUTS, MODEL, OUTPUT, Option, options
+from foxhunt.evaluate.config import EvaluateConfig
+from foxhunt.flags import OUTPUT, Option, options
 from foxhunt.model.config import ModelConfig
+from foxhunt.predict.config import PredictConfig
 from foxhunt.train.config import SessionConfig, TrainConfig
 from foxhunt.tune.config import TuneConfig
 
@@ -92,12 +93,12 @@ def alias(p: inspect.Parameter) -> Any:
     return p.annotation
 
 
-def shown(p: inspect.Parameter, default: str) -> Any:
-    """`alias(p)` with another default shown in --help: a shared option whose default, in a command that reads a
-    trained model, comes from that model (the flag, help and panel stay the one declaration's)."""
-    info = copy.copy(p.annotation.__metadata__[0])
-    info.show_default = default
-    return Annotated[p.annotation.__origin__, info]
+def moved(group: Group, name: str, before: str) -> Group:
+    """`group` with the option `name` just before the option `before`: its place in their --help panel, where a
+    subclass's own field would come after every inherited one."""
+    rest = [p for p in group if p.name != name]
+    at = next(i for i, p in enumerate(rest) if p.name == before)
+    return (*rest[:at], *[p for p in group if p.name == name], *rest[at:])
 
 
 OWN = object()  # in attach(...): where the command's own parameters go among the groups
@@ -131,7 +132,7 @@ DATA_OPTIONS: Group = tuple(p for p in TRAIN_DATA_OPTIONS if p.name != "features
 MODEL_OPTIONS = declared(ModelConfig)
 TRAINING_OPTIONS = declared(TrainConfig) + declared(SessionConfig)
 _BY_NAME = {p.name: p for p in TRAIN_DATA_OPTIONS + TRAINING_OPTIONS}
-SINCE, UNTIL, DEVICE_OPTION, THREADS = (_BY_NAME[n] for n in ("since", "until", "device", "threads"))
+DEVICE_OPTION, THREADS = (_BY_NAME[n] for n in ("device", "threads"))
 BACKTEST_OPTIONS = declared(BacktestConfig)
 TUNE_OPTIONS = declared(TuneConfig)
 # The device and memory options of `plan-memory`, which plans for a 4 GiB budget unless told another.
@@ -146,27 +147,13 @@ CONSOLE_OPTIONS: Group = (
 CONSOLE_FLAGS = {p.name for p in CONSOLE_OPTIONS}
 CLI_ONLY = CONSOLE_FLAGS | {CONFIG.name}  # how the command runs, not what it runs: never passed on
 
-# Options of the commands that read a trained model (predict, evaluate, export).
-ParquetFile = alias(DATA_OPTIONS[0])
+# The commands that read a trained model: predict's and evaluate's own options are their records' fields; they
+# and export take the bars, the threads and -v / -q as train does.
+PREDICT_OPTIONS = declared(PredictConfig)
+EVALUATE_OPTIONS = moved(declared(EvaluateConfig), "forecasts", before="batch_size")  # after --start / --end
+PARQUET_FILE = DATA_OPTIONS[0]
+ParquetFile = alias(PARQUET_FILE)
 Verbose, Quiet = (alias(p) for p in CONSOLE_OPTIONS)
-Device = alias(DEVICE_OPTION)
 Threads = alias(THREADS)
-ModelDir = Annotated[Path, typer.Option("--model", help="A run directory written by `foxhunt train`.",
-                                        metavar="PATH", rich_help_panel=MODEL)]
-Start = Annotated[str | None, typer.Option(help="First forecast bar on or after this ISO date/time.",
-                                           metavar="DATE", rich_help_panel=FORECASTS)]
-End = Annotated[str | None, typer.Option(help="First forecast bar on or before this ISO date.", metavar="DATE",
-                                         rich_help_panel=FORECASTS)]
-NoCalibration = Annotated[bool, typer.Option("--no-calibration", help="Use the model's own quantiles, uncalibrated.",
-                                             rich_help_panel=FORECASTS)]
-CalibrationMethod = alias(next(p for p in BACKTEST_OPTIONS if p.name == "calibration"))
-BatchSize = Annotated[int, typer.Option(help="Windows per forward pass.", metavar="N", rich_help_panel=FORECASTS)]
+ModelDir = alias(PREDICT_OPTIONS[0])
 ConfigFile = alias(CONFIG)
-# The bars read (predict, evaluate): from the model's own --since unless given; forecasts reach the newest bar.
-Since = shown(SINCE, "the model's")
-Until = shown(UNTIL, "the last bar")
-Covariates = Annotated[list[str] | None, typer.Option(
-    help="Your --covariates files (repeatable).", metavar="PATH", rich_help_panel=INPUTS,
-    show_default="the training run's")]
-Events = Annotated[str | None, typer.Option(help="Your --events calendar.", metavar="PATH", rich_help_panel=INPUTS,
-                                            show_default="the model's")]

@@ -68,13 +68,3 @@ def set_threads(n: int) -> None:
         import torch
 
         torch.set_num_threads(n)
-
-
-def calibration_method(calibration: str, no_calibration: bool) -> str:
-    """--calibration, or "none" with --no-calibration (kept as it was); an unknown method stops here, before a model
-    is read."""
-    from foxhunt.model.config import METHODS
-
-    if calibration not in METHODS:
-        raise InputError(f"--calibration {calibration!r} is not one of {', '.join(METHODS)}")
-    return "none" if no_calibration else calibration

@@ -24,15 +24,15 @@ from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
 from foxhunt.evaluate.accumulators import SeriesScorer, Span, span_of
+from foxhunt.evaluate.config import EvaluateConfig
 from foxhunt.evaluate.period import scoring_start
 from foxhunt.evaluate.report import data_note, write_report
 from foxhunt.evaluate.scored_rows import Scored, from_batch, scored_windows
 from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines, first_forecast_ns
 from foxhunt.evaluate.verdict import seed_spread, verdict
-from foxhunt.model.config import DEFAULT_METHOD
 from foxhunt.model.saved import LoadedModel, load_model
 from foxhunt.model.tft import variable_names
-from foxhunt.predict.bar_range import check_start, refuse_window, window_note, with_window
+from foxhunt.predict.bar_range import check_start, window_note, with_window
 from foxhunt.predict.calibrated import calibration_method, forecast_calibration
 from foxhunt.predict.interpretation import InterpretationAccumulator
 from foxhunt.predict.origins import (
@@ -43,31 +43,27 @@ from foxhunt.predict.origins import (
     with_sources,
 )
 from foxhunt.predict.parquet import is_calibrated, quantile_column, write_forecasts
+from foxhunt.train.device import resolve_device
 from foxhunt.train.seeds import SEEDS_FILE
 
 log = logging.getLogger("foxhunt.evaluate")
 
 
-def evaluate_run(
-    model_dir: Path, paths: tuple[str, ...], out_dir: Path, start: str | None = None, end: str | None = None,
-    batch_size: int = 1024, device: torch.device | str = "cpu", forecasts: Path | None = None,
-    calibration: str = DEFAULT_METHOD, features: Path | None = None, covariates: tuple[str, ...] | None = None,
-    events: str | None = None, since: str | None = None, until: str | None = None,
-) -> dict[str, Any]:
-    """Score the model on the bars at `paths`, or on the windows of the feature store `features` (prepared with the
-    model's data options: `store_for_model`), against every baseline on the same origins; write metrics.json,
-    interpretation.json and report.html into `out_dir`. `calibration`: adaptive, fixed or none. `covariates`,
-    `events`: the user's inputs read from these instead of the training run's (predict.with_sources). `since`,
-    `until`: the bars read (default: from the model's --since to the newest bar; predict/bar_range.py)."""
-    device = torch.device(device)
-    lm = with_sources(load_model(model_dir, device), covariates, events)
+def evaluate_run(cfg: EvaluateConfig, paths: tuple[str, ...]) -> dict[str, Any]:
+    """Score the model `cfg.model` on the bars at `paths`, or on the windows of the feature store `cfg.features`
+    (prepared with the model's data options: `store_for_model`), against every baseline on the same origins; write
+    metrics.json, interpretation.json and report.html into `cfg.out_dir`. `cfg.covariates`, `cfg.events`: the
+    user's inputs read from these instead of the training run's (predict.with_sources). `cfg.since`, `cfg.until`:
+    the bars read (default: from the model's --since to the newest bar; predict/bar_range.py)."""
+    model_dir, out_dir, start, end, forecasts = cfg.model, cfg.out_dir, cfg.start, cfg.end, cfg.forecasts
+    device = resolve_device(cfg.device)
+    lm = with_sources(load_model(model_dir, device), cfg.covariates, cfg.events)
     window: dict[str, str | None] = {"since": None, "until": None}  # the bars read: a store's are its own
     read = None  # the report's line about them
-    if features is not None:
-        refuse_window(since, until)
-        data, where = store_for_model(lm, Path(features)), (f"feature store {features}",)
+    if cfg.features is not None:  # --since / --until beside it were refused (ForecastConfig)
+        data, where = store_for_model(lm, cfg.features), (f"feature store {cfg.features}",)
     else:
-        lm = with_window(lm, since, until)
+        lm = with_window(lm, cfg.since, cfg.until)
         window, read = {"since": lm.data_cfg.since, "until": lm.data_cfg.until}, window_note(lm)
         data, where = prepare_for_model(lm, paths), paths
         check_start(data, parse_time(start, "--start"), start, lm)
@@ -82,14 +78,14 @@ def evaluate_run(
     static, encoder, decoder = variable_names(lm.schema)  # the order of the model's weight columns
     interp = InterpretationAccumulator(static, encoder, decoder, lm.schema.encoder_length, lm.schema.horizon)
     qs = lm.model_cfg.quantiles
-    cal = forecast_calibration(lm, calibration) if given is None else None
+    cal = forecast_calibration(lm, cfg.method) if given is None else None
     scorer = SeriesScorer(data, qs, baseline_cut(model_dir, span.first_forecast_ns), raw=cal is not None)
     if given is None:
-        fc = write_forecasts(lm, data, ids, out_dir / "forecasts.parquet", batch_size, device, interp,
+        fc = write_forecasts(lm, data, ids, out_dir / "forecasts.parquet", cfg.batch_size, device, interp,
                              calibration=cal, consume=lambda fb: scorer.add(from_batch(fb, data)))
         crossings = {"crossed_pairs": fc.crossed, "pairs": fc.pairs}
         applied: bool | None = cal is not None
-        why_not = "--no-calibration" if calibration == "none" else lm.calibration_note
+        why_not = "--no-calibration" if cfg.method == "none" else lm.calibration_note
     else:
         scorer.add(given)
         crossings, applied = None, is_calibrated(forecasts)

@@ -45,13 +45,6 @@ def since_text(lm: LoadedModel) -> str:
     return f"{MODELS if since == trained_window(lm)[0] else ''}--since {since}"
 
 
-def refuse_window(since: str | None, until: str | None) -> None:
-    """--since / --until beside --features: a store's windows were cut from the bars it was prepared from."""
-    if since or until:
-        raise InputError("--since / --until bound the bars read, and --features reads a store's windows, prepared "
-                         "with its own; drop them, or read the bars with --parquet-file")
-
-
 def window_note(lm: LoadedModel) -> str | None:
     """The console's line about which bars `lm` reads (`window_text`, against the model's own window)."""
     return window_text(lm.data_cfg.since, lm.data_cfg.until, *trained_window(lm))
