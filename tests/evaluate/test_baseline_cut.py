@@ -23,7 +23,7 @@ from foxhunt.cli import main
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate import series_baselines, validation
-from foxhunt.evaluate.baselines import BASELINES, baseline_forecasts
+from foxhunt.evaluate.baselines import BASELINES, BaselineSeries, baseline_forecasts
 from foxhunt.evaluate.metrics import q_risk
 from foxhunt.evaluate.paired import compare
 from foxhunt.evaluate.verdict import validation_claim
@@ -68,9 +68,9 @@ class Fits:
         self.seen: list[tuple[str, np.ndarray]] = []
         real = series_baselines.baseline_forecasts
 
-        def spy(kind, **kw):
-            self.seen.append((kind, np.asarray(kw["target"])[np.asarray(kw["train_mask"], dtype=bool)]))
-            return real(kind, **kw)
+        def spy(kind, series, **kw):
+            self.seen.append((kind, series.target[series.train_mask]))
+            return real(kind, series, **kw)
 
         mp.setattr(series_baselines, "baseline_forecasts", spy)
         mp.setattr(validation, "_FITTED", OrderedDict())  # no baseline forecasts cached by an earlier run
@@ -132,8 +132,7 @@ def test_train_final_line_scores_baselines_fitted_on_the_training_bars_alone(tra
         for s, name in enumerate(names):
             ts, r = hand[name]
             pick = val.series == s
-            forecast[pick] = baseline_forecasts(kind, target_name="log_return", target=r,
-                                                train_mask=(ts < ns(TRAIN_END)),
+            forecast[pick] = baseline_forecasts(kind, BaselineSeries("log_return", r, ts < ns(TRAIN_END)),
                                                 origins=np.searchsorted(ts, val.origin_ns[pick]), horizon=HORIZON,
                                                 quantiles=QS)
         comparisons[kind] = compare(val.series, val.origin_ns, val.actual, val.quantiles, forecast, QS, names)

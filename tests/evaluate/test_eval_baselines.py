@@ -11,6 +11,7 @@ import pytest
 from foxhunt.errors import InputError
 from foxhunt.evaluate.baselines import (
     BASELINES,
+    BaselineSeries,
     GarchParams,
     baseline_forecasts,
     fit_garch_t,
@@ -81,9 +82,9 @@ def test_no_look_ahead(kind, target_name):
     train = np.arange(600) < 300
     origins = np.arange(300, 595)
     k = 450  # change everything after row k
-    args = dict(target_name=target_name, train_mask=train, origins=origins, horizon=3, quantiles=QS)
-    a = baseline_forecasts(kind, target=x, **args)
-    b = baseline_forecasts(kind, target=_perturb_after(x, k), **args)
+    args = dict(origins=origins, horizon=3, quantiles=QS)
+    a = baseline_forecasts(kind, BaselineSeries(target_name, x, train), **args)
+    b = baseline_forecasts(kind, BaselineSeries(target_name, _perturb_after(x, k), train), **args)
     at_or_before = origins <= k
     np.testing.assert_array_equal(a[at_or_before], b[at_or_before])
     if kind == "rolling_vol":  # the test bites: later origins do see the change
@@ -92,9 +93,17 @@ def test_no_look_ahead(kind, target_name):
 
 def test_unknown_baseline():
     with pytest.raises(InputError, match="unknown baseline"):
-        baseline_forecasts("oracle", target_name="log_return", target=np.zeros(3), train_mask=np.ones(3, bool),
+        baseline_forecasts("oracle", BaselineSeries("log_return", np.zeros(3), np.ones(3, bool)),
                            origins=np.array([0]), horizon=1, quantiles=QS)  # fmt: skip
     assert set(BASELINES) == {"training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har"}
+
+
+def test_a_series_reads_its_arrays_once_and_refuses_an_unknown_target():
+    s = BaselineSeries("log_range", [1, 2, 3], [1, 0, 1], day=4)
+    assert s.target.dtype == np.float64 and s.train_mask.dtype == bool
+    assert s.train_mask.tolist() == [True, False, True] and (s.returns, s.day) == (None, 4)
+    with pytest.raises(ValueError, match="unknown target 'log_volume'"):
+        BaselineSeries("log_volume", np.zeros(3), np.ones(3, bool))
 
 
 def test_garch_missing_arch_names_the_extra(monkeypatch):
@@ -158,13 +167,13 @@ def test_garch_recovers_parameters(garch_series):
 def test_garch_coverage_and_no_look_ahead(garch_series):
     r, train, p = garch_series
     origins = np.arange(4000, r.size - 5)
-    args = dict(target_name="log_return", train_mask=train, origins=origins, horizon=5, quantiles=QS)
-    f = baseline_forecasts("garch_t", target=r, **args)  # fits again from the training rows
+    args = dict(origins=origins, horizon=5, quantiles=QS)
+    f = baseline_forecasts("garch_t", BaselineSeries("log_return", r, train), **args)  # fits again from the training rows
     m = compute_metrics(future_targets(r, origins, 5), f, QS)["overall"]
     assert abs(m["coverage"]["p10-p90"] - 0.8) < 0.03
     assert abs(m["calibration"][0.1] - 0.1) < 0.03 and abs(m["calibration"][0.9] - 0.9) < 0.03
     k = 5000
-    g = baseline_forecasts("garch_t", target=_perturb_after(r, k), **args)
+    g = baseline_forecasts("garch_t", BaselineSeries("log_return", _perturb_after(r, k), train), **args)
     before = origins <= k
     np.testing.assert_array_equal(f[before], g[before])
     assert not np.allclose(f[~before], g[~before])
@@ -176,16 +185,14 @@ def test_garch_range_scale_model(garch_series):
     sig = np.sqrt(np.r_[p.init_var, garch_next_variance(r, p)[:-1]])  # sigma of bar t known at t - 1
     rng = sig * np.random.default_rng(5).lognormal(0.5, 0.4, r.size)
     origins = np.arange(4000, r.size - 5)
-    args = dict(
-        target_name="log_range", train_mask=train, origins=origins, horizon=5, quantiles=QS, returns=r
-    )
-    f = baseline_forecasts("garch_t", target=rng, **args)
+    args = dict(origins=origins, horizon=5, quantiles=QS)
+    f = baseline_forecasts("garch_t", BaselineSeries("log_range", rng, train, returns=r), **args)
     assert (f > 0).all() and (np.diff(f, axis=-1) > 0).all()
     m = compute_metrics(future_targets(rng, origins, 5), f, QS)["overall"]
     assert abs(m["coverage"]["p10-p90"] - 0.8) < 0.04
     k = 5000
     g = baseline_forecasts(
-        "garch_t", target=_perturb_after(rng, k), **{**args, "returns": _perturb_after(r, k)}
+        "garch_t", BaselineSeries("log_range", _perturb_after(rng, k), train, returns=_perturb_after(r, k)), **args
     )
     np.testing.assert_array_equal(f[origins <= k], g[origins <= k])
 
@@ -199,9 +206,9 @@ def test_seasonal_rolling_vol_deseasonalizes_then_scales_by_the_profile_at_each_
     sigma = np.sqrt(((-1.0) ** 2 + 3.0**2 + (-2.0) ** 2) / 2)  # rows 1..3 of r / p: mean 0, ddof 1
     z = np.array([NormalDist().inv_cdf(q) for q in qs])
     np.testing.assert_allclose(got, [[2.0 * sigma * z, 0.5 * sigma * z]])
-    via = baseline_forecasts("seasonal_rolling_vol", target_name="log_return", target=r, train_mask=np.ones(4, bool),
-                             origins=np.array([3]), horizon=2, quantiles=qs, window=3, profile=(p_rows, p_steps))
+    series = BaselineSeries("log_return", r, np.ones(4, bool))
+    via = baseline_forecasts("seasonal_rolling_vol", series, origins=np.array([3]), horizon=2, quantiles=qs, window=3,
+                             profile=(p_rows, p_steps))
     np.testing.assert_array_equal(via, got)
     with pytest.raises(ValueError, match="profile"):
-        baseline_forecasts("seasonal_rolling_vol", target_name="log_return", target=r, train_mask=np.ones(4, bool),
-                           origins=np.array([3]), horizon=2, quantiles=qs)
+        baseline_forecasts("seasonal_rolling_vol", series, origins=np.array([3]), horizon=2, quantiles=qs)

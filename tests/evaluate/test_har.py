@@ -120,11 +120,11 @@ def test_baseline_forecasts_dispatches_har_by_target():
     r = 0.01 * rng.standard_normal(1000)
     train = np.arange(1000) < 800
     origins = np.array([850, 900])
-    got = baselines.baseline_forecasts("har", target_name="log_return", target=r, train_mask=train, origins=origins,
+    got = baselines.baseline_forecasts("har", baselines.BaselineSeries("log_return", r, train), origins=origins,
                                        horizon=2, quantiles=Q)
     assert np.array_equal(got, har.har(r, train, origins, 2, Q, volatility_target=False))
     rng_ = np.abs(r) + 0.001
-    got = baselines.baseline_forecasts("har", target_name="log_range", target=rng_, train_mask=train,
-                                       origins=origins, horizon=2, quantiles=Q)
+    got = baselines.baseline_forecasts("har", baselines.BaselineSeries("log_range", rng_, train), origins=origins,
+                                       horizon=2, quantiles=Q)
     assert np.array_equal(got, har.har(rng_, train, origins, 2, Q, volatility_target=True))
     assert "har" in baselines.BASELINES

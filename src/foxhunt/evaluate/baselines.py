@@ -40,6 +40,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from foxhunt.data.config import TARGETS
 from foxhunt.errors import InputError
 from foxhunt.evaluate.har import har
 
@@ -328,33 +329,44 @@ def garch_range(
     return sigma[..., None] * mult  # (K, H, Q)
 
 
+@dataclass(frozen=True)
+class BaselineSeries:
+    """One series as every baseline reads it: its target (`target_name` in TARGETS; price_change in the returns
+    form, in price units) at each row (n,), the rows the fits may use (`train_mask`, (n,) bool), its log returns
+    (n,) where the target is log_range (GARCH's range baseline needs them) and the bars in a day (har.day_bars: HAR
+    on intraday bars)."""
+
+    target_name: str
+    target: np.ndarray
+    train_mask: np.ndarray
+    returns: np.ndarray | None = None
+    day: int = 1
+
+    def __post_init__(self) -> None:
+        if self.target_name not in TARGETS:
+            raise ValueError(f"unknown target {self.target_name!r}")
+        object.__setattr__(self, "target", np.asarray(self.target, dtype=np.float64))
+        object.__setattr__(self, "train_mask", np.asarray(self.train_mask, dtype=bool))
+
+
 def baseline_forecasts(
     kind: str,
+    series: BaselineSeries,
     *,
-    target_name: str,
-    target: np.ndarray,
-    train_mask: np.ndarray,
     origins: np.ndarray,
     horizon: int,
     quantiles: Sequence[float] | np.ndarray,
-    returns: np.ndarray | None = None,
     window: int = 20,
     profile: tuple[np.ndarray, np.ndarray] | None = None,
-    day: int = 1,
 ) -> np.ndarray:
-    """One baseline for one series, (K, H, Q): `kind` in BASELINES, `target_name` "log_return", "log_range" or
-    "price_change" (returns form, in price units).
+    """One baseline for one series, (K, H, Q): `kind` in BASELINES, at the rows `origins` (K,) of `series`.
 
-    `returns` (the series' log returns) is needed only for kind "garch_t" with target "log_range"; `profile` (the
-    time-of-day profile at each row (n,) and at each origin's forecast steps (K, H)) for "seasonal_rolling_vol",
-    and for "har" on intraday bars, with `day` the bars in a day (har.day_bars). The training-quantile forecast is
-    a read-only broadcast view of one (H, Q) table.
+    `profile` (the time-of-day profile at each row (n,) and at each origin's forecast steps (K, H)) is needed for
+    "seasonal_rolling_vol", and for "har" on intraday bars. The training-quantile forecast is a read-only broadcast
+    view of one (H, Q) table.
     """
-    if target_name not in ("log_return", "log_range", "price_change"):
-        raise ValueError(f"unknown target {target_name!r}")
-    target = np.asarray(target, dtype=np.float64)
+    target_name, target, train_mask = series.target_name, series.target, series.train_mask
     origins = np.asarray(origins, dtype=np.int64)
-    train_mask = np.asarray(train_mask, dtype=bool)
     if kind == "training_quantiles":
         tq = training_quantiles(target[train_mask], quantiles, horizon)  # (H, Q)
         return np.broadcast_to(tq, (origins.size, *tq.shape))
@@ -365,9 +377,9 @@ def baseline_forecasts(
     if kind == "garch_t":
         if target_name != "log_range":  # the returns form: log_return, or price_change in price units
             return garch_t(target, train_mask, origins, horizon, quantiles)
-        if returns is None:
+        if series.returns is None:
             raise ValueError("the GARCH baseline for log_range needs the series' log returns")
-        return garch_range(target, returns, train_mask, origins, horizon, quantiles)
+        return garch_range(target, series.returns, train_mask, origins, horizon, quantiles)
     if kind == "seasonal_rolling_vol":
         if profile is None:
             raise ValueError("the seasonal baseline needs the time-of-day profile (intraday bars only)")
@@ -375,5 +387,5 @@ def baseline_forecasts(
                                     demean=target_name == "log_range")
     if kind == "har":
         return har(target, train_mask, origins, horizon, quantiles, volatility_target=target_name == "log_range",
-                   day=day, profile=profile)
+                   day=series.day, profile=profile)
     raise InputError(f"unknown baseline {kind!r}; choose from {', '.join(BASELINES)}")

@@ -21,7 +21,13 @@ from foxhunt.data.dataset.types import FittedTransform, PreparedData
 from foxhunt.data.features.bar_features import RETURN_TARGETS
 from foxhunt.data.features.seasonality import fit_profile, profile_at
 from foxhunt.errors import InputError
-from foxhunt.evaluate.baselines import BASELINES, INTRADAY_ONLY, baseline_forecasts, garch_available
+from foxhunt.evaluate.baselines import (
+    BASELINES,
+    INTRADAY_ONLY,
+    BaselineSeries,
+    baseline_forecasts,
+    garch_available,
+)
 from foxhunt.evaluate.har import day_bars
 from foxhunt.evaluate.scored_rows import Scored
 
@@ -94,10 +100,10 @@ def series_forecasts(kind: str, data: PreparedData, inputs: SeriesInputs, scored
     if kind == "seasonal_rolling_vol" or (kind == "har" and tf.intraday):
         profile = _season(inputs.own["log_range"], inputs.ts, inputs.train_mask, scored.origin_ns, w.horizon, tf)
     try:
-        return baseline_forecasts(kind, target_name=data.schema.target, target=inputs.target,
-                                  train_mask=inputs.train_mask, origins=scored.origin_row - inputs.row0,
-                                  horizon=w.horizon, quantiles=quantiles, returns=inputs.own.get("log_return"),
-                                  profile=profile, day=day_bars(tf.bar_spacing_ns, tf.intraday)), None
+        series = BaselineSeries(data.schema.target, inputs.target, inputs.train_mask, inputs.own.get("log_return"),
+                                day_bars(tf.bar_spacing_ns, tf.intraday))
+        return baseline_forecasts(kind, series, origins=scored.origin_row - inputs.row0, horizon=w.horizon,
+                                  quantiles=quantiles, profile=profile), None
     except (InputError, ValueError) as e:
         log.warning("series %s: baseline %s left out (%s)", inputs.name, kind, e)
         return np.full((len(scored), w.horizon, len(quantiles)), np.nan), _first_clause(str(e))
