@@ -1,11 +1,11 @@
 """The command line's options: those of the configurations, built from the declarations on their fields
-(foxhunt/flags.py), and the few that belong to the CLI alone (the console, --config, the inference commands').
+(foxhunt/flags.py), and the few that belong to the CLI alone (the console, --config, export's).
 
-A group is the options of one configuration (data, model, training, backtest, tune) or the console's; `attach(...)`
-extends a command's signature with the groups it takes, so `train`, `prepare`, `inspect` and `plan-memory` show the
-very same data options, and `backtest` / `tune` take their own and pass train's through `train`'s parser. The
-commands read the values from `ctx.params` and build the configurations with foxhunt.settings (with --config
-filling what was not typed).
+A group is the options of one configuration (data, model, training, backtest, tune, predict, evaluate) or the
+console's; `attach(...)` extends a command's signature with the groups it takes, so `train`, `prepare`, `inspect`
+and `plan-memory` show the very same data options, and `backtest` / `tune` take their own and pass train's through
+`train`'s parser. The commands read the values from `ctx.params` and build the configurations with
+foxhunt.settings (with --config filling what was not typed).
 """
 
 from __future__ import annotations
@@ -147,12 +147,11 @@ CONSOLE_OPTIONS: Group = (
 CONSOLE_FLAGS = {p.name for p in CONSOLE_OPTIONS}
 CLI_ONLY = CONSOLE_FLAGS | {CONFIG.name}  # how the command runs, not what it runs: never passed on
 
-# The commands that read a trained model: predict's and evaluate's own options are their records' fields; they
-# and export take the bars, the threads and -v / -q as train does.
+# The commands that read a trained model: predict's and evaluate's own options are their records' fields
+# (predict/config.py, evaluate/config.py); they and export take the bars, the threads and -v / -q as train does.
 PREDICT_OPTIONS = declared(PredictConfig)
 EVALUATE_OPTIONS = moved(declared(EvaluateConfig), "forecasts", before="batch_size")  # after --start / --end
 PARQUET_FILE = DATA_OPTIONS[0]
-ParquetFile = alias(PARQUET_FILE)
 Verbose, Quiet = (alias(p) for p in CONSOLE_OPTIONS)
 Threads = alias(THREADS)
 ModelDir = alias(PREDICT_OPTIONS[0])
