@@ -14,7 +14,7 @@ from foxhunt.cli import main
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features.covariate_files import read_covariates
 from foxhunt.data.features.events import read_events
-from foxhunt.data.io.read import read_bars
+from foxhunt.data.io.read import FileFormat, read_bars
 from foxhunt.errors import InputError
 from foxhunt.settings import data_config
 
@@ -83,7 +83,7 @@ def test_the_date_format_reads_bars_covariates_and_events_alike(tmp_path):
     pl.DataFrame({"date": [d.strftime(US) for d in days], "vix": [15.0, 16, 17, 18, 19]}).write_csv(cov)
     ev.write_text("date,name\n" + "".join(f"{d.strftime(US)} 14:00,fomc\n" for d in days[:2]))
     want = [dt.datetime(d.year, d.month, d.day, tzinfo=dt.UTC) for d in days]
-    raw, _ = read_bars([str(bars)], date_format=US)
+    raw, _ = read_bars([str(bars)], FileFormat(date_format=US))
     assert raw["ts"].to_list() == want
     assert read_covariates([str(cov)], date_format=US).frame["ts"].to_list() == want
     cal = read_events(str(ev), date_format=US + " %H:%M", timezone="America/New_York")
@@ -96,7 +96,7 @@ def test_a_value_the_format_cannot_read_is_named_with_the_format(tmp_path):
     _bars_csv(path, _first_days(3))
     path.write_text(path.read_text().replace("01/02/2015", "2015-01-02"))
     with pytest.raises(InputError, match=r"row 1: cannot parse timestamp '2015-01-02' with --date-format '%m/%d/%Y'"):
-        read_bars([str(path)], date_format=US)
+        read_bars([str(path)], FileFormat(date_format=US))
 
 
 def test_a_format_that_reads_no_date_is_refused_where_options_are_checked():
@@ -141,7 +141,7 @@ def test_the_format_suggested_for_times_with_an_offset_reads_them(tmp_path):
         read_bars([str(path)])
     fmt = "%m/%d/%Y %H:%M%#z"
     assert f"or {fmt!r} (month first)" in str(e.value)
-    raw, files = read_bars([str(path)], date_format=data_config({"date_format": fmt}, ()).date_format)
+    raw, files = read_bars([str(path)], FileFormat(date_format=data_config({"date_format": fmt}, ()).date_format))
     assert raw["ts"].to_list() == [dt.datetime(2015, 3, 5, 15, 0, tzinfo=dt.UTC),
                                    dt.datetime(2015, 3, 5, 10, 1, tzinfo=dt.UTC)]
     assert files[0]["timestamps"] == "aware"

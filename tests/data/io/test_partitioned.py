@@ -12,7 +12,7 @@ import pytest
 
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
-from foxhunt.data.io.read import read_bars
+from foxhunt.data.io.read import FileFormat, read_bars
 from foxhunt.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -68,7 +68,7 @@ def test_hive_symbol_must_agree_with_the_files_own_column(tmp_path, es_raw):
         read_bars([str(tmp_path / "es")])
     msg = str(info.value)
     assert str(moved) in msg and "symbol=ESZ9" in msg and "'ESH4'" in msg and "--symbol-col" in msg
-    chosen, _ = read_bars([str(tmp_path / "es")], symbol_col="symbol")  # the files' own column, by choice
+    chosen, _ = read_bars([str(tmp_path / "es")], FileFormat(symbol_col="symbol"))  # the files' own column, by choice
     assert chosen.drop("file_idx", "row").sort(KEY).equals(es_raw)
 
 

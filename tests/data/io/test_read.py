@@ -13,7 +13,7 @@ import pytest
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.io.discover import expand_paths
-from foxhunt.data.io.read import read_bars
+from foxhunt.data.io.read import FileFormat, read_bars
 from foxhunt.errors import InputError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -69,7 +69,7 @@ def test_yyyymmdd_integer_dates(tmp_path):
 def test_timestamp_and_symbol_overrides(tmp_path):
     path = tmp_path / "x.csv"
     path.write_text("when,date,name,open,high,low,close,volume\n2024-01-02 10:00,1999-01-01,ZZ,1,2,1,2,5\n")
-    raw, _ = read_bars([str(path)], timestamp_col="WHEN", symbol_col="name")
+    raw, _ = read_bars([str(path)], FileFormat(timestamp_col="WHEN", symbol_col="name"))
     assert raw.get_column("ts").to_list() == [_ts(2024, 1, 2, 10)]
     assert raw.get_column("symbol").to_list() == ["ZZ"]
 

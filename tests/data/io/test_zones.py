@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from foxhunt.data.config import DataConfig
-from foxhunt.data.io.read import read_bars
+from foxhunt.data.io.read import FileFormat, read_bars
 from foxhunt.data.prepare import entry, prepare_store
 from foxhunt.data.prepare.executor import InProcess, Workers
 from foxhunt.errors import InputError
@@ -53,7 +53,7 @@ def test_a_naive_file_beside_a_zoned_one_stops_naming_both_and_the_zone(mixed):
 
 def test_with_the_timezone_both_read_the_same_hours_and_an_info_line_says_how(mixed, caplog):
     with caplog.at_level(logging.INFO, logger="foxhunt.data"):
-        raw, files = read_bars([str(mixed)], timezone=NY)
+        raw, files = read_bars([str(mixed)], FileFormat(timezone=NY))
     assert [f["timestamps"] for f in files] == ["aware", "naive"]  # each file's own, though one scan read both
     first = raw.group_by("file_idx").agg(pl.col("ts").min()).sort("file_idx")["ts"].to_list()
     assert first == [dt.datetime(2019, 1, 14, 14, 45, tzinfo=dt.UTC)] * 2
@@ -91,6 +91,6 @@ def test_bars_that_are_utc_or_read_in_a_given_zone_get_no_warning(tmp_path, capl
     _session_bars("KO").write_parquet(local)
     with caplog.at_level(logging.WARNING, logger="foxhunt.data"):
         read_bars([str(utc)])
-        read_bars([str(local)], timezone="UTC")  # said so: nothing to hint
-        read_bars([str(local)], timezone=NY)
+        read_bars([str(local)], FileFormat(timezone="UTC"))  # said so: nothing to hint
+        read_bars([str(local)], FileFormat(timezone=NY))
     assert caplog.records == []

@@ -11,7 +11,7 @@ from foxhunt.data.bars import grid
 from foxhunt.data.dataset.summary import _real_rows
 from foxhunt.data.features import known, scaling
 from foxhunt.data.features.bar_features import OBSERVED, raw_features
-from foxhunt.data.features.fitstats import season_moments
+from foxhunt.data.features.fitstats import KeptRows, season_moments
 from foxhunt.data.features.fitted import Moments, Scalers, SeriesScalers
 from foxhunt.data.features.known import take_rows
 from foxhunt.data.features.scaling import fit_scalers
@@ -116,7 +116,7 @@ def test_season_moments_on_the_training_rows_is_the_whole_column_formula():
     valid = np.arange(n) % 50 != 0
     x[~valid] = np.nan
     keep = rng.random(n) < 0.7
-    got = season_moments(ts, x, valid, g, s, keep, CT)
+    got = season_moments(ts, x, valid, KeptRows.of(keep, g, s), CT)
     both = keep & valid
     sq = np.array([np.add.reduce(x[both & (g == i)] ** 2) for i in range(s)])  # each series' run summed alone
     scale = sq / np.bincount(g[both], minlength=s)

@@ -104,8 +104,9 @@ def test_season_moments_given_the_squares_are_those_computed():
     kept = fitstats.select(keep, g, 3)
     x2 = x[kept.at] ** 2
     squares = (x2, fitstats.squares_of(x[kept.at], kept, "r", x2)["r:sq"])
-    want = fitstats.season_moments(ts, x, np.ones(n, bool), g, 3, keep, CT, kept)
-    got = fitstats.season_moments(ts, x, np.ones(n, bool), g, 3, keep, CT, kept, squares=squares)
+    rows = fitstats.KeptRows(keep, g, 3, kept)
+    want = fitstats.season_moments(ts, x, np.ones(n, bool), rows, CT)
+    got = fitstats.season_moments(ts, x, np.ones(n, bool), rows, CT, squares=squares)
     assert want.keys() == got.keys() and all(np.array_equal(want[k], got[k]) for k in want)
 
 

@@ -29,7 +29,7 @@ from foxhunt.data.bars.validate import (
     submit_sort_plan,
 )
 from foxhunt.data.config import DataConfig
-from foxhunt.data.io.read import read_bars
+from foxhunt.data.io.read import FileFormat, read_bars
 from foxhunt.data.util import parallel
 from foxhunt.data.util.median import exact_median
 from foxhunt.data.util.order import run_starts
@@ -102,8 +102,7 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None, roots: Roots | N
     Prices of zero or below are kept (see validate.py); `prepare` refuses them for a log target.
     Raises InputError for anything the user must fix.
     """
-    raw, files = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
-                           since=cfg.since, until=cfg.until, date_format=cfg.date_format)
+    raw, files = read_bars(cfg.paths, FileFormat.of(cfg), cfg.price_scale, since=cfg.since, until=cfg.until)
     return load_raw(raw, files, cfg, grid_step_ns, consume=True, roots=roots)
 
 

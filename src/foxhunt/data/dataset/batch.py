@@ -99,7 +99,8 @@ class Batch:
         target_scale: torch.Tensor,
         window: torch.Tensor,
     ) -> Batch:
-        """One row per (window, position): no bar shared, no positional inputs (all known inputs are per row)."""
+        """One row per (window, position): no bar shared, no positional inputs (all known inputs are per row). Ten
+        tensors, not a record: they are the dense form itself, each one of the Batch's fields or two of them."""
         import torch
 
         b, e = observed_cont.shape[:2]

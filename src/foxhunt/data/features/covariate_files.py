@@ -52,6 +52,20 @@ WHAT = "an --observed or --known input"  # "... must be numeric"
 
 
 @dataclass(frozen=True)
+class BarColumnRead:
+    """What a read of the bar files' own columns asks for: the columns (`real`: those that must be numbers), and
+    how each file's time and symbol are found and its times read, as the bar reader reads them (the run's
+    --timestamp-col, --symbol-col, --timezone and --date-format)."""
+
+    columns: tuple[str, ...]
+    timestamp_col: str | None = None
+    symbol_col: str | None = None
+    timezone: str | None = None
+    real: Collection[str] = ()
+    date_format: str | None = None
+
+
+@dataclass(frozen=True)
 class CovariateTable:
     """One source of user inputs, ready for the as-of join: what one `--covariates` flag names, or the bar files'
     extra columns. Frozen: the join and the reports read it, nothing changes it after the checks in the readers."""
@@ -186,12 +200,12 @@ def bar_parts(sources: Sequence[Source], columns: Sequence[str], timestamp_col: 
               date_format: str | None = None) -> list[pl.DataFrame]:
     """The files of `sources` (expand_sources') read one at a time into the parts `bar_table` makes one table of:
     (ts, symbol, instrument_id, `columns`) each, in file order. A pieced prepare reads its chunks of files so."""
+    read = BarColumnRead(tuple(columns), timestamp_col, symbol_col, timezone, real, date_format)
     frames = []
     for source in sources:
         for path in source.files:
             hive = hive_keys(path, source.root) if source.root is not None else {}
-            frames.append(_read_bar_file(path, source.default_name, hive, columns, timestamp_col, symbol_col, timezone,
-                                         real, date_format))
+            frames.append(_read_bar_file(path, source.default_name, hive, read))
     return frames
 
 
@@ -202,8 +216,8 @@ def frame_bar_columns(
 ) -> CovariateTable:
     """`read_bar_columns` of bars in memory (`Forecaster.predict` on a frame): the frame's columns, found as a
     file's are; `name` stands for the path in messages and names the series of a frame without a symbol column."""
-    part = _bar_columns_of(frame, frame.columns, Path(name), name, {}, columns, timestamp_col, symbol_col, timezone,
-                           real, date_format)
+    read = BarColumnRead(tuple(columns), timestamp_col, symbol_col, timezone, real, date_format)
+    part = _bar_columns_of(frame, frame.columns, Path(name), name, {}, read)
     return bar_table([part], columns, price_scale, name)
 
 
@@ -249,34 +263,28 @@ def _read_covariate_file(path: Path, timestamp_col: str | None, timezone: str | 
     return pl.DataFrame(out)
 
 
-def _read_bar_file(
-    path: Path, default_name: str, hive: dict[str, str], columns: Sequence[str], timestamp_col: str | None,
-    symbol_col: str | None, timezone: str | None, real: Collection[str], date_format: str | None = None,
-) -> pl.DataFrame:
-    """One bar file -> ts, symbol (null only where an instrument_id may name it), instrument_id Int64, `columns`."""
+def _read_bar_file(path: Path, default_name: str, hive: dict[str, str], read: BarColumnRead) -> pl.DataFrame:
+    """One bar file -> ts, symbol (null only where an instrument_id may name it), instrument_id Int64, `read.columns`."""
     if path.name.lower().endswith((".dbn", ".dbn.zst")):
         raise InputError(
-            f"{path}: a DBN file holds only the OHLCV fields, so it has no column {', '.join(columns)}; convert the bars to"
+            f"{path}: a DBN file holds only the OHLCV fields, so it has no column {', '.join(read.columns)}; convert the bars to"
             " parquet with that column, or give the values in a --covariates file"
         )
     names = _names(path)
-    return _bar_columns_of(None, names, path, default_name, hive, columns, timestamp_col, symbol_col, timezone, real,
-                           date_format)
+    return _bar_columns_of(None, names, path, default_name, hive, read)
 
 
-def _bar_columns_of(
-    whole: pl.DataFrame | None, names: list[str], path: Path, default_name: str, hive: dict[str, str],
-    columns: Sequence[str], timestamp_col: str | None, symbol_col: str | None, timezone: str | None,
-    real: Collection[str], date_format: str | None = None,
-) -> pl.DataFrame:
+def _bar_columns_of(whole: pl.DataFrame | None, names: list[str], path: Path, default_name: str,
+                    hive: dict[str, str], read: BarColumnRead) -> pl.DataFrame:
     """`_read_bar_file` of a file with columns `names` (read here; `whole`: the frame itself, for bars in
     memory)."""
+    timestamp_col, symbol_col = read.timestamp_col, read.symbol_col
     own_symbol = match_column(names, symbol_col) if symbol_col is not None else symbol_column(names)
     hive_symbol = hive_symbol_key(hive, symbol_col) if own_symbol is None else None
     found = find_columns(names + ([hive_symbol] if hive_symbol else []), path, timestamp_col, symbol_col)
     listing = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
     wanted = {}
-    for c in columns:
+    for c in read.columns:
         match = match_column(names, c)
         if match is None:
             raise InputError(
@@ -289,8 +297,8 @@ def _bar_columns_of(
         extra.append(match_column(names, "time"))
     keep = list(dict.fromkeys(c for c in [found["time"], *extra, *wanted.values()] if c))
     frame = _read_whole(path, keep) if whole is None else whole.select(keep)
-    ts, _ = parse_time(frame, found["time"], frame.columns, path, timestamp_col is None, timezone or "UTC",
-                       date_format)
+    ts, _ = parse_time(frame, found["time"], frame.columns, path, timestamp_col is None, read.timezone or "UTC",
+                       read.date_format)
     if own_symbol is not None:
         symbol = frame.get_column(found["symbol"]).cast(pl.Utf8).str.strip_chars()
         symbol = symbol.set(symbol == "", None)
@@ -308,7 +316,7 @@ def _bar_columns_of(
     out = [ts.alias("ts"), symbol.cast(pl.Utf8).alias("symbol"), ident.alias("instrument_id")]
     for c, src in wanted.items():
         fixed = databento and src.lower() in PRICE_COLS
-        out.append(_values(frame.get_column(src), path, src, fixed, c in real).alias(c))
+        out.append(_values(frame.get_column(src), path, src, fixed, c in read.real).alias(c))
     return pl.DataFrame(out)
 
 

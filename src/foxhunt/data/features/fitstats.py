@@ -45,6 +45,22 @@ def select(valid: np.ndarray, g: np.ndarray, s: int) -> Selected:
     return Selected(at=at, g=gv, n=np.bincount(gv, minlength=s), grouped=bool(np.all(gv[1:] >= gv[:-1])))
 
 
+@dataclass(frozen=True)
+class KeptRows:
+    """The rows a fit sums over and the panel they are in: `keep` (N,) bool, the series index `g` (N,) among `s`
+    series, and `kept`: select(keep, g, s), shared by every column without nulls."""
+
+    keep: np.ndarray
+    g: np.ndarray
+    s: int
+    kept: Selected
+
+    @staticmethod
+    def of(keep: np.ndarray, g: np.ndarray, s: int, kept: Selected | None = None) -> KeptRows:
+        """`kept`: select(keep, g, s), when the caller has it."""
+        return KeptRows(keep, g, s, select(keep, g, s) if kept is None else kept)
+
+
 def by_series(op: np.ufunc, xv: np.ndarray, sel: Selected, per: np.ndarray) -> np.ndarray:
     """op(xv, per[sel.g]) (K,) for values `xv` (K,) of the rows `sel` and a (S,) table `per`. Rows grouped by series
     take each series' value as a scalar over its run: the same float op per element, no (K,) gather."""
@@ -162,21 +178,21 @@ def sum_in_order(a: np.ndarray) -> float:
     return total
 
 
-def season_moments(ts_ns: np.ndarray, log_range: np.ndarray, valid: np.ndarray, g: np.ndarray, s: int,
-                   keep: np.ndarray, tz: str, kept: Selected | None = None, minute: np.ndarray | None = None,
-                   squares: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+def season_moments(ts_ns: np.ndarray, log_range: np.ndarray, valid: np.ndarray, rows: KeptRows, tz: str,
+                   minute: np.ndarray | None = None, squares: tuple[np.ndarray, np.ndarray] | None = None
+                   ) -> dict[str, np.ndarray]:
     """Per series (S, MINUTES) sums and counts by minute of the day of the squared range in units of the series'
-    mean over the training rows (`keep`; the mean over those also `valid`, not null), and the (S,) sums behind
-    that mean. `kept`: `select(keep, g, s)`; `minute`: (N,) minute_of_day(ts_ns, tz); `squares`: the kept rows'
-    squared ranges (K,) and their sums by series (S,), where every kept row is valid; each when the caller has it."""
-    kept = select(keep, g, s) if kept is None else kept
+    mean over the training rows (`rows.keep`; the mean over those also `valid`, not null), and the (S,) sums behind
+    that mean. `minute`: (N,) minute_of_day(ts_ns, tz); `squares`: the kept rows' squared ranges (K,) and their sums
+    by series (S,), where every kept row is valid; each when the caller has it."""
+    kept, s = rows.kept, rows.s
     if squares is not None:
         x2, sq = squares[0], {"season:sq_n": kept.n, "season:sq": squares[1]}
     else:
         x = log_range.take(kept.at)  # (K,) the training rows: the only ones summed
         both = valid.take(kept.at)
         x2 = x**2
-        sq = squares_of(x, kept, "season", x2) if both.all() else square_sums(log_range, keep & valid, g, s, "season")
+        sq = squares_of(x, kept, "season", x2) if both.all() else square_sums(log_range, rows.keep & valid, rows.g, s, "season")
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = sq["season:sq"] / sq["season:sq_n"]
     scale = np.array([_safe(m, 1.0) for m in mean.tolist()])  # (S,)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -41,6 +42,9 @@ from foxhunt.data.features.events import EventCalendar, event_columns, event_fea
 from foxhunt.data.features.fitstats import moments_of, select, stats
 from foxhunt.data.features.fitted import FittedInputs, Moments, Scalers
 from foxhunt.errors import InputError
+
+if TYPE_CHECKING:
+    from foxhunt.data.config import DataConfig
 
 # Column names a user input may not take: the loaded bars' own and foxhunt's inputs, which the joined column would
 # overwrite (or be confused with in an importance table).
@@ -129,54 +133,65 @@ def context_names(context: Sequence[str], target: str) -> tuple[str, ...]:
 BarReader = Callable[[list[str], set[str]], CovariateTable]  # (columns, those that must be numbers) -> their table
 
 
-def load_sources(paths: Sequence[str], observed: Sequence[str], known: Sequence[str], covariates: Sequence[str],
-                 events: str | None, timestamp_col: str | None = None, symbol_col: str | None = None,
-                 timezone: str | None = None, saved_events: EventCalendar | None = None, context: Sequence[str] = (),
-                 target: str = "log_return", static_cols: Sequence[str] = (),
-                 categorical: Sequence[str] = (), bar_frame: tuple[str, pl.DataFrame] | None = None,
-                 fitted: bool = False, bar_reader: BarReader | None = None, date_format: str | None = None
-                 ) -> Sources | None:
-    """Read what the declared inputs need: each --covariates entry as a table, the bar files' own columns for
-    observed and static names no covariate file has, and the events file (or the calendar a model saved). None:
-    nothing declared. `categorical`: the columns taken as categories whatever their type; a column of text is one
-    too, unless `fitted` (a saved model's inputs: `categorical` names its categorical columns, the other observed and
-    known ones must be numbers, as in training). `bar_frame`: (name, frame) of bars in memory, whose own columns
-    stand for the bar files'. `bar_reader`: reads the bar files' columns in place of read_bar_columns (a pieced
-    prepare reads them in its pieces: prepare/bar_columns.py). `timezone`, `date_format`: how every file's times
-    are read (normalise.parse_time)."""
-    if not declared(observed, known, events or saved_events, context, static_cols):
+@dataclass(frozen=True)
+class InputNames:
+    """The user's inputs a run reads, by role: the options' for a new run, a saved model's for a fitted one (whose
+    names differ from the options': its categorical columns, the bar columns a live update carries itself)."""
+
+    observed: tuple[str, ...] = ()
+    known: tuple[str, ...] = ()
+    static: tuple[str, ...] = ()
+    categorical: tuple[str, ...] = ()  # columns taken as categories whatever their type
+    context: tuple[str, ...] = ()  # --context series
+    target: str = "log_return"  # the target whose moves a context series gives (context_names)
+
+
+def load_sources(cfg: DataConfig, names: InputNames, saved_events: EventCalendar | None = None,
+                 bar_frame: tuple[str, pl.DataFrame] | None = None, fitted: bool = False,
+                 bar_reader: BarReader | None = None) -> Sources | None:
+    """Read what the declared inputs `names` need: each of `cfg`'s --covariates entries as a table, the bar files'
+    own columns for observed and static names no covariate file has, and `cfg`'s events file (or `saved_events`,
+    the calendar a model saved). None: nothing declared. A column of text is categorical too, unless `fitted` (a
+    saved model's inputs: `names.categorical` names its categorical columns, the other observed and known ones must
+    be numbers, as in training). `bar_frame`: (name, frame) of bars in memory, whose own columns stand for the bar
+    files'. `bar_reader`: reads the bar files' columns in place of read_bar_columns (a pieced prepare reads them in
+    its pieces: prepare/bar_columns.py). `cfg.timezone`, `cfg.date_format`: how every file's times are read
+    (normalise.parse_time)."""
+    n, timezone, date_format = names, cfg.timezone, cfg.date_format
+    if not declared(n.observed, n.known, cfg.events or saved_events, n.context, n.static):
         return None
-    real = {*observed, *known} - set(categorical) if fitted else set()  # must be numbers
-    tables = [read_covariates([c], timezone=timezone, real=real, date_format=date_format) for c in covariates]
+    real = {*n.observed, *n.known} - set(n.categorical) if fitted else set()  # must be numbers
+    tables = [read_covariates([c], timezone=timezone, real=real, date_format=date_format) for c in cfg.covariates]
     have = {c for t in tables for c in t.columns}
-    from_bars = [c for c in (*observed, *static_cols) if c not in have]
-    for c in known:
+    from_bars = [c for c in (*n.observed, *n.static) if c not in have]
+    for c in n.known:
         if c not in have:
             where = f" (the --covariates files hold {', '.join(sorted(have))})" if have else ""
             raise InputError(f"--known {c}: no --covariates file has this column{where}; known inputs are read at "
                              "forecast times, which bar files do not hold: put the column, with its future times, in "
                              "a --covariates file")
     if from_bars and bar_frame is not None:
-        tables.append(frame_bar_columns(bar_frame[1], bar_frame[0], from_bars, timestamp_col=timestamp_col,
-                                        symbol_col=symbol_col, timezone=timezone, real=real,
+        tables.append(frame_bar_columns(bar_frame[1], bar_frame[0], from_bars, timestamp_col=cfg.timestamp_col,
+                                        symbol_col=cfg.symbol_col, timezone=timezone, real=real,
                                         date_format=date_format))
     elif from_bars and bar_reader is not None:
         tables.append(bar_reader(from_bars, real))
     elif from_bars:
-        tables.append(read_bar_columns(paths, from_bars, timestamp_col=timestamp_col, symbol_col=symbol_col,
-                                       timezone=timezone, real=real, date_format=date_format))
-    chosen = pick(tables, [*observed, *known, *static_cols])
-    cal = read_events(events, timezone=timezone, date_format=date_format) if events else saved_events
-    timed = (*observed, *known)
-    kind = ({c: "categorical" if c in categorical else "real" for c in timed} if fitted
-            else static.kinds(timed, chosen, categorical))
-    return Sources(observed=tuple(c for c in observed if kind[c] == "real"),
-                   known=tuple(c for c in known if kind[c] == "real"), tables=chosen, events=cal,
-                   from_bars=tuple(from_bars), context=tuple(context),
-                   context_columns=context_names(context, target), static=tuple(static_cols),
-                   static_kinds=static.kinds(static_cols, chosen, categorical),
-                   observed_cat=tuple(c for c in observed if kind[c] == "categorical"),
-                   known_cat=tuple(c for c in known if kind[c] == "categorical"))
+        tables.append(read_bar_columns(cfg.paths, from_bars, timestamp_col=cfg.timestamp_col,
+                                       symbol_col=cfg.symbol_col, timezone=timezone, real=real,
+                                       date_format=date_format))
+    chosen = pick(tables, [*n.observed, *n.known, *n.static])
+    cal = read_events(cfg.events, timezone=timezone, date_format=date_format) if cfg.events else saved_events
+    timed = (*n.observed, *n.known)
+    kind = ({c: "categorical" if c in n.categorical else "real" for c in timed} if fitted
+            else static.kinds(timed, chosen, n.categorical))
+    return Sources(observed=tuple(c for c in n.observed if kind[c] == "real"),
+                   known=tuple(c for c in n.known if kind[c] == "real"), tables=chosen, events=cal,
+                   from_bars=tuple(from_bars), context=tuple(n.context),
+                   context_columns=context_names(n.context, n.target),
+                   static=tuple(n.static), static_kinds=static.kinds(n.static, chosen, n.categorical),
+                   observed_cat=tuple(c for c in n.observed if kind[c] == "categorical"),
+                   known_cat=tuple(c for c in n.known if kind[c] == "categorical"))
 
 
 def with_context(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarray, src: Sources,

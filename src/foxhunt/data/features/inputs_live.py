@@ -51,11 +51,9 @@ class LiveInputs:
         cat_files = [c for c in observed_cat if c not in self.bar_columns]
         static_files = [c for c in got.static if c not in self.bar_columns]
         # The bar files' own columns come with each bar: only the covariate files and the calendar are read here.
-        src = inputs.load_sources(cfg.paths, [*from_files, *cat_files], (*got.known, *known_cat),
-                                  cfg.covariates, cfg.events, cfg.timestamp_col, cfg.symbol_col, cfg.timezone,
-                                  saved_events=got.events, target=tf.target, static_cols=static_files,
-                                  categorical=(*observed_cat, *known_cat, *static.categorical_columns(got)),
-                                  fitted=True, date_format=cfg.date_format)  # a saved model's real inputs: numbers
+        names = inputs.InputNames((*from_files, *cat_files), (*got.known, *known_cat), tuple(static_files),
+                                  (*observed_cat, *known_cat, *static.categorical_columns(got)), target=tf.target)
+        src = inputs.load_sources(cfg, names, got.events, fitted=True)  # a saved model's real inputs: numbers
         self.n_known = len(got.known_names)
         self.known = None if src is None else inputs.known_values(got, src, max(int(tf.bar_spacing_ns), 1),
                                                                   tf.event_cap)

@@ -46,6 +46,7 @@ from foxhunt.data.features.bar_features import (
     move_columns,
 )
 from foxhunt.data.features.fitstats import (
+    KeptRows,
     Selected,
     moments_of,
     range_k,
@@ -153,7 +154,8 @@ def train_moments(
     if season_tz is not None:  # the range, several times less noisy than the squared return, ignores halt gaps
         col = feats.get_column("log_range")
         mom.update(season_moments(feats["ts"].dt.epoch("ns").to_numpy(), col.to_numpy(),
-                                  col.is_not_null().to_numpy(), sidx, s, keep, season_tz, kept, minute, squares))
+                                  col.is_not_null().to_numpy(), KeptRows(keep, sidx, s, kept), season_tz, minute,
+                                  squares))
     return mom
 
 

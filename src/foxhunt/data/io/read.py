@@ -17,7 +17,9 @@ All work is columnar.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -40,6 +42,9 @@ from foxhunt.data.io.scan import align_chunks, read_error, scan_files
 from foxhunt.data.io.zones import check_zones, warn_local_hours
 from foxhunt.errors import InputError
 
+if TYPE_CHECKING:
+    from foxhunt.data.config import DataConfig
+
 RTYPE_NAMES = {32: "ohlcv-1s", 33: "ohlcv-1m", 34: "ohlcv-1h", 35: "ohlcv-1d", 36: "ohlcv-eod"}
 # Parquet bytes on disk read by one scan: a scan's decoding buffers come on top of its output, so a directory is read
 # in scans of this size (a few hundred daily files) and only the frames they leave add up.
@@ -47,18 +52,31 @@ SCAN_BYTES = 16 * 2**20
 SAME_SPACING = 4.0  # median spacings within this factor are one bar size (1m beside a sparse contract's 3m)
 
 
+@dataclass(frozen=True)
+class FileFormat:
+    """How the bar files are written: their time and symbol columns (None: detected), the zone of naive times
+    (None: UTC) and how text times are written (None: ISO 8601; times.py). A run's --timestamp-col, --symbol-col,
+    --timezone and --date-format (`of`)."""
+
+    timestamp_col: str | None = None
+    symbol_col: str | None = None
+    timezone: str | None = None
+    date_format: str | None = None
+
+    @staticmethod
+    def of(cfg: DataConfig) -> FileFormat:
+        return FileFormat(cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.date_format)
+
+
 def read_bars(
     paths: Sequence[str],
-    timestamp_col: str | None = None,
-    symbol_col: str | None = None,
-    timezone: str | None = None,
+    fmt: FileFormat | None = None,
     price_scale: float = 1.0,
     *,
     since: str | None = None,
     until: str | None = None,
     symbols: Sequence[str] | None = None,
     sources: Sequence[Source] | None = None,
-    date_format: str | None = None,
 ) -> tuple[pl.DataFrame, list[dict]]:
     """Read every file named by `paths` (files, directories or globs) as one raw frame.
 
@@ -68,7 +86,7 @@ def read_bars(
     the files read): prepare/read_stage.py reads a panel once, in chunks of consecutive files, passing each chunk's files
     this way rather than walking a folder of thousands of daily files again for each chunk.
 
-    `timezone` is the zone of naive timestamps (None: UTC); `date_format` reads text times (times.py; None: ISO 8601);
+    `fmt`: how the files are written (FileFormat; None: every column detected, naive times UTC, text times ISO 8601);
     `price_scale` divides every price (100: cents to dollars).
     `since` / `until` (ISO dates or times, UTC when naive) keep the bars with since <= ts < until: hive partitions
     dated outside them are never opened, and parquet row groups outside them are never decoded.
@@ -77,11 +95,12 @@ def read_bars(
     Raises InputError for anything a user can fix: a missing or unreadable file, a missing column, text where numbers
     belong, unparseable timestamps, mixed bar sizes, bounds that leave no bar.
     """
+    fmt = FileFormat() if fmt is None else fmt
     bounds = TimeBounds.parse(since, until)
     frames, files, rtypes, spacings = [], [], [], []
     for source in expand_sources(paths) if sources is None else sources:
         for run in _runs(source, bounds):
-            frame, entries = _read_run(run, source, bounds, timestamp_col, symbol_col, timezone, symbols, date_format)
+            frame, entries = _read_run(run, source, bounds, fmt, symbols)
             run_rtypes = rtype_sets(frame, len(run))  # bar sizes are measured per run, while the run is small
             rtypes += run_rtypes
             spacings += median_spacings(frame, len(run)) if not all(run_rtypes) else [None] * len(run)
@@ -101,8 +120,8 @@ def read_bars(
         spacings = median_spacings(raw, len(files))
     spacings = [s or 0 for s in spacings]
     check_bar_sizes(rtypes, spacings, [f["path"] for f in files])
-    check_zones(files, timezone)
-    warn_local_hours(raw, files, spacings, timezone)
+    check_zones(files, fmt.timezone)
+    warn_local_hours(raw, files, spacings, fmt.timezone)
     return raw, files
 
 
@@ -127,16 +146,15 @@ def _runs(source: Source, bounds: TimeBounds) -> list[list[Path]]:
 
 
 def _read_run(
-    run: list[Path], source: Source, bounds: TimeBounds, timestamp_col: str | None, symbol_col: str | None,
-    timezone: str | None, symbols: Sequence[str] | None = None, date_format: str | None = None,
+    run: list[Path], source: Source, bounds: TimeBounds, fmt: FileFormat, symbols: Sequence[str] | None = None,
 ) -> tuple[pl.DataFrame, list[dict]]:
     """One run as normalised columns with file_idx (within the run) and row; its entries of read_bars' file list."""
     if is_parquet(run[0]):
-        frame, kinds, counts = _read_parquet_run(run, source, bounds, timestamp_col, symbol_col, timezone, symbols,
-                                                 date_format)
+        frame, kinds, counts = _read_parquet_run(run, source, bounds, fmt, symbols)
     else:
         path = run[0]
-        frame, kind = read_file(path, source.default_name, timestamp_col, symbol_col, timezone, date_format)
+        frame, kind = read_file(path, source.default_name, fmt.timestamp_col, fmt.symbol_col, fmt.timezone,
+                                fmt.date_format)
         kinds = [kind]
         frame = frame.with_columns(pl.lit(0, dtype=pl.UInt32).alias("file_idx"), _rows())
         if bounds.active:
@@ -152,12 +170,12 @@ def _read_run(
 
 
 def _read_parquet_run(
-    run: list[Path], source: Source, bounds: TimeBounds, timestamp_col: str | None, symbol_col: str | None,
-    timezone: str | None, symbols: Sequence[str] | None = None, date_format: str | None = None,
+    run: list[Path], source: Source, bounds: TimeBounds, fmt: FileFormat, symbols: Sequence[str] | None = None,
 ) -> tuple[pl.DataFrame, list[str], list[int]]:
     """Parquet files of one layout through one lazy scan (scan.py); hive keys (partitions.py) add a symbol column
     where the files have none. Files whose columns differ (or their types: a zone in one file's times and none in
     the next file's) are read one scan each. Returns (frame, how each file wrote its times, rows of each file)."""
+    timestamp_col, symbol_col, timezone, date_format = fmt.timestamp_col, fmt.symbol_col, fmt.timezone, fmt.date_format
     for path in run:
         if path.stat().st_size == 0:
             raise InputError(f"{path}: the file is empty (0 bytes); re-export or remove it")
@@ -185,7 +203,7 @@ def _read_parquet_run(
     except Exception as e:
         if len(run) == 1:
             raise read_error(run[0], e) from None
-        parts = [_read_parquet_run([p], source, bounds, timestamp_col, symbol_col, timezone, symbols, date_format)
+        parts = [_read_parquet_run([p], source, bounds, fmt, symbols)
                  for p in run]
         frame = pl.concat([f.with_columns(pl.lit(i, pl.UInt32).alias("file_idx")) for i, (f, _, _) in enumerate(parts)])
         return frame, [k for _, kinds, _ in parts for k in kinds], [n for _, _, c in parts for n in c]

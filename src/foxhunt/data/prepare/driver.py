@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -139,7 +140,7 @@ def run(cfg: DataConfig, read: Read, executor: Executor, spill: Spill, sink: Sin
         unseen = _to_sink(pending.result(), sink).unseen
         del pending
     timed_categories.tell(transform.inputs, [*(w.unseen for w in written), unseen])  # once, for the panel
-    return _finish(cfg, recipe, sink, transform, loads, written, report, names, cuts, span, spacing, src,
+    return _finish(cfg, recipe, sink, transform, LoadedPanel(loads, names, report, span, cuts, spacing), written, src,
                    given.dropped)
 
 
@@ -251,21 +252,35 @@ def _to_sink(panel: PanelGrid, sink: Sink, rows: int | None = None, d: int = 0) 
     return panel
 
 
-def _finish(cfg: DataConfig, recipe: Recipe, sink: Sink, transform: FittedTransform, loads: list[PieceLoaded],
-            written: list, report: dict, names: list[str], cuts: tuple | None, span: np.ndarray, spacing: int,
-            src: inputs.Sources | None, dropped: int) -> Any:
+@dataclass(frozen=True)
+class LoadedPanel:
+    """What the load stage found of the whole panel, which its summary reports: the pieces' results, their series
+    in order, the merged load report, the bars' time span (2,) int64 ns, the split cuts (None: prediction) and the
+    bar spacing (ns)."""
+
+    loads: list[PieceLoaded]
+    names: list[str]
+    report: dict
+    span: np.ndarray
+    cuts: tuple | None
+    spacing: int
+
+
+def _finish(cfg: DataConfig, recipe: Recipe, sink: Sink, transform: FittedTransform, panel: LoadedPanel,
+            written: list, src: inputs.Sources | None, dropped: int) -> Any:
     """The splits, the schema and the data summary of the written pieces, and the sink's result."""
+    names, cuts = panel.names, panel.cuts
     facts = merge_facts([w.facts for w in written])
     split = SplitResult(ids={name: np.concatenate([w.splits[name] for w in written]) for name in SPLITS},
                         purged=facts.purged)
     if cuts is not None:
-        check_splits(split, cuts, cfg, span)
+        check_splits(split, cuts, cfg, panel.span)
     for k in SPLITS:
         sink.save(f"split_{k}", np.asarray(split.ids[k], dtype=np.int64))
     schema = feature_schema(transform, cfg.encoder_length, cfg.horizon, cfg.adjust)
-    rolls = [x for r in loads for x in r.rolls]
-    summary = data_summary(SimpleNamespace(report=report, rolls=rolls), schema, facts, names, cuts, recipe.prediction,
-                           sum(w.roll_bars for w in written), spacing,
+    rolls = [x for r in panel.loads for x in r.rolls]
+    summary = data_summary(SimpleNamespace(report=panel.report, rolls=rolls), schema, facts, names, cuts,
+                           recipe.prediction, sum(w.roll_bars for w in written), panel.spacing,
                            calendar=None if transform.session is None else transform.session.calendar)
     if src is not None:
         summary["inputs"] = inputs.summary(src, dropped)

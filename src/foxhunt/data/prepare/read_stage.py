@@ -27,7 +27,7 @@ from foxhunt.data.features import covariate_files
 from foxhunt.data.features.covariate_files import CovariateTable, Held
 from foxhunt.data.features.inputs import Sources
 from foxhunt.data.io.discover import Source
-from foxhunt.data.io.read import check_bar_sizes, median_spacings, read_bars, rtype_sets
+from foxhunt.data.io.read import FileFormat, check_bar_sizes, median_spacings, read_bars, rtype_sets
 from foxhunt.data.io.zones import check_zones
 from foxhunt.data.prepare import bar_columns
 from foxhunt.data.prepare.executor import run_all
@@ -125,8 +125,7 @@ def read(cfg: DataConfig, chunk: int, first: int, sources: list[Source], route: 
     """Read the files of `sources` (the panel's from index `first` on) and spill their bars by piece (`route`) as
     raw-CHUNK-PIECE, file_idx counted over the whole panel's files; and their `columns` (the bar files' columns the
     user's inputs read; `real`: those that must be numbers) as cols-CHUNK-PIECE."""
-    raw, entries = read_bars(cfg.paths, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,
-                             sources=sources, date_format=cfg.date_format)
+    raw, entries = read_bars(cfg.paths, FileFormat.of(cfg), cfg.price_scale, sources=sources)
     rtypes = rtype_sets(raw, len(entries))
     spacings = [0] * len(entries) if all(rtypes) else median_spacings(raw, len(entries))
     ts, symbol = raw.get_column("ts").dt.epoch("ns"), raw.get_column("symbol")

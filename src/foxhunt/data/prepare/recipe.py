@@ -58,17 +58,12 @@ def user_sources(cfg: DataConfig, transform: FittedTransform | None,
     covariates read from `cfg`'s files, its event calendar from the model unless `cfg` names an events file).
     `bar_frame`, `bar_reader`: as inputs.load_sources takes them."""
     if transform is None:
-        observed, known, events, saved, context = cfg.observed, cfg.known, cfg.events, None, cfg.context
-        static_cols, categorical = cfg.static, cfg.categorical
-    elif transform.inputs is not None:
-        got = transform.inputs
-        observed, known = got.observed + got.observed_cat, got.known + got.known_cat
-        events, saved, context, static_cols = cfg.events, got.events, got.context, got.static
-        categorical = (*static.categorical_columns(got), *got.observed_cat, *got.known_cat)
-    else:
+        names = inputs.InputNames(cfg.observed, cfg.known, cfg.static, cfg.categorical, cfg.context, cfg.target)
+        return inputs.load_sources(cfg, names, bar_frame=bar_frame, bar_reader=bar_reader)
+    if transform.inputs is None:
         return None
-    return inputs.load_sources(cfg.paths, observed, known, cfg.covariates, events, cfg.timestamp_col,
-                               cfg.symbol_col, cfg.timezone, saved_events=saved, context=context,
-                               target=transform.target if transform else cfg.target, static_cols=static_cols,
-                               categorical=categorical, bar_frame=bar_frame, fitted=transform is not None,
-                               bar_reader=bar_reader, date_format=cfg.date_format)
+    got = transform.inputs
+    names = inputs.InputNames(got.observed + got.observed_cat, got.known + got.known_cat, got.static,
+                              (*static.categorical_columns(got), *got.observed_cat, *got.known_cat), got.context,
+                              transform.target)
+    return inputs.load_sources(cfg, names, got.events, bar_frame, fitted=True, bar_reader=bar_reader)
