@@ -225,3 +225,31 @@ def test_tests_mirror_the_packages() -> None:
               if d.is_dir() and d.name != "__pycache__" and d.relative_to(TESTS).parts[0] not in NOT_PACKAGES
               and not (SRC / "foxhunt" / d.relative_to(TESTS)).is_dir()]
     assert not strays, f"tests/ folders with no package of that path under src/foxhunt: {strays}"
+
+
+MAX_PARAMETERS = 9
+# "path:function" -> why it may take ten or more
+MANY_PARAMETERS_BY_DESIGN: dict[str, str] = {
+    "foxhunt/data/dataset/batch.py:from_dense": "its ten tensors are the dense form itself: a record would rename them",
+}
+
+
+def _parameter_counts() -> dict[str, int]:
+    counts = {}
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                names = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+                counts[f"{path.relative_to(SRC)}:{node.name}"] = len([n for n in names if n not in ("self", "cls")])
+    return counts
+
+
+def test_no_function_takes_ten_parameters() -> None:
+    """Parameters that travel together are a record (a frozen dataclass or a config); ten loose ones are a call
+    nobody can read or change safely."""
+    many = {name: n for name, n in _parameter_counts().items() if n > MAX_PARAMETERS}
+    unexpected = {name: n for name, n in many.items() if name not in MANY_PARAMETERS_BY_DESIGN}
+    stale = sorted(set(MANY_PARAMETERS_BY_DESIGN) - set(many))
+    assert not unexpected, f"functions with more than {MAX_PARAMETERS} parameters: {unexpected}; take a record"
+    assert not stale, f"MANY_PARAMETERS_BY_DESIGN names functions that no longer take that many: {stale}"
