@@ -19,6 +19,7 @@ from foxhunt.data.io.normalise import RAW_SCHEMA
 from foxhunt.data.io.read import read_bars
 from foxhunt.errors import InputError
 from foxhunt.settings import data_config
+from tests.data.test_bad_input import _fails
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 ES_1M = FIXTURES / "es_fut_ohlcv1m_databento.parquet"
@@ -26,14 +27,6 @@ ES_1D = FIXTURES / "es_fut_ohlcv1d_databento.parquet"
 DAILY = FIXTURES / "generic_ohlcv_daily.parquet"
 CT = "America/Chicago"
 UTC = dt.UTC
-
-
-def _fails(paths, **kw) -> str:
-    with pytest.raises(InputError) as info:
-        load_bars(DataConfig(paths=tuple(str(p) for p in paths), **kw))
-    msg = str(info.value)
-    assert "\n" not in msg and msg
-    return msg
 
 
 def _bars(n: int, bad: dict[int, dict]) -> pl.DataFrame:

@@ -9,7 +9,6 @@ the series reading them; the bad-bars rule judges the whole panel."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 
 import numpy as np
@@ -20,9 +19,10 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.features.covariate_files import held, merged
 from foxhunt.data.features.covariates import coverage, read_bar_columns
 from foxhunt.data.io.discover import expand_sources
-from foxhunt.data.prepare import bar_columns, entry, prepare_store
+from foxhunt.data.prepare import bar_columns, prepare_store
 from foxhunt.data.prepare.plan import plan_pieces
 from foxhunt.errors import InputError
+from tests.data.prepare.test_store_pieces import _assert_same_store, _in_pieces
 
 ROOTS = {"ES": 1.0, "NQ": 3.7, "YM": 9.1}  # root -> price factor
 MINUTE = 60 * 10**9
@@ -102,29 +102,6 @@ def _categorical(files: dict, keyed: bool = False, categorical: bool = True) -> 
 
 def _unseen(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if "unseen in training" in r.getMessage()]
-
-
-def _assert_same_store(a: tuple, b: tuple) -> None:
-    """Two stores (folder, manifest) hold the same manifest, bar the time of creation, and the same arrays."""
-    (a_dir, a_manifest), (b_dir, b_manifest) = a, b
-    a_manifest, b_manifest = dict(a_manifest), dict(b_manifest)
-    a_manifest.pop("created_utc"), b_manifest.pop("created_utc")
-    assert b_manifest["transform"] == a_manifest["transform"]
-    assert json.dumps(b_manifest, sort_keys=True) == json.dumps(a_manifest, sort_keys=True)
-    for name, array in a_manifest["arrays"].items():
-        x, y = np.load(a_dir / array["file"]), np.load(b_dir / array["file"])
-        assert x.dtype == y.dtype and x.shape == y.shape, name
-        assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name
-
-
-def _in_pieces(monkeypatch, cfg: DataConfig, out, **options) -> dict:
-    """prepare_store in pieces, failing the test where it falls back to one piece (entry.given)."""
-    def one_piece(*args, **kwargs):
-        raise AssertionError("prepared as one piece, not in pieces")
-
-    with monkeypatch.context() as patched:
-        patched.setattr(entry, "given", one_piece)
-        return prepare_store(cfg, out, **options)
 
 
 @pytest.fixture(scope="module")

@@ -77,6 +77,7 @@ def _assert_same_store(a: tuple, b: tuple) -> None:
     (a_dir, a_manifest), (b_dir, b_manifest) = a, b
     a_manifest, b_manifest = dict(a_manifest), dict(b_manifest)
     a_manifest.pop("created_utc"), b_manifest.pop("created_utc")
+    assert b_manifest["transform"] == a_manifest["transform"]  # the fitted transform first: its diff is readable
     assert json.dumps(b_manifest, sort_keys=True) == json.dumps(a_manifest, sort_keys=True)
     for name, array in a_manifest["arrays"].items():
         x, y = np.load(a_dir / array["file"]), np.load(b_dir / array["file"])
