@@ -91,7 +91,7 @@ RUN_VALUES = {
     "grad_clip": 0.5, "warmup_fraction": 0.1, "patience": 4, "device": "cpu", "seed": 3, "run_dir": "runs/x",
     "memory_log_every": 10, "memory_budget": "2GiB", "optimizer_state": "cpu", "max_train_batches": 9, "threads": 2,
     "precision": "32", "window_run": 8, "loss_weight": "scale", "max_bad_steps": 6, "progress": False,
-    "checkpoint_every": 50, "deterministic": True,
+    "checkpoint_every": 50, "deterministic": True, "init_from": "runs/panel",
 }
 
 

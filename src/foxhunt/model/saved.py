@@ -80,27 +80,29 @@ class LoadedModel:
     adaptive: AdaptiveCalibration | None = None  # the adaptive state (None: calibration.json from before it)
 
 
-def load_model(run_dir: str | Path, device: torch.device | str = "cpu", calibration: bool = True) -> LoadedModel:
+def load_model(run_dir: str | Path, device: torch.device | str = "cpu", calibration: bool = True,
+               flag: str = "--model") -> LoadedModel:
     """Rebuild the trained model from RUN_DIR/model.json + model.safetensors; no training data needed. With
     `calibration`, RUN_DIR/calibration.json too when it is there and was fitted on these weights.
 
     Every way a directory can fail to be a usable model (not a run, a run that has not finished an epoch, a file cut
-    short, from an older run format or a newer foxhunt) is an InputError naming the file and what to do."""
+    short, from an older run format or a newer foxhunt) is an InputError naming the file and what to do; `flag` is
+    the option that named the directory (train's --init-from reads a model too)."""
     root = Path(run_dir)
     meta_path, weights_path = root / "model.json", root / "model.safetensors"
     if root.exists() and not root.is_dir():
-        raise InputError(f"--model {root}: not a directory; point --model at a run directory written by "
+        raise InputError(f"{flag} {root}: not a directory; point {flag} at a run directory written by "
                          "`foxhunt train`")
     missing = [p for p in (meta_path, weights_path) if not p.exists()]
     if missing and (root / "checkpoint.pt").exists():
-        raise InputError(f"--model {root}: training has not finished an epoch yet ({missing[0].name} is missing); "
+        raise InputError(f"{flag} {root}: training has not finished an epoch yet ({missing[0].name} is missing); "
                          f"continue it with `foxhunt train --run-dir {root} --resume`")
     if missing:
-        raise InputError(f"{missing[0]}: not found; --model must be a run directory written by `foxhunt train`")
+        raise InputError(f"{missing[0]}: not found; {flag} must be a run directory written by `foxhunt train`")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         check_version(meta_path, meta.get("foxhunt_version"))
-        check_format(meta_path, meta, "retrain the model with this foxhunt (`foxhunt train`) and point --model at "
+        check_format(meta_path, meta, f"retrain the model with this foxhunt (`foxhunt train`) and point {flag} at "
                                       "the new run")
         model_cfg = ModelConfig.from_dict(meta["model"])
         schema = FeatureSchema.from_dict(meta["schema"])
@@ -108,13 +110,13 @@ def load_model(run_dir: str | Path, device: torch.device | str = "cpu", calibrat
         transform = FittedTransform.from_dict(meta["transform"], data_cfg)
     except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as e:
         raise InputError(f"{meta_path}: not a foxhunt model description ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else ''}); retrain or point --model elsewhere") from e
+                         f"{str(e).splitlines()[0] if str(e) else ''}); retrain or point {flag} elsewhere") from e
     model = TemporalFusionTransformer(schema.sizes, model_cfg)
     try:
         model.load_state_dict(load_file(str(weights_path)))
     except Exception as e:  # safetensors raises its own error type for a file cut short
         raise InputError(f"{weights_path}: unreadable or does not match model.json ({str(e).splitlines()[0]}); "
-                         "retrain or point --model elsewhere") from e
+                         f"retrain or point {flag} elsewhere") from e
     model.to(device).eval()
     lm = LoadedModel(model, model_cfg, schema, transform, data_cfg, meta)
     if calibration:

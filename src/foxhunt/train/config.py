@@ -105,6 +105,9 @@ class TrainConfig:
     progress: bool = option(True, "Show a progress bar.", OUTPUT)
     # A checkpoint every N optimizer steps (0: about every 10 minutes) and at each epoch end.
     checkpoint_every: int = option(0, "Checkpoint every N steps (0: about every 10 min).", OUTPUT)
+    # A run directory whose model's weights this run starts from where names and shapes agree (train/init_from.py);
+    # a resumed run continues from its checkpoint instead.
+    init_from: str | None = option(None, "Start from this run's weights (fine-tune).", TRAINING, metavar="RUN")
     # Deterministic CUDA kernels (CPU runs are deterministic already).
     deterministic: bool = option(False, "Deterministic CUDA kernels (slower, repeatable).", DEVICE,
                                  flags=("--deterministic",))

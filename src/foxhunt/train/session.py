@@ -34,6 +34,7 @@ from foxhunt.train.config import AUTO, TrainConfig
 from foxhunt.train.console_lines import WarningCounter, data_line, next_commands, plan_line, vs_baseline
 from foxhunt.train.device import apply_memory_budget, resolve_device
 from foxhunt.train.distributed import Dist, console_of, init_from_env, teardown
+from foxhunt.train.init_from import init_weights, saved_transfer, source_model
 from foxhunt.train.interrupt import Interrupted, StopRequest
 from foxhunt.train.loop import Callbacks, FitSetup, FitState, Sizing, Trainer
 from foxhunt.train.plan import plan_memory
@@ -257,6 +258,7 @@ class _Rank:
 def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, hooks: _Hooks) -> TrainResult:
     data_cfg, model_cfg, cfg, device, dist = r.data_cfg, r.model_cfg, r.cfg, r.device, r.dist
     checkpoint = load_checkpoint(run.checkpoint) if r.resume else None  # a bad one stops before any work
+    source = source_model(cfg.init_from, model_cfg) if cfg.init_from and not r.resume else None  # so does a bad RUN
     tracker = MemoryTracker(device, run.memory if dist.is_main else None, logging.getLogger("foxhunt.memory"),
                             cfg.memory_log_every)
     if dist.active:
@@ -276,10 +278,14 @@ def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, h
     log.info("model: Temporal Fusion Transformer, %s parameters, hidden %d, heads %d, encoder %d, horizon %d, "
              "precision %s", f"{n_params:,}", model_cfg.hidden_size, model_cfg.attention_heads,
              model_cfg.encoder_length, model_cfg.horizon, r.precision, extra=SHOW)
+    transfer = None if source is None else init_weights(model, data.schema, data.transform, source, cfg.init_from)
+    if transfer is not None:
+        log.info("%s", transfer.line(), extra=SHOW)
     tracker.record("model_built")
     sizing = _sizing(r, run, model, data, checkpoint)
     baseline = _baseline(data, model_cfg, cfg, sizing.val_batch_size, device)
     config = _config_record(r, data, sizing, n_params, baseline)
+    config["init_from"] = transfer.to_dict() if transfer is not None else saved_transfer(run) if r.resume else None
     if dist.is_main:  # rank 0 alone writes the run directory
         write_json(run.config, config)
 
