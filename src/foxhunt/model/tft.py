@@ -114,6 +114,9 @@ class TemporalFusionTransformer(nn.Module):
         self.positionwise = GatedResidualNetwork(h, h, h, p)
         self.pre_output = GateAddNorm(h, h, 0.0)  # the paper's final skip has no dropout
         self.output = quantile_head(h, cfg.quantiles, cfg.quantile_head)  # (..., H) -> (..., Q)
+        if cfg.anchored:  # a correction to the anchor, zero until trained: an untrained model forecasts the anchor
+            nn.init.zeros_(self.output.weight)
+            nn.init.zeros_(self.output.bias)
         self._group_cache: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
 
     # -- helpers -----------------------------------------------------------------------------------------------------
@@ -230,6 +233,8 @@ class TemporalFusionTransformer(nn.Module):
         features, interp = self._run(batch, None, return_interpretation)  # (B, D, H)
         with torch.autocast(features.device.type, enabled=False):  # the quantile head stays fp32 under autocast
             quantiles = self.output(features.float())  # (B, D, Q)
+            if self.cfg.anchored:
+                quantiles = batch.anchor + quantiles  # (B, D, Q) the anchor's quantiles, corrected
         if not return_interpretation:
             return TFTOutput(quantiles)
         return TFTOutput(

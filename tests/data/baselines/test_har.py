@@ -1,11 +1,11 @@
-"""HAR (evaluate/har.py): its averages and regression against hand-computed values, no look-ahead, scaling."""
+"""HAR (data/baselines/har.py): its averages and regression against hand-computed values, no look-ahead, scaling."""
 
 import numpy as np
 import pytest
 from scipy.stats import norm
 
 from foxhunt.errors import InputError
-from foxhunt.evaluate import baselines, har
+from foxhunt.data.baselines import forecasts as baselines, har
 
 Q = (0.1, 0.5, 0.9)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from foxhunt.errors import InputError
-from foxhunt.evaluate.baselines import (
+from foxhunt.data.baselines.forecasts import (
     BASELINES,
     BaselineSeries,
     GarchParams,
@@ -147,7 +147,7 @@ def garch_series():
 
 
 def test_garch_fits_the_last_max_garch_fit_returns_only(garch_series, monkeypatch):
-    import foxhunt.evaluate.baselines as baselines
+    import foxhunt.data.baselines.forecasts as baselines
 
     r, train, on_all = garch_series  # fitted on all 4,000 training returns
     monkeypatch.setattr(baselines, "MAX_GARCH_FIT", 1500)
