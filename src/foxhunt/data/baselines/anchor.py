@@ -68,9 +68,14 @@ def fit_anchor(kind: str, target: np.ndarray, sidx: np.ndarray, train: np.ndarra
         a, b = bounds[s], bounds[s + 1]
         rows = target[a:b][train[a:b]]
         try:
-            params[name] = fit_garch_t(rows)
+            p = fit_garch_t(rows)
         except InputError as e:
             left_out[name] = str(e).split("; ")[0]
+            continue
+        if not p.beta < 1.0:  # an integrated fit: its filter never forgets a shock (evaluate leaves it out too)
+            left_out[name] = f"the GARCH fit has beta = {p.beta:.3f}, a variance that never reverts"
+        else:
+            params[name] = p
     return AnchorFit(kind, params, left_out)
 
 
