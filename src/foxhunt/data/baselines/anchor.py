@@ -34,6 +34,12 @@ from foxhunt.data.baselines.forecasts import (
 from foxhunt.data.config import ANCHORS
 from foxhunt.errors import InputError
 
+# The anchor's quantiles are held within this many target scales (trailing volatilities) of the center. A GARCH
+# filter fed one bad return (an unadjusted roll gap of a continuous series, a price error: the 45-futures panel has
+# returns of 260 trailing volatilities) forecasts quantiles millions of scales wide for weeks after it, and the loss
+# of those rows would swamp the training; no honest one-bar quantile lies ten volatilities out.
+ANCHOR_CLIP = 10.0
+
 
 @dataclass(frozen=True)
 class AnchorFit:
@@ -85,7 +91,7 @@ def anchor_rows(fit: AnchorFit, names: Sequence[str], sidx: np.ndarray, target: 
 
     `target` (N,) the returns, `first` (N,) a series' first bar (no return: it enters the filter as a missing one),
     `center`, `scale` (N,) the target's scaling at each row. A series with no fit reads the standard normal
-    quantiles."""
+    quantiles; every value lies within ANCHOR_CLIP."""
     qs = np.asarray(quantiles, dtype=np.float64)
     out = np.broadcast_to(normal_quantiles(qs), (len(sidx), horizon, qs.size)).astype(np.float32)  # (N, D, Q)
     bounds = np.searchsorted(sidx, np.arange(len(names) + 1))
@@ -97,5 +103,5 @@ def anchor_rows(fit: AnchorFit, names: Sequence[str], sidx: np.ndarray, target: 
         r = np.where(first[a:b], np.nan, target[a:b].astype(np.float64))  # (n,)
         sigma = garch_sigma_paths(garch_next_variance(r, p), np.arange(b - a), horizon, p)  # (n, D)
         q = p.mu + sigma[..., None] * std_t_quantiles(qs, p.nu)  # (n, D, Q) in the target's units
-        out[a:b] = (q - center[a:b, None, None]) / scale[a:b, None, None]
+        out[a:b] = np.clip((q - center[a:b, None, None]) / scale[a:b, None, None], -ANCHOR_CLIP, ANCHOR_CLIP)
     return out.reshape(len(sidx), horizon * qs.size)
