@@ -19,6 +19,7 @@ rounding of the forecasts (tests/api/test_forecaster.py) for predict and update,
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import shutil
 from collections.abc import Callable
@@ -209,3 +210,44 @@ def test_a_model_saved_before_the_quantile_head_option_forecasts_as_it_did(world
         torch.testing.assert_close(lm.model(world.batch).quantiles, world.scaled, rtol=0, atol=0)
     want = foxhunt.Forecaster.load(world.run_dir).predict(world.bars)
     assert want.equals(foxhunt.Forecaster.load(old).predict(world.bars))
+
+
+@pytest.fixture(scope="module")
+def anchored_world(daily_path, tmp_path_factory) -> SimpleNamespace:
+    """A tiny model trained with `--anchor garch_t` on the daily fixture (each series' GARCH-t fitted on its ~180
+    training returns): every form must add the same anchor to the same correction."""
+    pytest.importorskip("arch")
+    run = tmp_path_factory.mktemp("anchored") / "run"
+    foxhunt.fit(parquet_file=str(daily_path), anchor="garch_t", epochs=2, hidden_size=8, attention_heads=2,
+                encoder_length=16, horizon=3, run_dir=str(run), progress=False, threads=1)
+    world = make_world(run, daily_path)
+    assert set(world.lm.transform.anchor.params) == {"ES", "NQ"}  # both series fitted, none on the fallback
+    return world
+
+
+def check_live_correction(world: SimpleNamespace, got: np.ndarray) -> None:
+    """A live forward's output (B, D, Q): an anchored model's correction, the model's forecast less the anchor."""
+    want = world.scaled - world.batch.anchor
+    torch.testing.assert_close(torch.from_numpy(got), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["batches", "store", "predict", "update", "folded", "trace"])
+def test_every_form_gives_an_anchored_models_forecasts(form, anchored_world, tmp_path):
+    assert anchored_world.batch.anchor is not None and anchored_world.lm.model_cfg.anchored
+    FORMS[form](anchored_world, tmp_path)
+
+
+def test_the_live_forwards_give_an_anchored_models_correction(anchored_world):
+    """onnxruntime and the folded live forward on the dense live windows give the correction that `update` adds
+    the live anchor to (the update form above checks the sum)."""
+    w = anchored_world
+    b, cfg = w.batch, w.lm.data_cfg
+    codes, enc, dec = b.static_cat[:, 0], b.enc_cont[b.enc_index], b.dec_cont[b.dec_index]
+    fast = InferenceTFT(w.lm.model)
+    with torch.inference_mode():
+        fast(b)  # folds the positional inputs, as a first forward does
+        check_live_correction(w, fast.live(codes, enc, dec).numpy())
+    if importlib.util.find_spec("onnxruntime") is not None:
+        fwd = OnnxForward(w.lm.model, cfg.encoder_length, cfg.horizon)
+        check_live_correction(w, fwd(codes.numpy(), enc.numpy(), dec.numpy()))
+        assert len(fwd.sessions) == 1 and not fwd.failed

@@ -234,6 +234,8 @@ class TemporalFusionTransformer(nn.Module):
         with torch.autocast(features.device.type, enabled=False):  # the quantile head stays fp32 under autocast
             quantiles = self.output(features.float())  # (B, D, Q)
             if self.cfg.anchored:
+                if batch.anchor is None:
+                    raise ValueError("an anchored model (--anchor) forecasts from the batch's anchor; it has none")
                 quantiles = batch.anchor + quantiles  # (B, D, Q) the anchor's quantiles, corrected
         if not return_interpretation:
             return TFTOutput(quantiles)

@@ -92,16 +92,29 @@ def anchor_rows(fit: AnchorFit, names: Sequence[str], sidx: np.ndarray, target: 
     `target` (N,) the returns, `first` (N,) a series' first bar (no return: it enters the filter as a missing one),
     `center`, `scale` (N,) the target's scaling at each row. A series with no fit reads the standard normal
     quantiles; every value lies within ANCHOR_CLIP."""
-    qs = np.asarray(quantiles, dtype=np.float64)
-    out = np.broadcast_to(normal_quantiles(qs), (len(sidx), horizon, qs.size)).astype(np.float32)  # (N, D, Q)
+    out = fallback(len(sidx), horizon, quantiles)  # (N, D, Q)
     bounds = np.searchsorted(sidx, np.arange(len(names) + 1))
     for s, name in enumerate(names):  # a loop over series; each series' rows at once
         p = fit.params.get(name)
         a, b = bounds[s], bounds[s + 1]
         if p is None or a == b:
             continue
-        r = np.where(first[a:b], np.nan, target[a:b].astype(np.float64))  # (n,)
-        sigma = garch_sigma_paths(garch_next_variance(r, p), np.arange(b - a), horizon, p)  # (n, D)
-        q = p.mu + sigma[..., None] * std_t_quantiles(qs, p.nu)  # (n, D, Q) in the target's units
-        out[a:b] = np.clip((q - center[a:b, None, None]) / scale[a:b, None, None], -ANCHOR_CLIP, ANCHOR_CLIP)
-    return out.reshape(len(sidx), horizon * qs.size)
+        v_next = garch_next_variance(np.where(first[a:b], np.nan, target[a:b].astype(np.float64)), p)  # (n,)
+        out[a:b] = scaled_quantiles(p, v_next, center[a:b], scale[a:b], horizon, quantiles)
+    return out.reshape(len(sidx), horizon * len(quantiles))
+
+
+def fallback(k: int, horizon: int, quantiles: Sequence[float]) -> np.ndarray:
+    """(K, D, Q) float32 the standard normal quantiles: the anchor of a series with no fit."""
+    return np.broadcast_to(normal_quantiles(quantiles), (k, horizon, len(quantiles))).astype(np.float32)
+
+
+def scaled_quantiles(p: GarchParams, v_next: np.ndarray, center: np.ndarray, scale: np.ndarray, horizon: int,
+                     quantiles: Sequence[float]) -> np.ndarray:
+    """(K, D, Q) float32 GARCH-t's quantiles mu + sigma_{o+h} t_q for steps 1..D after origins whose next variance is
+    `v_next` (K,), in the target's scaled units at those origins (`center`, `scale` (K,)), within ANCHOR_CLIP: the
+    one formula of the batch rows (`anchor_rows`) and of the live state (anchor_live.py)."""
+    sigma = garch_sigma_paths(v_next, np.arange(len(v_next)), horizon, p)  # (K, D)
+    q = p.mu + sigma[..., None] * std_t_quantiles(np.asarray(quantiles, dtype=np.float64), p.nu)  # (K, D, Q)
+    scaled = (q - np.asarray(center, np.float64)[:, None, None]) / np.asarray(scale, np.float64)[:, None, None]
+    return np.clip(scaled, -ANCHOR_CLIP, ANCHOR_CLIP).astype(np.float32)

@@ -292,7 +292,12 @@ class InferenceTFT(nn.Module):
         kc = len(m.sizes.known_cat)
         enc = self.enc(batch.enc_cont, batch.enc_cat, batch.enc_index, enc_ctx)  # (B, E, H)
         dec = self.dec(batch.dec_cont, batch.dec_cat[:, :kc], batch.dec_index, dec_ctx)  # (B, D, H)
-        return self._temporal(enc, dec, enr_ctx, c_h, c_c, flat=False)
+        out = self._temporal(enc, dec, enr_ctx, c_h, c_c, flat=False)  # (B, D, Q)
+        if m.cfg.anchored:  # the training model's sum (tft.py); `live` gives the correction alone
+            if batch.anchor is None:
+                raise ValueError("an anchored model (--anchor) forecasts from the batch's anchor; it has none")
+            out = batch.anchor + out
+        return out
 
     def dense_ready(self) -> bool:
         """Whether `live` can run this model: the series code is its only static input and no time input is
@@ -304,7 +309,8 @@ class InferenceTFT(nn.Module):
         """Scaled quantiles (B, D, Q) of dense live windows, each with its own rows: series codes (B,), encoder
         rows (B, E, F) (known, then observed inputs) and the known inputs of the forecast steps (B, D, Kr), the
         relative time index being the one folded by the last `forward`. The numbers of `forward` on the same
-        windows as a Batch, in fewer ops (no index arithmetic or gathers): what onnxruntime runs for `update`."""
+        windows as a Batch, in fewer ops (no index arithmetic or gathers): what onnxruntime runs for `update`. An
+        anchored model's correction alone: `Forecaster.update` adds the live anchor (data/baselines/anchor_live.py)."""
         assert self.dense_ready() and self.enc is not None and self.dec is not None and self.code_table is not None
         h = self.h
         (b, e, f), d = enc.shape, dec.shape[1]

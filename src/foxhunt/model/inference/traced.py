@@ -34,12 +34,12 @@ FIELDS = tuple(f.name for f in dataclasses.fields(Batch))
 class _BatchArgs(torch.nn.Module):
     """A forward (Batch -> scaled quantiles) taking a Batch's tensors as positional arguments (what a trace records)."""
 
-    def __init__(self, forward: torch.nn.Module):
+    def __init__(self, forward: torch.nn.Module, names: tuple[str, ...] = FIELDS):
         super().__init__()
-        self.inner = forward
+        self.inner, self.names = forward, names  # the Batch's fields that hold a tensor (anchor: only an anchored one)
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
-        return self.inner(Batch(**dict(zip(FIELDS, tensors, strict=True))))
+        return self.inner(Batch(**dict(zip(self.names, tensors, strict=True))))
 
 
 class _Quantiles(torch.nn.Module):
@@ -70,24 +70,26 @@ class TracedForward:
         self.failed = False
 
     def __call__(self, batch: Batch) -> torch.Tensor:
-        tensors = tuple(getattr(batch, f) for f in FIELDS)
+        names = tuple(f for f in FIELDS if getattr(batch, f) is not None)
+        tensors = tuple(getattr(batch, f) for f in names)
         if self.failed:
             return self.model(batch)
-        key = tuple((tuple(t.shape), t.dtype, t.device) for t in tensors)
+        key = (names, *((tuple(t.shape), t.dtype, t.device) for t in tensors))
         trace = self.traces.get(key)
         if trace is None:
-            trace = self._trace(tensors)
+            trace = self._trace(names, tensors)
             if trace is None:
                 return self.model(batch)
             self.traces[key] = trace
         return trace(*tensors)
 
-    def _trace(self, tensors: tuple[torch.Tensor, ...]) -> torch.jit.ScriptModule | None:
+    def _trace(self, names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> torch.jit.ScriptModule | None:
         try:
             with warnings.catch_warnings(), torch.no_grad():
                 warnings.simplefilter("ignore")  # TracerWarnings about shape-dependent Python: shapes are fixed here
-                self.model(Batch(**dict(zip(FIELDS, tensors, strict=True))))  # folds the weights outside the trace
-                return torch.jit.freeze(torch.jit.trace(_BatchArgs(self.model).eval(), tensors, check_trace=False))
+                self.model(Batch(**dict(zip(names, tensors, strict=True))))  # folds the weights outside the trace
+                return torch.jit.freeze(torch.jit.trace(_BatchArgs(self.model, names).eval(), tensors,
+                                                        check_trace=False))
         except Exception as e:  # an op the tracer cannot record: the eager model still forecasts
             self.failed = True
             log.warning("the model cannot be traced (%s); forecasting eagerly", " ".join(str(e).split())[:200])
@@ -103,11 +105,13 @@ LiveForward = Callable[..., np.ndarray]
 class BatchForward:
     """A live forward through a Batch-taking one (the eager model, a trace, a benchmark's backend): the dense live
     windows laid out as a Batch (each window its own E encoder rows and D forecast steps), the inputs that do not
-    depend on the bars made once per batch size (a live system asks for the same size on every bar)."""
+    depend on the bars made once per batch size (a live system asks for the same size on every bar). `anchor`: the
+    quantiles of an anchored model, whose batches get an anchor of zeros, so that the forward gives the correction
+    alone, as every live forward does (`InferenceTFT.live`); 0 for a model without one."""
 
     def __init__(self, forward: Callable[[Batch], torch.Tensor], encoder_length: int, horizon: int,
-                 device: torch.device | None = None):
-        self.forward, self.e, self.d = forward, encoder_length, horizon
+                 device: torch.device | None = None, anchor: int = 0):
+        self.forward, self.e, self.d, self.anchor = forward, encoder_length, horizon, anchor
         self.device = device or torch.device("cpu")
         e, d = encoder_length, horizon
         self.pos = ((torch.arange(e + d) - (e - 1)).float() / e).view(e + d, 1).to(self.device)  # (T, 1)
@@ -129,6 +133,8 @@ class BatchForward:
                 "target_scale": torch.ones(b, device=dev),
                 "window": torch.arange(b, device=dev),
             }
+            if self.anchor:
+                self.fixed[b]["anchor"] = torch.zeros(b, d, self.anchor, device=dev)  # (B, D, Q)
         batch = Batch(static_cat=torch.from_numpy(np.ascontiguousarray(codes).reshape(b, 1)).to(dev),  # (B, 1)
                       enc_cont=torch.from_numpy(np.ascontiguousarray(enc).reshape(b * self.e, -1)).to(dev),  # (B*E, F)
                       dec_cont=torch.from_numpy(np.ascontiguousarray(dec).reshape(b * self.d, -1)).to(dev),  # (B*D, Kr)
@@ -210,7 +216,7 @@ class OnnxForward:
     def __init__(self, model: torch.nn.Module, encoder_length: int, horizon: int):
         self.trace = TracedForward(model)
         self.model = self.trace.model
-        self.fallback = BatchForward(self.trace, encoder_length, horizon)
+        self.fallback = BatchForward(self.trace, encoder_length, horizon, anchor=anchored_quantiles(model))
         self.sessions: dict[int | str, Any] = {}  # 1, "batch" (dynamic axis) or a batch size -> InferenceSession
         self.bound: dict[int, _Bound] = {}  # batch size -> its buffers, bound to its session
         self.failed = not isinstance(self.model, InferenceTFT)
@@ -283,4 +289,10 @@ def live_forward(model: torch.nn.Module, encoder_length: int, horizon: int, devi
             pass
         else:
             return OnnxForward(model, encoder_length, horizon)
-    return BatchForward(TracedForward(model), encoder_length, horizon, device)
+    return BatchForward(TracedForward(model), encoder_length, horizon, device, anchored_quantiles(model))
+
+
+def anchored_quantiles(model: torch.nn.Module) -> int:
+    """Q of an anchored model (its live batches carry a zero anchor: `BatchForward`), else 0."""
+    cfg = getattr(model, "cfg", None)
+    return len(cfg.quantiles) if cfg is not None and getattr(cfg, "anchored", False) else 0
