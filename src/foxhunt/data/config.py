@@ -138,7 +138,7 @@ class DataConfig:
             bad(f"--vol-estimator {self.vol_estimator!r} is not one of {', '.join(VOL_ESTIMATORS)}")
         if self.anchor not in ANCHORS:
             bad(f"--anchor {self.anchor!r} is not one of {', '.join(ANCHORS)}")
-        if self.anchor != "none" and self.target == "log_range":
+        if self.anchored and self.target == "log_range":
             bad(f"--anchor {self.anchor} forecasts returns; it needs --target log_return or price_change")
         if not self.vol_halflife > 0:
             bad(f"--vol-halflife must be positive (bars), got {self.vol_halflife}")
@@ -200,9 +200,14 @@ class DataConfig:
     def window_length(self) -> int:
         return self.encoder_length + self.horizon
 
+    @property
+    def anchored(self) -> bool:
+        """Whether forecasts start from an anchor (data/baselines/anchor.py)."""
+        return self.anchor != ANCHORS[0]
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for key in ("paths", "observed", "known", "covariates", "context", "static", "categorical"):
+        for key in ("paths", "observed", "known", "covariates", "context", "static", "categorical", "quantiles"):
             d[key] = list(d[key])
         return d
 

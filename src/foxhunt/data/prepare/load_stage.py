@@ -20,7 +20,7 @@ from foxhunt.data.bars.bad_rows import BadRows
 from foxhunt.data.baselines.anchor import AnchorFit, fit_anchor
 from foxhunt.data.bars.grid import gap_counts
 from foxhunt.data.bars.validate import check_log_target
-from foxhunt.data.config import DataConfig
+from foxhunt.data.config import ANCHORS, DataConfig
 from foxhunt.data.features import inputs, static, timed_categories
 from foxhunt.data.features.bar_features import move_columns, raw_features
 from foxhunt.data.features.covariate_files import Held
@@ -180,7 +180,7 @@ def _fit(recipe: Recipe, feats: pl.DataFrame, names: list[str], sidx: np.ndarray
     if recipe.known_stamps:
         stamps = np.unique(ts[span], return_counts=True)
     anchor = None
-    if recipe.anchor != "none":
+    if recipe.anchor != ANCHORS[0]:  # fitting one
         anchor = fit_anchor(recipe.anchor, feats["target"].to_numpy(), sidx, keep, names)
     return Fit(mom, train_gaps, user, stamps, timed_categories.seen(side.cats, span) if side.cats else None, anchor)
 
