@@ -292,12 +292,10 @@ class InferenceTFT(nn.Module):
         kc = len(m.sizes.known_cat)
         enc = self.enc(batch.enc_cont, batch.enc_cat, batch.enc_index, enc_ctx)  # (B, E, H)
         dec = self.dec(batch.dec_cont, batch.dec_cat[:, :kc], batch.dec_index, dec_ctx)  # (B, D, H)
-        out = self._temporal(enc, dec, enr_ctx, c_h, c_c, flat=False)  # (B, D, Q)
-        if m.cfg.anchored:  # the training model's sum (tft.py); `live` gives the correction alone
-            if batch.anchor is None:
-                raise ValueError("an anchored model (--anchor) forecasts from the batch's anchor; it has none")
-            out = batch.anchor + out
-        return out
+        if not m.cfg.anchored:
+            return self._temporal(enc, dec, enr_ctx, c_h, c_c, flat=False)  # (B, D, Q)
+        anchor = m._anchor(batch)  # (B, D, Q): the decoder's input and the forecast's start (tft.py)
+        return anchor + self._temporal(enc, dec + m.anchor_input(anchor), enr_ctx, c_h, c_c, flat=False)
 
     def dense_ready(self) -> bool:
         """Whether `live` can run this model: the series code is its only static input and no time input is
