@@ -33,7 +33,7 @@ from foxhunt.data.io.read import read_frame
 from foxhunt.durations import parse_gap
 from foxhunt.model.adaptive import Origins, Runner
 from foxhunt.model.calibration import DEFAULT_METHOD, Calibration
-from foxhunt.model.inference.traced import BatchForward, LiveCats, LiveForward, anchored_quantiles, live_forward
+from foxhunt.model.inference.traced import BatchForward, LiveCats, LiveForward, live_forward
 from foxhunt.model.saved import LoadedModel, load_model
 from foxhunt.predict.bar_range import check_start, with_window
 from foxhunt.predict.calibrated import calibration_method, forecast_calibration, pick_calibration
@@ -81,9 +81,9 @@ class Forecaster:
         # inference model in onnxruntime or as a frozen trace, compiled on first use, or the eager training model;
         # benchmarks swap in other backends (torch.compile, onnxruntime on the export) through a BatchForward.
         self._live: LiveForward = live_forward(self._model, e, d, device) if trace else BatchForward(
-            self._eager, e, d, device, anchored_quantiles(self._model))
+            self._eager, e, d, device)
         self._state: StreamState | None = None  # made on first use: `foxhunt predict` never streams
-        tf = lm.transform  # --anchor: the baseline the live forward's correction is added to (anchor_live.py)
+        tf = lm.transform  # --anchor: the baseline each forecast starts from, one more input (anchor_live.py)
         self._anchor = None if tf.anchor is None else LiveAnchor(tf.anchor, d, lm.model_cfg.quantiles)
 
     @classmethod
@@ -300,18 +300,19 @@ class Forecaster:
     def batch(self, rows: list[int]) -> Batch:
         """`live_inputs` of stream rows `rows` as the model's Batch (no bar shared across windows)."""
         st = self._stream
-        b = BatchForward(self._eager, self.encoder_length, self.horizon, self._device).batch(*self.live_inputs(rows),
-                                                                                            self.live_cats(rows))
+        b = BatchForward(self._eager, self.encoder_length, self.horizon, self._device).batch(
+            *self.live_inputs(rows), self.live_cats(rows), self._live_anchor(rows))
         dev = self._device
         b.target_center = torch.from_numpy(st.center[rows].astype(np.float32)).to(dev)
         b.target_scale = torch.from_numpy(st.scale[rows].astype(np.float32)).to(dev)
         b.window = torch.as_tensor(rows, device=dev)
-        if self._anchor is not None:
-            b.anchor = torch.from_numpy(self._live_anchor(rows)).to(dev)
         return b
 
-    def _live_anchor(self, rows: list[int]) -> np.ndarray:
-        """(B, D, Q) the anchor of stream rows `rows` at their last bar, scaled as their targets are."""
+    def _live_anchor(self, rows: list[int]) -> np.ndarray | None:
+        """(B, D, Q) the anchor of stream rows `rows` at their last bar, scaled as their targets are; None for a
+        model without one."""
+        if self._anchor is None:
+            return None
         st = self._stream
         return self._anchor.at([st.names[r] for r in rows], st.center[rows], st.scale[rows])
 
@@ -323,9 +324,9 @@ class Forecaster:
         if not rows:
             return np.zeros((0, self.horizon, len(self.quantiles)), np.float32), scale, st.ts[rows]
         cats = self.live_cats(rows)
-        scaled = self._live(*self.live_inputs(rows), *(() if cats is None else (cats,)))  # (B, D, Q)
-        if self._anchor is not None:  # the live forward gives an anchored model's correction
-            scaled = scaled + self._live_anchor(rows)
+        anchor = self._live_anchor(rows)
+        scaled = self._live(*self.live_inputs(rows), *(() if cats is None else (cats,)),
+                            **({} if anchor is None else {"anchor": anchor}))  # (B, D, Q)
         q = scaled * scale.astype(np.float32)[:, None, None] + st.center[rows].astype(np.float32)[:, None, None]
         q.sort(axis=-1)
         if self._runner is not None:  # advanced by every bar, whether this call wants calibrated forecasts or not
