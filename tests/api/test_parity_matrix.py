@@ -241,3 +241,15 @@ def test_an_untrained_anchored_model_forecasts_its_anchor(anchored_world):
         got = fresh(anchored_world.batch).quantiles
     torch.testing.assert_close(got, anchored_world.batch.anchor, rtol=0, atol=1e-6)
     assert not torch.allclose(anchored_world.scaled, anchored_world.batch.anchor, atol=1e-3)  # training moved it
+
+
+def test_an_anchored_run_validates_its_anchor_first_as_epoch_0(anchored_world):
+    """metrics.jsonl starts with epoch 0: the untrained model (its anchor) validated and kept as the best so far, so
+    that early stopping can only end on weights better than the baseline on validation (train/loop.py)."""
+    records = [json.loads(line) for line in (Path(anchored_world.run_dir) / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [0, 1, 2]
+    first = records[0]
+    assert first["train_loss"] is None and first["best"] and first["train_samples"] == 0
+    best = min(records, key=lambda r: r["val_loss"])
+    assert json.loads((Path(anchored_world.run_dir) / "config.json").read_text())["data"]["anchor"] == "garch_t"
+    assert best["best"]

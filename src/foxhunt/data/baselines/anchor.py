@@ -26,6 +26,7 @@ import numpy as np
 from foxhunt.data.baselines.forecasts import (
     GarchParams,
     fit_garch_t,
+    garch_available,
     garch_next_variance,
     garch_sigma_paths,
     normal_quantiles,
@@ -68,6 +69,8 @@ def fit_anchor(kind: str, target: np.ndarray, sidx: np.ndarray, train: np.ndarra
     (N,) the rows it may fit on (before the training cut, not a series' first bar)."""
     if kind not in ANCHORS or kind == "none":
         raise ValueError(f"no anchor to fit for {kind!r}")
+    if not garch_available():  # every series would be left out: say what to install instead
+        raise InputError(f"--anchor {kind} fits GARCH(1,1)-t with the arch package: pip install 'foxhunt[garch]'")
     params, left_out = {}, {}
     bounds = np.searchsorted(sidx, np.arange(len(names) + 1))  # rows are sorted by series
     for s, name in enumerate(names):  # one fit per series: a handful to a few hundred
