@@ -17,10 +17,6 @@ from pathlib import Path
 import numpy as np
 
 from foxhunt.data.bars.grid import future_timestamps
-from foxhunt.data.dataset.types import FittedTransform, PreparedData
-from foxhunt.data.features.bar_features import RETURN_TARGETS
-from foxhunt.data.features.seasonality import fit_profile, profile_at
-from foxhunt.errors import InputError
 from foxhunt.data.baselines.forecasts import (
     BASELINES,
     INTRADAY_ONLY,
@@ -29,6 +25,10 @@ from foxhunt.data.baselines.forecasts import (
     garch_available,
 )
 from foxhunt.data.baselines.har import day_bars
+from foxhunt.data.dataset.types import FittedTransform, PreparedData
+from foxhunt.data.features.bar_features import RETURN_TARGETS
+from foxhunt.data.features.seasonality import fit_profile, profile_at
+from foxhunt.errors import InputError
 from foxhunt.evaluate.scored_rows import Scored
 
 log = logging.getLogger("foxhunt.evaluate")

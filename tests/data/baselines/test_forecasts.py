@@ -8,7 +8,6 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from foxhunt.errors import InputError
 from foxhunt.data.baselines.forecasts import (
     BASELINES,
     BaselineSeries,
@@ -23,6 +22,7 @@ from foxhunt.data.baselines.forecasts import (
     seasonal_rolling_vol,
     training_quantiles,
 )
+from foxhunt.errors import InputError
 from foxhunt.evaluate.metrics import compute_metrics
 
 Z1 = NormalDist().cdf(1.0)  # the quantile level whose standard-normal quantile is exactly 1

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
+from foxhunt.data.baselines import forecasts as baselines
+from foxhunt.data.baselines import har
 from foxhunt.errors import InputError
-from foxhunt.data.baselines import forecasts as baselines, har
 
 Q = (0.1, 0.5, 0.9)
 

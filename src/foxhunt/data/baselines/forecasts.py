@@ -40,9 +40,9 @@ from statistics import NormalDist
 
 import numpy as np
 
+from foxhunt.data.baselines.har import har
 from foxhunt.data.config import TARGETS
 from foxhunt.errors import InputError
-from foxhunt.data.baselines.har import har
 
 BASELINES = ("training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har")
 INTRADAY_ONLY = ("seasonal_rolling_vol",)

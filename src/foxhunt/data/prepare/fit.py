@@ -27,8 +27,8 @@ from collections import Counter
 import numpy as np
 
 from foxhunt.data.bars.chains import decision
-from foxhunt.data.baselines.anchor import AnchorFit
 from foxhunt.data.bars.sessions import run_session
+from foxhunt.data.baselines.anchor import AnchorFit
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features import inputs, static, timed_categories

@@ -17,9 +17,9 @@ import numpy as np
 import polars as pl
 
 from foxhunt.data.bars.bad_rows import BadRows
-from foxhunt.data.baselines.anchor import AnchorFit, fit_anchor
 from foxhunt.data.bars.grid import gap_counts
 from foxhunt.data.bars.validate import check_log_target
+from foxhunt.data.baselines.anchor import AnchorFit, fit_anchor
 from foxhunt.data.config import ANCHORS, DataConfig
 from foxhunt.data.features import inputs, static, timed_categories
 from foxhunt.data.features.bar_features import move_columns, raw_features
