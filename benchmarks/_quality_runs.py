@@ -43,9 +43,11 @@ def epoch_cap(run: Path) -> int:
 
 
 def fox_epochs(run: Path) -> tuple[int, int, int]:
-    """(epochs run, cap, best epoch) of a foxhunt run, from its metrics.jsonl."""
+    """(epochs run, cap, best epoch) of a foxhunt run, from its metrics.jsonl; an anchored run's epoch 0 (its anchor,
+    validated untrained) is no epoch run, and a best epoch 0 means training never beat the anchor."""
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
-    return len(lines), epoch_cap(run), max((r["epoch"] for r in lines if r.get("best")), default=0)
+    ran = sum(1 for r in lines if r["epoch"] > 0)
+    return ran, epoch_cap(run), max((r["epoch"] for r in lines if r.get("best")), default=0)
 
 
 def epochs_note(items: list[tuple[int, int, int]]) -> str:

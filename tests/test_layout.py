@@ -13,7 +13,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 MAX_LINES = 500
-STAGES = ("util", "io", "bars", "features", "dataset", "store", "prepare")  # data/'s stages, upstream first
+STAGES = ("util", "io", "bars", "features", "baselines", "dataset", "store", "prepare")  # data/'s stages, upstream first
 HELPERS = ("data", "errors", "flags", "atomic", "lazy", "allocator", "cache", "durations")  # foxhunt.<these> data/ may import (and foxhunt)
 # The pipeline's packages, upstream first; a package imports only from its own tier and the tiers before it. predict/
 # (batch prediction from a saved model) sits after train/, whose out-of-memory rungs, fault hooks and raw quantiles

@@ -69,13 +69,14 @@ def build(cls: type[C], values: Mapping[str, Any], **fields: Any) -> C:
 def data_config(values: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
     """A new run's (or store's) data options; a split that holds out no test period is refused
     (DataConfig.check_test_period)."""
-    cfg = build(DataConfig, values, paths=paths)
+    cfg = build(DataConfig, values, paths=paths, quantiles=build(ModelConfig, values).quantiles)  # the anchor's
     cfg.check_test_period()
     return cfg
 
 
 def model_config(values: Mapping[str, Any], data: DataConfig) -> ModelConfig:
-    return build(ModelConfig, values, encoder_length=data.encoder_length, horizon=data.horizon)
+    return build(ModelConfig, values, encoder_length=data.encoder_length, horizon=data.horizon,
+                 anchored=data.anchored)
 
 
 def train_config(values: Mapping[str, Any]) -> TrainConfig:

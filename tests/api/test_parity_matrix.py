@@ -175,7 +175,8 @@ def check_onnx(world: SimpleNamespace, tmp_path) -> None:
     b, cfg = world.batch, world.lm.data_cfg
     fwd = OnnxForward(world.lm.model, cfg.encoder_length, cfg.horizon)
     codes, enc, dec = b.static_cat[:, 0].numpy(), b.enc_cont[b.enc_index].numpy(), b.dec_cont[b.dec_index].numpy()
-    got = fwd(codes, enc, dec)  # (S, D, Q) from the dense live windows
+    anchor = {} if b.anchor is None else {"anchor": b.anchor.numpy()}  # an anchored model's fourth input
+    got = fwd(codes, enc, dec, **anchor)  # (S, D, Q) from the dense live windows
     assert len(fwd.sessions) == 1 and not fwd.failed
     assert_matches_model(world.lm.model, b, torch.from_numpy(got))
 
@@ -209,3 +210,46 @@ def test_a_model_saved_before_the_quantile_head_option_forecasts_as_it_did(world
         torch.testing.assert_close(lm.model(world.batch).quantiles, world.scaled, rtol=0, atol=0)
     want = foxhunt.Forecaster.load(world.run_dir).predict(world.bars)
     assert want.equals(foxhunt.Forecaster.load(old).predict(world.bars))
+
+
+@pytest.fixture(scope="module")
+def anchored_world(daily_path, tmp_path_factory) -> SimpleNamespace:
+    """A tiny model trained with `--anchor garch_t` on the daily fixture (each series' GARCH-t fitted on its ~180
+    training returns): every form must add the same anchor to the same correction."""
+    pytest.importorskip("arch")
+    run = tmp_path_factory.mktemp("anchored") / "run"
+    foxhunt.fit(parquet_file=str(daily_path), anchor="garch_t", epochs=2, hidden_size=8, attention_heads=2,
+                encoder_length=16, horizon=3, run_dir=str(run), progress=False, threads=1)
+    world = make_world(run, daily_path)
+    assert set(world.lm.transform.anchor.params) == {"ES", "NQ"}  # both series fitted, none on the fallback
+    return world
+
+
+@pytest.mark.parametrize("form", ["batches", "store", "predict", "update", "folded", "trace", "onnx"])
+def test_every_form_gives_an_anchored_models_forecasts(form, anchored_world, tmp_path):
+    assert anchored_world.batch.anchor is not None and anchored_world.lm.model_cfg.anchored
+    FORMS[form](anchored_world, tmp_path)
+
+
+def test_an_untrained_anchored_model_forecasts_its_anchor(anchored_world):
+    """The correction starts at zero: a model of the same shapes, untrained, gives the batch's anchor (to 1e-6)."""
+    from foxhunt.model.tft import TemporalFusionTransformer
+
+    lm = anchored_world.lm
+    fresh = TemporalFusionTransformer(lm.schema.sizes, lm.model_cfg).eval()
+    with torch.inference_mode():
+        got = fresh(anchored_world.batch).quantiles
+    torch.testing.assert_close(got, anchored_world.batch.anchor, rtol=0, atol=1e-6)
+    assert not torch.allclose(anchored_world.scaled, anchored_world.batch.anchor, atol=1e-3)  # training moved it
+
+
+def test_an_anchored_run_validates_its_anchor_first_as_epoch_0(anchored_world):
+    """metrics.jsonl starts with epoch 0: the untrained model (its anchor) validated and kept as the best so far, so
+    that early stopping can only end on weights better than the baseline on validation (train/loop.py)."""
+    records = [json.loads(line) for line in (Path(anchored_world.run_dir) / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [0, 1, 2]
+    first = records[0]
+    assert first["train_loss"] is None and first["best"] and first["train_samples"] == 0
+    best = min(records, key=lambda r: r["val_loss"])
+    assert json.loads((Path(anchored_world.run_dir) / "config.json").read_text())["data"]["anchor"] == "garch_t"
+    assert best["best"]

@@ -329,7 +329,9 @@ def test_flags_a_config_file_and_keywords_build_the_same_run(tmp_path, passed_to
 
     declared, names = _declared()
     session = {o.name for o in declared["SessionConfig"]}
-    assert set(RUN_VALUES) == set(names) - session - {"features", "use_gpu"}  # a store, --device cuda: below
+    # a store, --device cuda: below; --anchor needs a returns target and the independent head, which RUN_VALUES
+    # change: test_anchor_reaches_its_field_three_ways
+    assert set(RUN_VALUES) == set(names) - session - {"features", "use_gpu", "anchor"}
     monkeypatch.setattr(DataConfig, "__post_init__", lambda self: None)  # the names above need no real files
     cfg = tmp_path / "run.toml"
     cfg.write_text(_toml(RUN_VALUES))
@@ -343,7 +345,7 @@ def test_flags_a_config_file_and_keywords_build_the_same_run(tmp_path, passed_to
     for section, values in built[0].items():
         same = [k for k, v in values.items() if v == defaults[section][k] and k not in ("encoder_length", "horizon",
                                                                                           "exchange_tz", "train_start",
-                                                                                          "features")]
+                                                                                          "features", "anchor", "anchored")]
         assert not same, f"{section}: {same} kept their defaults"
     assert dataclasses.asdict(foxhunt.RunConfig.from_options(parquet_file="a", use_gpu=True).training)["device"] == "cuda"
 
@@ -409,3 +411,19 @@ def test_the_configurations_declare_options_without_the_cli() -> None:
             "or m.startswith('foxhunt.cli')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["[]"]
+
+
+def test_anchor_reaches_its_field_three_ways(tmp_path, passed_to_fit, monkeypatch) -> None:
+    """--anchor on the command line, in a --config file and as a keyword: the data's field, and the model anchored."""
+    import foxhunt
+    from foxhunt.data.config import DataConfig
+
+    monkeypatch.setattr(DataConfig, "__post_init__", lambda self: None)
+    values = {"parquet_file": ["a.parquet"], "anchor": "garch_t"}
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(_toml(values))
+    for argv in (_flags(values), ["--config", str(cfg)]):
+        assert main(["train", *argv]) == 0
+    built = [foxhunt.RunConfig.from_options(**kw) for _, kw in passed_to_fit]
+    built.append(foxhunt.RunConfig.from_options(**values))
+    assert [(r.data.anchor, r.model.anchored, r.data.quantiles) for r in built] == [("garch_t", True, (0.1, 0.5, 0.9))] * 3

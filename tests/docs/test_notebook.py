@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from foxhunt.evaluate import baselines
+from foxhunt.data.baselines import forecasts as baselines
 
 nbformat = pytest.importorskip("nbformat")  # the `docs` extra
 pytest.importorskip("nbclient")

@@ -20,10 +20,10 @@ import pytest
 import torch
 
 from foxhunt.cli import main
+from foxhunt.data.baselines.forecasts import BASELINES, BaselineSeries, baseline_forecasts
 from foxhunt.data.config import DataConfig
 from foxhunt.data.prepare import prepare_data
 from foxhunt.evaluate import series_baselines, validation
-from foxhunt.evaluate.baselines import BASELINES, BaselineSeries, baseline_forecasts
 from foxhunt.evaluate.metrics import q_risk
 from foxhunt.evaluate.paired import compare
 from foxhunt.evaluate.verdict import validation_claim

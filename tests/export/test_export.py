@@ -66,7 +66,8 @@ def test_export_writes_the_graph_and_its_sidecar(exported, capsys):
     assert inputs["decoder_cont"]["channels"] == known and inputs["decoder_cont"]["dtype"] == "float32"
     assert inputs["static_cat"] == {"name": "static_cat", "dtype": "int64", "shape": ["batch", 1],
                                     "dynamic_axes": {"0": "batch"}, "channels": ["series"], "cardinality": [3]}
-    assert side["omitted_inputs"] == ["static_cont", "encoder_cat", "decoder_cat"]
+    assert side["omitted_inputs"] == ["static_cont", "encoder_cat", "decoder_cat", "anchor"]
+    assert side["anchor"] is None  # trained without --anchor
     assert side["output"]["shape"] == ["batch", 3, 3] and side["quantiles"] == [0.1, 0.5, 0.9]
     assert side["built_in"]["relative_time"]["values"][15] == 0.0  # the origin, last of 16 encoder steps
     assert set(side["features"]) == {c for i in side["inputs"] for c in i["channels"]}
@@ -218,3 +219,36 @@ def test_real_cases_take_the_last_window_and_up_to_256_spread(data):
     assert one.batch == 1 and many.batch == min(256, len(data.splits["test"]))
     last = data.windows.batch(data.splits["test"][-1:])
     assert torch.equal(one.inputs["static_cat"], last.static_cat)
+
+
+def test_an_anchored_model_takes_its_anchor_as_an_input_the_sidecar_says_how_to_compute(tmp_path, daily_path,
+                                                                                        tiny_flags):
+    """`--anchor garch_t`: the graph's seventh input is the anchor (B, D, Q), its parity holds on real windows, and
+    the sidecar's fitted GARCH-t per series and formula give the anchor the model was fed, from the returns alone."""
+    pytest.importorskip("arch")
+    from foxhunt.data.baselines.anchor import scaled_quantiles
+    from foxhunt.data.baselines.forecasts import GarchParams, garch_next_variance
+
+    run, out = tmp_path / "run", tmp_path / "model.onnx"
+    assert main(["train", *tiny_flags, "--parquet-file", str(daily_path), "--epochs", "1", "--anchor", "garch_t",
+                 "--run-dir", str(run)]) == 0
+    assert main(["export", "--model", str(run), "--format", "onnx", "--out", str(out), "--parquet-file",
+                 str(daily_path), "--threads", "1"]) == 0
+    side = json.loads(out.with_name("model.onnx.json").read_text())
+    inputs = {i["name"]: i for i in side["inputs"]}
+    assert inputs["anchor"]["shape"] == ["batch", 3, 3]
+    assert inputs["anchor"]["channels"] == ["anchor_q0.1", "anchor_q0.5", "anchor_q0.9"]
+    assert side["parity"]["max_relative_error"] <= MAX_RELATIVE_ERROR and side["anchor"]["kind"] == "garch_t"
+    lm = load_model(run)
+    data = prepare_for_model(lm, (str(daily_path),))
+    w = data.windows
+    last = data.splits["test"][-1:]  # the last window: its series' newest origin
+    origin = int(w._origin(last)[0])
+    s = int(w.series_index(last)[0])
+    rows = (w.series_idx == s).nonzero()[:, 0].numpy()
+    r = w.target_raw.numpy()[rows[0]:origin + 1].astype(np.float64)
+    r[0] = np.nan  # a series' first bar has no return
+    p = GarchParams(**side["anchor"]["series"][w.series_names[s]])
+    want = scaled_quantiles(p, garch_next_variance(r, p)[-1:], w.center.numpy()[origin:origin + 1],
+                            w.scale.numpy()[origin:origin + 1], 3, side["quantiles"])
+    np.testing.assert_allclose(w.batch(last).anchor.numpy(), want, rtol=1e-5, atol=1e-6)

@@ -23,9 +23,10 @@ BARS_SIZES = InputSizes(static_cat=(4,), static_cont=0, known_cat=(), known_cont
 def float64_quantiles(model: TemporalFusionTransformer, batch: Batch) -> torch.Tensor:
     """The training model's own code run in float64: the reference both float32 computations round away from."""
     m64 = copy.deepcopy(model).double()
-    b64 = Batch(**{k: (v.double() if v.is_floating_point() else v) for k, v in vars(batch).items()})
+    b64 = Batch(**{k: (v.double() if v is not None and v.is_floating_point() else v) for k, v in vars(batch).items()})
     features, _ = m64._run(b64, None, False)  # (B, D, H)
-    return m64.output(features)  # (B, D, Q)
+    out = m64.output(features)  # (B, D, Q)
+    return out + b64.anchor if model.cfg.anchored else out
 
 
 def assert_matches_model(model: TemporalFusionTransformer, batch: Batch, got: torch.Tensor) -> None:

@@ -23,6 +23,7 @@ import torch
 
 from foxhunt.api.bars import FRAME_NAME, as_polars, parquet_tail, stream_bars
 from foxhunt.data.bars.load import load_raw
+from foxhunt.data.baselines.anchor_live import LiveAnchor
 from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.features.bar_features import raw_features
@@ -82,6 +83,8 @@ class Forecaster:
         self._live: LiveForward = live_forward(self._model, e, d, device) if trace else BatchForward(
             self._eager, e, d, device)
         self._state: StreamState | None = None  # made on first use: `foxhunt predict` never streams
+        tf = lm.transform  # --anchor: the baseline each forecast starts from, one more input (anchor_live.py)
+        self._anchor = None if tf.anchor is None else LiveAnchor(tf.anchor, d, lm.model_cfg.quantiles)
 
     @classmethod
     def load(cls, run_dir: str | Path, device: str | torch.device = "cpu", trace: bool = True,
@@ -261,6 +264,11 @@ class Forecaster:
         user = self._stream.user
         if user is not None and user.codes is not None:  # static and categorical inputs, as predict coded them
             user.codes.prime(w)
+        if self._anchor is not None:  # each series' GARCH filter through its history, as the prepared rows ran it
+            returns = feats.select(pl.when(pl.col("first")).then(None).otherwise(pl.col("target")).cast(pl.Float64)
+                                   .alias("r"), "series").partition_by("series", as_dict=True, maintain_order=True)
+            for (name,), part in returns.items():
+                self._anchor.prime(name, part["r"].fill_null(np.nan).to_numpy())
 
     def _step(self, bar: Any, max_gap_ns: int | None = None) -> list[int]:
         """Parse `bar` and advance the stream; the state rows of its series (B,)."""
@@ -268,7 +276,11 @@ class Forecaster:
         only = st.names[0] if len(st.names) == 1 else None
         fields = st.user.fields if st.user is not None else ()
         b = stream_bars(bar, st.series_of, only, self._lm.data_cfg.timezone, fields, self._lm.data_cfg.date_format)
-        return st.step(b.names, b.contracts, b.ts_ns, b.ohlcv, b.filled, max_gap_ns, b.observed)
+        rows = st.step(b.names, b.contracts, b.ts_ns, b.ohlcv, b.filled, max_gap_ns, b.observed)
+        if self._anchor is not None:
+            for r in rows:  # the series of this update
+                self._anchor.step(st.names[r], float(st.target[r]), bool(st.n[r] == 1))
+        return rows
 
     def live_inputs(self, rows: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The model's inputs for the live windows of stream rows `rows` (B,): series codes (B,), each window's own
@@ -288,13 +300,21 @@ class Forecaster:
     def batch(self, rows: list[int]) -> Batch:
         """`live_inputs` of stream rows `rows` as the model's Batch (no bar shared across windows)."""
         st = self._stream
-        b = BatchForward(self._eager, self.encoder_length, self.horizon, self._device).batch(*self.live_inputs(rows),
-                                                                                            self.live_cats(rows))
+        b = BatchForward(self._eager, self.encoder_length, self.horizon, self._device).batch(
+            *self.live_inputs(rows), self.live_cats(rows), self._live_anchor(rows))
         dev = self._device
         b.target_center = torch.from_numpy(st.center[rows].astype(np.float32)).to(dev)
         b.target_scale = torch.from_numpy(st.scale[rows].astype(np.float32)).to(dev)
         b.window = torch.as_tensor(rows, device=dev)
         return b
+
+    def _live_anchor(self, rows: list[int]) -> np.ndarray | None:
+        """(B, D, Q) the anchor of stream rows `rows` at their last bar, scaled as their targets are; None for a
+        model without one."""
+        if self._anchor is None:
+            return None
+        st = self._stream
+        return self._anchor.at([st.names[r] for r in rows], st.center[rows], st.scale[rows])
 
     def _forecast_rows(self, rows: list[int], calibrated: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Quantiles (B, D, Q) in target units (calibrated unless told not), target scales (B,), origins (B,):
@@ -304,7 +324,9 @@ class Forecaster:
         if not rows:
             return np.zeros((0, self.horizon, len(self.quantiles)), np.float32), scale, st.ts[rows]
         cats = self.live_cats(rows)
-        scaled = self._live(*self.live_inputs(rows), *(() if cats is None else (cats,)))  # (B, D, Q)
+        anchor = self._live_anchor(rows)
+        scaled = self._live(*self.live_inputs(rows), *(() if cats is None else (cats,)),
+                            **({} if anchor is None else {"anchor": anchor}))  # (B, D, Q)
         q = scaled * scale.astype(np.float32)[:, None, None] + st.center[rows].astype(np.float32)[:, None, None]
         q.sort(axis=-1)
         if self._runner is not None:  # advanced by every bar, whether this call wants calibrated forecasts or not

@@ -47,6 +47,9 @@ class RunConfig:
         if (m.encoder_length, m.horizon) != (d.encoder_length, d.horizon):
             raise InputError(f"RunConfig: the model's encoder {m.encoder_length} / horizon {m.horizon} differ from "
                              f"the data's {d.encoder_length} / {d.horizon}; build it with RunConfig.from_options")
+        if d.anchored and tuple(m.quantiles) != tuple(d.quantiles):
+            raise InputError(f"RunConfig: the model's quantiles {list(m.quantiles)} differ from those the data's anchor "
+                             f"is computed at {list(d.quantiles)}; build it with RunConfig.from_options")
 
     @staticmethod
     def from_options(**options: Any) -> RunConfig:

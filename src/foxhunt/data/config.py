@@ -15,6 +15,7 @@ TARGETS = ("log_return", "log_range", "price_change")
 SCALINGS = ("series", "volatility")
 VOL_ESTIMATORS = ("returns", "range")
 COVARIATE_SCALINGS = ("series", "global", "none")
+ANCHORS = ("none", "garch_t")  # data/baselines/anchor.py
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,11 @@ class DataConfig:
     calendar_features: bool = option(False, "Globex Equity session inputs (extra: calendars).", DATA)
     # Intraday: missing grid bars inside a session become flagged zero-volume bars (fill.py).
     fill_gaps: bool = option(False, "Fill missing intraday bars inside a session.", DATA)
+    # Start every forecast from a baseline's quantiles, fitted on the training rows (data/baselines/anchor.py): the
+    # model's quantile head learns a correction to them, and an untrained model forecasts the baseline itself.
+    anchor: str = option("none", "Start from a baseline's quantiles: none | garch_t.", DATA, metavar="KIND")
+    # The quantiles the anchor is computed at: the model's (ModelConfig.quantiles; settings sets it, no flag here).
+    quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
     exchange_tz: str = "America/Chicago"  # with `calendar`: the calendar's zone (derived, no flag)
     # Your own inputs (data/features/inputs.py). `observed`: columns known up to and including their bar (of the bar
     # files or of a --covariates file, joined as of each bar's time); `known`: columns known in advance for future
@@ -130,6 +136,10 @@ class DataConfig:
             bad(f"--scaling {self.scaling!r} is not one of {', '.join(SCALINGS)}")
         if self.vol_estimator not in VOL_ESTIMATORS:
             bad(f"--vol-estimator {self.vol_estimator!r} is not one of {', '.join(VOL_ESTIMATORS)}")
+        if self.anchor not in ANCHORS:
+            bad(f"--anchor {self.anchor!r} is not one of {', '.join(ANCHORS)}")
+        if self.anchored and self.target == "log_range":
+            bad(f"--anchor {self.anchor} forecasts returns; it needs --target log_return or price_change")
         if not self.vol_halflife > 0:
             bad(f"--vol-halflife must be positive (bars), got {self.vol_halflife}")
         if self.timezone is not None:
@@ -190,9 +200,14 @@ class DataConfig:
     def window_length(self) -> int:
         return self.encoder_length + self.horizon
 
+    @property
+    def anchored(self) -> bool:
+        """Whether forecasts start from an anchor (data/baselines/anchor.py)."""
+        return self.anchor != ANCHORS[0]
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for key in ("paths", "observed", "known", "covariates", "context", "static", "categorical"):
+        for key in ("paths", "observed", "known", "covariates", "context", "static", "categorical", "quantiles"):
             d[key] = list(d[key])
         return d
 
@@ -207,4 +222,5 @@ class DataConfig:
         d = dict(d)
         for key in ("paths", "observed", "known", "covariates", "context", "static", "categorical"):
             d[key] = tuple(d[key])
+        d["quantiles"] = tuple(float(q) for q in d["quantiles"])
         return DataConfig(**d)

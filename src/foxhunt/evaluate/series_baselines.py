@@ -3,7 +3,7 @@
 A series' inputs are its target and its contracts' own moves (`PreparedData.own_moves`: each contract's own log
 range, and returns for a range target, computed as the model's features are: adjusted closes would carry later roll
 gaps). Rows are sorted by series, then time, so a series' rows are one slice, read (a feature store's pages) a
-series at a time. The baselines' arithmetic is evaluate/baselines.py's.
+series at a time. The baselines' arithmetic is data/baselines/forecasts.py's.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from pathlib import Path
 import numpy as np
 
 from foxhunt.data.bars.grid import future_timestamps
-from foxhunt.data.dataset.types import FittedTransform, PreparedData
-from foxhunt.data.features.bar_features import RETURN_TARGETS
-from foxhunt.data.features.seasonality import fit_profile, profile_at
-from foxhunt.errors import InputError
-from foxhunt.evaluate.baselines import (
+from foxhunt.data.baselines.forecasts import (
     BASELINES,
     INTRADAY_ONLY,
     BaselineSeries,
     baseline_forecasts,
     garch_available,
 )
-from foxhunt.evaluate.har import day_bars
+from foxhunt.data.baselines.har import day_bars
+from foxhunt.data.dataset.types import FittedTransform, PreparedData
+from foxhunt.data.features.bar_features import RETURN_TARGETS
+from foxhunt.data.features.seasonality import fit_profile, profile_at
+from foxhunt.errors import InputError
 from foxhunt.evaluate.scored_rows import Scored
 
 log = logging.getLogger("foxhunt.evaluate")

@@ -12,6 +12,8 @@ Inputs (float32 continuous, int64 categorical codes; a group with no channel is 
   encoder_cont  (B, E, Kr+Or)  known continuous (calendar), then observed continuous (scaled) at the encoder bars
   decoder_cat   (B, D, Kc)     known categorical codes at the D forecast steps
   decoder_cont  (B, D, Kr)     known continuous (calendar) at the forecast steps
+  anchor        (B, D, Q)      an anchored model's (--anchor) baseline quantiles at the forecast steps, scaled
+                               (data/baselines/anchor.py); a model without an anchor has no such input
 Positional inputs (the relative time index, the same for every window) are constants of the graph.
 Output: quantiles (B, D, Q) in the scaled target space, before unscaling and calibration.
 
@@ -28,10 +30,11 @@ from torch import nn
 
 from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.features.schema import FeatureSchema, Kind, Role
+from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer
 
 POSITIONAL = ("relative_time",)  # known continuous inputs fixed by the position in the window (data/dataset/windows.py)
-INPUT_NAMES = ("static_cat", "static_cont", "encoder_cat", "encoder_cont", "decoder_cat", "decoder_cont")
+INPUT_NAMES = ("static_cat", "static_cont", "encoder_cat", "encoder_cont", "decoder_cat", "decoder_cont", "anchor")
 OUTPUT_NAME = "quantiles"
 
 
@@ -73,8 +76,14 @@ def relative_time(encoder_length: int, horizon: int) -> torch.Tensor:
     return ((t - (encoder_length - 1)) / encoder_length).view(-1, 1)  # (T, 1)
 
 
-def input_specs(schema: FeatureSchema) -> list[InputSpec]:
-    """All six input groups in graph order, including empty ones (`ExportedForward.present` drops those)."""
+def anchor_channels(cfg: ModelConfig) -> tuple[str, ...]:
+    """The anchor input's channels, one per quantile (`anchor_q0.1`, ...), of an anchored model; none otherwise."""
+    return tuple(f"anchor_q{q:g}" for q in cfg.quantiles) if cfg.anchored else ()
+
+
+def input_specs(schema: FeatureSchema, anchor: tuple[str, ...] = ()) -> list[InputSpec]:
+    """All seven input groups in graph order, including empty ones (`ExportedForward.present` drops those);
+    `anchor`: the anchor's channels (`anchor_channels`)."""
     cat, cont = Kind.CATEGORICAL, Kind.CONTINUOUS
     e, d = schema.encoder_length, schema.horizon
     pos = positional_names(schema)
@@ -87,13 +96,14 @@ def input_specs(schema: FeatureSchema) -> list[InputSpec]:
         "encoder_cont": (("batch", e), known_cont + schema.names(Role.OBSERVED, cont)),
         "decoder_cat": (("batch", d), known_cat),
         "decoder_cont": (("batch", d), known_cont),
+        "anchor": (("batch", d), list(anchor)),
     }
     return [InputSpec(name, "int64" if name.endswith("_cat") else "float32", (*lead, len(ch)), tuple(ch))
             for name, (lead, ch) in groups.items()]
 
 
 def dense_inputs(batch: Batch) -> dict[str, torch.Tensor]:
-    """The six graph inputs of a foxhunt `Batch` (windows as row indices) as dense per-window tensors."""
+    """The graph inputs of a foxhunt `Batch` (windows as row indices) as dense per-window tensors."""
     e = batch.encoder_length
     kr = batch.dec_cont.shape[1]
     dense = batch.dense()
@@ -105,6 +115,8 @@ def dense_inputs(batch: Batch) -> dict[str, torch.Tensor]:
         "encoder_cont": torch.cat([known_cont[:, :e], dense["observed_cont"]], dim=2),  # (B, E, Kr + Or)
         "decoder_cat": known_cat[:, e:],  # (B, D, Kc)
         "decoder_cont": known_cont[:, e:],  # (B, D, Kr)
+        # (B, D, Q) an anchored model's; (B, D, 0) otherwise, a group the graph leaves out
+        "anchor": batch.anchor if batch.anchor is not None else known_cont.new_zeros(known_cont.shape[0], 0, 0),
     }
 
 
@@ -115,7 +127,7 @@ class ExportedForward(nn.Module):
     def __init__(self, model: TemporalFusionTransformer, schema: FeatureSchema) -> None:
         super().__init__()
         self.model = model
-        self.specs = input_specs(schema)
+        self.specs = input_specs(schema, anchor_channels(model.cfg))
         self.present = [s.name for s in self.specs if s.channels]
         self.empty = {s.name: s for s in self.specs if not s.channels}
         self.e, self.d = schema.encoder_length, schema.horizon
@@ -147,5 +159,6 @@ class ExportedForward(nn.Module):
             target_center=zeros,
             target_scale=zeros + 1.0,
             window=torch.zeros(b, dtype=torch.int64, device=ref.device),
+            anchor=x["anchor"] if self.model.cfg.anchored else None,  # (B, D, Q)
         )
         return self.model(batch).quantiles  # (B, D, Q)

@@ -33,7 +33,7 @@ import torch
 from foxhunt.atomic import atomic_path, write_json
 from foxhunt.data.dataset.batch import Batch
 from foxhunt.errors import InputError
-from foxhunt.export.graph import OUTPUT_NAME, ExportedForward, dense_inputs
+from foxhunt.export.graph import OUTPUT_NAME, ExportedForward, anchor_channels, dense_inputs
 from foxhunt.export.parity import (
     ParityCase,
     ParityResult,
@@ -154,7 +154,7 @@ def export_onnx(lm: LoadedModel, run_dir: Path, out: Path, real: list[ParityCase
     side = out.with_name(out.name + ".json")
     with atomic_path(out) as tmp:
         module = export_graph(lm, tmp)
-        cases = random_cases(lm.schema) + list(real or [])
+        cases = random_cases(lm.schema, anchor=anchor_channels(lm.model_cfg)) + list(real or [])
         parity = check_parity(OnnxModel(tmp).run, torch_reference(module), cases)
         log.info("parity with PyTorch: %s", ", ".join(f"{label} {err:.2g}" for label, err in parity.cases))
         write_json(side, sidecar(lm, run_dir, out.name, module.specs, parity, _opset(tmp)))

@@ -69,12 +69,13 @@ def cardinalities(schema: FeatureSchema) -> dict[str, int]:
     return {f.name: f.cardinality for f in schema.features if f.cardinality}
 
 
-def random_cases(schema: FeatureSchema, seed: int = 0, batches: tuple[int, ...] = PARITY_BATCHES) -> list[ParityCase]:
-    """Random windows at each batch size: N(0, 1) continuous inputs (scaled inputs are of that order), codes uniform
-    over each categorical's cardinality."""
+def random_cases(schema: FeatureSchema, seed: int = 0, batches: tuple[int, ...] = PARITY_BATCHES,
+                 anchor: tuple[str, ...] = ()) -> list[ParityCase]:
+    """Random windows at each batch size: N(0, 1) continuous inputs (scaled inputs are of that order; the anchor's
+    quantiles too), codes uniform over each categorical's cardinality. `anchor`: graph.anchor_channels."""
     gen = torch.Generator().manual_seed(seed)
     cards = cardinalities(schema)
-    return [ParityCase(f"{b} random", {s.name: s.example(b, cards, gen) for s in input_specs(schema)})
+    return [ParityCase(f"{b} random", {s.name: s.example(b, cards, gen) for s in input_specs(schema, anchor)})
             for b in batches]
 
 

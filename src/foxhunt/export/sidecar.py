@@ -11,12 +11,14 @@ needs them; model.json keeps those options once, in its "data".
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import torch
 
 import foxhunt
+from foxhunt.data.baselines.anchor import ANCHOR_CLIP
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features.bar_features import (
     FILL_OBSERVED,
@@ -218,6 +220,32 @@ ADAPTIVE_WORDS = (
 )
 
 
+def _anchor_feature(name: str) -> str | None:
+    """The words of an anchor channel (`anchor_q0.1`, graph.anchor_channels); None for another input."""
+    if not name.startswith("anchor_q"):
+        return None
+    return (f"the anchor's {name.removeprefix('anchor_q')} quantile at the forecast step, in scaled target units "
+            "(see \"anchor\")")
+
+
+def anchor_words(lm: LoadedModel) -> dict[str, Any] | None:
+    """How the `anchor` input is computed (data/baselines/anchor.py), with each series' fitted GARCH-t; None for a
+    model without one."""
+    fit = lm.transform.anchor
+    if fit is None:
+        return None
+    return {"kind": fit.kind,
+            "formula": "at an origin t, for steps h = 1..D: v_t = omega + alpha (r_t - mu)^2 + beta v_t-1 (v_-1 = "
+                       "init_var; a series' first bar, with no return, adds omega / (1 - alpha - beta) for (r - mu)^2, "
+                       "or init_var when alpha + beta >= 1), s2_1 = v_t, s2_h = omega + (alpha + beta) s2_h-1; "
+                       "quantile q = mu + sqrt(s2_h) t_q(nu) sqrt((nu - 2) / nu), t_q the Student-t quantile; the "
+                       f"input is (q - center_t) / scale_t (scaling.target at the origin), clipped to +-{ANCHOR_CLIP:g}",
+            "fallback": "a series with no fit (listed in left_out, or unseen in training): the standard normal "
+                        "quantiles of each level, at every step",
+            "series": {name: dataclasses.asdict(p) for name, p in fit.params.items()},
+            "left_out": dict(fit.left_out)}
+
+
 def sidecar(lm: LoadedModel, run_dir: Path, model_file: str, specs: list[InputSpec], parity: ParityResult,
             opset: int) -> dict[str, Any]:
     """The sidecar as a JSON-able dict (see the module docstring)."""
@@ -253,8 +281,10 @@ def sidecar(lm: LoadedModel, run_dir: Path, model_file: str, specs: list[InputSp
                      "bar_spacing_ns": lm.transform.bar_spacing_ns,
                      "decoder_steps": "the known inputs at forecast step k are those of origin + k x bar_spacing_ns "
                                       "on the regular grid (skipping the daily halt and weekends intraday)"},
-        "features": {n: FEATURES.get(n) or user_words(lm).get(n, "see docs/reference/model-format.md")
+        "features": {n: FEATURES.get(n) or _anchor_feature(n) or user_words(lm).get(n, "see docs/reference/"
+                                                                                       "model-format.md")
                      for n in sorted(used)},
+        "anchor": anchor_words(lm),
         "your_inputs": inputs_json(lm.transform),
         "scaling": scaling_words(lm, used),
         "calibration": calibration_words(lm),

@@ -34,6 +34,8 @@ class ModelConfig:
     quantile_head: str = option("independent", f"{' | '.join(HEADS)}: tied cannot cross.", MODEL, metavar="KIND")
     encoder_length: int = 32  # DataConfig.encoder_length (RunConfig checks they agree)
     horizon: int = 5  # DataConfig.horizon
+    # DataConfig.anchor != "none": the head outputs a correction to the batch's anchor quantiles (model/tft.py)
+    anchored: bool = False
     # Recompute VSN/GRN activations in backward to save memory.
     activation_checkpointing: bool = option(False, "Recompute activations in backward: less memory.", MEMORY)
 
@@ -48,6 +50,9 @@ class ModelConfig:
             raise InputError(f"--lstm-layers must be at least 1, got {self.lstm_layers}")
         if self.quantile_head not in HEADS:
             raise InputError(f"--quantile-head must be one of {' | '.join(HEADS)}, got {self.quantile_head!r}")
+        if self.anchored and self.quantile_head != "independent":
+            raise InputError("--anchor corrects the anchor's quantiles with an independent head; drop --quantile-head "
+                             f"{self.quantile_head}")
         qs = self.quantiles
         if not qs or any(not 0.0 < q < 1.0 for q in qs) or list(qs) != sorted(set(qs)):
             raise InputError(

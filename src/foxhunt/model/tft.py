@@ -114,6 +114,12 @@ class TemporalFusionTransformer(nn.Module):
         self.positionwise = GatedResidualNetwork(h, h, h, p)
         self.pre_output = GateAddNorm(h, h, 0.0)  # the paper's final skip has no dropout
         self.output = quantile_head(h, cfg.quantiles, cfg.quantile_head)  # (..., H) -> (..., Q)
+        if cfg.anchored:  # a correction to the anchor, zero until trained: an untrained model forecasts the anchor
+            nn.init.zeros_(self.output.weight)
+            nn.init.zeros_(self.output.bias)
+            # the anchor's quantiles at each forecast step are also an input of the decoder (added to its selected
+            # inputs), so that the correction can depend on what the anchor says: (..., Q) -> (..., H)
+            self.anchor_input = nn.Linear(len(cfg.quantiles), h)
         self._group_cache: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
 
     # -- helpers -----------------------------------------------------------------------------------------------------
@@ -122,6 +128,12 @@ class TemporalFusionTransformer(nn.Module):
         if self.activation_checkpointing and self.training and torch.is_grad_enabled():
             return checkpoint(fn, *args, use_reentrant=False)
         return fn(*args)
+
+    def _anchor(self, batch: Batch) -> torch.Tensor:
+        """(B, D, Q) the batch's anchor (an anchored model's); an error for a batch without one."""
+        if batch.anchor is None:
+            raise ValueError("an anchored model (--anchor) forecasts from the batch's anchor; it has none")
+        return batch.anchor
 
     def _static(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Static VSN output (B, H) and weights (B, Vs)."""
@@ -198,6 +210,8 @@ class TemporalFusionTransformer(nn.Module):
         c_s, c_e, c_c, c_h = contexts.unbind(dim=1)  # 4 x (B, H)
 
         enc, enc_w, dec, dec_w = self._temporal_selection(batch, c_s)
+        if self.cfg.anchored:
+            dec = dec + self.anchor_input(self._anchor(batch))  # (B, D, H)
         e = enc.shape[1]
 
         layers = self.cfg.lstm_layers
@@ -230,6 +244,8 @@ class TemporalFusionTransformer(nn.Module):
         features, interp = self._run(batch, None, return_interpretation)  # (B, D, H)
         with torch.autocast(features.device.type, enabled=False):  # the quantile head stays fp32 under autocast
             quantiles = self.output(features.float())  # (B, D, Q)
+            if self.cfg.anchored:
+                quantiles = self._anchor(batch) + quantiles  # (B, D, Q) the anchor's quantiles, corrected
         if not return_interpretation:
             return TFTOutput(quantiles)
         return TFTOutput(

@@ -185,6 +185,8 @@ class Trainer:
         """Run the epochs left; returns the progress (FitState.history holds every epoch's record)."""
         state, patience = self.state, self.setup.cfg.patience
         self.stop.deferred = True  # from here a signal stops at the next step boundary, with a checkpoint
+        if self.setup.model.cfg.anchored and not state.history and not state.epoch_batches:
+            self._anchor_epoch()
         for epoch in range(state.epoch + 1, self.epochs + 1):
             if state.bad_epochs >= patience:
                 break
@@ -214,6 +216,19 @@ class Trainer:
         record = epoch_record(epoch, train_loss, val, lr, seen, train_seconds, time.perf_counter() - t0, improved)
         record["bad_steps"] = self.bad_steps.epoch_count  # skipped non-finite batches
         self._end_epoch(epoch, record, memory)
+
+    def _anchor_epoch(self) -> None:
+        """Epoch 0 of an anchored model: the untrained model, which forecasts its anchor, validated and kept as the
+        best so far, so that training ends no worse on validation than the baseline it starts from."""
+        t0 = time.perf_counter()
+        s = self.setup
+        s.model.eval()
+        with torch.no_grad():  # the run's first forward pass makes its one-time allocations outside the memory check
+            s.model(s.data.windows.batch(self.val_ids[: self.val_batch_size]).to(s.device))
+        val, memory = self._validate(0, s.tracker.take_peaks())
+        improved = self._keep_if_best(val.loss, 0)
+        record = epoch_record(0, None, val, 0.0, 0, 0.0, time.perf_counter() - t0, improved)
+        self._end_epoch(0, record, memory)
 
     def _epoch_ids(self, epoch: int) -> OrderedIds:
         """The windows of epoch `epoch` not stepped yet, in the epoch's order.
@@ -383,7 +398,7 @@ def restore(ckpt: dict[str, Any], model: torch.nn.Module, optimizer: Any, device
     return state
 
 
-def epoch_record(epoch: int, train_loss: float, val: ValResult, lr: float, seen: int, train_s: float,
+def epoch_record(epoch: int, train_loss: float | None, val: ValResult, lr: float, seen: int, train_s: float,
                  total_s: float, improved: bool) -> dict[str, Any]:
     return {
         "epoch": epoch,
@@ -401,6 +416,9 @@ def epoch_record(epoch: int, train_loss: float, val: ValResult, lr: float, seen:
 
 def format_epoch(r: dict[str, Any], epochs: int) -> str:
     qrisk = " ".join(f"p{float(q) * 100:g}={v:.4f}" for q, v in r["val_qrisk"].items())
+    if r["train_loss"] is None:  # epoch 0 of an anchored model: its anchor, untrained
+        return f"epoch 0/{epochs} (the anchor, untrained)  val_loss {r['val_loss']:.5f}  val_qrisk {qrisk}" + (
+            "  *best" if r["best"] else "")
     return (
         f"epoch {r['epoch']}/{epochs}  train_loss {r['train_loss']:.5f}  val_loss {r['val_loss']:.5f}  "
         f"val_qrisk {qrisk}  lr {r['lr']:.2e}  {r['samples_per_s']:,.0f} samples/s  {r['seconds']:.1f}s"

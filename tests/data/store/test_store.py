@@ -42,7 +42,9 @@ def prepared(fixtures_dir, tmp_path_factory):
     return cfg, data, store
 
 
-def _bits(t: torch.Tensor) -> tuple:
+def _bits(t: torch.Tensor | None) -> tuple | None:
+    if t is None:  # an optional array the data have not (the anchor, without --anchor)
+        return None
     return t.dtype, tuple(t.shape), t.numpy().tobytes()  # bitwise: NaN targets beyond the data compare equal
 
 

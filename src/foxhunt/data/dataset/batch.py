@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes
 
 # Fields indexed by window (sliced for micro-batches); the row and position tensors are shared by all windows.
 _PER_WINDOW = ("static_cat", "static_cont", "enc_index", "dec_index", "target", "target_center", "target_scale",
-               "window")
+               "window", "anchor")
 
 
 @dataclass
@@ -43,9 +43,10 @@ class Batch:
     target_center: torch.Tensor  # (B,) float32
     target_scale: torch.Tensor  # (B,) float32, > 0
     window: torch.Tensor  # (B,) int64, the window ids (to map forecasts back to series / timestamps)
+    anchor: torch.Tensor | None = None  # (B, D, Q) float32, scaled: the anchor's quantiles (--anchor); None: none
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        return Batch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
+        return Batch(**{f.name: _on(getattr(self, f.name), device, non_blocking) for f in fields(self)})
 
     def __len__(self) -> int:
         return int(self.target.shape[0])
@@ -57,10 +58,11 @@ class Batch:
     def slice(self, start: int, stop: int) -> Batch:
         """Windows start..stop (views, no copy): micro-batches for OOM recovery. The row tensors stay whole."""
         return Batch(**{f.name: (getattr(self, f.name)[start:stop] if f.name in _PER_WINDOW
-                                 else getattr(self, f.name)) for f in fields(self)})
+                                 and getattr(self, f.name) is not None else getattr(self, f.name)) for f in fields(self)})
 
     def nbytes(self) -> int:
-        return sum(t.element_size() * t.nelement() for t in (getattr(self, f.name) for f in fields(self)))
+        return sum(t.element_size() * t.nelement() for t in (getattr(self, f.name) for f in fields(self))
+                   if t is not None)
 
     def unscale(self, y: torch.Tensor) -> torch.Tensor:
         """Scaled target-space values (B, D, ...) back to the target's own units."""
@@ -122,3 +124,7 @@ class Batch:
             target_scale=target_scale,
             window=window,
         )
+
+
+def _on(t: torch.Tensor | None, device: torch.device | str, non_blocking: bool) -> torch.Tensor | None:
+    return None if t is None else t.to(device, non_blocking=non_blocking)

@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from foxhunt.allocator import release_freed_memory
+from foxhunt.data.baselines.anchor import anchor_rows
 from foxhunt.data.dataset.summary import WindowFacts, window_facts
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.dataset.windows import (
@@ -59,6 +60,7 @@ class SeriesRows:
     split: SplitResult
     facts: WindowFacts
     roll_bars: int
+    anchor: np.ndarray | None = None  # (N, D * Q) float32 the anchor's quantiles at each row as an origin (--anchor)
 
 
 def series_rows(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.ndarray, tf: FittedTransform,
@@ -70,6 +72,10 @@ def series_rows(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.
     kr = known_width(tf)
     cont = np.empty((len(sidx), kr + len(tf.observed_names)), dtype=np.float32)  # (N, Kr + Or)
     _, center, scale = standardize(feats, names, sidx, tf.scalers, tf.data, *trail, out=cont[:, kr:])
+    anchor = {}
+    if tf.anchor is not None:
+        anchor["anchor"] = anchor_rows(tf.anchor, names, sidx, feats["target"].to_numpy(), feats["first"].to_numpy(),
+                                       center, scale, tf.data.horizon, tf.data.quantiles)  # (N, D * Q)
     return {
         "cont": cont,
         "target": feats[tf.target].to_numpy().astype(np.float32),
@@ -80,6 +86,7 @@ def series_rows(feats: pl.DataFrame, names: list[str], sidx: np.ndarray, ts: np.
         "real": np.ones(len(sidx), dtype=bool),
         **{OWN + c: feats[c].to_numpy().astype(np.float32) for c in own_move_columns(tf.target)},
         "roll_bars": np.int64(feats["roll"].sum()),
+        **anchor,
     }
 
 
@@ -118,7 +125,7 @@ def windowed_rows(rows: dict[str, np.ndarray], names: list[str], tf: FittedTrans
     return SeriesRows(cont=cont, target=rows["target"], center=rows["center"], scale=rows["scale"], ts=rows["ts"],
                       sidx=rows["sidx"], real=rows["real"], codes=codes, starts=starts, known=grid,
                       own={c: rows[OWN + c] for c in own_move_columns(tf.target)}, split=split, facts=facts,
-                      roll_bars=roll_bars)
+                      roll_bars=roll_bars, anchor=rows.get("anchor"))
 
 
 def key_groups(keys: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -198,7 +205,7 @@ def extend(rows: dict, first: np.ndarray, end: np.ndarray, d: int, future_ns: np
     real_pos = np.arange(len(rows["ts"]), dtype=np.int64) + shift
     fut_pos = ((end + np.arange(s) * d)[:, None] + np.arange(d)).ravel()  # (S * d,)
     n = len(rows["ts"]) + s * d
-    fill = {"cont": 0.0, "target": np.nan, "center": 0.0, "scale": 1.0, "real": False,
+    fill = {"cont": 0.0, "target": np.nan, "center": 0.0, "scale": 1.0, "real": False, "anchor": 0.0,
             **{OWN + c: np.nan for c in own_move_columns("log_range")}}
     out = {}
     for key, arr in rows.items():

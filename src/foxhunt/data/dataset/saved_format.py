@@ -16,8 +16,9 @@ import foxhunt
 from foxhunt.errors import InputError
 
 # 2: the fitted transform's scalers and inputs are typed records (features/fitted.py) and the options they were
-# fitted under are saved once, in the DataConfig beside them. Raise it whenever a saved layout changes.
-FORMAT_VERSION = 2
+# fitted under are saved once, in the DataConfig beside them. 3: the DataConfig holds --anchor and the quantiles it
+# is computed at, the transform the anchor's fit. Raise it whenever a saved layout changes.
+FORMAT_VERSION = 3
 
 
 def check_format(path: Path, saved: Mapping[str, Any], fix: str) -> None:

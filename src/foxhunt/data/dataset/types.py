@@ -16,6 +16,7 @@ import numpy as np
 
 from foxhunt.data.bars.grid import Grid, default_grid, grid_of
 from foxhunt.data.bars.sessions import Session, session_of
+from foxhunt.data.baselines.anchor import AnchorFit
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.windows import WindowedData
 from foxhunt.data.features.fitted import FittedInputs, Scalers
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes
 # The DataConfig options a transform featurizes by (its properties; the scalers' and the inputs' readers): two
 # transforms featurize bars alike when these and their fitted values are equal.
 FEATURIZING = ("target", "scaling", "vol_halflife", "vol_estimator", "vol_features", "fill_gaps", "exchange_tz",
-               "calendar_features", "covariate_scaling", "encoder_length", "horizon")
+               "calendar_features", "covariate_scaling", "encoder_length", "horizon", "anchor", "quantiles")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class FittedTransform:
     # (`contract_roots`). None: another --contracts mode, or bars without futures roots (nothing decided).
     roots_apart: tuple[str, ...] | None = None
     roots_rolled: tuple[str, ...] | None = None
+    anchor: AnchorFit | None = None  # --anchor's fitted baselines (data/baselines/anchor.py); None: no anchor
 
     @property
     def target(self) -> str:
@@ -106,6 +108,7 @@ class FittedTransform:
             "inputs": None if self.inputs is None else self.inputs.to_dict(),
             "roots_apart": None if self.roots_apart is None else list(self.roots_apart),
             "roots_rolled": None if self.roots_rolled is None else list(self.roots_rolled),
+            "anchor": None if self.anchor is None else self.anchor.to_dict(),
         }
 
     @staticmethod
@@ -120,7 +123,8 @@ class FittedTransform:
             intraday=bool(d["intraday"]), bar_spacing_ns=int(d["bar_spacing_ns"]),
             session=None if d["session"] is None else session_of(d["session"]),
             inputs=None if d["inputs"] is None else FittedInputs.from_dict(d["inputs"]),
-            roots_apart=names("roots_apart"), roots_rolled=names("roots_rolled"))
+            roots_apart=names("roots_apart"), roots_rolled=names("roots_rolled"),
+            anchor=None if d["anchor"] is None else AnchorFit.from_dict(d["anchor"]))
 
 
 @dataclass

@@ -74,6 +74,8 @@ class WindowedData:
     # (N, Sr) float32 the user's real static inputs (features/static.py), constant within a series; None: none
     # (zero-width, as for a store written before them)
     static_cont: torch.Tensor | None = None
+    # (N, D * Q) float32 the anchor's quantiles at each row as an origin, scaled (--anchor); None: no anchor
+    anchor: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         import torch
@@ -150,6 +152,7 @@ class WindowedData:
             target_center=center,
             target_scale=scale,
             window=ids,
+            anchor=None if self.anchor is None else self.anchor.index_select(0, origin).view(b, self.horizon, -1),
         )
 
     def origin_ns(self, ids: torch.Tensor) -> torch.Tensor:

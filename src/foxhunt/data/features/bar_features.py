@@ -32,7 +32,7 @@ RETURN_TARGETS = ("log_return", "price_change")  # targets of a signed move: cen
 
 
 def own_move_columns(target: str) -> tuple[str, ...]:
-    """The raw columns the baselines read besides the target (evaluate/baselines.py), kept per row with the prepared
+    """The raw columns the baselines read besides the target (data/baselines/forecasts.py), kept per row with the prepared
     data and in a feature store as float32, as the target is: each contract's own log range (the seasonal baseline's
     time-of-day profile) and, for a log_range target, its own log returns (GARCH-t on the range reads the returns)."""
     return ("log_range", "log_return") if target == "log_range" else ("log_range",)

@@ -237,6 +237,9 @@ def _row_shapes(transform: FittedTransform, src: inputs.Sources | None, rows: in
               "static_cont": (rows, len(static.real_columns(fitted))), "time_cat": (rows, timed),
               "starts": (windows,)}
     out = {name: (WINDOW_ARRAYS[name][0], shapes.get(name, (rows,))) for name in (*ROW_ARRAYS, "starts")}
+    if transform.anchor is not None:
+        data = transform.data
+        out["anchor"] = (WINDOW_ARRAYS["anchor"][0], (rows, data.horizon * len(data.quantiles)))
     return out | {own_array(c): (OWN_DTYPE, (rows,)) for c in own_move_columns(transform.target)}
 
 

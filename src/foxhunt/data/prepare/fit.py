@@ -21,12 +21,14 @@ The user's inputs, fitted from the pieces as over the whole panel at once:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
 
 import numpy as np
 
 from foxhunt.data.bars.chains import decision
 from foxhunt.data.bars.sessions import run_session
+from foxhunt.data.baselines.anchor import AnchorFit
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features import inputs, static, timed_categories
@@ -79,7 +81,7 @@ def first_transform(cfg: DataConfig, names: list[str], fits: list[Fit], spacing:
         # the series with training rows: those the fit gave scalers of their own
         series_vocab=tuple(n for n, ok in zip(names, mom["rows"] > 0, strict=True) if ok), scalers=scalers,
         data=cfg, intraday=intraday, bar_spacing_ns=spacing, session=run_session(cfg.calendar), inputs=fitted,
-        **decision(report, cfg.contracts),
+        anchor=_anchor([f.anchor for f in fits]), **decision(report, cfg.contracts),
     )
 
 
@@ -93,6 +95,12 @@ def complete(transform: FittedTransform, names: list[str], trailed: list[dict[st
     if context is not None and src is not None:
         scalers = inputs.scale_observed(concat(context), names, src.context_columns, cfg.covariate_scaling, scalers)
     return dataclasses.replace(transform, scalers=scalers)
+
+
+def _anchor(fits: list[AnchorFit | None]) -> AnchorFit | None:
+    """The panel's anchor from its pieces' (None: no --anchor)."""
+    fits = [f for f in fits if f is not None]
+    return functools.reduce(AnchorFit.merged, fits) if fits else None
 
 
 def _fit_declared(cfg: DataConfig, src: inputs.Sources, fits: list[Fit], names: list[str], scalers: Scalers,

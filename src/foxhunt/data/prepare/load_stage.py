@@ -19,7 +19,8 @@ import polars as pl
 from foxhunt.data.bars.bad_rows import BadRows
 from foxhunt.data.bars.grid import gap_counts
 from foxhunt.data.bars.validate import check_log_target
-from foxhunt.data.config import DataConfig
+from foxhunt.data.baselines.anchor import AnchorFit, fit_anchor
+from foxhunt.data.config import ANCHORS, DataConfig
 from foxhunt.data.features import inputs, static, timed_categories
 from foxhunt.data.features.bar_features import move_columns, raw_features
 from foxhunt.data.features.covariate_files import Held
@@ -54,6 +55,7 @@ class Fit:
     user: dict[str, np.ndarray] | None = None  # the --observed columns' moments (inputs.observed_moments)
     stamps: tuple[np.ndarray, np.ndarray] | None = None  # the training bars' distinct times, counts (--known)
     seen: dict[str, list[str]] | None = None  # categorical --observed: timed_categories.seen of its training rows
+    anchor: AnchorFit | None = None  # its series' anchor (--anchor), fitted on their training rows
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,10 @@ def _fit(recipe: Recipe, feats: pl.DataFrame, names: list[str], sidx: np.ndarray
     span = (ts < cuts[0]) & (ts >= recipe.train_start)  # as fit_known's: the series' first bars included
     if recipe.known_stamps:
         stamps = np.unique(ts[span], return_counts=True)
-    return Fit(mom, train_gaps, user, stamps, timed_categories.seen(side.cats, span) if side.cats else None)
+    anchor = None
+    if recipe.anchor != ANCHORS[0]:  # fitting one
+        anchor = fit_anchor(recipe.anchor, feats["target"].to_numpy(), sidx, keep, names)
+    return Fit(mom, train_gaps, user, stamps, timed_categories.seen(side.cats, span) if side.cats else None, anchor)
 
 
 def feature_columns(target: str, fill_gaps: bool) -> list[str]:

@@ -32,6 +32,7 @@ class Recipe:
     exchange_tz: str
     observed: tuple[str, ...] = ()  # the user's real --observed columns, joined to the bars (Sources.observed)
     known_stamps: bool = False  # fitting the user's --known inputs: the pieces count their training bars' times
+    anchor: str = "none"  # fitting an anchor (DataConfig.anchor): the pieces fit their series' baselines
 
     @property
     def prediction(self) -> bool:
@@ -45,7 +46,7 @@ def recipe_of(cfg: DataConfig, transform: FittedTransform | None, src: inputs.So
     if transform is None:
         return Recipe(True, cfg.target, cfg.scaling, cfg.fill_gaps, cfg.adjust, cfg.encoder_length, cfg.horizon,
                       train_start_ns(cfg), cfg.exchange_tz if cfg.seasonality else None, cfg.exchange_tz, observed,
-                      bool(cfg.known))
+                      bool(cfg.known), cfg.anchor)
     fitted = transform.data
     return Recipe(False, fitted.target, fitted.scaling, fitted.fill_gaps, cfg.adjust, cfg.encoder_length, cfg.horizon,
                   train_start_ns(cfg), None, fitted.exchange_tz, observed)

@@ -181,7 +181,7 @@ def _write(recipe: Recipe, spill: Spill, piece: PieceSeries, rows: dict[str, np.
     arrays = {"cont": out.cont, "static_cat": codes, "static_cont": static_cont, "time_cat": time_cat,
               "target_raw": out.target, "center": out.center, "scale": out.scale, "ts_ns": out.ts, "real": out.real,
               "series_idx": out.sidx + place.series0 if place.series0 else out.sidx,
-              "known_base": out.known.base, "known_index": out.known.index,
+              "known_base": out.known.base, "known_index": out.known.index, "anchor": out.anchor,
               **{own_array(c): v for c, v in out.own.items()}}
     sink = writing.sink
     for name, value in arrays.items():

@@ -31,8 +31,9 @@ WINDOW_ARRAYS: dict[str, tuple[str, int]] = {
     "known_base": ("int64", 1),  # (N,)
     "known_index": ("int32", 2),  # (N, D), optional
     "static_cont": ("float32", 2),  # (N, Sr): --static real inputs (N x 0 without them)
+    "anchor": ("float32", 2),  # (N, D * Q): the anchor's quantiles at each row as an origin (--anchor), optional
 }
-OPTIONAL = frozenset({"known_index"})
+OPTIONAL = frozenset({"known_index", "anchor"})
 # PreparedData.own_moves: each contract's own moves the baselines read, (N,) float32 each, stored as `own_<name>.npy`
 # (features.own_move_columns: log_range, and log_return for a log_range target).
 OWN_DTYPE = "float32"

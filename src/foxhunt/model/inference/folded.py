@@ -292,7 +292,10 @@ class InferenceTFT(nn.Module):
         kc = len(m.sizes.known_cat)
         enc = self.enc(batch.enc_cont, batch.enc_cat, batch.enc_index, enc_ctx)  # (B, E, H)
         dec = self.dec(batch.dec_cont, batch.dec_cat[:, :kc], batch.dec_index, dec_ctx)  # (B, D, H)
-        return self._temporal(enc, dec, enr_ctx, c_h, c_c, flat=False)
+        if not m.cfg.anchored:
+            return self._temporal(enc, dec, enr_ctx, c_h, c_c, flat=False)  # (B, D, Q)
+        anchor = m._anchor(batch)  # (B, D, Q): the decoder's input and the forecast's start (tft.py)
+        return anchor + self._temporal(enc, dec + m.anchor_input(anchor), enr_ctx, c_h, c_c, flat=False)
 
     def dense_ready(self) -> bool:
         """Whether `live` can run this model: the series code is its only static input and no time input is
@@ -300,11 +303,13 @@ class InferenceTFT(nn.Module):
         return (self.code_table is not None and self.enc is not None and self.dec is not None
                 and not self.enc.vc and not self.dec.vc)
 
-    def live(self, codes: torch.Tensor, enc: torch.Tensor, dec: torch.Tensor) -> torch.Tensor:
+    def live(self, codes: torch.Tensor, enc: torch.Tensor, dec: torch.Tensor,
+             anchor: torch.Tensor | None = None) -> torch.Tensor:
         """Scaled quantiles (B, D, Q) of dense live windows, each with its own rows: series codes (B,), encoder
-        rows (B, E, F) (known, then observed inputs) and the known inputs of the forecast steps (B, D, Kr), the
-        relative time index being the one folded by the last `forward`. The numbers of `forward` on the same
-        windows as a Batch, in fewer ops (no index arithmetic or gathers): what onnxruntime runs for `update`."""
+        rows (B, E, F) (known, then observed inputs), the known inputs of the forecast steps (B, D, Kr) and, for
+        an anchored model, its anchor (B, D, Q) (data/baselines/anchor_live.py), the relative time index being the
+        one folded by the last `forward`. The numbers of `forward` on the same windows as a Batch, in fewer ops (no
+        index arithmetic or gathers): what onnxruntime runs for `update`."""
         assert self.dense_ready() and self.enc is not None and self.dec is not None and self.code_table is not None
         h = self.h
         (b, e, f), d = enc.shape, dec.shape[1]
@@ -312,7 +317,11 @@ class InferenceTFT(nn.Module):
         enc_ctx, dec_ctx, enr_ctx, c_h, c_c = ctx.split([h + self.ve, h + self.vd, h, h, h], dim=1)
         x_e = self.enc.dense(enc.reshape(b * e, f), enc_ctx).view(b, e, h)  # (B, E, H)
         x_d = self.dec.dense(dec.reshape(b * d, dec.shape[2]), dec_ctx).view(b, d, h)  # (B, D, H)
-        return self._temporal(x_e, x_d, enr_ctx, c_h, c_c, flat=True)
+        if not self.model.cfg.anchored:
+            return self._temporal(x_e, x_d, enr_ctx, c_h, c_c, flat=True)
+        if anchor is None:
+            raise ValueError("an anchored model (--anchor) forecasts from its anchor; none was given")
+        return anchor + self._temporal(x_e, x_d + self.model.anchor_input(anchor), enr_ctx, c_h, c_c, flat=True)
 
     def _temporal(self, enc: torch.Tensor, dec: torch.Tensor, enr_ctx: torch.Tensor, c_h: torch.Tensor,
                   c_c: torch.Tensor, flat: bool) -> torch.Tensor:

@@ -29,17 +29,18 @@ from foxhunt.model.tft import TemporalFusionTransformer
 
 log = logging.getLogger("foxhunt.api")
 FIELDS = tuple(f.name for f in dataclasses.fields(Batch))
+LIVE_INPUTS = ("codes", "enc", "dec", "anchor")  # the live graph's inputs; the anchor an anchored model's only
 
 
 class _BatchArgs(torch.nn.Module):
     """A forward (Batch -> scaled quantiles) taking a Batch's tensors as positional arguments (what a trace records)."""
 
-    def __init__(self, forward: torch.nn.Module):
+    def __init__(self, forward: torch.nn.Module, names: tuple[str, ...] = FIELDS):
         super().__init__()
-        self.inner = forward
+        self.inner, self.names = forward, names  # the Batch's fields that hold a tensor (anchor: only an anchored one)
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
-        return self.inner(Batch(**dict(zip(FIELDS, tensors, strict=True))))
+        return self.inner(Batch(**dict(zip(self.names, tensors, strict=True))))
 
 
 class _Quantiles(torch.nn.Module):
@@ -70,24 +71,26 @@ class TracedForward:
         self.failed = False
 
     def __call__(self, batch: Batch) -> torch.Tensor:
-        tensors = tuple(getattr(batch, f) for f in FIELDS)
+        names = tuple(f for f in FIELDS if getattr(batch, f) is not None)
+        tensors = tuple(getattr(batch, f) for f in names)
         if self.failed:
             return self.model(batch)
-        key = tuple((tuple(t.shape), t.dtype, t.device) for t in tensors)
+        key = (names, *((tuple(t.shape), t.dtype, t.device) for t in tensors))
         trace = self.traces.get(key)
         if trace is None:
-            trace = self._trace(tensors)
+            trace = self._trace(names, tensors)
             if trace is None:
                 return self.model(batch)
             self.traces[key] = trace
         return trace(*tensors)
 
-    def _trace(self, tensors: tuple[torch.Tensor, ...]) -> torch.jit.ScriptModule | None:
+    def _trace(self, names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> torch.jit.ScriptModule | None:
         try:
             with warnings.catch_warnings(), torch.no_grad():
                 warnings.simplefilter("ignore")  # TracerWarnings about shape-dependent Python: shapes are fixed here
-                self.model(Batch(**dict(zip(FIELDS, tensors, strict=True))))  # folds the weights outside the trace
-                return torch.jit.freeze(torch.jit.trace(_BatchArgs(self.model).eval(), tensors, check_trace=False))
+                self.model(Batch(**dict(zip(names, tensors, strict=True))))  # folds the weights outside the trace
+                return torch.jit.freeze(torch.jit.trace(_BatchArgs(self.model, names).eval(), tensors,
+                                                        check_trace=False))
         except Exception as e:  # an op the tracer cannot record: the eager model still forecasts
             self.failed = True
             log.warning("the model cannot be traced (%s); forecasting eagerly", " ".join(str(e).split())[:200])
@@ -95,8 +98,9 @@ class TracedForward:
 
 
 # A live forward: series codes (B,) int64, encoder inputs (B, E, F) and decoder known inputs (B, D, Kr) float32 (the
-# rows of data/features/bar_features_live.py), and a LiveCats for a model with static or categorical inputs -> scaled
-# quantiles (B, D, Q) float32, numpy in and out.
+# rows of data/features/bar_features_live.py), a LiveCats for a model with static or categorical inputs and (keyword
+# `anchor`) an anchored model's anchor (B, D, Q) float32 (data/baselines/anchor_live.py) -> scaled quantiles (B, D, Q)
+# float32, numpy in and out.
 LiveForward = Callable[..., np.ndarray]
 
 
@@ -113,7 +117,9 @@ class BatchForward:
         self.pos = ((torch.arange(e + d) - (e - 1)).float() / e).view(e + d, 1).to(self.device)  # (T, 1)
         self.fixed: dict[int, dict[str, torch.Tensor]] = {}
 
-    def batch(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray, cats: LiveCats | None = None) -> Batch:
+    def batch(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray, cats: LiveCats | None = None,
+              anchor: np.ndarray | None = None) -> Batch:
+        """`anchor` (B, D, Q): an anchored model's (data/baselines/anchor_live.py); None for a model without one."""
         b, dev = len(codes), self.device
         if b not in self.fixed:
             e, d = self.e, self.d
@@ -132,6 +138,7 @@ class BatchForward:
         batch = Batch(static_cat=torch.from_numpy(np.ascontiguousarray(codes).reshape(b, 1)).to(dev),  # (B, 1)
                       enc_cont=torch.from_numpy(np.ascontiguousarray(enc).reshape(b * self.e, -1)).to(dev),  # (B*E, F)
                       dec_cont=torch.from_numpy(np.ascontiguousarray(dec).reshape(b * self.d, -1)).to(dev),  # (B*D, Kr)
+                      anchor=None if anchor is None else torch.from_numpy(np.ascontiguousarray(anchor)).to(dev),
                       **self.fixed[b])
         return batch if cats is None else self._with_cats(batch, cats)
 
@@ -148,8 +155,9 @@ class BatchForward:
             enc_cat=t(cats.enc_cat, b * self.e, -1),  # (B*E, Kc + Oc)
             dec_cat=t(cats.dec_cat, b * self.d, -1))  # (B*D, Kc)
 
-    def __call__(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray, cats: LiveCats | None = None) -> np.ndarray:
-        batch = self.batch(codes, enc, dec, cats)
+    def __call__(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray, cats: LiveCats | None = None,
+                 anchor: np.ndarray | None = None) -> np.ndarray:
+        batch = self.batch(codes, enc, dec, cats, anchor)
         with torch.inference_mode():
             return self.forward(batch).float().cpu().numpy()
 
@@ -166,32 +174,35 @@ class _LiveArgs(torch.nn.Module):
                      "target_center", "target_scale", "window"):
             self.register_buffer(name, getattr(batch, name).clone(), persistent=False)
 
-    def forward(self, codes: torch.Tensor, enc: torch.Tensor, dec: torch.Tensor) -> torch.Tensor:
+    def forward(self, codes: torch.Tensor, enc: torch.Tensor, dec: torch.Tensor, *anchor: torch.Tensor) -> torch.Tensor:
+        """`anchor`: an anchored model's (B, D, Q), a fourth input of its graph; none for a model without one."""
+        a = anchor[0] if anchor else None
         if isinstance(self.model, InferenceTFT) and self.model.dense_ready():
-            return self.model.live(codes, enc, dec)  # no index at all
+            return self.model.live(codes, enc, dec, a)  # no index at all
         b = codes.shape[0]
         return self.model(Batch(
             static_cat=codes.view(b, 1), static_cont=self.static_cont, enc_cont=enc.reshape(-1, enc.shape[-1]),
             enc_cat=self.enc_cat, enc_index=self.enc_index, dec_cont=dec.reshape(-1, dec.shape[-1]),
             dec_cat=self.dec_cat, dec_index=self.dec_index, pos_cont=self.pos_cont, target=self.target,
-            target_center=self.target_center, target_scale=self.target_scale, window=self.window))
+            target_center=self.target_center, target_scale=self.target_scale, window=self.window, anchor=a))
 
 
 class _Bound:
     """One onnxruntime session with its inputs and output bound to preallocated buffers (IOBinding): a call copies
     the inputs in, runs and copies the output out, with no OrtValue or dict made per call."""
 
-    def __init__(self, session: Any, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray, out_shape: tuple):
+    def __init__(self, session: Any, inputs: tuple[np.ndarray, ...], out_shape: tuple):
         self.session = session
-        self.codes, self.enc, self.dec = codes.copy(), enc.copy(), dec.copy()
+        self.inputs = tuple(a.copy() for a in inputs)  # codes, enc, dec (and an anchored model's anchor)
         self.out = np.empty(out_shape, np.float32)
         self.io = session.io_binding()
-        for name, buf in (("codes", self.codes), ("enc", self.enc), ("dec", self.dec)):
+        for name, buf in zip(LIVE_INPUTS, self.inputs, strict=False):
             self.io.bind_input(name, "cpu", 0, buf.dtype, list(buf.shape), buf.ctypes.data)
         self.io.bind_output(session.get_outputs()[0].name, "cpu", 0, np.float32, list(out_shape), self.out.ctypes.data)
 
-    def __call__(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray) -> np.ndarray:
-        self.codes[...], self.enc[...], self.dec[...] = codes, enc, dec
+    def __call__(self, *inputs: np.ndarray) -> np.ndarray:
+        for buf, a in zip(self.inputs, inputs, strict=True):
+            buf[...] = a
         self.session.run_with_iobinding(self.io)
         return self.out.copy()
 
@@ -215,49 +226,52 @@ class OnnxForward:
         self.bound: dict[int, _Bound] = {}  # batch size -> its buffers, bound to its session
         self.failed = not isinstance(self.model, InferenceTFT)
 
-    def __call__(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray, cats: LiveCats | None = None) -> np.ndarray:
+    def __call__(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray, cats: LiveCats | None = None,
+                 anchor: np.ndarray | None = None) -> np.ndarray:
         if cats is not None:  # the exported graph takes codes and real rows only: the trace takes the rest
-            return self.fallback(codes, enc, dec, cats)
+            return self.fallback(codes, enc, dec, cats, anchor)
         if self.failed:
-            return self.fallback(codes, enc, dec)
+            return self.fallback(codes, enc, dec, anchor=anchor)
+        inputs = (codes, enc, dec) if anchor is None else (codes, enc, dec, anchor)
         bound = self.bound.get(len(codes))
         if bound is None:
-            session = self._session(codes, enc, dec)
+            session = self._session(inputs)
             if session is None:
-                return self.fallback(codes, enc, dec)
-            bound = _Bound(session, *(np.ascontiguousarray(a) for a in (codes, enc, dec)),
+                return self.fallback(codes, enc, dec, anchor=anchor)
+            bound = _Bound(session, tuple(np.ascontiguousarray(a) for a in inputs),
                            (len(codes), dec.shape[1], self.model.model.output.out_features))
             self.bound[len(codes)] = bound
-        return bound(codes, enc, dec)
+        return bound(*inputs)
 
-    def _session(self, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray) -> Any:
-        """The session for this batch size, exported from these inputs when there is none yet (None: it failed)."""
-        b = len(codes)
+    def _session(self, inputs: tuple[np.ndarray, ...]) -> Any:
+        """The session for this batch size, exported from these inputs (codes, enc, dec and an anchored model's
+        anchor) when there is none yet (None: it failed)."""
+        b = len(inputs[0])
         known = self.sessions.get(1 if b == 1 else "batch", self.sessions.get(b))
         if known is not None:
             return known
-        batch = self.fallback.batch(codes, enc, dec)
+        batch = self.fallback.batch(*inputs[:3], anchor=inputs[3] if len(inputs) > 3 else None)
         with torch.no_grad(), torch.inference_mode(False):
             self.model(batch)  # folds the weights outside the export; dense_ready from then on
         key: int | str = 1 if b == 1 else "batch" if self.model.dense_ready() else b  # type: ignore[operator]
-        session = self._export(batch, codes, enc, dec, dynamic=key == "batch")
+        session = self._export(batch, inputs, dynamic=key == "batch")
         if session is not None:
             self.sessions[key] = session
         return session
 
-    def _export(self, batch: Batch, codes: np.ndarray, enc: np.ndarray, dec: np.ndarray, dynamic: bool) -> Any:
+    def _export(self, batch: Batch, inputs: tuple[np.ndarray, ...], dynamic: bool) -> Any:
         """An onnxruntime session of `_LiveArgs` traced on these inputs; `dynamic`: with a batch axis of any size
         (traced at two or more windows, so that no batch-1 shortcut of `InferenceTFT.live` is recorded)."""
         try:
             import onnxruntime as ort
 
-            args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in (codes, enc, dec))
-            names = ["codes", "enc", "dec", "quantiles"]
+            args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in inputs)
+            names = [*LIVE_INPUTS[:len(args)], "quantiles"]
             graph = io.BytesIO()
             with warnings.catch_warnings(), torch.no_grad(), torch.inference_mode(False):
                 warnings.simplefilter("ignore")  # exporter notices about shape-dependent Python: shapes are fixed
                 torch.onnx.export(_LiveArgs(self.model, batch).eval(), args, graph, dynamo=False, opset_version=17,
-                                  input_names=names[:3], output_names=names[3:],
+                                  input_names=names[:-1], output_names=names[-1:],
                                   dynamic_axes={n: {0: "batch"} for n in names} if dynamic else None)
             options = ort.SessionOptions()
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

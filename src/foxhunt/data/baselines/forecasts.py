@@ -25,7 +25,7 @@ ln(high/low) of a bar, which is positive and scales with volatility):
    Minute-bar volatility follows the clock (the open, lunch, the close): this is the first forecast an intraday
    quant would write, and a far harder one to beat than a plain rolling volatility that lags every step of the day.
 5. `har`: HAR (Corsi 2009), volatility regressed on its daily, weekly and monthly averages, the baseline every
-   volatility forecaster is compared to (evaluate/har.py, which says how it turns into quantiles).
+   volatility forecaster is compared to (data/baselines/har.py, which says how it turns into quantiles).
 
 Target "price_change" (close_t - close_t-1 in price units, for prices that may be zero or negative) takes the returns
 form of each: its quantiles, median 0 with the rolling std of price changes, and GARCH(1,1)-t fitted on the price
@@ -40,9 +40,9 @@ from statistics import NormalDist
 
 import numpy as np
 
+from foxhunt.data.baselines.har import har
 from foxhunt.data.config import TARGETS
 from foxhunt.errors import InputError
-from foxhunt.evaluate.har import har
 
 BASELINES = ("training_quantiles", "rolling_vol", "garch_t", "seasonal_rolling_vol", "har")
 INTRADAY_ONLY = ("seasonal_rolling_vol",)

@@ -1,11 +1,12 @@
-"""HAR (evaluate/har.py): its averages and regression against hand-computed values, no look-ahead, scaling."""
+"""HAR (data/baselines/har.py): its averages and regression against hand-computed values, no look-ahead, scaling."""
 
 import numpy as np
 import pytest
 from scipy.stats import norm
 
+from foxhunt.data.baselines import forecasts as baselines
+from foxhunt.data.baselines import har
 from foxhunt.errors import InputError
-from foxhunt.evaluate import baselines, har
 
 Q = (0.1, 0.5, 0.9)
 

@@ -8,8 +8,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from foxhunt.errors import InputError
-from foxhunt.evaluate.baselines import (
+from foxhunt.data.baselines.forecasts import (
     BASELINES,
     BaselineSeries,
     GarchParams,
@@ -23,6 +22,7 @@ from foxhunt.evaluate.baselines import (
     seasonal_rolling_vol,
     training_quantiles,
 )
+from foxhunt.errors import InputError
 from foxhunt.evaluate.metrics import compute_metrics
 
 Z1 = NormalDist().cdf(1.0)  # the quantile level whose standard-normal quantile is exactly 1
@@ -147,7 +147,7 @@ def garch_series():
 
 
 def test_garch_fits_the_last_max_garch_fit_returns_only(garch_series, monkeypatch):
-    import foxhunt.evaluate.baselines as baselines
+    import foxhunt.data.baselines.forecasts as baselines
 
     r, train, on_all = garch_series  # fitted on all 4,000 training returns
     monkeypatch.setattr(baselines, "MAX_GARCH_FIT", 1500)
