@@ -48,7 +48,8 @@ class LeakyPredictor:
 
     def __call__(self, batch):
         with torch.inference_mode(False), torch.enable_grad():
-            fresh = type(batch)(**{f.name: getattr(batch, f.name).clone() for f in dataclasses.fields(batch)})
+            fresh = type(batch)(**{f.name: None if getattr(batch, f.name) is None else getattr(batch, f.name).clone()
+                                   for f in dataclasses.fields(batch)})
             out = self.model(fresh).quantiles
         self.kept.append(out)
         return out.detach()

@@ -260,7 +260,7 @@ def test_every_data_option_is_classed_searchable_or_fixed():
     """A new data option must be placed: either trials may draw it (it shapes the inputs only) or it is FIXED."""
     shapes_inputs = {"encoder_length", "scaling", "vol_estimator", "vol_halflife", "vol_features", "seasonality",
                      "calendar_features", "observed", "known", "covariates", "events", "context", "covariate_scaling",
-                     "static", "categorical"}
+                     "static", "categorical", "anchor"}
     data = {f.name for f in dataclasses.fields(DataConfig)} - {"paths"} | {"parquet_file"}
     options = _train_options()
     assert (data & options) - FIXED == shapes_inputs
