@@ -232,8 +232,10 @@ def measure(run: Path, backend_name: str, hidden: int, bars: pl.DataFrame, n_bar
     update_ms, update_cpu = time_calls(lambda: fc.update(next(it)), n_bars)
     arrays_ms, arrays_cpu = time_calls(lambda: fc.update_arrays(next(it)), n_bars)
     one = fc.live_inputs([0])  # the last bar's live window, batch 1: codes, encoder rows, decoder rows
+    anchor = fc._live_anchor([0])  # an anchored model's fourth input (--anchor), else None
+    extra = {} if anchor is None else {"anchor": anchor}
     with torch.inference_mode():
-        model_ms, model_cpu = time_calls(lambda: backend.live(*one), n_bars)
+        model_ms, model_cpu = time_calls(lambda: backend.live(*one, **extra), n_bars)
         ids = data.splits["train"][:256]
         big = data.windows.batch(ids)
         backend.forward(big)  # compile / warm this shape
