@@ -113,11 +113,14 @@ def fallback(k: int, horizon: int, quantiles: Sequence[float]) -> np.ndarray:
 
 
 def scaled_quantiles(p: GarchParams, v_next: np.ndarray, center: np.ndarray, scale: np.ndarray, horizon: int,
-                     quantiles: Sequence[float]) -> np.ndarray:
+                     quantiles: Sequence[float], t_q: np.ndarray | None = None) -> np.ndarray:
     """(K, D, Q) float32 GARCH-t's quantiles mu + sigma_{o+h} t_q for steps 1..D after origins whose next variance is
     `v_next` (K,), in the target's scaled units at those origins (`center`, `scale` (K,)), within ANCHOR_CLIP: the
-    one formula of the batch rows (`anchor_rows`) and of the live state (anchor_live.py)."""
+    one formula of the batch rows (`anchor_rows`) and of the live state (anchor_live.py). `t_q` (Q,): the
+    unit-variance Student-t quantiles of `p.nu`, when the caller keeps them (a live state asks on every bar)."""
     sigma = garch_sigma_paths(v_next, np.arange(len(v_next)), horizon, p)  # (K, D)
-    q = p.mu + sigma[..., None] * std_t_quantiles(np.asarray(quantiles, dtype=np.float64), p.nu)  # (K, D, Q)
+    if t_q is None:
+        t_q = std_t_quantiles(np.asarray(quantiles, dtype=np.float64), p.nu)  # (Q,)
+    q = p.mu + sigma[..., None] * t_q  # (K, D, Q)
     scaled = (q - np.asarray(center, np.float64)[:, None, None]) / np.asarray(scale, np.float64)[:, None, None]
     return np.clip(scaled, -ANCHOR_CLIP, ANCHOR_CLIP).astype(np.float32)

@@ -11,13 +11,12 @@ Legend: S series in the state, B series in one step, D forecast steps, Q quantil
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
 
 from foxhunt.data.baselines.anchor import AnchorFit, fallback, scaled_quantiles
-from foxhunt.data.baselines.forecasts import garch_next_variance
+from foxhunt.data.baselines.forecasts import garch_next_variance, std_t_quantiles
 
 
 class LiveAnchor:
@@ -26,6 +25,8 @@ class LiveAnchor:
     def __init__(self, fit: AnchorFit, horizon: int, quantiles: Sequence[float]):
         self.fit, self.d, self.q = fit, horizon, tuple(quantiles)
         self.v: dict[str, float] = {}  # series -> v_next after its last bar (series with a fit only)
+        # each fitted series' unit-variance Student-t quantiles (Q,), made once: scipy's ppf costs ~0.1 ms a call
+        self.t_q = {name: std_t_quantiles(np.asarray(self.q, np.float64), p.nu) for name, p in fit.params.items()}
 
     def prime(self, name: str, returns: np.ndarray) -> None:
         """(Re)start series `name` from its history of returns (n,), NaN where a bar has none (its first)."""
@@ -41,8 +42,8 @@ class LiveAnchor:
         if first or name not in self.v:
             self.v[name] = float(garch_next_variance(np.array([np.nan if first else ret]), p)[-1])
             return
-        # the recursion's one step from the last value: the batch filter's own arithmetic, started there
-        self.v[name] = float(garch_next_variance(np.array([ret]), dataclasses.replace(p, init_var=self.v[name]))[-1])
+        # the recursion's one step from the last value (garch_next_variance's, on a finite return), in floats
+        self.v[name] = p.omega + p.alpha * (ret - p.mu) ** 2 + p.beta * self.v[name]
 
     def at(self, names: Sequence[str], center: np.ndarray, scale: np.ndarray) -> np.ndarray:
         """(B, D, Q) float32 the anchor of series `names` at their last bar, in the scaled units of `center`,
@@ -52,6 +53,6 @@ class LiveAnchor:
             p = self.fit.params.get(name)
             if p is not None and name in self.v:
                 out[i] = scaled_quantiles(p, np.array([self.v[name]]), center[i:i + 1], scale[i:i + 1], self.d,
-                                          self.q)[0]
+                                          self.q, self.t_q[name])[0]
         return out
 
