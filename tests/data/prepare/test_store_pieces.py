@@ -524,3 +524,15 @@ def test_a_piece_whose_bars_are_all_bad_is_prepared_in_memory_as_the_panel_is(tm
     said = [r.getMessage() for r in caplog.records if "every bar of the piece" in r.getMessage()]
     assert said == ["every bar of the piece of ZZ0 is a bad row: preparing the panel in memory, where its memory is "
                     "the whole panel's, not a piece's"]
+
+
+def test_an_anchored_store_prepared_in_pieces_is_the_one_prepared_in_memory(panel, tmp_path, monkeypatch):
+    """--anchor garch_t: each series' GARCH-t is fitted in the load stage of its piece (a worker process, one BLAS
+    thread) or here (every core); the fits, saved with the store, and so the anchor rows, are the same bit for bit."""
+    pytest.importorskip("arch")
+    cfg = dataclasses.replace(_config(panel), anchor="garch_t")
+    whole = prepare_store(cfg, tmp_path / "whole", workers=0)
+    pieces = _in_pieces(monkeypatch, cfg, tmp_path / "pieces", piece_rows=1, workers=2, min_rows=0)
+    assert set(whole["transform"]["anchor"]["params"]) == {"ES", "NQ", "YM"}  # fitted, none on the fallback
+    _assert_same_store((tmp_path / "whole", whole), (tmp_path / "pieces", pieces))
+    assert "anchor" in pieces["arrays"]

@@ -186,6 +186,7 @@ def fit_garch_t(train_returns: np.ndarray) -> GarchParams:
         from arch import arch_model
     except ImportError as e:
         raise InputError(_GARCH_HINT) from e
+    from threadpoolctl import threadpool_limits
     r = np.asarray(train_returns, dtype=np.float64)
     r = r[np.isfinite(r)][-MAX_GARCH_FIT:]
     if r.size < MIN_GARCH_BARS:
@@ -198,9 +199,13 @@ def fit_garch_t(train_returns: np.ndarray) -> GarchParams:
         raise InputError(
             "GARCH baseline: the training returns of this series are constant; leave this baseline out"
         )
-    res = arch_model(r / scale, mean="Constant", vol="GARCH", p=1, q=1, dist="t", rescale=False).fit(
-        disp="off", show_warning=False
-    )
+    # One BLAS thread: the optimiser's path, and so its optimum to ~1e-4, depends on how many threads sum the
+    # likelihood's products, and a fit must be the same in a worker of a store prepared in pieces (one thread) as in
+    # this process (all cores): the anchor saved with a model, and each baseline of a verdict, come from it.
+    with threadpool_limits(limits=1):
+        res = arch_model(r / scale, mean="Constant", vol="GARCH", p=1, q=1, dist="t", rescale=False).fit(
+            disp="off", show_warning=False
+        )
     p = res.params
     mu = float(p["mu"]) * scale
     return GarchParams(
