@@ -272,6 +272,9 @@ def fox_run(data: Path, work: Path, hidden: int, threads: int, fox_args: list[st
 # ----------------------------------------------------------------------------------- pytorch-forecasting
 def find_pf_python(arg: str | None) -> str | None:
     if arg:
+        if not Path(arg).exists():
+            sys.exit(f"--pf-python {arg}: no such file; give the python of pytorch-forecasting's virtualenv "
+                     "(the module docstring says how to make it), or leave the option out")
         return arg
     if DEFAULT_PF_PYTHON.exists():
         return str(DEFAULT_PF_PYTHON)
