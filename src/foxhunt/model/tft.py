@@ -70,6 +70,14 @@ def variable_names(schema: FeatureSchema) -> tuple[list[str], list[str], list[st
     return static, known + observed, known
 
 
+def required_anchor(anchor: torch.Tensor | None) -> torch.Tensor:
+    """An anchored model's anchor (B, D, Q), from a batch or a live call; an error where none was given, which would
+    otherwise forecast the correction alone."""
+    if anchor is None:
+        raise ValueError("an anchored model (--anchor) forecasts from its anchor; none was given")
+    return anchor
+
+
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable scalars (shared tensors counted once)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -131,9 +139,7 @@ class TemporalFusionTransformer(nn.Module):
 
     def _anchor(self, batch: Batch) -> torch.Tensor:
         """(B, D, Q) the batch's anchor (an anchored model's); an error for a batch without one."""
-        if batch.anchor is None:
-            raise ValueError("an anchored model (--anchor) forecasts from the batch's anchor; it has none")
-        return batch.anchor
+        return required_anchor(batch.anchor)
 
     def _static(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Static VSN output (B, H) and weights (B, Vs)."""

@@ -34,7 +34,7 @@ from torch import nn
 from foxhunt.data.dataset.batch import Batch
 from foxhunt.model.layers import CategoricalEmbedding, GateAddNorm, GatedResidualNetwork
 from foxhunt.model.selection import Terms, VariableSelectionNetwork
-from foxhunt.model.tft import TemporalFusionTransformer
+from foxhunt.model.tft import TemporalFusionTransformer, required_anchor
 
 # Above this many gathered cells (B * L * V * H) the weighted sum over variables is one embedding bag, which never
 # materialises the gathered inputs; below it a gather and a bmm (live batches).
@@ -319,8 +319,7 @@ class InferenceTFT(nn.Module):
         x_d = self.dec.dense(dec.reshape(b * d, dec.shape[2]), dec_ctx).view(b, d, h)  # (B, D, H)
         if not self.model.cfg.anchored:
             return self._temporal(x_e, x_d, enr_ctx, c_h, c_c, flat=True)
-        if anchor is None:
-            raise ValueError("an anchored model (--anchor) forecasts from its anchor; none was given")
+        anchor = required_anchor(anchor)  # (B, D, Q)
         return anchor + self._temporal(x_e, x_d + self.model.anchor_input(anchor), enr_ctx, c_h, c_c, flat=True)
 
     def _temporal(self, enc: torch.Tensor, dec: torch.Tensor, enr_ctx: torch.Tensor, c_h: torch.Tensor,
