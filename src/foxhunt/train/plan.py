@@ -19,7 +19,7 @@ import contextlib
 import math
 import weakref
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -298,7 +298,7 @@ def probe_batch(sizes: InputSizes, cfg: ModelConfig, b: int, device: torch.devic
     def zeros(*shape: int) -> torch.Tensor:
         return torch.zeros(*shape, device=device)
 
-    return Batch.from_dense(
+    batch = Batch.from_dense(
         static_cat=codes(b, len(sizes.static_cat)),
         static_cont=zeros(b, sizes.static_cont),
         known_cat=codes(b, t, len(sizes.known_cat)),
@@ -310,6 +310,7 @@ def probe_batch(sizes: InputSizes, cfg: ModelConfig, b: int, device: torch.devic
         target_scale=torch.ones(b, device=device),
         window=torch.arange(b, device=device),
     )
+    return replace(batch, anchor=zeros(b, d, len(cfg.quantiles))) if cfg.anchored else batch  # (B, D, Q)
 
 
 def measure_step_peak(

@@ -152,7 +152,8 @@ class WindowedData:
             target_center=center,
             target_scale=scale,
             window=ids,
-            anchor=None if self.anchor is None else self.anchor.index_select(0, origin).view(b, self.horizon, -1),
+            anchor=None if self.anchor is None else  # (B, D, Q); Q spelt out: B may be 0 (an empty shard)
+            self.anchor.index_select(0, origin).view(b, self.horizon, self.anchor.shape[1] // self.horizon),
         )
 
     def origin_ns(self, ids: torch.Tensor) -> torch.Tensor:
