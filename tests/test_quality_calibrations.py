@@ -27,7 +27,7 @@ DAY = 86_400 * 10**9
 
 
 def panel(n: int, seed: int, t0: int = 0) -> dict[str, np.ndarray]:
-    """Two series of `n` daily origins, 2 steps: actual (K, D), the "fixed" quantiles too narrow, the "adaptive" ones
+    """Two series of `n` daily origins, 2 steps: actual (K, D), the "auto" quantiles too narrow, the "adaptive" ones
     closer to the actual's spread, and a baseline between them."""
     rng = np.random.default_rng(seed)
     series = np.repeat([0, 1], n)
@@ -35,7 +35,7 @@ def panel(n: int, seed: int, t0: int = 0) -> dict[str, np.ndarray]:
     actual = rng.standard_normal((2 * n, 2))
     spread = np.array([-1.28, 0.0, 1.28])
     return {"series": series, "origin_ns": origin, "first_ns": origin + DAY, "actual": actual,
-            "fixed": np.broadcast_to(0.3 * spread, (2 * n, 2, 3)).copy(),
+            "auto": np.broadcast_to(0.3 * spread, (2 * n, 2, 3)).copy(),
             "adaptive": np.broadcast_to(1.0 * spread, (2 * n, 2, 3)).copy(),
             "baseline_garch_t": np.broadcast_to(0.6 * spread, (2 * n, 2, 3)).copy()}
 
@@ -81,12 +81,12 @@ def settings(tmp_path: Path, *flags: str):
 
 
 def test_calibrations_option():
-    assert quality.parse_args(["--no-pf"]).calibrations == ("fixed", "adaptive")  # the default and the candidate
+    assert quality.parse_args(["--no-pf"]).calibrations == ("auto", "adaptive")  # the default and the candidate
     assert quality.parse_args(["--no-pf", "--calibrations", "none, adaptive,none"]).calibrations == ("none", "adaptive")
     with pytest.raises(SystemExit) as e:
-        quality.parse_args(["--no-pf", "--calibrations", "fixed,rolling"])
+        quality.parse_args(["--no-pf", "--calibrations", "auto,rolling"])
     assert e.value.code == 2
-    assert table.fox_label("fixed") == "foxhunt, fixed calibration (default)"
+    assert table.fox_label("auto") == "foxhunt, auto calibration (default)"
     assert table.fox_label("adaptive") == "foxhunt, adaptive calibration"
 
 
@@ -114,21 +114,21 @@ def test_split_dataset_one_evaluate_per_method_on_one_trained_run(tmp_path, monk
     s = settings(tmp_path, "--datasets", "cn_futures_daily", "--seeds", "2")
     rows, _ = quality.run(s)
     assert [c[0] for c in calls] == ["train", "evaluate", "evaluate"] * 2  # one training per seed, for both methods
-    assert [r.model for r in rows] == ["foxhunt, fixed calibration (default)", "foxhunt, adaptive calibration"]
+    assert [r.model for r in rows] == ["foxhunt, auto calibration (default)", "foxhunt, adaptive calibration"]
     fixed, adaptive = rows[0].scores[0], rows[1].scores[0]
-    np.testing.assert_allclose([fixed.qrisk[q] for q in QS], qrisk(p["actual"], p["fixed"]))
+    np.testing.assert_allclose([fixed.qrisk[q] for q in QS], qrisk(p["actual"], p["auto"]))
     assert table.VS_DEFAULT not in fixed.skill and fixed.notes == ("stopped after 2 of at most 2 epochs, best 2",)
     assert adaptive.notes == () and adaptive.train_s == fixed.train_s == 10.0  # the same training
-    want = 1 - qrisk(p["actual"], p["adaptive"]) / qrisk(p["actual"], p["fixed"])  # > 0: adaptive better
+    want = 1 - qrisk(p["actual"], p["adaptive"]) / qrisk(p["actual"], p["auto"])  # > 0: adaptive better
     assert want[0] > 0 and want[2] > 0
     np.testing.assert_allclose([adaptive.skill[table.VS_DEFAULT][q] for q in QS], want)  # the median's too
     assert adaptive.dm[table.VS_DEFAULT][0.1] < 0.05 and adaptive.won[table.VS_DEFAULT] == (2, 2)
     text = table.tables(rows)
-    assert "| cn_futures_daily | foxhunt, fixed calibration (default) |" in text
-    calib = text.split("Calibration: each method against foxhunt's default (fixed)")[1]
+    assert "| cn_futures_daily | foxhunt, auto calibration (default) |" in text
+    calib = text.split("Calibration: each method against foxhunt's default (auto)")[1]
     assert f"| cn_futures_daily | adaptive | 2 | {' / '.join(f'{100 * w:+.1f}%' for w in want)} |" in calib
-    assert "skill vs fixed p10 / p50 / p90 | DM p vs fixed p10 / p50 / p90 |" in calib
-    assert "| fixed |" not in calib
+    assert "skill vs auto p10 / p50 / p90 | DM p vs auto p10 / p50 / p90 |" in calib
+    assert "| auto |" not in calib
 
 
 def test_backtest_other_methods_forecast_by_predict_and_scored_on_the_folds_rows(tmp_path, monkeypatch):
@@ -147,10 +147,10 @@ def test_backtest_other_methods_forecast_by_predict_and_scored_on_the_folds_rows
                 run_dir(here / "run")
                 here.mkdir(parents=True, exist_ok=True)
                 np.savez(here / "scored.npz", **{k: part[k] for k in ("series", "origin_ns", "first_ns", "actual",
-                                                                      "baseline_garch_t")}, model=part["fixed"])
+                                                                      "baseline_garch_t")}, model=part["auto"])
                 folds.append({"index": i, "run_dir": str(here / "run"), "test_start": start, "test_end": end,
                               "val_start": "2016-01-01T00:00:00+00:00", "origins": 24, "series_names": NAMES,
-                              "quantiles": [0.1, 0.5, 0.9], "target": "log_return", "calibration": "fixed",
+                              "quantiles": [0.1, 0.5, 0.9], "target": "log_return", "calibration": "auto",
                               "baseline_gaps": {}})
             own = folds_mod.fold_result(folds_mod.fold_arrays(bt, folds), folds)
             overall = {k: v for k, v in own.items() if k != "verdict"}
@@ -169,7 +169,7 @@ def test_backtest_other_methods_forecast_by_predict_and_scored_on_the_folds_rows
     assert [c[0] for c in calls] == ["backtest", "predict", "predict"]  # no training for the second method
     fixed, adaptive = rows[0].scores[0], rows[1].scores[0]
     y = np.concatenate([p["actual"] for p in parts])
-    f_fixed, f_adaptive = (np.concatenate([p[m] for p in parts]) for m in ("fixed", "adaptive"))
+    f_fixed, f_adaptive = (np.concatenate([p[m] for p in parts]) for m in ("auto", "adaptive"))
     np.testing.assert_allclose([fixed.qrisk[q] for q in QS], qrisk(y, f_fixed))  # backtest.json's own
     np.testing.assert_allclose([adaptive.qrisk[q] for q in QS], qrisk(y, f_adaptive))  # the extra origin dropped
     base = qrisk(y, np.concatenate([p["baseline_garch_t"] for p in parts]))

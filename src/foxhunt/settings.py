@@ -69,7 +69,8 @@ def build(cls: type[C], values: Mapping[str, Any], **fields: Any) -> C:
 def data_config(values: Mapping[str, Any], paths: tuple[str, ...]) -> DataConfig:
     """A new run's (or store's) data options; a split that holds out no test period is refused
     (DataConfig.check_test_period)."""
-    cfg = build(DataConfig, values, paths=paths, quantiles=build(ModelConfig, values).quantiles)  # the anchor's
+    model = build(ModelConfig, values)  # the anchor is computed at the model's quantiles, for its head
+    cfg = build(DataConfig, values, paths=paths, quantiles=model.quantiles, quantile_head=model.quantile_head)
     cfg.check_test_period()
     return cfg
 

@@ -51,7 +51,8 @@ def untrained_run(run: Path, cfg: Any) -> None:
 
     data = prepare_data(cfg)
     torch.manual_seed(0)
-    mcfg = ModelConfig(hidden_size=4, attention_heads=1, encoder_length=cfg.encoder_length, horizon=cfg.horizon)
+    mcfg = ModelConfig(hidden_size=4, attention_heads=1, encoder_length=cfg.encoder_length, horizon=cfg.horizon,
+                       anchored=cfg.anchored)
     model = TemporalFusionTransformer(data.schema.sizes, mcfg)
     save_model_json(run / "model.json", mcfg, data.schema, data.transform, cfg, sum(p.numel() for p in model.parameters()))
     save_weights(run / "model.safetensors", state_to_cpu(model))

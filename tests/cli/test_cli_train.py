@@ -47,11 +47,14 @@ def test_train_writes_a_complete_run_directory(tmp_path, tiny, fixtures_dir, fix
         assert (run / name).exists(), name
     assert not list(run.glob(".*.tmp")), "temporary files left behind"
     records = jsonl(run / "metrics.jsonl")
-    assert [r["epoch"] for r in records] == [1, 2]
+    assert [r["epoch"] for r in records] == [0, 1, 2]  # 0: the untrained model (its anchor), validated
     for r in records:
         assert METRIC_KEYS <= set(r)
         assert set(r["val_qrisk"]) == {"0.1", "0.5", "0.9"}
-        assert r["val_loss"] > 0 and r["train_loss"] > 0 and r["samples_per_s"] > 0
+        assert r["val_loss"] > 0
+    for r in records[1:]:
+        assert r["train_loss"] > 0 and r["samples_per_s"] > 0
+    assert records[0]["train_loss"] is None and records[0]["train_samples"] == 0
     config = json.loads((run / "config.json").read_text())
     assert config["n_params"] > 0
     assert config["data"]["encoder_length"] == 16 and config["model"]["hidden_size"] == 8
@@ -96,14 +99,14 @@ def test_resume_continues_exactly_where_a_killed_run_stopped(tmp_path, tiny, fix
     _, full = train(tmp_path, tiny, *args, name="full")
     monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "kill@epoch:1")  # as if killed right after epoch 1's checkpoint
     code, part = train(tmp_path, tiny, *args, name="part")
-    assert code == 130 and len(jsonl(part / "metrics.jsonl")) == 1
+    assert code == 130 and [r["epoch"] for r in jsonl(part / "metrics.jsonl")] == [0, 1]
     monkeypatch.delenv("FOXHUNT_FAULT_INJECT")
     # the run's saved options are used: only where it is and that it resumes need saying
     assert main(["train", "--run-dir", str(part), "--resume", "--no-progress", "--threads", "1"]) == 0
     a, b = jsonl(full / "metrics.jsonl"), jsonl(part / "metrics.jsonl")
-    assert [r["epoch"] for r in b] == [1, 2, 3]
+    assert [r["epoch"] for r in b] == [0, 1, 2, 3]
     for ra, rb in zip(a, b, strict=True):
-        assert rb["train_loss"] == pytest.approx(ra["train_loss"], rel=1e-6)
+        assert rb["train_loss"] == (None if ra["train_loss"] is None else pytest.approx(ra["train_loss"], rel=1e-6))
         assert rb["val_loss"] == pytest.approx(ra["val_loss"], rel=1e-6)
 
 
@@ -186,7 +189,7 @@ def test_resume_refuses_to_change_the_model_and_can_extend_training(tmp_path, ti
     assert main(["train", "--run-dir", str(run), "--resume", "--hidden-size", "32"]) == 2
     assert "--hidden-size cannot change when resuming" in capsys.readouterr().err
     assert main(["train", "--run-dir", str(run), "--resume", "--epochs", "2", "--no-progress"]) == 0
-    assert [r["epoch"] for r in jsonl(run / "metrics.jsonl")] == [1, 2]
+    assert [r["epoch"] for r in jsonl(run / "metrics.jsonl")] == [0, 1, 2]
 
 
 def test_bf16_and_single_window_runs_train_end_to_end(tmp_path, tiny, fixtures_dir, capsys):

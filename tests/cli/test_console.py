@@ -39,10 +39,13 @@ def test_default_prints_the_header_one_line_per_epoch_and_the_final_lines(tmp_pa
     assert code == 0
     text = "\n".join(lines)
     for start in ("run directory ", "data: es_fut_ohlcv1h_databento.parquet, ", "model: Temporal Fusion Transformer, ",
-                  "plan: train batch 32 needs ", "baseline ", "best epoch 1: val_loss "):
+                  "plan: train batch 32 needs ", "baseline ", "best epoch "):
         assert sum(line.startswith(start) for line in lines) == 1, start
     epochs = [line for line in lines if line.startswith("epoch ")]
-    assert len(epochs) == 1 and epochs[0].startswith("epoch 1/1  train_loss ") and "mem peak host " in epochs[0]
+    assert len(epochs) == 2 and epochs[0].startswith("epoch 0/1 (the anchor, untrained)  val_loss ")
+    assert epochs[1].startswith("epoch 1/1  train_loss ") and all("mem peak host " in e for e in epochs)
+    [cal] = [line for line in lines if line.startswith("calibration on validation (")]
+    assert cal.endswith("shifts saved (forecasts from the anchor apply them only with --calibration fixed or adaptive)")
     assert f"  foxhunt evaluate --model {run} --out-dir {run}/eval --parquet-file {fixtures_dir / ES}" in lines
     assert f"  foxhunt memory-report {run}" in lines
     assert "[MEMORY]" not in text and PLAN_TABLE not in text and "data summary:" not in text
@@ -66,14 +69,14 @@ def test_verbose_shows_the_plan_table_and_every_memory_record(tmp_path, fixtures
 def test_quiet_prints_only_the_final_line_and_warnings(tmp_path, fixtures_dir, capsys):
     code, lines, log, run = train(tmp_path, fixtures_dir, capsys, "--quiet")
     assert code == 0
-    assert len(others(lines)) == 1 and others(lines)[0].startswith("best epoch 1: val_loss ")
+    assert len(others(lines)) == 1 and others(lines)[0].startswith("best epoch ")
     assert others(lines)[0].endswith(f"run directory {run}")
     assert "[MEMORY] phase=val_end" in log and PLAN_TABLE in log and "epoch 1/1  " in log
     # -q means the same in the commands that use the run: no data or calibration lines, the result on stdout
     model = ["--model", run, "--parquet-file", str(fixtures_dir / ES), "--threads", "1"]
     predict = ["predict", *model, "--out", str(tmp_path / "f.parquet")]
     assert main(predict) == 0
-    assert "calibrated forecasts: " in capsys.readouterr().err  # what -q hides
+    assert "calibration none (--calibration auto: " in capsys.readouterr().err  # what -q hides
     assert main([*predict, "-q"]) == 0
     out, err = capsys.readouterr()
     assert others(err.splitlines()) == [] and out.startswith("wrote ")
@@ -101,7 +104,7 @@ def test_a_skipped_non_finite_batch_is_a_highlighted_line_even_when_quiet(tmp_pa
     code, lines, _, _ = train(tmp_path, fixtures_dir, capsys, "-q")
     assert code == 0
     assert any(line.startswith("WARNING non-finite training step 2 ") for line in lines)
-    assert len(others(lines)) == 1 and others(lines)[0].startswith("best epoch 1: ")
+    assert len(others(lines)) == 1 and others(lines)[0].startswith("best epoch ")
 
 
 def test_resume_takes_the_verbosity_flags_and_says_the_sizes_are_the_saved_ones(tmp_path, fixtures_dir, capsys,
@@ -150,7 +153,7 @@ def test_results_on_the_bundled_sample_say_it_is_simulated(tmp_path, fixtures_di
     lines = others(capsys.readouterr().err.splitlines())
     assert code == 0
     assert [line for line in lines if line.startswith("data: ")][0].startswith("data: bundled ES sample (simulated), ")
-    final = [line for line in lines if line.startswith("best epoch 1: ")]
+    final = [line for line in lines if line.startswith("best epoch ")]
     assert len(final) == 1 and "the bundled sample is a simulation" in final[0] and "not evidence on real ES" in final[0]
     _, own, _, _ = train(tmp_path, fixtures_dir, capsys, name="own")
     assert not any("simulat" in line for line in own)

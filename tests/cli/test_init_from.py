@@ -30,7 +30,7 @@ def test_init_from_a_run_on_another_market_then_resume_without_it(tmp_path, tiny
     err = capsys.readouterr().err
     assert "resuming at epoch 2" in err and "--init-from" not in err
     assert json.loads((spx / "config.json").read_text())["init_from"] == record["init_from"]
-    assert [json.loads(r)["epoch"] for r in (spx / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert [json.loads(r)["epoch"] for r in (spx / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
 
     assert main(["train", *tiny, "--hidden-size", "12", "--parquet-file", str(spx_path), "--run-dir",
                  str(tmp_path / "other"), "--init-from", str(spx)]) == 2

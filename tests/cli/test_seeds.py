@@ -67,7 +67,7 @@ def test_the_best_seed_by_validation_loss_becomes_the_run(seeded):
     assert record["spread"]["val_loss"] == {"min": losses[0], "median": (losses[0] + losses[1]) / 2,
                                             "max": losses[1]}
     # the run directory is the kept seed's run: its metrics, its configuration, a loadable model
-    best = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][0]
+    best = min(metrics(run), key=lambda r: r["val_loss"])
     assert best["val_loss"] == kept["val_loss"] and best["val_qrisk"] == kept["val_qrisk"]
     config = json.loads((run / "config.json").read_text())
     assert config["train"]["seed"] == kept["seed"] and config["train"]["run_dir"] == str(run)
@@ -120,7 +120,7 @@ def test_evaluate_opens_with_the_verdict_and_the_seed_spread(seeded, daily_path,
     metrics = json.loads((out / "metrics.json").read_text())
     verdict = metrics["verdict"]
     assert stdout[0] == verdict["sentence"] and stdout[1] == verdict["seed_spread"]
-    assert verdict["sentence"].startswith("The calibrated model ") and verdict["strongest"] in metrics["baselines"]
+    assert verdict["sentence"].startswith("The model (uncalibrated) ") and verdict["strongest"] in metrics["baselines"]
     assert verdict["seed_spread"].startswith("validation q-risk over 2 seeds (seed ")
     report = Path(out / "report.html").read_text()
     head = report[report.index("<h1>"):report.index("<h2>")]

@@ -101,11 +101,12 @@ def test_runs_in_a_temporary_directory_within_budget(executed):
 
 def test_evaluation_scores_the_model_and_every_baseline(executed):
     nb, probe, _, _ = executed
-    assert probe["sources"] == ["model", "model (raw)", *BASELINES]
+    # the tutorial's model has an anchor (the default): calibration auto applies none, so no "model (raw)" row
+    assert probe["sources"] == ["model", *BASELINES]
     assert all(math.isfinite(q) and q > 0 for q in probe["qrisk"])
     table = text_of(outputs_of(nb, '"evaluate"'))
-    assert table.splitlines()[0].startswith("The calibrated model")  # the verdict opens the table
-    for name in ["model (raw)", *BASELINES]:
+    assert table.splitlines()[0].startswith("The model (uncalibrated)")  # the verdict opens the table
+    for name in BASELINES:
         assert f"\n{name} " in table
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from foxhunt.cli import main
 from foxhunt.model.calibration import DEFAULT_METHOD
+from foxhunt.model.config import resolved_method
 from foxhunt.model.saved import load_model
 from foxhunt.predict.origins import prepare_for_model, select_origins
 
@@ -21,10 +22,12 @@ VAL_END = "2024-09-02"
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, daily_path, tiny_flags):
-    """A tiny model with a three-way split: train before June, validation June to August, test from September."""
+    """A tiny model with a three-way split: train before June, validation June to August, test from September.
+    Without an anchor, so that the default calibration (auto) is the fixed shifts; with one it is none
+    (tests/cli/test_console.py, tests/backtest/test_backtest_cli.py)."""
     out = tmp_path_factory.mktemp("calibrated") / "run"
     assert main(["train", *tiny_flags, "--parquet-file", str(daily_path), "--epochs", "1", "--train-end", "2024-06-03",
-                 "--val-end", VAL_END, "--run-dir", str(out)]) == 0
+                 "--val-end", VAL_END, "--anchor", "none", "--run-dir", str(out)]) == 0
     return out
 
 
@@ -78,15 +81,15 @@ def test_evaluate_scores_held_out_origins_raw_and_calibrated(run, daily_path, tm
     assert str(first)[:10] >= VAL_END and m["period"]["scored"].startswith("held out")
     c = m["calibration"]
     assert c["applied"] is True and c["mode"] == "scaled" and set(c["coverage"]) == {"raw", "calibrated"}
-    assert c["method"] == DEFAULT_METHOD
+    assert c["method"] == resolved_method(DEFAULT_METHOD, anchored=False) == "fixed"
     assert c["coverage"]["calibrated"]["p10-p90"] == m["model"]["overall"]["coverage"]["p10-p90"]
     assert c["coverage"]["raw"]["p10-p90"] == m["model_raw"]["overall"]["coverage"]["p10-p90"]
     assert set(c["coverage"]["raw"]["below"]) == {"0.1", "0.5", "0.9"}
     assert m["model_raw"]["overall"]["n"] == m["model"]["overall"]["n"]
     assert "model (raw)" in console and "p10-p90 coverage: raw" in console
     html = (cal_dir / "report.html").read_text()
-    assert "model (raw)" in html and f"calibration: {DEFAULT_METHOD} scaled conformal shifts" in html
-    assert f"calibrated ({DEFAULT_METHOD} shifts)" in console
+    assert "model (raw)" in html and "calibration: fixed scaled conformal shifts" in html
+    assert "calibrated (fixed shifts)" in console
 
     assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(raw_dir),
                  "--no-calibration"]) == 0
@@ -210,7 +213,7 @@ def test_predict_adaptive_no_look_ahead(run, daily_path, tmp_path):
 
 
 def test_evaluate_says_which_calibration_ran(run, daily_path, tmp_path, capsys):
-    other = "adaptive" if DEFAULT_METHOD == "fixed" else "fixed"  # the default's is checked above
+    other = "adaptive"  # the default's (auto: fixed for this model) is checked above
     out = tmp_path / "e"
     assert main(["evaluate", "--model", str(run), "--parquet-file", str(daily_path), "--out-dir", str(out),
                  "--calibration", other]) == 0
@@ -224,7 +227,7 @@ def test_evaluate_says_which_calibration_ran(run, daily_path, tmp_path, capsys):
     assert note in (out / "report.html").read_text()
     assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(tmp_path / "x"),
                  "--calibration", "sometimes"]) == 2
-    assert "--calibration 'sometimes' is not one of adaptive, fixed, none" in capsys.readouterr().err
+    assert "--calibration 'sometimes' is not one of auto, adaptive, fixed, none" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 

@@ -40,9 +40,11 @@ def exported(tmp_path_factory, daily_path, tiny_flags):
     root = tmp_path_factory.mktemp("export")
     run, out = root / "run", root / "onnx" / "model.onnx"
     # series scaling: the sidecar test below unscales with its per-series table; volatility scaling (the default)
-    # takes each bar's trailing volatility, whose recipe test_sidecar_scaling.py rebuilds from the sidecar alone
+    # takes each bar's trailing volatility, whose recipe test_sidecar_scaling.py rebuilds from the sidecar alone.
+    # Without an anchor: the graph of the model's own inputs, its calibration shifts in the sidecar (the default
+    # anchored model's graph and sidecar: test_an_anchored_model_takes_its_anchor_as_an_input_...)
     assert main(["train", *tiny_flags, "--parquet-file", str(daily_path), "--epochs", "1", "--max-train-batches", "4",
-                 "--scaling", "series", "--run-dir", str(run)]) == 0
+                 "--scaling", "series", "--anchor", "none", "--run-dir", str(run)]) == 0
     code = main(["export", "--model", str(run), "--format", "onnx", "--out", str(out), "--parquet-file",
                  str(daily_path), "--threads", "1"])
     return run, out, code
@@ -67,7 +69,7 @@ def test_export_writes_the_graph_and_its_sidecar(exported, capsys):
     assert inputs["static_cat"] == {"name": "static_cat", "dtype": "int64", "shape": ["batch", 1],
                                     "dynamic_axes": {"0": "batch"}, "channels": ["series"], "cardinality": [3]}
     assert side["omitted_inputs"] == ["static_cont", "encoder_cat", "decoder_cat", "anchor"]
-    assert side["anchor"] is None  # trained without --anchor
+    assert side["anchor"] is None  # trained with --anchor none
     assert side["output"]["shape"] == ["batch", 3, 3] and side["quantiles"] == [0.1, 0.5, 0.9]
     assert side["built_in"]["relative_time"]["values"][15] == 0.0  # the origin, last of 16 encoder steps
     assert set(side["features"]) == {c for i in side["inputs"] for c in i["channels"]}
@@ -223,14 +225,14 @@ def test_real_cases_take_the_last_window_and_up_to_256_spread(data):
 
 def test_an_anchored_model_takes_its_anchor_as_an_input_the_sidecar_says_how_to_compute(tmp_path, daily_path,
                                                                                         tiny_flags):
-    """`--anchor garch_t`: the graph's seventh input is the anchor (B, D, Q), its parity holds on real windows, and
+    """The default anchor (GARCH-t): the graph's seventh input is the anchor (B, D, Q), its parity holds on real windows, and
     the sidecar's fitted GARCH-t per series and formula give the anchor the model was fed, from the returns alone."""
     pytest.importorskip("arch")
     from foxhunt.data.baselines.anchor import scaled_quantiles
     from foxhunt.data.baselines.forecasts import GarchParams, garch_next_variance
 
     run, out = tmp_path / "run", tmp_path / "model.onnx"
-    assert main(["train", *tiny_flags, "--parquet-file", str(daily_path), "--epochs", "1", "--anchor", "garch_t",
+    assert main(["train", *tiny_flags, "--parquet-file", str(daily_path), "--epochs", "1",  # the default anchor
                  "--run-dir", str(run)]) == 0
     assert main(["export", "--model", str(run), "--format", "onnx", "--out", str(out), "--parquet-file",
                  str(daily_path), "--threads", "1"]) == 0

@@ -1,5 +1,5 @@
 """Run by test_real_oom.py in a subprocess: `foxhunt train` whose training steps run under an address-space limit
-(RLIMIT_AS) sized between the step peaks of half the batch and the whole batch, so the first step's allocation fails
+(RLIMIT_AS), set when the training steps start, sized between the step peaks of half the batch and the whole batch, so the first step's allocation fails
 in the middle of its forward pass with the CPU allocator's RuntimeError, not an injected error.
 
 The limit is lifted when validation starts: what follows (model.safetensors, checkpoint.pt) is written by Rust and
@@ -44,10 +44,20 @@ def limited_trainer(setup, sizing, *args, **kwargs):
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand freed heap back, so the address space is what is live
     # Headroom for the step: well above half a batch's peak, well below a whole one's. Everything else the run
     # allocates (optimizer state, validation batches, checkpoints) is small beside it at this model size.
-    headroom = (full + half) // 2
-    resource.setrlimit(resource.RLIMIT_AS, (address_space() + headroom, resource.RLIM_INFINITY))
-    print(json.dumps({"full_peak": full, "half_peak": half, "headroom": headroom}), flush=True)
+    HEADROOM.append((full + half) // 2)
+    print(json.dumps({"full_peak": full, "half_peak": half, "headroom": HEADROOM[0]}), flush=True)
     return _real_trainer(setup, sizing, *args, **kwargs)
+
+
+HEADROOM: list[int] = []
+_real_train_epoch = loop.Trainer._train_epoch
+
+
+def limited_train_epoch(self, *args, **kwargs):
+    """The limit set when the training steps start (after an anchored model's epoch 0, a validation)."""
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    resource.setrlimit(resource.RLIMIT_AS, (address_space() + HEADROOM[0], resource.RLIM_INFINITY))
+    return _real_train_epoch(self, *args, **kwargs)
 
 
 # Every block of 64 KiB or more gets its own mapping, returned on free: the address space then follows live tensors.
@@ -61,5 +71,6 @@ def unlimited_validate(*args, **kwargs):
 
 
 session.Trainer = limited_trainer
+loop.Trainer._train_epoch = limited_train_epoch
 loop.validate = unlimited_validate
 sys.exit(main(["train", *sys.argv[2:], "--run-dir", sys.argv[1]]))

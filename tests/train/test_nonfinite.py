@@ -25,6 +25,7 @@ from foxhunt.train.guard import check_finite
 from foxhunt.train.optim import AdamW
 from foxhunt.train.step import TrainStepper
 from foxhunt.train.telemetry import MemoryTracker
+from tests.epochs import trained
 
 ES = "es_fut_ohlcv1h_databento.parquet"
 
@@ -49,9 +50,9 @@ def test_a_nan_batch_is_skipped_counted_and_named(tmp_path, tiny, fixtures_dir, 
     monkeypatch.setenv(ENV_VAR, "nan@train:3")
     code, out = run(tmp_path, tiny, fixtures_dir, "nan")
     assert code == 0
-    records = jsonl(out / "metrics.jsonl")
+    records = trained(jsonl(out / "metrics.jsonl"))
     assert [r["bad_steps"] for r in records] == [1, 0]
-    clean_records = jsonl(clean / "metrics.jsonl")
+    clean_records = trained(jsonl(clean / "metrics.jsonl"))
     assert records[0]["train_samples"] == clean_records[0]["train_samples"] - 32  # the skipped batch is not counted
     assert all(r["train_loss"] == r["train_loss"] and r["val_loss"] == r["val_loss"] for r in records)  # not NaN
     assert all_finite(out / "model.safetensors")
@@ -90,7 +91,7 @@ def test_bad_steps_apart_do_not_stop_the_run(tmp_path, tiny, fixtures_dir, monke
     monkeypatch.setenv(ENV_VAR, "nan@train:2x2,nan@train:5x2")
     code, out = run(tmp_path, tiny, fixtures_dir, "apart", "--max-bad-steps", "3", "--epochs", "1")
     assert code == 0
-    assert jsonl(out / "metrics.jsonl")[0]["bad_steps"] == 4
+    assert trained(jsonl(out / "metrics.jsonl"))[0]["bad_steps"] == 4
 
 
 def test_non_finite_weights_are_never_written(tmp_path, tiny, fixtures_dir, monkeypatch, capsys):

@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from foxhunt.cli import main
+from tests.epochs import trained
 
 ES = "es_fut_ohlcv1h_databento.parquet"
 
@@ -37,7 +38,10 @@ def assert_same_run(clean: Path, faulty: Path) -> None:
     assert [r["train_samples"] for r in a] == [r["train_samples"] for r in b]
     assert [r["val_samples"] for r in a] == [r["val_samples"] for r in b]
     for ra, rb in zip(a, b, strict=True):
-        assert rb["train_loss"] == pytest.approx(ra["train_loss"], rel=1e-5, abs=1e-7)
+        if ra["train_loss"] is None:  # epoch 0: the untrained model, which forecasts its anchor, validated
+            assert rb["train_loss"] is None
+        else:
+            assert rb["train_loss"] == pytest.approx(ra["train_loss"], rel=1e-5, abs=1e-7)
         assert rb["val_loss"] == pytest.approx(ra["val_loss"], rel=1e-5, abs=1e-7)
     wa, wb = load_file(str(clean / "model.safetensors")), load_file(str(faulty / "model.safetensors"))
     for k in wa:
@@ -46,20 +50,22 @@ def assert_same_run(clean: Path, faulty: Path) -> None:
 
 def test_every_rung_above_size_one_keeps_the_maths(tmp_path, tiny, fixtures_dir, monkeypatch):
     _, clean = run(tmp_path, tiny, fixtures_dir, "clean")
-    # train step 3 fails 4 times: retry, then micro-batches 16, 8, 4; a single OOM at step 12 (epoch 2) is absorbed
-    # by the retry; validation batch 2 fails 3 times: retry, then batch 8, then 4.
+    # validation batch 2 fails 3 times (epoch 0's, the anchor's validation, comes first): retry, then batch 8, then
+    # 4; train step 3 fails 4 times: retry, then micro-batches 16, 8, 4; a single OOM at step 12 (epoch 2) is
+    # absorbed by the retry.
     monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "oom@train:3x4,oom@val:2x3,oom@train:12")
     code, faulty = run(tmp_path, tiny, fixtures_dir, "faulty")
     assert code == 0
     assert_same_run(clean, faulty)
-    assert ladder(faulty) == [("oom_retry", 3), ("oom_split", 3), ("oom_split", 3), ("oom_split", 3),  # epoch 1
-                              ("oom_retry", 2), ("oom_halve", 2), ("oom_halve", 2),  # its validation
+    assert ladder(faulty) == [("oom_retry", 2), ("oom_halve", 2), ("oom_halve", 2),  # epoch 0's validation
+                              ("oom_retry", 3), ("oom_split", 3), ("oom_split", 3), ("oom_split", 3),  # epoch 1
                               ("oom_retry", 12)]  # epoch 2's first step
     reasons = [m.get("reason", "") for m in jsonl(faulty / "memory.jsonl") if m["phase"].startswith("oom_")]
-    assert "retrying the same batch once" in reasons[0]
-    assert "micro-batches of 16" in reasons[1] and "effective batch 32 unchanged" in reasons[1]
-    assert "micro-batches of 4" in reasons[3]
-    assert "validation batch 2" in reasons[5] and "batch size 8" in reasons[5]
+    validation, train = reasons[:3], reasons[3:7]
+    assert "retrying the same batch once" in train[0]
+    assert "micro-batches of 16" in train[1] and "effective batch 32 unchanged" in train[1]
+    assert "micro-batches of 4" in train[3]
+    assert "validation batch 2" in validation[1] and "batch size 8" in validation[1]
     log = (faulty / "train.log").read_text()
     assert "reason='out of memory in training step 3" in log
 
@@ -76,7 +82,7 @@ def test_uneven_micro_batches_keep_the_maths(tmp_path, tiny, fixtures_dir, monke
     assert ladder(faulty) == [("oom_retry", 3), ("oom_split", 3), ("oom_split", 3)]
     reasons = [m["reason"] for m in jsonl(faulty / "memory.jsonl") if m["phase"] == "oom_split"]
     assert "micro-batches of 7" in reasons[-1] and "effective batch 30 unchanged" in reasons[-1]
-    last = jsonl(clean / "metrics.jsonl")[0]["train_samples"] % 30
+    last = trained(jsonl(clean / "metrics.jsonl"))[0]["train_samples"] % 30
     assert last % 7, last  # the epoch's last batch is split unevenly as well
 
 
@@ -115,7 +121,8 @@ def test_a_single_sample_that_never_fits_stops_after_the_whole_ladder(tmp_path, 
                  "--encoder-length", "--hidden-size", "--memory-budget"):
         assert said in err
     assert ladder(out) == [("oom_retry", 2), ("oom_split", 2), ("oom_checkpointing", 2), ("oom_stop", 2)]
-    assert not (out / "model.safetensors").exists()
+    # what was kept is epoch 0's, the untrained model that forecasts its anchor: no trained epoch ended
+    assert [r["epoch"] for r in jsonl(out / "metrics.jsonl")] == [0]
 
 
 def test_a_validation_sample_that_never_fits_stops_with_what_would_fit(tmp_path, tiny, fixtures_dir, monkeypatch,

@@ -43,7 +43,7 @@ def test_batch_size_one_five_epochs_completes_with_flat_validation_memory(tmp_pa
                  "--run-dir", str(run)])
     assert code == 0
     epochs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [e["epoch"] for e in epochs] == [1, 2, 3, 4, 5]
+    assert [e["epoch"] for e in epochs] == [0, 1, 2, 3, 4, 5]  # 0: the untrained model, its anchor, validated
     assert all(e["val_samples"] > 0 for e in epochs)
     records = [json.loads(line) for line in (run / "memory.jsonl").read_text().splitlines()]
 

@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from foxhunt.cli import main
 from foxhunt.train import loop, session
 from foxhunt.train.resume import load_checkpoint
+from tests.epochs import trained
 
 REPO = Path(__file__).resolve().parents[2]
 WALL_CLOCK = ("seconds", "samples_per_s")
@@ -113,7 +114,7 @@ def test_sigterm_writes_a_checkpoint_at_that_step_and_resume_is_bit_identical(tm
     assert "SIGTERM" in err[-1] and f"foxhunt train --run-dir {part} --resume" in err[-1]
     state = json.loads(load_checkpoint(part / "checkpoint.pt")["fit_state"])
     assert (state["global_step"], state["epoch"], state["epoch_batches"]) == (15, 1, 4)
-    assert len(metrics(part)) == 1
+    assert [r["epoch"] for r in metrics(part)] == [0, 1]  # epoch 0: the untrained model (its anchor) validated
     assert resume(part) == 0
     assert_same_run(full, part)
 
@@ -150,12 +151,12 @@ def test_resume_after_batch_size_auto_reuses_the_saved_sizes(tmp_path, tiny, fix
     monkeypatch.setattr(session, "resolve_batch_sizes", no_new_plan)
     assert resume(run) == 0
     assert json.loads((run / "config.json").read_text())["resolved"] == saved
-    assert [r["epoch"] for r in metrics(run)] == [1, 2]
-    assert {r["train_samples"] for r in metrics(run)} == {metrics(run)[0]["train_samples"]}
+    assert [r["epoch"] for r in metrics(run)] == [0, 1, 2]
+    assert len({r["train_samples"] for r in trained(metrics(run))}) == 1
 
 
 def test_checkpoint_every_n_steps_writes_inside_the_epoch(tmp_path, args, monkeypatch):
-    """`--checkpoint-every 4`: the run writes the checkpoint at steps 4, 8, 11 (epoch end), 12, ...; checked through
+    """`--checkpoint-every 4`: the run writes the checkpoint at steps 0 (epoch 0), 4, 8, 11 (epoch end), 12, ...; checked through
     the writer itself, so nothing about the file's time stamps is assumed."""
     steps: list[int] = []
     real = loop.save_checkpoint
@@ -166,7 +167,7 @@ def test_checkpoint_every_n_steps_writes_inside_the_epoch(tmp_path, args, monkey
 
     monkeypatch.setattr(loop, "save_checkpoint", spy)
     assert main(["train", *args, "--epochs", "1", "--run-dir", str(tmp_path / "run")]) == 0
-    assert steps == [4, 8, 11]
+    assert steps == [0, 4, 8, 11]  # 0: after epoch 0, the anchor's validation
 
 
 def test_checkpoint_clock_is_time_based_without_a_step_count(monkeypatch):
@@ -264,7 +265,7 @@ def test_runs_saved_by_the_previous_format_still_resume(tmp_path, tiny, fixtures
     old = {k: v for k, v in state.items() if k not in ("format", "foxhunt_version")}
     torch.save({**old, "fit_state": json.dumps(fit_state)}, run / "checkpoint.pt")
     assert resume(run) == 0
-    assert [r["epoch"] for r in metrics(run)] == [1, 2]
+    assert [r["epoch"] for r in metrics(run)] == [0, 1, 2]
 
 
 def test_skipped_non_finite_steps_survive_a_mid_epoch_kill(tmp_path, args):
@@ -279,7 +280,7 @@ def test_skipped_non_finite_steps_survive_a_mid_epoch_kill(tmp_path, args):
     state = json.loads(load_checkpoint(part / "checkpoint.pt")["fit_state"])
     assert (state["global_step"], state["epoch"], state["epoch_batches"]) == (4, 0, 4)  # the kill at step 7 kept 4
     assert resume(part) == 0
-    assert [r["bad_steps"] for r in metrics(whole)] == [1, 0, 0]
+    assert [r["bad_steps"] for r in trained(metrics(whole))] == [1, 0, 0]
     assert_same_run(whole, part)
 
 

@@ -50,10 +50,12 @@ def test_mlflow_holds_the_params_epoch_metrics_memory_and_files(tracked):
     assert params["model.hidden_size"] == "8" and params["train.epochs"] == "2"
     assert params["resolved.batch_size"] == str(config["resolved"]["batch_size"])
     records = jsonl(run / "metrics.jsonl")
+    assert [r["epoch"] for r in records] == [0, 1, 2]  # 0: the untrained model (its anchor), validated
     for key in ("val_loss", "train_loss", "val_qrisk_p50"):
         history = client.get_metric_history(mlrun.info.run_id, key)
-        assert [m.step for m in history] == [1, 2]
-        want = [r["val_qrisk"]["0.5"] if key == "val_qrisk_p50" else r[key] for r in records]
+        logged = [r for r in records if key != "train_loss" or r["epoch"] > 0]  # epoch 0 trains nothing
+        assert [m.step for m in history] == [r["epoch"] for r in logged]
+        want = [r["val_qrisk"]["0.5"] if key == "val_qrisk_p50" else r[key] for r in logged]
         assert [m.value for m in history] == pytest.approx(want)
     memory = client.get_metric_history(mlrun.info.run_id, "memory_host_rss_mb")
     assert [m.value for m in memory] == pytest.approx([r["host_rss_mb"] for r in jsonl(run / "memory.jsonl")])
@@ -68,8 +70,9 @@ def test_tensorboard_event_files_hold_the_epoch_scalars(tracked):
     records = jsonl(run / "metrics.jsonl")
     for key in ("val_loss", "train_loss", "lr"):
         scalars = events.Scalars(key)
-        assert [s.step for s in scalars] == [1, 2]
-        assert [s.value for s in scalars] == pytest.approx([r[key] for r in records], rel=1e-6)
+        logged = [r for r in records if r[key] is not None]  # epoch 0 (the anchor, untrained) has no train_loss
+        assert [s.step for s in scalars] == [r["epoch"] for r in logged] and logged[-1]["epoch"] == 2
+        assert [s.value for s in scalars] == pytest.approx([r[key] for r in logged], rel=1e-6)
     assert len(events.Scalars("memory/host_rss_mb")) == len(jsonl(run / "memory.jsonl"))
 
 
@@ -122,7 +125,7 @@ def test_a_resumed_run_continues_its_tensorboard_run_without_repeating_records(t
     assert json.loads((run / "tracking.json").read_text())["memory_records"] == len(jsonl(run / "memory.jsonl"))
     assert main(["train", "--resume", "--epochs", "2", "--no-progress", "--threads", "1", *common]) == 0
     records, memory = jsonl(run / "metrics.jsonl"), jsonl(run / "memory.jsonl")
-    assert [r["epoch"] for r in records] == [1, 2]
+    assert [r["epoch"] for r in records] == [0, 1, 2]
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
     val = events.Scalars("val_loss")
@@ -134,7 +137,7 @@ def test_a_resumed_run_continues_its_tensorboard_run_without_repeating_records(t
 
 def test_a_resumed_session_appends_to_its_mlflow_run(tracked, tmp_path):
     """A second session on a finished run (what `--resume` starts) logs to the same MLflow run: no new run, the
-    parameters kept, epoch 3 after epochs 1-2, and no memory record forwarded twice."""
+    parameters kept, epoch 3 after epochs 0-2, and no memory record forwarded twice."""
     run_path, uri = tracked
     db = tmp_path / "copy.db"  # the module's database stays as the other tests read it
     db.write_bytes(Path(uri.removeprefix("sqlite:///")).read_bytes())
@@ -151,6 +154,6 @@ def test_a_resumed_session_appends_to_its_mlflow_run(tracked, tmp_path):
     (mlrun,) = client.search_runs([client.get_experiment_by_name("foxhunt").experiment_id])
     assert mlrun.info.run_id == state["mlflow_run_id"] and mlrun.info.status == "FINISHED"
     assert mlrun.data.params["train.epochs"] == "2"  # MLflow parameters are immutable: the first session's stay
-    assert [m.step for m in client.get_metric_history(mlrun.info.run_id, "val_loss")] == [1, 2, 3]
+    assert [m.step for m in client.get_metric_history(mlrun.info.run_id, "val_loss")] == [0, 1, 2, 3]
     rss = client.get_metric_history(mlrun.info.run_id, "memory_host_rss_mb")
     assert [m.step for m in rss] == list(range(len(jsonl(run_path / "memory.jsonl"))))

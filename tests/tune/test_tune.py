@@ -164,7 +164,7 @@ def test_a_trials_value_is_the_epoch_early_stopping_kept(tmp_path, daily_path, t
                  "--parquet-file", str(daily_path), *tiny_flags, "--epochs", "3", "--learning-rate", "0.1",
                  "--quiet"]) == 0
     [(epochs, value)] = reported_as_recorded(tmp_path)
-    assert [r["best"] for r in epochs] == [True, False, False]
+    assert [r["best"] for r in epochs] == [True, False, False, False]  # epoch 0: the untrained model, its anchor
     assert value == pytest.approx(_qrisk(epochs[0]), rel=1e-12, abs=0) and value != _qrisk(epochs[-1])
 
 
@@ -196,7 +196,7 @@ def test_a_pruned_trial_ends_its_training_run_cleanly(tmp_path, daily_path, tiny
     handlers = list(logging.getLogger("foxhunt").handlers)
     with pytest.raises(optuna.TrialPruned):
         train_run(data, settings.model_config(v, data), settings.train_config(v), on_epoch=prune)
-    assert seen == [1]  # stopped after the first epoch's report
+    assert seen == [0]  # stopped after the first report: epoch 0's, the untrained model (its anchor) validated
     assert logging.getLogger("foxhunt").handlers == handlers  # the run's log file handler is gone
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 1 and (tmp_path / "run" / "checkpoint.pt").exists()
@@ -261,7 +261,8 @@ def test_every_data_option_is_classed_searchable_or_fixed():
     shapes_inputs = {"encoder_length", "scaling", "vol_estimator", "vol_halflife", "vol_features", "seasonality",
                      "calendar_features", "observed", "known", "covariates", "events", "context", "covariate_scaling",
                      "static", "categorical", "anchor"}
-    data = {f.name for f in dataclasses.fields(DataConfig)} - {"paths"} | {"parquet_file"}
+    # quantile_head: the model's option, copied onto DataConfig (for --anchor auto), searched as a model option
+    data = {f.name for f in dataclasses.fields(DataConfig)} - {"paths", "quantile_head"} | {"parquet_file"}
     options = _train_options()
     assert (data & options) - FIXED == shapes_inputs
     assert FIXED - {"train_start"} <= options  # train_start has no flag (backtest sets it) but is fixed all the same

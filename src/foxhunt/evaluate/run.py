@@ -30,6 +30,7 @@ from foxhunt.evaluate.report import data_note, write_report
 from foxhunt.evaluate.scored_rows import Scored, from_batch, scored_windows
 from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines, first_forecast_ns
 from foxhunt.evaluate.verdict import seed_spread, verdict
+from foxhunt.model.config import resolved_method
 from foxhunt.model.saved import LoadedModel, load_model
 from foxhunt.model.tft import variable_names
 from foxhunt.predict.bar_range import check_start, window_note, with_window
@@ -85,7 +86,9 @@ def evaluate_run(cfg: EvaluateConfig, paths: tuple[str, ...]) -> dict[str, Any]:
                              calibration=cal, consume=lambda fb: scorer.add(from_batch(fb, data)))
         crossings = {"crossed_pairs": fc.crossed, "pairs": fc.pairs}
         applied: bool | None = cal is not None
-        why_not = "--no-calibration" if cfg.method == "none" else lm.calibration_note
+        method = resolved_method(cfg.method, lm.model_cfg.anchored)
+        why_not = (("--calibration auto: the model starts from its anchor" if cfg.method == "auto" else
+                    "--no-calibration") if method == "none" else lm.calibration_note)
     else:
         scorer.add(given)
         crossings, applied = None, is_calibrated(forecasts)
@@ -136,8 +139,8 @@ def calibration_result(lm: LoadedModel, applied: bool | None, why_not: str | Non
     cal = lm.calibration
     out: dict[str, Any] = {"applied": applied}
     if applied and cal is not None:
-        out.update(method=method, mode=cal.mode, fitted_on=cal.fitted_on, validation_coverage=cal.coverage)
-        if method == "adaptive" and lm.adaptive is not None:
+        out.update(method=resolved_method(method, lm.model_cfg.anchored), mode=cal.mode, fitted_on=cal.fitted_on, validation_coverage=cal.coverage)
+        if resolved_method(method, lm.model_cfg.anchored) == "adaptive" and lm.adaptive is not None:
             out["adaptive"] = lm.adaptive.fitted_on
     elif not applied:
         out["not_applied"] = why_not

@@ -8,6 +8,7 @@ import logging
 from foxhunt.errors import InputError
 from foxhunt.model.adaptive import Runner
 from foxhunt.model.calibration import METHODS, Calibration
+from foxhunt.model.config import resolved_method
 from foxhunt.model.saved import LoadedModel
 
 log = logging.getLogger("foxhunt.evaluate")
@@ -17,6 +18,7 @@ def pick_calibration(lm: LoadedModel, method: str) -> Calibration | Runner | Non
     """`forecast_calibration` without a word: for `Forecaster.load`, which says nothing until asked."""
     if method not in METHODS:
         raise InputError(f"--calibration {method!r} is not one of {', '.join(METHODS)}")
+    method = resolved_method(method, lm.model_cfg.anchored)
     if method == "none" or lm.calibration is None:
         return None
     return lm.adaptive.runner() if method == "adaptive" and lm.adaptive is not None else lm.calibration
@@ -27,8 +29,10 @@ def forecast_calibration(lm: LoadedModel, method: str) -> Calibration | Runner |
     state, or None (the model's own quantiles); said once: which one, or why there is none. A run whose
     calibration.json predates the adaptive state gets the fixed shifts, with a warning."""
     picked = pick_calibration(lm, method)
-    if method == "none":
-        log.info("calibration none (--no-calibration): forecasts are the model's own quantiles")
+    if resolved_method(method, lm.model_cfg.anchored) == "none":
+        why = ("--calibration auto: the model starts from its anchor, whose quantiles need no shifts" if method == "auto"
+               else "--calibration none")
+        log.info("calibration none (%s): forecasts are the model's own quantiles", why)
         return None
     cal = lm.calibration
     if cal is None:
@@ -39,7 +43,7 @@ def forecast_calibration(lm: LoadedModel, method: str) -> Calibration | Runner |
         log.info("calibrated forecasts: adaptive %s shifts per series, started from the fixed ones and followed "
                  "through validation to %s; each later outcome moves them", cal.mode, picked.cal.fitted_on.get("as_of"))
         return picked
-    if method == "adaptive":
+    if resolved_method(method, lm.model_cfg.anchored) == "adaptive":
         log.warning("%s has no adaptive state (fitted before adaptive calibration): fixed shifts instead; retrain "
                     "for adaptive ones", lm.meta.get("run_dir") or "calibration.json")
     log.info("calibrated forecasts: fixed %s conformal shifts fitted on validation origins %s .. %s (%s windows)",

@@ -32,7 +32,7 @@ class ForecastConfig:
     batch_size: int = option(1024, "Windows per forward pass.", FORECASTS, metavar="N")
     device: str = again(TrainConfig, "device", default="cpu", switch=None)
     # How the forecasts are calibrated (model/config.py METHODS); backtest takes the same flag.
-    calibration: str = option(DEFAULT_METHOD, f"Quantile calibration: {' | '.join(METHODS)}.", FORECASTS,
+    calibration: str = option(DEFAULT_METHOD, f"Calibration: {' | '.join(METHODS)}.", FORECASTS,
                               metavar="HOW", flags=("--calibration",))
     no_calibration: bool = option(False, "Use the model's own quantiles, uncalibrated.", FORECASTS,
                                   flags=("--no-calibration",))

@@ -94,8 +94,9 @@ def fit_adaptive(cal: Calibration, data: PreparedData, ids: torch.Tensor,
     return warm_up(rule, origins, val[1], val[2], fitted_on)
 
 
-def calibration_line(cal: Calibration | None, n_val: int) -> str:
-    """'calibration on validation (6,896 windows): p10-p90 coverage 0.61 -> 0.80 (nominal 0.80)'."""
+def calibration_line(cal: Calibration | None, n_val: int, anchored: bool = False) -> str:
+    """'calibration on validation (6,896 windows): p10-p90 coverage 0.61 -> 0.80 (nominal 0.80)'; for an anchored
+    model, that its forecasts do not apply the shifts unless asked (--calibration auto, model/config.py)."""
     if cal is None:
         return (f"calibration: not fitted ({n_val:,} validation windows, at least {MIN_WINDOWS} needed); forecasts "
                 "are the model's own")
@@ -107,7 +108,8 @@ def calibration_line(cal: Calibration | None, n_val: int) -> str:
         nominal = cal.quantiles[-1] - cal.quantiles[0]
         change = (f"{label} coverage {cal.coverage['before'][label]:.2f} -> {cal.coverage['after'][label]:.2f} "
                   f"(nominal {nominal:.2f})")
-    return f"calibration on validation ({cal.fitted_on['windows']:,} windows): {change}; {cal.mode} shifts saved"
+    used = " (forecasts from the anchor apply them only with --calibration fixed or adaptive)" if anchored else ""
+    return f"calibration on validation ({cal.fitted_on['windows']:,} windows): {change}; {cal.mode} shifts saved{used}"
 
 
 def calibrate_run(run: RunDir, data: PreparedData, device: torch.device, batch_size: int) -> str:
@@ -121,7 +123,7 @@ def calibrate_run(run: RunDir, data: PreparedData, device: torch.device, batch_s
         release_memory(device)
         return ("calibration: skipped, out of memory while forecasting the validation windows; forecasts are the "
                 "model's own")
-    return calibration_line(cal, len(data.splits["val"]))
+    return calibration_line(cal, len(data.splits["val"]), anchored=data.windows.anchor is not None)
 
 
 def _iso(ns: int) -> str:

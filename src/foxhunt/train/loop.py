@@ -228,6 +228,7 @@ class Trainer:
         val, memory = self._validate(0, s.tracker.take_peaks())
         improved = self._keep_if_best(val.loss, 0)
         record = epoch_record(0, None, val, 0.0, 0, 0.0, time.perf_counter() - t0, improved)
+        record["bad_steps"] = 0  # every record has the same keys
         self._end_epoch(0, record, memory)
 
     def _epoch_ids(self, epoch: int) -> OrderedIds:

@@ -22,7 +22,8 @@ def _untrained_run(tmp_path, cfg: DataConfig):
     """A model package of a tiny untrained model (the stream's inputs do not depend on the weights' values)."""
     data = prepare_data(cfg)
     torch.manual_seed(0)
-    mcfg = ModelConfig(hidden_size=4, attention_heads=1, encoder_length=cfg.encoder_length, horizon=cfg.horizon)
+    mcfg = ModelConfig(hidden_size=4, attention_heads=1, encoder_length=cfg.encoder_length, horizon=cfg.horizon,
+                       anchored=cfg.anchored)
     model = TemporalFusionTransformer(data.schema.sizes, mcfg)
     save_model_json(tmp_path / "model.json", mcfg, data.schema, data.transform, cfg,
                     sum(p.numel() for p in model.parameters()))

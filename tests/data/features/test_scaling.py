@@ -197,7 +197,7 @@ def test_range_estimator_is_an_ewma_of_scaled_squared_ranges() -> None:
         np.testing.assert_allclose(scale[rows], vol, rtol=1e-5)
         assert np.all(center[rows] == 0.0)
         # log_range as the target: a scale model, center 0 and the trailing RMS range.
-        _, c2, s2 = apply_scalers(feats, names, sidx, sc, replace(ranged, target="log_range"))
+        _, c2, s2 = apply_scalers(feats, names, sidx, sc, replace(ranged, target="log_range", anchor="auto"))
         assert np.all(c2[rows] == 0.0)
         np.testing.assert_allclose(s2[rows], vol / np.sqrt(k), rtol=1e-5)
 

@@ -324,7 +324,7 @@ def test_own_scalers_are_the_panels_for_the_pieces_series_or_none_where_pooled_v
 
 
 @pytest.mark.parametrize("options", [{"vol_features": True, "scaling": "volatility"},
-                                     {"target": "log_range", "scaling": "volatility"},
+                                     {"target": "log_range", "scaling": "volatility", "anchor": "auto"},
                                      {"vol_estimator": "range", "vol_features": True}])
 def test_trail_jobs_write_the_in_memory_rows_under_other_scalers(panel, tmp_path, options, monkeypatch):
     """The trailing inputs a piece standardizes with its own statistics (vol features, log_range's EWMA center and
