@@ -3,7 +3,7 @@ seeds, against the baselines of `foxhunt evaluate` and pytorch-forecasting's TFT
 and appended to benchmarks/RESULTS.md.
 
     python benchmarks/quality.py [--datasets cn_futures_daily,spx_daily,ko_pep_15min,sample] [--seeds 3] [--quick]
-        [--calibrations fixed,adaptive] [--train-args "--scaling series"] [--pf-python PATH | --no-pf]
+        [--calibrations auto,adaptive] [--train-args "--scaling series"] [--pf-python PATH | --no-pf]
         [--pf-seeds N] [--threads 2] [--workdir DIR] [--record | --no-record] [-- any other `foxhunt train` option]
 
 Datasets (real market data in ../shared/data, described in its README.md; a file missing there is skipped with a
@@ -18,7 +18,7 @@ foxhunt runs with every option at its default, plus --train-args and whatever fo
 change is one flag away), with seeds 0..N-1, in-process as a user types the commands; every number is read from the
 runs' metrics.json and backtest.json.
 
-Calibration (--calibrations, default fixed,adaptive; none too): one foxhunt row per method, all of them the same
+Calibration (--calibrations, default auto,adaptive; fixed and none too): one foxhunt row per method, all of them the same
 trained models calibrated at forecast time (`evaluate --calibration M`; each backtest fold's model forecast on its
 test year by `predict --calibration M`, scored on the backtest's rows as pytorch-forecasting's folds are), and each
 method compared with foxhunt's default on the same rows by evaluate's paired test: the table under the main one.
@@ -110,7 +110,7 @@ DATASETS = {d.name: d for d in (
 BACKTEST = ("--test-length", "1y", "--jobs", "2")  # yearly folds; two fold models train at once, a thread each
 QUICK_TRAIN = ("--epochs", "2")  # --quick: before --train-args, so that a typed --epochs wins
 QUICK_FOLDS = 2
-CALIBRATIONS = ("fixed", "adaptive")  # --calibrations' default: today's default and the candidate
+CALIBRATIONS = ("auto", "adaptive")  # --calibrations' default: today's default and the candidate
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ compared row for row by evaluate's paired Diebold-Mariano test (evaluate/paired.
     python benchmarks/versus.py CANDIDATE_WORKDIR REFERENCE_WORKDIR [--names tied,independent]
 
 Each folder is the `foxhunt-quality-...` folder a `quality.py --workdir` run made. For every dataset and seed that
-both hold: foxhunt's forecasts with its default calibration (`evaluate`'s forecasts.parquet, `eval/` or `eval-fixed/`;
+both hold: foxhunt's forecasts with its default calibration (`evaluate`'s forecasts.parquet, `eval/`, `eval-auto/` or `eval-fixed/`;
 the backtest's own for a walk-forward dataset), joined on (symbol, origin, horizon) where the actual is known. Per
 dataset, one row: each model's q-risk at p10 / p50 / p90 on those rows (the mean over the seeds), the skill 1 -
 candidate / reference, the Diebold-Mariano p-value (two-sided, HAC, pooled over the panel; the largest over the seeds,
@@ -28,7 +28,8 @@ from foxhunt.evaluate.paired import compare
 QUANTILES = (0.1, 0.5, 0.9)
 KEYS = ("0.1", "0.5", "0.9")
 COLUMNS = ("p10", "p50", "p90")
-FORECASTS = ("eval/forecasts.parquet", "eval-fixed/forecasts.parquet", "bt/forecasts.parquet")
+FORECASTS = ("eval/forecasts.parquet", "eval-auto/forecasts.parquet", "eval-fixed/forecasts.parquet",
+             "bt/forecasts.parquet")
 
 
 def forecasts(seed_dir: Path) -> pl.DataFrame | None:
