@@ -1,7 +1,7 @@
 """Latency of one live forecast and throughput at batch 256, per model size and inference backend.
 
     python benchmarks/latency.py [--hidden 16,160] [--backends eager,folded,trace,compile,onnx] [--bars 2000]
-                                 [--threads 2] [--sizes 42,1] [--anchor garch_t]
+                                 [--threads 2] [--sizes 42,1] [--anchor auto|garch_t|none]
 
 Batch 1 is the streaming path a live system runs on every bar: `Forecaster.update(bar)` with a dict bar, i.e.
 parsing the bar, advancing the running state (trailing-volatility EWMAs, the ring of the last E input rows), the
@@ -23,8 +23,9 @@ size may cost an export or a trace) and p50 / p99 of the others. 42,1 is a singl
 
 Models: the default architecture (hidden 16) and hidden 160 (the TFT paper's size), default data options (encoder
 32, horizon 5, seasonality), untrained weights (seeded): latency does not depend on their values; a zero
-calibration is attached so that its cost is counted. `--anchor garch_t`: the models start from GARCH-t's forecast
-(data/baselines/anchor.py), so `update` also advances each series' GARCH variance and feeds the anchor to the graph.
+calibration is attached so that its cost is counted. `--anchor` as foxhunt's (default auto: GARCH-t for the sample's
+returns): the models start from GARCH-t's forecast (data/baselines/anchor.py), so `update` also advances each series'
+GARCH variance and feeds the anchor to the graph; `--anchor none` times a model without one.
 
 Backends share one interface (`Backend.forward(batch) -> scaled quantiles (B, D, Q)`): eager PyTorch (the training
 model), the inference model with the weights folded (model/inference/folded.py), its frozen TorchScript trace, the same in onnxruntime (`ort`: what `update` runs when onnxruntime is installed),
@@ -329,7 +330,8 @@ def main() -> None:
     ap.add_argument("--predict-calls", type=int, default=20, help="Timed predict(df) calls (the stateless path).")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sizes", default=None, help="Series per update call, cycled (e.g. 42,1): see the docstring.")
-    ap.add_argument("--anchor", default="none", help="--anchor of the model (garch_t: its live anchor is timed too).")
+    ap.add_argument("--anchor", default="auto", help="--anchor of the model, as foxhunt's (auto: garch_t for returns, "
+                    "its live anchor timed too; none: without).")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     sample = str(bundled_sample_path())

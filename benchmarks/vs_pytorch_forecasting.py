@@ -138,7 +138,8 @@ def fox_configs(data: Path, hidden: int, fox_args: list[str]):  # -> (DataConfig
         for kw, known in fields:
             if name in known:
                 kw[name] = _flag_value(value, known[name].default)
-    return DataConfig(**data_kw), ModelConfig(**model_kw)
+    data_cfg = DataConfig(**data_kw)  # its anchor as foxhunt's default (auto) or --anchor makes it; the model's too
+    return data_cfg, ModelConfig(**model_kw, anchored=data_cfg.anchored)
 
 
 def match_hidden(data: Path, target: int, fox_args: list[str]) -> tuple[int, int]:
@@ -232,8 +233,10 @@ def train_cmd(data: Path, run_dir: Path, *flags: str) -> list[str]:
 
 
 def read_epochs(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of the epochs that trained: an anchored run's epoch 0 (the untrained model validated) trains
+    nothing, and would count as an epoch of 0 samples/s."""
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    return [r for r in map(json.loads, filter(str.strip, lines)) if r.get("train_loss") is not None]
 
 
 def fox_run(data: Path, work: Path, hidden: int, threads: int, fox_args: list[str], tag: str) -> dict:
