@@ -61,7 +61,7 @@ def test_the_verdict_example_is_within_the_sample_tables_seed_range():
     said = re.search(r"garch_t, it is better at p10 \(q-risk ([\d.]+)% lower, p [^)]+\) and better at p90\s+\(q-risk "
                      r"([\d.]+)% lower", FORECASTS)
     table = BENCHMARKS[BENCHMARKS.index("### The bundled sample (simulated)"):]
-    model = re.search(r"\| foxhunt TFT, calibrated \(default\) \| [\d.]+ \(([\d.]+)-([\d.]+)\) \| [^|]+\| "
+    model = re.search(r"\| foxhunt TFT, the default [^|]+\| [\d.]+ \(([\d.]+)-([\d.]+)\) \| [^|]+\| "
                       r"[\d.]+ \(([\d.]+)-([\d.]+)\)", table)
     garch = re.search(r"\| GARCH\(1,1\)-t \| ([\d.]+) \| [\d.]+ \| ([\d.]+) \|", table)
     assert said and model and garch
