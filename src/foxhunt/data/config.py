@@ -17,12 +17,12 @@ VOL_ESTIMATORS = ("returns", "range")
 COVARIATE_SCALINGS = ("series", "global", "none")
 ANCHORS = ("none", "garch_t")  # data/baselines/anchor.py
 # --anchor auto (the default): GARCH-t for a returns target (with the independent quantile head, which corrects it);
-# none for log_range, which GARCH-t does not forecast, and for the tied head. Chosen by the
-# quality benchmark (benchmarks/RESULTS.md, "The anchored head"): with it, and without calibration, the model beats the
-# strongest baseline on every dataset in every seed.
+# none for log_range, which GARCH-t does not forecast, and for the tied head. Chosen by the quality benchmark
+# (benchmarks/RESULTS.md, "The anchored head"): with it, and without calibration, the model beats the strongest
+# baseline on every dataset in every seed.
 AUTO = "auto"
-# Copies of a model option saved since after FORMAT_VERSION 3 began: a file without one was saved with its anchor
-# already resolved, which is all the copy is for, so its default stands.
+# Copies of model options added within FORMAT_VERSION 3: a file saved without one had its anchor resolved already
+# (all the copy is for), so the field's default stands.
 LATER_COPIES = ("quantile_head",)
 
 

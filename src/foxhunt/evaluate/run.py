@@ -139,8 +139,9 @@ def calibration_result(lm: LoadedModel, applied: bool | None, why_not: str | Non
     cal = lm.calibration
     out: dict[str, Any] = {"applied": applied}
     if applied and cal is not None:
-        out.update(method=resolved_method(method, lm.model_cfg.anchored), mode=cal.mode, fitted_on=cal.fitted_on, validation_coverage=cal.coverage)
-        if resolved_method(method, lm.model_cfg.anchored) == "adaptive" and lm.adaptive is not None:
+        method = resolved_method(method, lm.model_cfg.anchored)  # auto: as it applied to this model
+        out.update(method=method, mode=cal.mode, fitted_on=cal.fitted_on, validation_coverage=cal.coverage)
+        if method == "adaptive" and lm.adaptive is not None:
             out["adaptive"] = lm.adaptive.fitted_on
     elif not applied:
         out["not_applied"] = why_not

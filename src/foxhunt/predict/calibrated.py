@@ -28,8 +28,8 @@ def forecast_calibration(lm: LoadedModel, method: str) -> Calibration | Runner |
     """The calibration `method` (model/calibration.METHODS) to apply: the fixed shifts, a Runner of the adaptive
     state, or None (the model's own quantiles); said once: which one, or why there is none. A run whose
     calibration.json predates the adaptive state gets the fixed shifts, with a warning."""
-    picked = pick_calibration(lm, method)
-    if resolved_method(method, lm.model_cfg.anchored) == "none":
+    picked, applies = pick_calibration(lm, method), resolved_method(method, lm.model_cfg.anchored)
+    if applies == "none":
         why = ("--calibration auto: the model starts from its anchor, whose quantiles need no shifts" if method == "auto"
                else "--calibration none")
         log.info("calibration none (%s): forecasts are the model's own quantiles", why)
@@ -43,7 +43,7 @@ def forecast_calibration(lm: LoadedModel, method: str) -> Calibration | Runner |
         log.info("calibrated forecasts: adaptive %s shifts per series, started from the fixed ones and followed "
                  "through validation to %s; each later outcome moves them", cal.mode, picked.cal.fitted_on.get("as_of"))
         return picked
-    if resolved_method(method, lm.model_cfg.anchored) == "adaptive":
+    if applies == "adaptive":
         log.warning("%s has no adaptive state (fitted before adaptive calibration): fixed shifts instead; retrain "
                     "for adaptive ones", lm.meta.get("run_dir") or "calibration.json")
     log.info("calibrated forecasts: fixed %s conformal shifts fitted on validation origins %s .. %s (%s windows)",
