@@ -1,5 +1,6 @@
 """`foxhunt train --init-from RUN` end to end: a tiny model trained on two futures, fine-tuned on the S&P 500 (a
-series it never saw), resumed without RUN; and refused in one line before any bars are read."""
+series it never saw), resumed without RUN (another RUN on --resume refused); and refused in one line before any bars
+are read."""
 
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ def test_init_from_a_run_on_another_market_then_resume_without_it(tmp_path, tiny
     err = capsys.readouterr().err
     assert "resuming at epoch 2" in err and "--init-from" not in err
     assert json.loads((spx / "config.json").read_text())["init_from"] == record["init_from"]
+    assert [json.loads(r)["epoch"] for r in (spx / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+    resume = ["train", "--run-dir", str(spx), "--resume", "--epochs", "3", "--no-progress", "--threads", "1"]
+    assert main([*resume, "--init-from", str(tmp_path / "elsewhere")]) == 2  # not ignored without a word
+    assert capsys.readouterr().err == (f"foxhunt: error: --init-from cannot change when resuming (the run was started "
+                                       f"from {panel}); drop it or start a new run with it\n")
     assert [json.loads(r)["epoch"] for r in (spx / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
 
     assert main(["train", *tiny, "--hidden-size", "12", "--parquet-file", str(spx_path), "--run-dir",

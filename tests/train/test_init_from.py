@@ -117,3 +117,23 @@ def test_other_inputs_or_another_target_are_refused_naming_them(source) -> None:
     with pytest.raises(InputError, match=r"its target is log_return, this run's log_range; train with --target "
                                          r"log_return to start from it, or without --init-from$"):
         init_weights(TemporalFusionTransformer(ranges.sizes, CFG), ranges, data.transform, src, str(run))
+
+
+def test_a_resumed_run_refuses_an_init_from_it_did_not_start_from(tmp_path) -> None:
+    """--resume continues from the checkpoint's weights: the RUN the run started from is accepted again (it is what
+    the saved configuration holds), any other RUN, or one given to a run started without it, is refused."""
+    import json
+
+    from foxhunt.train.init_from import check_resumed
+    from foxhunt.train.run_dir import RunDir
+
+    run = RunDir(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"init_from": {"run": "runs/panel"}}))
+    check_resumed(run, "runs/panel")
+    check_resumed(run, None)
+    with pytest.raises(InputError, match=r"^--init-from cannot change when resuming \(the run was started from "
+                                         r"runs/panel\)"):
+        check_resumed(run, "runs/other")
+    (tmp_path / "config.json").write_text(json.dumps({"init_from": None}))
+    with pytest.raises(InputError, match=r"\(the run was started without it\); drop it"):
+        check_resumed(run, "runs/panel")

@@ -138,6 +138,16 @@ def init_weights(model: torch.nn.Module, schema: FeatureSchema, transform: Fitte
     return Transfer(run, taken, total, tuple(fresh), known, new)
 
 
+def check_resumed(run: RunDir, init_from: str | None) -> None:
+    """A resumed run continues from its checkpoint's weights, so RUN is never read again: --init-from on --resume
+    must be the RUN the run started from (config.json's `init_from.run`), or it would be ignored without a word."""
+    started = (saved_transfer(run) or {}).get("run")
+    if init_from and init_from != started:
+        how = f"from {started}" if started else "without it"
+        raise InputError(f"{FLAG} cannot change when resuming (the run was started {how}); drop it or start a new "
+                         "run with it")
+
+
 def saved_transfer(run: RunDir) -> dict[str, Any] | None:
     """A resumed run's config.json record of what it took from RUN when it started (None: none, or unreadable)."""
     try:

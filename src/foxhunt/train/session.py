@@ -34,7 +34,7 @@ from foxhunt.train.config import AUTO, TrainConfig
 from foxhunt.train.console_lines import WarningCounter, data_line, next_commands, plan_line, vs_baseline
 from foxhunt.train.device import apply_memory_budget, resolve_device
 from foxhunt.train.distributed import Dist, console_of, init_from_env, teardown
-from foxhunt.train.init_from import init_weights, saved_transfer, source_model
+from foxhunt.train.init_from import check_resumed, init_weights, saved_transfer, source_model
 from foxhunt.train.interrupt import Interrupted, StopRequest
 from foxhunt.train.loop import Callbacks, FitSetup, FitState, Sizing, Trainer
 from foxhunt.train.plan import plan_memory
@@ -258,6 +258,8 @@ class _Rank:
 def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, hooks: _Hooks) -> TrainResult:
     data_cfg, model_cfg, cfg, device, dist = r.data_cfg, r.model_cfg, r.cfg, r.device, r.dist
     checkpoint = load_checkpoint(run.checkpoint) if r.resume else None  # a bad one stops before any work
+    if r.resume:
+        check_resumed(run, cfg.init_from)
     source = source_model(cfg.init_from, model_cfg) if cfg.init_from and not r.resume else None  # so does a bad RUN
     tracker = MemoryTracker(device, run.memory if dist.is_main else None, logging.getLogger("foxhunt.memory"),
                             cfg.memory_log_every)
