@@ -124,16 +124,16 @@ def test_a_resumed_run_refuses_an_init_from_it_did_not_start_from(tmp_path) -> N
     the saved configuration holds), any other RUN, or one given to a run started without it, is refused."""
     import json
 
-    from foxhunt.train.init_from import check_resumed
+    from foxhunt.train.init_from import check_resumed, saved_transfer
     from foxhunt.train.run_dir import RunDir
 
     run = RunDir(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"init_from": {"run": "runs/panel"}}))
-    check_resumed(run, "runs/panel")
-    check_resumed(run, None)
+    check_resumed(saved_transfer(run), "runs/panel")
+    check_resumed(saved_transfer(run), None)
     with pytest.raises(InputError, match=r"^--init-from cannot change when resuming \(the run was started from "
                                          r"runs/panel\)"):
-        check_resumed(run, "runs/other")
+        check_resumed(saved_transfer(run), "runs/other")
     (tmp_path / "config.json").write_text(json.dumps({"init_from": None}))
     with pytest.raises(InputError, match=r"\(the run was started without it\); drop it"):
-        check_resumed(run, "runs/panel")
+        check_resumed(saved_transfer(run), "runs/panel")

@@ -138,10 +138,11 @@ def init_weights(model: torch.nn.Module, schema: FeatureSchema, transform: Fitte
     return Transfer(run, taken, total, tuple(fresh), known, new)
 
 
-def check_resumed(run: RunDir, init_from: str | None) -> None:
+def check_resumed(saved: dict[str, Any] | None, init_from: str | None) -> None:
     """A resumed run continues from its checkpoint's weights, so RUN is never read again: --init-from on --resume
-    must be the RUN the run started from (config.json's `init_from.run`), or it would be ignored without a word."""
-    started = (saved_transfer(run) or {}).get("run")
+    must be the RUN the run started from (`saved`, its `saved_transfer` record), or it would be ignored without a
+    word."""
+    started = (saved or {}).get("run")
     if init_from and init_from != started:
         how = f"from {started}" if started else "without it"
         raise InputError(f"{FLAG} cannot change when resuming (the run was started {how}); drop it or start a new "

@@ -258,8 +258,9 @@ class _Rank:
 def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, hooks: _Hooks) -> TrainResult:
     data_cfg, model_cfg, cfg, device, dist = r.data_cfg, r.model_cfg, r.cfg, r.device, r.dist
     checkpoint = load_checkpoint(run.checkpoint) if r.resume else None  # a bad one stops before any work
+    saved = saved_transfer(run) if r.resume else None  # what a resumed run took from RUN when it started
     if r.resume:
-        check_resumed(run, cfg.init_from)
+        check_resumed(saved, cfg.init_from)
     source = source_model(cfg.init_from, model_cfg) if cfg.init_from and not r.resume else None  # so does a bad RUN
     tracker = MemoryTracker(device, run.memory if dist.is_main else None, logging.getLogger("foxhunt.memory"),
                             cfg.memory_log_every)
@@ -287,7 +288,7 @@ def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, h
     sizing = _sizing(r, run, model, data, checkpoint)
     baseline = _baseline(data, model_cfg, cfg, sizing.val_batch_size, device)
     config = _config_record(r, data, sizing, n_params, baseline)
-    config["init_from"] = transfer.to_dict() if transfer is not None else saved_transfer(run) if r.resume else None
+    config["init_from"] = transfer.to_dict() if transfer is not None else saved
     if dist.is_main:  # rank 0 alone writes the run directory
         write_json(run.config, config)
 
