@@ -38,7 +38,7 @@ from foxhunt.model.inference.folded import InferenceTFT
 from foxhunt.model.inference.traced import OnnxForward, TracedForward
 from foxhunt.model.saved import load_model
 from foxhunt.predict.origins import _transform_text, live_origins, prepare_for_model, store_for_model
-from foxhunt.train.calibrate import raw_quantiles
+from foxhunt.train.calibrate import forecast_windows, mean_pinball, raw_quantiles
 from tests.api.test_forecaster import Q, assert_same_forecasts
 from tests.model.test_inference import assert_matches_model
 
@@ -242,6 +242,21 @@ def test_an_untrained_anchored_model_forecasts_its_anchor(anchored_world):
         got = fresh(anchored_world.batch).quantiles
     torch.testing.assert_close(got, anchored_world.batch.anchor, rtol=0, atol=1e-6)
     assert not torch.allclose(anchored_world.scaled, anchored_world.batch.anchor, atol=1e-3)  # training moved it
+
+
+def test_an_anchored_runs_adaptive_shifts_start_at_its_own_quantiles_and_auto_follows_their_validation_loss(
+        anchored_world):
+    """train/calibrate.py: the trackers start at zero shift (the model's own quantiles) and their run through
+    validation, each shift from earlier outcomes only, is scored against those quantiles; the default applies the
+    adaptive shifts only where they scored lower."""
+    lm, data = anchored_world.lm, prepare_data(anchored_world.cfg)  # as `foxhunt train` prepared it: its splits
+    fit = lm.adaptive.fitted_on
+    assert fit["start"] == "none" and not lm.adaptive.rule.start.any()
+    y, q, _, _ = forecast_windows(lm.model, data.windows, data.splits["val"], 256, torch.device("cpu"))
+    losses = fit["validation_pinball"]
+    np.testing.assert_allclose(losses["own"], mean_pinball(y, q, lm.model_cfg.quantiles), rtol=1e-5)
+    assert losses["adaptive"] != losses["own"] and fit["beats_own"] == (sum(losses["adaptive"]) < sum(losses["own"]))
+    assert lm.resolved_method("auto") == ("adaptive" if fit["beats_own"] else "none")
 
 
 def test_an_anchored_run_validates_its_anchor_first_as_epoch_0(anchored_world):

@@ -33,7 +33,10 @@ def test_readme_code_trains_and_forecasts(readme_run):
     assert live["actual"].is_null().all()  # live: target_time is the grid's, the weekdays after Mon 2024-12-09
     assert live["target_time"].dt.date().to_list() == [dt.date(2024, 12, d) for d in (10, 11, 12)] * 2
     assert readme_run["tail"].equals(live)  # the fixture is shorter than the history predict_parquet reads
-    assert readme_run["raw"].equals(live)  # calibration auto: an anchored model's forecasts are its own quantiles
+    # calibration auto: this anchored model's own quantiles unless the adaptive shifts beat them on validation
+    won = json.loads((run.run_dir / "calibration.json").read_text())["adaptive"]["fitted_on"]["beats_own"]
+    assert readme_run["fc"].calibration_method == ("adaptive" if won else "none")
+    assert readme_run["raw"].equals(live) != won
     assert forecast.columns == COLUMNS and forecast["symbol"].to_list() == ["ES"] * 3
     assert forecast["origin"].dt.date().to_list() == [dt.date(2024, 12, 10)] * 3
     arrays = readme_run["arrays"]

@@ -6,8 +6,10 @@ whatever the console showed."""
 from __future__ import annotations
 
 import io
+import json
 import logging
 import re
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +31,11 @@ def train(tmp_path, fixtures_dir, capsys, *extra: str, name: str = "run") -> tup
     return code, err.splitlines(), (run / "train.log").read_text(), str(run)
 
 
+def adaptive_won(run: str) -> bool:
+    """The run's validation verdict on its adaptive shifts (train/calibrate.py): what --calibration auto applies."""
+    return json.loads((Path(run) / "calibration.json").read_text())["adaptive"]["fitted_on"]["beats_own"]
+
+
 def others(lines: list[str]) -> list[str]:
     """The lines that are not warnings (the shared test machine may warn that its CPUs are busy)."""
     return [line for line in lines if not line.startswith("WARNING ")]
@@ -45,7 +52,13 @@ def test_default_prints_the_header_one_line_per_epoch_and_the_final_lines(tmp_pa
     assert len(epochs) == 2 and epochs[0].startswith("epoch 0/1 (the anchor, untrained)  val_loss ")
     assert epochs[1].startswith("epoch 1/1  train_loss ") and all("mem peak host " in e for e in epochs)
     [cal] = [line for line in lines if line.startswith("calibration on validation (")]
-    assert cal.endswith("shifts saved (forecasts from the anchor apply them only with --calibration fixed or adaptive)")
+    # and what the default (auto) gives this anchored model: the adaptive shifts if they beat its own quantiles on
+    # validation, its own quantiles if not, as its calibration.json says
+    change = r"pinball loss on validation [+-]\d+\.\d%"
+    assert re.search(r"shifts saved; " + (rf"forecasts apply the adaptive shifts, started from the model's own "
+                                           rf"quantiles \({change}\)$" if adaptive_won(run) else
+                                           rf"forecasts are the model's own quantiles \(the adaptive shifts: {change}; "
+                                           r"--calibration adaptive or fixed applies shifts anyway\)$"), cal), cal
     assert f"  foxhunt evaluate --model {run} --out-dir {run}/eval --parquet-file {fixtures_dir / ES}" in lines
     assert f"  foxhunt memory-report {run}" in lines
     assert "[MEMORY]" not in text and PLAN_TABLE not in text and "data summary:" not in text
@@ -76,7 +89,9 @@ def test_quiet_prints_only_the_final_line_and_warnings(tmp_path, fixtures_dir, c
     model = ["--model", run, "--parquet-file", str(fixtures_dir / ES), "--threads", "1"]
     predict = ["predict", *model, "--out", str(tmp_path / "f.parquet")]
     assert main(predict) == 0
-    assert "calibration none (--calibration auto: " in capsys.readouterr().err  # what -q hides
+    said = "calibrated forecasts: adaptive scaled shifts per series, started from the model's own quantiles" \
+        if adaptive_won(run) else "calibration none (--calibration auto: the adaptive shifts did not beat"
+    assert said in capsys.readouterr().err  # what -q hides
     assert main([*predict, "-q"]) == 0
     out, err = capsys.readouterr()
     assert others(err.splitlines()) == [] and out.startswith("wrote ")

@@ -155,6 +155,9 @@ def test_train_warms_the_adaptive_state_up_through_validation(run):
     assert as_of == {np.datetime64(AS_OF)} and a["fitted_on"]["as_of"].startswith(AS_OF)
     fixed = json.loads((run / "calibration.json").read_text())["fitted_on"]
     assert a["fitted_on"]["origins"] == fixed["windows"] and fixed["last_origin"].startswith(AS_OF)
+    # a model without an anchor: the trackers start at the fixed shifts (fitted on these outcomes: no verdict)
+    assert a["fitted_on"]["start"] == "fixed" and "beats_own" not in a["fitted_on"]
+    assert a["rule"]["start"] == json.loads((run / "calibration.json").read_text())["shifts"]
     k = len(a["rule"]["grid"])
     for s in a["series"].values():
         w = np.asarray(s["weights"])

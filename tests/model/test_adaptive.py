@@ -144,12 +144,14 @@ def test_the_saved_state_continues_after_its_as_of_and_gives_the_fixed_shifts_be
     origin, y, f, scale = _sequence()
     rule = _rule_for(f, start=np.full((3, 3), 0.25))
     k = 40
-    saved = warm_up(rule, Origins(np.zeros(k + 1, int), ["A"], origin[: k + 1], y[: k + 1]), f[: k + 1],
-                    scale[: k + 1], {"as_of": "x"})
+    saved, shifted = warm_up(rule, Origins(np.zeros(k + 1, int), ["A"], origin[: k + 1], y[: k + 1]), f[: k + 1],
+                             scale[: k + 1], {"as_of": "x"})
     state = saved.series["A"]
     assert state.as_of == origin[k] and np.isnan(state.pending).all()  # the file keeps no forecast
+    whole = rule.fresh().run(rule, origin, y, f, scale)  # (N, D, Q) the shifts applied, origin by origin
+    # the warm-up's forecasts are the ones its shifts made on the way ("scaled": shift times the window's scale)
+    np.testing.assert_allclose(shifted, np.sort(f[: k + 1] + whole[: k + 1] * scale[: k + 1, None, None], axis=-1))
     # forecasting from D - 1 origins before as_of (the lead-in) continues exactly where the warm-up stopped
-    whole = rule.fresh().run(rule, origin, y, f, scale)
     d = f.shape[1]
     go_on = saved.runner().state("A").run(rule, origin[k - d + 1:], y[k - d + 1:], f[k - d + 1:], scale[k - d + 1:])
     np.testing.assert_array_equal(go_on[d - 1:], whole[k:])  # at as_of itself the saved state's shift
@@ -164,8 +166,8 @@ def test_json_round_trip_keeps_the_rule_and_every_series_state():
     origin, y, f, scale = _sequence()
     rule = _rule_for(f)
     series = np.repeat([0, 1], 40)
-    saved = warm_up(rule, Origins(series, ["A", "B"], np.r_[origin[:40], origin[:40]], y), f, scale,
-                    {"as_of": "2024-01-01T00:00:00Z"})
+    saved, _ = warm_up(rule, Origins(series, ["A", "B"], np.r_[origin[:40], origin[:40]], y), f, scale,
+                       {"as_of": "2024-01-01T00:00:00Z"})
     back = AdaptiveCalibration.from_dict(json.loads(json.dumps(saved.to_dict())))
     assert back.rule.quantiles == rule.quantiles and back.rule.rate == rule.rate and back.rule.share == rule.share
     np.testing.assert_array_equal(back.rule.step, rule.step)

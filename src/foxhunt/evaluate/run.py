@@ -30,11 +30,10 @@ from foxhunt.evaluate.report import data_note, write_report
 from foxhunt.evaluate.scored_rows import Scored, from_batch, scored_windows
 from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines, first_forecast_ns
 from foxhunt.evaluate.verdict import seed_spread, verdict
-from foxhunt.model.config import resolved_method
 from foxhunt.model.saved import LoadedModel, load_model
 from foxhunt.model.tft import variable_names
 from foxhunt.predict.bar_range import check_start, window_note, with_window
-from foxhunt.predict.calibrated import calibration_method, forecast_calibration
+from foxhunt.predict.calibrated import AUTO_NONE, calibration_method, forecast_calibration
 from foxhunt.predict.interpretation import InterpretationAccumulator
 from foxhunt.predict.origins import (
     parse_time,
@@ -86,9 +85,9 @@ def evaluate_run(cfg: EvaluateConfig, paths: tuple[str, ...]) -> dict[str, Any]:
                              calibration=cal, consume=lambda fb: scorer.add(from_batch(fb, data)))
         crossings = {"crossed_pairs": fc.crossed, "pairs": fc.pairs}
         applied: bool | None = cal is not None
-        method = resolved_method(cfg.method, lm.model_cfg.anchored)
-        why_not = (("--calibration auto: the model starts from its anchor" if cfg.method == "auto" else
-                    "--no-calibration") if method == "none" else lm.calibration_note)
+        method = lm.resolved_method(cfg.method)
+        why_not = ((AUTO_NONE if cfg.method == "auto" else "--no-calibration") if method == "none"
+                   else lm.calibration_note)
     else:
         scorer.add(given)
         crossings, applied = None, is_calibrated(forecasts)
@@ -139,7 +138,7 @@ def calibration_result(lm: LoadedModel, applied: bool | None, why_not: str | Non
     cal = lm.calibration
     out: dict[str, Any] = {"applied": applied}
     if applied and cal is not None:
-        method = resolved_method(method, lm.model_cfg.anchored)  # auto: as it applied to this model
+        method = lm.resolved_method(method)  # auto: as it applied to this model
         out.update(method=method, mode=cal.mode, fitted_on=cal.fitted_on, validation_coverage=cal.coverage)
         if method == "adaptive" and lm.adaptive is not None:
             out["adaptive"] = lm.adaptive.fitted_on
@@ -159,9 +158,9 @@ def calibration_note(c: dict[str, Any]) -> str:
     shown = " -> ".join(f"{k} {v[label]:.3f}" for k, v in cov.items() if label and v.get(label) is not None)
     if c["applied"] and c.get("method") == "adaptive":
         a = c.get("adaptive", {})
-        return (f"calibration: adaptive {c.get('mode', '?')} conformal shifts per series, started from those fitted "
-                f"on validation and moved by every outcome since (state as of {a.get('as_of', '?')}); {label} "
-                f"coverage {shown}")
+        start = "the model's own quantiles" if a.get("start") == "none" else "those fitted on validation"
+        return (f"calibration: adaptive {c.get('mode', '?')} conformal shifts per series, started from {start} "
+                f"and moved by every outcome since (state as of {a.get('as_of', '?')}); {label} coverage {shown}")
     if c["applied"]:
         f = c.get("fitted_on", {})
         return (f"calibration: fixed {c.get('mode', '?')} conformal shifts fitted on validation "

@@ -29,7 +29,7 @@ from foxhunt.data.features.inputs import context_inputs
 from foxhunt.data.features.scaling import VOL_FLOOR, standardized
 from foxhunt.export.graph import OUTPUT_NAME, InputSpec, positional_names, relative_time
 from foxhunt.export.parity import ParityResult
-from foxhunt.model.config import DEFAULT_METHOD, resolved_method
+from foxhunt.model.config import DEFAULT_METHOD
 from foxhunt.model.saved import LoadedModel, weights_digest
 
 FORMAT_VERSION = 1
@@ -199,7 +199,7 @@ def calibration_words(lm: LoadedModel) -> dict[str, Any] | None:
         "fitted_on": cal.fitted_on,
     }
     if lm.adaptive is not None:
-        out["default_method"] = resolved_method(DEFAULT_METHOD, lm.model_cfg.anchored)
+        out["default_method"] = lm.resolved_method(DEFAULT_METHOD)
         out["adaptive"] = {**lm.adaptive.to_dict(), "how_to_update": ADAPTIVE_WORDS.format(unit=unit)}
     return out
 

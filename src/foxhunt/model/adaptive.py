@@ -12,12 +12,12 @@ bound: off by at most (range of c + eta) / (eta T) over T outcomes).
 
 The step eta trades tracking against noise and a single validation year cannot tell which the next year needs
 (calm 2017 asks for none; 2018 needed a lot). So there is no single step: K = 5 trackers ("experts") with steps
-eta_k = g_k x spread (g on the geometric grid GRID, 0 included: the fixed shift itself; spread = P90 - P10 of the
+eta_k = g_k x spread (g on the geometric grid GRID, 0 included: the start itself; spread = P90 - P10 of the
 validation scores of that quantile and horizon) run side by side, and the shift applied is their weighted mean, the
 weights learnt online from each expert's pinball loss by exponential weighting with fixed share (Herbster and Warmuth
 1998), as Gibbs and Candes 2022 (DtACI) and Zaffran et al. 2022 (AgACI) aggregate ACI experts. Its constants follow
 the textbook rule for an interval of I outcomes (Cesa-Bianchi and Lugosi 2006, thm 2.2): rate sqrt(8 ln K / I) on
-losses in units of the validation mean pinball loss of the fixed shift, share 1 / I, I the validation outcomes per
+losses in units of the validation mean pinball loss at the start, share 1 / I, I the validation outcomes per
 series and horizon. Nothing is tuned on the data beyond that validation spread and loss.
 
 Timing, per series and bar by bar (no look-ahead): at bar t, (1) the outcome y_t scores the forecast made h bars
@@ -28,10 +28,12 @@ when their outcomes arrive. So the shift applied at origin t uses only outcomes 
 bar costs O(K D Q) whatever the history.
 
 Each series has its own state (a panel's markets differ; benchmarks/calibration_modes.py measures it against one
-pooled state). The saved state is as of each series' last validation origin (train/calibrate.py warms it up from
-the fixed shifts through the validation windows); forecasts continue it from the bar after. Origins before that bar get the
-fixed shifts (the state's start: those origins were used to fit them). A series without a saved state starts from
-the fixed shifts at its first origin. Legend: N origins, K experts, D forecast steps, Q quantiles, S series.
+pooled state). Every expert starts at `Rule.start`: the fixed shifts, or, for an anchored model, zero (its own
+quantiles, GARCH-t's corrected, are near their levels already, and a shift fitted on one validation year moved them
+off: train/calibrate.py). The saved state is as of each series' last validation origin (train/calibrate.py warms it
+up from the start through the validation windows); forecasts continue it from the bar after. Origins before that bar
+get the start (those origins were used to fit it). A series without a saved state starts there at its first origin.
+Legend: N origins, K experts, D forecast steps, Q quantiles, S series.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-# Each expert's step, in units of the score spread: 0 (the fixed shift) and 1/256 .. 1/32, chosen on validation alone
+# Each expert's step, in units of the score spread: 0 (the start) and 1/256 .. 1/32, chosen on validation alone
 # (benchmarks/calibration_modes.py --validation: over 1/256 .. 1/8 the two fastest added noise, the median's most).
 GRID = (0.0, 1 / 256, 1 / 128, 1 / 64, 1 / 32)
 NEVER = np.iinfo(np.int64).min  # as_of of a series without saved state: every outcome is new
@@ -55,7 +57,7 @@ class Rule:
 
     quantiles: tuple[float, ...]  # (Q,)
     mode: str  # "scaled" or "raw": the units of scores and shifts (model/calibration.py)
-    start: np.ndarray  # (D, Q) every expert's first shift: the fixed conformal shifts
+    start: np.ndarray  # (D, Q) every expert's first shift: the fixed conformal shifts, or zeros for an anchored model
     step: np.ndarray  # (K, D, Q) each expert's eta, in score units
     loss_scale: np.ndarray  # (D, Q) > 0: the unit of the pinball losses that weigh the experts
     rate: float  # exponential weighting's learning rate, per unit loss
@@ -64,7 +66,7 @@ class Rule:
     @staticmethod
     def fit(scores: np.ndarray, start: np.ndarray, quantiles: Sequence[float], mode: str, per_series: float,
             grid: Sequence[float] = GRID) -> Rule:
-        """From validation scores (N, D, Q) (NaN ignored), the fixed shifts (D, Q) and the validation outcomes per
+        """From validation scores (N, D, Q) (NaN ignored), the start (D, Q) and the validation outcomes per
         series and horizon (I)."""
         s = np.asarray(scores, dtype=np.float64)
         tau = np.asarray(quantiles, dtype=np.float64)
@@ -85,7 +87,7 @@ class Rule:
         return k, d, q
 
     def fresh(self) -> Track:
-        """The state of a series before its first outcome: every expert at the fixed shifts, equal weights."""
+        """The state of a series before its first outcome: every expert at the start, equal weights."""
         k, d, q = self.shape
         return Track(np.repeat(self.start[None], k, axis=0), np.full((k, d, q), 1 / k), NEVER,
                      np.full((d, d, q), np.nan), np.full(d, np.nan))
@@ -264,9 +266,10 @@ class Runner:
 
 
 def warm_up(rule: Rule, origins: Origins, q: np.ndarray, scale: np.ndarray,
-            fitted_on: dict[str, Any]) -> AdaptiveCalibration:
-    """Each series' state after the origins given, started from the fixed shifts at its first one: the validation
-    period's origins, rows (N,) sorted by series and then time, raw forecasts (N, D, Q), scales (N,)."""
+            fitted_on: dict[str, Any]) -> tuple[AdaptiveCalibration, np.ndarray]:
+    """Each series' state after the origins given, started from the rule's start at its first one: the validation
+    period's origins, rows (N,) sorted by series and then time, raw forecasts (N, D, Q), scales (N,); and the
+    forecasts as the shifts corrected them on the way (N, D, Q), each with outcomes before its origin only."""
     run = Runner(AdaptiveCalibration(rule, {}, {}))
-    run.correct(q, scale, origins)
-    return AdaptiveCalibration(rule, {name: t.saved() for name, t in run.tracks.items()}, fitted_on)
+    shifted = run.correct(q, scale, origins)
+    return AdaptiveCalibration(rule, {name: t.saved() for name, t in run.tracks.items()}, fitted_on), shifted

@@ -14,17 +14,24 @@ from foxhunt.flags import MEMORY, MODEL, option
 # p10 and p90 1.4% lower, p < 0.003 in 3 seeds; S&P 500 walk-forward p10 2.7% lower, p < 0.05; the S&P's 2018 after a calm 2017:
 # p10-p90 coverage 0.71 -> 0.76) but loses beyond noise where the fixed shifts were right (S&P 2016-2018: p90 +1.1%,
 # p < 0.01), so by the rule that chooses a default (win, and lose nowhere beyond noise) it is asked for, not assumed.
-# `auto` (the default) is `none` for an anchored model and `fixed` otherwise: an anchored model's raw quantiles are
-# GARCH-t's corrected (p10-p90 coverage 0.78-0.84 raw), and the fixed shifts fitted on one validation year cost its
-# p10 5.9% on the S&P walk-forward (p < 0.05 in every seed) and nothing elsewhere beyond noise (benchmarks/RESULTS.md,
-# "The anchored head"); for a model without an anchor the measurements above stand.
+# `auto` (the default) is `fixed` for a model without an anchor (the measurements above) and for an anchored one
+# the adaptive shifts where they beat its own quantiles on validation, none where they did not. Its raw quantiles are
+# GARCH-t's corrected and near their levels (p10-p90 coverage 0.78-0.84 raw); the fixed shifts fitted on one validation
+# year cost the S&P walk-forward's p10 5.9% (p < 0.05 in every seed), so an anchored model's trackers start from its
+# own quantiles (train/calibrate.py) and their validation run, where each shift uses earlier outcomes only, says
+# whether they pay: on the futures panel they do (q-risk p10 / p90 1.5% / 2.6% lower than none, p < 0.001 in every
+# seed), on KO/PEP and the sample they never did on validation (adaptive on every run would have cost KO/PEP's p10
+# 0.8%), on the S&P it varies by fold (level). benchmarks/RESULTS.md, "The anchored head".
 METHODS = ("auto", "adaptive", "fixed", "none")
 DEFAULT_METHOD = "auto"
 
 
-def resolved_method(method: str, anchored: bool) -> str:
-    """`auto` as it applies to a model (anchored or not); another method as it is."""
-    return ("none" if anchored else "fixed") if method == "auto" else method
+def resolved_method(method: str, anchored: bool, adaptive_won: bool = False) -> str:
+    """`auto` as it applies to a model: fixed without an anchor; with one, adaptive if its shifts beat the model's own
+    quantiles on validation (`adaptive_won`, train/calibrate.py), none if not. Another method as it is."""
+    if method != "auto":
+        return method
+    return ("adaptive" if adaptive_won else "none") if anchored else "fixed"
 # The quantile head (model/quantile_head.py): independent linear maps, or the median plus softplus gaps (tied: cannot
 # cross); the default is chosen by benchmarks/versus.py (docs/benchmarks.md): level, so independent.
 HEADS = ("independent", "tied")

@@ -30,7 +30,7 @@ from foxhunt.data.features.schema import FeatureSchema
 from foxhunt.errors import InputError
 from foxhunt.model.adaptive import AdaptiveCalibration
 from foxhunt.model.calibration import Calibration
-from foxhunt.model.config import ModelConfig
+from foxhunt.model.config import ModelConfig, resolved_method
 from foxhunt.model.tft import TemporalFusionTransformer
 
 
@@ -78,6 +78,16 @@ class LoadedModel:
     calibration: Calibration | None = None
     calibration_note: str | None = None  # why there is no calibration (no file: a run from before calibration)
     adaptive: AdaptiveCalibration | None = None  # the adaptive state (None: calibration.json from before it)
+
+    @property
+    def adaptive_won(self) -> bool:
+        """Whether the adaptive shifts beat the model's own quantiles on validation (train/calibrate.py): what
+        `--calibration auto` applies to an anchored model (model/config.resolved_method)."""
+        return self.adaptive is not None and bool(self.adaptive.fitted_on.get("beats_own"))
+
+    def resolved_method(self, method: str) -> str:
+        """`method` as it applies to this model (`auto` resolved)."""
+        return resolved_method(method, self.model_cfg.anchored, self.adaptive_won)
 
 
 def load_model(run_dir: str | Path, device: torch.device | str = "cpu", calibration: bool = True,

@@ -8,17 +8,18 @@ import logging
 from foxhunt.errors import InputError
 from foxhunt.model.adaptive import Runner
 from foxhunt.model.calibration import METHODS, Calibration
-from foxhunt.model.config import resolved_method
 from foxhunt.model.saved import LoadedModel
 
 log = logging.getLogger("foxhunt.evaluate")
+# why an anchored model's forecasts get no shifts by default (model/config.resolved_method), in predict and evaluate
+AUTO_NONE = "--calibration auto: the adaptive shifts did not beat the anchored model's own quantiles on validation"
 
 
 def pick_calibration(lm: LoadedModel, method: str) -> Calibration | Runner | None:
     """`forecast_calibration` without a word: for `Forecaster.load`, which says nothing until asked."""
     if method not in METHODS:
         raise InputError(f"--calibration {method!r} is not one of {', '.join(METHODS)}")
-    method = resolved_method(method, lm.model_cfg.anchored)
+    method = lm.resolved_method(method)
     if method == "none" or lm.calibration is None:
         return None
     return lm.adaptive.runner() if method == "adaptive" and lm.adaptive is not None else lm.calibration
@@ -28,10 +29,9 @@ def forecast_calibration(lm: LoadedModel, method: str) -> Calibration | Runner |
     """The calibration `method` (model/calibration.METHODS) to apply: the fixed shifts, a Runner of the adaptive
     state, or None (the model's own quantiles); said once: which one, or why there is none. A run whose
     calibration.json predates the adaptive state gets the fixed shifts, with a warning."""
-    picked, applies = pick_calibration(lm, method), resolved_method(method, lm.model_cfg.anchored)
+    picked, applies = pick_calibration(lm, method), lm.resolved_method(method)
     if applies == "none":
-        why = ("--calibration auto: the model starts from its anchor, whose quantiles need no shifts" if method == "auto"
-               else "--calibration none")
+        why = AUTO_NONE if method == "auto" else "--calibration none"
         log.info("calibration none (%s): forecasts are the model's own quantiles", why)
         return None
     cal = lm.calibration
@@ -40,8 +40,9 @@ def forecast_calibration(lm: LoadedModel, method: str) -> Calibration | Runner |
         return None
     f = cal.fitted_on
     if isinstance(picked, Runner):
-        log.info("calibrated forecasts: adaptive %s shifts per series, started from the fixed ones and followed "
-                 "through validation to %s; each later outcome moves them", cal.mode, picked.cal.fitted_on.get("as_of"))
+        start = "the model's own quantiles" if picked.cal.fitted_on.get("start") == "none" else "the fixed ones"
+        log.info("calibrated forecasts: adaptive %s shifts per series, started from %s and followed through "
+                 "validation to %s; each later outcome moves them", cal.mode, start, picked.cal.fitted_on.get("as_of"))
         return picked
     if applies == "adaptive":
         log.warning("%s has no adaptive state (fitted before adaptive calibration): fixed shifts instead; retrain "
