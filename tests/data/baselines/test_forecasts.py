@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from statistics import NormalDist
 
@@ -20,6 +21,7 @@ from foxhunt.data.baselines.forecasts import (
     linear_scan,
     rolling_vol_normal,
     seasonal_rolling_vol,
+    std_t_quantiles,
     training_quantiles,
 )
 from foxhunt.errors import InputError
@@ -212,3 +214,23 @@ def test_seasonal_rolling_vol_deseasonalizes_then_scales_by_the_profile_at_each_
     np.testing.assert_array_equal(via, got)
     with pytest.raises(ValueError, match="profile"):
         baseline_forecasts("seasonal_rolling_vol", series, origins=np.array([3]), horizon=2, quantiles=qs)
+
+
+def test_std_t_quantiles_by_the_closed_form_for_4_degrees_of_freedom():
+    """nu = 4 has a closed-form quantile (Shaw 2006): t = sign(p - 1/2) 2 sqrt(q - 1), q = cos(arccos(sqrt(a)) / 3) /
+    sqrt(a), a = 4 p (1 - p); the unit-variance version scales it by sqrt((nu - 2) / nu)."""
+    p = np.array([0.05, 0.1, 0.5, 0.9, 0.99])
+    a = 4 * p * (1 - p)
+    q = np.cos(np.arccos(np.sqrt(a)) / 3) / np.sqrt(a)
+    t = np.sign(p - 0.5) * 2 * np.sqrt(q - 1)
+    np.testing.assert_allclose(std_t_quantiles(p, 4.0), t * np.sqrt(0.5), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(std_t_quantiles([0.1, 0.9], 1e6), [-1.2815516, 1.2815516], atol=1e-6)  # the normal's
+
+
+def test_the_live_anchor_quantiles_do_not_import_scipy_stats():
+    """An anchored model's predict and Forecaster.load need these quantiles; scipy.stats alone took about a second to
+    import there (benchmarks/RESULTS.md)."""
+    code = ("import sys; from foxhunt.data.baselines.forecasts import std_t_quantiles; std_t_quantiles([0.1], 5.0); "
+            "print('scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
