@@ -225,8 +225,8 @@ def test_evaluate_says_which_calibration_ran(run, daily_path, tmp_path, capsys):
     assert c["applied"] is True and c["method"] == other and ("adaptive" in c) == (other == "adaptive")
     assert f"calibrated ({other} shifts)" in console
     note = {"fixed": "calibration: fixed scaled conformal shifts fitted on validation",
-            "adaptive": "calibration: adaptive scaled conformal shifts per series, started from those fitted on "
-                        f"validation and moved by every outcome since (state as of {AS_OF}"}[other]
+            "adaptive": "calibration: adaptive scaled conformal shifts per series, started from the fixed shifts "
+                        f"fitted on validation and moved by every outcome since (state as of {AS_OF}"}[other]
     assert note in (out / "report.html").read_text()
     assert main(["predict", "--model", str(run), "--parquet-file", str(daily_path), "--out", str(tmp_path / "x"),
                  "--calibration", "sometimes"]) == 2

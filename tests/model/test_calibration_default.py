@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from foxhunt.model.adaptive import started_from
 from foxhunt.model.config import DEFAULT_METHOD, METHODS, ModelConfig, resolved_method
 from foxhunt.model.saved import LoadedModel
 from foxhunt.train.calibrate import anchored_default, mean_pinball
@@ -63,3 +64,8 @@ def test_the_train_end_line_says_what_auto_gives_an_anchored_model() -> None:
     assert anchored_default(lost) == ("; forecasts are the model's own quantiles (the adaptive shifts: pinball loss "
                                       "on validation +2.5%; --calibration adaptive or fixed applies shifts anyway)")
     assert anchored_default({"start": "fixed"}) == ""  # a model without an anchor: the line says nothing more
+
+
+def test_where_the_trackers_started_in_words() -> None:
+    assert started_from({"start": "none"}) == "the model's own quantiles"
+    assert started_from({"start": "fixed"}) == started_from({}) == "the fixed shifts fitted on validation"

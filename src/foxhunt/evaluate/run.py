@@ -30,6 +30,7 @@ from foxhunt.evaluate.report import data_note, write_report
 from foxhunt.evaluate.scored_rows import Scored, from_batch, scored_windows
 from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines, first_forecast_ns
 from foxhunt.evaluate.verdict import seed_spread, verdict
+from foxhunt.model.adaptive import started_from
 from foxhunt.model.saved import LoadedModel, load_model
 from foxhunt.model.tft import variable_names
 from foxhunt.predict.bar_range import check_start, window_note, with_window
@@ -158,9 +159,9 @@ def calibration_note(c: dict[str, Any]) -> str:
     shown = " -> ".join(f"{k} {v[label]:.3f}" for k, v in cov.items() if label and v.get(label) is not None)
     if c["applied"] and c.get("method") == "adaptive":
         a = c.get("adaptive", {})
-        start = "the model's own quantiles" if a.get("start") == "none" else "those fitted on validation"
-        return (f"calibration: adaptive {c.get('mode', '?')} conformal shifts per series, started from {start} "
-                f"and moved by every outcome since (state as of {a.get('as_of', '?')}); {label} coverage {shown}")
+        return (f"calibration: adaptive {c.get('mode', '?')} conformal shifts per series, started from "
+                f"{started_from(a)} and moved by every outcome since (state as of {a.get('as_of', '?')}); {label} "
+                f"coverage {shown}")
     if c["applied"]:
         f = c.get("fitted_on", {})
         return (f"calibration: fixed {c.get('mode', '?')} conformal shifts fitted on validation "

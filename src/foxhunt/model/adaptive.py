@@ -265,6 +265,12 @@ class Runner:
         return None if t is None or t.as_of == NEVER else t.as_of
 
 
+def started_from(fitted_on: dict[str, Any]) -> str:
+    """Where the trackers started, in words, from the fit record train/calibrate.py writes ("start": "none" for an
+    anchored model's own quantiles; "fixed", or no key in a file from before it, for the fixed shifts)."""
+    return "the model's own quantiles" if fitted_on.get("start") == "none" else "the fixed shifts fitted on validation"
+
+
 def warm_up(rule: Rule, origins: Origins, q: np.ndarray, scale: np.ndarray,
             fitted_on: dict[str, Any]) -> tuple[AdaptiveCalibration, np.ndarray]:
     """Each series' state after the origins given, started from the rule's start at its first one: the validation

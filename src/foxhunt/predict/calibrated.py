@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from foxhunt.errors import InputError
-from foxhunt.model.adaptive import Runner
+from foxhunt.model.adaptive import Runner, started_from
 from foxhunt.model.calibration import METHODS, Calibration
 from foxhunt.model.saved import LoadedModel
 
@@ -40,9 +40,9 @@ def forecast_calibration(lm: LoadedModel, method: str) -> Calibration | Runner |
         return None
     f = cal.fitted_on
     if isinstance(picked, Runner):
-        start = "the model's own quantiles" if picked.cal.fitted_on.get("start") == "none" else "the fixed ones"
         log.info("calibrated forecasts: adaptive %s shifts per series, started from %s and followed through "
-                 "validation to %s; each later outcome moves them", cal.mode, start, picked.cal.fitted_on.get("as_of"))
+                 "validation to %s; each later outcome moves them", cal.mode, started_from(picked.cal.fitted_on),
+                 picked.cal.fitted_on.get("as_of"))
         return picked
     if applies == "adaptive":
         log.warning("%s has no adaptive state (fitted before adaptive calibration): fixed shifts instead; retrain "
