@@ -112,9 +112,10 @@ def mean_pinball(y: np.ndarray, q: np.ndarray, quantiles: tuple[float, ...]) -> 
     """Mean pinball loss per quantile (Q,) of forecasts q (N, D, Q) for outcomes y (N, D) in the target's units,
     over the outcomes known (q-risk's numerator, so a panel's volatile markets weigh as they do in the score)."""
     ok = np.isfinite(y)  # (N, D)
+    if not ok.any():
+        return [float("nan")] * len(quantiles)
     u = y[ok][:, None] - np.asarray(q, dtype=np.float64)[ok]  # (M, Q)
-    loss = pinball(u, np.asarray(quantiles, dtype=np.float64)).mean(axis=0) if ok.any() else np.full(len(quantiles), np.nan)
-    return [float(v) for v in loss]
+    return [float(v) for v in pinball(u, np.asarray(quantiles, dtype=np.float64)).mean(axis=0)]
 
 
 def calibration_line(fit: tuple[Calibration, AdaptiveCalibration] | None, n_val: int) -> str:
