@@ -242,6 +242,10 @@ def test_an_anchored_model_takes_its_anchor_as_an_input_the_sidecar_says_how_to_
     assert inputs["anchor"]["channels"] == ["anchor_q0.1", "anchor_q0.5", "anchor_q0.9"]
     assert side["parity"]["max_relative_error"] <= MAX_RELATIVE_ERROR and side["anchor"]["kind"] == "garch_t"
     lm = load_model(run)
+    # what `--calibration auto` applies to this anchored model: the adaptive shifts only if they won on validation
+    cal = side["calibration"]
+    assert cal["default_method"] == ("adaptive" if cal["adaptive"]["fitted_on"]["beats_own"] else "none")
+    assert cal["adaptive"]["fitted_on"]["start"] == "none" and not np.any(cal["adaptive"]["rule"]["start"])
     data = prepare_for_model(lm, (str(daily_path),))
     w = data.windows
     last = data.splits["test"][-1:]  # the last window: its series' newest origin
