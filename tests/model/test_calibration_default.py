@@ -13,6 +13,7 @@ import pytest
 from foxhunt.model.adaptive import started_from
 from foxhunt.model.config import DEFAULT_METHOD, METHODS, ModelConfig, resolved_method
 from foxhunt.model.saved import LoadedModel
+from foxhunt.predict.calibrated import auto_none
 from foxhunt.train.calibrate import anchored_default, mean_pinball
 
 
@@ -69,3 +70,10 @@ def test_the_train_end_line_says_what_auto_gives_an_anchored_model() -> None:
 def test_where_the_trackers_started_in_words() -> None:
     assert started_from({"start": "none"}) == "the model's own quantiles"
     assert started_from({"start": "fixed"}) == started_from({}) == "the fixed shifts fitted on validation"
+
+
+def test_why_auto_gives_an_anchored_model_no_shifts() -> None:
+    judged = auto_none(_loaded(True, {"beats_own": False}))
+    assert judged == "--calibration auto: the adaptive shifts did not beat the anchored model's own quantiles on validation"
+    for unjudged in (_loaded(True, {"start": "fixed"}), _loaded(True, None)):  # a file from before the verdict; none
+        assert "no validation verdict on adaptive shifts" in auto_none(unjudged)

@@ -34,7 +34,7 @@ from foxhunt.model.adaptive import started_from
 from foxhunt.model.saved import LoadedModel, load_model
 from foxhunt.model.tft import variable_names
 from foxhunt.predict.bar_range import check_start, window_note, with_window
-from foxhunt.predict.calibrated import AUTO_NONE, calibration_method, forecast_calibration
+from foxhunt.predict.calibrated import auto_none, calibration_method, forecast_calibration
 from foxhunt.predict.interpretation import InterpretationAccumulator
 from foxhunt.predict.origins import (
     parse_time,
@@ -87,7 +87,7 @@ def evaluate_run(cfg: EvaluateConfig, paths: tuple[str, ...]) -> dict[str, Any]:
         crossings = {"crossed_pairs": fc.crossed, "pairs": fc.pairs}
         applied: bool | None = cal is not None
         method = lm.resolved_method(cfg.method)
-        why_not = ((AUTO_NONE if cfg.method == "auto" else "--no-calibration") if method == "none"
+        why_not = ((auto_none(lm) if cfg.method == "auto" else "--no-calibration") if method == "none"
                    else lm.calibration_note)
     else:
         scorer.add(given)

@@ -11,8 +11,15 @@ from foxhunt.model.calibration import METHODS, Calibration
 from foxhunt.model.saved import LoadedModel
 
 log = logging.getLogger("foxhunt.evaluate")
-# why an anchored model's forecasts get no shifts by default (model/config.resolved_method), in predict and evaluate
-AUTO_NONE = "--calibration auto: the adaptive shifts did not beat the anchored model's own quantiles on validation"
+
+
+def auto_none(lm: LoadedModel) -> str:
+    """Why `--calibration auto` gives an anchored model no shifts (model/config.resolved_method), for predict's line
+    and evaluate's metrics.json: its validation verdict, or that there is none to read."""
+    if lm.adaptive is not None and "beats_own" in lm.adaptive.fitted_on:
+        return "--calibration auto: the adaptive shifts did not beat the anchored model's own quantiles on validation"
+    return ("--calibration auto: the anchored model's forecasts are its own quantiles (no validation verdict on "
+            "adaptive shifts: calibration.json missing or from before it)")
 
 
 def pick_calibration(lm: LoadedModel, method: str) -> Calibration | Runner | None:
@@ -31,7 +38,7 @@ def forecast_calibration(lm: LoadedModel, method: str) -> Calibration | Runner |
     calibration.json predates the adaptive state gets the fixed shifts, with a warning."""
     picked, applies = pick_calibration(lm, method), lm.resolved_method(method)
     if applies == "none":
-        why = AUTO_NONE if method == "auto" else "--calibration none"
+        why = auto_none(lm) if method == "auto" else "--calibration none"
         log.info("calibration none (%s): forecasts are the model's own quantiles", why)
         return None
     cal = lm.calibration
