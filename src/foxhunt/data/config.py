@@ -216,8 +216,8 @@ class DataConfig:
 
     @property
     def anchored(self) -> bool:
-        """Whether forecasts start from an anchor (data/baselines/anchor.py); `auto` is resolved on construction."""
-        return self.anchor not in (ANCHORS[0], AUTO)
+        """Whether forecasts start from an anchor (data/baselines/anchor.py; `auto` is resolved on construction)."""
+        return self.anchor != ANCHORS[0]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -213,8 +213,8 @@ class Trainer:
         state = self.state
         state.epoch = epoch
         state.epoch_batches, state.epoch_loss_sum, state.epoch_seen, state.epoch_seconds = 0, 0.0, 0, 0.0
-        record = epoch_record(epoch, train_loss, val, lr, seen, train_seconds, time.perf_counter() - t0, improved)
-        record["bad_steps"] = self.bad_steps.epoch_count  # skipped non-finite batches
+        record = epoch_record(epoch, train_loss, val, lr, seen, train_seconds, time.perf_counter() - t0, improved,
+                              self.bad_steps.epoch_count)
         self._end_epoch(epoch, record, memory)
 
     def _anchor_epoch(self) -> None:
@@ -227,8 +227,7 @@ class Trainer:
             s.model(s.data.windows.batch(self.val_ids[: self.val_batch_size]).to(s.device))
         val, memory = self._validate(0, s.tracker.take_peaks())
         improved = self._keep_if_best(val.loss, 0)
-        record = epoch_record(0, None, val, 0.0, 0, 0.0, time.perf_counter() - t0, improved)
-        record["bad_steps"] = 0  # every record has the same keys
+        record = epoch_record(0, None, val, 0.0, 0, 0.0, time.perf_counter() - t0, improved, bad_steps=0)
         self._end_epoch(0, record, memory)
 
     def _epoch_ids(self, epoch: int) -> OrderedIds:
@@ -400,7 +399,9 @@ def restore(ckpt: dict[str, Any], model: torch.nn.Module, optimizer: Any, device
 
 
 def epoch_record(epoch: int, train_loss: float | None, val: ValResult, lr: float, seen: int, train_s: float,
-                 total_s: float, improved: bool) -> dict[str, Any]:
+                 total_s: float, improved: bool, bad_steps: int) -> dict[str, Any]:
+    """One line of metrics.jsonl; every epoch's (epoch 0's too) has the same keys. `bad_steps`: the non-finite
+    batches skipped in the epoch."""
     return {
         "epoch": epoch,
         "train_loss": train_loss,
@@ -412,6 +413,7 @@ def epoch_record(epoch: int, train_loss: float | None, val: ValResult, lr: float
         "train_samples": seen,
         "val_samples": val.n_samples,
         "best": improved,
+        "bad_steps": bad_steps,
     }
 
 
