@@ -216,8 +216,9 @@ class DataConfig:
 
     @property
     def anchored(self) -> bool:
-        """Whether forecasts start from an anchor (data/baselines/anchor.py; `auto` is resolved on construction)."""
-        return self.anchor != ANCHORS[0]
+        """Whether forecasts start from an anchor (data/baselines/anchor.py); `auto` is resolved on construction, and
+        a config built without it (tests/cli/test_options_once.py skips __post_init__) is not anchored by it."""
+        return self.anchor not in (ANCHORS[0], AUTO)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
