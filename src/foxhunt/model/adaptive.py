@@ -38,6 +38,7 @@ Legend: N origins, K experts, D forecast steps, Q quantiles, S series.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -117,17 +118,19 @@ def track(rule: Rule, shifts: np.ndarray, weights: np.ndarray, score: np.ndarray
     """One outcome per horizon: the experts' shifts (K, D, Q) and weights (K, D, Q) step, in place, on the scores
     (D, Q) (NaN: no outcome for that horizon, nothing moves)."""
     ok = np.isfinite(score)  # (D, Q)
-    if not ok.any():
+    every = ok.all()  # the usual bar: the masks below are for a series' first D bars and gaps
+    if not every and not ok.any():
         return
     tau = np.asarray(rule.quantiles)
-    u = np.where(ok, score, 0.0)[None] - shifts  # (K, D, Q)
+    u = (score if every else np.where(ok, score, 0.0))[None] - shifts  # (K, D, Q)
     above = u > 0
     loss = pinball(u, tau) / rule.loss_scale  # (K, D, Q)
     # less the best expert's loss, which the normalisation cancels: an outlier cannot underflow every weight to 0
     w = weights * np.exp(-rule.rate * (loss - loss.min(axis=0)))
     w = (1 - rule.share) * w / w.sum(axis=0) + rule.share / len(w)
-    weights[...] = np.where(ok, w, weights)
-    shifts += np.where(ok, rule.step * (above - (1 - tau)), 0.0)
+    step = rule.step * (above - (1 - tau))
+    weights[...] = w if every else np.where(ok, w, weights)
+    shifts += step if every else np.where(ok, step, 0.0)
 
 
 @dataclass
@@ -251,8 +254,8 @@ class Runner:
         assert at is not None, "adaptive calibration needs each row's series, origin and outcome"
         shifts = np.empty(np.shape(q), dtype=np.float64)
         series = np.asarray(at.series)
-        cuts = np.flatnonzero(series[1:] != series[:-1]) + 1
-        for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(series)], strict=True):  # runs of one series
+        bounds = [0, *(np.flatnonzero(series[1:] != series[:-1]) + 1).tolist(), len(series)]
+        for a, b in itertools.pairwise(bounds):  # runs of one series
             if b > a:
                 shifts[a:b] = self.state(at.names[int(series[a])]).run(
                     self.cal.rule, np.asarray(at.origin_ns[a:b]), at.y[a:b], q[a:b], scale[a:b])
