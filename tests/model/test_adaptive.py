@@ -57,7 +57,6 @@ def test_two_steps_by_hand():
     np.testing.assert_array_equal(t.weights, before[1])
 
 
-
 def test_only_the_horizons_with_an_outcome_move():
     """A series' first bars score some horizons and not others (no forecast made h bars before yet): the scored
     entries step as they would alone, the others keep their shifts and weights exactly."""
@@ -72,6 +71,7 @@ def test_only_the_horizons_with_an_outcome_move():
     np.testing.assert_array_equal(part.shifts[:, 1], fresh.shifts[:, 1])
     np.testing.assert_array_equal(part.weights[:, 1], fresh.weights[:, 1])
     assert part.shifts[1, 0, 0] == pytest.approx(0.5 * 0.1)
+
 
 def test_an_outlier_moves_the_weights_without_breaking_them():
     """A score a million units away gives every expert a loss whose exp underflows: the weights must stay a
