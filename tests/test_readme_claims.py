@@ -43,7 +43,9 @@ def test_the_training_time_is_one_number_throughout():
 
 
 def test_the_console_samples_final_claim_is_the_arithmetic_of_its_own_numbers():
-    """The final line's skill against the strongest baseline is 1 - model / baseline of the q-risks it prints."""
+    """The final line's skill against the strongest baseline is 1 - model / baseline of the q-risks it prints: of the
+    unrounded ones, so the printed size lies within what the 4-decimal q-risks allow (3.2% from 0.4968 / 0.5135,
+    whose ratio is 3.22-3.27%)."""
     final = (r"^best epoch \d: val_loss [\d.]+; validation q-risk p10 ([\d.]+) / p90 ([\d.]+) \([\d,]+ origins\); "
              r"the strongest of (\d) baselines, (\w+): ([\d.]+) / ([\d.]+) against the model's ([\d.]+) / ([\d.]+) on "
              r"[\d,]+ origins, \w+ at p10 \(q-risk ([\d.]+)% (lower|higher), p [=<] [\d.]+\), \w+ at p90 \(q-risk "
@@ -53,7 +55,10 @@ def test_the_console_samples_final_claim_is_the_arithmetic_of_its_own_numbers():
         assert line, "a console sample has no final claim"
         b10, b90, m10, m90 = (float(x) for x in line.groups()[4:8])
         for m, b, size, way in ((m10, b10, *line.groups()[8:10]), (m90, b90, *line.groups()[10:12])):
-            assert (f"{abs(1 - m / b):.1%}", way) == (f"{size}%", "lower" if m < b else "higher")
+            assert way == ("lower" if m < b else "higher")
+            half = 5e-5  # each q-risk is printed to 4 decimals
+            gaps = [abs(1 - (m + dm) / (b + db)) * 100 for dm in (-half, half) for db in (-half, half)]
+            assert min(gaps) - 0.05 <= float(size) <= max(gaps) + 0.05, (size, m, b)
 
 
 def test_the_verdict_example_is_within_the_sample_tables_seed_range():

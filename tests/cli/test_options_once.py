@@ -87,7 +87,7 @@ RUN_VALUES = {
     "static": "sector", "categorical": "sector,hol",
     "hidden_size": 24, "attention_heads": 3, "dropout": 0.2, "lstm_layers": 2, "quantiles": "0.05,0.5,0.95",
     "quantile_head": "tied", "activation_checkpointing": True,
-    "epochs": 7, "batch_size": 64, "validation_batch_size": 256, "learning_rate": 0.002, "weight_decay": 0.001,
+    "epochs": 7, "batch_size": 64, "validation_batch_size": 256, "learning_rate": 0.003, "weight_decay": 0.001,
     "grad_clip": 0.5, "warmup_fraction": 0.1, "patience": 4, "device": "cpu", "seed": 3, "run_dir": "runs/x",
     "memory_log_every": 10, "memory_budget": "2GiB", "optimizer_state": "cpu", "max_train_batches": 9, "threads": 2,
     "precision": "32", "window_run": 8, "loss_weight": "scale", "max_bad_steps": 6, "progress": False,

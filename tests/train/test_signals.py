@@ -20,6 +20,11 @@ from foxhunt.train.resume import load_checkpoint
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _stepped(checkpoint: Path) -> bool:
+    """Whether `checkpoint` exists and holds at least one optimizer step (it is replaced atomically)."""
+    return checkpoint.exists() and json.loads(load_checkpoint(checkpoint)["fit_state"])["global_step"] >= 1
+
+
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_writes_a_checkpoint_and_names_resume(tmp_path, tiny, fixtures_dir, sig, status):
     run = tmp_path / "run"
@@ -30,7 +35,9 @@ def test_a_signal_writes_a_checkpoint_and_names_resume(tmp_path, tiny, fixtures_
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
-        while not (run / "checkpoint.pt").exists():  # training has started: the first step's checkpoint is there
+        # training has started: the first step's checkpoint is there (the anchored default writes one at epoch 0,
+        # the untrained anchor's evaluation, before any step: a signal then would stop before training)
+        while not _stepped(run / "checkpoint.pt"):
             assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be signalled"
             time.sleep(0.05)
         proc.send_signal(sig)
