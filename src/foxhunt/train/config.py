@@ -73,8 +73,8 @@ class TrainConfig:
     validation_batch_size: int | str = option(AUTO, "Validation batch, or auto: the largest that fits.", TRAINING,
                                               metavar="N", parse=count_or_auto)
     # 2e-3, chosen by the quality benchmark over 6 seeds (benchmarks/RESULTS.md, "The anchored head"): against 1e-3
-    # the S&P walk-forward better in 6 of 6 seeds at p10 and 5 of 6 at p90, the other datasets level; at 1e-3 up to a third
-    # of its fold models never left the untrained anchor. 3e-3 is no better, 3e-4 worse.
+    # the S&P walk-forward better in 6 of 6 seeds at p10 and 5 of 6 at p90, the other datasets level; at 1e-3 up to
+    # a third of its fold models never left the untrained anchor. 3e-3 is no better, 3e-4 worse.
     learning_rate: float = option(2e-3, "Peak learning rate (AdamW).", TRAINING)
     weight_decay: float = option(1e-4, "AdamW weight decay.", TRAINING)
     grad_clip: float = option(1.0, "Gradient-norm clip (0: off).", TRAINING)
