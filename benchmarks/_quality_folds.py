@@ -37,22 +37,34 @@ def fold_arrays(bt_dir: Path, folds: list[dict[str, Any]], forecasts: list[Path]
 
     parts = []
     for k, f in enumerate(folds):
-        with np.load(bt_dir / f"fold-{f['index']:02d}" / "scored.npz") as z:
-            arrays = {name: z[name] for name in z.files}
+        at = table_columns(f["quantiles"])
+        with np.load(bt_dir / f"fold-{f['index']:02d}" / "scored.npz") as z:  # (K, D, Q) forecasts at the table's Q
+            arrays = {name: z[name][..., at] if z[name].ndim == 3 else z[name] for name in z.files}
         if forecasts is not None:
             arrays["model"] = aligned(arrays, f["series_names"], forecasts[k])
         parts.append(arrays)
     return concat(parts)
 
 
+def table_columns(quantiles: list[float]) -> list[int]:
+    """Where the table's QUANTILES sit among a run's `quantiles`: every array here holds those only, so that runs of
+    other --quantiles compare with the defaults' (a run must forecast each of them)."""
+    have = [round(float(q), 9) for q in quantiles]
+    missing = [q for q in QUANTILES if round(q, 9) not in have]
+    if missing:
+        raise SystemExit(f"quality.py scores the quantiles {QUANTILES}: a run with --quantiles {quantiles} lacks "
+                         f"{missing}")
+    return [have.index(round(q, 9)) for q in QUANTILES]
+
+
 def fold_result(arrays: dict[str, np.ndarray], folds: list[dict[str, Any]]) -> dict[str, Any]:
-    """The backtest's `overall` of these arrays with its verdict added (backtest.json's, for another model column):
-    quality.py's `score_of` reads it as it reads backtest.json."""
+    """The backtest's `overall` of these arrays (the table's QUANTILES) with its verdict added (backtest.json's, for
+    another model column): quality.py's `score_of` reads it as it reads backtest.json."""
     from foxhunt.backtest.run import overall_verdict
     from foxhunt.backtest.summary import merge_gaps, metrics
     from foxhunt.data.features.bar_features import RETURN_TARGETS
 
-    qs, names = tuple(folds[-1]["quantiles"]), tuple(folds[-1]["series_names"])
+    qs, names = QUANTILES, tuple(folds[-1]["series_names"])
     overall = metrics(arrays, qs, names, folds[-1]["target"] in RETURN_TARGETS, merge_gaps(folds))
     return {**overall, "verdict": overall_verdict(overall, qs, len(folds)).to_dict()}
 
