@@ -1,6 +1,7 @@
 """benchmarks/quality.py's pieces that need no real data and no training: the table from fabricated result files,
 skipping a dataset whose file is absent, the train options passed through, the RESULTS.md entry, the alignment of
-pytorch-forecasting's forecasts on a backtest fold's rows, and the PF side's per-series bar index."""
+pytorch-forecasting's forecasts on a backtest fold's rows, a run of more quantiles read at the table's, and the PF side's
+per-series bar index."""
 
 from __future__ import annotations
 
@@ -167,6 +168,25 @@ def test_forecasts_aligned_on_a_folds_rows(tmp_path):
     np.testing.assert_allclose(q[0], [[1.0, 1.1, 1.2], [2.0, 2.1, 2.2]])
     assert np.isnan(q[1]).all()  # A at 20: no forecast, and B at 30 is no row of the fold
     np.testing.assert_allclose(q[2, :, 0], [3.0, 4.0])
+
+
+def test_folds_of_a_run_with_more_quantiles_are_scored_at_the_tables(tmp_path):
+    """A backtest trained with --quantiles 0.05,0.1,0.5,0.9,0.95: its fold arrays are read at p10, p50 and p90 (the
+    columns another calibration's forecasts are aligned at), and a run without one of them is refused in words."""
+    qs = [0.05, 0.1, 0.5, 0.9, 0.95]
+    rng = np.random.default_rng(0)
+    five = np.sort(rng.normal(size=(4, 2, 5)), axis=-1)
+    here = tmp_path / "fold-01"
+    here.mkdir()
+    np.savez(here / "scored.npz", series=np.zeros(4, int), origin_ns=np.arange(4), first_ns=np.zeros(4, int),
+             actual=rng.normal(size=(4, 2)), model=five, baseline_garch_t=five * 1.1)
+    fold = {"index": 1, "quantiles": qs, "series_names": ["A"], "target": "log_return", "baseline_gaps": {}}
+    arrays = folds.fold_arrays(tmp_path, [fold])
+    np.testing.assert_array_equal(arrays["model"], five[..., [1, 2, 3]])
+    np.testing.assert_array_equal(arrays["baseline_garch_t"], five[..., [1, 2, 3]] * 1.1)
+    assert set(folds.fold_result(arrays, [fold])["model"]["overall"]["q_risk"]) == {0.1, 0.5, 0.9}
+    with pytest.raises(SystemExit, match=r"--quantiles \[0.2, 0.5, 0.8\] lacks \[0.1, 0.9\]"):
+        folds.table_columns([0.2, 0.5, 0.8])
 
 
 def test_pf_bars_count_each_series_own_bars(tmp_path):
