@@ -38,8 +38,9 @@ def fold_arrays(bt_dir: Path, folds: list[dict[str, Any]], forecasts: list[Path]
     parts = []
     for k, f in enumerate(folds):
         at = table_columns(f["quantiles"])
-        with np.load(bt_dir / f"fold-{f['index']:02d}" / "scored.npz") as z:  # (K, D, Q) forecasts at the table's Q
-            arrays = {name: z[name][..., at] if z[name].ndim == 3 else z[name] for name in z.files}
+        with np.load(bt_dir / f"fold-{f['index']:02d}" / "scored.npz") as z:
+            arrays = {name: z[name] for name in z.files}
+        arrays = {name: a[..., at] if a.ndim == 3 else a for name, a in arrays.items()}  # (K, D, Q) at the table's Q
         if forecasts is not None:
             arrays["model"] = aligned(arrays, f["series_names"], forecasts[k])
         parts.append(arrays)
