@@ -47,14 +47,20 @@ def fold_arrays(bt_dir: Path, folds: list[dict[str, Any]], forecasts: list[Path]
     return concat(parts)
 
 
+def missing_quantiles(quantiles: list[float]) -> list[float]:
+    """The table's QUANTILES that a run of `quantiles` does not forecast (quality.py refuses such --quantiles)."""
+    have = [round(float(q), 9) for q in quantiles]
+    return [q for q in QUANTILES if round(q, 9) not in have]
+
+
 def table_columns(quantiles: list[float]) -> list[int]:
     """Where the table's QUANTILES sit among a run's `quantiles`: every array here holds those only, so that runs of
     other --quantiles compare with the defaults' (a run must forecast each of them)."""
-    have = [round(float(q), 9) for q in quantiles]
-    missing = [q for q in QUANTILES if round(q, 9) not in have]
+    missing = missing_quantiles(quantiles)
     if missing:
         raise SystemExit(f"quality.py scores the quantiles {QUANTILES}: a run with --quantiles {quantiles} lacks "
                          f"{missing}")
+    have = [round(float(q), 9) for q in quantiles]
     return [have.index(round(q, 9)) for q in QUANTILES]
 
 

@@ -66,10 +66,19 @@ import numpy as np
 from foxhunt.model.config import DEFAULT_METHOD, METHODS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _quality_folds import aligned, fold_arrays, fold_result, forecast_arrays, missing_pairs, versus  # noqa: E402
+from _quality_folds import (  # noqa: E402
+    aligned,
+    fold_arrays,
+    fold_result,
+    forecast_arrays,
+    missing_pairs,
+    missing_quantiles,
+    versus,
+)
 from _quality_runs import epochs_note, export_bars, fox_epochs, pf_plan, pf_unfit, read  # noqa: E402
 from _quality_table import (  # noqa: E402
     PF,
+    QUANTILES,
     RESULTS,
     VS_DEFAULT,
     Row,
@@ -177,12 +186,29 @@ def parse_args(argv: list[str]) -> Settings:
         seeds = ()
     if not seeds or a.threads < 1:
         p.error(f"--seeds {seeds_text!r} names no seed" if not seeds else "--threads must be at least 1")
+    train = (*shlex.split(a.train_args), *rest)
+    missing = missing_quantiles(quantiles_flag(train) or QUANTILES)
+    if missing:
+        p.error(f"--quantiles: the table scores {', '.join(map(str, QUANTILES))}; add {', '.join(map(str, missing))}")
     pf_python = None if a.no_pf else a.pf_python or (str(DEFAULT_PF_PYTHON) if DEFAULT_PF_PYTHON.exists() else None)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     work = (a.workdir or Path(tempfile.gettempdir())) / f"foxhunt-quality-{stamp}-{os.getpid()}"  # made by main
-    return Settings(tuple(DATASETS[n] for n in names), seeds, a.quick, (*shlex.split(a.train_args), *rest), methods,
+    return Settings(tuple(DATASETS[n] for n in names), seeds, a.quick, train, methods,
                     a.threads, work, a.data_dir, pf_python, a.pf_seeds, not a.quick if a.record is None else a.record,
                     shlex.join(["python", "benchmarks/quality.py", *argv]))
+
+
+def quantiles_flag(train: tuple[str, ...]) -> list[float] | None:
+    """The levels of a `--quantiles` among the train flags (None: none given, or not numbers: train says why)."""
+    for i, x in enumerate(train):
+        text = x.split("=", 1)[1] if x.startswith("--quantiles=") else train[i + 1] if (
+            x == "--quantiles" and i + 1 < len(train)) else None
+        if text is not None:
+            try:
+                return [float(v) for v in text.split(",") if v.strip()]
+            except ValueError:
+                return None
+    return None
 
 
 def data_path(ds: Dataset, data_dir: Path) -> Path | None:
