@@ -157,10 +157,11 @@ def markdown(rows: Sequence[Sequence[str]], head: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def by_seed(rows: Sequence[Row]) -> str | None:
-    """Skill against the strongest baseline seed by seed (None with one seed): the spread a mean hides."""
-    seeds = max((len(r.scores) for r in rows), default=0)
-    if seeds < 2:
+def by_seed(rows: Sequence[Row], seeds: Sequence[int] | None = None) -> str | None:
+    """Skill against the strongest baseline seed by seed (None with one seed): the spread a mean hides. `seeds`: the
+    seed of each score, in order (None: 0, 1, 2 ..., quality.py's default)."""
+    n = max((len(r.scores) for r in rows), default=0)
+    if n < 2:
         return None
     judged = judged_quantiles(QUANTILES)
     body = []
@@ -169,11 +170,16 @@ def by_seed(rows: Sequence[Row]) -> str | None:
         body.append([r.dataset, r.model, best or "-",
                      *(" / ".join(_pct(x.skill.get(best, {}).get(q)) for q in judged) if best else "-"
                        for x in r.scores)])
-    return markdown(body, ["dataset", "model", "vs", *(f"seed {i + 1} skill {' / '.join(map(label, judged))}"
-                                                        for i in range(seeds))])
+    return markdown(body, ["dataset", "model", "vs", *(f"seed {seed_of(i, seeds)} skill "
+                                                        f"{' / '.join(map(label, judged))}" for i in range(n))])
 
 
-def against_default(rows: Sequence[Row]) -> str | None:
+def seed_of(i: int, seeds: Sequence[int] | None) -> int:
+    """The seed of a row's i-th score."""
+    return seeds[i] if seeds is not None and i < len(seeds) else i
+
+
+def against_default(rows: Sequence[Row], seeds: Sequence[int] | None = None) -> str | None:
     """Each calibration method against foxhunt's default on the same rows, dataset by dataset (None when no row has
     that comparison), at every quantile (the median's cost counts too): skill (> 0: the method is better), the
     Diebold-Mariano p-values (largest over the seeds), the series won at p90 (range over the seeds), then, with
@@ -190,33 +196,33 @@ def against_default(rows: Sequence[Row]) -> str | None:
         won = [x.won[VS_DEFAULT] for x in s if VS_DEFAULT in x.won]
         lo, hi = (min(w for w, _ in won), max(w for w, _ in won)) if won else (0, 0)
         won_text = "-" if not won else f"{lo}/{won[0][1]}" if lo == hi else f"{lo}-{hi}/{won[0][1]}"
-        seeds = [" / ".join(f"{_pct(x.skill[VS_DEFAULT].get(q))} ({_p(x.dm.get(VS_DEFAULT, {}).get(q))})"
-                            for q in QUANTILES) for x in s] if len(s) > 1 else []
+        per_seed = [" / ".join(f"{_pct(x.skill[VS_DEFAULT].get(q))} ({_p(x.dm.get(VS_DEFAULT, {}).get(q))})"
+                               for q in QUANTILES) for x in s] if len(s) > 1 else []
         body.append([r.dataset + (" (simulated)" if r.simulated else ""), str(r.calibration), str(len(s)), skill,
-                     dm, won_text, *seeds])
+                     dm, won_text, *per_seed])
     width = max(len(b) for b in body)
     body = [b + ["-"] * (width - len(b)) for b in body]
     q = " / ".join(map(label, QUANTILES))
     return markdown(body, ["dataset", "calibration", "seeds", f"skill vs {DEFAULT_METHOD} {q}",
                            f"DM p vs {DEFAULT_METHOD} {q}", f"series won {label(WON_AT)}",
-                           *(f"seed {i + 1} skill (p) {q}" for i in range(width - 6))])
+                           *(f"seed {seed_of(i, seeds)} skill (p) {q}" for i in range(width - 6))])
 
 
-def tables(rows: Sequence[Row]) -> str:
+def tables(rows: Sequence[Row], seeds: Sequence[int] | None = None) -> str:
     """The real datasets' table, the seed-by-seed skill, the calibration methods against the default, then the
-    simulated sample's table apart."""
+    simulated sample's table apart. `seeds`: the run's, in the order of each row's scores (None: 0, 1, 2 ...)."""
     real = [r for r in rows if not r.simulated and r.scores]
     simulated = [r for r in rows if r.simulated and r.scores]
     parts = []
     if real:
         parts.append(markdown([cells(r) for r in real], header()))
-        seeds = by_seed(real)
-        if seeds:
-            parts += ["Skill against the strongest baseline, seed by seed:", seeds]
+        spread = by_seed(real, seeds)
+        if spread:
+            parts += ["Skill against the strongest baseline, seed by seed:", spread]
     if simulated:
         parts += ["The bundled sample (simulated: shows that the model learns what was built in; never evidence):",
                   markdown([cells(r) for r in simulated], header())]
-    calibration = against_default(real + simulated)
+    calibration = against_default(real + simulated, seeds)
     if calibration:
         parts += [f"Calibration: each method against foxhunt's default ({DEFAULT_METHOD}) on the same forecasts' rows "
                   "(skill > 0: the method is better; evaluate's paired Diebold-Mariano test, pooled over the panel; "

@@ -499,7 +499,7 @@ def report(s: Settings, rows: list[Row], notes: list[str], started: datetime, wa
              f"- foxhunt calibration: {', '.join(s.calibrations)}, each on the same trained models (`evaluate "
              "--calibration M`; SPX: each fold's model forecast on its test year by `predict --calibration M` and "
              f"scored by the backtest's summary on its rows); {DEFAULT_METHOD} is foxhunt's default",
-             *([pf] if pf else []), *(f"- {n}" for n in notes), "", tables(rows)]
+             *([pf] if pf else []), *(f"- {n}" for n in notes), "", tables(rows, s.seeds)]
     return "\n".join(lines)
 
 

@@ -69,7 +69,8 @@ def test_table_from_metrics_with_significance(tmp_path):
     assert cells["p10-p90 cover"] == "0.780" and cells["train s"] == "60"
     text = table.tables([row])
     assert text.splitlines()[0].startswith("| dataset | model | params |")
-    assert "seed 1 skill p10 / p90 | seed 2 skill p10 / p90" in text and "| +2.0% / -1.0% | +1.0% / +1.0% |" in text
+    assert "seed 0 skill p10 / p90 | seed 1 skill p10 / p90" in text and "| +2.0% / -1.0% | +1.0% / +1.0% |" in text
+    assert "| seed 3 skill p10 / p90 | seed 4 skill p10 / p90 |" in table.tables([row], seeds=(3, 4))  # --seeds 3,4
 
 
 def test_table_without_significance_shows_dashes(tmp_path):
