@@ -6,6 +6,9 @@ and appended to benchmarks/RESULTS.md.
         [--calibrations auto,adaptive] [--train-args "--scaling series"] [--pf-python PATH | --no-pf]
         [--pf-seeds N] [--threads 2] [--workdir DIR] [--record | --no-record] [-- any other `foxhunt train` option]
 
+The table scores p10, p50 and p90: a `--quantiles` among the train options must hold them (others are trained on,
+not shown).
+
 Datasets (real market data in ../shared/data, described in its README.md; a file missing there is skipped with a
 note, so the script runs in a clone):
 - cn_futures_daily: Chinese commodity futures, daily 2011-2017, one global model, the automatic split: `foxhunt
@@ -199,16 +202,14 @@ def parse_args(argv: list[str]) -> Settings:
 
 
 def quantiles_flag(train: tuple[str, ...]) -> list[float] | None:
-    """The levels of a `--quantiles` among the train flags (None: none given, or not numbers: train says why)."""
-    for i, x in enumerate(train):
-        text = x.split("=", 1)[1] if x.startswith("--quantiles=") else train[i + 1] if (
-            x == "--quantiles" and i + 1 < len(train)) else None
-        if text is not None:
-            try:
-                return [float(v) for v in text.split(",") if v.strip()]
-            except ValueError:
-                return None
-    return None
+    """The levels of the last `--quantiles` among the train flags, the one train takes (None: none given, or not
+    numbers: train says why)."""
+    given = [x.split("=", 1)[1] if x.startswith("--quantiles=") else train[i + 1]
+             for i, x in enumerate(train) if x.startswith("--quantiles=") or (x == "--quantiles" and i + 1 < len(train))]
+    try:
+        return [float(v) for v in given[-1].split(",") if v.strip()] if given else None
+    except ValueError:
+        return None
 
 
 def data_path(ds: Dataset, data_dir: Path) -> Path | None:

@@ -109,7 +109,8 @@ def test_absent_data_is_skipped_with_a_note(tmp_path, monkeypatch, capsys):
                                              (["--seeds", "x"], "--seeds 'x' names no seed"),
                                              (["--", "--quantiles", "0.2,0.5,0.8"], "--quantiles: the table scores "
                                                                                     "0.1, 0.5, 0.9; add 0.1, 0.9"),
-                                             (["--train-args=--quantiles=0.05,0.5"], "add 0.1, 0.9")])
+                                             (["--train-args=--quantiles=0.05,0.5"], "add 0.1, 0.9"),
+                                             (["--", "--quantiles", "0.1,0.5,0.9", "--quantiles=0.5"], "add 0.1, 0.9")])
 def test_bad_options_are_refused(tmp_path, capsys, flags, says):
     with pytest.raises(SystemExit) as e:
         quality.parse_args([*flags, "--workdir", str(tmp_path)])
