@@ -47,10 +47,15 @@ def fold_arrays(bt_dir: Path, folds: list[dict[str, Any]], forecasts: list[Path]
     return concat(parts)
 
 
+def _positions(quantiles: list[float]) -> dict[float, int]:
+    """Each of a run's quantile levels (to 9 decimals) and its column."""
+    return {round(float(q), 9): i for i, q in enumerate(quantiles)}
+
+
 def missing_quantiles(quantiles: list[float]) -> list[float]:
     """The table's QUANTILES that a run of `quantiles` does not forecast (quality.py refuses such --quantiles)."""
-    have = [round(float(q), 9) for q in quantiles]
-    return [q for q in QUANTILES if round(q, 9) not in have]
+    at = _positions(quantiles)
+    return [q for q in QUANTILES if round(q, 9) not in at]
 
 
 def table_columns(quantiles: list[float]) -> list[int]:
@@ -60,8 +65,8 @@ def table_columns(quantiles: list[float]) -> list[int]:
     if missing:
         raise SystemExit(f"quality.py scores the quantiles {QUANTILES}: a run with --quantiles {quantiles} lacks "
                          f"{missing}")
-    have = [round(float(q), 9) for q in quantiles]
-    return [have.index(round(q, 9)) for q in QUANTILES]
+    at = _positions(quantiles)
+    return [at[round(q, 9)] for q in QUANTILES]
 
 
 def fold_result(arrays: dict[str, np.ndarray], folds: list[dict[str, Any]]) -> dict[str, Any]:
