@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 from _quality_table import QUANTILES
 
+from foxhunt.model.config import quantile_label
+
 
 def aligned(arrays: dict[str, np.ndarray], names: list[str], path: Path) -> np.ndarray:
     """A forecasts parquet on a backtest fold's scored rows: (K, D, Q), NaN where it has no forecast."""
@@ -22,7 +24,7 @@ def aligned(arrays: dict[str, np.ndarray], names: list[str], path: Path) -> np.n
 
     keys = pl.DataFrame({"symbol": np.asarray(names, dtype=object)[arrays["series"]].tolist(),
                          "origin_ns": arrays["origin_ns"], "row": np.arange(len(arrays["origin_ns"]))})
-    cols = [f"p{q * 100:g}" for q in QUANTILES]
+    cols = [quantile_label(q) for q in QUANTILES]
     fc = pl.read_parquet(path).with_columns(pl.col("origin").dt.epoch("ns").alias("origin_ns"))
     hit = fc.join(keys, on=["symbol", "origin_ns"], how="inner")
     out = np.full((*arrays["actual"].shape, len(cols)), np.nan)  # (K, D, Q)
@@ -100,7 +102,7 @@ def forecast_arrays(path: Path) -> tuple[dict[str, np.ndarray], list[str]]:
     actual = np.full(shape, np.nan)
     actual[row, step] = fc["actual"].cast(pl.Float64).fill_null(np.nan).to_numpy()
     model = np.full((*shape, len(QUANTILES)), np.nan)  # (K, D, Q)
-    model[row, step] = fc.select([f"p{q * 100:g}" for q in QUANTILES]).to_numpy()
+    model[row, step] = fc.select([quantile_label(q) for q in QUANTILES]).to_numpy()
     series = np.searchsorted(np.asarray(names, dtype=object), keys["symbol"].to_numpy().astype(object))
     return {"series": series, "origin_ns": keys["origin_ns"].to_numpy(), "actual": actual, "model": model}, names
 

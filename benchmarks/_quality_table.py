@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from foxhunt.evaluate.verdict import at, judged_quantiles, label
-from foxhunt.model.config import DEFAULT_METHOD
+from foxhunt.evaluate.verdict import at, judged_quantiles
+from foxhunt.model.config import DEFAULT_METHOD, quantile_label
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "RESULTS.md"
@@ -144,11 +144,11 @@ def cells(row: Row) -> list[str]:
 
 
 def header() -> list[str]:
-    judged = " / ".join(label(q) for q in judged_quantiles(QUANTILES))
-    return ["dataset", "model", "params", "seeds", " / ".join(f"q-risk {label(q)}" if i == 0 else label(q)
+    judged = " / ".join(quantile_label(q) for q in judged_quantiles(QUANTILES))
+    return ["dataset", "model", "params", "seeds", " / ".join(f"q-risk {quantile_label(q)}" if i == 0 else quantile_label(q)
                                                              for i, q in enumerate(QUANTILES)),
             "best baseline", f"skill vs it {judged}", *(f"DM p vs {b} {judged}" for b in DM_AGAINST),
-            f"series won {label(WON_AT)}", "p10-p90 cover", "train s"]
+            f"series won {quantile_label(WON_AT)}", "p10-p90 cover", "train s"]
 
 
 def markdown(rows: Sequence[Sequence[str]], head: Sequence[str]) -> str:
@@ -171,7 +171,7 @@ def by_seed(rows: Sequence[Row], seeds: Sequence[int] | None = None) -> str | No
                      *(" / ".join(_pct(x.skill.get(best, {}).get(q)) for q in judged) if best else "-"
                        for x in r.scores)])
     return markdown(body, ["dataset", "model", "vs", *(f"seed {seed_of(i, seeds)} skill "
-                                                        f"{' / '.join(map(label, judged))}" for i in range(n))])
+                                                        f"{' / '.join(map(quantile_label, judged))}" for i in range(n))])
 
 
 def seed_of(i: int, seeds: Sequence[int] | None) -> int:
@@ -202,9 +202,9 @@ def against_default(rows: Sequence[Row], seeds: Sequence[int] | None = None) -> 
                      dm, won_text, *per_seed])
     width = max(len(b) for b in body)
     body = [b + ["-"] * (width - len(b)) for b in body]
-    q = " / ".join(map(label, QUANTILES))
+    q = " / ".join(map(quantile_label, QUANTILES))
     return markdown(body, ["dataset", "calibration", "seeds", f"skill vs {DEFAULT_METHOD} {q}",
-                           f"DM p vs {DEFAULT_METHOD} {q}", f"series won {label(WON_AT)}",
+                           f"DM p vs {DEFAULT_METHOD} {q}", f"series won {quantile_label(WON_AT)}",
                            *(f"seed {seed_of(i, seeds)} skill (p) {q}" for i in range(width - 6))])
 
 

@@ -30,7 +30,7 @@ from foxhunt.evaluate import validation
 from foxhunt.evaluate.metrics import q_risk
 from foxhunt.evaluate.paired import compare
 from foxhunt.evaluate.verdict import validation_claim
-from foxhunt.predict.parquet import quantile_column
+from foxhunt.model.config import quantile_label
 from tests.evaluate.test_baseline_cut import FITTED, Fits, hand_returns, ns, training_values
 
 QS = (0.1, 0.5, 0.9)
@@ -89,7 +89,7 @@ def test_evaluate_compares_each_baseline_on_the_rows_both_forecast(evaluated):
                                                                                                  "horizon")
     es = fc.filter(pl.col("symbol") == "ES")
     y = es["actual"].cast(pl.Float64).to_numpy()[:, None]  # (N, 1): each (origin, step) pair a row
-    q = np.stack([es[quantile_column(q)].cast(pl.Float64).to_numpy() for q in QS], axis=-1)[:, None, :]
+    q = np.stack([es[quantile_label(q)].cast(pl.Float64).to_numpy() for q in QS], axis=-1)[:, None, :]
     model_es = q_risk(y, q, QS)  # the model's q-risk on ES, the series GARCH-t forecasts
     own = metrics["baselines"]["garch_t"]["overall"]["q_risk"]  # GARCH-t's own rows are ES's
     for i, k in enumerate(f"{x:g}" for x in QS):  # the skill is the model's on ES against GARCH-t's on ES

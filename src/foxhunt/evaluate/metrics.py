@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from foxhunt.model.config import quantile_label
+
 _TIE = 1e-9  # quantile levels closer than this are the same level
 
 
@@ -62,7 +64,7 @@ def interval_pairs(quantiles: Sequence[float] | np.ndarray) -> list[tuple[int, i
         if lo < 0.5 - _TIE:
             j = np.flatnonzero(np.abs(qs - (1.0 - lo)) < _TIE)
             if j.size:
-                pairs.append((i, int(j[0]), f"p{_pct(lo)}-p{_pct(1.0 - lo)}"))
+                pairs.append((i, int(j[0]), f"{quantile_label(lo)}-{quantile_label(1.0 - lo)}"))
     return pairs
 
 
@@ -300,8 +302,3 @@ def _cell_sums(cell: np.ndarray, w: np.ndarray, shape: tuple[int, int]) -> np.nd
     k = w.shape[1]
     idx = (cell[:, None] * k + np.arange(k)).ravel()  # (M * K,)
     return np.bincount(idx, weights=w.ravel(), minlength=size * k).reshape(*shape, k)
-
-
-def _pct(q: float) -> str:
-    """0.1 -> "10", 0.025 -> "2.5"."""
-    return f"{100.0 * q:.6g}"

@@ -31,6 +31,7 @@ from foxhunt.evaluate.scored_rows import Scored, from_batch, scored_windows
 from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines, first_forecast_ns
 from foxhunt.evaluate.verdict import seed_spread, verdict
 from foxhunt.model.adaptive import started_from
+from foxhunt.model.config import quantile_label
 from foxhunt.model.saved import LoadedModel, load_model
 from foxhunt.model.tft import variable_names
 from foxhunt.predict.bar_range import check_start, window_note, with_window
@@ -43,7 +44,7 @@ from foxhunt.predict.origins import (
     store_for_model,
     with_sources,
 )
-from foxhunt.predict.parquet import is_calibrated, quantile_column, write_forecasts
+from foxhunt.predict.parquet import is_calibrated, write_forecasts
 from foxhunt.train.device import resolve_device
 from foxhunt.train.seeds import SEEDS_FILE
 
@@ -174,7 +175,7 @@ def read_forecasts(path: Path, data: PreparedData, ids: torch.Tensor, lm: Loaded
     """Forecasts written earlier by `foxhunt predict`, matched to these bars' windows by (symbol, origin)."""
     if not path.exists():
         raise InputError(f"{path}: --forecasts file not found")
-    cols = [quantile_column(q) for q in lm.model_cfg.quantiles]
+    cols = [quantile_label(q) for q in lm.model_cfg.quantiles]
     try:
         fc = pl.read_parquet(path, columns=["symbol", "origin", "horizon", *cols])
     except Exception as e:

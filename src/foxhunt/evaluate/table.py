@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from foxhunt.evaluate.paired import left_out_text
+from foxhunt.model.config import quantile_label
 
 
 def _f(x: Any, width: int = 8, digits: int = 4) -> str:
@@ -28,7 +29,7 @@ def coverage_line(cal: dict[str, Any]) -> str:
                      + f" (nominal {hi - lo:.2f})")
     qs = list(next(iter(cov.values()), {}).get("below", {}))
     parts.append("share below " + ", ".join(
-        f"p{float(q) * 100:g} " + " -> ".join(_f(v["below"].get(q), 0, 3).strip() for v in cov.values()) for q in qs))
+        f"{quantile_label(q)} " + " -> ".join(_f(v["below"].get(q), 0, 3).strip() for v in cov.values()) for q in qs))
     how = f" ({cal['method']} shifts)" if cal.get("method") else ""
     state = f"calibrated{how}" if cal.get("applied") else f"not calibrated ({cal.get('not_applied')})"
     return f"{state}; " + "; ".join(parts)

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from foxhunt.evaluate.significance import ALPHA
+from foxhunt.model.config import quantile_label
 
 RULE = f"Diebold-Mariano, {ALPHA:.0%} two-sided, on the origins both forecast"
 
@@ -50,10 +51,6 @@ def judged_quantiles(quantiles: Sequence[float]) -> tuple[float, ...]:
     """The outer pair of `quantiles` (one quantile alone is judged by itself)."""
     qs = sorted(float(q) for q in quantiles)
     return (qs[0], qs[-1]) if len(qs) > 1 else tuple(qs)
-
-
-def label(q: float) -> str:
-    return f"p{q * 100:g}"
 
 
 def at(d: Mapping[Any, Any] | None, q: float) -> Any:
@@ -91,9 +88,9 @@ def describe(c: Mapping[str, Any], q: float) -> str:
     sk = at(c.get("skill"), q)
     kind = outcome(c, q)
     if kind == "none" or sk is None:
-        return f"not comparable at {label(q)}"
+        return f"not comparable at {quantile_label(q)}"
     size = "the same" if sk == 0 else f"{abs(sk):.1%} {'lower' if sk > 0 else 'higher'}"
-    return f"{kind} at {label(q)} (q-risk {size}, {p_text((at(c.get('dm'), q) or {}).get('p_value'))})"
+    return f"{kind} at {quantile_label(q)} (q-risk {size}, {p_text((at(c.get('dm'), q) or {}).get('p_value'))})"
 
 
 def strongest_baseline(comparisons: Mapping[str, Mapping[str, Any]], judged: Sequence[float]) -> str | None:
@@ -127,7 +124,7 @@ def series_won(c: Mapping[str, Any], judged: Sequence[float]) -> str:
         w = at(c.get("series_won"), q)
         if w and w["of"] > 1:
             of = f" of {w['of']} series" if i == 0 else f" of {w['of']}"
-            parts.append(f"{w['won']}{of} at {label(q)} ({w['won_significant']} significantly)")
+            parts.append(f"{w['won']}{of} at {quantile_label(q)} ({w['won_significant']} significantly)")
     return "a lower q-risk in " + " and ".join(parts) if parts else ""
 
 
@@ -136,7 +133,7 @@ def verdict(comparisons: Mapping[str, Mapping[str, Any]], quantiles: Sequence[fl
     """One sentence judging the model against every baseline it was compared with (`comparisons`: baseline ->
     `Comparison.result()`); `missing`: baselines that were expected but not scored, with the reason."""
     judged = judged_quantiles(quantiles)
-    where = " and ".join(label(q) for q in judged)
+    where = " and ".join(quantile_label(q) for q in judged)
     keys = {q: f"{q:g}" for q in judged}
     skills = {b: {keys[q]: at(c.get("skill"), q) for q in judged} for b, c in comparisons.items()}
     pvals = {b: {keys[q]: (at(c.get("dm"), q) or {}).get("p_value") for q in judged} for b, c in comparisons.items()}
@@ -176,14 +173,14 @@ def validation_claim(comparisons: Mapping[str, Mapping[str, Any]], quantiles: Se
     0.5343 against the model's 0.5042 / 0.5314 on 6,896 origins, better at p10 (q-risk 5.7% lower, p = 0.002),
     level at p90 (q-risk 0.5% lower, p = 0.610): NOT better than garch_t`."""
     judged = judged_quantiles(quantiles)
-    mine = " / ".join(f"{label(q)} {v:.4f}" for q in judged if (v := at(model, q)) is not None)
+    mine = " / ".join(f"{quantile_label(q)} {v:.4f}" for q in judged if (v := at(model, q)) is not None)
     strongest = strongest_baseline(comparisons, judged)
     if strongest is None:
         return f"validation q-risk {mine} ({origins:,} origins); no baseline could be scored on validation"
     v = verdict(comparisons, quantiles)
     n = len(comparisons)
     if v.better:
-        end = f"better than {'it' if n == 1 else f'all {n}'} (significantly at {' and '.join(map(label, judged))})"
+        end = f"better than {'it' if n == 1 else f'all {n}'} (significantly at {' and '.join(map(quantile_label, judged))})"
     else:
         lost = sorted((b for b, by_q in v.outcome.items() if any(k != "better" for k in by_q.values())),
                       key=lambda b: b != strongest)  # the strongest first: its figures are above
@@ -212,6 +209,6 @@ def seed_spread(seeds: Mapping[str, Any], quantiles: Sequence[float]) -> str | N
     for q in judged_quantiles(quantiles):
         values = [v for r in rows if (v := at(r.get("val_qrisk"), q)) is not None]
         if values:
-            parts.append(f"{label(q)} {min(values):.4f} / {statistics.median(values):.4f} / {max(values):.4f}")
+            parts.append(f"{quantile_label(q)} {min(values):.4f} / {statistics.median(values):.4f} / {max(values):.4f}")
     return (f"validation q-risk over {len(rows)} seeds (seed {seeds.get('kept_seed')} kept, lowest val_loss): "
             + ", ".join(parts) + " (min / median / max); the claim is for the kept seed")

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from foxhunt.model.config import DEFAULT_METHOD, METHODS  # noqa: F401  (declared with the options)
+from foxhunt.model.config import DEFAULT_METHOD, METHODS, quantile_label  # noqa: F401  (declared with the options)
 
 MODES = ("scaled", "raw")
 DEFAULT_MODE = "scaled"
@@ -98,7 +98,7 @@ def coverage_summary(y: np.ndarray, q_pred: np.ndarray, quantiles: Sequence[floa
 
 def outer_label(quantiles: Sequence[float]) -> str | None:
     """"p10-p90" for (0.1, 0.5, 0.9): the outermost pair of quantiles, when it brackets the median."""
-    return f"p{quantiles[0] * 100:g}-p{quantiles[-1] * 100:g}" if quantiles[0] < 0.5 < quantiles[-1] else None
+    return f"{quantile_label(quantiles[0])}-{quantile_label(quantiles[-1])}" if quantiles[0] < 0.5 < quantiles[-1] else None
 
 
 @dataclass(frozen=True)

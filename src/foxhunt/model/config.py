@@ -32,6 +32,14 @@ def resolved_method(method: str, anchored: bool, adaptive_won: bool = False) -> 
     if method != "auto":
         return method
     return ("adaptive" if adaptive_won else "none") if anchored else "fixed"
+
+
+def quantile_label(q: float | str) -> str:
+    """The name of quantile level `q` (a float or its JSON key) everywhere it is shown or stored: 0.1 -> "p10",
+    0.025 -> "p2.5" (a forecast file's column, a table's header, the console's q-risk)."""
+    return f"p{float(q) * 100:g}"
+
+
 # The quantile head (model/quantile_head.py): independent linear maps, or the median plus softplus gaps (tied: cannot
 # cross); the default is chosen by benchmarks/versus.py (docs/benchmarks.md): level, so independent.
 HEADS = ("independent", "tied")

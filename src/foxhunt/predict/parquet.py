@@ -19,16 +19,12 @@ from foxhunt.atomic import atomic_path
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.model.adaptive import Runner
 from foxhunt.model.calibration import Calibration
+from foxhunt.model.config import quantile_label
 from foxhunt.model.saved import LoadedModel
 from foxhunt.predict.interpretation import InterpretationAccumulator
 from foxhunt.predict.predictor import BatchPredictor, ForecastBatch
 
 log = logging.getLogger("foxhunt.evaluate")
-
-
-def quantile_column(q: float) -> str:
-    """0.1 -> 'p10', 0.025 -> 'p2.5'."""
-    return f"p{q * 100:g}"
 
 
 def calibration_metadata(cal: Calibration | Runner | None) -> dict[bytes, bytes]:
@@ -62,7 +58,7 @@ def forecast_table(fb: ForecastBatch, names: tuple[str, ...], quantiles: tuple[f
         "target_time": pa.array(tgt, type=pa.timestamp("ns", tz="UTC"), mask=tgt < 0),
     }
     for k, q in enumerate(quantiles):
-        cols[quantile_column(q)] = pa.array(fb.quantiles[:, :, k].reshape(-1))
+        cols[quantile_label(q)] = pa.array(fb.quantiles[:, :, k].reshape(-1))
     act = fb.actual.reshape(-1)
     cols["actual"] = pa.array(act, mask=np.isnan(act))
     if fb.filled is not None:  # --fill-gaps models: which actuals are filled bars (no trade in that interval)

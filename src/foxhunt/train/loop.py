@@ -25,6 +25,7 @@ from foxhunt.data.dataset.batch import Batch
 from foxhunt.data.dataset.run_order import OrderedIds, RunOrder
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.errors import InputError
+from foxhunt.model.config import quantile_label
 from foxhunt.model.saved import state_to_cpu
 from foxhunt.train import faults
 from foxhunt.train.config import AUTO, AUTO_EPOCH_WINDOWS, MAX_AUTO_EPOCHS, MIN_AUTO_EPOCHS, TrainConfig
@@ -418,7 +419,7 @@ def epoch_record(epoch: int, train_loss: float | None, val: ValResult, lr: float
 
 
 def format_epoch(r: dict[str, Any], epochs: int) -> str:
-    qrisk = " ".join(f"p{float(q) * 100:g}={v:.4f}" for q, v in r["val_qrisk"].items())
+    qrisk = " ".join(f"{quantile_label(q)}={v:.4f}" for q, v in r["val_qrisk"].items())
     if r["train_loss"] is None:  # epoch 0 of an anchored model: its anchor, untrained
         return f"epoch 0/{epochs} (the anchor, untrained)  val_loss {r['val_loss']:.5f}  val_qrisk {qrisk}" + (
             "  *best" if r["best"] else "")

@@ -30,7 +30,7 @@ import torch
 from foxhunt.atomic import write_json
 from foxhunt.console import SHOW
 from foxhunt.data.config import DataConfig
-from foxhunt.model.config import ModelConfig
+from foxhunt.model.config import ModelConfig, quantile_label
 from foxhunt.train.config import TrainConfig
 from foxhunt.train.console_lines import WarningCounter
 from foxhunt.train.run_dir import RunDir, attach_log_file
@@ -72,7 +72,7 @@ def peak_host_mb(memory_jsonl: Path) -> float | None:
 def seed_line(s: SeedSummary, index: int, n: int) -> str:
     """`seed 1 (2 of 3): best epoch 3, val_loss 0.16788, val_qrisk p10=0.5042 p50=1.0000 p90=0.5314, 69.1s, peak
     host 459 MiB`."""
-    qrisk = " ".join(f"p{float(q) * 100:g}={v:.4f}" for q, v in s.val_qrisk.items())
+    qrisk = " ".join(f"{quantile_label(q)}={v:.4f}" for q, v in s.val_qrisk.items())
     peak = "" if s.peak_host_mb is None else f", peak host {s.peak_host_mb:,.0f} MiB"
     return (f"seed {s.seed} ({index} of {n}): best epoch {s.best_epoch}, val_loss {s.val_loss:.5f}, val_qrisk "
             f"{qrisk}, {s.seconds:.1f}s{peak}")
@@ -94,7 +94,7 @@ def spread_line(sp: dict[str, Any], n: int, kept: int) -> str:
     def three(d: dict[str, float], digits: int) -> str:
         return " / ".join(f"{d[k]:.{digits}f}" for k in ("min", "median", "max"))
 
-    qrisk = ", ".join(f"p{float(q) * 100:g} {three(d, 4)}" for q, d in sp["val_qrisk"].items())
+    qrisk = ", ".join(f"{quantile_label(q)} {three(d, 4)}" for q, d in sp["val_qrisk"].items())
     return (f"spread over {n} seeds (min / median / max): val_loss {three(sp['val_loss'], 5)}, val_qrisk {qrisk}; "
             f"kept seed {kept} (lowest {SELECTED_BY})")
 

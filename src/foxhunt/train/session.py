@@ -25,7 +25,7 @@ from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.data.prepare import prepare_data
 from foxhunt.data.store import open_features
 from foxhunt.errors import InputError
-from foxhunt.model.config import ModelConfig
+from foxhunt.model.config import ModelConfig, quantile_label
 from foxhunt.model.saved import save_model_json, save_weights
 from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, variable_names
 from foxhunt.train import faults
@@ -373,7 +373,7 @@ def _baseline(data: PreparedData, model_cfg: ModelConfig, cfg: TrainConfig, val_
                         loss_weight=cfg.loss_weight)
     log.info("baseline for the loss scale (training-set quantiles per series and horizon; the final line compares "
              "with every baseline): val_loss %.5f  val_qrisk %s",
-             baseline.loss, " ".join(f"p{q * 100:g}={v:.4f}" for q, v in baseline.qrisk.items()), extra=SHOW)
+             baseline.loss, " ".join(f"{quantile_label(q)}={v:.4f}" for q, v in baseline.qrisk.items()), extra=SHOW)
     return baseline
 
 

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from foxhunt.atomic import write_json
 from foxhunt.errors import InputError
+from foxhunt.model.config import quantile_label
 from foxhunt.train.run_dir import RunDir
 
 log = logging.getLogger("foxhunt.train")
@@ -87,7 +88,7 @@ def epoch_scalars(record: dict[str, Any]) -> dict[str, float]:
     """The numbers of a metrics.jsonl epoch record, val_qrisk per quantile as val_qrisk_p10 etc."""
     out = {k: float(v) for k, v in record.items()
            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "epoch"}
-    out.update({f"val_qrisk_p{float(q) * 100:g}": float(v) for q, v in record.get("val_qrisk", {}).items()})
+    out.update({f"val_qrisk_{quantile_label(q)}": float(v) for q, v in record.get("val_qrisk", {}).items()})
     return out
 
 
