@@ -91,3 +91,19 @@ def xnys_daily_run(tmp_path_factory, daily_path) -> tuple[Path, Any]:
     untrained_run(run, DataConfig(paths=(str(daily_path),), until="2024-11-28", calendar="XNYS", encoder_length=16,
                                   horizon=3))
     return run, pl.read_parquet(daily_path)
+
+
+@pytest.fixture(scope="session")
+def xnys_sessions_run(tmp_path_factory, daily_path) -> tuple[Path, Any]:
+    """`xnys_daily_run` with --calendar-features: XNYS's holidays and early closes as inputs (Thanksgiving
+    2024-11-28 a holiday, 11-29 an early close), and the fixture's bars. Without an anchor, so that the untrained
+    model's forecasts move with its inputs (an anchored one forecasts its anchor whatever they are)."""
+    pytest.importorskip("pandas_market_calendars")
+    import polars as pl
+
+    from foxhunt.data.config import DataConfig
+
+    run = tmp_path_factory.mktemp("xnys_sessions_run")
+    untrained_run(run, DataConfig(paths=(str(daily_path),), until="2024-11-28", calendar="XNYS", calendar_features=True,
+                                  encoder_length=16, horizon=3, anchor="none"))
+    return run, pl.read_parquet(daily_path)

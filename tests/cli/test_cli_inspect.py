@@ -25,6 +25,8 @@ def test_inspect_text_names_rows_contracts_and_splits(fixtures_dir, capsys):
     out = capsys.readouterr().out
     for needle in ("68,239 rows read", "ESH4-ESM4", "train", "val", "2024-03-11 ESH4->ESM4 volume"):
         assert needle in out
+    # times say their zone (UTC), which need not be the one the bars were read in (--timezone)
+    assert "rows 2024-02-18T23:00 UTC .. 2024-03-15T20:59 UTC" in out and "train cut 2024-03-05T12:12 UTC" in out
 
 
 def test_inspect_roll_confirm_moves_the_roll(fixtures_dir, capsys):

@@ -98,8 +98,9 @@ class DataConfig:
     # (`tod_vol`), trailing volatility divided by it as an observed one, and volatility scaling by their product.
     # Ignored for daily bars (no time of day).
     seasonality: bool = option(True, "Time-of-day volatility profile as an input.", DATA)
-    # CME Globex Equity session features (needs the `calendars` extra).
-    calendar_features: bool = option(False, "Globex Equity session inputs (extra: calendars).", DATA)
+    # Session inputs (holidays, early closes, minutes to close) of --calendar's calendar, CME Globex Equity's without
+    # one (data/features/calendar.py; needs the `calendars` extra).
+    calendar_features: bool = option(False, "Holiday inputs of --calendar (extra: calendars).", DATA)
     # Intraday: missing grid bars inside a session become flagged zero-volume bars (fill.py).
     fill_gaps: bool = option(False, "Fill missing intraday bars inside a session.", DATA)
     # Start every forecast from a baseline's quantiles, fitted on the training rows (data/baselines/anchor.py): the
@@ -169,6 +170,9 @@ class DataConfig:
             from foxhunt.data.bars.sessions import calendar_session  # raises naming --calendar
 
             object.__setattr__(self, "exchange_tz", calendar_session(self.calendar).tz)  # derived: set once here
+            if self.calendar_features and calendar_session(self.calendar).always_open:
+                bad(f"--calendar-features has no holidays or closes to mark under --calendar {self.calendar}; drop one "
+                    "of them")
         if self.since is not None or self.until is not None:
             from foxhunt.data.io.partitions import TimeBounds  # raises naming --since / --until
 

@@ -62,7 +62,28 @@ FEATURES = {
     "shock": "r_t / sigma_t-1", "range_shock": "sqrt(k) ln(H/L)_t / sigma_t-1",
     "log_vol_fast": "ln(sigma_t at halflife / 4 over sigma_t)", "log_vol_slow": "ln(sigma_t at halflife x 4 over sigma_t)",
     "log_vol_season": "ln s_t, s_t the trailing volatility of proxy / p(t)^2 (deseasonalized)",
+    "early_close": "1 when the bar's trade date closes before the regular close of calendar.session_inputs "
+                   "(a pandas-market-calendars calendar), else 0; 0 on a day it has no session",
+    "pre_holiday": "1 on the session before a weekday on which calendar.session_inputs has no session, else 0",
+    "post_holiday": "1 on the session after a weekday on which calendar.session_inputs has no session, else 0",
+    "to_close": "minutes from the bar to its session's close over the regular session's length, clipped to [0, 1]",
 }
+
+
+def calendar_words(tf: FittedTransform) -> dict[str, Any]:
+    """Where the forecast steps sit and which calendar the session inputs follow: with `--calendar`, its session
+    (hours in its zone, trading weekdays, every holiday it knows: model.json's `transform.session`), without which
+    a reader in another language could not place the steps past a holiday."""
+    session = None if tf.session is None else dataclasses.asdict(tf.session)
+    closures = ("Saturdays and Sundays for daily bars; intraday, CME Globex Equity's daily halt and weekend in "
+                "America/Chicago, nothing in another zone" if session is None else
+                "the times outside `session` (open_min .. close_min minutes after local midnight, open_day / close_day "
+                "relative to the trade date, on `weekdays`, Monday 0) and its `holidays`")
+    return {"intraday": tf.intraday, "exchange_tz": tf.exchange_tz, "bar_spacing_ns": tf.bar_spacing_ns,
+            "session": session,
+            "session_inputs": tf.session_calendar,  # early_close ... to_close follow this calendar (None: not used)
+            "decoder_steps": "the known inputs at forecast step k are those of the k-th point of the regular grid "
+                             f"of bar_spacing_ns after the origin, skipping {closures}"}
 
 
 def _input(spec: InputSpec, cards: dict[str, int]) -> dict[str, Any]:
@@ -277,10 +298,7 @@ def sidecar(lm: LoadedModel, run_dir: Path, model_file: str, specs: list[InputSp
         "target": schema.target,
         "series": {"vocabulary": list(lm.transform.series_vocab), "unknown_code": 0,
                    "codes": {name: i + 1 for i, name in enumerate(lm.transform.series_vocab)}},
-        "calendar": {"intraday": lm.transform.intraday, "exchange_tz": lm.transform.exchange_tz,
-                     "bar_spacing_ns": lm.transform.bar_spacing_ns,
-                     "decoder_steps": "the known inputs at forecast step k are those of origin + k x bar_spacing_ns "
-                                      "on the regular grid (skipping the daily halt and weekends intraday)"},
+        "calendar": calendar_words(lm.transform),
         "features": {n: FEATURES.get(n) or _anchor_feature(n) or user_words(lm).get(n, "see docs/reference/"
                                                                                        "model-format.md")
                      for n in sorted(used)},

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from foxhunt.data.bars.grid import future_timestamps
-from foxhunt.data.features.calendar import calendar_columns, calendar_features
+from foxhunt.data.features.calendar import SESSION_CALENDAR, calendar_columns, calendar_features
 from foxhunt.data.util import clock
 from foxhunt.data.util.clock import local_ns
 from foxhunt.errors import InputError
@@ -79,7 +79,7 @@ def test_fixture_sessions_open_at_17_ct_before_and_after_dst(esh4_ts: np.ndarray
 
 def test_presidents_day_session_features(esh4_ts: np.ndarray) -> None:
     pytest.importorskip("pandas_market_calendars")
-    f = calendar_features(esh4_ts, CT, intraday=True, sessions=True)
+    f = calendar_features(esh4_ts, CT, intraday=True, sessions=SESSION_CALENDAR)
     assert list(f) == list(calendar_columns(True, True))
     day = ((local_ns(esh4_ts, CT) + 7 * 3600 * 10**9) // (86400 * 10**9)).astype("datetime64[D]")
     pres = day == np.datetime64("2024-02-19")
@@ -107,7 +107,7 @@ def test_daily_features_use_the_utc_date() -> None:
 def test_daily_session_flags() -> None:
     pytest.importorskip("pandas_market_calendars")
     ts = ns("2024-02-19", "2024-12-24", "2024-12-26", "2024-03-29", "2024-03-28")
-    f = calendar_features(ts, CT, intraday=False, sessions=True)
+    f = calendar_features(ts, CT, intraday=False, sessions=SESSION_CALENDAR)
     assert f["early_close"].tolist() == [
         1.0,
         1.0,
@@ -122,7 +122,7 @@ def test_daily_session_flags() -> None:
 def test_missing_calendar_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pandas_market_calendars", None)
     with pytest.raises(InputError, match=r"foxhunt\[calendars\]"):
-        calendar_features(ns("2024-02-19"), CT, intraday=False, sessions=True)
+        calendar_features(ns("2024-02-19"), CT, intraday=False, sessions=SESSION_CALENDAR)
 
 
 def test_future_daily_timestamps_skip_weekends() -> None:

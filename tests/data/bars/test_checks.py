@@ -303,3 +303,33 @@ def test_new_flags_reach_the_data_config():
     cfg = data_config({"timezone": CT, "price_scale": "100"}, ())
     assert (cfg.timezone, cfg.price_scale) == (CT, 100.0)
     assert (data_config({}, ()).timezone, data_config({}, ()).price_scale) == (None, 1.0)
+
+
+def test_naive_new_york_times_read_as_utc_name_the_calendars_zone(tmp_path):
+    pytest.importorskip("pandas_market_calendars")
+    path = _new_york_15m(tmp_path, dt.time(9, 30))
+    with pytest.raises(InputError) as err:
+        load_bars(DataConfig(paths=(str(path),), calendar="XNYS"))
+    assert "--timezone America/New_York" in str(err.value) and "America/Chicago" not in str(err.value)
+
+
+def _new_york_15m(tmp_path: Path, first: dt.time) -> Path:
+    """Naive New York 15-minute bars of KO on eight weekdays, 26 a day from `first` (09:30: start stamps)."""
+    days = [dt.date(2024, 3, 4) + dt.timedelta(days=d) for d in range(10) if (3 + d) % 7 not in (5, 6)]
+    times = [dt.datetime.combine(day, first) + dt.timedelta(minutes=15 * k) for day in days for k in range(26)]
+    n = len(times)
+    return _write(pl.DataFrame({"timestamp": times, "symbol": ["KO"] * n, "open": [60.0] * n, "high": [60.1] * n,
+                                "low": [59.9] * n, "close": [60.0] * n, "volume": [1e4] * n}),
+                  tmp_path / f"ko_{first.hour}{first.minute}.parquet")
+
+
+def test_bars_stamped_at_their_end_are_named_under_a_calendar(tmp_path, caplog):
+    pytest.importorskip("pandas_market_calendars")
+    for first, warned in ((dt.time(9, 45), True), (dt.time(9, 30), False)):  # 09:45 .. 16:00, 09:30 .. 15:45
+        path = _new_york_15m(tmp_path, first)
+        caplog.clear()
+        load_bars(DataConfig(paths=(str(path),), calendar="XNYS", timezone="America/New_York"))
+        said = [r.getMessage() for r in caplog.records if "stamped at their end" in r.getMessage()]
+        assert len(said) == warned
+        if warned:
+            assert said[0].startswith(str(path)) and "(16:00)" in said[0] and "timestamp - 15m" in said[0]

@@ -54,7 +54,7 @@ def assert_decoder_from_origin(p: PreparedData, ids: torch.Tensor) -> None:
     """The batch's known inputs at forecast steps == the calendar of the grid after each origin, computed anew."""
     w, tf = p.windows, p.transform
     want = decoder_features(w.origin_ns(ids).numpy(), tf.bar_spacing_ns, w.horizon, tf.exchange_tz, tf.intraday,
-                            tf.calendar_features, tf.scalers.season)  # (B, D, Kr)
+                            tf.session_calendar, tf.scalers.season)  # (B, D, Kr)
     got = w.batch(ids).dense()["known_cont"][:, w.encoder_length :, : w.n_known_cont]  # (B, D, Kr)
     assert torch.equal(got, torch.from_numpy(want))
 
@@ -133,10 +133,10 @@ def test_table_storage_matches_the_definition(offset_ns: int, chunk_cells: int, 
     start = int(np.datetime64("2024-03-08T20:00", "ns").astype(np.int64))  # Fri 14:00 CST: crosses the weekend
     ts = start + np.sort(rng.choice(600, 300, replace=False)) * 60 * SEC
     ts[::7] += offset_ns  # some bars off the minute
-    known = decoder_known(ts, 60 * SEC, 5, CT, True, False)
+    known = decoder_known(ts, 60 * SEC, 5, CT, True, None)
     assert (known.index is None) == (offset_ns == 0)
     rows = known.base[:, None] + np.arange(5) if known.index is None else known.index
-    np.testing.assert_array_equal(known.cont[rows], decoder_features(ts, 60 * SEC, 5, CT, True, False))
+    np.testing.assert_array_equal(known.cont[rows], decoder_features(ts, 60 * SEC, 5, CT, True, None))
 
 
 def test_old_transforms_without_a_spacing_use_the_files() -> None:

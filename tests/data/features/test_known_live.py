@@ -38,13 +38,13 @@ def test_spans_give_each_timestamps_own_known_inputs_and_grid(start, step_ns, in
     out = np.empty((d, 6 if intraday else 4), np.float32)  # intraday: 5 calendar columns and tod_vol
     for i in range(300):  # a stream of bars on the grid, some skipped, and one off the lattice
         ts = future_timestamps(np.array([ts]), step_ns, 1 + i % 3, intraday, tz, tf.grid)[0, -1] + (7 if i == 150 else 0)
-        want = known_columns(np.array([ts]), tz, intraday, False, season)
+        want = known_columns(np.array([ts]), tz, intraday, None, season)
         np.testing.assert_array_equal(grid.known(ts), np.array([v[0] for v in want.values()], np.float32))
         if season is not None:
             assert grid.profile(ts) == profile_at(np.array([ts]), season)[0]
         steps = future_timestamps(np.array([ts]), step_ns, d, intraday, tz, tf.grid)[0]  # (D,)
         grid.decoder(ts, out)
-        want = known_columns(steps, tz, intraday, False, season)
+        want = known_columns(steps, tz, intraday, None, season)
         np.testing.assert_array_equal(out, np.stack(list(want.values()), -1).astype(np.float32))
 
 

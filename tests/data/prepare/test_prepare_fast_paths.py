@@ -46,7 +46,7 @@ def _decoder_known_reference(ts: np.ndarray, step: int, d: int, season: Season |
     table = np.unique(grid)
     base = np.searchsorted(table, ts, side="right").astype(np.int64)
     lattice = np.array_equal(table[np.minimum(base[:, None] + np.arange(d), len(table) - 1)], grid)
-    cal = known_columns(table, CT, True, False, season)
+    cal = known_columns(table, CT, True, None, season)
     cont = np.stack(list(cal.values()), axis=-1).astype(np.float32)
     return DecoderKnown(cont, table, base, None if lattice else np.searchsorted(table, grid).astype(np.int32))
 
@@ -55,7 +55,7 @@ def _decoder_known_reference(ts: np.ndarray, step: int, d: int, season: Season |
 def test_decoder_known_once_per_distinct_timestamp_matches_every_bar(offset_ns):
     ts = _stamps(offset_ns)
     season = Season(CT, 3.0, tuple(np.linspace(0.5, 1.5, 1440).tolist()))
-    got, want = decoder_known(ts, MIN, 5, CT, True, False, season), _decoder_known_reference(ts, MIN, 5, season)
+    got, want = decoder_known(ts, MIN, 5, CT, True, None, season), _decoder_known_reference(ts, MIN, 5, season)
     assert (got.index is None) == (offset_ns == 0)
     for field in ("cont", "ts", "base", "index"):
         a, b = getattr(got, field), getattr(want, field)
@@ -79,7 +79,7 @@ def test_row_calendar_once_per_distinct_timestamp_matches_every_row():
     bars = _bars(_stamps())
     p = prepare_from_bars(LoadedBars(bars, [], {}), DataConfig(encoder_length=10, horizon=5, val_fraction=0.3))
     w, tf = p.windows, p.transform
-    cal = known_columns(w.ts_ns.numpy(), tf.exchange_tz, tf.intraday, tf.calendar_features, tf.scalers.season)
+    cal = known_columns(w.ts_ns.numpy(), tf.exchange_tz, tf.intraday, tf.session_calendar, tf.scalers.season)
     want = np.stack(list(cal.values()), axis=-1).astype(np.float32)  # (N, Kr) row by row, as _windowed did
     assert w.n_known_cont == want.shape[1] == 6  # 5 calendar columns and tod_vol
     assert np.array_equal(w.cont[:, : w.n_known_cont].numpy(), want)

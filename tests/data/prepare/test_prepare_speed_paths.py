@@ -85,9 +85,9 @@ def test_local_ns_table_of_the_span_is_the_runs_of_quarter_hours(monkeypatch):
 def test_known_cont_in_chunks_is_known_columns(monkeypatch):
     ts = np.sort(np.random.default_rng(3).choice(10**6, 1000, replace=False)) * MIN + 1_700_000_000 * 10**9
     season = Season(CT, 3.0, tuple(np.linspace(0.5, 1.5, 1440).tolist()))
-    want = np.stack(list(known.known_columns(ts, CT, True, False, season).values()), axis=-1).astype(np.float32)
+    want = np.stack(list(known.known_columns(ts, CT, True, None, season).values()), axis=-1).astype(np.float32)
     monkeypatch.setattr(known, "CHUNK_ROWS", 64)
-    got = known.known_cont(np.concatenate([ts[::2], ts[1::2]]), CT, True, False, season)  # any order
+    got = known.known_cont(np.concatenate([ts[::2], ts[1::2]]), CT, True, None, season)  # any order
     assert np.array_equal(got, np.concatenate([want[::2], want[1::2]]))
 
 

@@ -118,16 +118,16 @@ def test_the_shared_grids_rows_are_the_known_inputs_of_each_bars_timestamp(seaso
     start = int(np.datetime64("2024-03-04T14:30", "ns").astype(np.int64))
     ts = np.concatenate([start + np.sort(rng.choice(3000, n, replace=False)) * MIN for n in (2000, 1500)])
     ts[100] += 17 * 10**9  # a stamp off the minute grid: no forecast grid lands on it
-    grid = known.shared_grid(known.sorted_distinct(ts), MIN, 3, CT, True, False, season, default_grid(CT))
+    grid = known.shared_grid(known.sorted_distinct(ts), MIN, 3, CT, True, None, season, default_grid(CT))
     assert len(grid.extra_ts) >= 2  # the first stamp and the one off the grid
     monkeypatch.setattr(known, "CHUNK_ROWS", 512)
     width = 5 + (season is not None)
     out = np.zeros((len(ts), width + 3), dtype=np.float32)
     got = grid.rows(ts, out[:, 1:1 + width])
-    want = known.known_cont(ts, CT, True, False, season)  # (N, Kr) straight from the definition
+    want = known.known_cont(ts, CT, True, None, season)  # (N, Kr) straight from the definition
     assert np.array_equal(out[:, 1:1 + width], want) and not out[:, [0, width + 1, width + 2]].any()
     # the grid's table: its own known inputs, whichever stamps it shares with the bars
-    assert np.array_equal(grid.cont, known.known_cont(grid.ts, CT, True, False, season))
+    assert np.array_equal(grid.cont, known.known_cont(grid.ts, CT, True, None, season))
     # each row's forecast steps: the grid's times after it
     rows = got.base[:, None] + np.arange(3) if got.index is None else got.index
     assert np.array_equal(grid.ts[rows], known.decoder_timestamps(ts, MIN, 3, True, CT))

@@ -327,6 +327,12 @@ def check_session_grid(
         return {"timezone": used, "closed_share": None}
     session = run_session(calendar)
     share = closed_share(df, exchange_tz, runs, session)
+    if session is not None and stamped_at_end(df.get_column("ts").dt.epoch("ns").to_numpy(), session):
+        log.warning("%s: the bars sit at the %s close (%s) and never at its open (%s): they look stamped at their end; "
+                    "foxhunt reads a bar's time as its start, so a forecast's first step after the close lands on the "
+                    "open: move the stamps back one bar (e.g. timestamp - %s) before reading them",
+                    files[0]["path"] if files else "bars", calendar,
+                    _hhmm(session.close_min), _hhmm(session.open_min), _span_text(step_ns))
     if share > CLOSED_LIMIT:
         where = f"the {calendar} calendar is closed" if calendar is not None else "the exchange is closed"
         what = f"{100 * share:.1f}% of the bars fall where {where} (the daily halt or the weekend, {exchange_tz} time)"
@@ -334,10 +340,32 @@ def check_session_grid(
         if naive and timezone is None:
             raise InputError(
                 f"{naive[0]}: {what} when its naive timestamps are read as UTC; {hint}if they are exchange time "
-                "pass --timezone America/Chicago (or the zone they are in), or --timezone UTC to keep them as UTC"
+                f"pass --timezone {exchange_tz} (or the zone they are in), or --timezone UTC to keep them as UTC"
             )
         log.warning("%s with timestamps read as %s; %scheck --timezone", what, zone, hint)
     return {"timezone": used, "closed_share": share}
+
+
+END_STAMP_DAYS = 5  # close-minute bars (and no open-minute one) from which bars are taken as stamped at their end
+
+
+def stamped_at_end(ts_ns: np.ndarray, session: Session) -> bool:
+    """Whether intraday bars of a day session (it opens and closes on the trade date, XNYS's 09:30-16:00) look
+    stamped at their end: bars at its closing minute on END_STAMP_DAYS or more days, none at its opening minute.
+    A bar stamped at its start never sits at the close (the session is over), one stamped at its end never at the open."""
+    if session.always_open or session.open_day != session.close_day:
+        return False
+    minute = (local_ns(ts_ns, session.tz) % (DAY_MIN * MIN_NS)) // MIN_NS  # (N,) minute of the local day
+    return int(np.count_nonzero(minute == session.close_min)) >= END_STAMP_DAYS and not (minute == session.open_min).any()
+
+
+def _hhmm(minute: int) -> str:
+    return f"{minute // 60:02d}:{minute % 60:02d}"
+
+
+def _span_text(step_ns: float) -> str:
+    minutes = round(step_ns / MIN_NS)
+    return f"{minutes // 60}h" if minutes % 60 == 0 else f"{minutes}m"
 
 
 WEEKEND_TRADING = 0.1  # bars on Saturdays (UTC) above this share: a market that trades through the weekend

@@ -247,6 +247,11 @@ def _calendar_hint(calendar: str | None) -> str:
     return f"; so many may mean the market does not keep the sessions of --calendar {calendar} (its days or hours)"
 
 
+def _utc(iso_time: str) -> str:
+    """A summary's time (`iso`, UTC) to the minute, saying its zone: the bars may have been read in another one."""
+    return f"{iso_time[:16]} UTC"
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """A compact multi-line text: data, series, features, target, and one line per split."""
     s = summary
@@ -280,7 +285,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         )
     for name, info in s["series"].items():
         lines.append(
-            f"series    {name}: {info['rows']:,} rows {info['start'][:16]} .. {info['end'][:16]}, "
+            f"series    {name}: {info['rows']:,} rows {_utc(info['start'])} .. {_utc(info['end'])}, "
             f"{info['windows']:,} windows, code {info['code']}"
             + (" (unseen in training)" if info["code"] == 0 else "")
         )
@@ -292,12 +297,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.extend(summary_lines(s["inputs"]))
     lines.append(
         f"target    {s['target']}, scaling {s['scaling']}, encoder {s['encoder_length']}, horizon {s['horizon']}"
-        + (f", train cut {s['train_end'][:16]}" if s.get("train_end") else "")
-        + (f", val end {s['val_end'][:16]}" if s.get("val_end") else "")
+        + (f", train cut {_utc(s['train_end'])}" if s.get("train_end") else "")
+        + (f", val end {_utc(s['val_end'])}" if s.get("val_end") else "")
     )
     for k in SPLITS:
         r = s["ranges"].get(k)
-        span = f"  first forecast bar {r['first'][:16]} .. {r['last'][:16]}" if r else ""
+        span = f"  first forecast bar {_utc(r['first'])} .. {_utc(r['last'])}" if r else ""
         purged = s["purged"].get(k, 0)
         lines.append(
             f"{k:<9} {s['windows'][k]:>10,} windows{span}" + (f"  ({purged:,} purged)" if purged else "")

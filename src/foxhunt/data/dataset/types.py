@@ -19,6 +19,7 @@ from foxhunt.data.bars.sessions import Session, session_of
 from foxhunt.data.baselines.anchor import AnchorFit
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.windows import WindowedData
+from foxhunt.data.features.calendar import SESSION_CALENDAR
 from foxhunt.data.features.fitted import FittedInputs, Scalers
 from foxhunt.data.features.scaling import observed_names
 from foxhunt.data.features.schema import UNKNOWN_SERIES, FeatureSchema
@@ -54,6 +55,9 @@ class FittedTransform:
     roots_apart: tuple[str, ...] | None = None
     roots_rolled: tuple[str, ...] | None = None
     anchor: AnchorFit | None = None  # --anchor's fitted baselines (data/baselines/anchor.py); None: no anchor
+    # The pandas-market-calendars calendar the session inputs follow (`--calendar-features`; calendar.features_calendar:
+    # --calendar's, CME Globex Equity without one). Model files and stores saved before it was recorded followed CME's.
+    features_calendar: str = SESSION_CALENDAR
 
     @property
     def target(self) -> str:
@@ -66,6 +70,11 @@ class FittedTransform:
     @property
     def calendar_features(self) -> bool:
         return self.data.calendar_features
+
+    @property
+    def session_calendar(self) -> str | None:
+        """The calendar of the session inputs (calendar.session_features), None without `--calendar-features`."""
+        return self.features_calendar if self.data.calendar_features else None
 
     @property
     def exchange_tz(self) -> str:
@@ -109,6 +118,7 @@ class FittedTransform:
             "roots_apart": None if self.roots_apart is None else list(self.roots_apart),
             "roots_rolled": None if self.roots_rolled is None else list(self.roots_rolled),
             "anchor": None if self.anchor is None else self.anchor.to_dict(),
+            "features_calendar": self.features_calendar,
         }
 
     @staticmethod
@@ -124,7 +134,8 @@ class FittedTransform:
             session=None if d["session"] is None else session_of(d["session"]),
             inputs=None if d["inputs"] is None else FittedInputs.from_dict(d["inputs"]),
             roots_apart=names("roots_apart"), roots_rolled=names("roots_rolled"),
-            anchor=None if d["anchor"] is None else AnchorFit.from_dict(d["anchor"]))
+            anchor=None if d["anchor"] is None else AnchorFit.from_dict(d["anchor"]),
+            features_calendar=d.get("features_calendar", SESSION_CALENDAR))  # absent: saved when it was always CME's
 
 
 @dataclass

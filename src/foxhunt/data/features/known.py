@@ -54,10 +54,11 @@ def decoder_timestamps(origin_ns: np.ndarray, step_ns: int, horizon: int, intrad
 
 
 def known_columns(
-    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: Season | None = None,
+    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: str | None, season: Season | None = None,
 ) -> dict[str, np.ndarray]:
-    """The known continuous inputs of timestamps `ts_ns`: the calendar, then (with a fitted time-of-day profile,
-    seasonality.py) `tod_vol`, the log relative volatility of the profile at each timestamp."""
+    """The known continuous inputs of timestamps `ts_ns`: the calendar (with `sessions`, a calendar's name, its
+    session inputs: FittedTransform.session_calendar), then (with a fitted time-of-day profile, seasonality.py)
+    `tod_vol`, the log relative volatility of the profile at each timestamp."""
     wall = local_ns(ts_ns, exchange_tz) if intraday else None  # once, for the calendar and the profile
     cal = calendar_at(ts_ns, wall, sessions)
     if season is not None:
@@ -67,7 +68,7 @@ def known_columns(
 
 
 def decoder_features(
-    origin_ns: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool, sessions: bool,
+    origin_ns: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool, sessions: str | None,
     season: Season | None = None, grid: Grid | None = None,
 ) -> np.ndarray:
     """(M, D, Kr) float32 known inputs of the D forecast steps of each origin, straight from the definition.
@@ -80,7 +81,7 @@ def decoder_features(
 
 
 def decoder_known(
-    ts_ns: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool, sessions: bool,
+    ts_ns: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool, sessions: str | None,
     season: Season | None = None, grid: Grid | None = None,
 ) -> DecoderKnown:
     """The decoder's known inputs for every bar `ts_ns` (N,) as an origin, deduplicated (see the module doc).
@@ -93,7 +94,7 @@ def decoder_known(
 
 def distinct_decoder_known(
     origins: np.ndarray, inverse: np.ndarray, step_ns: int, horizon: int, exchange_tz: str, intraday: bool,
-    sessions: bool, season: Season | None = None, grid: Grid | None = None,
+    sessions: str | None, season: Season | None = None, grid: Grid | None = None,
 ) -> DecoderKnown:
     """`decoder_known` of the bars `origins[inverse]`, given their distinct timestamps (see `distinct`)."""
     table, base, index = decoder_grid(origins, step_ns, horizon, exchange_tz, intraday, grid)
@@ -129,11 +130,11 @@ def decoder_grid(
 
 
 def known_cont(
-    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: bool, season: Season | None = None,
+    ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: str | None, season: Season | None = None,
 ) -> np.ndarray:
     """(U, Kr) float32 `known_columns` of timestamps `ts_ns` (U,), computed CHUNK_ROWS at a time so that the
     float64 columns stay small. Each value is a function of its own timestamp: any order, any chunking."""
-    kr = len(calendar_columns(intraday, sessions)) + (season is not None)
+    kr = len(calendar_columns(intraday, bool(sessions))) + (season is not None)
     cont = np.empty((len(ts_ns), kr), dtype=np.float32)  # (U, Kr)
     for lo in range(0, len(ts_ns), CHUNK_ROWS):
         sl = slice(lo, min(lo + CHUNK_ROWS, len(ts_ns)))
@@ -279,14 +280,14 @@ class SharedGrid:
         return int(self.index[a].min()), int(self.index[b].max()) + 1
 
 
-def shared_grid(origins: np.ndarray, step: int, horizon: int, tz: str, intraday: bool, calendar_features: bool,
+def shared_grid(origins: np.ndarray, step: int, horizon: int, tz: str, intraday: bool, sessions: str | None,
                 season: Season | None, grid: Grid) -> SharedGrid:
     """The SharedGrid of sorted distinct `origins` (O,): every timestamp of the panel. An origin is nearly always a
     grid point of an earlier one, so the origins take their known inputs from the grid's table; only those no
     forecast step lands on (the first one at least) have rows of their own. Functions of the times, the grid step
     and the calendar settings alone."""
     table, base, index = decoder_grid(origins, step, horizon, tz, intraday, grid)  # (U,), (O,), (O, D) | None
-    cal = functools.partial(known_cont, exchange_tz=tz, intraday=intraday, sessions=calendar_features, season=season)
+    cal = functools.partial(known_cont, exchange_tz=tz, intraday=intraday, sessions=sessions, season=season)
     cont = cal(table)  # (U, Kr): after the grid, whose temporaries are the larger
     at = base - 1  # (O,) an origin in the table sits right before the grid's first step after it
     found = (at >= 0) & (table[np.maximum(at, 0)] == origins) if len(table) else np.zeros(len(origins), dtype=bool)

@@ -61,7 +61,7 @@ class KnownGrid:
         lattice = ts + np.arange(self.span, dtype=np.int64) * self.step  # (N,)
         nxt = future_timestamps(lattice, tf.bar_spacing_ns, 1, tf.intraday, tf.exchange_tz, tf.grid)[:, 0]
         points = np.union1d(lattice, nxt)  # (M,) every point a bar or a forecast step may ask about
-        cols = known_columns(points, tf.exchange_tz, tf.intraday, tf.calendar_features, self.season)
+        cols = known_columns(points, tf.exchange_tz, tf.intraday, tf.session_calendar, self.season)
         known = np.empty((len(points), len(cols)), dtype=np.float32)  # (M, Kr)
         for j, col in enumerate(cols.values()):  # a handful of columns
             known[:, j] = col

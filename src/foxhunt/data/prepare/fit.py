@@ -32,6 +32,7 @@ from foxhunt.data.baselines.anchor import AnchorFit
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features import inputs, static, timed_categories
+from foxhunt.data.features.calendar import features_calendar
 from foxhunt.data.features.fitstats import concat
 from foxhunt.data.features.fitted import FittedInputs, Scalers
 from foxhunt.data.features.scaling import first_scalers, with_vol_stats
@@ -81,7 +82,8 @@ def first_transform(cfg: DataConfig, names: list[str], fits: list[Fit], spacing:
         # the series with training rows: those the fit gave scalers of their own
         series_vocab=tuple(n for n, ok in zip(names, mom["rows"] > 0, strict=True) if ok), scalers=scalers,
         data=cfg, intraday=intraday, bar_spacing_ns=spacing, session=run_session(cfg.calendar), inputs=fitted,
-        anchor=_anchor([f.anchor for f in fits]), **decision(report, cfg.contracts),
+        anchor=_anchor([f.anchor for f in fits]), features_calendar=features_calendar(cfg.calendar),
+        **decision(report, cfg.contracts),
     )
 
 

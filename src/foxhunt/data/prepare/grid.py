@@ -65,7 +65,7 @@ def panel_grid(times: np.ndarray, transform: FittedTransform, step: int, d: int,
     """The PanelGrid of the panel's distinct `times` under `transform` on the grid of `step`; `keys`: the events
     keys' first and last times (`key_times`), with keyed events."""
     tf = transform
-    grid = shared_grid(times, step, d, tf.exchange_tz, tf.intraday, tf.calendar_features, tf.scalers.season, tf.grid)
+    grid = shared_grid(times, step, d, tf.exchange_tz, tf.intraday, tf.session_calendar, tf.scalers.season, tf.grid)
     known_cat, unseen, shift = np.zeros((len(grid.ts), 0), dtype=np.int64), {}, None  # (U, Kc)
     if src is not None:
         user = inputs.known_values(tf.inputs, src, step, tf.event_cap)
