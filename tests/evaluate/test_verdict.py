@@ -76,6 +76,44 @@ def test_a_lower_qrisk_that_could_be_noise_is_level_not_a_win():
                           "p10 (1 significantly) and 3 of 4 at p90 (1 significantly).")
 
 
+def test_forecasts_equal_to_float_rounding_read_level_in_every_verdict():
+    """An anchored model that kept its untrained epoch IS GARCH-t's forecast, in float32: a q-risk 4e-8 higher, whose
+    test the differentials' rounding once made 'worse at p10 (q-risk 0.0% higher, p < 0.001)'. Equal forecasts
+    (the test's `equal`) are level, untested, in the sentence, train's clause, a backtest fold's line and the table."""
+    from foxhunt.backtest.run import _vs
+    from foxhunt.evaluate.table import format_results
+
+    garch = comp({0.1: 0.58105489, 0.9: 0.53170996}, {0.1: 0.58105487, 0.9: 0.53170994}, {0.1: None, 0.9: None},
+                 series=1, won=0)
+    garch["dm"] = {k: DMTest(3.7e-11, None, None, 251, 4, equal=True).to_dict() for k in garch["dm"]}
+    garch["series_won"] = {k: {"won": 0, "won_significant": 0, "lost_significant": 0, "equal": 1, "of": 1}
+                           for k in garch["dm"]}
+    har = comp({0.1: 0.5811, 0.9: 0.5317}, {0.1: 0.6589, 0.9: 0.5367}, {0.1: 1e-5, 0.9: 0.25}, series=1, won=1)
+    comparisons = {"garch_t": garch, "har": har}
+    v = verdict(comparisons, QS)
+    assert v.strongest == "garch_t" and not v.better
+    assert v.outcome["garch_t"] == {"0.1": "level", "0.9": "level"}
+    assert v.p_value["garch_t"] == {"0.1": None, "0.9": None}
+    equal = "level at p{} (q-risk equal to float rounding, not tested)"
+    assert v.sentence == (f"The model does not beat every baseline at p10 and p90 {RULE}: against the strongest, "
+                          f"garch_t, it is {equal.format(10)} and {equal.format(90)} on 1,000 origins of 1 series; "
+                          "nor does it beat har: level at p90 (q-risk 0.9% lower, p = 0.250).")
+    claim = validation_claim(comparisons, QS, {"0.1": 0.5811, "0.9": 0.5317}, 251)
+    assert f"1,000 origins, {equal.format(10)}, {equal.format(90)}: NOT better than garch_t" in claim
+    fold = _vs({"model": {"overall": {"q_risk": {"0.1": 0.5811, "0.5": 0.9846, "0.9": 0.5317}}},
+                "comparisons": comparisons})
+    assert "garch_t -0.000 / -0.000 (p equal / equal) on 1,000 origins" in fold
+    assert "har +0.118 / +0.009 (p <0.001 / 0.250)" in fold
+    block = {"overall": {"q_risk": {"0.1": 0.5811, "0.5": 0.9846, "0.9": 0.5317}}}
+    table = format_results({"model": {**block, "quantiles": list(QS)}, "baselines": {"garch_t": block},
+                            "skill": {k: c["skill"] for k, c in comparisons.items()}, "comparisons": comparisons,
+                            "target": "log_return", "verdict": None,
+                            "period": {"origins": 251, "first_origin": "2017-01-03T00:00:00Z",
+                                       "last_origin": "2017-12-28T00:00:00Z"}}).splitlines()
+    p_row = table[table.index(next(line for line in table if line.startswith("  vs garch_t"))) + 1]
+    assert p_row.split() == ["p", "equal", "-", "equal"]  # no comparison at p50 here
+
+
 def test_a_loss_to_the_strongest_baseline_says_by_how_much_and_names_the_others_it_does_not_beat():
     m = {0.1: 0.500, 0.9: 0.499}
     base = {"training_quantiles": comp(m, {0.1: 0.584, 0.9: 0.595}, {0.1: 1e-5, 0.9: 1e-5}),

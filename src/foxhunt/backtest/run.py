@@ -29,7 +29,7 @@ from foxhunt.data.features.bar_features import RETURN_TARGETS
 from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
 from foxhunt.evaluate.report import data_note
-from foxhunt.evaluate.verdict import Verdict, at, judged_quantiles, p_short, verdict
+from foxhunt.evaluate.verdict import Verdict, at, dm_short, judged_quantiles, verdict
 from foxhunt.model.config import ModelConfig, quantile_label
 from foxhunt.predict.bar_range import window_text
 from foxhunt.train.config import TrainConfig
@@ -141,7 +141,8 @@ def _metrics(arrays: dict[str, np.ndarray], info: dict[str, Any]) -> dict[str, A
 
 def _vs(m: dict[str, Any]) -> str:
     """'q-risk p10 0.5453 p50 0.9971 p90 0.4596; skill at p10 / p90 (Diebold-Mariano p) vs garch_t +0.012 / -0.004
-    (p 0.031 / 0.412) on 250 origins, ...': the verdict's judged quantiles, on the origins both forecast."""
+    (p 0.031 / 0.412) on 250 origins, ...': the verdict's judged quantiles, on the origins both forecast; `equal` for
+    a p-value where the forecasts are equal to float rounding (not tested)."""
     qrisk = m["model"]["overall"]["q_risk"]
     q = " ".join(f"{quantile_label(k)} {v:.4f}" for k, v in qrisk.items() if v is not None)
     judged = judged_quantiles([float(k) for k in qrisk])
@@ -149,7 +150,7 @@ def _vs(m: dict[str, Any]) -> str:
     for name, c in m["comparisons"].items():
         skills = [at(c["skill"], x) for x in judged]
         if all(v is not None for v in skills):
-            ps = " / ".join(p_short((at(c["dm"], x) or {}).get("p_value")) for x in judged)
+            ps = " / ".join(dm_short(at(c["dm"], x)) for x in judged)
             sk.append(f"{name} {' / '.join(f'{v:+.3f}' for v in skills)} (p {ps}) on {c['origins']:,} origins")
     return f"q-risk {q}; skill at {' / '.join(map(quantile_label, judged))} vs {', '.join(sk) or 'no baseline'}"
 

@@ -41,7 +41,7 @@ MODEL, RAW = "model", "model (raw)"  # the forecasts compared with the baselines
 @dataclass(frozen=True)
 class Span:
     """The origins that can be scored (those with a realised target): how many, the first and the last (ns), and the
-    earliest first forecast bar (ns), where the baselines' fit ends at the latest (series_baselines.fit_cut)."""
+    earliest first forecast bar (ns), where the baselines' fit ends at the latest (data/dataset/fit_rows.py fit_cut)."""
 
     origins: int
     first_ns: int

@@ -18,7 +18,8 @@ per origin time, never per origin.
     left_out                 {"origins": n, "series": [names with no pair at all], "reasons": {name: why, with counts}}
     model_q_risk, baseline_q_risk, skill    {quantile: value} on those pairs (skill = 1 - model / baseline)
     dm                       {quantile: DMTest.to_dict()}: pooled over the panel
-    series_won               {quantile: {"won", "won_significant", "lost_significant", "of"}}: series by series
+    series_won               {quantile: {"won", "won_significant", "lost_significant", "equal", "of"}}: series by
+                             series (a series whose forecasts are equal to float rounding is neither won nor lost)
     per_horizon              [{"pairs", "model_q_risk", "baseline_q_risk", "skill"} for h = 1..D]
     per_series               {name: {"origins", "pairs", "model_q_risk", "baseline_q_risk", "skill", "dm"}}
 Quantiles are keys as text (f"{q:g}"), as after a JSON round trip.
@@ -94,7 +95,8 @@ class Comparison:
         sums = loss.sum(axis=1)  # (2, Q)
         self.series[name] = {"origins": len(d), "pairs": int(n.sum()),
                              **self._qrisk(sums[0], sums[1], float(abs_y.sum())),
-                             "dm": self._tests(dm_tests(d, self.horizon)), "_sums": (sums, float(abs_y.sum()))}
+                             "dm": self._tests(dm_tests(d, self.horizon, float(abs_y.sum() / n.sum()))),
+                             "_sums": (sums, float(abs_y.sum()))}
 
     def result(self) -> dict[str, Any]:
         n_q = len(self.quantiles)
@@ -104,16 +106,17 @@ class Comparison:
             (m, b), a = block["_sums"]
             model, base, abs_y = model + m, base + b, abs_y + a
         per_series = {name: {k: v for k, v in block.items() if k != "_sums"} for name, block in self.series.items()}
+        pairs = sum(b["pairs"] for b in per_series.values())
         return {
             "origins": sum(b["origins"] for b in per_series.values()),
-            "pairs": sum(b["pairs"] for b in per_series.values()),
+            "pairs": pairs,
             "series": len(per_series),
             "left_out": {"origins": sum(n for n, _ in self.left.values()),
                          "series": [name for name in self.left if name not in self.series],
                          "reasons": {name: why for name, (_, why) in self.left.items()},
                          "origins_by_series": {name: n for name, (n, _) in self.left.items()}},
             **self._qrisk(model, base, abs_y),
-            "dm": self._tests(self.pooled.tests(self.horizon)),
+            "dm": self._tests(self.pooled.tests(self.horizon, abs_y / pairs if pairs else 0.0)),
             "series_won": self._won(per_series),
             "per_horizon": [{"pairs": int(self._h_n[h]), **self._qrisk(*self._h_loss[:, h], float(self._h_abs[h]))}
                             for h in range(self.horizon)],
@@ -141,9 +144,10 @@ class Comparison:
         out = {}
         for k in self._keys():
             blocks = list(per_series.values())
-            out[k] = {"won": sum(1 for b in blocks if (b["skill"][k] or 0.0) > 0),
+            out[k] = {"won": sum(1 for b in blocks if (b["skill"][k] or 0.0) > 0 and not b["dm"][k]["equal"]),
                       "won_significant": sum(1 for b in blocks if b["dm"][k]["outcome"] == "better"),
                       "lost_significant": sum(1 for b in blocks if b["dm"][k]["outcome"] == "worse"),
+                      "equal": sum(1 for b in blocks if b["dm"][k]["equal"]),
                       "of": len(blocks)}
         return out
 

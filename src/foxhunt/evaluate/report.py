@@ -87,7 +87,9 @@ GLOSSARY = [
         "equal, per quantile: loss differentials per origin (averaged over its forecast steps), a Newey-West "
         "(Bartlett) variance because forecasts of several steps overlap, Student's t. Pooled over the panel, the "
         "differentials of all series at one origin time are summed into one term, since markets move together. "
-        "The verdict calls the model better or worse only where p &lt; 0.05, level otherwise.",
+        "The verdict calls the model better or worse only where p &lt; 0.05, level otherwise. <i>equal</i>: the "
+        "two losses differ by float rounding alone (the model's forecasts are float32), so nothing is tested and the "
+        "two are level.",
     ),
     (
         "won",
@@ -223,7 +225,7 @@ def _comparison_table(comparisons: Mapping[str, Mapping[str, Mapping[str, Any]]]
         for b, c in by_b.items():
             won = [_q(c.get("series_won"), q) or {} for q in qs]
             cells = [_e(m), _e(b)] + [_signed(_q(c.get("skill"), q)) for q in qs]
-            cells += [_p((_q(c.get("dm"), q) or {}).get("p_value")) for q in qs]
+            cells += [_p(_q(c.get("dm"), q)) for q in qs]
             cells += [f"{w['won']}/{w['of']} ({w['won_significant']})" if w else "&ndash;" for w in won]
             left = left_out_text(c.get("left_out"))
             cells += [f"{c.get('origins', 0):,}", str(c.get("series", "")),
@@ -245,7 +247,7 @@ def _skill_table(key_label: str, rows: list[tuple[Any, Mapping[str, Mapping[str,
                     continue
                 cells = [_e(str(key)), _e(m), _e(b)] + [_signed(_q(block.get("skill"), q)) for q in qs]
                 if tests:
-                    cells += [_p((_q(block.get("dm"), q) or {}).get("p_value")) for q in qs]
+                    cells += [_p(_q(block.get("dm"), q)) for q in qs]
                 body.append(_tr(cells, n_names=3))
     return _table(head, body, n_names=3)
 
@@ -335,7 +337,11 @@ def _num(v: Any, digits: int = 4) -> str:
     return "&ndash;" if v is None or v != v else f"{v:.{digits}f}"
 
 
-def _p(v: Any) -> str:
+def _p(dm: Mapping[str, Any] | None) -> str:
+    """A test's p-value, or `equal` where the forecasts are equal to float rounding (not tested)."""
+    if (dm or {}).get("equal"):
+        return "equal"
+    v = (dm or {}).get("p_value")
     return "&ndash;" if v is None or v != v else "&lt;0.0001" if v < 1e-4 else f"{v:.4f}"
 
 

@@ -20,6 +20,7 @@ import polars as pl
 import torch
 
 from foxhunt.atomic import write_json
+from foxhunt.data.dataset.fit_rows import first_forecast_ns
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.errors import InputError
@@ -28,7 +29,7 @@ from foxhunt.evaluate.config import EvaluateConfig
 from foxhunt.evaluate.period import scoring_start
 from foxhunt.evaluate.report import data_note, write_report
 from foxhunt.evaluate.scored_rows import Scored, from_batch, scored_windows
-from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines, first_forecast_ns
+from foxhunt.evaluate.series_baselines import baseline_cut, expected_baselines
 from foxhunt.evaluate.verdict import seed_spread, verdict
 from foxhunt.model.adaptive import started_from
 from foxhunt.model.config import quantile_label

@@ -25,8 +25,8 @@ from foxhunt.data.baselines.forecasts import (
     garch_available,
 )
 from foxhunt.data.baselines.har import day_bars
+from foxhunt.data.dataset.fit_rows import FitRows, fit_cut, series_rows
 from foxhunt.data.dataset.types import FittedTransform, PreparedData
-from foxhunt.data.features.bar_features import RETURN_TARGETS
 from foxhunt.data.features.seasonality import fit_profile, profile_at
 from foxhunt.errors import InputError
 from foxhunt.evaluate.scored_rows import Scored
@@ -55,40 +55,24 @@ def usable_baselines(data: PreparedData, only: Collection[str] | None = None) ->
     return [k for k, why in expected.items() if why is None and (only is None or k in only)]
 
 
-@dataclass
-class SeriesInputs:
-    """What the baselines of one series read: its real rows (n of them, from global row `row0`)."""
+@dataclass(frozen=True)
+class SeriesInputs(FitRows):
+    """What the baselines of one series read: its rows and fitting bars (data/dataset/fit_rows.py) and its
+    contracts' own moves on those rows."""
 
-    name: str
-    row0: int
-    target: np.ndarray  # (n,) float64
-    ts: np.ndarray  # (n,) int64 ns
     own: dict[str, np.ndarray]  # own move column -> (n,) float64
-    train_mask: np.ndarray  # (n,) bool: finite target before the cut
 
 
 def series_inputs(data: PreparedData, s: int, cut: int) -> tuple[SeriesInputs | None, str | None]:
     """Series `s`'s inputs, fitted on rows before `cut` (ns); (None, why) (said) when fewer than 2 rows are."""
-    w = data.windows
-    sidx = w.series_idx.numpy()
-    a, b = np.searchsorted(sidx, [s, s + 1])  # on a mapped store: a few pages read
-    rows = a + np.flatnonzero(w.real.numpy()[a:b])  # (n,) the real rows come first in a series
-    name = w.series_names[s]
-    if len(rows) == 0:
-        return None, "the series has no bars"
-    target = w.target_raw.numpy()[rows].astype(np.float64)
-    if data.schema.target in RETURN_TARGETS:
-        target[0] = np.nan  # a series' first bar has no move (the prepared data hold 0 there): fit on none
-    ts = w.ts_ns.numpy()[rows]
-    own = {c: v[rows].astype(np.float64) for c, v in data.own_moves.items()}
-    train_mask = (ts < cut) & np.isfinite(target)
-    if train_mask.sum() < 2:
-        why = f"no bars before {_iso(cut)} (the training cut) to fit on"
-        log.warning("series %s: %s; its baselines are left out", name, why)
+    rows, why = series_rows(data, s, cut)
+    if rows is None:
+        log.warning("series %s: %s; its baselines are left out", data.windows.series_names[s], why)
         return None, why
+    own = {c: v[rows.row0 : rows.row0 + len(rows.target)].astype(np.float64) for c, v in data.own_moves.items()}
     if "log_return" in own:
         own["log_return"][0] = np.nan  # a series' first bar has no return
-    return SeriesInputs(name, int(rows[0]), target, ts, own, train_mask), None
+    return SeriesInputs(**vars(rows), own=own), None
 
 
 def series_forecasts(kind: str, data: PreparedData, inputs: SeriesInputs, scored: Scored,
@@ -153,32 +137,7 @@ def baseline_cut(model_dir: Path, first_forecast_ns: int) -> int:
     return fit_cut(train_end, first_forecast_ns)
 
 
-def fit_cut(train_end: str | None, first_forecast_ns: int) -> int:
-    """The end (ns, exclusive) of the rows every baseline fits on, the one rule of `train`'s final line, `evaluate`
-    and `backtest`: the model's training cut, and never a bar that a scored window forecasts (`first_forecast_ns`,
-    the earliest first forecast bar scored).
-
-    A window belongs to the split of its first forecast bar, so validation's and every held-out window's forecast bars
-    lie at or after the training cut: the cut is the training cut, and a series fits on the same bars whichever
-    command scores it. An origin is no bound: one series' gap (a market closed for weeks) puts its first validation
-    origin weeks before the cut, and bounding by it moved every series' cut there. Only `evaluate --start` inside the
-    training period moves the cut earlier, to the first bar it scores."""
-    cut = int(first_forecast_ns)
-    if train_end:
-        cut = min(cut, int(np.datetime64(train_end.replace("+00:00", "").rstrip("Z"), "ns").astype(np.int64)))
-    return cut
-
-
-def first_forecast_ns(data: PreparedData, origin_rows: np.ndarray) -> int:
-    """The earliest first forecast bar (ns) of origins at these global rows (each origin's next row)."""
-    return int(data.windows.ts_ns.numpy()[np.asarray(origin_rows, dtype=np.int64) + 1].min())
-
-
 def _first_clause(text: str) -> str:
     """An error's first clause, without its advice: "only 37 finite training returns ... (need >= 100)"."""
     line = text.splitlines()[0] if text else "it could not be fitted"
     return line.split("; ")[0]
-
-
-def _iso(ns: int) -> str:
-    return str(np.datetime64(int(ns), "ns").astype("datetime64[s]")) + "Z"

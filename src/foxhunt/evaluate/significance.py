@@ -24,6 +24,10 @@ T periods divided by its standard error, with the long-run variance of Newey and
   constant with cov_type="HAC", maxlags=L, use_correction=True, use_t=True (tested).
 - Two-sided at ALPHA = 5%: "better" needs p < 0.05 and a negative mean, "worse" p < 0.05 and a positive one, anything
   else is "level".
+- Differentials at the level of float rounding are not tested (`equal`, "level"): a model that reproduces a baseline
+  (an anchored model that kept its untrained epoch IS GARCH-t's forecast, computed in float32) differs from it by a
+  few float32 units in the last place, and those differ in one direction often enough to reject at any T. ROUNDING
+  says where that level ends.
 
 Pooled over a panel, the series are not independent (markets move together), so stacking every series' differentials
 as one sample would overstate the evidence. `PooledDifferentials` sums the differentials of all series per origin
@@ -43,6 +47,20 @@ from typing import Any
 import numpy as np
 
 ALPHA = 0.05  # two-sided level of every verdict
+# Loss differentials this small are float rounding, not evidence: the mean absolute differential (not the mean, which
+# cancels) in q-risk units, 2 mean|d| / mean|y|, at or below ROUNDING makes two forecasts equal. Why this size: the
+# model's forecasts are float32 (the network computes them, forecasts.parquet stores them), the baselines' float64; a
+# float32 value is off by up to FLOAT32_EPS / 2 = 6e-8 of itself per rounding. The pinball loss moves by at most
+# max(q, 1 - q) <= 1 times a forecast's move, and forecasts are within a few times the target's mean size (a normal
+# p99 is 2.9 mean|y|), so forecasts 16 units in the last place apart on values 4 mean|y| large differ by at most
+# 2 * 16 * 4 * FLOAT32_EPS = 128 FLOAT32_EPS = 1.5e-5 in q-risk units. An anchored model that kept GARCH-t's forecast
+# measures 0.6 FLOAT32_EPS (forecasts up to 3 ulps apart, S&P 500, 2017). Real comparisons are far above it: the
+# smallest of the quality benchmark's model-against-model pairs (benchmarks/versus.py, seeds 0-2 of five variants
+# against the defaults) is 1.4e-4 at p50 and 1.6e-3 at p10 / p90, where its 0.1% margins are tested as they were.
+# Since |mean d| <= mean|d|, two forecasts called equal have q-risks within about ROUNDING of each other (a skill
+# under 0.003% at a q-risk of 0.5).
+FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 2^-23 = 1.19e-7
+ROUNDING = 128 * FLOAT32_EPS
 
 
 def bandwidth(periods: int, horizon: int) -> int:
@@ -54,19 +72,24 @@ def bandwidth(periods: int, horizon: int) -> int:
 @dataclass(frozen=True)
 class DMTest:
     """One Diebold-Mariano test: `mean` loss differential (model - baseline, < 0: the model's loss is lower), the
-    statistic and two-sided p-value (None when T < 2 or the differentials are constant), T and the lag used."""
+    statistic and two-sided p-value (None when T < 2, the differentials are constant or the forecasts are `equal`),
+    T and the lag used; `equal`: the losses differ by float rounding alone (ROUNDING), so nothing was tested."""
 
     mean: float | None
     stat: float | None
     p_value: float | None
     periods: int
     lag: int
+    equal: bool = False
 
     @property
     def outcome(self) -> str:
-        """"better" / "worse" (significant at ALPHA for / against the model), "level", or "none" (no test)."""
+        """"better" / "worse" (significant at ALPHA for / against the model), "level" (not significant, or equal
+        forecasts), or "none" (no test)."""
+        if self.equal:
+            return "level"
         if self.p_value is None or self.mean is None:
-            return "level" if self.mean == 0.0 else "none"
+            return "none"
         if self.p_value >= ALPHA:
             return "level"
         return "better" if self.mean < 0 else "worse"
@@ -75,8 +98,15 @@ class DMTest:
         return {**asdict(self), "outcome": self.outcome}
 
 
-def dm_tests(d: np.ndarray, horizon: int) -> list[DMTest]:
-    """One test per column of the differentials `d` (T, Q), in time order, all columns at once."""
+def equal_to_rounding(d: np.ndarray, mean_abs_y: float) -> np.ndarray:
+    """(Q,) whether the differentials `d` (T, Q) are float rounding: 2 mean|d| / mean|y| <= ROUNDING (see there);
+    `mean_abs_y` is the mean |actual| over the compared (origin, step) pairs, q-risk's denominator."""
+    return 2.0 * np.abs(d).mean(axis=0) <= ROUNDING * mean_abs_y
+
+
+def dm_tests(d: np.ndarray, horizon: int, mean_abs_y: float) -> list[DMTest]:
+    """One test per column of the differentials `d` (T, Q), in time order, all columns at once; `mean_abs_y`: the
+    mean |actual| over the pairs they come from (for `equal_to_rounding`)."""
     from scipy.stats import t as student
 
     d = np.asarray(d, dtype=np.float64)  # (T, Q)
@@ -85,18 +115,19 @@ def dm_tests(d: np.ndarray, horizon: int) -> list[DMTest]:
     if T == 0:
         return [DMTest(None, None, None, 0, lag)] * n_q
     mean = d.mean(axis=0)  # (Q,)
+    equal = equal_to_rounding(d, mean_abs_y)  # (Q,)
     if T < 2:
-        return [DMTest(float(m), None, None, T, lag) for m in mean]
+        return [DMTest(float(m), None, None, T, lag, bool(eq)) for m, eq in zip(mean, equal, strict=True)]
     e = d - mean  # (T, Q)
     lrv = (e * e).sum(axis=0) / T  # (Q,) g_0
     for k in range(1, lag + 1):  # a few dozen lags at most, each a vector product over T
         lrv += 2.0 * (1.0 - k / (lag + 1)) * (e[k:] * e[:-k]).sum(axis=0) / T
     out = []
-    for m, v in zip(mean, lrv, strict=True):
+    for m, v, eq in zip(mean, lrv, equal, strict=True):
         se = np.sqrt(v / (T - 1)) if v > 0 else 0.0
         scale = max(abs(float(m)), float(np.abs(d).max()), 1e-300)
-        if not se > 1e-12 * scale:  # constant differentials: nothing to test
-            out.append(DMTest(float(m), None, None, T, lag))
+        if eq or not se > 1e-12 * scale:  # equal forecasts, or constant differentials: nothing to test
+            out.append(DMTest(float(m), None, None, T, lag, bool(eq)))
             continue
         stat = float(m / se)
         out.append(DMTest(float(m), stat, float(2.0 * student.sf(abs(stat), T - 1)), T, lag))
@@ -126,9 +157,10 @@ class PooledDifferentials:
                                   minlength=len(u)).astype(np.int64)
         self.times = u
 
-    def tests(self, horizon: int) -> list[DMTest]:
-        """The pooled test per quantile: the per-time sums over the mean number of series per time."""
+    def tests(self, horizon: int, mean_abs_y: float) -> list[DMTest]:
+        """The pooled test per quantile: the per-time sums over the mean number of series per time; `mean_abs_y`:
+        the mean |actual| over every pair of the panel."""
         if len(self.times) == 0:
-            return dm_tests(self.sums, horizon)
+            return dm_tests(self.sums, horizon, mean_abs_y)
         mean_count = self.counts.sum() / len(self.counts)
-        return dm_tests(self.sums / mean_count, horizon)
+        return dm_tests(self.sums / mean_count, horizon, mean_abs_y)

@@ -67,15 +67,16 @@ def format_results(result: dict[str, Any], simulated: bool = False) -> str:
     if skills:
         lines.append("")
         lines.append("skill of the model on the origins both forecast (1 - qrisk_model / qrisk_baseline; > 0 means the "
-                     "model is better); p: Diebold-Mariano, pooled over the series; won: series where the model's "
-                     "q-risk is lower (significantly: in brackets)")
+                     "model is better); p: Diebold-Mariano, pooled over the series (equal: the losses differ by float "
+                     "rounding alone, not tested); won: series where the model's q-risk is lower (significantly: in "
+                     "brackets)")
         lines.append(f"{'':<{width}}" + "".join(f"{'p' + format(q * 100, 'g'):>12}" for q in qs) + f"{'origins':>10}"
                      f"{'series':>8}")
         for name, sk in skills.items():
             c = comparisons[name]
             lines.append(f"{'  vs ' + name:<{width}}" + "".join(_f(_get(sk, q), 12) for q in qs)
                          + f"{c['origins']:>10,}{c['series']:>8}")
-            lines.append(f"{'    p':<{width}}" + "".join(_p((_get(c['dm'], q) or {}).get('p_value')) for q in qs))
+            lines.append(f"{'    p':<{width}}" + "".join(_p(_get(c['dm'], q)) for q in qs))
             lines.append(f"{'    won':<{width}}" + "".join(_won(_get(c['series_won'], q)) for q in qs))
         for name, c in comparisons.items():
             left = left_out_text(c.get("left_out"))
@@ -84,7 +85,11 @@ def format_results(result: dict[str, Any], simulated: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _p(p: float | None) -> str:
+def _p(dm: dict[str, Any] | None) -> str:
+    """A test's p-value, or `equal` where the forecasts are equal to float rounding (not tested)."""
+    p = (dm or {}).get("p_value")
+    if (dm or {}).get("equal"):
+        return f"{'equal':>12}"
     return f"{'<0.0001':>12}" if p is not None and p < 1e-4 else _f(p, 12)
 
 

@@ -10,7 +10,7 @@ kept by validation, which holds running sums only. It costs one pass over the va
 validation does.
 
 The CLI hands `judge_on_validation` to the training run (train never imports evaluate). The baselines are fitted on
-the rows before the training cut, by the rule `foxhunt evaluate` and `backtest` use (series_baselines.fit_cut), from
+the rows before the training cut, by the rule `foxhunt evaluate` and `backtest` use (data/dataset/fit_rows.py), from
 the prepared data: the targets, and each contract's own ranges and returns the prepared data keep beside the model's
 tensors, so the bars are not read again.
 """
@@ -64,7 +64,8 @@ def validation_forecasts(run_dir: Path, data: PreparedData, device: torch.device
 def validation_baselines(data: PreparedData, scored: Scored, quantiles: tuple[float, ...]) -> Fitted:
     """Each baseline's (K, D, Q) forecasts at the validation origins of `scored`, and the series each could not
     forecast with the reason."""
-    from foxhunt.evaluate.series_baselines import baselines, first_forecast_ns, fit_cut
+    from foxhunt.data.dataset.fit_rows import first_forecast_ns, fit_cut
+    from foxhunt.evaluate.series_baselines import baselines
 
     cut = fit_cut(data.summary.get("train_end"), first_forecast_ns(data, scored.origin_row))
     return baselines(data, scored, cut, quantiles)

@@ -9,7 +9,8 @@ The rules, the same for `foxhunt evaluate`, `foxhunt backtest` and the line `fox
   the tails are what a volatility forecast is for;
 - at each judged quantile the model is "better" than a baseline when the Diebold-Mariano test of equal pinball loss,
   pooled over the panel (evaluate/significance.py), rejects at 5% two-sided in its favour, "worse" when it rejects
-  against it, and "level" when it does not reject: a difference that could be noise is never a win;
+  against it, and "level" when it does not reject: a difference that could be noise is never a win. Forecasts whose
+  losses differ by float rounding alone (significance.ROUNDING) are "level" untested: the test's `equal`;
 - the strongest baseline is the one the model's skill is lowest against, averaged over the judged quantiles (q-risks
   on different rows cannot be ranked directly; the skill against each baseline is on that baseline's rows);
 - the model is called better only when it is better than EVERY baseline at EVERY judged quantile. Otherwise the
@@ -77,6 +78,12 @@ def p_short(p: float | None) -> str:
     return "n/a" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
+def dm_short(dm: Mapping[str, Any] | None) -> str:
+    """A test (`DMTest.to_dict()`) in a few characters: its `p_short`, or `equal` where the forecasts' losses are
+    equal to float rounding and nothing was tested."""
+    return "equal" if (dm or {}).get("equal") else p_short((dm or {}).get("p_value"))
+
+
 def p_text(p: float | None) -> str:
     """`p = 0.031`, `p < 0.001`, `p n/a`."""
     short = p_short(p)
@@ -84,11 +91,14 @@ def p_text(p: float | None) -> str:
 
 
 def describe(c: Mapping[str, Any], q: float) -> str:
-    """`better at p10 (q-risk 1.9% lower, p = 0.003)`, `level at p90 (q-risk 0.4% higher, p = 0.412)`."""
+    """`better at p10 (q-risk 1.9% lower, p = 0.003)`, `level at p90 (q-risk 0.4% higher, p = 0.412)`, `level at
+    p10 (q-risk equal to float rounding, not tested)`."""
     sk = at(c.get("skill"), q)
     kind = outcome(c, q)
     if kind == "none" or sk is None:
         return f"not comparable at {quantile_label(q)}"
+    if (at(c.get("dm"), q) or {}).get("equal"):
+        return f"{kind} at {quantile_label(q)} (q-risk equal to float rounding, not tested)"
     size = "the same" if sk == 0 else f"{abs(sk):.1%} {'lower' if sk > 0 else 'higher'}"
     return f"{kind} at {quantile_label(q)} (q-risk {size}, {p_text((at(c.get('dm'), q) or {}).get('p_value'))})"
 

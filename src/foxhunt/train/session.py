@@ -18,6 +18,7 @@ import foxhunt
 from foxhunt.atomic import write_json
 from foxhunt.console import FINAL, SHOW
 from foxhunt.data.config import DataConfig
+from foxhunt.data.dataset.fit_rows import windows_cut
 from foxhunt.data.dataset.saved_format import FORMAT_VERSION
 from foxhunt.data.dataset.summary import contracts_text, format_summary
 from foxhunt.data.dataset.types import PreparedData
@@ -367,12 +368,13 @@ def _sizing(r: _Rank, run: RunDir, model: torch.nn.Module, data: PreparedData,
 
 def _baseline(data: PreparedData, model_cfg: ModelConfig, cfg: TrainConfig, val_batch_size: int,
               device: torch.device) -> ValResult:
-    """The training-set quantiles' validation loss: the loss scale the epochs' losses are read against."""
-    baseline = validate(TrainingQuantiles(data.windows, data.splits["train"], list(model_cfg.quantiles)),
-                        data.windows, data.splits["val"], val_batch_size, list(model_cfg.quantiles), device,
-                        loss_weight=cfg.loss_weight)
-    log.info("baseline for the loss scale (training-set quantiles per series and horizon; the final line compares "
-             "with every baseline): val_loss %.5f  val_qrisk %s",
+    """The training-set quantiles' validation loss: the loss scale the epochs' losses are read against. Fitted on the
+    bars every baseline fits on (data/dataset/fit_rows.py), it is the final line's training_quantiles."""
+    val = data.splits["val"]
+    baseline = validate(TrainingQuantiles(data, windows_cut(data, val), list(model_cfg.quantiles)), data.windows, val,
+                        val_batch_size, list(model_cfg.quantiles), device, loss_weight=cfg.loss_weight)
+    log.info("baseline for the loss scale (training_quantiles: each series' quantiles of its training bars; the final "
+             "line compares with every baseline): val_loss %.5f  val_qrisk %s",
              baseline.loss, " ".join(f"{quantile_label(q)}={v:.4f}" for q, v in baseline.qrisk.items()), extra=SHOW)
     return baseline
 

@@ -10,9 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from foxhunt.data.baselines.forecasts import training_quantiles
 from foxhunt.data.dataset.batch import Batch
+from foxhunt.data.dataset.fit_rows import series_rows
+from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.dataset.windows import WindowedData
 from foxhunt.errors import ResourceError
 from foxhunt.model.loss import pinball
@@ -159,43 +163,34 @@ def validate(
 
 
 class TrainingQuantiles:
-    """The baseline the model must beat: per series and horizon, the training-set quantiles of the raw target.
+    """The baseline training reads its losses against: per series, the quantiles of its training target, the same at
+    every step. It is the forecast `foxhunt evaluate`, `backtest` and train's final line call training_quantiles,
+    from the same two definitions: the series' fitting bars before the cut (data/dataset/fit_rows.py: every real bar
+    with a finite target, the first encoder_length bars included) and their quantiles
+    (data/baselines/forecasts.training_quantiles: linear interpolation, float64), so the console's two figures of it
+    agree. A series with no fitting bars (it starts after the cut) takes the quantiles of every series' fitting bars
+    pooled: training needs a forecast at every window, where evaluate's comparison leaves such a series out.
 
-    Past `max_windows` training windows the quantiles come from every k-th window (k the smallest stride that fits):
-    the full set of a 20M-row store took 3 GB and a minute for quantiles whose sampling error at 1M windows is far
-    below the model's margin over them.
+    Memory: one series' target at a time, float64 (8 bytes a bar, twice while its quantiles are taken), the same
+    reads the final line makes for its baselines; the table is (S, Q).
     """
 
-    def __init__(self, windows: WindowedData, train_ids: torch.Tensor, quantiles: list[float], chunk: int = 16384,
-                 max_windows: int = 1_000_000):
-        stride = -(-len(train_ids) // max_windows)  # ceil: 1 up to max_windows
-        train_ids = train_ids[::stride]
-        # The sample is held as float32 targets and int32 codes (24 bytes a window at D = 5, 24 MB at the cap), and
-        # the quantiles are taken one column at a time in float64: torch.quantile over (W, D) at once would hold
-        # the sample in float64 twice over (the copy and its sort), 80 MB at the cap.
-        n = len(train_ids)
-        code = torch.empty(n, dtype=torch.int32)  # (W,)
-        y = torch.empty(n, windows.horizon, dtype=torch.float32)  # (W, D) raw targets
-        for start in range(0, n, chunk):
-            ids = train_ids[start : start + chunk]
-            code[start : start + len(ids)] = windows.series_code(ids)
-            y[start : start + len(ids)] = windows.actual(ids)
-        q = torch.tensor(quantiles, dtype=torch.float64)
-        pooled = _column_quantiles(y, q)  # (D, Q): fallback for series unseen in training
-        n_codes = int(code.max()) + 1 if n else 1
-        table = pooled.expand(n_codes, -1, -1).clone()  # (S, D, Q)
-        for c in torch.unique(code).tolist():  # a handful of series
-            table[c] = _column_quantiles(y[code == c], q)
-        self.table = table.float()
-        self.windows = windows
+    def __init__(self, data: PreparedData, cut: int, quantiles: list[float]):
+        q = np.asarray(quantiles, dtype=np.float64)
+        n_series = len(data.windows.series_names)
+        table = np.full((n_series, len(q)), np.nan)  # (S, Q)
+        for s in range(n_series):  # a handful of series
+            rows, _ = series_rows(data, s, cut)
+            if rows is not None:
+                table[s] = training_quantiles(rows.target[rows.train_mask], q, 1)[0]
+        unfitted = np.flatnonzero(np.isnan(table).any(axis=1))
+        if len(unfitted):
+            fitted = [r.target[r.train_mask] for s in range(n_series) if (r := series_rows(data, s, cut)[0])]
+            table[unfitted] = training_quantiles(np.concatenate(fitted) if fitted else np.empty(0), q, 1)[0]
+        self.table = torch.from_numpy(table).float()  # (S, Q)
+        self.windows = data.windows
 
     def __call__(self, batch: Batch) -> torch.Tensor:
-        code = self.windows.series_code(batch.window.cpu()).clamp(max=self.table.shape[0] - 1)
-        raw = self.table[code].to(batch.target.device)  # (B, D, Q)
-        return (raw - batch.target_center.view(-1, 1, 1)) / batch.target_scale.view(-1, 1, 1)
-
-
-def _column_quantiles(y: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """(D, Q) float64 quantiles `q` of each column of `y` (W, D), computed in float64 one column at a time: the
-    same numbers as torch.quantile(y.double(), q, dim=0).T, with one column's float64 copy at a time."""
-    return torch.stack([torch.quantile(y[:, d].double(), q) for d in range(y.shape[1])])  # (D, Q)
+        raw = self.table[self.windows.series_index(batch.window.cpu())].to(batch.target.device)  # (B, Q)
+        scaled = (raw[:, None, :] - batch.target_center.view(-1, 1, 1)) / batch.target_scale.view(-1, 1, 1)  # (B, 1, Q)
+        return scaled.expand(-1, batch.target.shape[1], -1)  # (B, D, Q)

@@ -76,7 +76,7 @@ def training_quantiles(
         raise InputError(
             "training-quantile baseline: the series has no finite target value in the training period"
         )
-    qs = np.nanquantile(x, np.asarray(quantiles, dtype=np.float64))  # (Q,)
+    qs = np.quantile(x, np.asarray(quantiles, dtype=np.float64), overwrite_input=True)  # (Q,) x is our copy
     return np.broadcast_to(qs, (horizon, qs.size)).copy()
 
 
