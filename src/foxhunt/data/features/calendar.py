@@ -11,8 +11,9 @@ Conventions (CME Globex, which foxhunt is built for):
   is the exchange-time date of `ts + 7 h` (so Sunday-evening bars belong to Monday, `grid.trade_day`). These
   features use the CME equity session (sessions.CME_EQUITY) for every series; the loader's trade dates and rolls
   use each root's own.
-- Daily bars are labelled by their UTC date. Converting a midnight-UTC daily stamp to Chicago time would move it to
-  the previous day, so daily features never use `exchange_tz`.
+- Daily bars are labelled by their UTC date, which the readers make their local date where they were stamped
+  (data/io/dates.py). Converting a midnight-UTC daily stamp to Chicago time would move it to the previous day, so
+  daily features never use `exchange_tz`.
 - Where the forecast steps lie (the run's session grid) is bars/grid.py's.
 """
 
