@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from foxhunt.data.bars.symbols import FUTURES_RE
+from foxhunt.data.io.dates import date_labels, wall_in, written_offsets
 from foxhunt.data.io.normalise import SYMBOL_CANDIDATES, TIME_CANDIDATES, VALUE_COLS
 from foxhunt.data.io.times import text_times
 from foxhunt.errors import InputError
@@ -112,19 +113,21 @@ def _keys(rec: Mapping[str, Any]) -> _Keys:
 
 
 def stream_bars(bar: Any, series_of: Mapping[str, str], only: str | None, timezone: str | None,
-                fields: Sequence[str] = (), date_format: str | None = None) -> StreamBars:
+                fields: Sequence[str] = (), date_format: str | None = None, daily: bool = False) -> StreamBars:
     """`bar`: a dict (one bar) or a frame (one row per series) with a time column (ts_event, timestamp, ...),
     open high low close volume, a symbol (the series' name or its current contract; optional with one series),
     optionally `filled`, and the model's --observed columns `fields` by their exact names. `series_of` maps each series' current contract to the series; `only` is the one series a bar without a symbol
     belongs to (None: several, so a symbol is required). Naive times are in `timezone` (None: UTC); text times are
-    read by the model's --date-format when it was given (data/io/times.py, as the files were), else as ISO 8601."""
+    read by the model's --date-format when it was given (data/io/times.py, as the files were), else as ISO 8601.
+    `daily` (the model's bars are): each bar is labelled by its date where it was stamped, as the files' daily bars
+    are (data/io/dates.py)."""
     if isinstance(bar, Mapping):
         records = [bar]
     else:
         records = as_polars(bar).to_dicts()
     if not records:
         raise InputError("update: no bar given; pass a dict or a frame with one row per series")
-    names, contracts, times, values, filled = [], [], [], [], []
+    names, contracts, times, walls, values, filled = [], [], [], [], [], []
     observed: list[list[Any]] | None = [] if fields else None
     for rec in records:  # one per series: a handful
         k = _keys(rec)
@@ -136,7 +139,9 @@ def stream_bars(bar: Any, series_of: Mapping[str, str], only: str | None, timezo
         contracts.append(contract)
         if k.time is None:
             raise InputError(f"update: the bar of {symbol!r} has no time ({', '.join(TIME_CANDIDATES)}); add 'ts_event'")
-        times.append(_ns(rec[k.time], timezone, symbol, date_format))
+        ts, wall = _ns(rec[k.time], timezone, symbol, date_format)
+        times.append(ts)
+        walls.append(wall)
         if k.missing is not None:
             raise InputError(f"update: the bar of {symbol!r} has no {k.missing!r}; a bar needs "
                              f"{', '.join(VALUE_COLS)}")
@@ -147,6 +152,8 @@ def stream_bars(bar: Any, series_of: Mapping[str, str], only: str | None, timezo
         filled.append(bool(rec[k.filled]) if k.filled is not None else False)
         if observed is not None:
             observed.append([rec.get(f) for f in fields])
+    if daily:
+        times = date_labels(np.array(times, dtype=np.int64), np.array(walls, dtype=np.int64)).tolist()
     return StreamBars(names, contracts, times, values, filled, observed)
 
 
@@ -164,33 +171,38 @@ def _series(symbol: str, series_of: Mapping[str, str]) -> tuple[str, str | None]
     return symbol, symbol
 
 
-def _ns(value: Any, timezone: str | None, symbol: str, date_format: str | None = None) -> int:
-    """A bar time (datetime, pandas Timestamp, numpy datetime64, ISO text or epoch ns) as int ns UTC; naive times
-    are wall-clock times in `timezone` (None: UTC), as the loader reads them."""
+def _ns(value: Any, timezone: str | None, symbol: str, date_format: str | None = None) -> tuple[int, int]:
+    """A bar time (datetime, pandas Timestamp, numpy datetime64, ISO text or epoch ns) as (int ns UTC, its wall clock
+    where it was stamped as naive ns: data/io/dates.py); naive times are wall-clock times in `timezone` (None: UTC),
+    as the loader reads them, aware ones keep their own zone's wall clock."""
     if type(value).__module__.startswith("pandas"):  # a pandas Timestamp: exact to the nanosecond
         stamp = value if value.tzinfo is not None else value.tz_localize(timezone or "UTC")
-        return int(stamp.tz_convert("UTC").value)
+        return int(stamp.tz_convert("UTC").value), int(stamp.tz_localize(None).value)
     if isinstance(value, np.datetime64):
         value = value.astype("datetime64[ns]")
         if timezone is None:
-            return int(value.astype(np.int64))
+            return int(value.astype(np.int64)), int(value.astype(np.int64))
         value = value.astype("datetime64[us]").item()
     if isinstance(value, str) and date_format is not None:
-        read, _ = text_times(pl.Series([value.strip()]), Path(f"update: the bar of {symbol!r}"), "time",
-                             timezone or "UTC", date_format)
-        return int(read.dt.epoch("ns")[0])
+        text = pl.Series([value.strip()])
+        read, kind = text_times(text, Path(f"update: the bar of {symbol!r}"), "time", timezone or "UTC", date_format)
+        ts = read.dt.epoch("ns").to_numpy()  # (1,)
+        wall = ts + written_offsets(text) if kind == "aware" else wall_in(ts, timezone if kind == "naive" else None)
+        return int(ts[0]), int(ts[0] if wall is None else wall[0])
     if isinstance(value, str):
         try:
             value = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError:
             raise InputError(f"update: the bar of {symbol!r} has time {value!r}, not ISO 8601") from None
     if isinstance(value, dt.datetime):
+        wall = (value.replace(tzinfo=None) - EPOCH.replace(tzinfo=None)) // dt.timedelta(microseconds=1) * 1000
         if value.tzinfo is None:
             value = value.replace(tzinfo=ZoneInfo(timezone) if timezone else dt.UTC)
-        return (value - EPOCH) // dt.timedelta(microseconds=1) * 1000
+        return (value - EPOCH) // dt.timedelta(microseconds=1) * 1000, wall
     if isinstance(value, dt.date):
-        return (value - EPOCH.date()).days * 86_400 * 10**9
+        day = (value - EPOCH.date()).days * 86_400 * 10**9
+        return day, day
     if isinstance(value, int | np.integer) or (isinstance(value, float) and math.isfinite(value)):
-        return int(value)
+        return int(value), int(value)
     raise InputError(f"update: the bar of {symbol!r} has time {value!r} of type {type(value).__name__}; pass a "
                      "datetime or epoch nanoseconds")

@@ -275,7 +275,9 @@ class Forecaster:
         st = self._stream
         only = st.names[0] if len(st.names) == 1 else None
         fields = st.user.fields if st.user is not None else ()
-        b = stream_bars(bar, st.series_of, only, self._lm.data_cfg.timezone, fields, self._lm.data_cfg.date_format)
+        cfg = self._lm.data_cfg
+        b = stream_bars(bar, st.series_of, only, cfg.timezone, fields, cfg.date_format,
+                        daily=not self._lm.transform.intraday)
         rows = st.step(b.names, b.contracts, b.ts_ns, b.ohlcv, b.filled, max_gap_ns, b.observed)
         if self._anchor is not None:
             for r in rows:  # the series of this update

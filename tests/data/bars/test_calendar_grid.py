@@ -227,6 +227,24 @@ def test_inspect_counts_no_missing_bars_over_the_holidays_of_the_calendar(xshg_d
     assert default["windows_with_gaps"] > 0 and xshg["windows_with_gaps"] == 0
 
 
+def test_naive_dates_read_in_shanghai_keep_their_days(xshg_daily_file, capsys):
+    """The fixture's naive dates read with --timezone Asia/Shanghai are the dates they show (data/io/dates.py): the
+    same windows, splits, dates and gaps (none on XSHG's grid) as read without it, and the same dates printed.
+    Before, every bar sat at 16:00 UTC of the day before, on the grid's closed days around each holiday."""
+    pytest.importorskip("pandas_market_calendars")
+    flags = (str(xshg_daily_file), "--calendar", "XSHG")
+    utc, shanghai = (_inspect(capsys, *flags, *more) for more in ([], ["--timezone", SH]))
+    assert shanghai["windows_with_gaps"] == utc["windows_with_gaps"] == 0
+    for key in ("date_range", "series", "train_end", "val_end", "windows", "ranges"):
+        assert shanghai[key] == utc[key], key
+    assert shanghai["date_range"] == {"start": "2016-03-01T00:00:00Z", "end": "2017-03-31T00:00:00Z"}
+    text = []
+    for more in ([], ["--timezone", SH]):
+        assert main(["inspect", *flags, *more, "--encoder-length", "16", "--horizon", "5"]) == 0
+        text.append([line for line in capsys.readouterr().out.splitlines() if line.startswith(("series", "train"))])
+    assert text[0] == text[1] and "2016-03-01T00:00 .. 2017-03-31T00:00" in text[1][0]
+
+
 def test_inspect_counts_windows_missing_bars_among_the_windows_of_the_splits(xshg_daily_file, capsys):
     """On the 24/7 grid every window of weekday bars misses bars (5 weekdays always span a weekend): all of the
     windows of the splits, not more (the purged ones are in no split)."""

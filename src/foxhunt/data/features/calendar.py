@@ -14,8 +14,9 @@ Conventions (CME Globex, which foxhunt is built for):
 - The session inputs (`--calendar-features`: holidays, early closes, minutes to close) follow one
   pandas-market-calendars calendar: the run's `--calendar`, CME Globex Equity without one (`features_calendar`);
   its own session gives the trade dates, the regular close and the session's length.
-- Daily bars are labelled by their UTC date. Converting a midnight-UTC daily stamp to Chicago time would move it to
-  the previous day, so daily features never use `exchange_tz`.
+- Daily bars are labelled by their UTC date, which the readers make their local date where they were stamped
+  (data/io/dates.py). Converting a midnight-UTC daily stamp to Chicago time would move it to the previous day, so
+  daily features never use `exchange_tz`.
 - Where the forecast steps lie (the run's session grid) is bars/grid.py's.
 """
 

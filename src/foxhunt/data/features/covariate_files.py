@@ -297,13 +297,17 @@ def _bar_columns_of(whole: pl.DataFrame | None, names: list[str], path: Path, de
         extra.append(match_column(names, "time"))
     keep = list(dict.fromkeys(c for c in [found["time"], *extra, *wanted.values()] if c))
     frame = _read_whole(path, keep) if whole is None else whole.select(keep)
+    name = hive.get(hive_symbol, default_name) if hive_symbol else default_name  # the series of a file without symbols
+    key = found["symbol"] if own_symbol is not None else found["instrument_id"]
+    # dated as the bar reader dates the bars (normalise.normalise), so that each bar finds its own row
+    series = frame.get_column(key).cast(pl.Utf8) if key is not None else name
     ts, _ = parse_time(frame, found["time"], frame.columns, path, timestamp_col is None, read.timezone or "UTC",
-                       read.date_format)
+                       read.date_format, series)
     if own_symbol is not None:
         symbol = frame.get_column(found["symbol"]).cast(pl.Utf8).str.strip_chars()
         symbol = symbol.set(symbol == "", None)
     else:
-        symbol = pl.Series([hive.get(hive_symbol, default_name) if hive_symbol else default_name] * frame.height)
+        symbol = pl.Series([name] * frame.height)
     databento = found["rtype"] is not None and found["instrument_id"] is not None
     ident = (
         frame.get_column(found["instrument_id"]).cast(pl.Int64, strict=False)

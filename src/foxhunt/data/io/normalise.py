@@ -21,7 +21,7 @@ Formats understood:
   low close volume (case-insensitive) and an optional symbol column. Naive timestamps are wall-clock time in
   `timezone` (`--timezone`, default UTC), aware ones are converted to UTC; integer timestamps are epoch counts (UTC)
   whose unit (s, ms, us, ns) is read from their size. Text times are ISO 8601 or read by `--date-format`
-  (times.py).
+  (times.py). A daily bar is then labelled by its date where it was stamped (dates.py).
   A CSV with separate `date` and `time` columns gets them joined.
 - A file without a symbol column is one series named after the file stem (for a directory or glob: after the folder),
   unless a hive `symbol=` folder above it names it (partitions.py).
@@ -33,6 +33,7 @@ from pathlib import Path
 
 import polars as pl
 
+from foxhunt.data.io.dates import UTC_ZONES, dated, wall_in, written_offsets
 from foxhunt.data.io.dbn import read_dbn
 from foxhunt.data.io.scan import read_error
 from foxhunt.data.io.times import from_epoch, localize, raise_bad_time, text_times
@@ -169,7 +170,10 @@ def normalise(
 ) -> tuple[pl.DataFrame, str]:
     names = frame.columns
     found = find_columns(names, path, timestamp_col, symbol_col)
-    ts, kind = parse_time(frame, found["time"], names, path, timestamp_col is None, timezone or "UTC", date_format)
+    key = found["symbol"] or found["instrument_id"]  # each bar's series, for its date (dates.py)
+    series = frame.get_column(key).cast(pl.Utf8) if key is not None else default_name
+    ts, kind = parse_time(frame, found["time"], names, path, timestamp_col is None, timezone or "UTC", date_format,
+                          series)
     out = {"ts": ts}
     # Databento's OHLCV frames always carry rtype and instrument_id; only their integer prices are fixed-point.
     databento = found["rtype"] is not None and found["instrument_id"] is not None
@@ -212,7 +216,7 @@ def _stripped(symbol: pl.Series) -> tuple[pl.Series, pl.Series]:
 
 def parse_time(
     frame: pl.DataFrame, col: str, names: list[str], path: Path, joined_time: bool, timezone: str,
-    date_format: str | None = None,
+    date_format: str | None = None, series: pl.Series | str | None = None,
 ) -> tuple[pl.Series, str]:
     """Any timestamp representation -> (Datetime("ns", "UTC"), "naive" | "aware" | "epoch" | "date").
 
@@ -220,19 +224,24 @@ def parse_time(
     beside it when `joined_time`, a space between them); other types never need a format. Naive times are wall-clock
     times in `timezone`; a naive time that does not exist there (the hour skipped when daylight saving starts), any
     null or bad text, an ambiguous day/month order or a mix of naive and offset times raises InputError naming the
-    row.
+    row. `series`: for bars (the bar files and their own columns), each row's series (a str: the file's one series):
+    daily bars are then labelled by their date where they were stamped (dates.py); None for other files.
     """
     s = frame.get_column(col)
     dtype = s.dtype
+    zone = "UTC"  # the zone of the wall clock the times were written in
+    written: pl.Series | None = None  # text times that carry their own UTC offsets: their wall clock
     if dtype == pl.String:
         time_col = match_column(names, "time") if col.lower() == "date" and joined_time else None
         text = s.str.strip_chars()
         if time_col is not None:
             text = text + " " + frame.get_column(time_col).cast(pl.Utf8).str.strip_chars()
         out, kind = text_times(text, path, col, timezone, date_format)
+        zone, written = (timezone if kind == "naive" else "UTC"), (text if kind == "aware" else None)
     elif isinstance(dtype, pl.Datetime):
         kind = "naive" if dtype.time_zone is None else "aware"
         out = localize(s, s, timezone, path, col) if kind == "naive" else s.dt.convert_time_zone("UTC")
+        zone = dtype.time_zone or timezone
     elif dtype == pl.Date:
         out, kind = s.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"), "date"
     elif dtype.is_integer():
@@ -243,7 +252,11 @@ def parse_time(
         )
     out = out.cast(pl.Datetime("ns", "UTC"))
     raise_bad_time(out.is_null(), s, path, col)  # shown as text only on error: a 2M-row cast costs seconds
-    return out, kind
+    if series is None or (written is None and zone in UTC_ZONES):
+        return out, kind
+    ts_ns = out.dt.epoch("ns").to_numpy()  # (N,)
+    wall = wall_in(ts_ns, zone) if written is None else ts_ns + written_offsets(written)
+    return dated(out, wall, series), kind
 
 
 def numeric(

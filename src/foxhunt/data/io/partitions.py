@@ -22,6 +22,9 @@ from foxhunt.errors import InputError
 DATE_KEYS = ("date", "day", "trade_date")
 MARGIN = dt.timedelta(days=1)  # a partition's date vs the UTC times of its bars
 NAIVE_MARGIN = dt.timedelta(hours=2)  # a naive wall-clock time vs UTC, across a daylight-saving change
+# A zoned or naive time vs the label of its bar: a daily bar is labelled by its local date (dates.py), up to the
+# zone's offset (14 h) before or a day and a half (a local evening west of UTC) after its time
+LABEL_MARGIN = dt.timedelta(days=2)
 
 
 @dataclass(frozen=True)
@@ -60,16 +63,18 @@ class TimeBounds:
 
     def pushdown(self, dtype: pl.DataType, col: str, timezone: str) -> pl.Expr | None:
         """The bound on a file's own time column, in its own type, so that polars can check it against row-group
-        statistics before decoding any page: exact for time-zone aware columns, two hours wider for naive ones (wall
-        clock in `timezone`, where a daylight-saving change moves an hour) and a day wider for dates. None for text
-        and epoch counts, which are bounded after parsing only."""
+        statistics before decoding any page: exact for UTC columns, two hours wider for naive ones in UTC (where a
+        daylight-saving change of `timezone` moves an hour), two days wider for other zones (a daily bar's label is
+        its local date: dates.py) and a day wider for dates. None for text and epoch counts, which are bounded after
+        parsing only."""
         if isinstance(dtype, pl.Datetime) and dtype.time_zone is not None:
-            zone, margin = _zone(dtype.time_zone), dt.timedelta(0)
+            zone = _zone(dtype.time_zone)
+            margin = dt.timedelta(0) if dtype.time_zone == "UTC" else LABEL_MARGIN
 
             def as_column(t: dt.datetime) -> dt.datetime | dt.date:
                 return t.astimezone(zone)
         elif isinstance(dtype, pl.Datetime):
-            zone, margin = _zone(timezone), NAIVE_MARGIN
+            zone, margin = _zone(timezone), NAIVE_MARGIN if timezone == "UTC" else LABEL_MARGIN
 
             def as_column(t: dt.datetime) -> dt.datetime | dt.date:
                 return t.astimezone(zone).replace(tzinfo=None)

@@ -231,7 +231,7 @@ def _scan_casts(schema: pl.Schema, found: dict[str, str | None]) -> dict[str, pl
     columns (us timestamps, uint64 volume, uint32 ids) are then never held whole beside their casts (2M bars: 40 MB).
 
     Only the casts that give exactly what `normalise` gives and leave nothing for it to judge: time zone aware
-    timestamps to UTC ns, float or integer volume and float prices to Float64 (Databento's fixed-point integer prices
+    timestamps to ns (in their own zone, which dates a daily bar: dates.py), float or integer volume and float prices to Float64 (Databento's fixed-point integer prices
     keep their own path), integer ids to RAW_SCHEMA's types; `normalise` then finds these columns done. A column
     that fills two roles is left as it is.
     """
@@ -239,7 +239,7 @@ def _scan_casts(schema: pl.Schema, found: dict[str, str | None]) -> dict[str, pl
     out: dict[str, pl.Expr] = {}
     time = found["time"]
     if isinstance(schema[time], pl.Datetime) and schema[time].time_zone is not None:
-        out[time] = pl.col(time).dt.convert_time_zone("UTC").cast(RAW_SCHEMA["ts"])
+        out[time] = pl.col(time).cast(pl.Datetime("ns", schema[time].time_zone))
     for c in VALUE_COLS:
         src = found[c]
         dtype = schema[src]
