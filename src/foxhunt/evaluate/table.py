@@ -44,7 +44,7 @@ def format_results(result: dict[str, Any], simulated: bool = False) -> str:
     comparisons = result.get("comparisons") or {}
     skills = {k: c.get("skill") or {} for k, c in comparisons.items()}
     width = max([len("source"), *(len(k) for k in sources), *(len(f"  vs {k}") for k in skills)]) + 2
-    qcols = "".join(f"{'qrisk p' + format(q * 100, 'g'):>12}" for q in qs)
+    qcols = "".join(f"{'qrisk ' + quantile_label(q):>12}" for q in qs)
     header = f"{'source':<{width}}{qcols}{'pinball':>10}{'MAE p50':>10}{'cover':>8}{'hit':>7}{'IC':>8}"
     claim = result.get("verdict") or {}
     lines = [
@@ -70,7 +70,7 @@ def format_results(result: dict[str, Any], simulated: bool = False) -> str:
                      "model is better); p: Diebold-Mariano, pooled over the series (equal: the losses differ by float "
                      "rounding alone, not tested); won: series where the model's q-risk is lower (significantly: in "
                      "brackets)")
-        lines.append(f"{'':<{width}}" + "".join(f"{'p' + format(q * 100, 'g'):>12}" for q in qs) + f"{'origins':>10}"
+        lines.append(f"{'':<{width}}" + "".join(f"{quantile_label(q):>12}" for q in qs) + f"{'origins':>10}"
                      f"{'series':>8}")
         for name, sk in skills.items():
             c = comparisons[name]

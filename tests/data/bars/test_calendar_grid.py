@@ -242,7 +242,7 @@ def test_naive_dates_read_in_shanghai_keep_their_days(xshg_daily_file, capsys):
     for more in ([], ["--timezone", SH]):
         assert main(["inspect", *flags, *more, "--encoder-length", "16", "--horizon", "5"]) == 0
         text.append([line for line in capsys.readouterr().out.splitlines() if line.startswith(("series", "train"))])
-    assert text[0] == text[1] and "2016-03-01T00:00 .. 2017-03-31T00:00" in text[1][0]
+    assert text[0] == text[1] and "2016-03-01T00:00 UTC .. 2017-03-31T00:00 UTC" in text[1][0]
 
 
 def test_inspect_counts_windows_missing_bars_among_the_windows_of_the_splits(xshg_daily_file, capsys):

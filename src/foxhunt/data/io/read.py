@@ -231,9 +231,9 @@ def _scan_casts(schema: pl.Schema, found: dict[str, str | None]) -> dict[str, pl
     columns (us timestamps, uint64 volume, uint32 ids) are then never held whole beside their casts (2M bars: 40 MB).
 
     Only the casts that give exactly what `normalise` gives and leave nothing for it to judge: time zone aware
-    timestamps to ns (in their own zone, which dates a daily bar: dates.py), float or integer volume and float prices to Float64 (Databento's fixed-point integer prices
-    keep their own path), integer ids to RAW_SCHEMA's types; `normalise` then finds these columns done. A column
-    that fills two roles is left as it is.
+    timestamps to ns (in their own zone, which dates a daily bar: dates.py), float or integer volume and float prices
+    to Float64 (Databento's fixed-point integer prices keep their own path), integer ids to RAW_SCHEMA's types;
+    `normalise` then finds these columns done. A column that fills two roles is left as it is.
     """
     roles = [c for c in found.values() if c is not None]
     out: dict[str, pl.Expr] = {}
