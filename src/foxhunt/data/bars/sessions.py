@@ -25,7 +25,7 @@ import polars as pl
 
 from foxhunt.atomic import write_json
 from foxhunt.cache import cache_dir
-from foxhunt.data.util.clock import DAY_MIN, MIN_NS, QUARTER_NS, WEEK_MIN, local_ns
+from foxhunt.data.util.clock import DAY_MIN, DAY_NS, MIN_NS, QUARTER_NS, WEEK_MIN, local_ns
 from foxhunt.data.util.runs import changes, run_lengths
 from foxhunt.errors import InputError
 
@@ -51,10 +51,14 @@ class Session:
         return -self.open_day * DAY_MIN - self.open_min  # the open is the trade date's midnight
 
     @property
+    def length_min(self) -> int:
+        """Minutes from a trade date's open to its close (CME Globex: 23 h; XNYS: 6.5 h)."""
+        return (self.close_day - self.open_day) * DAY_MIN + self.close_min - self.open_min
+
+    @property
     def always_open(self) -> bool:
         """No minute of the week is closed (24/7)."""
-        length = (self.close_day - self.open_day) * DAY_MIN + self.close_min - self.open_min
-        return len(self.weekdays) == 7 and length >= DAY_MIN
+        return len(self.weekdays) == 7 and self.length_min >= DAY_MIN
 
 
 CME_EQUITY = Session("default", "America/Chicago", 17 * 60, 16 * 60)
@@ -355,7 +359,7 @@ def stamped_at_end(ts_ns: np.ndarray, session: Session) -> bool:
     A bar stamped at its start never sits at the close (the session is over), one stamped at its end never at the open."""
     if session.always_open or session.open_day != session.close_day:
         return False
-    minute = (local_ns(ts_ns, session.tz) % (DAY_MIN * MIN_NS)) // MIN_NS  # (N,) minute of the local day
+    minute = (local_ns(ts_ns, session.tz) % DAY_NS) // MIN_NS  # (N,) minute of the local day
     return int(np.count_nonzero(minute == session.close_min)) >= END_STAMP_DAYS and not (minute == session.open_min).any()
 
 

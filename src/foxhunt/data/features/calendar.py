@@ -138,8 +138,7 @@ def session_features(ts_ns: np.ndarray, intraday: bool, calendar: str = SESSION_
     hit = sched["day"][pos] == day  # (N,) the bar's trade date is a session
     out = {c: np.where(hit, sched[c][pos], 0.0) for c in DAILY_SESSION_COLUMNS}
     if intraday:
-        length = (regular.close_day - regular.open_day) * 24 * 60 + regular.close_min - regular.open_min
-        left = (sched["close_ns"][pos] - ts_ns) / (MIN_NS * length)
+        left = (sched["close_ns"][pos] - ts_ns) / (MIN_NS * regular.length_min)
         out["to_close"] = np.where(hit, np.clip(left, 0.0, 1.0), 0.0)
     return out
 
