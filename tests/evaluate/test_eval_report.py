@@ -121,3 +121,13 @@ def test_report_without_baselines_or_images(tmp_path, results):
     write_report(path, title="t", metrics={"tft": m}, baselines={}, images={}, notes=[])
     text = path.read_text()
     assert "No baselines were evaluated" in text and "data:image/png" not in text and "tft" in text
+
+
+def test_every_baseline_is_described_in_the_report():
+    """Each baseline evaluate can score has its own line of words in report.html (HAR's once read "see the notes
+    above", and no notes said anything of it)."""
+    from foxhunt.data.baselines.forecasts import BASELINES
+    from foxhunt.evaluate.report import BASELINE_TEXT
+
+    assert set(BASELINES) <= set(BASELINE_TEXT)
+    assert "Corsi" in BASELINE_TEXT["har"]

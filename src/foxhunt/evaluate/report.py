@@ -31,6 +31,9 @@ BASELINE_TEXT = {
     "the range target its volatility forecast is scaled by training-period quantiles of range / volatility",
     "seasonal_rolling_vol": "intraday bars: the rolling volatility of the target divided by the training period's "
     "time-of-day volatility profile, multiplied back by the profile at each forecast step's time of day",
+    "har": "HAR (Corsi 2009): for each step, a least-squares regression of the next bar's squared move (the range, for "
+    "the range target) on its averages over the last bar, day, week and month, fitted on the training period (intraday: "
+    "on the deseasonalized measure); quantiles from the training period's actual / forecast scale",
 }
 
 GLOSSARY = [
@@ -256,7 +259,7 @@ def _baseline_list(baselines: Mapping[str, Any]) -> str:
     if not baselines:
         return "<p>No baselines were evaluated.</p>"
     items = "".join(
-        f"<li><b>{_e(name)}</b>: {_e(BASELINE_TEXT.get(name, 'see the notes above'))}</li>"
+        f"<li><b>{_e(name)}</b>" + (f": {_e(BASELINE_TEXT[name])}" if name in BASELINE_TEXT else "") + "</li>"
         for name in baselines
     )
     return f"<p>Baselines, each compared with the model on the origins both forecast:</p><ul>{items}</ul>"
