@@ -97,6 +97,12 @@ def test_backtest_json_scores_model_and_baselines_on_the_same_origins(backtest):
             assert 0 <= c["dm"][k]["p_value"] <= 1 and c["series_won"][k]["of"] == c["series"] == 2
             assert c["dm"][k]["periods"] == c["origins"] // 2  # pooled per origin time: ES and NQ share dates
     assert result["short_folds"] == []  # two folds of 60 days
+    # the overall rank IC is the mean of the folds' own: none for a median that is one number in each fold
+    for name, res in (("model", result["overall"]["model"]), *result["overall"]["baselines"].items()):
+        folds = [(f["metrics"]["model"] if name == "model" else f["metrics"]["baselines"][name])["overall"]["ic"]
+                 for f in result["folds"]]
+        known = [v for v in folds if v is not None]
+        assert res["overall"]["ic"] == (pytest.approx(sum(known) / len(known)) if known else None), name
     html = (out / "report.html").read_text()
     assert html.count("<img") >= 4 and "q-risk per fold" in html and "roll dates" in html
 

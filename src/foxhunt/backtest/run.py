@@ -21,7 +21,15 @@ from foxhunt.backtest.config import BacktestConfig
 from foxhunt.backtest.fold_dates import Fold, iso, plan_folds, short_folds, short_line
 from foxhunt.backtest.jobs import jobs_that_fit
 from foxhunt.backtest.report import write_backtest_report
-from foxhunt.backtest.summary import around_rolls, concat, merge_gaps, metrics, monthly, write_forecasts
+from foxhunt.backtest.summary import (
+    around_rolls,
+    concat,
+    merge_gaps,
+    metrics,
+    monthly,
+    with_fold_ic,
+    write_forecasts,
+)
 from foxhunt.console import FINAL, SHOW
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
@@ -81,7 +89,7 @@ def combine(bt: BacktestConfig, folds: list[Fold], rolls: list[dict[str, Any]], 
     names, qs = tuple(first["series_names"]), tuple(first["quantiles"])
     write_forecasts([fold_io.fold_dir(bt.out_dir, f) / "forecasts.parquet" for f in folds],
                     bt.out_dir / "forecasts.parquet")
-    overall = _metrics(arrays, {**first, "baseline_gaps": merge_gaps(infos)})
+    overall = with_fold_ic(_metrics(arrays, {**first, "baseline_gaps": merge_gaps(infos)}), [i["metrics"] for i in infos])
     claim = overall_verdict(overall, qs, len(folds))
     result = {
         "backtest": bt.to_dict(), "target": first["target"], "quantiles": list(qs), "verdict": claim.to_dict(),

@@ -50,6 +50,29 @@ def metrics(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...], names: 
     return {"model": model, "baselines": res, "comparisons": pairs, "skill": {k: c["skill"] for k, c in pairs.items()}}
 
 
+def with_fold_ic(overall: dict[str, Any], folds: list[dict[str, Any]]) -> dict[str, Any]:
+    """`overall` (`metrics` over every fold's origins) with each source's rank IC, overall, per horizon and per series,
+    the mean of the folds' own (`folds`: each fold's `metrics`, as fold.json holds them), None where no fold has one.
+
+    An IC pooled over the folds would rank the pairs of different test periods against each other: a baseline whose
+    median is one number in each fold (training quantiles, GARCH-t's mean), which has no IC in any fold, would get
+    one from the folds' different levels alone. The mean of the periods' ICs is the usual summary of an IC over time.
+    """
+    def mean(values: list[Any]) -> float | None:
+        known = [v for v in values if v is not None]
+        return float(np.mean(known)) if known else None
+
+    for name, res in (("model", overall["model"]), *overall["baselines"].items()):
+        parts = [m["model"] if name == "model" else m["baselines"].get(name) for m in folds]
+        parts = [r for r in parts if r is not None]
+        res["overall"]["ic"] = mean([r["overall"]["ic"] for r in parts])
+        for h, block in enumerate(res["per_horizon"]):
+            block["ic"] = mean([r["per_horizon"][h]["ic"] for r in parts if h < len(r["per_horizon"])])
+        for name_s, block in res["per_series"].items():  # by series name, here and in fold.json
+            block["ic"] = mean([(r["per_series"].get(name_s) or {}).get("ic") for r in parts])
+    return overall
+
+
 def merge_gaps(infos: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     """The folds' `baseline_gaps` together: baseline -> series -> each fold's distinct reasons, joined."""
     out: dict[str, dict[str, list[str]]] = {}
