@@ -19,11 +19,17 @@ from foxhunt.cli import app, main
 from foxhunt.data.config import DataConfig
 from foxhunt.errors import InputError
 from foxhunt.settings import load_config_file
-from foxhunt.tune.space import DEFAULT_SPACE, FIXED, parse_space
+from foxhunt.tune.space import DEFAULT_SPACE, FIXED, Param, parse_space
 
 optuna = pytest.importorskip("optuna")
 
+# The search space of `search`, whose flags type --hidden-size 8 and --attention-heads 2: those two are fixed, so the
+# study searches the other three.
 SPACE = """
+[hidden-size]
+choices = [16, 32]
+[attention-heads]
+choices = [1, 4]
 [dropout]
 low = 0.0
 high = 0.3
@@ -231,6 +237,79 @@ def test_a_study_refuses_other_fixed_options(search, capsys):
     _, argv = search
     assert main([*argv, "--trials", "3", "--epochs", "3"]) == 2
     assert "was started with other train options (--epochs: 2 then, 3 now)" in capsys.readouterr().err
+
+
+def test_a_typed_option_the_space_holds_is_fixed_in_every_trial_and_in_best_toml(search, capsys):
+    out, argv = search
+    for run in sorted((out / "trials").iterdir()):
+        model = json.loads((run / "config.json").read_text())["model"]
+        assert (model["hidden_size"], model["attention_heads"]) == (8, 2), run.name  # typed, not [16, 32] / [1, 4]
+    study = optuna.load_study(study_name="foxhunt", storage=f"sqlite:///{out / 'study.db'}")
+    assert all(set(t.params) == {"dropout", "learning_rate", "scaling"} for t in study.get_trials())
+    best = load_config_file(out / "best.toml", {"hidden_size", "attention_heads", "dropout", "learning_rate",
+                                                "scaling", "encoder_length", "horizon", "progress", "threads",
+                                                "epochs", "parquet_file"})
+    assert (best["hidden_size"], best["attention_heads"]) == (8, 2)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["searched"] == ["dropout", "learning_rate", "scaling"]
+    assert summary["fixed"]["hidden_size"] == 8 and summary["fixed"]["attention_heads"] == 2
+    assert "param:hidden_size" not in (out / "trials.csv").read_text().splitlines()[0]
+    assert main([*argv, "--trials", "3"]) == 0  # the study is complete: no trial runs, the outputs are rewritten
+    assert "searching 3 of 5 options; fixed by you: --hidden-size 8, --attention-heads 2" in capsys.readouterr().err
+
+
+def test_the_epochs_column_counts_the_trained_epochs(search):
+    """Epoch 0, the untrained anchor a trial validates first, is not a trained epoch (train numbers them from 1)."""
+    out, _ = search
+    rows = json.loads((out / "summary.json").read_text())["trials"]
+    csv = (out / "trials.csv").read_text().splitlines()
+    column = csv[0].split(",").index("epochs")
+    for row, line in zip(rows, csv[1:], strict=True):
+        records = map(json.loads, (out / "trials" / f"trial-{row['trial']:04d}" / "metrics.jsonl").read_text()
+                      .splitlines())
+        trained = sum(1 for r in records if "val_qrisk" in r and r["train_loss"] is not None)
+        assert row["epochs"] == trained == int(line.split(",")[column]), row
+        assert row["state"] != "COMPLETE" or trained == 2, row  # --epochs 2
+
+
+def test_a_study_refusal_says_an_option_is_not_given_now(search, capsys):
+    _, argv = search
+    i = argv.index("--encoder-length")
+    assert main([*argv[:i], *argv[i + 2:], "--trials", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "(--encoder-length: 16 then, not given now)" in err and "None" not in err, err
+
+
+def test_a_space_whose_every_option_is_typed_is_refused_before_any_trial(tmp_path, daily_path, tiny_flags, capsys):
+    space = tmp_path / "space.toml"
+    space.write_text("[hidden-size]\nchoices = [16, 32]\n[encoder-length]\nchoices = [24, 32]\n")
+    code = main(["tune", "--trials", "1", "--out-dir", str(tmp_path / "out"), "--search", str(space),
+                 "--parquet-file", str(daily_path), *tiny_flags, "--epochs", "1", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"{space}: every option it searches is typed (--hidden-size, --encoder-length)" in err
+    assert not (tmp_path / "out" / "trials").exists()
+
+
+def test_drawn_heads_or_hidden_sizes_fit_the_fixed_other(caplog):
+    """Attention heads must divide the hidden size: with one fixed (typed or its default), the other is drawn only
+    among the values that fit, and a space where none does is refused."""
+    from foxhunt.tune.run import searched_space
+
+    space = parse_space(DEFAULT_SPACE, "default", _train_options())
+    with caplog.at_level(logging.INFO, logger="foxhunt.tune"):
+        heads = {p.name: p for p in searched_space(space, {"hidden_size": 6}, {"hidden_size": 6}, "d")}
+    assert "hidden_size" not in heads and heads["attention_heads"].choices == (1, 2)
+    assert "--attention-heads drawn from 1, 2 only: attention heads must divide the hidden size (--hidden-size 6)" \
+        in caplog.text
+    ranged = (Param("hidden_size", low=8, high=40, step=4), Param("dropout", low=0.0, high=0.3))
+    sizes = {p.name: p for p in searched_space(ranged, {"attention_heads": 8}, {"attention_heads": 8}, "d")}
+    assert sizes["hidden_size"].choices == (8, 16, 24, 32, 40) and sizes["dropout"] == ranged[1]
+    fits = parse_space("[attention-heads]\nchoices = [2, 4]\n[dropout]\nlow = 0.0\nhigh = 0.3\n", "d",
+                       {"attention_heads", "dropout"})
+    assert searched_space(fits, {}, {"hidden_size": 8}, "d") == fits  # every choice divides 8: the space as written
+    with pytest.raises(InputError, match=r"^s\.toml: no \[attention-heads\] value divides --hidden-size 5 "):
+        searched_space(fits, {"hidden_size": 5}, {"hidden_size": 5}, "s.toml")
 
 
 def _train_options() -> set[str]:

@@ -94,11 +94,12 @@ def tune(ctx: typer.Context, **options: Any) -> None:
     TPE sampling, median pruning on each epoch's validation loss;
     trials train and validate only, never on the test period. Writes best.toml (`foxhunt train --config best.toml`)
     and a table of trials with parameter importance. Every other option is `foxhunt train`'s: the fixed settings
-    of every trial (--parquet-file, --train-end / --val-end or --test-fraction, --epochs, ...)."""
+    of every trial (--parquet-file, --train-end / --val-end or --test-fraction, --epochs, ...); one the search
+    space holds is then not searched."""
     from foxhunt import settings
     from foxhunt.tune.config import TuneConfig
     from foxhunt.tune.run import import_optuna, run_tune
-    from foxhunt.tune.space import load_space
+    from foxhunt.tune.space import load_space, space_name
 
     import_optuna()  # the one-line install hint before anything else
     own, v, known = _options(ctx, options["config"], "tune")
@@ -106,4 +107,4 @@ def tune(ctx: typer.Context, **options: Any) -> None:
     train_cfg = settings.train_config(v)  # every fixed flag is checked before the first trial
     cfg = settings.build(TuneConfig, own, seed=train_cfg.seed)
     space = load_space(cfg.search, known)
-    run_tune(cfg, space, v, paths(v), {k: x for k, x in v.items() if k not in CONSOLE_FLAGS})
+    run_tune(cfg, space, v, paths(v), {k: x for k, x in v.items() if k not in CONSOLE_FLAGS}, space_name(cfg.search))

@@ -30,10 +30,27 @@ def toml_value(v: Any) -> str:
     return json.dumps(str(v))  # a TOML basic string: JSON's escapes are valid TOML
 
 
+def shown(v: Any) -> str:
+    """An option value as the console writes it: as typed (lists comma-separated, bools lowercase)."""
+    if isinstance(v, list | tuple):
+        return ",".join(shown(x) for x in v)
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def as_json(typed: dict[str, Any]) -> dict[str, Any]:
+    """The typed options as plain JSON values, sorted by name (what the study stores as its fixed options)."""
+    return json.loads(json.dumps(dict(sorted(typed.items())), default=str))
+
+
+def repeated(typed: dict[str, Any]) -> dict[str, Any]:
+    """The typed options every trial shares that a `foxhunt train --config` file repeats."""
+    return {k: v for k, v in typed.items() if k not in NOT_REPEATED and v is not None}
+
+
 def best_toml(params: dict[str, Any], typed: dict[str, Any], trial: int, value: float) -> str:
-    """The options typed for the search plus the best trial's: `foxhunt train --config best.toml` trains it."""
-    merged = {k: v for k, v in typed.items() if k not in NOT_REPEATED and v is not None}
-    merged.update(params)
+    """The options typed for the search plus the best trial's drawn ones: `foxhunt train --config best.toml`
+    trains it. A typed option is never drawn (run.py `searched_space`), so the two never name the same option."""
+    merged = {**repeated(typed), **params}
     lines = [f"# foxhunt tune: best trial {trial}, validation q-risk (mean over quantiles) {value:.6g}",
              "# train it: foxhunt train --config best.toml (flags typed there override these)"]
     lines += [f"{k.replace('_', '-')} = {toml_value(v)}" for k, v in sorted(merged.items())]
@@ -41,8 +58,11 @@ def best_toml(params: dict[str, Any], typed: dict[str, Any], trial: int, value: 
 
 
 def trial_rows(study: Any) -> list[dict[str, Any]]:
-    return [{"trial": t.number, "state": t.state.name, "val_qrisk": t.value, "epochs": len(t.intermediate_values),
-             "seconds": t.user_attrs.get("seconds"), **{f"param:{k}": v for k, v in t.params.items()}}
+    """One row per trial. `epochs` counts the trained epochs the trial reported (1.. as `foxhunt train` numbers them),
+    not epoch 0, the untrained anchor an anchored model validates first."""
+    return [{"trial": t.number, "state": t.state.name, "val_qrisk": t.value,
+             "epochs": sum(1 for epoch in t.intermediate_values if epoch > 0), "seconds": t.user_attrs.get("seconds"),
+             **{f"param:{k}": v for k, v in t.params.items()}}
             for t in study.get_trials(deepcopy=False)]
 
 
@@ -74,7 +94,8 @@ def write_outputs(study: Any, out_dir: Path, space: tuple[Param, ...], typed: di
     imp = importance(study)
     complete = [r for r in rows if r["state"] == "COMPLETE"]
     best = min(complete, key=lambda r: r["val_qrisk"]) if complete else None
-    summary = {"study": study.study_name, "trials": rows, "importance": imp,
+    summary = {"study": study.study_name, "searched": [p.name for p in space], "fixed": as_json(repeated(typed)),
+               "trials": rows, "importance": imp,
                "best": None if best is None else {"trial": best["trial"], "val_qrisk": best["val_qrisk"],
                                                   "params": study.best_trial.params}}
     write_json(out_dir / "summary.json", summary)

@@ -1,6 +1,7 @@
 """`foxhunt tune`: an Optuna study over `foxhunt train` options.
 
-Each trial is a training run (OUT_DIR/trials/trial-NNNN) with the drawn options on top of the ones typed. Its value
+Each trial is a training run (OUT_DIR/trials/trial-NNNN) with the drawn options beside the ones typed: a typed
+option is fixed, taken out of the search space (tune/space.py `without_typed`), so no trial draws it. Its value
 is the validation loss in the target's own units, the mean over quantiles of the validation q-risk, at the epoch
 early stopping keeps: the training loss is in scaled units, which differ between --scaling options (series std
 against trailing volatility), so only the raw-unit loss compares trials. After every epoch the trial reports that
@@ -24,8 +25,8 @@ from foxhunt import settings
 from foxhunt.console import FINAL, SHOW
 from foxhunt.errors import InputError, NonFiniteError, ResourceError
 from foxhunt.tune.config import TuneConfig
-from foxhunt.tune.output import write_outputs
-from foxhunt.tune.space import Param
+from foxhunt.tune.output import as_json, shown, write_outputs
+from foxhunt.tune.space import Param, heads_that_fit, without_typed
 
 log = logging.getLogger("foxhunt.tune")
 HEARTBEAT_S = 60  # a trial whose process stopped beating for 2 heartbeats (killed) is marked failed
@@ -56,14 +57,15 @@ def open_study(cfg: TuneConfig) -> Any:
 
 
 def run_tune(cfg: TuneConfig, space: tuple[Param, ...], values: dict[str, Any], paths: tuple[str, ...],
-             typed: dict[str, Any]) -> dict[str, Any]:
+             typed: dict[str, Any], where: str) -> dict[str, Any]:
     """Run trials until the study holds `cfg.trials` finished (complete or pruned) ones or the timeout passes;
     then write best.toml, trials.csv and summary.json. `values` are all train options, `typed` those the user set
-    (what best.toml repeats)."""
+    (every trial's fixed settings, which best.toml repeats); `where` names the space in errors."""
     optuna = import_optuna()
     # Every fixed data flag is checked before the study opens: a trial's InputError only fails that trial (Optuna
     # catches it), so a split refused there would fail every trial in turn.
     settings.data_config(values, paths)
+    space = searched_space(space, values, typed, where)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # foxhunt says what happens, once
     study = open_study(cfg)
     check_fixed_options(study, typed, cfg)
@@ -78,18 +80,43 @@ def run_tune(cfg: TuneConfig, space: tuple[Param, ...], values: dict[str, Any], 
     return write_outputs(study, cfg.out_dir, space, typed)
 
 
+def searched_space(space: tuple[Param, ...], values: dict[str, Any], typed: dict[str, Any],
+                   where: str) -> tuple[Param, ...]:
+    """What the study draws: `space` less the typed options, with the attention heads (or hidden sizes) cut to the
+    ones that fit a fixed hidden size (or head count). Says so on the console, --quiet included: the search is not
+    the space as written."""
+    from foxhunt.model.config import ModelConfig
+
+    left = without_typed(space, typed, where)
+    if len(left) < len(space):
+        fixed = [p for p in space if p.name in typed]
+        log.info("searching %d of %d options; fixed by you: %s", len(left), len(space),
+                 ", ".join(f"{p.flag} {shown(typed[p.name])}" for p in fixed), extra=FINAL)
+    model = settings.build(ModelConfig, values)
+    fitted = heads_that_fit(left, model.hidden_size, model.attention_heads, where)
+    fixed_by = {"attention_heads": f"--hidden-size {model.hidden_size}",
+                "hidden_size": f"--attention-heads {model.attention_heads}"}
+    for before, after in zip(left, fitted, strict=True):
+        if after is not before:
+            log.info("%s drawn from %s only: attention heads must divide the hidden size (%s)", after.flag,
+                     ", ".join(map(str, after.choices or ())), fixed_by[after.name], extra=FINAL)
+    return fitted
+
+
 def check_fixed_options(study: Any, typed: dict[str, Any], cfg: TuneConfig) -> None:
     """The train options typed for a study's first run are every trial's fixed settings (and best.toml's); a later
     run must repeat them, or its trials would not be comparable with the earlier ones."""
-    fixed = json.loads(json.dumps(dict(sorted(typed.items())), default=str))
+    fixed = as_json(typed)
     saved = study.user_attrs.get("fixed_options")
     if saved is None:
         study.set_user_attr("fixed_options", fixed)
     elif saved != fixed:
-        diff = sorted(k for k in set(saved) | set(fixed) if saved.get(k) != fixed.get(k))
+        absent = object()
+        key = sorted(k for k in set(saved) | set(fixed) if saved.get(k, absent) != fixed.get(k, absent))[0]
+        then, now = (shown(d[key]) if key in d else "not given" for d in (saved, fixed))
         raise InputError(f"study {cfg.study_name!r} in {cfg.storage_url} was started with other train options "
-                         f"(--{diff[0].replace('_', '-')}: {saved.get(diff[0])!r} then, {fixed.get(diff[0])!r} now); "
-                         "repeat them, or pass a new --study-name")
+                         f"(--{key.replace('_', '-')}: {then} then, {now} now); repeat them, or pass a new "
+                         "--study-name")
 
 
 def objective(trial: Any, cfg: TuneConfig, space: tuple[Param, ...], values: dict[str, Any],
@@ -123,7 +150,8 @@ def objective(trial: Any, cfg: TuneConfig, space: tuple[Param, ...], values: dic
     best = best_record(result.state)
     if best is None:  # train_run returns only after an epoch has finished
         raise RuntimeError(f"trial {trial.number}: training returned without a finished epoch")
-    log.info("trial %d: val q-risk %.5f at epoch %d", trial.number, val_qrisk(best), best["epoch"], extra=FINAL)
+    log.info("trial %d: val q-risk %.5f at epoch %d%s", trial.number, val_qrisk(best), best["epoch"],
+             " (the anchor, untrained)" if best["train_loss"] is None else "", extra=FINAL)
     return val_qrisk(best)
 
 

@@ -15,12 +15,13 @@ A TOML file, one table per option (long flag names, dashes or underscores):
 
 DEFAULT_SPACE is the one used without --search (docs/forecasts.md shows it too; a test holds them equal). Options that choose the bars, the split
 or what the validation loss measures (FIXED) are refused: every trial is scored on the same validation period, in
-the same units, with the same test period held out."""
+the same units, with the same test period held out. An option the user types is fixed too: `without_typed` takes it
+out of the space, and `heads_that_fit` keeps the drawn attention heads and hidden sizes compatible with a fixed one."""
 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,9 +135,60 @@ def _param(name: str, spec: dict[str, Any], where: str) -> Param:
     return Param(name, low=low, high=high, log=log, step=step)
 
 
+def space_name(path: Path | None) -> str:
+    """How errors name the space: its --search file, or the default one."""
+    return "the default search space" if path is None else str(path)
+
+
 def load_space(path: Path | None, options: Iterable[str]) -> tuple[Param, ...]:
     if path is None:
-        return parse_space(DEFAULT_SPACE, "the default search space", options)
+        return parse_space(DEFAULT_SPACE, space_name(path), options)
     if not path.exists():
         raise InputError(f"{path}: --search file not found")
-    return parse_space(path.read_text(encoding="utf-8"), str(path), options)
+    return parse_space(path.read_text(encoding="utf-8"), space_name(path), options)
+
+
+def without_typed(space: tuple[Param, ...], typed: Iterable[str], where: str) -> tuple[Param, ...]:
+    """The space less the options in `typed`: an option the user typed is every trial's fixed setting, so a trial
+    never draws it (and best.toml holds the typed value)."""
+    names = set(typed)
+    left = tuple(p for p in space if p.name not in names)
+    if not left:
+        raise InputError(f"{where}: every option it searches is typed ({', '.join(p.flag for p in space)}), which "
+                         "fixes it for every trial: nothing is left to search; drop one of those flags, or pass "
+                         "--search with other options")
+    return left
+
+
+def heads_that_fit(space: tuple[Param, ...], hidden_size: int, attention_heads: int, where: str) -> tuple[Param, ...]:
+    """Attention heads must divide the hidden size (model/attention.py). With one of the two not searched (typed,
+    or its default), the other is drawn only among the values that fit it, so no trial fails on the pair; a range
+    becomes the choices left in it. With both searched a trial whose pair does not fit fails, as any bad draw."""
+    names = {p.name for p in space}
+    if "attention_heads" in names and "hidden_size" not in names:
+        return _keep(space, "attention_heads", lambda n: hidden_size % n == 0,
+                     f"divides --hidden-size {hidden_size}", where)
+    if "hidden_size" in names and "attention_heads" not in names:
+        return _keep(space, "hidden_size", lambda h: h % attention_heads == 0,
+                     f"is a multiple of --attention-heads {attention_heads}", where)
+    return space
+
+
+def _keep(space: tuple[Param, ...], name: str, fits: Callable[[int], bool], rule: str,
+          where: str) -> tuple[Param, ...]:
+    """`space` with `name`'s values cut to the positive ints that fit; a float range is left for the model to
+    refuse."""
+    p = next(p for p in space if p.name == name)
+    if p.choices is not None:
+        values = p.choices
+    elif isinstance(p.low, int) and isinstance(p.high, int):
+        values = tuple(range(p.low, p.high + 1, p.step or 1))
+    else:
+        return space
+    kept = tuple(v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0 and fits(v))
+    if not kept:
+        raise InputError(f"{where}: no [{name.replace('_', '-')}] value {rule} (the fixed setting of every trial); "
+                         f"give {p.flag} a value that does, or other choices")
+    if kept == values:
+        return space
+    return tuple(Param(name, choices=kept) if q is p else q for q in space)
