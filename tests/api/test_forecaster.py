@@ -140,6 +140,59 @@ def test_update_refuses_bars_it_cannot_continue(run_dir, bars):
     assert fc.update(later).height == fc.horizon  # the refused bars left the state as it was
 
 
+# Bars the loader drops or stops on (data/bars/bad_rows.py), as changes to a good bar `g`: (the fields changed, the
+# rule named, whether predict drops such a bar from a history; else predict refuses the history).
+BAD_BARS = {
+    "zero price": (lambda g: {"low": 0.0, "close": 0.0}, "low 0.0 is not positive", False),
+    "negative price": (lambda g: {"open": -1.0, "high": -0.5, "low": -2.0, "close": -1.5}, "low -2.0 is not positive",
+                       False),
+    "high below low": (lambda g: {"high": g["low"] - 1}, "is below low", True),
+    "high below close": (lambda g: {"close": g["high"] + 1}, "is below max(open, close)", True),
+    "low above open": (lambda g: {"open": g["low"] - 1}, "is above min(open, close)", True),
+    "negative volume": (lambda g: {"volume": -5.0}, "volume -5.0 is negative", False),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_BARS))
+def test_update_refuses_a_bar_predict_drops_or_refuses_and_the_stream_stays_as_it_was(run_dir, bars, name):
+    """A bad bar is refused in one line naming the series, the time and the rule, the stream untouched: the next
+    good bar forecasts as predict on the history without the bad bar, which is predict's own answer on the history
+    with it where the loader drops such a bar (else predict refuses that history)."""
+    change, rule, dropped = BAD_BARS[name]
+    history, new = _history_and_new(bars, 2)
+    es = new.filter(pl.col("symbol") == "ES")
+    fc, ref = foxhunt.Forecaster.load(run_dir, trace=False), foxhunt.Forecaster.load(run_dir, trace=False)
+    fc.predict(history)
+    good, later = es.row(0, named=True), es.slice(1, 1)
+    bad = {**good, **change(good)}
+    with pytest.raises(foxhunt.InputError) as e:
+        fc.update(bad)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("update: the bar of 'ES' at 2024-") and rule in msg
+    assert ("predict drops such a bar from a history" if dropped else "predict refuses a history with it") in msg
+    without = ref.predict(pl.concat([history, later]))
+    with_bad = pl.concat([history, pl.from_dicts([bad], schema=history.schema), later])
+    if dropped:  # the loader drops it: predict on the history with it is predict without it
+        assert_same_forecast_rows(ref.predict(with_bad), without)
+    else:
+        with pytest.raises(foxhunt.InputError):
+            ref.predict(with_bad)
+    got = fc.update(later.row(0, named=True))  # the next good bar, as if the bad one had never been sent
+    assert_same_forecast_rows(got, without.filter(pl.col("symbol") == "ES"))
+
+
+def test_a_frame_with_one_bad_bar_is_refused_whole_as_a_nan_price_is(run_dir, bars):
+    """One call's bars are checked before any series moves: a bad bar of NQ refuses the call, ES's good bar too."""
+    history, new = _history_and_new(bars, 1)
+    step = new.select(bars.columns)
+    fc, ref = foxhunt.Forecaster.load(run_dir, trace=False), foxhunt.Forecaster.load(run_dir, trace=False)
+    fc.predict(history)
+    bad = step.with_columns(pl.when(pl.col("symbol") == "NQ").then(-1.0).otherwise("volume").alias("volume"))
+    with pytest.raises(foxhunt.InputError, match="the bar of 'NQ' .* volume -1.0 is negative"):
+        fc.update(bad)
+    assert_same_forecast_rows(fc.update(step), ref.predict(pl.concat([history, new])))
+
+
 def test_predict_parquet_reads_only_the_last_row_groups(run_dir, bars, tmp_path):
     path = tmp_path / "by_time.parquet"
     by_time = bars.sort("timestamp", "symbol")

@@ -184,7 +184,9 @@ class Forecaster:
         and the holidays of the model's --calendar are not gaps) is said once, as a warning: the series' state is
         carried across the gap, as `predict` carries it on such a history. `max_gap` (a datetime.timedelta, or
         text like "36h", "3d") refuses, with an InputError and the state untouched, a bar that comes more than
-        that after the expected one.
+        that after the expected one. A bar the loader drops or stops on (bad_rows.bar_fault: a non-finite value,
+        contradicting OHLC prices, a negative volume, a price at or below zero where the target takes logs) is an
+        InputError naming the rule, the state untouched; one such bar in a frame refuses the whole call.
 
         A model trained with inputs of your own: the bar carries each --observed column by name (one the model read
         from a --covariates file may be left out, and is read from that file as of the bar's time; a column of the

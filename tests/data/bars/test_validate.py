@@ -5,9 +5,11 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
+from foxhunt.data.bars.bad_rows import VALUES, bar_fault
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.bars.validate import clean_bars, merge_sunday_stubs
 from foxhunt.data.config import DataConfig
@@ -136,3 +138,35 @@ def test_databento_daily_fixture_has_no_sunday_bars_after_loading():
     assert got["low"] == min(stub["low"], monday["low"])
     assert got["close"] == monday["close"]
     assert got["volume"] == stub["volume"] + monday["volume"]
+
+
+def test_the_loader_drops_exactly_the_bars_the_streams_rule_says_it_drops():
+    """One definition of the bar rules: on bars with NaN, inf, missing values, ties and every kind of contradiction
+    (and prices at or below zero, which the loader keeps), the rows clean_bars drops are those for which
+    `bar_fault` (what `Forecaster.update` refuses) says the loader drops the bar."""
+    rng = np.random.default_rng(0)
+    n = 400
+    vals = rng.choice([-1.0, 0.0, 1.0, 2.0, 3.0], size=(n, 5))  # (N, 5) small integers: many ties, some <= 0
+    vals[:, 4] = np.abs(vals[:, 4])  # a negative volume stops the loader (below): not among these
+    odd = rng.random((n, 5)) < 0.03
+    vals[odd] = rng.choice([np.nan, np.inf, -np.inf], size=int(odd.sum()))
+    raw = _raw([("A", 1, 1.0, 1.0)] * n).with_columns(ts=pl.col("ts") + pl.duration(minutes=pl.col("row")),
+                                                      **{c: pl.Series(vals[:, i]) for i, c in enumerate(VALUES)})
+    raw = raw.with_columns(volume=pl.when(pl.col("row") == 5).then(None).otherwise("volume"))  # missing
+    out, _ = clean_bars(raw, ["f.parquet"], judge=False)
+    rows = raw.select(*VALUES).rows()
+    dropped = [i for i, r in enumerate(rows) if bar_fault([np.nan if v is None else v for v in r], False) is not None]
+    assert 5 in dropped and 0 < len(dropped) < n
+    assert sorted(set(range(n)) - set(out["row"].to_list())) == dropped
+    assert all(bar_fault(list(r), False)[1] for r in raw.filter(pl.col("row").is_in(dropped)).select(*VALUES)
+               .fill_null(np.nan).rows())  # each a bar the loader drops, not one it stops on
+
+
+def test_bar_fault_names_the_rule_and_whether_the_loader_drops_or_stops():
+    assert bar_fault([10.0, 11.0, 9.0, 10.5, 1.0], True) is None
+    assert bar_fault([10.0, 11.0, 0.0, 0.0, 1.0], False) is None  # a zero price is kept: price_change takes it
+    assert bar_fault([10.0, 11.0, 0.0, 0.0, 1.0], True) == ("low 0.0 is not positive", False)
+    assert bar_fault([10.0, 9.0, 9.5, 10.0, 1.0], False) == (
+        "high 9.0 is below low 9.5 (OHLC prices that contradict each other)", True)
+    assert bar_fault([10.0, 11.0, 9.0, 10.5, -1.0], False) == ("volume -1.0 is negative", False)
+    assert bar_fault([10.0, 11.0, 9.0, NAN, -1.0], True)[1]  # a NaN first: dropped, as the loader's order has it

@@ -1,12 +1,20 @@
 """Bad rows of a read frame, judged: rows with a missing or non-finite price or volume, and rows whose prices
 contradict each other, are dropped with one warning unless more than MAX_BAD_FRACTION of the panel's rows are bad
 (then the export is broken and the run stops, naming the first). A panel read in pieces (prepare/driver.py) merges its
-pieces' counts before they are judged, so the 1% is the panel's in pieces as in memory."""
+pieces' counts before they are judged, so the 1% is the panel's in pieces as in memory.
+
+The rules a bar must pass are defined here once (`nonfinite`, `contradicts`, `negative_volume`, `nonpositive`), on
+polars expressions for the loader (validate.py, over a frame) and on one bar's floats for the stream (`bar_fault`,
+what `Forecaster.update` refuses), so that a bar the loader drops or stops on never reaches a forecast by update."""
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
 
 from foxhunt.data.bars.duplicates import Duplicates
 from foxhunt.errors import InputError
@@ -14,6 +22,52 @@ from foxhunt.errors import InputError
 log = logging.getLogger("foxhunt.data")
 
 MAX_BAD_FRACTION = 0.01
+PRICES = ("open", "high", "low", "close")
+VALUES = (*PRICES, "volume")
+OWN_PRICES = ("own_high", "own_low", "own_close")  # a contract's unadjusted prices (series.OWN)
+
+
+# -- the rules of one bar: polars expressions of a frame's columns, or one bar's floats ------------------------------
+def nonfinite(*values: Any) -> Any:
+    """Whether a price or the volume is missing or not finite (NaN, inf): dropped by the loader."""
+    if isinstance(values[0], pl.Expr):
+        return pl.any_horizontal(*[~v.is_finite().fill_null(False) for v in values])
+    return not all(map(math.isfinite, values))
+
+
+def contradicts(open_: Any, high: Any, low: Any, close: Any) -> Any:
+    """Whether finite prices contradict each other, high below max(open, close) or low above min(open, close)
+    (high below low is one of these): dropped by the loader. Plain comparisons, for expressions, arrays or floats."""
+    return (high < open_) | (high < close) | (low > open_) | (low > close)
+
+
+def negative_volume(volume: Any) -> Any:
+    """Whether the volume is below zero: the loader stops (a broken export, not a bar to drop)."""
+    return volume < 0
+
+
+def nonpositive(*prices: Any) -> Any:
+    """Whether a price is zero or below: valid bars (crude oil settled at -37.63), refused only where the math needs
+    positive prices (validate.check_ratio_adjust, check_log_target)."""
+    if isinstance(prices[0], pl.Expr):
+        return pl.min_horizontal(*prices) <= 0
+    return min(prices) <= 0
+
+
+def bar_fault(ohlcv: list[float], positive: bool) -> tuple[str, bool] | None:
+    """(what is wrong, whether the loader drops such a bar (else it stops)) for the first of the loader's rules, in
+    the loader's order, that one bar's open high low close volume breaks; None for a bar it keeps. `positive`: prices
+    must be above zero (a log target, or --adjust ratio on a continuous futures series)."""
+    open_, high, low, close, volume = ohlcv
+    if nonfinite(*ohlcv):
+        return "a price or the volume is missing or non-finite (NaN, inf)", True
+    if contradicts(open_, high, low, close):
+        return f"{why_inconsistent(dict(zip(VALUES, ohlcv, strict=True)))} (OHLC prices that contradict each other)", True
+    if negative_volume(volume):
+        return why_negative_volume(dict(zip(VALUES, ohlcv, strict=True))), False
+    if positive and nonpositive(open_, high, low, close):
+        return why_nonpositive(dict(zip(VALUES, ohlcv, strict=True))), False
+    return None
 
 
 @dataclass(frozen=True)
@@ -66,7 +120,7 @@ def judge_bad_rows(bad: BadRows, files: list[str]) -> None:
             problem += " or volume (NaN, inf)"
         else:
             first = bad.first_inconsistent
-            problem = f"{_inconsistent(first)}; {n_inconsistent} of {n} rows ({100 * n_inconsistent / n:.1f}%) have"
+            problem = f"{why_inconsistent(first)}; {n_inconsistent} of {n} rows ({100 * n_inconsistent / n:.1f}%) have"
             problem += " OHLC prices that contradict each other"
         others = f" ({n_nonfinite + n_inconsistent} bad rows in all)" if n_nonfinite and n_inconsistent else ""
         raise InputError(
@@ -80,13 +134,23 @@ def judge_bad_rows(bad: BadRows, files: list[str]) -> None:
         )
 
 
-def _inconsistent(r: dict) -> str:
+def why_inconsistent(r: dict) -> str:
     """Why one row's OHLC prices contradict each other."""
     if r["high"] < r["low"]:
         return f"high {r['high']} is below low {r['low']}"
     if r["high"] < max(r["open"], r["close"]):
         return f"high {r['high']} is below max(open, close) {max(r['open'], r['close'])}"
     return f"low {r['low']} is above min(open, close) {min(r['open'], r['close'])}"
+
+
+def why_negative_volume(r: dict) -> str:
+    return f"volume {r['volume']} is negative"
+
+
+def why_nonpositive(r: dict) -> str:
+    """'low -5.5 is not positive': the lowest price of one row or bar (its own prices too, where it has them)."""
+    col = min((c for c in (*PRICES, *OWN_PRICES) if c in r), key=lambda c: r[c])
+    return f"{col} {r[col]} is not positive"
 
 
 def row_place(r: dict, files: list[str]) -> str:

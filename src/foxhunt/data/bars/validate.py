@@ -29,7 +29,21 @@ import numpy as np
 import polars as pl
 
 from foxhunt.data.bars import duplicates
-from foxhunt.data.bars.bad_rows import AllRowsBad, BadRows, judge_bad_rows, row_place
+from foxhunt.data.bars.bad_rows import (
+    OWN_PRICES,
+    PRICES,
+    VALUES,
+    AllRowsBad,
+    BadRows,
+    contradicts,
+    judge_bad_rows,
+    negative_volume,
+    nonfinite,
+    nonpositive,
+    row_place,
+    why_negative_volume,
+    why_nonpositive,
+)
 from foxhunt.data.bars.duplicates import Duplicates
 from foxhunt.data.util import parallel
 from foxhunt.data.util.order import (
@@ -49,8 +63,6 @@ from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
 
-PRICES = ("open", "high", "low", "close")
-VALUES = (*PRICES, "volume")
 INSTRUMENT = ("symbol", "instrument_id")  # one instrument; instrument_id is null for generic files
 RTYPE_OHLCV_1D = 35
 SUNDAY = 7  # polars weekday: Monday = 1
@@ -81,27 +93,24 @@ def clean_bars(
         plan = None
     if plan is None and parallel.threads() > 1:
         plan = submit_sort_plan(df)
-    nonfinite = pl.any_horizontal(*[~pl.col(c).is_finite().fill_null(False) for c in VALUES])
-    inconsistent = ~nonfinite & (
-        (pl.col("high") < pl.max_horizontal("open", "close")) | (pl.col("low") > pl.min_horizontal("open", "close"))
-    )
+    contradicting = contradicts(*[pl.col(c) for c in PRICES])
+    bad_value = nonfinite(*[pl.col(c) for c in VALUES])
+    inconsistent = ~bad_value & contradicting
     # Counted without adding the masks to the frame: a clean file (the usual case) is then never copied.
     if _all_finite(df):  # the usual case: no row is nonfinite, and finite prices contradict by plain comparisons
-        consistent = (pl.col("high") >= pl.col("open")) & (pl.col("high") >= pl.col("close"))
-        consistent &= (pl.col("low") <= pl.col("open")) & (pl.col("low") <= pl.col("close"))
-        n_nonfinite, n_inconsistent = 0, n - df.select(consistent.sum()).item()
+        n_nonfinite, n_inconsistent = 0, df.select(contradicting.sum()).item()
     else:
-        n_nonfinite, n_inconsistent = df.select(nonfinite.sum().alias("n"), inconsistent.sum().alias("i")).row(0)
+        n_nonfinite, n_inconsistent = df.select(bad_value.sum().alias("n"), inconsistent.sum().alias("i")).row(0)
     bad = BadRows(n, int(n_nonfinite), int(n_inconsistent))
     if not judge or bad.over():  # the first bad rows name the problem: found only where a message may need them
-        bad = _with_first(bad, df, nonfinite, inconsistent)
+        bad = _with_first(bad, df, bad_value, inconsistent)
     if judge:
         judge_bad_rows(bad, files)
     elif n and n_nonfinite + n_inconsistent == n:
         raise AllRowsBad(bad)
     if n_nonfinite or n_inconsistent:
-        df = df.filter(~nonfinite & ~inconsistent)
-    _check(df, pl.col("volume") < 0, files, lambda r: f"volume {r['volume']} is negative")
+        df = df.filter(~bad_value & ~inconsistent)
+    _check(df, negative_volume(pl.col("volume")), files, why_negative_volume)
 
     # While the plan is still being found, this thread readies the gather that follows the usual plan (it is
     # wasted on rows that come out of order, whose plan is another).
@@ -378,18 +387,15 @@ def check_ratio_adjust(df: pl.DataFrame, files: list[str], where: pl.Expr | None
     columns (file_idx, row); `where` limits the check to the rows where it holds (the futures), without a copy of
     the others."""
     where = pl.lit(True) if where is None else where
-    if not df.select(pl.any_horizontal(((pl.col(c) <= 0) & where).any() for c in PRICES)).item():
+    if not df.select(pl.any_horizontal((nonpositive(pl.col(c)) & where).any() for c in PRICES)).item():
         return  # tested column by column: no price column's worth of minima is built
-    hit = df.filter((pl.min_horizontal(*PRICES) <= 0) & where)
+    hit = df.filter(nonpositive(*[pl.col(c) for c in PRICES]) & where)
     if hit.height:
         r = hit.row(0, named=True)
         raise InputError(
-            f"{row_place(r, files)}: {_nonpositive(r)} ({_rows(hit.height)} like this); --adjust ratio cannot back-adjust"
+            f"{row_place(r, files)}: {why_nonpositive(r)} ({_rows(hit.height)} like this); --adjust ratio cannot back-adjust"
             " across it, use --adjust difference or --adjust none"
         )
-
-
-OWN_PRICES = ("own_high", "own_low", "own_close")  # a contract's unadjusted prices (series.OWN)
 
 
 def check_log_target(bars: pl.DataFrame, target: str) -> None:
@@ -402,13 +408,13 @@ def check_log_target(bars: pl.DataFrame, target: str) -> None:
     if not target.startswith("log_"):
         return
     cols = OWN_PRICES if "own_close" in bars.columns else PRICES
-    if not bars.select(pl.any_horizontal((pl.col(c) <= 0).any() for c in cols)).item():
+    if not bars.select(pl.any_horizontal(nonpositive(pl.col(c)).any() for c in cols)).item():
         return  # tested column by column: no price column's worth of minima is built
-    hit = bars.filter(pl.min_horizontal(*cols) <= 0)
+    hit = bars.filter(nonpositive(*[pl.col(c) for c in cols]))
     if hit.height:
         r = hit.row(0, named=True)
         raise InputError(
-            f"series {r['series']} ({r['contract']} at {r['ts'].isoformat()}): {_nonpositive(r)} ({_rows(hit.height, 'bar')}"
+            f"series {r['series']} ({r['contract']} at {r['ts'].isoformat()}): {why_nonpositive(r)} ({_rows(hit.height, 'bar')}"
             f" like this); --target {target} takes the log of prices and is undefined there: use --target price_change"
             " (returns in price differences) or leave these bars out of the files"
         )
@@ -416,8 +422,3 @@ def check_log_target(bars: pl.DataFrame, target: str) -> None:
 
 def _rows(n: int, noun: str = "row") -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def _nonpositive(r: dict) -> str:
-    col = min((c for c in (*PRICES, *OWN_PRICES) if c in r), key=lambda c: r[c])
-    return f"{col} {r[col]} is not positive"

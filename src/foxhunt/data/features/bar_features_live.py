@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from foxhunt.data.bars.bad_rows import bar_fault
 from foxhunt.data.bars.load import bar_interval
 from foxhunt.data.features.bar_features import RETURN_TARGETS, move_columns
 from foxhunt.data.features.calendar import calendar_columns
@@ -80,6 +81,8 @@ class StreamState:
         self.vol_features = cfg.vol_features
         self.estimator = cfg.vol_estimator
         self.range_est = self.estimator == "range"
+        # prices must be above zero (validate.check_log_target; check_ratio_adjust, for continuous futures series)
+        self.log_prices, self.ratio = transform.target.startswith("log_"), cfg.adjust == "ratio" and cfg.contracts != "each"
         self.derived = vol_columns(sc, cfg)  # the trailing inputs `_advance` computes, in scaling.trailing's order
         self.hl = float(cfg.vol_halflife)
         # the calendar's known columns (and tod_vol), from the grid; then the user's known ones (`user`)
@@ -283,13 +286,23 @@ class StreamState:
         return obs, known[:, 0]
 
     def _check(self, r: int, name: str, contract: str | None, ts: int, ohlcv: list[float]) -> None:
-        """One line naming the series and what is wrong with its bar: out of order, not finite, or a roll."""
+        """One line naming the series and what is wrong with its bar: out of order, a bar the loader drops or stops
+        on (bad_rows.bar_fault: the loader's rules, so that update stays predict on the same history), or a roll."""
         first = self.n[r] == 0
-        late = not first and ts <= self.ts[r]
-        if late or not all(math.isfinite(v) for v in ohlcv):
-            what = "is not after the series' last bar" if late else "has a missing or non-finite price or volume"
-            raise InputError(f"update: the bar of {name!r} at {np.datetime64(int(ts), 'ns')}Z {what}; "
-                             "pass each series' bars once, in time order, with finite prices")
+        where = f"update: the bar of {name!r} at {np.datetime64(int(ts), 'ns')}Z"
+        if not first and ts <= self.ts[r]:
+            raise InputError(f"{where} is not after the series' last bar; pass each series' bars once, in time order")
+        held = contract if contract is not None else self.contract[r]
+        fault = bar_fault(ohlcv, self.log_prices or (self.ratio and held is not None and held != name))
+        if fault is not None:
+            why, dropped = fault
+            does = "predict drops such a bar from a history" if dropped else "predict refuses a history with it"
+            if why.endswith("not positive"):
+                does += (f" (--target {self.tf.target} takes the log of prices: use --target price_change)"
+                         if self.log_prices else " (--adjust ratio cannot back-adjust across it: use --adjust "
+                         "difference or none)")
+            raise InputError(f"{where}: {why}; {does}, so update refuses it and the stream is as it was: "
+                             "fix the bar or leave it out")
         old = self.contract[r]
         if not first and contract is not None and old is not None and contract != old:
             raise InputError(f"update: series {name!r} rolls from {old} to {contract}; a roll needs both "
