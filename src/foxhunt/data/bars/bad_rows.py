@@ -60,7 +60,7 @@ def bar_fault(ohlcv: list[float], positive: bool) -> tuple[str, bool] | None:
     must be above zero (a log target, or --adjust ratio on a continuous futures series)."""
     open_, high, low, close, volume = ohlcv
     if nonfinite(*ohlcv):
-        return "a price or the volume is missing or non-finite (NaN, inf)", True
+        return "a missing or non-finite price or volume (NaN, inf)", True
     if contradicts(open_, high, low, close):
         return f"{why_inconsistent(dict(zip(VALUES, ohlcv, strict=True)))} (OHLC prices that contradict each other)", True
     if negative_volume(volume):
