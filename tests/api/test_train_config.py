@@ -35,8 +35,8 @@ def test_options_are_checked_once_with_errors_naming_them():
     with pytest.raises(foxhunt.InputError, match="encoder 32 / horizon 5 differ from the data's 16 / 5"):
         foxhunt.RunConfig(DataConfig(paths=("x",), encoder_length=16), ModelConfig(), TrainConfig())
     cfg = foxhunt.RunConfig.from_options(parquet_file="x.parquet")
-    with pytest.raises(foxhunt.InputError, match="not both"):
-        foxhunt.fit(cfg, epochs=2)
+    with pytest.raises(foxhunt.InputError, match=r"not both \(got epochs\); .*RunConfig.from_options\(\.\.\., epochs=\.\.\.\)"):
+        foxhunt.fit(cfg, epochs=2)  # where a training option goes with a RunConfig
     with pytest.raises(foxhunt.InputError, match="--resume needs --run-dir"):
         foxhunt.fit(resume=True, epochs=2)
     with pytest.raises(dataclasses.FrozenInstanceError):

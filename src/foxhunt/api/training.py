@@ -113,7 +113,9 @@ def fit(config: RunConfig | None = None, /, **options: Any) -> Run:
     session = settings.build(SessionConfig, options)
     run_options = {k: v for k, v in options.items() if k not in flags.names(SessionConfig)}
     if config is not None and run_options:
-        raise InputError(f"foxhunt.fit: pass a RunConfig or options, not both (got {', '.join(sorted(run_options))})")
+        got = sorted(run_options)
+        raise InputError(f"foxhunt.fit: pass a RunConfig or options, not both (got {', '.join(got)}); a RunConfig "
+                         f"takes them when it is made: RunConfig.from_options(..., {got[0]}=...)")
     if config is None and session.resume:
         run_dir = run_options.pop("run_dir", None)
         if not run_dir:
