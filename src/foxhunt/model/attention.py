@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from foxhunt.errors import InputError
+from foxhunt.model.config import heads_fit
 from foxhunt.model.layers import Dropout
 
 
@@ -31,7 +32,7 @@ class InterpretableMultiHeadAttention(nn.Module):
 
     def __init__(self, hidden: int, n_heads: int, dropout: float) -> None:
         super().__init__()
-        if hidden % n_heads:
+        if not heads_fit(hidden, n_heads):
             raise InputError(
                 f"--hidden-size {hidden} is not divisible by --attention-heads {n_heads}; pick sizes where it is"
             )

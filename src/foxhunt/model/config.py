@@ -34,6 +34,12 @@ def resolved_method(method: str, anchored: bool, adaptive_won: bool = False) -> 
     return ("adaptive" if adaptive_won else "none") if anchored else "fixed"
 
 
+def heads_fit(hidden_size: int, heads: int) -> bool:
+    """Whether `heads` attention heads split the hidden size evenly (model/attention.py: each is hidden / heads wide);
+    `foxhunt tune` draws only sizes that do (tune/space.py)."""
+    return hidden_size % heads == 0
+
+
 def quantile_label(q: float | str) -> str:
     """The name of quantile level `q` (a float or its JSON key) everywhere it is shown or stored: 0.1 -> "p10",
     0.025 -> "p2.5" (a forecast file's column, a table's header, the console's q-risk)."""

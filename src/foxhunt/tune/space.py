@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from foxhunt.errors import InputError
+from foxhunt.model.config import heads_fit
 
 DEFAULT_SPACE = """\
 [hidden-size]
@@ -166,10 +167,10 @@ def heads_that_fit(space: tuple[Param, ...], hidden_size: int, attention_heads: 
     becomes the choices left in it. With both searched a trial whose pair does not fit fails, as any bad draw."""
     names = {p.name for p in space}
     if "attention_heads" in names and "hidden_size" not in names:
-        return _keep(space, "attention_heads", lambda n: hidden_size % n == 0,
+        return _keep(space, "attention_heads", lambda n: heads_fit(hidden_size, n),
                      f"divides --hidden-size {hidden_size}", where)
     if "hidden_size" in names and "attention_heads" not in names:
-        return _keep(space, "hidden_size", lambda h: h % attention_heads == 0,
+        return _keep(space, "hidden_size", lambda h: heads_fit(h, attention_heads),
                      f"is a multiple of --attention-heads {attention_heads}", where)
     return space
 

@@ -29,7 +29,7 @@ from foxhunt.data.features import static, timed_categories
 from foxhunt.data.features.bar_features import own_move_columns
 from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features.inputs import KnownValues, known_names
-from foxhunt.data.features.known import DecoderKnown
+from foxhunt.data.features.known import DecoderKnown, grid_width
 from foxhunt.data.features.scaling import standardize
 from foxhunt.data.features.schema import UNKNOWN_SERIES, Feature, FeatureSchema, Kind, Role
 from foxhunt.data.util import parallel
@@ -182,8 +182,7 @@ def moved(known: KnownRows, user: KnownValues, names: tuple[str, ...], shift: di
 def known_width(tf: FittedTransform) -> int:
     """Kr: the calendar columns, tod_vol with a seasonality profile and the user's known inputs (the known inputs
     stored per row)."""
-    return (len(calendar_columns(tf.intraday, tf.calendar_features)) + (tf.scalers.season is not None)
-            + len(known_names(tf.inputs)))
+    return grid_width(tf.intraday, tf.calendar_features, tf.scalers.season is not None) + len(known_names(tf.inputs))
 
 
 def window_splits(

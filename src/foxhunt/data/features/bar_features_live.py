@@ -31,9 +31,9 @@ import polars as pl
 from foxhunt.data.bars.bad_rows import bar_fault
 from foxhunt.data.bars.load import bar_interval
 from foxhunt.data.features.bar_features import RETURN_TARGETS, move_columns
-from foxhunt.data.features.calendar import calendar_columns
 from foxhunt.data.features.context_live import LiveContext
 from foxhunt.data.features.inputs_live import LiveInputs
+from foxhunt.data.features.known import grid_width
 from foxhunt.data.features.known_live import KnownGrid
 from foxhunt.data.features.scaling import (
     FAST_SLOW,
@@ -86,7 +86,7 @@ class StreamState:
         self.derived = vol_columns(sc, cfg)  # the trailing inputs `_advance` computes, in scaling.trailing's order
         self.hl = float(cfg.vol_halflife)
         # the calendar's known columns (and tod_vol), from the grid; then the user's known ones (`user`)
-        self.n_cal = len(calendar_columns(transform.intraday, transform.calendar_features)) + (self.season is not None)
+        self.n_cal = grid_width(transform.intraday, transform.calendar_features, self.season is not None)
         self.n_known = self.n_cal + (user.n_known if user is not None else 0)
         self.user_dec: dict[int, tuple[int, np.ndarray]] = {}  # row -> (origin, (D, Ku) its steps' user known)
         self.names: list[str] = []

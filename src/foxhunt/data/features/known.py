@@ -129,12 +129,18 @@ def decoder_grid(
     return table, base, index
 
 
+def grid_width(intraday: bool, sessions: bool, seasonal: bool) -> int:
+    """How many columns `known_columns` gives: the calendar's (with or without the session inputs), and `tod_vol`
+    with a time-of-day profile."""
+    return len(calendar_columns(intraday, sessions)) + seasonal
+
+
 def known_cont(
     ts_ns: np.ndarray, exchange_tz: str, intraday: bool, sessions: str | None, season: Season | None = None,
 ) -> np.ndarray:
     """(U, Kr) float32 `known_columns` of timestamps `ts_ns` (U,), computed CHUNK_ROWS at a time so that the
     float64 columns stay small. Each value is a function of its own timestamp: any order, any chunking."""
-    kr = len(calendar_columns(intraday, bool(sessions))) + (season is not None)
+    kr = grid_width(intraday, bool(sessions), season is not None)
     cont = np.empty((len(ts_ns), kr), dtype=np.float32)  # (U, Kr)
     for lo in range(0, len(ts_ns), CHUNK_ROWS):
         sl = slice(lo, min(lo + CHUNK_ROWS, len(ts_ns)))

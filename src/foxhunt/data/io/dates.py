@@ -22,6 +22,7 @@ import polars as pl
 from foxhunt.data.io.times import OFFSET
 from foxhunt.data.io.zones import INTRADAY_MAX_NS
 from foxhunt.data.util.clock import DAY_NS, local_ns
+from foxhunt.data.util.median import median_gap
 from foxhunt.data.util.runs import changes
 
 UTC_ZONES = ("UTC", "Etc/UTC")
@@ -62,12 +63,12 @@ def dated(ts: pl.Series, wall_ns: np.ndarray | None, series: pl.Series | str) ->
 
 
 def _daily(ts_ns: np.ndarray, wall_ns: np.ndarray, series: pl.Series | str) -> bool:
-    """Consecutive bars of one series lie a day or more apart (INTRADAY_MAX_NS; at least half of the gaps, so their
-    median: the bar size the read stage measures); without two bars of one series, every stamp is at local midnight."""
+    """The median gap between consecutive bars of one series (the bar size, as the read stage measures it) is a day
+    or more (INTRADAY_MAX_NS); without two bars of one series, every stamp is at local midnight."""
     gaps = _gaps(ts_ns, series)
     if len(gaps) == 0:
         return bool((wall_ns % DAY_NS == 0).all())
-    return 2 * int(np.count_nonzero(gaps >= INTRADAY_MAX_NS)) >= len(gaps)
+    return median_gap(gaps) >= INTRADAY_MAX_NS
 
 
 def _gaps(ts_ns: np.ndarray, series: pl.Series | str) -> np.ndarray:
