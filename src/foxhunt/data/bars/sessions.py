@@ -25,7 +25,7 @@ import polars as pl
 
 from foxhunt.atomic import write_json
 from foxhunt.cache import cache_dir
-from foxhunt.data.util.clock import DAY_MIN, DAY_NS, MIN_NS, QUARTER_NS, WEEK_MIN, local_ns
+from foxhunt.data.util.clock import DAY_MIN, DAY_NS, INTRADAY_MAX_NS, MIN_NS, QUARTER_NS, WEEK_MIN, local_ns
 from foxhunt.data.util.runs import changes, run_lengths
 from foxhunt.errors import InputError
 
@@ -306,7 +306,6 @@ def closed_minutes(session: Session, close_open: bool = True) -> np.ndarray:
 
 CLOSED_LIMIT = 0.01  # bars strictly inside closed periods above this share: the timestamps are shifted
 KIND_TEXT = {"aware": "timestamps with a zone", "epoch": "epoch timestamps", "date": "dates"}
-INTRADAY_MAX_NS = 20 * 3600 * 10**9  # median spacing below this: intraday bars (daily stamps carry no time of day)
 
 
 def check_session_grid(

@@ -20,8 +20,7 @@ import numpy as np
 import polars as pl
 
 from foxhunt.data.io.times import OFFSET
-from foxhunt.data.io.zones import INTRADAY_MAX_NS
-from foxhunt.data.util.clock import DAY_NS, local_ns
+from foxhunt.data.util.clock import DAY_NS, INTRADAY_MAX_NS, local_ns
 from foxhunt.data.util.median import median_gap
 from foxhunt.data.util.runs import changes
 

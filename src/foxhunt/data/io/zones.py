@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import polars as pl
 
+from foxhunt.data.util.clock import INTRADAY_MAX_NS
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -54,7 +55,6 @@ MARKETS = (
     Market("XTKS", "Asia/Tokyo", 9 * 60, 15 * 60 + 30),
     Market("XASX", "Australia/Sydney", 10 * 60, 16 * 60),
 )
-INTRADAY_MAX_NS = 20 * 3600 * 10**9  # median spacing below this: intraday bars (daily stamps carry no time of day)
 WEEKEND_MAX = 0.01  # a file with more of its bars on Saturday or Sunday is no stock market's
 MIN_OFFSET_MIN = 60  # a market within an hour of UTC at the file's dates: reading its local times as UTC is close
 PROFILE_ROWS = 1 << 20  # about this many bars, of whole days, make the files' profiles

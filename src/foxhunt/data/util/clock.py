@@ -21,6 +21,7 @@ DAY_NS = 86_400 * 10**9
 QUARTER_NS = 15 * MIN_NS
 DAY_MIN = 24 * 60
 WEEK_MIN = 7 * DAY_MIN
+INTRADAY_MAX_NS = 20 * 3600 * 10**9  # median spacing below this: intraday bars (daily stamps carry no time of day)
 
 
 def local_ns(ts_ns: np.ndarray, tz: str) -> np.ndarray:
