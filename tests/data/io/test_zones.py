@@ -61,6 +61,39 @@ def test_with_the_timezone_both_read_the_same_hours_and_an_info_line_says_how(mi
         in caplog.text
 
 
+@pytest.fixture
+def utc_and_naive(tmp_path):
+    """A UTC-aware file (as Databento writes them) and a naive New York one in one folder: polars' one scan over both
+    reads naive times as the first file's UTC, and UTC times as the first file's naive ones, without an error."""
+    folder = tmp_path / "mix"
+    folder.mkdir()
+    ko = _session_bars("KO").with_columns(pl.col("timestamp").dt.replace_time_zone(NY).dt.convert_time_zone("UTC"))
+    ko.write_parquet(folder / "a_ko.parquet")
+    _session_bars("PEP").write_parquet(folder / "b_pep.parquet")
+    return folder
+
+
+@pytest.mark.parametrize("pattern", ["", "*.parquet"])
+def test_a_folder_or_glob_of_a_utc_file_and_a_naive_one_stops_as_the_files_named_one_by_one(utc_and_naive, pattern):
+    files = [str(utc_and_naive / "a_ko.parquet"), str(utc_and_naive / "b_pep.parquet")]
+    with pytest.raises(InputError) as named:
+        read_bars(files)
+    with pytest.raises(InputError) as folder:
+        read_bars([str(utc_and_naive / pattern) if pattern else str(utc_and_naive)])
+    assert str(folder.value) == str(named.value)
+    assert str(folder.value).startswith(f"{files[1]} has naive times, read as UTC, but {files[0]} carries a time zone")
+
+
+def test_a_folder_of_a_utc_file_and_a_naive_one_reads_each_in_its_zone_as_the_named_files(utc_and_naive):
+    fmt = FileFormat(timezone=NY)
+    raw, files = read_bars([str(utc_and_naive)], fmt)
+    named, _ = read_bars([str(utc_and_naive / "a_ko.parquet"), str(utc_and_naive / "b_pep.parquet")], fmt)
+    assert [f["timestamps"] for f in files] == ["aware", "naive"]
+    assert raw.equals(named)
+    first = raw.group_by("file_idx").agg(pl.col("ts").min()).sort("file_idx")["ts"].to_list()
+    assert first == [dt.datetime(2019, 1, 14, 14, 45, tzinfo=dt.UTC)] * 2  # 09:45 New York, both files
+
+
 def test_a_pieced_prepare_checks_the_files_of_all_its_chunks(mixed, tmp_path, monkeypatch):
     """Two chunks, one file each: no chunk's read sees the mix, the prepare process does (in pieces: the in-memory
     path, which would name the mix too, fails the test)."""

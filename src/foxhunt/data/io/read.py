@@ -1,7 +1,8 @@
 """Read the bar files the paths name (discover.py) into one raw polars frame of the normalised columns
 (normalise.py), in scans of consecutive parquet files, within `since` / `until`.
 
-Consecutive parquet files of a directory or glob are read by one lazy polars scan (scan.py) per SCAN_BYTES of files:
+Consecutive parquet files of a directory or glob whose times are written alike (naive, or in one zone) are read by one
+lazy polars scan (scan.py) per SCAN_BYTES of files:
 only the needed columns are decoded, and with `since` / `until` only the row groups and hive `date=` partitions
 that can hold bars in range. CSV and DBN files are read one by one.
 
@@ -127,22 +128,37 @@ def read_bars(
 
 def _runs(source: Source, bounds: TimeBounds) -> list[list[Path]]:
     """`source`'s files left after partition pruning, in order, as runs that are read together: consecutive parquet
-    files make one run (one scan), any other file is a run of its own."""
+    files whose times are written alike (`_time_zones`) make one run (one scan), any other file is a run of its own.
+    A folder then reads each file's times by its own zone, exactly as the same files named one by one."""
     runs: list[list[Path]] = []
-    run_bytes = 0
+    run_bytes, run_zones = 0, None
     for path in source.files:
         if bounds.active and source.root is not None:
             day = partition_day(hive_keys(path, source.root))
             if day is not None and not bounds.keeps_day(day):
                 continue  # never opened
         size = path.stat().st_size
-        if is_parquet(path) and runs and is_parquet(runs[-1][-1]) and run_bytes + size <= SCAN_BYTES:
+        zones = _time_zones(path) if is_parquet(path) else None
+        if (is_parquet(path) and runs and is_parquet(runs[-1][-1]) and run_bytes + size <= SCAN_BYTES
+                and zones == run_zones):
             runs[-1].append(path)
             run_bytes += size
         else:
             runs.append([path])
-            run_bytes = size
+            run_bytes, run_zones = size, zones
     return runs
+
+
+def _time_zones(path: Path) -> tuple[tuple[str, str | None], ...] | None:
+    """A parquet file's datetime columns with their zones (None: naive), from its footer; None where polars cannot
+    read the footer (the read names the file). One scan over several files takes the first file's types for all,
+    and polars reads naive times as the first file's UTC (or UTC ones as naive) without a word: a naive file in a
+    folder of aware ones would lose its own zone, and with it --timezone and the check that refuses the mix."""
+    try:
+        schema = pl.read_parquet_schema(path)
+    except Exception:  # polars raises several types for truncated or foreign files
+        return None
+    return tuple((name, t.time_zone) for name, t in schema.items() if isinstance(t, pl.Datetime))
 
 
 def _read_run(
