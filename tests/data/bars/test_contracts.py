@@ -79,6 +79,41 @@ def test_parse_futures_roots_months_and_decades():
     ]
 
 
+def test_parse_futures_reads_four_digit_years_slashes_and_exchange_suffixes():
+    """Other vendors' spellings of a contract (TradeStation/thinkorswim `/ESH24`, `ESH2024`, `ESH4.CME`) read as
+    the contract; a four-digit year is the year itself, even for a bar after it; a Chinese YYMM code (`CU2405`:
+    not 19xx/20xx) and a continuous name stay plain symbols."""
+    symbols = ["ESH2024", "/ESH24", "ESH4.CME", "/CLZ2024.NYMEX", "ESZ4", "ESZ4", "ESZ2024", "ESZ2024", "CU2405",
+               "ES.c.0"]
+    df = _frame(symbols, [None] * len(symbols)).with_columns(
+        ts=pl.Series([
+            *[dt.datetime(2024, 1, 2, tzinfo=UTC)] * 4,
+            dt.datetime(2024, 12, 2, tzinfo=UTC), dt.datetime(2025, 1, 2, tzinfo=UTC),  # a run over two years
+            dt.datetime(2024, 12, 2, tzinfo=UTC), dt.datetime(2025, 1, 2, tzinfo=UTC),  # a bar after its year
+            *[dt.datetime(2024, 1, 2, tzinfo=UTC)] * 2,
+        ]).cast(pl.Datetime("ns", "UTC")),
+        by_instrument=pl.lit(False),
+    )
+    out = parse_futures(df, CT)
+    assert out.get_column("root").to_list() == ["ES", "ES", "ES", "CL", "ES", "ES", "ES", "ES", None, None]
+    assert out.get_column("expiry").to_list() == [
+        *[2024 * 12 + 3] * 3, 2024 * 12 + 12, 2024 * 12 + 12, 2034 * 12 + 12, 2024 * 12 + 12, 2024 * 12 + 12,
+        None, None,
+    ]
+
+
+@pytest.mark.parametrize("spell", ["{root}{month}20{yy}", "/{root}{month}{yy}", "{root}{month}{y}.CME"])
+def test_vendor_spellings_of_contracts_roll_as_one_series(tmp_path, spell):
+    def name(symbol: str) -> str:  # AAH4 -> the vendor's spelling
+        return spell.format(root=symbol[:2], month=symbol[2], yy="24", y="4")
+
+    rows = [(name(s), ts, c, v) for s, ts, c, v in HAND]
+    lb = load_bars(DataConfig(paths=(_write_csv(tmp_path / "aa.csv", rows),), roll_confirm=1))
+    assert lb.bars.get_column("series").unique().to_list() == ["AA"]
+    assert [(r["from"], r["to"], r["trade_date"]) for r in lb.rolls] == [(name("AAH4"), name("AAM4"), "2024-03-06")]
+    assert lb.report["contracts_kept"] == [name("AAH4"), name("AAM4")]
+
+
 def test_trade_date_is_exchange_date_of_ts_plus_7h_across_dst():
     ts = pl.Series(
         [

@@ -73,6 +73,37 @@ def test_conflicting_duplicates_above_1_percent_stop_with_one_line_and_status_2(
     assert f"KO at 2024-03-04T14:30:00+00:00 has close 100.0 in {tmp_path / 'a.parquet'} data row 1 and 101.0" in last
 
 
+def _two_contracts_csv(path, column: str = "Market") -> None:
+    """ESH4 and ESM4 at the same minutes, told apart only by a column the reader does not take for a symbol."""
+    lines = [f"timestamp,{column},open,high,low,close,volume"]
+    for i in range(50):
+        stamp = (T0 + dt.timedelta(minutes=i)).isoformat()
+        lines += [f"{stamp},{symbol},{p},{p + 0.5},{p - 0.5},{p},10" for symbol, p in (("ESH4", 5000.0 + i),
+                                                                                        ("ESM4", 5050.0 + i))]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_bars_repeated_by_an_unread_symbol_column_name_it_and_the_flag(tmp_path, capsys):
+    path = tmp_path / "front.csv"
+    _two_contracts_csv(path)
+    assert main(["inspect", str(path), "--encoder-length", "8", "--horizon", "2"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "50 of 100 rows (50.0%) repeat a bar of the same symbol and time with other values" in last
+    assert last.endswith("differ too); column 'Market', which is not read, tells them apart (ESH4 and ESM4): pass"
+                         " --symbol-col Market if it names each bar's instrument; else remove the stray or outdated"
+                         " copy of the file, or pass files that do not overlap")
+    loaded = load_bars(DataConfig(paths=(str(path),), symbol_col="Market", contracts="each"))
+    assert sorted(loaded.report["series"]) == ["ESH4", "ESM4"]
+
+
+def test_a_stray_copy_gets_no_symbol_hint(tmp_path, capsys):
+    """Two copies of one symbol's bars with other values: no column tells them apart, so none is named."""
+    _bars("KO").write_parquet(tmp_path / "a.parquet")
+    _bars("KO", n=30, shift=1.0).with_columns(source=pl.lit("vendor b")).write_parquet(tmp_path / "b.parquet")
+    assert main(["inspect", str(tmp_path), "--encoder-length", "8", "--horizon", "2"]) == 2
+    assert "--symbol-col" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("in_time_order", [False, True], ids=["sorted by lexsort", "regrouped"])
 def test_both_sort_paths_count_conflicts_as_a_group_by_does(in_time_order, monkeypatch):
     """The loader's two dedup paths (validate._sort_dedup, _regrouped) against a polars group-by of every

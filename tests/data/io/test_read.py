@@ -74,6 +74,27 @@ def test_timestamp_and_symbol_overrides(tmp_path):
     assert raw.get_column("symbol").to_list() == ["ZZ"]
 
 
+@pytest.mark.parametrize("column", ["Contract", "contract", "Local_Symbol", "Instrument", "RIC", "ts_code"])
+def test_vendor_symbol_columns_are_recognised(tmp_path, column):
+    """A front-month export whose symbol column has another vendor's name: its two contracts roll, as they do when
+    the column is named `symbol`, rather than reading as one series with the roll gap as a return."""
+    path = tmp_path / "front.csv"
+    rows = [("AAH4", 4, 100.0), ("AAH4", 5, 101.0), ("AAM4", 6, 104.0), ("AAM4", 7, 105.0)]
+    path.write_text(f"DateTime,{column},Open,High,Low,Close,Volume\n" + "".join(
+        f"2024-03-0{d} 15:00:00,{s},{c},{c + 1},{c - 1},{c},10\n" for s, d, c in rows))
+    raw, _ = read_bars([str(path)])
+    assert raw.get_column("symbol").to_list() == ["AAH4", "AAH4", "AAM4", "AAM4"]
+    loaded = load_bars(DataConfig(paths=(str(path),)))
+    assert [(r["from"], r["to"]) for r in loaded.rolls] == [("AAH4", "AAM4")]
+
+
+def test_symbol_is_preferred_to_other_vendor_names(tmp_path):
+    path = tmp_path / "both.csv"
+    path.write_text("date,contract,symbol,open,high,low,close,volume\n2024-01-02,AAH4,AA,1,2,1,2,5\n")
+    raw, _ = read_bars([str(path)])
+    assert raw.get_column("symbol").to_list() == ["AA"]
+
+
 def test_generic_parquet_and_csv_give_identical_bars():
     a = load_bars(DataConfig(paths=(str(FIXTURES / "generic_ohlcv_daily.parquet"),)))
     b = load_bars(DataConfig(paths=(str(FIXTURES / "generic_ohlcv_daily.csv"),)))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from foxhunt.data.io.normalise import match_column, symbol_column, time_column
 from foxhunt.data.util.order import indices
 from foxhunt.errors import InputError
 
@@ -90,13 +91,13 @@ def tell(found: Duplicates, rows: int, files: list[str], out_of_order: int) -> N
         raise InputError(
             f"{_place(dropped, files)}: {found.conflicting} of {rows} rows ({100 * found.conflicting / rows:.1f}%) repeat"
             f" a bar of the same symbol and time with other values, more than the 1% kept with a warning; the first:"
-            f" {conflict_text(found, files)}; remove the stray or outdated copy of the file, or pass files that do not"
-            " overlap"
+            f" {conflict_text(found, files)}; {_symbol_hint(found, files)}remove the stray or outdated copy of the"
+            " file, or pass files that do not overlap"
         )
     if found.conflicting:
         log.warning("kept the last read of %d duplicate bars whose values differ from another bar of the same symbol"
-                    " and time; the first: %s; check for a stray or outdated copy of a file", found.conflicting,
-                    conflict_text(found, files))
+                    " and time; the first: %s; %scheck for a stray or outdated copy of a file", found.conflicting,
+                    conflict_text(found, files), _symbol_hint(found, files))
     if found.dropped or out_of_order:
         where = "" if found.first is None else f" ({_files(found.first, files)})"
         log.info("dropped %d duplicate rows%s; sorted %d rows that were out of order", found.dropped, where,
@@ -112,6 +113,55 @@ def conflict_text(found: Duplicates, files: list[str]) -> str:
     ts = dropped["ts"].isoformat() if dropped["ts"] is not None else "?"
     return (f"{dropped['symbol']} at {ts} has {cols[0]} {dropped[cols[0]]!r} in {_place(dropped, files)} and"
             f" {kept[cols[0]]!r} in {_place(kept, files)} (kept{also})")
+
+
+def _symbol_hint(found: Duplicates, files: list[str]) -> str:
+    """'column 'Market', which is not read, tells them apart (ESH4 and ESM4): pass --symbol-col Market if it names
+    each bar's instrument; else ' for the first conflicting pair, or '' where no such column does.
+
+    Bars that repeat with other values are most often two instruments read as one: a file whose symbol column has
+    a name the reader does not know (a front-month export's `Market`) reads as one series. A text column (not a
+    number) the reader left, whose values differ between the pair, is that column. Only two rows are read."""
+    pair = [_file_row(files[r["file_idx"]], r["row"]) for r in found.first_conflict]  # type: ignore[union-attr]
+    if None in pair:
+        return ""
+    a, b = pair
+    names = list(a)
+    read = {time_column(names), match_column(names, "time"), symbol_column(names), *(match_column(names, c)
+            for c in (*VALUES, "instrument_id", "rtype"))}
+    for c in names:
+        va, vb = a.get(c), b.get(c)
+        if c in read or c not in b or not isinstance(va, str) or not isinstance(vb, str) or va.strip() == vb.strip():
+            continue
+        if _number(va) or _number(vb):
+            continue
+        return (f"column {c!r}, which is not read, tells them apart ({va.strip()} and {vb.strip()}): pass"
+                f" --symbol-col {c} if it names each bar's instrument; else ")
+    return ""
+
+
+def _file_row(path: str, row: int) -> dict | None:
+    """Data row `row` (0-based) of a parquet or CSV file with every column (a CSV's as text); None for another file
+    or one that cannot be read."""
+    name = path.lower()
+    try:
+        if name.endswith((".parquet", ".pq")):
+            frame = pl.scan_parquet(path).slice(row, 1).collect()
+        elif name.endswith(".csv"):
+            frame = pl.read_csv(path, skip_rows_after_header=row, n_rows=1, infer_schema=False)
+        else:
+            return None
+    except Exception:  # a hint only: the message stands without it
+        return None
+    return frame.row(0, named=True) if frame.height else None
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _place(r: dict, files: list[str]) -> str:

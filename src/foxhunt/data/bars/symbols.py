@@ -6,9 +6,11 @@ so the loader builds the series itself:
 
 - Spreads and strategies (a symbol containing '-', ':' or a space) are dropped: their prices are differences, often
   negative, and never a series of their own.
-- A symbol is a futures outright when it reads ROOT + month code + 1-2 digit year (`ESH4`, `6EZ24`, `CLF5`). The
-  decade of a one-digit year is decided per bar: the first year not before the bar's year that ends in that digit
-  (ESH4 traded in 2023 or 2024 expires 2024; ESH4 traded in 2014 is a different contract expiring 2014). Whether the
+- A symbol is a futures outright when it reads ROOT + month code + 1-2 digit year (`ESH4`, `6EZ24`, `CLF5`), or a
+  four-digit year of 19xx or 20xx (`ESH2024`), written as other vendors write them too: after a slash (`/ESH24`,
+  TradeStation and thinkorswim) or before an exchange suffix (`ESH4.CME`). The decade of a one- or two-digit year is
+  decided per bar: the first year not before the bar's year that ends in those digits (ESH4 traded in 2023 or 2024
+  expires 2024; ESH4 traded in 2014 is a different contract expiring 2014); a four-digit year is the year. Whether the
   outrights of a root are one market's contracts, and not vendor continuous series spelled like them (`CU0`), is
   decided from their dates in chains.py.
 - Symbol fallback: when a Databento file has no symbol column (`map_symbols=False`), or a symbol that is not an
@@ -33,7 +35,9 @@ from foxhunt.data.util.runs import run_lengths, run_starts_of
 log = logging.getLogger("foxhunt.data")
 
 MONTH_CODES = "FGHJKMNQUVXZ"
-FUTURES_RE = r"^([A-Z0-9]{1,4}?)([FGHJKMNQUVXZ])(\d{1,2})$"
+# ROOT, month code, year (1-2 digits, or 19xx/20xx); an optional leading slash and exchange suffix (`.CME`) around them
+FUTURES_RE = r"^/?([A-Z0-9]{1,4}?)([FGHJKMNQUVXZ])(\d{1,2}|(?:19|20)\d{2})(?:\.[A-Z]{2,})?$"
+YEAR_BASE = 10_000  # `base` of a four-digit year: it is the year itself (_expiries)
 SPREAD_RE = r"[-: ]"
 PRICES = ("open", "high", "low", "close")
 
@@ -195,10 +199,11 @@ def _expiries(ts_ns: np.ndarray, starts: np.ndarray, lens: np.ndarray, digits: n
         return np.zeros(0, dtype=np.int32)
     first, last = (_utc_year(f.reduceat(ts_ns, starts)) for f in (np.minimum, np.maximum))  # (R,)
     year = first + (digits - first) % base  # (R,)
-    if np.all((year == last + (digits - last) % base) | ~is_fut):  # non-futures: no expiry to get right
-        return np.repeat(year * 12 + month, lens)
+    if np.all((year == last + (digits - last) % base) | ~is_fut | (base == YEAR_BASE)):  # no expiry to get right
+        return np.repeat(np.where(base == YEAR_BASE, digits, year) * 12 + month, lens)
     bar_year = _utc_year(ts_ns)
-    year = bar_year + (np.repeat(digits, lens) - bar_year) % np.repeat(base, lens)  # (N,)
+    digits, base = np.repeat(digits, lens), np.repeat(base, lens)  # (N,)
+    year = np.where(base == YEAR_BASE, digits, bar_year + (digits - bar_year) % base)  # (N,)
     year *= 12
     year += np.repeat(month, lens)
     return year

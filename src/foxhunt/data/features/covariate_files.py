@@ -2,7 +2,7 @@
 files themselves, each as one `CovariateTable` that covariates.py joins to the bars as of each bar's time.
 
 A covariate file (parquet or CSV; a file, directory or glob, as for the bars) has a time column (the bar reader's
-names: ts_event, timestamp, datetime, date, time) and optionally a symbol column (symbol, ticker, raw_symbol) or a
+names: ts_event, timestamp, datetime, date, time) and optionally a symbol column (symbol, ticker, contract, ...) or a
 `root` column; every other column is a value: numbers (Float64; text whose every cell is a number, as any CSV
 column is, reads as numbers) or, where a column is not numbers, text (Utf8: a categorical input). Only a
 column in `real` (a saved model's real inputs) must be numbers: a text one stops with the file, column and row. Times are read exactly as the bar reader reads

@@ -18,7 +18,7 @@ Formats understood:
 - Raw DBN (`.dbn`, `.dbn.zst`) through the optional `databento` package (`pip install foxhunt[dbn]`), decoded from
   its record array (dbn.py).
 - Generic OHLCV parquet or CSV: a time column (ts_event, timestamp, datetime, date, time; case-insensitive), open high
-  low close volume (case-insensitive) and an optional symbol column. Naive timestamps are wall-clock time in
+  low close volume (case-insensitive) and an optional symbol column (SYMBOL_CANDIDATES). Naive timestamps are wall-clock time in
   `timezone` (`--timezone`, default UTC), aware ones are converted to UTC; integer timestamps are epoch counts (UTC)
   whose unit (s, ms, us, ns) is read from their size. Text times are ISO 8601 or read by `--date-format`
   (times.py). A daily bar is then labelled by its date where it was stamped (dates.py).
@@ -42,7 +42,10 @@ from foxhunt.errors import InputError
 PRICE_COLS = ("open", "high", "low", "close")
 VALUE_COLS = (*PRICE_COLS, "volume")
 TIME_CANDIDATES = ("ts_event", "timestamp", "datetime", "date", "time")
-SYMBOL_CANDIDATES = ("symbol", "ticker", "raw_symbol")
+# Symbol columns as vendors name them, in order of preference (a file with `symbol` and `contract` reads `symbol`):
+# Databento (symbol, raw_symbol), Barchart/CQG exports (contract), Interactive Brokers (local_symbol), Refinitiv (ric,
+# instrument), Tushare (ts_code).
+SYMBOL_CANDIDATES = ("symbol", "ticker", "raw_symbol", "contract", "local_symbol", "instrument", "ric", "ts_code")
 FIXED_SCALE = 1e9  # Databento FIXED_PRICE_SCALE
 UNDEF_PRICE = 2**63 - 1  # Databento null price in fixed-point files
 RAW_SCHEMA = {

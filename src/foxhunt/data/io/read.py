@@ -271,7 +271,7 @@ def _scan_casts(schema: pl.Schema, found: dict[str, str | None]) -> dict[str, pl
 
 
 def hive_symbol_key(keys: dict[str, str], symbol_col: str | None) -> str | None:
-    """The hive key that names the symbol: the one --symbol-col names, else symbol / ticker / raw_symbol."""
+    """The hive key that names the symbol: the one --symbol-col names, else the first of SYMBOL_CANDIDATES."""
     wanted = (symbol_col,) if symbol_col is not None else SYMBOL_CANDIDATES
     return next((k for w in wanted for k in keys if k.lower() == w.lower()), None)
 
