@@ -71,6 +71,8 @@ def test_missing_required_column_lists_found_columns(tmp_path):
     msg = _fails([path])
     assert "missing required column(s) close" in msg
     assert "found columns: timestamp, symbol, open, high, low, volume" in msg
+    assert msg.endswith("(close as close, last, settle, settlement, price, c; any case): rename the columns that hold"
+                        " them to one of these")
 
 
 def test_missing_time_column(tmp_path):

@@ -95,6 +95,27 @@ def test_symbol_is_preferred_to_other_vendor_names(tmp_path):
     assert raw.get_column("symbol").to_list() == ["AA"]
 
 
+@pytest.mark.parametrize("header", ["Date,Time,Contract,Open,High,Low,Last,Vol",  # CQG, IQFeed, Sierra Chart
+                                    "Date,Time,Contract,Open,High,Low,Settle,Volume",  # settlement files
+                                    "Date,Time,Contract,Open,High,Low,Price,Vol.",  # Investing.com
+                                    "date,time,contract,o,h,l,c,v"])  # Polygon aggregates
+def test_vendor_names_of_close_and_volume_read_as_close_and_volume(tmp_path, header):
+    rows = "2024-03-08,14:30:00,ESH4,10,12,9,11,100\n2024-03-08,14:31:00,ESH4,11,13,10.5,12.5,200\n"
+    (tmp_path / "std.csv").write_text("Date,Time,Contract,Open,High,Low,Close,Volume\n" + rows)
+    (tmp_path / "vendor.csv").write_text(header + "\n" + rows)
+    vendor, _ = read_bars([str(tmp_path / "vendor.csv")])
+    std, _ = read_bars([str(tmp_path / "std.csv")])
+    assert vendor.equals(std)
+    assert vendor.select(VALUES).rows() == [(10.0, 12.0, 9.0, 11.0, 100.0), (11.0, 13.0, 10.5, 12.5, 200.0)]
+
+
+def test_close_is_preferred_to_other_names_of_it(tmp_path):
+    path = tmp_path / "both.csv"
+    path.write_text("date,open,high,low,last,close,settle,volume\n2024-01-02,1,3,1,2.5,2,2.25,5\n")
+    raw, _ = read_bars([str(path)])
+    assert raw.get_column("close").to_list() == [2.0]
+
+
 def test_generic_parquet_and_csv_give_identical_bars():
     a = load_bars(DataConfig(paths=(str(FIXTURES / "generic_ohlcv_daily.parquet"),)))
     b = load_bars(DataConfig(paths=(str(FIXTURES / "generic_ohlcv_daily.csv"),)))

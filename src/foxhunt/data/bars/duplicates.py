@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from foxhunt.data.io.normalise import match_column, symbol_column, time_column
+from foxhunt.data.io.normalise import match_column, symbol_column, time_column, value_column
 from foxhunt.data.util.order import indices
 from foxhunt.errors import InputError
 
@@ -127,8 +127,8 @@ def _symbol_hint(found: Duplicates, files: list[str]) -> str:
         return ""
     a, b = pair
     names = list(a)
-    read = {time_column(names), match_column(names, "time"), symbol_column(names), *(match_column(names, c)
-            for c in (*VALUES, "instrument_id", "rtype"))}
+    read = {time_column(names), symbol_column(names), *(value_column(names, c) for c in VALUES),
+            *(match_column(names, c) for c in ("time", "instrument_id", "rtype"))}
     for c in names:
         va, vb = a.get(c), b.get(c)
         if c in read or c not in b or not isinstance(va, str) or not isinstance(vb, str) or va.strip() == vb.strip():

@@ -18,7 +18,8 @@ Formats understood:
 - Raw DBN (`.dbn`, `.dbn.zst`) through the optional `databento` package (`pip install foxhunt[dbn]`), decoded from
   its record array (dbn.py).
 - Generic OHLCV parquet or CSV: a time column (ts_event, timestamp, datetime, date, time; case-insensitive), open high
-  low close volume (case-insensitive) and an optional symbol column (SYMBOL_CANDIDATES). Naive timestamps are wall-clock time in
+  low close volume (case-insensitive, or a vendor's name for them: VALUE_ALIASES) and an optional symbol column
+  (SYMBOL_CANDIDATES). Naive timestamps are wall-clock time in
   `timezone` (`--timezone`, default UTC), aware ones are converted to UTC; integer timestamps are epoch counts (UTC)
   whose unit (s, ms, us, ns) is read from their size. Text times are ISO 8601 or read by `--date-format`
   (times.py). A daily bar is then labelled by its date where it was stamped (dates.py).
@@ -46,6 +47,16 @@ TIME_CANDIDATES = ("ts_event", "timestamp", "datetime", "date", "time")
 # Databento (symbol, raw_symbol), Barchart/CQG exports (contract), Interactive Brokers (local_symbol), Refinitiv (ric,
 # instrument), Tushare (ts_code).
 SYMBOL_CANDIDATES = ("symbol", "ticker", "raw_symbol", "contract", "local_symbol", "instrument", "ric", "ts_code")
+# The value columns as vendors name them, in order of preference (a file with Close and Last reads Close): CQG, IQFeed
+# and Sierra Chart write the close as Last, settlement files (Nasdaq Data Link's CHRIS) as Settle, Investing.com as
+# Price with Vol.; Polygon's aggregates are o h l c v. IQFeed's TotalVolume is the day's running total, not the bar's.
+VALUE_ALIASES = {
+    "open": ("open", "o"),
+    "high": ("high", "h"),
+    "low": ("low", "l"),
+    "close": ("close", "last", "settle", "settlement", "price", "c"),
+    "volume": ("volume", "vol", "vol.", "v"),
+}
 FIXED_SCALE = 1e9  # Databento FIXED_PRICE_SCALE
 UNDEF_PRICE = 2**63 - 1  # Databento null price in fixed-point files
 RAW_SCHEMA = {
@@ -134,15 +145,17 @@ def find_columns(names: list[str], path: Path, timestamp_col: str | None, symbol
                 f"{path}: no time column (looked for {', '.join(TIME_CANDIDATES)}); found columns: {listing};"
                 " name it with --timestamp-col"
             )
-    missing = [c for c in VALUE_COLS if match_column(names, c) is None]
+    found.update({c: value_column(names, c) for c in VALUE_COLS})
+    missing = [c for c in VALUE_COLS if found[c] is None]
     if missing and match_column(names, "instrument_class") is not None and match_column(names, "raw_symbol") is not None:
         raise InputError(f"{path}: holds Databento definition records, not OHLCV bars; pass an ohlcv-1s/1m/1h/1d file")
     if missing:
+        also = "; ".join(f"{c} as {', '.join(VALUE_ALIASES[c])}" for c in missing)
         raise InputError(
-            f"{path}: missing required column(s) {', '.join(missing)}; found columns: {listing};"
-            " the file needs open, high, low, close and volume"
+            f"{path}: missing required column(s) {', '.join(missing)}; found columns: {listing}; the file needs open,"
+            f" high, low, close and volume, under these names or the vendors' ({also}; any case): rename the"
+            " columns that hold them to one of these"
         )
-    found.update({c: match_column(names, c) for c in VALUE_COLS})
     if symbol_col is not None:
         found["symbol"] = _required(names, symbol_col, "--symbol-col", path, listing)
     else:
@@ -298,6 +311,12 @@ def numeric(
     raise InputError(
         f"{path}: column {col!r} has type {s.dtype}, not numeric; {what} must be numbers"
     )
+
+
+def value_column(names: list[str], value: str) -> str | None:
+    """The column of `names` that holds `value` (open, high, low, close or volume): the first of its VALUE_ALIASES
+    the file has, as the file spells it; None if none."""
+    return next((m for alias in VALUE_ALIASES[value] if (m := match_column(names, alias)) is not None), None)
 
 
 def symbol_column(names: list[str]) -> str | None:
