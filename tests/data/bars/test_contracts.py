@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -133,6 +134,23 @@ def test_resolve_symbols_falls_back_to_instrument_id():
     assert out.get_column("symbol").to_list() == ["7", "8", "ESH4", "ESH4", "ES.FUT#1", "ES.FUT#2", "SPX"]
     assert out.get_column("by_instrument").to_list() == [True, True, False, False, True, True, False]
     assert n == 4
+
+
+def test_a_databento_continuous_symbol_grouped_by_instrument_is_an_info_line_not_a_warning(caplog):
+    """`ES.c.0` changing instrument_id at each roll is the documented case (data.md): said as info; a parent left
+    unresolved (`ES.FUT`) still warns, counting only its own instruments."""
+    df = _frame(["ES.c.0", "ES.c.0", "NQ.v.0", "ES.FUT", "ES.FUT"], [1, 2, 3, 4, 5])
+    with caplog.at_level(logging.INFO, logger="foxhunt.data"):
+        out, n = resolve_symbols(df.head(3))
+    assert n == 2 and out.get_column("symbol").to_list() == ["ES.c.0#1", "ES.c.0#2", "NQ.v.0"]
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "grouping 2 instruments of Databento continuous symbols by instrument_id: each is a contract, and the"
+                 " series rolls where it changes")]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="foxhunt.data"):
+        resolve_symbols(df)
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "grouping 2 instruments by instrument_id: symbols missing or shared by several instruments"]
 
 
 def test_drop_spreads_by_symbol_and_by_price_for_instrument_keyed_rows():

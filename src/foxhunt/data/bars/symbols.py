@@ -28,6 +28,7 @@ import re
 import numpy as np
 import polars as pl
 
+from foxhunt.data.bars.rolls import CONTINUOUS_RE
 from foxhunt.data.bars.sessions import CME_EQUITY, session_shift
 from foxhunt.data.util.clock import DAY_NS, MIN_NS, QUARTER_NS, local_ns
 from foxhunt.data.util.runs import run_lengths, run_starts_of
@@ -68,10 +69,15 @@ def resolve_symbols(df: pl.DataFrame, distinct: pl.Series | None = None) -> tupl
     df = df.with_columns(
         by_instrument=(pl.col("symbol").is_null() & iid.is_not_null()) | shared.fill_null(False)
     ).with_columns(symbol=pl.coalesce(named, split, pl.col("symbol")))
-    n = df.filter("by_instrument").select(iid.n_unique()).item()
-    if n:
+    keyed = df.filter("by_instrument").select("instrument_id", continuous=pl.col("symbol").str.contains(CONTINUOUS_RE))
+    n = keyed.select(iid.n_unique()).item()
+    rolled = keyed.filter("continuous").select(iid.n_unique()).item()
+    if rolled:  # the documented case: Databento chose one contract per row, and its instrument_id says which
+        log.info("grouping %d instruments of Databento continuous symbols by instrument_id: each is a contract, and"
+                 " the series rolls where it changes", rolled)
+    if n - rolled:  # a parent (`ES.FUT`) left unresolved, or rows outside the symbology: their contracts are unknown
         log.warning(
-            "grouping %d instruments by instrument_id: symbols missing or shared by several instruments", n
+            "grouping %d instruments by instrument_id: symbols missing or shared by several instruments", n - rolled
         )
     return df, n
 
