@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
@@ -46,9 +48,15 @@ class ConsoleHandler(logging.StreamHandler):
     def __init__(self) -> None:
         super().__init__(sys.stderr)
         self.verbosity: int | None = None
+        self.warned: set[str] | None = None  # within `warn_once`: the warnings shown so far
         self.setFormatter(logging.Formatter("%(message)s"))
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING and self.warned is not None:
+            text = record.getMessage()
+            if text in self.warned:
+                return False
+            self.warned.add(text)
         if record.levelno >= logging.WARNING or self.verbosity is None:
             return super().filter(record)
         return getattr(record, "console", VERBOSE) <= self.verbosity and super().filter(record)
@@ -67,6 +75,22 @@ class ConsoleHandler(logging.StreamHandler):
 
 def console_handler() -> ConsoleHandler | None:
     return next((h for h in logging.getLogger("foxhunt").handlers if isinstance(h, ConsoleHandler)), None)
+
+
+@contextmanager
+def warn_once() -> Iterator[None]:
+    """Within it, the console shows each warning's text once: a backtest reads the same files for its plan and for
+    each fold's training and scoring, and their data warnings (277 inconsistent rows dropped) are the same each time.
+    File handlers (each fold's train.log) still get every record."""
+    handler = console_handler()
+    if handler is None or handler.warned is not None:  # no console, or an outer warn_once already counts
+        yield
+        return
+    handler.warned = set()
+    try:
+        yield
+    finally:
+        handler.warned = None
 
 
 def set_verbosity(verbosity: int | None) -> None:

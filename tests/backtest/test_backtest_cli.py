@@ -17,6 +17,7 @@ import pytest
 from foxhunt.backtest.report import write_backtest_report
 from foxhunt.backtest.run import report_text
 from foxhunt.cli import main
+from foxhunt.data.bars import load
 from foxhunt.data.config import DataConfig
 from foxhunt.data.io.sample_path import DEFAULT_SEED, SAMPLE_VERSION, SIMULATED
 from foxhunt.data.prepare import prepare_data
@@ -135,13 +136,22 @@ def test_a_backtest_of_the_bundled_sample_says_it_is_simulated(backtest, tmp_pat
     assert "SIMULATED ES 1-minute bars" in (tmp_path / "report.html").read_text()
 
 
-def test_a_killed_backtest_resumes_at_the_first_unfinished_fold(backtest, capsys):
+def test_a_killed_backtest_resumes_at_the_first_unfinished_fold(backtest, capsys, monkeypatch):
     out, argv = backtest  # last in the module: it rewrites fold 2
     first = {p: p.stat().st_mtime_ns for p in (out / "fold-01").rglob("*") if p.is_file()}
     before = pl.read_parquet(out / "forecasts.parquet")
     shutil.rmtree(out / "fold-02")  # killed while fold 2 was training: none of its files were complete
+    read_bars = load.read_bars
+
+    def read_and_warn(*args, **kwargs):  # a data warning, as 277 inconsistent rows give, each time the files are read
+        logging.getLogger("foxhunt.data").warning("dropped 277 rows with inconsistent OHLC prices")
+        return read_bars(*args, **kwargs)
+
+    monkeypatch.setattr(load, "read_bars", read_and_warn)
     assert main([a for a in argv if a != "--quiet"]) == 0
     err = capsys.readouterr().err
+    assert err.count("WARNING dropped 277 rows") == 1  # once, though the plan and fold 2 read the files
+    assert "dropped 277 rows" in (out / "fold-02" / "run" / "train.log").read_text()  # the fold's log keeps its own
     assert "fold-01: train from the first bar" in err and "(finished)" in err
     assert "fold-02/run, device" in err and "fold-01/run, device" not in err  # one training run: fold 2's
     assert "fold-02: trained, best epoch 1" in err

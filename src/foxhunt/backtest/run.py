@@ -30,7 +30,7 @@ from foxhunt.backtest.summary import (
     with_fold_ic,
     write_forecasts,
 )
-from foxhunt.console import FINAL, SHOW
+from foxhunt.console import FINAL, SHOW, warn_once
 from foxhunt.data.bars.load import load_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.features.bar_features import RETURN_TARGETS
@@ -48,6 +48,14 @@ PLAN_FILE = "plan.json"
 
 def run_backtest(bt: BacktestConfig, data_cfg: DataConfig, model_cfg: ModelConfig,
                  train_cfg: TrainConfig) -> dict[str, Any]:
+    """Every fold, trained and scored, and the folds together; each warning shows once on the console, though the
+    plan and every fold read the same files (each fold's train.log keeps its own)."""
+    with warn_once():
+        return _run_backtest(bt, data_cfg, model_cfg, train_cfg)
+
+
+def _run_backtest(bt: BacktestConfig, data_cfg: DataConfig, model_cfg: ModelConfig,
+                  train_cfg: TrainConfig) -> dict[str, Any]:
     loaded = load_bars(data_cfg)
     window = window_text(data_cfg.since, data_cfg.until)
     if window:
