@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -181,6 +183,31 @@ def test_directory_and_glob_read_all_files_in_order(tmp_path):
     assert by_dir.equals(by_glob)
     assert by_dir.height == 30
     assert by_dir.get_column("symbol").unique().to_list() == ["ESc1"]  # the folder names the series
+
+
+def test_a_databento_batch_folder_reads_its_bars_and_says_what_it_left_out(tmp_path, caplog):
+    """A batch download: the bars, a definition file and the JSON metadata. The folder and a glob read as the bars
+    file alone, and one info line names the rest; the definition file named on its own still stops, naming it."""
+    pytest.importorskip("databento")
+    batch = tmp_path / "GLBX-20240318-ABC"
+    batch.mkdir()
+    bars = batch / "glbx-mdp3-20240218-20240315.ohlcv-1m.dbn.zst"
+    definition = batch / "glbx-mdp3-20240218.definition.dbn.zst"
+    shutil.copy(FIXTURES / "es_fut_ohlcv1m_databento.dbn.zst", bars)
+    shutil.copy(FIXTURES / "es_fut_definition_databento.dbn.zst", definition)
+    for name in ("metadata.json", "condition.json", "manifest.json", "symbology.json"):
+        (batch / name).write_text("{}")
+    alone, _ = read_bars([str(bars)])
+    for given in (str(batch), str(batch / "*.dbn.zst")):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="foxhunt.data"):
+            raw, files = read_bars([given])
+        assert [f["path"] for f in files] == [str(bars)] and raw.equals(alone)
+        sidecars = ", and Databento's condition.json, manifest.json, metadata.json, symbology.json"
+        assert caplog.messages[0] == (f"{given}: left out {definition.name} (Databento records that are not bars)"
+                                      f"{sidecars if given == str(batch) else ''}")
+    with pytest.raises(InputError, match="holds definition records, not OHLCV bars"):
+        read_bars([str(definition)])
 
 
 def test_expand_paths_single_file_uses_stem():
