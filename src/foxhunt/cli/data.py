@@ -54,9 +54,11 @@ def prepare(
         from foxhunt.data.prepare import prepare_store
 
         manifest = prepare_store(cfg, out, workers=workers, pool=pool, executor=executor)
+    from foxhunt.data.dataset.summary import windows_text
+
     size = sum(f.stat().st_size for f in out.iterdir())
     typer.echo(f"wrote the feature store {out}: {manifest['summary']['rows']:,} rows, "
-               f"{manifest['arrays']['starts']['shape'][0]:,} windows, {size / 2**20:,.1f} MiB; "
+               f"{windows_text(manifest['summary'])}; {size / 2**20:,.1f} MiB; "
                f"train with `foxhunt train --features {out}`")
 
 

@@ -228,6 +228,23 @@ def _checks_text(c: dict[str, Any]) -> str:
 CALENDAR_HINT_SHARE = 0.2
 
 
+def windows_text(summary: dict[str, Any]) -> str:
+    """'49,197 windows, 48,849 of them in the splits (train 24,472 / val 12,257 / test 12,120); 348 purged at the split
+    boundaries': every window of the series (the per-series counts; a store's `starts`) and those the splits hold
+    (the gaps line's share), as inspect and prepare say them. A purged window's encoder and forecast span straddle
+    a split boundary; with a rolling training window (backtest) those forecasting before its start are in none."""
+    s = summary
+    total = sum(info["windows"] for info in s["series"].values())
+    used, purged = sum(s["windows"].values()), sum(s.get("purged", {}).values())
+    splits = " / ".join(f"{k} {s['windows'][k]:,}" for k in SPLITS)
+    if used >= total:  # no window left out of the splits
+        return f"{used:,} windows ({splits})"
+    out = [f"{purged:,} purged at the split boundaries"] if purged else []
+    if total - used - purged:
+        out.append(f"{total - used - purged:,} before the training window's start")
+    return f"{total:,} windows, {used:,} of them in the splits ({splits}); {' and '.join(out)}"
+
+
 def contracts_text(summary: dict[str, Any]) -> str | None:
     """`45 symbols read as 45 series: ...`: what `--contracts auto` decided where it kept the symbols of a
     root apart (bars/chains.py), and how to override it; None where it kept none apart."""
@@ -278,7 +295,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"filled    {filled:,} missing bars ({100 * filled / max(1, s['rows']):.1f}% of rows, --fill-gaps)")
     if gaps:
         lines.append(
-            f"gaps      {gaps:,} of {n_windows:,} windows ({100 * gaps / max(1, n_windows):.0f}%) miss bars in their "
+            f"gaps      {gaps:,} of the {n_windows:,} windows in the splits ({100 * gaps / max(1, n_windows):.0f}%) "
+            "miss bars in their "
             "forecast span, so step k is not k bar intervals ahead"
             + ("; see --fill-gaps" if s.get("intraday") and filled is None else "")
             + (_calendar_hint(s.get("calendar")) if gaps > CALENDAR_HINT_SHARE * n_windows else "")
@@ -300,6 +318,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         + (f", train cut {_utc(s['train_end'])}" if s.get("train_end") else "")
         + (f", val end {_utc(s['val_end'])}" if s.get("val_end") else "")
     )
+    lines.append("windows   " + windows_text(s))
     for k in SPLITS:
         r = s["ranges"].get(k)
         span = f"  first forecast bar {_utc(r['first'])} .. {_utc(r['last'])}" if r else ""
