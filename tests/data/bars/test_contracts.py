@@ -115,6 +115,23 @@ def test_vendor_spellings_of_contracts_roll_as_one_series(tmp_path, spell):
     assert lb.report["contracts_kept"] == [name("AAH4"), name("AAM4")]
 
 
+def test_a_year_month_code_its_bars_contradict_is_no_four_digit_year_contract(tmp_path):
+    """CU2012 and CU2101 (copper, Dec 2020 and Jan 2021, China's year-month codes) traded in 2020-21 are not root C,
+    September 2012: each stays a symbol of its own, and --contracts continuous refuses them as before four-digit
+    years were read; ESH2024 traded in 2024 still reads as ES, March 2024."""
+    rows = [(s.replace("AAH4", "CU2012").replace("AAM4", "CU2101"), ts.replace("2024", "2020"), c, v)
+            for s, ts, c, v in HAND]
+    lb = load_bars(DataConfig(paths=(_write_csv(tmp_path / "cu.csv", rows),), roll_confirm=1))
+    assert sorted(lb.bars.get_column("series").unique().to_list()) == ["CU2012", "CU2101"]
+    assert lb.rolls == []
+    with pytest.raises(InputError, match="--contracts continuous needs futures symbols"):
+        load_bars(DataConfig(paths=(tmp_path / "cu.csv",), contracts="continuous", roll_confirm=1))
+    df = parse_futures(_frame(["ESH2024", "CU2012"], [1, 2]).with_columns(
+        ts=pl.Series([dt.datetime(2024, 1, 5, tzinfo=UTC), dt.datetime(2020, 6, 1, tzinfo=UTC)]).cast(
+            pl.Datetime("ns", "UTC")), by_instrument=pl.lit(False)), CT)
+    assert df.get_column("root").to_list() == ["ES", None]
+
+
 def test_trade_date_is_exchange_date_of_ts_plus_7h_across_dst():
     ts = pl.Series(
         [

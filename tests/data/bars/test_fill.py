@@ -143,7 +143,7 @@ def test_inspect_reports_gaps_and_filled_bars(fixtures_dir: Path, capsys) -> Non
     assert main(["inspect", path, "--fill-gaps"]) == 0
     text = capsys.readouterr().out
     # 27,323 windows less 4 purged at the train cut and 4 at the validation end
-    assert "filled    18 missing bars" in text and "5 of 27,315 windows" in text
+    assert "filled    18 missing bars" in text and "5 of the 27,315 windows" in text
 
 
 def test_a_fill_gaps_model_predicts_and_flags_filled_actuals(tmp_path: Path, tiny: list[str]) -> None:

@@ -146,6 +146,7 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str, *, runs: np.ndarray | None
         return table.get_column(name).fill_null(fill).to_numpy()[code]
 
     ts_ns = df.get_column("ts").dt.epoch("ns").to_numpy()
+    table = _without_far_years(table, code, per_run("digits"), per_run("base", 1), ts_ns, starts)
     trade = pl.Series("trade_date", _trade_dates(ts_ns, per_run("_shift"), starts, exchange_tz)).cast(pl.Date)
     is_fut = table.get_column("root").is_not_null().to_numpy()[code]  # (R,)
     expiry = pl.Series("expiry", _expiries(ts_ns, starts, lens, per_run("digits"), per_run("base", 1),
@@ -155,6 +156,29 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str, *, runs: np.ndarray | None
         table.get_column("root").gather(rows),
         expiry if is_fut.all() else pl.when(pl.Series(np.repeat(is_fut, lens))).then(expiry).alias("expiry"),
         trade_date=trade,
+    )
+
+
+YEARS_AHEAD = 10  # a contract trades at most this many years before the year of its expiry (long-dated rates)
+
+
+def _without_far_years(table: pl.DataFrame, code: np.ndarray, digits: np.ndarray, base: np.ndarray,
+                       ts_ns: np.ndarray, starts: np.ndarray) -> pl.DataFrame:
+    """`table` with no root for a symbol read with a four-digit year that its bars contradict: a contract never
+    trades after its expiry year nor more than YEARS_AHEAD before it. `CU2012` (copper, December 2020, in the
+    year-month codes of China's exchanges) fits the pattern of root C, September 2012: bars of 2020 say it is not
+    that, and it stays a symbol of its own, as a code no pattern reads. `code`, `digits`, `base`: (R,) per run."""
+    four = base == YEAR_BASE  # (R,)
+    if not four.any():
+        return table
+    first, last = (_utc_year(f.reduceat(ts_ns, starts)) for f in (np.minimum, np.maximum))  # (R,)
+    far = np.unique(code[four & ((digits < last - 1) | (digits > first + YEARS_AHEAD))])
+    if not len(far):
+        return table
+    row = pl.int_range(pl.len(), dtype=pl.Int64)
+    return table.with_columns(
+        root=pl.when(row.is_in(far.tolist())).then(None).otherwise(pl.col("root")),
+        _shift=pl.when(row.is_in(far.tolist())).then(CME_EQUITY.shift_min * MIN_NS).otherwise(pl.col("_shift")),
     )
 
 
