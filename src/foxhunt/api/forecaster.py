@@ -147,7 +147,10 @@ class Forecaster:
         `foxhunt predict`'s rows for each series' last bar: symbol, origin, horizon,
         target_time (the forecast grid's time of each step: the bars' spacing from the origin, skipping the closures
         the grid knows, see data/bars/grid.future_timestamps), one column per quantile (calibrated unless `calibrated=False`),
-        actual (null). Also restarts the `update` stream of these series from this history."""
+        actual (null). Also restarts the `update` stream of these series from this history. Bars of another kind or
+        spacing than the model's are an InputError; a series with fewer bars than the encoder needs is left out and a
+        symbol the model never saw forecast with its unknown-series row, each said once as a warning (the `foxhunt`
+        logger), as `foxhunt predict` says them."""
         frame = as_polars(df)
         cfg = prediction_config(self._lm, (FRAME_NAME,))
         raw, entry = read_frame(frame, FRAME_NAME, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,

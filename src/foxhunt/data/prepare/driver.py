@@ -87,7 +87,10 @@ def run(cfg: DataConfig, read: Read, executor: Executor, spill: Spill, sink: Sin
     if read.spilled is not None and bar_columns.bar_table_of(src) is not None:  # reported of the pieces' tables
         src = bar_columns.held_sources(src, [r.held for r in loads], cfg.categorical)
     names = [n for r in loads for n in r.names]
-    check_length(names, np.concatenate([r.lengths for r in loads]), e, d, not fitting)
+    lengths = np.concatenate([r.lengths for r in loads])  # (S,)
+    check_length(names, lengths, e, d, not fitting)
+    if transform is not None:  # said of the series forecast: those with an encoder's bars (the first has no return)
+        transform.tell_unseen([n for n, k in zip(names, lengths.tolist(), strict=True) if k > e])
     span = np.array([min(r.lo for r in loads), max(r.hi for r in loads)], dtype=np.int64)
     stamps = [spill.array(f"stamps-{k}") for k in range(len(loads))]
     cuts = split_cuts(cfg, stamps) if fitting else None
