@@ -155,4 +155,5 @@ PARQUET_FILE = DATA_OPTIONS[0]
 Verbose, Quiet = (alias(p) for p in CONSOLE_OPTIONS)
 Threads = alias(THREADS)
 ModelDir = alias(PREDICT_OPTIONS[0])
+Timezone = alias(next(p for p in PREDICT_OPTIONS if p.name == "timezone"))  # export's: its parity bars'
 ConfigFile = alias(CONFIG)
