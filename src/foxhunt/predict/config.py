@@ -30,7 +30,7 @@ class ForecastConfig:
     timezone: str | None = again(DataConfig, "timezone", show_default="the model's")
     start: str | None = option(None, "First forecast bar on or after this ISO date/time.", FORECASTS, metavar="DATE")
     end: str | None = option(None, "First forecast bar on or before this ISO date.", FORECASTS, metavar="DATE")
-    batch_size: int = option(1024, "Windows per forward pass.", FORECASTS, metavar="N")
+    batch_size: int = option(1024, "Windows per forward pass.", FORECASTS, metavar="N", minimum=1)
     device: str = again(TrainConfig, "device", default="cpu", switch=None)
     # How the forecasts are calibrated (model/config.py METHODS); backtest takes the same flag.
     calibration: str = option(DEFAULT_METHOD, f"Calibration: {' | '.join(METHODS)}.", FORECASTS,
