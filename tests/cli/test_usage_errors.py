@@ -28,6 +28,12 @@ MODEL = ["--model", "run"]
         (["predict", *MODEL, "-o", "f.parquet", "--threads", "-1"], "--threads must be >= 0, got '-1'"),
         (["export", *MODEL, "-o", "m.onnx", "--threads", "-1"], "--threads must be >= 0, got '-1'"),
         (["train", "--threads", "-1"], "--threads must be >= 0, got '-1'"),
+        (["predict", *MODEL, "-o", "f.parquet", "--calibration", "adaptive", "--no-calibration"],
+         "--calibration adaptive and --no-calibration contradict each other; pass one of them (--no-calibration is "
+         "--calibration none)"),
+        (["evaluate", *MODEL, "--out-dir", "ev", "--no-calibration", "--calibration", "fixed"],
+         "--calibration fixed and --no-calibration contradict each other; pass one of them (--no-calibration is "
+         "--calibration none)"),
         (["backtest", "--out-dir", "bt", "--folds", "x"], "--folds must be an integer, got 'x'"),
         # train's options through backtest's and tune's pass-through parse the same way
         (["backtest", "--out-dir", "bt", "--epochs", "one"], "--epochs must be a positive integer or 'auto', got 'one'"),

@@ -28,8 +28,10 @@ class ForecastConfig:
     since: str | None = again(DataConfig, "since", show_default="the model's")
     until: str | None = again(DataConfig, "until", show_default="the last bar")
     timezone: str | None = again(DataConfig, "timezone", show_default="the model's")
-    start: str | None = option(None, "First forecast bar on or after this ISO date/time.", FORECASTS, metavar="DATE")
-    end: str | None = option(None, "First forecast bar on or before this ISO date.", FORECASTS, metavar="DATE")
+    # Both select origins by their first forecast step (select_origins): since <= step < until, a bare --end date
+    # taking its whole day.
+    start: str | None = option(None, "Earliest first forecast step: ISO date/time.", FORECASTS, metavar="DATE")
+    end: str | None = option(None, "Latest first forecast step: ISO date/time.", FORECASTS, metavar="DATE")
     batch_size: int = option(1024, "Windows per forward pass.", FORECASTS, metavar="N", minimum=1)
     device: str = again(TrainConfig, "device", default="cpu", switch=None)
     # How the forecasts are calibrated (model/config.py METHODS); backtest takes the same flag.
@@ -48,6 +50,9 @@ class ForecastConfig:
                              "naive times, and --features reads a store's windows, prepared with its own; drop "
                              f"{'it' if len(given) == 1 else 'them'}, or read the bars with --parquet-file")
         check_method(self.calibration)
+        if self.no_calibration and self.calibration not in (DEFAULT_METHOD, "none"):
+            raise InputError(f"--calibration {self.calibration} and --no-calibration contradict each other; pass one of "
+                             "them (--no-calibration is --calibration none)")
         if not self.covariates:
             object.__setattr__(self, "covariates", None)  # none given: the training run's
 
