@@ -96,7 +96,7 @@ def run(cfg: DataConfig, read: Read, executor: Executor, spill: Spill, sink: Sin
     cuts = split_cuts(cfg, stamps) if fitting else None
     fits = _fits(cfg, recipe, read, loads, executor, spill, cuts, span)
     report = loads[0].report if len(loads) == 1 else merge_reports([r.report for r in loads])
-    spacing, intraday = _spacing(loads, fits, transform, [f["path"] for f in report["files"]])
+    spacing, intraday = _spacing(loads, fits, transform, [f["path"] for f in report.get("files", ())])
     given = declared(src, loads, names, fitting)
     if fitting:
         transform = first_transform(cfg, names, fits, spacing, intraday, src, given.static_values, report)
@@ -212,14 +212,14 @@ def check_model_spacing(transform: FittedTransform, spacing: int, intraday: bool
     series' bars (`spacing`, ns; 0: unknown, one bar per series), as the model's own was measured in training, so
     that gaps and holidays, which leave the median where it is, pass. 30-minute bars into a 15-minute model would
     be forecast on the 15-minute grid, every step's target time a bar such data never has."""
-    where = ", ".join(paths)
+    where = f"{', '.join(paths)}: " if paths else ""
     if transform.intraday != intraday:
         want, got = ("intraday", "daily") if transform.intraday else ("daily", "intraday")
-        raise InputError(f"{where}: the model was trained on {want} bars but these bars are {got}; load {want} bars")
+        raise InputError(f"{where}the model was trained on {want} bars but these bars are {got}; load {want} bars")
     model = int(transform.bar_spacing_ns)
     if intraday and spacing and model and spacing != model:
         want, got = bar_interval(model), bar_interval(spacing)
-        raise InputError(f"{where}: the model was trained on {want} bars but these bars are {got} apart (the median "
+        raise InputError(f"{where}the model was trained on {want} bars but these bars are {got} apart (the median "
                          f"gap between a series' bars); forecast {want} bars with it, or train a model on these {got} "
                          "bars")
 
