@@ -47,7 +47,7 @@ class Option:
     without a --no- form), the option's name (`name`: --threads for `num_threads`), a parser from what a flag or a
     file holds to the field's value (`parse(value, flag)`, raising InputError naming the flag), how the default is
     written as text (`text`), whether the flag repeats, the default in words (`show_default`, where the field's is
-    None) and a `switch`. `field`, `kind` and `default` are the field's (filled in by `options`)."""
+    None), a `switch` and the least value a number takes (`minimum`). `field`, `kind` and `default` are the field's (filled in by `options`)."""
 
     help: str
     panel: str
@@ -59,6 +59,7 @@ class Option:
     repeat: bool = False
     show_default: str | None = None
     switch: Switch | None = None
+    minimum: int | None = None  # the least value a number option takes (a flag below it stops at parsing)
     field: str = ""
     kind: Any = None
     default: Any = None
@@ -91,9 +92,12 @@ class Option:
         if self.parse is not None:
             return self.parse(value, self.flag)
         try:
-            return reader(self.kind, self.repeat, self.text_default)(value)
+            read = reader(self.kind, self.repeat, self.text_default)(value)
         except ValueError as e:
             raise InputError(f"{self.flag} must be {e}, got {value!r}") from None
+        if self.minimum is not None and isinstance(read, int | float) and read < self.minimum:
+            raise InputError(f"{self.flag} must be >= {self.minimum}, got {value!r}")
+        return read
 
 
 def option(default: Any, help: str, panel: str, **how: Any) -> Any:

@@ -224,17 +224,17 @@ def test_predict_and_evaluate_build_their_record_from_the_command_line(command, 
     cls = _forecast_config(command)
     out = ["--out", "f.parquet"] if command == "predict" else ["--out-dir", "o"]
     assert main([command, "--model", "m", *out, "-f", "a.parquet", "--start", "2024-01-02", "--batch-size", "8",
-                 "--calibration", "adaptive", "--no-calibration", "--covariates", "c1.csv", "--covariates", "c2.csv",
-                 "--threads", "1"]) == 0
+                 "--calibration", "adaptive", "--covariates", "c1.csv", "--covariates", "c2.csv",
+                 "--timezone", "America/New_York", "--threads", "1"]) == 0
     if command == "evaluate":
         cfg, paths = seen[0]
         assert paths == ("a.parquet",)
         assert cfg == cls(model=Path("m"), out_dir=Path("o"), start="2024-01-02", batch_size=8,
-                          calibration="adaptive", no_calibration=True, covariates=("c1.csv", "c2.csv"))
-        assert (cfg.method, cfg.device, cfg.since, cfg.features) == ("none", "cpu", None, None)
+                          calibration="adaptive", covariates=("c1.csv", "c2.csv"), timezone="America/New_York")
+        assert (cfg.method, cfg.device, cfg.since, cfg.features) == ("adaptive", "cpu", None, None)
     else:
         assert seen[0][0] == {"covariates": ("c1.csv", "c2.csv"), "events": None, "since": None, "until": None,
-                           "calibration": "none"}
+                           "timezone": "America/New_York", "calibration": "adaptive"}
 
 
 @pytest.mark.parametrize("command", ["predict", "evaluate"])

@@ -216,6 +216,14 @@ def test_export_names_the_extra_when_onnxruntime_is_missing(exported, tmp_path, 
     assert not list(tmp_path.iterdir())
 
 
+def test_an_out_without_the_onnx_suffix_names_the_real_sidecar(exported, tmp_path, capsys):
+    assert main(["export", "--model", str(exported[0]), "--out", str(tmp_path / "xnoext")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"foxhunt: error: --out {tmp_path / 'xnoext'}: name the file *.onnx, e.g. --out "
+                   f"{tmp_path / 'xnoext.onnx'} (its sidecar is written next to it as xnoext.onnx.json)"]
+    assert not list(tmp_path.iterdir())
+
+
 def test_real_cases_take_the_last_window_and_up_to_256_spread(data):
     one, many = real_cases(data)
     assert one.batch == 1 and many.batch == min(256, len(data.splits["test"]))

@@ -89,7 +89,7 @@ class Forecaster:
     @classmethod
     def load(cls, run_dir: str | Path, device: str | torch.device = "cpu", trace: bool = True,
              covariates: Sequence[str] | None = None, events: str | None = None, since: str | None = None,
-             until: str | None = None, calibration: str = DEFAULT_METHOD) -> Forecaster:
+             until: str | None = None, calibration: str = DEFAULT_METHOD, timezone: str | None = None) -> Forecaster:
         """Load the model package in `run_dir` (model.json, model.safetensors, the scalers inside model.json and
         calibration.json when it was fitted on these weights). No training data is read. `trace`: `update` runs
         the model with its weights folded for inference (model/inference/folded.py), compiled on first use (about a
@@ -99,13 +99,14 @@ class Forecaster:
         `covariates`, `events`: a model trained with inputs of your own reads them from these files instead of the
         training run's. `since`, `until` (ISO dates or times, UTC when naive): `predict` and `write_forecasts` read
         the bars with since <= time < until; by default from the training run's --since (its inputs may start
-        there) to the newest bar, whatever its --until (predict/bar_range.py). `calibration`: "adaptive" (shifts per
+        there) to the newest bar, whatever its --until (predict/bar_range.py). `timezone`: the zone of naive times
+        in the frames, files and bars given (None: the model's --timezone, UTC when it had none). `calibration`: "adaptive" (shifts per
         series that every outcome moves, carried from the end of validation through the histories `predict` is
         given and every `update`), "fixed" (the shifts fitted on validation) or "none"; `calibrated=False` on a
         call gives the model's own quantiles whatever it is."""
         dev = torch.device(device)
         lm = with_sources(load_model(run_dir, dev), tuple(covariates) if covariates else None, events)
-        return cls(with_window(lm, since, until), dev, trace, calibration)
+        return cls(with_window(lm, since, until, timezone), dev, trace, calibration)
 
     # -- what the model is -------------------------------------------------------------------------------------
     @property
@@ -147,7 +148,10 @@ class Forecaster:
         `foxhunt predict`'s rows for each series' last bar: symbol, origin, horizon,
         target_time (the forecast grid's time of each step: the bars' spacing from the origin, skipping the closures
         the grid knows, see data/bars/grid.future_timestamps), one column per quantile (calibrated unless `calibrated=False`),
-        actual (null). Also restarts the `update` stream of these series from this history."""
+        actual (null). Also restarts the `update` stream of these series from this history. Bars of another kind or
+        spacing than the model's are an InputError; a series with fewer bars than the encoder needs is left out and a
+        symbol the model never saw forecast with its unknown-series row, each said once as a warning (the `foxhunt`
+        logger), as `foxhunt predict` says them."""
         frame = as_polars(df)
         cfg = prediction_config(self._lm, (FRAME_NAME,))
         raw, entry = read_frame(frame, FRAME_NAME, cfg.timestamp_col, cfg.symbol_col, cfg.timezone, cfg.price_scale,

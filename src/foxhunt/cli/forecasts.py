@@ -17,6 +17,7 @@ from foxhunt.cli.options import (
     ModelDir,
     Quiet,
     Threads,
+    Timezone,
     Verbose,
     attach,
 )
@@ -42,7 +43,7 @@ def predict(ctx: typer.Context, **options: Any) -> None:
 
     cfg, paths = _forecast_options(ctx, PredictConfig)
     fc = Forecaster.load(cfg.model, resolve_device(cfg.device), covariates=cfg.covariates, events=cfg.events,
-                         since=cfg.since, until=cfg.until, calibration=cfg.method)
+                         since=cfg.since, until=cfg.until, timezone=cfg.timezone, calibration=cfg.method)
     origins, applied = fc.write_forecasts(paths, cfg.out, cfg.start, cfg.end, cfg.batch_size, features=cfg.features)
     how = "uncalibrated" if applied == "none" else f"calibrated ({applied} shifts)"
     typer.echo(f"wrote {origins * fc.horizon:,} forecast rows ({origins:,} origins), {how}, to {cfg.out}")
@@ -77,8 +78,8 @@ def _forecast_options(ctx: typer.Context, cls: type[C]) -> tuple[C, tuple[str, .
 
     v = given(ctx, None)  # typed: the rest are the fields' defaults
     set_verbosity(v, every_info=True)
+    cfg = settings.build(cls, v)  # the options checked before the bars are looked for
     paths = bars_or_store(v.get("parquet_file"), v.get("features"))
-    cfg = settings.build(cls, v)
     set_threads(ctx.params["threads"])
     return cfg, paths
 
@@ -93,6 +94,7 @@ def export(
     parquet_file: Annotated[list[str] | None, typer.Option(
         "--parquet-file", "-f", help="Bars to check parity on, besides random inputs.", metavar="PATH",
         rich_help_panel=DATA)] = None,
+    timezone: Timezone = None,
     threads: Threads = TD.num_threads,
     verbose: Verbose = False,
     quiet: Quiet = False,
@@ -104,13 +106,14 @@ def export(
     from foxhunt.export.onnx import export_onnx, require_onnx
     from foxhunt.export.parity import ParityError, real_cases
     from foxhunt.model.saved import load_model
+    from foxhunt.predict.bar_range import in_zone
 
     if export_format != "onnx":
         raise InputError(f"--format {export_format!r} is not supported; use --format onnx")
     set_verbosity({"verbose": verbose, "quiet": quiet}, every_info=True)
     require_onnx()  # a missing extra stops before the model is read
     set_threads(threads)
-    lm = load_model(model, "cpu")
+    lm = in_zone(load_model(model, "cpu"), timezone)
     real = None
     if parquet_file:
         from foxhunt.predict.origins import prepare_for_model

@@ -49,7 +49,8 @@ def declared(cls: type) -> Group:
     """The options declared on the fields of `cls`, each followed by its switch, as signature parameters."""
     group = []
     for o in options(cls):
-        extra = {k: v for k, v in (("metavar", o.metavar), ("show_default", o.show_default)) if v is not None}
+        extra = {k: v for k, v in (("metavar", o.metavar), ("show_default", o.show_default), ("min", o.minimum))
+                 if v is not None}
         kind = flag_kind(o)
         if kind is Any:
             extra["parser"] = parser(o)
@@ -155,4 +156,5 @@ PARQUET_FILE = DATA_OPTIONS[0]
 Verbose, Quiet = (alias(p) for p in CONSOLE_OPTIONS)
 Threads = alias(THREADS)
 ModelDir = alias(PREDICT_OPTIONS[0])
+Timezone = alias(next(p for p in PREDICT_OPTIONS if p.name == "timezone"))  # export's: its parity bars'
 ConfigFile = alias(CONFIG)

@@ -66,7 +66,7 @@ def evaluate_run(cfg: EvaluateConfig, paths: tuple[str, ...]) -> dict[str, Any]:
     if cfg.features is not None:  # --since / --until beside it were refused (ForecastConfig)
         data, where = store_for_model(lm, cfg.features), (f"feature store {cfg.features}",)
     else:
-        lm = with_window(lm, cfg.since, cfg.until)
+        lm = with_window(lm, cfg.since, cfg.until, cfg.timezone)
         window, read = {"since": lm.data_cfg.since, "until": lm.data_cfg.until}, window_note(lm)
         data, where = prepare_for_model(lm, paths), paths
         check_start(data, parse_time(start, "--start"), start, lm)

@@ -150,7 +150,9 @@ def export_onnx(lm: LoadedModel, run_dir: Path, out: Path, real: list[ParityCase
     `out`.json. ParityError (and nothing written under `out`) when they disagree beyond the limit."""
     require_onnx()
     if out.suffix != ".onnx":
-        raise InputError(f"--out {out}: name the file *.onnx (its sidecar is written next to it as {out.name}.json)")
+        named = out.with_suffix(".onnx")
+        raise InputError(f"--out {out}: name the file *.onnx, e.g. --out {named} (its sidecar is written next to it "
+                         f"as {named.name}.json)")
     side = out.with_name(out.name + ".json")
     with atomic_path(out) as tmp:
         module = export_graph(lm, tmp)

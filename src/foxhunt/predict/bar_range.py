@@ -26,11 +26,21 @@ log = logging.getLogger("foxhunt.evaluate")
 MODELS = "the model's "
 
 
-def with_window(lm: LoadedModel, since: str | None = None, until: str | None = None) -> LoadedModel:
-    """`lm` reading bars from `since` (None: the model's own --since) up to before `until` (None: the newest bar).
-    Bad dates are an InputError naming the flag (DataConfig)."""
-    return dataclasses.replace(lm, data_cfg=dataclasses.replace(lm.data_cfg, since=since or lm.data_cfg.since,
-                                                                until=until or None))
+def with_window(lm: LoadedModel, since: str | None = None, until: str | None = None,
+                timezone: str | None = None) -> LoadedModel:
+    """`lm` reading bars from `since` (None: the model's own --since) up to before `until` (None: the newest bar),
+    their naive times (and those of the --covariates files, as in training) in `timezone` (None: the model's own
+    --timezone). Bad dates or zones are an InputError naming the flag (DataConfig)."""
+    cfg = in_zone(lm, timezone).data_cfg
+    return dataclasses.replace(lm, data_cfg=dataclasses.replace(cfg, since=since or cfg.since, until=until or None))
+
+
+def in_zone(lm: LoadedModel, timezone: str | None) -> LoadedModel:
+    """`lm` reading naive times in `timezone` (--timezone of predict, evaluate and export: a file written in another
+    zone than the model's bars); `lm` itself for None. A bad zone is an InputError naming --timezone."""
+    if timezone is None:
+        return lm
+    return dataclasses.replace(lm, data_cfg=dataclasses.replace(lm.data_cfg, timezone=timezone))
 
 
 def trained_window(lm: LoadedModel) -> tuple[str | None, str | None]:

@@ -1,8 +1,8 @@
 """The options of the commands that forecast with a trained model (`foxhunt predict`, `foxhunt evaluate`), declared
 on the fields of their records as the run commands' are (foxhunt/flags.py): cli/forecasts.py builds the commands'
 flags from them and validates the values once, here. The bars read (--parquet-file), the threads and the console's
-verbosity are the CLI's; --since, --until and --device are the training run's options again, read from the model's
-bars by default."""
+verbosity are the CLI's; --since, --until, --timezone and --device are the training run's options again, the
+model's own by default."""
 
 from __future__ import annotations
 
@@ -27,9 +27,12 @@ class ForecastConfig:
     features: Path | None = option(None, "Forecast a `foxhunt prepare` store's windows.", DATA, metavar="PATH")
     since: str | None = again(DataConfig, "since", show_default="the model's")
     until: str | None = again(DataConfig, "until", show_default="the last bar")
-    start: str | None = option(None, "First forecast bar on or after this ISO date/time.", FORECASTS, metavar="DATE")
-    end: str | None = option(None, "First forecast bar on or before this ISO date.", FORECASTS, metavar="DATE")
-    batch_size: int = option(1024, "Windows per forward pass.", FORECASTS, metavar="N")
+    timezone: str | None = again(DataConfig, "timezone", show_default="the model's")
+    # Both select origins by their first forecast step (select_origins): since <= step < until, a bare --end date
+    # taking its whole day.
+    start: str | None = option(None, "Earliest first forecast step: ISO date/time.", FORECASTS, metavar="DATE")
+    end: str | None = option(None, "Latest first forecast step: ISO date/time.", FORECASTS, metavar="DATE")
+    batch_size: int = option(1024, "Windows per forward pass.", FORECASTS, metavar="N", minimum=1)
     device: str = again(TrainConfig, "device", default="cpu", switch=None)
     # How the forecasts are calibrated (model/config.py METHODS); backtest takes the same flag.
     calibration: str = option(DEFAULT_METHOD, f"Calibration: {' | '.join(METHODS)}.", FORECASTS,
@@ -41,10 +44,15 @@ class ForecastConfig:
     events: str | None = option(None, "Your --events calendar.", INPUTS, metavar="PATH", show_default="the model's")
 
     def __post_init__(self) -> None:
-        if self.features is not None and (self.since or self.until):
-            raise InputError("--since / --until bound the bars read, and --features reads a store's windows, "
-                             "prepared with its own; drop them, or read the bars with --parquet-file")
+        given = [f for f, v in (("--since", self.since), ("--until", self.until), ("--timezone", self.timezone)) if v]
+        if self.features is not None and given:
+            raise InputError(f"{' / '.join(given)}: --since / --until bound the bars read and --timezone reads their "
+                             "naive times, and --features reads a store's windows, prepared with its own; drop "
+                             f"{'it' if len(given) == 1 else 'them'}, or read the bars with --parquet-file")
         check_method(self.calibration)
+        if self.no_calibration and self.calibration not in (DEFAULT_METHOD, "none"):
+            raise InputError(f"--calibration {self.calibration} and --no-calibration contradict each other; pass one of "
+                             "them (--no-calibration is --calibration none)")
         if not self.covariates:
             object.__setattr__(self, "covariates", None)  # none given: the training run's
 

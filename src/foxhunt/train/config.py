@@ -95,7 +95,7 @@ class TrainConfig:
     optimizer_state: str = option("device", "device | cpu: where the AdamW moments live.", MEMORY, metavar="WHERE")
     # Cap on training batches per epoch (0: all); for quick looks at huge files.
     max_train_batches: int = option(0, "Cap training batches per epoch (0: all).", TRAINING)
-    num_threads: int = option(0, "CPU threads for torch (0: torch's default).", DEVICE, name="threads")
+    num_threads: int = option(0, "CPU threads for torch (0: torch's default).", DEVICE, name="threads", minimum=0)
     precision: str = option(AUTO, "auto | 32 | bf16 | 16-mixed (autocast).", DEVICE, metavar="MODE")  # PRECISIONS
     # Training batches are runs of this many windows one horizon apart (1: shuffled singly).
     window_run: int = option(16, "Batches as runs of N windows one horizon apart.", TRAINING)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import sys
 from pathlib import Path
 
@@ -315,7 +316,7 @@ def test_naive_new_york_times_read_as_utc_name_the_calendars_zone(tmp_path):
 
 def _new_york_15m(tmp_path: Path, first: dt.time) -> Path:
     """Naive New York 15-minute bars of KO on eight weekdays, 26 a day from `first` (09:30: start stamps)."""
-    days = [dt.date(2024, 3, 4) + dt.timedelta(days=d) for d in range(10) if (3 + d) % 7 not in (5, 6)]
+    days = [day for d in range(10) if (day := dt.date(2024, 3, 4) + dt.timedelta(days=d)).weekday() < 5]
     times = [dt.datetime.combine(day, first) + dt.timedelta(minutes=15 * k) for day in days for k in range(26)]
     n = len(times)
     return _write(pl.DataFrame({"timestamp": times, "symbol": ["KO"] * n, "open": [60.0] * n, "high": [60.1] * n,
@@ -333,3 +334,29 @@ def test_bars_stamped_at_their_end_are_named_under_a_calendar(tmp_path, caplog):
         assert len(said) == warned
         if warned:
             assert said[0].startswith(str(path)) and "(16:00)" in said[0] and "timestamp - 15m" in said[0]
+
+
+def test_shifted_bars_get_the_zone_message_not_the_end_stamp_one(tmp_path, caplog):
+    """UTC times (14:30 .. 20:45) read as New York's sit at the 16:00 close every day and never at the open, as end
+    stamps do, but most of them fall in the closed hours: only the closed-bars warning, which names --timezone."""
+    pytest.importorskip("pandas_market_calendars")
+    path = _new_york_15m(tmp_path, dt.time(14, 30))
+    caplog.set_level(logging.WARNING, logger="foxhunt")
+    load_bars(DataConfig(paths=(str(path),), calendar="XNYS", timezone="America/New_York"))
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert not [m for m in said if "stamped at their end" in m]
+    closed = [m for m in said if "the XNYS calendar is closed" in m]
+    assert len(closed) == 1 and "--timezone" in closed[0] and "--calendar NAME" in closed[0]
+
+
+def test_a_saved_models_bars_are_advised_only_what_predict_takes(tmp_path, caplog):
+    """Read for a saved model (its roots given), whose calendar is fixed: the advice names --timezone, which
+    predict, evaluate and export take, and no --calendar, which they do not."""
+    pytest.importorskip("pandas_market_calendars")
+    path = _new_york_15m(tmp_path, dt.time(14, 30))
+    caplog.set_level(logging.WARNING, logger="foxhunt")
+    load_bars(DataConfig(paths=(str(path),), calendar="XNYS", timezone="America/New_York"), None, ((), ()))
+    closed = [r.getMessage() for r in caplog.records if "the XNYS calendar is closed" in r.getMessage()]
+    assert len(closed) == 1
+    assert f"if {path}'s naive times are in another zone pass --timezone ZONE" in closed[0]
+    assert "--calendar" not in closed[0] and "a model trained with its calendar" in closed[0]

@@ -223,13 +223,15 @@ def test_known_at_refuses_a_time_past_the_last_row():
     when = np.array([ns("2024-03-01 14:45"), ns("2024-03-01 14:00"), ns("2024-03-01 14:30")])
     msg = fails(known_at, when, [cal], ["event"])
     assert msg.startswith("cal.csv: column 'event' has no value at 2024-03-01T14:30:00Z")
-    assert "extend the file to cover the forecast steps" in msg
+    assert msg.endswith("extend the file to cover the forecast steps; a row holds from its time until the next "
+                        "row's, so the last row covers no later time (a daily file needs the next day's row for the "
+                        "rest of its last day)")
 
 
 def test_known_at_refuses_a_time_before_the_first_row():
     cal = table({"ts": ["2024-03-01 00:00", "2024-03-02 00:00"], "event": [1.0, 2.0]}, source="cal.csv")
     msg = fails(known_at, np.array([ns("2024-03-01 12:00"), ns("2024-02-29 23:00")]), [cal], ["event"])
-    assert "'event' has no value at 2024-02-29T23:00:00Z" in msg
+    assert "'event' has no value at 2024-02-29T23:00:00Z" in msg and "next row's" not in msg
 
 
 def test_known_at_refuses_a_keyed_table():

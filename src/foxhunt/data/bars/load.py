@@ -86,7 +86,8 @@ def load_bars(cfg: DataConfig, grid_step_ns: int | None = None, roots: Roots | N
     `grid_step_ns`: the bar interval --fill-gaps fills to (a saved model's `bar_spacing_ns`, so that prediction
     fills to the grid the model was trained on); None measures it on these bars. `roots`: what `--contracts auto`
     decided on a saved model's training bars (FittedTransform.contract_roots), so that its bars are read into the
-    series it knows; None decides every root from these bars (chains.py).
+    series it knows (and the checks' advice names no --calendar: the model's is fixed); None decides every root
+    from these bars (chains.py).
 
     report keys: files [{path, size_bytes, rows, timestamps}], rows_read, duplicates_dropped (duplicates_conflicting
     of them with other values than the bar kept), nan_rows_dropped
@@ -118,7 +119,8 @@ def load_raw(
     175 MB); `raw` is then left without columns. `load_bars` reads its own frame and consumes it.
     `distinct`: raw's distinct symbols, when the caller has them without hashing every row's string
     (prepare/read_stage.py reads its bars' symbols as codes).
-    `roots`: as `load_bars`'. `judge=False`: the share of bad rows is judged by the caller, over the whole panel, from `bad_rows` (see
+    `roots`: as `load_bars`' (given: the bars are read for that model, whose --calendar is fixed: the checks' advice
+    names none). `judge=False`: the share of bad rows is judged by the caller, over the whole panel, from `bad_rows` (see
     validate.clean_bars): a piece's share is not the panel's.
     """
     paths = [f["path"] for f in files]
@@ -159,7 +161,7 @@ def load_raw(
     # Symbols that read as contracts of a root but are not one market's (chains.py) are plain symbols from here on:
     # decided before the checks, which treat futures (back-adjusted by a ratio) apart from other series.
     df, apart, rolled = keep_apart(df, runs, *(roots or ((), ()))) if cfg.contracts == "auto" else (df, {}, [])
-    checked = parallel.submit(_checks, df.select(CHECKED), files, paths, cfg, runs, spaced)
+    checked = parallel.submit(_checks, df.select(CHECKED), files, paths, cfg, runs, spaced, roots is not None)
     # Row locators and ids are read by the checks only: build_series never sees them.
     df = df.drop("file_idx", "row", "instrument_id", "rtype", "by_instrument")
     try:
@@ -204,11 +206,12 @@ def _outrights(symbols: pl.Series) -> bool:
 
 
 def _checks(df: pl.DataFrame, files: list[dict], paths: list[str], cfg: DataConfig, runs: np.ndarray,
-            spaced: Future[float | None]) -> tuple[float | None, dict]:
+            spaced: Future[float | None], model: bool = False) -> tuple[float | None, dict]:
     """The checks of parsed bars that only read them: (bar spacing in ns, from `spaced`; `check_session_grid`'s
-    report entries); raises InputError for bars a user must fix."""
+    report entries, `model`: read for a saved model); raises InputError for bars a user must fix."""
     step = spaced.result()
-    grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step, runs=runs, calendar=cfg.calendar)
+    grid = check_session_grid(df, files, cfg.timezone, cfg.exchange_tz, step, runs=runs, calendar=cfg.calendar,
+                              model=model)
     if cfg.adjust == "ratio" and cfg.contracts != "each":  # continuous futures are back-adjusted across rolls
         check_ratio_adjust(df, paths, where=pl.col("root").is_not_null())
     return step, grid

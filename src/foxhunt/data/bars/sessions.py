@@ -310,7 +310,7 @@ KIND_TEXT = {"aware": "timestamps with a zone", "epoch": "epoch timestamps", "da
 
 def check_session_grid(
     df: pl.DataFrame, files: list[dict], timezone: str | None, exchange_tz: str, step_ns: float | None,
-    *, runs: np.ndarray | None = None, calendar: str | None = None,
+    *, runs: np.ndarray | None = None, calendar: str | None = None, model: bool = False,
 ) -> dict:
     """Check intraday bars against their roots' session grid (or `calendar`'s, `--calendar`, for every bar);
     returns {timezone, closed_share} for the load report.
@@ -319,7 +319,9 @@ def check_session_grid(
     `files` the read stage's entries (path, timestamps); `runs` (R,) the first row of each run of one symbol, when
     the caller has them. With naive timestamps and no `timezone` given, a closed share above CLOSED_LIMIT stops
     the run (they are most likely local exchange times read as UTC, or bars of a market with other hours than
-    the exchange's); otherwise it is a warning. closed_share is None for daily or coarser bars.
+    the exchange's); otherwise it is a warning. closed_share is None for daily or coarser bars. `model`: the bars
+    are read for a saved model (predict, evaluate, export), whose calendar is its own: the advice names --timezone
+    (the zone of the file's naive times), never --calendar.
     """
     naive = [f["path"] for f in files if f.get("timestamps") == "naive"]
     zone = timezone or "UTC"
@@ -330,7 +332,9 @@ def check_session_grid(
         return {"timezone": used, "closed_share": None}
     session = run_session(calendar)
     share = closed_share(df, exchange_tz, runs, session)
-    if session is not None and stamped_at_end(df.get_column("ts").dt.epoch("ns").to_numpy(), session):
+    # End stamps put a bar at the close, not inside the closed hours: shifted bars (a zone misread) fill those too
+    if session is not None and share <= CLOSED_LIMIT and stamped_at_end(df.get_column("ts").dt.epoch("ns").to_numpy(),
+                                                                         session):
         log.warning("%s: the bars sit at the %s close (%s) and never at its open (%s): they look stamped at their end; "
                     "foxhunt reads a bar's time as its start, so a forecast's first step after the close lands on the "
                     "open: move the stamps back one bar (e.g. timestamp - %s) before reading them",
@@ -339,13 +343,17 @@ def check_session_grid(
     if share > CLOSED_LIMIT:
         where = f"the {calendar} calendar is closed" if calendar is not None else "the exchange is closed"
         what = f"{100 * share:.1f}% of the bars fall where {where} (the daily halt or the weekend, {exchange_tz} time)"
-        hint = _calendar_hint(df, calendar)
+        hint = _calendar_hint(df, calendar, model)
         if naive and timezone is None:
             raise InputError(
                 f"{naive[0]}: {what} when its naive timestamps are read as UTC; {hint}if they are exchange time "
                 f"pass --timezone {exchange_tz} (or the zone they are in), or --timezone UTC to keep them as UTC"
             )
-        log.warning("%s with timestamps read as %s; %scheck --timezone", what, zone, hint)
+        if model:  # the likelier cause first: a naive file written in another zone than the model's bars
+            zoned = f"if {naive[0]}'s naive times are in another zone pass --timezone ZONE; " if naive else ""
+            log.warning("%s with timestamps read as %s; %s%s", what, zone, zoned, hint.removesuffix("; "))
+        else:
+            log.warning("%s with timestamps read as %s; %scheck --timezone", what, zone, hint)
     return {"timezone": used, "closed_share": share}
 
 
@@ -374,10 +382,15 @@ def _span_text(step_ns: float) -> str:
 WEEKEND_TRADING = 0.1  # bars on Saturdays (UTC) above this share: a market that trades through the weekend
 
 
-def _calendar_hint(df: pl.DataFrame, calendar: str | None) -> str:
-    """What `--calendar` to try: 24/7 for bars that trade on Saturdays, else a calendar of the market's hours."""
+def _calendar_hint(df: pl.DataFrame, calendar: str | None, model: bool = False) -> str:
+    """What `--calendar` to try: 24/7 for bars that trade on Saturdays, else a calendar of the market's hours; for
+    a saved model (`model`), whose calendar is fixed, a model trained with the market's."""
     saturday = float((df.get_column("ts").dt.weekday() == 6).mean() or 0.0)
-    if saturday > WEEKEND_TRADING and calendar != ALWAYS_OPEN.calendar:
+    weekend = saturday > WEEKEND_TRADING and calendar != ALWAYS_OPEN.calendar
+    if model:
+        market = "a market that never closes" if weekend else "another market's hours"
+        return f"bars of {market} need a model trained with its calendar; "
+    if weekend:
         return (f"{100 * saturday:.0f}% of them are on Saturdays: for a market that never closes pass --calendar "
                 "24/7; ")
     other = "another" if calendar is None else "the right"

@@ -9,6 +9,8 @@ import the loading pipeline (bars/load.py, io/read.py).
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,9 @@ from foxhunt.data.features.schema import UNKNOWN_SERIES, FeatureSchema
 
 if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes (data/prepare) never need it
     import torch
+
+log = logging.getLogger("foxhunt.data")
+SHOWN = 10  # unseen series named in the warning at most
 
 
 # The DataConfig options a transform featurizes by (its properties; the scalers' and the inputs' readers): two
@@ -105,6 +110,22 @@ class FittedTransform:
         """Series codes for `names` (0 for a series unseen in training)."""
         index = {n: i + 1 for i, n in enumerate(self.series_vocab)}
         return np.array([index.get(n, UNKNOWN_SERIES) for n in names], dtype=np.int64)
+
+    def tell_unseen(self, names: Sequence[str]) -> None:
+        """Warn once of the series in `names` that training never saw: a forecast of one is the pooled model's
+        (the code UNKNOWN_SERIES), which a user reading its rows could not otherwise tell from a series' own."""
+        if not names:  # a stream's bars of series it knows: the usual update, at no cost
+            return
+        known = set(self.series_vocab)
+        unseen = [n for n in names if n not in known]
+        if not unseen:
+            return
+        listed = ", ".join(repr(n) for n in unseen[:SHOWN]) + (f" and {len(unseen) - SHOWN} more"
+                                                              if len(unseen) > SHOWN else "")
+        anchor = "" if self.anchor is None else ", and the standard normal quantiles as anchor (no GARCH-t fit of its own)"
+        log.warning("%s the model never saw in training (%s): forecast with its unknown-series embedding (the "
+                    "pooled model) and pooled scalers%s", "a series" if len(unseen) == 1 else f"{len(unseen)} series",
+                    listed, anchor)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON, every key present (null where there is none); without `data`, which is saved beside it."""

@@ -253,6 +253,7 @@ class StreamState:
         if len(set(names)) != len(names):
             raise InputError("update: more than one bar for a series in one call; pass one bar per series, in time "
                              "order, one call per bar time")
+        self.tf.tell_unseen([n for n in names if n not in self.index])  # new to the stream: said if to training too
         rows = self._rows_for(names).tolist()
         if self.context is not None:
             self.context.check(names, ts_ns)

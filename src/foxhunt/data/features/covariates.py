@@ -146,9 +146,11 @@ def known_values_at(ts_ns: np.ndarray, tables: Sequence[CovariateTable], columns
         at = np.searchsorted(stamps, ts, side="right") - 1  # (U,) last row at or before
         outside = (at < 0) | (ts > stamps[-1])
         if outside.any():
+            late = ("; a row holds from its time until the next row's, so the last row covers no later time (a daily "
+                    "file needs the next day's row for the rest of its last day)") if (ts > stamps[-1]).any() else ""
             raise InputError(
                 f"{table.source}: column {c!r} has no value at {iso(int(ts[outside].min()))} (its rows run"
-                f" {iso(int(stamps[0]))} .. {iso(int(stamps[-1]))}): extend the file to cover the forecast steps"
+                f" {iso(int(stamps[0]))} .. {iso(int(stamps[-1]))}): extend the file to cover the forecast steps{late}"
             )
         out.append(table.frame.get_column(c).gather(at))
     return out

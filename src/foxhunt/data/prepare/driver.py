@@ -34,7 +34,7 @@ import numpy as np
 from foxhunt.data.bars import duplicates
 from foxhunt.data.bars.bad_rows import AllRowsBad, BadRows, judge_bad_rows
 from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS, future_timestamps
-from foxhunt.data.bars.load import ROLL_REASONS, merge_reports
+from foxhunt.data.bars.load import ROLL_REASONS, bar_interval, merge_reports
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.featurize import feature_schema, known_width
 from foxhunt.data.dataset.summary import data_summary, merge_facts
@@ -87,13 +87,16 @@ def run(cfg: DataConfig, read: Read, executor: Executor, spill: Spill, sink: Sin
     if read.spilled is not None and bar_columns.bar_table_of(src) is not None:  # reported of the pieces' tables
         src = bar_columns.held_sources(src, [r.held for r in loads], cfg.categorical)
     names = [n for r in loads for n in r.names]
-    check_length(names, np.concatenate([r.lengths for r in loads]), e, d, not fitting)
+    lengths = np.concatenate([r.lengths for r in loads])  # (S,)
+    check_length(names, lengths, e, d, not fitting)
+    if transform is not None:  # said of the series forecast: those with an encoder's bars (the first has no return)
+        transform.tell_unseen([n for n, k in zip(names, lengths.tolist(), strict=True) if k > e])
     span = np.array([min(r.lo for r in loads), max(r.hi for r in loads)], dtype=np.int64)
     stamps = [spill.array(f"stamps-{k}") for k in range(len(loads))]
     cuts = split_cuts(cfg, stamps) if fitting else None
     fits = _fits(cfg, recipe, read, loads, executor, spill, cuts, span)
-    spacing, intraday = _spacing(loads, fits, transform)
     report = loads[0].report if len(loads) == 1 else merge_reports([r.report for r in loads])
+    spacing, intraday = _spacing(loads, fits, transform, [f["path"] for f in report.get("files", ())])
     given = declared(src, loads, names, fitting)
     if fitting:
         transform = first_transform(cfg, names, fits, spacing, intraday, src, given.static_values, report)
@@ -188,19 +191,37 @@ def _fits(cfg: DataConfig, recipe: Recipe, read: Read, loads: list[PieceLoaded],
     return run_all(executor, fit, [(recipe, k, spill, r.names, r.lengths, cuts) for k, r in enumerate(loads)])
 
 
-def _spacing(loads: list[PieceLoaded], fits: list, transform: FittedTransform | None) -> tuple[int, bool]:
+def _spacing(loads: list[PieceLoaded], fits: list, transform: FittedTransform | None,
+             paths: list[str]) -> tuple[int, bool]:
     """The bar spacing (the median gap of the training rows, else of all rows) and whether the bars are intraday;
-    InputError where they are not of the kind of a saved model's bars, or of the panel's (a piece's)."""
+    InputError, naming the files `paths`, where they are not of a saved model's kind (intraday or daily) or, being
+    intraday, not of its spacing, or not of the panel's kind (a piece's)."""
     spacing = counted_median([f.train_gaps for f in fits]) if fits else 0
     spacing = spacing or counted_median([r.gaps for r in loads])
     # One bar per series (prediction on a short file) gives no spacing: trust the model's.
     intraday = transform.intraday if transform is not None and spacing == 0 else spacing < DAILY_MIN_SPACING_NS
-    if transform is not None and transform.intraday != intraday:
-        want, got = ("intraday", "daily") if transform.intraday else ("daily", "intraday")
-        raise InputError(f"the model was trained on {want} bars but these bars are {got}; load {want} bars")
+    if transform is not None:
+        check_model_spacing(transform, spacing, intraday, paths)
     if len(loads) > 1:
         check_intraday(loads, intraday)
     return spacing, intraday
+
+
+def check_model_spacing(transform: FittedTransform, spacing: int, intraday: bool, paths: list[str]) -> None:
+    """Bars a saved model forecasts are of its kind and, intraday, of its spacing: by the median gap between a
+    series' bars (`spacing`, ns; 0: unknown, one bar per series), as the model's own was measured in training, so
+    that gaps and holidays, which leave the median where it is, pass. 30-minute bars into a 15-minute model would
+    be forecast on the 15-minute grid, every step's target time a bar such data never has."""
+    where = f"{', '.join(paths)}: " if paths else ""
+    if transform.intraday != intraday:
+        want, got = ("intraday", "daily") if transform.intraday else ("daily", "intraday")
+        raise InputError(f"{where}the model was trained on {want} bars but these bars are {got}; load {want} bars")
+    model = int(transform.bar_spacing_ns)
+    if intraday and spacing and model and spacing != model:
+        want, got = bar_interval(model), bar_interval(spacing)
+        raise InputError(f"{where}the model was trained on {want} bars but these bars are {got} apart (the median "
+                         f"gap between a series' bars); forecast {want} bars with it, or train a model on these {got} "
+                         "bars")
 
 
 def check_intraday(loads: list[PieceLoaded], intraday: bool) -> None:

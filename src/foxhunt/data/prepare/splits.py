@@ -5,6 +5,7 @@ in one).
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -13,6 +14,9 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.summary import EPOCH, iso
 from foxhunt.data.dataset.windows import SplitResult
 from foxhunt.errors import InputError
+
+log = logging.getLogger("foxhunt.data")
+SHOWN = 10  # short series named in the warning at most
 
 
 def _date_ns(text: str, flag: str) -> int:
@@ -71,11 +75,15 @@ def bar_at_or_after(t: int, parts: list[np.ndarray]) -> int:
 
 
 def check_length(names: list[str], lengths: np.ndarray, e: int, d: int, for_prediction: bool) -> None:
-    """At least one series must hold one window (the first bar of a series has no return and is never used)."""
+    """At least one series must hold one window (the first bar of a series has no return and is never used). A
+    prediction's series too short for a forecast beside longer ones are said once, as a warning naming each: they
+    get no forecast, and the output would otherwise leave them out without a word."""
     need = e + 1 if for_prediction else e + d + 1
     longest = int(np.argmax(lengths))
     have = int(lengths[longest])
     if have >= need:
+        if for_prediction:
+            tell_short(names, lengths, need, e)
         return
     where = f"the longest series {names[longest]!r} has {have}"
     if for_prediction:
@@ -93,6 +101,17 @@ def check_length(names: list[str], lengths: np.ndarray, e: int, d: int, for_pred
         f"too few bars for one window: it needs {need} bars in one series (encoder {e} + horizon {d} + 1, "
         f"the first bar has no return), but {where}; {fix}"
     )
+
+
+def tell_short(names: list[str], lengths: np.ndarray, need: int, e: int) -> None:
+    """Warn once of the series (`names`, their bar counts `lengths` (S,)) with fewer than `need` bars."""
+    short = np.flatnonzero(lengths < need)
+    if not len(short):
+        return
+    listed = ", ".join(f"{names[i]!r} ({int(lengths[i])} bars)" for i in short[:SHOWN])
+    more = f" and {len(short) - SHOWN} more" if len(short) > SHOWN else ""
+    log.warning("no forecast for %d series with fewer bars than the model's encoder needs, %d (encoder %d + 1, the "
+                "first bar has no return): %s%s; load a longer history of them", len(short), need, e, listed, more)
 
 
 def check_splits(split: SplitResult, cuts: tuple[int, int | None], cfg: DataConfig, span: np.ndarray) -> None:
