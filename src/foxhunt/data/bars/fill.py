@@ -29,8 +29,8 @@ import logging
 import numpy as np
 import polars as pl
 
-from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS, median_spacing_ns, on_grid, session_grid
-from foxhunt.data.util.clock import DAY_NS
+from foxhunt.data.bars.grid import median_spacing_ns, on_grid, session_grid
+from foxhunt.data.util.clock import DAY_NS, INTRADAY_MAX_NS
 from foxhunt.data.util.runs import changes
 
 log = logging.getLogger("foxhunt.data")
@@ -52,7 +52,7 @@ def fill_gaps(bars: pl.DataFrame, exchange_tz: str, step_ns: int | None = None,
     sidx = np.cumsum(changes(bars["series"]))  # (N,) a number per run of one series: only its equality is read
     ts = bars["ts"].dt.epoch("ns").to_numpy()
     step = int(step_ns or median_spacing_ns(ts, sidx))
-    if step == 0 or step >= DAILY_MIN_SPACING_NS:
+    if step == 0 or step >= INTRADAY_MAX_NS:
         log.info("--fill-gaps: %s bars are never filled (only intraday bars are)", "daily" if step else "single")
         return out, 0
     a_row = np.flatnonzero((sidx[1:] == sidx[:-1]) & (np.diff(ts) > step))  # (G,) bar before each gap

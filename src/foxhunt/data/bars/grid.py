@@ -21,7 +21,6 @@ from foxhunt.data.util.median import median_gap, value_counts
 from foxhunt.errors import InputError
 
 SESSION_OPEN_MIN = CME_EQUITY.open_min  # minutes after local midnight when the (next day's) session opens
-DAILY_MIN_SPACING_NS = 20 * 3600 * 10**9  # median bar spacing at or above this: daily (or coarser) bars
 
 
 def median_spacing_ns(ts_ns: np.ndarray, series_idx: np.ndarray) -> int:

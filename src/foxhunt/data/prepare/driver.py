@@ -33,7 +33,7 @@ import numpy as np
 
 from foxhunt.data.bars import duplicates
 from foxhunt.data.bars.bad_rows import AllRowsBad, BadRows, judge_bad_rows
-from foxhunt.data.bars.grid import DAILY_MIN_SPACING_NS, future_timestamps
+from foxhunt.data.bars.grid import future_timestamps
 from foxhunt.data.bars.load import ROLL_REASONS, bar_interval, merge_reports
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.featurize import feature_schema, known_width
@@ -55,6 +55,7 @@ from foxhunt.data.prepare.splits import check_length, check_splits, split_cuts, 
 from foxhunt.data.prepare.write_stage import PieceSeries, Place, Writing, context, trail, write
 from foxhunt.data.store.layout import OWN_DTYPE, SPLITS, WINDOW_ARRAYS, own_array
 from foxhunt.data.util import parallel
+from foxhunt.data.util.clock import INTRADAY_MAX_NS
 from foxhunt.data.util.median import counted_median
 from foxhunt.errors import InputError
 
@@ -199,7 +200,7 @@ def _spacing(loads: list[PieceLoaded], fits: list, transform: FittedTransform | 
     spacing = counted_median([f.train_gaps for f in fits]) if fits else 0
     spacing = spacing or counted_median([r.gaps for r in loads])
     # One bar per series (prediction on a short file) gives no spacing: trust the model's.
-    intraday = transform.intraday if transform is not None and spacing == 0 else spacing < DAILY_MIN_SPACING_NS
+    intraday = transform.intraday if transform is not None and spacing == 0 else spacing < INTRADAY_MAX_NS
     if transform is not None:
         check_model_spacing(transform, spacing, intraday, paths)
     if len(loads) > 1:
@@ -228,7 +229,7 @@ def check_intraday(loads: list[PieceLoaded], intraday: bool) -> None:
     """Each piece's bars are of the panel's kind (intraday or daily) by their own median spacing."""
     for r in loads:
         own = counted_median([r.gaps])
-        if own and (own < DAILY_MIN_SPACING_NS) != intraday:
+        if own and (own < INTRADAY_MAX_NS) != intraday:
             want, got = ("intraday", "daily") if intraday else ("daily", "intraday")
             raise InputError(f"series {r.names[0]} .. {r.names[-1]} hold {got} bars but the panel's bars are "
                              f"{want}; prepare them apart")
