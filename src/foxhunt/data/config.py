@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from foxhunt.data.io.discover import absolute_path
 from foxhunt.errors import InputError
 from foxhunt.flags import DATA, INPUTS, option
 
@@ -28,11 +28,6 @@ LATER_COPIES = ("quantile_head",)
 
 
 PATH_FIELDS = ("paths", "covariates", "events", "features")  # the options that name files (with_absolute_paths)
-
-
-def absolute_path(path: str) -> str:
-    """A path as typed, made absolute against the working directory (lexically: a glob stays a glob)."""
-    return os.path.abspath(os.path.expanduser(path))
 
 
 def absolute_option(value: Any) -> Any:

@@ -45,7 +45,8 @@ from foxhunt.predict.origins import (
     store_for_model,
     with_sources,
 )
-from foxhunt.predict.parquet import is_calibrated, write_forecasts
+from foxhunt.predict.parquet import write_forecasts
+from foxhunt.predict.provenance import check_made_by, is_calibrated
 from foxhunt.train.device import resolve_device
 from foxhunt.train.seeds import SEEDS_FILE
 
@@ -176,6 +177,7 @@ def read_forecasts(path: Path, data: PreparedData, ids: torch.Tensor, lm: Loaded
     """Forecasts written earlier by `foxhunt predict`, matched to these bars' windows by (symbol, origin)."""
     if not path.exists():
         raise InputError(f"{path}: --forecasts file not found")
+    check_made_by(path, lm, data)
     cols = [quantile_label(q) for q in lm.model_cfg.quantiles]
     try:
         fc = pl.read_parquet(path, columns=["symbol", "origin", "horizon", *cols])

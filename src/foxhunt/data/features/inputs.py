@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from foxhunt.data.config import absolute_path
 from foxhunt.data.features import static
 from foxhunt.data.features.bar_features import move_columns
 from foxhunt.data.features.covariates import (
@@ -42,6 +41,7 @@ from foxhunt.data.features.covariates import (
 from foxhunt.data.features.events import EventCalendar, event_columns, event_features, read_events, row_keys
 from foxhunt.data.features.fitstats import moments_of, select, stats
 from foxhunt.data.features.fitted import FittedInputs, Moments, Scalers
+from foxhunt.data.io.discover import absolute_path
 from foxhunt.errors import InputError
 
 if TYPE_CHECKING:
