@@ -77,7 +77,7 @@ def _forecast_options(ctx: typer.Context, cls: type[C]) -> tuple[C, tuple[str, .
 
     v = given(ctx, None)  # typed: the rest are the fields' defaults
     set_verbosity(v, every_info=True)
-    paths = bars_or_store(v.get("parquet_file"), v.get("features"))
+    paths = bars_or_store(v.get("parquet_file"), v.get("features"), v.get("model"))
     cfg = settings.build(cls, v)
     set_threads(ctx.params["threads"])
     return cfg, paths
