@@ -306,7 +306,7 @@ def sidecar(lm: LoadedModel, run_dir: Path, model_file: str, specs: list[InputSp
         "exporter": "torch.onnx.export(dynamo=True)",
         "opset": opset,
         "model_file": model_file,
-        "run_dir": str(run_dir),
+        "run_dir": str(Path(run_dir).resolve()),
         "weights_sha256": weights_digest(Path(run_dir) / "model.safetensors"),
         "inputs": [_input(s, cards) for s in present],
         "omitted_inputs": [s.name for s in specs if not s.channels],
