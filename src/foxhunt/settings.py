@@ -108,4 +108,3 @@ def resumed_configs(run_dir: Path, values: Mapping[str, Any]) -> tuple[DataConfi
                 raise InputError(f"{o.flag} cannot change when resuming (the run was built with "
                                  f"{o.flag} {getattr(cfg, o.field)!r}); drop it or start a new run")
     return data, model, dataclasses.replace(train, **read_fields(TrainConfig, values))
-
