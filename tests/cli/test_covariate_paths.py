@@ -5,6 +5,7 @@ path comes from and how to point at the file."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +29,12 @@ def trained(tmp_path_factory, daily_path, tiny_flags) -> Path:
     vix = pl.DataFrame({"time": pl.Series(days).cast(pl.Datetime("ns", "UTC")),
                         "vix": 15 + np.abs(np.random.default_rng(0).normal(0, 5, len(days)))})
     vix.write_csv(folder / "vix.csv")
+    pl.DataFrame({"time": pl.Series(days[::20]).cast(pl.Datetime("ns", "UTC")), "name": "FOMC"}).write_csv(
+        folder / "events.csv")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(folder)
-        assert main(["train", "-f", "bars.parquet", "--observed", "vix", "--covariates", "vix.csv", *tiny_flags,
-                     "--epochs", "1", "--run-dir", "run"]) == 0
+        assert main(["train", "-f", "bars.parquet", "--observed", "vix", "--covariates", "vix.csv", "--events",
+                     "events.csv", *tiny_flags, "--epochs", "1", "--run-dir", "run"]) == 0
     return folder / "run"
 
 
@@ -76,3 +79,19 @@ def test_an_old_models_relative_covariates_not_found_say_where_they_come_from(tr
     monkeypatch.chdir(tmp_path)
     assert main(["predict", "--model", str(old), "-f", bars, "--out", str(tmp_path / "fc2.parquet"),
                  "--covariates", str(trained.parent / "vix.csv")]) == 0
+
+
+def test_the_event_calendar_saved_with_the_model_is_used_without_its_file(trained, tmp_path, monkeypatch):
+    """model.json holds the calendar: the training run's events file (relative in an older model, or gone) is not
+    read again unless --events names one."""
+    old = tmp_path / "old"
+    shutil.copytree(trained, old)
+    meta = json.loads((old / "model.json").read_text())
+    meta["data"]["events"] = "gone.csv"
+    (old / "model.json").write_text(json.dumps(meta))
+    monkeypatch.chdir(tmp_path)
+    bars = str(trained.parent / "bars.parquet")
+    out = tmp_path / "fc.parquet"
+    assert main(["predict", "--model", str(old), "-f", bars, "--out", str(out)]) == 0
+    assert main(["predict", "--model", str(trained), "-f", bars, "--out", str(tmp_path / "same.parquet")]) == 0
+    assert pl.read_parquet(out).equals(pl.read_parquet(tmp_path / "same.parquet"))

@@ -55,8 +55,8 @@ def with_sources(lm: LoadedModel, covariates: tuple[str, ...] | None = None, eve
         cfg = dataclasses.replace(cfg, covariates=tuple(covariates))
     else:
         _check_saved_sources(lm)
-    if events:
-        cfg = dataclasses.replace(cfg, events=events)
+    # the calendar saved with the model unless --events names another: the training run's file is not read again
+    cfg = dataclasses.replace(cfg, events=events or None)
     named = [*inputs.observed, *inputs.observed_cat, *inputs.known, *inputs.known_cat]
     if named:
         log.info("your inputs %s from %s%s", ", ".join(named), ", ".join(cfg.covariates) or "the bar files",
