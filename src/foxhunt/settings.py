@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from foxhunt.data.config import DataConfig
+from foxhunt.data.config import PATH_FIELDS, DataConfig, absolute_option
 from foxhunt.data.dataset.saved_format import check_format
 from foxhunt.errors import InputError
 from foxhunt.flags import options, read_fields
@@ -94,12 +94,15 @@ def resumed_configs(run_dir: Path, values: Mapping[str, Any]) -> tuple[DataConfi
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
         check_format(path, saved, "it cannot be resumed; train again in a new --run-dir")
-        data, model = DataConfig.from_dict(saved["data"]), ModelConfig.from_dict(saved["model"])
+        # a run from before paths were saved absolute resolves them here, as reading them would
+        data, model = DataConfig.from_dict(saved["data"]).with_absolute_paths(), ModelConfig.from_dict(saved["model"])
         train = TrainConfig.from_dict(saved["train"])
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise InputError(f"{path}: not a foxhunt run configuration ({e}); start a new run instead") from e
     for cfg in (data, model):
         given = read_fields(type(cfg), values)
+        if cfg is data:  # a run saves the files it read as absolute paths (DataConfig.with_absolute_paths)
+            given = {k: absolute_option(v) if k in PATH_FIELDS else v for k, v in given.items()}
         for o in options(type(cfg)):
             if o.field in given and given[o.field] != getattr(cfg, o.field):
                 raise InputError(f"{o.flag} cannot change when resuming (the run was built with "

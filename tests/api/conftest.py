@@ -26,7 +26,8 @@ def readme_python_blocks() -> list[str]:
 @pytest.fixture(scope="session")
 def readme_run(tmp_path_factory, daily_path) -> dict[str, Any]:
     """The namespace after running the page's Python blocks in a directory where `bars.parquet` is the daily
-    fixture (two series, ES and NQ, 300 bars each): `run`, `fc`, `bars`, `live`, `raw`, `tail`, `forecast`, `arrays`."""
+    fixture (two series, ES and NQ, 300 bars each): `run`, `fc`, `bars`, `live`, `raw`, `tail`, `forecast`, `arrays`,
+    and `cwd`, that directory."""
     cwd = tmp_path_factory.mktemp("readme")
     (cwd / "bars.parquet").symlink_to(daily_path)
     namespace: dict[str, Any] = {}
@@ -36,6 +37,7 @@ def readme_run(tmp_path_factory, daily_path) -> dict[str, Any]:
         exec(compile("\n".join(readme_python_blocks()), str(PAGE), "exec"), namespace)
     finally:
         os.chdir(before)
+    namespace["cwd"] = cwd
     return namespace
 
 

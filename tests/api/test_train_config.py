@@ -20,10 +20,14 @@ README_OPTIONS = {"parquet_file": "bars.parquet", "run_dir": "runs/py", "epochs"
                   "attention_heads": 2, "encoder_length": 16, "horizon": 3}
 
 
-def test_from_options_is_what_the_run_saved(readme_run):
+def test_from_options_is_what_the_run_saved(readme_run, monkeypatch):
+    """The run saves the options as given, the files they name absolute (read from any directory)."""
     saved = json.loads((readme_run["run"].run_dir / "config.json").read_text())
+    monkeypatch.chdir(readme_run["cwd"])  # where the page ran: its relative paths resolve there
     cfg = foxhunt.RunConfig.from_options(**README_OPTIONS)
-    assert cfg.to_dict() == {k: saved[k] for k in ("data", "model", "train")}
+    assert {**cfg.to_dict(), "data": cfg.data.with_absolute_paths().to_dict()} == {
+        k: saved[k] for k in ("data", "model", "train")}
+    assert saved["data"]["paths"] == [str(readme_run["cwd"] / "bars.parquet")]
     assert cfg.model.encoder_length == cfg.data.encoder_length == 16 and cfg.training.epochs == 1
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from foxhunt.backtest.report import write_backtest_report
@@ -74,8 +75,23 @@ def test_forecasts_equal_train_then_predict_on_the_same_dates(backtest, flags, t
     assert expected.height > 0
     assert pl.read_parquet(out / "fold-01" / "forecasts.parquet").equals(expected)
     combined = pl.read_parquet(out / "forecasts.parquet")
-    assert combined.columns == expected.columns
-    assert combined.join(expected.select("symbol", "origin"), on=["symbol", "origin"], how="semi").equals(expected)
+    assert combined.columns == [*expected.columns, "fold", "calibration"]  # per row: folds may differ in calibration
+    first = combined.join(expected.select("symbol", "origin"), on=["symbol", "origin"], how="semi")
+    assert first.drop("fold", "calibration").equals(expected) and set(first["fold"]) == {1}
+
+
+def test_the_joined_forecasts_say_what_they_hold_and_each_rows_fold_and_calibration(backtest):
+    out, _ = backtest
+    combined = pl.read_parquet(out / "forecasts.parquet")
+    meta = json.loads(pq.read_schema(out / "forecasts.parquet").metadata[b"foxhunt"])
+    infos = folds(out)
+    assert meta["target"] == "log_return" and meta["horizon"] == 3 and meta["bar_interval"] == "1d"
+    assert [f["fold"] for f in meta["folds"]] == [1, 2]
+    for fold, info in zip(meta["folds"], infos, strict=True):
+        assert fold["model_dir"] == str(Path(info["run_dir"]).resolve()) and len(fold["weights_sha256"]) == 64
+        rows = combined.filter(pl.col("fold") == fold["fold"])
+        assert rows.height > 0 and set(rows["calibration"]) == {info["calibration"]}
+        assert fold["calibrated"] is info["calibrated"]
 
 
 def test_backtest_json_scores_model_and_baselines_on_the_same_origins(backtest):

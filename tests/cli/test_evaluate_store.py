@@ -53,6 +53,20 @@ def test_evaluate_on_a_store_scores_the_model_and_every_baseline_as_on_the_bars(
     assert f"data: feature store {runs / 'store'}" in (runs / "on-store" / "report.html").read_text()
 
 
+def test_without_end_the_bars_score_each_series_last_origins_which_a_store_has_not(runs, fixtures_dir):
+    """The one difference between the two: from the bars, the last horizon - 1 origins of each series are scored on
+    the steps they have (period.partial_origins, said on the console); a store's windows all have every step."""
+    model, bars = str(runs / "store-run"), str(fixtures_dir / "es_fut_ohlcv1m_databento.parquet")
+    for how, where in (("--features", str(runs / "store")), ("--parquet-file", bars)):
+        assert main(["evaluate", "--model", model, how, where, "--out-dir", str(runs / f"all{how}"),
+                     "--threads", "1", "--no-calibration"]) == 0
+    store, on_bars = metrics(runs / "all--features")["period"], metrics(runs / "all--parquet-file")["period"]
+    series = len(metrics(runs / "all--parquet-file")["model"]["per_series"])
+    assert store["partial_origins"] == 0 and on_bars["partial_origins"] == series * (3 - 1)  # horizon 3
+    assert on_bars["origins"] - store["origins"] == on_bars["partial_origins"]
+    assert store["first_origin"] == on_bars["first_origin"] and store["last_origin"] < on_bars["last_origin"]
+
+
 def test_a_run_trained_from_a_store_ends_pointing_to_evaluate_on_the_store(runs):
     """The bars-trained run ends with every baseline; the store-trained one with the training-set quantiles (its
     peak memory stays the training's), naming the evaluate command that scores them all on the store."""

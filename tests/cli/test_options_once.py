@@ -394,7 +394,9 @@ def test_resuming_takes_training_options_and_refuses_other_data_or_model_options
     cfg = foxhunt.RunConfig.resumed(run, epochs=3, threads=2, use_gpu=True, hidden_size=8, encoder_length=16,
                                     parquet_file="a.parquet")
     assert (cfg.training.epochs, cfg.training.num_threads, cfg.training.device) == (3, 2, "cuda")
-    assert (cfg.data, cfg.model) == (saved.data, saved.model) and cfg.training.run_dir == str(run)
+    # a run saved with relative paths (before runs saved them absolute) resumes with them resolved, as read
+    assert (cfg.data, cfg.model) == (saved.data.with_absolute_paths(), saved.model)
+    assert cfg.training.run_dir == str(run)
     with pytest.raises(foxhunt.InputError, match="--hidden-size cannot change when resuming .*--hidden-size 8"):
         foxhunt.RunConfig.resumed(run, hidden_size=32)
     with pytest.raises(foxhunt.InputError, match="--horizon cannot change"):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import shutil
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from foxhunt.cli import main
@@ -128,6 +130,45 @@ def test_evaluate_can_score_forecasts_written_by_predict(model_dir, daily, tmp_p
     ma = json.loads((a / "metrics.json").read_text())["model"]["overall"]["q_risk"]
     mb = json.loads((b / "metrics.json").read_text())["model"]["overall"]["q_risk"]
     assert ma == pytest.approx(mb, rel=1e-5)
+
+
+def _with_metadata(src, dst, change) -> None:
+    """`src`'s forecasts written to `dst` with their "foxhunt" metadata changed by `change` (None: dropped)."""
+    table = pq.read_table(src)
+    info = json.loads(table.schema.metadata[b"foxhunt"])
+    info = change(info)
+    pq.write_table(table.replace_schema_metadata(None if info is None else {b"foxhunt": json.dumps(info).encode()}),
+                   dst)
+
+
+def test_forecasts_say_what_they_hold_and_evaluate_refuses_another_models(model_dir, daily, tmp_path, capsys):
+    """The file names its target and units, quantiles, horizon, bar spacing, model and weights digest; evaluate
+    refuses forecasts of other weights or of bars of another spacing in one line, and scores a file without the
+    metadata (written before it) with a warning."""
+    fc = tmp_path / "fc.parquet"
+    assert main(["predict", "--model", str(model_dir), "--parquet-file", str(daily), "--out", str(fc)]) == 0
+    meta = json.loads(pq.read_schema(fc).metadata[b"foxhunt"])
+    assert meta["target"] == "log_return" and "natural log" in meta["units"] and meta["horizon"] == 3
+    assert meta["quantiles"] == {"p10": 0.1, "p50": 0.5, "p90": 0.9} and meta["calibrated"] is True
+    assert meta["bar_interval"] == "1d" and meta["model_bar_interval"] == "1d"
+    assert meta["model_dir"] == str(model_dir.resolve())
+    assert meta["weights_sha256"] == hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
+    args = ["evaluate", "--model", str(model_dir), "--parquet-file", str(daily), "--start", "2024-07-01"]
+    capsys.readouterr()
+    other = tmp_path / "other.parquet"
+    _with_metadata(fc, other, lambda m: {**m, "weights_sha256": "0" * 64, "model_dir": "/runs/other"})
+    assert main([*args, "--out-dir", str(tmp_path / "a"), "--forecasts", str(other)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("foxhunt: error:") and "made by another model (/runs/other" in err
+    hourly = tmp_path / "hourly.parquet"
+    _with_metadata(fc, hourly, lambda m: {**m, "bar_interval": "1h"})
+    assert main([*args, "--out-dir", str(tmp_path / "b"), "--forecasts", str(hourly)]) == 2
+    assert "forecast from 1h bars, but these bars are 1d" in capsys.readouterr().err
+    older = tmp_path / "older.parquet"
+    _with_metadata(fc, older, lambda m: None)
+    assert main([*args, "--out-dir", str(tmp_path / "c"), "--forecasts", str(older)]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "does not say which model made it" in line]
+    assert len(warned) == 1
 
 
 def test_bad_dates_and_missing_model_are_one_line_errors(model_dir, daily, tmp_path, capsys):

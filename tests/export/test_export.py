@@ -73,6 +73,7 @@ def test_export_writes_the_graph_and_its_sidecar(exported, capsys):
     assert side["output"]["shape"] == ["batch", 3, 3] and side["quantiles"] == [0.1, 0.5, 0.9]
     assert side["built_in"]["relative_time"]["values"][15] == 0.0  # the origin, last of 16 encoder steps
     assert set(side["features"]) == {c for i in side["inputs"] for c in i["channels"]}
+    assert "m_0 = std^2 on the series' first bar (the seed itself" in side["features"]["log_vol"]
     assert side["parity"]["max_relative_error"] <= MAX_RELATIVE_ERROR
     assert [c["windows"] for c in side["parity"]["cases"]] == ["1 random", "256 random", "1 real", "256 real"]
     assert not list(out.parent.glob(".*.tmp"))

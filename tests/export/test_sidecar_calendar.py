@@ -36,3 +36,17 @@ def test_without_a_calendar_the_sidecar_says_the_default_grid(daily_path):
     words = calendar_words(tf)
     assert words["session"] is None and words["session_inputs"] is None
     assert "Saturdays and Sundays for daily bars" in words["decoder_steps"]
+
+
+@pytest.mark.parametrize("zone", [None, "America/New_York"])
+def test_your_inputs_say_the_zone_naive_source_times_are_read_in(bare_transform, zone):
+    """A reader outside Python reads the covariate files' naive times in the training run's --timezone (UTC without
+    one), which the sidecar states beside the (absolute) sources."""
+    from foxhunt.data.features.fitted import FittedInputs
+    from foxhunt.export.sidecar import inputs_json
+
+    tf = bare_transform({"timezone": zone}, inputs=FittedInputs(observed=("stress",),
+                                                                sources={"stress": "/data/stress.csv"}))
+    side = json.loads(json.dumps(inputs_json(tf)))
+    assert side["timezone"] == (zone or "UTC") and side["sources"] == {"stress": "/data/stress.csv"}
+    assert f"wall-clock time in {zone or 'UTC'}" in side["times"]

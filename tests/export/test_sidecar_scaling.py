@@ -14,7 +14,7 @@ import pytest
 
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features.scaling import fit_scalers, trailing
-from foxhunt.export.sidecar import scaling_words
+from foxhunt.export.sidecar import scaling_words, trailing_words
 from tests.data.features.test_scaling import opts, prep, synth
 from tests.data.features.test_seasonality import intraday
 
@@ -87,3 +87,44 @@ def test_the_volatility_recipe_rebuilds_every_bars_scale(bars, target, estimator
     _, center, scale = trailing(feats, names, sidx, scalers, cfg)
     np.testing.assert_array_equal(center, 0.0)
     np.testing.assert_allclose(rebuilt(side, feats, names, sidx, target), scale, rtol=1e-9)
+
+
+@pytest.mark.parametrize("bars, estimator, season_tz", [("intraday", "range", TZ), ("daily", "returns", None)])
+def test_the_log_vol_words_rebuild_log_vol_and_log_vol_season(bars, estimator, season_tz):
+    """`features.log_vol` / `log_vol_season` say the exact seeding: the EWMA's value on a series' first bar is std^2
+    itself (that bar's proxy unused), which numpy follows here to foxhunt's inputs; read as "seed, then update on the
+    first bar" it would be off on the early bars. The season words define the proxy and its profile lookup."""
+    frame = intraday(n_days=3) if bars == "intraday" else synth(120)
+    feats, names, sidx = prep(frame, "log_return")
+    cfg = opts("log_return", "volatility", vol_halflife=5.0, vol_estimator=estimator)
+    scalers = fit_scalers(feats, names, sidx, np.arange(len(sidx)) < int(0.7 * len(sidx)), cfg, season_tz)
+    tf = FittedTransform(tuple(names), scalers, cfg)
+    words = trailing_words(tf, "log_return")
+    assert "m_0 = std^2 on the series' first bar" in words["log_vol"] and "v_0 is not used" in words["log_vol"]
+    assert ("log_vol_season" in words) == (season_tz is not None)
+    if season_tz is not None:
+        assert "divided by p(t)^2" in words["log_vol_season"] and "scalers.season.tz" in words["log_vol_season"]
+        assert "the seed is not divided by p^2" in words["log_vol_season"]
+    sc = json.loads(json.dumps(scaling_words(SimpleNamespace(transform=tf, schema=SimpleNamespace(target="log_return")),
+                                             set())))["scalers"]
+    derived = trailing(feats, names, sidx, scalers, cfg)[0]
+    a = 1 - 0.5 ** (1 / sc["halflife"])
+    for s, name in enumerate(names):
+        rows = np.flatnonzero(sidx == s)
+        entry = sc["series"][name]
+        std, k = entry["log_return"]["std"], entry["range_k"]["value"]
+        v = k * feats["log_range"].to_numpy()[rows] ** 2 if estimator == "range" else feats["log_return"].to_numpy()[
+            rows] ** 2
+        seeded = v.copy()
+        seeded[0] = std**2  # the seed itself on the first bar
+        log_vol = np.log(np.maximum(np.sqrt(ewma(seeded, a)), 0.1 * std))
+        np.testing.assert_allclose(log_vol, derived["log_vol"][rows], rtol=1e-9)
+        literal = np.concatenate([[(1 - a) * std**2 + a * np.nan_to_num(v[0])], v[1:]])  # seed, then update on bar 0
+        assert not np.allclose(np.log(np.maximum(np.sqrt(ewma(literal, a)), 0.1 * std))[:3], log_vol[:3], rtol=1e-9)
+        if season_tz is not None:
+            p = np.asarray(sc["season"]["profile"])[minute_of_day(feats["ts"].dt.epoch("ns").to_numpy()[rows],
+                                                                 sc["season"]["tz"])]
+            ds = v / p**2
+            ds[0] = std**2
+            np.testing.assert_allclose(np.log(np.maximum(np.sqrt(ewma(ds, a)), 0.1 * std)),
+                                       derived["log_vol_season"][rows], rtol=1e-9)

@@ -95,7 +95,7 @@ def combine(bt: BacktestConfig, folds: list[Fold], rolls: list[dict[str, Any]], 
     arrays = concat([fold_io.load_scored(bt.out_dir, f) for f in folds])
     first = infos[-1]
     names, qs = tuple(first["series_names"]), tuple(first["quantiles"])
-    write_forecasts([fold_io.fold_dir(bt.out_dir, f) / "forecasts.parquet" for f in folds],
+    write_forecasts([(f.index, fold_io.fold_dir(bt.out_dir, f) / "forecasts.parquet") for f in folds],
                     bt.out_dir / "forecasts.parquet")
     overall = with_fold_ic(_metrics(arrays, {**first, "baseline_gaps": merge_gaps(infos)}), [i["metrics"] for i in infos])
     claim = overall_verdict(overall, qs, len(folds))

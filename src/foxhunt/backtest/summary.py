@@ -14,6 +14,7 @@ from foxhunt.atomic import atomic_path
 from foxhunt.evaluate.metrics import interval_pairs, pinball
 from foxhunt.evaluate.paired import compare
 from foxhunt.evaluate.scored_rows import score
+from foxhunt.predict.provenance import folds_metadata, read_metadata, row_calibration
 
 BASELINE_PREFIX = "baseline_"
 ROLL_BARS = 10  # origins shown before and after each roll date
@@ -160,12 +161,14 @@ def around_rolls(arrays: dict[str, np.ndarray], quantiles: tuple[float, ...], na
     return {"offsets": offsets.tolist(), "rolls": used, "skill": skills}
 
 
-def write_forecasts(fold_files: list[Path], out: Path) -> None:
-    """The folds' forecasts.parquet files as one file in the same schema (atomic)."""
-    frames = [pl.read_parquet(f) for f in fold_files]
-    metas = [pq.read_schema(f).metadata or {} for f in fold_files]
-    meta = metas[0] if all(m == metas[0] for m in metas) else {}  # folds calibrated and not: the file does not say
-    table = pl.concat(frames, how="vertical").to_arrow().replace_schema_metadata(meta)
+def write_forecasts(fold_files: list[tuple[int, Path]], out: Path) -> None:
+    """The folds' (index, forecasts.parquet) as one file (atomic) in predict's schema, with per-row columns `fold`
+    and `calibration` (folds may differ in their calibration) and metadata joining the folds' (provenance.py)."""
+    infos = [(n, read_metadata(f)) for n, f in fold_files]
+    frames = [pl.read_parquet(f).with_columns(pl.lit(n, pl.Int16).alias("fold"),
+                                              pl.lit(row_calibration(info), pl.Utf8).alias("calibration"))
+              for (n, f), (_, info) in zip(fold_files, infos, strict=True)]
+    table = pl.concat(frames, how="vertical").to_arrow().replace_schema_metadata(folds_metadata(infos))
     with atomic_path(out) as tmp:
         pq.write_table(table, tmp, compression="zstd")
 

@@ -79,7 +79,7 @@ def _forecast_options(ctx: typer.Context, cls: type[C]) -> tuple[C, tuple[str, .
     v = given(ctx, None)  # typed: the rest are the fields' defaults
     set_verbosity(v, every_info=True)
     cfg = settings.build(cls, v)  # the options checked before the bars are looked for
-    paths = bars_or_store(v.get("parquet_file"), v.get("features"))
+    paths = bars_or_store(v.get("parquet_file"), v.get("features"), v.get("model"))
     set_threads(ctx.params["threads"])
     return cfg, paths
 

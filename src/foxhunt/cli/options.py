@@ -10,6 +10,7 @@ foxhunt.settings (with --config filling what was not typed).
 
 from __future__ import annotations
 
+import copy
 import inspect
 import types
 import typing
@@ -43,6 +44,14 @@ def opt(name: str, kind: Any, default: Any, help: str, panel: str | None = None,
     extra.setdefault("metavar", METAVARS.get(getattr(base, "__origin__", base), "TEXT"))
     info = typer.Option(*decls, help=help, rich_help_panel=panel, **extra)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, info])
+
+
+def shown(p: inspect.Parameter, default: str) -> inspect.Parameter:
+    """Option `p` with another default in words in --help (a command that reads a trained model defaults to it)."""
+    kind, info = typing.get_args(p.annotation)
+    info = copy.copy(info)
+    info.show_default = default
+    return p.replace(annotation=Annotated[kind, info])
 
 
 def declared(cls: type) -> Group:
@@ -152,7 +161,7 @@ CLI_ONLY = CONSOLE_FLAGS | {CONFIG.name}  # how the command runs, not what it ru
 # (predict/config.py, evaluate/config.py); they and export take the bars, the threads and -v / -q as train does.
 PREDICT_OPTIONS = declared(PredictConfig)
 EVALUATE_OPTIONS = moved(declared(EvaluateConfig), "forecasts", before="batch_size")  # after --start / --end
-PARQUET_FILE = DATA_OPTIONS[0]
+PARQUET_FILE = shown(DATA_OPTIONS[0], "the bars the model was trained on")  # predict's and evaluate's bars
 Verbose, Quiet = (alias(p) for p in CONSOLE_OPTIONS)
 Threads = alias(THREADS)
 ModelDir = alias(PREDICT_OPTIONS[0])

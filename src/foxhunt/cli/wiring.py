@@ -51,9 +51,14 @@ def paths(v: dict[str, Any]) -> tuple[str, ...]:
     return data_paths(v.get("parquet_file"))
 
 
-def bars_or_store(parquet_file: list[str] | None, features: Path | None) -> tuple[str, ...]:
-    """The bar paths of predict and evaluate: none with --features (the bundled sample is not resolved then), and
-    both inputs at once refused as train refuses them."""
+def bars_or_store(parquet_file: list[str] | None, features: Path | None, model: Path | None = None
+                  ) -> tuple[str, ...]:
+    """The bar paths of predict and evaluate: none with --features, and both inputs at once refused as train
+    refuses them; without either, the bars `model` was trained on (predict/bar_range.training_bars)."""
+    if features is None and not parquet_file and model is not None:
+        from foxhunt.predict.bar_range import training_bars
+
+        return training_bars(model)
     if features is None:
         return paths({"parquet_file": parquet_file})
     if parquet_file:

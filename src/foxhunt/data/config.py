@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from foxhunt.data.io.discover import absolute_path
 from foxhunt.errors import InputError
 from foxhunt.flags import DATA, INPUTS, option
 
@@ -24,6 +25,17 @@ AUTO = "auto"
 # Copies of model options added within FORMAT_VERSION 3: a file saved without one had its anchor resolved already
 # (all the copy is for), so the field's default stands.
 LATER_COPIES = ("quantile_head",)
+
+
+PATH_FIELDS = ("paths", "covariates", "events", "features")  # the options that name files (with_absolute_paths)
+
+
+def absolute_option(value: Any) -> Any:
+    """A path option's value (one path, several, or None) as a run saves it: what a value typed now, or saved
+    relative by an older run, is compared as."""
+    if isinstance(value, str):
+        return absolute_path(value)
+    return tuple(map(absolute_path, value)) if isinstance(value, (tuple, list)) else value
 
 
 @dataclass(frozen=True)
@@ -223,6 +235,15 @@ class DataConfig:
         """Whether forecasts start from an anchor (data/baselines/anchor.py); `auto` is resolved on construction, and
         a config built without it (tests/cli/test_options_once.py skips __post_init__) is not anchored by it."""
         return self.anchor not in (ANCHORS[0], AUTO)
+
+    def with_absolute_paths(self) -> DataConfig:
+        """These options with the files they name (the bars, --covariates, --events, --features) made absolute
+        against the working directory: what a run saves, so that its model reads its inputs (and `evaluate --model`
+        its bars) from any directory. Lexical (os.path.abspath): a glob or a folder stays one."""
+        return replace(self, paths=tuple(map(absolute_path, self.paths)),
+                       covariates=tuple(map(absolute_path, self.covariates)),
+                       events=None if self.events is None else absolute_path(self.events),
+                       features=None if self.features is None else absolute_path(self.features))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -41,12 +41,16 @@ MODEL, RAW = "model", "model (raw)"  # the forecasts compared with the baselines
 @dataclass(frozen=True)
 class Span:
     """The origins that can be scored (those with a realised target): how many, the first and the last (ns), and the
-    earliest first forecast bar (ns), where the baselines' fit ends at the latest (data/dataset/fit_rows.py fit_cut)."""
+    earliest first forecast bar (ns), where the baselines' fit ends at the latest (data/dataset/fit_rows.py fit_cut).
+    `partial`: how many of them have fewer realised steps than the horizon (a series' last origins, whose steps run
+    past its last bar): scored on the steps they have, and never in a feature store, whose windows all have every
+    step."""
 
     origins: int
     first_ns: int
     last_ns: int
     first_forecast_ns: int
+    partial: int = 0
 
 
 def span_of(data: PreparedData, ids: torch.Tensor) -> Span | None:
@@ -55,9 +59,11 @@ def span_of(data: PreparedData, ids: torch.Tensor) -> Span | None:
     forecasts."""
     import torch
 
-    w, n, first, last, forecast = data.windows, 0, None, None, None
+    w, n, partial, first, last, forecast = data.windows, 0, 0, None, None, None
     for part in id_chunks(ids):
-        has = torch.isfinite(w.actual(part)).any(dim=1)  # (C,)
+        real = torch.isfinite(w.actual(part))  # (C, D)
+        has = real.any(dim=1)  # (C,)
+        partial += int((has & ~real.all(dim=1)).sum())
         on = w.origin_ns(part)[has]
         if len(on):
             n += len(on)
@@ -67,7 +73,7 @@ def span_of(data: PreparedData, ids: torch.Tensor) -> Span | None:
             forecast = step1 if forecast is None else min(forecast, step1)
     if first is None or last is None or forecast is None:
         return None
-    return Span(n, first, last, forecast)
+    return Span(n, first, last, forecast, partial)
 
 
 class SeriesScorer:

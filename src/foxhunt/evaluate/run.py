@@ -45,7 +45,8 @@ from foxhunt.predict.origins import (
     store_for_model,
     with_sources,
 )
-from foxhunt.predict.parquet import is_calibrated, write_forecasts
+from foxhunt.predict.parquet import write_forecasts
+from foxhunt.predict.provenance import check_made_by, is_calibrated
 from foxhunt.train.device import resolve_device
 from foxhunt.train.seeds import SEEDS_FILE
 
@@ -102,7 +103,11 @@ def evaluate_run(cfg: EvaluateConfig, paths: tuple[str, ...]) -> dict[str, Any]:
     skills = {k: c["skill"] for k, c in scored.comparisons.items()}  # on the pairs both cover (evaluate/paired.py)
     claim = verdict_of(scored.comparisons, qs, applied, lm.transform.intraday, model_dir, scored.unscored)
     period = {"first_origin": _iso(span.first_ns), "last_origin": _iso(span.last_ns), "origins": span.origins,
-              "scored": scored_what, **window}
+              "partial_origins": span.partial, "scored": scored_what, **window}
+    if span.partial:
+        log.info("%s of the %s origins are scored on fewer than %d steps: each series' last origins, whose steps "
+                 "run past its last bar (a feature store holds none of them)", f"{span.partial:,}",
+                 f"{span.origins:,}", lm.model_cfg.horizon)
     calibrated = calibration_result(lm, applied, why_not, model_metrics, raw_metrics, calibration_method(cal))
     result = {"verdict": claim, "model": model_metrics, "baselines": baseline_metrics, "skill": skills,
               "comparisons": scored.comparisons, "period": period, "target": lm.schema.target,
@@ -176,6 +181,7 @@ def read_forecasts(path: Path, data: PreparedData, ids: torch.Tensor, lm: Loaded
     """Forecasts written earlier by `foxhunt predict`, matched to these bars' windows by (symbol, origin)."""
     if not path.exists():
         raise InputError(f"{path}: --forecasts file not found")
+    check_made_by(path, lm, data)
     cols = [quantile_label(q) for q in lm.model_cfg.quantiles]
     try:
         fc = pl.read_parquet(path, columns=["symbol", "origin", "horizon", *cols])
@@ -301,7 +307,8 @@ def _span(given: Scored, data: PreparedData) -> Span | None:
     on = given.origin_ns[has]
     if not len(on):
         return None
-    return Span(len(on), int(on.min()), int(on.max()), first_forecast_ns(data, given.origin_row[has]))
+    partial = int((has & np.isnan(given.actual).any(axis=1)).sum())
+    return Span(len(on), int(on.min()), int(on.max()), first_forecast_ns(data, given.origin_row[has]), partial)
 
 
 def _iso(ns: int) -> str:

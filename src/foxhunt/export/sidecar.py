@@ -53,21 +53,38 @@ FEATURES = {
     "price_change": "close_t - close_t-1 of the bar's own contract (a roll bar: minus the roll's price gap)",
     "price_range": "high_t - low_t",
     "log_volume": "ln(1 + volume_t)",
-    "log_vol": "ln sigma_t, sigma_t the trailing volatility: sqrt of an EWMA (halflife scalers.halflife bars, "
-               "alpha = 1 - 0.5^(1/halflife), seeded with the series' training return std^2) of r_t^2 "
-               "(estimator 'returns') or k ln(H/L)_t^2 (estimator 'range', k = scalers.series[s].range_k), floored "
-               "at 0.1 x the training return std",
     "roll": "1 on the first bar of a new contract, else 0 (not standardized)",
     "filled": "1 on a bar added by --fill-gaps (no trade), else 0 (not standardized)",
     "shock": "r_t / sigma_t-1", "range_shock": "sqrt(k) ln(H/L)_t / sigma_t-1",
     "log_vol_fast": "ln(sigma_t at halflife / 4 over sigma_t)", "log_vol_slow": "ln(sigma_t at halflife x 4 over sigma_t)",
-    "log_vol_season": "ln s_t, s_t the trailing volatility of proxy / p(t)^2 (deseasonalized)",
     "early_close": "1 when the bar's trade date closes before the regular close of calendar.session_inputs "
                    "(a pandas-market-calendars calendar), else 0; 0 on a day it has no session",
     "pre_holiday": "1 on the session before a weekday on which calendar.session_inputs has no session, else 0",
     "post_holiday": "1 on the session after a weekday on which calendar.session_inputs has no session, else 0",
     "to_close": "minutes from the bar to its session's close over the regular session's length, clipped to [0, 1]",
 }
+
+
+def trailing_words(tf: FittedTransform, target: str) -> dict[str, str]:
+    """`log_vol` and `log_vol_season` in words exact enough to rebuild them bar by bar (data/features/scaling.
+    trailing: the EWMA's first value is the seed itself, that bar's own proxy unused, as in `volatility_words`;
+    tests/export/test_sidecar_scaling.py rebuilds both in numpy from these words)."""
+    ret, rng = move_columns(target)
+    std = f"scalers.series[s].{ret}.std"
+    proxy = (f"v_t = {ret}_t^2" if tf.data.vol_estimator == "returns" else
+             f"v_t = k {rng}_t^2, k = scalers.series[s].range_k.value")
+    ewma = ("m_0 = std^2 on the series' first bar (the seed itself: that bar's own v_0 is not used), then m_t = "
+            "(1 - a) m_(t-1) + a {x} on every later bar, a = 1 - 0.5^(1 / scalers.halflife)")
+    words = {"log_vol": (f"ln sigma_t, the series' trailing volatility (estimator '{tf.data.vol_estimator}'): "
+                         f"{proxy}; {ewma.format(x='v_t')}; sigma_t = max(sqrt(m_t), {VOL_FLOOR} std), std = {std} "
+                         "(the same recipe as scaling.center_scale, without the profile)")}
+    if tf.scalers.season is not None:
+        words["log_vol_season"] = (
+            f"ln s_t, the series' deseasonalized trailing volatility: the proxy {proxy} divided by p(t)^2, p(t) = "
+            "scalers.season.profile[i] at i the minute of the day (0..1439) of bar t's time in zone "
+            f"scalers.season.tz; {ewma.format(x='v_t / p(t)^2')} (the seed is not divided by p^2); s_t = "
+            f"max(sqrt(m_t), {VOL_FLOOR} std), std = {std}")
+    return words
 
 
 def calendar_words(tf: FittedTransform) -> dict[str, Any]:
@@ -108,11 +125,17 @@ def scalers_json(tf: FittedTransform) -> dict[str, Any]:
 
 def inputs_json(tf: FittedTransform) -> dict[str, Any] | None:
     """`your_inputs`: the fitted inputs (FittedInputs.to_dict) with "known_names" (the real known columns, then
-    the events'), "covariate_scaling" and "event_cap" (the steps at which the event features saturate)."""
+    the events'), "covariate_scaling", "event_cap" (the steps at which the event features saturate) and the zone
+    naive times in the source files are read in ("timezone", "times": io/times.py)."""
     if tf.inputs is None:
         return None
+    zone = tf.data.timezone or "UTC"
     return {**tf.inputs.to_dict(), "known_names": list(tf.inputs.known_names),
-            "covariate_scaling": tf.data.covariate_scaling, "event_cap": tf.event_cap}
+            "covariate_scaling": tf.data.covariate_scaling, "event_cap": tf.event_cap,
+            "timezone": zone,  # the training run's --timezone (model.json data.timezone)
+            "times": f"a time without a zone in a source file (sources, events) is wall-clock time in {zone}; one "
+                     "with a zone or offset is that instant; a date alone is midnight of that date in "
+                     f"{zone}; every time is then compared in UTC"}
 
 
 def scaling_words(lm: LoadedModel, used: set[str]) -> dict[str, Any]:
@@ -283,7 +306,7 @@ def sidecar(lm: LoadedModel, run_dir: Path, model_file: str, specs: list[InputSp
         "exporter": "torch.onnx.export(dynamo=True)",
         "opset": opset,
         "model_file": model_file,
-        "run_dir": str(run_dir),
+        "run_dir": str(Path(run_dir).resolve()),
         "weights_sha256": weights_digest(Path(run_dir) / "model.safetensors"),
         "inputs": [_input(s, cards) for s in present],
         "omitted_inputs": [s.name for s in specs if not s.channels],
@@ -299,9 +322,8 @@ def sidecar(lm: LoadedModel, run_dir: Path, model_file: str, specs: list[InputSp
         "series": {"vocabulary": list(lm.transform.series_vocab), "unknown_code": 0,
                    "codes": {name: i + 1 for i, name in enumerate(lm.transform.series_vocab)}},
         "calendar": calendar_words(lm.transform),
-        "features": {n: FEATURES.get(n) or _anchor_feature(n) or user_words(lm).get(n, "see docs/reference/"
-                                                                                       "model-format.md")
-                     for n in sorted(used)},
+        "features": {n: trailing_words(lm.transform, schema.target).get(n) or FEATURES.get(n) or _anchor_feature(n)
+                     or user_words(lm).get(n, "see docs/reference/model-format.md") for n in sorted(used)},
         "anchor": anchor_words(lm),
         "your_inputs": inputs_json(lm.transform),
         "scaling": scaling_words(lm, used),

@@ -78,6 +78,7 @@ class LoadedModel:
     calibration: Calibration | None = None
     calibration_note: str | None = None  # why there is no calibration (no file: a run from before calibration)
     adaptive: AdaptiveCalibration | None = None  # the adaptive state (None: calibration.json from before it)
+    root: Path | None = None  # the run directory it was loaded from (None: built in memory)
 
     @property
     def adaptive_won(self) -> bool:
@@ -128,7 +129,7 @@ def load_model(run_dir: str | Path, device: torch.device | str = "cpu", calibrat
         raise InputError(f"{weights_path}: unreadable or does not match model.json ({str(e).splitlines()[0]}); "
                          f"retrain or point {flag} elsewhere") from e
     model.to(device).eval()
-    lm = LoadedModel(model, model_cfg, schema, transform, data_cfg, meta)
+    lm = LoadedModel(model, model_cfg, schema, transform, data_cfg, meta, root=root)
     if calibration:
         lm.calibration, lm.calibration_note, lm.adaptive = load_calibration(root, model_cfg)
     return lm

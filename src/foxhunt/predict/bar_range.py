@@ -11,7 +11,9 @@ backtest fold's, whose --since / --until are the backtest's, or export's parity 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+from pathlib import Path
 
 import polars as pl
 import torch
@@ -41,6 +43,35 @@ def in_zone(lm: LoadedModel, timezone: str | None) -> LoadedModel:
     if timezone is None:
         return lm
     return dataclasses.replace(lm, data_cfg=dataclasses.replace(lm.data_cfg, timezone=timezone))
+
+
+def training_bars(model_dir: Path) -> tuple[str, ...]:
+    """The bars to read when none are named: the files the model's run was trained on (model.json's data paths,
+    absolute since runs save them so; an older run's relative ones from the working directory), said in one line;
+    the bundled sample for a model trained on it. InputError when those files are gone. () when the directory holds
+    no readable model.json: loading the model says what is wrong with it."""
+    from foxhunt.data.io.discover import expand_sources
+    from foxhunt.data.io.sample_path import is_bundled_sample
+
+    try:
+        paths = tuple(json.loads((Path(model_dir) / "model.json").read_text(encoding="utf-8"))["data"]["paths"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ()
+    if is_bundled_sample(paths):
+        from foxhunt.data.io.sample import bundled_sample_path
+
+        path = bundled_sample_path()  # made again where this cache has none: the sample is seeded
+        log.info("no --parquet-file given: the model was trained on the bundled ES sample; reading it (%s)", path)
+        return (str(path),)
+    try:
+        expand_sources(paths)
+    except InputError:
+        raise InputError(f"no --parquet-file given, and the bars the model was trained on are not found: "
+                         f"{', '.join(paths)} (its run's --parquet-file); pass --parquet-file PATH with the bars to "
+                         "read") from None
+    log.info("no --parquet-file given: reading the bars the model was trained on, %s (its run's --parquet-file)",
+             ", ".join(paths))
+    return paths
 
 
 def trained_window(lm: LoadedModel) -> tuple[str | None, str | None]:

@@ -53,7 +53,7 @@ def forecast_calibration(lm: LoadedModel, method: str) -> Calibration | Runner |
         return picked
     if applies == "adaptive":
         log.warning("%s has no adaptive state (fitted before adaptive calibration): fixed shifts instead; retrain "
-                    "for adaptive ones", lm.meta.get("run_dir") or "calibration.json")
+                    "for adaptive ones", lm.root / "calibration.json" if lm.root is not None else "calibration.json")
     log.info("calibrated forecasts: fixed %s conformal shifts fitted on validation origins %s .. %s (%s windows)",
              cal.mode, f.get("first_origin", "?"), f.get("last_origin", "?"), f"{f.get('windows', 0):,}")
     return cal

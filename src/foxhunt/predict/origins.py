@@ -17,6 +17,7 @@ from foxhunt.data.bars.load import LoadedBars, load_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import FEATURIZING, FittedTransform, PreparedData
 from foxhunt.data.dataset.windows import id_chunks
+from foxhunt.data.io.discover import expand_sources
 from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.errors import InputError
 from foxhunt.model.saved import LoadedModel
@@ -46,14 +47,16 @@ def with_sources(lm: LoadedModel, covariates: tuple[str, ...] | None = None, eve
     inputs = lm.transform.inputs
     if inputs is None:
         if covariates or events:
-            raise InputError(f"--covariates / --events: the model {lm.meta.get('run_dir', '')} was trained without "
+            raise InputError(f"--covariates / --events: the model {lm.root or ''} was trained without "
                              "inputs of your own, so it has none to read; drop them")
         return lm
     cfg = lm.data_cfg
     if covariates:
         cfg = dataclasses.replace(cfg, covariates=tuple(covariates))
-    if events:
-        cfg = dataclasses.replace(cfg, events=events)
+    else:
+        _check_saved_sources(lm)
+    # the calendar saved with the model unless --events names another: the training run's file is not read again
+    cfg = dataclasses.replace(cfg, events=events or None)
     named = [*inputs.observed, *inputs.observed_cat, *inputs.known, *inputs.known_cat]
     if named:
         log.info("your inputs %s from %s%s", ", ".join(named), ", ".join(cfg.covariates) or "the bar files",
@@ -61,6 +64,19 @@ def with_sources(lm: LoadedModel, covariates: tuple[str, ...] | None = None, eve
     if inputs.events is not None:
         log.info("events from %s", events or "the calendar saved with the model (model.json)")
     return dataclasses.replace(lm, data_cfg=cfg)
+
+
+def _check_saved_sources(lm: LoadedModel) -> None:
+    """The training run's --covariates, as its model saved them, can be read: a model from before they were saved
+    absolute holds them as typed, relative to the directory training ran in, and is read from here."""
+    for path in lm.data_cfg.covariates:
+        try:
+            expand_sources([path])
+        except InputError:
+            where = f"{lm.root / 'model.json'}" if lm.root is not None else "the model"
+            raise InputError(f"{path}: not found from {Path.cwd()}; this path is the training run's --covariates "
+                             f"as typed, saved in {where}; point at the file with --covariates PATH (Python: "
+                             "Forecaster.load(..., covariates=[PATH]))") from None
 
 
 def prediction_config(lm: LoadedModel, paths: tuple[str, ...]) -> DataConfig:
@@ -112,8 +128,10 @@ def store_for_model(lm: LoadedModel, store: Path) -> PreparedData:
 def _transform_text(transform: FittedTransform) -> str:
     """A transform and the options it featurizes by (types.FEATURIZING) as canonical JSON: a model's and a store's
     both went through JSON, so equal fits give equal text. Without the contracts decision (roots_apart /
-    roots_rolled): the series it gave are in the vocabulary."""
+    roots_rolled): the series it gave are in the vocabulary; without the inputs' `sources`."""
     fitted = {k: v for k, v in transform.to_dict().items() if k not in ("roots_apart", "roots_rolled")}
+    if fitted.get("inputs"):  # where the --covariates files were (as typed, or absolute) featurizes nothing
+        fitted["inputs"] = {k: v for k, v in fitted["inputs"].items() if k != "sources"}
     options = {k: getattr(transform.data, k) for k in FEATURIZING}
     return json.dumps({**fitted, "options": options}, sort_keys=True)
 

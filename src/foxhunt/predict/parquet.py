@@ -1,14 +1,12 @@
 """Forecasts as a parquet file: one row per (series, origin, horizon), streamed batch by batch into a file written
-under a temporary name and renamed when complete, its key-value metadata saying whether the quantile columns are
-calibrated and with what ("foxhunt": {"calibrated": ..., "calibration": {"method": ...}})."""
+under a temporary name and renamed when complete, its key-value metadata saying what it holds, which model made it
+from which bars, and how it is calibrated (predict/provenance.py)."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,27 +21,9 @@ from foxhunt.model.config import quantile_label
 from foxhunt.model.saved import LoadedModel
 from foxhunt.predict.interpretation import InterpretationAccumulator
 from foxhunt.predict.predictor import BatchPredictor, ForecastBatch
+from foxhunt.predict.provenance import forecast_metadata
 
 log = logging.getLogger("foxhunt.evaluate")
-
-
-def calibration_metadata(cal: Calibration | Runner | None) -> dict[bytes, bytes]:
-    """Parquet key-value metadata saying whether the quantile columns are calibrated, and with what."""
-    info: dict[str, Any] = {"calibrated": cal is not None}
-    if isinstance(cal, Runner):
-        info["calibration"] = {"method": "adaptive", "mode": cal.mode, "fitted_on": cal.cal.fitted_on}
-    elif cal is not None:
-        info["calibration"] = {"method": "fixed", "mode": cal.mode, "fitted_on": cal.fitted_on}
-    return {b"foxhunt": json.dumps(info).encode()}
-
-
-def is_calibrated(path: Path) -> bool | None:
-    """What a forecasts file says about itself (None: written before foxhunt said)."""
-    meta = pq.read_schema(path).metadata or {}
-    try:
-        return bool(json.loads(meta[b"foxhunt"])["calibrated"]) if b"foxhunt" in meta else None
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 def forecast_table(fb: ForecastBatch, names: tuple[str, ...], quantiles: tuple[float, ...]) -> pa.Table:
@@ -74,7 +54,7 @@ def write_forecasts(
     """Predict `ids` and stream the rows into `out` (parquet, atomic), calibrated with `calibration` when given.
     `consume` is handed each batch as it is written (to keep it, or to score it)."""
     fc = BatchPredictor(lm, data, device, interpretation, calibration=calibration)
-    meta = calibration_metadata(calibration)
+    meta = forecast_metadata(lm, data, calibration)
     with atomic_path(out) as tmp:
         writer = None
         try:

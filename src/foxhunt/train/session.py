@@ -293,10 +293,12 @@ def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, h
     if dist.is_main:  # rank 0 alone writes the run directory
         write_json(run.config, config)
 
+    saved_data_cfg = data_cfg.with_absolute_paths()  # the model reads its --covariates from any directory
+
     def on_best(state: dict[str, torch.Tensor]) -> None:
         # model.json first: it is the same all run long, so a run killed between the two files leaves either no
         # weights (not a model yet) or consistent ones, never weights without their description
-        save_model_json(run.model_json, model_cfg, data.schema, data.transform, data_cfg, n_params,
+        save_model_json(run.model_json, model_cfg, data.schema, data.transform, saved_data_cfg, n_params,
                         extra={"variables": dict(zip(("static", "encoder", "decoder"),
                                                              variable_names(data.schema), strict=True))})
         save_weights(run.weights, state)
@@ -387,7 +389,7 @@ def _config_record(r: _Rank, data: PreparedData, sizing: Sizing, n_params: int, 
         "torch_version": torch.__version__,
         "created_utc": dt.datetime.now(dt.UTC).isoformat(),
         "device": str(r.device),
-        "data": r.data_cfg.to_dict(),
+        "data": r.data_cfg.with_absolute_paths().to_dict(),  # read from anywhere: predict, evaluate --model
         "model": r.model_cfg.to_dict(),
         "train": r.cfg.to_dict(),
         "resolved": {"batch_size": sizing.batch_size, "validation_batch_size": sizing.val_batch_size,

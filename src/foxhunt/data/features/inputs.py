@@ -41,6 +41,7 @@ from foxhunt.data.features.covariates import (
 from foxhunt.data.features.events import EventCalendar, event_columns, event_features, read_events, row_keys
 from foxhunt.data.features.fitstats import moments_of, select, stats
 from foxhunt.data.features.fitted import FittedInputs, Moments, Scalers
+from foxhunt.data.io.discover import absolute_path
 from foxhunt.errors import InputError
 
 if TYPE_CHECKING:
@@ -367,7 +368,9 @@ def fit_inputs(src: Sources, known_scalers: dict[str, Moments], static_fit: stat
         static_scalers=fit.scalers, static_vocab=fit.vocab, observed_cat=src.observed_cat, known_cat=src.known_cat,
         timed_vocab=dict(timed_vocab or {}), bar_columns=src.from_bars, context=src.context,
         known_scalers=known_scalers, events=src.events,
-        sources={c: src.tables[c].source
+        # a --covariates file as an absolute path (read from anywhere: the ONNX sidecar's your_inputs.sources); a
+        # bar-file column names the bars, which forecasting passes anew
+        sources={c: src.tables[c].source if c in src.from_bars else absolute_path(src.tables[c].source)
                  for c in (*src.observed, *src.observed_cat, *src.known, *src.known_cat, *src.static)},
     )
 

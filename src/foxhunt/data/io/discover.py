@@ -43,6 +43,11 @@ class Source:
     root: Path | None
 
 
+def absolute_path(path: str) -> str:
+    """A path as typed, made absolute against the working directory (lexically: a glob stays a glob)."""
+    return os.path.abspath(os.path.expanduser(path))
+
+
 def expand_paths(paths: Sequence[str]) -> list[tuple[Path, str]]:
     """Turn files, directories (searched recursively) and globs into a sorted file list.
 
