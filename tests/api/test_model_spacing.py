@@ -11,6 +11,7 @@ import pytest
 import foxhunt
 from foxhunt.api.bars import FRAME_NAME
 from foxhunt.cli import main
+from foxhunt.data.prepare.driver import model_gap_share
 from foxhunt.errors import InputError
 
 TAIL = 2000  # bars of the sample's end: enough for the encoder, few to prepare
@@ -45,6 +46,16 @@ def test_cli_predict_refuses_another_spacing_in_one_line(intraday_run, tail, tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert err[-1] == (f"foxhunt: error: {path}: the model was trained on 1m bars but these bars are 2m apart (the "
-                       "median gap between a series' bars); forecast 1m bars with it, or train a model on these 2m "
-                       "bars")
+                       "median gap between a series' bars; 0.0% of the gaps are 1m); forecast 1m bars with it, or "
+                       "train a model on these 2m bars")
     assert not (tmp_path / "f.parquet").exists()
+
+
+def test_thin_bars_of_the_models_spacing_pass_where_bars_of_another_do_not():
+    """The median gap of thinly traded bars exceeds the model's spacing; gaps of that spacing still occur, so they
+    are its bars (tests/data/features/test_known_future.py forecasts such a file on the model's grid)."""
+    minute = 60 * 10**9
+    thin = [(np.array([minute, 2 * minute, 3 * minute]), np.array([30, 40, 30]))]  # median 2m, 30% of gaps 1m
+    assert model_gap_share(thin, minute) == pytest.approx(0.3)
+    assert model_gap_share([(np.array([2 * minute]), np.array([99]))], minute) == 0.0
+    assert model_gap_share([], minute) == 1.0

@@ -202,27 +202,42 @@ def _spacing(loads: list[PieceLoaded], fits: list, transform: FittedTransform | 
     # One bar per series (prediction on a short file) gives no spacing: trust the model's.
     intraday = transform.intraday if transform is not None and spacing == 0 else spacing < INTRADAY_MAX_NS
     if transform is not None:
-        check_model_spacing(transform, spacing, intraday, paths)
+        gaps = [f.train_gaps for f in fits] if fits else [r.gaps for r in loads]
+        check_model_spacing(transform, spacing, intraday, paths, model_gap_share(gaps, transform.bar_spacing_ns))
     if len(loads) > 1:
         check_intraday(loads, intraday)
     return spacing, intraday
 
 
-def check_model_spacing(transform: FittedTransform, spacing: int, intraday: bool, paths: list[str]) -> None:
-    """Bars a saved model forecasts are of its kind and, intraday, of its spacing: by the median gap between a
-    series' bars (`spacing`, ns; 0: unknown, one bar per series), as the model's own was measured in training, so
-    that gaps and holidays, which leave the median where it is, pass. 30-minute bars into a 15-minute model would
-    be forecast on the 15-minute grid, every step's target time a bar such data never has."""
+MODEL_GAP_SHARE = 0.05  # gaps of the model's spacing under this share of a file's: bars of another spacing
+
+
+def model_gap_share(gaps: list[tuple[np.ndarray, np.ndarray]], model_ns: int) -> float:
+    """The share of the (values, counts) gaps between a series' bars that are `model_ns` apart (1.0 without gaps)."""
+    counts = np.concatenate([c for _, c in gaps]) if gaps else np.zeros(0, dtype=np.int64)
+    if not counts.sum():
+        return 1.0
+    return float(sum(int(c[v == model_ns].sum()) for v, c in gaps) / counts.sum())
+
+
+def check_model_spacing(transform: FittedTransform, spacing: int, intraday: bool, paths: list[str],
+                        share: float = 1.0) -> None:
+    """Bars a saved model forecasts are of its kind and, intraday, of its spacing. The median gap between a
+    series' bars (`spacing`, ns; 0: unknown, one bar per series), measured as the model's own was in training, may
+    differ from the model's where bars are missing (thinly traded seconds: 1 s bars 2-3 s apart at the median); the
+    bars are of another spacing only where gaps of the model's spacing are also rare (`share` of the gaps under
+    MODEL_GAP_SHARE). 30-minute bars into a 15-minute model (no gap of 15 minutes) would be forecast on the
+    15-minute grid, every step's target time a bar such data never has."""
     where = f"{', '.join(paths)}: " if paths else ""
     if transform.intraday != intraday:
         want, got = ("intraday", "daily") if transform.intraday else ("daily", "intraday")
         raise InputError(f"{where}the model was trained on {want} bars but these bars are {got}; load {want} bars")
     model = int(transform.bar_spacing_ns)
-    if intraday and spacing and model and spacing != model:
+    if intraday and spacing and model and spacing != model and share < MODEL_GAP_SHARE:
         want, got = bar_interval(model), bar_interval(spacing)
         raise InputError(f"{where}the model was trained on {want} bars but these bars are {got} apart (the median "
-                         f"gap between a series' bars); forecast {want} bars with it, or train a model on these {got} "
-                         "bars")
+                         f"gap between a series' bars; {100 * share:.1f}% of the gaps are {want}); forecast {want} "
+                         f"bars with it, or train a model on these {got} bars")
 
 
 def check_intraday(loads: list[PieceLoaded], intraday: bool) -> None:
