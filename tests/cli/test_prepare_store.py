@@ -140,3 +140,22 @@ def test_predict_refuses_a_store_prepared_otherwise_and_both_inputs(runs, daily_
     code = main(["predict", "--model", str(runs / "store-run"), "--features", str(runs / "store"), "--parquet-file",
                  str(daily_path), "--out", str(out)])
     assert code == 2 and "pass one" in capsys.readouterr().err and not out.exists()
+
+
+def test_resuming_from_a_store_prepared_again_from_other_bars_is_refused(tmp_path, tiny, daily_path, monkeypatch,
+                                                                        capsys):
+    """A store prepared again into the same --out from bars cut short is other data: --resume stops with one line
+    (exit 2) naming the store, as it does for a changed file."""
+    bars, store, run = tmp_path / "bars.parquet", tmp_path / "store", tmp_path / "run"
+    shutil.copyfile(daily_path, bars)
+    assert main(["prepare", "--parquet-file", str(bars), *DATA_FLAGS, "--out", str(store)]) == 0
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "kill@epoch:1")
+    assert main(["train", *tiny, "--epochs", "2", "--features", str(store), "--run-dir", str(run)]) == 130
+    monkeypatch.delenv("FOXHUNT_FAULT_INJECT")
+    pl.read_parquet(daily_path).head(-200).write_parquet(bars)
+    assert main(["prepare", "--parquet-file", str(bars), *DATA_FLAGS, "--out", str(store)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--run-dir", str(run), "--resume", "--no-progress", "--threads", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"foxhunt: error: {run}: the feature store {store} changed since this run started (")
+    assert "windows train/val/test" in err and "--init-from" in err

@@ -40,7 +40,7 @@ from foxhunt.train.interrupt import Interrupted, StopRequest
 from foxhunt.train.loop import Callbacks, FitSetup, FitState, Sizing, Trainer
 from foxhunt.train.plan import plan_memory
 from foxhunt.train.precision import resolve_precision
-from foxhunt.train.resume import load_checkpoint
+from foxhunt.train.resume import data_fingerprint, load_checkpoint, refuse_changed_data
 from foxhunt.train.run_dir import RunDir, attach_log_file
 from foxhunt.train.telemetry import MemoryTracker
 from foxhunt.train.tracking import TrackingConfig, start_tracking
@@ -276,7 +276,7 @@ def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, h
     if fraction is not None:
         log.info("[MEMORY] budget %.0f MiB enforced on %s (fraction %.4f of the card)", cfg.memory_budget / 2**20,
                  device, fraction)
-    data = _open_data(data_cfg, run, dist)
+    data, fingerprint = _open_data(data_cfg, run, dist, r.resume)
     model = TemporalFusionTransformer(data.schema.sizes, model_cfg).to(device)
     n_params = count_parameters(model)
     log.info("model: Temporal Fusion Transformer, %s parameters, hidden %d, heads %d, encoder %d, horizon %d, "
@@ -288,7 +288,7 @@ def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, h
     tracker.record("model_built")
     sizing = _sizing(r, run, model, data, checkpoint)
     baseline = _baseline(data, model_cfg, cfg, sizing.val_batch_size, device)
-    config = _config_record(r, data, sizing, n_params, baseline)
+    config = _config_record(r, fingerprint, sizing, n_params, baseline)
     config["init_from"] = transfer.to_dict() if transfer is not None else saved
     if dist.is_main:  # rank 0 alone writes the run directory
         write_json(run.config, config)
@@ -327,9 +327,14 @@ def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, h
     return TrainResult(run, state, baseline, n_params, claim)
 
 
-def _open_data(data_cfg: DataConfig, run: RunDir, dist: Dist) -> PreparedData:
-    """The prepared data (a store is mapped, not read), said on the console and summarised in the run directory."""
+def _open_data(data_cfg: DataConfig, run: RunDir, dist: Dist, resume: bool) -> tuple[PreparedData, dict[str, Any]]:
+    """The prepared data (a store is mapped, not read), said on the console and summarised in the run directory; a
+    resumed run's refused before anything is written when it is not the data the run started on."""
     data = open_features(data_cfg) if data_cfg.features else prepare_data(data_cfg)
+    fingerprint = data_fingerprint(data)
+    if resume:
+        refuse_changed_data(run.config, fingerprint, f"the feature store {data_cfg.features}" if data_cfg.features
+                            else "the input data")
     log.info(data_line(data.summary, data_cfg.paths), extra=SHOW)
     if contracts_text(data.summary):  # what --contracts auto decided against the symbols' names: said by default
         log.info("contracts: %s", contracts_text(data.summary), extra=SHOW)
@@ -339,7 +344,7 @@ def _open_data(data_cfg: DataConfig, run: RunDir, dist: Dist) -> PreparedData:
     write(run.rolls, data.rolls)
     if len(data.splits["val"]) == 0:
         raise InputError("the validation split is empty; lower --encoder-length/--horizon or move --train-end earlier")
-    return data
+    return data, fingerprint
 
 
 def _sizing(r: _Rank, run: RunDir, model: torch.nn.Module, data: PreparedData,
@@ -379,7 +384,8 @@ def _baseline(data: PreparedData, model_cfg: ModelConfig, cfg: TrainConfig, val_
     return baseline
 
 
-def _config_record(r: _Rank, data: PreparedData, sizing: Sizing, n_params: int, baseline: ValResult) -> dict[str, Any]:
+def _config_record(r: _Rank, fingerprint: dict[str, Any], sizing: Sizing, n_params: int,
+                   baseline: ValResult) -> dict[str, Any]:
     """config.json: everything the run was made from and what it resolved, as plain values."""
     return {
         "format_version": FORMAT_VERSION,
@@ -394,7 +400,7 @@ def _config_record(r: _Rank, data: PreparedData, sizing: Sizing, n_params: int, 
                      "precision": sizing.precision},
         "memory_plan": sizing.plan,
         "n_params": n_params,
-        "data_fingerprint": data_fingerprint(data),
+        "data_fingerprint": fingerprint,
         "baseline": {"name": "training_quantiles", "val_loss": baseline.loss,
                      "val_qrisk": {f"{q:g}": v for q, v in baseline.qrisk.items()}},
     }
@@ -484,8 +490,3 @@ def resolve_batch_sizes(
     log.info("batch size %d, validation batch size %d", batch_size, val_batch)
     return int(batch_size), int(val_batch), plan.to_dict()
 
-
-def data_fingerprint(data: PreparedData) -> dict[str, Any]:
-    s = data.summary
-    keys = ("files", "rows_read", "series", "date_range", "bar_interval", "windows")
-    return {k: s[k] for k in keys if k in s}
