@@ -30,15 +30,26 @@ from foxhunt.model.config import ModelConfig, quantile_label
 from foxhunt.model.saved import save_model_json, save_weights
 from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, variable_names
 from foxhunt.train import faults
+from foxhunt.train.batch_sizes import (
+    global_batch_sizes,
+    refuse_new_batch_mid_epoch,
+    resolve_batch_sizes,
+    saved_batch_sizes,
+)
 from foxhunt.train.calibrate import calibrate_run
-from foxhunt.train.config import AUTO, TrainConfig
-from foxhunt.train.console_lines import WarningCounter, data_line, next_commands, plan_line, vs_baseline
+from foxhunt.train.config import TrainConfig
+from foxhunt.train.console_lines import (
+    WarningCounter,
+    data_line,
+    next_commands,
+    plan_line,
+    vs_baseline,
+)
 from foxhunt.train.device import apply_memory_budget, resolve_device
 from foxhunt.train.distributed import Dist, console_of, init_from_env, teardown
 from foxhunt.train.init_from import check_resumed, init_weights, saved_transfer, source_model
 from foxhunt.train.interrupt import Interrupted, StopRequest
 from foxhunt.train.loop import Callbacks, FitSetup, FitState, Sizing, Trainer
-from foxhunt.train.plan import plan_memory
 from foxhunt.train.precision import resolve_precision
 from foxhunt.train.resume import data_fingerprint, load_checkpoint, refuse_changed_data
 from foxhunt.train.run_dir import RunDir, attach_log_file
@@ -48,11 +59,6 @@ from foxhunt.train.validate import TrainingQuantiles, ValResult, validate
 
 log = logging.getLogger("foxhunt.train")
 
-DEFAULT_CPU_VAL_BUDGET = 2 * 2**30  # validation batch planning on CPU when no --memory-budget is given
-MAX_VAL_BATCH = 4096
-# On CPU, forward throughput is flat from 128 to 1,024 windows a batch (consecutive windows share their bars at any
-# size) while memory grows with the batch (benchmarks/RESULTS.md). So `auto` on CPU sizes for throughput.
-CPU_VAL_BATCH = 256
 
 
 def warn_if_cpus_busy() -> None:
@@ -204,19 +210,6 @@ def set_determinism_switches(algorithms: bool, warn_only: bool, cudnn_determinis
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn_deterministic, benchmark
 
 
-def saved_batch_sizes(run: RunDir, cfg: TrainConfig) -> tuple[int, int] | None:
-    """The batch sizes a run resolved when it started (config.json "resolved"): a resumed run keeps them, since a
-    new memory plan may choose others and change the step count, the epoch's order and the LR schedule."""
-    try:
-        saved = json.loads(run.config.read_text(encoding="utf-8"))
-        resolved, train = saved["resolved"], saved["train"]
-        if cfg.batch_size not in (AUTO, train["batch_size"]):
-            return None  # --batch-size typed again on resume, with a new value: the user's choice
-        return int(resolved["batch_size"]), int(resolved["validation_batch_size"])
-    except (OSError, KeyError, TypeError, ValueError):
-        return None
-
-
 def _both(first: Callable[[dict[str, Any]], None] | None,
           then: Callable[[dict[str, Any]], None] | None) -> Callable[[dict[str, Any]], None] | None:
     """Tracking sees each epoch's record before a caller's hook, which may end the run (a pruned trial)."""
@@ -226,20 +219,6 @@ def _both(first: Callable[[dict[str, Any]], None] | None,
         first(record)
         then(record)
     return both
-
-
-def _refuse_new_batch_mid_epoch(run: RunDir, checkpoint: dict[str, Any] | None, batch_size: int) -> None:
-    """A checkpoint inside an epoch counts the batches already stepped in that epoch's order; with another batch
-    size that count points at other windows, so the resumed epoch would repeat some and skip others."""
-    if checkpoint is None or not json.loads(checkpoint["fit_state"]).get("epoch_batches"):
-        return
-    try:
-        before = int(json.loads(run.config.read_text(encoding="utf-8"))["resolved"]["batch_size"])
-    except (OSError, KeyError, TypeError, ValueError):
-        return
-    if before != batch_size:
-        raise InputError(f"{run.checkpoint}: the run stopped inside an epoch with batch size {before}; resume it with "
-                         f"--batch-size {before} (or without --batch-size), not {batch_size}")
 
 
 @dataclass(frozen=True)
@@ -359,11 +338,12 @@ def _sizing(r: _Rank, run: RunDir, model: torch.nn.Module, data: PreparedData,
         (batch_size, val_batch_size), plan = saved, json.loads(run.config.read_text(encoding="utf-8")).get("memory_plan")
         log.info("batch size %d, validation batch size %d (as resolved when the run started)", *saved)
     else:
-        batch_size, val_batch_size, plan = resolve_batch_sizes(model, data, r.model_cfg, cfg, r.device, r.precision)
+        batch_size, val_batch_size, plan = resolve_batch_sizes(model, data, r.model_cfg, cfg, r.device, r.precision,
+                                                               dist.world_size if dist.active else 1)
         if dist.active:
             batch_size, val_batch_size = global_batch_sizes(dist, cfg, batch_size, val_batch_size,
                                                             len(data.splits["train"]))
-        _refuse_new_batch_mid_epoch(run, checkpoint, batch_size)
+        refuse_new_batch_mid_epoch(run, checkpoint, batch_size)
     dist.check_batch_size(batch_size)  # a run resumed on another number of ranks
     if dist.active:
         log.info("global batch %d: %d a rank", batch_size, batch_size // dist.world_size, extra=SHOW)
@@ -415,18 +395,6 @@ def _write_nothing(path: Path, obj: Any) -> None:
     """The run directory's writer on ranks other than 0."""
 
 
-def global_batch_sizes(dist: Dist, cfg: TrainConfig, batch_size: int, val_batch_size: int,
-                       n_train: int) -> tuple[int, int]:
-    """Under torchrun the memory plan sizes one rank's share: `--batch-size auto` is the smallest share that fits on
-    every rank (at most the rank's part of the training windows) times the number of ranks; an `auto` validation
-    batch (each rank's own) is the smallest over the ranks."""
-    if cfg.batch_size == AUTO:
-        batch_size = min(dist.all_min(batch_size), -(-n_train // dist.world_size)) * dist.world_size
-    if cfg.validation_batch_size == AUTO:
-        val_batch_size = dist.all_min(val_batch_size)
-    return batch_size, val_batch_size
-
-
 def final_lines(run: RunDir, state: FitState, baseline: ValResult, data_cfg: DataConfig,
                 warnings: WarningCounter, claim: str | None = None) -> None:
     """Where everything is: the run's warnings again, the best epoch against the baselines (`claim`, else the
@@ -456,37 +424,3 @@ def describe_device(device: torch.device) -> str:
     if device.type == "cpu":
         return f"cpu ({torch.get_num_threads()} threads)"
     return str(device)
-
-
-def resolve_batch_sizes(
-    model: torch.nn.Module, data: PreparedData, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
-    precision: str = "32",
-) -> tuple[int, int, dict[str, Any] | None]:
-    """Replace `auto` batch sizes by the memory plan's choice (largest that fits the budget with headroom)."""
-    if cfg.batch_size != AUTO and cfg.validation_batch_size != AUTO:
-        return int(cfg.batch_size), int(cfg.validation_batch_size), None
-    budget = cfg.memory_budget
-    cpu_default = budget is None and device.type == "cpu"
-    if budget is None:
-        if device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(device)
-            budget = int(free * 0.8)
-        else:
-            budget = DEFAULT_CPU_VAL_BUDGET
-    # Without a budget on CPU the plan only bounds the validation batch, whose throughput size is far below any
-    # limit: the analytic plan is enough there, and the probe's seconds of instrumented steps are saved.
-    plan = plan_memory(model, data.schema.sizes, model_cfg, device, budget,
-                       optimizer_state_on_cpu=cfg.optimizer_state == "cpu", probe=not cpu_default,
-                       precision=precision)
-    log.info("memory plan (budget %.0f MiB):\n%s", budget / 2**20, plan.format_table())
-    n_train, n_val = len(data.splits["train"]), len(data.splits["val"])
-    batch_size = cfg.batch_size if cfg.batch_size != AUTO else min(plan.best_train_batch, n_train)
-    val_batch = cfg.validation_batch_size
-    if val_batch == AUTO:
-        val_batch = max(1, min(plan.best_val_batch, n_val, CPU_VAL_BATCH if device.type == "cpu" else MAX_VAL_BATCH))
-    if batch_size < 1:
-        raise InputError(f"not even one training sample fits --memory-budget {budget / 2**20:.0f}MiB; raise it, or "
-                         "lower --hidden-size/--encoder-length, or use --optimizer-state cpu")
-    log.info("batch size %d, validation batch size %d", batch_size, val_batch)
-    return int(batch_size), int(val_batch), plan.to_dict()
-
