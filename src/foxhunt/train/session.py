@@ -27,7 +27,7 @@ from foxhunt.data.prepare import prepare_data
 from foxhunt.data.store import open_features
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig, quantile_label
-from foxhunt.model.saved import save_model_json, save_weights
+from foxhunt.model.saved import save_model_json, save_training_state, save_weights
 from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, variable_names
 from foxhunt.train import faults
 from foxhunt.train.batch_sizes import (
@@ -277,18 +277,29 @@ def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, h
         # weights (not a model yet) or consistent ones, never weights without their description
         save_model_json(run.model_json, model_cfg, data.schema, data.transform, data_cfg, n_params,
                         extra={"variables": dict(zip(("static", "encoder", "decoder"),
-                                                             variable_names(data.schema), strict=True))})
+                                                             variable_names(data.schema), strict=True)),
+                               "training": {"finished": False, "epoch": trainer.state.best_epoch,
+                                            "epochs": trainer.epochs}})
         save_weights(run.weights, state)
+
+    def mark(finished: bool, epoch: int) -> None:
+        """model.json's "training" (model/saved.py): where the run stands, so a model it leaves says whether the
+        run finished."""
+        if dist.is_main and run.model_json.exists():
+            save_training_state(run.model_json, finished, epoch, trainer.epochs)
 
     tracked = start_tracking(hooks.tracking, run, config) if dist.is_main else None
     try:
         setup = FitSetup(model, data, cfg, list(model_cfg.quantiles), run, device, tracker)
-        callbacks = Callbacks(on_best, _both(tracked.epoch if tracked is not None else None, hooks.on_epoch))
+        callbacks = Callbacks(on_best, _both(lambda record: mark(False, record["epoch"]),
+                                             _both(tracked.epoch if tracked is not None else None, hooks.on_epoch)))
         with faults.armed(injector):
-            state = Trainer(setup, sizing, callbacks, resume=checkpoint, stop=stop).fit()
+            trainer = Trainer(setup, sizing, callbacks, resume=checkpoint, stop=stop)
+            state = trainer.fit()
         if dist.is_main:  # the other ranks are done: calibration reads the saved best weights
             log.info("%s", calibrate_run(run, data, device, state.val_batch_size or sizing.val_batch_size),
                      extra=SHOW)
+        mark(True, state.epoch)
     except BaseException:
         if tracked is not None:
             tracked.finish("FAILED")
