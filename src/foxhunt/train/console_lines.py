@@ -88,7 +88,7 @@ def predicted_mb(plan: dict[str, Any], batch: int, step: str) -> float:
 
 
 def plan_line(plan: dict[str, Any] | None, batch: int, val_batch: int, saved: bool = False) -> str:
-    """The memory plan as one line: `plan: train batch 128 needs 44 MiB of 19,640 usable (budget 22,400 MiB, 520 held
+    """The memory plan as one line: `plan: train batch 128 needs 49 MiB of 19,975 usable (budget 22,774 MiB, 522 held
     outside the step); validation batch 256 ...`"""
     if plan is None:
         return (f"plan: none (batch sizes given: train {batch:,}, validation {val_batch:,}); "
