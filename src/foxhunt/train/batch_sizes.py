@@ -100,8 +100,8 @@ def resolve_batch_sizes(
                          "or lower --hidden-size/--encoder-length, or use --optimizer-state cpu")
     row = int(predicted_mb(plan.to_dict(), batch_size // world, "train") * 2**20)  # the plan is one rank's
     if given != AUTO and not fits(row, plan.budget_bytes, plan.fixed_bytes):
-        log.warning("--batch-size %s needs about %s MiB, over the %s MiB usable%s: expect the out-of-memory ladder to "
-                    "split it into micro-batches, or pass a smaller --batch-size", f"{batch_size:,}",
+        log.warning("--batch-size %s needs about %s MiB, over the %s MiB usable%s: pass a smaller --batch-size (if "
+                    "memory runs out, the out-of-memory ladder splits it into micro-batches)", f"{batch_size:,}",
                     f"{row / 2**20:,.0f}", f"{plan.usable_bytes / 2**20:,.0f}", held)
     log.info("batch size %d, validation batch size %d", batch_size, val_batch)
     return int(batch_size), int(val_batch), plan.to_dict()
