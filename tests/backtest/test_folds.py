@@ -125,3 +125,29 @@ def test_a_fold_much_shorter_than_the_others_is_named():
                                  "origins are noisy, read them with their p-values")
     equal = plan_folds(first, last, 3, parse_length("60d", "--test-length"), parse_length("60d", "--val-length"), 1)
     assert short_folds(equal, last) == []
+
+
+def test_a_fold_resumed_on_changed_data_stops_the_backtest_with_its_own_way_out(tmp_path, monkeypatch, daily_path):
+    """A fold killed mid-training, resumed after the input changed, stops with one line naming the backtest's
+    --out-dir (not the fold's --run-dir, which the user never chose)."""
+    from foxhunt.backtest.fold_dates import Fold
+    from foxhunt.backtest.fold_run import run_dir, train_fold
+    from foxhunt.data.config import DataConfig
+    from foxhunt.model.config import ModelConfig
+    from foxhunt.train import session
+    from foxhunt.train.config import TrainConfig
+    from foxhunt.train.resume import DataChanged
+
+    fold = Fold(1, None, 10**18, 2 * 10**18, None, 1)
+    run_dir(tmp_path, fold).mkdir(parents=True)
+    (run_dir(tmp_path, fold) / "checkpoint.pt").write_bytes(b"")
+
+    def changed(*args, **kwargs):
+        raise DataChanged("the fold's own line", "the input data", "bars.parquet 10 now 9 rows")
+
+    monkeypatch.setattr(session, "train_run", changed)
+    with pytest.raises(InputError) as stop:
+        train_fold(fold, DataConfig(paths=(str(daily_path),)), ModelConfig(), TrainConfig(), tmp_path)
+    assert str(stop.value) == (f"{tmp_path}: the input data changed since this backtest started (bars.parquet 10 now 9 "
+                               "rows); its finished folds were trained and scored on the data as it was; run it into "
+                               "a new --out-dir")

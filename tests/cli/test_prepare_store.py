@@ -4,7 +4,11 @@ options, resumable; `foxhunt predict --features`: the same forecasts as from the
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -147,3 +151,59 @@ def test_predict_refuses_a_store_prepared_otherwise_and_both_inputs(runs, daily_
     code = main(["predict", "--model", str(runs / "store-run"), "--features", str(runs / "store"), "--parquet-file",
                  str(daily_path), "--out", str(out)])
     assert code == 2 and "pass one" in capsys.readouterr().err and not out.exists()
+
+
+def test_resuming_from_a_store_prepared_again_from_other_bars_is_refused(tmp_path, tiny, daily_path, monkeypatch,
+                                                                        capsys):
+    """A store prepared again into the same --out from bars cut short is other data: --resume stops with one line
+    (exit 2) naming the store, as it does for a changed file."""
+    bars, store, run = tmp_path / "bars.parquet", tmp_path / "store", tmp_path / "run"
+    shutil.copyfile(daily_path, bars)
+    assert main(["prepare", "--parquet-file", str(bars), *DATA_FLAGS, "--out", str(store)]) == 0
+    monkeypatch.setenv("FOXHUNT_FAULT_INJECT", "kill@epoch:1")
+    assert main(["train", *tiny, "--epochs", "2", "--features", str(store), "--run-dir", str(run)]) == 130
+    monkeypatch.delenv("FOXHUNT_FAULT_INJECT")
+    pl.read_parquet(daily_path).head(-200).write_parquet(bars)
+    assert main(["prepare", "--parquet-file", str(bars), *DATA_FLAGS, "--out", str(store)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--run-dir", str(run), "--resume", "--no-progress", "--threads", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"foxhunt: error: {run}: the feature store {store} changed since this run started (")
+    assert "windows train/val/test" in err and "--init-from" in err
+
+
+def test_prepare_removes_what_a_killed_prepare_left_beside_the_store_and_says_so(tmp_path, daily_path, capsys):
+    """A `prepare` killed with SIGKILL leaves its hidden build and spill folders; the next one into the same place
+    removes those of this host whose process is gone, one line each, and leaves alone the rest: a live process's,
+    another host's, and one whose name carries no owner."""
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    host, store = socket.gethostname(), tmp_path / "store"
+    stale = [tmp_path / f".store.{host}-{dead.pid}.ab12cd34.tmp", tmp_path / f".store.pieces.{host}-{dead.pid}.x_9y8z7w"]
+    kept = [tmp_path / f".store.{host}-{os.getpid()}.ab12cd34.tmp", tmp_path / f".store.pieces.elsewhere-{dead.pid}.abc",
+            tmp_path / ".store.qwertyui.tmp"]
+    for folder in stale + kept:
+        folder.mkdir()
+        (folder / "part.arrow").write_bytes(b"x" * 1000)
+    capsys.readouterr()
+    assert main(["prepare", "--parquet-file", str(daily_path), *DATA_FLAGS, "--out", str(store)]) == 0
+    err = capsys.readouterr().err
+    assert not any(f.exists() for f in stale) and all(f.exists() for f in kept)
+    for folder in stale:
+        assert f"removed {folder} (0 MiB), left by a `foxhunt prepare` (process {dead.pid}) that was killed" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["store", *(f.name for f in kept)])
+
+
+def test_ctrl_c_in_prepare_says_so_in_one_line(tmp_path, daily_path, monkeypatch, capsys):
+    """typer turns Ctrl-C into a silent exit 130; foxhunt says it in one line, and nothing is left."""
+    import foxhunt.data.prepare
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(foxhunt.data.prepare, "prepare_store", interrupted)
+    capsys.readouterr()
+    assert main(["prepare", "--parquet-file", str(daily_path), "--out", str(tmp_path / "store")]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("foxhunt: interrupted; nothing half-written was left") and "\n" not in err
+    assert not list(tmp_path.iterdir())

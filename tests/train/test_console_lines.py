@@ -63,7 +63,7 @@ def test_growth_across_validation_warns_above_one_mib_per_hundred_batches(val_ba
     said = MemoryWatch(PLAN, 4).warnings(3, cpu_epoch(growth, val_batches), 8)
     assert len(said) == warned
     if warned:
-        assert said[0].startswith(f"memory grew across validation in epoch 3: host memory (RSS) +{growth:.1f} MiB "
+        assert said[0].startswith(f"memory grew across validation in epoch 3: host memory (RssAnon) +{growth:.1f} MiB "
                                   f"over {val_batches:,} batches")
 
 
@@ -79,6 +79,33 @@ def test_an_exceeded_plan_warns_once_per_phase_beyond_its_allowance():
     assert watch.warnings(3, over, 8) == []  # said once
     assert MemoryWatch(None, 4).warnings(1, over, 8) == []  # no plan, nothing to exceed
     assert MemoryWatch(PLAN, 4).warnings(1, cpu_epoch(0.0, 10), 8) == []  # CPU: no device peak to check
+
+
+def test_validation_growth_is_read_in_anonymous_memory_not_the_mapped_stores_pages():
+    """A store's file pages read in during validation raise RSS, not the process's own memory (RssAnon)."""
+    start = {"device_allocated_mb": None, "host_rss_mb": 900.0, "host_anon_mb": 500.0}
+    end = {"device_allocated_mb": None, "host_rss_mb": 904.4, "host_anon_mb": 500.1}
+    m = EpochMemory.measure((None, 910.0), (None, 910.0), start, end, 48)
+    assert m.growth_host == pytest.approx(0.1)
+    assert MemoryWatch(PLAN, 4).warnings(0, m, 8) == []
+
+
+def test_a_cpu_run_over_its_budget_warns_once_per_phase_counting_what_the_process_holds():
+    """CPU: the peak resident set against the plan's budget; the line names what the plan counted (held outside the
+    step, and the step). A plan from before `fixed_bytes` (a resumed old run) is not checked."""
+    plan = {**PLAN, "budget_bytes": 1024 * MIB, "fixed_bytes": 550 * MIB}
+    watch = MemoryWatch(plan, 4)
+    assert watch.warnings(0, EpochMemory(None, 1000.0, None, 1010.0, None, 0.0, 10), 8) == []
+    said = watch.warnings(1, EpochMemory(None, 1092.0, None, 900.0, None, 0.0, 10), 8)
+    assert said == ["memory budget exceeded in epoch 1: training at batch 4 peaked at 1,092 MiB of host memory, over "
+                    "the 1,024 MiB budget (the plan: 550 MiB held outside the step and 140 MiB for it); pass a smaller "
+                    "--batch-size / --validation-batch-size or raise --memory-budget"]
+    assert watch.warnings(2, EpochMemory(None, 1092.0, None, 900.0, None, 0.0, 10), 8) == []  # said once
+    assert MemoryWatch({**PLAN, "budget_bytes": 1024 * MIB}, 4).warnings(
+        1, EpochMemory(None, 1092.0, None, 900.0, None, 0.0, 10), 8) == []
+    assert plan_line({**plan, "usable_bytes": 371 * MIB}, 4, 8) == (
+        "plan: train batch 4 needs 140 MiB of 371 usable (budget 1,024 MiB, 550 held outside the step); validation "
+        "batch 8 needs 90 MiB")
 
 
 def test_warning_counter_keeps_the_count_and_the_first():

@@ -22,7 +22,7 @@ from foxhunt.data.prepare import prepare_data
 from foxhunt.errors import InputError, RankLost, ResourceError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.tft import TemporalFusionTransformer
-from foxhunt.train import distributed, session
+from foxhunt.train import batch_sizes, distributed
 from foxhunt.train.config import TrainConfig
 from foxhunt.train.console_lines import EpochMemory, MemoryWatch
 from foxhunt.train.device import apply_memory_budget, resolve_device
@@ -229,9 +229,9 @@ def test_without_a_budget_the_validation_batch_is_planned_on_the_cards_free_memo
         asked.append((device, budget, kw["probe"]))  # the probe's steps need real CUDA tensors: analytic here
         return plan_memory(model, sizes, cfg, device, budget, **{**kw, "probe": False})
 
-    monkeypatch.setattr(session, "plan_memory", plan_on_the_card)
+    monkeypatch.setattr(batch_sizes, "plan_memory", plan_on_the_card)
     fake_cuda.free = 10 * GIB
-    batch, val_batch, plan = session.resolve_batch_sizes(model, data, CFG, TrainConfig(batch_size=64), CUDA)
+    batch, val_batch, plan = batch_sizes.resolve_batch_sizes(model, data, CFG, TrainConfig(batch_size=64), CUDA)
     assert asked == [(CUDA, int(0.8 * 10 * GIB), True)]  # 80% of what is free on the card, measured by a probe
     assert fake_cuda.called("mem_get_info") == [(CUDA,)]
     assert (batch, plan["device"]) == (64, "cuda:0")

@@ -18,7 +18,7 @@ from foxhunt.train.telemetry import MemoryTracker, format_line
 
 KEYS = {
     "phase", "epoch", "batch", "device_allocated_mb", "device_reserved_mb", "device_peak_mb", "device_total_mb",
-    "host_rss_mb", "host_peak_mb", "time",
+    "host_rss_mb", "host_anon_mb", "host_peak_mb", "time",
 }  # fmt: skip
 DEVICE_KEYS = ("device_allocated_mb", "device_reserved_mb", "device_peak_mb", "device_total_mb")
 

@@ -25,6 +25,7 @@ from foxhunt.atomic import write_json, write_with
 from foxhunt.backtest.fold_dates import Fold, iso
 from foxhunt.console import SHOW
 from foxhunt.data.config import DataConfig
+from foxhunt.errors import InputError
 from foxhunt.evaluate.scored_rows import gather
 from foxhunt.evaluate.series_baselines import baseline_cut, baselines
 from foxhunt.model.config import DEFAULT_METHOD, ModelConfig
@@ -65,6 +66,7 @@ def train_fold(fold: Fold, data_cfg: DataConfig, model_cfg: ModelConfig, train_c
                threads: int | None = None) -> int:
     """Train the fold's model (continuing a run killed mid-training from its checkpoint); returns the fold index.
     A module-level function so that `--jobs` can run it in a worker process."""
+    from foxhunt.train.resume import DataChanged
     from foxhunt.train.session import train_run  # the heavy import, in the process that trains
 
     marker = fold_dir(out_dir, fold) / TRAINED
@@ -78,7 +80,11 @@ def train_fold(fold: Fold, data_cfg: DataConfig, model_cfg: ModelConfig, train_c
         shutil.rmtree(train.run_dir)
     # final=False: a fold's run is no run of the user's, so not its `next: foxhunt evaluate ...` hints (the backtest
     # scores the fold itself), one line of how it trained instead
-    result = train_run(data, model_cfg, train, resume=resume, final=False)
+    try:
+        result = train_run(data, model_cfg, train, resume=resume, final=False)
+    except DataChanged as e:  # the folds already scored saw the old data: the backtest as a whole is void
+        raise InputError(f"{out_dir}: {e.source} changed since this backtest started ({e.detail}); its finished "
+                         "folds were trained and scored on the data as it was; run it into a new --out-dir") from None
     log.info("%s: trained, best epoch %d (val_loss %.5f); run directory %s", fold.name, result.state.best_epoch,
              result.state.best_val_loss, train.run_dir, extra=SHOW)
     write_json(marker, {"run_dir": train.run_dir, "best_epoch": result.state.best_epoch,

@@ -46,6 +46,10 @@ def _setup_logging() -> None:
 
 
 DEBUG_FLAG = "--debug"
+# Ctrl-C: every file foxhunt writes is written whole or not at all (a training run says how to resume on its own)
+SIGINT_STATUS = 130  # no command returns it: typer returns it for a KeyboardInterrupt it caught
+INTERRUPTED = ("interrupted; nothing half-written was left (run the command again: a backtest resumes at its first "
+               "unfinished fold)")
 
 
 @app.callback()
@@ -79,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = app(args=args, prog_name="foxhunt", standalone_mode=False)
+        if result == SIGINT_STATUS:  # typer's own catch of Ctrl-C: the status alone, without a word
+            return fail(INTERRUPTED, KeyboardInterrupt(), SIGINT_STATUS)
         return int(result) if isinstance(result, int) else 0
     except InputError as e:
         return fail(f"error: {e}", e, InputError.exit_code)
@@ -95,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exception(e, file=sys.stderr)
         return RankLost.exit_code
     except KeyboardInterrupt as e:
-        return fail("interrupted (a training run says how to resume; other commands leave no partial output)", e,
-                    130)
+        return fail(INTERRUPTED, e, SIGINT_STATUS)
     except typer.Exit as e:
         return int(e.exit_code or 0)
     except typer.Abort:

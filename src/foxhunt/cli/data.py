@@ -124,6 +124,7 @@ def plan_memory_cmd(ctx: typer.Context, **options: Any) -> None:
     from foxhunt.train.device import resolve_device
     from foxhunt.train.plan import plan_memory
     from foxhunt.train.precision import resolve_precision
+    from foxhunt.train.telemetry import held_outside_step
 
     v = values(ctx, options["config"])
     set_verbosity(v, every_info=True)
@@ -134,7 +135,8 @@ def plan_memory_cmd(ctx: typer.Context, **options: Any) -> None:
     precision = resolve_precision(v["precision"], dev)
     data = prepare_data(data_cfg)
     model = TemporalFusionTransformer(data.schema.sizes, model_cfg).to(dev)
+    held = held_outside_step(model) if dev.type == "cpu" else 0  # on CPU the budget is the process's
     plan = plan_memory(model, data.schema.sizes, model_cfg, dev, parse_size(str(v["memory_budget"])),
-                       optimizer_state_on_cpu=v["optimizer_state"] == "cpu", precision=precision)
+                       optimizer_state_on_cpu=v["optimizer_state"] == "cpu", precision=precision).holding(held)
     typer.echo(plan.format_table())
 

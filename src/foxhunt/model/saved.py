@@ -2,7 +2,9 @@
 backtest, export, the Python API) loads, beside the model it rebuilds, so that loading one imports no training code.
 
 - `model.safetensors` + `model.json`: the best weights and everything needed to forecast without the training data
-  (architecture, feature schema, scalers, quantiles, data options).
+  (architecture, feature schema, scalers, quantiles, data options), and the run's state ("training": finished, or
+  stopped at epoch k of n; `save_training_state`): a run stopped part-way leaves its best epoch so far, which a
+  reader loading it to forecast is told about in one line.
 - `calibration.json`: conformal shifts per quantile and horizon, fitted on the validation split after training
   (model/calibration.py, train/calibrate.py), and the adaptive state as of the end of validation
   (model/adaptive.py, key "adaptive"); loaded with the model when present and matching its weights.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,8 @@ from foxhunt.model.adaptive import AdaptiveCalibration
 from foxhunt.model.calibration import Calibration
 from foxhunt.model.config import ModelConfig, resolved_method
 from foxhunt.model.tft import TemporalFusionTransformer
+
+log = logging.getLogger("foxhunt.model")
 
 
 def state_to_cpu(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -67,6 +72,24 @@ def save_model_json(
     )
 
 
+def save_training_state(path: Path, finished: bool, epoch: int, epochs: int) -> None:
+    """model.json's "training": whether the run finished (all its epochs, or early stopping, then calibration) or
+    where it stands (`epoch` epochs done of at most `epochs`); rewritten whole, atomically, at each epoch's end."""
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    write_json(path, {**meta, "training": {"finished": finished, "epoch": epoch, "epochs": epochs}})
+
+
+def stopped_note(root: Path, meta: dict[str, Any]) -> str | None:
+    """One line for a run whose training stopped before it finished (None: finished, or from before the state was
+    kept)."""
+    t = meta.get("training")
+    if not isinstance(t, dict) or t.get("finished", True):
+        return None
+    return (f"{root}: its training stopped at epoch {t.get('epoch', '?')} of {t.get('epochs', '?')}, before it "
+            f"finished: this is its best epoch so far, without calibration; finish it with `foxhunt train --run-dir "
+            f"{root} --resume`")
+
+
 @dataclass
 class LoadedModel:
     model: TemporalFusionTransformer
@@ -94,7 +117,8 @@ class LoadedModel:
 def load_model(run_dir: str | Path, device: torch.device | str = "cpu", calibration: bool = True,
                flag: str = "--model") -> LoadedModel:
     """Rebuild the trained model from RUN_DIR/model.json + model.safetensors; no training data needed. With
-    `calibration`, RUN_DIR/calibration.json too when it is there and was fitted on these weights.
+    `calibration` (a model loaded to forecast with), RUN_DIR/calibration.json too when it is there and was fitted on
+    these weights, and a warning when the run stopped before it finished (`stopped_note`).
 
     Every way a directory can fail to be a usable model (not a run, a run that has not finished an epoch, a file cut
     short, from an older run format or a newer foxhunt) is an InputError naming the file and what to do; `flag` is
@@ -132,6 +156,11 @@ def load_model(run_dir: str | Path, device: torch.device | str = "cpu", calibrat
     lm = LoadedModel(model, model_cfg, schema, transform, data_cfg, meta, root=root)
     if calibration:
         lm.calibration, lm.calibration_note, lm.adaptive = load_calibration(root, model_cfg)
+        stopped = stopped_note(root, meta)
+        if stopped is not None:
+            log.warning(stopped)
+            if lm.calibration is None:
+                lm.calibration_note = f"{root}: its training stopped before calibration"
     return lm
 
 

@@ -5,13 +5,16 @@ The header and epoch lines carry `extra=SHOW`; the details behind them (the memo
 record, the full data summary) are untagged, so only `--verbose` shows them, while train.log keeps every line.
 
 Memory warnings, from the records the MemoryTracker takes anyway:
-- growth across validation: validation keeps nothing past its batch, so host RSS (and, on CUDA, allocated device
-  memory) should end a pass where it began. Above 1 MiB per 100 validation batches, never below GROWTH_FLOOR_MB
+- growth across validation: validation keeps nothing past its batch, so the process's own host memory (RssAnon:
+  not the file pages of a mapped feature store, which the kernel reads in as validation touches them) and, on CUDA,
+  allocated device memory should end a pass where it began. Above 1 MiB per 100 validation batches, never below GROWTH_FLOOR_MB
   (RSS moves by a page or two between reads, and a first pass allocates once what later passes reuse), it is a leak;
   the failure foxhunt was written against leaked about 2 MiB a batch.
 - a plan that was exceeded: on CUDA the measured peak of the training (validation) phase against the plan's
-  predicted step peak at the batch size in use, beyond the plan's own fragmentation allowance. Not on CPU, where the
-  process's resident set holds much that no plan of a step counts (libraries, data, the allocator's arenas).
+  predicted step peak at the batch size in use, beyond the plan's own fragmentation allowance. On CPU the process's
+  peak resident set against the budget the plan was made for (--memory-budget, or the memory free when the run
+  started): the resident set holds much that no plan of a step counts (libraries, data, the allocator's arenas),
+  which the plan takes as `fixed_bytes`, measured before it.
 """
 
 from __future__ import annotations
@@ -85,11 +88,14 @@ def predicted_mb(plan: dict[str, Any], batch: int, step: str) -> float:
 
 
 def plan_line(plan: dict[str, Any] | None, batch: int, val_batch: int, saved: bool = False) -> str:
-    """The memory plan as one line: `plan: train batch 128 needs 44 MiB of 1,843 usable; validation batch 256 ...`"""
+    """The memory plan as one line: `plan: train batch 128 needs 49 MiB of 19,975 usable (budget 22,774 MiB, 522 held
+    outside the step); validation batch 256 ...`"""
     if plan is None:
         return (f"plan: none (batch sizes given: train {batch:,}, validation {val_batch:,}); "
                 "`foxhunt plan-memory` predicts their memory")
     where = "" if plan.get("device", "cpu") == "cpu" else f" on {plan['device']}"
+    if plan.get("fixed_bytes"):  # CPU: the process's budget, less what it held before the plan
+        where = f" (budget {plan['budget_bytes'] / MIB:,.0f} MiB, {plan['fixed_bytes'] / MIB:,.0f} held outside the step)"
     return (
         f"plan: train batch {batch:,} needs {predicted_mb(plan, batch, 'train'):,.0f} MiB of "
         f"{plan['usable_bytes'] / MIB:,.0f} usable{where}; validation batch {val_batch:,} needs "
@@ -120,8 +126,9 @@ class EpochMemory:
         growth_device = None
         if val_start["device_allocated_mb"] is not None:
             growth_device = val_end["device_allocated_mb"] - val_start["device_allocated_mb"]
-        return EpochMemory(train[0], train[1], val[0], val[1], growth_device,
-                           val_end["host_rss_mb"] - val_start["host_rss_mb"], val_batches)
+        own = "host_anon_mb" if "host_anon_mb" in val_start and "host_anon_mb" in val_end else "host_rss_mb"
+        return EpochMemory(train[0], train[1], val[0], val[1], growth_device, val_end[own] - val_start[own],
+                           val_batches)
 
     def text(self) -> str:
         """`mem peak host 463 MiB, val +1.0 MiB` (CUDA: `mem peak device 812 host 1,520 MiB, val device +0.0 ...`)."""
@@ -147,13 +154,15 @@ class MemoryWatch:
         """What went wrong with memory in `epoch` (validated at `val_batch`), one line each."""
         out = []
         limit = m.growth_limit()
-        for meter, growth in (("device memory", m.growth_device), ("host memory (RSS)", m.growth_host)):
+        for meter, growth in (("device memory", m.growth_device), ("host memory (RssAnon)", m.growth_host)):
             if growth is not None and growth > limit:
                 out.append(f"memory grew across validation in epoch {epoch}: {meter} +{growth:.1f} MiB over "
                            f"{m.val_batches:,} batches (more than {limit:.1f} MiB): something keeps data past its "
                            "batch; memory.jsonl has the records")
         if self.plan is None:
             return out
+        if m.train_device is None:
+            return out + self._over_host_budget(epoch, m, val_batch)
         for phase, measured, batch, step in (("training", m.train_device, self.batch, "train"),
                                              ("validation", m.val_device, val_batch, "val")):
             predicted = predicted_mb(self.plan, batch, step)
@@ -164,6 +173,24 @@ class MemoryWatch:
                        f"{measured:,.0f} MiB, the plan predicted {predicted:,.0f} MiB (+{FRAGMENTATION:.0%} "
                        "allowance); batch sizes it chose may not fit the budget: pass a smaller --batch-size / "
                        "--validation-batch-size")
+        return out
+
+    def _over_host_budget(self, epoch: int, m: EpochMemory, val_batch: int) -> list[str]:
+        """CPU: a phase whose peak resident set went past the plan's budget (a plan from before `fixed_bytes` was
+        made against the step alone, so it is not checked)."""
+        plan, out = self.plan or {}, []
+        if "fixed_bytes" not in plan:
+            return out
+        budget, fixed = plan["budget_bytes"] / MIB, plan["fixed_bytes"] / MIB
+        for phase, measured, batch, step in (("training", m.train_host, self.batch, "train"),
+                                             ("validation", m.val_host, val_batch, "val")):
+            if phase in self.exceeded or measured <= budget:
+                continue
+            self.exceeded.add(phase)
+            out.append(f"memory budget exceeded in epoch {epoch}: {phase} at batch {batch:,} peaked at {measured:,.0f} "
+                       f"MiB of host memory, over the {budget:,.0f} MiB budget (the plan: {fixed:,.0f} MiB held "
+                       f"outside the step and {predicted_mb(plan, batch, step):,.0f} MiB for it); pass a smaller "
+                       "--batch-size / --validation-batch-size or raise --memory-budget")
         return out
 
 

@@ -73,8 +73,10 @@ class MemoryRow:
 class MemoryPlan:
     """Predicted peaks per batch size and the largest batch sizes that fit `budget_bytes` with headroom (0: none).
 
-    A step fits when `total * (1 + FRAGMENTATION) <= budget_bytes * (1 - HEADROOM)`. The calibration factors are
-    measured / analytic activation bytes per sample (1.0 and `probe` "none" when no probe ran).
+    A step fits when `total * (1 + FRAGMENTATION) <= budget_bytes * (1 - HEADROOM) - fixed_bytes`: on CPU the budget
+    is the process's, and `fixed_bytes` what it holds outside the step (torch, the data, the allocator's arenas).
+    The calibration factors are measured / analytic activation bytes per sample (1.0 and `probe` "none" when no
+    probe ran).
     """
 
     rows: tuple[MemoryRow, ...]
@@ -86,16 +88,19 @@ class MemoryPlan:
     probe: str
     device: str
     optimizer_state_on_cpu: bool
+    fixed_bytes: int = 0
     usable_bytes: int = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "usable_bytes", usable_bytes(self.budget_bytes))
+        object.__setattr__(self, "usable_bytes", usable_bytes(self.budget_bytes, self.fixed_bytes))
 
     def format_table(self) -> str:
         """Text table in MiB: the train-step breakdown, the validation-step total, and which rows fit."""
         head = (
             f"memory plan on {self.device}: budget {self.budget_bytes / MIB:.0f} MiB, usable "
-            f"{self.usable_bytes / MIB:.0f} MiB after {HEADROOM:.0%} headroom; predicted peaks include "
+            f"{self.usable_bytes / MIB:.0f} MiB after {HEADROOM:.0%} headroom"
+            + (f" and {self.fixed_bytes / MIB:.0f} MiB held outside the step" if self.fixed_bytes else "")
+            + f"; predicted peaks include "
             f"{FRAGMENTATION:.0%} fragmentation allowance when checked. Calibration train x{self.train_calibration:.3f}, "
             f"val x{self.val_calibration:.3f} ({self.probe})"
             + (". Optimizer state in host memory." if self.optimizer_state_on_cpu else ".")
@@ -106,10 +111,10 @@ class MemoryPlan:
                 str(r.batch_size),
                 *(f"{v / MIB:.1f}" for v in (r.train.weights, r.train.gradients, r.train.optimizer)),
                 *(f"{v / MIB:.1f}" for v in (r.train.activations, r.train.batch, r.train.total)),
-                _mark(r.batch_size, self.best_train_batch, fits(r.train.total, self.budget_bytes)),
+                _mark(r.batch_size, self.best_train_batch, fits(r.train.total, self.budget_bytes, self.fixed_bytes)),
                 f"{r.val.activations / MIB:.1f}",
                 f"{r.val.total / MIB:.1f}",
-                _mark(r.batch_size, self.best_val_batch, fits(r.val.total, self.budget_bytes)),
+                _mark(r.batch_size, self.best_val_batch, fits(r.val.total, self.budget_bytes, self.fixed_bytes)),
             )
             for r in self.rows
         ]
@@ -121,10 +126,18 @@ class MemoryPlan:
         )
         return "\n".join([head, line(cols), *(line(r) for r in rows), best])
 
+    def holding(self, fixed_bytes: int) -> MemoryPlan:
+        """This plan for a process that holds `fixed_bytes` outside the step: the largest batches that fit then."""
+        def best(step: str) -> int:
+            return max((r.batch_size for r in self.rows if fits(getattr(r, step).total, self.budget_bytes,
+                                                                  fixed_bytes)), default=0)
+        return replace(self, best_train_batch=best("train"), best_val_batch=best("val"), fixed_bytes=int(fixed_bytes))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "budget_bytes": self.budget_bytes,
             "usable_bytes": self.usable_bytes,
+            "fixed_bytes": self.fixed_bytes,
             "headroom": HEADROOM,
             "fragmentation": FRAGMENTATION,
             "best_train_batch": self.best_train_batch,
@@ -145,14 +158,12 @@ def _mark(batch_size: int, best: int, ok: bool) -> str:
     return "best" if batch_size == best else ("yes" if ok else "no")
 
 
-def usable_bytes(budget_bytes: int) -> int:
-    return int(budget_bytes * (1.0 - HEADROOM))
+def usable_bytes(budget_bytes: int, fixed_bytes: int = 0) -> int:
+    return max(0, int(budget_bytes * (1.0 - HEADROOM)) - fixed_bytes)
 
 
-def fits(total_bytes: int, budget_bytes: int) -> bool:
-    return total_bytes * (1.0 + FRAGMENTATION) <= usable_bytes(budget_bytes)
-
-
+def fits(total_bytes: int, budget_bytes: int, fixed_bytes: int = 0) -> bool:
+    return total_bytes * (1.0 + FRAGMENTATION) <= usable_bytes(budget_bytes, fixed_bytes)
 
 
 # -- analytic activation model ---------------------------------------------------------------------------------------
@@ -423,7 +434,8 @@ def plan_memory(
     probe: bool = True,
     precision: str = "32",
 ) -> MemoryPlan:
-    """Predicted train / validation step peaks on `device` for each batch size, and the largest that fit.
+    """Predicted train / validation step peaks on `device` for each batch size, and the largest that fit (on CPU,
+    `.holding(telemetry.held_outside_step(model))` leaves what the process holds outside the step out of the budget).
 
     With `probe` the model must already be on `device`; it runs a few small steps there (state restored after).
     `optimizer_state_on_cpu` keeps AdamW's moments in host memory (foxhunt.train.optim.HostAdamW): no optimizer term
@@ -471,16 +483,14 @@ def plan_memory(
         train = MemoryBreakdown(weights, gradients, optimizer, train_act, data)
         val = MemoryBreakdown(weights, 0, optimizer, val_act, data)
         rows.append(MemoryRow(b, train, val))
-    best_train = max((r.batch_size for r in rows if fits(r.train.total, budget_bytes)), default=0)
-    best_val = max((r.batch_size for r in rows if fits(r.val.total, budget_bytes)), default=0)
     return MemoryPlan(
         rows=tuple(rows),
         budget_bytes=int(budget_bytes),
-        best_train_batch=best_train,
-        best_val_batch=best_val,
+        best_train_batch=0,
+        best_val_batch=0,
         train_calibration=train_cal,
         val_calibration=val_cal,
         probe=how,
         device=str(device),
         optimizer_state_on_cpu=on_host,
-    )
+    ).holding(0)

@@ -1,21 +1,36 @@
 """`checkpoint.pt`: the last state for resuming a run (weights, optimizer, step, epoch, the position inside the
 epoch, every RNG state, early-stopping state); only tensors and plain values, so it loads with `weights_only=True`.
+A run resumes only on the data it started on (`refuse_changed_data`).
 The model a run leaves for forecasting (model.json, model.safetensors, calibration.json) is model/saved.py's.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 import foxhunt
 from foxhunt.atomic import write_with
+from foxhunt.data.dataset.types import PreparedData
 from foxhunt.errors import InputError
 
 # Format of checkpoint.pt: 1 per epoch only; 2 adds the position inside an epoch, the format and version keys.
 CHECKPOINT_FORMAT = 2
+
+
+class DataChanged(InputError):
+    """--resume on other data than the run started on: `source` (the input data, a store) and `detail`, what
+    changed, apart, so that a backtest words its own way out."""
+
+    def __init__(self, message: str, source: str = "", detail: str = ""):
+        super().__init__(message)
+        self.source, self.detail = source, detail
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
@@ -39,3 +54,77 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
                          f"newer than this foxhunt {foxhunt.__version__} reads (format {CHECKPOINT_FORMAT}); "
                          "upgrade foxhunt to resume it")
     return state
+
+
+def data_fingerprint(data: PreparedData) -> dict[str, Any]:
+    """config.json's "data_fingerprint": the summary's files (path, size, rows), series, dates and window counts, for
+    people, and `digest`, a SHA-256 of the prepared data itself (every array the windows are gathered from and the
+    three splits' window ids), which `refuse_changed_data` compares on --resume. The digest covers what training
+    reads, not the file's bytes or modification time: a file rewritten with the same bars (or a store prepared
+    again from them) resumes; one whose bars, dates or options' results differ does not. About 1 s a GB of prepared
+    data, read once at the start."""
+    s = data.summary
+    keys = ("files", "rows_read", "series", "date_range", "bar_interval", "windows")
+    return {**{k: s[k] for k in keys if k in s}, "digest": prepared_digest(data)}
+
+
+def prepared_digest(data: PreparedData) -> str:
+    digest = hashlib.sha256()
+    arrays = [(f.name, getattr(data.windows, f.name)) for f in dataclasses.fields(data.windows)]
+    arrays += [(f"split_{name}", data.splits[name]) for name in sorted(data.splits)]
+    for name, t in arrays:
+        if not isinstance(t, torch.Tensor):
+            continue  # a plain field (lengths, names: the arrays' shapes and the summary carry them) or None
+        a = np.ascontiguousarray(t.detach().cpu().numpy())
+        digest.update(f"{name} {a.dtype} {a.shape};".encode())
+        digest.update(a.reshape(-1).view(np.uint8))  # the buffer itself: a mapped store's array is not copied
+    return digest.hexdigest()
+
+
+def refuse_changed_data(config: Path, now: dict[str, Any], source: str) -> None:
+    """--resume: DataChanged (one line) when the prepared data's fingerprint `now` (`data_fingerprint`) differs from
+    the one the run started on (config.json's, by its `digest`), naming what changed: the resumed epochs would train
+    on other windows, and "best" would compare validation losses of two validation sets. A run from before the
+    digest resumes unchecked."""
+    try:
+        saved = json.loads(config.read_text(encoding="utf-8"))["data_fingerprint"]
+        before = saved["digest"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if now["digest"] == before:
+        return
+    detail = _what_changed(saved, now)
+    raise DataChanged(f"{config.parent}: {source} changed since this run started ({detail}); "
+                     "resuming would train on other windows and compare validation losses of two validation sets; "
+                     f"start a new run with another --run-dir (add --init-from {config.parent} to start it from this "
+                     "run's weights)", source, detail)
+
+
+def _what_changed(before: dict[str, Any], now: dict[str, Any]) -> str:
+    """The first differences a person can read: files, rows read, dates, window counts; else the values alone."""
+    said = []
+    old_files = {f.get("path"): f for f in before.get("files") or []}
+    for f in now.get("files") or []:
+        old = old_files.pop(f.get("path"), None)
+        if old is None:
+            said.append(f"{f.get('path')} added")
+        elif (old.get("size_bytes"), old.get("rows")) != (f.get("size_bytes"), f.get("rows")):
+            said.append(f"{f.get('path')} {_change(old, f)}")
+    said += [f"{path} gone" for path in old_files]
+    range_before, range_now = before.get("date_range") or {}, now.get("date_range") or {}
+    if range_before != range_now:
+        said.append(f"dates {range_before.get('start')} to {range_before.get('end')} now {range_now.get('start')} "
+                    f"to {range_now.get('end')}")
+    w_before, w_now = before.get("windows") or {}, now.get("windows") or {}
+    if w_before != w_now:
+        said.append("windows train/val/test " + "/".join(f"{w_before.get(k, 0):,}" for k in ("train", "val", "test"))
+                    + " now " + "/".join(f"{w_now.get(k, 0):,}" for k in ("train", "val", "test")))
+    return "; ".join(said) or "the same files, dates and window counts, other values"
+
+
+def _change(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """`715,866 now 500,000 bytes, 62,756 now 41,000 rows`."""
+    def n(v: Any) -> str:
+        return "?" if v is None else f"{v:,}"
+    return (f"{n(old.get('size_bytes'))} now {n(new.get('size_bytes'))} bytes, "
+            f"{n(old.get('rows'))} now {n(new.get('rows'))} rows")

@@ -27,20 +27,31 @@ from foxhunt.data.prepare import prepare_data
 from foxhunt.data.store import open_features
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig, quantile_label
-from foxhunt.model.saved import save_model_json, save_weights
+from foxhunt.model.saved import save_model_json, save_training_state, save_weights
 from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, variable_names
 from foxhunt.train import faults
+from foxhunt.train.batch_sizes import (
+    global_batch_sizes,
+    refuse_new_batch_mid_epoch,
+    resolve_batch_sizes,
+    saved_batch_sizes,
+)
 from foxhunt.train.calibrate import calibrate_run
-from foxhunt.train.config import AUTO, TrainConfig
-from foxhunt.train.console_lines import WarningCounter, data_line, next_commands, plan_line, vs_baseline
+from foxhunt.train.config import TrainConfig
+from foxhunt.train.console_lines import (
+    WarningCounter,
+    data_line,
+    next_commands,
+    plan_line,
+    vs_baseline,
+)
 from foxhunt.train.device import apply_memory_budget, resolve_device
 from foxhunt.train.distributed import Dist, console_of, init_from_env, teardown
 from foxhunt.train.init_from import check_resumed, init_weights, saved_transfer, source_model
 from foxhunt.train.interrupt import Interrupted, StopRequest
 from foxhunt.train.loop import Callbacks, FitSetup, FitState, Sizing, Trainer
-from foxhunt.train.plan import plan_memory
 from foxhunt.train.precision import resolve_precision
-from foxhunt.train.resume import load_checkpoint
+from foxhunt.train.resume import data_fingerprint, load_checkpoint, refuse_changed_data
 from foxhunt.train.run_dir import RunDir, attach_log_file
 from foxhunt.train.telemetry import MemoryTracker
 from foxhunt.train.tracking import TrackingConfig, start_tracking
@@ -48,11 +59,6 @@ from foxhunt.train.validate import TrainingQuantiles, ValResult, validate
 
 log = logging.getLogger("foxhunt.train")
 
-DEFAULT_CPU_VAL_BUDGET = 2 * 2**30  # validation batch planning on CPU when no --memory-budget is given
-MAX_VAL_BATCH = 4096
-# On CPU, forward throughput is flat from 128 to 1,024 windows a batch (consecutive windows share their bars at any
-# size) while memory grows with the batch (benchmarks/RESULTS.md). So `auto` on CPU sizes for throughput.
-CPU_VAL_BATCH = 256
 
 
 def warn_if_cpus_busy() -> None:
@@ -204,19 +210,6 @@ def set_determinism_switches(algorithms: bool, warn_only: bool, cudnn_determinis
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn_deterministic, benchmark
 
 
-def saved_batch_sizes(run: RunDir, cfg: TrainConfig) -> tuple[int, int] | None:
-    """The batch sizes a run resolved when it started (config.json "resolved"): a resumed run keeps them, since a
-    new memory plan may choose others and change the step count, the epoch's order and the LR schedule."""
-    try:
-        saved = json.loads(run.config.read_text(encoding="utf-8"))
-        resolved, train = saved["resolved"], saved["train"]
-        if cfg.batch_size not in (AUTO, train["batch_size"]):
-            return None  # --batch-size typed again on resume, with a new value: the user's choice
-        return int(resolved["batch_size"]), int(resolved["validation_batch_size"])
-    except (OSError, KeyError, TypeError, ValueError):
-        return None
-
-
 def _both(first: Callable[[dict[str, Any]], None] | None,
           then: Callable[[dict[str, Any]], None] | None) -> Callable[[dict[str, Any]], None] | None:
     """Tracking sees each epoch's record before a caller's hook, which may end the run (a pruned trial)."""
@@ -226,20 +219,6 @@ def _both(first: Callable[[dict[str, Any]], None] | None,
         first(record)
         then(record)
     return both
-
-
-def _refuse_new_batch_mid_epoch(run: RunDir, checkpoint: dict[str, Any] | None, batch_size: int) -> None:
-    """A checkpoint inside an epoch counts the batches already stepped in that epoch's order; with another batch
-    size that count points at other windows, so the resumed epoch would repeat some and skip others."""
-    if checkpoint is None or not json.loads(checkpoint["fit_state"]).get("epoch_batches"):
-        return
-    try:
-        before = int(json.loads(run.config.read_text(encoding="utf-8"))["resolved"]["batch_size"])
-    except (OSError, KeyError, TypeError, ValueError):
-        return
-    if before != batch_size:
-        raise InputError(f"{run.checkpoint}: the run stopped inside an epoch with batch size {before}; resume it with "
-                         f"--batch-size {before} (or without --batch-size), not {batch_size}")
 
 
 @dataclass(frozen=True)
@@ -276,7 +255,7 @@ def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, h
     if fraction is not None:
         log.info("[MEMORY] budget %.0f MiB enforced on %s (fraction %.4f of the card)", cfg.memory_budget / 2**20,
                  device, fraction)
-    data = _open_data(data_cfg, run, dist)
+    data, fingerprint = _open_data(data_cfg, run, dist, r.resume)
     model = TemporalFusionTransformer(data.schema.sizes, model_cfg).to(device)
     n_params = count_parameters(model)
     log.info("model: Temporal Fusion Transformer, %s parameters, hidden %d, heads %d, encoder %d, horizon %d, "
@@ -288,7 +267,7 @@ def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, h
     tracker.record("model_built")
     sizing = _sizing(r, run, model, data, checkpoint)
     baseline = _baseline(data, model_cfg, cfg, sizing.val_batch_size, device)
-    config = _config_record(r, data, sizing, n_params, baseline)
+    config = _config_record(r, fingerprint, sizing, n_params, baseline)
     config["init_from"] = transfer.to_dict() if transfer is not None else saved
     if dist.is_main:  # rank 0 alone writes the run directory
         write_json(run.config, config)
@@ -300,18 +279,29 @@ def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, h
         # weights (not a model yet) or consistent ones, never weights without their description
         save_model_json(run.model_json, model_cfg, data.schema, data.transform, saved_data_cfg, n_params,
                         extra={"variables": dict(zip(("static", "encoder", "decoder"),
-                                                             variable_names(data.schema), strict=True))})
+                                                             variable_names(data.schema), strict=True)),
+                               "training": {"finished": False, "epoch": trainer.state.best_epoch,
+                                            "epochs": trainer.epochs}})
         save_weights(run.weights, state)
+
+    def mark(finished: bool, epoch: int) -> None:
+        """model.json's "training" (model/saved.py): where the run stands, so a model it leaves says whether the
+        run finished."""
+        if dist.is_main and run.model_json.exists():
+            save_training_state(run.model_json, finished, epoch, trainer.epochs)
 
     tracked = start_tracking(hooks.tracking, run, config) if dist.is_main else None
     try:
         setup = FitSetup(model, data, cfg, list(model_cfg.quantiles), run, device, tracker)
-        callbacks = Callbacks(on_best, _both(tracked.epoch if tracked is not None else None, hooks.on_epoch))
+        callbacks = Callbacks(on_best, _both(lambda record: mark(False, record["epoch"]),
+                                             _both(tracked.epoch if tracked is not None else None, hooks.on_epoch)))
         with faults.armed(injector):
-            state = Trainer(setup, sizing, callbacks, resume=checkpoint, stop=stop).fit()
+            trainer = Trainer(setup, sizing, callbacks, resume=checkpoint, stop=stop)
+            state = trainer.fit()
         if dist.is_main:  # the other ranks are done: calibration reads the saved best weights
             log.info("%s", calibrate_run(run, data, device, state.val_batch_size or sizing.val_batch_size),
                      extra=SHOW)
+        mark(True, state.epoch)
     except BaseException:
         if tracked is not None:
             tracked.finish("FAILED")
@@ -329,9 +319,14 @@ def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, h
     return TrainResult(run, state, baseline, n_params, claim)
 
 
-def _open_data(data_cfg: DataConfig, run: RunDir, dist: Dist) -> PreparedData:
-    """The prepared data (a store is mapped, not read), said on the console and summarised in the run directory."""
+def _open_data(data_cfg: DataConfig, run: RunDir, dist: Dist, resume: bool) -> tuple[PreparedData, dict[str, Any]]:
+    """The prepared data (a store is mapped, not read), said on the console and summarised in the run directory; a
+    resumed run's refused before anything is written when it is not the data the run started on."""
     data = open_features(data_cfg) if data_cfg.features else prepare_data(data_cfg)
+    fingerprint = data_fingerprint(data)
+    if resume:
+        refuse_changed_data(run.config, fingerprint, f"the feature store {data_cfg.features}" if data_cfg.features
+                            else "the input data")
     log.info(data_line(data.summary, data_cfg.paths), extra=SHOW)
     if contracts_text(data.summary):  # what --contracts auto decided against the symbols' names: said by default
         log.info("contracts: %s", contracts_text(data.summary), extra=SHOW)
@@ -341,7 +336,7 @@ def _open_data(data_cfg: DataConfig, run: RunDir, dist: Dist) -> PreparedData:
     write(run.rolls, data.rolls)
     if len(data.splits["val"]) == 0:
         raise InputError("the validation split is empty; lower --encoder-length/--horizon or move --train-end earlier")
-    return data
+    return data, fingerprint
 
 
 def _sizing(r: _Rank, run: RunDir, model: torch.nn.Module, data: PreparedData,
@@ -356,11 +351,12 @@ def _sizing(r: _Rank, run: RunDir, model: torch.nn.Module, data: PreparedData,
         (batch_size, val_batch_size), plan = saved, json.loads(run.config.read_text(encoding="utf-8")).get("memory_plan")
         log.info("batch size %d, validation batch size %d (as resolved when the run started)", *saved)
     else:
-        batch_size, val_batch_size, plan = resolve_batch_sizes(model, data, r.model_cfg, cfg, r.device, r.precision)
+        batch_size, val_batch_size, plan = resolve_batch_sizes(model, data, r.model_cfg, cfg, r.device, r.precision,
+                                                               dist.world_size if dist.active else 1)
         if dist.active:
             batch_size, val_batch_size = global_batch_sizes(dist, cfg, batch_size, val_batch_size,
                                                             len(data.splits["train"]))
-        _refuse_new_batch_mid_epoch(run, checkpoint, batch_size)
+        refuse_new_batch_mid_epoch(run, checkpoint, batch_size)
     dist.check_batch_size(batch_size)  # a run resumed on another number of ranks
     if dist.active:
         log.info("global batch %d: %d a rank", batch_size, batch_size // dist.world_size, extra=SHOW)
@@ -381,7 +377,8 @@ def _baseline(data: PreparedData, model_cfg: ModelConfig, cfg: TrainConfig, val_
     return baseline
 
 
-def _config_record(r: _Rank, data: PreparedData, sizing: Sizing, n_params: int, baseline: ValResult) -> dict[str, Any]:
+def _config_record(r: _Rank, fingerprint: dict[str, Any], sizing: Sizing, n_params: int,
+                   baseline: ValResult) -> dict[str, Any]:
     """config.json: everything the run was made from and what it resolved, as plain values."""
     return {
         "format_version": FORMAT_VERSION,
@@ -396,7 +393,7 @@ def _config_record(r: _Rank, data: PreparedData, sizing: Sizing, n_params: int, 
                      "precision": sizing.precision},
         "memory_plan": sizing.plan,
         "n_params": n_params,
-        "data_fingerprint": data_fingerprint(data),
+        "data_fingerprint": fingerprint,
         "baseline": {"name": "training_quantiles", "val_loss": baseline.loss,
                      "val_qrisk": {f"{q:g}": v for q, v in baseline.qrisk.items()}},
     }
@@ -409,18 +406,6 @@ def best_record(state: FitState) -> dict[str, Any] | None:
 
 def _write_nothing(path: Path, obj: Any) -> None:
     """The run directory's writer on ranks other than 0."""
-
-
-def global_batch_sizes(dist: Dist, cfg: TrainConfig, batch_size: int, val_batch_size: int,
-                       n_train: int) -> tuple[int, int]:
-    """Under torchrun the memory plan sizes one rank's share: `--batch-size auto` is the smallest share that fits on
-    every rank (at most the rank's part of the training windows) times the number of ranks; an `auto` validation
-    batch (each rank's own) is the smallest over the ranks."""
-    if cfg.batch_size == AUTO:
-        batch_size = min(dist.all_min(batch_size), -(-n_train // dist.world_size)) * dist.world_size
-    if cfg.validation_batch_size == AUTO:
-        val_batch_size = dist.all_min(val_batch_size)
-    return batch_size, val_batch_size
 
 
 def final_lines(run: RunDir, state: FitState, baseline: ValResult, data_cfg: DataConfig,
@@ -452,42 +437,3 @@ def describe_device(device: torch.device) -> str:
     if device.type == "cpu":
         return f"cpu ({torch.get_num_threads()} threads)"
     return str(device)
-
-
-def resolve_batch_sizes(
-    model: torch.nn.Module, data: PreparedData, model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
-    precision: str = "32",
-) -> tuple[int, int, dict[str, Any] | None]:
-    """Replace `auto` batch sizes by the memory plan's choice (largest that fits the budget with headroom)."""
-    if cfg.batch_size != AUTO and cfg.validation_batch_size != AUTO:
-        return int(cfg.batch_size), int(cfg.validation_batch_size), None
-    budget = cfg.memory_budget
-    cpu_default = budget is None and device.type == "cpu"
-    if budget is None:
-        if device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(device)
-            budget = int(free * 0.8)
-        else:
-            budget = DEFAULT_CPU_VAL_BUDGET
-    # Without a budget on CPU the plan only bounds the validation batch, whose throughput size is far below any
-    # limit: the analytic plan is enough there, and the probe's seconds of instrumented steps are saved.
-    plan = plan_memory(model, data.schema.sizes, model_cfg, device, budget,
-                       optimizer_state_on_cpu=cfg.optimizer_state == "cpu", probe=not cpu_default,
-                       precision=precision)
-    log.info("memory plan (budget %.0f MiB):\n%s", budget / 2**20, plan.format_table())
-    n_train, n_val = len(data.splits["train"]), len(data.splits["val"])
-    batch_size = cfg.batch_size if cfg.batch_size != AUTO else min(plan.best_train_batch, n_train)
-    val_batch = cfg.validation_batch_size
-    if val_batch == AUTO:
-        val_batch = max(1, min(plan.best_val_batch, n_val, CPU_VAL_BATCH if device.type == "cpu" else MAX_VAL_BATCH))
-    if batch_size < 1:
-        raise InputError(f"not even one training sample fits --memory-budget {budget / 2**20:.0f}MiB; raise it, or "
-                         "lower --hidden-size/--encoder-length, or use --optimizer-state cpu")
-    log.info("batch size %d, validation batch size %d", batch_size, val_batch)
-    return int(batch_size), int(val_batch), plan.to_dict()
-
-
-def data_fingerprint(data: PreparedData) -> dict[str, Any]:
-    s = data.summary
-    keys = ("files", "rows_read", "series", "date_range", "bar_interval", "windows")
-    return {k: s[k] for k in keys if k in s}

@@ -12,6 +12,8 @@ Record keys (memory.jsonl, one JSON object per line; MiB = 2**20 bytes):
 - device_peak_mb: highest allocated since the previous record (torch.cuda.max_memory_allocated, then reset).
 - device_total_mb: the device's capacity (get_device_properties(...).total_memory).
 - host_rss_mb: the process's resident set now (psutil).
+- host_anon_mb: its anonymous part (RssAnon): the resident set without file pages, such as a mapped feature store's,
+  which the kernel reads in and drops as it pleases (the resident set where /proc cannot tell).
 - host_peak_mb: the process's peak resident set since the previous record. On Linux this is VmHWM from
   /proc/self/status, reset after each record by writing "5" to /proc/self/clear_refs. Where that reset is not
   allowed (or off Linux) it falls back to resource.getrusage's ru_maxrss, which is the peak since the process
@@ -103,6 +105,7 @@ class MemoryTracker:
             "device_peak_mb": None,
             "device_total_mb": self._total_mb,
             "host_rss_mb": self._process.memory_info().rss / MIB,
+            "host_anon_mb": anon_rss_bytes() / MIB,
             "host_peak_mb": self.peak_host_mb(),
             "time": time.time(),
         }
@@ -180,7 +183,7 @@ def pin_host_allocator(threshold_bytes: int = 2**20) -> bool:
 
 
 _MEASURED = ("device_allocated_mb", "device_reserved_mb", "device_peak_mb", "device_nvml_used_mb", "host_rss_mb",
-             "host_peak_mb")
+             "host_anon_mb", "host_peak_mb")
 
 
 def _max_over_ranks(rec: dict[str, Any], reduce_max: Callable[[Sequence[float]], list[float]]) -> None:
@@ -243,3 +246,46 @@ def _nvml_used_mb(handle: Any) -> float | None:
         return pynvml.nvmlDeviceGetMemoryInfo(handle).used / MIB
     except Exception:
         return None
+
+
+# The container's memory limit and use: cgroup v2, then v1 (a limit near 2**63 is v1's "none").
+_CGROUP_FILES = ((Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory.current")),
+                 (Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"), Path("/sys/fs/cgroup/memory/memory.usage_in_bytes")))
+_RSS_ANON = re.compile(r"^RssAnon:\s+(\d+)\s+kB", re.MULTILINE)
+
+
+def available_host_bytes() -> int:
+    """Host memory this process can still take: the kernel's MemAvailable (psutil), or less where a cgroup
+    (a container's memory limit) leaves less room: its limit minus its current use."""
+    free = int(psutil.virtual_memory().available)
+    for limit_file, usage_file in _CGROUP_FILES:
+        try:
+            limit = limit_file.read_text().strip()
+            if limit == "max" or int(limit) >= 2**60:
+                return free
+            return max(0, min(free, int(limit) - int(usage_file.read_text().strip())))
+        except (OSError, ValueError):
+            continue
+    return free
+
+
+def host_rss_bytes() -> int:
+    return int(psutil.Process().memory_info().rss)
+
+
+def anon_rss_bytes() -> int:
+    """The process's own memory (RssAnon): its resident set without file pages, such as a mapped feature store's,
+    which the kernel reads in and drops as it pleases; the resident set where /proc cannot tell."""
+    try:
+        m = _RSS_ANON.search(_STATUS.read_text())
+    except OSError:
+        m = None
+    return int(m.group(1)) * 1024 if m else host_rss_bytes()
+
+
+def held_outside_step(model: torch.nn.Module) -> int:
+    """Host memory this process holds outside a training step, which a CPU memory plan leaves out of the budget:
+    its resident set now (the interpreter, torch, the prepared data, the allocator's arenas) less the model's
+    weights, which the plan counts in every step."""
+    weights = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    return max(0, host_rss_bytes() - weights)

@@ -4,8 +4,14 @@ puts them."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +20,8 @@ from foxhunt.data.prepare.executor import InProcess, open_workers
 from foxhunt.data.prepare.executor import run_all as _map
 from foxhunt.data.store.put import put
 from foxhunt.errors import ResourceError
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _power(x: int, y: int) -> int:
@@ -76,3 +84,49 @@ def test_put_writes_rows_where_assigning_into_the_mapped_array_does(tmp_path, dt
     for row0, value in parts[::-1]:  # in any order: each at its own place
         put(tmp_path / "b.npy", row0, value)
     assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
+
+
+ORPHANS = """
+import os, sys, time
+from foxhunt.data.prepare.executor import open_workers
+
+if __name__ == "__main__":
+    with open_workers("local", 2) as pool:
+        for f in [pool.executor.submit(time.sleep, 1) for _ in range(2)]:  # each worker has run its initializer
+            f.result()
+        print(" ".join(str(p) for p in pool.executor._processes), flush=True)
+        time.sleep(120)
+"""
+
+
+def _gone(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # killed, not yet reaped by its new parent
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_workers_end_when_their_parent_is_killed(tmp_path):
+    """`kill -9` of a `prepare` runs no cleanup: its workers, re-parented, must not live on holding memory."""
+    script = tmp_path / "orphans.py"
+    script.write_text(ORPHANS)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", str(REPO / "src"))})
+    workers = []
+    try:
+        workers = [int(p) for p in parent.stdout.readline().split()]
+        assert len(workers) == 2
+        parent.kill()
+        parent.wait(30)
+        deadline = time.monotonic() + 20
+        while not all(_gone(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert all(_gone(p) for p in workers), "a worker outlived its killed parent"
+    finally:
+        parent.kill()
+        for pid in workers:  # on failure: leave no orphan behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

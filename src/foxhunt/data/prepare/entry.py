@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from foxhunt.data.prepare.plan import PIECE_ROWS, Piece, plan_pieces
 from foxhunt.data.prepare.read_stage import given, read_pieces
 from foxhunt.data.prepare.sink import MemorySink, StoreSink
 from foxhunt.data.prepare.spill import FolderSpill, MemorySpill
+from foxhunt.data.store.leftovers import SPILL, hidden_folder, remove_stale
 from foxhunt.data.store.write import filling, make_tmp, refuse_non_store
 from foxhunt.data.util.parallel import serial
 from foxhunt.errors import InputError
@@ -85,6 +85,7 @@ def prepare_store(
     when the caller opened them already, to have them import meanwhile."""
     out = Path(out)
     refuse_non_store(out)  # before the bars are read
+    remove_stale(out)  # what a `prepare` into the same place left when it was killed
     check_executor(executor)
     sources = expand_sources(cfg.paths)  # listed once: walking a folder of daily files is not free
     with contextlib.ExitStack() as stack:
@@ -109,7 +110,7 @@ def _in_pieces(cfg: DataConfig, out: Path, pieces: list[Piece], pool: Workers, s
     """The store of `cfg` prepared in `pieces` on `pool`, through a spill folder beside `out`; None when the pieces
     cannot be prepared apart (the caller then prepares the panel as one piece)."""
     tmp = make_tmp(out)
-    spill = FolderSpill(tempfile.mkdtemp(prefix=f".{out.name}.pieces.", dir=out.parent))
+    spill = FolderSpill(hidden_folder(out, SPILL))
     try:
         with filling(tmp, out), serial():  # the processes take the cores: each runs its stages in one thread
             read = read_pieces(cfg, pieces, pool.executor, pool.size, sources, spill)

@@ -11,9 +11,12 @@ libraries while this one imports its own, and asks `may_piece` (the files' sizes
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import multiprocessing as mp
 import os
+import signal
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -34,6 +37,7 @@ JOBS = ("foxhunt.data.prepare.read_stage", "foxhunt.data.prepare.load_stage", "f
 # CPU (a spawned worker imports polars and the rest, each piece's bars and features go through spills;
 # benchmarks/store_20m.py), which only the bounded memory pays for.
 MIN_ROWS = 4_000_000
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -90,8 +94,9 @@ class InProcess(Executor):
 
 
 def _start() -> None:
-    """A worker process: one thread for OpenMP and for each data stage (the processes take the cores), quiet logs,
-    and the jobs' modules imported before the first job comes."""
+    """A worker process: it ends with its parent (`die_with_parent`), one thread for OpenMP and for each data stage
+    (the processes take the cores), quiet logs, and the jobs' modules imported before the first job comes."""
+    die_with_parent()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from foxhunt.data.util.parallel import serial_process
 
@@ -99,6 +104,23 @@ def _start() -> None:
     logging.getLogger(QUIET).setLevel(logging.WARNING)
     for module in JOBS:
         __import__(module)
+
+
+def die_with_parent() -> None:
+    """Linux: the kernel kills this worker when the process that started it dies (prctl PR_SET_PDEATHSIG). A
+    `prepare` killed with SIGKILL runs no cleanup, and its workers, blocked writing results to a pipe nobody reads,
+    would otherwise live on forever holding their memory. The kernel's signal needs no thread watching the parent and
+    reaches a worker blocked in any system call. A parent already gone when this runs (the signal is set too late
+    for it) ends the worker at once. Elsewhere nothing is done."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = mp.parent_process()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no C library to ask: the worker lives as before
+        return
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(1)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,7 @@ from foxhunt.data.store.layout import (
     own_file,
     split_file,
 )
+from foxhunt.data.store.leftovers import BUILD, hidden_folder
 from foxhunt.errors import InputError, WriteError
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def make_tmp(out: Path) -> Path:
     refuse_non_store(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+        return hidden_folder(out, BUILD)
     except OSError as e:
         raise _error(out, e) from None
 
