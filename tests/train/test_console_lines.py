@@ -60,11 +60,22 @@ def test_epoch_memory_text_and_measure():
 @pytest.mark.parametrize("val_batches, growth, warned", [(27, 3.9, False), (27, 4.1, True),  # the 4 MiB floor
                                                          (1000, 9.9, False), (1000, 10.5, True)])  # 1 MiB / 100
 def test_growth_across_validation_warns_above_one_mib_per_hundred_batches(val_batches, growth, warned):
-    said = MemoryWatch(PLAN, 4).warnings(3, cpu_epoch(growth, val_batches), 8)
+    watch = MemoryWatch(PLAN, 4)
+    assert watch.warnings(2, cpu_epoch(growth, val_batches), 8) == []  # the process's first pass: not judged
+    said = watch.warnings(3, cpu_epoch(growth, val_batches), 8)
     assert len(said) == warned
     if warned:
         assert said[0].startswith(f"memory grew across validation in epoch 3: host memory (RssAnon) +{growth:.1f} MiB "
                                   f"over {val_batches:,} batches")
+
+
+def test_the_first_validation_pass_allocates_once_and_is_not_taken_for_a_leak():
+    """The sample's first pass grew +6.8 MiB (RssAnon, 19 batches), later ones under +1.3: only later passes are
+    judged, so a run's epoch 0 (or a resumed run's first epoch) says nothing, and a leak shows in the next pass."""
+    watch = MemoryWatch(PLAN, 4)
+    assert watch.warnings(0, cpu_epoch(6.8, 19), 8) == []
+    assert watch.warnings(1, cpu_epoch(0.4, 19), 8) == []
+    assert len(watch.warnings(2, cpu_epoch(6.8, 19), 8)) == 1
 
 
 def test_an_exceeded_plan_warns_once_per_phase_beyond_its_allowance():
