@@ -30,7 +30,7 @@ from foxhunt.data.features.scaling import VOL_FLOOR, standardized
 from foxhunt.export.graph import OUTPUT_NAME, InputSpec, positional_names, relative_time
 from foxhunt.export.parity import ParityResult
 from foxhunt.model.config import DEFAULT_METHOD
-from foxhunt.model.saved import LoadedModel, weights_digest
+from foxhunt.model.saved import LoadedModel
 
 FORMAT_VERSION = 1
 
@@ -307,7 +307,7 @@ def sidecar(lm: LoadedModel, run_dir: Path, model_file: str, specs: list[InputSp
         "opset": opset,
         "model_file": model_file,
         "run_dir": str(Path(run_dir).resolve()),
-        "weights_sha256": weights_digest(Path(run_dir) / "model.safetensors"),
+        "weights_sha256": lm.weights_sha256,
         "inputs": [_input(s, cards) for s in present],
         "omitted_inputs": [s.name for s in specs if not s.channels],
         "output": {"name": OUTPUT_NAME, "dtype": "float32", "shape": ["batch", cfg.horizon, len(cfg.quantiles)],
