@@ -114,8 +114,6 @@ class FittedTransform:
     def tell_unseen(self, names: Sequence[str]) -> None:
         """Warn once of the series in `names` that training never saw: a forecast of one is the pooled model's
         (the code UNKNOWN_SERIES), which a user reading its rows could not otherwise tell from a series' own."""
-        if not names:  # a stream's bars of series it knows: the usual update, at no cost
-            return
         known = set(self.series_vocab)
         unseen = [n for n in names if n not in known]
         if not unseen:
