@@ -16,6 +16,7 @@ from typing import Any
 
 from foxhunt.data.config import DataConfig, same_option
 from foxhunt.data.store.layout import NOT_SHAPING
+from foxhunt.data.util.listing import listing
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -53,9 +54,8 @@ def changed_inputs(inputs: list[dict[str, Any]]) -> list[str]:
 def warn_if_inputs_changed(store: Path, inputs: list[dict[str, Any]]) -> None:
     changed = changed_inputs(inputs)
     if changed:
-        more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
-        log.warning("%s: an input file changed since `foxhunt prepare`: %s%s; training uses the features as "
-                    "prepared; run `foxhunt prepare` again to include the change", store, changed[0], more)
+        log.warning("%s: an input file changed since `foxhunt prepare`: %s; training uses the features as "
+                    "prepared; run `foxhunt prepare` again to include the change", store, listing(changed, 1))
 
 
 def shaping_options(cfg: DataConfig) -> dict[str, Any]:
