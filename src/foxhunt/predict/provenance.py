@@ -77,17 +77,18 @@ def read_metadata(path: Path) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else None
 
 
-def is_calibrated(path: Path) -> bool | None:
-    """What a forecasts file says about its calibration (None: it does not say, or its rows differ: a backtest's)."""
-    info = read_metadata(path) or {}
-    value = info.get("calibrated")
+def is_calibrated(info: dict[str, Any] | None) -> bool | None:
+    """What a forecasts file's metadata (`read_metadata`) says about its calibration (None: it does not say, or its
+    rows differ: a backtest's)."""
+    value = (info or {}).get("calibrated")
     return value if isinstance(value, bool) else None
 
 
-def check_made_by(path: Path, lm: LoadedModel, data: PreparedData) -> None:
-    """Refuse (InputError) forecasts another model made, or made from bars of another spacing than `data`'s; a file
-    that does not say (written before forecast files did) gets a warning and is scored as given."""
-    info = read_metadata(path) or {}
+def check_made_by(path: Path, info: dict[str, Any] | None, lm: LoadedModel, data: PreparedData) -> None:
+    """Refuse (InputError) forecasts another model made, or made from bars of another spacing than `data`'s, by the
+    file `path`'s metadata `info` (`read_metadata`); a file that does not say (written before forecast files did)
+    gets a warning and is scored as given."""
+    info = info or {}
     made_by = {f.get("weights_sha256") for f in info.get("folds", [])} or {info.get("weights_sha256")}
     made_by.discard(None)
     if not made_by or "bar_interval" not in info:
