@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from foxhunt.data.config import PATH_FIELDS, DataConfig, absolute_option
+from foxhunt.data.config import DataConfig, same_option
 from foxhunt.data.dataset.saved_format import check_format
 from foxhunt.errors import InputError
 from foxhunt.flags import options, read_fields
@@ -101,10 +101,8 @@ def resumed_configs(run_dir: Path, values: Mapping[str, Any]) -> tuple[DataConfi
         raise InputError(f"{path}: not a foxhunt run configuration ({e}); start a new run instead") from e
     for cfg in (data, model):
         given = read_fields(type(cfg), values)
-        if cfg is data:  # a run saves the files it read as absolute paths (DataConfig.with_absolute_paths)
-            given = {k: absolute_option(v) if k in PATH_FIELDS else v for k, v in given.items()}
-        for o in options(type(cfg)):
-            if o.field in given and given[o.field] != getattr(cfg, o.field):
+        for o in options(type(cfg)):  # a run saves the files it read as absolute paths (same_option)
+            if o.field in given and not same_option(o.field, given[o.field], getattr(cfg, o.field)):
                 raise InputError(f"{o.flag} cannot change when resuming (the run was built with "
                                  f"{o.flag} {getattr(cfg, o.field)!r}); drop it or start a new run")
     return data, model, dataclasses.replace(train, **read_fields(TrainConfig, values))

@@ -69,6 +69,23 @@ def test_a_symbol_the_model_never_saw_is_named_once(run_dir, bars, caplog):
     assert len(said) == 2 and "('ZZZ')" in said[1]
 
 
+def test_an_update_of_series_the_stream_knows_asks_nothing_of_training(run_dir, bars, monkeypatch):
+    """The usual update (every bar of a live stream) looks no name up in the training vocabulary: only series new to
+    the stream are told of."""
+    from foxhunt.data.dataset.types import FittedTransform
+
+    fc = foxhunt.Forecaster.load(run_dir)
+    fc.predict(bars)
+    asked: list[list[str]] = []
+    monkeypatch.setattr(FittedTransform, "tell_unseen", lambda self, names: asked.append(list(names)))
+    last = bars.filter(pl.col("symbol") == "ES").tail(1).to_dicts()[0]
+    later = last["timestamp"].replace(year=last["timestamp"].year + 1)
+    fc.update({**last, "timestamp": later})  # ES: known to the stream
+    assert asked == []
+    fc.update({**last, "symbol": "ZZZ", "timestamp": later})
+    assert asked == [["ZZZ"]]
+
+
 def test_cli_predict_names_an_unseen_symbol(run_dir, bars, tmp_path, capsys):
     path = tmp_path / "new.parquet"
     bars.with_columns(pl.col("symbol").replace("NQ", "NEWCO")).write_parquet(path)

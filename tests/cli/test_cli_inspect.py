@@ -72,6 +72,15 @@ def test_plan_memory_prints_a_table_and_the_largest_batch(fixtures_dir, capsys):
     assert "weights" in out and "largest training batch that fits" in out
 
 
+def test_plan_memory_without_a_budget_plans_for_4_gib(fixtures_dir, capsys):
+    """No --memory-budget: plan-memory's own default (cli/options.MEMORY_OPTIONS), through the plan `train` sizes
+    its batches by (train/batch_sizes.budgeted_plan), less what the process holds outside the step on CPU."""
+    assert main(["plan-memory", "--parquet-file", str(fixtures_dir / "es_fut_ohlcv1h_databento.parquet"),
+                 "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "budget 4096 MiB" in out and "held outside the step" in out and "largest training batch that fits" in out
+
+
 def test_memory_report_on_a_training_run(tmp_path, tiny, fixtures_dir, capsys):
     run = tmp_path / "run"
     assert main(["train", *tiny, "--parquet-file", str(fixtures_dir / "generic_ohlcv_daily.parquet"), "--epochs",

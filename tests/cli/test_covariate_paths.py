@@ -81,6 +81,24 @@ def test_an_old_models_relative_covariates_not_found_say_where_they_come_from(tr
                  "--covariates", str(trained.parent / "vix.csv")]) == 0
 
 
+def test_a_saved_absolute_covariates_file_gone_is_said_moved_or_deleted(trained, tmp_path, capsys):
+    """A run's --covariates are saved absolute: one gone since training was moved or deleted, not typed relative to
+    another directory."""
+    moved = tmp_path / "moved"
+    shutil.copytree(trained, moved)
+    meta = json.loads((moved / "model.json").read_text())
+    gone = str(tmp_path / "gone" / "vix.csv")
+    meta["data"]["covariates"] = [gone]
+    meta["transform"]["inputs"]["sources"] = {"vix": gone}
+    (moved / "model.json").write_text(json.dumps(meta))
+    code = main(["predict", "--model", str(moved), "-f", str(trained.parent / "bars.parquet"), "--out",
+                 str(tmp_path / "fc.parquet")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert gone in err[0] and "moved or deleted since training" in err[0] and "as typed" not in err[0]
+    assert "training run's --covariates" in err[0] and "--covariates PATH" in err[0]
+
+
 def test_the_event_calendar_saved_with_the_model_is_used_without_its_file(trained, tmp_path, monkeypatch):
     """model.json holds the calendar: the training run's events file (relative in an older model, or gone) is not
     read again unless --events names one."""

@@ -91,3 +91,17 @@ def test_help_reads_at_80_columns(render, command: str) -> None:
         assert param.rich_help_panel or param.name in UNPANELLED, f"--{param.name} has no panel"
         assert 1 <= len(text) <= 2, (param.name, text)
         assert text[0].startswith(param.help or ""), (param.name, text)  # the sentence on one line
+
+
+def test_end_help_says_the_bound_select_origins_keeps() -> None:
+    """--end keeps first forecast steps before a time, and through a bare date's whole day (parse_time, then
+    select_origins' first < end): its one line says so, not 'latest' (which would include the time itself)."""
+    import datetime as dt
+
+    from foxhunt.predict.origins import parse_time
+
+    day = int(dt.datetime(2024, 9, 30, tzinfo=dt.UTC).timestamp() * 1e9)
+    assert parse_time("2024-09-30", "--end", end=True) == day + 86_400 * 10**9  # the whole day, then exclusive
+    assert parse_time("2024-09-30T00:00", "--end", end=True) == day
+    (end,) = [p for p in COMMANDS["predict"].params if p.name == "end"]
+    assert "before" in end.help and "through date" in end.help and "Latest" not in end.help

@@ -105,13 +105,15 @@ def test_prepare_says_what_it_wrote_and_parquet_with_features_is_refused(runs, t
     assert main(["prepare", "--parquet-file", str(daily_path), *DATA_FLAGS, "--out", str(runs / "again")]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"wrote the feature store {runs / 'again'}: 600 rows, 562 windows,")
-    # inspect counts the same windows and says which of them the splits hold, in the same words
+    assert ("600 rows, 562 windows, 554 of them in the splits (train 322 / val 116 / test 116); 8 purged at the "
+            "split boundaries; ") in out
+    # inspect counts the same windows in the same words, its totals only: each split's count is on its own line
     assert main(["inspect", "--parquet-file", str(daily_path), *DATA_FLAGS]) == 0
-    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("windows ")]
-    said = line.removeprefix("windows").strip()
-    assert said == ("562 windows, 554 of them in the splits (train 322 / val 116 / test 116)"
-                    "; 8 purged at the split boundaries")
-    assert f"600 rows, {said}; " in out
+    lines = capsys.readouterr().out.splitlines()
+    (line,) = [x for x in lines if x.startswith("windows ")]
+    assert line.removeprefix("windows").strip() == "562 windows, 554 of them in the splits; 8 purged at the split boundaries"
+    assert [x.split()[:2] for x in lines if x.startswith(("train ", "val ", "test "))] == [
+        ["train", "322"], ["val", "116"], ["test", "116"]]
 
 
 def test_predict_from_the_store_forecasts_its_windows_as_from_the_bars(runs, daily_path, capsys):

@@ -45,3 +45,17 @@ def test_settings_give_the_data_the_models_head_and_quantiles() -> None:
     assert tied.anchor == "none" and tied.quantile_head == "tied"
     own = settings.data_config({"quantiles": "0.05,0.5,0.95"}, ("a.parquet",))
     assert own.anchor == "garch_t" and own.quantiles == (0.05, 0.5, 0.95)
+
+
+def test_path_options_are_the_same_up_to_their_absolute_form(tmp_path, monkeypatch) -> None:
+    """One rule for 'the same option' where a run resumes or a store is reused: a path as typed here equals the
+    absolute path a run saved; any other option must be equal."""
+    from foxhunt.data.config import same_option
+
+    monkeypatch.chdir(tmp_path)
+    saved = DataConfig(paths=("bars.parquet",), covariates=("vix.csv",), events="ev.csv").with_absolute_paths()
+    assert saved.paths == (str(tmp_path / "bars.parquet"),) and saved.events == str(tmp_path / "ev.csv")
+    assert saved.features is None and saved.covariates == (str(tmp_path / "vix.csv"),)
+    assert same_option("paths", ["bars.parquet"], saved.paths) and same_option("events", "ev.csv", saved.events)
+    assert not same_option("paths", ("other.parquet",), saved.paths)
+    assert not same_option("timezone", "UTC", "utc") and same_option("horizon", 5, 5)

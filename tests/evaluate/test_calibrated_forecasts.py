@@ -125,6 +125,25 @@ def test_a_run_without_calibration_still_forecasts_and_says_so_once(run, daily_p
     assert c["applied"] is False and "no calibration.json" in c["not_applied"] and set(c["coverage"]) == {"raw"}
 
 
+def test_the_digest_describes_the_weights_loaded(run, tmp_path):
+    """The weights are read once: calibration, the forecasts' metadata and the refusal of another model's forecasts
+    all use the digest of the bytes loaded, not of whatever the file holds by the time they ask."""
+    from types import SimpleNamespace
+
+    from foxhunt.model.saved import weights_digest
+    from foxhunt.predict.provenance import forecast_metadata
+
+    moved = tmp_path / "moved"
+    shutil.copytree(run, moved)
+    lm = load_model(moved)
+    fitted_on = json.loads((run / "calibration.json").read_text())["fitted_on"]["weights_sha256"]
+    assert lm.weights_sha256 == fitted_on == weights_digest(run / "model.safetensors")
+    assert lm.calibration is not None
+    (moved / "model.safetensors").write_bytes(b"other weights")  # replaced after loading
+    meta = json.loads(forecast_metadata(lm, SimpleNamespace(summary={}), None)[b"foxhunt"])
+    assert meta["weights_sha256"] == fitted_on
+
+
 def test_stale_or_broken_calibration(run, daily_path, tmp_path, capsys):
     stale = tmp_path / "stale"
     shutil.copytree(run, stale)

@@ -120,13 +120,16 @@ def test_evaluate_on_the_bundled_sample_says_it_is_simulated(model_dir, daily, t
     assert len(header) == 1 and header[0].endswith("  (simulated)")
 
 
-def test_evaluate_can_score_forecasts_written_by_predict(model_dir, daily, tmp_path):
+def test_evaluate_can_score_forecasts_written_by_predict(model_dir, daily, tmp_path, monkeypatch):
     fc = tmp_path / "fc.parquet"
     assert main(["predict", "--model", str(model_dir), "--parquet-file", str(daily), "--out", str(fc)]) == 0
     a, b = tmp_path / "a", tmp_path / "b"
     args = ["--model", str(model_dir), "--parquet-file", str(daily), "--start", "2024-07-01"]
     assert main(["evaluate", *args, "--out-dir", str(a)]) == 0
+    read_schema, schemas_read = pq.read_schema, []
+    monkeypatch.setattr(pq, "read_schema", lambda path, *a, **k: schemas_read.append(path) or read_schema(path, *a, **k))
     assert main(["evaluate", *args, "--out-dir", str(b), "--forecasts", str(fc)]) == 0
+    assert schemas_read.count(fc) == 1  # the file's metadata read once: who made it, and how it is calibrated
     ma = json.loads((a / "metrics.json").read_text())["model"]["overall"]["q_risk"]
     mb = json.loads((b / "metrics.json").read_text())["model"]["overall"]["q_risk"]
     assert ma == pytest.approx(mb, rel=1e-5)

@@ -105,8 +105,12 @@ def test_the_log_vol_words_rebuild_log_vol_and_log_vol_season(bars, estimator, s
     if season_tz is not None:
         assert "divided by p(t)^2" in words["log_vol_season"] and "scalers.season.tz" in words["log_vol_season"]
         assert "the seed is not divided by p^2" in words["log_vol_season"]
-    sc = json.loads(json.dumps(scaling_words(SimpleNamespace(transform=tf, schema=SimpleNamespace(target="log_return")),
-                                             set())))["scalers"]
+    side = json.loads(json.dumps(scaling_words(SimpleNamespace(transform=tf, schema=SimpleNamespace(
+        target="log_return")), set())))
+    sc = side["scalers"]
+    recipe = words["log_vol"][words["log_vol"].index("m_0"):words["log_vol"].index(" (the same recipe")]
+    deseasonalized = recipe.replace("a v_t ", "a v_t / p(t)^2 ") if season_tz is not None else recipe
+    assert deseasonalized in side["center_scale"]  # one recipe, in the same words, for the inputs and the scale
     derived = trailing(feats, names, sidx, scalers, cfg)[0]
     a = 1 - 0.5 ** (1 / sc["halflife"])
     for s, name in enumerate(names):

@@ -38,6 +38,20 @@ def rss() -> int:
     return psutil.Process().memory_info().rss
 
 
+def test_one_plan_for_train_and_plan_memory_defaults_the_budget_and_holds_the_process(data, model, monkeypatch):
+    """budgeted_plan: no budget on CPU is the process's memory and the host's still available, and what the process
+    holds outside the step is counted against it, as resolve_batch_sizes and plan-memory both need."""
+    from foxhunt.train import batch_sizes
+
+    monkeypatch.setattr(batch_sizes, "host_rss_bytes", lambda: 300 * MIB)
+    monkeypatch.setattr(batch_sizes, "available_host_bytes", lambda: 700 * MIB)
+    monkeypatch.setattr(batch_sizes, "held_outside_step", lambda m: 123 * MIB)
+    plan = batch_sizes.budgeted_plan(model, data.schema.sizes, WIDE, CPU, None, False, "32", probe=False)
+    assert (plan.budget_bytes, plan.fixed_bytes) == (1000 * MIB, 123 * MIB)
+    given = batch_sizes.budgeted_plan(model, data.schema.sizes, WIDE, CPU, 2 * GIB, False, "32", probe=False)
+    assert (given.budget_bytes, given.fixed_bytes) == (2 * GIB, 123 * MIB)
+
+
 def test_a_budget_is_the_processs_own_less_what_it_holds_outside_the_step(data, model):
     """With a --memory-budget that leaves 40 MiB over what the process holds now (after the 10% headroom), the
     chosen batch's step fits in those 40 MiB, not in the whole budget as if torch and the data took nothing."""

@@ -120,11 +120,10 @@ def plan_memory_cmd(ctx: typer.Context, **options: Any) -> None:
     from foxhunt import settings
     from foxhunt.data.prepare import prepare_data
     from foxhunt.model.tft import TemporalFusionTransformer
+    from foxhunt.train.batch_sizes import budgeted_plan
     from foxhunt.train.config import parse_size
     from foxhunt.train.device import resolve_device
-    from foxhunt.train.plan import plan_memory
     from foxhunt.train.precision import resolve_precision
-    from foxhunt.train.telemetry import held_outside_step
 
     v = values(ctx, options["config"])
     set_verbosity(v, every_info=True)
@@ -135,8 +134,7 @@ def plan_memory_cmd(ctx: typer.Context, **options: Any) -> None:
     precision = resolve_precision(v["precision"], dev)
     data = prepare_data(data_cfg)
     model = TemporalFusionTransformer(data.schema.sizes, model_cfg).to(dev)
-    held = held_outside_step(model) if dev.type == "cpu" else 0  # on CPU the budget is the process's
-    plan = plan_memory(model, data.schema.sizes, model_cfg, dev, parse_size(str(v["memory_budget"])),
-                       optimizer_state_on_cpu=v["optimizer_state"] == "cpu", precision=precision).holding(held)
+    plan = budgeted_plan(model, data.schema.sizes, model_cfg, dev, parse_size(str(v["memory_budget"])),
+                         v["optimizer_state"] == "cpu", precision)
     typer.echo(plan.format_table())
 

@@ -38,6 +38,12 @@ def absolute_option(value: Any) -> Any:
     return tuple(map(absolute_path, value)) if isinstance(value, (tuple, list)) else value
 
 
+def same_option(name: str, a: Any, b: Any) -> bool:
+    """Whether two values of option `name` are the same: a path option's up to its absolute form (one as typed now,
+    one as a run saves it), so that a run resumed or a store reused from another directory is not refused."""
+    return a == b or (name in PATH_FIELDS and absolute_option(a) == absolute_option(b))
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """Each field with `option(...)` is an option of `foxhunt train` (and prepare, inspect, plan-memory, backtest,
@@ -240,10 +246,7 @@ class DataConfig:
         """These options with the files they name (the bars, --covariates, --events, --features) made absolute
         against the working directory: what a run saves, so that its model reads its inputs (and `evaluate --model`
         its bars) from any directory. Lexical (os.path.abspath): a glob or a folder stays one."""
-        return replace(self, paths=tuple(map(absolute_path, self.paths)),
-                       covariates=tuple(map(absolute_path, self.covariates)),
-                       events=None if self.events is None else absolute_path(self.events),
-                       features=None if self.features is None else absolute_path(self.features))
+        return replace(self, **{k: absolute_option(getattr(self, k)) for k in PATH_FIELDS})
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

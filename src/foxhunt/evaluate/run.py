@@ -46,7 +46,7 @@ from foxhunt.predict.origins import (
     with_sources,
 )
 from foxhunt.predict.parquet import write_forecasts
-from foxhunt.predict.provenance import check_made_by, is_calibrated
+from foxhunt.predict.provenance import check_made_by, is_calibrated, read_metadata
 from foxhunt.train.device import resolve_device
 from foxhunt.train.seeds import SEEDS_FILE
 
@@ -74,7 +74,8 @@ def evaluate_run(cfg: EvaluateConfig, paths: tuple[str, ...]) -> dict[str, Any]:
     end_ns = parse_time(end, "--end", end=True)
     start_ns, scored_what = scoring_start(data, model_dir, parse_time(start, "--start"), end_ns, start)
     ids = select_origins(data, start_ns, end_ns)
-    given = None if forecasts is None else read_forecasts(forecasts, data, ids, lm)
+    info = None if forecasts is None else read_metadata(forecasts)  # read once: who made them, how calibrated
+    given = None if forecasts is None else read_forecasts(forecasts, info, data, ids, lm)
     span = span_of(data, ids) if given is None else _span(given, data)
     if span is None:
         raise InputError("no origin in --start/--end has a realised target to score; evaluate on bars with a future")
@@ -94,7 +95,7 @@ def evaluate_run(cfg: EvaluateConfig, paths: tuple[str, ...]) -> dict[str, Any]:
                    else lm.calibration_note)
     else:
         scorer.add(given)
-        crossings, applied = None, is_calibrated(forecasts)
+        crossings, applied = None, is_calibrated(info)
         why_not = f"{forecasts} holds {'uncalibrated' if applied is False else 'forecasts that do not say'}"
     del given
     scored = scorer.results()
@@ -177,11 +178,13 @@ def calibration_note(c: dict[str, Any]) -> str:
     return f"calibration: not applied ({c.get('not_applied')}); {label} coverage {shown}"
 
 
-def read_forecasts(path: Path, data: PreparedData, ids: torch.Tensor, lm: LoadedModel) -> Scored:
-    """Forecasts written earlier by `foxhunt predict`, matched to these bars' windows by (symbol, origin)."""
+def read_forecasts(path: Path, info: dict[str, Any] | None, data: PreparedData, ids: torch.Tensor,
+                   lm: LoadedModel) -> Scored:
+    """Forecasts written earlier by `foxhunt predict` (`info`: the file's metadata), matched to these bars' windows by
+    (symbol, origin)."""
     if not path.exists():
         raise InputError(f"{path}: --forecasts file not found")
-    check_made_by(path, lm, data)
+    check_made_by(path, info, lm, data)
     cols = [quantile_label(q) for q in lm.model_cfg.quantiles]
     try:
         fc = pl.read_parquet(path, columns=["symbol", "origin", "horizon", *cols])

@@ -30,7 +30,7 @@ from foxhunt.data.features.scaling import VOL_FLOOR, standardized
 from foxhunt.export.graph import OUTPUT_NAME, InputSpec, positional_names, relative_time
 from foxhunt.export.parity import ParityResult
 from foxhunt.model.config import DEFAULT_METHOD
-from foxhunt.model.saved import LoadedModel, weights_digest
+from foxhunt.model.saved import LoadedModel
 
 FORMAT_VERSION = 1
 
@@ -65,25 +65,38 @@ FEATURES = {
 }
 
 
+def _proxy_words(tf: FittedTransform, target: str) -> str:
+    """The variance proxy v_t of data/features/scaling.variance_proxy for this model's estimator."""
+    ret, rng = move_columns(target)
+    return (f"v_t = {ret}_t^2" if tf.data.vol_estimator == "returns" else
+            f"v_t = k {rng}_t^2, k = scalers.series[s].range_k.value")
+
+
+def _ewma_words(target: str, x: str, out: str) -> str:
+    """The seeded EWMA of data/features/scaling.trailing over `x` (the proxy, or it deseasonalized) and its floor,
+    giving `out`: one recipe for the sidecar's volatility inputs and its volatility scale."""
+    ret, _ = move_columns(target)
+    return ("m_0 = std^2 on the series' first bar (the seed itself: that bar's own v_0 is not used), then m_t = "
+            f"(1 - a) m_(t-1) + a {x} on every later bar, a = 1 - 0.5^(1 / scalers.halflife); "
+            f"{out} = max(sqrt(m_t), {VOL_FLOOR} std), std = scalers.series[s].{ret}.std")
+
+
+SEASON_WORDS = ("p(t) = scalers.season.profile[i] at i the minute of the day (0..1439) of bar t's time in zone "
+                "scalers.season.tz")
+
+
 def trailing_words(tf: FittedTransform, target: str) -> dict[str, str]:
     """`log_vol` and `log_vol_season` in words exact enough to rebuild them bar by bar (data/features/scaling.
-    trailing: the EWMA's first value is the seed itself, that bar's own proxy unused, as in `volatility_words`;
-    tests/export/test_sidecar_scaling.py rebuilds both in numpy from these words)."""
-    ret, rng = move_columns(target)
-    std = f"scalers.series[s].{ret}.std"
-    proxy = (f"v_t = {ret}_t^2" if tf.data.vol_estimator == "returns" else
-             f"v_t = k {rng}_t^2, k = scalers.series[s].range_k.value")
-    ewma = ("m_0 = std^2 on the series' first bar (the seed itself: that bar's own v_0 is not used), then m_t = "
-            "(1 - a) m_(t-1) + a {x} on every later bar, a = 1 - 0.5^(1 / scalers.halflife)")
+    trailing, the same recipe as `volatility_words`; tests/export/test_sidecar_scaling.py rebuilds both in numpy
+    from these words)."""
+    proxy = _proxy_words(tf, target)
     words = {"log_vol": (f"ln sigma_t, the series' trailing volatility (estimator '{tf.data.vol_estimator}'): "
-                         f"{proxy}; {ewma.format(x='v_t')}; sigma_t = max(sqrt(m_t), {VOL_FLOOR} std), std = {std} "
-                         "(the same recipe as scaling.center_scale, without the profile)")}
+                         f"{proxy}; {_ewma_words(target, 'v_t', 'sigma_t')} (the same recipe as "
+                         "scaling.center_scale, without the profile)")}
     if tf.scalers.season is not None:
         words["log_vol_season"] = (
-            f"ln s_t, the series' deseasonalized trailing volatility: the proxy {proxy} divided by p(t)^2, p(t) = "
-            "scalers.season.profile[i] at i the minute of the day (0..1439) of bar t's time in zone "
-            f"scalers.season.tz; {ewma.format(x='v_t / p(t)^2')} (the seed is not divided by p^2); s_t = "
-            f"max(sqrt(m_t), {VOL_FLOOR} std), std = {std}")
+            f"ln s_t, the series' deseasonalized trailing volatility: the proxy {proxy} divided by p(t)^2, "
+            f"{SEASON_WORDS}; {_ewma_words(target, 'v_t / p(t)^2', 's_t')} (the seed is not divided by p^2)")
     return words
 
 
@@ -205,17 +218,15 @@ def volatility_words(tf: FittedTransform, target: str) -> str:
     """The exact recipe of data/scaling.trailing's center and scale for volatility scaling, in this model's terms:
     a reader in another language rebuilds the scale at the origin from these words and the scaler numbers alone
     (tests/export/test_sidecar_scaling.py does so in numpy)."""
-    ret, rng = move_columns(target)
+    _, rng = move_columns(target)
     est = tf.data.vol_estimator
-    proxy = f"{ret}_t^2" if est == "returns" else f"k * {rng}_t^2 (k = scalers.series[s].range_k.value)"
     season = tf.scalers.season is not None
+    x = "v_t / p(t)^2" if season else "v_t"
     words = (f"scaling 'volatility' ({est} estimator). Per series s, over its bars in time order: "
-             f"v_t = {proxy}{' / p(t)^2' if season else ''}, where a series' first bar takes "
-             f"v_0 = std^2 (std = scalers.series[s].{ret}.std); m_0 = v_0, m_t = (1 - a) m_(t-1) + a v_t with "
-             f"a = 1 - 0.5^(1 / scalers.halflife); sigma_t = max(sqrt(m_t), {VOL_FLOOR} std)")
+             f"{_proxy_words(tf, target)}; {_ewma_words(target, x, 'sigma_t')}")
     if season:
-        words += ("; p(t) = scalers.season.profile[i], i the minute of the day (0..1439) of bar t's time in zone "
-                  "scalers.season.tz, and the volatility expected at bar t is sigma_t x p(t)")
+        words += (f" (the seed is not divided by p^2); {SEASON_WORDS}, and the volatility expected at bar t is "
+                  "sigma_t x p(t)")
     vol = "sigma_t x p(t)" if season else "sigma_t"
     if target in RETURN_TARGETS:
         return words + f". At the origin t: center 0, scale {vol}"
@@ -307,7 +318,7 @@ def sidecar(lm: LoadedModel, run_dir: Path, model_file: str, specs: list[InputSp
         "opset": opset,
         "model_file": model_file,
         "run_dir": str(Path(run_dir).resolve()),
-        "weights_sha256": weights_digest(Path(run_dir) / "model.safetensors"),
+        "weights_sha256": lm.weights_sha256,
         "inputs": [_input(s, cards) for s in present],
         "omitted_inputs": [s.name for s in specs if not s.channels],
         "output": {"name": OUTPUT_NAME, "dtype": "float32", "shape": ["batch", cfg.horizon, len(cfg.quantiles)],

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, save_file
 
 import foxhunt
 from foxhunt.atomic import write_json, write_with
@@ -102,6 +102,7 @@ class LoadedModel:
     calibration_note: str | None = None  # why there is no calibration (no file: a run from before calibration)
     adaptive: AdaptiveCalibration | None = None  # the adaptive state (None: calibration.json from before it)
     root: Path | None = None  # the run directory it was loaded from (None: built in memory)
+    weights_sha256: str | None = None  # `weights_digest` of the weights loaded (None: built in memory)
 
     @property
     def adaptive_won(self) -> bool:
@@ -147,15 +148,17 @@ def load_model(run_dir: str | Path, device: torch.device | str = "cpu", calibrat
         raise InputError(f"{meta_path}: not a foxhunt model description ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}); retrain or point {flag} elsewhere") from e
     model = TemporalFusionTransformer(schema.sizes, model_cfg)
+    data = weights_path.read_bytes()  # read once: the weights loaded are the weights the digest describes
     try:
-        model.load_state_dict(load_file(str(weights_path)))
+        model.load_state_dict(load(data))
     except Exception as e:  # safetensors raises its own error type for a file cut short
         raise InputError(f"{weights_path}: unreadable or does not match model.json ({str(e).splitlines()[0]}); "
                          f"retrain or point {flag} elsewhere") from e
     model.to(device).eval()
-    lm = LoadedModel(model, model_cfg, schema, transform, data_cfg, meta, root=root)
+    digest = weights_digest(data)
+    lm = LoadedModel(model, model_cfg, schema, transform, data_cfg, meta, root=root, weights_sha256=digest)
     if calibration:
-        lm.calibration, lm.calibration_note, lm.adaptive = load_calibration(root, model_cfg)
+        lm.calibration, lm.calibration_note, lm.adaptive = load_calibration(root, model_cfg, digest)
         stopped = stopped_note(root, meta)
         if stopped is not None:
             log.warning(stopped)
@@ -164,11 +167,12 @@ def load_model(run_dir: str | Path, device: torch.device | str = "cpu", calibrat
     return lm
 
 
-def load_calibration(root: Path, model_cfg: ModelConfig
+def load_calibration(root: Path, model_cfg: ModelConfig, weights_sha256: str
                      ) -> tuple[Calibration | None, str | None, AdaptiveCalibration | None]:
     """(calibration, None, adaptive state or None for a file from before it), or (None, why not, None): no file (a
-    run from before calibration, or too few validation windows) or a file fitted on other weights (a resumed run
-    stopped before it refitted). A file that cannot be read is an InputError naming it."""
+    run from before calibration, or too few validation windows) or a file fitted on other weights than those whose
+    digest is `weights_sha256` (a resumed run stopped before it refitted). A file that cannot be read is an
+    InputError naming it."""
     path = root / "calibration.json"
     if not path.exists():
         return None, f"{root} has no calibration.json (trained before calibration, or too few validation windows)", None
@@ -183,16 +187,18 @@ def load_calibration(root: Path, model_cfg: ModelConfig
         raise InputError(f"{path}: fitted for quantiles {list(cal.quantiles)} and horizon {cal.horizon}, the model "
                          f"has {list(model_cfg.quantiles)} and {model_cfg.horizon}; delete it or retrain")
     digest = cal.fitted_on.get("weights_sha256")
-    if digest and digest != weights_digest(root / "model.safetensors"):
+    if digest and digest != weights_sha256:
         return None, f"{path} was fitted on other weights than model.safetensors (stale); ignored", None
     if adaptive is not None and adaptive.rule.shape[1:] != cal.shifts.shape:
         raise InputError(f"{path}: its adaptive state does not match its shifts; delete it or retrain")
     return cal, None, adaptive
 
 
-def weights_digest(path: Path) -> str:
-    """SHA-256 of a weights file: ties calibration.json to the weights it was fitted on."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def weights_digest(weights: Path | bytes) -> str:
+    """SHA-256 of a weights file (its path, or the bytes read from it): ties calibration.json, a forecasts file and
+    the ONNX sidecar to the weights they were made with."""
+    data = weights.read_bytes() if isinstance(weights, Path) else weights
+    return hashlib.sha256(data).hexdigest()
 
 
 def check_version(path: Path, written_by: Any) -> None:

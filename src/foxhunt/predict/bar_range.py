@@ -45,12 +45,29 @@ def in_zone(lm: LoadedModel, timezone: str | None) -> LoadedModel:
     return dataclasses.replace(lm, data_cfg=dataclasses.replace(lm.data_cfg, timezone=timezone))
 
 
+def check_saved_paths(paths: tuple[str, ...], lead: str, fix: str) -> None:
+    """Paths a model's run saved (an option of its training run, as model.json holds it) can be read; else one line:
+    `lead`, the paths not found and why (an absolute path: moved or deleted since training; an older run's relative
+    one: relative to where training ran, read from here), and `fix`, which names the flag that points elsewhere."""
+    from foxhunt.data.io.discover import expand_sources
+
+    missing = []
+    for path in paths:
+        try:
+            expand_sources([path])
+        except InputError:
+            missing.append(path)
+    if missing:
+        why = ("moved or deleted since training" if all(Path(p).is_absolute() for p in missing) else
+               f"as typed, relative to where training ran; not found from {Path.cwd()}")
+        raise InputError(f"{lead}: {', '.join(missing)} ({why}); {fix}")
+
+
 def training_bars(model_dir: Path) -> tuple[str, ...]:
     """The bars to read when none are named: the files the model's run was trained on (model.json's data paths,
     absolute since runs save them so; an older run's relative ones from the working directory), said in one line;
     the bundled sample for a model trained on it. InputError when those files are gone. () when the directory holds
     no readable model.json: loading the model says what is wrong with it."""
-    from foxhunt.data.io.discover import expand_sources
     from foxhunt.data.io.sample_path import is_bundled_sample
 
     try:
@@ -63,12 +80,8 @@ def training_bars(model_dir: Path) -> tuple[str, ...]:
         path = bundled_sample_path()  # made again where this cache has none: the sample is seeded
         log.info("no --parquet-file given: the model was trained on the bundled ES sample; reading it (%s)", path)
         return (str(path),)
-    try:
-        expand_sources(paths)
-    except InputError:
-        raise InputError(f"no --parquet-file given, and the bars the model was trained on are not found: "
-                         f"{', '.join(paths)} (its run's --parquet-file); pass --parquet-file PATH with the bars to "
-                         "read") from None
+    check_saved_paths(paths, "no --parquet-file given, and the bars the model was trained on are not found",
+                      "they are its run's --parquet-file; pass --parquet-file PATH with the bars to read")
     log.info("no --parquet-file given: reading the bars the model was trained on, %s (its run's --parquet-file)",
              ", ".join(paths))
     return paths

@@ -28,10 +28,10 @@ class ForecastConfig:
     since: str | None = again(DataConfig, "since", show_default="the model's")
     until: str | None = again(DataConfig, "until", show_default="the last bar")
     timezone: str | None = again(DataConfig, "timezone", show_default="the model's")
-    # Both select origins by their first forecast step (select_origins): since <= step < until, a bare --end date
+    # Both select origins by their first forecast step (select_origins): start <= step < end, a bare --end date
     # taking its whole day.
     start: str | None = option(None, "Earliest first forecast step: ISO date/time.", FORECASTS, metavar="DATE")
-    end: str | None = option(None, "Latest first forecast step: ISO date/time.", FORECASTS, metavar="DATE")
+    end: str | None = option(None, "First forecast step before ISO time / through date.", FORECASTS, metavar="DATE")
     batch_size: int = option(1024, "Windows per forward pass.", FORECASTS, metavar="N", minimum=1)
     device: str = again(TrainConfig, "device", default="cpu", switch=None)
     # How the forecasts are calibrated (model/config.py METHODS); backtest takes the same flag.

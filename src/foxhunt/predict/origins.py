@@ -17,11 +17,10 @@ from foxhunt.data.bars.load import LoadedBars, load_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import FEATURIZING, FittedTransform, PreparedData
 from foxhunt.data.dataset.windows import id_chunks
-from foxhunt.data.io.discover import expand_sources
 from foxhunt.data.prepare import prepare_from_bars
 from foxhunt.errors import InputError
 from foxhunt.model.saved import LoadedModel
-from foxhunt.predict.bar_range import check_history, window_note
+from foxhunt.predict.bar_range import check_history, check_saved_paths, window_note
 
 log = logging.getLogger("foxhunt.evaluate")
 
@@ -69,14 +68,10 @@ def with_sources(lm: LoadedModel, covariates: tuple[str, ...] | None = None, eve
 def _check_saved_sources(lm: LoadedModel) -> None:
     """The training run's --covariates, as its model saved them, can be read: a model from before they were saved
     absolute holds them as typed, relative to the directory training ran in, and is read from here."""
-    for path in lm.data_cfg.covariates:
-        try:
-            expand_sources([path])
-        except InputError:
-            where = f"{lm.root / 'model.json'}" if lm.root is not None else "the model"
-            raise InputError(f"{path}: not found from {Path.cwd()}; this path is the training run's --covariates "
-                             f"as typed, saved in {where}; point at the file with --covariates PATH (Python: "
-                             "Forecaster.load(..., covariates=[PATH]))") from None
+    where = f"{lm.root / 'model.json'}" if lm.root is not None else "the model"
+    check_saved_paths(tuple(lm.data_cfg.covariates), f"the training run's --covariates, saved in {where}, are not "
+                      "found", "point at the file with --covariates PATH (Python: Forecaster.load(..., "
+                      "covariates=[PATH]))")
 
 
 def prediction_config(lm: LoadedModel, paths: tuple[str, ...]) -> DataConfig:

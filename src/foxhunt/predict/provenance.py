@@ -23,7 +23,7 @@ from foxhunt.errors import InputError
 from foxhunt.model.adaptive import Runner
 from foxhunt.model.calibration import Calibration
 from foxhunt.model.config import quantile_label
-from foxhunt.model.saved import LoadedModel, weights_digest
+from foxhunt.model.saved import LoadedModel
 
 log = logging.getLogger("foxhunt.evaluate")
 
@@ -60,7 +60,7 @@ def forecast_metadata(lm: LoadedModel, data: PreparedData, cal: Calibration | Ru
         "bar_interval": data.summary.get("bar_interval"),  # of the bars forecast from
         "model_bar_interval": bar_interval(lm.transform.bar_spacing_ns),  # of the bars the model was trained on
         "model_dir": None if lm.root is None else str(Path(lm.root).resolve()),
-        "weights_sha256": None if lm.root is None else weights_digest(Path(lm.root) / "model.safetensors"),
+        "weights_sha256": lm.weights_sha256,
         "times": "origin: the last bar the forecast saw; target_time: the bar forecast; both UTC",
         "foxhunt_version": foxhunt.__version__,
     }
@@ -77,24 +77,25 @@ def read_metadata(path: Path) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else None
 
 
-def is_calibrated(path: Path) -> bool | None:
-    """What a forecasts file says about its calibration (None: it does not say, or its rows differ: a backtest's)."""
-    info = read_metadata(path) or {}
-    value = info.get("calibrated")
+def is_calibrated(info: dict[str, Any] | None) -> bool | None:
+    """What a forecasts file's metadata (`read_metadata`) says about its calibration (None: it does not say, or its
+    rows differ: a backtest's)."""
+    value = (info or {}).get("calibrated")
     return value if isinstance(value, bool) else None
 
 
-def check_made_by(path: Path, lm: LoadedModel, data: PreparedData) -> None:
-    """Refuse (InputError) forecasts another model made, or made from bars of another spacing than `data`'s; a file
-    that does not say (written before forecast files did) gets a warning and is scored as given."""
-    info = read_metadata(path) or {}
+def check_made_by(path: Path, info: dict[str, Any] | None, lm: LoadedModel, data: PreparedData) -> None:
+    """Refuse (InputError) forecasts another model made, or made from bars of another spacing than `data`'s, by the
+    file `path`'s metadata `info` (`read_metadata`); a file that does not say (written before forecast files did)
+    gets a warning and is scored as given."""
+    info = info or {}
     made_by = {f.get("weights_sha256") for f in info.get("folds", [])} or {info.get("weights_sha256")}
     made_by.discard(None)
     if not made_by or "bar_interval" not in info:
         log.warning("%s does not say which model made it or from which bars (written before foxhunt's forecast "
                     "files did, or by another program): scored as given", path)
         return
-    own = weights_digest(Path(lm.root) / "model.safetensors") if lm.root is not None else None
+    own = lm.weights_sha256
     if own is not None and made_by != {own}:
         who = info.get("model_dir") or ", ".join(sorted({str(f.get("model_dir")) for f in info.get("folds", [])}))
         raise InputError(f"{path}: made by another model ({who}, weights sha256 {sorted(made_by)[0][:12]}...) than "

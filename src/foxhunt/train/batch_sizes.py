@@ -11,12 +11,13 @@ import torch
 
 from foxhunt.console import SHOW
 from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.features.schema import InputSizes
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
 from foxhunt.train.config import AUTO, TrainConfig
 from foxhunt.train.console_lines import predicted_mb
 from foxhunt.train.distributed import Dist
-from foxhunt.train.plan import fits, plan_memory
+from foxhunt.train.plan import MemoryPlan, fits, plan_memory
 from foxhunt.train.run_dir import RunDir
 from foxhunt.train.telemetry import available_host_bytes, held_outside_step, host_rss_bytes
 
@@ -79,16 +80,12 @@ def resolve_batch_sizes(
     given = cfg.batch_size if cfg.batch_size == AUTO or world > 1 else cut_to_windows(int(cfg.batch_size), n_train)
     if given != AUTO and cfg.validation_batch_size != AUTO:
         return int(given), int(cfg.validation_batch_size), None
-    budget, cpu = cfg.memory_budget, device.type == "cpu"
-    fixed = held_outside_step(model) if cpu else 0
-    if budget is None:
-        budget = int(torch.cuda.mem_get_info(device)[0] * 0.8) if device.type == "cuda" else (
-            host_rss_bytes() + available_host_bytes())
+    cpu = device.type == "cpu"
     # Without a budget on CPU the plan only bounds the validation batch, whose throughput size is far below any
     # limit: the analytic plan is enough there, and the probe's seconds of instrumented steps are saved.
-    plan = plan_memory(model, data.schema.sizes, model_cfg, device, budget,
-                       optimizer_state_on_cpu=cfg.optimizer_state == "cpu", probe=not (cpu and cfg.memory_budget is None),
-                       precision=precision).holding(fixed)
+    plan = budgeted_plan(model, data.schema.sizes, model_cfg, device, cfg.memory_budget, cfg.optimizer_state == "cpu",
+                         precision, probe=not (cpu and cfg.memory_budget is None))
+    budget, fixed = plan.budget_bytes, plan.fixed_bytes
     log.info("memory plan (budget %.0f MiB):\n%s", budget / 2**20, plan.format_table())
     batch_size = min(plan.best_train_batch, n_train) if given == AUTO else given
     val_batch = cfg.validation_batch_size
@@ -105,6 +102,19 @@ def resolve_batch_sizes(
                     f"{row / 2**20:,.0f}", f"{plan.usable_bytes / 2**20:,.0f}", held)
     log.info("batch size %d, validation batch size %d", batch_size, val_batch)
     return int(batch_size), int(val_batch), plan.to_dict()
+
+
+def budgeted_plan(model: torch.nn.Module, sizes: InputSizes, model_cfg: ModelConfig, device: torch.device,
+                  budget: int | None, optimizer_state_on_cpu: bool, precision: str, probe: bool = True) -> MemoryPlan:
+    """The memory plan of a run on `device` under `budget` (None, no --memory-budget: 80% of the GPU's free memory;
+    on CPU the process's, what it holds now and the host memory still available), less, on CPU, what the process
+    holds outside the step (`MemoryPlan.fixed_bytes`): what `train` sizes its batches by and `plan-memory` prints."""
+    fixed = held_outside_step(model) if device.type == "cpu" else 0
+    if budget is None:
+        budget = int(torch.cuda.mem_get_info(device)[0] * 0.8) if device.type == "cuda" else (
+            host_rss_bytes() + available_host_bytes())
+    return plan_memory(model, sizes, model_cfg, device, budget, optimizer_state_on_cpu=optimizer_state_on_cpu,
+                       probe=probe, precision=precision).holding(fixed)
 
 
 def cut_to_windows(batch_size: int, n_train: int) -> int:

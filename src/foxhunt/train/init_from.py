@@ -29,6 +29,7 @@ import torch
 
 from foxhunt.data.dataset.types import FittedTransform
 from foxhunt.data.features.schema import UNKNOWN_SERIES, FeatureSchema, Kind, Role
+from foxhunt.data.util.listing import listing
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig
 from foxhunt.model.saved import LoadedModel, load_model
@@ -65,9 +66,8 @@ class Transfer:
         parts = [head]
         for name, new in self.new.items():
             if new:
-                shown = ", ".join(new[:3]) + (f" and {len(new) - 3} more" if len(new) > 3 else "")
-                parts.append(f"{name}: {self.known[name]} known there, {len(new)} new ({shown}) starting from its "
-                             "unknown row")
+                parts.append(f"{name}: {self.known[name]} known there, {len(new)} new ({listing(new, 3)}) "
+                             "starting from its unknown row")
         return "; ".join(parts) + "; scalers and calibration fitted here"
 
     def to_dict(self) -> dict[str, Any]:

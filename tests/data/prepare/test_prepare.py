@@ -265,6 +265,9 @@ def test_unadjusted_roll_bars_are_counted_and_summary_is_json(generic: pl.DataFr
     lines = format_summary(p.summary).splitlines()
     assert lines[0].startswith("data") and "1 rolls (2024-03-15 ESH4->ESM4)" in lines[0]
     assert any(line.startswith("train") and "purged" in line for line in lines)
+    (windows,) = [line for line in lines if line.startswith("windows")]  # totals; each split's count once, below
+    purged = sum(p.summary["purged"].values())
+    assert windows.endswith(f"of them in the splits; {purged:,} purged at the split boundaries") and " / " not in windows
 
 
 def test_prepare_data_loads_then_prepares() -> None:

@@ -228,21 +228,23 @@ def _checks_text(c: dict[str, Any]) -> str:
 CALENDAR_HINT_SHARE = 0.2
 
 
-def windows_text(summary: dict[str, Any]) -> str:
+def windows_text(summary: dict[str, Any], splits: bool = True) -> str:
     """'49,197 windows, 48,849 of them in the splits (train 24,472 / val 12,257 / test 12,120); 348 purged at the split
     boundaries': every window of the series (the per-series counts; a store's `starts`) and those the splits hold
-    (the gaps line's share), as inspect and prepare say them. A purged window's encoder and forecast span straddle
-    a split boundary; with a rolling training window (backtest) those forecasting before its start are in none."""
+    (the gaps line's share), as prepare says them; without `splits` (inspect, whose per-split lines follow) the
+    totals only. A purged window's encoder and forecast span straddle a split boundary; with a rolling training
+    window (backtest) those forecasting before its start are in none."""
     s = summary
     total = sum(info["windows"] for info in s["series"].values())
     used, purged = sum(s["windows"].values()), sum(s.get("purged", {}).values())
-    splits = " / ".join(f"{k} {s['windows'][k]:,}" for k in SPLITS)
+    counts = " / ".join(f"{k} {s['windows'][k]:,}" for k in SPLITS)
+    each = f" ({counts})" if splits else ""
     if used >= total:  # no window left out of the splits
-        return f"{used:,} windows ({splits})"
+        return f"{used:,} windows{each}"
     out = [f"{purged:,} purged at the split boundaries"] if purged else []
     if total - used - purged:
         out.append(f"{total - used - purged:,} before the training window's start")
-    return f"{total:,} windows, {used:,} of them in the splits ({splits}); {' and '.join(out)}"
+    return f"{total:,} windows, {used:,} of them in the splits{each}; {' and '.join(out)}"
 
 
 def contracts_text(summary: dict[str, Any]) -> str | None:
@@ -318,7 +320,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         + (f", train cut {_utc(s['train_end'])}" if s.get("train_end") else "")
         + (f", val end {_utc(s['val_end'])}" if s.get("val_end") else "")
     )
-    lines.append("windows   " + windows_text(s))
+    lines.append("windows   " + windows_text(s, splits=False))  # each split's count is on its own line below
     for k in SPLITS:
         r = s["ranges"].get(k)
         span = f"  first forecast bar {_utc(r['first'])} .. {_utc(r['last'])}" if r else ""

@@ -25,6 +25,7 @@ from foxhunt.data.features.calendar import SESSION_CALENDAR
 from foxhunt.data.features.fitted import FittedInputs, Scalers
 from foxhunt.data.features.scaling import observed_names
 from foxhunt.data.features.schema import UNKNOWN_SERIES, FeatureSchema
+from foxhunt.data.util.listing import listing
 
 if TYPE_CHECKING:  # imported where tensors are made: prepare's worker processes (data/prepare) never need it
     import torch
@@ -114,14 +115,11 @@ class FittedTransform:
     def tell_unseen(self, names: Sequence[str]) -> None:
         """Warn once of the series in `names` that training never saw: a forecast of one is the pooled model's
         (the code UNKNOWN_SERIES), which a user reading its rows could not otherwise tell from a series' own."""
-        if not names:  # a stream's bars of series it knows: the usual update, at no cost
-            return
         known = set(self.series_vocab)
         unseen = [n for n in names if n not in known]
         if not unseen:
             return
-        listed = ", ".join(repr(n) for n in unseen[:SHOWN]) + (f" and {len(unseen) - SHOWN} more"
-                                                              if len(unseen) > SHOWN else "")
+        listed = listing([repr(n) for n in unseen], SHOWN)
         anchor = "" if self.anchor is None else ", and the standard normal quantiles as anchor (no GARCH-t fit of its own)"
         log.warning("%s the model never saw in training (%s): forecast with its unknown-series embedding (the "
                     "pooled model) and pooled scalers%s", "a series" if len(unseen) == 1 else f"{len(unseen)} series",

@@ -210,10 +210,13 @@ class StreamState:
         """log_range under volatility scaling with the returns estimator: center and scale are EWMAs of the range."""
         return ewm_range_scale(self.tf.scaling, self.tf.target, self.estimator)
 
-    def _rows_for(self, names: list[str]) -> np.ndarray:
-        """State rows of `names`, adding fresh (never seen) rows for new series."""
+    def _rows_for(self, names: list[str], tell: bool = False) -> np.ndarray:
+        """State rows of `names`, adding fresh (never seen) rows for new series; with `tell` (a stream's bars, not a
+        history that preparing it has told of), new series training never saw are said (FittedTransform.tell_unseen)."""
         new = [n for n in dict.fromkeys(names) if n not in self.index]
         if new:
+            if tell:
+                self.tf.tell_unseen(new)
             s, m = len(self.names), len(new)
             for i, n in enumerate(new):
                 self.index[n] = s + i
@@ -253,8 +256,7 @@ class StreamState:
         if len(set(names)) != len(names):
             raise InputError("update: more than one bar for a series in one call; pass one bar per series, in time "
                              "order, one call per bar time")
-        self.tf.tell_unseen([n for n in names if n not in self.index])  # new to the stream: said if to training too
-        rows = self._rows_for(names).tolist()
+        rows = self._rows_for(names, tell=True).tolist()
         if self.context is not None:
             self.context.check(names, ts_ns)
         for i, r in enumerate(rows):

@@ -44,6 +44,7 @@ from foxhunt.data.io.normalise import (
 from foxhunt.data.io.partitions import hive_keys
 from foxhunt.data.io.read import hive_symbol_key
 from foxhunt.data.io.scan import read_error
+from foxhunt.data.util.listing import listing
 from foxhunt.errors import InputError
 
 KEY_COLUMNS = ("root",)  # besides the bar reader's symbol names: a table for every contract of a futures root
@@ -282,13 +283,13 @@ def _bar_columns_of(whole: pl.DataFrame | None, names: list[str], path: Path, de
     own_symbol = match_column(names, symbol_col) if symbol_col is not None else symbol_column(names)
     hive_symbol = hive_symbol_key(hive, symbol_col) if own_symbol is None else None
     found = find_columns(names + ([hive_symbol] if hive_symbol else []), path, timestamp_col, symbol_col)
-    listing = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+    shown = listing(names, 12)
     wanted = {}
     for c in read.columns:
         match = match_column(names, c)
         if match is None:
             raise InputError(
-                f"{path}: no column {c!r} for an input; found columns: {listing}; check the name, or give the values"
+                f"{path}: no column {c!r} for an input; found columns: {shown}; check the name, or give the values"
                 " in a --covariates file"
             )
         wanted[c] = match
@@ -380,18 +381,18 @@ def _read_whole(path: Path, columns: list[str] | None) -> pl.DataFrame:
 
 def _time_column(names: list[str], path: Path, timestamp_col: str | None) -> str:
     """The time column: the one `timestamp_col` names, else the bar reader's candidates (or pandas' unnamed index)."""
-    listing = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+    shown = listing(names, 12)
     if timestamp_col is not None:
         found = match_column(names, timestamp_col)
         if found is None:
-            raise InputError(f"{path}: no column {timestamp_col!r} (the time column asked for); found columns: {listing}")
+            raise InputError(f"{path}: no column {timestamp_col!r} (the time column asked for); found columns: {shown}")
         return found
     found = next((m for c in TIME_CANDIDATES if (m := match_column(names, c)) is not None), None)
     if found is None and "__index_level_0__" in names:
         found = "__index_level_0__"  # pandas wrote an unnamed DatetimeIndex
     if found is None:
         raise InputError(
-            f"{path}: no time column (looked for {', '.join(TIME_CANDIDATES)}); found columns: {listing};"
+            f"{path}: no time column (looked for {', '.join(TIME_CANDIDATES)}); found columns: {shown};"
             " rename the time column to one of these"
         )
     return found

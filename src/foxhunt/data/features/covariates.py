@@ -25,6 +25,7 @@ from foxhunt.data.features.covariate_files import (
     read_bar_columns,
     read_covariates,
 )
+from foxhunt.data.util.listing import listing
 from foxhunt.errors import InputError
 
 __all__ = ["CovariateTable", "asof_join", "coverage", "frame_bar_columns", "known_at", "known_values_at", "pick",
@@ -33,6 +34,7 @@ __all__ = ["CovariateTable", "asof_join", "coverage", "frame_bar_columns", "know
 UTC_NS = pl.Datetime("ns", "UTC")
 _ROW = "__foxhunt_row"
 SHOWN = 5  # keys and series named in a message
+NO_COLUMNS = "no value columns"
 
 
 def pick(tables: Sequence[CovariateTable], columns: Sequence[str]) -> dict[str, CovariateTable]:
@@ -45,7 +47,8 @@ def pick(tables: Sequence[CovariateTable], columns: Sequence[str]) -> dict[str, 
     for c in columns:
         having = [t for t in tables if c in t.columns]
         if not having:
-            found = "; ".join(f"{t.source} has {_listing(t.columns)}" for t in tables) or "no table was given"
+            found = ("; ".join(f"{t.source} has {listing(t.columns, 12, NO_COLUMNS)}" for t in tables)
+                     or "no table was given")
             raise InputError(
                 f"no input file has a column {c!r} (from --observed / --known / --static); {found}; check the name (case"
                 " counts) or add the file with --covariates"
@@ -107,7 +110,8 @@ def _bar_key(left: pl.DataFrame, table: CovariateTable) -> pl.Series:
         series = left.get_column("series").unique().sort()
         raise InputError(
             f"{table.source}: no symbol in the file names a series or contract of the bars (the file has"
-            f" {_listing(keys.sort().to_list(), SHOWN)}; the series are {_listing(series.to_list(), SHOWN)}); use the"
+            f" {listing(keys.sort().to_list(), SHOWN, NO_COLUMNS)}; the series are"
+            f" {listing(series.to_list(), SHOWN, NO_COLUMNS)}); use the"
             " series' names or their contract symbols"
         )
     return left.select(
@@ -168,8 +172,3 @@ def coverage(tables: Sequence[CovariateTable], columns: Sequence[str]) -> list[d
             "keyed": table.keyed,
         })
     return out
-
-
-def _listing(names: Sequence[str], most: int = 12) -> str:
-    shown = ", ".join(map(str, names[:most]))
-    return shown + (f", ... ({len(names)} in all)" if len(names) > most else "") if names else "no value columns"

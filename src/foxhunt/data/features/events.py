@@ -29,6 +29,7 @@ import polars as pl
 
 from foxhunt.data.io.normalise import TIME_CANDIDATES, match_column, parse_time, symbol_column, time_column
 from foxhunt.data.io.scan import read_error
+from foxhunt.data.util.listing import listing
 from foxhunt.errors import InputError
 
 NAME_CANDIDATES = ("name", "event")
@@ -123,15 +124,15 @@ def read_events(path: str, timezone: str | None = None, date_format: str | None 
     p = Path(path)
     frame = _read(p)
     names = frame.columns
-    listing = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+    shown = listing(names, 12)
     time_col = time_column(names) or match_column(names, EXTRA_TIME_CANDIDATE)
     if time_col is None:
         looked = ", ".join((*TIME_CANDIDATES, EXTRA_TIME_CANDIDATE))
-        raise InputError(f"{p}: no time column (looked for {looked}); found columns: {listing}; rename it to ts")
+        raise InputError(f"{p}: no time column (looked for {looked}); found columns: {shown}; rename it to ts")
     name_col = next((m for c in NAME_CANDIDATES if (m := match_column(names, c)) is not None), None)
     if name_col is None:
         raise InputError(
-            f"{p}: no event name column (looked for {', '.join(NAME_CANDIDATES)}); found columns: {listing};"
+            f"{p}: no event name column (looked for {', '.join(NAME_CANDIDATES)}); found columns: {shown};"
             " add a `name` column saying which event each row is"
         )
     key_col = symbol_column(names) or match_column(names, "root")

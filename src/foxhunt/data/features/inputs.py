@@ -42,6 +42,7 @@ from foxhunt.data.features.events import EventCalendar, event_columns, event_fea
 from foxhunt.data.features.fitstats import moments_of, select, stats
 from foxhunt.data.features.fitted import FittedInputs, Moments, Scalers
 from foxhunt.data.io.discover import absolute_path
+from foxhunt.data.util.listing import listing
 from foxhunt.errors import InputError
 
 if TYPE_CHECKING:
@@ -436,16 +437,12 @@ def summary_lines(s: dict) -> list[str]:
              for c in s["columns"]]
     if s.get("events"):
         ev = s["events"]
-        keyed = f" (keyed to {_listing(ev['keys'])})" if ev.get("keys") else ""
+        keyed = f" (keyed to {listing(ev['keys'], 5)})" if ev.get("keys") else ""
         lines.append(f"events    {ev['count']:,} events of {', '.join(ev['names'])}{keyed} from {ev['source']}: known "
                      f"inputs {', '.join(ev['columns'])}")
     if s.get("dropped_bars"):
         lines.append(f"dropped   {s['dropped_bars']:,} bars without a finite value of an --observed input")
     return lines
-
-
-def _listing(names: Sequence[str], most: int = 5) -> str:
-    return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "")
 
 
 def event_keys(src: Sources | None, bars: pl.DataFrame, strict: bool) -> np.ndarray | None:
@@ -466,5 +463,5 @@ def check_keyed(cal: EventCalendar, any_keyed: bool, series: Callable[[], list[s
     (the pieces of a panel each say it of theirs); `series`: the bars' series names, asked where none is."""
     if not any_keyed:
         raise InputError(f"{cal.source}: no symbol in the events file names a series or contract of the bars (the file "
-                         f"has {_listing(cal.keys)}; the series are {_listing(sorted(set(series())))}); use the series' "
+                         f"has {listing(cal.keys, 5)}; the series are {listing(sorted(set(series())), 5)}); use the series' "
                          "names or their contract symbols, or leave the symbol empty to apply an event to every series")

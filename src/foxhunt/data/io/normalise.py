@@ -38,6 +38,7 @@ from foxhunt.data.io.dates import UTC_ZONES, dated, wall_in, written_offsets
 from foxhunt.data.io.dbn import read_dbn
 from foxhunt.data.io.scan import read_error
 from foxhunt.data.io.times import from_epoch, localize, raise_bad_time, text_times
+from foxhunt.data.util.listing import listing
 from foxhunt.errors import InputError
 
 PRICE_COLS = ("open", "high", "low", "close")
@@ -125,24 +126,24 @@ def wanted_columns(names: list[str], path: Path, timestamp_col: str | None, symb
     return list(dict.fromkeys(cols))
 
 
-def _required(names: list[str], column: str, flag: str, path: Path, listing: str) -> str:
+def _required(names: list[str], column: str, flag: str, path: Path, shown: str) -> str:
     """The column a flag names (case-insensitive); a one-line error naming the flag when the file lacks it."""
     match = match_column(names, column)
     if match is None:
-        raise InputError(f"{path}: no column {column!r} (from {flag}); found columns: {listing}")
+        raise InputError(f"{path}: no column {column!r} (from {flag}); found columns: {shown}")
     return match
 
 
 def find_columns(names: list[str], path: Path, timestamp_col: str | None, symbol_col: str | None) -> dict:
     found: dict[str, str | None] = {}
-    listing = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+    shown = listing(names, 12)
     if timestamp_col is not None:
-        found["time"] = _required(names, timestamp_col, "--timestamp-col", path, listing)
+        found["time"] = _required(names, timestamp_col, "--timestamp-col", path, shown)
     else:
         found["time"] = time_column(names)
         if found["time"] is None:
             raise InputError(
-                f"{path}: no time column (looked for {', '.join(TIME_CANDIDATES)}); found columns: {listing};"
+                f"{path}: no time column (looked for {', '.join(TIME_CANDIDATES)}); found columns: {shown};"
                 " name it with --timestamp-col"
             )
     found.update({c: value_column(names, c) for c in VALUE_COLS})
@@ -152,12 +153,12 @@ def find_columns(names: list[str], path: Path, timestamp_col: str | None, symbol
     if missing:
         also = "; ".join(f"{c} as {', '.join(VALUE_ALIASES[c])}" for c in missing)
         raise InputError(
-            f"{path}: missing required column(s) {', '.join(missing)}; found columns: {listing}; the file needs open,"
+            f"{path}: missing required column(s) {', '.join(missing)}; found columns: {shown}; the file needs open,"
             f" high, low, close and volume, under these names or the vendors' ({also}; any case): rename the"
             " columns that hold them to one of these"
         )
     if symbol_col is not None:
-        found["symbol"] = _required(names, symbol_col, "--symbol-col", path, listing)
+        found["symbol"] = _required(names, symbol_col, "--symbol-col", path, shown)
     else:
         found["symbol"] = symbol_column(names)
     found["instrument_id"] = match_column(names, "instrument_id")

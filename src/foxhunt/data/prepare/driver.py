@@ -201,9 +201,9 @@ def _spacing(loads: list[PieceLoaded], fits: list, transform: FittedTransform | 
     spacing = spacing or counted_median([r.gaps for r in loads])
     # One bar per series (prediction on a short file) gives no spacing: trust the model's.
     intraday = transform.intraday if transform is not None and spacing == 0 else spacing < INTRADAY_MAX_NS
-    if transform is not None:
-        gaps = [f.train_gaps for f in fits] if fits else [r.gaps for r in loads]
-        check_model_spacing(transform, spacing, intraday, paths, model_gap_share(gaps, transform.bar_spacing_ns))
+    if transform is not None:  # a saved model's bars are not split (no fits): all their rows' gaps
+        share = model_gap_share([r.gaps for r in loads], transform.bar_spacing_ns)
+        check_model_spacing(transform, spacing, intraday, paths, share)
     if len(loads) > 1:
         check_intraday(loads, intraday)
     return spacing, intraday
@@ -223,11 +223,12 @@ def model_gap_share(gaps: list[tuple[np.ndarray, np.ndarray]], model_ns: int) ->
 def check_model_spacing(transform: FittedTransform, spacing: int, intraday: bool, paths: list[str],
                         share: float = 1.0) -> None:
     """Bars a saved model forecasts are of its kind and, intraday, of its spacing. The median gap between a
-    series' bars (`spacing`, ns; 0: unknown, one bar per series), measured as the model's own was in training, may
-    differ from the model's where bars are missing (thinly traded seconds: 1 s bars 2-3 s apart at the median); the
-    bars are of another spacing only where gaps of the model's spacing are also rare (`share` of the gaps under
-    MODEL_GAP_SHARE). 30-minute bars into a 15-minute model (no gap of 15 minutes) would be forecast on the
-    15-minute grid, every step's target time a bar such data never has."""
+    series' bars (`spacing`, ns; 0: unknown, one bar per series), measured over all the rows forecast from (the
+    model's own was measured over its training rows), may differ from the model's where bars are missing (thinly
+    traded seconds: 1 s bars 2-3 s apart at the median); the bars are of another spacing only where gaps of the
+    model's spacing are also rare (`share` of the gaps under MODEL_GAP_SHARE). 30-minute bars into a 15-minute model
+    (no gap of 15 minutes) would be forecast on the 15-minute grid, every step's target time a bar such data never
+    has."""
     where = f"{', '.join(paths)}: " if paths else ""
     if transform.intraday != intraday:
         want, got = ("intraday", "daily") if transform.intraday else ("daily", "intraday")

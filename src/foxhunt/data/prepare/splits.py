@@ -13,6 +13,7 @@ import numpy as np
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.summary import EPOCH, iso
 from foxhunt.data.dataset.windows import SplitResult
+from foxhunt.data.util.listing import listing
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -108,10 +109,9 @@ def tell_short(names: list[str], lengths: np.ndarray, need: int, e: int) -> None
     short = np.flatnonzero(lengths < need)
     if not len(short):
         return
-    listed = ", ".join(f"{names[i]!r} ({int(lengths[i])} bars)" for i in short[:SHOWN])
-    more = f" and {len(short) - SHOWN} more" if len(short) > SHOWN else ""
+    listed = listing([f"{names[i]!r} ({int(lengths[i])} bars)" for i in short], SHOWN)
     log.warning("no forecast for %d series with fewer bars than the model's encoder needs, %d (encoder %d + 1, the "
-                "first bar has no return): %s%s; load a longer history of them", len(short), need, e, listed, more)
+                "first bar has no return): %s; load a longer history of them", len(short), need, e, listed)
 
 
 def check_splits(split: SplitResult, cuts: tuple[int, int | None], cfg: DataConfig, span: np.ndarray) -> None:

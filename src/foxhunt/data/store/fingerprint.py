@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from foxhunt.data.config import PATH_FIELDS, DataConfig, absolute_option
+from foxhunt.data.config import DataConfig, same_option
 from foxhunt.data.store.layout import NOT_SHAPING
+from foxhunt.data.util.listing import listing
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
@@ -53,9 +54,8 @@ def changed_inputs(inputs: list[dict[str, Any]]) -> list[str]:
 def warn_if_inputs_changed(store: Path, inputs: list[dict[str, Any]]) -> None:
     changed = changed_inputs(inputs)
     if changed:
-        more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
-        log.warning("%s: an input file changed since `foxhunt prepare`: %s%s; training uses the features as "
-                    "prepared; run `foxhunt prepare` again to include the change", store, changed[0], more)
+        log.warning("%s: an input file changed since `foxhunt prepare`: %s; training uses the features as "
+                    "prepared; run `foxhunt prepare` again to include the change", store, listing(changed, 1))
 
 
 def shaping_options(cfg: DataConfig) -> dict[str, Any]:
@@ -77,10 +77,8 @@ def flag(name: str, value: Any) -> str:
 def refuse_other_options(store: Path, saved: Mapping[str, Any], given: Mapping[str, Any]) -> None:
     """InputError naming the first option in `given` (field name -> value) whose value differs from the store's."""
     for name in sorted(given):
-        if name in NOT_SHAPING or name not in saved or given[name] == saved[name]:
-            continue
-        if name in PATH_FIELDS and absolute_option(given[name]) == absolute_option(saved[name]):
-            continue  # the same files, one as typed, one as a run saves them (DataConfig.with_absolute_paths)
+        if name in NOT_SHAPING or name not in saved or same_option(name, given[name], saved[name]):
+            continue  # (a path option: the same files, one as typed, one as a run saves them)
         asked, had = flag(name, given[name]), flag(name, saved[name])
         raise InputError(f"{asked} differs from the feature store {store}, prepared with {had}; drop "
                          f"--{name.replace('_', '-')} to use the store as prepared, or run `foxhunt prepare` "
