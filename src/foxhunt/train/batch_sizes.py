@@ -18,7 +18,7 @@ from foxhunt.train.console_lines import predicted_mb
 from foxhunt.train.distributed import Dist
 from foxhunt.train.plan import fits, plan_memory
 from foxhunt.train.run_dir import RunDir
-from foxhunt.train.telemetry import available_host_bytes, held_outside_step, host_rss_bytes
+from foxhunt.train.telemetry import available_host_bytes, free_bytes, held_outside_step, host_rss_bytes
 
 log = logging.getLogger("foxhunt.train")
 
@@ -82,7 +82,7 @@ def resolve_batch_sizes(
     budget, cpu = cfg.memory_budget, device.type == "cpu"
     fixed = held_outside_step(model) if cpu else 0
     if budget is None:
-        budget = int(torch.cuda.mem_get_info(device)[0] * 0.8) if device.type == "cuda" else (
+        budget = int(free_bytes(device) * 0.8) if device.type == "cuda" else (
             host_rss_bytes() + available_host_bytes())
     # Without a budget on CPU the plan only bounds the validation batch, whose throughput size is far below any
     # limit: the analytic plan is enough there, and the probe's seconds of instrumented steps are saved.
