@@ -176,3 +176,12 @@ def test_a_record_takes_the_resident_set_its_anonymous_part_and_its_peak_from_on
     assert (rec["host_rss_mb"], rec["host_anon_mb"], rec["host_peak_mb"]) == (3_000_000 / 1024, 500_000 / 1024,
                                                                               3_100_000 / 1024)
     assert reads.count(status) == 3  # the record's one, and the peak's reset checked as the tracker starts and after
+
+
+def test_what_a_cpu_plan_holds_outside_the_step_is_the_processs_own_memory(status):
+    """A mapped store's file pages are page cache, which MemAvailable already counts as free: what a CPU plan holds
+    outside the step is the process's own memory (RssAnon) less the weights, not its resident set."""
+    from foxhunt.train import telemetry
+
+    model = torch.nn.Linear(1000, 1000)  # 4,004,000 bytes of weights
+    assert telemetry.held_outside_step(model) == 500_000 * 1024 - 4_004_000

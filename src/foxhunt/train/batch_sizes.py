@@ -18,7 +18,7 @@ from foxhunt.train.console_lines import predicted_mb
 from foxhunt.train.distributed import Dist
 from foxhunt.train.plan import fits, plan_memory
 from foxhunt.train.run_dir import RunDir
-from foxhunt.train.telemetry import available_host_bytes, free_bytes, held_outside_step, host_rss_bytes
+from foxhunt.train.telemetry import anon_rss_bytes, available_host_bytes, free_bytes, held_outside_step
 
 log = logging.getLogger("foxhunt.train")
 
@@ -83,7 +83,7 @@ def resolve_batch_sizes(
     fixed = held_outside_step(model) if cpu else 0
     if budget is None:
         budget = int(free_bytes(device) * 0.8) if device.type == "cuda" else (
-            host_rss_bytes() + available_host_bytes())
+            anon_rss_bytes() + available_host_bytes())
     # Without a budget on CPU the plan only bounds the validation batch, whose throughput size is far below any
     # limit: the analytic plan is enough there, and the probe's seconds of instrumented steps are saved.
     plan = plan_memory(model, data.schema.sizes, model_cfg, device, budget,

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 import torch
@@ -54,6 +54,19 @@ _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _M_MMAP_THRESHOLD = -3  # mallopt parameter number in glibc's malloc.h
 _STATUS_KB = re.compile(r"^(VmRSS|RssAnon|VmHWM):\s+(\d+)\s+kB", re.MULTILINE)
+
+
+class PhasePeaks(NamedTuple):
+    """The highest of a window of records (MiB): device_peak_mb (None off CUDA), host_peak_mb (the resident set's
+    peak, file pages included) and host_anon_mb (the process's own memory, what a CPU budget is checked against)."""
+
+    device: float | None = None
+    host: float = 0.0
+    anon: float = 0.0
+
+    def add(self, rec: dict[str, Any]) -> PhasePeaks:
+        device = self.device if rec["device_peak_mb"] is None else max(self.device or 0.0, rec["device_peak_mb"])
+        return PhasePeaks(device, max(self.host, rec["host_peak_mb"]), max(self.anon, rec["host_anon_mb"]))
 
 
 class MemoryTracker:
@@ -83,7 +96,7 @@ class MemoryTracker:
         self._hwm_resettable = _reset_hwm()  # also starts the first record's host-peak window here
         if self._cuda:
             torch.cuda.reset_peak_memory_stats(self._cuda_index)
-        self._phase_peaks: tuple[float | None, float] = (None, 0.0)  # (device, host) since take_peaks()
+        self._phase_peaks = PhasePeaks()  # since take_peaks()
         # Under torchrun: the maximum over ranks of a few numbers (Dist.all_max); None in a single process
         self.reduce_max: Callable[[Sequence[float]], list[float]] | None = None
         self._local = False
@@ -125,10 +138,7 @@ class MemoryTracker:
             _max_over_ranks(rec, self.reduce_max)
         if self._hwm_resettable:
             self._hwm_resettable = _reset_hwm()
-        device_peak, host_peak = self._phase_peaks
-        if rec["device_peak_mb"] is not None:
-            device_peak = max(device_peak or 0.0, rec["device_peak_mb"])
-        self._phase_peaks = (device_peak, max(host_peak, rec["host_peak_mb"]))
+        self._phase_peaks = self._phase_peaks.add(rec)
         self.logger.info(format_line(rec))
         if reason is not None:
             self.logger.warning(reason)
@@ -146,11 +156,10 @@ class MemoryTracker:
         finally:
             self._local = before
 
-    def take_peaks(self) -> tuple[float | None, float]:
-        """(device, host) peak MiB over the records since the previous call (device None off CUDA), and start
-        the next such window: called right after a phase's first record, then after its last, it gives the peaks
-        of what ran in between."""
-        peaks, self._phase_peaks = self._phase_peaks, (None, 0.0)
+    def take_peaks(self) -> PhasePeaks:
+        """The peaks over the records since the previous call, and start the next such window: called right after
+        a phase's first record, then after its last, it gives the peaks of what ran in between."""
+        peaks, self._phase_peaks = self._phase_peaks, PhasePeaks()
         return peaks
 
     def maybe_record(self, phase: str, epoch: int | None, batch: int) -> None:
@@ -303,7 +312,8 @@ def anon_rss_bytes(status: dict[str, int] | None = None) -> int:
 
 def held_outside_step(model: torch.nn.Module) -> int:
     """Host memory this process holds outside a training step, which a CPU memory plan leaves out of the budget:
-    its resident set now (the interpreter, torch, the prepared data, the allocator's arenas) less the model's
-    weights, which the plan counts in every step."""
+    its own memory now (RssAnon: the interpreter, torch, the prepared data in memory, the allocator's arenas) less
+    the model's weights, which the plan counts in every step. A mapped store's file pages are not counted: they are
+    page cache, which MemAvailable already counts as free and the kernel reclaims."""
     weights = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
-    return max(0, host_rss_bytes() - weights)
+    return max(0, anon_rss_bytes() - weights)
