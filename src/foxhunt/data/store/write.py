@@ -35,7 +35,7 @@ from foxhunt.data.store.layout import (
     own_file,
     split_file,
 )
-from foxhunt.data.store.leftovers import BUILD, hidden_folder
+from foxhunt.data.store.leftovers import BUILD, OLD, hidden_folder
 from foxhunt.data.util.digest import npy_digest
 from foxhunt.errors import InputError, WriteError
 
@@ -144,11 +144,11 @@ def refuse_non_store(out: Path) -> None:
 
 
 def _swap_in(tmp: Path, out: Path) -> None:
-    """Rename `tmp` to `out`; an older store at `out` is moved aside first and deleted after."""
+    """Rename `tmp` to `out`; an older store at `out` is moved aside first (leftovers.OLD) and deleted after."""
     old = None
     if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
+        old = hidden_folder(out, OLD)  # named for this process: a kill before the rmtree leaves a leftover it owns
+        os.replace(out, old)  # a directory renamed over an empty one replaces it
     os.replace(tmp, out)
     fsync(out.parent)
     if old is not None:
