@@ -27,7 +27,7 @@ from foxhunt.data.prepare import prepare_data
 from foxhunt.data.store import manifest_digest, open_features
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig, quantile_label
-from foxhunt.model.saved import save_model_json, save_training_state, save_weights
+from foxhunt.model.saved import save_model_json, save_training_state, save_weights, training_state
 from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, variable_names
 from foxhunt.train import faults
 from foxhunt.train.batch_sizes import (
@@ -280,8 +280,7 @@ def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, h
         save_model_json(run.model_json, model_cfg, data.schema, data.transform, saved_data_cfg, n_params,
                         extra={"variables": dict(zip(("static", "encoder", "decoder"),
                                                              variable_names(data.schema), strict=True)),
-                               "training": {"finished": False, "epoch": trainer.state.best_epoch,
-                                            "epochs": trainer.epochs}})
+                               "training": training_state(False, trainer.state.best_epoch, trainer.epochs)})
         save_weights(run.weights, state)
 
     def mark(finished: bool, epoch: int) -> None:
