@@ -60,6 +60,15 @@ def test_training_from_the_store_matches_training_from_the_bars(runs):
     assert saved["features"] == str(runs / "store") and saved["horizon"] == 3
 
 
+def test_a_store_run_takes_the_digest_of_its_manifest_the_bars_run_computes_the_same(runs):
+    """The store's digest was computed once by `prepare` (the pieced writer); a run from it records that digest
+    without reading the arrays, and a run prepared in memory from the same bars hashes them to the same value."""
+    manifest = json.loads((runs / "store" / "manifest.json").read_text())
+    fingerprints = [json.loads((runs / run / "config.json").read_text())["data_fingerprint"]
+                    for run in ("store-run", "bars")]
+    assert fingerprints[0]["digest"] == fingerprints[1]["digest"] == manifest["digest"]
+
+
 def test_a_store_trained_run_resumes_where_it_stopped(runs):
     assert losses(runs / "part") == losses(runs / "store-run")
 

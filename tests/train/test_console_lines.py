@@ -18,6 +18,7 @@ from foxhunt.train.console_lines import (
     predicted_mb,
     vs_baseline,
 )
+from foxhunt.train.telemetry import PhasePeaks
 
 MIB = 2**20
 # A step costs 100 MiB plus 10 MiB a sample (training) and 50 plus 5 (validation), at batches 1, 2, 4, 8.
@@ -45,15 +46,15 @@ def test_the_plan_is_one_line():
 
 
 def cpu_epoch(growth: float, val_batches: int) -> EpochMemory:
-    return EpochMemory(None, 400.0, None, 410.0, None, growth, val_batches)
+    return EpochMemory(None, 400.0, None, 410.0, None, growth, val_batches, 400.0, 410.0)
 
 
 def test_epoch_memory_text_and_measure():
     assert cpu_epoch(1.04, 27).text() == "mem peak host 410 MiB, val +1.0 MiB"
     start = {"device_allocated_mb": 20.0, "host_rss_mb": 1000.0}
     end = {"device_allocated_mb": 20.0, "host_rss_mb": 1000.25}
-    m = EpochMemory.measure((148.0, 1010.0), (90.0, 1500.0), start, end, 7)
-    assert m == EpochMemory(148.0, 1010.0, 90.0, 1500.0, 0.0, 0.25, 7)
+    m = EpochMemory.measure(PhasePeaks(148.0, 1010.0, 990.0), PhasePeaks(90.0, 1500.0, 995.0), start, end, 7)
+    assert m == EpochMemory(148.0, 1010.0, 90.0, 1500.0, 0.0, 0.25, 7, 990.0, 995.0)
     assert m.text() == "mem peak device 148 host 1,500 MiB, val device +0.0 host +0.2 MiB"
 
 
@@ -80,9 +81,9 @@ def test_the_first_validation_pass_allocates_once_and_is_not_taken_for_a_leak():
 
 def test_an_exceeded_plan_warns_once_per_phase_beyond_its_allowance():
     watch = MemoryWatch(CUDA_PLAN, 4)  # training predicted 140 MiB (147 with the 5% allowance); validation at 8: 90
-    within = EpochMemory(146.0, 500.0, 94.0, 500.0, 0.0, 0.0, 10)
+    within = EpochMemory(146.0, 500.0, 94.0, 500.0, 0.0, 0.0, 10, 500.0, 500.0)
     assert watch.warnings(1, within, 8) == []
-    over = EpochMemory(148.0, 500.0, 100.0, 500.0, 0.0, 0.0, 10)
+    over = EpochMemory(148.0, 500.0, 100.0, 500.0, 0.0, 0.0, 10, 500.0, 500.0)
     said = watch.warnings(2, over, 8)
     assert [s.split(":")[0] for s in said] == ["memory plan exceeded in epoch 2"] * 2
     assert "training at batch 4 peaked at 148 MiB, the plan predicted 140 MiB" in said[0]
@@ -96,9 +97,20 @@ def test_validation_growth_is_read_in_anonymous_memory_not_the_mapped_stores_pag
     """A store's file pages read in during validation raise RSS, not the process's own memory (RssAnon)."""
     start = {"device_allocated_mb": None, "host_rss_mb": 900.0, "host_anon_mb": 500.0}
     end = {"device_allocated_mb": None, "host_rss_mb": 904.4, "host_anon_mb": 500.1}
-    m = EpochMemory.measure((None, 910.0), (None, 910.0), start, end, 48)
+    m = EpochMemory.measure(PhasePeaks(None, 910.0, 500.1), PhasePeaks(None, 910.0, 500.1), start, end, 48)
     assert m.growth_host == pytest.approx(0.1)
     assert MemoryWatch(PLAN, 4).warnings(0, m, 8) == []
+
+
+def test_a_cpu_budget_is_checked_against_the_processs_own_memory_not_a_mapped_stores_pages():
+    """Training from a store: its pages read in push the resident set's peak (VmHWM) past the budget, but they are
+    page cache the kernel reclaims, not memory the plan gave out; the highest RssAnon record is what is checked."""
+    plan = {**PLAN, "budget_bytes": 1024 * MIB, "fixed_bytes": 550 * MIB}
+    assert MemoryWatch(plan, 4).warnings(1, EpochMemory(None, 2900.0, None, 3000.0, None, 0.0, 10, 700.0, 720.0),
+                                         8) == []
+    said = MemoryWatch(plan, 4).warnings(1, EpochMemory(None, 900.0, None, 1000.0, None, 0.0, 10, 700.0, 1030.0), 8)
+    assert [s.split(":")[0] for s in said] == ["memory budget exceeded in epoch 1"]
+    assert "validation at batch 8 peaked at 1,030 MiB of host memory" in said[0]
 
 
 def test_a_cpu_run_over_its_budget_warns_once_per_phase_counting_what_the_process_holds():
@@ -106,14 +118,14 @@ def test_a_cpu_run_over_its_budget_warns_once_per_phase_counting_what_the_proces
     step, and the step). A plan from before `fixed_bytes` (a resumed old run) is not checked."""
     plan = {**PLAN, "budget_bytes": 1024 * MIB, "fixed_bytes": 550 * MIB}
     watch = MemoryWatch(plan, 4)
-    assert watch.warnings(0, EpochMemory(None, 1000.0, None, 1010.0, None, 0.0, 10), 8) == []
-    said = watch.warnings(1, EpochMemory(None, 1092.0, None, 900.0, None, 0.0, 10), 8)
+    assert watch.warnings(0, EpochMemory(None, 1000.0, None, 1010.0, None, 0.0, 10, 1000.0, 1010.0), 8) == []
+    said = watch.warnings(1, EpochMemory(None, 1092.0, None, 900.0, None, 0.0, 10, 1092.0, 900.0), 8)
     assert said == ["memory budget exceeded in epoch 1: training at batch 4 peaked at 1,092 MiB of host memory, over "
                     "the 1,024 MiB budget (the plan: 550 MiB held outside the step and 140 MiB for it); pass a smaller "
                     "--batch-size / --validation-batch-size or raise --memory-budget"]
-    assert watch.warnings(2, EpochMemory(None, 1092.0, None, 900.0, None, 0.0, 10), 8) == []  # said once
+    assert watch.warnings(2, EpochMemory(None, 1092.0, None, 900.0, None, 0.0, 10, 1092.0, 900.0), 8) == []  # said once
     assert MemoryWatch({**PLAN, "budget_bytes": 1024 * MIB}, 4).warnings(
-        1, EpochMemory(None, 1092.0, None, 900.0, None, 0.0, 10), 8) == []
+        1, EpochMemory(None, 1092.0, None, 900.0, None, 0.0, 10, 1092.0, 900.0), 8) == []
     assert plan_line({**plan, "usable_bytes": 371 * MIB}, 4, 8) == (
         "plan: train batch 4 needs 140 MiB of 371 usable (budget 1,024 MiB, 550 held outside the step); validation "
         "batch 8 needs 90 MiB")

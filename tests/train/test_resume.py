@@ -370,3 +370,36 @@ def test_a_stopped_run_says_so_where_its_model_is_loaded_and_a_finished_one_does
         assert not [r for r in caplog.records if "stopped" in r.getMessage()]
     finally:
         logger.removeHandler(caplog.handler)
+
+
+def test_a_stores_digest_is_read_from_its_manifest_and_data_in_memory_is_hashed_on_rank_0_alone(tmp_path, daily_path,
+                                                                                                monkeypatch):
+    """Hashing reads every page of the arrays (a mapped store's into the resident set): a --features run takes the
+    digest its manifest holds, or none from an older store (the resume then goes unchecked, as a run from before
+    the digest does); data prepared in memory is hashed by rank 0, which writes config.json and refuses a changed
+    resume, and by no other torchrun rank."""
+    from foxhunt.data.config import DataConfig
+    from foxhunt.data.prepare import prepare_data
+    from foxhunt.data.store import write_store
+    from foxhunt.train.distributed import Dist
+    from foxhunt.train.resume import prepared_digest, refuse_changed_data
+
+    cfg = DataConfig(paths=(str(daily_path),), encoder_length=16, horizon=3)
+    data = prepare_data(cfg)
+    digest = prepared_digest(data)
+    store = tmp_path / "store"
+    write_store(data, cfg, store)
+    main_rank, other_rank = Dist(rank=0, world_size=2), Dist(rank=1, world_size=2)
+    hashed = []
+    monkeypatch.setattr(session, "prepared_digest", lambda d: hashed.append(d) or digest)
+    stored = DataConfig.from_dict({**cfg.to_dict(), "features": str(store)})
+    assert session._digest(stored, data, main_rank) == digest and not hashed
+    assert session._digest(cfg, data, other_rank) is None and not hashed
+    assert session._digest(cfg, data, main_rank) == digest and len(hashed) == 1
+    manifest = json.loads((store / "manifest.json").read_text())
+    del manifest["digest"]  # a store written before its manifest kept the digest
+    (store / "manifest.json").write_text(json.dumps(manifest))
+    assert session._digest(stored, data, main_rank) is None
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"data_fingerprint": {"digest": "other"}}))
+    refuse_changed_data(config, {"windows": {}}, "the feature store")  # no digest now: unchecked

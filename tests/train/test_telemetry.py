@@ -151,3 +151,37 @@ def test_pinned_allocator_returns_freed_blocks_to_the_kernel() -> None:
         pytest.skip(
             f"this C library did not keep a freed 8 MiB block resident without the pin (+{unpinned} MiB)"
         )
+
+
+
+STATUS = "VmPeak:\t 9000000 kB\nVmHWM:\t 3100000 kB\nVmRSS:\t 3000000 kB\nRssAnon:\t  500000 kB\nRssFile:\t 2500000 kB\n"
+
+
+@pytest.fixture
+def status(tmp_path, monkeypatch) -> Path:
+    """/proc/self/status of a process that maps a store: 2.4 GiB of its 2.9 GiB resident set are file pages."""
+    from foxhunt.train import telemetry
+
+    path = tmp_path / "status"
+    path.write_text(STATUS)
+    monkeypatch.setattr(telemetry, "_STATUS", path)
+    return path
+
+
+def test_a_record_takes_the_resident_set_its_anonymous_part_and_its_peak_from_one_read(tmp_path, status, monkeypatch):
+    reads = []
+    read_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(self) or read_text(self, *a, **k))
+    rec = tracker(tmp_path).record("run_start")
+    assert (rec["host_rss_mb"], rec["host_anon_mb"], rec["host_peak_mb"]) == (3_000_000 / 1024, 500_000 / 1024,
+                                                                              3_100_000 / 1024)
+    assert reads.count(status) == 3  # the record's one, and the peak's reset checked as the tracker starts and after
+
+
+def test_what_a_cpu_plan_holds_outside_the_step_is_the_processs_own_memory(status):
+    """A mapped store's file pages are page cache, which MemAvailable already counts as free: what a CPU plan holds
+    outside the step is the process's own memory (RssAnon) less the weights, not its resident set."""
+    from foxhunt.train import telemetry
+
+    model = torch.nn.Linear(1000, 1000)  # 4,004,000 bytes of weights
+    assert telemetry.held_outside_step(model) == 500_000 * 1024 - 4_004_000

@@ -15,18 +15,12 @@ from foxhunt.model.tft import TemporalFusionTransformer
 from foxhunt.train.config import AUTO, TrainConfig
 from foxhunt.train.device import resolve_device
 from foxhunt.train.plan import plan_memory
-from foxhunt.train.telemetry import available_host_bytes
+from foxhunt.train.telemetry import free_bytes
 
 log = logging.getLogger("foxhunt.backtest")
 PROCESS_BYTES = 400 * 2**20  # a worker's interpreter, torch and polars before any data (import torch alone: 272 MB)
 PLANNING_BATCH = 128  # the training batch planned for when --batch-size is auto
 USABLE = 0.8  # leave a fifth of the free memory to everything else
-
-
-def free_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    return available_host_bytes()
 
 
 def per_job_bytes(data_cfg: DataConfig, model_cfg: ModelConfig, train_cfg: TrainConfig,

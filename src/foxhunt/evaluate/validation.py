@@ -17,7 +17,6 @@ tensors, so the bars are not read again.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -30,6 +29,7 @@ import numpy as np
 from foxhunt.console import SHOW
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.util.digest import tensor_digest
 from foxhunt.evaluate.verdict import validation_claim
 
 if TYPE_CHECKING:
@@ -135,11 +135,11 @@ def data_key(data: PreparedData, data_cfg: DataConfig, quantiles: tuple[float, .
     """What the baselines' scores depend on: the options, the quantiles, the training cut, the files read (path, size,
     modification time: a file rewritten in place gives another key), the targets and times of the bars and the
     validation windows."""
-    digest = hashlib.sha256()
-    for t in (data.windows.target_raw, data.windows.ts_ns, data.splits["val"]):
-        digest.update(t.numpy())  # the buffer itself: a memory-mapped store's columns are not copied
+    digest = tensor_digest((name, t.numpy()) for name, t in (("target_raw", data.windows.target_raw),
+                                                              ("ts_ns", data.windows.ts_ns),
+                                                              ("split_val", data.splits["val"])))
     files = tuple((f.get("path"), f.get("size_bytes"), _mtime_ns(f.get("path"))) for f in data.summary.get("files", []))
-    return data_cfg, tuple(quantiles), data.summary.get("train_end"), files, digest.hexdigest()
+    return data_cfg, tuple(quantiles), data.summary.get("train_end"), files, digest
 
 
 def _mtime_ns(path: str | None) -> int | None:

@@ -72,11 +72,16 @@ def save_model_json(
     )
 
 
-def save_training_state(path: Path, finished: bool, epoch: int, epochs: int) -> None:
+def training_state(finished: bool, epoch: int, epochs: int) -> dict[str, Any]:
     """model.json's "training": whether the run finished (all its epochs, or early stopping, then calibration) or
-    where it stands (`epoch` epochs done of at most `epochs`); rewritten whole, atomically, at each epoch's end."""
+    where it stands (`epoch` epochs done of at most `epochs`)."""
+    return {"finished": finished, "epoch": epoch, "epochs": epochs}
+
+
+def save_training_state(path: Path, finished: bool, epoch: int, epochs: int) -> None:
+    """`training_state` written into model.json, rewritten whole, atomically, at each epoch's end."""
     meta = json.loads(path.read_text(encoding="utf-8"))
-    write_json(path, {**meta, "training": {"finished": finished, "epoch": epoch, "epochs": epochs}})
+    write_json(path, {**meta, "training": training_state(finished, epoch, epochs)})
 
 
 def stopped_note(root: Path, meta: dict[str, Any]) -> str | None:

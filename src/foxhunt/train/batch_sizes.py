@@ -19,7 +19,7 @@ from foxhunt.train.console_lines import predicted_mb
 from foxhunt.train.distributed import Dist
 from foxhunt.train.plan import MemoryPlan, fits, plan_memory
 from foxhunt.train.run_dir import RunDir
-from foxhunt.train.telemetry import available_host_bytes, held_outside_step, host_rss_bytes
+from foxhunt.train.telemetry import anon_rss_bytes, available_host_bytes, free_bytes, held_outside_step
 
 log = logging.getLogger("foxhunt.train")
 
@@ -107,12 +107,12 @@ def resolve_batch_sizes(
 def budgeted_plan(model: torch.nn.Module, sizes: InputSizes, model_cfg: ModelConfig, device: torch.device,
                   budget: int | None, optimizer_state_on_cpu: bool, precision: str, probe: bool = True) -> MemoryPlan:
     """The memory plan of a run on `device` under `budget` (None, no --memory-budget: 80% of the GPU's free memory;
-    on CPU the process's, what it holds now and the host memory still available), less, on CPU, what the process
+    on CPU the process's own memory (RssAnon) and the host memory still available), less, on CPU, what the process
     holds outside the step (`MemoryPlan.fixed_bytes`): what `train` sizes its batches by and `plan-memory` prints."""
     fixed = held_outside_step(model) if device.type == "cpu" else 0
     if budget is None:
-        budget = int(torch.cuda.mem_get_info(device)[0] * 0.8) if device.type == "cuda" else (
-            host_rss_bytes() + available_host_bytes())
+        budget = int(free_bytes(device) * 0.8) if device.type == "cuda" else (
+            anon_rss_bytes() + available_host_bytes())
     return plan_memory(model, sizes, model_cfg, device, budget, optimizer_state_on_cpu=optimizer_state_on_cpu,
                        probe=probe, precision=precision).holding(fixed)
 

@@ -26,10 +26,13 @@ import math
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foxhunt.data.io.sample_path import is_bundled_sample
 from foxhunt.train.plan import FRAGMENTATION, MIB
+
+if TYPE_CHECKING:
+    from foxhunt.train.telemetry import PhasePeaks
 
 GROWTH_PER_BATCH_MB = 0.01  # 1 MiB per 100 validation batches
 GROWTH_FLOOR_MB = 4.0
@@ -111,7 +114,9 @@ def plan_line(plan: dict[str, Any] | None, batch: int, val_batch: int, saved: bo
 @dataclass(frozen=True)
 class EpochMemory:
     """Peaks (MiB) of an epoch's training and validation phases, and the growth across its validation pass.
-    Device fields are None off CUDA."""
+    Device fields are None off CUDA; `*_host` the resident set's peak (a mapped store's pages included), `*_anon`
+    the highest of the process's own memory (RssAnon) the phase's records saw, what a CPU budget is checked
+    against."""
 
     train_device: float | None
     train_host: float
@@ -120,17 +125,19 @@ class EpochMemory:
     growth_device: float | None
     growth_host: float
     val_batches: int
+    train_anon: float
+    val_anon: float
 
     @staticmethod
-    def measure(train: tuple[float | None, float], val: tuple[float | None, float], val_start: dict[str, Any],
-                val_end: dict[str, Any], val_batches: int) -> EpochMemory:
-        """From the tracker's (device, host) peaks of each phase and its val_start / val_end records."""
+    def measure(train: PhasePeaks, val: PhasePeaks, val_start: dict[str, Any], val_end: dict[str, Any],
+                val_batches: int) -> EpochMemory:
+        """From the tracker's peaks of each phase and its val_start / val_end records."""
         growth_device = None
         if val_start["device_allocated_mb"] is not None:
             growth_device = val_end["device_allocated_mb"] - val_start["device_allocated_mb"]
         own = "host_anon_mb" if "host_anon_mb" in val_start and "host_anon_mb" in val_end else "host_rss_mb"
-        return EpochMemory(train[0], train[1], val[0], val[1], growth_device, val_end[own] - val_start[own],
-                           val_batches)
+        return EpochMemory(train.device, train.host, val.device, val.host, growth_device,
+                           val_end[own] - val_start[own], val_batches, train.anon, val.anon)
 
     def text(self) -> str:
         """`mem peak host 463 MiB, val +1.0 MiB` (CUDA: `mem peak device 812 host 1,520 MiB, val device +0.0 ...`)."""
@@ -180,14 +187,15 @@ class MemoryWatch:
         return out
 
     def _over_host_budget(self, epoch: int, m: EpochMemory, val_batch: int) -> list[str]:
-        """CPU: a phase whose peak resident set went past the plan's budget (a plan from before `fixed_bytes` was
-        made against the step alone, so it is not checked)."""
+        """CPU: a phase whose own memory (its highest RssAnon record) went past the plan's budget; a mapped store's
+        file pages are page cache, not counted (a plan from before `fixed_bytes` was made against the step alone, so
+        it is not checked)."""
         plan, out = self.plan or {}, []
         if "fixed_bytes" not in plan:
             return out
         budget, fixed = plan["budget_bytes"] / MIB, plan["fixed_bytes"] / MIB
-        for phase, measured, batch, step in (("training", m.train_host, self.batch, "train"),
-                                             ("validation", m.val_host, val_batch, "val")):
+        for phase, measured, batch, step in (("training", m.train_anon, self.batch, "train"),
+                                             ("validation", m.val_anon, val_batch, "val")):
             if phase in self.exceeded or measured <= budget:
                 continue
             self.exceeded.add(phase)

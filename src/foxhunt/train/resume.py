@@ -7,17 +7,16 @@ The model a run leaves for forecasting (model.json, model.safetensors, calibrati
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 import foxhunt
 from foxhunt.atomic import write_with
-from foxhunt.data.dataset.types import PreparedData
+from foxhunt.data.dataset.types import PreparedData, digest_order
+from foxhunt.data.util.digest import tensor_digest
 from foxhunt.errors import InputError
 
 # Format of checkpoint.pt: 1 per epoch only; 2 adds the position inside an epoch, the format and version keys.
@@ -56,42 +55,39 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
-def data_fingerprint(data: PreparedData) -> dict[str, Any]:
+def data_fingerprint(data: PreparedData, digest: str | None) -> dict[str, Any]:
     """config.json's "data_fingerprint": the summary's files (path, size, rows), series, dates and window counts, for
-    people, and `digest`, a SHA-256 of the prepared data itself (every array the windows are gathered from and the
-    three splits' window ids), which `refuse_changed_data` compares on --resume. The digest covers what training
-    reads, not the file's bytes or modification time: a file rewritten with the same bars (or a store prepared
-    again from them) resumes; one whose bars, dates or options' results differ does not. About 1 s a GB of prepared
-    data, read once at the start."""
+    people, and `digest` (`prepared_digest`; a store's from its manifest; left out where None), which
+    `refuse_changed_data` compares on --resume."""
     s = data.summary
     keys = ("files", "rows_read", "series", "date_range", "bar_interval", "windows")
-    return {**{k: s[k] for k in keys if k in s}, "digest": prepared_digest(data)}
+    return {**{k: s[k] for k in keys if k in s}, **({"digest": digest} if digest is not None else {})}
 
 
 def prepared_digest(data: PreparedData) -> str:
-    digest = hashlib.sha256()
-    arrays = [(f.name, getattr(data.windows, f.name)) for f in dataclasses.fields(data.windows)]
-    arrays += [(f"split_{name}", data.splits[name]) for name in sorted(data.splits)]
-    for name, t in arrays:
-        if not isinstance(t, torch.Tensor):
-            continue  # a plain field (lengths, names: the arrays' shapes and the summary carry them) or None
-        a = np.ascontiguousarray(t.detach().cpu().numpy())
-        digest.update(f"{name} {a.dtype} {a.shape};".encode())
-        digest.update(a.reshape(-1).view(np.uint8))  # the buffer itself: a mapped store's array is not copied
-    return digest.hexdigest()
+    """A SHA-256 of the prepared data itself: every array the windows are gathered from and the three splits' window
+    ids (types.digest_order), as a store's manifest holds it for the same data (store/write.store_digest). It covers
+    what training reads, not the file's bytes or modification time: a file rewritten with the same bars (or a store
+    prepared again from them) resumes; one whose bars, dates or options' results differ does not. It reads every
+    byte (about 1 s a GB): computed for data prepared in memory, a store's is read from its manifest."""
+    tensors = {f.name: getattr(data.windows, f.name) for f in dataclasses.fields(data.windows)}
+    tensors.update({f"split_{name}": t for name, t in data.splits.items()})
+    arrays = {k: t.detach().cpu().numpy() for k, t in tensors.items() if isinstance(t, torch.Tensor)}
+    return tensor_digest((name, arrays[name]) for name in digest_order(arrays))
 
 
 def refuse_changed_data(config: Path, now: dict[str, Any], source: str) -> None:
     """--resume: DataChanged (one line) when the prepared data's fingerprint `now` (`data_fingerprint`) differs from
     the one the run started on (config.json's, by its `digest`), naming what changed: the resumed epochs would train
     on other windows, and "best" would compare validation losses of two validation sets. A run from before the
-    digest resumes unchecked."""
+    digest, or data without one now (a store written before its manifest kept it; a torchrun rank but the first,
+    which leaves the check to rank 0), resumes unchecked."""
     try:
         saved = json.loads(config.read_text(encoding="utf-8"))["data_fingerprint"]
         before = saved["digest"]
     except (OSError, ValueError, KeyError, TypeError):
         return
-    if now["digest"] == before:
+    if now.get("digest") in (None, before):
         return
     detail = _what_changed(saved, now)
     raise DataChanged(f"{config.parent}: {source} changed since this run started ({detail}); "

@@ -24,10 +24,10 @@ from foxhunt.data.dataset.summary import contracts_text, format_summary
 from foxhunt.data.dataset.types import PreparedData
 from foxhunt.data.io.sample_path import SIMULATED, is_bundled_sample
 from foxhunt.data.prepare import prepare_data
-from foxhunt.data.store import open_features
+from foxhunt.data.store import manifest_digest, open_features
 from foxhunt.errors import InputError
 from foxhunt.model.config import ModelConfig, quantile_label
-from foxhunt.model.saved import save_model_json, save_training_state, save_weights
+from foxhunt.model.saved import save_model_json, save_training_state, save_weights, training_state
 from foxhunt.model.tft import TemporalFusionTransformer, count_parameters, variable_names
 from foxhunt.train import faults
 from foxhunt.train.batch_sizes import (
@@ -51,7 +51,7 @@ from foxhunt.train.init_from import check_resumed, init_weights, saved_transfer,
 from foxhunt.train.interrupt import Interrupted, StopRequest
 from foxhunt.train.loop import Callbacks, FitSetup, FitState, Sizing, Trainer
 from foxhunt.train.precision import resolve_precision
-from foxhunt.train.resume import data_fingerprint, load_checkpoint, refuse_changed_data
+from foxhunt.train.resume import data_fingerprint, load_checkpoint, prepared_digest, refuse_changed_data
 from foxhunt.train.run_dir import RunDir, attach_log_file
 from foxhunt.train.telemetry import MemoryTracker
 from foxhunt.train.tracking import TrackingConfig, start_tracking
@@ -280,8 +280,7 @@ def _train(r: _Rank, run: RunDir, stop: StopRequest, warnings: WarningCounter, h
         save_model_json(run.model_json, model_cfg, data.schema, data.transform, saved_data_cfg, n_params,
                         extra={"variables": dict(zip(("static", "encoder", "decoder"),
                                                              variable_names(data.schema), strict=True)),
-                               "training": {"finished": False, "epoch": trainer.state.best_epoch,
-                                            "epochs": trainer.epochs}})
+                               "training": training_state(False, trainer.state.best_epoch, trainer.epochs)})
         save_weights(run.weights, state)
 
     def mark(finished: bool, epoch: int) -> None:
@@ -323,7 +322,7 @@ def _open_data(data_cfg: DataConfig, run: RunDir, dist: Dist, resume: bool) -> t
     """The prepared data (a store is mapped, not read), said on the console and summarised in the run directory; a
     resumed run's refused before anything is written when it is not the data the run started on."""
     data = open_features(data_cfg) if data_cfg.features else prepare_data(data_cfg)
-    fingerprint = data_fingerprint(data)
+    fingerprint = data_fingerprint(data, _digest(data_cfg, data, dist))
     if resume:
         refuse_changed_data(run.config, fingerprint, f"the feature store {data_cfg.features}" if data_cfg.features
                             else "the input data")
@@ -337,6 +336,14 @@ def _open_data(data_cfg: DataConfig, run: RunDir, dist: Dist, resume: bool) -> t
     if len(data.splits["val"]) == 0:
         raise InputError("the validation split is empty; lower --encoder-length/--horizon or move --train-end earlier")
     return data, fingerprint
+
+
+def _digest(data_cfg: DataConfig, data: PreparedData, dist: Dist) -> str | None:
+    """The prepared data's digest (resume.prepared_digest): a store's from its manifest, free; data prepared in memory
+    hashed on rank 0 alone (it writes config.json and refuses a changed resume; every page of the arrays is read)."""
+    if data_cfg.features:
+        return manifest_digest(Path(data_cfg.features))
+    return prepared_digest(data) if dist.is_main else None
 
 
 def _sizing(r: _Rank, run: RunDir, model: torch.nn.Module, data: PreparedData,

@@ -11,7 +11,7 @@ Record keys (memory.jsonl, one JSON object per line; MiB = 2**20 bytes):
 - device_reserved_mb: bytes the caching allocator holds from the driver (torch.cuda.memory_reserved).
 - device_peak_mb: highest allocated since the previous record (torch.cuda.max_memory_allocated, then reset).
 - device_total_mb: the device's capacity (get_device_properties(...).total_memory).
-- host_rss_mb: the process's resident set now (psutil).
+- host_rss_mb: the process's resident set now (VmRSS; psutil where /proc cannot tell).
 - host_anon_mb: its anonymous part (RssAnon): the resident set without file pages, such as a mapped feature store's,
   which the kernel reads in and drops as it pleases (the resident set where /proc cannot tell).
 - host_peak_mb: the process's peak resident set since the previous record. On Linux this is VmHWM from
@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 import torch
@@ -53,7 +53,20 @@ MIB = 2**20
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _M_MMAP_THRESHOLD = -3  # mallopt parameter number in glibc's malloc.h
-_VMHWM = re.compile(r"^VmHWM:\s+(\d+)\s+kB", re.MULTILINE)
+_STATUS_KB = re.compile(r"^(VmRSS|RssAnon|VmHWM):\s+(\d+)\s+kB", re.MULTILINE)
+
+
+class PhasePeaks(NamedTuple):
+    """The highest of a window of records (MiB): device_peak_mb (None off CUDA), host_peak_mb (the resident set's
+    peak, file pages included) and host_anon_mb (the process's own memory, what a CPU budget is checked against)."""
+
+    device: float | None = None
+    host: float = 0.0
+    anon: float = 0.0
+
+    def add(self, rec: dict[str, Any]) -> PhasePeaks:
+        device = self.device if rec["device_peak_mb"] is None else max(self.device or 0.0, rec["device_peak_mb"])
+        return PhasePeaks(device, max(self.host, rec["host_peak_mb"]), max(self.anon, rec["host_anon_mb"]))
 
 
 class MemoryTracker:
@@ -70,7 +83,6 @@ class MemoryTracker:
         self.jsonl_path = Path(jsonl_path) if jsonl_path is not None else None
         self.logger = logger
         self.every = every
-        self._process = psutil.Process()
         self._cuda = self.device.type == "cuda" and torch.cuda.is_available()
         self._cuda_index = (
             (self.device.index if self.device.index is not None else torch.cuda.current_device())
@@ -84,7 +96,7 @@ class MemoryTracker:
         self._hwm_resettable = _reset_hwm()  # also starts the first record's host-peak window here
         if self._cuda:
             torch.cuda.reset_peak_memory_stats(self._cuda_index)
-        self._phase_peaks: tuple[float | None, float] = (None, 0.0)  # (device, host) since take_peaks()
+        self._phase_peaks = PhasePeaks()  # since take_peaks()
         # Under torchrun: the maximum over ranks of a few numbers (Dist.all_max); None in a single process
         self.reduce_max: Callable[[Sequence[float]], list[float]] | None = None
         self._local = False
@@ -96,6 +108,7 @@ class MemoryTracker:
         `reason` (the out-of-memory ladder's rungs) is kept in the record as "reason" and ends the log line; it is
         also logged as a warning of its own, since a run that had to recover from running out of memory should say
         so at every verbosity."""
+        status = process_status()  # read once: the resident set, its anonymous part and its peak
         rec: dict[str, Any] = {
             "phase": phase,
             "epoch": epoch,
@@ -104,9 +117,9 @@ class MemoryTracker:
             "device_reserved_mb": None,
             "device_peak_mb": None,
             "device_total_mb": self._total_mb,
-            "host_rss_mb": self._process.memory_info().rss / MIB,
-            "host_anon_mb": anon_rss_bytes() / MIB,
-            "host_peak_mb": self.peak_host_mb(),
+            "host_rss_mb": host_rss_bytes(status) / MIB,
+            "host_anon_mb": anon_rss_bytes(status) / MIB,
+            "host_peak_mb": self.peak_host_mb(status),
             "time": time.time(),
         }
         if self._cuda:
@@ -125,10 +138,7 @@ class MemoryTracker:
             _max_over_ranks(rec, self.reduce_max)
         if self._hwm_resettable:
             self._hwm_resettable = _reset_hwm()
-        device_peak, host_peak = self._phase_peaks
-        if rec["device_peak_mb"] is not None:
-            device_peak = max(device_peak or 0.0, rec["device_peak_mb"])
-        self._phase_peaks = (device_peak, max(host_peak, rec["host_peak_mb"]))
+        self._phase_peaks = self._phase_peaks.add(rec)
         self.logger.info(format_line(rec))
         if reason is not None:
             self.logger.warning(reason)
@@ -146,11 +156,10 @@ class MemoryTracker:
         finally:
             self._local = before
 
-    def take_peaks(self) -> tuple[float | None, float]:
-        """(device, host) peak MiB over the records since the previous call (device None off CUDA), and start
-        the next such window: called right after a phase's first record, then after its last, it gives the peaks
-        of what ran in between."""
-        peaks, self._phase_peaks = self._phase_peaks, (None, 0.0)
+    def take_peaks(self) -> PhasePeaks:
+        """The peaks over the records since the previous call, and start the next such window: called right after
+        a phase's first record, then after its last, it gives the peaks of what ran in between."""
+        peaks, self._phase_peaks = self._phase_peaks, PhasePeaks()
         return peaks
 
     def maybe_record(self, phase: str, epoch: int | None, batch: int) -> None:
@@ -158,12 +167,13 @@ class MemoryTracker:
         if self.every > 0 and batch % self.every == 0:
             self.record(phase, epoch, batch)
 
-    def peak_host_mb(self) -> float:
-        """Peak resident set (MiB) since the previous record; since process start where the peak cannot be reset."""
+    def peak_host_mb(self, status: dict[str, int] | None = None) -> float:
+        """Peak resident set (MiB) since the previous record; since process start where the peak cannot be reset.
+        `status`: process_status() read just now."""
         if self._hwm_resettable:
-            m = _VMHWM.search(_STATUS.read_text())
-            if m:
-                return int(m.group(1)) / 1024
+            status = process_status() if status is None else status
+            if "VmHWM" in status:
+                return status["VmHWM"] / MIB
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return rss / MIB if sys.platform == "darwin" else rss / 1024  # bytes on macOS, KiB elsewhere
 
@@ -220,9 +230,9 @@ def _reset_hwm() -> bool:
     """Reset the kernel's peak-RSS counter (VmHWM) for this process; False where that is not possible."""
     try:
         _CLEAR_REFS.write_text("5")
-        return _VMHWM.search(_STATUS.read_text()) is not None
     except OSError:
         return False
+    return "VmHWM" in process_status()
 
 
 def _nvml_handle(cuda_index: int) -> Any:
@@ -251,7 +261,6 @@ def _nvml_used_mb(handle: Any) -> float | None:
 # The container's memory limit and use: cgroup v2, then v1 (a limit near 2**63 is v1's "none").
 _CGROUP_FILES = ((Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory.current")),
                  (Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"), Path("/sys/fs/cgroup/memory/memory.usage_in_bytes")))
-_RSS_ANON = re.compile(r"^RssAnon:\s+(\d+)\s+kB", re.MULTILINE)
 
 
 def available_host_bytes() -> int:
@@ -269,23 +278,42 @@ def available_host_bytes() -> int:
     return free
 
 
-def host_rss_bytes() -> int:
-    return int(psutil.Process().memory_info().rss)
+def free_bytes(device: torch.device) -> int:
+    """Memory still free where `device`'s tensors live: a CUDA device's (mem_get_info), else the host's
+    (`available_host_bytes`)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return available_host_bytes()
 
 
-def anon_rss_bytes() -> int:
-    """The process's own memory (RssAnon): its resident set without file pages, such as a mapped feature store's,
-    which the kernel reads in and drops as it pleases; the resident set where /proc cannot tell."""
+def process_status() -> dict[str, int]:
+    """Bytes of this process's VmRSS, RssAnon and VmHWM, from one read of /proc/self/status; empty where there is
+    none (off Linux)."""
     try:
-        m = _RSS_ANON.search(_STATUS.read_text())
+        text = _STATUS.read_text()
     except OSError:
-        m = None
-    return int(m.group(1)) * 1024 if m else host_rss_bytes()
+        return {}
+    return {name: int(kb) * 1024 for name, kb in _STATUS_KB.findall(text)}
+
+
+def host_rss_bytes(status: dict[str, int] | None = None) -> int:
+    """The process's resident set; `status`: process_status() read just now."""
+    status = process_status() if status is None else status
+    return status["VmRSS"] if "VmRSS" in status else int(psutil.Process().memory_info().rss)
+
+
+def anon_rss_bytes(status: dict[str, int] | None = None) -> int:
+    """The process's own memory (RssAnon): its resident set without file pages, such as a mapped feature store's,
+    which the kernel reads in and drops as it pleases; the resident set where /proc cannot tell. `status`:
+    process_status() read just now."""
+    status = process_status() if status is None else status
+    return status["RssAnon"] if "RssAnon" in status else host_rss_bytes(status)
 
 
 def held_outside_step(model: torch.nn.Module) -> int:
     """Host memory this process holds outside a training step, which a CPU memory plan leaves out of the budget:
-    its resident set now (the interpreter, torch, the prepared data, the allocator's arenas) less the model's
-    weights, which the plan counts in every step."""
+    its own memory now (RssAnon: the interpreter, torch, the prepared data in memory, the allocator's arenas) less
+    the model's weights, which the plan counts in every step. A mapped store's file pages are not counted: they are
+    page cache, which MemAvailable already counts as free and the kernel reclaims."""
     weights = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
-    return max(0, host_rss_bytes() - weights)
+    return max(0, anon_rss_bytes() - weights)

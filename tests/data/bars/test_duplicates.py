@@ -96,6 +96,16 @@ def test_bars_repeated_by_an_unread_symbol_column_name_it_and_the_flag(tmp_path,
     assert sorted(loaded.report["series"]) == ["ESH4", "ESM4"]
 
 
+def test_the_hint_knows_the_columns_read_under_symbol_col(tmp_path, capsys):
+    """Read with --symbol-col Ticker, a file's `symbol` column is not read: where it tells the repeated bars apart
+    (ESH4 and ESM4 under one ticker), the hint names it, as it names any other column the reader left."""
+    pl.concat([_bars("ESH4"), _bars("ESM4", shift=1.0)]).with_columns(Ticker=pl.lit("ES")).write_parquet(
+        tmp_path / "front.parquet")
+    assert main(["inspect", str(tmp_path), "--symbol-col", "Ticker", "--encoder-length", "8", "--horizon", "2"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "column 'symbol', which is not read, tells them apart (ESH4 and ESM4): pass --symbol-col symbol" in last
+
+
 def test_a_stray_copy_gets_no_symbol_hint(tmp_path, capsys):
     """Two copies of one symbol's bars with other values: no column tells them apart, so none is named."""
     _bars("KO").write_parquet(tmp_path / "a.parquet")

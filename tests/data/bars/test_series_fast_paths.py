@@ -10,7 +10,7 @@ import pytest
 from foxhunt.data.bars.rolls import ContractIndex
 from foxhunt.data.bars.series import _runs_by_time, build_series
 from foxhunt.data.bars.sessions import _per_root, closed_share
-from foxhunt.data.bars.symbols import _expiries, _trade_dates, _utc_year
+from foxhunt.data.bars.symbols import _expiries, _run_years, _trade_dates, _utc_year
 from foxhunt.data.util.runs import distinct, run_lengths, run_starts_of
 
 YEAR_NS = 365 * 86_400 * 10**9
@@ -38,13 +38,14 @@ def test_expiries_per_run_equal_the_bar_by_bar_rule():
     digits, base = np.array([4, 4, 9, 4], np.int32), np.array([10, 10, 10, 100], np.int32)
     month = np.array([3, 6, 9, 12], np.int32)
     for is_fut in (np.ones(4, bool), np.array([True, True, False, True]), np.array([True, True, False, False])):
-        got = _expiries(ts, starts, lens, digits, base, month, is_fut)
+        got = _expiries(ts, lens, _run_years(ts, starts), digits, base, month, is_fut)
         bar_year = _utc_year(ts)
         want = (bar_year + (np.repeat(digits, lens) - bar_year) % np.repeat(base, lens)) * 12 + np.repeat(month, lens)
         mask = np.repeat(is_fut, lens)
         assert got.dtype == np.int32
         np.testing.assert_array_equal(got[mask], want[mask])
-    assert len(_expiries(ts[:0], starts[:0], lens[:0], digits[:0], base[:0], month[:0], is_fut[:0])) == 0
+    assert len(_expiries(ts[:0], lens[:0], _run_years(ts[:0], starts[:0]), digits[:0], base[:0], month[:0],
+                         is_fut[:0])) == 0
 
 
 def test_runs_by_time_is_the_stable_order_or_none():

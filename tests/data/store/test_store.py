@@ -66,6 +66,17 @@ def test_every_prepared_field_round_trips_exactly(prepared):
     assert _bits(back.windows.batch(ids).enc_cont) == _bits(data.windows.batch(ids).enc_cont)
 
 
+def test_the_manifest_holds_the_digest_of_the_prepared_data(prepared):
+    """Computed once as the store is written, equal to the digest of the data in memory and of the data mapped back:
+    `train --features` reads it from the manifest instead of reading every page of the store."""
+    from foxhunt.train.resume import prepared_digest
+
+    _, data, store = prepared
+    digest = read_manifest(store)["digest"]
+    assert digest == prepared_digest(data) == prepared_digest(open_store(store))
+    assert len(digest) == 64
+
+
 def test_arrays_stay_mapped_from_the_store_files(prepared):
     _, _, store = prepared
     back = open_store(store)

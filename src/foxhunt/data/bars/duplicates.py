@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from foxhunt.data.io.normalise import match_column, symbol_column, time_column, value_column
+from foxhunt.data.io.normalise import VALUE_COLS, wanted_columns
 from foxhunt.data.util.order import indices
 from foxhunt.errors import InputError
 
 log = logging.getLogger("foxhunt.data")
+Columns = tuple[str | None, str | None]  # the --timestamp-col and --symbol-col of the read
 
-VALUES = ("open", "high", "low", "close", "volume")
 SHOWN = ("close", "open", "high", "low", "volume")  # the order in which a conflict's differing values are named
 REL_TOL = 1e-9  # relative difference up to which two values are one (a price printed and read back)
 MAX_CONFLICT_FRACTION = 0.01  # as bad_rows.MAX_BAD_FRACTION: more conflicting rows than this stop the run
@@ -70,7 +71,7 @@ def find(df: pl.DataFrame, order: np.ndarray | None, keep: np.ndarray) -> Duplic
         gone, partner = order[gone], order[partner]  # (K,) rows of df
     a_rows, b_rows = indices(gone), indices(partner)
     differ = np.zeros(len(gone), dtype=bool)  # (K,)
-    for c in VALUES:  # a column at a time: two gathers of the dropped rows' count, not of the frame
+    for c in VALUE_COLS:  # a column at a time: two gathers of the dropped rows' count, not of the frame
         col = df.get_column(c)
         a, b = col.gather(a_rows).to_numpy(), col.gather(b_rows).to_numpy()
         ne = np.flatnonzero(a != b)  # (J,) exact copies (the usual duplicate) need no more
@@ -83,21 +84,22 @@ def find(df: pl.DataFrame, order: np.ndarray | None, keep: np.ndarray) -> Duplic
     return Duplicates(dropped, conflicting, first, pair)
 
 
-def tell(found: Duplicates, rows: int, files: list[str], out_of_order: int) -> None:
+def tell(found: Duplicates, rows: int, files: list[str], out_of_order: int, columns: Columns = (None, None)) -> None:
     """Stop on more conflicting rows than MAX_CONFLICT_FRACTION of `rows` (the rows read), warn of fewer, and say in an
-    info line what was dropped and sorted. `files`: the read stage's paths, by file_idx."""
+    info line what was dropped and sorted. `files`: the read stage's paths, by file_idx; `columns`: the
+    --timestamp-col and --symbol-col they were read with."""
     if found.over(rows):
         dropped, kept = found.first_conflict  # type: ignore[misc]
         raise InputError(
             f"{_place(dropped, files)}: {found.conflicting} of {rows} rows ({100 * found.conflicting / rows:.1f}%) repeat"
             f" a bar of the same symbol and time with other values, more than the 1% kept with a warning; the first:"
-            f" {conflict_text(found, files)}; {_symbol_hint(found, files)}remove the stray or outdated copy of the"
+            f" {conflict_text(found, files)}; {_symbol_hint(found, files, columns)}remove the stray or outdated copy of the"
             " file, or pass files that do not overlap"
         )
     if found.conflicting:
         log.warning("kept the last read of %d duplicate bars whose values differ from another bar of the same symbol"
                     " and time; the first: %s; %scheck for a stray or outdated copy of a file", found.conflicting,
-                    conflict_text(found, files), _symbol_hint(found, files))
+                    conflict_text(found, files), _symbol_hint(found, files, columns))
     if found.dropped or out_of_order:
         where = "" if found.first is None else f" ({_files(found.first, files)})"
         log.info("dropped %d duplicate rows%s; sorted %d rows that were out of order", found.dropped, where,
@@ -115,20 +117,23 @@ def conflict_text(found: Duplicates, files: list[str]) -> str:
             f" {kept[cols[0]]!r} in {_place(kept, files)} (kept{also})")
 
 
-def _symbol_hint(found: Duplicates, files: list[str]) -> str:
+def _symbol_hint(found: Duplicates, files: list[str], columns: Columns) -> str:
     """'column 'Market', which is not read, tells them apart (ESH4 and ESM4): pass --symbol-col Market if it names
     each bar's instrument; else ' for the first conflicting pair, or '' where no such column does.
 
     Bars that repeat with other values are most often two instruments read as one: a file whose symbol column has
     a name the reader does not know (a front-month export's `Market`) reads as one series. A text column (not a
-    number) the reader left, whose values differ between the pair, is that column. Only two rows are read."""
-    pair = [_file_row(files[r["file_idx"]], r["row"]) for r in found.first_conflict]  # type: ignore[union-attr]
-    if None in pair:
+    number) the reader left (normalise.wanted_columns, under the run's --timestamp-col and --symbol-col), whose
+    values differ between the pair, is that column. Only two rows are read."""
+    dropped, kept = found.first_conflict  # type: ignore[misc]
+    a, b = (_file_row(files[r["file_idx"]], r["row"]) for r in (dropped, kept))
+    if a is None or b is None:
         return ""
-    a, b = pair
     names = list(a)
-    read = {time_column(names), symbol_column(names), *(value_column(names, c) for c in VALUES),
-            *(match_column(names, c) for c in ("time", "instrument_id", "rtype"))}
+    try:
+        read = set(wanted_columns(names, Path(files[dropped["file_idx"]]), *columns))
+    except InputError:  # the file was read, so its columns are found; a hint only, should that ever change
+        return ""
     for c in names:
         va, vb = a.get(c), b.get(c)
         if c in read or c not in b or not isinstance(va, str) or not isinstance(vb, str) or va.strip() == vb.strip():

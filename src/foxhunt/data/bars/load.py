@@ -147,7 +147,8 @@ def load_raw(
         )
     if plan and (not unchanged or spread_rows):
         plan.pop().result()  # stale: waited for, so that clean_bars' own plan does not run beside it
-    df, stats = clean_bars(df, paths, consume=True, plan=plan.pop() if plan else None, judge=judge)  # df: its own
+    df, stats = clean_bars(df, paths, consume=True, plan=plan.pop() if plan else None, judge=judge,
+                           columns=(cfg.timestamp_col, cfg.symbol_col))  # df: its own
     bad = stats.pop("bad_rows", None)
     df, stubs = merge_sunday_stubs(df)
     # (R,) the runs of one symbol (bars sorted by instrument): found once for every stage below that reads them

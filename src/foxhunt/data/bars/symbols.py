@@ -146,10 +146,11 @@ def parse_futures(df: pl.DataFrame, exchange_tz: str, *, runs: np.ndarray | None
         return table.get_column(name).fill_null(fill).to_numpy()[code]
 
     ts_ns = df.get_column("ts").dt.epoch("ns").to_numpy()
-    table = _without_far_years(table, code, per_run("digits"), per_run("base", 1), ts_ns, starts)
+    years = _run_years(ts_ns, starts)  # (R,) each, the UTC years of each run's first and last bars
+    table = _without_far_years(table, code, per_run("digits"), per_run("base", 1), years)
     trade = pl.Series("trade_date", _trade_dates(ts_ns, per_run("_shift"), starts, exchange_tz)).cast(pl.Date)
     is_fut = table.get_column("root").is_not_null().to_numpy()[code]  # (R,)
-    expiry = pl.Series("expiry", _expiries(ts_ns, starts, lens, per_run("digits"), per_run("base", 1),
+    expiry = pl.Series("expiry", _expiries(ts_ns, lens, years, per_run("digits"), per_run("base", 1),
                                            per_run("month"), is_fut))  # (N,)
     rows = pl.Series(np.repeat(code.astype(np.uint32), lens), dtype=pl.get_index_type())  # (N,) row of `table`
     return df.with_columns(
@@ -163,15 +164,17 @@ YEARS_AHEAD = 10  # a contract trades at most this many years before the year of
 
 
 def _without_far_years(table: pl.DataFrame, code: np.ndarray, digits: np.ndarray, base: np.ndarray,
-                       ts_ns: np.ndarray, starts: np.ndarray) -> pl.DataFrame:
-    """`table` with no root for a symbol read with a four-digit year that its bars contradict: a contract never
-    trades after its expiry year nor more than YEARS_AHEAD before it. `CU2012` (copper, December 2020, in the
-    year-month codes of China's exchanges) fits the pattern of root C, September 2012: bars of 2020 say it is not
-    that, and it stays a symbol of its own, as a code no pattern reads. `code`, `digits`, `base`: (R,) per run."""
+                       years: tuple[np.ndarray, np.ndarray]) -> pl.DataFrame:
+    """`table` with no root for a symbol read with a four-digit year that its bars contradict: a contract's bars
+    start at most YEARS_AHEAD years before its expiry year and end by the year after it (a year's slack past the
+    expiry year: a bar in the year after it passes, one two years after does not). `CU2012` (copper, December 2020,
+    in the year-month codes of China's exchanges) fits the pattern of root C, September 2012: bars of 2020 say it
+    is not that, and it stays a symbol of its own, as a code no pattern reads. `code`, `digits`, `base`: (R,) per
+    run; `years`: `_run_years`."""
     four = base == YEAR_BASE  # (R,)
     if not four.any():
         return table
-    first, last = (_utc_year(f.reduceat(ts_ns, starts)) for f in (np.minimum, np.maximum))  # (R,)
+    first, last = years
     far = np.unique(code[four & ((digits < last - 1) | (digits > first + YEARS_AHEAD))])
     if not len(far):
         return table
@@ -216,18 +219,27 @@ def _trade_dates(ts_ns: np.ndarray, shift: np.ndarray, runs: np.ndarray, tz: str
     return np.repeat((wall // DAY_NS).astype(np.int32), np.concatenate(counts))
 
 
-def _expiries(ts_ns: np.ndarray, starts: np.ndarray, lens: np.ndarray, digits: np.ndarray, base: np.ndarray,
-              month: np.ndarray, is_fut: np.ndarray) -> np.ndarray:
-    """(N,) int32 expiry (year * 12 + month) of each bar, for the runs of one symbol that start at `starts` (R,): the
-    expiry year is the first year not before the bar's year that ends in its symbol's `digits` (R,) (`base` (R,): 10
-    ** the number of digits), the month its symbol's `month` (R,).
+def _run_years(ts_ns: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(R,) int32 each: the UTC years of the first and last bars of the runs that start at `starts` (R,)."""
+    if not len(ts_ns):
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
+    first, last = (_utc_year(f.reduceat(ts_ns, starts)) for f in (np.minimum, np.maximum))
+    return first, last
+
+
+def _expiries(ts_ns: np.ndarray, lens: np.ndarray, years: tuple[np.ndarray, np.ndarray], digits: np.ndarray,
+              base: np.ndarray, month: np.ndarray, is_fut: np.ndarray) -> np.ndarray:
+    """(N,) int32 expiry (year * 12 + month) of each bar, for the runs of one symbol of lengths `lens` (R,) whose
+    first and last bars fall in `years` (`_run_years`): the expiry year is the first year not before the bar's year
+    that ends in its symbol's `digits` (R,) (`base` (R,): 10 ** the number of digits), the month its symbol's
+    `month` (R,).
 
     That year only grows with the bar's year, so a run whose first and last bars give the same one (a contract
     trades a year or so: nearly every run) takes it whole; only otherwise is it found bar by bar.
     """
     if not len(ts_ns):
         return np.zeros(0, dtype=np.int32)
-    first, last = (_utc_year(f.reduceat(ts_ns, starts)) for f in (np.minimum, np.maximum))  # (R,)
+    first, last = years  # (R,)
     year = first + (digits - first) % base  # (R,)
     if np.all((year == last + (digits - last) % base) | ~is_fut | (base == YEAR_BASE)):  # no expiry to get right
         return np.repeat(np.where(base == YEAR_BASE, digits, year) * 12 + month, lens)

@@ -71,7 +71,7 @@ SortPlan = tuple[list[np.ndarray], tuple | None]  # see sort_plan
 
 def clean_bars(
     df: pl.DataFrame, files: list[str], consume: bool = False, plan: Future[SortPlan | None] | None = None,
-    judge: bool = True,
+    judge: bool = True, columns: duplicates.Columns = (None, None),
 ) -> tuple[pl.DataFrame, dict]:
     """Drop bad/duplicate rows, check prices, sort by (symbol, instrument_id, ts).
 
@@ -84,7 +84,8 @@ def clean_bars(
     ts columns, when the caller has started it (`submit_sort_plan`; pass the only reference to it).
     `judge=False` (a piece of a panel, data/prepare): the bad rows are dropped without a word and stats also holds
     `bad_rows` (BadRows), for the caller to judge over the whole panel (`judge_bad_rows`), as the panel read whole is;
-    AllRowsBad when no row is left.
+    AllRowsBad when no row is left. `columns`: the --timestamp-col and --symbol-col `df` was read with (named by a
+    conflict's hint only when they are not what was read).
     """
     n = df.height
     # The sort order reads only the instrument and ts columns: it is found on the second core while the checks
@@ -124,7 +125,7 @@ def clean_bars(
         plan_rows = sort_plan(*_plan_columns(df))
     df, found, out_of_order = _sort_dedup(df, plan_rows, consume, kinds)
     if judge:
-        duplicates.tell(found, n, files, out_of_order)
+        duplicates.tell(found, n, files, out_of_order, columns)
     else:  # a piece: its duplicates are told with the panel's (prepare/driver.py), as its bad rows are judged
         bad = dataclasses.replace(bad, duplicates=found, out_of_order=out_of_order)
     stats = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -168,3 +168,11 @@ class PreparedData:
     # features.own_move_columns(target) -> (N,) float32 per row of `windows` (NaN on rows that are not real): what
     # the baselines read besides the target. Empty for a store prepared before foxhunt kept them.
     own_moves: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def digest_order(names: Collection[str]) -> list[str]:
+    """The arrays of `names` the digest of a prepared dataset covers (train/resume.py's; a store's manifest's), in
+    its order: WindowedData's tensors as its fields list them, then the splits' window ids (`split_<name>`) by name.
+    The baselines' own moves are not covered (training does not read them)."""
+    fields = [f.name for f in dataclasses.fields(WindowedData) if f.name in names]
+    return fields + sorted(n for n in names if n.startswith("split_"))

@@ -157,7 +157,7 @@ def _judged(cfg: DataConfig, read: Read, loads: list[PieceLoaded | AllRowsBad]) 
     if bad is not None and bad.over():  # the 1% is the panel's: it stops here, before a fallback reads it whole
         judge_bad_rows(bad, read.files)
     if bad is not None and bad.duplicates.over(bad.rows):  # so is the 1% of conflicting duplicates
-        duplicates.tell(bad.duplicates, bad.rows, read.files, bad.out_of_order)
+        duplicates.tell(bad.duplicates, bad.rows, read.files, bad.out_of_order, (cfg.timestamp_col, cfg.symbol_col))
     empty = next((k for k, r in enumerate(loads) if isinstance(r, AllRowsBad)), None)
     if empty is not None:  # its series are dropped whole, as in one piece; the other pieces' rows would shift
         log.warning("every bar of the piece of %s is a bad row: preparing the panel in memory, where its memory is "
@@ -171,7 +171,7 @@ def _judged(cfg: DataConfig, read: Read, loads: list[PieceLoaded | AllRowsBad]) 
         return None
     if bad is not None:
         judge_bad_rows(bad, read.files)  # says once what the pieces dropped
-        duplicates.tell(bad.duplicates, bad.rows, read.files, bad.out_of_order)
+        duplicates.tell(bad.duplicates, bad.rows, read.files, bad.out_of_order, (cfg.timestamp_col, cfg.symbol_col))
         for r in (r for load in loads for r in load.rolls):  # what load_raw logs of a panel loaded whole
             why = ROLL_REASONS[r["reason"]].format(n=cfg.roll_confirm, **r)
             log.info("roll %s on %s: %s -> %s (%s), gap %.4g", r["root"], r["trade_date"], r["from"], r["to"], why,

@@ -13,12 +13,18 @@ from typing import TYPE_CHECKING
 from foxhunt.lazy import lazy_names
 
 if TYPE_CHECKING:
-    from foxhunt.data.store.read import open_features, open_store, read_manifest, store_data_config
+    from foxhunt.data.store.read import (
+        manifest_digest,
+        open_features,
+        open_store,
+        read_manifest,
+        store_data_config,
+    )
     from foxhunt.data.store.write import write_store
 
-__all__ = ["open_features", "open_store", "read_manifest", "store_data_config", "write_store"]
+__all__ = ["manifest_digest", "open_features", "open_store", "read_manifest", "store_data_config", "write_store"]
 
-_LAZY = {"open_features": "foxhunt.data.store.read", "open_store": "foxhunt.data.store.read",
+_LAZY = {"manifest_digest": "foxhunt.data.store.read", "open_features": "foxhunt.data.store.read", "open_store": "foxhunt.data.store.read",
          "read_manifest": "foxhunt.data.store.read", "store_data_config": "foxhunt.data.store.read",
          "write_store": "foxhunt.data.store.write"}
 

@@ -64,6 +64,13 @@ def manifest_config(store: Path, manifest: Mapping[str, Any]) -> DataConfig:
     return DataConfig.from_dict({**manifest["data_options"], "paths": manifest["paths"], "features": str(store)})
 
 
+def manifest_digest(store: Path) -> str | None:
+    """The digest of the store's arrays its manifest holds (write.store_digest); None for a store written before
+    foxhunt kept it."""
+    digest = read_manifest(store).get("digest")
+    return digest if isinstance(digest, str) else None
+
+
 def open_features(cfg: DataConfig) -> PreparedData:
     """The prepared data of the feature store `cfg.features`, mapped; refused (InputError) when a data option of
     `cfg` differs from the store's, with a warning when its input files changed since."""

@@ -21,7 +21,7 @@ import foxhunt
 from foxhunt.atomic import fsync, json_default, umask
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dataset.saved_format import FORMAT_VERSION
-from foxhunt.data.dataset.types import FittedTransform, PreparedData
+from foxhunt.data.dataset.types import FittedTransform, PreparedData, digest_order
 from foxhunt.data.features.schema import FeatureSchema
 from foxhunt.data.store.fingerprint import input_fingerprint, shaping_options
 from foxhunt.data.store.layout import (
@@ -35,7 +35,8 @@ from foxhunt.data.store.layout import (
     own_file,
     split_file,
 )
-from foxhunt.data.store.leftovers import BUILD, hidden_folder
+from foxhunt.data.store.leftovers import BUILD, OLD, hidden_folder
+from foxhunt.data.util.digest import npy_digest
 from foxhunt.errors import InputError, WriteError
 
 if TYPE_CHECKING:
@@ -87,12 +88,21 @@ def filling(tmp: Path, out: Path) -> Iterator[None]:
 
 
 def finish(tmp: Path, out: Path, manifest: dict[str, Any]) -> None:
-    """Write the manifest into `tmp`, flush every file to disk and rename `tmp` to `out`."""
+    """Add the arrays' `digest` (`store_digest`) to the manifest, write it into `tmp`, flush every file to disk and
+    rename `tmp` to `out`."""
+    manifest["digest"] = store_digest(tmp, manifest["arrays"])
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=json_default) + "\n", encoding="utf-8")
     for f in tmp.iterdir():
         fsync(f)
     os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes 0700: give the store the permissions mkdir would
     _swap_in(tmp, out)
+
+
+def store_digest(folder: Path, arrays: dict[str, Any]) -> str:
+    """The SHA-256 of the store's arrays in `folder` (the manifest's `arrays`), the same as train/resume.py's
+    prepared_digest of the data they hold: computed once here, so that `train --features` reads it from the
+    manifest instead of reading every page of the store at the start of each run."""
+    return npy_digest((name, folder / arrays[name]["file"]) for name in digest_order(arrays))
 
 
 def save_array(folder: Path, file: str, array: np.ndarray) -> dict[str, Any]:
@@ -134,11 +144,11 @@ def refuse_non_store(out: Path) -> None:
 
 
 def _swap_in(tmp: Path, out: Path) -> None:
-    """Rename `tmp` to `out`; an older store at `out` is moved aside first and deleted after."""
+    """Rename `tmp` to `out`; an older store at `out` is moved aside first (leftovers.OLD) and deleted after."""
     old = None
     if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
+        old = hidden_folder(out, OLD)  # named for this process: a kill before the rmtree leaves a leftover it owns
+        os.replace(out, old)  # a directory renamed over an empty one replaces it
     os.replace(tmp, out)
     fsync(out.parent)
     if old is not None:
