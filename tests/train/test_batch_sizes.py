@@ -41,11 +41,11 @@ def own() -> int:
 
 
 def test_one_plan_for_train_and_plan_memory_defaults_the_budget_and_holds_the_process(data, model, monkeypatch):
-    """budgeted_plan: no budget on CPU is the process's memory and the host's still available, and what the process
+    """budgeted_plan: no budget on CPU is the process's own memory (RssAnon) and the host's still available, and what the process
     holds outside the step is counted against it, as resolve_batch_sizes and plan-memory both need."""
     from foxhunt.train import batch_sizes
 
-    monkeypatch.setattr(batch_sizes, "host_rss_bytes", lambda: 300 * MIB)
+    monkeypatch.setattr(batch_sizes, "anon_rss_bytes", lambda: 300 * MIB)
     monkeypatch.setattr(batch_sizes, "available_host_bytes", lambda: 700 * MIB)
     monkeypatch.setattr(batch_sizes, "held_outside_step", lambda m: 123 * MIB)
     plan = batch_sizes.budgeted_plan(model, data.schema.sizes, WIDE, CPU, None, False, "32", probe=False)
